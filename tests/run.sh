@@ -1,0 +1,163 @@
+#!/bin/sh
+# tests/run.sh - everything `make test` runs, ending with one line "N passed, M failed".
+#
+#   1. the header compiles clean with gcc -std=c99, clang -std=c11, g++ and clang++ (-Werror),
+#      with and without AMP_STATIC, and two translation units link;
+#   2. every tests/test_*.c built with gcc -O2 and run (its RESULT line counts);
+#   3. each of them again under clang ASan+UBSan and under valgrind (AMP_TEST_QUICK=1: sampled);
+#   4. amp_kernels.cu compiled with nvcc for sm_80 and sm_90, every tests/cuda_*.c linked against
+#      it and run (they report "skipped" where no GPU is present);
+#   5. the libFuzzer targets in tests/fuzz/ for a bounded time each;
+#   6. tests/examples.sh, when present (the examples, run and their claims checked).
+#
+# A test file may carry a line `// LDLIBS: -lz` naming extra libraries to link.
+# Set AMP_TEST_ONLY=name to run only tests/test_name.c (no compile matrix, fuzz or CUDA).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+B=build/test
+mkdir -p "$B"
+PASS=0
+FAIL=0
+FAILED=""
+WARN="-Wall -Wextra -Wpedantic -Werror"
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+
+pass() { PASS=$((PASS + 1)); echo "ok   $1"; }
+fail() { FAIL=$((FAIL + 1)); FAILED="$FAILED $1"; echo "FAIL $1"; }
+# check NAME CMD...: one pass/fail from the command's exit status; its output is shown on failure.
+check() {
+  name=$1; shift
+  if "$@" >"$B/last.log" 2>&1; then pass "$name"; else fail "$name"; sed 's/^/    /' "$B/last.log" | tail -n 40; fi
+}
+# runtest NAME CMD...: runs a test program, adds up its RESULT line.
+runtest() {
+  name=$1; shift
+  "$@" >"$B/$name.log" 2>&1
+  rc=$?
+  line=$(grep '^RESULT ' "$B/$name.log" | tail -n 1)
+  grep -E '^(FAIL|  FAIL|skipped|SKIP)' "$B/$name.log" | head -n 40
+  if [ -z "$line" ]; then
+    fail "$name (exit $rc, no RESULT line)"; tail -n 30 "$B/$name.log" | sed 's/^/    /'; return
+  fi
+  p=$(echo "$line" | sed 's/^RESULT \([0-9]*\) passed, \([0-9]*\) failed.*/\1/')
+  f=$(echo "$line" | sed 's/^RESULT \([0-9]*\) passed, \([0-9]*\) failed.*/\2/')
+  PASS=$((PASS + p)); FAIL=$((FAIL + f))
+  [ "$f" -gt 0 ] && FAILED="$FAILED $name"
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then fail "$name (exit $rc)"; tail -n 30 "$B/$name.log" | sed 's/^/    /'; fi
+  echo "---- $name: $p passed, $f failed"
+}
+ldlibs() { sed -n 's|^// LDLIBS: *||p' "$1" | head -n 1; }
+
+ONLY=${AMP_TEST_ONLY:-}
+
+# 1. the header on its own, in every language mode ------------------------------------------
+if [ -z "$ONLY" ]; then
+  echo "== header compile matrix"
+  printf '#define AMP_IMPLEMENTATION\n#include "amp.h"\nint main(void){ return amp_f32_to_f16(1.0f) == 0x3c00 ? 0 : 1; }\n' > "$B/impl.c"
+  printf '#include "amp.h"\nint amp_other(void);\nint amp_other(void){ return (int)amp_f16_to_f32(0x3c00); }\n' > "$B/other.c"
+  printf '#define AMP_IMPLEMENTATION\n#include "amp.h"\nint amp_other(void);\nint main(void){ return amp_other() == 1 && amp_dtype_size(AMP_F16) == 2 ? 0 : 1; }\n' > "$B/main2.c"
+  cp "$B/impl.c" "$B/impl.cpp"
+  for cc in "gcc -std=c99" "clang -std=c11" "gcc -std=c11" "clang -std=c99"; do
+    for st in "" "-DAMP_STATIC"; do
+      check "compile: $cc $st" sh -c "$cc $WARN $st -I. $B/impl.c -o $B/impl -lm && $B/impl"
+    done
+  done
+  for cc in "g++ -std=c++11" "clang++ -std=c++17"; do
+    for st in "" "-DAMP_STATIC"; do
+      check "compile: $cc $st" sh -c "$cc $WARN $st -I. $B/impl.cpp -o $B/impl -lm && $B/impl"
+    done
+  done
+  check "link: two translation units (gcc)" sh -c "gcc -std=c99 $WARN -I. -c $B/other.c -o $B/other.o && gcc -std=c99 $WARN -I. $B/main2.c $B/other.o -o $B/two -lm && $B/two"
+  check "link: two translation units (g++)" sh -c "cp $B/other.c $B/other.cpp && cp $B/main2.c $B/main2.cpp && g++ $WARN -I. -c $B/other.cpp -o $B/otherpp.o && g++ $WARN -I. $B/main2.cpp $B/otherpp.o -o $B/twopp -lm && $B/twopp"
+  check "compile: AMP_NO_SIMD" sh -c "gcc -std=c99 $WARN -DAMP_NO_SIMD -I. $B/impl.c -o $B/impl -lm && $B/impl"
+  check "compile: AMP_MALLOC/AMP_FREE overridden" sh -c "gcc -std=c99 $WARN -I. -include stdlib.h -D'AMP_MALLOC(s)=malloc(s)' -D'AMP_FREE(p)=free(p)' $B/impl.c -o $B/impl -lm && $B/impl"
+  check "compile: AMP_MALLOC alone is refused" sh -c "! gcc -std=c99 -I. -D'AMP_MALLOC(s)=malloc(s)' -c $B/impl.c -o $B/impl.o 2>/dev/null"
+fi
+
+# 2-3. the unit tests, plain, under ASan+UBSan, under valgrind -------------------------------
+for src in tests/test_*.c; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src" .c)
+  [ -n "$ONLY" ] && [ "$name" != "test_$ONLY" ] && [ "$name" != "$ONLY" ] && continue
+  libs=$(ldlibs "$src")
+  echo "== $name"
+  if gcc -std=c99 -O2 $WARN -I. "$src" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
+    runtest "$name" "$B/$name"
+  else
+    fail "$name: build"; sed 's/^/    /' "$B/$name.cc.log" | head -n 30; continue
+  fi
+  if clang -std=c11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+       $WARN -I. "$src" -o "$B/$name.asan" $libs -lm -lpthread 2>"$B/$name.asan.cc.log"; then
+    check "$name under ASan+UBSan" env AMP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 "$B/$name.asan"
+  else
+    fail "$name: ASan build"; sed 's/^/    /' "$B/$name.asan.cc.log" | head -n 30
+  fi
+  if command -v valgrind >/dev/null 2>&1; then
+    if gcc -std=c99 -O1 -g $WARN -I. "$src" -o "$B/$name.vg" $libs -lm -lpthread 2>/dev/null; then
+      check "$name under valgrind" env AMP_TEST_QUICK=1 valgrind -q --error-exitcode=99 --leak-check=full \
+        --errors-for-leak-kinds=definite,indirect "$B/$name.vg"
+    else
+      fail "$name: valgrind build"
+    fi
+  else
+    fail "$name under valgrind: valgrind is not installed"
+  fi
+done
+
+# 4. CUDA: build for sm_80 and sm_90, link, run where a GPU is present ------------------------
+if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ]; then
+  echo "== CUDA"
+  if [ -x "$NVCC" ] || command -v "$NVCC" >/dev/null 2>&1; then
+    ARCH="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90"
+    if check "nvcc: amp_kernels.cu for sm_80 and sm_90" "$NVCC" -O3 -std=c++17 $ARCH -Xcompiler -Wall,-Wextra -I. -c amp_kernels.cu -o "$B/amp_kernels.o"; then
+      for src in tests/cuda_*.c; do
+        [ -e "$src" ] || continue
+        name=$(basename "$src" .c)
+        if gcc -std=c99 -O2 $WARN -DAMP_CUDA -I. "$src" "$B/amp_kernels.o" -o "$B/$name" \
+             -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublasLt -lcublas -lstdc++ -lm -lpthread 2>"$B/$name.cc.log"; then
+          pass "$name: links against amp_kernels.o"
+          runtest "$name" "$B/$name"
+          if [ -n "${AMP_SANITIZE_GPU:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
+            for tool in memcheck racecheck; do
+              check "$name under compute-sanitizer $tool" compute-sanitizer --tool $tool --error-exitcode 99 "$B/$name"
+            done
+          fi
+        else
+          fail "$name: link"; sed 's/^/    /' "$B/$name.cc.log" | head -n 30
+        fi
+      done
+    fi
+  else
+    fail "nvcc not found (set NVCC=)"
+  fi
+fi
+
+# 5. fuzzing -----------------------------------------------------------------------------------
+if [ -z "$ONLY" ]; then
+  for src in tests/fuzz/fuzz_*.c; do
+    [ -e "$src" ] || continue
+    name=$(basename "$src" .c)
+    echo "== $name (${FUZZ_SECONDS}s)"
+    corpus="tests/fuzz/corpus_${name#fuzz_}"
+    mkdir -p "$B/$name.corpus"
+    if clang -g -O1 -fsanitize=fuzzer,address,undefined -I. "$src" -o "$B/$name" -lm 2>"$B/$name.cc.log"; then
+      check "$name: ${FUZZ_SECONDS}s of libFuzzer, no crash or leak" "$B/$name" -max_total_time="$FUZZ_SECONDS" \
+        -timeout=10 -rss_limit_mb=1024 -artifact_prefix="$B/$name-" "$B/$name.corpus" "$corpus"
+    else
+      fail "$name: build"; sed 's/^/    /' "$B/$name.cc.log" | head -n 20
+    fi
+  done
+fi
+
+# 6. the examples ------------------------------------------------------------------------------
+if [ -z "$ONLY" ] && [ -f tests/examples.sh ]; then
+  echo "== examples"
+  . tests/examples.sh
+fi
+
+echo
+[ -n "$FAILED" ] && echo "failed:$FAILED"
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" -eq 0 ]

@@ -1,0 +1,26 @@
+/* tests/test.h - the tiny harness every test program uses.
+   A test is a function; RUN(fn) runs it and counts it passed when no EXPECT inside failed.
+   A failing EXPECT prints where, and the input, expected and actual value it was given.
+   The program ends with one line "RESULT N passed, M failed", which tests/run.sh adds up. */
+#ifndef AMP_TEST_H
+#define AMP_TEST_H
+#include <stdio.h>
+#include <stdlib.h>
+
+static int t__pass, t__fail, t__cur;
+
+#define EXPECT(cond, ...) do { if (!(cond)) { \
+    if (++t__cur <= 12) { printf("  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+                          printf(__VA_ARGS__); printf("\n"); } } } while (0)
+
+#define RUN(fn) do { t__cur = 0; fn(); \
+    if (t__cur) { t__fail++; printf("FAIL %s (%d checks failed)\n", #fn, t__cur); } \
+    else { t__pass++; printf("ok   %s\n", #fn); } fflush(stdout); } while (0)
+
+#define TEST_END() do { printf("RESULT %d passed, %d failed\n", t__pass, t__fail); \
+    return t__fail ? 1 : 0; } while (0)
+
+/* Under sanitizers and valgrind the runner sets AMP_TEST_QUICK=1: heavy tests sample instead. */
+static inline int t_quick(void) { const char *e = getenv("AMP_TEST_QUICK"); return e && *e && *e != '0'; }
+
+#endif
