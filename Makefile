@@ -31,5 +31,22 @@ $(B)/bench_%: bench/bench_%.c amp.h | $(B)
 bench: $(BENCH_CPU)
 	@for b in $(BENCH_CPU); do echo "== $$b"; $$b || true; done
 
+# GPU benchmarks: bench/torch_ref.py measures PyTorch first (build/torch_ref.txt), then every
+# bench/gpu_*.c runs and prints its figures against those and against a device copy.
+BENCH_GPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/gpu_*.c))
+$(B)/gpu_%: bench/gpu_%.c amp.h $(B)/amp_kernels.o | $(B)
+	$(CC) $(WARN) -O2 -DAMP_CUDA -I. $< $(B)/amp_kernels.o -o $@ $(CUDA_LIBS) -lm -lpthread
+
+bench-gpu: $(BENCH_GPU)
+	@if [ -f bench/torch_ref.py ]; then python3 bench/torch_ref.py > $(B)/torch_ref.txt || echo "PyTorch reference failed"; fi
+	@for b in $(BENCH_GPU); do echo "== $$b"; $$b || true; done
+
+# The demo: the Fashion-MNIST MLP in fp32 and with AMP (a built-in synthetic set where the data is absent).
+$(B)/train_mlp: examples/train_mlp.c amp.h | $(B)
+	$(CC) $(WARN) -O2 -march=native -I. $< -o $@ -lz -lm
+
+demo: $(B)/train_mlp
+	$(B)/train_mlp
+
 clean:
 	rm -rf $(B)

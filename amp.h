@@ -615,7 +615,38 @@ static amp_device amp__cpu_device = {0, -1, NULL, NULL};
 AMPDEF amp_device *amp_cpu(void) { return &amp__cpu_device; }
 AMPDEF int amp_device_is_cuda(const amp_device *d) { return d && d->is_cuda; }
 
-#ifndef AMP_CUDA
+#ifdef AMP_CUDA
+/* The interface to amp_kernels.cu. Each function there returns an amp_status and, on failure,
+   writes its message (the CUDA call, the error's name, file:line) into msg. */
+extern amp_status amp__cu_open(int ordinal, void *stream, void **state, char *msg, size_t cap);
+extern void       amp__cu_close(void *state);
+extern amp_status amp__cu_sync(void *state, char *msg, size_t cap);
+
+AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
+  amp_device *d;
+  amp_status st;
+  void *state = NULL;
+  if (!out) return amp__fail(AMP_ERR_ARG, "amp_cuda_open: out is NULL");
+  if (ordinal < 0) return amp__fail(AMP_ERR_ARG, "amp_cuda_open: ordinal %d must be >= 0", ordinal);
+  st = amp__cu_open(ordinal, cuda_stream, &state, amp__err_buf, sizeof amp__err_buf);
+  if (st != AMP_OK) return st;
+  d = (amp_device *)AMP_MALLOC(sizeof *d);
+  if (!d) { amp__cu_close(state); return amp__fail(AMP_ERR_NOMEM, "amp_cuda_open: out of memory"); }
+  d->is_cuda = 1; d->ordinal = ordinal; d->stream = cuda_stream; d->cuda = state;
+  *out = d;
+  return AMP_OK;
+}
+AMPDEF void amp_device_close(amp_device *d) {
+  if (!d || !d->is_cuda) return;     /* amp_cpu() is never freed */
+  amp__cu_close(d->cuda);
+  AMP_FREE(d);
+}
+AMPDEF amp_status amp_device_sync(amp_device *d) {
+  if (!d) return amp__fail(AMP_ERR_ARG, "amp_device_sync: d is NULL");
+  if (!d->is_cuda) return AMP_OK;
+  return amp__cu_sync(d->cuda, amp__err_buf, sizeof amp__err_buf);
+}
+#else
 AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
   (void)cuda_stream;
   if (out) *out = NULL;
