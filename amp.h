@@ -1176,7 +1176,7 @@ static int amp__jp_names(amp__jp *jp, int kind) {
   if (amp__jp_peek(jp, ']')) { jp->i++; return 0; }
   for (;;) {
     const char *name;
-    size_t pos = jp->i;
+    size_t pos;
     if (amp__jp_ws(jp)) return -1;
     pos = jp->i;
     if (amp__jp_string(jp, &name, "an op name (a string)")) return -1;

@@ -3,14 +3,20 @@
    bad input, the policy compared before and after), names, the dump, and concurrent readers. */
 // LDLIBS: -lpthread
 #define _POSIX_C_SOURCE 200809L
-#define AMP_IMPLEMENTATION
-#include "amp.h"
-#include "test.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Every allocation the library makes is counted, and the n-th one can be made to fail. */
+static long t_allocs, t_fail_at = -1;
+static void *t_malloc(size_t n) { return t_allocs++ == t_fail_at ? NULL : malloc(n); }
+#define AMP_MALLOC(sz) t_malloc(sz)
+#define AMP_FREE(p) free(p)
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -697,6 +703,58 @@ static void dump_lists_every_op_once_sorted_with_its_list(void) {
   amp_policy_destroy(p);
 }
 
+/* ---- memory ------------------------------------------------------------------------------ */
+
+static void decide_and_list_never_allocate(void) {
+  amp_policy *p = new_policy(AMP_MODE_MIXED, AMP_F16);
+  amp_dtype in[3] = { AMP_F16, AMP_F32, AMP_F16 };
+  long before = t_allocs;
+  size_t r;
+  for (r = 0; r < sizeof mode_table / sizeof *mode_table; r++) {
+    amp_policy_decide(p, mode_table[r].op, in, 3);
+    amp_policy_list(p, mode_table[r].op);
+  }
+  EXPECT(t_allocs == before, "decide/list allocated %ld times", t_allocs - before);
+  amp_policy_destroy(p);
+}
+
+/* Each changing call run with its 1st, 2nd, ... allocation failing: it either succeeds or
+   answers AMP_ERR_NOMEM with the policy exactly as before (and leaks nothing: ASan, valgrind). */
+static void every_change_is_all_or_nothing_when_memory_runs_out(void) {
+  static const char *const white[] = { "softmax", "new_white_a", "new_white_b" }, *const black[] = { "matmul", "new_black" };
+  int call;
+  long k;
+  for (call = 0; call < 4; call++) {
+    for (k = 0; k < 64; k++) {
+      amp_policy *p = new_policy(AMP_MODE_MIXED, AMP_F16);
+      char *before = dump(p), *after;
+      amp_status st;
+      t_allocs = 0; t_fail_at = k;
+      st = call == 0 ? load(p, ascend_template)
+         : call == 1 ? amp_policy_customize(p, white, 3, black, 2)
+         : call == 2 ? amp_policy_set(p, "brand_new_op", AMP_LIST_GRAY)
+         : load(p, "{\"white-list\": {\"to-add\": [\"x1\", \"x2\", \"x3\", \"x4\", \"x5\"]}}");
+      t_fail_at = -1;
+      after = dump(p);
+      EXPECT(st == AMP_OK || (st == AMP_ERR_NOMEM && strcmp(before, after) == 0 && strstr(amp_last_error(), "out of memory")),
+             "call %d, allocation %ld failing: got %s, policy %s", call, k, amp_status_string(st), strcmp(before, after) ? "changed" : "unchanged");
+      free(before); free(after);
+      amp_policy_destroy(p);
+      if (st == AMP_OK) break;   /* k passed the last allocation: every earlier one was tried */
+    }
+  }
+  for (k = 0; k < 400; k++) {   /* create: NOMEM and no policy, or a whole one */
+    amp_policy *p = NULL;
+    amp_status st;
+    t_allocs = 0; t_fail_at = k;
+    st = amp_policy_create(&p, AMP_MODE_PURE, AMP_BF16);
+    t_fail_at = -1;
+    EXPECT(st == AMP_OK || (st == AMP_ERR_NOMEM && p == NULL), "create with allocation %ld failing: %s", k, amp_status_string(st));
+    amp_policy_destroy(p);
+    if (st == AMP_OK) break;
+  }
+}
+
 /* ---- concurrent readers ------------------------------------------------------------------- */
 
 typedef struct reader_arg { const amp_policy *mixed, *pure; amp_dtype low; long iters, errors; } reader_arg;
@@ -758,6 +816,8 @@ int main(void) {
   RUN(mixlist_null_arguments_are_arg_errors);
   RUN(mixlist_file_loads_and_reports_path_and_position);
   RUN(dump_lists_every_op_once_sorted_with_its_list);
+  RUN(decide_and_list_never_allocate);
+  RUN(every_change_is_all_or_nothing_when_memory_runs_out);
   RUN(concurrent_decide_and_list_from_four_threads_agree);
   TEST_END();
 }
