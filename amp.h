@@ -230,9 +230,75 @@ static inline AMP_HD float amp__round_to(float x, amp_dtype t) {
 
 /* ------------------------------------------------------------------------------------------
    Op-list policy
-   Which ops compute in the low type and which in f32. Lists: white (always low), black
-   (always f32), gray (follows its inputs: f32 if any input is f32, else low). An op on no list
-   behaves like a gray op, as in PyTorch autocast and Ascend. Names compare case-insensitively.
+   The question a trainer asks before each op: "with inputs of these dtypes, do I compute this op
+   in f32 or in the low type?" Every op name is on at most one list:
+     white  always low                                  (PyTorch lower_precision_fp, Paddle white)
+     black  always f32                                  (PyTorch fp32, Paddle black)
+     gray   f32 if any input is f32, else low           (PyTorch promote, Paddle gray)
+   An op on no list behaves like a gray op: PyTorch runs unlisted ops in their inputs' type and
+   Ascend treats an op without a precision_reduce flag as gray. amp_policy_list() says
+   AMP_LIST_NONE for it. Names compare case-insensitively (ASCII letters; other bytes exactly),
+   may be of any length, and are copied; each prints in the spelling it was first given.
+
+   BUILT-IN LISTS (amp_policy_create): the union of PyTorch's CUDA autocast lists and Paddle's
+   lists, under each framework's own op names (aten: matmul, linear, conv2d, layer_norm, bmm, ...;
+   Paddle: matmul_v2, mul, softmax_with_cross_entropy, elementwise_add, reduce_sum, ...).
+   Where the anchors disagree:
+     - an op that one anchor lists and the other does not takes the list that names it
+       (mean, square, lookup_table: Paddle black; linear, bmm, prelu: PyTorch low -> white);
+     - f32 in PyTorch and black in Paddle are the same thing (sum, softmax, log_softmax, exp,
+       log, pow, cumsum, ...) -> black;
+     - layer_norm, group_norm: f32 in PyTorch and black in paddle.amp (2.5+), but layer_norm is
+       gray in Paddle's static lists -> black. A row's mean and variance in f16 lose what the
+       next ops cannot get back, and the newer Paddle list agrees with PyTorch;
+     - fused_attention, fused_feedforward: gray in Paddle's static lists, white in paddle.amp
+       -> white (they are matrix products);
+     - mul: Paddle's `mul` is its fully-connected matrix product (white); PyTorch's elementwise
+       mul is on no list -> white. Use elementwise_mul (gray) for an elementwise product.
+   amp_policy_print() shows every op with its list.
+
+   DECIDE: white -> low; black -> f32; gray or unlisted -> f32 if any input is f32, else low
+   (no inputs: low). Then the mode's rule:
+     MIXED       as above.
+     PURE        black ops and the norms (batch_norm, layer_norm, group_norm, instance_norm,
+                 whatever their list) in f32; every other op low, whatever its inputs. (Paddle O2
+                 itself keeps a shorter black list; move ops to gray to match it exactly.)
+     WHITE_ONLY  white ops low; every other op f32 (gray ones too, with or without inputs).
+     FORCE_LOW   every op low.          FORCE_F32   every op f32.
+     KEEP        the inputs' own type: all AMP_F16 -> AMP_F16, all AMP_BF16 -> AMP_BF16. Any f32
+                 input, or f16 mixed with bf16 (neither holds the other; PyTorch promotes that pair
+                 to f32), -> f32. No inputs -> f32 (a source op makes its tensor in the model's
+                 origin type). KEEP is the only mode that may answer the low type it was not given.
+   A NULL policy or op, an empty name, inputs == NULL with n_inputs > 0, or an input that is not
+   an amp_dtype answers AMP_F32 and sets amp_last_error(). decide() never allocates.
+
+   CHANGING THE LISTS (Paddle's AutoMixedPrecisionLists semantics):
+     amp_policy_set(p, op, list)  puts op on that list and off every other; AMP_LIST_NONE
+                                  unlists it (it then behaves as gray).
+     amp_policy_customize(p, white, n_white, black, n_black)  Paddle's custom_white_list /
+                                  custom_black_list: each entry moves its op onto that list, out
+                                  of every other. An op in both (case-insensitively) is AMP_ERR_ARG.
+     amp_policy_load_mixlist(p, json, len) / amp_policy_load_mixlist_file(p, path): Ascend's
+     --modify_mixlist file, e.g.
+        {"black-list": {"to-remove": ["Yolo"],   "to-add": ["Matmul"]},   // comments allowed
+         "white-list": {"to-remove": ["Conv2D"], "to-add": ["Bias"]}}
+       to-add     moves the op onto that list, out of the others;
+       to-remove  moves an op that is on that list to gray; an op not on it stays where it is.
+                  So an op removed from white without being added to black ends gray, not black;
+                  removed from white and added to black, it ends black.
+       All four keys are optional. The same op in both to-add lists, or in to-add and to-remove
+       of one list, is an error. The text is strict JSON (RFC 8259 strings with every escape,
+       \uXXXX with surrogate pairs, checked UTF-8, an optional UTF-8 BOM) plus // line comments,
+       which the vendor's own examples carry. No other keys, no duplicate keys, nothing after the
+       object. The format is three levels deep and the parser never goes deeper, so deeper
+       nesting is rejected where it starts. json need not be NUL-terminated: len is its size.
+       Errors: AMP_ERR_PARSE, and amp_last_error() gives "line L, column C" (1-based, columns in
+       characters); a file that cannot be read is AMP_ERR_IO naming the path.
+   Every changing call is all or nothing: on any error the policy is exactly as before.
+
+   THREAD SAFETY: decide, list, dump and print only read the policy, so any number of threads
+   may call them at once on one policy. set, customize, load_mixlist and destroy change it: the
+   caller keeps readers out while they run.
    ------------------------------------------------------------------------------------------ */
 
 typedef enum amp_list { AMP_LIST_NONE = 0, AMP_LIST_WHITE, AMP_LIST_BLACK, AMP_LIST_GRAY } amp_list;
@@ -255,6 +321,16 @@ AMPDEF amp_status amp_policy_customize(amp_policy *p, const char *const *white, 
 AMPDEF amp_status amp_policy_load_mixlist(amp_policy *p, const char *json, size_t len);
 AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path);
 AMPDEF amp_dtype  amp_policy_decide(const amp_policy *p, const char *op, const amp_dtype *inputs, size_t n_inputs);
+/* The policy as text: a first line "# amp_policy: mode AMP_MODE_MIXED, low AMP_F16, N ops
+   (unlisted ops behave as gray)", then one line per op, "white conv2d", "black exp",
+   "gray  relu", sorted by name case-insensitively. *needed (when not NULL) gets the size in
+   bytes including the final NUL. buf == NULL with cap == 0 only asks for the size; a cap
+   smaller than needed is AMP_ERR_ARG and buf is left untouched. */
+AMPDEF amp_status amp_policy_dump(const amp_policy *p, char *buf, size_t cap, size_t *needed);
+/* The same text written to a FILE * (void * keeps <stdio.h> out of this header); NULL = stdout. */
+AMPDEF amp_status amp_policy_print(const amp_policy *p, void *file);
+/* "white", "black", "gray", "none"; NULL for a value that is not an amp_list. */
+AMPDEF const char *amp_list_name(amp_list l);
 
 /* ------------------------------------------------------------------------------------------
    Devices
@@ -700,17 +776,678 @@ AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, am
    Implementation: op-list policy
    ------------------------------------------------------------------------------------------ */
 
-/* PLACEHOLDER(issue 3): replaced by the policy implementation. */
-struct amp_policy { int placeholder; };
-AMPDEF amp_status amp_policy_create(amp_policy **out, amp_mode mode, amp_dtype low) { (void)out; (void)mode; (void)low; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_create: not implemented yet"); }
-AMPDEF void amp_policy_destroy(amp_policy *p) { (void)p; }
-AMPDEF amp_list amp_policy_list(const amp_policy *p, const char *op) { (void)p; (void)op; return AMP_LIST_NONE; }
-AMPDEF amp_status amp_policy_set(amp_policy *p, const char *op, amp_list list) { (void)p; (void)op; (void)list; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_set: not implemented yet"); }
-AMPDEF amp_status amp_policy_customize(amp_policy *p, const char *const *white, size_t n_white, const char *const *black, size_t n_black) { (void)p; (void)white; (void)n_white; (void)black; (void)n_black; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_customize: not implemented yet"); }
-AMPDEF amp_status amp_policy_load_mixlist(amp_policy *p, const char *json, size_t len) { (void)p; (void)json; (void)len; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_load_mixlist: not implemented yet"); }
-AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) { (void)p; (void)path; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_load_mixlist_file: not implemented yet"); }
-AMPDEF amp_dtype amp_policy_decide(const amp_policy *p, const char *op, const amp_dtype *inputs, size_t n_inputs) { (void)p; (void)op; (void)inputs; (void)n_inputs; return AMP_F32; }
-/* END PLACEHOLDER(issue 3) */
+/* The built-in lists, each name once (see the manual above for where the two anchors disagree). */
+static const char *const amp__builtin_white[] = {
+  /* PyTorch CUDA autocast, lower_precision_fp */
+  "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d",
+  "conv_transpose3d", "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv",
+  "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "multi_dot",
+  "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell",
+  "rnn_relu_cell", "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+  /* Paddle white (static fp16_lists and paddle.amp amp_lists) */
+  "matmul_v2", "mul", "max_pool2d_with_index", "fused_gemm_epilogue", "fused_attention",
+  "fused_feedforward", "fake_quantize_dequantize_abs_max",
+  "fake_quantize_dequantize_moving_average_abs_max"
+};
+static const char *const amp__builtin_black[] = {
+  /* PyTorch CUDA autocast, fp32 and fp32_set_opt_dtype (norm: fp32_append_dtype) */
+  "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
+  "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm",
+  "frobenius_norm", "nuclear_norm", "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss",
+  "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss",
+  "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss",
+  "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist",
+  "cdist", "renorm", "logsumexp", "upsample_nearest1d", "_upsample_nearest_exact1d",
+  "upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d",
+  "upsample_linear1d", "upsample_bilinear2d", "_upsample_bilinear2d_aa", "upsample_trilinear3d",
+  "upsample_bicubic2d", "_upsample_bicubic2d_aa", "prod", "softmax", "log_softmax", "cumprod",
+  "cumsum", "linalg_vector_norm", "linalg_matrix_norm", "sum", "norm",
+  /* PyTorch: cross_entropy_loss decomposes into log_softmax + nll_loss (both fp32);
+     binary_cross_entropy is refused under autocast, f32 is the nearest safe answer */
+  "cross_entropy_loss", "binary_cross_entropy",
+  /* Paddle black (static fp16_lists, paddle.amp FP16_BLACK_LIST and EXTRA_BLACK_LIST) */
+  "square", "mean", "cos_sim", "softmax_with_cross_entropy", "sigmoid_cross_entropy_with_logits",
+  "c_softmax_with_cross_entropy", "cross_entropy", "cross_entropy2", "reduce_sum", "atanh",
+  "tanh_shrink", "reduce_mean", "reduce_prod", "pnorm", "softmin", "log_loss", "hsigmoid_loss",
+  "margin_cross_entropy", "lookup_table", "lookup_table_v2", "scatter", "linear_interp_v2",
+  "nearest_interp_v2", "bilinear_interp_v2", "bicubic_interp_v2", "trilinear_interp_v2"
+};
+static const char *const amp__builtin_gray[] = {
+  /* PyTorch CUDA autocast, promote (cat and stack promote too, outside the list macro) */
+  "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put",
+  "tensordot", "scatter_add", "cat", "stack",
+  /* Paddle gray (static fp16_lists), plus the unsuffixed names reshape and transpose */
+  "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div", "elementwise_max",
+  "elementwise_min", "elementwise_pow", "elementwise_mod", "elementwise_floordiv", "batch_norm",
+  "tanh", "sigmoid", "top_k", "pool2d", "pool3d", "dropout", "relu", "relu6", "leaky_relu",
+  "soft_relu", "flatten2", "unstack", "uniform_random", "uniform_random_batch_size_like",
+  "gaussian_random", "gaussian_random_batch_size_like", "slice", "rank", "scale", "transpose2",
+  "reshape2", "transpose", "reshape", "gather", "fill_constant", "get_tensor_from_selected_rows",
+  "sign", "cast", "fused_bn_add_activation", "c_identity", "c_concat", "c_allreduce_sum", "concat",
+  "split", "fused_multi_transformer"
+};
+
+/* PURE keeps these in f32 whatever their list (Paddle O2, apex O2 keep_batchnorm_fp32). */
+static const char *const amp__norm_ops[] = { "batch_norm", "layer_norm", "group_norm", "instance_norm" };
+
+typedef struct amp__op { char *name; amp_list list; } amp__op;
+
+struct amp_policy {
+  amp_mode mode;
+  amp_dtype low;
+  amp__op *ops;      /* sorted by amp__name_cmp, so decide() is a binary search with no allocation */
+  size_t n, cap;
+};
+
+static int amp__lower(int c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; }
+
+/* Case-insensitive order on ASCII letters; every other byte compares as itself (unsigned). */
+static int amp__name_cmp(const char *a, const char *b) {
+  for (;; a++, b++) {
+    int x = amp__lower((unsigned char)*a), y = amp__lower((unsigned char)*b);
+    if (x != y || x == 0) return x - y;
+  }
+}
+
+/* The index of op in p->ops, or where it would go (*found = 0). */
+static size_t amp__policy_find(const amp_policy *p, const char *op, int *found) {
+  size_t lo = 0, hi = p->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = amp__name_cmp(p->ops[mid].name, op);
+    if (c == 0) { *found = 1; return mid; }
+    if (c < 0) lo = mid + 1; else hi = mid;
+  }
+  *found = 0;
+  return lo;
+}
+
+static char *amp__strdup(const char *s) {
+  size_t k = strlen(s) + 1;
+  char *d = (char *)AMP_MALLOC(k);
+  if (d) memcpy(d, s, k);
+  return d;
+}
+
+static const char *amp__mode_name(amp_mode m) {
+  switch (m) {
+    case AMP_MODE_MIXED: return "AMP_MODE_MIXED";
+    case AMP_MODE_PURE: return "AMP_MODE_PURE";
+    case AMP_MODE_WHITE_ONLY: return "AMP_MODE_WHITE_ONLY";
+    case AMP_MODE_FORCE_LOW: return "AMP_MODE_FORCE_LOW";
+    case AMP_MODE_FORCE_F32: return "AMP_MODE_FORCE_F32";
+    case AMP_MODE_KEEP: return "AMP_MODE_KEEP";
+  }
+  return "unknown";
+}
+
+AMPDEF const char *amp_list_name(amp_list l) {
+  switch (l) {
+    case AMP_LIST_NONE: return "none";
+    case AMP_LIST_WHITE: return "white";
+    case AMP_LIST_BLACK: return "black";
+    case AMP_LIST_GRAY: return "gray";
+  }
+  return NULL;
+}
+
+/* One pending change: op goes onto list (AMP_LIST_NONE: off every list). */
+typedef struct amp__change { const char *name; amp_list list; } amp__change;
+
+/* Applies the changes in order, all or nothing: every allocation (name copies, a bigger array)
+   happens before the first change, so a failure leaves p as it was. */
+static amp_status amp__policy_apply(amp_policy *p, const amp__change *ch, size_t n, const char *fn) {
+  char **copy;
+  size_t i, need = 0;
+  int found;
+  if (n == 0) return AMP_OK;
+  copy = (char **)AMP_MALLOC(n * sizeof *copy);
+  if (!copy) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for %zu changes", fn, n);
+  for (i = 0; i < n; i++) copy[i] = NULL;
+  for (i = 0; i < n; i++) {
+    if (ch[i].list == AMP_LIST_NONE) continue;
+    amp__policy_find(p, ch[i].name, &found);
+    if (found) continue;
+    if (!(copy[i] = amp__strdup(ch[i].name))) goto nomem;
+    need++;
+  }
+  if (p->n + need > p->cap) {
+    size_t cap = p->cap * 2 > p->n + need ? p->cap * 2 : p->n + need;
+    amp__op *ops = (amp__op *)AMP_MALLOC(cap * sizeof *ops);
+    if (!ops) goto nomem;
+    if (p->n) memcpy(ops, p->ops, p->n * sizeof *ops);
+    if (p->ops) AMP_FREE(p->ops);
+    p->ops = ops; p->cap = cap;
+  }
+  for (i = 0; i < n; i++) {
+    size_t k = amp__policy_find(p, ch[i].name, &found);
+    if (found && ch[i].list == AMP_LIST_NONE) {
+      AMP_FREE(p->ops[k].name);
+      memmove(p->ops + k, p->ops + k + 1, (p->n - k - 1) * sizeof *p->ops);
+      p->n--;
+    } else if (found) {
+      p->ops[k].list = ch[i].list;
+    } else if (ch[i].list != AMP_LIST_NONE) {
+      memmove(p->ops + k + 1, p->ops + k, (p->n - k) * sizeof *p->ops);
+      p->ops[k].name = copy[i]; p->ops[k].list = ch[i].list;
+      copy[i] = NULL;
+      p->n++;
+    }
+  }
+  for (i = 0; i < n; i++) if (copy[i]) AMP_FREE(copy[i]);   /* an op named twice in one batch */
+  AMP_FREE(copy);
+  return AMP_OK;
+nomem:
+  for (i = 0; i < n; i++) if (copy[i]) AMP_FREE(copy[i]);
+  AMP_FREE(copy);
+  return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+}
+
+AMPDEF void amp_policy_destroy(amp_policy *p) {
+  size_t i;
+  if (!p) return;
+  for (i = 0; i < p->n; i++) AMP_FREE(p->ops[i].name);
+  if (p->ops) AMP_FREE(p->ops);
+  AMP_FREE(p);
+}
+
+AMPDEF amp_status amp_policy_create(amp_policy **out, amp_mode mode, amp_dtype low) {
+  const size_t nw = sizeof amp__builtin_white / sizeof *amp__builtin_white;
+  const size_t nb = sizeof amp__builtin_black / sizeof *amp__builtin_black;
+  const size_t ng = sizeof amp__builtin_gray / sizeof *amp__builtin_gray;
+  amp__change *ch;
+  amp_policy *p;
+  amp_status st;
+  size_t i, n = 0;
+  if (!out) return amp__fail(AMP_ERR_ARG, "amp_policy_create: out is NULL");
+  if ((int)mode < (int)AMP_MODE_MIXED || (int)mode > (int)AMP_MODE_KEEP)
+    return amp__fail(AMP_ERR_ARG, "amp_policy_create: mode %d is not an amp_mode (AMP_MODE_MIXED .. AMP_MODE_KEEP)", (int)mode);
+  if (low != AMP_F16 && low != AMP_BF16)
+    return amp__fail(AMP_ERR_ARG, "amp_policy_create: low %d (%s) must be AMP_F16 or AMP_BF16", (int)low, amp__dtype_name(low));
+  p = (amp_policy *)AMP_MALLOC(sizeof *p);
+  ch = (amp__change *)AMP_MALLOC((nw + nb + ng) * sizeof *ch);
+  if (!p || !ch) {
+    if (p) AMP_FREE(p);
+    if (ch) AMP_FREE(ch);
+    return amp__fail(AMP_ERR_NOMEM, "amp_policy_create: out of memory");
+  }
+  p->mode = mode; p->low = low; p->ops = NULL; p->n = p->cap = 0;
+  for (i = 0; i < nw; i++) { ch[n].name = amp__builtin_white[i]; ch[n++].list = AMP_LIST_WHITE; }
+  for (i = 0; i < nb; i++) { ch[n].name = amp__builtin_black[i]; ch[n++].list = AMP_LIST_BLACK; }
+  for (i = 0; i < ng; i++) { ch[n].name = amp__builtin_gray[i]; ch[n++].list = AMP_LIST_GRAY; }
+  st = amp__policy_apply(p, ch, n, "amp_policy_create");
+  AMP_FREE(ch);
+  if (st != AMP_OK) { amp_policy_destroy(p); return st; }
+  *out = p;
+  return AMP_OK;
+}
+
+AMPDEF amp_list amp_policy_list(const amp_policy *p, const char *op) {
+  size_t k;
+  int found;
+  if (!p) { amp__fail(AMP_ERR_ARG, "amp_policy_list: p is NULL"); return AMP_LIST_NONE; }
+  if (!op || !*op) { amp__fail(AMP_ERR_ARG, "amp_policy_list: op is %s", op ? "empty" : "NULL"); return AMP_LIST_NONE; }
+  k = amp__policy_find(p, op, &found);
+  return found ? p->ops[k].list : AMP_LIST_NONE;
+}
+
+AMPDEF amp_status amp_policy_set(amp_policy *p, const char *op, amp_list list) {
+  amp__change ch;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_set: p is NULL");
+  if (!op || !*op) return amp__fail(AMP_ERR_ARG, "amp_policy_set: op is %s", op ? "empty" : "NULL");
+  if (!amp_list_name(list))
+    return amp__fail(AMP_ERR_ARG, "amp_policy_set: list %d for \"%.64s\" is not an amp_list (AMP_LIST_NONE .. AMP_LIST_GRAY)", (int)list, op);
+  ch.name = op; ch.list = list;
+  return amp__policy_apply(p, &ch, 1, "amp_policy_set");
+}
+
+AMPDEF amp_status amp_policy_customize(amp_policy *p, const char *const *white, size_t n_white,
+                                       const char *const *black, size_t n_black) {
+  amp__change *ch;
+  amp_status st;
+  size_t i, j;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: p is NULL");
+  if (!white && n_white) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: white is NULL with n_white = %zu", n_white);
+  if (!black && n_black) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: black is NULL with n_black = %zu", n_black);
+  for (i = 0; i < n_white; i++)
+    if (!white[i] || !*white[i]) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: white[%zu] is %s", i, white[i] ? "empty" : "NULL");
+  for (i = 0; i < n_black; i++)
+    if (!black[i] || !*black[i]) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: black[%zu] is %s", i, black[i] ? "empty" : "NULL");
+  /* Paddle: "The given custom_white_list overlaps custom_black_list with < op >!" */
+  for (i = 0; i < n_white; i++)
+    for (j = 0; j < n_black; j++)
+      if (amp__name_cmp(white[i], black[j]) == 0)
+        return amp__fail(AMP_ERR_ARG, "amp_policy_customize: \"%.64s\" is in both custom lists (white[%zu] and black[%zu])",
+                         white[i], i, j);
+  if (n_white + n_black == 0) return AMP_OK;
+  ch = (amp__change *)AMP_MALLOC((n_white + n_black) * sizeof *ch);
+  if (!ch) return amp__fail(AMP_ERR_NOMEM, "amp_policy_customize: out of memory");
+  for (i = 0; i < n_white; i++) { ch[i].name = white[i]; ch[i].list = AMP_LIST_WHITE; }
+  for (i = 0; i < n_black; i++) { ch[n_white + i].name = black[i]; ch[n_white + i].list = AMP_LIST_BLACK; }
+  st = amp__policy_apply(p, ch, n_white + n_black, "amp_policy_customize");
+  AMP_FREE(ch);
+  return st;
+}
+
+AMPDEF amp_dtype amp_policy_decide(const amp_policy *p, const char *op, const amp_dtype *inputs, size_t n_inputs) {
+  size_t i, k, n_f16 = 0, n_bf16 = 0, n_f32 = 0;
+  amp_list list = AMP_LIST_NONE;
+  int found;
+  if (!p) { amp__fail(AMP_ERR_ARG, "amp_policy_decide: p is NULL (answering AMP_F32)"); return AMP_F32; }
+  if (!op || !*op) { amp__fail(AMP_ERR_ARG, "amp_policy_decide: op is %s (answering AMP_F32)", op ? "empty" : "NULL"); return AMP_F32; }
+  if (!inputs && n_inputs) {
+    amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs is NULL with n_inputs = %zu (answering AMP_F32)", op, n_inputs);
+    return AMP_F32;
+  }
+  for (i = 0; i < n_inputs; i++) {
+    if (inputs[i] == AMP_F16) n_f16++;
+    else if (inputs[i] == AMP_BF16) n_bf16++;
+    else if (inputs[i] == AMP_F32) n_f32++;
+    else {
+      amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs[%zu] = %d is not an amp_dtype (answering AMP_F32)", op, i, (int)inputs[i]);
+      return AMP_F32;
+    }
+  }
+  switch (p->mode) {
+    case AMP_MODE_FORCE_LOW: return p->low;
+    case AMP_MODE_FORCE_F32: return AMP_F32;
+    case AMP_MODE_KEEP:
+      if (n_inputs == 0 || n_f32 || (n_f16 && n_bf16)) return AMP_F32;
+      return n_f16 ? AMP_F16 : AMP_BF16;
+    default: break;
+  }
+  k = amp__policy_find(p, op, &found);
+  if (found) list = p->ops[k].list;
+  if (p->mode == AMP_MODE_PURE) {
+    if (list == AMP_LIST_BLACK) return AMP_F32;
+    for (i = 0; i < sizeof amp__norm_ops / sizeof *amp__norm_ops; i++)
+      if (amp__name_cmp(op, amp__norm_ops[i]) == 0) return AMP_F32;
+    return p->low;
+  }
+  if (list == AMP_LIST_WHITE) return p->low;
+  if (list == AMP_LIST_BLACK || p->mode == AMP_MODE_WHITE_ONLY) return AMP_F32;
+  return n_f32 ? AMP_F32 : p->low;   /* gray or unlisted follows its inputs; none: low */
+}
+
+/* Appends k bytes when they fit; *len counts them either way, so one pass also measures. */
+static void amp__text_put(char *buf, size_t cap, size_t *len, const char *s, size_t k) {
+  if (buf && *len + k <= cap) memcpy(buf + *len, s, k);
+  *len += k;
+}
+
+/* Writes the dump text (no NUL) into buf when it fits; returns its length. */
+static size_t amp__policy_text(const amp_policy *p, char *buf, size_t cap) {
+  char head[160];
+  size_t i, len = 0;
+  int k = snprintf(head, sizeof head, "# amp_policy: mode %s, low %s, %zu ops (unlisted ops behave as gray)\n",
+                   amp__mode_name(p->mode), amp__dtype_name(p->low), p->n);
+  amp__text_put(buf, cap, &len, head, (size_t)k);
+  for (i = 0; i < p->n; i++) {
+    const char *ln = p->ops[i].list == AMP_LIST_WHITE ? "white " : p->ops[i].list == AMP_LIST_BLACK ? "black " : "gray  ";
+    amp__text_put(buf, cap, &len, ln, 6);
+    amp__text_put(buf, cap, &len, p->ops[i].name, strlen(p->ops[i].name));
+    amp__text_put(buf, cap, &len, "\n", 1);
+  }
+  return len;
+}
+
+AMPDEF amp_status amp_policy_dump(const amp_policy *p, char *buf, size_t cap, size_t *needed) {
+  size_t len;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_dump: p is NULL");
+  if (!buf && cap) return amp__fail(AMP_ERR_ARG, "amp_policy_dump: buf is NULL with cap = %zu", cap);
+  len = amp__policy_text(p, NULL, 0);
+  if (needed) *needed = len + 1;
+  if (!buf) return AMP_OK;
+  if (cap < len + 1) return amp__fail(AMP_ERR_ARG, "amp_policy_dump: cap %zu is smaller than the %zu bytes needed", cap, len + 1);
+  amp__policy_text(p, buf, cap);
+  buf[len] = '\0';
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_policy_print(const amp_policy *p, void *file) {
+  FILE *f = file ? (FILE *)file : stdout;
+  size_t len;
+  char *buf;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_print: p is NULL");
+  len = amp__policy_text(p, NULL, 0);
+  if (!(buf = (char *)AMP_MALLOC(len + 1))) return amp__fail(AMP_ERR_NOMEM, "amp_policy_print: out of memory for %zu bytes", len + 1);
+  amp__policy_text(p, buf, len + 1);
+  if (fwrite(buf, 1, len, f) != len || fflush(f) != 0) {
+    AMP_FREE(buf);
+    return amp__fail(AMP_ERR_IO, "amp_policy_print: writing %zu bytes failed", len);
+  }
+  AMP_FREE(buf);
+  return AMP_OK;
+}
+
+#include <errno.h>
+
+/* ---- The Ascend modify_mixlist reader ----------------------------------------------------
+   A parser shaped like the format: an object of at most two lists, each an object of at most
+   two arrays of op-name strings. It never recurses, so no input can exhaust the stack. Names are
+   decoded into one buffer of len + 1 bytes (decoding never lengthens a JSON string: the quotes
+   alone pay for the NUL), so pointers into it stay valid while the document is read. */
+
+enum { AMP__MX_BLACK_ADD = 0, AMP__MX_BLACK_REMOVE, AMP__MX_WHITE_ADD, AMP__MX_WHITE_REMOVE };
+static const char *const amp__mx_what[] = { "black-list to-add", "black-list to-remove",
+                                            "white-list to-add", "white-list to-remove" };
+
+typedef struct amp__mxname { const char *name; size_t pos; int kind; } amp__mxname;
+
+typedef struct amp__jp {
+  const unsigned char *s; size_t n, i;
+  char *buf; size_t blen;                 /* decoded strings, NUL-terminated */
+  amp__mxname *names; size_t nn, ncap;
+  const char *fn, *path;                  /* for messages */
+  amp_status st;
+} amp__jp;
+
+/* The length of the valid UTF-8 sequence at s (1-4), or 0: no overlongs, no surrogates,
+   nothing above U+10FFFF (RFC 3629). */
+static size_t amp__utf8_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0], lo = 0x80, hi = 0xbf;
+  size_t k, i;
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) k = 2;
+  else if (c >= 0xe0 && c <= 0xef) { k = 3; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
+  else if (c >= 0xf0 && c <= 0xf4) { k = 4; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
+  else return 0;
+  if (n < k || s[1] < lo || s[1] > hi) return 0;
+  for (i = 2; i < k; i++) if ((s[i] & 0xc0) != 0x80) return 0;
+  return k;
+}
+
+static int amp__jp_fail(amp__jp *jp, size_t pos, const char *fmt, ...) AMP__PRINTF(3, 4);
+static int amp__jp_fail(amp__jp *jp, size_t pos, const char *fmt, ...) {
+  char what[256];
+  size_t i, line = 1, col = 1;
+  va_list ap;
+  for (i = 0; i < pos && i < jp->n; i++) {     /* columns count characters: skip continuation bytes */
+    if (jp->s[i] == '\n') { line++; col = 1; }
+    else if ((jp->s[i] & 0xc0) != 0x80) col++;
+  }
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  jp->st = AMP_ERR_PARSE;
+  amp__fail(AMP_ERR_PARSE, "%s: %s%sline %zu, column %zu: %s", jp->fn, jp->path ? jp->path : "",
+            jp->path ? ": " : "", line, col, what);
+  return -1;
+}
+
+/* "expected X" at the current position, saying what was found instead. */
+static int amp__jp_expected(amp__jp *jp, const char *what) {
+  unsigned c;
+  if (jp->i >= jp->n) return amp__jp_fail(jp, jp->i, "unexpected end of input, expected %s", what);
+  c = jp->s[jp->i];
+  if (c > 0x20 && c < 0x7f) return amp__jp_fail(jp, jp->i, "expected %s, found '%c'", what, (char)c);
+  return amp__jp_fail(jp, jp->i, "expected %s, found byte 0x%02x", what, c);
+}
+
+/* Skips whitespace and // comments (to the end of the line; their text must be valid UTF-8). */
+static int amp__jp_ws(amp__jp *jp) {
+  while (jp->i < jp->n) {
+    unsigned char c = jp->s[jp->i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') { jp->i++; continue; }
+    if (c != '/') break;
+    if (jp->i + 1 >= jp->n || jp->s[jp->i + 1] != '/')
+      return amp__jp_fail(jp, jp->i, "'/' that does not start a // comment (only // line comments are allowed)");
+    jp->i += 2;
+    while (jp->i < jp->n && jp->s[jp->i] != '\n') {
+      size_t k = amp__utf8_len(jp->s + jp->i, jp->n - jp->i);
+      if (!k) return amp__jp_fail(jp, jp->i, "invalid UTF-8 byte 0x%02x in a comment", jp->s[jp->i]);
+      jp->i += k;
+    }
+  }
+  return 0;
+}
+
+static int amp__jp_peek(amp__jp *jp, char c) { return jp->i < jp->n && jp->s[jp->i] == (unsigned char)c; }
+
+static int amp__jp_hex4(const unsigned char *s, unsigned *out) {
+  unsigned v = 0, d;
+  int i;
+  for (i = 0; i < 4; i++) {
+    unsigned c = s[i];
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return 0;
+    v = v * 16 + d;
+  }
+  *out = v;
+  return 1;
+}
+
+/* Decodes the string at jp->i into jp->buf; *out points at it (NUL-terminated). */
+static int amp__jp_string(amp__jp *jp, const char **out, const char *what) {
+  size_t start = jp->i;
+  char *d;
+  if (!amp__jp_peek(jp, '"')) return amp__jp_expected(jp, what);
+  jp->i++;
+  d = jp->buf + jp->blen;
+  *out = d;
+  for (;;) {
+    unsigned c;
+    if (jp->i >= jp->n) return amp__jp_fail(jp, start, "string is not terminated");
+    c = jp->s[jp->i];
+    if (c == '"') { jp->i++; break; }
+    if (c < 0x20) return amp__jp_fail(jp, jp->i, "control character 0x%02x in a string (escape it)", c);
+    if (c >= 0x80) {
+      size_t k = amp__utf8_len(jp->s + jp->i, jp->n - jp->i);
+      if (!k) return amp__jp_fail(jp, jp->i, "invalid UTF-8 byte 0x%02x in a string", c);
+      memcpy(d, jp->s + jp->i, k); d += k; jp->i += k;
+      continue;
+    }
+    if (c != '\\') { *d++ = (char)c; jp->i++; continue; }
+    if (jp->i + 1 >= jp->n) return amp__jp_fail(jp, start, "string is not terminated");
+    c = jp->s[jp->i + 1];
+    switch (c) {
+      case '"': case '\\': case '/': *d++ = (char)c; jp->i += 2; continue;
+      case 'b': *d++ = '\b'; jp->i += 2; continue;
+      case 'f': *d++ = '\f'; jp->i += 2; continue;
+      case 'n': *d++ = '\n'; jp->i += 2; continue;
+      case 'r': *d++ = '\r'; jp->i += 2; continue;
+      case 't': *d++ = '\t'; jp->i += 2; continue;
+      case 'u': break;
+      default:
+        if (c > 0x20 && c < 0x7f) return amp__jp_fail(jp, jp->i, "invalid escape '\\%c' in a string", (char)c);
+        return amp__jp_fail(jp, jp->i, "invalid escape (backslash, byte 0x%02x) in a string", c);
+    }
+    { /* \uXXXX, a UTF-16 unit: a high surrogate must be followed by \u and a low one */
+      unsigned cp, lo;
+      size_t at = jp->i;
+      if (jp->n - jp->i < 6 || !amp__jp_hex4(jp->s + jp->i + 2, &cp))
+        return amp__jp_fail(jp, at, "\\u must be followed by four hex digits");
+      jp->i += 6;
+      if (cp >= 0xdc00 && cp <= 0xdfff) return amp__jp_fail(jp, at, "\\u%04X is a low surrogate without a high one before it", cp);
+      if (cp >= 0xd800 && cp <= 0xdbff) {
+        if (jp->n - jp->i < 6 || jp->s[jp->i] != '\\' || jp->s[jp->i + 1] != 'u' ||
+            !amp__jp_hex4(jp->s + jp->i + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
+          return amp__jp_fail(jp, at, "\\u%04X is a high surrogate not followed by a \\u low surrogate", cp);
+        jp->i += 6;
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+      }
+      if (cp == 0) return amp__jp_fail(jp, at, "\\u0000 cannot be part of an op name");
+      if (cp < 0x80) *d++ = (char)cp;
+      else if (cp < 0x800) { *d++ = (char)(0xc0 | (cp >> 6)); *d++ = (char)(0x80 | (cp & 0x3f)); }
+      else if (cp < 0x10000) { *d++ = (char)(0xe0 | (cp >> 12)); *d++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *d++ = (char)(0x80 | (cp & 0x3f)); }
+      else { *d++ = (char)(0xf0 | (cp >> 18)); *d++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+             *d++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *d++ = (char)(0x80 | (cp & 0x3f)); }
+    }
+  }
+  *d++ = '\0';
+  jp->blen = (size_t)(d - jp->buf);
+  return 0;
+}
+
+/* ["name", ...]: every element a non-empty string, kept with its position and kind. */
+static int amp__jp_names(amp__jp *jp, int kind) {
+  if (!amp__jp_peek(jp, '[')) return amp__jp_expected(jp, "'[' (an array of op names)");
+  jp->i++;
+  if (amp__jp_ws(jp)) return -1;
+  if (amp__jp_peek(jp, ']')) { jp->i++; return 0; }
+  for (;;) {
+    const char *name;
+    size_t pos;
+    if (amp__jp_ws(jp)) return -1;
+    pos = jp->i;
+    if (amp__jp_string(jp, &name, "an op name (a string)")) return -1;
+    if (!*name) return amp__jp_fail(jp, pos, "empty op name in %s", amp__mx_what[kind]);
+    if (jp->nn == jp->ncap) {
+      size_t cap = jp->ncap ? jp->ncap * 2 : 16;
+      amp__mxname *nm = (amp__mxname *)AMP_MALLOC(cap * sizeof *nm);
+      if (!nm) { jp->st = AMP_ERR_NOMEM; amp__fail(AMP_ERR_NOMEM, "%s: out of memory", jp->fn); return -1; }
+      if (jp->nn) memcpy(nm, jp->names, jp->nn * sizeof *nm);
+      if (jp->names) AMP_FREE(jp->names);
+      jp->names = nm; jp->ncap = cap;
+    }
+    jp->names[jp->nn].name = name; jp->names[jp->nn].pos = pos; jp->names[jp->nn].kind = kind;
+    jp->nn++;
+    if (amp__jp_ws(jp)) return -1;
+    if (amp__jp_peek(jp, ']')) { jp->i++; return 0; }
+    if (!amp__jp_peek(jp, ',')) return amp__jp_expected(jp, "',' or ']'");
+    jp->i++;
+  }
+}
+
+/* An object whose keys are drawn from keys[0..1]; each value read by amp__jp_names (level 2) or
+   by this function again (level 1). seen catches duplicate keys. */
+static int amp__jp_object(amp__jp *jp, int level, int list) {
+  static const char *const top[2] = { "black-list", "white-list" };
+  static const char *const sub[2] = { "to-add", "to-remove" };
+  const char *const *keys = level == 1 ? top : sub;
+  int seen = 0;
+  if (!amp__jp_peek(jp, '{'))
+    return amp__jp_expected(jp, level == 1 ? "'{' (the mixlist object)" : "'{' (an object with \"to-add\" / \"to-remove\")");
+  jp->i++;
+  if (amp__jp_ws(jp)) return -1;
+  if (amp__jp_peek(jp, '}')) { jp->i++; return 0; }
+  for (;;) {
+    const char *key;
+    size_t kpos, mark = jp->blen;
+    int which;
+    if (amp__jp_ws(jp)) return -1;
+    kpos = jp->i;
+    if (amp__jp_string(jp, &key, "a key (a string)")) return -1;
+    which = strcmp(key, keys[0]) == 0 ? 0 : strcmp(key, keys[1]) == 0 ? 1 : -1;
+    if (which < 0)
+      return amp__jp_fail(jp, kpos, "unknown key \"%.64s\" (expected \"%s\" or \"%s\")", key, keys[0], keys[1]);
+    if (seen & (1 << which)) return amp__jp_fail(jp, kpos, "duplicate key \"%s\"", keys[which]);
+    seen |= 1 << which;
+    jp->blen = mark;                       /* the key's decoded text is no longer needed */
+    if (amp__jp_ws(jp)) return -1;
+    if (!amp__jp_peek(jp, ':')) return amp__jp_expected(jp, "':'");
+    jp->i++;
+    if (amp__jp_ws(jp)) return -1;
+    if (level == 1 ? amp__jp_object(jp, 2, which) : amp__jp_names(jp, list * 2 + which)) return -1;
+    if (amp__jp_ws(jp)) return -1;
+    if (amp__jp_peek(jp, '}')) { jp->i++; return 0; }
+    if (!amp__jp_peek(jp, ',')) return amp__jp_expected(jp, "',' or '}'");
+    jp->i++;
+  }
+}
+
+static int amp__mxname_cmp(const void *a, const void *b) {
+  const amp__mxname *x = (const amp__mxname *)a, *y = (const amp__mxname *)b;
+  int c = amp__name_cmp(x->name, y->name);
+  if (c) return c;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Reads the whole document, then turns each op's entries into one change, judged against the
+   policy as it was before the load (so the order of the keys never matters), then applies. */
+static amp_status amp__load_mixlist(amp_policy *p, const char *json, size_t len, const char *fn, const char *path) {
+  amp__jp jp;
+  amp__change *ch = NULL;
+  size_t i, j, nch = 0;
+  amp_status st = AMP_OK;
+  memset(&jp, 0, sizeof jp);
+  jp.s = (const unsigned char *)json; jp.n = len; jp.fn = fn; jp.path = path;
+  if (!(jp.buf = (char *)AMP_MALLOC(len + 1))) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for %zu bytes", fn, len + 1);
+  if (len >= 3 && jp.s[0] == 0xef && jp.s[1] == 0xbb && jp.s[2] == 0xbf) jp.i = 3;   /* UTF-8 BOM */
+  if (amp__jp_ws(&jp) || amp__jp_object(&jp, 1, 0) || amp__jp_ws(&jp)) goto done;
+  if (jp.i < jp.n) { amp__jp_fail(&jp, jp.i, "unexpected text after the closing '}'"); goto done; }
+  if (jp.nn) qsort(jp.names, jp.nn, sizeof *jp.names, amp__mxname_cmp);
+  if (jp.nn && !(ch = (amp__change *)AMP_MALLOC(jp.nn * sizeof *ch))) {
+    jp.st = amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn); goto done;
+  }
+  for (i = 0; i < jp.nn; i = j) {   /* one group: every entry for one op, in file order */
+    int has[4] = {0, 0, 0, 0}, found;
+    amp_list cur = AMP_LIST_NONE, to = AMP_LIST_NONE;
+    size_t k;
+    for (j = i; j < jp.nn && amp__name_cmp(jp.names[j].name, jp.names[i].name) == 0; j++) {
+      const amp__mxname *e = &jp.names[j];
+      int other = e->kind == AMP__MX_BLACK_ADD ? AMP__MX_WHITE_ADD : e->kind == AMP__MX_WHITE_ADD ? AMP__MX_BLACK_ADD : -1;
+      int pair = e->kind ^ 1;   /* add <-> remove of the same list */
+      has[e->kind] = 1;
+      if (other >= 0 && has[other]) {
+        amp__jp_fail(&jp, e->pos, "\"%.64s\" is in both black-list to-add and white-list to-add", e->name); goto done;
+      }
+      if (has[pair]) {
+        amp__jp_fail(&jp, e->pos, "\"%.64s\" is in both %s and %s", e->name, amp__mx_what[pair], amp__mx_what[e->kind]); goto done;
+      }
+    }
+    k = amp__policy_find(p, jp.names[i].name, &found);
+    if (found) cur = p->ops[k].list;
+    if (has[AMP__MX_BLACK_ADD]) to = AMP_LIST_BLACK;
+    else if (has[AMP__MX_WHITE_ADD]) to = AMP_LIST_WHITE;
+    else if ((has[AMP__MX_BLACK_REMOVE] && cur == AMP_LIST_BLACK) || (has[AMP__MX_WHITE_REMOVE] && cur == AMP_LIST_WHITE))
+      to = AMP_LIST_GRAY;
+    if (to != AMP_LIST_NONE && to != cur) { ch[nch].name = jp.names[i].name; ch[nch++].list = to; }
+  }
+  jp.st = amp__policy_apply(p, ch, nch, fn);
+done:
+  st = jp.st;
+  if (ch) AMP_FREE(ch);
+  if (jp.names) AMP_FREE(jp.names);
+  AMP_FREE(jp.buf);
+  return st;
+}
+
+AMPDEF amp_status amp_policy_load_mixlist(amp_policy *p, const char *json, size_t len) {
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist: p is NULL");
+  if (!json) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist: json is NULL (len %zu)", len);
+  return amp__load_mixlist(p, json, len, "amp_policy_load_mixlist", NULL);
+}
+
+AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) {
+  FILE *f;
+  char *text = NULL, chunk[4096];
+  size_t len = 0, cap = 0, k;
+  amp_status st;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: p is NULL");
+  if (!path || !*path) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: path is %s", path ? "empty" : "NULL");
+  if (!(f = fopen(path, "rb")))
+    return amp__fail(AMP_ERR_IO, "amp_policy_load_mixlist_file: cannot open \"%s\": %s", path, strerror(errno));
+  while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    if (len + k > cap) {
+      size_t ncap = cap ? cap * 2 : sizeof chunk;
+      char *t;
+      while (ncap < len + k) ncap *= 2;
+      if (!(t = (char *)AMP_MALLOC(ncap))) {
+        if (text) AMP_FREE(text);
+        fclose(f);
+        return amp__fail(AMP_ERR_NOMEM, "amp_policy_load_mixlist_file: out of memory reading \"%s\"", path);
+      }
+      if (len) memcpy(t, text, len);
+      if (text) AMP_FREE(text);
+      text = t; cap = ncap;
+    }
+    memcpy(text + len, chunk, k);
+    len += k;
+  }
+  if (ferror(f)) {   /* a directory opens on POSIX but cannot be read */
+    int e = errno;
+    if (text) AMP_FREE(text);
+    fclose(f);
+    return amp__fail(AMP_ERR_IO, "amp_policy_load_mixlist_file: cannot read \"%s\": %s", path, strerror(e));
+  }
+  fclose(f);
+  st = amp__load_mixlist(p, text ? text : "", len, "amp_policy_load_mixlist_file", path);
+  if (text) AMP_FREE(text);
+  return st;
+}
 
 /* ------------------------------------------------------------------------------------------
    Implementation: devices
