@@ -647,6 +647,7 @@ AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_t
 #include <stdlib.h>
 #include <math.h>
 #include <float.h>
+#include <errno.h>
 
 #if defined(AMP_MALLOC) && defined(AMP_FREE)
 #elif !defined(AMP_MALLOC) && !defined(AMP_FREE)
@@ -1120,7 +1121,6 @@ AMPDEF amp_status amp_policy_print(const amp_policy *p, void *file) {
   return AMP_OK;
 }
 
-#include <errno.h>
 
 /* ---- The Ascend modify_mixlist reader ----------------------------------------------------
    A parser shaped like the format: an object of at most two lists, each an object of at most
