@@ -441,13 +441,19 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
    acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to f32 and
    then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0), t = t + bias[j]
    (when there is a bias), t = act(t), and one rounding of t to C's type.
-   The GPU sums in another order (Tensor Core fragments, split-k): its result differs from the CPU's
-   by a bounded amount, |gpu - cpu| <= 2 * k * 2^-23 * sum_p |a(i,p) b(p,j)| * |alpha| + one rounding
-   of the output (tests/cuda_gemm.c checks that bound).
+   The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
+   its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
+   |a(i,p) b(p,j)| before the output rounding, plus up to 3 roundings of the output type
+   (tests/cuda_gemm.c states and checks the exact bound).
 
    On CUDA, A, B, C (and the bias) are device pointers and the call is asynchronous on the device's
    stream. The algorithm chosen by cuBLASLt's heuristic is cached per shape, types, layout,
    leading dimensions, alignment and epilogue, so repeated calls do no descriptor or heuristic work.
+   Any alignment and leading dimension works: cuBLASLt is asked for algorithms that accept the
+   actual alignment, and where it has none (or none for the type combination: cuBLASLt lacks
+   f16 x f16 -> bf16, bf16 x bf16 -> f16 and f32 x f32 -> f16/bf16) a plain CUDA kernel computes
+   the product. The bias is fused into cuBLASLt's epilogue for row-major calls (its bias runs along
+   D's rows); for col-major calls a small kernel applies bias and activation after the product.
    ------------------------------------------------------------------------------------------ */
 
 typedef enum amp_layout { AMP_ROW_MAJOR = 0, AMP_COL_MAJOR } amp_layout;
