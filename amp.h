@@ -618,6 +618,31 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
 /* ------------------------------------------------------------------------------------------
    Tensor Core matrix product (cblas conventions)
    C = alpha * op(A) * op(B) + beta * C, fp32 accumulation.
+
+   op(A) is m x k, op(B) is k x n, C is m x n, each stored in `layout` with its leading dimension
+   (row-major: the distance between rows, at least the row length; col-major: between columns).
+   A and B have the same type (f16, bf16 or f32); C any of the three. beta 0: C is not read (a NaN
+   there does not propagate), as in BLAS. m or n 0: nothing happens. k 0 or alpha 0: C = beta * C
+   (A and B are not read). C must not overlap A or B.
+
+   Rounding (what the CPU reference computes, and what the GPU approximates; see the manual):
+   inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0, then
+   acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to f32 and
+   then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0), t = t + bias[j]
+   (when there is a bias), t = act(t), and one rounding of t to C's type.
+   The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
+   its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
+   |a(i,p) b(p,j)| before the output rounding, plus up to 3 roundings of the output type
+   (tests/cuda_gemm.c states and checks the exact bound).
+
+   On CUDA, A, B, C (and the bias) are device pointers and the call is asynchronous on the device's
+   stream. The algorithm chosen by cuBLASLt's heuristic is cached per shape, types, layout,
+   leading dimensions, alignment and epilogue, so repeated calls do no descriptor or heuristic work.
+   Any alignment and leading dimension works: cuBLASLt is asked for algorithms that accept the
+   actual alignment, and where it has none (or none for the type combination: cuBLASLt lacks
+   f16 x f16 -> bf16, bf16 x bf16 -> f16 and f32 x f32 -> f16/bf16) a plain CUDA kernel computes
+   the product. The bias is fused into cuBLASLt's epilogue for row-major calls (its bias runs along
+   D's rows); for col-major calls a small kernel applies bias and activation after the product.
    ------------------------------------------------------------------------------------------ */
 
 typedef enum amp_layout { AMP_ROW_MAJOR = 0, AMP_COL_MAJOR } amp_layout;
@@ -627,6 +652,68 @@ AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_t
                            const void *A, amp_dtype a_type, int lda,
                            const void *B, amp_dtype b_type, int ldb,
                            float beta, void *C, amp_dtype c_type, int ldc);
+
+/* The activation of the epilogue, applied after the bias. */
+typedef enum amp_act {
+  AMP_ACT_NONE = 0,
+  AMP_ACT_RELU,   /* x > 0 ? x : 0 (cuBLASLt's max(x, 0): a NaN becomes 0) */
+  AMP_ACT_GELU    /* the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the one
+                     cuBLASLt's GELU epilogue computes (PyTorch's fallback for it is gelu(approximate="tanh")) */
+} amp_act;
+
+/* Which implementation computes the product. */
+typedef enum amp_gemm_algo {
+  AMP_GEMM_AUTO = 0,  /* CUDA: cuBLASLt (a plain CUDA kernel when its heuristic offers no algorithm);
+                         CPU: the blocked reference */
+  AMP_GEMM_WMMA,      /* CUDA only: the readable WMMA teaching kernel (f16/bf16 inputs), amp_kernels.cu */
+  AMP_GEMM_SIMPLE     /* CUDA only: the plain fallback kernel, one thread per element of C */
+} amp_gemm_algo;
+
+/* Options of amp_gemm_ex; a zero-initialised struct (or NULL) is plain amp_gemm. */
+typedef struct amp_gemm_opts {
+  const void *bias;       /* NULL -> no bias. n values: C(i,j) gets + bias[j] before the activation */
+  amp_dtype   bias_type;  /* 0 -> AMP_F32; any of the three */
+  amp_act     act;        /* 0 -> AMP_ACT_NONE */
+  amp_gemm_algo algo;     /* 0 -> AMP_GEMM_AUTO */
+  int allow_tf32;         /* f32 inputs on CUDA: 0 -> full f32 products (CUBLAS_COMPUTE_32F);
+                             1 -> TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32, 10-bit mantissas).
+                             The CPU always computes in f32. */
+} amp_gemm_opts;
+
+/* amp_gemm with a fused epilogue: C = act(alpha * op(A) op(B) + beta * C + bias). The layer
+   forward y = act(x W^T + b) is amp_gemm_ex(d, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, batch, out,
+   in, 1, x, t, in, W, t, in, 0, y, t, out, &opts) with opts.bias = b. */
+AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb,
+                              int m, int n, int k, float alpha,
+                              const void *A, amp_dtype a_type, int lda,
+                              const void *B, amp_dtype b_type, int ldb,
+                              float beta, void *C, amp_dtype c_type, int ldc,
+                              const amp_gemm_opts *opts /* NULL = none */);
+
+/* The element math of the product's epilogue, shared by the CPU reference and every CUDA path. */
+static inline AMP_HD float amp__gelu_tanh(float x) {
+  const float k0 = 0.7978845608028654f;   /* sqrt(2/pi) */
+  const float k1 = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(k0 * (x + k1 * x * x * x)));
+}
+static inline AMP_HD float amp__act(float x, int act) {
+  if (act == AMP_ACT_RELU) return x > 0.0f ? x : 0.0f;
+  if (act == AMP_ACT_GELU) return amp__gelu_tanh(x);
+  return x;
+}
+/* alpha * acc + beta * c; beta 0 does not read c (BLAS: C may hold NaN or garbage). */
+static inline AMP_HD float amp__gemm_blend(float acc, float alpha, float beta, float c) {
+  float t = alpha * acc;
+  if (beta != 0.0f) t = t + beta * c;
+  return t;
+}
+/* C = beta * C, for k 0 or alpha 0 (A and B are not read; 0 * inf in them never appears). */
+static inline AMP_HD float amp__gemm_scale(float beta, float c) { return beta != 0.0f ? beta * c : 0.0f; }
+/* The bias and the activation, on the f32 value before the one rounding to C's type. */
+static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int act) {
+  if (has_bias) t = t + bias;
+  return amp__act(t, act);
+}
 
 #ifdef __cplusplus
 }
@@ -1547,15 +1634,304 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
    Implementation: matrix product
    ------------------------------------------------------------------------------------------ */
 
-/* PLACEHOLDER(issue 6): replaced by the matrix product. */
+#ifdef AMP_CUDA
+/* amp_kernels.cu: cuBLASLt, the WMMA teaching kernel and the plain fallback kernel. Arguments are
+   checked here first; A, B, C and opts->bias are device pointers. */
+extern amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb,
+                               int m, int n, int k, float alpha,
+                               const void *A, amp_dtype a_type, int lda,
+                               const void *B, amp_dtype b_type, int ldb,
+                               float beta, void *C, amp_dtype c_type, int ldc,
+                               const amp_gemm_opts *opts, char *msg, size_t cap);
+#endif
+
+/* The CPU reference, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
+   panel's op(B) (k x NC) is packed once into f32 "slivers" NR columns wide; C's rows are cut into
+   MC-high blocks, and for each KC-deep slice of k the block's op(A) is packed into MR-high f32
+   slivers. The micro-kernel multiplies one MR x KC sliver of A by one KC x NR sliver of B into an
+   MR x NR tile of f32 accumulators held in registers, and the tiles live in a small MC x NC buffer
+   between k slices. Every accumulator thus sees its products in the order p = 0, 1, ..., k-1,
+   whatever the blocking: the result is the same as a plain triple loop's. Packing converts the
+   inputs to f32 (exactly) once, so the micro-kernel is the same for f16, bf16 and f32. */
+#define AMP__GEMM_MR 6     /* 6 x 16 accumulators = 12 AVX registers of 8 floats, 4 left for a, b */
+#define AMP__GEMM_NR 16
+#define AMP__GEMM_KC 256   /* a KC x NR sliver of B (16 KiB) stays in L1 while the A slivers stream */
+#define AMP__GEMM_MC 96    /* an MC x KC block of A (96 KiB) stays in L2 */
+#define AMP__GEMM_NC 512   /* the MC x NC accumulator buffer is 192 KiB */
+
+/* No FMA contraction: a * b is rounded to f32 before it is added, on every compiler (clang honours
+   the standard pragma; gcc contracts only in GNU mode, and the optimize attribute stops it there). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define AMP__NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define AMP__NO_CONTRACT
+#endif
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(AMP_NO_SIMD)
+/* GCC/clang vector extensions: 8 floats that the compiler maps to one AVX register, or two SSE
+   ones, or NEON pairs. may_alias: the packed buffers are float arrays read through this type. */
+typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
+#define AMP__GEMM_VEC 1
+#endif
+
+/* The micro-kernel body: tile (MR x NR floats, row by row) = tile or 0, plus sum over p of
+   a[p*MR + r] * b[p*NR + c]. a and b are packed slivers, 32-byte aligned. */
+#ifdef AMP__GEMM_VEC
+#define AMP__GEMM_MICRO_BODY                                                                   \
+  {                                                                                            \
+    amp__v8 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;                         \
+    const amp__v8 *ct = (const amp__v8 *)tile;                                                 \
+    int p;                                                                                     \
+    if (acc) { c00 = ct[0]; c01 = ct[1]; c10 = ct[2]; c11 = ct[3]; c20 = ct[4]; c21 = ct[5];  \
+               c30 = ct[6]; c31 = ct[7]; c40 = ct[8]; c41 = ct[9]; c50 = ct[10]; c51 = ct[11]; } \
+    else { memset(&c00, 0, sizeof c00);                                                       \
+           c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = c00; }           \
+    for (p = 0; p < kc; p++) {                                                                 \
+      const amp__v8 *bv = (const amp__v8 *)(b + (size_t)p * AMP__GEMM_NR);                     \
+      const float *ap = a + (size_t)p * AMP__GEMM_MR;                                          \
+      amp__v8 b0 = bv[0], b1 = bv[1], t;                                                       \
+      t = b0 * ap[0]; c00 = c00 + t; t = b1 * ap[0]; c01 = c01 + t;                            \
+      t = b0 * ap[1]; c10 = c10 + t; t = b1 * ap[1]; c11 = c11 + t;                            \
+      t = b0 * ap[2]; c20 = c20 + t; t = b1 * ap[2]; c21 = c21 + t;                            \
+      t = b0 * ap[3]; c30 = c30 + t; t = b1 * ap[3]; c31 = c31 + t;                            \
+      t = b0 * ap[4]; c40 = c40 + t; t = b1 * ap[4]; c41 = c41 + t;                            \
+      t = b0 * ap[5]; c50 = c50 + t; t = b1 * ap[5]; c51 = c51 + t;                            \
+    }                                                                                          \
+    {                                                                                          \
+      amp__v8 *co = (amp__v8 *)tile;                                                           \
+      co[0] = c00; co[1] = c01; co[2] = c10; co[3] = c11; co[4] = c20; co[5] = c21;            \
+      co[6] = c30; co[7] = c31; co[8] = c40; co[9] = c41; co[10] = c50; co[11] = c51;          \
+    }                                                                                          \
+  }
+#else
+#define AMP__GEMM_MICRO_BODY                                                                   \
+  {                                                                                            \
+    float c[AMP__GEMM_MR][AMP__GEMM_NR];                                                       \
+    int p, r, j;                                                                               \
+    for (r = 0; r < AMP__GEMM_MR; r++)                                                         \
+      for (j = 0; j < AMP__GEMM_NR; j++) c[r][j] = acc ? tile[r * AMP__GEMM_NR + j] : 0.0f;     \
+    for (p = 0; p < kc; p++)                                                                   \
+      for (r = 0; r < AMP__GEMM_MR; r++) {                                                     \
+        float ar = a[(size_t)p * AMP__GEMM_MR + r];                                            \
+        for (j = 0; j < AMP__GEMM_NR; j++) {                                                   \
+          float t = ar * b[(size_t)p * AMP__GEMM_NR + j];                                      \
+          c[r][j] = c[r][j] + t;                                                               \
+        }                                                                                      \
+      }                                                                                        \
+    for (r = 0; r < AMP__GEMM_MR; r++)                                                         \
+      for (j = 0; j < AMP__GEMM_NR; j++) tile[r * AMP__GEMM_NR + j] = c[r][j];                  \
+  }
+#endif
+
+typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc);
+
+static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+  AMP__GEMM_MICRO_BODY
+}
+
+/* The same kernel compiled for AVX2, chosen at run time where the CPU has it (same bits: no FMA). */
+#if defined(AMP__GEMM_VEC) && (defined(__x86_64__) || defined(__i386__))
+#define AMP__GEMM_AVX2 1
+static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx2(int kc, const float *a, const float *b,
+                                                                                 float *tile, int acc) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+  AMP__GEMM_MICRO_BODY
+}
+#endif
+
+static amp__gemm_micro_fn amp__gemm_pick_micro(void) {
+#ifdef AMP__GEMM_AVX2
+  static int has = -1;
+  if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; }
+  if (has) return amp__gemm_micro_avx2;
+#endif
+  return amp__gemm_micro;
+}
+
+/* dst[i * ds] = src[i * ss] as f32, for i < n (ss, ds in elements). */
+static void amp__gemm_gather(float *dst, size_t ds, const void *src, amp_dtype t, size_t ss, int n) {
+  int i;
+  if (t == AMP_F32) { const float *s = (const float *)src; for (i = 0; i < n; i++) dst[i * ds] = s[i * ss]; }
+  else if (t == AMP_F16) { const amp_f16 *s = (const amp_f16 *)src; for (i = 0; i < n; i++) dst[i * ds] = amp_f16_to_f32(s[i * ss]); }
+  else { const amp_bf16 *s = (const amp_bf16 *)src; for (i = 0; i < n; i++) dst[i * ds] = amp_bf16_to_f32(s[i * ss]); }
+}
+
+/* Packs the rows x cols block of a strided matrix X (element (r, c) at x[r*rs + c*cs], of type t)
+   into slivers W wide: sliver s holds rows s*W .. s*W+W-1, stored column by column
+   (dst[s*W*cols + c*W + r]), rows past `rows` zero. W = MR packs op(A) (rows = i, cols = p);
+   W = NR packs op(B)^T (rows = j, cols = p). The loop runs along whichever index is contiguous. */
+static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
+  size_t es = amp_dtype_size(t);
+  int s, r, c, ns = (rows + W - 1) / W;
+  for (s = 0; s < ns; s++) {
+    float *d = dst + (size_t)s * W * cols;
+    int h = rows - s * W < W ? rows - s * W : W;
+    const char *xs = (const char *)x + (size_t)s * W * rs * es;
+    if (cs == 1 || rs != 1) {   /* contiguous along c (or neither): one gather per row */
+      for (r = 0; r < h; r++) amp__gemm_gather(d + r, (size_t)W, xs + (size_t)r * rs * es, t, cs, cols);
+    } else {                    /* contiguous along r: one gather per column */
+      for (c = 0; c < cols; c++) amp__gemm_gather(d + (size_t)c * W, 1, xs + (size_t)c * cs * es, t, rs, h);
+    }
+    for (r = h; r < W; r++) for (c = 0; c < cols; c++) d[(size_t)c * W + r] = 0.0f;
+  }
+}
+
+/* Writes C(i, j) for the block rows i0.., cols j0.. (mb x nb) from the accumulator tiles. */
+static void amp__gemm_store_block(float *accbuf, int mb, int nb, int i0, int j0, float alpha, float beta,
+                                  void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
+  int i, j, has_bias = o->bias != NULL;
+  int tiles_n = (nb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
+  for (i = 0; i < mb; i++) {
+    const float *row = accbuf + ((size_t)(i / AMP__GEMM_MR) * tiles_n * AMP__GEMM_MR + i % AMP__GEMM_MR) * AMP__GEMM_NR;
+    for (j = 0; j < nb; j++) {
+      size_t at = (size_t)(i0 + i) * crs + (size_t)(j0 + j) * ccs;
+      float acc = row[(size_t)(j / AMP__GEMM_NR) * AMP__GEMM_MR * AMP__GEMM_NR + j % AMP__GEMM_NR];
+      float c = beta != 0.0f ? amp__load(C, ct, at) : 0.0f;
+      float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)(j0 + j)) : 0.0f;
+      amp__store(C, ct, at, amp__gemm_epi(amp__gemm_blend(acc, alpha, beta, c), has_bias, bias, (int)o->act));
+    }
+  }
+}
+
+static float *amp__align64(void *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* The whole CPU product on checked arguments, in strides: op(A)(i,p) = A[i*ars + p*acs],
+   op(B)(p,j) = B[p*brs + j*bcs], C(i,j) = C[i*crs + j*ccs]. */
+static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
+                                const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
+                                void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
+  amp__gemm_micro_fn micro = amp__gemm_pick_micro();
+  int nc_max = n < AMP__GEMM_NC ? n : AMP__GEMM_NC, mc_max = m < AMP__GEMM_MC ? m : AMP__GEMM_MC;
+  int kc_max = k < AMP__GEMM_KC ? k : AMP__GEMM_KC;
+  size_t nc_pad = (size_t)(nc_max + AMP__GEMM_NR - 1) / AMP__GEMM_NR * AMP__GEMM_NR;
+  size_t mc_pad = (size_t)(mc_max + AMP__GEMM_MR - 1) / AMP__GEMM_MR * AMP__GEMM_MR;
+  size_t nb = (size_t)k * nc_pad, na = mc_pad * (size_t)kc_max, nacc = mc_pad * nc_pad;
+  size_t bsz = amp_dtype_size(bt), asz = amp_dtype_size(at);
+  void *mem;
+  float *bp, *ap, *accbuf;
+  int jc, ic, pc;
+  if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
+    int i, j, has_bias = o->bias != NULL;
+    for (i = 0; i < m; i++)
+      for (j = 0; j < n; j++) {
+        size_t at2 = (size_t)i * crs + (size_t)j * ccs;
+        float c = beta != 0.0f ? amp__load(C, ct, at2) : 0.0f;
+        float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f;
+        amp__store(C, ct, at2, amp__gemm_epi(amp__gemm_scale(beta, c), has_bias, bias, (int)o->act));
+      }
+    return AMP_OK;
+  }
+  mem = AMP_MALLOC((nb + na + nacc) * sizeof(float) + 3 * 64);
+  if (!mem) return amp__fail(AMP_ERR_NOMEM, "amp_gemm: out of memory for %zu floats of packed panels", nb + na + nacc);
+  bp = amp__align64(mem);
+  ap = amp__align64(bp + nb);
+  accbuf = amp__align64(ap + na);
+  for (jc = 0; jc < n; jc += AMP__GEMM_NC) {
+    int ncb = n - jc < AMP__GEMM_NC ? n - jc : AMP__GEMM_NC;
+    int tiles_n = (ncb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
+    /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
+    amp__gemm_pack(bp, AMP__GEMM_NR, (const char *)B + (size_t)jc * bcs * bsz, bt, bcs, brs, ncb, k);
+    for (ic = 0; ic < m; ic += AMP__GEMM_MC) {
+      int mcb = m - ic < AMP__GEMM_MC ? m - ic : AMP__GEMM_MC;
+      int tiles_m = (mcb + AMP__GEMM_MR - 1) / AMP__GEMM_MR;
+      for (pc = 0; pc < k; pc += AMP__GEMM_KC) {
+        int kcb = k - pc < AMP__GEMM_KC ? k - pc : AMP__GEMM_KC;
+        int tr, tc;
+        amp__gemm_pack(ap, AMP__GEMM_MR, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
+        for (tc = 0; tc < tiles_n; tc++) {
+          const float *bs = bp + (size_t)tc * AMP__GEMM_NR * k + (size_t)pc * AMP__GEMM_NR;
+          for (tr = 0; tr < tiles_m; tr++)
+            micro(kcb, ap + (size_t)tr * AMP__GEMM_MR * kcb, bs,
+                  accbuf + ((size_t)tr * tiles_n + tc) * AMP__GEMM_MR * AMP__GEMM_NR, pc > 0);
+        }
+      }
+      amp__gemm_store_block(accbuf, mcb, ncb, ic, jc, alpha, beta, C, ct, crs, ccs, o);
+    }
+  }
+  AMP_FREE(mem);
+  return AMP_OK;
+}
+
+static const char *amp__trans_name(amp_trans t) { return t == AMP_NO_TRANS ? "AMP_NO_TRANS" : "AMP_TRANS"; }
+
+AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
+                              const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
+                              float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
+  static const amp_gemm_opts none = {NULL, AMP_F32, AMP_ACT_NONE, AMP_GEMM_AUTO, 0};
+  const amp_gemm_opts *o = opts ? opts : &none;
+  int row = layout == AMP_ROW_MAJOR;
+  /* the minimum leading dimension of each matrix as stored: the length of a stored row (row-major)
+     or column (col-major), at least 1 as in cblas */
+  int a_rows = ta == AMP_NO_TRANS ? m : k, a_cols = ta == AMP_NO_TRANS ? k : m;
+  int b_rows = tb == AMP_NO_TRANS ? k : n, b_cols = tb == AMP_NO_TRANS ? n : k;
+  int min_lda = row ? a_cols : a_rows, min_ldb = row ? b_cols : b_rows, min_ldc = row ? n : m;
+  size_t ars, acs, brs, bcs, crs, ccs;
+  if (!d) return amp__fail(AMP_ERR_ARG, "amp_gemm: d is NULL (use amp_cpu())");
+  if (layout != AMP_ROW_MAJOR && layout != AMP_COL_MAJOR)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: layout %d is not AMP_ROW_MAJOR or AMP_COL_MAJOR", (int)layout);
+  if (ta != AMP_NO_TRANS && ta != AMP_TRANS) return amp__fail(AMP_ERR_ARG, "amp_gemm: ta %d is not AMP_NO_TRANS or AMP_TRANS", (int)ta);
+  if (tb != AMP_NO_TRANS && tb != AMP_TRANS) return amp__fail(AMP_ERR_ARG, "amp_gemm: tb %d is not AMP_NO_TRANS or AMP_TRANS", (int)tb);
+  if (m < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: m %d must be >= 0", m);
+  if (n < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: n %d must be >= 0", n);
+  if (k < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: k %d must be >= 0", k);
+  if (!amp_dtype_size(a_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: a_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)a_type);
+  if (!amp_dtype_size(b_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: b_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)b_type);
+  if (a_type != b_type)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: a_type %s and b_type %s differ (A and B must have the same type)",
+                     amp__dtype_name(a_type), amp__dtype_name(b_type));
+  if (!amp_dtype_size(c_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: c_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)c_type);
+  if (lda < (min_lda > 1 ? min_lda : 1))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: lda %d is less than %d, the length of a %s of A (%s, %s)", lda,
+                     min_lda > 1 ? min_lda : 1, row ? "row" : "column", row ? "row-major" : "col-major", amp__trans_name(ta));
+  if (ldb < (min_ldb > 1 ? min_ldb : 1))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: ldb %d is less than %d, the length of a %s of B (%s, %s)", ldb,
+                     min_ldb > 1 ? min_ldb : 1, row ? "row" : "column", row ? "row-major" : "col-major", amp__trans_name(tb));
+  if (ldc < (min_ldc > 1 ? min_ldc : 1))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: ldc %d is less than %d, the length of a %s of C (%s)", ldc,
+                     min_ldc > 1 ? min_ldc : 1, row ? "row" : "column", row ? "row-major" : "col-major");
+  if (m > 0 && n > 0 && !C) return amp__fail(AMP_ERR_ARG, "amp_gemm: C is NULL with m %d, n %d", m, n);
+  if (m > 0 && n > 0 && k > 0 && !A) return amp__fail(AMP_ERR_ARG, "amp_gemm: A is NULL with m %d, k %d", m, k);
+  if (m > 0 && n > 0 && k > 0 && !B) return amp__fail(AMP_ERR_ARG, "amp_gemm: B is NULL with k %d, n %d", k, n);
+  if (o->bias && !amp_dtype_size(o->bias_type))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->bias_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)o->bias_type);
+  if (o->act != AMP_ACT_NONE && o->act != AMP_ACT_RELU && o->act != AMP_ACT_GELU)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU", (int)o->act);
+  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA or AMP_GEMM_SIMPLE", (int)o->algo);
+  if (o->algo != AMP_GEMM_AUTO && !d->is_cuda)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
+                     o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
+  if (o->algo == AMP_GEMM_WMMA && a_type == AMP_F32)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
+  if (m == 0 || n == 0) return AMP_OK;
+#ifdef AMP_CUDA
+  if (d->is_cuda)
+    return amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
+                        amp__err_buf, sizeof amp__err_buf);
+#endif
+  /* strides of op(A), op(B) and C in elements */
+  if (row) {
+    ars = ta == AMP_NO_TRANS ? (size_t)lda : 1; acs = ta == AMP_NO_TRANS ? 1 : (size_t)lda;
+    brs = tb == AMP_NO_TRANS ? (size_t)ldb : 1; bcs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb;
+    crs = (size_t)ldc; ccs = 1;
+  } else {
+    ars = ta == AMP_NO_TRANS ? 1 : (size_t)lda; acs = ta == AMP_NO_TRANS ? (size_t)lda : 1;
+    brs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb; bcs = tb == AMP_NO_TRANS ? (size_t)ldb : 1;
+    crs = 1; ccs = (size_t)ldc;
+  }
+  return amp__gemm_cpu(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o);
+}
+
 AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
                            const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
                            float beta, void *C, amp_dtype c_type, int ldc) {
-  (void)d; (void)layout; (void)ta; (void)tb; (void)m; (void)n; (void)k; (void)alpha; (void)A; (void)a_type; (void)lda;
-  (void)B; (void)b_type; (void)ldb; (void)beta; (void)C; (void)c_type; (void)ldc;
-  return amp__fail(AMP_ERR_UNSUPPORTED, "amp_gemm: not implemented yet");
+  return amp_gemm_ex(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, NULL);
 }
-/* END PLACEHOLDER(issue 6) */
 
 #ifdef __cplusplus
 }
