@@ -184,7 +184,7 @@ static void every_byte_flip_and_truncation_is_refused_and_changes_nothing(void) 
 static void other_kind_shape_dtype_or_version_is_refused(void) {
   run_t *x = (run_t *)calloc(1, sizeof *x);
   amp_optimizer *o; amp_optim_config c;
-  float w[NA], g[NA], w2[NB], g2[NB];
+  float w[NA] = {0}, g[NA] = {0}, w2[NB] = {0}, g2[NB] = {0};
   amp_status st;
   size_t n;
   unsigned char *file;
