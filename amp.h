@@ -978,7 +978,7 @@ static int amp__opt_use_simd(void) {
   if (amp__opt_simd < 0) amp__opt_simd = __builtin_cpu_supports("avx2");
   return amp__opt_simd;
 #else
-  return 0;
+  return amp__opt_simd > 0 ? 0 : 0;   /* no clone to pick; keeps the switch referenced */
 #endif
 }
 
@@ -1124,6 +1124,8 @@ static void amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, 
 static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
 #ifdef AMP__OPT_X86
   if (amp__opt_use_simd()) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
+#else
+  (void)amp__opt_use_simd;
 #endif
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
@@ -1131,6 +1133,8 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
                         void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
 #ifdef AMP__OPT_X86
   if (amp__opt_use_simd()) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
+#else
+  (void)amp__opt_use_simd;
 #endif
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, n, gmul, c);
 }
