@@ -473,7 +473,12 @@ typedef struct amp_scaler_config {
                             AMP_HYSTERESIS_GROWTH_REFILL (DeepSpeed default) */
   float min_scale;       /* 0 -> no floor (but never below FLT_MIN, see the manual) */
   float max_scale;       /* 0 -> no cap */
-  int   fixed;           /* nonzero: static loss scaling at init_scale */
+  int   fixed;           /* nonzero: static loss scaling at init_scale (unscale by 1/init_scale,
+                            still skip on inf/NaN, the scale never changes) */
+  int   late_growth;     /* nonzero: DeepSpeed's window: the first clean step after an overflow (and
+                            after the start) is not counted, so the first growth comes after
+                            growth_interval + 1 clean steps, later ones every growth_interval
+                            (DynamicLossScaler: stable_interval = iter - last_overflow_iter - 1) */
 } amp_scaler_config;
 typedef enum amp_preset { AMP_PRESET_PYTORCH = 0, AMP_PRESET_PADDLE, AMP_PRESET_DEEPSPEED,
                           AMP_PRESET_APEX, AMP_PRESET_KERAS } amp_preset;
@@ -481,19 +486,62 @@ typedef enum amp_preset { AMP_PRESET_PYTORCH = 0, AMP_PRESET_PADDLE, AMP_PRESET_
 typedef struct amp_optimizer amp_optimizer;
 typedef struct amp_scaler amp_scaler;
 
+/* The presets of SEMANTICS.md, each matching its anchor's update rule step for step:
+     PYTORCH   65536 / 2 / 0.5 / 2000 / hysteresis 1 / no floor / no cap     (torch.amp.GradScaler)
+     PADDLE    65536 / 2 / 0.5 / 2000 / 1 CONSECUTIVE / floor 1             (paddle.amp.GradScaler)
+     DEEPSPEED 65536 / 2 / 0.5 / 1000 / 2 GROWTH_REFILL / floor 1, late_growth (DynamicLossScaler;
+               where DeepSpeed raises at the minimum scale, amp.h stays at the floor and logs once)
+     APEX      65536 / 2 / 0.5 / 2000 / 1 CLEAN_REFILL / cap 2^24          (apex.amp LossScaler)
+     KERAS     32768 / 2 / 0.5 / 2000 / 1 / floor 1                         (LossScaleOptimizer)
+   An unknown preset gives the PyTorch one. */
 AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p);
+/* Validates cfg (NULL: the defaults) and resolves it. Errors name the field: growth_factor must be
+   > 1, backoff_factor in (0, 1), growth_interval >= 1, hysteresis >= 1, hysteresis_mode 0..2,
+   min_scale >= 0 and finite, max_scale 0 or >= min_scale, init_scale finite, >= FLT_MIN and within
+   [min_scale, max_scale]. */
 AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg /* NULL = defaults */);
 AMPDEF void       amp_scaler_destroy(amp_scaler *s);
 AMPDEF float      amp_scaler_get_scale(amp_scaler *s);               /* on CUDA this waits for the stream */
+/* Call order (PyTorch's GradScaler, per optimizer; update() starts a new iteration for all):
+     unscale(o)  optional, at most once per iteration: one pass over o's grads (read in their own
+                 dtype, worked in fp32, never written back) gives inf/NaN and the global L2 norm of
+                 the unscaled grads. A second call -> AMP_ERR_STATE ("unscale() has already been
+                 called on this optimizer since the last update()"); after step -> AMP_ERR_STATE.
+     step(o)     at most once per iteration (a second -> AMP_ERR_STATE "step() has already been
+                 called since the last update()"); unscales first if unscale(o) was not called.
+                 Skipped when o's grads or those of any optimizer unscaled earlier in this
+                 iteration held inf/NaN: to skip all optimizers together when any sees inf, call
+                 unscale() on every one of them before the first step(). A skipped step changes
+                 nothing (model copy, master, moments, step count stay bit for bit).
+     update()    once per iteration: the scale rule with found_inf = any inf/NaN seen by any
+                 optimizer this iteration. With no unscale/step recorded since the last update it
+                 fails with AMP_ERR_STATE ("No inf checks were recorded prior to update()"),
+                 PyTorch's assertion; use update_found_inf() to drive the rule by hand.
+   Gradient accumulation: run every micro-batch's backward at the same get_scale(), accumulate
+   into the grads, then unscale/step/update once. The scaler and the optimizer must live on the
+   same device (AMP_ERR_ARG otherwise). */
 AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o); /* optional, at most once per step */
 AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o);    /* unscale if needed, skip on inf/NaN, else update */
 AMPDEF amp_status amp_scaler_update(amp_scaler *s);                    /* the scale rule; call once per iteration */
+/* The rule with found_inf = (found_inf != 0) OR whatever unscale/step recorded in this iteration;
+   needs no prior unscale/step. Closes the iteration like update(). */
 AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf); /* for trainers that check grads themselves */
+/* 1 when the iteration closed by the last update saw inf/NaN (its steps were skipped), else 0. */
+AMPDEF int        amp_scaler_last_skipped(const amp_scaler *s);
+/* Iterations with inf/NaN since create (restored by amp_checkpoint_load): for LR schedules. */
+AMPDEF long       amp_scaler_skipped_steps(const amp_scaler *s);
+/* 1 while the scale sits at its floor (min_scale, or FLT_MIN without one) because the last
+   overflow wanted to go below it; the first time in a row this happens the log hook says so. */
+AMPDEF int        amp_scaler_at_floor(const amp_scaler *s);
+
+/* The log hook: amp.h's few warnings (the scale stuck at its floor) go to fn(user, msg); the
+   default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. */
+AMPDEF void       amp_set_log(void (*fn)(void *user, const char *msg), void *user);
 
 /* The scale rule's state, shared by the CPU scaler and the device-resident one. */
 typedef struct amp_scale_state {
   float   scale;        /* the current loss scale */
-  int32_t tracker;      /* clean steps since the last growth or overflow */
+  int32_t tracker;      /* clean steps since the last growth or overflow (late_growth: minus 1) */
   int32_t hyst;         /* CONSECUTIVE: overflows in a row so far; *_REFILL: overflows left before a back-off */
   int32_t at_floor;     /* 1 when the last overflow wanted to go below the floor */
 } amp_scale_state;
@@ -502,15 +550,44 @@ typedef struct amp_scale_state {
 typedef struct amp_scale_params {
   float growth, backoff, floor, cap;   /* cap 0: none */
   int32_t interval, hysteresis, mode, fixed;
+  int32_t late_growth;                 /* DeepSpeed's window, see amp_scaler_config */
 } amp_scale_params;
 
+/* The rule's state and resolved parameters (a copy; on CUDA this waits for the stream). */
+AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params);
+
+/* The state a fresh scaler starts from: hysteresis counts full (N for the refill flavours, 0
+   overflows seen for CONSECUTIVE), tracker 0 (-1 with late_growth, DeepSpeed's
+   last_overflow_iter = -1). */
+static inline AMP_HD amp_scale_state amp__scale_init(float init_scale, const amp_scale_params *pr) {
+  amp_scale_state st;
+  st.scale = init_scale;
+  st.tracker = pr->late_growth ? -1 : 0;
+  st.hyst = pr->mode == AMP_HYSTERESIS_CONSECUTIVE ? 0 : pr->hysteresis;
+  st.at_floor = 0;
+  return st;
+}
+
 /* The scale rule, once per iteration (SEMANTICS.md). Multiplications are done in double and
-   rounded once to float, as PyTorch's and apex's kernels do (their factors are doubles). */
+   rounded once to float, as PyTorch's and apex's kernels do (their factors are doubles); for
+   Paddle's float*float the result is the same (the exact product fits a double). Checked against
+   the anchors' code:
+   - CONSECUTIVE is Paddle's update_loss_scaling: bad += 1, back off when bad == N, then bad = 0;
+     a clean step sets bad = 0.
+   - CLEAN_REFILL is apex's update_scale_hysteresis: the count is decremented (apex lets it go
+     negative; stopping at 0 gives the same decisions), back-off once it is <= 0, refilled to N
+     after every clean step; DeepSpeed with consecutive_hysteresis is the same.
+   - GROWTH_REFILL is DeepSpeed's default: refilled only when the scale grows.
+   - late_growth is DeepSpeed's stable_interval = (iter - last_overflow_iter) - 1: every overflow,
+     absorbed by hysteresis or not, restarts the window, and the first clean step after it is not
+     counted.
+   - Floor: max(scale * backoff, floor) (Paddle, DeepSpeed, Keras); cap: min(scale * growth, cap)
+     (apex amp); a growth to inf leaves the scale as it was (PyTorch, apex, Paddle). */
 static inline AMP_HD void amp__scale_rule(amp_scale_state *st, const amp_scale_params *pr, int found_inf) {
   if (pr->fixed) return;
   if (found_inf) {
     int back_off;
-    st->tracker = 0;
+    st->tracker = pr->late_growth ? -1 : 0;
     if (pr->mode == AMP_HYSTERESIS_CONSECUTIVE) {
       st->hyst += 1;
       back_off = st->hyst >= pr->hysteresis;
@@ -567,6 +644,32 @@ AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, s
 AMPDEF void       amp_optimizer_destroy(amp_optimizer *o);
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s);
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s);
+/* amp_optimizer_add with the grads in their own dtype (e.g. bf16 weights, f32 accumulated grads).
+   amp_optimizer_add(o, t, w, g, n) is amp_optimizer_add_mixed(o, t, w, t, g, n). Refused
+   (AMP_ERR_ARG, nothing added): NULL, n = 0, an unknown dtype, grads overlapping their weights,
+   a buffer overlapping one already added, a call between unscale() and step(). */
+AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
+                                          amp_dtype g_dtype, const void *grads, size_t n);
+AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors added */
+/* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
+AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
+
+/* Checkpoint file (amp_checkpoint_save/load), all integers and floats in the writer's byte order:
+     "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark 0x01020304,
+     u32 sizeof header (32), u32 flags (1: scaler present, 2: optimizer present),
+     u64 payload bytes, payload, u32 CRC-32 (IEEE, as zlib's crc32) of everything before it.
+     scaler payload: the resolved amp_scale_params and the init_scale, the amp_scale_state, the
+       skipped count, the last-skipped flag (fixed-size fields, see amp__ckpt_scaler);
+     optimizer payload: kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps,
+       max_grad_norm, step count, tensor count, then per tensor: n, weight dtype, grad dtype,
+       master[n], then the moments it has (SGD with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
+   save writes path.tmp and renames it over path (a crash never destroys the old checkpoint); o or
+   s may be NULL to save/load only the other. load checks everything (magic, version, byte order,
+   size, CRC, kind, tensor count, sizes, dtypes) before it changes anything: AMP_ERR_CORRUPT with
+   what did not match; AMP_ERR_IO naming the path when it cannot be opened. It restores the
+   optimizer's config (lr included; custom_step stays the live one), step count, masters and
+   moments, writes every model copy from its restored master, and restores the scaler's
+   parameters and state; both start a new iteration (no unscale/step recorded). */
 
 /* Per-step coefficients of an update, computed once per step (on the host, or by one device
    thread) and read by every element. */
@@ -595,16 +698,25 @@ static inline AMP_HD void amp__sgd_elem(float *p, float *buf, float g, const amp
 }
 
 /* Adam (wd = L2 on the grad) and AdamW (decay = 1 - lr*wd on the weight, wd 0 on the grad),
-   torch.optim.Adam/AdamW's formulas with t counted from 1. */
-static inline AMP_HD void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+   torch.optim.Adam/AdamW's formulas with t counted from 1. Written as two halves around the
+   square root, so a CPU loop can take the roots of a whole block at once (sqrtf, which may set
+   errno, keeps compilers from vectorising a loop that calls it): amp__adam_elem is exactly the
+   two halves in a row. The first leaves the decayed weight in *p and the new moments in *m, *v. */
+static inline AMP_HD void amp__adam_moments(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   float w = *p * c->decay;
-  float mm, vv, denom;
   if (c->wd != 0.0f) g = g + c->wd * w;
-  mm = c->beta1 * *m + (1.0f - c->beta1) * g;
-  vv = c->beta2 * *v + (1.0f - c->beta2) * g * g;
-  denom = sqrtf(vv) / c->bc2_sqrt + c->eps;
-  *m = mm; *v = vv;
-  *p = w - c->step_size * (mm / denom);
+  *m = c->beta1 * *m + (1.0f - c->beta1) * g;
+  *v = c->beta2 * *v + (1.0f - c->beta2) * g * g;
+  *p = w;
+}
+/* The second half: sqrt_v = sqrtf(*v) as the first half left it. */
+static inline AMP_HD void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
+  float denom = sqrt_v / c->bc2_sqrt + c->eps;
+  *p = *p - c->step_size * (m / denom);
+}
+static inline AMP_HD void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+  amp__adam_moments(p, m, v, g, c);
+  amp__adam_apply(p, *m, sqrtf(*v), c);
 }
 
 /* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)). */
@@ -1602,33 +1714,899 @@ AMPDEF amp_status amp_device_sync(amp_device *d) {
    Implementation: scaler
    ------------------------------------------------------------------------------------------ */
 
-/* PLACEHOLDER(issue 4): replaced by the scaler implementation. */
-struct amp_scaler { int placeholder; };
-AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) { amp_scaler_config c; (void)p; memset(&c, 0, sizeof c); return c; }
-AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg) { (void)out; (void)d; (void)cfg; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_create: not implemented yet"); }
-AMPDEF void amp_scaler_destroy(amp_scaler *s) { (void)s; }
-AMPDEF float amp_scaler_get_scale(amp_scaler *s) { (void)s; return 0.0f; }
-AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) { (void)s; (void)o; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_unscale: not implemented yet"); }
-AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) { (void)s; (void)o; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_step: not implemented yet"); }
-AMPDEF amp_status amp_scaler_update(amp_scaler *s) { (void)s; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_update: not implemented yet"); }
-AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) { (void)s; (void)found_inf; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_update_found_inf: not implemented yet"); }
-/* END PLACEHOLDER(issue 4) */
+/* The log hook (amp_set_log). */
+static void amp__log_default(void *user, const char *msg) { (void)user; fprintf(stderr, "amp.h: %s\n", msg); }
+static void (*amp__log_fn)(void *user, const char *msg) = amp__log_default;
+static void *amp__log_user = NULL;
+
+AMPDEF void amp_set_log(void (*fn)(void *user, const char *msg), void *user) {
+  amp__log_fn = fn ? fn : amp__log_default;
+  amp__log_user = fn ? user : NULL;
+}
+static void amp__log(const char *fmt, ...) AMP__PRINTF(1, 2);
+static void amp__log(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  amp__log_fn(amp__log_user, msg);
+}
+
+/* The scaler. All state changes go through the small amp__scaler_* functions below, so the CUDA
+   branch can be added at the top of each public function (if (amp_device_is_cuda(s->dev)) ...).
+   An iteration runs from one update to the next; `iter` numbers them, and an optimizer's call-order
+   stage (amp_optimizer.stage) counts only while its (sc_id, sc_iter) equal this scaler's
+   (id, iter), so update() resets every optimizer's stage without knowing them. */
+struct amp_scaler {
+  amp_device *dev;
+  amp_scale_params pr;     /* the resolved rule */
+  amp_scale_state st;      /* the rule's state */
+  float init_scale;        /* fixed scaling unscales by 1/init_scale */
+  unsigned long id;        /* unique per scaler created in this process */
+  unsigned long iter;      /* iterations closed by update */
+  int found_inf;           /* any inf/NaN recorded in this iteration */
+  int recorded;            /* inf checks (unscales) recorded in this iteration */
+  int last_skipped;        /* the last closed iteration saw inf/NaN */
+  long skipped;            /* iterations with inf/NaN in all */
+  int floor_logged;        /* the floor message was given; re-armed when the scale grows */
+};
+
+static unsigned long amp__scaler_ids = 0;
+
+AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
+  amp_scaler_config c;
+  memset(&c, 0, sizeof c);
+  c.init_scale = 65536.0f; c.growth_factor = 2.0f; c.backoff_factor = 0.5f;
+  c.growth_interval = 2000; c.hysteresis = 1; c.hysteresis_mode = AMP_HYSTERESIS_CONSECUTIVE;
+  switch (p) {
+    case AMP_PRESET_PADDLE: c.min_scale = 1.0f; break;
+    case AMP_PRESET_DEEPSPEED:
+      c.growth_interval = 1000; c.hysteresis = 2; c.hysteresis_mode = AMP_HYSTERESIS_GROWTH_REFILL;
+      c.min_scale = 1.0f; c.late_growth = 1; break;
+    case AMP_PRESET_APEX: c.hysteresis_mode = AMP_HYSTERESIS_CLEAN_REFILL; c.max_scale = 16777216.0f; break;
+    case AMP_PRESET_KERAS: c.init_scale = 32768.0f; c.min_scale = 1.0f; break;
+    case AMP_PRESET_PYTORCH: default: break;
+  }
+  return c;
+}
+
+static int amp__finite(float x) { return x - x == 0.0f; }
+
+/* Defaults filled in and every field checked; *init gets the initial scale. */
+static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
+  amp_scaler_config c;
+  if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
+  if (c.init_scale == 0.0f) c.init_scale = 65536.0f;
+  if (c.growth_factor == 0.0f) c.growth_factor = 2.0f;
+  if (c.backoff_factor == 0.0f) c.backoff_factor = 0.5f;
+  if (c.growth_interval == 0) c.growth_interval = 2000;
+  if (c.hysteresis == 0) c.hysteresis = 1;
+  if (!(c.growth_factor > 1.0f) || !amp__finite(c.growth_factor))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_factor %g must be > 1 and finite", (double)c.growth_factor);
+  if (!(c.backoff_factor > 0.0f && c.backoff_factor < 1.0f))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: backoff_factor %g must be in (0, 1)", (double)c.backoff_factor);
+  if (c.growth_interval < 1)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_interval %d must be >= 1", c.growth_interval);
+  if (c.hysteresis < 1)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: hysteresis %d must be >= 1", c.hysteresis);
+  if (c.hysteresis_mode < 0 || c.hysteresis_mode > 2)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: hysteresis_mode %d must be 0..2 "
+                     "(AMP_HYSTERESIS_CONSECUTIVE, _CLEAN_REFILL, _GROWTH_REFILL)", c.hysteresis_mode);
+  if (!(c.min_scale >= 0.0f) || !amp__finite(c.min_scale))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: min_scale %g must be >= 0 and finite", (double)c.min_scale);
+  if (!(c.max_scale == 0.0f || (c.max_scale >= c.min_scale && c.max_scale >= FLT_MIN)) || !amp__finite(c.max_scale))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: max_scale %g must be 0 (no cap) or finite and >= min_scale %g",
+                     (double)c.max_scale, (double)c.min_scale);
+  if (!(c.init_scale >= FLT_MIN) || !amp__finite(c.init_scale))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g must be finite and >= FLT_MIN", (double)c.init_scale);
+  if (c.init_scale < c.min_scale)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is below min_scale %g", (double)c.init_scale, (double)c.min_scale);
+  if (c.max_scale > 0.0f && c.init_scale > c.max_scale)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is above max_scale %g", (double)c.init_scale, (double)c.max_scale);
+  pr->growth = c.growth_factor; pr->backoff = c.backoff_factor;
+  pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal (SEMANTICS.md) */
+  pr->cap = c.max_scale;
+  pr->interval = c.growth_interval; pr->hysteresis = c.hysteresis; pr->mode = c.hysteresis_mode;
+  pr->fixed = c.fixed != 0; pr->late_growth = c.late_growth != 0;
+  *init = c.init_scale;
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg) {
+  amp_scale_params pr;
+  float init = 0.0f;
+  amp_scaler *s;
+  amp_status st;
+  if (!out) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: out is NULL");
+  *out = NULL;
+  if (!d) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: device is NULL (use amp_cpu())");
+  if ((st = amp__scaler_resolve(cfg, &pr, &init)) != AMP_OK) return st;
+  s = (amp_scaler *)AMP_MALLOC(sizeof *s);
+  if (!s) return amp__fail(AMP_ERR_NOMEM, "amp_scaler_create: out of memory");
+  memset(s, 0, sizeof *s);
+  s->dev = d; s->pr = pr; s->init_scale = init;
+  s->st = amp__scale_init(init, &pr);
+  s->id = ++amp__scaler_ids;
+  *out = s;
+  return AMP_OK;
+}
+
+AMPDEF void amp_scaler_destroy(amp_scaler *s) { if (s) AMP_FREE(s); }
+AMPDEF float amp_scaler_get_scale(amp_scaler *s) { return s ? s->st.scale : 0.0f; }
+AMPDEF int amp_scaler_last_skipped(const amp_scaler *s) { return s ? s->last_skipped : 0; }
+AMPDEF long amp_scaler_skipped_steps(const amp_scaler *s) { return s ? s->skipped : 0; }
+AMPDEF int amp_scaler_at_floor(const amp_scaler *s) { return s ? (int)s->st.at_floor : 0; }
+
+AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_get_state: s is NULL");
+  if (state) *state = s->st;
+  if (params) *params = s->pr;
+  return AMP_OK;
+}
+
+/* The inverse scale the unscale pass multiplies by: fixed scaling keeps init_scale. */
+static float amp__scaler_inv(const amp_scaler *s) {
+  return amp__inv_scale(s->pr.fixed ? s->init_scale : s->st.scale);
+}
+
+/* Closes an iteration: the rule, the skip bookkeeping, the floor message. */
+static void amp__scaler_close(amp_scaler *s, int found_inf) {
+  float before = s->st.scale;
+  amp__scale_rule(&s->st, &s->pr, found_inf);
+  s->last_skipped = found_inf != 0;
+  s->skipped += found_inf != 0;
+  if (s->st.scale > before) s->floor_logged = 0;
+  if (s->st.at_floor && !s->floor_logged) {
+    s->floor_logged = 1;
+    amp__log("the loss scale is at its floor %g and overflows continue: every step is being skipped "
+             "(inf/NaN gradients at every scale?)", (double)s->st.scale);
+  }
+  s->found_inf = 0; s->recorded = 0;
+  s->iter++;
+}
+
+AMPDEF amp_status amp_scaler_update(amp_scaler *s) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_update: s is NULL");
+  if (!s->recorded)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_update: No inf checks were recorded prior to update() "
+                     "(call amp_scaler_step or amp_scaler_unscale first, or amp_scaler_update_found_inf)");
+  amp__scaler_close(s, s->found_inf);
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_update_found_inf: s is NULL");
+  amp__scaler_close(s, found_inf != 0 || s->found_inf);
+  return AMP_OK;
+}
 
 /* ------------------------------------------------------------------------------------------
    Implementation: optimizers and checkpoints
    ------------------------------------------------------------------------------------------ */
 
-/* PLACEHOLDER(issue 4): replaced by the optimizer implementation. */
-struct amp_optimizer { int placeholder; };
-AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg) { (void)out; (void)d; (void)cfg; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_create: not implemented yet"); }
-AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n) { (void)o; (void)dtype; (void)weights; (void)grads; (void)n; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_add: not implemented yet"); }
-AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) { (void)o; (void)lr; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_set_lr: not implemented yet"); }
-AMPDEF float amp_optimizer_grad_norm(const amp_optimizer *o) { (void)o; return 0.0f; }
-AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) { (void)o; (void)index; (void)n; return NULL; }
-AMPDEF void amp_optimizer_destroy(amp_optimizer *o) { (void)o; }
-AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s) { (void)path; (void)o; (void)s; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_checkpoint_save: not implemented yet"); }
-AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) { (void)path; (void)o; (void)s; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_checkpoint_load: not implemented yet"); }
-/* END PLACEHOLDER(issue 4) */
+/* C99's restrict, spelled so C++ compilers take it too. */
+#if defined(__cplusplus) || defined(_MSC_VER)
+#define AMP__RESTRICT __restrict
+#else
+#define AMP__RESTRICT restrict
+#endif
+/* The CPU step's loops are inline bodies compiled twice: plain (the baseline ISA) and, on x86
+   with GCC or Clang, inside a target("avx2") clone picked at run time by CPUID. Both clones
+   run the same IEEE single operations (no FMA is enabled, so nothing is contracted), so they give
+   the same bits. AMP_NO_SIMD keeps only the plain one. */
+#if defined(__GNUC__) || defined(__clang__)
+#define AMP__INLINE static inline __attribute__((always_inline))
+#else
+#define AMP__INLINE static inline
+#endif
+#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define AMP__OPT_X86 1
+#endif
+#if defined(__SSE__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 1)
+#include <xmmintrin.h>
+#define AMP__OPT_SSE 1
+#endif
+
+/* -1: not decided; 0: the plain loops; 1: the AVX2 clone. Tests set it to 0 to compare both. */
+static int amp__opt_simd = -1;
+static int amp__opt_use_simd(void) {
+#ifdef AMP__OPT_X86
+  if (amp__opt_simd < 0) amp__opt_simd = __builtin_cpu_supports("avx2");
+  return amp__opt_simd;
+#else
+  return amp__opt_simd > 0 ? 0 : 0;   /* no clone to pick; keeps the switch referenced */
+#endif
+}
+
+/* Branch-free f16 <-> f32 for the hot loops (Maratyszcza/FP16's tricks), vectorisable where the
+   branchy scalar functions are not. f16 -> f32: normals by rebiasing with one multiply by 2^-112,
+   subnormals as (0.5 + m * 2^-24) - 0.5, exact both. It quiets a signalling NaN (only grads go
+   through it, and a NaN grad only ever skips the step). */
+AMP__INLINE float amp__o_h2f(uint16_t h) {
+  uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
+  float normal = amp__bits_f32((two_w >> 4) + (0xE0u << 23)) * amp__bits_f32(0x07800000u);  /* 2^-112 */
+  float denormal = amp__bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+  uint32_t sub = 0u - (uint32_t)(two_w < (1u << 27));   /* all ones for zero/subnormal inputs */
+  /* selects written as masks: GCC does not if-convert the ?: here and would not vectorise */
+  return amp__bits_f32(sign | (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub));
+}
+/* f32 -> f16, round to nearest even with the FPU's own rounding: |x| * 2^112 * 2^-110 pushes
+   overflows to inf, then adding 2^(e+...) (the bias) leaves exactly the f16 bits of the rounded
+   value in the low bits; NaN as amp_f32_to_f16 (quiet bit set, top 10 payload bits kept), so the
+   result equals amp_f32_to_f16 bit for bit (tested) under the default rounding mode. */
+AMP__INLINE uint16_t amp__o_f2h(float f) {
+  uint32_t w = amp__f32_bits(f), shl1 = w + w, sign = w & 0x80000000u;
+  uint32_t bias = shl1 & 0xFF000000u, b, nonsign, nan, small, isnan;
+  float base = (fabsf(f) * amp__bits_f32(0x77800000u)) * amp__bits_f32(0x08800000u);  /* 2^112, 2^-110 */
+  small = 0u - (uint32_t)(bias < 0x71000000u);
+  bias = (bias & ~small) | (0x71000000u & small);
+  base = amp__bits_f32((bias >> 1) + 0x07800000u) + base;
+  b = amp__f32_bits(base);
+  nonsign = ((b >> 13) & 0x7C00u) + (b & 0x0FFFu);
+  nan = 0x7E00u | ((w >> 13) & 0x3FFu);
+  isnan = 0u - (uint32_t)(shl1 > 0xFF000000u);
+  return (uint16_t)((sign >> 16) | (nan & isnan) | (nonsign & ~isnan));
+}
+/* amp_f32_to_bf16 written as one select instead of an early return. */
+AMP__INLINE uint16_t amp__o_f2bf(float f) {
+  uint32_t u = amp__f32_bits(f);
+  uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  uint32_t isnan = 0u - (uint32_t)((u & 0x7FFFFFFFu) > 0x7F800000u);
+  return (uint16_t)((((u >> 16) | 0x40u) & isnan) | (r & ~isnan));
+}
+
+/* d[i] = src[i0 + i] * mul, src of type t; one plain loop per type. */
+AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype t, size_t i0, size_t k, float mul) {
+  size_t i;
+  if (t == AMP_F16) {
+    const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
+    for (i = 0; i < k; i++) d[i] = amp__o_h2f(s[i]) * mul;
+  } else if (t == AMP_BF16) {
+    const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
+    for (i = 0; i < k; i++) d[i] = amp__bits_f32((uint32_t)s[i] << 16) * mul;
+  } else {
+    const float *AMP__RESTRICT s = (const float *)src + i0;
+    for (i = 0; i < k; i++) d[i] = s[i] * mul;
+  }
+}
+/* dst[i0 + i] = p[i] rounded to the type t. */
+AMP__INLINE void amp__o_store(void *dst, amp_dtype t, size_t i0, const float *AMP__RESTRICT p, size_t k) {
+  size_t i;
+  if (t == AMP_F16) {
+    uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
+    for (i = 0; i < k; i++) d[i] = amp__o_f2h(p[i]);
+  } else if (t == AMP_BF16) {
+    uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
+    for (i = 0; i < k; i++) d[i] = amp__o_f2bf(p[i]);
+  } else {
+    memcpy((float *)dst + i0, p, k * sizeof(float));
+  }
+}
+AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT s, size_t k) {
+  size_t i = 0;
+#ifdef AMP__OPT_SSE
+  for (; i + 4 <= k; i += 4) _mm_storeu_ps(d + i, _mm_sqrt_ps(_mm_loadu_ps(s + i)));  /* IEEE sqrt, = sqrtf */
+#endif
+  for (; i < k; i++) d[i] = sqrtf(s[i]);
+}
+
+#define AMP__CHUNK 512   /* elements per block: the fp32 grads and roots of a block stay in L1 */
+
+/* Pass 1 (unscale): inf/NaN and the sum of squares of the unscaled grads g * inv, in one read.
+   x - x is 0 for a finite x and NaN for inf/NaN; eight lanes of partial sums let the compiler
+   vectorise the reductions without reassociating. Squares are summed in float lanes within a
+   block (64 terms a lane) and in double across blocks. */
+AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  float x[AMP__CHUNK];
+  size_t i0, i, j;
+  double total = 0.0;
+  float nan_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    amp__o_load(x, g, t, i0, k, inv);
+    for (i = 0; i + 8 <= k; i += 8)
+      for (j = 0; j < 8; j++) { acc[j] += x[i + j] * x[i + j]; nan_lanes[j] += x[i + j] - x[i + j]; }
+    for (; i < k; i++) { total += (double)x[i] * x[i]; nan_lanes[0] += x[i] - x[i]; }
+    for (j = 0; j < 8; j++) total += acc[j];
+  }
+  for (j = 0; j < 8; j++) if (nan_lanes[j] != 0.0f) *bad = 1;
+  *sumsq += total;
+}
+
+/* Pass 2 (step): one fused pass over a tensor for SGD/Adam/AdamW: the grads read again as
+   g * (inv_scale * clip), the update on the fp32 master and moments, the model copy written. */
+AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, float *AMP__RESTRICT m,
+                                  float *AMP__RESTRICT v, const void *g, amp_dtype gt, void *w, amp_dtype wt,
+                                  size_t n, float gmul, const amp_step_coefs *coefs) {
+  float gb[AMP__CHUNK], sq[AMP__CHUNK];
+  amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
+  size_t i0, i;
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    float *AMP__RESTRICT pp = p + i0;
+    amp__o_load(gb, g, gt, i0, k, gmul);
+    if (kind == AMP_SGD) {
+      if (m) { float *AMP__RESTRICT b = m + i0; for (i = 0; i < k; i++) amp__sgd_elem(&pp[i], &b[i], gb[i], &c); }
+      else for (i = 0; i < k; i++) { float unused = 0.0f; amp__sgd_elem(&pp[i], &unused, gb[i], &c); }
+    } else {
+      float *AMP__RESTRICT mm = m + i0, *AMP__RESTRICT vv = v + i0;
+      for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
+      amp__o_sqrt(sq, vv, k);
+      for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
+    }
+    amp__o_store(w, wt, i0, pp, k);
+  }
+}
+
+static void amp__o_scan_plain(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  amp__o_scan_body(g, t, n, inv, sumsq, bad);
+}
+static void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                              void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+}
+#ifdef AMP__OPT_X86
+__attribute__((target("avx2")))
+static void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  amp__o_scan_body(g, t, n, inv, sumsq, bad);
+}
+__attribute__((target("avx2")))
+static void amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                             void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+}
+#endif
+static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+#ifdef AMP__OPT_X86
+  if (amp__opt_use_simd()) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
+#else
+  (void)amp__opt_use_simd;
+#endif
+  amp__o_scan_plain(g, t, n, inv, sumsq, bad);
+}
+static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                        void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+#ifdef AMP__OPT_X86
+  if (amp__opt_use_simd()) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
+#else
+  (void)amp__opt_use_simd;
+#endif
+  amp__o_step_plain(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+}
+
+enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
+
+/* The optimizer. Its tensors are a table of plain arrays, entry i for the i-th amp_optimizer_add,
+   so a device branch can hand them to a kernel as they are:
+     wtype[i], w[i]      the model copy (the trainer's weights) and its dtype
+     gtype[i], g[i]      its grads and their dtype
+     master[i]           the fp32 master, n[i] floats (one allocation with the moments after it)
+     m[i]                SGD: the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg
+     v[i]                Adam/AdamW: exp_avg_sq (NULL otherwise)
+     n[i]                elements
+   stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler). */
+struct amp_optimizer {
+  amp_device *dev;
+  amp_optim_config cfg;          /* resolved: defaults filled in */
+  size_t count, cap;
+  amp_dtype *wtype, *gtype;
+  void **w;
+  const void **g;
+  float **master, **m, **v;
+  size_t *n;
+  float *scratch;                /* AMP_CUSTOM: the unscaled, clipped fp32 grads of one tensor */
+  size_t scratch_n;
+  long step;                     /* updates applied */
+  unsigned long sc_id, sc_iter;  /* the scaler iteration the stage below belongs to */
+  int stage;                     /* AMP__READY / AMP__UNSCALED / AMP__STEPPED */
+  size_t unscaled_count;         /* tensors the last unscale saw */
+  int found_inf;                 /* this optimizer's grads held inf/NaN at the last unscale */
+  float inv;                     /* the inverse scale of the last unscale */
+  float grad_norm;               /* the unscaled global L2 norm of the last unscale */
+};
+
+static int amp__o_moments(const amp_optim_config *c) {
+  return c->kind == AMP_SGD ? (c->momentum != 0.0f) : (c->kind == AMP_ADAM || c->kind == AMP_ADAMW) ? 2 : 0;
+}
+
+/* Defaults filled in and every field checked; fn names the calling function in messages. */
+static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in, amp_optim_config *c) {
+  *c = *in;
+  if ((int)c->kind < AMP_SGD || (int)c->kind > AMP_CUSTOM)
+    return amp__fail(AMP_ERR_ARG, "%s: kind %d must be AMP_SGD, AMP_ADAM, AMP_ADAMW or AMP_CUSTOM", fn, (int)c->kind);
+  if (c->lr == 0.0f) c->lr = 1e-3f;
+  if (c->beta1 == 0.0f) c->beta1 = 0.9f;
+  if (c->beta2 == 0.0f) c->beta2 = 0.999f;
+  if (c->eps == 0.0f) c->eps = 1e-8f;
+  if (!(c->lr > 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be > 0 and finite", fn, (double)c->lr);
+  if (!(c->weight_decay >= 0.0f) || !amp__finite(c->weight_decay))
+    return amp__fail(AMP_ERR_ARG, "%s: weight_decay %g must be >= 0 and finite", fn, (double)c->weight_decay);
+  if (!(c->momentum >= 0.0f) || !amp__finite(c->momentum))
+    return amp__fail(AMP_ERR_ARG, "%s: momentum %g must be >= 0 and finite", fn, (double)c->momentum);
+  if (!(c->dampening >= 0.0f && c->dampening <= 1.0f))
+    return amp__fail(AMP_ERR_ARG, "%s: dampening %g must be in [0, 1]", fn, (double)c->dampening);
+  if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
+    return amp__fail(AMP_ERR_ARG, "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
+                     fn, (double)c->momentum, (double)c->dampening);
+  if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f)) return amp__fail(AMP_ERR_ARG, "%s: beta1 %g must be in [0, 1)", fn, (double)c->beta1);
+  if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f)) return amp__fail(AMP_ERR_ARG, "%s: beta2 %g must be in [0, 1)", fn, (double)c->beta2);
+  if (!(c->eps > 0.0f) || !amp__finite(c->eps)) return amp__fail(AMP_ERR_ARG, "%s: eps %g must be > 0 and finite", fn, (double)c->eps);
+  if (!(c->max_grad_norm >= 0.0f) || !amp__finite(c->max_grad_norm))
+    return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn, (double)c->max_grad_norm);
+  if (c->kind == AMP_CUSTOM && !c->custom_step)
+    return amp__fail(AMP_ERR_ARG, "%s: kind AMP_CUSTOM needs custom_step", fn);
+  c->nesterov = c->nesterov != 0;
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg) {
+  amp_optim_config c, zero;
+  amp_optimizer *o;
+  amp_status st;
+  if (!out) return amp__fail(AMP_ERR_ARG, "amp_optimizer_create: out is NULL");
+  *out = NULL;
+  if (!d) return amp__fail(AMP_ERR_ARG, "amp_optimizer_create: device is NULL (use amp_cpu())");
+  memset(&zero, 0, sizeof zero);
+  if ((st = amp__optim_resolve("amp_optimizer_create", cfg ? cfg : &zero, &c)) != AMP_OK) return st;
+  o = (amp_optimizer *)AMP_MALLOC(sizeof *o);
+  if (!o) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_create: out of memory");
+  memset(o, 0, sizeof *o);
+  o->dev = d; o->cfg = c;
+  *out = o;
+  return AMP_OK;
+}
+
+static void amp__o_free_table(amp_optimizer *o) {
+  AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
+  AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
+}
+
+AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
+  size_t i;
+  if (!o) return;
+  for (i = 0; i < o->count; i++) AMP_FREE(o->master[i]);
+  amp__o_free_table(o);
+  AMP_FREE(o->scratch);
+  AMP_FREE(o);
+}
+
+/* Grows the table to hold cap entries; all-or-nothing. */
+static int amp__o_grow(amp_optimizer *o, size_t cap) {
+  amp_optimizer t = *o;
+  size_t i;
+  t.wtype = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.wtype); t.gtype = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.gtype);
+  t.w = (void **)AMP_MALLOC(cap * sizeof *t.w); t.g = (const void **)AMP_MALLOC(cap * sizeof *t.g);
+  t.master = (float **)AMP_MALLOC(cap * sizeof *t.master); t.m = (float **)AMP_MALLOC(cap * sizeof *t.m);
+  t.v = (float **)AMP_MALLOC(cap * sizeof *t.v); t.n = (size_t *)AMP_MALLOC(cap * sizeof *t.n);
+  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n) { amp__o_free_table(&t); return 0; }
+  for (i = 0; i < o->count; i++) {
+    t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
+    t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
+  }
+  amp__o_free_table(o);
+  t.cap = cap;
+  *o = t;
+  return 1;
+}
+
+static int amp__overlap(const void *a, size_t an, const void *b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + bn && y < x + an;
+}
+
+AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
+                                          amp_dtype g_dtype, const void *grads, size_t n) {
+  size_t ws = amp_dtype_size(w_dtype), gs = amp_dtype_size(g_dtype), i, k;
+  int nm;
+  float *block;
+  if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: o is NULL");
+  if (!ws) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)w_dtype);
+  if (!gs) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)g_dtype);
+  if (!weights) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights is NULL");
+  if (!grads) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads is NULL");
+  if (n == 0) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: n is 0");
+  if (n > ((size_t)-1) / 16) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: n %zu is too large", n);
+  if ((const void *)weights == grads) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p is the weights buffer", grads);
+  if (amp__overlap(weights, n * ws, grads, n * gs))
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p overlap weights %p (n %zu)", grads, weights, n);
+  for (i = 0; i < o->count; i++) {
+    size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
+    if (amp__overlap(weights, n * ws, o->w[i], ows) || amp__overlap(weights, n * ws, o->g[i], ogs))
+      return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights %p overlap a buffer of tensor %zu already added", weights, i);
+    if (amp__overlap(grads, n * gs, o->w[i], ows) || amp__overlap(grads, n * gs, o->g[i], ogs))
+      return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p overlap a buffer of tensor %zu already added", grads, i);
+  }
+  if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
+    return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory");
+  if (o->cfg.kind == AMP_CUSTOM && n > o->scratch_n) {
+    float *s = (float *)AMP_MALLOC(n * sizeof(float));
+    if (!s) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory for %zu floats", n);
+    AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
+  }
+  nm = amp__o_moments(&o->cfg);
+  block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
+  if (!block) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory for %zu floats", n * (size_t)(1 + nm));
+  for (k = 0; k < n; k++) block[k] = amp__load(weights, w_dtype, k);   /* exact: every dtype fits f32 */
+  if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
+  i = o->count++;
+  o->wtype[i] = w_dtype; o->gtype[i] = g_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
+  o->master[i] = block; o->m[i] = nm >= 1 ? block + n : NULL; o->v[i] = nm >= 2 ? block + 2 * n : NULL;
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n) {
+  return amp_optimizer_add_mixed(o, dtype, weights, dtype, grads, n);
+}
+
+AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
+  if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: o is NULL");
+  if (!(lr >= 0.0f) || !amp__finite(lr)) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g must be >= 0 and finite", (double)lr);
+  o->cfg.lr = lr;
+  return AMP_OK;
+}
+AMPDEF float amp_optimizer_grad_norm(const amp_optimizer *o) { return o ? o->grad_norm : 0.0f; }
+AMPDEF size_t amp_optimizer_count(const amp_optimizer *o) { return o ? o->count : 0; }
+AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) { return o ? o->step : 0; }
+AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
+  if (!o || index >= o->count) { if (n) *n = 0; return NULL; }
+  if (n) *n = o->n[index];
+  return o->master[index];
+}
+
+/* The per-step coefficients, in double on the host and rounded once (t = the step about to run). */
+static amp_step_coefs amp__o_coefs(const amp_optimizer *o) {
+  const amp_optim_config *c = &o->cfg;
+  amp_step_coefs k;
+  double t = (double)(o->step + 1);
+  memset(&k, 0, sizeof k);
+  k.lr = c->lr; k.wd = c->kind == AMP_ADAMW ? 0.0f : c->weight_decay;
+  k.momentum = c->momentum; k.dampening = c->dampening; k.nesterov = c->nesterov; k.first = o->step == 0;
+  k.beta1 = c->beta1; k.beta2 = c->beta2; k.eps = c->eps;
+  k.step_size = (float)((double)c->lr / (1.0 - pow((double)c->beta1, t)));
+  k.bc2_sqrt = (float)sqrt(1.0 - pow((double)c->beta2, t));
+  k.decay = c->kind == AMP_ADAMW ? (float)(1.0 - (double)c->lr * (double)c->weight_decay) : 1.0f;
+  return k;
+}
+
+/* The call-order stage of o in s's current iteration. */
+static int amp__o_stage(const amp_optimizer *o, const amp_scaler *s) {
+  return o->sc_id == s->id && o->sc_iter == s->iter ? o->stage : AMP__READY;
+}
+
+/* Pass 1 over every tensor of o; records the result in o and s. */
+static void amp__o_unscale(amp_scaler *s, amp_optimizer *o) {
+  float inv = amp__scaler_inv(s);
+  double sumsq = 0.0;
+  int bad = 0;
+  size_t i;
+  for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
+  o->found_inf = bad; o->inv = inv;
+  o->grad_norm = (float)sqrt(sumsq);
+  o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
+  s->found_inf |= bad;
+  s->recorded++;
+}
+
+/* Pass 2: the update of every tensor. */
+static void amp__o_apply(amp_optimizer *o) {
+  amp_step_coefs c = amp__o_coefs(o);
+  float gmul = o->inv * amp__clip_coef(o->grad_norm, o->cfg.max_grad_norm);
+  size_t i;
+  for (i = 0; i < o->count; i++) {
+    if (o->cfg.kind == AMP_CUSTOM) {
+      amp__o_load(o->scratch, o->g[i], o->gtype[i], 0, o->n[i], gmul);
+      o->cfg.custom_step(o->cfg.custom_user, o->master[i], o->scratch, o->n[i], i, o->step + 1);
+      amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
+    } else {
+      amp__o_step(o->cfg.kind, o->master[i], o->m[i], o->v[i], o->g[i], o->gtype[i], o->w[i], o->wtype[i],
+                  o->n[i], gmul, &c);
+    }
+  }
+  o->step++;
+}
+
+static amp_status amp__check_pair(const char *fn, amp_scaler *s, amp_optimizer *o) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "%s: scaler is NULL", fn);
+  if (!o) return amp__fail(AMP_ERR_ARG, "%s: optimizer is NULL", fn);
+  if (s->dev != o->dev)
+    return amp__fail(AMP_ERR_ARG, "%s: the scaler (%s) and the optimizer (%s) are on different devices", fn,
+                     amp_device_is_cuda(s->dev) ? "CUDA" : "CPU", amp_device_is_cuda(o->dev) ? "CUDA" : "CPU");
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) {
+  amp_status st = amp__check_pair("amp_scaler_unscale", s, o);
+  int stage;
+  if (st != AMP_OK) return st;
+  stage = amp__o_stage(o, s);
+  if (stage == AMP__UNSCALED)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_unscale: unscale() has already been called on this optimizer since the last update()");
+  if (stage == AMP__STEPPED)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_unscale: unscale() is being called after step()");
+  amp__o_unscale(s, o);
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) {
+  amp_status st = amp__check_pair("amp_scaler_step", s, o);
+  int stage;
+  if (st != AMP_OK) return st;
+  stage = amp__o_stage(o, s);
+  if (stage == AMP__STEPPED)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_step: step() has already been called since the last update()");
+  if (stage == AMP__UNSCALED && o->unscaled_count != o->count)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_step: %zu tensors were added after unscale() saw %zu",
+                     o->count - o->unscaled_count, o->unscaled_count);
+  if (stage == AMP__READY) amp__o_unscale(s, o);
+  if (!s->found_inf) amp__o_apply(o);   /* any inf/NaN seen so far in this iteration skips */
+  o->stage = AMP__STEPPED;
+  return AMP_OK;
+}
+
+/* ---- checkpoints ---- */
+
+/* CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320, as zlib's crc32), table-driven. */
+typedef struct amp__crc { uint32_t table[256]; uint32_t crc; } amp__crc;
+static void amp__crc_init(amp__crc *c) {
+  uint32_t i, j, r;
+  for (i = 0; i < 256; i++) {
+    for (r = i, j = 0; j < 8; j++) r = (r >> 1) ^ (0xEDB88320u & (0u - (r & 1u)));
+    c->table[i] = r;
+  }
+  c->crc = 0xFFFFFFFFu;
+}
+static void amp__crc_add(amp__crc *c, const void *data, size_t n) {
+  const unsigned char *p = (const unsigned char *)data;
+  uint32_t r = c->crc;
+  size_t i;
+  for (i = 0; i < n; i++) r = c->table[(r ^ p[i]) & 0xFFu] ^ (r >> 8);
+  c->crc = r;
+}
+static uint32_t amp__crc_value(const amp__crc *c) { return c->crc ^ 0xFFFFFFFFu; }
+
+#define AMP__CKPT_MAGIC "AMPCKPT1"
+#define AMP__CKPT_VERSION 1u
+#define AMP__CKPT_ENDIAN 0x01020304u
+#define AMP__CKPT_HEADER 32u
+#define AMP__CKPT_SCALER 72u    /* the scaler payload's bytes */
+#define AMP__CKPT_OPTIM 56u     /* the optimizer payload's fixed part */
+#define AMP__CKPT_TENSOR 16u    /* per tensor, before its floats */
+
+typedef struct amp__wr { FILE *f; amp__crc crc; int err; } amp__wr;
+static void amp__put(amp__wr *w, const void *p, size_t n) {
+  if (w->err || n == 0) return;
+  if (fwrite(p, 1, n, w->f) != n) w->err = 1;
+  amp__crc_add(&w->crc, p, n);
+}
+static void amp__put_u32(amp__wr *w, uint32_t x) { amp__put(w, &x, 4); }
+static void amp__put_i32(amp__wr *w, int32_t x) { amp__put(w, &x, 4); }
+static void amp__put_u64(amp__wr *w, uint64_t x) { amp__put(w, &x, 8); }
+static void amp__put_f32(amp__wr *w, float x) { amp__put(w, &x, 4); }
+
+typedef struct amp__rd { const unsigned char *p; size_t left; } amp__rd;
+static int amp__get(amp__rd *r, void *dst, size_t n) {
+  if (r->left < n) return 0;
+  memcpy(dst, r->p, n); r->p += n; r->left -= n;
+  return 1;
+}
+
+static uint64_t amp__ckpt_optim_bytes(const amp_optimizer *o) {
+  uint64_t b = AMP__CKPT_OPTIM;
+  size_t i;
+  for (i = 0; i < o->count; i++) b += AMP__CKPT_TENSOR + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + amp__o_moments(&o->cfg));
+  return b;
+}
+
+AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s) {
+  amp__wr w;
+  char *tmp;
+  size_t plen, i;
+  uint64_t payload = 0;
+  uint32_t crc;
+  if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: path is NULL");
+  if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: both the optimizer and the scaler are NULL");
+  plen = strlen(path);
+  tmp = (char *)AMP_MALLOC(plen + 5);
+  if (!tmp) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory");
+  memcpy(tmp, path, plen); memcpy(tmp + plen, ".tmp", 5);
+  w.f = fopen(tmp, "wb"); w.err = 0;
+  if (!w.f) {
+    amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot open '%s' for writing", tmp);
+    AMP_FREE(tmp); return st;
+  }
+  amp__crc_init(&w.crc);
+  if (s) payload += AMP__CKPT_SCALER;
+  if (o) payload += amp__ckpt_optim_bytes(o);
+  amp__put(&w, AMP__CKPT_MAGIC, 8);
+  amp__put_u32(&w, AMP__CKPT_VERSION); amp__put_u32(&w, AMP__CKPT_ENDIAN); amp__put_u32(&w, AMP__CKPT_HEADER);
+  amp__put_u32(&w, (s ? 1u : 0u) | (o ? 2u : 0u)); amp__put_u64(&w, payload);
+  if (s) {
+    amp__put_f32(&w, s->pr.growth); amp__put_f32(&w, s->pr.backoff); amp__put_f32(&w, s->pr.floor); amp__put_f32(&w, s->pr.cap);
+    amp__put_i32(&w, s->pr.interval); amp__put_i32(&w, s->pr.hysteresis); amp__put_i32(&w, s->pr.mode);
+    amp__put_i32(&w, s->pr.fixed); amp__put_i32(&w, s->pr.late_growth); amp__put_f32(&w, s->init_scale);
+    amp__put_f32(&w, s->st.scale); amp__put_i32(&w, s->st.tracker); amp__put_i32(&w, s->st.hyst); amp__put_i32(&w, s->st.at_floor);
+    amp__put_i32(&w, s->last_skipped); amp__put_i32(&w, s->floor_logged); amp__put_u64(&w, (uint64_t)s->skipped);
+  }
+  if (o) {
+    const amp_optim_config *c = &o->cfg;
+    int nm = amp__o_moments(c);
+    amp__put_u32(&w, (uint32_t)c->kind); amp__put_f32(&w, c->lr); amp__put_f32(&w, c->weight_decay);
+    amp__put_f32(&w, c->momentum); amp__put_f32(&w, c->dampening); amp__put_i32(&w, c->nesterov);
+    amp__put_f32(&w, c->beta1); amp__put_f32(&w, c->beta2); amp__put_f32(&w, c->eps); amp__put_f32(&w, c->max_grad_norm);
+    amp__put_u64(&w, (uint64_t)o->step); amp__put_u64(&w, (uint64_t)o->count);
+    for (i = 0; i < o->count; i++) {
+      amp__put_u64(&w, (uint64_t)o->n[i]); amp__put_u32(&w, (uint32_t)o->wtype[i]); amp__put_u32(&w, (uint32_t)o->gtype[i]);
+      amp__put(&w, o->master[i], o->n[i] * sizeof(float));
+      if (nm >= 1) amp__put(&w, o->m[i], o->n[i] * sizeof(float));
+      if (nm >= 2) amp__put(&w, o->v[i], o->n[i] * sizeof(float));
+    }
+  }
+  crc = amp__crc_value(&w.crc);
+  amp__put_u32(&w, crc);
+  if (fflush(w.f) != 0) w.err = 1;
+  if (fclose(w.f) != 0) w.err = 1;
+  if (w.err) {
+    remove(tmp);
+    { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: writing '%s' failed", tmp); AMP_FREE(tmp); return st; }
+  }
+  if (rename(tmp, path) != 0) {
+    remove(tmp);
+    { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot rename '%s' to '%s'", tmp, path); AMP_FREE(tmp); return st; }
+  }
+  AMP_FREE(tmp);
+  return AMP_OK;
+}
+
+/* Parses and checks the whole file image against the live objects; fills *sc / *oc (the scaler
+   and optimizer sections to restore, NULL when absent). Nothing live is touched. */
+static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const amp_optimizer *o, const amp_scaler *s,
+                                  amp_scaler *sc, const unsigned char **opt_at) {
+  amp__rd r;
+  char magic[8];
+  uint32_t version, endian, hsize, flags, crc_file, u;
+  uint64_t payload, step, count, n;
+  amp__crc crc;
+  size_t i;
+  r.p = buf; r.left = size;
+  if (size < AMP__CKPT_HEADER + 4) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: file of %zu bytes is truncated (header needs %u)", size, AMP__CKPT_HEADER + 4);
+  amp__get(&r, magic, 8);
+  if (memcmp(magic, AMP__CKPT_MAGIC, 8) != 0) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: not an amp.h checkpoint (bad magic)");
+  amp__get(&r, &version, 4); amp__get(&r, &endian, 4); amp__get(&r, &hsize, 4); amp__get(&r, &flags, 4); amp__get(&r, &payload, 8);
+  if (endian == 0x04030201u) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: written on a machine of the other byte order");
+  if (endian != AMP__CKPT_ENDIAN) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: bad endianness mark 0x%08x", (unsigned)endian);
+  if (version != AMP__CKPT_VERSION) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: format version %u, this amp.h reads %u", (unsigned)version, AMP__CKPT_VERSION);
+  if (hsize != AMP__CKPT_HEADER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: header size %u, expected %u", (unsigned)hsize, AMP__CKPT_HEADER);
+  if (payload != (uint64_t)(size - AMP__CKPT_HEADER - 4))
+    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: truncated or padded: payload %llu bytes, the file holds %zu",
+                     (unsigned long long)payload, size - AMP__CKPT_HEADER - 4);
+  amp__crc_init(&crc); amp__crc_add(&crc, buf, size - 4);
+  memcpy(&crc_file, buf + size - 4, 4);
+  if (crc_file != amp__crc_value(&crc))
+    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
+  if (flags & ~3u) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: unknown flags 0x%x", (unsigned)flags);
+  if (s && !(flags & 1u)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file holds no scaler state");
+  if (o && !(flags & 2u)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file holds no optimizer state");
+  r.left = size - AMP__CKPT_HEADER - 4;
+  if (flags & 1u) {
+    amp_scale_params *p = &sc->pr;
+    amp_scale_state *t = &sc->st;
+    int32_t ls, fl; uint64_t sk;
+    if (r.left < AMP__CKPT_SCALER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler section truncated");
+    amp__get(&r, &p->growth, 4); amp__get(&r, &p->backoff, 4); amp__get(&r, &p->floor, 4); amp__get(&r, &p->cap, 4);
+    amp__get(&r, &p->interval, 4); amp__get(&r, &p->hysteresis, 4); amp__get(&r, &p->mode, 4);
+    amp__get(&r, &p->fixed, 4); amp__get(&r, &p->late_growth, 4); amp__get(&r, &sc->init_scale, 4);
+    amp__get(&r, &t->scale, 4); amp__get(&r, &t->tracker, 4); amp__get(&r, &t->hyst, 4); amp__get(&r, &t->at_floor, 4);
+    amp__get(&r, &ls, 4); amp__get(&r, &fl, 4); amp__get(&r, &sk, 8);
+    sc->last_skipped = ls != 0; sc->floor_logged = fl != 0; sc->skipped = (long)sk;
+    if (!(p->growth > 1.0f) || !amp__finite(p->growth) || !(p->backoff > 0.0f && p->backoff < 1.0f) ||
+        !(p->floor >= FLT_MIN) || !amp__finite(p->floor) || !(p->cap == 0.0f || p->cap >= p->floor) || !amp__finite(p->cap) ||
+        p->interval < 1 || p->hysteresis < 1 || p->mode < 0 || p->mode > 2 ||
+        t->tracker < -1 || t->tracker > p->interval || t->hyst < 0 || t->hyst > p->hysteresis ||
+        !(t->scale >= p->floor) || !amp__finite(t->scale) || !(sc->init_scale >= FLT_MIN) || !amp__finite(sc->init_scale))
+      return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler parameters out of range (scale %g, growth %g, backoff %g)",
+                       (double)t->scale, (double)p->growth, (double)p->backoff);
+  }
+  *opt_at = NULL;
+  if (flags & 2u) {
+    amp_optim_config c, cr;
+    int nm;
+    amp_status st;
+    *opt_at = r.p;
+    if (r.left < AMP__CKPT_OPTIM) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer section truncated");
+    memset(&c, 0, sizeof c);
+    amp__get(&r, &u, 4); c.kind = (amp_optim_kind)u;
+    amp__get(&r, &c.lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4); amp__get(&r, &c.dampening, 4);
+    amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4); amp__get(&r, &c.eps, 4);
+    amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
+    if (o) {
+      if (c.kind != o->cfg.kind) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer kind %u in the file, the live one is %d", (unsigned)u, (int)o->cfg.kind);
+      c.custom_step = o->cfg.custom_step; c.custom_user = o->cfg.custom_user;
+      if (c.lr == 0.0f) c.lr = o->cfg.lr;   /* set_lr(0) was saved; resolve would read 0 as the default */
+      if ((st = amp__optim_resolve("amp_checkpoint_load", &c, &cr)) != AMP_OK) {
+        char why[sizeof amp__err_buf];
+        memcpy(why, amp__err_buf, sizeof why);
+        return amp__fail(AMP_ERR_CORRUPT, "%.400s (in the file)", why);
+      }
+      nm = amp__o_moments(&c);
+      if (nm != amp__o_moments(&o->cfg)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file's optimizer has %d moment buffers per tensor, the live one %d", nm, amp__o_moments(&o->cfg));
+      if (count != (uint64_t)o->count) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %llu tensors in the file, %zu in the optimizer", (unsigned long long)count, o->count);
+      if (step > (uint64_t)0x7fffffff) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: step count %llu out of range", (unsigned long long)step);
+      for (i = 0; i < o->count; i++) {
+        uint32_t wt, gt;
+        if (!amp__get(&r, &n, 8) || !amp__get(&r, &wt, 4) || !amp__get(&r, &gt, 4))
+          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu truncated", i);
+        if (n != (uint64_t)o->n[i]) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu has %llu elements in the file, %zu live", i, (unsigned long long)n, o->n[i]);
+        if (wt != (uint32_t)o->wtype[i] || gt != (uint32_t)o->gtype[i])
+          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)",
+                           i, (unsigned)wt, (unsigned)gt, amp__dtype_name(o->wtype[i]), amp__dtype_name(o->gtype[i]));
+        if (r.left / 4 < n * (uint64_t)(1 + nm)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu data truncated", i);
+        r.p += 4 * n * (uint64_t)(1 + nm); r.left -= 4 * n * (uint64_t)(1 + nm);
+      }
+      if (r.left != 0) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %zu bytes left over after the optimizer section", r.left);
+    }
+  } else if (r.left != 0) {
+    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %zu bytes left over after the scaler section", r.left);
+  }
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) {
+  FILE *f;
+  long len;
+  unsigned char *buf;
+  const unsigned char *opt_at = NULL;
+  amp_scaler sc;
+  amp_status st;
+  size_t i;
+  if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is NULL");
+  if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: both the optimizer and the scaler are NULL");
+  f = fopen(path, "rb");
+  if (!f) return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot open '%s'", path);
+  if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot seek in '%s'", path);
+  }
+  buf = (unsigned char *)AMP_MALLOC(len > 0 ? (size_t)len : 1);
+  if (!buf) { fclose(f); return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_load: out of memory for %ld bytes", len); }
+  if (len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+    fclose(f); AMP_FREE(buf); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot read '%s'", path);
+  }
+  fclose(f);
+  memset(&sc, 0, sizeof sc);
+  st = amp__ckpt_check(buf, (size_t)len, o, s, &sc, &opt_at);
+  if (st != AMP_OK) { AMP_FREE(buf); return st; }
+  /* Everything checked: restore. */
+  if (s) {
+    s->pr = sc.pr; s->st = sc.st; s->init_scale = sc.init_scale;
+    s->last_skipped = sc.last_skipped; s->floor_logged = sc.floor_logged; s->skipped = sc.skipped;
+    s->found_inf = 0; s->recorded = 0; s->iter++;
+  }
+  if (o && opt_at) {
+    amp__rd r;
+    amp_optim_config c = o->cfg;
+    uint32_t u = 0; uint64_t step = 0, count = 0;
+    int nm = amp__o_moments(&o->cfg);
+    float lr;
+    r.p = opt_at; r.left = (size_t)len;   /* sizes were checked above */
+    amp__get(&r, &u, 4); amp__get(&r, &lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4);
+    amp__get(&r, &c.dampening, 4); amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4);
+    amp__get(&r, &c.eps, 4); amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
+    c.lr = lr;   /* exactly as saved, 0 included (amp_optimizer_set_lr allows it) */
+    o->cfg = c; o->step = (long)step;
+    for (i = 0; i < o->count; i++) {
+      r.p += 16;
+      memcpy(o->master[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float);
+      if (nm >= 1) { memcpy(o->m[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float); }
+      if (nm >= 2) { memcpy(o->v[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float); }
+      amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
+    }
+    (void)u; (void)count;
+    o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0;
+  }
+  AMP_FREE(buf);
+  return AMP_OK;
+}
 
 /* ------------------------------------------------------------------------------------------
    Implementation: matrix product
