@@ -534,6 +534,22 @@ AMPDEF long       amp_scaler_skipped_steps(const amp_scaler *s);
    overflow wanted to go below it; the first time in a row this happens the log hook says so. */
 AMPDEF int        amp_scaler_at_floor(const amp_scaler *s);
 
+/* Data-parallel training (one process or thread per GPU, gradients all-reduced by the trainer).
+   If any rank saw inf/NaN, every rank must skip the step and back off together, and clipping must
+   use the global norm; otherwise the replicas drift apart silently. Give the scaler a hook that
+   all-reduces a small buffer across ranks and amp.h calls it once per unscale (one call per
+   optimizer per step, never per tensor), between finding inf/NaN and deciding:
+     buf[0]  1 if this rank's grads held inf/NaN, else 0
+     buf[1]  this rank's sum of squares of the unscaled grads
+   The hook must replace both with their SUM over all ranks, in place (one all-reduce of 2 doubles
+   with a sum, e.g. ncclAllReduce(buf, buf, 2, ncclDouble, ncclSum, comm, stream)). On the CPU buf
+   is host memory and stream is NULL; on a CUDA device buf is device memory and the hook must only
+   enqueue work on `stream` (the device's), so the step still never waits for the GPU.
+   A hook that returns anything but AMP_OK fails the unscale/step with that status (AMP_ERR_DEVICE
+   for a status that is not an amp_status), before any weight is touched. fn NULL removes the hook. */
+typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *stream);
+AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
+
 /* The log hook: amp.h's few warnings (the scale stuck at its floor) go to fn(user, msg); the
    default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. */
 AMPDEF void       amp_set_log(void (*fn)(void *user, const char *msg), void *user);
@@ -1750,6 +1766,8 @@ struct amp_scaler {
   int last_skipped;        /* the last closed iteration saw inf/NaN */
   long skipped;            /* iterations with inf/NaN in all */
   int floor_logged;        /* the floor message was given; re-armed when the scale grows */
+  amp_allreduce_fn allreduce;  /* data-parallel: sums {found_inf, sumsq} over ranks (NULL: one rank) */
+  void *allreduce_user;
 };
 
 static unsigned long amp__scaler_ids = 0;
@@ -1837,6 +1855,12 @@ AMPDEF float amp_scaler_get_scale(amp_scaler *s) { return s ? s->st.scale : 0.0f
 AMPDEF int amp_scaler_last_skipped(const amp_scaler *s) { return s ? s->last_skipped : 0; }
 AMPDEF long amp_scaler_skipped_steps(const amp_scaler *s) { return s ? s->skipped : 0; }
 AMPDEF int amp_scaler_at_floor(const amp_scaler *s) { return s ? (int)s->st.at_floor : 0; }
+
+AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_set_allreduce: s is NULL");
+  s->allreduce = fn; s->allreduce_user = fn ? user : NULL;
+  return AMP_OK;
+}
 
 AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params) {
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_get_state: s is NULL");
@@ -2275,18 +2299,39 @@ static int amp__o_stage(const amp_optimizer *o, const amp_scaler *s) {
   return o->sc_id == s->id && o->sc_iter == s->iter ? o->stage : AMP__READY;
 }
 
-/* Pass 1 over every tensor of o; records the result in o and s. */
-static void amp__o_unscale(amp_scaler *s, amp_optimizer *o) {
+/* Calls the data-parallel hook on {found_inf, sumsq}; fn names the public caller. */
+static amp_status amp__scaler_allreduce(const char *fn, amp_scaler *s, int *bad, double *sumsq) {
+  double buf[2];
+  amp_status st;
+  buf[0] = *bad ? 1.0 : 0.0; buf[1] = *sumsq;
+  st = s->allreduce(s->allreduce_user, buf, 2, NULL);
+  if (st != AMP_OK) {
+    if ((int)st < (int)AMP_OK || (int)st > (int)AMP_ERR_DEVICE) st = AMP_ERR_DEVICE;
+    return amp__fail(st, "%s: the allreduce hook returned %s; no update was applied", fn, amp_status_string(st));
+  }
+  *bad = !(buf[0] == 0.0);     /* NaN counts as an overflow too */
+  *sumsq = buf[1];
+  return AMP_OK;
+}
+
+/* Pass 1 over every tensor of o (then, data-parallel, the sum over ranks); records the result
+   in o and s. Fails only when the allreduce hook does, and then records nothing. */
+static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o) {
   float inv = amp__scaler_inv(s);
   double sumsq = 0.0;
   int bad = 0;
   size_t i;
   for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
+  if (s->allreduce) {
+    amp_status st = amp__scaler_allreduce(fn, s, &bad, &sumsq);
+    if (st != AMP_OK) return st;
+  }
   o->found_inf = bad; o->inv = inv;
   o->grad_norm = (float)sqrt(sumsq);
   o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
   s->found_inf |= bad;
   s->recorded++;
+  return AMP_OK;
 }
 
 /* Pass 2: the update of every tensor. */
@@ -2325,8 +2370,7 @@ AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) {
     return amp__fail(AMP_ERR_STATE, "amp_scaler_unscale: unscale() has already been called on this optimizer since the last update()");
   if (stage == AMP__STEPPED)
     return amp__fail(AMP_ERR_STATE, "amp_scaler_unscale: unscale() is being called after step()");
-  amp__o_unscale(s, o);
-  return AMP_OK;
+  return amp__o_unscale("amp_scaler_unscale", s, o);
 }
 
 AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) {
@@ -2339,7 +2383,7 @@ AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) {
   if (stage == AMP__UNSCALED && o->unscaled_count != o->count)
     return amp__fail(AMP_ERR_STATE, "amp_scaler_step: %zu tensors were added after unscale() saw %zu",
                      o->count - o->unscaled_count, o->unscaled_count);
-  if (stage == AMP__READY) amp__o_unscale(s, o);
+  if (stage == AMP__READY && (st = amp__o_unscale("amp_scaler_step", s, o)) != AMP_OK) return st;
   if (!s->found_inf) amp__o_apply(o);   /* any inf/NaN seen so far in this iteration skips */
   o->stage = AMP__STEPPED;
   return AMP_OK;
