@@ -1300,8 +1300,19 @@ static size_t amp__policy_text(const amp_policy *p, char *buf, size_t cap) {
   amp__text_put(buf, cap, &len, head, (size_t)k);
   for (i = 0; i < p->n; i++) {
     const char *ln = p->ops[i].list == AMP_LIST_WHITE ? "white " : p->ops[i].list == AMP_LIST_BLACK ? "black " : "gray  ";
+    const char *c;
     amp__text_put(buf, cap, &len, ln, 6);
-    amp__text_put(buf, cap, &len, p->ops[i].name, strlen(p->ops[i].name));
+    /* One op a line: a control byte or backslash in a name (a JSON escape can put one there) is
+       written as its escape, so a name never splits its line and the text reads back unambiguously. */
+    for (c = p->ops[i].name; *c; c++) {
+      unsigned char u = (unsigned char)*c;
+      char esc[8];
+      if (u == '\\') amp__text_put(buf, cap, &len, "\\\\", 2);
+      else if (u == '\n') amp__text_put(buf, cap, &len, "\\n", 2);
+      else if (u == '\t') amp__text_put(buf, cap, &len, "\\t", 2);
+      else if (u < 0x20 || u == 0x7f) { snprintf(esc, sizeof esc, "\\u%04x", u); amp__text_put(buf, cap, &len, esc, 6); }
+      else amp__text_put(buf, cap, &len, c, 1);
+    }
     amp__text_put(buf, cap, &len, "\n", 1);
   }
   return len;
