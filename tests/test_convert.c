@@ -203,11 +203,24 @@ static uint16_t interesting_16(void) {
   uint16_t r = (uint16_t)rng();
   return (rng() % 4 == 0) ? (uint16_t)(r | 0x7f80) : r;  /* extra NaN/inf patterns for both formats */
 }
+/* Finite values inside the f16 range, a few of them f16 subnormals (a block of those and normal
+   halves only, with no inf or NaN beside them, takes other turns in the portable loops). */
+static uint32_t finite_f32(void) {
+  uint32_t s = rng() & 0x80000000u, r = rng() % 64;
+  if (r == 0) return s | (0x33000000u + (rng() % 0x5800000u));   /* f16 subnormal range */
+  if (r == 1) return s;                                           /* +-0 */
+  return s | (0x38800000u + (rng() % (0x477fe000u - 0x38800000u)));
+}
+static uint16_t finite_16(void) {
+  uint16_t r = (uint16_t)rng();
+  return (r & 0x7c00) == 0x7c00 ? (uint16_t)(r & 0xbfff) : r;    /* no f16 inf/NaN */
+}
+static int finite_only;  /* fill_random draws from finite_f32 / finite_16 */
 static void fill_random(void *p, amp_dtype t, size_t n) {
   size_t i;
   for (i = 0; i < n; i++) {
-    if (t == AMP_F32) { uint32_t u = interesting_f32(); memcpy((char *)p + 4 * i, &u, 4); }
-    else { uint16_t u = interesting_16(); memcpy((char *)p + 2 * i, &u, 2); }
+    if (t == AMP_F32) { uint32_t u = finite_only ? finite_f32() : interesting_f32(); memcpy((char *)p + 4 * i, &u, 4); }
+    else { uint16_t u = finite_only ? finite_16() : interesting_16(); memcpy((char *)p + 2 * i, &u, 2); }
   }
 }
 /* What amp_convert must give: the scalar functions, element by element (f16 <-> bf16 via f32). */
@@ -282,9 +295,10 @@ static void bulk_equals_scalar_for_every_pair_small_n_unaligned(void) {
 static void bulk_equals_scalar_on_a_large_random_buffer(void) {
   size_t n = t_quick() ? 5003 : (1u << 20) + 13, i;
   void *src = malloc(4 * n + 4), *dst = malloc(4 * n + 4), *want = malloc(4 * n + 4);
-  int p, np = n_paths(), a, b;
-  for (p = 0; p < np; p++) {
+  int p, np = n_paths(), a, b, fin;
+  for (fin = 0; fin < 2; fin++) for (p = 0; p < np; p++) {
     amp_simd_enable(simd_paths[p]);
+    finite_only = fin;
     for (a = 0; a < 3; a++) for (b = 0; b < 3; b++) {
       amp_dtype dt = types[a], st = types[b];
       /* one element past the (malloc-aligned) start: unaligned for the 32-byte loads and stores */
@@ -296,11 +310,12 @@ static void bulk_equals_scalar_on_a_large_random_buffer(void) {
       rc = amp_convert(d, dt, s, st, n);
       EXPECT(rc == AMP_OK, "%s->%s: status %s", tname(st), tname(dt), amp_status_string(rc));
       for (i = 0; i < n; i++) if (elem_bits(d, dt, i) != elem_bits(w, dt, i)) break;
-      EXPECT(i == n, "simd %d %s->%s n %zu element %zu: in 0x%x expected 0x%x got 0x%x", simd_paths[p], tname(st), tname(dt), n, i,
+      EXPECT(i == n, "simd %d finite-only %d %s->%s n %zu element %zu: in 0x%x expected 0x%x got 0x%x", simd_paths[p], fin, tname(st), tname(dt), n, i,
              i < n ? elem_bits(s, st, i) : 0, i < n ? elem_bits(w, dt, i) : 0, i < n ? elem_bits(d, dt, i) : 0);
     }
   }
   amp_simd_enable(1);
+  finite_only = 0;
   free(src); free(dst); free(want);
 }
 
@@ -337,6 +352,22 @@ static void overlapping_buffers_of_one_size_convert_as_from_a_copy(void) {
   }
   amp_simd_enable(1);
   free(buf); free(copy); free(want);
+}
+
+/* Large outputs use streaming (non-temporal) stores after an aligning scalar head. The suites
+   above again, with the library's threshold set to 0 so that every call streams. */
+static void bulk_with_streaming_stores_equals_scalar(void) {
+#ifdef AMP__X86_SIMD
+  size_t keep = amp__nt_bytes;
+  if (!amp_simd_active()) { printf("skipped: the SIMD path (no F16C/AVX2 here)\n"); return; }
+  amp__nt_bytes = 0;
+  bulk_equals_scalar_for_every_pair_small_n_unaligned();
+  bulk_equals_scalar_on_a_large_random_buffer();
+  overlapping_buffers_of_one_size_convert_as_from_a_copy();
+  amp__nt_bytes = keep;
+#else
+  printf("skipped: no SIMD path in this build\n");
+#endif
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */
@@ -443,6 +474,7 @@ int main(void) {
   RUN(bulk_equals_scalar_for_every_pair_small_n_unaligned);
   RUN(bulk_equals_scalar_on_a_large_random_buffer);
   RUN(overlapping_buffers_of_one_size_convert_as_from_a_copy);
+  RUN(bulk_with_streaming_stores_equals_scalar);
   RUN(convert_rejects_null_pointers_and_names_them);
   RUN(convert_rejects_an_unknown_dtype_and_names_it);
   RUN(convert_rejects_overlap_of_different_element_sizes);

@@ -1,7 +1,7 @@
 /* tests/test_convert_exhaustive.c - every one of the 2^32 f32 bit patterns through amp_f32_to_f16
    and amp_f32_to_bf16, against the double-arithmetic reference and the hardware (F16C vcvtps2ph;
    AVX512-BF16 vcvtneps2bf16 on normal inputs) where the CPU has it, and through amp_convert's
-   bulk path. Two threads, one binade (sign, exponent field) at a time. AMP_TEST_QUICK=1 samples
+   bulk path (F16C/AVX2 where the CPU has it) and the portable bulk loops. Two threads, one binade (sign, exponent field) at a time. AMP_TEST_QUICK=1 samples
    every 8191st mantissa of each binade. */
 #define _POSIX_C_SOURCE 200809L
 #define AMP_IMPLEMENTATION
@@ -36,7 +36,7 @@ static void compare(job *j, const float *in, const uint16_t *want, const uint16_
 
 static void *sweep(void *arg) {
   job *j = (job *)arg;
-  enum { IN, SC16, SCBF, REF16, REFBF, HW16, HWBF, BULK16, BULKBF, NBUF };
+  enum { IN, SC16, SCBF, REF16, REFBF, HW16, HWBF, BULK16, BULKBF, PORT16, PORTBF, NBUF };
   uint16_t *buf[NBUF];
   float *in = (float *)malloc(CHUNK * sizeof(float));
   unsigned blk;
@@ -76,6 +76,11 @@ static void *sweep(void *arg) {
       amp_convert(buf[BULKBF], AMP_BF16, in, AMP_F32, n);
       compare(j, in, buf[SC16], buf[BULK16], n, "amp_convert f32->f16 vs amp_f32_to_f16");
       compare(j, in, buf[SCBF], buf[BULKBF], n, "amp_convert f32->bf16 vs amp_f32_to_bf16");
+      /* the portable loops, called directly (amp_simd_enable is one global switch, not per thread) */
+      amp__convert_portable(buf[PORT16], AMP_F16, in, AMP_F32, n);
+      amp__convert_portable(buf[PORTBF], AMP_BF16, in, AMP_F32, n);
+      compare(j, in, buf[SC16], buf[PORT16], n, "portable f32->f16 vs amp_f32_to_f16");
+      compare(j, in, buf[SCBF], buf[PORTBF], n, "portable f32->bf16 vs amp_f32_to_bf16");
       j->checked += n;
     }
   }
