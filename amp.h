@@ -130,9 +130,11 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
 typedef enum amp_dtype { AMP_F32 = 0, AMP_F16, AMP_BF16 } amp_dtype;
 
 /* Bulk host conversion between any two of F32/F16/BF16 (same type: a copy). F16C/AVX2 where the
-   running CPU has them (decided once, by CPUID), a portable loop elsewhere; both give the same bits
-   as the scalar functions below. dst and src may be the same buffer only when the element sizes
-   match; any other overlap of buffers of different element sizes is AMP_ERR_ARG. */
+   running CPU has them (decided once, by CPUID), a portable loop elsewhere; both give exactly the
+   bits of the scalar functions below, NaN payloads included. Buffers of the same element size may
+   overlap in any way (in place, or shifted: the result is that of converting a copy of src);
+   buffers of different element sizes must not share a byte (AMP_ERR_ARG, nothing written).
+   n = 0 accepts NULL pointers. Large outputs (>= 8 MiB) are written with streaming stores. */
 AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, amp_dtype src_type, size_t n);
 /* 1 when amp_convert uses the F16C/AVX2 path. amp_simd_enable(0) forces the portable path (for tests
    and benchmarks); amp_simd_enable(1) returns to the CPU's best. Not thread-safe against amp_convert. */
@@ -158,7 +160,8 @@ static inline AMP_HD float amp__bits_f32(uint32_t u) {
 
 /* f32 -> f16, round to nearest even, integer arithmetic only (no dependence on the FPU's mode).
    NaN keeps its sign and the top 10 bits of its payload with the quiet bit set, exactly as the
-   F16C instruction vcvtps2ph and NumPy do; a NaN never becomes inf. */
+   F16C instruction vcvtps2ph does (NumPy keeps the same payload bits; its software path leaves a
+   signalling NaN signalling); a NaN never becomes inf. */
 static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
   uint32_t f = amp__f32_bits(x);
   uint32_t sign = (f >> 16) & 0x8000u;
