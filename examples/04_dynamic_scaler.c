@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
   if (!f) { printf("cannot write %s\n", path); return 1; }
   {
     const double x0 = 60, y0 = 40, pw = 700, ph = 300;
-    const int lo = 8, hi = 18;   /* log2 range shown */
+    const int lo = 6, hi = 18;   /* log2 range shown */
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"400\" font-family=\"sans-serif\" font-size=\"11\">\n"
                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
                "<text x=\"%g\" y=\"22\" font-size=\"14\">Loss scale over %d steps, same planted overflows (grey lines)</text>\n", x0, STEPS);
