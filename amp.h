@@ -267,6 +267,119 @@ AMPDEF void        amp_device_close(amp_device *d);
 AMPDEF amp_status  amp_device_sync(amp_device *d);
 AMPDEF int         amp_device_is_cuda(const amp_device *d);
 
+/* ---- CUDA launcher interface (private; defined in amp_kernels.cu, issue 5) ----------------
+   The extern "C" functions amp.h's implementation calls under AMP_CUDA for a scaler or an
+   optimizer that lives on a CUDA device (the CUDA tests and benchmarks call them directly).
+   `state` is the device's amp__cu_state (amp_device.cuda). Each returns an amp_status and on
+   failure writes "amp__cu_x: what" (AMP_ERR_ARG, checked before any CUDA call) or the CUDA call,
+   the error's name and file:line (AMP_ERR_DEVICE) into msg[cap]; a failing call changes nothing.
+   Calls marked [step] only enqueue kernels on the device's stream: no allocation, no copy, no
+   host wait, so a step may be captured in a CUDA graph. Calls marked [sync] wait for the stream.
+   The scale-rule and optimizer types they take are declared in the sections below. */
+struct amp_scale_state;
+struct amp_scale_params;
+struct amp_step_coefs;
+
+/* One tensor of an optimizer: grads and model copy share one dtype (AMP_F32/F16/BF16). */
+typedef struct amp_cu_tensor {
+  const void *grad;   /* device pointer, n elements */
+  void *model;        /* device pointer, n elements: the model copy, rewritten rounded after each update */
+  size_t n;
+  int32_t dtype;
+} amp_cu_tensor;
+
+/* An optimizer's hyperparameters, resolved (defaults filled in), as the device reads them. */
+typedef struct amp_cu_hparams {
+  int32_t kind;                 /* AMP_SGD, AMP_ADAM, AMP_ADAMW */
+  float lr, weight_decay;
+  float momentum, dampening;
+  int32_t nesterov;
+  float beta1, beta2, eps;
+  float max_grad_norm;          /* 0: no clipping */
+} amp_cu_hparams;
+
+/* What a device scaler / optimizer holds besides the scale state, read back by a [sync] call. */
+typedef struct amp_cu_scaler_info {
+  float inv_scale;              /* amp__inv_scale(scale): what the next unscale multiplies by */
+  int32_t found_inf;            /* OR of the unscales since the last scale rule */
+  int32_t last_skipped;         /* the last scale rule saw an overflow */
+  int64_t skipped;              /* iterations with an overflow, in all */
+} amp_cu_scaler_info;
+typedef struct amp_cu_optim_info {
+  int64_t t;                    /* updates done (skipped steps not counted) */
+  int64_t skipped;              /* steps skipped for an overflow */
+  float norm, clip;             /* last unscale: L2 norm of the unscaled grads, clip coefficient */
+  float mul;                    /* inv_scale * clip: the factor the update applies to each grad */
+  int32_t skip;                 /* the last unscale found inf/NaN: the next step skips */
+} amp_cu_optim_info;
+
+/* Device scaler: one small block in device memory (scale state, rule parameters, inverse scale,
+   found-inf flag, skip counts). */
+extern amp_status amp__cu_scaler_create(void *state, void **scaler, const struct amp_scale_state *st,
+                                        const struct amp_scale_params *pr, char *msg, size_t cap);
+extern void       amp__cu_scaler_destroy(void *state, void *scaler);
+/* [step] replaces the scale state (checkpoint load) and refreshes the inverse scale. */
+extern amp_status amp__cu_scaler_set(void *state, void *scaler, const struct amp_scale_state *st, char *msg, size_t cap);
+/* [sync] the scale state and the rest of the block; either output may be NULL. */
+extern amp_status amp__cu_scaler_read(void *state, const void *scaler, struct amp_scale_state *st,
+                                      amp_cu_scaler_info *info, char *msg, size_t cap);
+/* The device address of the current scale (a float), for the trainer's own loss-gradient kernel. */
+extern float     *amp__cu_scaler_scale_ptr(void *scaler);
+/* [step] the scale rule on the device: found_inf < 0 uses the device flag, 0/1 the caller's; then
+   the flag is cleared. 1 launch. */
+extern amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf, char *msg, size_t cap);
+/* [step] buf[i] = buf[i] * scale, rounded to dtype (the loss gradient of the scaled loss). 1 launch. */
+extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n,
+                                       char *msg, size_t cap);
+
+/* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 master
+   (initialised from the model copies), the moments (zeroed) and the per-step block. */
+extern amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *tensors, size_t n_tensors,
+                                       const amp_cu_hparams *h, char *msg, size_t cap);
+extern void       amp__cu_optim_destroy(void *state, void *optim);
+/* [step] new hyperparameters (the kind must stay the same). */
+extern amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_cu_hparams *h, char *msg, size_t cap);
+/* The device address of the learning rate (a float), for a schedule kept on the device. */
+extern float     *amp__cu_optim_lr_ptr(void *optim);
+/* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range. */
+extern float     *amp__cu_optim_master(void *optim, size_t index, size_t *n);
+/* [step] unscale + inf/NaN check + sum of squares over every grad in one launch; its last block
+   takes the norm, the clip coefficient and the skip decision. Grads are read, never written. */
+extern amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap);
+/* [step] the fused update (returns at once when the last unscale found inf/NaN) in one launch; with
+   update_scaler != 0 its first thread also runs the scale rule (amp__cu_scaler_update(-1)), so a
+   whole step is 2 launches. */
+extern amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap);
+/* [sync] the step count, norm, clip and skip state. */
+extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap);
+/* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
+   (to_device 0) or from host (to_device 1); a moment the kind does not keep is AMP_ERR_ARG. */
+extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
+                                         int to_device, char *msg, size_t cap);
+/* [step] set the step count (checkpoint load). */
+extern amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap);
+/* The per-step coefficients the device computes for update number t (t >= 1), on the host: the
+   same source compiled for both sides. */
+extern void       amp__cu_step_coefs(const amp_cu_hparams *h, int64_t t, struct amp_step_coefs *c);
+
+/* [step] dst = src converted (any pair of F32/F16/BF16; same type: a copy). 1 launch. */
+extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
+                               size_t n, char *msg, size_t cap);
+
+/* Plumbing for tests, benchmarks and checkpoints. amp__cu_copy: dir 0 host->device, 1 device->host
+   ([sync]), 2 device->device ([step], async on the stream). Capture: begin/end on the device's
+   stream (it must not be the legacy default stream); end instantiates the graph and counts its
+   kernel nodes. */
+extern amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap);
+extern void       amp__cu_free(void *state, void *p);
+extern amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap);
+extern amp_status amp__cu_stream_create(int ordinal, void **stream, char *msg, size_t cap);
+extern void       amp__cu_stream_destroy(void *stream);
+extern amp_status amp__cu_capture_begin(void *state, char *msg, size_t cap);
+extern amp_status amp__cu_capture_end(void *state, void **graph, size_t *kernel_nodes, char *msg, size_t cap);
+extern amp_status amp__cu_graph_launch(void *state, void *graph, char *msg, size_t cap);
+extern void       amp__cu_graph_destroy(void *graph);
+
 /* ------------------------------------------------------------------------------------------
    Gradient scaler (mirrors PyTorch: scaler.unscale_(opt) / scaler.step(opt) / scaler.update())
    ------------------------------------------------------------------------------------------ */

@@ -55,6 +55,7 @@ struct amp__cu_state {
   void *workspace;            // cuBLASLt workspace: 32 MiB on Hopper, 4 MiB elsewhere
   size_t workspace_size;
   void *gemm_cache;           // the matrix product's per-shape algorithm cache (amp_gemm)
+  int sm_count;               // streaming multiprocessors: sizes the grid-stride launches
 };
 
 extern "C" amp_status amp__cu_open(int ordinal, void *stream, void **state, char *msg, size_t cap) {
@@ -78,6 +79,7 @@ extern "C" amp_status amp__cu_open(int ordinal, void *stream, void **state, char
   st->ordinal = ordinal;
   st->stream = (cudaStream_t)stream;
   st->sm_major = prop.major; st->sm_minor = prop.minor;
+  st->sm_count = prop.multiProcessorCount;
   st->workspace_size = prop.major >= 9 ? (size_t)32 << 20 : (size_t)4 << 20;
   cublasStatus_t ls = cublasLtCreate(&st->lt);
   if (ls != CUBLAS_STATUS_SUCCESS) {
@@ -107,4 +109,718 @@ extern "C" amp_status amp__cu_sync(void *state, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   CU_CHECK(cudaStreamSynchronize(st->stream));
   return AMP_OK;
+}
+
+// ------------------------------------------------------------------------------------------------
+// ---- Scaler and optimizer kernels
+//
+// One training step on the device, with no host synchronisation and nothing a CUDA graph cannot
+// capture (no allocation, no copy from host memory, no host read):
+//
+//   amp__cu_optim_unscale   1 launch: every grad read once (16-byte loads where aligned), multiplied
+//                           by the device inv_scale, checked for inf/NaN, squared and summed into
+//                           one fp32 partial per block; the last block to finish (threadfence +
+//                           counter) adds the partials in a fixed order and decides norm, clip
+//                           coefficient, inv_scale*clip and skip.
+//   amp__cu_optim_step      1 launch: the fused SGD/Adam/AdamW update over the same chunk table;
+//                           every block returns at once when the unscale found inf/NaN. It re-reads
+//                           the low-precision grads and multiplies by inv_scale*clip, so unscaled
+//                           fp32 grads are never materialised (2 B/param read twice beats 4 B written
+//                           and read once). Its first thread may also run the scale rule.
+//   amp__cu_scaler_update   1 launch (1 thread) when the scale rule is not folded into the step.
+//
+// So a step over any number of tensors is 2 launches (3 with a separate scale rule).
+// Determinism: every block covers one fixed chunk, sums in a fixed order (warp shuffles, then the
+// warps in order) and writes its partial to its own slot; the final sum runs in a fixed order too.
+// No float atomics anywhere: the same grads give the same norm bits on every run.
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+
+#define AMP__CU_CHUNK 65536     // elements per chunk: one block each (a multiple of 8: chunks stay 16-byte aligned)
+#define AMP__CU_THREADS 256
+
+// The scaler's block in device memory.
+struct amp__cu_scaler_dev {
+  amp_scale_state st;     // scale, growth tracker, hysteresis count, at-floor flag
+  amp_scale_params pr;    // the rule's parameters
+  float inv_scale;        // amp__inv_scale(st.scale), what the unscale multiplies by
+  int32_t found_inf;      // OR-ed by every unscale block that saw inf/NaN; cleared by the scale rule
+  int32_t last_skipped;
+  int32_t pad_;
+  long long skipped;
+};
+
+// One tensor as the kernels see it; master/m/v point into the optimizer's slab (256-byte aligned).
+struct amp__cu_tdev {
+  const void *grad;
+  void *model;
+  float *master, *m, *v;  // m: SGD momentum buffer or Adam's first moment; NULL when not kept
+  long long n;
+  int32_t dtype;
+  int32_t vec;            // grad and model 16-byte aligned: the vector path
+};
+// A piece of at most AMP__CU_CHUNK elements of one tensor: one block of every multi-tensor launch.
+struct amp__cu_chunk { long long start; int32_t tensor; int32_t len; };
+
+// The optimizer's block in device memory.
+struct amp__cu_optim_dev {
+  amp_cu_hparams h;
+  long long t;            // updates done
+  long long skipped;
+  float norm, clip, mul;  // the last unscale's results
+  int32_t found_inf;      // OR-ed by this optimizer's unscale blocks; moved to skip by the last block
+  int32_t skip;
+  unsigned int done_unscale, done_step;  // "last block" counters; each launch leaves them at 0
+};
+
+// The host handle of a device optimizer.
+struct amp__cu_optim {
+  amp__cu_optim_dev *dev;
+  amp__cu_tdev *tensors;  // device copies of the table and the chunk list (uploaded once)
+  amp__cu_chunk *chunks;
+  float *partials;        // one fp32 sum of squares per chunk
+  float *slab;            // master | m | v, each `total` floats
+  size_t n_tensors, total;
+  int n_chunks, kind, has_m, has_v;
+  size_t *offset, *n;     // host: each tensor's place in the slab and its length
+};
+
+static amp_status amp__cu_arg(char *msg, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (msg && cap) vsnprintf(msg, cap, fmt, ap);
+  va_end(ap);
+  return AMP_ERR_ARG;
+}
+// A kernel launch is checked by asking for the launch error right after it.
+#define CU_CHECK_LAUNCH(what) do { cudaError_t e_ = cudaGetLastError(); \
+    if (e_ != cudaSuccess) return amp__cu_fail(msg, cap, what, cudaGetErrorName(e_), __FILE__, __LINE__); } while (0)
+
+static int amp__cu_dtype_ok(int32_t t) { return t == AMP_F32 || t == AMP_F16 || t == AMP_BF16; }
+
+// ---- element access: N elements of dtype DT through one 8-, 16- or 32-byte access
+
+template <int DT> struct amp__cu_elem { typedef float T; };
+template <> struct amp__cu_elem<AMP_F16> { typedef amp_f16 T; };
+template <> struct amp__cu_elem<AMP_BF16> { typedef amp_bf16 T; };
+
+template <int DT, int N> __device__ __forceinline__ void amp__cu_ldv(const void *base, long long i, float *x) {
+  typedef typename amp__cu_elem<DT>::T T;
+  constexpr int B = N * (int)sizeof(T);
+  static_assert(B == 8 || B == 16 || B == 32, "8, 16 or 32 bytes");
+  __align__(16) T e[N];
+  const T *p = (const T *)base + i;
+  if constexpr (B == 8) *(uint2 *)e = *(const uint2 *)p;
+  else {
+#pragma unroll
+    for (int k = 0; k < B / 16; k++) ((uint4 *)e)[k] = ((const uint4 *)p)[k];
+  }
+#pragma unroll
+  for (int k = 0; k < N; k++) x[k] = amp__load(e, (amp_dtype)DT, (size_t)k);
+}
+template <int DT, int N> __device__ __forceinline__ void amp__cu_stv(void *base, long long i, const float *x) {
+  typedef typename amp__cu_elem<DT>::T T;
+  constexpr int B = N * (int)sizeof(T);
+  static_assert(B == 8 || B == 16 || B == 32, "8, 16 or 32 bytes");
+  __align__(16) T e[N];
+#pragma unroll
+  for (int k = 0; k < N; k++) amp__store(e, (amp_dtype)DT, (size_t)k, x[k]);
+  T *p = (T *)base + i;
+  if constexpr (B == 8) *(uint2 *)p = *(const uint2 *)e;
+  else {
+#pragma unroll
+    for (int k = 0; k < B / 16; k++) ((uint4 *)p)[k] = ((const uint4 *)e)[k];
+  }
+}
+
+// inf/NaN by the exponent bits: immune to any fast-math the caller might compile with.
+__device__ __forceinline__ int amp__cu_nonfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u; }
+
+// Sum over the block in a fixed order (shuffles within warps, then warps in index order). The
+// result is valid in thread 0. Safe to call twice in a row (the first barrier guards the buffer).
+template <typename F> __device__ F amp__cu_block_sum(F x) {
+  __shared__ F warp_sums[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = x;
+  __syncthreads();
+  F t = 0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += warp_sums[w];
+  return t;
+}
+
+// ---- per-step coefficients (PyTorch: bias corrections in double, rounded once to float)
+
+static __host__ __device__ void amp__cu_coefs(const amp_cu_hparams *h, long long t, amp_step_coefs *c) {
+  int adamw = h->kind == AMP_ADAMW;
+  c->lr = h->lr;
+  c->wd = adamw ? 0.0f : h->weight_decay;          // AdamW decays the weight, not the grad
+  c->momentum = h->momentum; c->dampening = h->dampening;
+  c->nesterov = h->nesterov; c->first = t == 1;   // torch.optim.SGD: the buffer starts as the grad
+  c->beta1 = h->beta1; c->beta2 = h->beta2; c->eps = h->eps;
+  c->decay = adamw ? (float)(1.0 - (double)h->lr * (double)h->weight_decay) : 1.0f;
+  if (h->kind == AMP_SGD) { c->step_size = h->lr; c->bc2_sqrt = 1.0f; return; }
+  c->step_size = (float)((double)h->lr / (1.0 - pow((double)h->beta1, (double)t)));
+  c->bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
+}
+extern "C" void amp__cu_step_coefs(const amp_cu_hparams *h, int64_t t, amp_step_coefs *c) { amp__cu_coefs(h, (long long)t, c); }
+
+// ---- the scale rule on the device (one thread)
+
+__device__ void amp__cu_scale_rule_dev(amp__cu_scaler_dev *sc, int found) {
+  int f = atomicExch(&sc->found_inf, 0) != 0;    // read and clear for the next iteration
+  if (found >= 0) f = found != 0;                // the caller checked the grads itself
+  amp__scale_rule(&sc->st, &sc->pr, f);
+  sc->inv_scale = amp__inv_scale(sc->st.scale);
+  sc->last_skipped = f;
+  sc->skipped += f;
+}
+
+__global__ void amp__cu_scale_rule_kernel(amp__cu_scaler_dev *sc, int found) { amp__cu_scale_rule_dev(sc, found); }
+
+__global__ void amp__cu_scaler_set_kernel(amp__cu_scaler_dev *sc, amp_scale_state st) {
+  sc->st = st;
+  sc->inv_scale = amp__inv_scale(st.scale);
+}
+
+// ---- unscale + inf/NaN check + sum of squares, one block per chunk
+
+template <int DT> __device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv,
+                                                                        float &ss, int &bad) {
+  constexpr int V = 16 / (int)sizeof(typename amp__cu_elem<DT>::T);  // 8 halves or 4 floats per load
+  int i0 = 0;
+  if (vec) {
+    int nv = len / V;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+      float x[V];
+      amp__cu_ldv<DT, V>(grad, (long long)j * V, x);
+#pragma unroll
+      for (int k = 0; k < V; k++) { float y = x[k] * inv; bad |= amp__cu_nonfinite(y); ss += y * y; }
+    }
+    i0 = nv * V;
+  }
+  for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) {
+    float y = amp__load(grad, (amp_dtype)DT, (size_t)i) * inv;
+    bad |= amp__cu_nonfinite(y); ss += y * y;
+  }
+}
+
+__global__ void __launch_bounds__(AMP__CU_THREADS)
+amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__cu_tdev *tensors,
+                       const amp__cu_chunk *chunks, float *partials) {
+  __shared__ int last;
+  const amp__cu_chunk ch = chunks[blockIdx.x];
+  const amp__cu_tdev t = tensors[ch.tensor];
+  const float inv = sc ? sc->inv_scale : 1.0f;   // a multiply by 1 changes no finite value
+  float ss = 0.0f;
+  int bad = 0;
+  if (t.dtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16>((const amp_f16 *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
+  else if (t.dtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16>((const amp_bf16 *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
+  else amp__cu_unscale_chunk<AMP_F32>((const float *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
+  bad = __syncthreads_or(bad);
+  float bsum = amp__cu_block_sum(ss);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = bsum;
+    if (bad) { atomicOr(&o->found_inf, 1); if (sc) atomicOr(&sc->found_inf, 1); }
+    __threadfence();                               // partial and flags visible before we count ourselves done
+    last = atomicAdd(&o->done_unscale, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  // The last block: every other block's partial is written. Read them past L1 (__ldcg), in order.
+  __threadfence();
+  double s = 0.0;
+  for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) s += (double)__ldcg(&partials[i]);
+  s = amp__cu_block_sum(s);
+  if (threadIdx.x == 0) {
+    float norm = (float)sqrt(s);
+    float clip = amp__clip_coef(norm, o->h.max_grad_norm);
+    o->norm = norm; o->clip = clip; o->mul = inv * clip;
+    o->skip = atomicExch(&o->found_inf, 0) != 0;
+    o->done_unscale = 0;                           // ready for the next launch (and graph replay)
+  }
+}
+
+// ---- the fused update
+
+// KIND 0: SGD (momentum buffer in m when kept); KIND 1: Adam/AdamW (the coefficients differ).
+template <int KIND> __device__ __forceinline__ void amp__cu_update(float &p, float &m, float &v, float g, const amp_step_coefs &c) {
+  if (KIND == 0) amp__sgd_elem(&p, &m, g, &c);
+  else amp__adam_elem(&p, &m, &v, g, &c);
+}
+
+template <int KIND, int DT> __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start, int len,
+                                                                               float mul, const amp_step_coefs &c) {
+  const void *g = (const typename amp__cu_elem<DT>::T *)t.grad + start;
+  void *w = (typename amp__cu_elem<DT>::T *)t.model + start;
+  float *p = t.master + start;
+  float *m = t.m ? t.m + start : NULL, *v = t.v ? t.v + start : NULL;
+  const int use_m = m != NULL && (KIND == 1 || c.momentum != 0.0f);
+  int i0 = 0;
+  if (t.vec) {  // 4 elements: float4 for master and moments, 8 or 16 bytes of grad and model
+    int nv = len / 4;
+#pragma unroll 2
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+      float gx[4], pa[4], ma[4] = {0, 0, 0, 0}, va[4] = {0, 0, 0, 0};
+      amp__cu_ldv<DT, 4>(g, (long long)j * 4, gx);
+      float4 pp = ((const float4 *)p)[j];
+      pa[0] = pp.x; pa[1] = pp.y; pa[2] = pp.z; pa[3] = pp.w;
+      if (use_m) { float4 q = ((const float4 *)m)[j]; ma[0] = q.x; ma[1] = q.y; ma[2] = q.z; ma[3] = q.w; }
+      if (KIND == 1) { float4 q = ((const float4 *)v)[j]; va[0] = q.x; va[1] = q.y; va[2] = q.z; va[3] = q.w; }
+#pragma unroll
+      for (int k = 0; k < 4; k++) amp__cu_update<KIND>(pa[k], ma[k], va[k], gx[k] * mul, c);
+      ((float4 *)p)[j] = make_float4(pa[0], pa[1], pa[2], pa[3]);
+      if (use_m) ((float4 *)m)[j] = make_float4(ma[0], ma[1], ma[2], ma[3]);
+      if (KIND == 1) ((float4 *)v)[j] = make_float4(va[0], va[1], va[2], va[3]);
+      amp__cu_stv<DT, 4>(w, (long long)j * 4, pa);
+    }
+    i0 = nv * 4;
+  }
+  for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) {
+    float pe = p[i], me = use_m ? m[i] : 0.0f, ve = KIND == 1 ? v[i] : 0.0f;
+    amp__cu_update<KIND>(pe, me, ve, amp__load(g, (amp_dtype)DT, (size_t)i) * mul, c);
+    p[i] = pe;
+    if (use_m) m[i] = me;
+    if (KIND == 1) v[i] = ve;
+    amp__store(w, (amp_dtype)DT, (size_t)i, pe);
+  }
+}
+
+template <int KIND> __global__ void __launch_bounds__(AMP__CU_THREADS)
+amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__cu_tdev *tensors, const amp__cu_chunk *chunks) {
+  __shared__ amp_step_coefs s_c;
+  __shared__ float s_mul;
+  __shared__ int s_skip;
+  if (threadIdx.x == 0) {
+    // Every block reads t before it counts itself done below, and only the last block writes
+    // t + 1, so no block can see the new t. Each block computes the coefficients itself (a few
+    // hundred cycles) rather than waiting for one block to publish them.
+    s_skip = o->skip;
+    if (!s_skip) { amp__cu_coefs(&o->h, o->t + 1, &s_c); s_mul = o->mul; }
+    else if (blockIdx.x == 0) o->skipped += 1;
+    // Nothing below reads the scaler, so its rule can run here, beside the update.
+    if (sc && blockIdx.x == 0) amp__cu_scale_rule_dev(sc, -1);
+  }
+  __syncthreads();
+  if (s_skip) return;   // overflow: weights, master, moments and t stay bit-identical
+  const amp__cu_chunk ch = chunks[blockIdx.x];
+  const amp__cu_tdev t = tensors[ch.tensor];
+  const amp_step_coefs c = s_c;
+  const float mul = s_mul;
+  if (t.dtype == AMP_F16) amp__cu_step_chunk<KIND, AMP_F16>(t, ch.start, ch.len, mul, c);
+  else if (t.dtype == AMP_BF16) amp__cu_step_chunk<KIND, AMP_BF16>(t, ch.start, ch.len, mul, c);
+  else amp__cu_step_chunk<KIND, AMP_F32>(t, ch.start, ch.len, mul, c);
+  if (threadIdx.x == 0 && atomicAdd(&o->done_step, 1u) == gridDim.x - 1) {
+    o->t += 1;
+    o->done_step = 0;
+  }
+}
+
+__global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_cu_hparams h) { o->h = h; }
+__global__ void amp__cu_set_step_kernel(amp__cu_optim_dev *o, long long t) { o->t = t; }
+
+// ---- casts (and the in-place multiply by the scale): grid-stride, 8 elements per access
+
+template <int SD, int DD> __global__ void __launch_bounds__(AMP__CU_THREADS)
+amp__cu_cast_kernel(void *dst, const void *src, long long n, const float *mul, int vec) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const float k = mul ? *mul : 1.0f;
+  long long i0 = 0;
+  if (vec) {
+    long long nv = n / 8;
+    for (long long j = tid; j < nv; j += stride) {
+      float x[8];
+      amp__cu_ldv<SD, 8>(src, j * 8, x);
+      if (mul) {   // a multiply would quieten NaN payloads, so only when asked
+#pragma unroll
+        for (int e = 0; e < 8; e++) x[e] *= k;
+      }
+      amp__cu_stv<DD, 8>(dst, j * 8, x);
+    }
+    i0 = nv * 8;
+  }
+  for (long long i = i0 + tid; i < n; i += stride) {
+    float x = amp__load(src, (amp_dtype)SD, (size_t)i);
+    amp__store(dst, (amp_dtype)DD, (size_t)i, mul ? x * k : x);
+  }
+}
+
+template <int SD> static void amp__cu_cast_launch_dst(int dd, int grid, cudaStream_t s, void *dst, const void *src,
+                                                      long long n, const float *mul, int vec) {
+  if (dd == AMP_F16) amp__cu_cast_kernel<SD, AMP_F16><<<grid, AMP__CU_THREADS, 0, s>>>(dst, src, n, mul, vec);
+  else if (dd == AMP_BF16) amp__cu_cast_kernel<SD, AMP_BF16><<<grid, AMP__CU_THREADS, 0, s>>>(dst, src, n, mul, vec);
+  else amp__cu_cast_kernel<SD, AMP_F32><<<grid, AMP__CU_THREADS, 0, s>>>(dst, src, n, mul, vec);
+}
+static void amp__cu_cast_launch(amp__cu_state *st, void *dst, int dd, const void *src, int sd, size_t n, const float *mul) {
+  long long need = ((long long)n + 8LL * AMP__CU_THREADS - 1) / (8LL * AMP__CU_THREADS);
+  long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;   // enough in flight to fill HBM
+  int grid = (int)(need < most ? (need > 0 ? need : 1) : most);
+  int vec = ((uintptr_t)dst % 16 == 0) && ((uintptr_t)src % 16 == 0);
+  if (sd == AMP_F16) amp__cu_cast_launch_dst<AMP_F16>(dd, grid, st->stream, dst, src, (long long)n, mul, vec);
+  else if (sd == AMP_BF16) amp__cu_cast_launch_dst<AMP_BF16>(dd, grid, st->stream, dst, src, (long long)n, mul, vec);
+  else amp__cu_cast_launch_dst<AMP_F32>(dd, grid, st->stream, dst, src, (long long)n, mul, vec);
+}
+
+extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
+                                   size_t n, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_cast: state is NULL");
+  if (!amp__cu_dtype_ok(dst_type)) return amp__cu_arg(msg, cap, "amp__cu_cast: dst_type %d is not a dtype", (int)dst_type);
+  if (!amp__cu_dtype_ok(src_type)) return amp__cu_arg(msg, cap, "amp__cu_cast: src_type %d is not a dtype", (int)src_type);
+  if (n == 0) return AMP_OK;
+  if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_cast: %s is NULL with n = %zu", dst ? "src" : "dst", n);
+  if (dst_type == src_type) {
+    CU_CHECK(cudaMemcpyAsync(dst, src, n * (dst_type == AMP_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, st->stream));
+    return AMP_OK;
+  }
+  amp__cu_cast_launch(st, dst, dst_type, src, src_type, n, NULL);
+  CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>>");
+  return AMP_OK;
+}
+
+// ---- device scaler
+
+extern "C" amp_status amp__cu_scaler_create(void *state, void **scaler, const amp_scale_state *s0,
+                                            const amp_scale_params *pr, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_scaler_dev h, *d = NULL;
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_scaler_create: state is NULL");
+  if (!scaler || !s0 || !pr) return amp__cu_arg(msg, cap, "amp__cu_scaler_create: %s is NULL", !scaler ? "scaler" : !s0 ? "st" : "pr");
+  if (!(s0->scale > 0.0f) || s0->scale - s0->scale != 0.0f)
+    return amp__cu_arg(msg, cap, "amp__cu_scaler_create: scale %g must be positive and finite", (double)s0->scale);
+  memset(&h, 0, sizeof h);
+  h.st = *s0; h.pr = *pr; h.inv_scale = amp__inv_scale(s0->scale);
+  CU_CHECK(cudaSetDevice(st->ordinal));
+  CU_CHECK(cudaMalloc(&d, sizeof *d));
+  cudaError_t e = cudaMemcpyAsync(d, &h, sizeof h, cudaMemcpyHostToDevice, st->stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);   // h lives on this stack
+  if (e != cudaSuccess) { cudaFree(d); return amp__cu_fail(msg, cap, "cudaMemcpyAsync(scaler block)", cudaGetErrorName(e), __FILE__, __LINE__); }
+  *scaler = d;
+  return AMP_OK;
+}
+
+extern "C" void amp__cu_scaler_destroy(void *state, void *scaler) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!scaler) return;
+  if (st) cudaStreamSynchronize(st->stream);   // a kernel may still be using it
+  cudaFree(scaler);
+}
+
+extern "C" amp_status amp__cu_scaler_set(void *state, void *scaler, const amp_scale_state *s, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st || !scaler || !s) return amp__cu_arg(msg, cap, "amp__cu_scaler_set: %s is NULL", !st ? "state" : !scaler ? "scaler" : "st");
+  if (!(s->scale > 0.0f) || s->scale - s->scale != 0.0f)
+    return amp__cu_arg(msg, cap, "amp__cu_scaler_set: scale %g must be positive and finite", (double)s->scale);
+  amp__cu_scaler_set_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, *s);
+  CU_CHECK_LAUNCH("amp__cu_scaler_set_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_scaler_read(void *state, const void *scaler, amp_scale_state *s, amp_cu_scaler_info *info,
+                                          char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_scaler_dev h;
+  if (!st || !scaler) return amp__cu_arg(msg, cap, "amp__cu_scaler_read: %s is NULL", !st ? "state" : "scaler");
+  CU_CHECK(cudaMemcpyAsync(&h, scaler, sizeof h, cudaMemcpyDeviceToHost, st->stream));
+  CU_CHECK(cudaStreamSynchronize(st->stream));
+  if (s) *s = h.st;
+  if (info) { info->inv_scale = h.inv_scale; info->found_inf = h.found_inf; info->last_skipped = h.last_skipped; info->skipped = h.skipped; }
+  return AMP_OK;
+}
+
+extern "C" float *amp__cu_scaler_scale_ptr(void *scaler) {
+  return scaler ? &((amp__cu_scaler_dev *)scaler)->st.scale : NULL;
+}
+
+extern "C" amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st || !scaler) return amp__cu_arg(msg, cap, "amp__cu_scaler_update: %s is NULL", !st ? "state" : "scaler");
+  if (found_inf < -1 || found_inf > 1) return amp__cu_arg(msg, cap, "amp__cu_scaler_update: found_inf %d must be -1, 0 or 1", found_inf);
+  amp__cu_scale_rule_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, found_inf);
+  CU_CHECK_LAUNCH("amp__cu_scale_rule_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n,
+                                           char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st || !scaler) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: %s is NULL", !st ? "state" : "scaler");
+  if (!amp__cu_dtype_ok(dtype)) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: dtype %d is not a dtype", (int)dtype);
+  if (n == 0) return AMP_OK;
+  if (!buf) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: buf is NULL with n = %zu", n);
+  amp__cu_cast_launch(st, buf, dtype, buf, dtype, n, &((const amp__cu_scaler_dev *)scaler)->st.scale);
+  CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (scale)");
+  return AMP_OK;
+}
+
+// ---- device optimizer
+
+static void amp__cu_optim_release(amp__cu_optim *o) {
+  if (!o) return;
+  cudaFree(o->dev); cudaFree(o->tensors); cudaFree(o->chunks); cudaFree(o->partials); cudaFree(o->slab);
+  free(o->offset); free(o->n); free(o);
+}
+
+// Allocates and fills everything; on failure the caller releases what was made.
+static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const amp_cu_tensor *ts,
+                                      const amp_cu_hparams *h, amp__cu_tdev *ht, amp__cu_chunk *hc, char *msg, size_t cap) {
+  int slots = 1 + o->has_m + o->has_v, c = 0;
+  amp__cu_optim_dev hb;
+  CU_CHECK(cudaSetDevice(st->ordinal));
+  CU_CHECK(cudaMalloc(&o->dev, sizeof *o->dev));
+  CU_CHECK(cudaMalloc(&o->tensors, o->n_tensors * sizeof *o->tensors));
+  CU_CHECK(cudaMalloc(&o->chunks, (size_t)o->n_chunks * sizeof *o->chunks));
+  CU_CHECK(cudaMalloc(&o->partials, (size_t)o->n_chunks * sizeof *o->partials));
+  CU_CHECK(cudaMalloc(&o->slab, (size_t)slots * o->total * sizeof(float)));
+  float *mbase = o->has_m ? o->slab + o->total : NULL;
+  float *vbase = o->has_v ? o->slab + (size_t)(1 + o->has_m) * o->total : NULL;
+  for (size_t i = 0; i < o->n_tensors; i++) {
+    ht[i].grad = ts[i].grad; ht[i].model = ts[i].model;
+    ht[i].master = o->slab + o->offset[i];
+    ht[i].m = mbase ? mbase + o->offset[i] : NULL;
+    ht[i].v = vbase ? vbase + o->offset[i] : NULL;
+    ht[i].n = (long long)ts[i].n; ht[i].dtype = ts[i].dtype;
+    ht[i].vec = ((uintptr_t)ts[i].grad % 16 == 0) && ((uintptr_t)ts[i].model % 16 == 0);
+    for (size_t s = 0; s < ts[i].n; s += AMP__CU_CHUNK, c++) {
+      hc[c].start = (long long)s; hc[c].tensor = (int32_t)i;
+      hc[c].len = (int32_t)(ts[i].n - s < AMP__CU_CHUNK ? ts[i].n - s : AMP__CU_CHUNK);
+    }
+  }
+  memset(&hb, 0, sizeof hb);
+  hb.h = *h;
+  hb.norm = 0.0f; hb.clip = 1.0f; hb.mul = 1.0f;
+  CU_CHECK(cudaMemcpyAsync(o->dev, &hb, sizeof hb, cudaMemcpyHostToDevice, st->stream));
+  CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
+  CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
+  if (slots > 1) CU_CHECK(cudaMemsetAsync(o->slab + o->total, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
+  for (size_t i = 0; i < o->n_tensors; i++) {   // the master starts as the model copy, exactly
+    amp__cu_cast_launch(st, ht[i].master, AMP_F32, ts[i].model, ts[i].dtype, ts[i].n, NULL);
+    CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (master from model)");
+  }
+  CU_CHECK(cudaStreamSynchronize(st->stream));  // the host tables are freed on return
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n_tensors,
+                                           const amp_cu_hparams *h, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  size_t chunks = 0;
+  if (!optim || !ts || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %s is NULL", !optim ? "optim" : !ts ? "tensors" : "h");
+  if (n_tensors == 0 || n_tensors > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: n_tensors %zu must be in 1..2^31-1", n_tensors);
+  if (h->kind != AMP_SGD && h->kind != AMP_ADAM && h->kind != AMP_ADAMW)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_create: kind %d must be AMP_SGD, AMP_ADAM or AMP_ADAMW", (int)h->kind);
+  for (size_t i = 0; i < n_tensors; i++) {
+    if (!amp__cu_dtype_ok(ts[i].dtype)) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: dtype %d is not a dtype", i, (int)ts[i].dtype);
+    if (ts[i].n == 0) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: n is 0", i);
+    if (!ts[i].grad || !ts[i].model) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: %s is NULL", i, ts[i].grad ? "model" : "grad");
+    chunks += (ts[i].n + AMP__CU_CHUNK - 1) / AMP__CU_CHUNK;
+  }
+  if (chunks > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %zu chunks exceed a grid", chunks);
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_optim_create: state is NULL");
+  amp__cu_optim *o = (amp__cu_optim *)calloc(1, sizeof *o);
+  amp__cu_tdev *ht = (amp__cu_tdev *)calloc(n_tensors, sizeof *ht);
+  amp__cu_chunk *hc = (amp__cu_chunk *)calloc(chunks, sizeof *hc);
+  if (o) { o->offset = (size_t *)calloc(n_tensors, sizeof(size_t)); o->n = (size_t *)calloc(n_tensors, sizeof(size_t)); }
+  if (!o || !ht || !hc || !o->offset || !o->n) {
+    amp__cu_optim_release(o); free(ht); free(hc);
+    if (msg && cap) snprintf(msg, cap, "amp__cu_optim_create: out of host memory for %zu tensors", n_tensors);
+    return AMP_ERR_NOMEM;
+  }
+  o->n_tensors = n_tensors; o->n_chunks = (int)chunks; o->kind = h->kind;
+  o->has_m = h->kind != AMP_SGD || h->momentum != 0.0f;
+  o->has_v = h->kind != AMP_SGD;
+  for (size_t i = 0; i < n_tensors; i++) {   // each tensor 256-byte aligned in the slab: float4 access
+    o->offset[i] = o->total; o->n[i] = ts[i].n;
+    o->total += (ts[i].n + 63) / 64 * 64;
+  }
+  amp_status s = amp__cu_optim_build(st, o, ts, h, ht, hc, msg, cap);
+  free(ht); free(hc);
+  if (s != AMP_OK) { cudaStreamSynchronize(st->stream); amp__cu_optim_release(o); return s; }
+  *optim = o;
+  return AMP_OK;
+}
+
+extern "C" void amp__cu_optim_destroy(void *state, void *optim) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!optim) return;
+  if (st) cudaStreamSynchronize(st->stream);
+  amp__cu_optim_release((amp__cu_optim *)optim);
+}
+
+extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_cu_hparams *h, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %s is NULL", !st ? "state" : !o ? "optim" : "h");
+  if (h->kind != o->kind) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: kind %d differs from the optimizer's %d", (int)h->kind, o->kind);
+  if (h->kind == AMP_SGD && h->momentum != 0.0f && !o->has_m)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: momentum %g but the optimizer was made without a momentum buffer", (double)h->momentum);
+  amp__cu_set_hparams_kernel<<<1, 1, 0, st->stream>>>(o->dev, *h);
+  CU_CHECK_LAUNCH("amp__cu_set_hparams_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
+extern "C" float *amp__cu_optim_lr_ptr(void *optim) {
+  return optim ? &((amp__cu_optim *)optim)->dev->h.lr : NULL;
+}
+
+extern "C" float *amp__cu_optim_master(void *optim, size_t index, size_t *n) {
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!o || index >= o->n_tensors) { if (n) *n = 0; return NULL; }
+  if (n) *n = o->n[index];
+  return o->slab + o->offset[index];
+}
+
+extern "C" amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale: %s is NULL", !st ? "state" : "optim");
+  amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
+                                                                          o->tensors, o->chunks, o->partials);
+  CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_step: %s is NULL", !st ? "state" : "optim");
+  if (update_scaler && !scaler) return amp__cu_arg(msg, cap, "amp__cu_optim_step: update_scaler %d with scaler NULL", update_scaler);
+  amp__cu_scaler_dev *sc = update_scaler ? (amp__cu_scaler_dev *)scaler : NULL;
+  if (o->kind == AMP_SGD) amp__cu_step_kernel<0><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, o->tensors, o->chunks);
+  else amp__cu_step_kernel<1><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, o->tensors, o->chunks);
+  CU_CHECK_LAUNCH("amp__cu_step_kernel<<<>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  const amp__cu_optim *o = (const amp__cu_optim *)optim;
+  amp__cu_optim_dev hb;
+  if (!st || !o || !info) return amp__cu_arg(msg, cap, "amp__cu_optim_read: %s is NULL", !st ? "state" : !o ? "optim" : "info");
+  CU_CHECK(cudaMemcpyAsync(&hb, o->dev, sizeof hb, cudaMemcpyDeviceToHost, st->stream));
+  CU_CHECK(cudaStreamSynchronize(st->stream));
+  info->t = hb.t; info->skipped = hb.skipped; info->norm = hb.norm; info->clip = hb.clip;
+  info->mul = hb.mul; info->skip = hb.skip;
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
+                                             int to_device, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o || !host) return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: %s is NULL", !st ? "state" : !o ? "optim" : "host");
+  if (index >= o->n_tensors) return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: index %zu but %zu tensors", index, o->n_tensors);
+  if (which < 0 || which > 2 || (which == 1 && !o->has_m) || (which == 2 && !o->has_v))
+    return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: which %d is not kept by this optimizer", which);
+  float *d = o->slab + (size_t)(which == 0 ? 0 : which == 1 ? 1 : 1 + o->has_m) * o->total + o->offset[index];
+  size_t bytes = o->n[index] * sizeof(float);
+  if (to_device) CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, st->stream));
+  else CU_CHECK(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, st->stream));
+  CU_CHECK(cudaStreamSynchronize(st->stream));
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_set_step: %s is NULL", !st ? "state" : "optim");
+  if (t < 0) return amp__cu_arg(msg, cap, "amp__cu_optim_set_step: t %lld must be >= 0", (long long)t);
+  amp__cu_set_step_kernel<<<1, 1, 0, st->stream>>>(o->dev, (long long)t);
+  CU_CHECK_LAUNCH("amp__cu_set_step_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
+// ---- plumbing: memory, copies, streams, graphs
+
+extern "C" amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st || !p) return amp__cu_arg(msg, cap, "amp__cu_malloc: %s is NULL", !st ? "state" : "p");
+  if (bytes == 0) return amp__cu_arg(msg, cap, "amp__cu_malloc: bytes is 0");
+  CU_CHECK(cudaSetDevice(st->ordinal));
+  CU_CHECK(cudaMalloc(p, bytes));
+  return AMP_OK;
+}
+extern "C" void amp__cu_free(void *state, void *p) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!p) return;
+  if (st) cudaStreamSynchronize(st->stream);
+  cudaFree(p);
+}
+extern "C" amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  static const cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_copy: state is NULL");
+  if (dir < 0 || dir > 2) return amp__cu_arg(msg, cap, "amp__cu_copy: dir %d must be 0, 1 or 2", dir);
+  if (bytes == 0) return AMP_OK;
+  if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_copy: %s is NULL", dst ? "src" : "dst");
+  CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kinds[dir], st->stream));
+  if (dir != 2) CU_CHECK(cudaStreamSynchronize(st->stream));
+  return AMP_OK;
+}
+extern "C" amp_status amp__cu_stream_create(int ordinal, void **stream, char *msg, size_t cap) {
+  cudaStream_t s;
+  if (!stream) return amp__cu_arg(msg, cap, "amp__cu_stream_create: stream is NULL");
+  CU_CHECK(cudaSetDevice(ordinal));
+  CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  *stream = (void *)s;
+  return AMP_OK;
+}
+extern "C" void amp__cu_stream_destroy(void *stream) {
+  if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+struct amp__cu_graph { cudaGraph_t g; cudaGraphExec_t e; };
+
+extern "C" amp_status amp__cu_capture_begin(void *state, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_capture_begin: state is NULL");
+  if (!st->stream) return amp__cu_arg(msg, cap, "amp__cu_capture_begin: the device uses the legacy default stream, which cannot be captured; open it with a stream of its own");
+  CU_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
+  return AMP_OK;
+}
+extern "C" amp_status amp__cu_capture_end(void *state, void **graph, size_t *kernel_nodes, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  cudaGraph_t g = NULL;
+  if (!st || !graph) return amp__cu_arg(msg, cap, "amp__cu_capture_end: %s is NULL", !st ? "state" : "graph");
+  CU_CHECK(cudaStreamEndCapture(st->stream, &g));
+  size_t count = 0, kernels = 0;
+  cudaError_t e = cudaGraphGetNodes(g, NULL, &count);
+  cudaGraphNode_t *nodes = count ? (cudaGraphNode_t *)calloc(count, sizeof *nodes) : NULL;
+  if (e == cudaSuccess && count) e = nodes ? cudaGraphGetNodes(g, nodes, &count) : cudaErrorMemoryAllocation;
+  for (size_t i = 0; e == cudaSuccess && i < count; i++) {
+    cudaGraphNodeType t;
+    e = cudaGraphNodeGetType(nodes[i], &t);
+    kernels += t == cudaGraphNodeTypeKernel;
+  }
+  free(nodes);
+  amp__cu_graph *h = (amp__cu_graph *)calloc(1, sizeof *h);
+  if (e == cudaSuccess && !h) e = cudaErrorMemoryAllocation;
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&h->e, g, 0);
+  if (e != cudaSuccess) {
+    cudaGraphDestroy(g); free(h);
+    return amp__cu_fail(msg, cap, "cudaGraphInstantiate / cudaGraphGetNodes", cudaGetErrorName(e), __FILE__, __LINE__);
+  }
+  h->g = g;
+  if (kernel_nodes) *kernel_nodes = kernels;
+  *graph = h;
+  return AMP_OK;
+}
+extern "C" amp_status amp__cu_graph_launch(void *state, void *graph, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st || !graph) return amp__cu_arg(msg, cap, "amp__cu_graph_launch: %s is NULL", !st ? "state" : "graph");
+  CU_CHECK(cudaGraphLaunch(((amp__cu_graph *)graph)->e, st->stream));
+  return AMP_OK;
+}
+extern "C" void amp__cu_graph_destroy(void *graph) {
+  amp__cu_graph *h = (amp__cu_graph *)graph;
+  if (!h) return;
+  cudaGraphExecDestroy(h->e);
+  cudaGraphDestroy(h->g);
+  free(h);
 }

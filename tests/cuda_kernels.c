@@ -1,0 +1,655 @@
+/* The CUDA scaler/optimizer kernels (amp_kernels.cu), called through their launchers and compared
+   with the CPU's AMP_HD math on host copies. Without a GPU only the argument checks run (they
+   happen before any CUDA call) and the rest says "skipped".
+
+   How close GPU and CPU must be, and why:
+   - the scale rule, casts, the scale multiply and the skip decision: bit for bit (the same integer
+     and double arithmetic on both sides);
+   - the grad norm: relative 1e-5 (the device adds fp32 per-block partials in its own fixed order,
+     the host adds in double);
+   - master weights and moments after k steps: |gpu - cpu| <= 4 k FLT_EPSILON (|cpu| + rms), rms the
+     tensor's root mean square of that quantity. nvcc contracts a*b + c into one fused multiply-add
+     (one rounding instead of two) in amp__sgd_elem / amp__adam_elem; gcc -std=c99 does not. sqrtf
+     and '/' are correctly rounded on both sides (nvcc's default -prec-sqrt/-prec-div), and the step
+     coefficients come from the same source, so the FMA roundings are the only difference: at most
+     a few ulp per step, and the bound allows 4 per step;
+   - the model copy: exactly the device master rounded to the model's dtype. */
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
+#include <float.h>
+
+static amp_device *dev;
+static void *ST;          /* dev->cuda, NULL without a GPU */
+static char msg[512];
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 16); }
+static float urand(void) { return (float)(rnd() & 0xffffff) / 16777216.0f; }        /* [0, 1) */
+static float srand1(void) { return 2.0f * urand() - 1.0f; }                          /* [-1, 1) */
+
+#define OK(call) do { amp_status s_ = (call); if (s_ != AMP_OK) { EXPECT(0, "%s -> %s: %s", #call, amp_status_string(s_), msg); return; } } while (0)
+
+static void *dmalloc(size_t bytes) {
+  void *p = NULL;
+  if (amp__cu_malloc(ST, &p, bytes, msg, sizeof msg) != AMP_OK) { printf("  amp__cu_malloc(%zu): %s\n", bytes, msg); exit(1); }
+  return p;
+}
+static void up(void *d, const void *h, size_t bytes) {
+  if (amp__cu_copy(ST, d, h, bytes, 0, msg, sizeof msg) != AMP_OK) { printf("  upload: %s\n", msg); exit(1); }
+}
+static void down(void *h, const void *d, size_t bytes) {
+  if (amp__cu_copy(ST, h, d, bytes, 1, msg, sizeof msg) != AMP_OK) { printf("  download: %s\n", msg); exit(1); }
+}
+static void *xmalloc(size_t bytes) { void *p = malloc(bytes ? bytes : 1); if (!p) { printf("out of memory\n"); exit(1); } return p; }
+
+static amp_scale_params params(float growth, float backoff, int interval, int hyst, int mode, float floor_, float cap, int fixed) {
+  amp_scale_params p;
+  p.growth = growth; p.backoff = backoff; p.floor = floor_ < FLT_MIN ? FLT_MIN : floor_; p.cap = cap;
+  p.interval = interval; p.hysteresis = hyst; p.mode = mode; p.fixed = fixed;
+  return p;
+}
+static amp_scale_state state0(float scale, const amp_scale_params *p) {
+  amp_scale_state s;
+  s.scale = scale; s.tracker = 0; s.at_floor = 0;
+  s.hyst = p->mode == AMP_HYSTERESIS_CONSECUTIVE ? 0 : p->hysteresis;
+  return s;
+}
+
+/* ---- argument checks: these run with or without a GPU ---------------------------------------- */
+
+static void expect_arg(amp_status s, const char *needle, const char *what) {
+  EXPECT(s == AMP_ERR_ARG && strstr(msg, needle), "%s: want AMP_ERR_ARG naming '%s', got %s: '%s'", what, needle, amp_status_string(s), msg);
+  msg[0] = 0;
+}
+
+static void launchers_reject_bad_arguments(void) {
+  amp_cu_tensor t[2];
+  amp_cu_hparams h;
+  void *o = NULL, *fake = (void *)(uintptr_t)4096;
+  amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
+  amp_scale_state s0 = state0(65536, &pr);
+  memset(&h, 0, sizeof h); h.kind = AMP_ADAMW; h.lr = 1e-3f; h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f;
+  t[0].grad = fake; t[0].model = fake; t[0].n = 10; t[0].dtype = AMP_F16;
+  t[1] = t[0];
+  expect_arg(amp__cu_optim_create(ST, NULL, t, 2, &h, msg, sizeof msg), "optim is NULL", "optim NULL");
+  expect_arg(amp__cu_optim_create(ST, &o, NULL, 2, &h, msg, sizeof msg), "tensors is NULL", "tensors NULL");
+  expect_arg(amp__cu_optim_create(ST, &o, t, 0, &h, msg, sizeof msg), "n_tensors 0", "no tensors");
+  t[1].n = 0;
+  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "tensor 1: n is 0", "n = 0");
+  t[1].n = 10; t[1].dtype = 7;
+  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "dtype 7", "bad dtype");
+  t[1].dtype = AMP_BF16; t[1].grad = NULL;
+  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "tensor 1: grad is NULL", "grad NULL");
+  t[1].grad = fake; h.kind = AMP_CUSTOM;
+  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "kind 3", "custom kind");
+  h.kind = AMP_ADAMW;
+  expect_arg(amp__cu_optim_create(NULL, &o, t, 2, &h, msg, sizeof msg), "state is NULL", "state NULL");
+  EXPECT(o == NULL, "a failed create wrote the handle %p", o);
+  expect_arg(amp__cu_optim_unscale(ST, NULL, NULL, msg, sizeof msg), "amp__cu_optim_unscale", "unscale NULL optim");
+  expect_arg(amp__cu_optim_step(ST, NULL, NULL, 0, msg, sizeof msg), "amp__cu_optim_step", "step NULL optim");
+  expect_arg(amp__cu_scaler_create(ST, NULL, &s0, &pr, msg, sizeof msg), "amp__cu_scaler_create", "scaler out NULL");
+  expect_arg(amp__cu_scaler_update(ST, NULL, 0, msg, sizeof msg), "amp__cu_scaler_update", "update NULL scaler");
+  expect_arg(amp__cu_cast(ST, fake, 9, fake, AMP_F32, 4, msg, sizeof msg), "amp__cu_cast", "cast bad dtype");
+  expect_arg(amp__cu_scale_buffer(ST, NULL, fake, AMP_F16, 4, msg, sizeof msg), "amp__cu_scale_buffer", "scale NULL scaler");
+  expect_arg(amp__cu_capture_begin(NULL, msg, sizeof msg), "amp__cu_capture_begin", "capture NULL state");
+  EXPECT(amp__cu_scaler_scale_ptr(NULL) == NULL, "scale_ptr(NULL) is not NULL");
+  EXPECT(amp__cu_optim_master(NULL, 0, NULL) == NULL, "master(NULL) is not NULL");
+  if (!ST) return;
+  /* with a device: the checks that come after the state check */
+  {
+    void *sc = NULL;
+    s0.scale = 0.0f;
+    expect_arg(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg), "scale 0", "scale 0");
+    s0.scale = 65536.0f;
+    OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
+    expect_arg(amp__cu_scaler_update(ST, sc, 2, msg, sizeof msg), "found_inf 2", "found_inf 2");
+    expect_arg(amp__cu_scale_buffer(ST, sc, NULL, AMP_F16, 4, msg, sizeof msg), "buf is NULL", "scale NULL buf");
+    expect_arg(amp__cu_cast(ST, fake, AMP_F16, fake, 5, 4, msg, sizeof msg), "src_type 5", "cast src 5");
+    amp__cu_scaler_destroy(ST, sc);
+  }
+}
+
+static void open_without_gpu_says_unsupported(void) {
+  amp_device *d = NULL;
+  amp_status s = amp_cuda_open(&d, 0, NULL);
+  if (s == AMP_OK) { amp_device_close(d); return; }   /* a GPU is present: nothing to check here */
+  EXPECT(s == AMP_ERR_UNSUPPORTED, "amp_cuda_open without a GPU: want AMP_ERR_UNSUPPORTED, got %s", amp_status_string(s));
+  EXPECT(strstr(amp_last_error(), "no CUDA device") != NULL, "message '%s' does not say why", amp_last_error());
+}
+
+/* ---- GPU: scale rule ------------------------------------------------------------------------- */
+
+static void scale_rule_on_device_follows_host_exactly(void) {
+  amp_scale_params ps[7];
+  int np = 0, iters = t_quick() ? 60 : 400;
+  ps[np++] = params(2.0f, 0.5f, 3, 1, AMP_HYSTERESIS_CONSECUTIVE, 0, 0, 0);        /* PyTorch, short interval */
+  ps[np++] = params(2.0f, 0.5f, 4, 3, AMP_HYSTERESIS_CONSECUTIVE, 1.0f, 0, 0);     /* Paddle-like with a floor */
+  ps[np++] = params(2.0f, 0.5f, 3, 2, AMP_HYSTERESIS_CLEAN_REFILL, 0, 1048576.0f, 0); /* apex with a cap */
+  ps[np++] = params(2.0f, 0.5f, 2, 2, AMP_HYSTERESIS_GROWTH_REFILL, 1.0f, 0, 0);   /* DeepSpeed */
+  ps[np++] = params(3.0f, 0.8f, 2, 1, AMP_HYSTERESIS_CONSECUTIVE, 0, 0, 0);        /* factors that round */
+  ps[np++] = params(2.0f, 0.5f, 1, 1, AMP_HYSTERESIS_CONSECUTIVE, 0, 0, 1);        /* fixed */
+  ps[np++] = params(2.0f, 0.25f, 50, 1, AMP_HYSTERESIS_CONSECUTIVE, 0, 0, 0);      /* runs down to FLT_MIN */
+  for (int c = 0; c < np; c++) {
+    void *sc = NULL;
+    amp_scale_state host = state0(c == 6 ? 1e-30f : 65536.0f, &ps[c]), got;
+    amp_cu_scaler_info info;
+    long long skipped = 0;
+    OK(amp__cu_scaler_create(ST, &sc, &host, &ps[c], msg, sizeof msg));
+    for (int i = 0; i < iters; i++) {
+      /* bursts of overflows and of clean steps, so hysteresis, growth and the floor all happen */
+      int f = c == 6 ? (i < 40) : (rnd() % 100) < (i % 40 < 10 ? 70u : 15u);
+      amp__scale_rule(&host, &ps[c], f);
+      skipped += f;
+      OK(amp__cu_scaler_update(ST, sc, f, msg, sizeof msg));
+      OK(amp__cu_scaler_read(ST, sc, &got, &info, msg, sizeof msg));
+      EXPECT(memcmp(&got, &host, sizeof host) == 0,
+             "params %d iter %d found_inf %d: want scale %a tracker %d hyst %d floor %d, got %a %d %d %d",
+             c, i, f, (double)host.scale, host.tracker, host.hyst, host.at_floor, (double)got.scale, got.tracker, got.hyst, got.at_floor);
+      EXPECT(amp__f32_bits(info.inv_scale) == amp__f32_bits(amp__inv_scale(host.scale)),
+             "params %d iter %d: inv_scale %a, want %a", c, i, (double)info.inv_scale, (double)amp__inv_scale(host.scale));
+      EXPECT(info.last_skipped == f && info.skipped == skipped && info.found_inf == 0,
+             "params %d iter %d: last_skipped %d skipped %lld found_inf %d, want %d %lld 0", c, i, info.last_skipped,
+             (long long)info.skipped, info.found_inf, f, skipped);
+      if (c == 6 && i == 39)   /* 40 back-offs by 4 from 1e-30: held at FLT_MIN, never 0 or subnormal */
+        EXPECT(got.scale == FLT_MIN && got.at_floor, "after 40 overflows: scale %g at_floor %d, want FLT_MIN and 1", (double)got.scale, got.at_floor);
+      if (t__cur) break;
+    }
+    amp__cu_scaler_destroy(ST, sc);
+  }
+}
+
+/* ---- GPU: tensors ---------------------------------------------------------------------------- */
+
+/* A set of tensors on the device with host copies: grads (random, times gscale) and model copies. */
+typedef struct tset {
+  size_t k;
+  amp_cu_tensor t[8];
+  void *gbase[8], *mbase[8];   /* allocations (t[i].grad/model may sit one element in) */
+  void *hg[8], *hm[8];         /* host copies */
+} tset;
+
+static void tset_make(tset *s, size_t k, const size_t *n, const int32_t *dt, const int *misalign, float gscale) {
+  memset(s, 0, sizeof *s);
+  s->k = k;
+  for (size_t i = 0; i < k; i++) {
+    size_t es = amp_dtype_size((amp_dtype)dt[i]), off = misalign[i] ? es : 0;
+    s->gbase[i] = dmalloc(n[i] * es + 16); s->mbase[i] = dmalloc(n[i] * es + 16);
+    s->hg[i] = xmalloc(n[i] * es); s->hm[i] = xmalloc(n[i] * es);
+    for (size_t j = 0; j < n[i]; j++) {
+      amp__store(s->hg[i], (amp_dtype)dt[i], j, srand1() * gscale);
+      amp__store(s->hm[i], (amp_dtype)dt[i], j, srand1());
+    }
+    s->t[i].grad = (char *)s->gbase[i] + off; s->t[i].model = (char *)s->mbase[i] + off;
+    s->t[i].n = n[i]; s->t[i].dtype = dt[i];
+    up((void *)s->t[i].grad, s->hg[i], n[i] * es);
+    up(s->t[i].model, s->hm[i], n[i] * es);
+  }
+}
+static void tset_new_grads(tset *s, float gscale) {
+  for (size_t i = 0; i < s->k; i++) {
+    for (size_t j = 0; j < s->t[i].n; j++) amp__store(s->hg[i], (amp_dtype)s->t[i].dtype, j, srand1() * gscale);
+    up((void *)s->t[i].grad, s->hg[i], s->t[i].n * amp_dtype_size((amp_dtype)s->t[i].dtype));
+  }
+}
+/* Writes one grad element on the device (and in the host copy). */
+static void tset_poke(tset *s, size_t i, size_t j, float x) {
+  size_t es = amp_dtype_size((amp_dtype)s->t[i].dtype);
+  amp__store(s->hg[i], (amp_dtype)s->t[i].dtype, j, x);
+  up((char *)s->t[i].grad + j * es, (char *)s->hg[i] + j * es, es);
+}
+static void tset_free(tset *s) {
+  for (size_t i = 0; i < s->k; i++) { amp__cu_free(ST, s->gbase[i]); amp__cu_free(ST, s->mbase[i]); free(s->hg[i]); free(s->hm[i]); }
+}
+
+static amp_cu_hparams hp(int kind, float lr, float wd, float mom, float damp, int nest, float maxnorm) {
+  amp_cu_hparams h;
+  memset(&h, 0, sizeof h);
+  h.kind = kind; h.lr = lr; h.weight_decay = wd; h.momentum = mom; h.dampening = damp; h.nesterov = nest;
+  h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f; h.max_grad_norm = maxnorm;
+  return h;
+}
+
+static void unscale_finds_norm_and_overflow_of_mixed_tensors(void) {
+  size_t n[7] = {1, 7, 8, 1000, 65536, 65537, 200003};
+  int32_t dt[7] = {AMP_F16, AMP_BF16, AMP_F32, AMP_F16, AMP_BF16, AMP_F16, AMP_F32};
+  int mis[7] = {0, 1, 0, 1, 0, 0, 1};
+  tset s;
+  void *o = NULL, *sc = NULL;
+  amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
+  amp_scale_state s0 = state0(1024.0f, &pr);
+  amp_cu_hparams h = hp(AMP_SGD, 0.1f, 0, 0, 0, 0, 0);
+  amp_cu_optim_info a, b;
+  amp_cu_scaler_info si;
+  double ref = 0;
+  float inv = amp__inv_scale(1024.0f);
+  if (t_quick()) n[6] = 3001;
+  tset_make(&s, 7, n, dt, mis, 1024.0f);
+  OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, s.t, s.k, &h, msg, sizeof msg));
+  for (size_t i = 0; i < s.k; i++)
+    for (size_t j = 0; j < n[i]; j++) { double y = (double)(amp__load(s.hg[i], (amp_dtype)dt[i], j) * inv); ref += y * y; }
+  ref = sqrt(ref);
+  OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
+  OK(amp__cu_optim_read(ST, o, &a, msg, sizeof msg));
+  EXPECT(fabs(a.norm - ref) <= 1e-5 * ref, "norm of %zu tensors: want %.9g, got %.9g", s.k, ref, (double)a.norm);
+  EXPECT(a.skip == 0 && a.clip == 1.0f && a.mul == inv, "clean grads: skip %d clip %g mul %a, want 0 1 %a", a.skip, (double)a.clip, (double)a.mul, (double)inv);
+  OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
+  OK(amp__cu_optim_read(ST, o, &b, msg, sizeof msg));
+  EXPECT(amp__f32_bits(a.norm) == amp__f32_bits(b.norm), "the same grads twice: norm %a then %a (not deterministic)", (double)a.norm, (double)b.norm);
+  /* one non-finite element anywhere (vector body, scalar tail, misaligned tensor) sets the flags */
+  {
+    size_t where[5][2] = {{0, 0}, {3, 999}, {5, 65536}, {6, 12345 % n[6]}, {4, 40000}};
+    float bad[3] = {INFINITY, -INFINITY, NAN};
+    for (int w = 0; w < 5; w++) {
+      size_t i = where[w][0], j = where[w][1];
+      float keep = amp__load(s.hg[i], (amp_dtype)dt[i], j);
+      tset_poke(&s, i, j, bad[w % 3]);
+      OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
+      OK(amp__cu_optim_read(ST, o, &a, msg, sizeof msg));
+      OK(amp__cu_scaler_read(ST, sc, NULL, &si, msg, sizeof msg));
+      EXPECT(a.skip == 1 && si.found_inf == 1, "%g at tensor %zu element %zu: skip %d found_inf %d, want 1 1", (double)bad[w % 3], i, j, a.skip, si.found_inf);
+      tset_poke(&s, i, j, keep);
+      OK(amp__cu_scaler_update(ST, sc, 0, msg, sizeof msg));   /* clears the device flag */
+      OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
+      OK(amp__cu_optim_read(ST, o, &a, msg, sizeof msg));
+      EXPECT(a.skip == 0, "after restoring tensor %zu element %zu: skip %d, want 0", i, j, a.skip);
+    }
+  }
+  /* a finite grad whose unscaled value overflows fp32 counts as an overflow too (as in PyTorch) */
+  {
+    amp_scale_state tiny = state0(1e-30f, &pr);
+    float keep = amp__load(s.hg[6], AMP_F32, 3);
+    OK(amp__cu_scaler_set(ST, sc, &tiny, msg, sizeof msg));
+    tset_poke(&s, 6, 3, 1e20f);
+    OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
+    OK(amp__cu_optim_read(ST, o, &a, msg, sizeof msg));
+    EXPECT(a.skip == 1, "1e20 unscaled by 1e30: skip %d, want 1", a.skip);
+    tset_poke(&s, 6, 3, keep);
+  }
+  amp__cu_optim_destroy(ST, o);
+  amp__cu_scaler_destroy(ST, sc);
+  tset_free(&s);
+}
+
+/* Runs `steps` steps of h on the device and the same on the host, and compares. */
+static void run_optimizer_against_host(const char *name, amp_cu_hparams h, int steps, float gscale) {
+  size_t n[5] = {5, 64, 1003, 70001, 4096};
+  int32_t dt[5] = {AMP_F16, AMP_BF16, AMP_F32, AMP_F16, AMP_BF16};
+  int mis[5] = {0, 1, 0, 0, 1};
+  tset s;
+  void *o = NULL, *sc = NULL;
+  float *pm[5], *mm[5], *vm[5], *dev_p = NULL, *dev_m = NULL, *dev_v = NULL;
+  amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
+  amp_scale_state s0 = state0(256.0f, &pr);
+  int has_m = h.kind != AMP_SGD || h.momentum != 0, has_v = h.kind != AMP_SGD;
+  amp_cu_optim_info info;
+  if (t_quick()) n[3] = 3001;
+  tset_make(&s, 5, n, dt, mis, 256.0f * gscale);
+  OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, s.t, s.k, &h, msg, sizeof msg));
+  for (size_t i = 0; i < s.k; i++) {
+    pm[i] = (float *)xmalloc(n[i] * 4); mm[i] = (float *)calloc(n[i], 4); vm[i] = (float *)calloc(n[i], 4);
+    for (size_t j = 0; j < n[i]; j++) pm[i][j] = amp__load(s.hm[i], (amp_dtype)dt[i], j);
+  }
+  for (int step = 1; step <= steps; step++) {
+    amp_step_coefs c;
+    if (step == 4) { h.lr *= 0.5f; OK(amp__cu_optim_set_hparams(ST, o, &h, msg, sizeof msg)); }   /* a schedule */
+    if (step > 1) tset_new_grads(&s, 256.0f * gscale);
+    OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
+    OK(amp__cu_optim_step(ST, o, sc, 1, msg, sizeof msg));
+    OK(amp__cu_optim_read(ST, o, &info, msg, sizeof msg));
+    EXPECT(info.t == step && info.skip == 0, "%s step %d: t %lld skip %d", name, step, (long long)info.t, info.skip);
+    amp__cu_step_coefs(&h, step, &c);
+    for (size_t i = 0; i < s.k; i++)   /* the host takes the device's factor: the norm's own check is above */
+      for (size_t j = 0; j < n[i]; j++) {
+        float g = amp__load(s.hg[i], (amp_dtype)dt[i], j) * info.mul;
+        if (h.kind == AMP_SGD) amp__sgd_elem(&pm[i][j], &mm[i][j], g, &c);
+        else amp__adam_elem(&pm[i][j], &mm[i][j], &vm[i][j], g, &c);
+      }
+  }
+  if (h.max_grad_norm > 0) EXPECT(info.clip < 1.0f, "%s: clip %g, the test wants clipping to act", name, (double)info.clip);
+  for (size_t i = 0; i < s.k && !t__cur; i++) {
+    size_t es = amp_dtype_size((amp_dtype)dt[i]);
+    void *model = xmalloc(n[i] * es);
+    float *q[3] = {pm[i], mm[i], vm[i]};
+    const char *what[3] = {"master", "m", "v"};
+    dev_p = (float *)xmalloc(n[i] * 4); dev_m = (float *)xmalloc(n[i] * 4); dev_v = (float *)xmalloc(n[i] * 4);
+    float *d[3] = {dev_p, dev_m, dev_v};
+    OK(amp__cu_optim_state_io(ST, o, i, 0, dev_p, 0, msg, sizeof msg));
+    if (has_m) OK(amp__cu_optim_state_io(ST, o, i, 1, dev_m, 0, msg, sizeof msg));
+    if (has_v) OK(amp__cu_optim_state_io(ST, o, i, 2, dev_v, 0, msg, sizeof msg));
+    down(model, s.t[i].model, n[i] * es);
+    for (int w = 0; w < 1 + has_m + has_v; w++) {
+      int k = w == 0 ? 0 : (w == 1 && has_m) ? 1 : 2;
+      double rms = 0;
+      for (size_t j = 0; j < n[i]; j++) rms += (double)q[k][j] * q[k][j];
+      rms = sqrt(rms / (double)n[i]);
+      for (size_t j = 0; j < n[i]; j++) {
+        double tol = 4.0 * steps * FLT_EPSILON * (fabs(q[k][j]) + rms);
+        EXPECT(fabs((double)d[k][j] - q[k][j]) <= tol, "%s tensor %zu (%s, n %zu) %s[%zu] after %d steps: cpu %.9g gpu %.9g (tol %.3g)",
+               name, i, amp__dtype_name((amp_dtype)dt[i]), n[i], what[k], j, steps, (double)q[k][j], (double)d[k][j], tol);
+      }
+    }
+    for (size_t j = 0; j < n[i]; j++) {
+      float want = amp__round_to(dev_p[j], (amp_dtype)dt[i]), got = amp__load(model, (amp_dtype)dt[i], j);
+      EXPECT(amp__f32_bits(want) == amp__f32_bits(got), "%s tensor %zu model[%zu]: %a, want the master %a rounded: %a",
+             name, i, j, (double)got, (double)dev_p[j], (double)want);
+    }
+    free(model); free(dev_p); free(dev_m); free(dev_v);
+  }
+  for (size_t i = 0; i < s.k; i++) { free(pm[i]); free(mm[i]); free(vm[i]); }
+  amp__cu_optim_destroy(ST, o);
+  amp__cu_scaler_destroy(ST, sc);
+  tset_free(&s);
+}
+
+static void optimizers_match_host_reference(void) {
+  int steps = t_quick() ? 4 : 8;
+  run_optimizer_against_host("sgd", hp(AMP_SGD, 0.1f, 0, 0, 0, 0, 0), steps, 1.0f);
+  run_optimizer_against_host("sgd momentum+wd+dampening", hp(AMP_SGD, 0.05f, 1e-2f, 0.9f, 0.1f, 0, 0), steps, 1.0f);
+  run_optimizer_against_host("sgd nesterov", hp(AMP_SGD, 0.05f, 0, 0.9f, 0, 1, 0), steps, 1.0f);
+  run_optimizer_against_host("adam l2", hp(AMP_ADAM, 1e-2f, 1e-2f, 0, 0, 0, 0), steps, 1.0f);
+  run_optimizer_against_host("adamw clipped", hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f), steps, 4.0f);
+}
+
+/* ---- GPU: skipped steps ---------------------------------------------------------------------- */
+
+typedef struct snap { float *p[3]; void *model; amp_cu_optim_info info; } snap;
+static void take(snap *z, void *o, const tset *s, size_t i) {
+  size_t n = s->t[i].n, es = amp_dtype_size((amp_dtype)s->t[i].dtype);
+  for (int w = 0; w < 3; w++) { z->p[w] = (float *)xmalloc(n * 4); amp__cu_optim_state_io(ST, o, i, w, z->p[w], 0, msg, sizeof msg); }
+  z->model = xmalloc(n * es);
+  down(z->model, s->t[i].model, n * es);
+  amp__cu_optim_read(ST, o, &z->info, msg, sizeof msg);
+}
+static int same(const snap *a, const snap *b, const tset *s, size_t i) {
+  size_t n = s->t[i].n, es = amp_dtype_size((amp_dtype)s->t[i].dtype);
+  for (int w = 0; w < 3; w++) if (memcmp(a->p[w], b->p[w], n * 4)) return 0;
+  return !memcmp(a->model, b->model, n * es) && a->info.t == b->info.t;
+}
+static void drop(snap *z) { for (int w = 0; w < 3; w++) free(z->p[w]); free(z->model); }
+
+static void overflowing_step_leaves_state_bit_identical(void) {
+  size_t n[3] = {1000, 65537, 33};
+  int32_t dt[3] = {AMP_F16, AMP_BF16, AMP_F32};
+  int mis[3] = {0, 0, 1};
+  tset s;
+  void *o = NULL, *sc = NULL;
+  amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
+  amp_scale_state s0 = state0(4096.0f, &pr), got;
+  amp_cu_hparams h = hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f);
+  amp_cu_scaler_info si;
+  tset_make(&s, 3, n, dt, mis, 4096.0f);
+  OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, s.t, s.k, &h, msg, sizeof msg));
+  for (int k = 0; k < 2; k++) { OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg)); OK(amp__cu_optim_step(ST, o, sc, 1, msg, sizeof msg)); }
+  for (int f = 0; f < 3; f++) {   /* +inf in f16, NaN in bf16, -inf in f32 */
+    snap before[3], after[3];
+    float bad = f == 0 ? INFINITY : f == 1 ? NAN : -INFINITY;
+    size_t at = (size_t)f == 1 ? 65536 : 7;
+    float keep = amp__load(s.hg[f], (amp_dtype)dt[f], at);
+    for (size_t i = 0; i < 3; i++) take(&before[i], o, &s, i);
+    tset_poke(&s, (size_t)f, at, bad);
+    OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
+    OK(amp__cu_optim_step(ST, o, sc, 1, msg, sizeof msg));
+    for (size_t i = 0; i < 3; i++) {
+      take(&after[i], o, &s, i);
+      EXPECT(same(&before[i], &after[i], &s, i), "%g in tensor %d: tensor %zu changed by a skipped step (t %lld -> %lld)",
+             (double)bad, f, i, (long long)before[i].info.t, (long long)after[i].info.t);
+    }
+    EXPECT(after[0].info.skipped == f + 1, "skipped count %lld, want %d", (long long)after[0].info.skipped, f + 1);
+    OK(amp__cu_scaler_read(ST, sc, &got, &si, msg, sizeof msg));
+    EXPECT(got.scale == 4096.0f / (float)(2 << f) && si.last_skipped == 1 && si.skipped == f + 1,
+           "after overflow %d: scale %g last_skipped %d skipped %lld, want %g 1 %d", f, (double)got.scale, si.last_skipped,
+           (long long)si.skipped, 4096.0 / (2 << f), f + 1);
+    tset_poke(&s, (size_t)f, at, keep);
+    for (size_t i = 0; i < 3; i++) { drop(&before[i]); drop(&after[i]); }
+  }
+  /* and the next clean step updates again */
+  {
+    amp_cu_optim_info a;
+    OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg)); OK(amp__cu_optim_step(ST, o, sc, 1, msg, sizeof msg));
+    OK(amp__cu_optim_read(ST, o, &a, msg, sizeof msg));
+    EXPECT(a.t == 3 && a.skip == 0, "clean step after overflows: t %lld skip %d, want 3 0", (long long)a.t, a.skip);
+  }
+  amp__cu_optim_destroy(ST, o);
+  amp__cu_scaler_destroy(ST, sc);
+  tset_free(&s);
+}
+
+/* ---- GPU: graphs and launch counts ----------------------------------------------------------- */
+
+static void captured_step_replays_like_eager(void) {
+  size_t n[3] = {3000, 70000, 17};
+  int32_t dt[3] = {AMP_F16, AMP_BF16, AMP_F32};
+  int mis[3] = {0, 1, 0};
+  tset s;
+  void *oa = NULL, *ob = NULL, *sa = NULL, *sb = NULL, *g = NULL, *modelb[3];
+  amp_cu_tensor tb[3];
+  amp_scale_params pr = params(2, 0.5f, 2, 1, 0, 0, 0, 0);   /* interval 2: the scale grows inside the replays */
+  amp_scale_state s0 = state0(1024.0f, &pr), ga, gb;
+  amp_cu_hparams h = hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 2.0f);
+  size_t kernels = 0;
+  tset_make(&s, 3, n, dt, mis, 1024.0f);
+  for (int i = 0; i < 3; i++) {   /* B: its own model copies, equal to A's, the same grads */
+    size_t es = amp_dtype_size((amp_dtype)dt[i]);
+    modelb[i] = dmalloc(n[i] * es);
+    up(modelb[i], s.hm[i], n[i] * es);
+    tb[i] = s.t[i]; tb[i].model = modelb[i];
+  }
+  OK(amp__cu_scaler_create(ST, &sa, &s0, &pr, msg, sizeof msg));
+  OK(amp__cu_scaler_create(ST, &sb, &s0, &pr, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &oa, s.t, 3, &h, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &ob, tb, 3, &h, msg, sizeof msg));
+  OK(amp__cu_capture_begin(ST, msg, sizeof msg));
+  amp__cu_optim_unscale(ST, ob, sb, msg, sizeof msg);
+  amp__cu_optim_step(ST, ob, sb, 1, msg, sizeof msg);
+  OK(amp__cu_capture_end(ST, &g, &kernels, msg, sizeof msg));
+  EXPECT(kernels == 2, "a captured step has %zu kernel nodes, want 2", kernels);
+  for (int r = 0; r < 6; r++) {
+    float keep = 0;
+    if (r == 3) { keep = amp__load(s.hg[1], AMP_BF16, 5); tset_poke(&s, 1, 5, NAN); }   /* one overflow among the replays */
+    OK(amp__cu_optim_unscale(ST, oa, sa, msg, sizeof msg));
+    OK(amp__cu_optim_step(ST, oa, sa, 1, msg, sizeof msg));
+    OK(amp__cu_graph_launch(ST, g, msg, sizeof msg));
+    if (r == 3) tset_poke(&s, 1, 5, keep);
+  }
+  for (size_t i = 0; i < 3; i++) {
+    snap a, b;
+    tset sbv = s;
+    sbv.t[i].model = modelb[i];
+    take(&a, oa, &s, i); take(&b, ob, &sbv, i);
+    EXPECT(same(&a, &b, &s, i), "tensor %zu: graph replay differs from eager (t %lld vs %lld)", i, (long long)b.info.t, (long long)a.info.t);
+    EXPECT(a.info.t == 5 && a.info.skipped == 1, "eager: t %lld skipped %lld, want 5 1", (long long)a.info.t, (long long)a.info.skipped);
+    drop(&a); drop(&b);
+  }
+  OK(amp__cu_scaler_read(ST, sa, &ga, NULL, msg, sizeof msg));
+  OK(amp__cu_scaler_read(ST, sb, &gb, NULL, msg, sizeof msg));
+  EXPECT(memcmp(&ga, &gb, sizeof ga) == 0, "scaler: eager scale %g tracker %d, replayed %g %d", (double)ga.scale, ga.tracker, (double)gb.scale, gb.tracker);
+  amp__cu_graph_destroy(g);
+  for (int i = 0; i < 3; i++) amp__cu_free(ST, modelb[i]);
+  amp__cu_optim_destroy(ST, oa); amp__cu_optim_destroy(ST, ob);
+  amp__cu_scaler_destroy(ST, sa); amp__cu_scaler_destroy(ST, sb);
+  tset_free(&s);
+}
+
+static void step_over_500_small_tensors_is_two_or_three_launches(void) {
+  enum { K = 500 };
+  amp_cu_tensor *t = (amp_cu_tensor *)xmalloc(K * sizeof *t);
+  void *mem[2 * K], *o = NULL, *sc = NULL, *g = NULL;
+  amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
+  amp_scale_state s0 = state0(65536.0f, &pr);
+  amp_cu_hparams h = hp(AMP_ADAMW, 1e-3f, 1e-2f, 0, 0, 0, 1.0f);
+  amp_cu_optim_info info;
+  size_t kernels = 0;
+  for (int i = 0; i < K; i++) {
+    size_t n = 100 + rnd() % 3000;
+    uint16_t *z = (uint16_t *)calloc(n, 2);
+    mem[2 * i] = dmalloc(n * 2); mem[2 * i + 1] = dmalloc(n * 2);
+    up(mem[2 * i], z, n * 2); up(mem[2 * i + 1], z, n * 2);
+    free(z);
+    t[i].grad = mem[2 * i]; t[i].model = mem[2 * i + 1]; t[i].n = n; t[i].dtype = i % 2 ? AMP_BF16 : AMP_F16;
+  }
+  OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, t, K, &h, msg, sizeof msg));
+  OK(amp__cu_capture_begin(ST, msg, sizeof msg));
+  amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg);
+  amp__cu_optim_step(ST, o, sc, 1, msg, sizeof msg);
+  OK(amp__cu_capture_end(ST, &g, &kernels, msg, sizeof msg));
+  EXPECT(kernels == 2, "unscale + step with the scale rule folded in: %zu kernels, want 2", kernels);
+  OK(amp__cu_graph_launch(ST, g, msg, sizeof msg));
+  amp__cu_graph_destroy(g);
+  OK(amp__cu_capture_begin(ST, msg, sizeof msg));
+  amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg);
+  amp__cu_optim_step(ST, o, sc, 0, msg, sizeof msg);
+  amp__cu_scaler_update(ST, sc, -1, msg, sizeof msg);
+  OK(amp__cu_capture_end(ST, &g, &kernels, msg, sizeof msg));
+  EXPECT(kernels == 3, "unscale + step + scale rule: %zu kernels, want 3", kernels);
+  OK(amp__cu_graph_launch(ST, g, msg, sizeof msg));
+  OK(amp__cu_optim_read(ST, o, &info, msg, sizeof msg));
+  EXPECT(info.t == 2, "two replayed steps over %d tensors: t %lld", K, (long long)info.t);
+  amp__cu_graph_destroy(g);
+  amp__cu_optim_destroy(ST, o);
+  amp__cu_scaler_destroy(ST, sc);
+  for (int i = 0; i < 2 * K; i++) amp__cu_free(ST, mem[i]);
+  free(t);
+}
+
+/* ---- GPU: casts and the scale multiply ------------------------------------------------------- */
+
+static float host_elem(const void *p, int t, size_t i) { return amp__load(p, (amp_dtype)t, i); }
+
+static void device_casts_match_host_conversions_bit_for_bit(void) {
+  size_t n = t_quick() ? 70001 : 1000003;
+  for (int sd = 0; sd < 3; sd++)
+    for (int dd = 0; dd < 3; dd++)
+      for (int mis = 0; mis < 2; mis++) {
+        size_t ss = amp_dtype_size((amp_dtype)sd), ds = amp_dtype_size((amp_dtype)dd);
+        unsigned char *hs = (unsigned char *)xmalloc(n * ss), *hd = (unsigned char *)xmalloc(n * ds);
+        unsigned char *ds_ = (unsigned char *)dmalloc(n * ss + 16), *dd_ = (unsigned char *)dmalloc(n * ds + 16);
+        void *src = ds_ + (mis ? ss : 0), *dst = dd_ + (mis ? ds : 0);
+        for (size_t i = 0; i < n; i++) {   /* every bit pattern class: random bits, all halves */
+          if (ss == 4) { uint32_t u = rnd() << 16 ^ rnd(); memcpy(hs + 4 * i, &u, 4); }
+          else { uint16_t u = (uint16_t)i; memcpy(hs + 2 * i, &u, 2); }
+        }
+        up(src, hs, n * ss);
+        OK(amp__cu_cast(ST, dst, dd, src, sd, n, msg, sizeof msg));
+        down(hd, dst, n * ds);
+        for (size_t i = 0; i < n; i++) {
+          float x = host_elem(hs, sd, i);
+          unsigned char want[4];
+          amp__store(want, (amp_dtype)dd, 0, x);
+          if (memcmp(want, hd + i * ds, ds)) {
+            EXPECT(0, "cast %s -> %s (misaligned %d) element %zu: input %a, got bytes differ", amp__dtype_name((amp_dtype)sd),
+                   amp__dtype_name((amp_dtype)dd), mis, i, (double)x);
+            break;
+          }
+        }
+        free(hs); free(hd); amp__cu_free(ST, ds_); amp__cu_free(ST, dd_);
+      }
+}
+
+static void scale_buffer_multiplies_by_the_device_scale(void) {
+  size_t n = 100003;
+  void *sc = NULL;
+  amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
+  amp_scale_state s0 = state0(1024.0f, &pr);
+  float dscale = 0;
+  OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
+  down(&dscale, amp__cu_scaler_scale_ptr(sc), 4);
+  EXPECT(dscale == 1024.0f, "the scale at amp__cu_scaler_scale_ptr reads %g, want 1024", (double)dscale);
+  for (int round = 0; round < 2; round++) {
+    float scale = round ? 512.0f : 1024.0f;
+    for (int t = 0; t < 3; t++) {
+      size_t es = amp_dtype_size((amp_dtype)t);
+      unsigned char *h = (unsigned char *)xmalloc(n * es), *r = (unsigned char *)xmalloc(n * es);
+      void *d = dmalloc(n * es);
+      for (size_t i = 0; i < n; i++) amp__store(h, (amp_dtype)t, i, srand1() * 100.0f);
+      up(d, h, n * es);
+      OK(amp__cu_scale_buffer(ST, sc, d, t, n, msg, sizeof msg));
+      down(r, d, n * es);
+      for (size_t i = 0; i < n; i++) {
+        unsigned char want[4];
+        amp__store(want, (amp_dtype)t, 0, host_elem(h, t, i) * scale);
+        if (memcmp(want, r + i * es, es)) {
+          EXPECT(0, "%s * %g element %zu: input %g, got %g", amp__dtype_name((amp_dtype)t), (double)scale, i,
+                 (double)host_elem(h, t, i), (double)host_elem(r, t, i));
+          break;
+        }
+      }
+      free(h); free(r); amp__cu_free(ST, d);
+    }
+    OK(amp__cu_scaler_update(ST, sc, 1, msg, sizeof msg));   /* back off: 512 next round */
+  }
+  amp__cu_scaler_destroy(ST, sc);
+}
+
+static void optimizer_state_round_trips_through_host(void) {
+  size_t n[2] = {100, 5000};
+  int32_t dt[2] = {AMP_F16, AMP_F32};
+  int mis[2] = {0, 0};
+  tset s;
+  void *o = NULL;
+  amp_cu_hparams h = hp(AMP_ADAM, 1e-3f, 0, 0, 0, 0, 0);
+  amp_cu_optim_info info;
+  float *a = (float *)xmalloc(5000 * 4), *b = (float *)xmalloc(5000 * 4);
+  size_t len = 0;
+  tset_make(&s, 2, n, dt, mis, 1.0f);
+  OK(amp__cu_optim_create(ST, &o, s.t, 2, &h, msg, sizeof msg));
+  EXPECT(amp__cu_optim_master(o, 1, &len) != NULL && len == 5000, "master(1): len %zu", len);
+  EXPECT(amp__cu_optim_master(o, 2, &len) == NULL && len == 0, "master(2) of 2 tensors is not NULL");
+  OK(amp__cu_optim_state_io(ST, o, 0, 0, a, 0, msg, sizeof msg));
+  for (size_t j = 0; j < 100; j++)
+    EXPECT(a[j] == amp__load(s.hm[0], AMP_F16, j), "master[%zu] %g is not the model copy %g", j, (double)a[j], (double)amp__load(s.hm[0], AMP_F16, j));
+  for (int w = 0; w < 3; w++) {
+    for (size_t j = 0; j < 5000; j++) a[j] = srand1();
+    OK(amp__cu_optim_state_io(ST, o, 1, w, a, 1, msg, sizeof msg));
+    OK(amp__cu_optim_state_io(ST, o, 1, w, b, 0, msg, sizeof msg));
+    EXPECT(!memcmp(a, b, 5000 * 4), "slot %d does not read back what was written", w);
+  }
+  OK(amp__cu_optim_set_step(ST, o, 41, msg, sizeof msg));
+  OK(amp__cu_optim_unscale(ST, o, NULL, msg, sizeof msg));   /* no scaler: inv_scale 1 */
+  OK(amp__cu_optim_step(ST, o, NULL, 0, msg, sizeof msg));
+  OK(amp__cu_optim_read(ST, o, &info, msg, sizeof msg));
+  EXPECT(info.t == 42 && info.mul == 1.0f, "after set_step(41) and a step: t %lld mul %g, want 42 1", (long long)info.t, (double)info.mul);
+  expect_arg(amp__cu_optim_state_io(ST, o, 2, 0, a, 0, msg, sizeof msg), "index 2", "index 2");
+  {
+    amp_cu_hparams h2 = h;
+    h2.kind = AMP_SGD;
+    expect_arg(amp__cu_optim_set_hparams(ST, o, &h2, msg, sizeof msg), "kind 0", "kind change");
+  }
+  free(a); free(b);
+  amp__cu_optim_destroy(ST, o);
+  tset_free(&s);
+}
+
+int main(void) {
+  void *stream = NULL;
+  amp_status st;
+  /* A stream of our own: the legacy default stream cannot be captured into a graph. */
+  if (amp__cu_stream_create(0, &stream, msg, sizeof msg) != AMP_OK) stream = NULL;
+  st = amp_cuda_open(&dev, 0, stream);
+  if (st == AMP_OK) ST = dev->cuda;
+  RUN(launchers_reject_bad_arguments);
+  RUN(open_without_gpu_says_unsupported);
+  if (st == AMP_ERR_UNSUPPORTED) {
+    printf("skipped: GPU tests of the scaler/optimizer kernels (%s)\n", amp_last_error());
+    TEST_END();
+  }
+  if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", amp_last_error()); return 1; }
+  RUN(scale_rule_on_device_follows_host_exactly);
+  RUN(unscale_finds_norm_and_overflow_of_mixed_tensors);
+  RUN(optimizers_match_host_reference);
+  RUN(overflowing_step_leaves_state_bit_identical);
+  if (stream) {
+    RUN(captured_step_replays_like_eager);
+    RUN(step_over_500_small_tensors_is_two_or_three_launches);
+  } else printf("skipped: graph tests (no stream of our own: %s)\n", msg);
+  RUN(device_casts_match_host_conversions_bit_for_bit);
+  RUN(scale_buffer_multiplies_by_the_device_scale);
+  RUN(optimizer_state_round_trips_through_host);
+  amp_device_close(dev);
+  amp__cu_stream_destroy(stream);
+  TEST_END();
+}
