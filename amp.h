@@ -230,9 +230,75 @@ static inline AMP_HD float amp__round_to(float x, amp_dtype t) {
 
 /* ------------------------------------------------------------------------------------------
    Op-list policy
-   Which ops compute in the low type and which in f32. Lists: white (always low), black
-   (always f32), gray (follows its inputs: f32 if any input is f32, else low). An op on no list
-   behaves like a gray op, as in PyTorch autocast and Ascend. Names compare case-insensitively.
+   The question a trainer asks before each op: "with inputs of these dtypes, do I compute this op
+   in f32 or in the low type?" Every op name is on at most one list:
+     white  always low                                  (PyTorch lower_precision_fp, Paddle white)
+     black  always f32                                  (PyTorch fp32, Paddle black)
+     gray   f32 if any input is f32, else low           (PyTorch promote, Paddle gray)
+   An op on no list behaves like a gray op: PyTorch runs unlisted ops in their inputs' type and
+   Ascend treats an op without a precision_reduce flag as gray. amp_policy_list() says
+   AMP_LIST_NONE for it. Names compare case-insensitively (ASCII letters; other bytes exactly),
+   may be of any length, and are copied; each prints in the spelling it was first given.
+
+   BUILT-IN LISTS (amp_policy_create): the union of PyTorch's CUDA autocast lists and Paddle's
+   lists, under each framework's own op names (aten: matmul, linear, conv2d, layer_norm, bmm, ...;
+   Paddle: matmul_v2, mul, softmax_with_cross_entropy, elementwise_add, reduce_sum, ...).
+   Where the anchors disagree:
+     - an op that one anchor lists and the other does not takes the list that names it
+       (mean, square, lookup_table: Paddle black; linear, bmm, prelu: PyTorch low -> white);
+     - f32 in PyTorch and black in Paddle are the same thing (sum, softmax, log_softmax, exp,
+       log, pow, cumsum, ...) -> black;
+     - layer_norm, group_norm: f32 in PyTorch and black in paddle.amp (2.5+), but layer_norm is
+       gray in Paddle's static lists -> black. A row's mean and variance in f16 lose what the
+       next ops cannot get back, and the newer Paddle list agrees with PyTorch;
+     - fused_attention, fused_feedforward: gray in Paddle's static lists, white in paddle.amp
+       -> white (they are matrix products);
+     - mul: Paddle's `mul` is its fully-connected matrix product (white); PyTorch's elementwise
+       mul is on no list -> white. Use elementwise_mul (gray) for an elementwise product.
+   amp_policy_print() shows every op with its list.
+
+   DECIDE: white -> low; black -> f32; gray or unlisted -> f32 if any input is f32, else low
+   (no inputs: low). Then the mode's rule:
+     MIXED       as above.
+     PURE        black ops and the norms (batch_norm, layer_norm, group_norm, instance_norm,
+                 whatever their list) in f32; every other op low, whatever its inputs. (Paddle O2
+                 itself keeps a shorter black list; move ops to gray to match it exactly.)
+     WHITE_ONLY  white ops low; every other op f32 (gray ones too, with or without inputs).
+     FORCE_LOW   every op low.          FORCE_F32   every op f32.
+     KEEP        the inputs' own type: all AMP_F16 -> AMP_F16, all AMP_BF16 -> AMP_BF16. Any f32
+                 input, or f16 mixed with bf16 (neither holds the other; PyTorch promotes that pair
+                 to f32), -> f32. No inputs -> f32 (a source op makes its tensor in the model's
+                 origin type). KEEP is the only mode that may answer the low type it was not given.
+   A NULL policy or op, an empty name, inputs == NULL with n_inputs > 0, or an input that is not
+   an amp_dtype answers AMP_F32 and sets amp_last_error(). decide() never allocates.
+
+   CHANGING THE LISTS (Paddle's AutoMixedPrecisionLists semantics):
+     amp_policy_set(p, op, list)  puts op on that list and off every other; AMP_LIST_NONE
+                                  unlists it (it then behaves as gray).
+     amp_policy_customize(p, white, n_white, black, n_black)  Paddle's custom_white_list /
+                                  custom_black_list: each entry moves its op onto that list, out
+                                  of every other. An op in both (case-insensitively) is AMP_ERR_ARG.
+     amp_policy_load_mixlist(p, json, len) / amp_policy_load_mixlist_file(p, path): Ascend's
+     --modify_mixlist file, e.g.
+        {"black-list": {"to-remove": ["Yolo"],   "to-add": ["Matmul"]},   // comments allowed
+         "white-list": {"to-remove": ["Conv2D"], "to-add": ["Bias"]}}
+       to-add     moves the op onto that list, out of the others;
+       to-remove  moves an op that is on that list to gray; an op not on it stays where it is.
+                  So an op removed from white without being added to black ends gray, not black;
+                  removed from white and added to black, it ends black.
+       All four keys are optional. The same op in both to-add lists, or in to-add and to-remove
+       of one list, is an error. The text is strict JSON (RFC 8259 strings with every escape,
+       \uXXXX with surrogate pairs, checked UTF-8, an optional UTF-8 BOM) plus // line comments,
+       which the vendor's own examples carry. No other keys, no duplicate keys, nothing after the
+       object. The format is three levels deep and the parser never goes deeper, so deeper
+       nesting is rejected where it starts. json need not be NUL-terminated: len is its size.
+       Errors: AMP_ERR_PARSE, and amp_last_error() gives "line L, column C" (1-based, columns in
+       characters); a file that cannot be read is AMP_ERR_IO naming the path.
+   Every changing call is all or nothing: on any error the policy is exactly as before.
+
+   THREAD SAFETY: decide, list, dump and print only read the policy, so any number of threads
+   may call them at once on one policy. set, customize, load_mixlist and destroy change it: the
+   caller keeps readers out while they run.
    ------------------------------------------------------------------------------------------ */
 
 typedef enum amp_list { AMP_LIST_NONE = 0, AMP_LIST_WHITE, AMP_LIST_BLACK, AMP_LIST_GRAY } amp_list;
@@ -255,6 +321,16 @@ AMPDEF amp_status amp_policy_customize(amp_policy *p, const char *const *white, 
 AMPDEF amp_status amp_policy_load_mixlist(amp_policy *p, const char *json, size_t len);
 AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path);
 AMPDEF amp_dtype  amp_policy_decide(const amp_policy *p, const char *op, const amp_dtype *inputs, size_t n_inputs);
+/* The policy as text: a first line "# amp_policy: mode AMP_MODE_MIXED, low AMP_F16, N ops
+   (unlisted ops behave as gray)", then one line per op, "white conv2d", "black exp",
+   "gray  relu", sorted by name case-insensitively. *needed (when not NULL) gets the size in
+   bytes including the final NUL. buf == NULL with cap == 0 only asks for the size; a cap
+   smaller than needed is AMP_ERR_ARG and buf is left untouched. */
+AMPDEF amp_status amp_policy_dump(const amp_policy *p, char *buf, size_t cap, size_t *needed);
+/* The same text written to a FILE * (void * keeps <stdio.h> out of this header); NULL = stdout. */
+AMPDEF amp_status amp_policy_print(const amp_policy *p, void *file);
+/* "white", "black", "gray", "none"; NULL for a value that is not an amp_list. */
+AMPDEF const char *amp_list_name(amp_list l);
 
 /* ------------------------------------------------------------------------------------------
    Devices
@@ -397,7 +473,12 @@ typedef struct amp_scaler_config {
                             AMP_HYSTERESIS_GROWTH_REFILL (DeepSpeed default) */
   float min_scale;       /* 0 -> no floor (but never below FLT_MIN, see the manual) */
   float max_scale;       /* 0 -> no cap */
-  int   fixed;           /* nonzero: static loss scaling at init_scale */
+  int   fixed;           /* nonzero: static loss scaling at init_scale (unscale by 1/init_scale,
+                            still skip on inf/NaN, the scale never changes) */
+  int   late_growth;     /* nonzero: DeepSpeed's window: the first clean step after an overflow (and
+                            after the start) is not counted, so the first growth comes after
+                            growth_interval + 1 clean steps, later ones every growth_interval
+                            (DynamicLossScaler: stable_interval = iter - last_overflow_iter - 1) */
 } amp_scaler_config;
 typedef enum amp_preset { AMP_PRESET_PYTORCH = 0, AMP_PRESET_PADDLE, AMP_PRESET_DEEPSPEED,
                           AMP_PRESET_APEX, AMP_PRESET_KERAS } amp_preset;
@@ -405,19 +486,62 @@ typedef enum amp_preset { AMP_PRESET_PYTORCH = 0, AMP_PRESET_PADDLE, AMP_PRESET_
 typedef struct amp_optimizer amp_optimizer;
 typedef struct amp_scaler amp_scaler;
 
+/* The presets of SEMANTICS.md, each matching its anchor's update rule step for step:
+     PYTORCH   65536 / 2 / 0.5 / 2000 / hysteresis 1 / no floor / no cap     (torch.amp.GradScaler)
+     PADDLE    65536 / 2 / 0.5 / 2000 / 1 CONSECUTIVE / floor 1             (paddle.amp.GradScaler)
+     DEEPSPEED 65536 / 2 / 0.5 / 1000 / 2 GROWTH_REFILL / floor 1, late_growth (DynamicLossScaler;
+               where DeepSpeed raises at the minimum scale, amp.h stays at the floor and logs once)
+     APEX      65536 / 2 / 0.5 / 2000 / 1 CLEAN_REFILL / cap 2^24          (apex.amp LossScaler)
+     KERAS     32768 / 2 / 0.5 / 2000 / 1 / floor 1                         (LossScaleOptimizer)
+   An unknown preset gives the PyTorch one. */
 AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p);
+/* Validates cfg (NULL: the defaults) and resolves it. Errors name the field: growth_factor must be
+   > 1, backoff_factor in (0, 1), growth_interval >= 1, hysteresis >= 1, hysteresis_mode 0..2,
+   min_scale >= 0 and finite, max_scale 0 or >= min_scale, init_scale finite, >= FLT_MIN and within
+   [min_scale, max_scale]. */
 AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg /* NULL = defaults */);
 AMPDEF void       amp_scaler_destroy(amp_scaler *s);
 AMPDEF float      amp_scaler_get_scale(amp_scaler *s);               /* on CUDA this waits for the stream */
+/* Call order (PyTorch's GradScaler, per optimizer; update() starts a new iteration for all):
+     unscale(o)  optional, at most once per iteration: one pass over o's grads (read in their own
+                 dtype, worked in fp32, never written back) gives inf/NaN and the global L2 norm of
+                 the unscaled grads. A second call -> AMP_ERR_STATE ("unscale() has already been
+                 called on this optimizer since the last update()"); after step -> AMP_ERR_STATE.
+     step(o)     at most once per iteration (a second -> AMP_ERR_STATE "step() has already been
+                 called since the last update()"); unscales first if unscale(o) was not called.
+                 Skipped when o's grads or those of any optimizer unscaled earlier in this
+                 iteration held inf/NaN: to skip all optimizers together when any sees inf, call
+                 unscale() on every one of them before the first step(). A skipped step changes
+                 nothing (model copy, master, moments, step count stay bit for bit).
+     update()    once per iteration: the scale rule with found_inf = any inf/NaN seen by any
+                 optimizer this iteration. With no unscale/step recorded since the last update it
+                 fails with AMP_ERR_STATE ("No inf checks were recorded prior to update()"),
+                 PyTorch's assertion; use update_found_inf() to drive the rule by hand.
+   Gradient accumulation: run every micro-batch's backward at the same get_scale(), accumulate
+   into the grads, then unscale/step/update once. The scaler and the optimizer must live on the
+   same device (AMP_ERR_ARG otherwise). */
 AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o); /* optional, at most once per step */
 AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o);    /* unscale if needed, skip on inf/NaN, else update */
 AMPDEF amp_status amp_scaler_update(amp_scaler *s);                    /* the scale rule; call once per iteration */
+/* The rule with found_inf = (found_inf != 0) OR whatever unscale/step recorded in this iteration;
+   needs no prior unscale/step. Closes the iteration like update(). */
 AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf); /* for trainers that check grads themselves */
+/* 1 when the iteration closed by the last update saw inf/NaN (its steps were skipped), else 0. */
+AMPDEF int        amp_scaler_last_skipped(const amp_scaler *s);
+/* Iterations with inf/NaN since create (restored by amp_checkpoint_load): for LR schedules. */
+AMPDEF long       amp_scaler_skipped_steps(const amp_scaler *s);
+/* 1 while the scale sits at its floor (min_scale, or FLT_MIN without one) because the last
+   overflow wanted to go below it; the first time in a row this happens the log hook says so. */
+AMPDEF int        amp_scaler_at_floor(const amp_scaler *s);
+
+/* The log hook: amp.h's few warnings (the scale stuck at its floor) go to fn(user, msg); the
+   default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. */
+AMPDEF void       amp_set_log(void (*fn)(void *user, const char *msg), void *user);
 
 /* The scale rule's state, shared by the CPU scaler and the device-resident one. */
 typedef struct amp_scale_state {
   float   scale;        /* the current loss scale */
-  int32_t tracker;      /* clean steps since the last growth or overflow */
+  int32_t tracker;      /* clean steps since the last growth or overflow (late_growth: minus 1) */
   int32_t hyst;         /* CONSECUTIVE: overflows in a row so far; *_REFILL: overflows left before a back-off */
   int32_t at_floor;     /* 1 when the last overflow wanted to go below the floor */
 } amp_scale_state;
@@ -426,15 +550,44 @@ typedef struct amp_scale_state {
 typedef struct amp_scale_params {
   float growth, backoff, floor, cap;   /* cap 0: none */
   int32_t interval, hysteresis, mode, fixed;
+  int32_t late_growth;                 /* DeepSpeed's window, see amp_scaler_config */
 } amp_scale_params;
 
+/* The rule's state and resolved parameters (a copy; on CUDA this waits for the stream). */
+AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params);
+
+/* The state a fresh scaler starts from: hysteresis counts full (N for the refill flavours, 0
+   overflows seen for CONSECUTIVE), tracker 0 (-1 with late_growth, DeepSpeed's
+   last_overflow_iter = -1). */
+static inline AMP_HD amp_scale_state amp__scale_init(float init_scale, const amp_scale_params *pr) {
+  amp_scale_state st;
+  st.scale = init_scale;
+  st.tracker = pr->late_growth ? -1 : 0;
+  st.hyst = pr->mode == AMP_HYSTERESIS_CONSECUTIVE ? 0 : pr->hysteresis;
+  st.at_floor = 0;
+  return st;
+}
+
 /* The scale rule, once per iteration (SEMANTICS.md). Multiplications are done in double and
-   rounded once to float, as PyTorch's and apex's kernels do (their factors are doubles). */
+   rounded once to float, as PyTorch's and apex's kernels do (their factors are doubles); for
+   Paddle's float*float the result is the same (the exact product fits a double). Checked against
+   the anchors' code:
+   - CONSECUTIVE is Paddle's update_loss_scaling: bad += 1, back off when bad == N, then bad = 0;
+     a clean step sets bad = 0.
+   - CLEAN_REFILL is apex's update_scale_hysteresis: the count is decremented (apex lets it go
+     negative; stopping at 0 gives the same decisions), back-off once it is <= 0, refilled to N
+     after every clean step; DeepSpeed with consecutive_hysteresis is the same.
+   - GROWTH_REFILL is DeepSpeed's default: refilled only when the scale grows.
+   - late_growth is DeepSpeed's stable_interval = (iter - last_overflow_iter) - 1: every overflow,
+     absorbed by hysteresis or not, restarts the window, and the first clean step after it is not
+     counted.
+   - Floor: max(scale * backoff, floor) (Paddle, DeepSpeed, Keras); cap: min(scale * growth, cap)
+     (apex amp); a growth to inf leaves the scale as it was (PyTorch, apex, Paddle). */
 static inline AMP_HD void amp__scale_rule(amp_scale_state *st, const amp_scale_params *pr, int found_inf) {
   if (pr->fixed) return;
   if (found_inf) {
     int back_off;
-    st->tracker = 0;
+    st->tracker = pr->late_growth ? -1 : 0;
     if (pr->mode == AMP_HYSTERESIS_CONSECUTIVE) {
       st->hyst += 1;
       back_off = st->hyst >= pr->hysteresis;
@@ -491,6 +644,32 @@ AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, s
 AMPDEF void       amp_optimizer_destroy(amp_optimizer *o);
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s);
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s);
+/* amp_optimizer_add with the grads in their own dtype (e.g. bf16 weights, f32 accumulated grads).
+   amp_optimizer_add(o, t, w, g, n) is amp_optimizer_add_mixed(o, t, w, t, g, n). Refused
+   (AMP_ERR_ARG, nothing added): NULL, n = 0, an unknown dtype, grads overlapping their weights,
+   a buffer overlapping one already added, a call between unscale() and step(). */
+AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
+                                          amp_dtype g_dtype, const void *grads, size_t n);
+AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors added */
+/* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
+AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
+
+/* Checkpoint file (amp_checkpoint_save/load), all integers and floats in the writer's byte order:
+     "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark 0x01020304,
+     u32 sizeof header (32), u32 flags (1: scaler present, 2: optimizer present),
+     u64 payload bytes, payload, u32 CRC-32 (IEEE, as zlib's crc32) of everything before it.
+     scaler payload: the resolved amp_scale_params and the init_scale, the amp_scale_state, the
+       skipped count, the last-skipped flag (fixed-size fields, see amp__ckpt_scaler);
+     optimizer payload: kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps,
+       max_grad_norm, step count, tensor count, then per tensor: n, weight dtype, grad dtype,
+       master[n], then the moments it has (SGD with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
+   save writes path.tmp and renames it over path (a crash never destroys the old checkpoint); o or
+   s may be NULL to save/load only the other. load checks everything (magic, version, byte order,
+   size, CRC, kind, tensor count, sizes, dtypes) before it changes anything: AMP_ERR_CORRUPT with
+   what did not match; AMP_ERR_IO naming the path when it cannot be opened. It restores the
+   optimizer's config (lr included; custom_step stays the live one), step count, masters and
+   moments, writes every model copy from its restored master, and restores the scaler's
+   parameters and state; both start a new iteration (no unscale/step recorded). */
 
 /* Per-step coefficients of an update, computed once per step (on the host, or by one device
    thread) and read by every element. */
@@ -519,16 +698,25 @@ static inline AMP_HD void amp__sgd_elem(float *p, float *buf, float g, const amp
 }
 
 /* Adam (wd = L2 on the grad) and AdamW (decay = 1 - lr*wd on the weight, wd 0 on the grad),
-   torch.optim.Adam/AdamW's formulas with t counted from 1. */
-static inline AMP_HD void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+   torch.optim.Adam/AdamW's formulas with t counted from 1. Written as two halves around the
+   square root, so a CPU loop can take the roots of a whole block at once (sqrtf, which may set
+   errno, keeps compilers from vectorising a loop that calls it): amp__adam_elem is exactly the
+   two halves in a row. The first leaves the decayed weight in *p and the new moments in *m, *v. */
+static inline AMP_HD void amp__adam_moments(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   float w = *p * c->decay;
-  float mm, vv, denom;
   if (c->wd != 0.0f) g = g + c->wd * w;
-  mm = c->beta1 * *m + (1.0f - c->beta1) * g;
-  vv = c->beta2 * *v + (1.0f - c->beta2) * g * g;
-  denom = sqrtf(vv) / c->bc2_sqrt + c->eps;
-  *m = mm; *v = vv;
-  *p = w - c->step_size * (mm / denom);
+  *m = c->beta1 * *m + (1.0f - c->beta1) * g;
+  *v = c->beta2 * *v + (1.0f - c->beta2) * g * g;
+  *p = w;
+}
+/* The second half: sqrt_v = sqrtf(*v) as the first half left it. */
+static inline AMP_HD void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
+  float denom = sqrt_v / c->bc2_sqrt + c->eps;
+  *p = *p - c->step_size * (m / denom);
+}
+static inline AMP_HD void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+  amp__adam_moments(p, m, v, g, c);
+  amp__adam_apply(p, *m, sqrtf(*v), c);
 }
 
 /* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)). */
@@ -542,6 +730,31 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
 /* ------------------------------------------------------------------------------------------
    Tensor Core matrix product (cblas conventions)
    C = alpha * op(A) * op(B) + beta * C, fp32 accumulation.
+
+   op(A) is m x k, op(B) is k x n, C is m x n, each stored in `layout` with its leading dimension
+   (row-major: the distance between rows, at least the row length; col-major: between columns).
+   A and B have the same type (f16, bf16 or f32); C any of the three. beta 0: C is not read (a NaN
+   there does not propagate), as in BLAS. m or n 0: nothing happens. k 0 or alpha 0: C = beta * C
+   (A and B are not read). C must not overlap A or B.
+
+   Rounding (what the CPU reference computes, and what the GPU approximates; see the manual):
+   inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0, then
+   acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to f32 and
+   then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0), t = t + bias[j]
+   (when there is a bias), t = act(t), and one rounding of t to C's type.
+   The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
+   its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
+   |a(i,p) b(p,j)| before the output rounding, plus up to 3 roundings of the output type
+   (tests/cuda_gemm.c states and checks the exact bound).
+
+   On CUDA, A, B, C (and the bias) are device pointers and the call is asynchronous on the device's
+   stream. The algorithm chosen by cuBLASLt's heuristic is cached per shape, types, layout,
+   leading dimensions, alignment and epilogue, so repeated calls do no descriptor or heuristic work.
+   Any alignment and leading dimension works: cuBLASLt is asked for algorithms that accept the
+   actual alignment, and where it has none (or none for the type combination: cuBLASLt lacks
+   f16 x f16 -> bf16, bf16 x bf16 -> f16 and f32 x f32 -> f16/bf16) a plain CUDA kernel computes
+   the product. The bias is fused into cuBLASLt's epilogue for row-major calls (its bias runs along
+   D's rows); for col-major calls a small kernel applies bias and activation after the product.
    ------------------------------------------------------------------------------------------ */
 
 typedef enum amp_layout { AMP_ROW_MAJOR = 0, AMP_COL_MAJOR } amp_layout;
@@ -551,6 +764,68 @@ AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_t
                            const void *A, amp_dtype a_type, int lda,
                            const void *B, amp_dtype b_type, int ldb,
                            float beta, void *C, amp_dtype c_type, int ldc);
+
+/* The activation of the epilogue, applied after the bias. */
+typedef enum amp_act {
+  AMP_ACT_NONE = 0,
+  AMP_ACT_RELU,   /* x > 0 ? x : 0 (cuBLASLt's max(x, 0): a NaN becomes 0) */
+  AMP_ACT_GELU    /* the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the one
+                     cuBLASLt's GELU epilogue computes (PyTorch's fallback for it is gelu(approximate="tanh")) */
+} amp_act;
+
+/* Which implementation computes the product. */
+typedef enum amp_gemm_algo {
+  AMP_GEMM_AUTO = 0,  /* CUDA: cuBLASLt (a plain CUDA kernel when its heuristic offers no algorithm);
+                         CPU: the blocked reference */
+  AMP_GEMM_WMMA,      /* CUDA only: the readable WMMA teaching kernel (f16/bf16 inputs), amp_kernels.cu */
+  AMP_GEMM_SIMPLE     /* CUDA only: the plain fallback kernel, one thread per element of C */
+} amp_gemm_algo;
+
+/* Options of amp_gemm_ex; a zero-initialised struct (or NULL) is plain amp_gemm. */
+typedef struct amp_gemm_opts {
+  const void *bias;       /* NULL -> no bias. n values: C(i,j) gets + bias[j] before the activation */
+  amp_dtype   bias_type;  /* 0 -> AMP_F32; any of the three */
+  amp_act     act;        /* 0 -> AMP_ACT_NONE */
+  amp_gemm_algo algo;     /* 0 -> AMP_GEMM_AUTO */
+  int allow_tf32;         /* f32 inputs on CUDA: 0 -> full f32 products (CUBLAS_COMPUTE_32F);
+                             1 -> TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32, 10-bit mantissas).
+                             The CPU always computes in f32. */
+} amp_gemm_opts;
+
+/* amp_gemm with a fused epilogue: C = act(alpha * op(A) op(B) + beta * C + bias). The layer
+   forward y = act(x W^T + b) is amp_gemm_ex(d, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, batch, out,
+   in, 1, x, t, in, W, t, in, 0, y, t, out, &opts) with opts.bias = b. */
+AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb,
+                              int m, int n, int k, float alpha,
+                              const void *A, amp_dtype a_type, int lda,
+                              const void *B, amp_dtype b_type, int ldb,
+                              float beta, void *C, amp_dtype c_type, int ldc,
+                              const amp_gemm_opts *opts /* NULL = none */);
+
+/* The element math of the product's epilogue, shared by the CPU reference and every CUDA path. */
+static inline AMP_HD float amp__gelu_tanh(float x) {
+  const float k0 = 0.7978845608028654f;   /* sqrt(2/pi) */
+  const float k1 = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(k0 * (x + k1 * x * x * x)));
+}
+static inline AMP_HD float amp__act(float x, int act) {
+  if (act == AMP_ACT_RELU) return x > 0.0f ? x : 0.0f;
+  if (act == AMP_ACT_GELU) return amp__gelu_tanh(x);
+  return x;
+}
+/* alpha * acc + beta * c; beta 0 does not read c (BLAS: C may hold NaN or garbage). */
+static inline AMP_HD float amp__gemm_blend(float acc, float alpha, float beta, float c) {
+  float t = alpha * acc;
+  if (beta != 0.0f) t = t + beta * c;
+  return t;
+}
+/* C = beta * C, for k 0 or alpha 0 (A and B are not read; 0 * inf in them never appears). */
+static inline AMP_HD float amp__gemm_scale(float beta, float c) { return beta != 0.0f ? beta * c : 0.0f; }
+/* The bias and the activation, on the f32 value before the one rounding to C's type. */
+static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int act) {
+  if (has_bias) t = t + bias;
+  return amp__act(t, act);
+}
 
 #ifdef __cplusplus
 }
@@ -571,6 +846,7 @@ AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_t
 #include <stdlib.h>
 #include <math.h>
 #include <float.h>
+#include <errno.h>
 
 #if defined(AMP_MALLOC) && defined(AMP_FREE)
 #elif !defined(AMP_MALLOC) && !defined(AMP_FREE)
@@ -700,17 +976,677 @@ AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, am
    Implementation: op-list policy
    ------------------------------------------------------------------------------------------ */
 
-/* PLACEHOLDER(issue 3): replaced by the policy implementation. */
-struct amp_policy { int placeholder; };
-AMPDEF amp_status amp_policy_create(amp_policy **out, amp_mode mode, amp_dtype low) { (void)out; (void)mode; (void)low; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_create: not implemented yet"); }
-AMPDEF void amp_policy_destroy(amp_policy *p) { (void)p; }
-AMPDEF amp_list amp_policy_list(const amp_policy *p, const char *op) { (void)p; (void)op; return AMP_LIST_NONE; }
-AMPDEF amp_status amp_policy_set(amp_policy *p, const char *op, amp_list list) { (void)p; (void)op; (void)list; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_set: not implemented yet"); }
-AMPDEF amp_status amp_policy_customize(amp_policy *p, const char *const *white, size_t n_white, const char *const *black, size_t n_black) { (void)p; (void)white; (void)n_white; (void)black; (void)n_black; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_customize: not implemented yet"); }
-AMPDEF amp_status amp_policy_load_mixlist(amp_policy *p, const char *json, size_t len) { (void)p; (void)json; (void)len; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_load_mixlist: not implemented yet"); }
-AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) { (void)p; (void)path; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_policy_load_mixlist_file: not implemented yet"); }
-AMPDEF amp_dtype amp_policy_decide(const amp_policy *p, const char *op, const amp_dtype *inputs, size_t n_inputs) { (void)p; (void)op; (void)inputs; (void)n_inputs; return AMP_F32; }
-/* END PLACEHOLDER(issue 3) */
+/* The built-in lists, each name once (see the manual above for where the two anchors disagree). */
+static const char *const amp__builtin_white[] = {
+  /* PyTorch CUDA autocast, lower_precision_fp */
+  "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d",
+  "conv_transpose3d", "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv",
+  "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "multi_dot",
+  "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell",
+  "rnn_relu_cell", "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+  /* Paddle white (static fp16_lists and paddle.amp amp_lists) */
+  "matmul_v2", "mul", "max_pool2d_with_index", "fused_gemm_epilogue", "fused_attention",
+  "fused_feedforward", "fake_quantize_dequantize_abs_max",
+  "fake_quantize_dequantize_moving_average_abs_max"
+};
+static const char *const amp__builtin_black[] = {
+  /* PyTorch CUDA autocast, fp32 and fp32_set_opt_dtype (norm: fp32_append_dtype) */
+  "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
+  "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm",
+  "frobenius_norm", "nuclear_norm", "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss",
+  "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss",
+  "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss",
+  "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist",
+  "cdist", "renorm", "logsumexp", "upsample_nearest1d", "_upsample_nearest_exact1d",
+  "upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d",
+  "upsample_linear1d", "upsample_bilinear2d", "_upsample_bilinear2d_aa", "upsample_trilinear3d",
+  "upsample_bicubic2d", "_upsample_bicubic2d_aa", "prod", "softmax", "log_softmax", "cumprod",
+  "cumsum", "linalg_vector_norm", "linalg_matrix_norm", "sum", "norm",
+  /* PyTorch: cross_entropy_loss decomposes into log_softmax + nll_loss (both fp32);
+     binary_cross_entropy is refused under autocast, f32 is the nearest safe answer */
+  "cross_entropy_loss", "binary_cross_entropy",
+  /* Paddle black (static fp16_lists, paddle.amp FP16_BLACK_LIST and EXTRA_BLACK_LIST) */
+  "square", "mean", "cos_sim", "softmax_with_cross_entropy", "sigmoid_cross_entropy_with_logits",
+  "c_softmax_with_cross_entropy", "cross_entropy", "cross_entropy2", "reduce_sum", "atanh",
+  "tanh_shrink", "reduce_mean", "reduce_prod", "pnorm", "softmin", "log_loss", "hsigmoid_loss",
+  "margin_cross_entropy", "lookup_table", "lookup_table_v2", "scatter", "linear_interp_v2",
+  "nearest_interp_v2", "bilinear_interp_v2", "bicubic_interp_v2", "trilinear_interp_v2"
+};
+static const char *const amp__builtin_gray[] = {
+  /* PyTorch CUDA autocast, promote (cat and stack promote too, outside the list macro) */
+  "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put",
+  "tensordot", "scatter_add", "cat", "stack",
+  /* Paddle gray (static fp16_lists), plus the unsuffixed names reshape and transpose */
+  "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div", "elementwise_max",
+  "elementwise_min", "elementwise_pow", "elementwise_mod", "elementwise_floordiv", "batch_norm",
+  "tanh", "sigmoid", "top_k", "pool2d", "pool3d", "dropout", "relu", "relu6", "leaky_relu",
+  "soft_relu", "flatten2", "unstack", "uniform_random", "uniform_random_batch_size_like",
+  "gaussian_random", "gaussian_random_batch_size_like", "slice", "rank", "scale", "transpose2",
+  "reshape2", "transpose", "reshape", "gather", "fill_constant", "get_tensor_from_selected_rows",
+  "sign", "cast", "fused_bn_add_activation", "c_identity", "c_concat", "c_allreduce_sum", "concat",
+  "split", "fused_multi_transformer"
+};
+
+/* PURE keeps these in f32 whatever their list (Paddle O2, apex O2 keep_batchnorm_fp32). */
+static const char *const amp__norm_ops[] = { "batch_norm", "layer_norm", "group_norm", "instance_norm" };
+
+typedef struct amp__op { char *name; amp_list list; } amp__op;
+
+struct amp_policy {
+  amp_mode mode;
+  amp_dtype low;
+  amp__op *ops;      /* sorted by amp__name_cmp, so decide() is a binary search with no allocation */
+  size_t n, cap;
+};
+
+static int amp__lower(int c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; }
+
+/* Case-insensitive order on ASCII letters; every other byte compares as itself (unsigned). */
+static int amp__name_cmp(const char *a, const char *b) {
+  for (;; a++, b++) {
+    int x = amp__lower((unsigned char)*a), y = amp__lower((unsigned char)*b);
+    if (x != y || x == 0) return x - y;
+  }
+}
+
+/* The index of op in p->ops, or where it would go (*found = 0). */
+static size_t amp__policy_find(const amp_policy *p, const char *op, int *found) {
+  size_t lo = 0, hi = p->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = amp__name_cmp(p->ops[mid].name, op);
+    if (c == 0) { *found = 1; return mid; }
+    if (c < 0) lo = mid + 1; else hi = mid;
+  }
+  *found = 0;
+  return lo;
+}
+
+static char *amp__strdup(const char *s) {
+  size_t k = strlen(s) + 1;
+  char *d = (char *)AMP_MALLOC(k);
+  if (d) memcpy(d, s, k);
+  return d;
+}
+
+static const char *amp__mode_name(amp_mode m) {
+  switch (m) {
+    case AMP_MODE_MIXED: return "AMP_MODE_MIXED";
+    case AMP_MODE_PURE: return "AMP_MODE_PURE";
+    case AMP_MODE_WHITE_ONLY: return "AMP_MODE_WHITE_ONLY";
+    case AMP_MODE_FORCE_LOW: return "AMP_MODE_FORCE_LOW";
+    case AMP_MODE_FORCE_F32: return "AMP_MODE_FORCE_F32";
+    case AMP_MODE_KEEP: return "AMP_MODE_KEEP";
+  }
+  return "unknown";
+}
+
+AMPDEF const char *amp_list_name(amp_list l) {
+  switch (l) {
+    case AMP_LIST_NONE: return "none";
+    case AMP_LIST_WHITE: return "white";
+    case AMP_LIST_BLACK: return "black";
+    case AMP_LIST_GRAY: return "gray";
+  }
+  return NULL;
+}
+
+/* One pending change: op goes onto list (AMP_LIST_NONE: off every list). */
+typedef struct amp__change { const char *name; amp_list list; } amp__change;
+
+/* Applies the changes in order, all or nothing: every allocation (name copies, a bigger array)
+   happens before the first change, so a failure leaves p as it was. */
+static amp_status amp__policy_apply(amp_policy *p, const amp__change *ch, size_t n, const char *fn) {
+  char **copy;
+  size_t i, need = 0;
+  int found;
+  if (n == 0) return AMP_OK;
+  copy = (char **)AMP_MALLOC(n * sizeof *copy);
+  if (!copy) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for %zu changes", fn, n);
+  for (i = 0; i < n; i++) copy[i] = NULL;
+  for (i = 0; i < n; i++) {
+    if (ch[i].list == AMP_LIST_NONE) continue;
+    amp__policy_find(p, ch[i].name, &found);
+    if (found) continue;
+    if (!(copy[i] = amp__strdup(ch[i].name))) goto nomem;
+    need++;
+  }
+  if (p->n + need > p->cap) {
+    size_t cap = p->cap * 2 > p->n + need ? p->cap * 2 : p->n + need;
+    amp__op *ops = (amp__op *)AMP_MALLOC(cap * sizeof *ops);
+    if (!ops) goto nomem;
+    if (p->n) memcpy(ops, p->ops, p->n * sizeof *ops);
+    if (p->ops) AMP_FREE(p->ops);
+    p->ops = ops; p->cap = cap;
+  }
+  for (i = 0; i < n; i++) {
+    size_t k = amp__policy_find(p, ch[i].name, &found);
+    if (found && ch[i].list == AMP_LIST_NONE) {
+      AMP_FREE(p->ops[k].name);
+      memmove(p->ops + k, p->ops + k + 1, (p->n - k - 1) * sizeof *p->ops);
+      p->n--;
+    } else if (found) {
+      p->ops[k].list = ch[i].list;
+    } else if (ch[i].list != AMP_LIST_NONE) {
+      memmove(p->ops + k + 1, p->ops + k, (p->n - k) * sizeof *p->ops);
+      p->ops[k].name = copy[i]; p->ops[k].list = ch[i].list;
+      copy[i] = NULL;
+      p->n++;
+    }
+  }
+  for (i = 0; i < n; i++) if (copy[i]) AMP_FREE(copy[i]);   /* an op named twice in one batch */
+  AMP_FREE(copy);
+  return AMP_OK;
+nomem:
+  for (i = 0; i < n; i++) if (copy[i]) AMP_FREE(copy[i]);
+  AMP_FREE(copy);
+  return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+}
+
+AMPDEF void amp_policy_destroy(amp_policy *p) {
+  size_t i;
+  if (!p) return;
+  for (i = 0; i < p->n; i++) AMP_FREE(p->ops[i].name);
+  if (p->ops) AMP_FREE(p->ops);
+  AMP_FREE(p);
+}
+
+AMPDEF amp_status amp_policy_create(amp_policy **out, amp_mode mode, amp_dtype low) {
+  const size_t nw = sizeof amp__builtin_white / sizeof *amp__builtin_white;
+  const size_t nb = sizeof amp__builtin_black / sizeof *amp__builtin_black;
+  const size_t ng = sizeof amp__builtin_gray / sizeof *amp__builtin_gray;
+  amp__change *ch;
+  amp_policy *p;
+  amp_status st;
+  size_t i, n = 0;
+  if (!out) return amp__fail(AMP_ERR_ARG, "amp_policy_create: out is NULL");
+  if ((int)mode < (int)AMP_MODE_MIXED || (int)mode > (int)AMP_MODE_KEEP)
+    return amp__fail(AMP_ERR_ARG, "amp_policy_create: mode %d is not an amp_mode (AMP_MODE_MIXED .. AMP_MODE_KEEP)", (int)mode);
+  if (low != AMP_F16 && low != AMP_BF16)
+    return amp__fail(AMP_ERR_ARG, "amp_policy_create: low %d (%s) must be AMP_F16 or AMP_BF16", (int)low, amp__dtype_name(low));
+  p = (amp_policy *)AMP_MALLOC(sizeof *p);
+  ch = (amp__change *)AMP_MALLOC((nw + nb + ng) * sizeof *ch);
+  if (!p || !ch) {
+    if (p) AMP_FREE(p);
+    if (ch) AMP_FREE(ch);
+    return amp__fail(AMP_ERR_NOMEM, "amp_policy_create: out of memory");
+  }
+  p->mode = mode; p->low = low; p->ops = NULL; p->n = p->cap = 0;
+  for (i = 0; i < nw; i++) { ch[n].name = amp__builtin_white[i]; ch[n++].list = AMP_LIST_WHITE; }
+  for (i = 0; i < nb; i++) { ch[n].name = amp__builtin_black[i]; ch[n++].list = AMP_LIST_BLACK; }
+  for (i = 0; i < ng; i++) { ch[n].name = amp__builtin_gray[i]; ch[n++].list = AMP_LIST_GRAY; }
+  st = amp__policy_apply(p, ch, n, "amp_policy_create");
+  AMP_FREE(ch);
+  if (st != AMP_OK) { amp_policy_destroy(p); return st; }
+  *out = p;
+  return AMP_OK;
+}
+
+AMPDEF amp_list amp_policy_list(const amp_policy *p, const char *op) {
+  size_t k;
+  int found;
+  if (!p) { amp__fail(AMP_ERR_ARG, "amp_policy_list: p is NULL"); return AMP_LIST_NONE; }
+  if (!op || !*op) { amp__fail(AMP_ERR_ARG, "amp_policy_list: op is %s", op ? "empty" : "NULL"); return AMP_LIST_NONE; }
+  k = amp__policy_find(p, op, &found);
+  return found ? p->ops[k].list : AMP_LIST_NONE;
+}
+
+AMPDEF amp_status amp_policy_set(amp_policy *p, const char *op, amp_list list) {
+  amp__change ch;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_set: p is NULL");
+  if (!op || !*op) return amp__fail(AMP_ERR_ARG, "amp_policy_set: op is %s", op ? "empty" : "NULL");
+  if (!amp_list_name(list))
+    return amp__fail(AMP_ERR_ARG, "amp_policy_set: list %d for \"%.64s\" is not an amp_list (AMP_LIST_NONE .. AMP_LIST_GRAY)", (int)list, op);
+  ch.name = op; ch.list = list;
+  return amp__policy_apply(p, &ch, 1, "amp_policy_set");
+}
+
+AMPDEF amp_status amp_policy_customize(amp_policy *p, const char *const *white, size_t n_white,
+                                       const char *const *black, size_t n_black) {
+  amp__change *ch;
+  amp_status st;
+  size_t i, j;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: p is NULL");
+  if (!white && n_white) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: white is NULL with n_white = %zu", n_white);
+  if (!black && n_black) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: black is NULL with n_black = %zu", n_black);
+  for (i = 0; i < n_white; i++)
+    if (!white[i] || !*white[i]) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: white[%zu] is %s", i, white[i] ? "empty" : "NULL");
+  for (i = 0; i < n_black; i++)
+    if (!black[i] || !*black[i]) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: black[%zu] is %s", i, black[i] ? "empty" : "NULL");
+  /* Paddle: "The given custom_white_list overlaps custom_black_list with < op >!" */
+  for (i = 0; i < n_white; i++)
+    for (j = 0; j < n_black; j++)
+      if (amp__name_cmp(white[i], black[j]) == 0)
+        return amp__fail(AMP_ERR_ARG, "amp_policy_customize: \"%.64s\" is in both custom lists (white[%zu] and black[%zu])",
+                         white[i], i, j);
+  if (n_white + n_black == 0) return AMP_OK;
+  ch = (amp__change *)AMP_MALLOC((n_white + n_black) * sizeof *ch);
+  if (!ch) return amp__fail(AMP_ERR_NOMEM, "amp_policy_customize: out of memory");
+  for (i = 0; i < n_white; i++) { ch[i].name = white[i]; ch[i].list = AMP_LIST_WHITE; }
+  for (i = 0; i < n_black; i++) { ch[n_white + i].name = black[i]; ch[n_white + i].list = AMP_LIST_BLACK; }
+  st = amp__policy_apply(p, ch, n_white + n_black, "amp_policy_customize");
+  AMP_FREE(ch);
+  return st;
+}
+
+AMPDEF amp_dtype amp_policy_decide(const amp_policy *p, const char *op, const amp_dtype *inputs, size_t n_inputs) {
+  size_t i, k, n_f16 = 0, n_bf16 = 0, n_f32 = 0;
+  amp_list list = AMP_LIST_NONE;
+  int found;
+  if (!p) { amp__fail(AMP_ERR_ARG, "amp_policy_decide: p is NULL (answering AMP_F32)"); return AMP_F32; }
+  if (!op || !*op) { amp__fail(AMP_ERR_ARG, "amp_policy_decide: op is %s (answering AMP_F32)", op ? "empty" : "NULL"); return AMP_F32; }
+  if (!inputs && n_inputs) {
+    amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs is NULL with n_inputs = %zu (answering AMP_F32)", op, n_inputs);
+    return AMP_F32;
+  }
+  for (i = 0; i < n_inputs; i++) {
+    if (inputs[i] == AMP_F16) n_f16++;
+    else if (inputs[i] == AMP_BF16) n_bf16++;
+    else if (inputs[i] == AMP_F32) n_f32++;
+    else {
+      amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs[%zu] = %d is not an amp_dtype (answering AMP_F32)", op, i, (int)inputs[i]);
+      return AMP_F32;
+    }
+  }
+  switch (p->mode) {
+    case AMP_MODE_FORCE_LOW: return p->low;
+    case AMP_MODE_FORCE_F32: return AMP_F32;
+    case AMP_MODE_KEEP:
+      if (n_inputs == 0 || n_f32 || (n_f16 && n_bf16)) return AMP_F32;
+      return n_f16 ? AMP_F16 : AMP_BF16;
+    default: break;
+  }
+  k = amp__policy_find(p, op, &found);
+  if (found) list = p->ops[k].list;
+  if (p->mode == AMP_MODE_PURE) {
+    if (list == AMP_LIST_BLACK) return AMP_F32;
+    for (i = 0; i < sizeof amp__norm_ops / sizeof *amp__norm_ops; i++)
+      if (amp__name_cmp(op, amp__norm_ops[i]) == 0) return AMP_F32;
+    return p->low;
+  }
+  if (list == AMP_LIST_WHITE) return p->low;
+  if (list == AMP_LIST_BLACK || p->mode == AMP_MODE_WHITE_ONLY) return AMP_F32;
+  return n_f32 ? AMP_F32 : p->low;   /* gray or unlisted follows its inputs; none: low */
+}
+
+/* Appends k bytes when they fit; *len counts them either way, so one pass also measures. */
+static void amp__text_put(char *buf, size_t cap, size_t *len, const char *s, size_t k) {
+  if (buf && *len + k <= cap) memcpy(buf + *len, s, k);
+  *len += k;
+}
+
+/* Writes the dump text (no NUL) into buf when it fits; returns its length. */
+static size_t amp__policy_text(const amp_policy *p, char *buf, size_t cap) {
+  char head[160];
+  size_t i, len = 0;
+  int k = snprintf(head, sizeof head, "# amp_policy: mode %s, low %s, %zu ops (unlisted ops behave as gray)\n",
+                   amp__mode_name(p->mode), amp__dtype_name(p->low), p->n);
+  amp__text_put(buf, cap, &len, head, (size_t)k);
+  for (i = 0; i < p->n; i++) {
+    const char *ln = p->ops[i].list == AMP_LIST_WHITE ? "white " : p->ops[i].list == AMP_LIST_BLACK ? "black " : "gray  ";
+    amp__text_put(buf, cap, &len, ln, 6);
+    amp__text_put(buf, cap, &len, p->ops[i].name, strlen(p->ops[i].name));
+    amp__text_put(buf, cap, &len, "\n", 1);
+  }
+  return len;
+}
+
+AMPDEF amp_status amp_policy_dump(const amp_policy *p, char *buf, size_t cap, size_t *needed) {
+  size_t len;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_dump: p is NULL");
+  if (!buf && cap) return amp__fail(AMP_ERR_ARG, "amp_policy_dump: buf is NULL with cap = %zu", cap);
+  len = amp__policy_text(p, NULL, 0);
+  if (needed) *needed = len + 1;
+  if (!buf) return AMP_OK;
+  if (cap < len + 1) return amp__fail(AMP_ERR_ARG, "amp_policy_dump: cap %zu is smaller than the %zu bytes needed", cap, len + 1);
+  amp__policy_text(p, buf, cap);
+  buf[len] = '\0';
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_policy_print(const amp_policy *p, void *file) {
+  FILE *f = file ? (FILE *)file : stdout;
+  size_t len;
+  char *buf;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_print: p is NULL");
+  len = amp__policy_text(p, NULL, 0);
+  if (!(buf = (char *)AMP_MALLOC(len + 1))) return amp__fail(AMP_ERR_NOMEM, "amp_policy_print: out of memory for %zu bytes", len + 1);
+  amp__policy_text(p, buf, len + 1);
+  if (fwrite(buf, 1, len, f) != len || fflush(f) != 0) {
+    AMP_FREE(buf);
+    return amp__fail(AMP_ERR_IO, "amp_policy_print: writing %zu bytes failed", len);
+  }
+  AMP_FREE(buf);
+  return AMP_OK;
+}
+
+
+/* ---- The Ascend modify_mixlist reader ----------------------------------------------------
+   A parser shaped like the format: an object of at most two lists, each an object of at most
+   two arrays of op-name strings. It never recurses, so no input can exhaust the stack. Names are
+   decoded into one buffer of len + 1 bytes (decoding never lengthens a JSON string: the quotes
+   alone pay for the NUL), so pointers into it stay valid while the document is read. */
+
+enum { AMP__MX_BLACK_ADD = 0, AMP__MX_BLACK_REMOVE, AMP__MX_WHITE_ADD, AMP__MX_WHITE_REMOVE };
+static const char *const amp__mx_what[] = { "black-list to-add", "black-list to-remove",
+                                            "white-list to-add", "white-list to-remove" };
+
+typedef struct amp__mxname { const char *name; size_t pos; int kind; } amp__mxname;
+
+typedef struct amp__jp {
+  const unsigned char *s; size_t n, i;
+  char *buf; size_t blen;                 /* decoded strings, NUL-terminated */
+  amp__mxname *names; size_t nn, ncap;
+  const char *fn, *path;                  /* for messages */
+  amp_status st;
+} amp__jp;
+
+/* The length of the valid UTF-8 sequence at s (1-4), or 0: no overlongs, no surrogates,
+   nothing above U+10FFFF (RFC 3629). */
+static size_t amp__utf8_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0], lo = 0x80, hi = 0xbf;
+  size_t k, i;
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) k = 2;
+  else if (c >= 0xe0 && c <= 0xef) { k = 3; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
+  else if (c >= 0xf0 && c <= 0xf4) { k = 4; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
+  else return 0;
+  if (n < k || s[1] < lo || s[1] > hi) return 0;
+  for (i = 2; i < k; i++) if ((s[i] & 0xc0) != 0x80) return 0;
+  return k;
+}
+
+static int amp__jp_fail(amp__jp *jp, size_t pos, const char *fmt, ...) AMP__PRINTF(3, 4);
+static int amp__jp_fail(amp__jp *jp, size_t pos, const char *fmt, ...) {
+  char what[256];
+  size_t i, line = 1, col = 1;
+  va_list ap;
+  for (i = 0; i < pos && i < jp->n; i++) {     /* columns count characters: skip continuation bytes */
+    if (jp->s[i] == '\n') { line++; col = 1; }
+    else if ((jp->s[i] & 0xc0) != 0x80) col++;
+  }
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  jp->st = AMP_ERR_PARSE;
+  amp__fail(AMP_ERR_PARSE, "%s: %s%sline %zu, column %zu: %s", jp->fn, jp->path ? jp->path : "",
+            jp->path ? ": " : "", line, col, what);
+  return -1;
+}
+
+/* "expected X" at the current position, saying what was found instead. */
+static int amp__jp_expected(amp__jp *jp, const char *what) {
+  unsigned c;
+  if (jp->i >= jp->n) return amp__jp_fail(jp, jp->i, "unexpected end of input, expected %s", what);
+  c = jp->s[jp->i];
+  if (c > 0x20 && c < 0x7f) return amp__jp_fail(jp, jp->i, "expected %s, found '%c'", what, (char)c);
+  return amp__jp_fail(jp, jp->i, "expected %s, found byte 0x%02x", what, c);
+}
+
+/* Skips whitespace and // comments (to the end of the line; their text must be valid UTF-8). */
+static int amp__jp_ws(amp__jp *jp) {
+  while (jp->i < jp->n) {
+    unsigned char c = jp->s[jp->i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') { jp->i++; continue; }
+    if (c != '/') break;
+    if (jp->i + 1 >= jp->n || jp->s[jp->i + 1] != '/')
+      return amp__jp_fail(jp, jp->i, "'/' that does not start a // comment (only // line comments are allowed)");
+    jp->i += 2;
+    while (jp->i < jp->n && jp->s[jp->i] != '\n') {
+      size_t k = amp__utf8_len(jp->s + jp->i, jp->n - jp->i);
+      if (!k) return amp__jp_fail(jp, jp->i, "invalid UTF-8 byte 0x%02x in a comment", jp->s[jp->i]);
+      jp->i += k;
+    }
+  }
+  return 0;
+}
+
+static int amp__jp_peek(amp__jp *jp, char c) { return jp->i < jp->n && jp->s[jp->i] == (unsigned char)c; }
+
+static int amp__jp_hex4(const unsigned char *s, unsigned *out) {
+  unsigned v = 0, d;
+  int i;
+  for (i = 0; i < 4; i++) {
+    unsigned c = s[i];
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return 0;
+    v = v * 16 + d;
+  }
+  *out = v;
+  return 1;
+}
+
+/* Decodes the string at jp->i into jp->buf; *out points at it (NUL-terminated). */
+static int amp__jp_string(amp__jp *jp, const char **out, const char *what) {
+  size_t start = jp->i;
+  char *d;
+  if (!amp__jp_peek(jp, '"')) return amp__jp_expected(jp, what);
+  jp->i++;
+  d = jp->buf + jp->blen;
+  *out = d;
+  for (;;) {
+    unsigned c;
+    if (jp->i >= jp->n) return amp__jp_fail(jp, start, "string is not terminated");
+    c = jp->s[jp->i];
+    if (c == '"') { jp->i++; break; }
+    if (c < 0x20) return amp__jp_fail(jp, jp->i, "control character 0x%02x in a string (escape it)", c);
+    if (c >= 0x80) {
+      size_t k = amp__utf8_len(jp->s + jp->i, jp->n - jp->i);
+      if (!k) return amp__jp_fail(jp, jp->i, "invalid UTF-8 byte 0x%02x in a string", c);
+      memcpy(d, jp->s + jp->i, k); d += k; jp->i += k;
+      continue;
+    }
+    if (c != '\\') { *d++ = (char)c; jp->i++; continue; }
+    if (jp->i + 1 >= jp->n) return amp__jp_fail(jp, start, "string is not terminated");
+    c = jp->s[jp->i + 1];
+    switch (c) {
+      case '"': case '\\': case '/': *d++ = (char)c; jp->i += 2; continue;
+      case 'b': *d++ = '\b'; jp->i += 2; continue;
+      case 'f': *d++ = '\f'; jp->i += 2; continue;
+      case 'n': *d++ = '\n'; jp->i += 2; continue;
+      case 'r': *d++ = '\r'; jp->i += 2; continue;
+      case 't': *d++ = '\t'; jp->i += 2; continue;
+      case 'u': break;
+      default:
+        if (c > 0x20 && c < 0x7f) return amp__jp_fail(jp, jp->i, "invalid escape '\\%c' in a string", (char)c);
+        return amp__jp_fail(jp, jp->i, "invalid escape (backslash, byte 0x%02x) in a string", c);
+    }
+    { /* \uXXXX, a UTF-16 unit: a high surrogate must be followed by \u and a low one */
+      unsigned cp, lo;
+      size_t at = jp->i;
+      if (jp->n - jp->i < 6 || !amp__jp_hex4(jp->s + jp->i + 2, &cp))
+        return amp__jp_fail(jp, at, "\\u must be followed by four hex digits");
+      jp->i += 6;
+      if (cp >= 0xdc00 && cp <= 0xdfff) return amp__jp_fail(jp, at, "\\u%04X is a low surrogate without a high one before it", cp);
+      if (cp >= 0xd800 && cp <= 0xdbff) {
+        if (jp->n - jp->i < 6 || jp->s[jp->i] != '\\' || jp->s[jp->i + 1] != 'u' ||
+            !amp__jp_hex4(jp->s + jp->i + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
+          return amp__jp_fail(jp, at, "\\u%04X is a high surrogate not followed by a \\u low surrogate", cp);
+        jp->i += 6;
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+      }
+      if (cp == 0) return amp__jp_fail(jp, at, "\\u0000 cannot be part of an op name");
+      if (cp < 0x80) *d++ = (char)cp;
+      else if (cp < 0x800) { *d++ = (char)(0xc0 | (cp >> 6)); *d++ = (char)(0x80 | (cp & 0x3f)); }
+      else if (cp < 0x10000) { *d++ = (char)(0xe0 | (cp >> 12)); *d++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *d++ = (char)(0x80 | (cp & 0x3f)); }
+      else { *d++ = (char)(0xf0 | (cp >> 18)); *d++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+             *d++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *d++ = (char)(0x80 | (cp & 0x3f)); }
+    }
+  }
+  *d++ = '\0';
+  jp->blen = (size_t)(d - jp->buf);
+  return 0;
+}
+
+/* ["name", ...]: every element a non-empty string, kept with its position and kind. */
+static int amp__jp_names(amp__jp *jp, int kind) {
+  if (!amp__jp_peek(jp, '[')) return amp__jp_expected(jp, "'[' (an array of op names)");
+  jp->i++;
+  if (amp__jp_ws(jp)) return -1;
+  if (amp__jp_peek(jp, ']')) { jp->i++; return 0; }
+  for (;;) {
+    const char *name;
+    size_t pos;
+    if (amp__jp_ws(jp)) return -1;
+    pos = jp->i;
+    if (amp__jp_string(jp, &name, "an op name (a string)")) return -1;
+    if (!*name) return amp__jp_fail(jp, pos, "empty op name in %s", amp__mx_what[kind]);
+    if (jp->nn == jp->ncap) {
+      size_t cap = jp->ncap ? jp->ncap * 2 : 16;
+      amp__mxname *nm = (amp__mxname *)AMP_MALLOC(cap * sizeof *nm);
+      if (!nm) { jp->st = AMP_ERR_NOMEM; amp__fail(AMP_ERR_NOMEM, "%s: out of memory", jp->fn); return -1; }
+      if (jp->nn) memcpy(nm, jp->names, jp->nn * sizeof *nm);
+      if (jp->names) AMP_FREE(jp->names);
+      jp->names = nm; jp->ncap = cap;
+    }
+    jp->names[jp->nn].name = name; jp->names[jp->nn].pos = pos; jp->names[jp->nn].kind = kind;
+    jp->nn++;
+    if (amp__jp_ws(jp)) return -1;
+    if (amp__jp_peek(jp, ']')) { jp->i++; return 0; }
+    if (!amp__jp_peek(jp, ',')) return amp__jp_expected(jp, "',' or ']'");
+    jp->i++;
+  }
+}
+
+/* An object whose keys are drawn from keys[0..1]; each value read by amp__jp_names (level 2) or
+   by this function again (level 1). seen catches duplicate keys. */
+static int amp__jp_object(amp__jp *jp, int level, int list) {
+  static const char *const top[2] = { "black-list", "white-list" };
+  static const char *const sub[2] = { "to-add", "to-remove" };
+  const char *const *keys = level == 1 ? top : sub;
+  int seen = 0;
+  if (!amp__jp_peek(jp, '{'))
+    return amp__jp_expected(jp, level == 1 ? "'{' (the mixlist object)" : "'{' (an object with \"to-add\" / \"to-remove\")");
+  jp->i++;
+  if (amp__jp_ws(jp)) return -1;
+  if (amp__jp_peek(jp, '}')) { jp->i++; return 0; }
+  for (;;) {
+    const char *key;
+    size_t kpos, mark = jp->blen;
+    int which;
+    if (amp__jp_ws(jp)) return -1;
+    kpos = jp->i;
+    if (amp__jp_string(jp, &key, "a key (a string)")) return -1;
+    which = strcmp(key, keys[0]) == 0 ? 0 : strcmp(key, keys[1]) == 0 ? 1 : -1;
+    if (which < 0)
+      return amp__jp_fail(jp, kpos, "unknown key \"%.64s\" (expected \"%s\" or \"%s\")", key, keys[0], keys[1]);
+    if (seen & (1 << which)) return amp__jp_fail(jp, kpos, "duplicate key \"%s\"", keys[which]);
+    seen |= 1 << which;
+    jp->blen = mark;                       /* the key's decoded text is no longer needed */
+    if (amp__jp_ws(jp)) return -1;
+    if (!amp__jp_peek(jp, ':')) return amp__jp_expected(jp, "':'");
+    jp->i++;
+    if (amp__jp_ws(jp)) return -1;
+    if (level == 1 ? amp__jp_object(jp, 2, which) : amp__jp_names(jp, list * 2 + which)) return -1;
+    if (amp__jp_ws(jp)) return -1;
+    if (amp__jp_peek(jp, '}')) { jp->i++; return 0; }
+    if (!amp__jp_peek(jp, ',')) return amp__jp_expected(jp, "',' or '}'");
+    jp->i++;
+  }
+}
+
+static int amp__mxname_cmp(const void *a, const void *b) {
+  const amp__mxname *x = (const amp__mxname *)a, *y = (const amp__mxname *)b;
+  int c = amp__name_cmp(x->name, y->name);
+  if (c) return c;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Reads the whole document, then turns each op's entries into one change, judged against the
+   policy as it was before the load (so the order of the keys never matters), then applies. */
+static amp_status amp__load_mixlist(amp_policy *p, const char *json, size_t len, const char *fn, const char *path) {
+  amp__jp jp;
+  amp__change *ch = NULL;
+  size_t i, j, nch = 0;
+  amp_status st = AMP_OK;
+  memset(&jp, 0, sizeof jp);
+  jp.s = (const unsigned char *)json; jp.n = len; jp.fn = fn; jp.path = path;
+  if (!(jp.buf = (char *)AMP_MALLOC(len + 1))) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for %zu bytes", fn, len + 1);
+  if (len >= 3 && jp.s[0] == 0xef && jp.s[1] == 0xbb && jp.s[2] == 0xbf) jp.i = 3;   /* UTF-8 BOM */
+  if (amp__jp_ws(&jp) || amp__jp_object(&jp, 1, 0) || amp__jp_ws(&jp)) goto done;
+  if (jp.i < jp.n) { amp__jp_fail(&jp, jp.i, "unexpected text after the closing '}'"); goto done; }
+  if (jp.nn) qsort(jp.names, jp.nn, sizeof *jp.names, amp__mxname_cmp);
+  if (jp.nn && !(ch = (amp__change *)AMP_MALLOC(jp.nn * sizeof *ch))) {
+    jp.st = amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn); goto done;
+  }
+  for (i = 0; i < jp.nn; i = j) {   /* one group: every entry for one op, in file order */
+    int has[4] = {0, 0, 0, 0}, found;
+    amp_list cur = AMP_LIST_NONE, to = AMP_LIST_NONE;
+    size_t k;
+    for (j = i; j < jp.nn && amp__name_cmp(jp.names[j].name, jp.names[i].name) == 0; j++) {
+      const amp__mxname *e = &jp.names[j];
+      int other = e->kind == AMP__MX_BLACK_ADD ? AMP__MX_WHITE_ADD : e->kind == AMP__MX_WHITE_ADD ? AMP__MX_BLACK_ADD : -1;
+      int pair = e->kind ^ 1;   /* add <-> remove of the same list */
+      has[e->kind] = 1;
+      if (other >= 0 && has[other]) {
+        amp__jp_fail(&jp, e->pos, "\"%.64s\" is in both black-list to-add and white-list to-add", e->name); goto done;
+      }
+      if (has[pair]) {
+        amp__jp_fail(&jp, e->pos, "\"%.64s\" is in both %s and %s", e->name, amp__mx_what[pair], amp__mx_what[e->kind]); goto done;
+      }
+    }
+    k = amp__policy_find(p, jp.names[i].name, &found);
+    if (found) cur = p->ops[k].list;
+    if (has[AMP__MX_BLACK_ADD]) to = AMP_LIST_BLACK;
+    else if (has[AMP__MX_WHITE_ADD]) to = AMP_LIST_WHITE;
+    else if ((has[AMP__MX_BLACK_REMOVE] && cur == AMP_LIST_BLACK) || (has[AMP__MX_WHITE_REMOVE] && cur == AMP_LIST_WHITE))
+      to = AMP_LIST_GRAY;
+    if (to != AMP_LIST_NONE && to != cur) { ch[nch].name = jp.names[i].name; ch[nch++].list = to; }
+  }
+  jp.st = amp__policy_apply(p, ch, nch, fn);
+done:
+  st = jp.st;
+  if (ch) AMP_FREE(ch);
+  if (jp.names) AMP_FREE(jp.names);
+  AMP_FREE(jp.buf);
+  return st;
+}
+
+AMPDEF amp_status amp_policy_load_mixlist(amp_policy *p, const char *json, size_t len) {
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist: p is NULL");
+  if (!json) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist: json is NULL (len %zu)", len);
+  return amp__load_mixlist(p, json, len, "amp_policy_load_mixlist", NULL);
+}
+
+AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) {
+  FILE *f;
+  char *text = NULL, chunk[4096];
+  size_t len = 0, cap = 0, k;
+  amp_status st;
+  if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: p is NULL");
+  if (!path || !*path) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: path is %s", path ? "empty" : "NULL");
+  if (!(f = fopen(path, "rb")))
+    return amp__fail(AMP_ERR_IO, "amp_policy_load_mixlist_file: cannot open \"%s\": %s", path, strerror(errno));
+  while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    if (len + k > cap) {
+      size_t ncap = cap ? cap * 2 : sizeof chunk;
+      char *t;
+      while (ncap < len + k) ncap *= 2;
+      if (!(t = (char *)AMP_MALLOC(ncap))) {
+        if (text) AMP_FREE(text);
+        fclose(f);
+        return amp__fail(AMP_ERR_NOMEM, "amp_policy_load_mixlist_file: out of memory reading \"%s\"", path);
+      }
+      if (len) memcpy(t, text, len);
+      if (text) AMP_FREE(text);
+      text = t; cap = ncap;
+    }
+    memcpy(text + len, chunk, k);
+    len += k;
+  }
+  if (ferror(f)) {   /* a directory opens on POSIX but cannot be read */
+    int e = errno;
+    if (text) AMP_FREE(text);
+    fclose(f);
+    return amp__fail(AMP_ERR_IO, "amp_policy_load_mixlist_file: cannot read \"%s\": %s", path, strerror(e));
+  }
+  fclose(f);
+  st = amp__load_mixlist(p, text ? text : "", len, "amp_policy_load_mixlist_file", path);
+  if (text) AMP_FREE(text);
+  return st;
+}
 
 /* ------------------------------------------------------------------------------------------
    Implementation: devices
@@ -778,47 +1714,1202 @@ AMPDEF amp_status amp_device_sync(amp_device *d) {
    Implementation: scaler
    ------------------------------------------------------------------------------------------ */
 
-/* PLACEHOLDER(issue 4): replaced by the scaler implementation. */
-struct amp_scaler { int placeholder; };
-AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) { amp_scaler_config c; (void)p; memset(&c, 0, sizeof c); return c; }
-AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg) { (void)out; (void)d; (void)cfg; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_create: not implemented yet"); }
-AMPDEF void amp_scaler_destroy(amp_scaler *s) { (void)s; }
-AMPDEF float amp_scaler_get_scale(amp_scaler *s) { (void)s; return 0.0f; }
-AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) { (void)s; (void)o; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_unscale: not implemented yet"); }
-AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) { (void)s; (void)o; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_step: not implemented yet"); }
-AMPDEF amp_status amp_scaler_update(amp_scaler *s) { (void)s; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_update: not implemented yet"); }
-AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) { (void)s; (void)found_inf; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_scaler_update_found_inf: not implemented yet"); }
-/* END PLACEHOLDER(issue 4) */
+/* The log hook (amp_set_log). */
+static void amp__log_default(void *user, const char *msg) { (void)user; fprintf(stderr, "amp.h: %s\n", msg); }
+static void (*amp__log_fn)(void *user, const char *msg) = amp__log_default;
+static void *amp__log_user = NULL;
+
+AMPDEF void amp_set_log(void (*fn)(void *user, const char *msg), void *user) {
+  amp__log_fn = fn ? fn : amp__log_default;
+  amp__log_user = fn ? user : NULL;
+}
+static void amp__log(const char *fmt, ...) AMP__PRINTF(1, 2);
+static void amp__log(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  amp__log_fn(amp__log_user, msg);
+}
+
+/* The scaler. All state changes go through the small amp__scaler_* functions below, so the CUDA
+   branch can be added at the top of each public function (if (amp_device_is_cuda(s->dev)) ...).
+   An iteration runs from one update to the next; `iter` numbers them, and an optimizer's call-order
+   stage (amp_optimizer.stage) counts only while its (sc_id, sc_iter) equal this scaler's
+   (id, iter), so update() resets every optimizer's stage without knowing them. */
+struct amp_scaler {
+  amp_device *dev;
+  amp_scale_params pr;     /* the resolved rule */
+  amp_scale_state st;      /* the rule's state */
+  float init_scale;        /* fixed scaling unscales by 1/init_scale */
+  unsigned long id;        /* unique per scaler created in this process */
+  unsigned long iter;      /* iterations closed by update */
+  int found_inf;           /* any inf/NaN recorded in this iteration */
+  int recorded;            /* inf checks (unscales) recorded in this iteration */
+  int last_skipped;        /* the last closed iteration saw inf/NaN */
+  long skipped;            /* iterations with inf/NaN in all */
+  int floor_logged;        /* the floor message was given; re-armed when the scale grows */
+};
+
+static unsigned long amp__scaler_ids = 0;
+
+AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
+  amp_scaler_config c;
+  memset(&c, 0, sizeof c);
+  c.init_scale = 65536.0f; c.growth_factor = 2.0f; c.backoff_factor = 0.5f;
+  c.growth_interval = 2000; c.hysteresis = 1; c.hysteresis_mode = AMP_HYSTERESIS_CONSECUTIVE;
+  switch (p) {
+    case AMP_PRESET_PADDLE: c.min_scale = 1.0f; break;
+    case AMP_PRESET_DEEPSPEED:
+      c.growth_interval = 1000; c.hysteresis = 2; c.hysteresis_mode = AMP_HYSTERESIS_GROWTH_REFILL;
+      c.min_scale = 1.0f; c.late_growth = 1; break;
+    case AMP_PRESET_APEX: c.hysteresis_mode = AMP_HYSTERESIS_CLEAN_REFILL; c.max_scale = 16777216.0f; break;
+    case AMP_PRESET_KERAS: c.init_scale = 32768.0f; c.min_scale = 1.0f; break;
+    case AMP_PRESET_PYTORCH: default: break;
+  }
+  return c;
+}
+
+static int amp__finite(float x) { return x - x == 0.0f; }
+
+/* Defaults filled in and every field checked; *init gets the initial scale. */
+static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
+  amp_scaler_config c;
+  if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
+  if (c.init_scale == 0.0f) c.init_scale = 65536.0f;
+  if (c.growth_factor == 0.0f) c.growth_factor = 2.0f;
+  if (c.backoff_factor == 0.0f) c.backoff_factor = 0.5f;
+  if (c.growth_interval == 0) c.growth_interval = 2000;
+  if (c.hysteresis == 0) c.hysteresis = 1;
+  if (!(c.growth_factor > 1.0f) || !amp__finite(c.growth_factor))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_factor %g must be > 1 and finite", (double)c.growth_factor);
+  if (!(c.backoff_factor > 0.0f && c.backoff_factor < 1.0f))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: backoff_factor %g must be in (0, 1)", (double)c.backoff_factor);
+  if (c.growth_interval < 1)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_interval %d must be >= 1", c.growth_interval);
+  if (c.hysteresis < 1)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: hysteresis %d must be >= 1", c.hysteresis);
+  if (c.hysteresis_mode < 0 || c.hysteresis_mode > 2)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: hysteresis_mode %d must be 0..2 "
+                     "(AMP_HYSTERESIS_CONSECUTIVE, _CLEAN_REFILL, _GROWTH_REFILL)", c.hysteresis_mode);
+  if (!(c.min_scale >= 0.0f) || !amp__finite(c.min_scale))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: min_scale %g must be >= 0 and finite", (double)c.min_scale);
+  if (!(c.max_scale == 0.0f || (c.max_scale >= c.min_scale && c.max_scale >= FLT_MIN)) || !amp__finite(c.max_scale))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: max_scale %g must be 0 (no cap) or finite and >= min_scale %g",
+                     (double)c.max_scale, (double)c.min_scale);
+  if (!(c.init_scale >= FLT_MIN) || !amp__finite(c.init_scale))
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g must be finite and >= FLT_MIN", (double)c.init_scale);
+  if (c.init_scale < c.min_scale)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is below min_scale %g", (double)c.init_scale, (double)c.min_scale);
+  if (c.max_scale > 0.0f && c.init_scale > c.max_scale)
+    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is above max_scale %g", (double)c.init_scale, (double)c.max_scale);
+  pr->growth = c.growth_factor; pr->backoff = c.backoff_factor;
+  pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal (SEMANTICS.md) */
+  pr->cap = c.max_scale;
+  pr->interval = c.growth_interval; pr->hysteresis = c.hysteresis; pr->mode = c.hysteresis_mode;
+  pr->fixed = c.fixed != 0; pr->late_growth = c.late_growth != 0;
+  *init = c.init_scale;
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg) {
+  amp_scale_params pr;
+  float init = 0.0f;
+  amp_scaler *s;
+  amp_status st;
+  if (!out) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: out is NULL");
+  *out = NULL;
+  if (!d) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: device is NULL (use amp_cpu())");
+  if ((st = amp__scaler_resolve(cfg, &pr, &init)) != AMP_OK) return st;
+  s = (amp_scaler *)AMP_MALLOC(sizeof *s);
+  if (!s) return amp__fail(AMP_ERR_NOMEM, "amp_scaler_create: out of memory");
+  memset(s, 0, sizeof *s);
+  s->dev = d; s->pr = pr; s->init_scale = init;
+  s->st = amp__scale_init(init, &pr);
+  s->id = ++amp__scaler_ids;
+  *out = s;
+  return AMP_OK;
+}
+
+AMPDEF void amp_scaler_destroy(amp_scaler *s) { if (s) AMP_FREE(s); }
+AMPDEF float amp_scaler_get_scale(amp_scaler *s) { return s ? s->st.scale : 0.0f; }
+AMPDEF int amp_scaler_last_skipped(const amp_scaler *s) { return s ? s->last_skipped : 0; }
+AMPDEF long amp_scaler_skipped_steps(const amp_scaler *s) { return s ? s->skipped : 0; }
+AMPDEF int amp_scaler_at_floor(const amp_scaler *s) { return s ? (int)s->st.at_floor : 0; }
+
+AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_get_state: s is NULL");
+  if (state) *state = s->st;
+  if (params) *params = s->pr;
+  return AMP_OK;
+}
+
+/* The inverse scale the unscale pass multiplies by: fixed scaling keeps init_scale. */
+static float amp__scaler_inv(const amp_scaler *s) {
+  return amp__inv_scale(s->pr.fixed ? s->init_scale : s->st.scale);
+}
+
+/* Closes an iteration: the rule, the skip bookkeeping, the floor message. */
+static void amp__scaler_close(amp_scaler *s, int found_inf) {
+  float before = s->st.scale;
+  amp__scale_rule(&s->st, &s->pr, found_inf);
+  s->last_skipped = found_inf != 0;
+  s->skipped += found_inf != 0;
+  if (s->st.scale > before) s->floor_logged = 0;
+  if (s->st.at_floor && !s->floor_logged) {
+    s->floor_logged = 1;
+    amp__log("the loss scale is at its floor %g and overflows continue: every step is being skipped "
+             "(inf/NaN gradients at every scale?)", (double)s->st.scale);
+  }
+  s->found_inf = 0; s->recorded = 0;
+  s->iter++;
+}
+
+AMPDEF amp_status amp_scaler_update(amp_scaler *s) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_update: s is NULL");
+  if (!s->recorded)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_update: No inf checks were recorded prior to update() "
+                     "(call amp_scaler_step or amp_scaler_unscale first, or amp_scaler_update_found_inf)");
+  amp__scaler_close(s, s->found_inf);
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_update_found_inf: s is NULL");
+  amp__scaler_close(s, found_inf != 0 || s->found_inf);
+  return AMP_OK;
+}
 
 /* ------------------------------------------------------------------------------------------
    Implementation: optimizers and checkpoints
    ------------------------------------------------------------------------------------------ */
 
-/* PLACEHOLDER(issue 4): replaced by the optimizer implementation. */
-struct amp_optimizer { int placeholder; };
-AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg) { (void)out; (void)d; (void)cfg; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_create: not implemented yet"); }
-AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n) { (void)o; (void)dtype; (void)weights; (void)grads; (void)n; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_add: not implemented yet"); }
-AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) { (void)o; (void)lr; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_set_lr: not implemented yet"); }
-AMPDEF float amp_optimizer_grad_norm(const amp_optimizer *o) { (void)o; return 0.0f; }
-AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) { (void)o; (void)index; (void)n; return NULL; }
-AMPDEF void amp_optimizer_destroy(amp_optimizer *o) { (void)o; }
-AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s) { (void)path; (void)o; (void)s; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_checkpoint_save: not implemented yet"); }
-AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) { (void)path; (void)o; (void)s; return amp__fail(AMP_ERR_UNSUPPORTED, "amp_checkpoint_load: not implemented yet"); }
-/* END PLACEHOLDER(issue 4) */
+/* C99's restrict, spelled so C++ compilers take it too. */
+#if defined(__cplusplus) || defined(_MSC_VER)
+#define AMP__RESTRICT __restrict
+#else
+#define AMP__RESTRICT restrict
+#endif
+/* The CPU step's loops are inline bodies compiled twice: plain (the baseline ISA) and, on x86
+   with GCC or Clang, inside a target("avx2") clone picked at run time by CPUID. Both clones
+   run the same IEEE single operations (no FMA is enabled, so nothing is contracted), so they give
+   the same bits. AMP_NO_SIMD keeps only the plain one. */
+#if defined(__GNUC__) || defined(__clang__)
+#define AMP__INLINE static inline __attribute__((always_inline))
+#else
+#define AMP__INLINE static inline
+#endif
+#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define AMP__OPT_X86 1
+#endif
+#if defined(__SSE__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 1)
+#include <xmmintrin.h>
+#define AMP__OPT_SSE 1
+#endif
+
+/* -1: not decided; 0: the plain loops; 1: the AVX2 clone. Tests set it to 0 to compare both. */
+static int amp__opt_simd = -1;
+static int amp__opt_use_simd(void) {
+#ifdef AMP__OPT_X86
+  if (amp__opt_simd < 0) amp__opt_simd = __builtin_cpu_supports("avx2");
+  return amp__opt_simd;
+#else
+  return amp__opt_simd > 0 ? 0 : 0;   /* no clone to pick; keeps the switch referenced */
+#endif
+}
+
+/* Branch-free f16 <-> f32 for the hot loops (Maratyszcza/FP16's tricks), vectorisable where the
+   branchy scalar functions are not. f16 -> f32: normals by rebiasing with one multiply by 2^-112,
+   subnormals as (0.5 + m * 2^-24) - 0.5, exact both. It quiets a signalling NaN (only grads go
+   through it, and a NaN grad only ever skips the step). */
+AMP__INLINE float amp__o_h2f(uint16_t h) {
+  uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
+  float normal = amp__bits_f32((two_w >> 4) + (0xE0u << 23)) * amp__bits_f32(0x07800000u);  /* 2^-112 */
+  float denormal = amp__bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+  uint32_t sub = 0u - (uint32_t)(two_w < (1u << 27));   /* all ones for zero/subnormal inputs */
+  /* selects written as masks: GCC does not if-convert the ?: here and would not vectorise */
+  return amp__bits_f32(sign | (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub));
+}
+/* f32 -> f16, round to nearest even with the FPU's own rounding: |x| * 2^112 * 2^-110 pushes
+   overflows to inf, then adding 2^(e+...) (the bias) leaves exactly the f16 bits of the rounded
+   value in the low bits; NaN as amp_f32_to_f16 (quiet bit set, top 10 payload bits kept), so the
+   result equals amp_f32_to_f16 bit for bit (tested) under the default rounding mode. */
+AMP__INLINE uint16_t amp__o_f2h(float f) {
+  uint32_t w = amp__f32_bits(f), shl1 = w + w, sign = w & 0x80000000u;
+  uint32_t bias = shl1 & 0xFF000000u, b, nonsign, nan, small, isnan;
+  float base = (fabsf(f) * amp__bits_f32(0x77800000u)) * amp__bits_f32(0x08800000u);  /* 2^112, 2^-110 */
+  small = 0u - (uint32_t)(bias < 0x71000000u);
+  bias = (bias & ~small) | (0x71000000u & small);
+  base = amp__bits_f32((bias >> 1) + 0x07800000u) + base;
+  b = amp__f32_bits(base);
+  nonsign = ((b >> 13) & 0x7C00u) + (b & 0x0FFFu);
+  nan = 0x7E00u | ((w >> 13) & 0x3FFu);
+  isnan = 0u - (uint32_t)(shl1 > 0xFF000000u);
+  return (uint16_t)((sign >> 16) | (nan & isnan) | (nonsign & ~isnan));
+}
+/* amp_f32_to_bf16 written as one select instead of an early return. */
+AMP__INLINE uint16_t amp__o_f2bf(float f) {
+  uint32_t u = amp__f32_bits(f);
+  uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  uint32_t isnan = 0u - (uint32_t)((u & 0x7FFFFFFFu) > 0x7F800000u);
+  return (uint16_t)((((u >> 16) | 0x40u) & isnan) | (r & ~isnan));
+}
+
+/* d[i] = src[i0 + i] * mul, src of type t; one plain loop per type. */
+AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype t, size_t i0, size_t k, float mul) {
+  size_t i;
+  if (t == AMP_F16) {
+    const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
+    for (i = 0; i < k; i++) d[i] = amp__o_h2f(s[i]) * mul;
+  } else if (t == AMP_BF16) {
+    const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
+    for (i = 0; i < k; i++) d[i] = amp__bits_f32((uint32_t)s[i] << 16) * mul;
+  } else {
+    const float *AMP__RESTRICT s = (const float *)src + i0;
+    for (i = 0; i < k; i++) d[i] = s[i] * mul;
+  }
+}
+/* dst[i0 + i] = p[i] rounded to the type t. */
+AMP__INLINE void amp__o_store(void *dst, amp_dtype t, size_t i0, const float *AMP__RESTRICT p, size_t k) {
+  size_t i;
+  if (t == AMP_F16) {
+    uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
+    for (i = 0; i < k; i++) d[i] = amp__o_f2h(p[i]);
+  } else if (t == AMP_BF16) {
+    uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
+    for (i = 0; i < k; i++) d[i] = amp__o_f2bf(p[i]);
+  } else {
+    memcpy((float *)dst + i0, p, k * sizeof(float));
+  }
+}
+AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT s, size_t k) {
+  size_t i = 0;
+#ifdef AMP__OPT_SSE
+  for (; i + 4 <= k; i += 4) _mm_storeu_ps(d + i, _mm_sqrt_ps(_mm_loadu_ps(s + i)));  /* IEEE sqrt, = sqrtf */
+#endif
+  for (; i < k; i++) d[i] = sqrtf(s[i]);
+}
+
+#define AMP__CHUNK 512   /* elements per block: the fp32 grads and roots of a block stay in L1 */
+
+/* Pass 1 (unscale): inf/NaN and the sum of squares of the unscaled grads g * inv, in one read.
+   x - x is 0 for a finite x and NaN for inf/NaN; eight lanes of partial sums let the compiler
+   vectorise the reductions without reassociating. Squares are summed in float lanes within a
+   block (64 terms a lane) and in double across blocks. */
+AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  float x[AMP__CHUNK];
+  size_t i0, i, j;
+  double total = 0.0;
+  float nan_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    amp__o_load(x, g, t, i0, k, inv);
+    for (i = 0; i + 8 <= k; i += 8)
+      for (j = 0; j < 8; j++) { acc[j] += x[i + j] * x[i + j]; nan_lanes[j] += x[i + j] - x[i + j]; }
+    for (; i < k; i++) { total += (double)x[i] * x[i]; nan_lanes[0] += x[i] - x[i]; }
+    for (j = 0; j < 8; j++) total += acc[j];
+  }
+  for (j = 0; j < 8; j++) if (nan_lanes[j] != 0.0f) *bad = 1;
+  *sumsq += total;
+}
+
+/* Pass 2 (step): one fused pass over a tensor for SGD/Adam/AdamW: the grads read again as
+   g * (inv_scale * clip), the update on the fp32 master and moments, the model copy written. */
+AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, float *AMP__RESTRICT m,
+                                  float *AMP__RESTRICT v, const void *g, amp_dtype gt, void *w, amp_dtype wt,
+                                  size_t n, float gmul, const amp_step_coefs *coefs) {
+  float gb[AMP__CHUNK], sq[AMP__CHUNK];
+  amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
+  size_t i0, i;
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    float *AMP__RESTRICT pp = p + i0;
+    amp__o_load(gb, g, gt, i0, k, gmul);
+    if (kind == AMP_SGD) {
+      if (m) { float *AMP__RESTRICT b = m + i0; for (i = 0; i < k; i++) amp__sgd_elem(&pp[i], &b[i], gb[i], &c); }
+      else for (i = 0; i < k; i++) { float unused = 0.0f; amp__sgd_elem(&pp[i], &unused, gb[i], &c); }
+    } else {
+      float *AMP__RESTRICT mm = m + i0, *AMP__RESTRICT vv = v + i0;
+      for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
+      amp__o_sqrt(sq, vv, k);
+      for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
+    }
+    amp__o_store(w, wt, i0, pp, k);
+  }
+}
+
+static void amp__o_scan_plain(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  amp__o_scan_body(g, t, n, inv, sumsq, bad);
+}
+static void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                              void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+}
+#ifdef AMP__OPT_X86
+__attribute__((target("avx2")))
+static void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  amp__o_scan_body(g, t, n, inv, sumsq, bad);
+}
+__attribute__((target("avx2")))
+static void amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                             void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+}
+#endif
+static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+#ifdef AMP__OPT_X86
+  if (amp__opt_use_simd()) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
+#else
+  (void)amp__opt_use_simd;
+#endif
+  amp__o_scan_plain(g, t, n, inv, sumsq, bad);
+}
+static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                        void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+#ifdef AMP__OPT_X86
+  if (amp__opt_use_simd()) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
+#else
+  (void)amp__opt_use_simd;
+#endif
+  amp__o_step_plain(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+}
+
+enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
+
+/* The optimizer. Its tensors are a table of plain arrays, entry i for the i-th amp_optimizer_add,
+   so a device branch can hand them to a kernel as they are:
+     wtype[i], w[i]      the model copy (the trainer's weights) and its dtype
+     gtype[i], g[i]      its grads and their dtype
+     master[i]           the fp32 master, n[i] floats (one allocation with the moments after it)
+     m[i]                SGD: the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg
+     v[i]                Adam/AdamW: exp_avg_sq (NULL otherwise)
+     n[i]                elements
+   stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler). */
+struct amp_optimizer {
+  amp_device *dev;
+  amp_optim_config cfg;          /* resolved: defaults filled in */
+  size_t count, cap;
+  amp_dtype *wtype, *gtype;
+  void **w;
+  const void **g;
+  float **master, **m, **v;
+  size_t *n;
+  float *scratch;                /* AMP_CUSTOM: the unscaled, clipped fp32 grads of one tensor */
+  size_t scratch_n;
+  long step;                     /* updates applied */
+  unsigned long sc_id, sc_iter;  /* the scaler iteration the stage below belongs to */
+  int stage;                     /* AMP__READY / AMP__UNSCALED / AMP__STEPPED */
+  size_t unscaled_count;         /* tensors the last unscale saw */
+  int found_inf;                 /* this optimizer's grads held inf/NaN at the last unscale */
+  float inv;                     /* the inverse scale of the last unscale */
+  float grad_norm;               /* the unscaled global L2 norm of the last unscale */
+};
+
+static int amp__o_moments(const amp_optim_config *c) {
+  return c->kind == AMP_SGD ? (c->momentum != 0.0f) : (c->kind == AMP_ADAM || c->kind == AMP_ADAMW) ? 2 : 0;
+}
+
+/* Defaults filled in and every field checked; fn names the calling function in messages. */
+static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in, amp_optim_config *c) {
+  *c = *in;
+  if ((int)c->kind < AMP_SGD || (int)c->kind > AMP_CUSTOM)
+    return amp__fail(AMP_ERR_ARG, "%s: kind %d must be AMP_SGD, AMP_ADAM, AMP_ADAMW or AMP_CUSTOM", fn, (int)c->kind);
+  if (c->lr == 0.0f) c->lr = 1e-3f;
+  if (c->beta1 == 0.0f) c->beta1 = 0.9f;
+  if (c->beta2 == 0.0f) c->beta2 = 0.999f;
+  if (c->eps == 0.0f) c->eps = 1e-8f;
+  if (!(c->lr > 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be > 0 and finite", fn, (double)c->lr);
+  if (!(c->weight_decay >= 0.0f) || !amp__finite(c->weight_decay))
+    return amp__fail(AMP_ERR_ARG, "%s: weight_decay %g must be >= 0 and finite", fn, (double)c->weight_decay);
+  if (!(c->momentum >= 0.0f) || !amp__finite(c->momentum))
+    return amp__fail(AMP_ERR_ARG, "%s: momentum %g must be >= 0 and finite", fn, (double)c->momentum);
+  if (!(c->dampening >= 0.0f && c->dampening <= 1.0f))
+    return amp__fail(AMP_ERR_ARG, "%s: dampening %g must be in [0, 1]", fn, (double)c->dampening);
+  if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
+    return amp__fail(AMP_ERR_ARG, "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
+                     fn, (double)c->momentum, (double)c->dampening);
+  if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f)) return amp__fail(AMP_ERR_ARG, "%s: beta1 %g must be in [0, 1)", fn, (double)c->beta1);
+  if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f)) return amp__fail(AMP_ERR_ARG, "%s: beta2 %g must be in [0, 1)", fn, (double)c->beta2);
+  if (!(c->eps > 0.0f) || !amp__finite(c->eps)) return amp__fail(AMP_ERR_ARG, "%s: eps %g must be > 0 and finite", fn, (double)c->eps);
+  if (!(c->max_grad_norm >= 0.0f) || !amp__finite(c->max_grad_norm))
+    return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn, (double)c->max_grad_norm);
+  if (c->kind == AMP_CUSTOM && !c->custom_step)
+    return amp__fail(AMP_ERR_ARG, "%s: kind AMP_CUSTOM needs custom_step", fn);
+  c->nesterov = c->nesterov != 0;
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg) {
+  amp_optim_config c, zero;
+  amp_optimizer *o;
+  amp_status st;
+  if (!out) return amp__fail(AMP_ERR_ARG, "amp_optimizer_create: out is NULL");
+  *out = NULL;
+  if (!d) return amp__fail(AMP_ERR_ARG, "amp_optimizer_create: device is NULL (use amp_cpu())");
+  memset(&zero, 0, sizeof zero);
+  if ((st = amp__optim_resolve("amp_optimizer_create", cfg ? cfg : &zero, &c)) != AMP_OK) return st;
+  o = (amp_optimizer *)AMP_MALLOC(sizeof *o);
+  if (!o) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_create: out of memory");
+  memset(o, 0, sizeof *o);
+  o->dev = d; o->cfg = c;
+  *out = o;
+  return AMP_OK;
+}
+
+static void amp__o_free_table(amp_optimizer *o) {
+  AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
+  AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
+}
+
+AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
+  size_t i;
+  if (!o) return;
+  for (i = 0; i < o->count; i++) AMP_FREE(o->master[i]);
+  amp__o_free_table(o);
+  AMP_FREE(o->scratch);
+  AMP_FREE(o);
+}
+
+/* Grows the table to hold cap entries; all-or-nothing. */
+static int amp__o_grow(amp_optimizer *o, size_t cap) {
+  amp_optimizer t = *o;
+  size_t i;
+  t.wtype = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.wtype); t.gtype = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.gtype);
+  t.w = (void **)AMP_MALLOC(cap * sizeof *t.w); t.g = (const void **)AMP_MALLOC(cap * sizeof *t.g);
+  t.master = (float **)AMP_MALLOC(cap * sizeof *t.master); t.m = (float **)AMP_MALLOC(cap * sizeof *t.m);
+  t.v = (float **)AMP_MALLOC(cap * sizeof *t.v); t.n = (size_t *)AMP_MALLOC(cap * sizeof *t.n);
+  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n) { amp__o_free_table(&t); return 0; }
+  for (i = 0; i < o->count; i++) {
+    t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
+    t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
+  }
+  amp__o_free_table(o);
+  t.cap = cap;
+  *o = t;
+  return 1;
+}
+
+static int amp__overlap(const void *a, size_t an, const void *b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + bn && y < x + an;
+}
+
+AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
+                                          amp_dtype g_dtype, const void *grads, size_t n) {
+  size_t ws = amp_dtype_size(w_dtype), gs = amp_dtype_size(g_dtype), i, k;
+  int nm;
+  float *block;
+  if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: o is NULL");
+  if (!ws) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)w_dtype);
+  if (!gs) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)g_dtype);
+  if (!weights) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights is NULL");
+  if (!grads) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads is NULL");
+  if (n == 0) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: n is 0");
+  if (n > ((size_t)-1) / 16) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: n %zu is too large", n);
+  if ((const void *)weights == grads) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p is the weights buffer", grads);
+  if (amp__overlap(weights, n * ws, grads, n * gs))
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p overlap weights %p (n %zu)", grads, weights, n);
+  for (i = 0; i < o->count; i++) {
+    size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
+    if (amp__overlap(weights, n * ws, o->w[i], ows) || amp__overlap(weights, n * ws, o->g[i], ogs))
+      return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights %p overlap a buffer of tensor %zu already added", weights, i);
+    if (amp__overlap(grads, n * gs, o->w[i], ows) || amp__overlap(grads, n * gs, o->g[i], ogs))
+      return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p overlap a buffer of tensor %zu already added", grads, i);
+  }
+  if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
+    return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory");
+  if (o->cfg.kind == AMP_CUSTOM && n > o->scratch_n) {
+    float *s = (float *)AMP_MALLOC(n * sizeof(float));
+    if (!s) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory for %zu floats", n);
+    AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
+  }
+  nm = amp__o_moments(&o->cfg);
+  block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
+  if (!block) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory for %zu floats", n * (size_t)(1 + nm));
+  for (k = 0; k < n; k++) block[k] = amp__load(weights, w_dtype, k);   /* exact: every dtype fits f32 */
+  if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
+  i = o->count++;
+  o->wtype[i] = w_dtype; o->gtype[i] = g_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
+  o->master[i] = block; o->m[i] = nm >= 1 ? block + n : NULL; o->v[i] = nm >= 2 ? block + 2 * n : NULL;
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n) {
+  return amp_optimizer_add_mixed(o, dtype, weights, dtype, grads, n);
+}
+
+AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
+  if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: o is NULL");
+  if (!(lr >= 0.0f) || !amp__finite(lr)) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g must be >= 0 and finite", (double)lr);
+  o->cfg.lr = lr;
+  return AMP_OK;
+}
+AMPDEF float amp_optimizer_grad_norm(const amp_optimizer *o) { return o ? o->grad_norm : 0.0f; }
+AMPDEF size_t amp_optimizer_count(const amp_optimizer *o) { return o ? o->count : 0; }
+AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) { return o ? o->step : 0; }
+AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
+  if (!o || index >= o->count) { if (n) *n = 0; return NULL; }
+  if (n) *n = o->n[index];
+  return o->master[index];
+}
+
+/* The per-step coefficients, in double on the host and rounded once (t = the step about to run). */
+static amp_step_coefs amp__o_coefs(const amp_optimizer *o) {
+  const amp_optim_config *c = &o->cfg;
+  amp_step_coefs k;
+  double t = (double)(o->step + 1);
+  memset(&k, 0, sizeof k);
+  k.lr = c->lr; k.wd = c->kind == AMP_ADAMW ? 0.0f : c->weight_decay;
+  k.momentum = c->momentum; k.dampening = c->dampening; k.nesterov = c->nesterov; k.first = o->step == 0;
+  k.beta1 = c->beta1; k.beta2 = c->beta2; k.eps = c->eps;
+  k.step_size = (float)((double)c->lr / (1.0 - pow((double)c->beta1, t)));
+  k.bc2_sqrt = (float)sqrt(1.0 - pow((double)c->beta2, t));
+  k.decay = c->kind == AMP_ADAMW ? (float)(1.0 - (double)c->lr * (double)c->weight_decay) : 1.0f;
+  return k;
+}
+
+/* The call-order stage of o in s's current iteration. */
+static int amp__o_stage(const amp_optimizer *o, const amp_scaler *s) {
+  return o->sc_id == s->id && o->sc_iter == s->iter ? o->stage : AMP__READY;
+}
+
+/* Pass 1 over every tensor of o; records the result in o and s. */
+static void amp__o_unscale(amp_scaler *s, amp_optimizer *o) {
+  float inv = amp__scaler_inv(s);
+  double sumsq = 0.0;
+  int bad = 0;
+  size_t i;
+  for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
+  o->found_inf = bad; o->inv = inv;
+  o->grad_norm = (float)sqrt(sumsq);
+  o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
+  s->found_inf |= bad;
+  s->recorded++;
+}
+
+/* Pass 2: the update of every tensor. */
+static void amp__o_apply(amp_optimizer *o) {
+  amp_step_coefs c = amp__o_coefs(o);
+  float gmul = o->inv * amp__clip_coef(o->grad_norm, o->cfg.max_grad_norm);
+  size_t i;
+  for (i = 0; i < o->count; i++) {
+    if (o->cfg.kind == AMP_CUSTOM) {
+      amp__o_load(o->scratch, o->g[i], o->gtype[i], 0, o->n[i], gmul);
+      o->cfg.custom_step(o->cfg.custom_user, o->master[i], o->scratch, o->n[i], i, o->step + 1);
+      amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
+    } else {
+      amp__o_step(o->cfg.kind, o->master[i], o->m[i], o->v[i], o->g[i], o->gtype[i], o->w[i], o->wtype[i],
+                  o->n[i], gmul, &c);
+    }
+  }
+  o->step++;
+}
+
+static amp_status amp__check_pair(const char *fn, amp_scaler *s, amp_optimizer *o) {
+  if (!s) return amp__fail(AMP_ERR_ARG, "%s: scaler is NULL", fn);
+  if (!o) return amp__fail(AMP_ERR_ARG, "%s: optimizer is NULL", fn);
+  if (s->dev != o->dev)
+    return amp__fail(AMP_ERR_ARG, "%s: the scaler (%s) and the optimizer (%s) are on different devices", fn,
+                     amp_device_is_cuda(s->dev) ? "CUDA" : "CPU", amp_device_is_cuda(o->dev) ? "CUDA" : "CPU");
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) {
+  amp_status st = amp__check_pair("amp_scaler_unscale", s, o);
+  int stage;
+  if (st != AMP_OK) return st;
+  stage = amp__o_stage(o, s);
+  if (stage == AMP__UNSCALED)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_unscale: unscale() has already been called on this optimizer since the last update()");
+  if (stage == AMP__STEPPED)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_unscale: unscale() is being called after step()");
+  amp__o_unscale(s, o);
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) {
+  amp_status st = amp__check_pair("amp_scaler_step", s, o);
+  int stage;
+  if (st != AMP_OK) return st;
+  stage = amp__o_stage(o, s);
+  if (stage == AMP__STEPPED)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_step: step() has already been called since the last update()");
+  if (stage == AMP__UNSCALED && o->unscaled_count != o->count)
+    return amp__fail(AMP_ERR_STATE, "amp_scaler_step: %zu tensors were added after unscale() saw %zu",
+                     o->count - o->unscaled_count, o->unscaled_count);
+  if (stage == AMP__READY) amp__o_unscale(s, o);
+  if (!s->found_inf) amp__o_apply(o);   /* any inf/NaN seen so far in this iteration skips */
+  o->stage = AMP__STEPPED;
+  return AMP_OK;
+}
+
+/* ---- checkpoints ---- */
+
+/* CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320, as zlib's crc32), table-driven. */
+typedef struct amp__crc { uint32_t table[256]; uint32_t crc; } amp__crc;
+static void amp__crc_init(amp__crc *c) {
+  uint32_t i, j, r;
+  for (i = 0; i < 256; i++) {
+    for (r = i, j = 0; j < 8; j++) r = (r >> 1) ^ (0xEDB88320u & (0u - (r & 1u)));
+    c->table[i] = r;
+  }
+  c->crc = 0xFFFFFFFFu;
+}
+static void amp__crc_add(amp__crc *c, const void *data, size_t n) {
+  const unsigned char *p = (const unsigned char *)data;
+  uint32_t r = c->crc;
+  size_t i;
+  for (i = 0; i < n; i++) r = c->table[(r ^ p[i]) & 0xFFu] ^ (r >> 8);
+  c->crc = r;
+}
+static uint32_t amp__crc_value(const amp__crc *c) { return c->crc ^ 0xFFFFFFFFu; }
+
+#define AMP__CKPT_MAGIC "AMPCKPT1"
+#define AMP__CKPT_VERSION 1u
+#define AMP__CKPT_ENDIAN 0x01020304u
+#define AMP__CKPT_HEADER 32u
+#define AMP__CKPT_SCALER 72u    /* the scaler payload's bytes */
+#define AMP__CKPT_OPTIM 56u     /* the optimizer payload's fixed part */
+#define AMP__CKPT_TENSOR 16u    /* per tensor, before its floats */
+
+typedef struct amp__wr { FILE *f; amp__crc crc; int err; } amp__wr;
+static void amp__put(amp__wr *w, const void *p, size_t n) {
+  if (w->err || n == 0) return;
+  if (fwrite(p, 1, n, w->f) != n) w->err = 1;
+  amp__crc_add(&w->crc, p, n);
+}
+static void amp__put_u32(amp__wr *w, uint32_t x) { amp__put(w, &x, 4); }
+static void amp__put_i32(amp__wr *w, int32_t x) { amp__put(w, &x, 4); }
+static void amp__put_u64(amp__wr *w, uint64_t x) { amp__put(w, &x, 8); }
+static void amp__put_f32(amp__wr *w, float x) { amp__put(w, &x, 4); }
+
+typedef struct amp__rd { const unsigned char *p; size_t left; } amp__rd;
+static int amp__get(amp__rd *r, void *dst, size_t n) {
+  if (r->left < n) return 0;
+  memcpy(dst, r->p, n); r->p += n; r->left -= n;
+  return 1;
+}
+
+static uint64_t amp__ckpt_optim_bytes(const amp_optimizer *o) {
+  uint64_t b = AMP__CKPT_OPTIM;
+  size_t i;
+  for (i = 0; i < o->count; i++) b += AMP__CKPT_TENSOR + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + amp__o_moments(&o->cfg));
+  return b;
+}
+
+AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s) {
+  amp__wr w;
+  char *tmp;
+  size_t plen, i;
+  uint64_t payload = 0;
+  uint32_t crc;
+  if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: path is NULL");
+  if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: both the optimizer and the scaler are NULL");
+  plen = strlen(path);
+  tmp = (char *)AMP_MALLOC(plen + 5);
+  if (!tmp) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory");
+  memcpy(tmp, path, plen); memcpy(tmp + plen, ".tmp", 5);
+  w.f = fopen(tmp, "wb"); w.err = 0;
+  if (!w.f) {
+    amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot open '%s' for writing", tmp);
+    AMP_FREE(tmp); return st;
+  }
+  amp__crc_init(&w.crc);
+  if (s) payload += AMP__CKPT_SCALER;
+  if (o) payload += amp__ckpt_optim_bytes(o);
+  amp__put(&w, AMP__CKPT_MAGIC, 8);
+  amp__put_u32(&w, AMP__CKPT_VERSION); amp__put_u32(&w, AMP__CKPT_ENDIAN); amp__put_u32(&w, AMP__CKPT_HEADER);
+  amp__put_u32(&w, (s ? 1u : 0u) | (o ? 2u : 0u)); amp__put_u64(&w, payload);
+  if (s) {
+    amp__put_f32(&w, s->pr.growth); amp__put_f32(&w, s->pr.backoff); amp__put_f32(&w, s->pr.floor); amp__put_f32(&w, s->pr.cap);
+    amp__put_i32(&w, s->pr.interval); amp__put_i32(&w, s->pr.hysteresis); amp__put_i32(&w, s->pr.mode);
+    amp__put_i32(&w, s->pr.fixed); amp__put_i32(&w, s->pr.late_growth); amp__put_f32(&w, s->init_scale);
+    amp__put_f32(&w, s->st.scale); amp__put_i32(&w, s->st.tracker); amp__put_i32(&w, s->st.hyst); amp__put_i32(&w, s->st.at_floor);
+    amp__put_i32(&w, s->last_skipped); amp__put_i32(&w, s->floor_logged); amp__put_u64(&w, (uint64_t)s->skipped);
+  }
+  if (o) {
+    const amp_optim_config *c = &o->cfg;
+    int nm = amp__o_moments(c);
+    amp__put_u32(&w, (uint32_t)c->kind); amp__put_f32(&w, c->lr); amp__put_f32(&w, c->weight_decay);
+    amp__put_f32(&w, c->momentum); amp__put_f32(&w, c->dampening); amp__put_i32(&w, c->nesterov);
+    amp__put_f32(&w, c->beta1); amp__put_f32(&w, c->beta2); amp__put_f32(&w, c->eps); amp__put_f32(&w, c->max_grad_norm);
+    amp__put_u64(&w, (uint64_t)o->step); amp__put_u64(&w, (uint64_t)o->count);
+    for (i = 0; i < o->count; i++) {
+      amp__put_u64(&w, (uint64_t)o->n[i]); amp__put_u32(&w, (uint32_t)o->wtype[i]); amp__put_u32(&w, (uint32_t)o->gtype[i]);
+      amp__put(&w, o->master[i], o->n[i] * sizeof(float));
+      if (nm >= 1) amp__put(&w, o->m[i], o->n[i] * sizeof(float));
+      if (nm >= 2) amp__put(&w, o->v[i], o->n[i] * sizeof(float));
+    }
+  }
+  crc = amp__crc_value(&w.crc);
+  amp__put_u32(&w, crc);
+  if (fflush(w.f) != 0) w.err = 1;
+  if (fclose(w.f) != 0) w.err = 1;
+  if (w.err) {
+    remove(tmp);
+    { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: writing '%s' failed", tmp); AMP_FREE(tmp); return st; }
+  }
+  if (rename(tmp, path) != 0) {
+    remove(tmp);
+    { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot rename '%s' to '%s'", tmp, path); AMP_FREE(tmp); return st; }
+  }
+  AMP_FREE(tmp);
+  return AMP_OK;
+}
+
+/* Parses and checks the whole file image against the live objects; fills *sc / *oc (the scaler
+   and optimizer sections to restore, NULL when absent). Nothing live is touched. */
+static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const amp_optimizer *o, const amp_scaler *s,
+                                  amp_scaler *sc, const unsigned char **opt_at) {
+  amp__rd r;
+  char magic[8];
+  uint32_t version, endian, hsize, flags, crc_file, u;
+  uint64_t payload, step, count, n;
+  amp__crc crc;
+  size_t i;
+  r.p = buf; r.left = size;
+  if (size < AMP__CKPT_HEADER + 4) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: file of %zu bytes is truncated (header needs %u)", size, AMP__CKPT_HEADER + 4);
+  amp__get(&r, magic, 8);
+  if (memcmp(magic, AMP__CKPT_MAGIC, 8) != 0) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: not an amp.h checkpoint (bad magic)");
+  amp__get(&r, &version, 4); amp__get(&r, &endian, 4); amp__get(&r, &hsize, 4); amp__get(&r, &flags, 4); amp__get(&r, &payload, 8);
+  if (endian == 0x04030201u) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: written on a machine of the other byte order");
+  if (endian != AMP__CKPT_ENDIAN) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: bad endianness mark 0x%08x", (unsigned)endian);
+  if (version != AMP__CKPT_VERSION) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: format version %u, this amp.h reads %u", (unsigned)version, AMP__CKPT_VERSION);
+  if (hsize != AMP__CKPT_HEADER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: header size %u, expected %u", (unsigned)hsize, AMP__CKPT_HEADER);
+  if (payload != (uint64_t)(size - AMP__CKPT_HEADER - 4))
+    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: truncated or padded: payload %llu bytes, the file holds %zu",
+                     (unsigned long long)payload, size - AMP__CKPT_HEADER - 4);
+  amp__crc_init(&crc); amp__crc_add(&crc, buf, size - 4);
+  memcpy(&crc_file, buf + size - 4, 4);
+  if (crc_file != amp__crc_value(&crc))
+    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
+  if (flags & ~3u) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: unknown flags 0x%x", (unsigned)flags);
+  if (s && !(flags & 1u)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file holds no scaler state");
+  if (o && !(flags & 2u)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file holds no optimizer state");
+  r.left = size - AMP__CKPT_HEADER - 4;
+  if (flags & 1u) {
+    amp_scale_params *p = &sc->pr;
+    amp_scale_state *t = &sc->st;
+    int32_t ls, fl; uint64_t sk;
+    if (r.left < AMP__CKPT_SCALER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler section truncated");
+    amp__get(&r, &p->growth, 4); amp__get(&r, &p->backoff, 4); amp__get(&r, &p->floor, 4); amp__get(&r, &p->cap, 4);
+    amp__get(&r, &p->interval, 4); amp__get(&r, &p->hysteresis, 4); amp__get(&r, &p->mode, 4);
+    amp__get(&r, &p->fixed, 4); amp__get(&r, &p->late_growth, 4); amp__get(&r, &sc->init_scale, 4);
+    amp__get(&r, &t->scale, 4); amp__get(&r, &t->tracker, 4); amp__get(&r, &t->hyst, 4); amp__get(&r, &t->at_floor, 4);
+    amp__get(&r, &ls, 4); amp__get(&r, &fl, 4); amp__get(&r, &sk, 8);
+    sc->last_skipped = ls != 0; sc->floor_logged = fl != 0; sc->skipped = (long)sk;
+    if (!(p->growth > 1.0f) || !amp__finite(p->growth) || !(p->backoff > 0.0f && p->backoff < 1.0f) ||
+        !(p->floor >= FLT_MIN) || !amp__finite(p->floor) || !(p->cap == 0.0f || p->cap >= p->floor) || !amp__finite(p->cap) ||
+        p->interval < 1 || p->hysteresis < 1 || p->mode < 0 || p->mode > 2 ||
+        t->tracker < -1 || t->tracker > p->interval || t->hyst < 0 || t->hyst > p->hysteresis ||
+        !(t->scale >= p->floor) || !amp__finite(t->scale) || !(sc->init_scale >= FLT_MIN) || !amp__finite(sc->init_scale))
+      return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler parameters out of range (scale %g, growth %g, backoff %g)",
+                       (double)t->scale, (double)p->growth, (double)p->backoff);
+  }
+  *opt_at = NULL;
+  if (flags & 2u) {
+    amp_optim_config c, cr;
+    int nm;
+    amp_status st;
+    *opt_at = r.p;
+    if (r.left < AMP__CKPT_OPTIM) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer section truncated");
+    memset(&c, 0, sizeof c);
+    amp__get(&r, &u, 4); c.kind = (amp_optim_kind)u;
+    amp__get(&r, &c.lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4); amp__get(&r, &c.dampening, 4);
+    amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4); amp__get(&r, &c.eps, 4);
+    amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
+    if (o) {
+      if (c.kind != o->cfg.kind) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer kind %u in the file, the live one is %d", (unsigned)u, (int)o->cfg.kind);
+      c.custom_step = o->cfg.custom_step; c.custom_user = o->cfg.custom_user;
+      if (c.lr == 0.0f) c.lr = o->cfg.lr;   /* set_lr(0) was saved; resolve would read 0 as the default */
+      if ((st = amp__optim_resolve("amp_checkpoint_load", &c, &cr)) != AMP_OK) {
+        char why[sizeof amp__err_buf];
+        memcpy(why, amp__err_buf, sizeof why);
+        return amp__fail(AMP_ERR_CORRUPT, "%.400s (in the file)", why);
+      }
+      nm = amp__o_moments(&c);
+      if (nm != amp__o_moments(&o->cfg)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file's optimizer has %d moment buffers per tensor, the live one %d", nm, amp__o_moments(&o->cfg));
+      if (count != (uint64_t)o->count) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %llu tensors in the file, %zu in the optimizer", (unsigned long long)count, o->count);
+      if (step > (uint64_t)0x7fffffff) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: step count %llu out of range", (unsigned long long)step);
+      for (i = 0; i < o->count; i++) {
+        uint32_t wt, gt;
+        if (!amp__get(&r, &n, 8) || !amp__get(&r, &wt, 4) || !amp__get(&r, &gt, 4))
+          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu truncated", i);
+        if (n != (uint64_t)o->n[i]) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu has %llu elements in the file, %zu live", i, (unsigned long long)n, o->n[i]);
+        if (wt != (uint32_t)o->wtype[i] || gt != (uint32_t)o->gtype[i])
+          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)",
+                           i, (unsigned)wt, (unsigned)gt, amp__dtype_name(o->wtype[i]), amp__dtype_name(o->gtype[i]));
+        if (r.left / 4 < n * (uint64_t)(1 + nm)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu data truncated", i);
+        r.p += 4 * n * (uint64_t)(1 + nm); r.left -= 4 * n * (uint64_t)(1 + nm);
+      }
+      if (r.left != 0) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %zu bytes left over after the optimizer section", r.left);
+    }
+  } else if (r.left != 0) {
+    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %zu bytes left over after the scaler section", r.left);
+  }
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) {
+  FILE *f;
+  long len;
+  unsigned char *buf;
+  const unsigned char *opt_at = NULL;
+  amp_scaler sc;
+  amp_status st;
+  size_t i;
+  if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is NULL");
+  if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: both the optimizer and the scaler are NULL");
+  f = fopen(path, "rb");
+  if (!f) return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot open '%s'", path);
+  if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot seek in '%s'", path);
+  }
+  buf = (unsigned char *)AMP_MALLOC(len > 0 ? (size_t)len : 1);
+  if (!buf) { fclose(f); return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_load: out of memory for %ld bytes", len); }
+  if (len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+    fclose(f); AMP_FREE(buf); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot read '%s'", path);
+  }
+  fclose(f);
+  memset(&sc, 0, sizeof sc);
+  st = amp__ckpt_check(buf, (size_t)len, o, s, &sc, &opt_at);
+  if (st != AMP_OK) { AMP_FREE(buf); return st; }
+  /* Everything checked: restore. */
+  if (s) {
+    s->pr = sc.pr; s->st = sc.st; s->init_scale = sc.init_scale;
+    s->last_skipped = sc.last_skipped; s->floor_logged = sc.floor_logged; s->skipped = sc.skipped;
+    s->found_inf = 0; s->recorded = 0; s->iter++;
+  }
+  if (o && opt_at) {
+    amp__rd r;
+    amp_optim_config c = o->cfg;
+    uint32_t u = 0; uint64_t step = 0, count = 0;
+    int nm = amp__o_moments(&o->cfg);
+    float lr;
+    r.p = opt_at; r.left = (size_t)len;   /* sizes were checked above */
+    amp__get(&r, &u, 4); amp__get(&r, &lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4);
+    amp__get(&r, &c.dampening, 4); amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4);
+    amp__get(&r, &c.eps, 4); amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
+    c.lr = lr;   /* exactly as saved, 0 included (amp_optimizer_set_lr allows it) */
+    o->cfg = c; o->step = (long)step;
+    for (i = 0; i < o->count; i++) {
+      r.p += 16;
+      memcpy(o->master[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float);
+      if (nm >= 1) { memcpy(o->m[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float); }
+      if (nm >= 2) { memcpy(o->v[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float); }
+      amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
+    }
+    (void)u; (void)count;
+    o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0;
+  }
+  AMP_FREE(buf);
+  return AMP_OK;
+}
 
 /* ------------------------------------------------------------------------------------------
    Implementation: matrix product
    ------------------------------------------------------------------------------------------ */
 
-/* PLACEHOLDER(issue 6): replaced by the matrix product. */
+#ifdef AMP_CUDA
+/* amp_kernels.cu: cuBLASLt, the WMMA teaching kernel and the plain fallback kernel. Arguments are
+   checked here first; A, B, C and opts->bias are device pointers. */
+extern amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb,
+                               int m, int n, int k, float alpha,
+                               const void *A, amp_dtype a_type, int lda,
+                               const void *B, amp_dtype b_type, int ldb,
+                               float beta, void *C, amp_dtype c_type, int ldc,
+                               const amp_gemm_opts *opts, char *msg, size_t cap);
+#endif
+
+/* The CPU reference, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
+   panel's op(B) (k x NC) is packed once into f32 "slivers" NR columns wide; C's rows are cut into
+   MC-high blocks, and for each KC-deep slice of k the block's op(A) is packed into MR-high f32
+   slivers. The micro-kernel multiplies one MR x KC sliver of A by one KC x NR sliver of B into an
+   MR x NR tile of f32 accumulators held in registers, and the tiles live in a small MC x NC buffer
+   between k slices. Every accumulator thus sees its products in the order p = 0, 1, ..., k-1,
+   whatever the blocking: the result is the same as a plain triple loop's. Packing converts the
+   inputs to f32 (exactly) once, so the micro-kernel is the same for f16, bf16 and f32. */
+#define AMP__GEMM_MR 6     /* 6 x 16 accumulators = 12 AVX registers of 8 floats, 4 left for a, b */
+#define AMP__GEMM_NR 16
+#define AMP__GEMM_KC 256   /* a KC x NR sliver of B (16 KiB) stays in L1 while the A slivers stream */
+#define AMP__GEMM_MC 96    /* an MC x KC block of A (96 KiB) stays in L2 */
+#define AMP__GEMM_NC 512   /* the MC x NC accumulator buffer is 192 KiB */
+
+/* No FMA contraction: a * b is rounded to f32 before it is added, on every compiler (clang honours
+   the standard pragma; gcc contracts only in GNU mode, and the optimize attribute stops it there). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define AMP__NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define AMP__NO_CONTRACT
+#endif
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(AMP_NO_SIMD)
+/* GCC/clang vector extensions: 8 floats that the compiler maps to one AVX register, or two SSE
+   ones, or NEON pairs. may_alias: the packed buffers are float arrays read through this type. */
+typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
+#define AMP__GEMM_VEC 1
+#endif
+
+/* The micro-kernel body: tile (MR x NR floats, row by row) = tile or 0, plus sum over p of
+   a[p*MR + r] * b[p*NR + c]. a and b are packed slivers, 32-byte aligned. */
+#ifdef AMP__GEMM_VEC
+#define AMP__GEMM_MICRO_BODY                                                                   \
+  {                                                                                            \
+    amp__v8 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;                         \
+    const amp__v8 *ct = (const amp__v8 *)tile;                                                 \
+    int p;                                                                                     \
+    if (acc) { c00 = ct[0]; c01 = ct[1]; c10 = ct[2]; c11 = ct[3]; c20 = ct[4]; c21 = ct[5];  \
+               c30 = ct[6]; c31 = ct[7]; c40 = ct[8]; c41 = ct[9]; c50 = ct[10]; c51 = ct[11]; } \
+    else { memset(&c00, 0, sizeof c00);                                                       \
+           c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = c00; }           \
+    for (p = 0; p < kc; p++) {                                                                 \
+      const amp__v8 *bv = (const amp__v8 *)(b + (size_t)p * AMP__GEMM_NR);                     \
+      const float *ap = a + (size_t)p * AMP__GEMM_MR;                                          \
+      amp__v8 b0 = bv[0], b1 = bv[1], t;                                                       \
+      t = b0 * ap[0]; c00 = c00 + t; t = b1 * ap[0]; c01 = c01 + t;                            \
+      t = b0 * ap[1]; c10 = c10 + t; t = b1 * ap[1]; c11 = c11 + t;                            \
+      t = b0 * ap[2]; c20 = c20 + t; t = b1 * ap[2]; c21 = c21 + t;                            \
+      t = b0 * ap[3]; c30 = c30 + t; t = b1 * ap[3]; c31 = c31 + t;                            \
+      t = b0 * ap[4]; c40 = c40 + t; t = b1 * ap[4]; c41 = c41 + t;                            \
+      t = b0 * ap[5]; c50 = c50 + t; t = b1 * ap[5]; c51 = c51 + t;                            \
+    }                                                                                          \
+    {                                                                                          \
+      amp__v8 *co = (amp__v8 *)tile;                                                           \
+      co[0] = c00; co[1] = c01; co[2] = c10; co[3] = c11; co[4] = c20; co[5] = c21;            \
+      co[6] = c30; co[7] = c31; co[8] = c40; co[9] = c41; co[10] = c50; co[11] = c51;          \
+    }                                                                                          \
+  }
+#else
+#define AMP__GEMM_MICRO_BODY                                                                   \
+  {                                                                                            \
+    float c[AMP__GEMM_MR][AMP__GEMM_NR];                                                       \
+    int p, r, j;                                                                               \
+    for (r = 0; r < AMP__GEMM_MR; r++)                                                         \
+      for (j = 0; j < AMP__GEMM_NR; j++) c[r][j] = acc ? tile[r * AMP__GEMM_NR + j] : 0.0f;     \
+    for (p = 0; p < kc; p++)                                                                   \
+      for (r = 0; r < AMP__GEMM_MR; r++) {                                                     \
+        float ar = a[(size_t)p * AMP__GEMM_MR + r];                                            \
+        for (j = 0; j < AMP__GEMM_NR; j++) {                                                   \
+          float t = ar * b[(size_t)p * AMP__GEMM_NR + j];                                      \
+          c[r][j] = c[r][j] + t;                                                               \
+        }                                                                                      \
+      }                                                                                        \
+    for (r = 0; r < AMP__GEMM_MR; r++)                                                         \
+      for (j = 0; j < AMP__GEMM_NR; j++) tile[r * AMP__GEMM_NR + j] = c[r][j];                  \
+  }
+#endif
+
+typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc);
+
+static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+  AMP__GEMM_MICRO_BODY
+}
+
+/* The same kernel compiled for AVX2, chosen at run time where the CPU has it (same bits: no FMA). */
+#if defined(AMP__GEMM_VEC) && (defined(__x86_64__) || defined(__i386__))
+#define AMP__GEMM_AVX2 1
+static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx2(int kc, const float *a, const float *b,
+                                                                                 float *tile, int acc) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+  AMP__GEMM_MICRO_BODY
+}
+#endif
+
+static amp__gemm_micro_fn amp__gemm_pick_micro(void) {
+#ifdef AMP__GEMM_AVX2
+  static int has = -1;
+  if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; }
+  if (has) return amp__gemm_micro_avx2;
+#endif
+  return amp__gemm_micro;
+}
+
+/* dst[i * ds] = src[i * ss] as f32, for i < n (ss, ds in elements). */
+static void amp__gemm_gather(float *dst, size_t ds, const void *src, amp_dtype t, size_t ss, int n) {
+  int i;
+  if (t == AMP_F32) { const float *s = (const float *)src; for (i = 0; i < n; i++) dst[i * ds] = s[i * ss]; }
+  else if (t == AMP_F16) { const amp_f16 *s = (const amp_f16 *)src; for (i = 0; i < n; i++) dst[i * ds] = amp_f16_to_f32(s[i * ss]); }
+  else { const amp_bf16 *s = (const amp_bf16 *)src; for (i = 0; i < n; i++) dst[i * ds] = amp_bf16_to_f32(s[i * ss]); }
+}
+
+/* Packs the rows x cols block of a strided matrix X (element (r, c) at x[r*rs + c*cs], of type t)
+   into slivers W wide: sliver s holds rows s*W .. s*W+W-1, stored column by column
+   (dst[s*W*cols + c*W + r]), rows past `rows` zero. W = MR packs op(A) (rows = i, cols = p);
+   W = NR packs op(B)^T (rows = j, cols = p). The loop runs along whichever index is contiguous. */
+static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
+  size_t es = amp_dtype_size(t);
+  int s, r, c, ns = (rows + W - 1) / W;
+  for (s = 0; s < ns; s++) {
+    float *d = dst + (size_t)s * W * cols;
+    int h = rows - s * W < W ? rows - s * W : W;
+    const char *xs = (const char *)x + (size_t)s * W * rs * es;
+    if (cs == 1 || rs != 1) {   /* contiguous along c (or neither): one gather per row */
+      for (r = 0; r < h; r++) amp__gemm_gather(d + r, (size_t)W, xs + (size_t)r * rs * es, t, cs, cols);
+    } else {                    /* contiguous along r: one gather per column */
+      for (c = 0; c < cols; c++) amp__gemm_gather(d + (size_t)c * W, 1, xs + (size_t)c * cs * es, t, rs, h);
+    }
+    for (r = h; r < W; r++) for (c = 0; c < cols; c++) d[(size_t)c * W + r] = 0.0f;
+  }
+}
+
+/* Writes C(i, j) for the block rows i0.., cols j0.. (mb x nb) from the accumulator tiles. */
+static void amp__gemm_store_block(float *accbuf, int mb, int nb, int i0, int j0, float alpha, float beta,
+                                  void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
+  int i, j, has_bias = o->bias != NULL;
+  int tiles_n = (nb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
+  for (i = 0; i < mb; i++) {
+    const float *row = accbuf + ((size_t)(i / AMP__GEMM_MR) * tiles_n * AMP__GEMM_MR + i % AMP__GEMM_MR) * AMP__GEMM_NR;
+    for (j = 0; j < nb; j++) {
+      size_t at = (size_t)(i0 + i) * crs + (size_t)(j0 + j) * ccs;
+      float acc = row[(size_t)(j / AMP__GEMM_NR) * AMP__GEMM_MR * AMP__GEMM_NR + j % AMP__GEMM_NR];
+      float c = beta != 0.0f ? amp__load(C, ct, at) : 0.0f;
+      float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)(j0 + j)) : 0.0f;
+      amp__store(C, ct, at, amp__gemm_epi(amp__gemm_blend(acc, alpha, beta, c), has_bias, bias, (int)o->act));
+    }
+  }
+}
+
+static float *amp__align64(void *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* The whole CPU product on checked arguments, in strides: op(A)(i,p) = A[i*ars + p*acs],
+   op(B)(p,j) = B[p*brs + j*bcs], C(i,j) = C[i*crs + j*ccs]. */
+static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
+                                const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
+                                void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
+  amp__gemm_micro_fn micro = amp__gemm_pick_micro();
+  int nc_max = n < AMP__GEMM_NC ? n : AMP__GEMM_NC, mc_max = m < AMP__GEMM_MC ? m : AMP__GEMM_MC;
+  int kc_max = k < AMP__GEMM_KC ? k : AMP__GEMM_KC;
+  size_t nc_pad = (size_t)(nc_max + AMP__GEMM_NR - 1) / AMP__GEMM_NR * AMP__GEMM_NR;
+  size_t mc_pad = (size_t)(mc_max + AMP__GEMM_MR - 1) / AMP__GEMM_MR * AMP__GEMM_MR;
+  size_t nb = (size_t)k * nc_pad, na = mc_pad * (size_t)kc_max, nacc = mc_pad * nc_pad;
+  size_t bsz = amp_dtype_size(bt), asz = amp_dtype_size(at);
+  void *mem;
+  float *bp, *ap, *accbuf;
+  int jc, ic, pc;
+  if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
+    int i, j, has_bias = o->bias != NULL;
+    for (i = 0; i < m; i++)
+      for (j = 0; j < n; j++) {
+        size_t at2 = (size_t)i * crs + (size_t)j * ccs;
+        float c = beta != 0.0f ? amp__load(C, ct, at2) : 0.0f;
+        float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f;
+        amp__store(C, ct, at2, amp__gemm_epi(amp__gemm_scale(beta, c), has_bias, bias, (int)o->act));
+      }
+    return AMP_OK;
+  }
+  mem = AMP_MALLOC((nb + na + nacc) * sizeof(float) + 3 * 64);
+  if (!mem) return amp__fail(AMP_ERR_NOMEM, "amp_gemm: out of memory for %zu floats of packed panels", nb + na + nacc);
+  bp = amp__align64(mem);
+  ap = amp__align64(bp + nb);
+  accbuf = amp__align64(ap + na);
+  for (jc = 0; jc < n; jc += AMP__GEMM_NC) {
+    int ncb = n - jc < AMP__GEMM_NC ? n - jc : AMP__GEMM_NC;
+    int tiles_n = (ncb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
+    /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
+    amp__gemm_pack(bp, AMP__GEMM_NR, (const char *)B + (size_t)jc * bcs * bsz, bt, bcs, brs, ncb, k);
+    for (ic = 0; ic < m; ic += AMP__GEMM_MC) {
+      int mcb = m - ic < AMP__GEMM_MC ? m - ic : AMP__GEMM_MC;
+      int tiles_m = (mcb + AMP__GEMM_MR - 1) / AMP__GEMM_MR;
+      for (pc = 0; pc < k; pc += AMP__GEMM_KC) {
+        int kcb = k - pc < AMP__GEMM_KC ? k - pc : AMP__GEMM_KC;
+        int tr, tc;
+        amp__gemm_pack(ap, AMP__GEMM_MR, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
+        for (tc = 0; tc < tiles_n; tc++) {
+          const float *bs = bp + (size_t)tc * AMP__GEMM_NR * k + (size_t)pc * AMP__GEMM_NR;
+          for (tr = 0; tr < tiles_m; tr++)
+            micro(kcb, ap + (size_t)tr * AMP__GEMM_MR * kcb, bs,
+                  accbuf + ((size_t)tr * tiles_n + tc) * AMP__GEMM_MR * AMP__GEMM_NR, pc > 0);
+        }
+      }
+      amp__gemm_store_block(accbuf, mcb, ncb, ic, jc, alpha, beta, C, ct, crs, ccs, o);
+    }
+  }
+  AMP_FREE(mem);
+  return AMP_OK;
+}
+
+static const char *amp__trans_name(amp_trans t) { return t == AMP_NO_TRANS ? "AMP_NO_TRANS" : "AMP_TRANS"; }
+
+AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
+                              const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
+                              float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
+  static const amp_gemm_opts none = {NULL, AMP_F32, AMP_ACT_NONE, AMP_GEMM_AUTO, 0};
+  const amp_gemm_opts *o = opts ? opts : &none;
+  int row = layout == AMP_ROW_MAJOR;
+  /* the minimum leading dimension of each matrix as stored: the length of a stored row (row-major)
+     or column (col-major), at least 1 as in cblas */
+  int a_rows = ta == AMP_NO_TRANS ? m : k, a_cols = ta == AMP_NO_TRANS ? k : m;
+  int b_rows = tb == AMP_NO_TRANS ? k : n, b_cols = tb == AMP_NO_TRANS ? n : k;
+  int min_lda = row ? a_cols : a_rows, min_ldb = row ? b_cols : b_rows, min_ldc = row ? n : m;
+  size_t ars, acs, brs, bcs, crs, ccs;
+  if (!d) return amp__fail(AMP_ERR_ARG, "amp_gemm: d is NULL (use amp_cpu())");
+  if (layout != AMP_ROW_MAJOR && layout != AMP_COL_MAJOR)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: layout %d is not AMP_ROW_MAJOR or AMP_COL_MAJOR", (int)layout);
+  if (ta != AMP_NO_TRANS && ta != AMP_TRANS) return amp__fail(AMP_ERR_ARG, "amp_gemm: ta %d is not AMP_NO_TRANS or AMP_TRANS", (int)ta);
+  if (tb != AMP_NO_TRANS && tb != AMP_TRANS) return amp__fail(AMP_ERR_ARG, "amp_gemm: tb %d is not AMP_NO_TRANS or AMP_TRANS", (int)tb);
+  if (m < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: m %d must be >= 0", m);
+  if (n < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: n %d must be >= 0", n);
+  if (k < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: k %d must be >= 0", k);
+  if (!amp_dtype_size(a_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: a_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)a_type);
+  if (!amp_dtype_size(b_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: b_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)b_type);
+  if (a_type != b_type)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: a_type %s and b_type %s differ (A and B must have the same type)",
+                     amp__dtype_name(a_type), amp__dtype_name(b_type));
+  if (!amp_dtype_size(c_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: c_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)c_type);
+  if (lda < (min_lda > 1 ? min_lda : 1))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: lda %d is less than %d, the length of a %s of A (%s, %s)", lda,
+                     min_lda > 1 ? min_lda : 1, row ? "row" : "column", row ? "row-major" : "col-major", amp__trans_name(ta));
+  if (ldb < (min_ldb > 1 ? min_ldb : 1))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: ldb %d is less than %d, the length of a %s of B (%s, %s)", ldb,
+                     min_ldb > 1 ? min_ldb : 1, row ? "row" : "column", row ? "row-major" : "col-major", amp__trans_name(tb));
+  if (ldc < (min_ldc > 1 ? min_ldc : 1))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: ldc %d is less than %d, the length of a %s of C (%s)", ldc,
+                     min_ldc > 1 ? min_ldc : 1, row ? "row" : "column", row ? "row-major" : "col-major");
+  if (m > 0 && n > 0 && !C) return amp__fail(AMP_ERR_ARG, "amp_gemm: C is NULL with m %d, n %d", m, n);
+  if (m > 0 && n > 0 && k > 0 && !A) return amp__fail(AMP_ERR_ARG, "amp_gemm: A is NULL with m %d, k %d", m, k);
+  if (m > 0 && n > 0 && k > 0 && !B) return amp__fail(AMP_ERR_ARG, "amp_gemm: B is NULL with k %d, n %d", k, n);
+  if (o->bias && !amp_dtype_size(o->bias_type))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->bias_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)o->bias_type);
+  if (o->act != AMP_ACT_NONE && o->act != AMP_ACT_RELU && o->act != AMP_ACT_GELU)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU", (int)o->act);
+  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA or AMP_GEMM_SIMPLE", (int)o->algo);
+  if (o->algo != AMP_GEMM_AUTO && !d->is_cuda)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
+                     o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
+  if (o->algo == AMP_GEMM_WMMA && a_type == AMP_F32)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
+  if (m == 0 || n == 0) return AMP_OK;
+#ifdef AMP_CUDA
+  if (d->is_cuda)
+    return amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
+                        amp__err_buf, sizeof amp__err_buf);
+#endif
+  /* strides of op(A), op(B) and C in elements */
+  if (row) {
+    ars = ta == AMP_NO_TRANS ? (size_t)lda : 1; acs = ta == AMP_NO_TRANS ? 1 : (size_t)lda;
+    brs = tb == AMP_NO_TRANS ? (size_t)ldb : 1; bcs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb;
+    crs = (size_t)ldc; ccs = 1;
+  } else {
+    ars = ta == AMP_NO_TRANS ? 1 : (size_t)lda; acs = ta == AMP_NO_TRANS ? (size_t)lda : 1;
+    brs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb; bcs = tb == AMP_NO_TRANS ? (size_t)ldb : 1;
+    crs = 1; ccs = (size_t)ldc;
+  }
+  return amp__gemm_cpu(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o);
+}
+
 AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
                            const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
                            float beta, void *C, amp_dtype c_type, int ldc) {
-  (void)d; (void)layout; (void)ta; (void)tb; (void)m; (void)n; (void)k; (void)alpha; (void)A; (void)a_type; (void)lda;
-  (void)B; (void)b_type; (void)ldb; (void)beta; (void)C; (void)c_type; (void)ldc;
-  return amp__fail(AMP_ERR_UNSUPPORTED, "amp_gemm: not implemented yet");
+  return amp_gemm_ex(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, NULL);
 }
-/* END PLACEHOLDER(issue 6) */
 
 #ifdef __cplusplus
 }

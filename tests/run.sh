@@ -28,8 +28,8 @@ pass() { PASS=$((PASS + 1)); echo "ok   $1"; }
 fail() { FAIL=$((FAIL + 1)); FAILED="$FAILED $1"; echo "FAIL $1"; }
 # check NAME CMD...: one pass/fail from the command's exit status; its output is shown on failure.
 check() {
-  name=$1; shift
-  if "$@" >"$B/last.log" 2>&1; then pass "$name"; else fail "$name"; sed 's/^/    /' "$B/last.log" | tail -n 40; fi
+  cname=$1; shift
+  if "$@" >"$B/last.log" 2>&1; then pass "$cname"; else fail "$cname"; sed 's/^/    /' "$B/last.log" | tail -n 40; fi
 }
 # runtest NAME CMD...: runs a test program, adds up its RESULT line.
 runtest() {

@@ -1,12 +1,48 @@
 #!/usr/bin/env python3
-"""bench/torch_ref_optim.py - the PyTorch side of bench/gpu_optim.c (to be merged into
-bench/torch_ref.py as one function per group). Prints `key value` lines that bench_ref() reads;
-exits 0, printing nothing, where torch or a GPU is missing.
+"""bench/torch_ref.py - PyTorch reference figures for `make bench-gpu`.
 
-Sizes match bench/gpu_optim.c: 256M f16 elements in 256 tensors; 500 tensors of 4096 for the
-small-tensor step. Rates are effective bandwidth: the bytes the work must move over its time, counted
-exactly as the C side counts them (so the ratio printed there is a speed ratio)."""
+Prints `key value` lines on stdout (build/torch_ref.txt), which bench/bench.h's bench_ref(key)
+reads. One function per benchmark group; main() runs every function in GROUPS. Without torch or
+without a CUDA device it prints nothing and exits 0.
+"""
+import statistics
 import sys
+
+
+def cuda_time(fn, min_seconds=0.02, reps=7, warmup=3):
+    """Median seconds of one fn() call: warm-up, then reps timed batches (cudaEvent) of enough
+    calls to last >= min_seconds."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(); fn(); stop.record(); stop.synchronize()
+    one = max(start.elapsed_time(stop) * 1e-3, 1e-6)
+    iters = int(min_seconds / one) + 1
+    times = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(iters):
+            fn()
+        stop.record(); stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3 / iters)
+    return statistics.median(times)
+
+
+def gemm_group(out):
+    """torch.matmul, row-major C = A B in f16 and bf16: TFLOP/s (bench/gpu_gemm.c's shapes)."""
+    import torch
+    shapes = [("1024", 1024, 1024, 1024), ("4096", 4096, 4096, 4096),
+              ("8192", 8192, 8192, 8192), ("16x4096x4096", 16, 4096, 4096)]
+    for dname, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        for name, m, n, k in shapes:
+            a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
+            b = torch.rand(k, n, device="cuda", dtype=dtype) * 2 - 1
+            c = torch.empty(m, n, device="cuda", dtype=dtype)
+            sec = cuda_time(lambda: torch.matmul(a, b, out=c))
+            out(f"torch_matmul_{dname}_{name}", 2.0 * m * n * k / sec * 1e-12)
+            del a, b, c
+    torch.cuda.empty_cache()
 
 
 def _time(torch, fn, iters):
@@ -26,7 +62,10 @@ def _time(torch, fn, iters):
     return times[3]
 
 
-def optim_refs(torch):
+def optim_group(out):
+    """Unscale, mixed AdamW, and a 500-small-tensor step, as bench/gpu_optim.c measures them
+    (256M f16 elements in 256 tensors; rates are effective bandwidth counted as the C side does)."""
+    import torch
     total, k = 256 << 20, 256
     n = total // k
     dev = "cuda"
@@ -35,7 +74,7 @@ def optim_refs(torch):
     src = torch.empty(total, dtype=torch.float32, device=dev)
     dst = torch.empty_like(src)
     t = _time(torch, lambda: dst.copy_(src), 10)
-    print("copy_gbps %.3f" % (2.0 * total * 4 / t / 1e9))
+    out("copy_gbps", 2.0 * total * 4 / t / 1e9)
     del src, dst
 
     # GradScaler's unscale: torch._amp_foreach_non_finite_check_and_unscale_ on f16 grads
@@ -43,7 +82,7 @@ def optim_refs(torch):
     found_inf = torch.zeros(1, dtype=torch.float32, device=dev)
     inv = torch.ones(1, dtype=torch.float32, device=dev)   # x * 1: the grads stay as they are
     t = _time(torch, lambda: torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv), 20)
-    print("unscale_f16_gbps %.3f" % (2.0 * total / t / 1e9))
+    out("unscale_f16_gbps", 2.0 * total / t / 1e9)
 
     # the mixed AdamW step PyTorch users write: f16 grads cast into fp32 master grads, fused AdamW
     # on the fp32 master, master copied back into the f16 model (rate at 28 B/param, as the C side)
@@ -59,7 +98,7 @@ def optim_refs(torch):
         opt.step()
         torch._foreach_copy_(model, master)
     t = _time(torch, adamw_step, 10)
-    print("adamw_mixed_gbps %.3f" % (28.0 * total / t / 1e9))
+    out("adamw_mixed_gbps", 28.0 * total / t / 1e9)
     del opt, master, mg, model, grads
 
     # 500 small tensors: one whole step with the scaler (unscale, AdamW, update), eager
@@ -82,17 +121,29 @@ def optim_refs(torch):
         torch._foreach_copy_(small, sp)
         torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 2000)
     t = _time(torch, small_step, 200)
-    print("adamw_500_small_us %.3f" % (t * 1e6))
+    out("adamw_500_small_us", t * 1e6)
+
+
+# Other groups append their function here.
+GROUPS = [gemm_group, optim_group]
 
 
 def main():
     try:
         import torch
+        if not torch.cuda.is_available():
+            return 0
     except Exception:
         return 0
-    if not torch.cuda.is_available():
-        return 0
-    optim_refs(torch)
+
+    def out(key, value):
+        print(f"{key} {value:.6g}", flush=True)
+
+    for group in GROUPS:
+        try:
+            group(out)
+        except Exception as e:  # one group failing must not lose the others' figures
+            print(f"torch_ref.py: {group.__name__}: {e}", file=sys.stderr)
     return 0
 
 

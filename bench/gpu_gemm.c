@@ -1,0 +1,100 @@
+/* bench/gpu_gemm.c - amp_gemm on the GPU (cuBLASLt) against torch.matmul in the same dtype, and
+   the WMMA teaching kernel against amp_gemm. TFLOP/s = 2 m n k / time; row-major C = A B with
+   C in the input type (what torch.matmul returns). Each figure: 3 warm-up calls, then 7 timed
+   repetitions (cudaEvent around enough calls to last >= 20 ms), the median. The PyTorch figures
+   come from bench/torch_ref.py, run first by `make bench-gpu` (keys torch_matmul_<dtype>_<shape>). */
+#include "bench.h"
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+
+/* The CUDA runtime calls used here, declared so that this file builds as plain C without the CUDA
+   headers (cudaError_t is an int-sized enum, 0 = success; events are pointers). */
+extern int cudaMalloc(void **p, size_t bytes);
+extern int cudaFree(void *p);
+extern int cudaMemcpy(void *dst, const void *src, size_t bytes, int kind);   /* 1 = host to device */
+extern int cudaDeviceSynchronize(void);
+extern int cudaEventCreate(void **e);
+extern int cudaEventRecord(void *e, void *stream);
+extern int cudaEventSynchronize(void *e);
+extern int cudaEventElapsedTime(float *ms, void *start, void *stop);
+extern int cudaEventDestroy(void *e);
+
+static amp_device *dev;
+static void *ev0, *ev1;
+
+static void *dfill(size_t n, amp_dtype t) {
+  size_t i, es = amp_dtype_size(t);
+  uint16_t *h = (uint16_t *)malloc(n * es);
+  void *d = NULL;
+  uint32_t s = 1234567u;
+  if (!h || cudaMalloc(&d, n * es) != 0) { printf("out of memory for %zu elements\n", n); exit(0); }
+  for (i = 0; i < n; i++) {
+    s = s * 1664525u + 1013904223u;
+    amp__store(h, t, i, (float)((int)(s >> 20) - 2048) / 2048.0f);
+  }
+  cudaMemcpy(d, h, n * es, 1);
+  free(h);
+  return d;
+}
+
+/* Median seconds of one call. */
+static double time_gemm(int m, int n, int k, amp_dtype t, const void *A, const void *B, void *C, amp_gemm_algo algo) {
+  amp_gemm_opts o;
+  double reps[7], one;
+  int i, r, iters;
+  float ms = 0;
+  memset(&o, 0, sizeof o);
+  o.algo = algo;
+  for (i = 0; i < 3; i++)
+    if (amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.0f, A, t, k, B, t, n, 0.0f, C, t, n, &o) != AMP_OK) {
+      printf("amp_gemm: %s\n", amp_last_error()); return 0;
+    }
+  cudaEventRecord(ev0, NULL);
+  amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.0f, A, t, k, B, t, n, 0.0f, C, t, n, &o);
+  cudaEventRecord(ev1, NULL);
+  cudaEventSynchronize(ev1);
+  cudaEventElapsedTime(&ms, ev0, ev1);
+  one = ms > 0 ? ms * 1e-3 : 1e-6;
+  iters = (int)(0.02 / one) + 1;
+  for (r = 0; r < 7; r++) {
+    cudaEventRecord(ev0, NULL);
+    for (i = 0; i < iters; i++)
+      amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.0f, A, t, k, B, t, n, 0.0f, C, t, n, &o);
+    cudaEventRecord(ev1, NULL);
+    cudaEventSynchronize(ev1);
+    cudaEventElapsedTime(&ms, ev0, ev1);
+    reps[r] = ms * 1e-3 / iters;
+  }
+  return bench_median(reps, 7);
+}
+
+int main(void) {
+  static const int shapes[][3] = {{1024, 1024, 1024}, {4096, 4096, 4096}, {8192, 8192, 8192}, {16, 4096, 4096}};
+  static const char *names[] = {"1024", "4096", "8192", "16x4096x4096"};
+  static const amp_dtype types[] = {AMP_F16, AMP_BF16};
+  int s, t;
+  (void)bench_now;
+  if (amp_cuda_open(&dev, 0, NULL) != AMP_OK) { printf("gpu_gemm: skipped (%s)\n", amp_last_error()); return 0; }
+  cudaEventCreate(&ev0); cudaEventCreate(&ev1);
+  printf("amp_gemm (cuBLASLt) vs torch.matmul, TFLOP/s   [ours, torch, ratio]\n");
+  for (t = 0; t < 2; t++)
+    for (s = 0; s < 4; s++) {
+      int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      const char *tn = types[t] == AMP_F16 ? "f16" : "bf16";
+      void *A = dfill((size_t)m * k, types[t]), *B = dfill((size_t)k * n, types[t]), *C = dfill((size_t)m * n, types[t]);
+      double flop = 2.0 * m * n * k, sec = time_gemm(m, n, k, types[t], A, B, C, AMP_GEMM_AUTO);
+      char name[64], key[64];
+      snprintf(name, sizeof name, "gemm_%s_%s", tn, names[s]);
+      snprintf(key, sizeof key, "torch_matmul_%s_%s", tn, names[s]);
+      if (sec > 0) bench_line(name, flop / sec * 1e-12, bench_ref(key), "TFLOP/s");
+      if (s == 1 && sec > 0) {   /* the teaching kernel against amp_gemm at 4096^3 (target >= 0.07x) */
+        double w = time_gemm(m, n, k, types[t], A, B, C, AMP_GEMM_WMMA);
+        snprintf(name, sizeof name, "gemm_wmma_%s_%s (ref: amp_gemm)", tn, names[s]);
+        if (w > 0) bench_line(name, flop / w * 1e-12, flop / sec * 1e-12, "TFLOP/s");
+      }
+      cudaFree(A); cudaFree(B); cudaFree(C);
+    }
+  cudaEventDestroy(ev0); cudaEventDestroy(ev1);
+  amp_device_close(dev);
+  return 0;
+}

@@ -1,0 +1,317 @@
+/* amp_gemm on a CUDA device (cuBLASLt, the WMMA teaching kernel, the plain kernel) against the CPU
+   reference on the same inputs. Without a GPU only the checks that need none run; the rest says
+   "skipped".
+
+   How close GPU and CPU must be, and why. Both convert the inputs exactly to f32 and accumulate in
+   f32; products of f16/bf16 numbers are exact in f32, so they differ only in the order of the
+   additions (Tensor Core fragments, split-k, FMA) and in where the result is rounded. Each order is
+   within k * 2^-24 * sum_p |a(i,p) b(p,j)| of the exact sum, so per element
+       E = |alpha| (2k + 4) 2^-24 sum|ab| + 8 * 2^-24 (|alpha acc| + |beta c| + |bias|)
+   (the last term: the blend and bias additions, FMA or not), times 1.13 through GELU (its slope
+   is at most 1.13) plus device tanhf's few ulps; and since each side rounds once to the output type
+   (twice on the GPU when the epilogue runs after cuBLASLt), |gpu - cpu| <= E + 3 u_out (|cpu| + E)
+   + 2 * (half the smallest subnormal), u_out = 2^-24, 2^-11, 2^-8 for f32, f16, bf16.
+   TF32 (opt-in) rounds each f32 input to 11 significant bits: + |alpha| 2^-9 sum|ab|. */
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
+
+/* The few CUDA runtime calls this test needs, declared here so that it builds as plain C without
+   the CUDA headers (cudaError_t is an int-sized enum, 0 = cudaSuccess). */
+extern int cudaMalloc(void **p, size_t bytes);
+extern int cudaFree(void *p);
+extern int cudaMemcpy(void *dst, const void *src, size_t bytes, int kind);   /* 1 = to device, 2 = to host */
+extern int cudaDeviceSynchronize(void);
+
+static amp_device *dev;
+
+static void *dmalloc(size_t bytes) {
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes ? bytes : 1) != 0) { printf("FAIL cudaMalloc(%zu)\n", bytes); exit(1); }
+  return p;
+}
+static void up(void *d, const void *h, size_t bytes) { if (cudaMemcpy(d, h, bytes, 1) != 0) { printf("FAIL upload\n"); exit(1); } }
+static void down(void *h, const void *d, size_t bytes) { if (cudaMemcpy(h, d, bytes, 2) != 0) { printf("FAIL download\n"); exit(1); } }
+
+static uint32_t rng_state = 777u;
+static float rnd(void) {
+  rng_state = rng_state * 1664525u + 1013904223u;
+  return (float)((int)(rng_state >> 20) - 2048) / 2048.0f;
+}
+static const char *tname(amp_dtype t) { return t == AMP_F32 ? "f32" : t == AMP_F16 ? "f16" : "bf16"; }
+static double unit_roundoff(amp_dtype t) { return t == AMP_F32 ? 0x1p-24 : t == AMP_F16 ? 0x1p-11 : 0x1p-8; }
+static double tiny(amp_dtype t) { return t == AMP_F32 ? 0x1p-150 : t == AMP_F16 ? 0x1p-25 : 0x1p-134; }
+
+/* A host matrix with its device copy; `off` elements of slack before it make the device pointer
+   misaligned (off 1: 2-byte aligned for f16). */
+typedef struct { void *h, *d, *dbase; amp_dtype t; int ld; size_t n, rs, cs; } mat;
+
+static mat mat_make(amp_layout L, amp_trans tr, int rows, int cols, amp_dtype t, int pad, int off) {
+  mat x;
+  int srows = tr == AMP_NO_TRANS ? rows : cols, scols = tr == AMP_NO_TRANS ? cols : rows;
+  int inner = L == AMP_ROW_MAJOR ? scols : srows, outer = L == AMP_ROW_MAJOR ? srows : scols;
+  size_t i, es = amp_dtype_size(t);
+  int r, c;
+  x.t = t;
+  x.ld = (inner > 1 ? inner : 1) + pad;
+  x.n = (size_t)x.ld * (size_t)(outer > 1 ? outer : 1);
+  x.h = malloc(x.n * es);
+  for (i = 0; i < x.n; i++) amp__store(x.h, t, i, NAN);
+  if (L == AMP_ROW_MAJOR) { x.rs = tr == AMP_NO_TRANS ? (size_t)x.ld : 1; x.cs = tr == AMP_NO_TRANS ? 1 : (size_t)x.ld; }
+  else { x.rs = tr == AMP_NO_TRANS ? 1 : (size_t)x.ld; x.cs = tr == AMP_NO_TRANS ? (size_t)x.ld : 1; }
+  for (r = 0; r < rows; r++) for (c = 0; c < cols; c++) amp__store(x.h, t, r * x.rs + c * x.cs, rnd());
+  x.dbase = dmalloc((x.n + (size_t)off) * es);
+  x.d = (char *)x.dbase + (size_t)off * es;
+  up(x.d, x.h, x.n * es);
+  return x;
+}
+static void mat_free(mat *x) { free(x->h); cudaFree(x->dbase); }
+static float mat_get(const mat *x, int r, int c) { return amp__load(x->h, x->t, (size_t)r * x->rs + (size_t)c * x->cs); }
+
+typedef struct { amp_layout L; amp_trans ta, tb; int m, n, k; float alpha, beta; amp_dtype in, out; int pad, off; } problem;
+
+/* Runs the product on the GPU (with opts) and on the CPU (same inputs, same epilogue) and checks
+   the bound above for every element, and that C's padding is unchanged. */
+static int check_gpu(const problem *P, const amp_gemm_opts *o, double tf32) {
+  mat A = mat_make(P->L, P->ta, P->m, P->k, P->in, P->pad, P->off);
+  mat B = mat_make(P->L, P->tb, P->k, P->n, P->in, P->pad + 1, P->off);
+  mat C = mat_make(P->L, AMP_NO_TRANS, P->m, P->n, P->out, P->pad, P->off);
+  size_t es = amp_dtype_size(P->out);
+  void *cpu = malloc(C.n * es), *gpu = malloc(C.n * es);
+  amp_gemm_opts ho;
+  void *dbias = NULL;
+  int i, j, bad = 0, act = o ? (int)o->act : 0;
+  amp_status st;
+  memset(&ho, 0, sizeof ho);
+  if (o) { ho = *o; ho.algo = AMP_GEMM_AUTO; }
+  memcpy(cpu, C.h, C.n * es);
+  if (o && o->bias) {   /* o->bias is a host array of n values: give the GPU its own copy */
+    size_t bs = amp_dtype_size(o->bias_type) * (size_t)P->n;
+    dbias = dmalloc(bs);
+    up(dbias, o->bias, bs);
+  }
+  EXPECT(amp_gemm_ex(amp_cpu(), P->L, P->ta, P->tb, P->m, P->n, P->k, P->alpha, A.h, P->in, A.ld, B.h, P->in, B.ld,
+                     P->beta, cpu, P->out, C.ld, o ? &ho : NULL) == AMP_OK, "cpu: %s", amp_last_error());
+  {
+    amp_gemm_opts go;
+    memset(&go, 0, sizeof go);
+    if (o) { go = *o; go.bias = dbias; }
+    st = amp_gemm_ex(dev, P->L, P->ta, P->tb, P->m, P->n, P->k, P->alpha, A.d, P->in, A.ld, B.d, P->in, B.ld, P->beta,
+                     C.d, P->out, C.ld, o ? &go : NULL);
+  }
+  EXPECT(st == AMP_OK, "gpu: %s", amp_last_error());
+  EXPECT(amp_device_sync(dev) == AMP_OK, "sync: %s", amp_last_error());
+  down(gpu, C.d, C.n * es);
+  for (i = 0; i < P->m && !bad; i++)
+    for (j = 0; j < P->n && !bad; j++) {
+      size_t at = (size_t)i * C.rs + (size_t)j * C.cs;
+      double s = 0, sabs = 0, c0 = amp__load(C.h, P->out, at), bias = 0, e;
+      double want = amp__load(cpu, P->out, at), got = amp__load(gpu, P->out, at);
+      int p;
+      for (p = 0; p < P->k; p++) { double v = (double)mat_get(&A, i, p) * mat_get(&B, p, j); s += v; sabs += fabs(v); }
+      if (o && o->bias) bias = amp__load(o->bias, o->bias_type, (size_t)j);
+      e = fabs(P->alpha) * ((2.0 * P->k + 4) * 0x1p-24 + tf32) * sabs
+        + 8 * 0x1p-24 * (fabs(P->alpha * s) + fabs(P->beta * c0) + fabs(bias));
+      if (act == AMP_ACT_GELU) e = 1.13 * e + 8 * 0x1p-24 * (fabs(want) + 1e-3);
+      e = e + 3 * unit_roundoff(P->out) * (fabs(want) + e) + 2 * tiny(P->out);
+      if (!(fabs(got - want) <= e)) {
+        bad = 1;
+        EXPECT(0, "algo %d %s %s %s %s->%s m %d n %d k %d alpha %g beta %g pad %d off %d act %d bias %d: C(%d,%d) cpu %.9g, gpu %.9g, bound %.3g",
+               o ? (int)o->algo : 0, P->L ? "col" : "row", P->ta ? "T" : "N", P->tb ? "T" : "N", tname(P->in), tname(P->out),
+               P->m, P->n, P->k, P->alpha, P->beta, P->pad, P->off, act, o && o->bias, i, j, want, got, e);
+      }
+    }
+  for (i = 0; i < (int)C.n && !bad; i++) {   /* padding: the bits the GPU must not touch */
+    size_t inner = (size_t)i % (size_t)C.ld, outer = (size_t)i / (size_t)C.ld;
+    int pad_elem = P->L == AMP_ROW_MAJOR ? (inner >= (size_t)P->n || outer >= (size_t)P->m)
+                                         : (inner >= (size_t)P->m || outer >= (size_t)P->n);
+    if (pad_elem && memcmp((char *)gpu + (size_t)i * es, (char *)C.h + (size_t)i * es, es)) {
+      bad = 1; EXPECT(0, "m %d n %d ldc %d: padding element %d of C was written", P->m, P->n, C.ld, i);
+    }
+  }
+  mat_free(&A); mat_free(&B); mat_free(&C); free(cpu); free(gpu);
+  if (dbias) cudaFree(dbias);
+  return !bad;
+}
+
+/* ---- without a GPU ----------------------------------------------------------------------------- */
+
+static void cpu_device_still_runs_the_reference_in_a_cuda_build(void) {
+  float A[4] = {1, 2, 3, 4}, B[4] = {1, 0, 0, 1}, C[4] = {0, 0, 0, 0};
+  EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1, A, AMP_F32, 2, B, AMP_F32, 2, 0, C,
+                  AMP_F32, 2) == AMP_OK, "%s", amp_last_error());
+  EXPECT(C[0] == 1 && C[1] == 2 && C[2] == 3 && C[3] == 4, "A * I: expected 1 2 3 4, got %g %g %g %g", C[0], C[1], C[2], C[3]);
+}
+
+/* ---- on the GPU ---------------------------------------------------------------------------------- */
+
+static const int shapes[][3] = {{1, 1, 1}, {3, 17, 33}, {65, 33, 17}, {127, 129, 255}, {256, 128, 64}, {200, 300, 100}};
+#define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
+
+static void cublaslt_matches_cpu_for_every_layout_transpose_and_type(void) {
+  static const amp_dtype ins[] = {AMP_F16, AMP_F16, AMP_BF16, AMP_BF16, AMP_F32, AMP_F16, AMP_F32};
+  static const amp_dtype outs[] = {AMP_F16, AMP_F32, AMP_BF16, AMP_F32, AMP_F32, AMP_BF16, AMP_F16};
+  int L, ta, tb, s, t;
+  for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++) for (s = 0; s < NSHAPES; s++) for (t = 0; t < 7; t++) {
+    problem P;
+    P.L = (amp_layout)L; P.ta = (amp_trans)ta; P.tb = (amp_trans)tb;
+    P.m = shapes[s][0]; P.n = shapes[s][1]; P.k = shapes[s][2];
+    P.alpha = (s % 2) ? 0.5f : 1.0f; P.beta = (t % 3 == 1) ? -1.0f : 0.0f;
+    P.in = ins[t]; P.out = outs[t]; P.pad = (s + t) % 3; P.off = 0;
+    if (!check_gpu(&P, NULL, 0)) return;
+  }
+}
+
+static void cublaslt_handles_unaligned_pointers_and_odd_leading_dimensions(void) {
+  int s, off, L;
+  for (L = 0; L < 2; L++) for (s = 1; s < NSHAPES; s++) for (off = 1; off < 4; off += 2) {
+    problem P = {(amp_layout)L, AMP_NO_TRANS, AMP_TRANS, 0, 0, 0, 1.0f, 0.5f, AMP_F16, AMP_F16, 1, 0};
+    P.m = shapes[s][0]; P.n = shapes[s][1]; P.k = shapes[s][2]; P.off = off; P.in = off == 1 ? AMP_F16 : AMP_BF16;
+    P.out = P.in;
+    if (!check_gpu(&P, NULL, 0)) return;
+  }
+}
+
+static void gpu_epilogues_match_cpu(void) {
+  static const amp_dtype bts[] = {AMP_F32, AMP_F16, AMP_BF16};
+  int algo, L, act, bt;
+  for (algo = 0; algo < 3; algo++) for (L = 0; L < 2; L++) for (act = 0; act < 3; act++) for (bt = 0; bt < 4; bt++) {
+    float bf[300];
+    uint16_t bh[300];
+    amp_gemm_opts o;
+    problem P = {(amp_layout)L, AMP_NO_TRANS, AMP_NO_TRANS, 130, 300, 70, 1.0f, 0.0f, AMP_F16, AMP_F16, 0, 0};
+    int j;
+    memset(&o, 0, sizeof o);
+    o.algo = (amp_gemm_algo)algo; o.act = (amp_act)act;
+    if (bt < 3) {
+      for (j = 0; j < 300; j++) { float v = 2 * rnd(); bf[j] = v; bh[j] = bt == 1 ? amp_f32_to_f16(v) : amp_f32_to_bf16(v); }
+      o.bias = bt == 0 ? (const void *)bf : (const void *)bh; o.bias_type = bts[bt];
+    }
+    P.out = (act + bt) % 2 ? AMP_F32 : AMP_F16;
+    P.beta = act == 1 ? 0.5f : 0.0f;
+    if (!check_gpu(&P, &o, 0)) return;
+  }
+}
+
+static void wmma_kernel_matches_cpu_on_any_shape(void) {
+  static const int wshapes[][3] = {{1, 1, 1}, {16, 16, 16}, {17, 15, 33}, {128, 128, 32}, {129, 257, 65}, {300, 200, 100}, {64, 640, 1000}};
+  int L, ta, tb, s, t;
+  for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++) for (s = 0; s < 7; s++) for (t = 0; t < 2; t++) {
+    amp_gemm_opts o;
+    problem P;
+    memset(&o, 0, sizeof o);
+    o.algo = AMP_GEMM_WMMA;
+    P.L = (amp_layout)L; P.ta = (amp_trans)ta; P.tb = (amp_trans)tb;
+    P.m = wshapes[s][0]; P.n = wshapes[s][1]; P.k = wshapes[s][2];
+    P.alpha = t ? 1.0f : -0.5f; P.beta = t ? 0.0f : 2.0f;
+    P.in = t ? AMP_BF16 : AMP_F16; P.out = s % 2 ? AMP_F32 : P.in;
+    P.pad = s % 2 ? 0 : 3; P.off = s == 4 ? 1 : 0;      /* aligned (16-byte loads) and not */
+    if (!check_gpu(&P, &o, 0)) return;
+  }
+}
+
+static void simple_kernel_matches_cpu(void) {
+  int L, ta, tb;
+  for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++) {
+    amp_gemm_opts o;
+    problem P = {(amp_layout)L, (amp_trans)ta, (amp_trans)tb, 37, 29, 71, 1.5f, -1.0f, AMP_BF16, AMP_F32, 2, 1};
+    memset(&o, 0, sizeof o);
+    o.algo = AMP_GEMM_SIMPLE;
+    if (!check_gpu(&P, &o, 0)) return;
+  }
+}
+
+static void tf32_is_opt_in_and_within_its_bound(void) {
+  amp_gemm_opts o;
+  problem P = {AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 96, 80, 512, 1.0f, 0.0f, AMP_F32, AMP_F32, 0, 0};
+  memset(&o, 0, sizeof o);
+  check_gpu(&P, NULL, 0);          /* default: full f32 products, the f32 bound */
+  o.allow_tf32 = 1;
+  check_gpu(&P, &o, 0x1p-9);       /* TF32: 11-bit inputs */
+}
+
+/* k 0, alpha 0, beta 0 with NaN in C, m or n 0: the BLAS special cases, on the device. */
+static void gpu_follows_blas_special_cases(void) {
+  float h[4] = {NAN, NAN, NAN, NAN}, a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, anan[4] = {NAN, NAN, NAN, NAN}, r[4];
+  float *dc = (float *)dmalloc(16), *da = (float *)dmalloc(16), *db = (float *)dmalloc(16), *dn = (float *)dmalloc(16);
+  up(dc, h, 16); up(da, a, 16); up(db, b, 16); up(dn, anan, 16);
+  EXPECT(amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1, da, AMP_F32, 2, db, AMP_F32, 2, 0, dc, AMP_F32, 2) == AMP_OK,
+         "%s", amp_last_error());
+  amp_device_sync(dev); down(r, dc, 16);
+  EXPECT(r[0] == 1 && r[1] == 2 && r[2] == 3 && r[3] == 4, "beta 0, C NaN: expected 1 2 3 4, got %g %g %g %g", r[0], r[1], r[2], r[3]);
+  EXPECT(amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 0, 1, NULL, AMP_F32, 1, NULL, AMP_F32, 2, 3, dc, AMP_F32, 2) == AMP_OK,
+         "%s", amp_last_error());
+  amp_device_sync(dev); down(r, dc, 16);
+  EXPECT(r[0] == 3 && r[1] == 6 && r[2] == 9 && r[3] == 12, "k 0, beta 3: expected 3 6 9 12, got %g %g %g %g", r[0], r[1], r[2], r[3]);
+  EXPECT(amp_gemm(dev, AMP_COL_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 0, dn, AMP_F32, 2, dn, AMP_F32, 2, 1, dc, AMP_F32, 2) == AMP_OK,
+         "%s", amp_last_error());
+  amp_device_sync(dev); down(r, dc, 16);
+  EXPECT(r[0] == 3 && r[1] == 6 && r[2] == 9 && r[3] == 12, "alpha 0, A NaN, beta 1: expected 3 6 9 12, got %g %g %g %g", r[0], r[1], r[2], r[3]);
+  EXPECT(amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 0, 2, 2, 1, NULL, AMP_F32, 2, NULL, AMP_F32, 2, 0, NULL, AMP_F32, 2) == AMP_OK,
+         "m 0: %s", amp_last_error());
+  cudaFree(dc); cudaFree(da); cudaFree(db); cudaFree(dn);
+}
+
+/* More shapes than the plan cache holds, then the first again: evicted plans are rebuilt, and a
+   repeated call gives the same bits. */
+static void plan_cache_survives_eviction_and_repeats_bit_for_bit(void) {
+  int round, s;
+  for (round = 0; round < 2; round++)
+    for (s = 0; s < 40; s++) {
+      problem P = {AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, 8 + s, 24, 40 + s % 3, 1.0f, 0.0f, AMP_F16, AMP_F32, 0, 0};
+      if (!check_gpu(&P, NULL, 0)) return;
+    }
+  {
+    mat A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, 64, 96, AMP_BF16, 0, 0), B = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, 96, 48, AMP_BF16, 0, 0);
+    float r1[64 * 48], r2[64 * 48];
+    float *dc = (float *)dmalloc(sizeof r1);
+    EXPECT(amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 64, 48, 96, 1, A.d, AMP_BF16, A.ld, B.d, AMP_BF16, B.ld, 0, dc, AMP_F32, 48) == AMP_OK, "%s", amp_last_error());
+    amp_device_sync(dev); down(r1, dc, sizeof r1);
+    EXPECT(amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 64, 48, 96, 1, A.d, AMP_BF16, A.ld, B.d, AMP_BF16, B.ld, 0, dc, AMP_F32, 48) == AMP_OK, "%s", amp_last_error());
+    amp_device_sync(dev); down(r2, dc, sizeof r2);
+    EXPECT(!memcmp(r1, r2, sizeof r1), "two identical calls differ (C[0] %g vs %g)", r1[0], r2[0]);
+    mat_free(&A); mat_free(&B); cudaFree(dc);
+  }
+}
+
+static void gpu_rejects_bad_input_and_leaves_c_unchanged(void) {
+  float h[6] = {1, 2, 3, 4, 5, 6}, r[6];
+  float *d = (float *)dmalloc(sizeof h);
+  amp_gemm_opts o;
+  amp_status st;
+  up(d, h, sizeof h);
+  memset(&o, 0, sizeof o);
+  o.algo = AMP_GEMM_WMMA;
+  st = amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 3, 1, 1, d, AMP_F32, 1, d, AMP_F32, 3, 0, d, AMP_F32, 3, &o);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "AMP_GEMM_WMMA"), "WMMA with f32: got %s (%s)", amp_status_string(st), amp_last_error());
+  st = amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 3, 1, 1, d, AMP_F32, 1, d, AMP_F32, 3, 0, d, AMP_F32, 2);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "ldc 2"), "ldc 2 < n 3: got %s (%s)", amp_status_string(st), amp_last_error());
+  st = amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 3, 1, 1, d, AMP_F16, 1, d, AMP_F32, 3, 0, d, AMP_F32, 3);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "differ"), "f16 x f32: got %s (%s)", amp_status_string(st), amp_last_error());
+  amp_device_sync(dev);
+  down(r, d, sizeof r);
+  EXPECT(!memcmp(r, h, sizeof h), "a refused call changed C: %g %g %g", r[0], r[1], r[2]);
+  cudaFree(d);
+}
+
+int main(void) {
+  amp_status st = amp_cuda_open(&dev, 0, NULL);
+  RUN(cpu_device_still_runs_the_reference_in_a_cuda_build);
+  if (st == AMP_ERR_UNSUPPORTED) {
+    printf("skipped: GPU tests of amp_gemm (%s)\n", amp_last_error());
+    TEST_END();
+  }
+  if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", amp_last_error()); return 1; }
+  RUN(cublaslt_matches_cpu_for_every_layout_transpose_and_type);
+  RUN(cublaslt_handles_unaligned_pointers_and_odd_leading_dimensions);
+  RUN(gpu_epilogues_match_cpu);
+  RUN(wmma_kernel_matches_cpu_on_any_shape);
+  RUN(simple_kernel_matches_cpu);
+  RUN(tf32_is_opt_in_and_within_its_bound);
+  RUN(gpu_follows_blas_special_cases);
+  RUN(plan_cache_survives_eviction_and_repeats_bit_for_bit);
+  RUN(gpu_rejects_bad_input_and_leaves_c_unchanged);
+  amp_device_close(dev);
+  cudaDeviceSynchronize();
+  TEST_END();
+}

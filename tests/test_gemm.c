@@ -1,0 +1,319 @@
+/* The CPU matrix product: cblas conventions, the documented rounding, the epilogue, bad input. */
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
+#include <float.h>
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static uint32_t rng_state = 12345u;
+static float rnd(void) { /* uniform in [-1, 1) with 12 random bits: exact in every type */
+  rng_state = rng_state * 1664525u + 1013904223u;
+  return (float)((int)(rng_state >> 20) - 2048) / 2048.0f;
+}
+
+static const char *tname(amp_dtype t) { return t == AMP_F32 ? "f32" : t == AMP_F16 ? "f16" : "bf16"; }
+static double unit_roundoff(amp_dtype t) { return t == AMP_F32 ? 0x1p-24 : t == AMP_F16 ? 0x1p-11 : 0x1p-8; }
+/* half the smallest subnormal: the absolute error of rounding a tiny value */
+static double tiny(amp_dtype t) { return t == AMP_F32 ? 0x1p-150 : t == AMP_F16 ? 0x1p-25 : 0x1p-134; }
+
+/* A matrix as the caller stores it: `rows x cols` of op(X) seen through layout/trans with leading
+   dimension ld; the storage's padding holds NaN so that a read outside the matrix shows. */
+typedef struct { void *p; amp_dtype t; int ld; size_t n; size_t rs, cs; } mat;
+
+static mat mat_make(amp_layout L, amp_trans tr, int rows, int cols, amp_dtype t, int pad) {
+  mat x;
+  int srows = tr == AMP_NO_TRANS ? rows : cols, scols = tr == AMP_NO_TRANS ? cols : rows; /* as stored */
+  int inner = L == AMP_ROW_MAJOR ? scols : srows, outer = L == AMP_ROW_MAJOR ? srows : scols;
+  size_t i;
+  x.t = t;
+  x.ld = (inner > 1 ? inner : 1) + pad;
+  x.n = (size_t)x.ld * (size_t)(outer > 1 ? outer : 1);
+  x.p = malloc(x.n * amp_dtype_size(t));
+  for (i = 0; i < x.n; i++) amp__store(x.p, t, i, NAN);
+  /* stride of op(X)(r, c) */
+  if (L == AMP_ROW_MAJOR) { x.rs = tr == AMP_NO_TRANS ? (size_t)x.ld : 1; x.cs = tr == AMP_NO_TRANS ? 1 : (size_t)x.ld; }
+  else { x.rs = tr == AMP_NO_TRANS ? 1 : (size_t)x.ld; x.cs = tr == AMP_NO_TRANS ? (size_t)x.ld : 1; }
+  { int r, c; for (r = 0; r < rows; r++) for (c = 0; c < cols; c++) amp__store(x.p, t, r * x.rs + c * x.cs, rnd()); }
+  return x;
+}
+static float mat_get(const mat *x, int r, int c) { return amp__load(x->p, x->t, (size_t)r * x->rs + (size_t)c * x->cs); }
+
+/* The double-precision truth of one element before rounding, and an upper bound on the distance
+   between it and what amp_gemm must return:
+     summation: k * u32 * sum|a b| * |alpha| (products of f16/bf16 are exact in f32; of f32 add u32 each),
+     the blend and the bias: 4 * u32 * (|alpha acc| + |beta c| + |bias|),
+     GELU: Lipschitz 1.13 and tanhf's few ulps, then the one rounding to the output type. */
+static double truth(const mat *A, const mat *B, int i, int j, int k, double alpha, double beta, double c,
+                    int has_bias, double bias, int act, amp_dtype out, double *bound) {
+  double s = 0, sabs = 0, t, e;
+  int p;
+  for (p = 0; p < k; p++) { double v = (double)mat_get(A, i, p) * (double)mat_get(B, p, j); s += v; sabs += fabs(v); }
+  t = alpha * s + (beta != 0 ? beta * c : 0) + (has_bias ? bias : 0);
+  e = fabs(alpha) * (k + 2) * 0x1p-24 * sabs * 1.01 + 4 * 0x1p-24 * (fabs(alpha * s) + fabs(beta * c) + fabs(bias));
+  if (act == AMP_ACT_RELU) t = t > 0 ? t : 0;
+  if (act == AMP_ACT_GELU) { t = 0.5 * t * (1 + tanh(0.7978845608028654 * (t + 0.044715 * t * t * t))); e = 1.13 * e + 8 * 0x1p-24 * (fabs(t) + 1e-3); }
+  *bound = e * (1 + unit_roundoff(out)) + unit_roundoff(out) * fabs(t) + tiny(out);
+  return t;
+}
+
+/* Runs one product and checks every element of C against truth(), and that C's padding is intact. */
+static int check_product(amp_layout L, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha, float beta,
+                         amp_dtype in, amp_dtype out, int pad, const amp_gemm_opts *o) {
+  mat A = mat_make(L, ta, m, k, in, pad), B = mat_make(L, tb, k, n, in, pad + 1), C = mat_make(L, AMP_NO_TRANS, m, n, out, pad);
+  void *C0 = malloc(C.n * amp_dtype_size(out));
+  int i, j, bad = 0, has_bias = o && o->bias, act = o ? (int)o->act : 0;
+  size_t q;
+  amp_status st;
+  memcpy(C0, C.p, C.n * amp_dtype_size(out));
+  st = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, alpha, A.p, in, A.ld, B.p, in, B.ld, beta, C.p, out, C.ld, o);
+  EXPECT(st == AMP_OK, "%s %s %s m %d n %d k %d: status %s (%s)", L ? "col" : "row", ta ? "T" : "N", tb ? "T" : "N",
+         m, n, k, amp_status_string(st), amp_last_error());
+  for (i = 0; i < m && !bad; i++)
+    for (j = 0; j < n && !bad; j++) {
+      double bound, c = amp__load(C0, out, (size_t)i * C.rs + (size_t)j * C.cs);
+      double bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0;
+      double want = truth(&A, &B, i, j, k, alpha, beta, c, has_bias, bias, act, out, &bound);
+      double got = amp__load(C.p, out, (size_t)i * C.rs + (size_t)j * C.cs);
+      if (!(fabs(got - want) <= bound)) {
+        bad = 1;
+        EXPECT(0, "%s %s %s %s->%s m %d n %d k %d alpha %g beta %g act %d bias %d: C(%d,%d) expected %.9g +- %.3g, got %.9g",
+               L ? "col" : "row", ta ? "T" : "N", tb ? "T" : "N", tname(in), tname(out), m, n, k, alpha, beta, act,
+               has_bias, i, j, want, bound, got);
+      }
+    }
+  /* the padding between C's rows (or columns) is not written */
+  for (q = 0; q < C.n && !bad; q++) {
+    size_t inner = q % (size_t)C.ld, outer = q / (size_t)C.ld;
+    size_t lim = L == AMP_ROW_MAJOR ? (size_t)n : (size_t)m, olim = L == AMP_ROW_MAJOR ? (size_t)m : (size_t)n;
+    if (inner >= lim || outer >= olim) {
+      uint32_t a = 0, b = 0;
+      memcpy(&a, (char *)C.p + q * amp_dtype_size(out), amp_dtype_size(out));
+      memcpy(&b, (char *)C0 + q * amp_dtype_size(out), amp_dtype_size(out));
+      if (a != b) { bad = 1; EXPECT(0, "m %d n %d ldc %d: padding element %zu of C was written", m, n, C.ld, q); }
+    }
+  }
+  free(A.p); free(B.p); free(C.p); free(C0);
+  return !bad;
+}
+
+/* ---- tests ------------------------------------------------------------------------------- */
+
+static void gemm_matches_double_product_for_every_layout_transpose_and_type(void) {
+  static const int shapes[][3] = {{1, 1, 1}, {3, 17, 33}, {17, 3, 65}, {33, 65, 17}, {7, 1, 5}, {1, 9, 2}};
+  static const float ab[][2] = {{1, 0}, {0.5f, -1.5f}, {-2, 1}};
+  static const amp_dtype types[] = {AMP_F32, AMP_F16, AMP_BF16};
+  int L, ta, tb, s, it, ot, a, count = 0;
+  for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++)
+    for (s = 0; s < 6; s++) for (it = 0; it < 3; it++) for (ot = 0; ot < 3; ot++) for (a = 0; a < 3; a++) {
+      if (t_quick() && (count++ % 7)) continue;
+      if (!check_product((amp_layout)L, (amp_trans)ta, (amp_trans)tb, shapes[s][0], shapes[s][1], shapes[s][2],
+                         ab[a][0], ab[a][1], types[it], types[ot], (s + a) % 3, NULL)) return;
+    }
+}
+
+static void gemm_error_stays_within_bound_for_long_k(void) {
+  int k = t_quick() ? 700 : 4099;
+  check_product(AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, 19, 37, k, 1.0f, 0.0f, AMP_F16, AMP_F32, 0, NULL);
+  check_product(AMP_COL_MAJOR, AMP_TRANS, AMP_NO_TRANS, 37, 19, k, 0.25f, 2.0f, AMP_BF16, AMP_BF16, 2, NULL);
+  check_product(AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 13, 21, k, 1.0f, 1.0f, AMP_F32, AMP_F16, 1, NULL);
+}
+
+/* The documented order: acc = 0; acc = acc + (a*b rounded) for p = 0..k-1; then the blend and one
+   rounding. The blocked code must give exactly these bits, also across its block edges
+   (MC 96, NC 512, KC 256 and the 6 x 16 tiles). */
+static void gemm_blocked_result_equals_plain_loop_bit_for_bit(void) {
+  static const int shapes[][3] = {{100, 530, 300}, {97, 17, 257}, {6, 16, 256}, {1, 513, 513}};
+  static const amp_dtype outs[] = {AMP_F32, AMP_F16, AMP_BF16};
+  int s, o, ns = t_quick() ? 2 : 4;
+  for (s = 1; s <= ns; s++) for (o = 0; o < 3; o++) {
+    int sh = s % 4, m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2], i, j, p, bad = 0;
+    amp_dtype in = o == 1 ? AMP_F16 : o == 2 ? AMP_BF16 : AMP_F32;
+    float alpha = o == 0 ? 1.0f : 0.75f, beta = o == 2 ? -0.5f : 0.0f;
+    mat A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, in, 0), B = mat_make(AMP_ROW_MAJOR, AMP_TRANS, k, n, in, 1);
+    mat C = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, n, outs[o], 0);
+    void *C0 = malloc(C.n * amp_dtype_size(outs[o]));
+    memcpy(C0, C.p, C.n * amp_dtype_size(outs[o]));
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, m, n, k, alpha, A.p, in, A.ld, B.p, in, B.ld,
+                    beta, C.p, outs[o], C.ld) == AMP_OK, "%s", amp_last_error());
+    for (i = 0; i < m && !bad; i++)
+      for (j = 0; j < n && !bad; j++) {
+        float acc = 0.0f, t, c0 = amp__load(C0, outs[o], (size_t)i * C.ld + j);
+        uint32_t want, got = 0;
+        for (p = 0; p < k; p++) { float prod = mat_get(&A, i, p) * mat_get(&B, p, j); acc = acc + prod; }
+        t = alpha * acc;
+        if (beta != 0.0f) { float bc = beta * c0; t = t + bc; }
+        want = amp__f32_bits(amp__round_to(t, outs[o]));
+        got = amp__f32_bits(amp__load(C.p, outs[o], (size_t)i * C.ld + j));
+        if (want != got) {
+          bad = 1;
+          EXPECT(0, "%s->%s m %d n %d k %d: C(%d,%d) plain loop %.9g (0x%08x), blocked %.9g (0x%08x)", tname(in),
+                 tname(outs[o]), m, n, k, i, j, amp__bits_f32(want), (unsigned)want, amp__bits_f32(got), (unsigned)got);
+        }
+      }
+    free(A.p); free(B.p); free(C.p); free(C0);
+  }
+}
+
+static void gemm_beta_zero_does_not_read_c(void) {
+  float A[6] = {1, 2, 3, 4, 5, 6}, B[6] = {1, 0, 0, 1, 1, 1}, C[4] = {NAN, INFINITY, NAN, -INFINITY};
+  /* row-major 2x3 * 3x2 = [[1+3, 2+3], [4+6, 5+6]] */
+  EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 3, 1.0f, A, AMP_F32, 3, B, AMP_F32, 2, 0.0f,
+                  C, AMP_F32, 2) == AMP_OK, "%s", amp_last_error());
+  EXPECT(C[0] == 4 && C[1] == 5 && C[2] == 10 && C[3] == 11, "C with NaN/inf, beta 0: expected 4 5 10 11, got %g %g %g %g",
+         C[0], C[1], C[2], C[3]);
+}
+
+static void gemm_k_zero_sets_c_to_beta_c_without_reading_a_or_b(void) {
+  float C[4] = {1, -2, 3, -4};
+  amp_f16 H[4];
+  int i;
+  EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 0, 1.0f, NULL, AMP_F16, 1, NULL, AMP_F16, 2,
+                  2.0f, C, AMP_F32, 2) == AMP_OK, "k 0, A and B NULL: %s", amp_last_error());
+  EXPECT(C[0] == 2 && C[1] == -4 && C[2] == 6 && C[3] == -8, "k 0, beta 2: expected 2 -4 6 -8, got %g %g %g %g", C[0], C[1], C[2], C[3]);
+  for (i = 0; i < 4; i++) H[i] = amp_f32_to_f16(NAN);
+  EXPECT(amp_gemm(amp_cpu(), AMP_COL_MAJOR, AMP_TRANS, AMP_NO_TRANS, 2, 2, 0, 1.0f, NULL, AMP_BF16, 1, NULL, AMP_BF16, 1,
+                  0.0f, H, AMP_F16, 2) == AMP_OK, "k 0, beta 0: %s", amp_last_error());
+  EXPECT(H[0] == 0 && H[1] == 0 && H[2] == 0 && H[3] == 0, "k 0, beta 0, C NaN: expected zeros, got %04x %04x %04x %04x",
+         H[0], H[1], H[2], H[3]);
+}
+
+static void gemm_alpha_zero_does_not_read_a_or_b(void) {
+  float A[4] = {NAN, INFINITY, NAN, NAN}, B[4] = {INFINITY, 0, NAN, 1}, C[4] = {1, 2, 3, -0.0f};
+  EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 0.0f, A, AMP_F32, 2, B, AMP_F32, 2, 1.0f,
+                  C, AMP_F32, 2) == AMP_OK, "%s", amp_last_error());
+  EXPECT(C[0] == 1 && C[1] == 2 && C[2] == 3 && C[3] == 0 && signbit(C[3]),
+         "alpha 0, beta 1, A/B NaN: expected 1 2 3 -0, got %g %g %g %g", C[0], C[1], C[2], C[3]);
+}
+
+static void gemm_with_m_or_n_zero_changes_nothing(void) {
+  float C[2] = {7, 8};
+  EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 0, 2, 3, 1.0f, NULL, AMP_F32, 3, NULL, AMP_F32, 2,
+                  0.0f, NULL, AMP_F32, 2) == AMP_OK, "m 0 with NULL pointers: %s", amp_last_error());
+  EXPECT(amp_gemm(amp_cpu(), AMP_COL_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 0, 3, 1.0f, NULL, AMP_F32, 2, NULL, AMP_F32, 3,
+                  0.0f, C, AMP_F32, 2) == AMP_OK, "n 0: %s", amp_last_error());
+  EXPECT(C[0] == 7 && C[1] == 8, "n 0: C changed to %g %g", C[0], C[1]);
+}
+
+static void gemm_epilogue_adds_bias_then_activation(void) {
+  static const amp_dtype types[] = {AMP_F32, AMP_F16, AMP_BF16};
+  int act, bt, L, tb, count = 0;
+  for (act = 0; act < 3; act++) for (bt = 0; bt < 4; bt++) for (L = 0; L < 2; L++) for (tb = 0; tb < 2; tb++) {
+    float biasf[41];
+    uint16_t biash[41];
+    amp_gemm_opts o;
+    int j;
+    if (t_quick() && (count++ % 3)) continue;
+    memset(&o, 0, sizeof o);
+    o.act = (amp_act)act;
+    if (bt < 3) {
+      for (j = 0; j < 41; j++) { float v = 2 * rnd(); biasf[j] = v; biash[j] = bt == 1 ? amp_f32_to_f16(v) : amp_f32_to_bf16(v); }
+      o.bias = bt == 0 ? (const void *)biasf : (const void *)biash;
+      o.bias_type = types[bt];
+    }
+    if (!check_product((amp_layout)L, AMP_NO_TRANS, (amp_trans)tb, 23, 41, 37, 1.5f, L ? 0.5f : 0.0f, AMP_F16,
+                       types[(act + bt) % 3], L, &o)) return;
+  }
+}
+
+static void gemm_relu_epilogue_turns_nan_into_zero_like_cublaslt(void) {
+  float A[2] = {NAN, 1}, B[2] = {1, 1}, C[2] = {5, 5};
+  amp_gemm_opts o;
+  memset(&o, 0, sizeof o);
+  o.act = AMP_ACT_RELU;
+  EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 1, 1, 1.0f, A, AMP_F32, 1, B, AMP_F32, 1, 0.0f,
+                     C, AMP_F32, 1, &o) == AMP_OK, "%s", amp_last_error());
+  EXPECT(C[0] == 0 && C[1] == 1, "relu of NaN and 1: expected 0 1, got %g %g", C[0], C[1]);
+}
+
+static void gemm_gelu_is_the_tanh_approximation(void) {
+  /* 1 x 1 x 1 products: C = gelu(x) for a few x; the erf form differs from the tanh form by up to 1e-3 */
+  static const float xs[] = {-3.0f, -1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 2.0f, 3.0f};
+  amp_gemm_opts o;
+  int i;
+  memset(&o, 0, sizeof o);
+  o.act = AMP_ACT_GELU;
+  for (i = 0; i < 8; i++) {
+    float one = 1.0f, c = 0.0f;
+    double x = xs[i], want = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, 1, 1.0f, &xs[i], AMP_F32, 1, &one,
+                       AMP_F32, 1, 0.0f, &c, AMP_F32, 1, &o) == AMP_OK, "%s", amp_last_error());
+    EXPECT(fabs(c - want) <= 1e-6 * (1 + fabs(want)), "gelu(%g): expected %.9g (tanh form), got %.9g", x, want, c);
+  }
+}
+
+static void gemm_ex_with_zero_options_is_gemm(void) {
+  mat A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, 9, 11, AMP_BF16, 0), B = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, 11, 13, AMP_BF16, 0);
+  float C1[9 * 13], C2[9 * 13];
+  amp_gemm_opts o;
+  memset(&o, 0, sizeof o);
+  EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 9, 13, 11, 1, A.p, AMP_BF16, A.ld, B.p, AMP_BF16,
+                  B.ld, 0, C1, AMP_F32, 13) == AMP_OK, "%s", amp_last_error());
+  EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 9, 13, 11, 1, A.p, AMP_BF16, A.ld, B.p, AMP_BF16,
+                     B.ld, 0, C2, AMP_F32, 13, &o) == AMP_OK, "%s", amp_last_error());
+  EXPECT(!memcmp(C1, C2, sizeof C1), "amp_gemm_ex with zero opts differs from amp_gemm (C[0] %g vs %g)", C1[0], C2[0]);
+  free(A.p); free(B.p);
+}
+
+/* Each bad argument: AMP_ERR_ARG, a message naming it, and C untouched. */
+static void gemm_rejects_bad_arguments_and_leaves_c_unchanged(void) {
+  float A[12], B[12], C[12], C0[12], bias[4] = {0};
+  amp_f16 H[12];
+  int i;
+  amp_gemm_opts o;
+  for (i = 0; i < 12; i++) { A[i] = (float)i; B[i] = 1.0f; C[i] = C0[i] = -1.0f; H[i] = 0; }
+#define BAD(call, word) do { amp_status st_ = (call); \
+    EXPECT(st_ == AMP_ERR_ARG, "%s: expected AMP_ERR_ARG, got %s", #call, amp_status_string(st_)); \
+    EXPECT(strstr(amp_last_error(), word) != NULL, "%s: message \"%s\" does not name %s", #call, amp_last_error(), word); \
+    EXPECT(!memcmp(C, C0, sizeof C), "%s: C was changed", #call); } while (0)
+  /* row-major 3x4 = (3x2)(2x4): lda >= 2, ldb >= 4, ldc >= 4 */
+  BAD(amp_gemm(NULL, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "d is NULL");
+  BAD(amp_gemm(amp_cpu(), (amp_layout)2, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "layout 2");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, (amp_trans)5, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "ta 5");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, (amp_trans)-1, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "tb -1");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, -1, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "m -1");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, -4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "n -4");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, -2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "k -2");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, (amp_dtype)7, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "a_type 7");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, (amp_dtype)9, 4, 0, C, AMP_F32, 4), "b_type 9");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, H, AMP_F16, 4, 0, C, AMP_F32, 4), "differ");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, (amp_dtype)3, 4), "c_type 3");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 1, B, AMP_F32, 4, 0, C, AMP_F32, 4), "lda 1");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "lda 2");
+  BAD(amp_gemm(amp_cpu(), AMP_COL_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 2, 0, C, AMP_F32, 3), "lda 2");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 3, 0, C, AMP_F32, 4), "ldb 3");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 1, 0, C, AMP_F32, 4), "ldb 1");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 3), "ldc 3");
+  BAD(amp_gemm(amp_cpu(), AMP_COL_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 3, B, AMP_F32, 2, 0, C, AMP_F32, 2), "ldc 2");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 0, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 0), "ldc 0");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, NULL, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "A is NULL");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, NULL, AMP_F32, 4, 0, C, AMP_F32, 4), "B is NULL");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, NULL, AMP_F32, 4), "C is NULL");
+  memset(&o, 0, sizeof o); o.bias = bias; o.bias_type = (amp_dtype)4;
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "bias_type 4");
+  memset(&o, 0, sizeof o); o.act = (amp_act)3;
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "act 3");
+  memset(&o, 0, sizeof o); o.algo = (amp_gemm_algo)3;
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "algo 3");
+  memset(&o, 0, sizeof o); o.algo = AMP_GEMM_WMMA;
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "AMP_GEMM_WMMA");
+  memset(&o, 0, sizeof o); o.algo = AMP_GEMM_SIMPLE;
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "CUDA");
+#undef BAD
+}
+
+int main(void) {
+  RUN(gemm_matches_double_product_for_every_layout_transpose_and_type);
+  RUN(gemm_error_stays_within_bound_for_long_k);
+  RUN(gemm_blocked_result_equals_plain_loop_bit_for_bit);
+  RUN(gemm_beta_zero_does_not_read_c);
+  RUN(gemm_k_zero_sets_c_to_beta_c_without_reading_a_or_b);
+  RUN(gemm_alpha_zero_does_not_read_a_or_b);
+  RUN(gemm_with_m_or_n_zero_changes_nothing);
+  RUN(gemm_epilogue_adds_bias_then_activation);
+  RUN(gemm_relu_epilogue_turns_nan_into_zero_like_cublaslt);
+  RUN(gemm_gelu_is_the_tanh_approximation);
+  RUN(gemm_ex_with_zero_options_is_gemm);
+  RUN(gemm_rejects_bad_arguments_and_leaves_c_unchanged);
+  TEST_END();
+}

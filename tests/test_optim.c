@@ -1,0 +1,361 @@
+/* tests/test_optim.c - master-copy optimizers: numerics against a double-precision transcription
+   of the PyTorch formulas, model copy = master rounded, fault injection, clipping, gradient
+   accumulation, AMP_CUSTOM, bad input, the SIMD and plain loops giving the same bits. */
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void) { rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(rng_state >> 33); }
+static double rndu(void) { return ((double)rnd() + 0.5) / 2147483648.0; }
+static double rndn(void) { return sqrt(-2.0 * log(rndu())) * cos(6.283185307179586 * rndu()); }
+
+static size_t dsize(amp_dtype t) { return amp_dtype_size(t); }
+
+/* The PyTorch formulas in double (torch.optim.SGD / Adam / AdamW docs; t from 1). */
+typedef struct { double *p, *m, *v; long t; } ref_state;
+static void ref_step(const amp_optim_config *c, ref_state *r, const double *g0, size_t n) {
+  size_t i;
+  r->t++;
+  for (i = 0; i < n; i++) {
+    double g = g0[i], p = r->p[i];
+    if (c->kind == AMP_SGD) {
+      if (c->weight_decay) g += c->weight_decay * p;
+      if (c->momentum) {
+        double b = r->t == 1 ? g : c->momentum * r->m[i] + (1.0 - c->dampening) * g;
+        r->m[i] = b;
+        g = c->nesterov ? g + c->momentum * b : b;
+      }
+      r->p[i] = p - c->lr * g;
+    } else {
+      double b1 = c->beta1 ? c->beta1 : 0.9, b2 = c->beta2 ? c->beta2 : 0.999, eps = c->eps ? c->eps : 1e-8, denom;
+      if (c->kind == AMP_ADAMW) p *= 1.0 - (double)c->lr * c->weight_decay;
+      else if (c->weight_decay) g += c->weight_decay * p;
+      r->m[i] = b1 * r->m[i] + (1 - b1) * g;
+      r->v[i] = b2 * r->v[i] + (1 - b2) * g * g;
+      denom = sqrt(r->v[i]) / sqrt(1 - pow(b2, (double)r->t)) + eps;
+      r->p[i] = p - c->lr / (1 - pow(b1, (double)r->t)) * r->m[i] / denom;
+    }
+  }
+}
+
+/* Checks the model copy equals the master rounded, bit for bit. */
+static int model_is_master_rounded(const amp_optimizer *o, size_t idx, const void *w, amp_dtype t) {
+  size_t n, i;
+  const float *m = amp_optimizer_master(o, idx, &n);
+  for (i = 0; i < n; i++) {
+    if (t == AMP_F16 && ((const amp_f16 *)w)[i] != amp_f32_to_f16(m[i])) return 0;
+    if (t == AMP_BF16 && ((const amp_bf16 *)w)[i] != amp_f32_to_bf16(m[i])) return 0;
+    if (t == AMP_F32 && memcmp(&((const float *)w)[i], &m[i], 4)) return 0;
+  }
+  return 1;
+}
+
+/* 1000 steps (200 quick) of one config with a dynamic scaler, against the double reference. */
+static void run_numerics(const char *name, amp_optim_config c, amp_dtype wt, amp_dtype gt) {
+  enum { N = 257 };
+  int steps = t_quick() ? 200 : 1000, s_i, bad_copy = 0;
+  unsigned char w[N * 4], g[N * 4];
+  double gd[N], worst = 0;
+  ref_state r;
+  amp_optimizer *o; amp_scaler *s;
+  amp_scaler_config sc;
+  size_t i;
+  memset(&sc, 0, sizeof sc); sc.init_scale = 256; sc.growth_interval = 100;   /* the scale moves during the run */
+  r.p = (double *)calloc(N, sizeof(double)); r.m = (double *)calloc(N, sizeof(double)); r.v = (double *)calloc(N, sizeof(double)); r.t = 0;
+  for (i = 0; i < N; i++) { amp__store(w, wt, i, (float)rndn()); r.p[i] = amp__load(w, wt, i); }
+  if (amp_optimizer_create(&o, amp_cpu(), &c) || amp_scaler_create(&s, amp_cpu(), &sc) || amp_optimizer_add_mixed(o, wt, w, gt, g, N)) {
+    EXPECT(0, "%s: setup: %s", name, amp_last_error()); return;
+  }
+  for (s_i = 0; s_i < steps; s_i++) {
+    float scale = amp_scaler_get_scale(s);
+    for (i = 0; i < N; i++) {
+      float x = (float)(rndn() * 0.1);
+      amp__store(g, gt, i, x * scale);
+      gd[i] = (double)amp__load(g, gt, i) * (double)amp__inv_scale(scale);  /* what the trainer's grad is */
+    }
+    amp_scaler_step(s, o); amp_scaler_update(s);
+    ref_step(&c, &r, gd, N);
+    if (!model_is_master_rounded(o, 0, w, wt)) bad_copy++;
+  }
+  {
+    const float *m = amp_optimizer_master(o, 0, NULL);
+    for (i = 0; i < N; i++) {
+      double e = fabs(m[i] - r.p[i]) / (1.0 + fabs(r.p[i]));
+      if (e > worst) worst = e;
+    }
+  }
+  EXPECT(worst < 2e-5, "%s: after %d steps the fp32 master differs from the double reference by %g (relative)", name, steps, worst);
+  EXPECT(bad_copy == 0, "%s: the model copy differed from the rounded master on %d steps", name, bad_copy);
+  EXPECT(amp_optimizer_step_count(o) == steps, "%s: step count %ld, expected %d", name, amp_optimizer_step_count(o), steps);
+  EXPECT(amp_scaler_get_scale(s) != 256, "%s: the scale should have grown during the run", name);
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+  free(r.p); free(r.m); free(r.v);
+}
+
+static void sgd_variants_match_the_pytorch_formulas(void) {
+  amp_optim_config c;
+  memset(&c, 0, sizeof c); c.kind = AMP_SGD; c.lr = 0.01f;
+  run_numerics("sgd plain f16", c, AMP_F16, AMP_F16);
+  c.momentum = 0.9f; run_numerics("sgd momentum bf16", c, AMP_BF16, AMP_BF16);
+  c.nesterov = 1; run_numerics("sgd nesterov f16", c, AMP_F16, AMP_F16);
+  c.nesterov = 0; c.dampening = 0.3f; run_numerics("sgd dampening f32 weights, f16 grads", c, AMP_F32, AMP_F16);
+  c.weight_decay = 0.05f; run_numerics("sgd momentum+dampening+wd f16", c, AMP_F16, AMP_F16);
+}
+static void adam_and_adamw_match_the_pytorch_formulas(void) {
+  amp_optim_config c;
+  memset(&c, 0, sizeof c); c.kind = AMP_ADAM; c.lr = 1e-3f;
+  run_numerics("adam f16", c, AMP_F16, AMP_F16);
+  c.weight_decay = 0.01f; run_numerics("adam wd bf16", c, AMP_BF16, AMP_BF16);
+  c.kind = AMP_ADAMW; c.weight_decay = 0.1f; run_numerics("adamw f16", c, AMP_F16, AMP_F16);
+  c.beta1 = 0.8f; c.beta2 = 0.99f; c.eps = 1e-6f; run_numerics("adamw betas bf16 weights, f32 grads", c, AMP_BF16, AMP_F32);
+}
+
+/* Every f16 input, and floats across the whole range, through the branch-free loop conversions. */
+static void loop_conversions_equal_the_scalar_ones(void) {
+  uint32_t h, u, bad = 0, badb = 0;
+  for (h = 0; h < 65536; h++) {
+    float a = amp_f16_to_f32((amp_f16)h), b = amp__o_h2f((uint16_t)h);
+    if (a == a && memcmp(&a, &b, 4)) { if (++bad < 4) EXPECT(0, "h2f 0x%04x: expected %a, got %a", (unsigned)h, (double)a, (double)b); }
+    if (a != a && b == b) EXPECT(0, "h2f 0x%04x: a NaN must stay NaN, got %a", (unsigned)h, (double)b);
+  }
+  for (u = 0; u < 0xFFFFF000u; u += t_quick() ? 40961u : 4099u) {
+    uint32_t v[3]; int k;
+    v[0] = u; v[1] = (u & ~0x1FFFu) | 0x1000u; v[2] = (u & ~0xFFFFu) | 0x8000u;   /* plus exact ties */
+    for (k = 0; k < 3; k++) {
+      float f = amp__bits_f32(v[k]);
+      if (amp_f32_to_f16(f) != amp__o_f2h(f) && ++bad < 8) EXPECT(0, "f2h %08x: expected 0x%04x got 0x%04x", (unsigned)v[k], amp_f32_to_f16(f), amp__o_f2h(f));
+      if (amp_f32_to_bf16(f) != amp__o_f2bf(f) && ++badb < 8) EXPECT(0, "f2bf %08x: expected 0x%04x got 0x%04x", (unsigned)v[k], amp_f32_to_bf16(f), amp__o_f2bf(f));
+    }
+  }
+}
+
+/* Fault injection: inf/NaN in random grads on ~10% of the steps. */
+static void snapshot(const amp_optimizer *o, unsigned char *buf, const void *w, size_t wbytes) {
+  size_t i, k = 0;
+  for (i = 0; i < o->count; i++) {
+    int nm = amp__o_moments(&o->cfg);
+    memcpy(buf + k, o->master[i], o->n[i] * 4 * (size_t)(1 + nm)); k += o->n[i] * 4 * (size_t)(1 + nm);
+  }
+  memcpy(buf + k, w, wbytes); k += wbytes;
+  memcpy(buf + k, &o->step, sizeof o->step);
+}
+static void fault_run(amp_optim_config c, int inject, int steps, amp_f16 *w, int *skipped_ok, int *nskip) {
+  enum { N = 300 };
+  amp_f16 g[N];
+  amp_optimizer *o; amp_scaler *s; amp_scaler_config sc;
+  static unsigned char before[N * 16 + 64], after[N * 16 + 64];
+  int st; size_t i;
+  memset(&sc, 0, sizeof sc); sc.init_scale = 1024; sc.fixed = 1;
+  rng_state = 12345;
+  for (i = 0; i < N; i++) w[i] = amp_f32_to_f16((float)rndn());
+  amp_optimizer_create(&o, amp_cpu(), &c); amp_scaler_create(&s, amp_cpu(), &sc);
+  amp_optimizer_add(o, AMP_F16, w, g, 100); amp_optimizer_add(o, AMP_F16, w + 100, g + 100, N - 100);
+  *skipped_ok = 1; *nskip = 0;
+  for (st = 0; st < steps; st++) {
+    int fault = rnd() % 10 == 0;
+    uint32_t where = rnd() % N, kind = rnd() % 3;
+    for (i = 0; i < N; i++) g[i] = amp_f32_to_f16((float)(rndn() * 0.05 * 1024));
+    if (fault) {
+      if (!inject) continue;    /* the clean run never sees this step */
+      g[where] = kind == 0 ? 0x7C00 : kind == 1 ? 0xFC00 : 0x7E01;   /* +inf, -inf, NaN */
+      snapshot(o, before, w, sizeof(amp_f16) * N);
+    }
+    amp_scaler_step(s, o); amp_scaler_update(s);
+    if (fault) {
+      snapshot(o, after, w, sizeof(amp_f16) * N);
+      if (memcmp(before, after, sizeof before) || !amp_scaler_last_skipped(s)) *skipped_ok = 0;
+      (*nskip)++;
+    }
+  }
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+}
+static void skipped_steps_change_nothing_and_equal_a_run_without_them(void) {
+  amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
+  int k, steps = t_quick() ? 60 : 400;
+  for (k = 0; k < 3; k++) {
+    amp_f16 wa[300], wb[300];
+    int ok, nskip, ok2, nskip2;
+    amp_optim_config c; memset(&c, 0, sizeof c);
+    c.kind = kinds[k]; c.lr = 0.01f; c.momentum = kinds[k] == AMP_SGD ? 0.9f : 0.0f; c.weight_decay = 0.01f; c.max_grad_norm = 1.0f;
+    fault_run(c, 1, steps, wa, &ok, &nskip);
+    fault_run(c, 0, steps, wb, &ok2, &nskip2);
+    EXPECT(ok, "kind %d: a skipped step changed master, moments, model copy or step count", (int)kinds[k]);
+    EXPECT(nskip > steps / 20, "kind %d: only %d faults were injected", (int)kinds[k], nskip);
+    EXPECT(memcmp(wa, wb, sizeof wa) == 0, "kind %d: the run with %d faults differs from the run that never saw them", (int)kinds[k], nskip);
+  }
+}
+
+static void clipping_uses_the_global_norm_of_the_unscaled_grads(void) {
+  enum { N1 = 1000, N2 = 37 };
+  static float w1[N1], g1[N1], w2[N2], g2[N2];
+  amp_f16 wh[N2], gh[N2];
+  double sum = 0, norm, coef;
+  amp_optim_config c; amp_optimizer *o; amp_scaler *s; amp_scaler_config sc;
+  size_t i; float scale = 4096;
+  memset(&c, 0, sizeof c); c.kind = AMP_SGD; c.lr = 1.0f; c.max_grad_norm = 2.0f;
+  memset(&sc, 0, sizeof sc); sc.init_scale = scale;
+  for (i = 0; i < N1; i++) { w1[i] = 0; g1[i] = (float)rndn() * scale; sum += ((double)g1[i] / scale) * ((double)g1[i] / scale); }
+  for (i = 0; i < N2; i++) { wh[i] = 0; gh[i] = amp_f32_to_f16((float)rndn() * scale); sum += pow(amp_f16_to_f32(gh[i]) / scale, 2); }
+  (void)w2; (void)g2;
+  norm = sqrt(sum); coef = 2.0 / (norm + 1e-6);
+  amp_optimizer_create(&o, amp_cpu(), &c); amp_scaler_create(&s, amp_cpu(), &sc);
+  amp_optimizer_add(o, AMP_F32, w1, g1, N1); amp_optimizer_add(o, AMP_F16, wh, gh, N2);
+  amp_scaler_unscale(s, o);
+  EXPECT(fabs(amp_optimizer_grad_norm(o) - norm) <= 1e-6 * norm, "norm expected %.9g, got %.9g", norm, (double)amp_optimizer_grad_norm(o));
+  amp_scaler_step(s, o); amp_scaler_update(s);
+  for (i = 0; i < N1; i++) {
+    double want = -(double)g1[i] / scale * coef;
+    if (fabs(w1[i] - want) > 1e-6 * fabs(want) + 1e-12) { EXPECT(0, "w1[%zu]: expected %.9g got %.9g (coef %.9g)", i, want, (double)w1[i], coef); break; }
+  }
+  { /* the same with the norm under the limit: coefficient 1 */
+    float w[2] = {0, 0}, g[2] = {3 * 8, 4 * 8};
+    amp_optimizer *o2; amp_scaler *s2; sc.init_scale = 8; c.max_grad_norm = 10;
+    amp_optimizer_create(&o2, amp_cpu(), &c); amp_scaler_create(&s2, amp_cpu(), &sc); amp_optimizer_add(o2, AMP_F32, w, g, 2);
+    amp_scaler_step(s2, o2);
+    EXPECT(amp_optimizer_grad_norm(o2) == 5 && w[0] == -3 && w[1] == -4, "norm 5 < 10: no clipping: norm %g w %g %g", (double)amp_optimizer_grad_norm(o2), (double)w[0], (double)w[1]);
+    amp_optimizer_destroy(o2); amp_scaler_destroy(s2);
+  }
+  EXPECT(fabs(amp__clip_coef(5.0f, 1.0f) - 1.0 / (5.0 + 1e-6)) < 1e-7, "clip coef(5, 1) = %.9g", (double)amp__clip_coef(5.0f, 1.0f));
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+}
+
+static void gradient_accumulation_unscales_once_at_a_fixed_scale(void) {
+  enum { N = 64, MICRO = 4 };
+  float wa[N], wb[N], ga[N], gb[N], parts[MICRO][N];
+  amp_optim_config c; amp_optimizer *oa, *ob; amp_scaler *s;
+  int k; size_t i; float scale0;
+  memset(&c, 0, sizeof c); c.kind = AMP_ADAMW; c.lr = 0.01f;
+  for (i = 0; i < N; i++) { wa[i] = wb[i] = (float)rndn(); ga[i] = gb[i] = 0; }
+  amp_scaler_create(&s, amp_cpu(), NULL);
+  amp_optimizer_create(&oa, amp_cpu(), &c); amp_optimizer_create(&ob, amp_cpu(), &c);
+  amp_optimizer_add(oa, AMP_F32, wa, ga, N); amp_optimizer_add(ob, AMP_F32, wb, gb, N);
+  scale0 = amp_scaler_get_scale(s);
+  for (k = 0; k < MICRO; k++) {   /* micro-batches: backward at the same scale, grads accumulate */
+    EXPECT(amp_scaler_get_scale(s) == scale0, "scale moved within the accumulation: %g", (double)amp_scaler_get_scale(s));
+    for (i = 0; i < N; i++) { parts[k][i] = (float)rndn() * scale0; ga[i] += parts[k][i]; }
+  }
+  for (i = 0; i < N; i++) { gb[i] = 0; for (k = 0; k < MICRO; k++) gb[i] += parts[k][i]; }
+  EXPECT(amp_scaler_unscale(s, oa) == AMP_OK, "unscale once: %s", amp_last_error());
+  EXPECT(amp_scaler_unscale(s, oa) == AMP_ERR_STATE, "a second unscale in the same iteration is refused");
+  amp_scaler_step(s, oa); amp_scaler_step(s, ob); amp_scaler_update(s);
+  EXPECT(memcmp(wa, wb, sizeof wa) == 0, "accumulated step differs from a step on the summed grads");
+  EXPECT(wa[0] != parts[0][0] && amp_optimizer_step_count(oa) == 1, "one update: steps %ld", amp_optimizer_step_count(oa));
+  amp_optimizer_destroy(oa); amp_optimizer_destroy(ob); amp_scaler_destroy(s);
+}
+
+static int custom_calls; static float custom_seen[8]; static size_t custom_idx; static long custom_step_seen;
+static void my_step(void *user, float *master, const float *grad, size_t n, size_t index, long step) {
+  size_t i;
+  custom_calls++; custom_idx = index; custom_step_seen = step;
+  for (i = 0; i < n; i++) { custom_seen[i] = grad[i]; master[i] -= *(float *)user * grad[i]; }
+}
+static void custom_step_gets_unscaled_fp32_grads_and_writes_the_model(void) {
+  amp_f16 w[4], g[4];
+  float lr = 0.5f;
+  amp_optim_config c; amp_optimizer *o; amp_scaler *s; amp_scaler_config sc;
+  int i;
+  memset(&c, 0, sizeof c); c.kind = AMP_CUSTOM; c.custom_step = my_step; c.custom_user = &lr;
+  memset(&sc, 0, sizeof sc); sc.init_scale = 1024;
+  for (i = 0; i < 4; i++) { w[i] = amp_f32_to_f16(1.0f); g[i] = amp_f32_to_f16(1024.0f * (float)(i + 1) * 0.25f); }
+  amp_optimizer_create(&o, amp_cpu(), &c); amp_scaler_create(&s, amp_cpu(), &sc);
+  amp_optimizer_add(o, AMP_F16, w, g, 4);
+  amp_scaler_step(s, o); amp_scaler_update(s);
+  EXPECT(custom_calls == 1 && custom_idx == 0 && custom_step_seen == 1, "calls %d index %zu step %ld", custom_calls, custom_idx, custom_step_seen);
+  EXPECT(custom_seen[3] == 1.0f && custom_seen[0] == 0.25f, "unscaled grads: %g %g", (double)custom_seen[0], (double)custom_seen[3]);
+  EXPECT(amp_f16_to_f32(w[3]) == 0.5f && model_is_master_rounded(o, 0, w, AMP_F16), "model copy written: %g", (double)amp_f16_to_f32(w[3]));
+  g[1] = 0x7C00;
+  amp_scaler_step(s, o); amp_scaler_update(s);
+  EXPECT(custom_calls == 1, "a skipped step does not call custom_step: %d calls", custom_calls);
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+}
+
+static void simd_and_plain_loops_give_the_same_bits(void) {
+  enum { N = 1031 };
+  amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
+  amp_dtype types[3] = {AMP_F16, AMP_BF16, AMP_F32};
+  int k, t, pass;
+  if (!amp__opt_use_simd()) { printf("  (no AVX2 here: the plain loops only)\n"); }
+  for (k = 0; k < 3; k++) for (t = 0; t < 3; t++) {
+    static unsigned char w[2][N * 4], g[N * 4];
+    float masters[2][N];
+    for (pass = 0; pass < 2; pass++) {
+      amp_optim_config c; amp_optimizer *o; amp_scaler *s; int st; size_t i;
+      memset(&c, 0, sizeof c); c.kind = kinds[k]; c.momentum = 0.9f; c.weight_decay = 0.01f; c.lr = 0.01f;
+      rng_state = 99;
+      for (i = 0; i < N; i++) amp__store(w[pass], types[t], i, (float)rndn());
+      amp__opt_simd = pass == 0 ? 0 : -1;
+      amp_optimizer_create(&o, amp_cpu(), &c); amp_scaler_create(&s, amp_cpu(), NULL);
+      amp_optimizer_add(o, types[t], w[pass], g, N);
+      for (st = 0; st < 20; st++) {
+        for (i = 0; i < N; i++) amp__store(g, types[t], i, (float)(rndn() * 65536.0 * 0.01));
+        amp_scaler_step(s, o); amp_scaler_update(s);
+      }
+      memcpy(masters[pass], amp_optimizer_master(o, 0, NULL), sizeof masters[pass]);
+      amp_optimizer_destroy(o); amp_scaler_destroy(s);
+    }
+    amp__opt_simd = -1;
+    EXPECT(memcmp(masters[0], masters[1], sizeof masters[0]) == 0 && memcmp(w[0], w[1], N * dsize(types[t])) == 0,
+           "kind %d dtype %d: the AVX2 and plain loops differ", (int)kinds[k], (int)types[t]);
+  }
+}
+
+static void bad_input_is_refused_and_changes_nothing(void) {
+  float w[8] = {0}, g[8] = {0}, w2[8] = {0};
+  amp_optimizer *o = NULL;
+  amp_optim_config c;
+  amp_status st;
+  struct { const char *field; float lr, wd, mom, damp, b1, b2, eps, mgn; int nesterov, kind; } cases[] = {
+    {"lr", -1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"lr", NAN, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"weight_decay", 0, -0.1f, 0, 0, 0, 0, 0, 0, 0, 0}, {"weight_decay", 0, INFINITY, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"momentum", 0, 0, -0.5f, 0, 0, 0, 0, 0, 0, 0}, {"dampening", 0, 0, 0.9f, 2.0f, 0, 0, 0, 0, 0, 0},
+    {"nesterov", 0, 0, 0, 0, 0, 0, 0, 0, 1, 0}, {"nesterov", 0, 0, 0.9f, 0.1f, 0, 0, 0, 0, 1, 0},
+    {"beta1", 0, 0, 0, 0, 1.0f, 0, 0, 0, 0, 1}, {"beta2", 0, 0, 0, 0, 0, -0.1f, 0, 0, 0, 1},
+    {"eps", 0, 0, 0, 0, 0, 0, -1e-8f, 0, 0, 1}, {"max_grad_norm", 0, 0, 0, 0, 0, 0, 0, -1, 0, 1},
+    {"kind", 0, 0, 0, 0, 0, 0, 0, 0, 0, 7}, {"custom_step", 0, 0, 0, 0, 0, 0, 0, 0, 0, 3},
+  };
+  size_t i;
+  for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    memset(&c, 0, sizeof c);
+    c.lr = cases[i].lr; c.weight_decay = cases[i].wd; c.momentum = cases[i].mom; c.dampening = cases[i].damp;
+    c.beta1 = cases[i].b1; c.beta2 = cases[i].b2; c.eps = cases[i].eps; c.max_grad_norm = cases[i].mgn;
+    c.nesterov = cases[i].nesterov; c.kind = (amp_optim_kind)cases[i].kind;
+    o = (amp_optimizer *)&c;
+    st = amp_optimizer_create(&o, amp_cpu(), &c);
+    EXPECT(st == AMP_ERR_ARG && o == NULL && strstr(amp_last_error(), cases[i].field) && strstr(amp_last_error(), "amp_optimizer_create"),
+           "case %zu (%s): %s '%s'", i, cases[i].field, amp_status_string(st), amp_last_error());
+  }
+  memset(&c, 0, sizeof c); c.momentum = 0.9f;
+  if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "create: %s", amp_last_error()); return; }
+  EXPECT(amp_optimizer_add(o, AMP_F32, w, w, 8) == AMP_ERR_ARG && strstr(amp_last_error(), "weights"), "grads == weights: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_add(o, AMP_F32, w, w + 4, 8) == AMP_ERR_ARG && strstr(amp_last_error(), "overlap"), "overlapping: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_add(o, AMP_F32, w, g, 0) == AMP_ERR_ARG && strstr(amp_last_error(), "n is 0"), "n 0: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_add(o, AMP_F32, NULL, g, 8) == AMP_ERR_ARG && strstr(amp_last_error(), "weights is NULL"), "NULL: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_add(o, AMP_F32, w, NULL, 8) == AMP_ERR_ARG && strstr(amp_last_error(), "grads is NULL"), "NULL: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_add(o, (amp_dtype)9, w, g, 8) == AMP_ERR_ARG && strstr(amp_last_error(), "dtype 9"), "dtype: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_add(NULL, AMP_F32, w, g, 8) == AMP_ERR_ARG, "o NULL");
+  EXPECT(amp_optimizer_count(o) == 0, "nothing was added: %zu", amp_optimizer_count(o));
+  EXPECT(amp_optimizer_add(o, AMP_F32, w, g, 8) == AMP_OK, "a good add: %s", amp_last_error());
+  EXPECT(amp_optimizer_add(o, AMP_F32, w, w2, 8) == AMP_ERR_ARG && strstr(amp_last_error(), "already added"), "the same weights twice: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_add(o, AMP_F32, w2, g + 2, 4) == AMP_ERR_ARG && strstr(amp_last_error(), "already added"), "overlapping grads: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_count(o) == 1, "one tensor: %zu", amp_optimizer_count(o));
+  EXPECT(amp_optimizer_set_lr(o, -1) == AMP_ERR_ARG && strstr(amp_last_error(), "lr -1"), "set_lr -1: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_master(o, 5, NULL) == NULL, "master of a missing index is NULL");
+  amp_optimizer_destroy(o);
+}
+
+int main(void) {
+  RUN(loop_conversions_equal_the_scalar_ones);
+  RUN(sgd_variants_match_the_pytorch_formulas);
+  RUN(adam_and_adamw_match_the_pytorch_formulas);
+  RUN(skipped_steps_change_nothing_and_equal_a_run_without_them);
+  RUN(clipping_uses_the_global_norm_of_the_unscaled_grads);
+  RUN(gradient_accumulation_unscales_once_at_a_fixed_scale);
+  RUN(custom_step_gets_unscaled_fp32_grads_and_writes_the_model);
+  RUN(simd_and_plain_loops_give_the_same_bits);
+  RUN(bad_input_is_refused_and_changes_nothing);
+  TEST_END();
+}
