@@ -371,7 +371,6 @@ static void train(const char *name, amp_dtype low, const dataset *tr, const data
       mlp_backward(&m, tr, idx, o->batch, scale);
       CHECK(amp_scaler_step(sc, opt));     /* unscale into fp32, skip if inf/NaN, else update */
       CHECK(amp_scaler_update(sc));        /* the scale rule */
-      if (amp_scaler_get_scale(sc) < scale) r->skipped++;   /* hysteresis 1: each back-off is one skip */
       loss_sum += loss;
       curve_sum += loss; curve_count++;
       if (curve_count == CURVE_EVERY) { r->curve[r->n_curve++] = (float)(curve_sum / curve_count); curve_sum = 0.0; curve_count = 0; }
@@ -379,6 +378,7 @@ static void train(const char *name, amp_dtype low, const dataset *tr, const data
     t_train += now() - t0;
     acc = evaluate(&m, te, &tl);
     r->final_loss = loss_sum / steps_per_epoch;
+    r->skipped = amp_scaler_skipped_steps(sc);
     printf("%-5s epoch %2d/%d  train loss %.4f  test loss %.4f  test acc %6.2f%%  scale %-8g skipped %ld  %.1fs\n",
            name, epoch + 1, o->epochs, r->final_loss, tl, acc, amp_scaler_get_scale(sc), r->skipped, now() - t0);
     fflush(stdout);
@@ -452,7 +452,7 @@ int main(int argc, char **argv) {
   static const struct { const char *name; amp_dtype t; } runs[3] = { { "fp32", AMP_F32 }, { "f16", AMP_F16 }, { "bf16", AMP_BF16 } };
   int status = 0;
 
-  o.epochs = 3; o.batch = 64; o.seed = 1; o.train_limit = 60000; o.lr = 0.05f;
+  o.epochs = 8; o.batch = 64; o.seed = 1; o.train_limit = 60000; o.lr = 0.05f;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) { fprintf(stderr, "train_mlp: %s needs a value (see the top of examples/train_mlp.c)\n", a); return 1; }
