@@ -71,6 +71,9 @@ if [ -z "$ONLY" ]; then
   done
   check "link: two translation units (gcc)" sh -c "gcc -std=c99 $WARN -I. -c $B/other.c -o $B/other.o && gcc -std=c99 $WARN -I. $B/main2.c $B/other.o -o $B/two -lm && $B/two"
   check "link: two translation units (g++)" sh -c "cp $B/other.c $B/other.cpp && cp $B/main2.c $B/main2.cpp && g++ $WARN -I. -c $B/other.cpp -o $B/otherpp.o && g++ $WARN -I. $B/main2.cpp $B/otherpp.o -o $B/twopp -lm && $B/twopp"
+  # The manual's quick start (the top of amp.h) must compile with -Werror and run.
+  sed -n '/^   QUICK START/,/^   COMPILE-TIME OPTIONS/p' amp.h | sed '1d;$d' | sed 's/^      //' > "$B/quickstart.c"
+  check "manual: the quick start at the top of amp.h compiles and runs" sh -c "gcc -std=c99 $WARN -I. $B/quickstart.c -o $B/quickstart -lm && $B/quickstart"
   check "compile: AMP_NO_SIMD" sh -c "gcc -std=c99 $WARN -DAMP_NO_SIMD -I. $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_MALLOC/AMP_FREE overridden" sh -c "gcc -std=c99 $WARN -I. -include stdlib.h -D'AMP_MALLOC(s)=malloc(s)' -D'AMP_FREE(p)=free(p)' $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_MALLOC alone is refused" sh -c "! gcc -std=c99 -I. -D'AMP_MALLOC(s)=malloc(s)' -c $B/impl.c -o $B/impl.o 2>/dev/null"
