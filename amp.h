@@ -560,7 +560,8 @@ AMPDEF float     *amp_scaler_scale_ptr(amp_scaler *s);
 /* buf[i] = buf[i] * scale, rounded to t once (the gradient of the scaled loss, for a trainer whose
    backward starts from an unscaled loss gradient). On CUDA buf is device memory and this is one
    launch on the device's stream reading the device scale (no wait, capturable); the same bits as
-   on the CPU. n 0 does nothing; buf NULL with n > 0 or an unknown t is AMP_ERR_ARG. */
+   on the CPU (NaN payloads aside: a GPU multiply returns the canonical NaN). n 0 does nothing;
+   buf NULL with n > 0 or an unknown t is AMP_ERR_ARG. */
 AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, size_t n);
 
 /* ON A CUDA DEVICE (amp_cuda_open; the implementation built with AMP_CUDA and linked with
