@@ -8,25 +8,25 @@
 #include <string.h>
 #include <time.h>
 
-static double bench_now(void) {
+static inline double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int bench__cmp(const void *a, const void *b) {
+static inline int bench__cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 /* The median of n timings (sorts t). */
-static double bench_median(double *t, int n) {
+static inline double bench_median(double *t, int n) {
   qsort(t, (size_t)n, sizeof *t, bench__cmp);
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 /* One figure: ours and a reference in the same unit; ratio = ours / reference (higher is better
    for rates). A reference of 0 prints "-". */
-static void bench_line(const char *name, double ours, double ref, const char *unit) {
+static inline void bench_line(const char *name, double ours, double ref, const char *unit) {
   if (ref > 0) printf("%-44s %10.2f %10.2f %7.3fx  %s\n", name, ours, ref, ours / ref, unit);
   else printf("%-44s %10.2f %10s %8s  %s\n", name, ours, "-", "-", unit);
   fflush(stdout);
@@ -34,7 +34,7 @@ static void bench_line(const char *name, double ours, double ref, const char *un
 
 /* Reference figures measured by bench/torch_ref.py in the same `make bench-gpu` run, read from the
    file it wrote (lines `key value`). Returns 0 when the key or the file is missing. */
-static double bench_ref(const char *key) {
+static inline double bench_ref(const char *key) {
   const char *path = getenv("AMP_TORCH_REF");
   char k[128];
   double v, found = 0;

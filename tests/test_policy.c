@@ -794,6 +794,30 @@ static void concurrent_decide_and_list_from_four_threads_agree(void) {
   amp_policy_destroy(mixed); amp_policy_destroy(pure);
 }
 
+/* A JSON escape can put a newline or a control byte into a name: the dump writes it escaped, so
+   every op stays on one line of its own (found by the fuzzer). */
+static void dump_escapes_control_bytes_in_names(void) {
+  static const char js[] = "{\"white-list\": {\"to-add\": [\"my\\nop\", \"tab\\tx\\u0001\", \"back\\\\slash\"]}}";
+  amp_policy *p = NULL;
+  size_t need = 0;
+  char *d;
+  amp_status st;
+  if (amp_policy_create(&p, AMP_MODE_MIXED, AMP_F16) != AMP_OK) { EXPECT(0, "create: %s", amp_last_error()); return; }
+  st = amp_policy_load_mixlist(p, js, sizeof js - 1);
+  EXPECT(st == AMP_OK, "load %s: expected AMP_OK, got %s (%s)", js, amp_status_string(st), amp_last_error());
+  EXPECT(amp_policy_list(p, "my\nop") == AMP_LIST_WHITE, "my\\nop: expected white, got %d", (int)amp_policy_list(p, "my\nop"));
+  amp_policy_dump(p, NULL, 0, &need);
+  d = (char *)malloc(need);
+  if (d && amp_policy_dump(p, d, need, NULL) == AMP_OK) {
+    EXPECT(strstr(d, "\nwhite my\\nop\n") != NULL, "expected the line `white my\\nop` in the dump");
+    EXPECT(strstr(d, "\nwhite tab\\tx\\u0001\n") != NULL, "expected the line `white tab\\tx\\u0001` in the dump");
+    EXPECT(strstr(d, "\nwhite back\\\\slash\n") != NULL, "expected the line `white back\\\\slash` in the dump");
+    EXPECT(strstr(d, "\nop\n") == NULL, "a name split its line: `op` stands alone");
+  } else EXPECT(0, "dump failed: %s", amp_last_error());
+  free(d);
+  amp_policy_destroy(p);
+}
+
 int main(void) {
   RUN(create_rejects_unknown_mode_and_low_type);
   RUN(builtin_lists_hold_pytorch_and_paddle_names);
@@ -819,5 +843,6 @@ int main(void) {
   RUN(decide_and_list_never_allocate);
   RUN(every_change_is_all_or_nothing_when_memory_runs_out);
   RUN(concurrent_decide_and_list_from_four_threads_agree);
+  RUN(dump_escapes_control_bytes_in_names);
   TEST_END();
 }

@@ -19,29 +19,55 @@ static char *dump(const amp_policy *p) {
   return s;
 }
 
-static int ci_cmp_line(const char *a, const char *b) {   /* names end at '\n' */
+/* One dumped name (the text after the 6-character list column, up to '\n') with the dump's escapes
+   (\\ \n \t \u00XX) undone, into out (NUL-terminated); returns its length. */
+static size_t unescape_name(const char *s, char *out) {
+  size_t k = 0;
+  while (*s && *s != '\n') {
+    if (*s == '\\') {
+      s++;
+      if (*s == 'n') { out[k++] = '\n'; s++; }
+      else if (*s == 't') { out[k++] = '\t'; s++; }
+      else if (*s == 'u') { out[k++] = (char)strtol((char[]){s[1], s[2], s[3], s[4], 0}, NULL, 16); s += 5; }
+      else out[k++] = *s++;
+    } else out[k++] = *s++;
+  }
+  out[k] = 0;
+  return k;
+}
+
+/* The policy's order: case-insensitive (ASCII), byte by byte. */
+static int ci_cmp(const char *a, const char *b) {
   for (;; a++, b++) {
-    int x = *a == '\n' ? 0 : (*a >= 'A' && *a <= 'Z') ? *a + 32 : (unsigned char)*a;
-    int y = *b == '\n' ? 0 : (*b >= 'A' && *b <= 'Z') ? *b + 32 : (unsigned char)*b;
+    int x = (*a >= 'A' && *a <= 'Z') ? *a + 32 : (unsigned char)*a;
+    int y = (*b >= 'A' && *b <= 'Z') ? *b + 32 : (unsigned char)*b;
     if (x != y || !x) return x - y;
   }
 }
 
-/* Names are the text after the 6-character list column. A name may itself hold '\n' (from a
-   "\n" escape), which splits its line; such dumps are skipped rather than misread. */
+/* Every line after the header is one op: a name never splits its line (the dump escapes control
+   bytes), and the names, read back, are sorted case-insensitively with no duplicates. */
 static void check_sorted(const char *d) {
-  const char *line = strchr(d, '\n') + 1, *prev = NULL;
+  const char *line = strchr(d, '\n') + 1;
+  char *prev = (char *)malloc(strlen(d) + 1), *cur = (char *)malloc(strlen(d) + 1);
+  int have_prev = 0;
   while (*line) {
     const char *next = strchr(line, '\n');
-    if (!next || next - line < 7) return;
-    if (strncmp(line, "white ", 6) && strncmp(line, "black ", 6) && strncmp(line, "gray  ", 6)) return;
-    if (prev && ci_cmp_line(prev, line + 6) >= 0) {
+    if (!next || next - line < 7 ||
+        (strncmp(line, "white ", 6) && strncmp(line, "black ", 6) && strncmp(line, "gray  ", 6))) {
+      fprintf(stderr, "dump line is not `list name`: %.80s\n", line);
+      abort();
+    }
+    unescape_name(line + 6, cur);
+    if (have_prev && ci_cmp(prev, cur) >= 0) {
       fprintf(stderr, "dump not sorted at: %.80s\n", line);
       abort();
     }
-    prev = line + 6;
+    { char *t = prev; prev = cur; cur = t; }
+    have_prev = 1;
     line = next + 1;
   }
+  free(prev); free(cur);
 }
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
