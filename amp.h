@@ -361,12 +361,14 @@ struct amp_scale_state;
 struct amp_scale_params;
 struct amp_step_coefs;
 
-/* One tensor of an optimizer: grads and model copy share one dtype (AMP_F32/F16/BF16). */
+/* One tensor of an optimizer (dtypes AMP_F32/F16/BF16; grad_dtype may differ from dtype, as with
+   amp_optimizer_add_mixed). */
 typedef struct amp_cu_tensor {
-  const void *grad;   /* device pointer, n elements */
-  void *model;        /* device pointer, n elements: the model copy, rewritten rounded after each update */
+  const void *grad;   /* device pointer, n elements of grad_dtype */
+  void *model;        /* device pointer, n elements of dtype: the model copy, rewritten rounded after each update */
   size_t n;
-  int32_t dtype;
+  int32_t dtype;      /* the model copy's */
+  int32_t grad_dtype; /* the grads' */
 } amp_cu_tensor;
 
 /* An optimizer's hyperparameters, resolved (defaults filled in), as the device reads them. */
@@ -401,13 +403,19 @@ extern amp_status amp__cu_scaler_create(void *state, void **scaler, const struct
 extern void       amp__cu_scaler_destroy(void *state, void *scaler);
 /* [step] replaces the scale state (checkpoint load) and refreshes the inverse scale. */
 extern amp_status amp__cu_scaler_set(void *state, void *scaler, const struct amp_scale_state *st, char *msg, size_t cap);
+/* [step] the whole block (checkpoint load): state, parameters, the inverse scale the unscale uses
+   (1/init_scale for fixed scaling), skip counts; the found-inf flag cleared. 1 launch. */
+extern amp_status amp__cu_scaler_load(void *state, void *scaler, const struct amp_scale_state *st,
+                                      const struct amp_scale_params *pr, float inv_scale, int last_skipped,
+                                      int64_t skipped, char *msg, size_t cap);
 /* [sync] the scale state and the rest of the block; either output may be NULL. */
 extern amp_status amp__cu_scaler_read(void *state, const void *scaler, struct amp_scale_state *st,
                                       amp_cu_scaler_info *info, char *msg, size_t cap);
 /* The device address of the current scale (a float), for the trainer's own loss-gradient kernel. */
 extern float     *amp__cu_scaler_scale_ptr(void *scaler);
-/* [step] the scale rule on the device: found_inf < 0 uses the device flag, 0/1 the caller's; then
-   the flag is cleared. 1 launch. */
+/* [step] the scale rule on the device with found_inf = the device flag (OR-ed by the unscales since
+   the last rule) OR (found_inf > 0), as the CPU's update()/update_found_inf(); found_inf is -1, 0
+   or 1. Then the flag is cleared. 1 launch. */
 extern amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf, char *msg, size_t cap);
 /* [step] buf[i] = buf[i] * scale, rounded to dtype (the loss gradient of the scaled loss). 1 launch. */
 extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n,
@@ -425,11 +433,21 @@ extern float     *amp__cu_optim_lr_ptr(void *optim);
 /* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range. */
 extern float     *amp__cu_optim_master(void *optim, size_t index, size_t *n);
 /* [step] unscale + inf/NaN check + sum of squares over every grad in one launch; its last block
-   takes the norm, the clip coefficient and the skip decision. Grads are read, never written. */
+   takes the norm, the clip coefficient and the skip decision, and ORs an overflow into the scaler's
+   flag (scaler NULL: inverse scale 1, no flag). Grads are read, never written. */
 extern amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap);
-/* [step] the fused update (returns at once when the last unscale found inf/NaN) in one launch; with
-   update_scaler != 0 its first thread also runs the scale rule (amp__cu_scaler_update(-1)), so a
-   whole step is 2 launches. */
+/* [step] data-parallel unscale in two halves around the trainer's all-reduce. _local: the same pass,
+   but the last block only writes this rank's {found_inf 0/1, sum of squares} as 2 doubles to the
+   optimizer's device buffer *buf and decides nothing (optimizer and scaler unchanged). _finish
+   (1 launch, 1 thread): norm, clip, skip from the buffer as reduced (the SUM over ranks); an
+   overflow is ORed into the scaler's flag. With an identity reduce the result equals
+   amp__cu_optim_unscale's bit for bit. */
+extern amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg, size_t cap);
+extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap);
+/* [step] the fused update in one launch; it changes nothing but the skipped count when this
+   optimizer's last unscale or, scaler given, any unscale into that scaler since its last rule found
+   inf/NaN. With update_scaler != 0 its last block also runs the scale rule (amp__cu_scaler_update(-1))
+   once every block has read the flag, so a step of one optimizer can be 2 launches. */
 extern amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap);
 /* [sync] the step count, norm, clip and skip state. */
 extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap);
@@ -539,6 +557,35 @@ AMPDEF long       amp_scaler_skipped_steps(const amp_scaler *s);
    overflow wanted to go below it; the first time in a row this happens the log hook says so. */
 AMPDEF int        amp_scaler_at_floor(const amp_scaler *s);
 
+/* The current scale where the trainer's own loss-gradient code can read it: on a CUDA device the
+   device address of a float (read it in a kernel on the device's stream: it changes at update(),
+   in stream order, so a captured graph reads the scale of its replay); on the CPU the address of
+   the host float. Valid until the scaler is destroyed. NULL (and amp_last_error) for s NULL. */
+AMPDEF float     *amp_scaler_scale_ptr(amp_scaler *s);
+/* buf[i] = buf[i] * scale, rounded to t once (the gradient of the scaled loss, for a trainer whose
+   backward starts from an unscaled loss gradient). On CUDA buf is device memory and this is one
+   launch on the device's stream reading the device scale (no wait, capturable); the same bits as
+   on the CPU (NaN payloads aside: a GPU multiply returns the canonical NaN). n 0 does nothing;
+   buf NULL with n > 0 or an unknown t is AMP_ERR_ARG. */
+AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, size_t n);
+
+/* ON A CUDA DEVICE (amp_cuda_open; the implementation built with AMP_CUDA and linked with
+   amp_kernels.o) the same calls keep the scale state, the found-inf flag and the skip counts in
+   device memory, and unscale/step/update only enqueue kernels on the device's stream: one step of
+   any number of tensors is 3 launches (unscale, fused update, scale rule), no allocation, no copy,
+   no wait, so it may be captured in a CUDA graph (make one eager step first: the device optimizer
+   is built, with a wait, at the first call that needs it). Reads wait for the stream:
+   get_scale (the one read a normal step makes), get_state, last_skipped, skipped_steps, at_floor,
+   amp_optimizer_grad_norm and amp_optimizer_step_count. A step is skipped on the device exactly
+   when the CPU would skip it: when this optimizer's grads or those of any optimizer unscaled into
+   the same scaler earlier in the iteration held inf/NaN. Differences from the CPU: the scale rule
+   is bit for bit the CPU's; the update of master and moments may differ by FMA contraction (a few
+   ulp per step, see tests/cuda_kernels.c); the grad norm by float summation order (about 1e-7
+   relative), so a clipped update can differ by as much. The floor message is given by get_scale.
+   A device failure is AMP_ERR_DEVICE with the public function's name, the CUDA call and its error.
+   Data-parallel on CUDA: unscale is 3 launches around the hook (this rank's pass, the hook's own
+   work on the stream, a 1-thread decision). Destroy scalers and optimizers before their device. */
+
 /* Data-parallel training (one process or thread per GPU, gradients all-reduced by the trainer).
    If any rank saw inf/NaN, every rank must skip the step and back off together, and clipping must
    use the global norm; otherwise the replicas drift apart silently. Give the scaler a hook that
@@ -549,7 +596,8 @@ AMPDEF int        amp_scaler_at_floor(const amp_scaler *s);
    The hook must replace both with their SUM over all ranks, in place (one all-reduce of 2 doubles
    with a sum, e.g. ncclAllReduce(buf, buf, 2, ncclDouble, ncclSum, comm, stream)). On the CPU buf
    is host memory and stream is NULL; on a CUDA device buf is device memory and the hook must only
-   enqueue work on `stream` (the device's), so the step still never waits for the GPU.
+   enqueue work on `stream` (the device's stream, NULL for the legacy default stream), so the step
+   still never waits for the GPU. The buffer belongs to the optimizer; a hook must not keep it.
    A hook that returns anything but AMP_OK fails the unscale/step with that status (AMP_ERR_DEVICE
    for a status that is not an amp_status), before any weight is touched. fn NULL removes the hook. */
 typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *stream);
@@ -671,6 +719,12 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
    a buffer overlapping one already added, a call between unscale() and step(). */
 AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
                                           amp_dtype g_dtype, const void *grads, size_t n);
+/* On a CUDA device weights and grads are device pointers, and the master (returned by
+   amp_optimizer_master as a device pointer) and moments live on the device. The fp32 master is made
+   from the model copies with the whole tensor table at the first call that needs it (unscale,
+   step, amp_optimizer_master, a checkpoint); an add() after that is AMP_ERR_STATE, and that first
+   call with no tensor added is AMP_ERR_STATE too. AMP_CUSTOM is AMP_ERR_UNSUPPORTED at create
+   (its update is a host function). set_lr only enqueues (a schedule may be captured with the step). */
 AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors added */
 /* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
 AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
@@ -690,7 +744,11 @@ AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
    what did not match; AMP_ERR_IO naming the path when it cannot be opened. It restores the
    optimizer's config (lr included; custom_step stays the live one), step count, masters and
    moments, writes every model copy from its restored master, and restores the scaler's
-   parameters and state; both start a new iteration (no unscale/step recorded). */
+   parameters and state; both start a new iteration (no unscale/step recorded). On a CUDA device
+   save reads the device state back and load writes it (the model copies cast from the restored
+   masters on the device); the file is the same, so a checkpoint moves between CPU and GPU either
+   way. A device error during load (after the file was checked) may leave the device state partly
+   written: AMP_ERR_DEVICE. */
 
 /* Per-step coefficients of an update, computed once per step (on the host, or by one device
    thread) and read by every element. */
@@ -2033,6 +2091,10 @@ struct amp_scaler {
   int floor_logged;        /* the floor message was given; re-armed when the scale grows */
   amp_allreduce_fn allreduce;  /* data-parallel: sums {found_inf, sumsq} over ranks (NULL: one rank) */
   void *allreduce_user;
+#ifdef AMP_CUDA
+  void *cu;                /* on a CUDA device: the device block (amp__cu_scaler_create) holding st,
+                              found_inf, last_skipped and skipped; the host fields above are then stale */
+#endif
 };
 
 static unsigned long amp__scaler_ids = 0;
@@ -2110,16 +2172,116 @@ AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_s
   memset(s, 0, sizeof *s);
   s->dev = d; s->pr = pr; s->init_scale = init;
   s->st = amp__scale_init(init, &pr);
+#ifdef AMP_CUDA
+  if (amp_device_is_cuda(d)) {
+    char m[400];
+    if ((st = amp__cu_scaler_create(d->cuda, &s->cu, &s->st, &s->pr, m, sizeof m)) != AMP_OK) {
+      AMP_FREE(s);
+      return amp__fail(st, "amp_scaler_create: %s", m);
+    }
+  }
+#endif
   s->id = ++amp__scaler_ids;
   *out = s;
   return AMP_OK;
 }
 
-AMPDEF void amp_scaler_destroy(amp_scaler *s) { if (s) AMP_FREE(s); }
-AMPDEF float amp_scaler_get_scale(amp_scaler *s) { return s ? s->st.scale : 0.0f; }
-AMPDEF int amp_scaler_last_skipped(const amp_scaler *s) { return s ? s->last_skipped : 0; }
-AMPDEF long amp_scaler_skipped_steps(const amp_scaler *s) { return s ? s->skipped : 0; }
-AMPDEF int amp_scaler_at_floor(const amp_scaler *s) { return s ? (int)s->st.at_floor : 0; }
+#ifdef AMP_CUDA
+/* The device block read back ([sync]); fn names the public caller in a failure. */
+static amp_status amp__s_cu_read(const char *fn, const amp_scaler *s, amp_scale_state *st, amp_cu_scaler_info *info) {
+  char m[400];
+  amp_status r = amp__cu_scaler_read(s->dev->cuda, s->cu, st, info, m, sizeof m);
+  return r == AMP_OK ? AMP_OK : amp__fail(r, "%s: %s", fn, m);
+}
+/* update()/update_found_inf() on the device: the rule is enqueued (found_inf -1: the device flag
+   alone, 1: an overflow whatever it says); the host keeps only the call-order bookkeeping. */
+static amp_status amp__s_cu_close(const char *fn, amp_scaler *s, int found_inf) {
+  char m[400];
+  amp_status r = amp__cu_scaler_update(s->dev->cuda, s->cu, found_inf, m, sizeof m);
+  if (r != AMP_OK) return amp__fail(r, "%s: %s", fn, m);
+  s->found_inf = 0; s->recorded = 0;
+  s->iter++;
+  return AMP_OK;
+}
+#endif
+
+AMPDEF void amp_scaler_destroy(amp_scaler *s) {
+#ifdef AMP_CUDA
+  if (s && s->cu) amp__cu_scaler_destroy(s->dev->cuda, s->cu);
+#endif
+  if (s) AMP_FREE(s);
+}
+AMPDEF float amp_scaler_get_scale(amp_scaler *s) {
+#ifdef AMP_CUDA
+  if (s && s->cu) {   /* the one read of a normal step; the floor message is given here on CUDA */
+    amp_scale_state st;
+    if (amp__s_cu_read("amp_scaler_get_scale", s, &st, NULL) != AMP_OK) return 0.0f;
+    s->st = st;
+    if (!st.at_floor) s->floor_logged = 0;
+    else if (!s->floor_logged) {
+      s->floor_logged = 1;
+      amp__log("the loss scale is at its floor %g and overflows continue: every step is being skipped "
+               "(inf/NaN gradients at every scale?)", (double)st.scale);
+    }
+    return st.scale;
+  }
+#endif
+  return s ? s->st.scale : 0.0f;
+}
+AMPDEF int amp_scaler_last_skipped(const amp_scaler *s) {
+#ifdef AMP_CUDA
+  if (s && s->cu) {
+    amp_cu_scaler_info info;
+    return amp__s_cu_read("amp_scaler_last_skipped", s, NULL, &info) == AMP_OK ? (int)info.last_skipped : 0;
+  }
+#endif
+  return s ? s->last_skipped : 0;
+}
+AMPDEF long amp_scaler_skipped_steps(const amp_scaler *s) {
+#ifdef AMP_CUDA
+  if (s && s->cu) {
+    amp_cu_scaler_info info;
+    return amp__s_cu_read("amp_scaler_skipped_steps", s, NULL, &info) == AMP_OK ? (long)info.skipped : 0;
+  }
+#endif
+  return s ? s->skipped : 0;
+}
+AMPDEF int amp_scaler_at_floor(const amp_scaler *s) {
+#ifdef AMP_CUDA
+  if (s && s->cu) {
+    amp_scale_state st;
+    return amp__s_cu_read("amp_scaler_at_floor", s, &st, NULL) == AMP_OK ? (int)st.at_floor : 0;
+  }
+#endif
+  return s ? (int)s->st.at_floor : 0;
+}
+
+AMPDEF float *amp_scaler_scale_ptr(amp_scaler *s) {
+  if (!s) { amp__fail(AMP_ERR_ARG, "amp_scaler_scale_ptr: s is NULL"); return NULL; }
+#ifdef AMP_CUDA
+  if (s->cu) return amp__cu_scaler_scale_ptr(s->cu);
+#endif
+  return &s->st.scale;
+}
+
+AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, size_t n) {
+  size_t i;
+  float k;
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: s is NULL");
+  if (!amp_dtype_size(t)) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)t);
+  if (n == 0) return AMP_OK;
+  if (!buf) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: buf is NULL with n %zu", n);
+#ifdef AMP_CUDA
+  if (s->cu) {
+    char m[400];
+    amp_status r = amp__cu_scale_buffer(s->dev->cuda, s->cu, buf, (int32_t)t, n, m, sizeof m);
+    return r == AMP_OK ? AMP_OK : amp__fail(r, "amp_scaler_scale_buffer: %s", m);
+  }
+#endif
+  k = s->st.scale;   /* one multiply and one rounding per element, as the device kernel */
+  for (i = 0; i < n; i++) amp__store(buf, t, i, amp__load(buf, t, i) * k);
+  return AMP_OK;
+}
 
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user) {
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_set_allreduce: s is NULL");
@@ -2129,6 +2291,16 @@ AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, v
 
 AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params) {
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_get_state: s is NULL");
+#ifdef AMP_CUDA
+  if (s->cu) {
+    amp_scale_state st;
+    amp_status r = amp__s_cu_read("amp_scaler_get_state", s, &st, NULL);
+    if (r != AMP_OK) return r;
+    if (state) *state = st;
+    if (params) *params = s->pr;
+    return AMP_OK;
+  }
+#endif
   if (state) *state = s->st;
   if (params) *params = s->pr;
   return AMP_OK;
@@ -2160,12 +2332,18 @@ AMPDEF amp_status amp_scaler_update(amp_scaler *s) {
   if (!s->recorded)
     return amp__fail(AMP_ERR_STATE, "amp_scaler_update: No inf checks were recorded prior to update() "
                      "(call amp_scaler_step or amp_scaler_unscale first, or amp_scaler_update_found_inf)");
+#ifdef AMP_CUDA
+  if (s->cu) return amp__s_cu_close("amp_scaler_update", s, -1);
+#endif
   amp__scaler_close(s, s->found_inf);
   return AMP_OK;
 }
 
 AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) {
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_update_found_inf: s is NULL");
+#ifdef AMP_CUDA
+  if (s->cu) return amp__s_cu_close("amp_scaler_update_found_inf", s, found_inf != 0 ? 1 : -1);
+#endif
   amp__scaler_close(s, found_inf != 0 || s->found_inf);
   return AMP_OK;
 }
@@ -2394,6 +2572,11 @@ struct amp_optimizer {
   int found_inf;                 /* this optimizer's grads held inf/NaN at the last unscale */
   float inv;                     /* the inverse scale of the last unscale */
   float grad_norm;               /* the unscaled global L2 norm of the last unscale */
+#ifdef AMP_CUDA
+  void *cu;                      /* on a CUDA device: the device optimizer, built from the table at the
+                                    first call that needs it (then master[i] are device pointers, m/v
+                                    NULL, and step/found_inf/grad_norm above are stale: read the device) */
+#endif
 };
 
 static int amp__o_moments(const amp_optim_config *c) {
@@ -2439,6 +2622,12 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_optimizer_create: device is NULL (use amp_cpu())");
   memset(&zero, 0, sizeof zero);
   if ((st = amp__optim_resolve("amp_optimizer_create", cfg ? cfg : &zero, &c)) != AMP_OK) return st;
+#ifdef AMP_CUDA
+  if (amp_device_is_cuda(d) && c.kind == AMP_CUSTOM)
+    return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_create: kind AMP_CUSTOM calls a host function on every master "
+                     "tensor, which a CUDA device cannot run; use AMP_SGD, AMP_ADAM or AMP_ADAMW there, or keep the "
+                     "optimizer on amp_cpu()");
+#endif
   o = (amp_optimizer *)AMP_MALLOC(sizeof *o);
   if (!o) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_create: out of memory");
   memset(o, 0, sizeof *o);
@@ -2455,6 +2644,14 @@ static void amp__o_free_table(amp_optimizer *o) {
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
   size_t i;
   if (!o) return;
+#ifdef AMP_CUDA
+  if (amp_device_is_cuda(o->dev)) {   /* master[i] are the device optimizer's (or NULL) */
+    if (o->cu) amp__cu_optim_destroy(o->dev->cuda, o->cu);
+    amp__o_free_table(o);
+    AMP_FREE(o);
+    return;
+  }
+#endif
   for (i = 0; i < o->count; i++) AMP_FREE(o->master[i]);
   amp__o_free_table(o);
   AMP_FREE(o->scratch);
@@ -2491,6 +2688,11 @@ AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, v
   int nm;
   float *block;
   if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: o is NULL");
+#ifdef AMP_CUDA
+  if (o->cu)
+    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first step on a CUDA device "
+                     "(the device optimizer was built with %zu tensors)", o->count);
+#endif
   if (!ws) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)w_dtype);
   if (!gs) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)g_dtype);
   if (!weights) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights is NULL");
@@ -2509,6 +2711,15 @@ AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, v
   }
   if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
     return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory");
+#ifdef AMP_CUDA
+  if (amp_device_is_cuda(o->dev)) {   /* device pointers: only recorded; master and moments are made on
+                                         the device with the whole table (amp__o_cu_build) */
+    i = o->count++;
+    o->wtype[i] = w_dtype; o->gtype[i] = g_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
+    o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL;
+    return AMP_OK;
+  }
+#endif
   if (o->cfg.kind == AMP_CUSTOM && n > o->scratch_n) {
     float *s = (float *)AMP_MALLOC(n * sizeof(float));
     if (!s) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory for %zu floats", n);
@@ -2529,17 +2740,92 @@ AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *wei
   return amp_optimizer_add_mixed(o, dtype, weights, dtype, grads, n);
 }
 
+#ifdef AMP_CUDA
+static amp_cu_hparams amp__o_cu_hparams(const amp_optim_config *c) {
+  amp_cu_hparams h;
+  memset(&h, 0, sizeof h);
+  h.kind = (int32_t)c->kind; h.lr = c->lr; h.weight_decay = c->weight_decay;
+  h.momentum = c->momentum; h.dampening = c->dampening; h.nesterov = c->nesterov;
+  h.beta1 = c->beta1; h.beta2 = c->beta2; h.eps = c->eps; h.max_grad_norm = c->max_grad_norm;
+  return h;
+}
+/* The device optimizer, made from the whole table at the first call that needs it (the kernels
+   take the table uploaded once, so no tensor can be added after). fn names the public caller. */
+static amp_status amp__o_cu_build(const char *fn, amp_optimizer *o) {
+  amp_cu_tensor *t;
+  amp_cu_hparams h;
+  amp_status st;
+  char m[400];
+  size_t i;
+  if (o->cu) return AMP_OK;
+  if (o->count == 0)
+    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
+  t = (amp_cu_tensor *)AMP_MALLOC(o->count * sizeof *t);
+  if (!t) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for a table of %zu tensors", fn, o->count);
+  for (i = 0; i < o->count; i++) {
+    t[i].grad = o->g[i]; t[i].model = o->w[i]; t[i].n = o->n[i];
+    t[i].dtype = (int32_t)o->wtype[i]; t[i].grad_dtype = (int32_t)o->gtype[i];
+  }
+  h = amp__o_cu_hparams(&o->cfg);
+  st = amp__cu_optim_create(o->dev->cuda, &o->cu, t, o->count, &h, m, sizeof m);
+  AMP_FREE(t);
+  if (st != AMP_OK) { o->cu = NULL; return amp__fail(st, "%s: %s", fn, m); }
+  for (i = 0; i < o->count; i++) o->master[i] = amp__cu_optim_master(o->cu, i, NULL);
+  return AMP_OK;
+}
+static amp_status amp__o_cu_info(const char *fn, const amp_optimizer *o, amp_cu_optim_info *info) {
+  char m[400];
+  amp_status st = amp__cu_optim_read(o->dev->cuda, o->cu, info, m, sizeof m);
+  return st == AMP_OK ? AMP_OK : amp__fail(st, "%s: %s", fn, m);
+}
+#endif
+
 AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
   if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: o is NULL");
   if (!(lr >= 0.0f) || !amp__finite(lr)) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g must be >= 0 and finite", (double)lr);
+#ifdef AMP_CUDA
+  if (o->cu) {   /* enqueued: a schedule may be captured in a graph with the step */
+    amp_optim_config c = o->cfg;
+    amp_cu_hparams h;
+    char m[400];
+    amp_status st;
+    c.lr = lr;
+    h = amp__o_cu_hparams(&c);
+    if ((st = amp__cu_optim_set_hparams(o->dev->cuda, o->cu, &h, m, sizeof m)) != AMP_OK)
+      return amp__fail(st, "amp_optimizer_set_lr: %s", m);
+  }
+#endif
   o->cfg.lr = lr;
   return AMP_OK;
 }
-AMPDEF float amp_optimizer_grad_norm(const amp_optimizer *o) { return o ? o->grad_norm : 0.0f; }
+AMPDEF float amp_optimizer_grad_norm(const amp_optimizer *o) {
+#ifdef AMP_CUDA
+  if (o && o->cu) {
+    amp_cu_optim_info info;
+    return amp__o_cu_info("amp_optimizer_grad_norm", o, &info) == AMP_OK ? info.norm : (float)NAN;
+  }
+#endif
+  return o ? o->grad_norm : 0.0f;
+}
 AMPDEF size_t amp_optimizer_count(const amp_optimizer *o) { return o ? o->count : 0; }
-AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) { return o ? o->step : 0; }
+AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) {
+#ifdef AMP_CUDA
+  if (o && o->cu) {
+    amp_cu_optim_info info;
+    return amp__o_cu_info("amp_optimizer_step_count", o, &info) == AMP_OK ? (long)info.t : -1;
+  }
+#endif
+  return o ? o->step : 0;
+}
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
   if (!o || index >= o->count) { if (n) *n = 0; return NULL; }
+#ifdef AMP_CUDA
+  /* the object is never const where it was made: building it is a cache fill */
+  if (amp_device_is_cuda(o->dev) && amp__o_cu_build("amp_optimizer_master", (amp_optimizer *)(uintptr_t)o) != AMP_OK) {
+    if (n) *n = 0;
+    return NULL;
+  }
+#endif
   if (n) *n = o->n[index];
   return o->master[index];
 }
@@ -2581,11 +2867,47 @@ static amp_status amp__scaler_allreduce(const char *fn, amp_scaler *s, int *bad,
 
 /* Pass 1 over every tensor of o (then, data-parallel, the sum over ranks); records the result
    in o and s. Fails only when the allreduce hook does, and then records nothing. */
+#ifdef AMP_CUDA
+/* Pass 1 on the device: 1 launch, or with the data-parallel hook 2 around it (the local pass
+   writes {found_inf, sumsq} to a device buffer, the hook reduces it on the device's stream, a
+   1-thread kernel decides). A failing hook leaves the device state as it was. */
+static amp_status amp__o_cu_unscale(const char *fn, amp_scaler *s, amp_optimizer *o) {
+  void *state = o->dev->cuda;
+  double *buf = NULL;
+  char m[400];
+  amp_status st;
+  if ((st = amp__o_cu_build(fn, o)) != AMP_OK) return st;
+  if (!s->allreduce) {
+    st = amp__cu_optim_unscale(state, o->cu, s->cu, m, sizeof m);
+    return st == AMP_OK ? AMP_OK : amp__fail(st, "%s: %s", fn, m);
+  }
+  if ((st = amp__cu_optim_unscale_local(state, o->cu, s->cu, &buf, m, sizeof m)) != AMP_OK)
+    return amp__fail(st, "%s: %s", fn, m);
+  st = s->allreduce(s->allreduce_user, buf, 2, o->dev->stream);
+  if (st != AMP_OK) {
+    if ((int)st < (int)AMP_OK || (int)st > (int)AMP_ERR_DEVICE) st = AMP_ERR_DEVICE;
+    return amp__fail(st, "%s: the allreduce hook returned %s; no update was applied", fn, amp_status_string(st));
+  }
+  if ((st = amp__cu_optim_unscale_finish(state, o->cu, s->cu, m, sizeof m)) != AMP_OK)
+    return amp__fail(st, "%s: %s", fn, m);
+  return AMP_OK;
+}
+#endif
+
 static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o) {
   float inv = amp__scaler_inv(s);
   double sumsq = 0.0;
   int bad = 0;
   size_t i;
+#ifdef AMP_CUDA
+  if (amp_device_is_cuda(o->dev)) {   /* found_inf, norm and skip stay on the device */
+    amp_status st = amp__o_cu_unscale(fn, s, o);
+    if (st != AMP_OK) return st;
+    o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
+    s->recorded++;
+    return AMP_OK;
+  }
+#endif
   for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
   if (s->allreduce) {
     amp_status st = amp__scaler_allreduce(fn, s, &bad, &sumsq);
@@ -2649,6 +2971,15 @@ AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) {
     return amp__fail(AMP_ERR_STATE, "amp_scaler_step: %zu tensors were added after unscale() saw %zu",
                      o->count - o->unscaled_count, o->unscaled_count);
   if (stage == AMP__READY && (st = amp__o_unscale("amp_scaler_step", s, o)) != AMP_OK) return st;
+#ifdef AMP_CUDA
+  if (amp_device_is_cuda(o->dev)) {   /* the kernel skips itself on the scaler's OR-ed device flag */
+    char m[400];
+    if ((st = amp__cu_optim_step(o->dev->cuda, o->cu, s->cu, 0, m, sizeof m)) != AMP_OK)
+      return amp__fail(st, "amp_scaler_step: %s", m);
+    o->stage = AMP__STEPPED;
+    return AMP_OK;
+  }
+#endif
   if (!s->found_inf) amp__o_apply(o);   /* any inf/NaN seen so far in this iteration skips */
   o->stage = AMP__STEPPED;
   return AMP_OK;
@@ -2708,21 +3039,67 @@ static uint64_t amp__ckpt_optim_bytes(const amp_optimizer *o) {
   return b;
 }
 
+#ifdef AMP_CUDA
+/* save on a CUDA device: host copies of the device state. *sdev gets s with its scale state and skip
+   counts read back, *odev o with its step count; *tmp a host buffer for one tensor's floats. */
+static amp_status amp__ckpt_cu_prepare(const amp_optimizer *o, const amp_scaler *s, amp_scaler *sdev,
+                                       amp_optimizer *odev, float **tmp) {
+  amp_status st;
+  size_t i, most = 0;
+  *tmp = NULL;
+  if (s && s->cu) {
+    amp_cu_scaler_info info;
+    *sdev = *s;
+    if ((st = amp__s_cu_read("amp_checkpoint_save", s, &sdev->st, &info)) != AMP_OK) return st;
+    sdev->last_skipped = info.last_skipped != 0; sdev->skipped = (long)info.skipped;
+  }
+  if (o && amp_device_is_cuda(o->dev) && o->count > 0) {
+    amp_cu_optim_info info;
+    if ((st = amp__o_cu_build("amp_checkpoint_save", (amp_optimizer *)(uintptr_t)o)) != AMP_OK) return st;
+    if ((st = amp__o_cu_info("amp_checkpoint_save", o, &info)) != AMP_OK) return st;
+    *odev = *o;
+    odev->step = (long)info.t;
+    for (i = 0; i < o->count; i++) if (o->n[i] > most) most = o->n[i];
+    *tmp = (float *)AMP_MALLOC(most * sizeof(float));
+    if (!*tmp) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
+  }
+  return AMP_OK;
+}
+#endif
+
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s) {
   amp__wr w;
   char *tmp;
   size_t plen, i;
   uint64_t payload = 0;
   uint32_t crc;
+#ifdef AMP_CUDA
+  amp_scaler sdev;
+  amp_optimizer odev;
+  float *cu_tmp = NULL;         /* on a CUDA device: one tensor's floats, read back */
+  amp_status cu_st = AMP_OK;
+  char cu_msg[400];
+#endif
   if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: path is NULL");
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: both the optimizer and the scaler are NULL");
+#ifdef AMP_CUDA
+  if ((cu_st = amp__ckpt_cu_prepare(o, s, &sdev, &odev, &cu_tmp)) != AMP_OK) { AMP_FREE(cu_tmp); return cu_st; }
+  if (s && s->cu) s = &sdev;
+  if (cu_tmp) o = &odev;
+#endif
   plen = strlen(path);
   tmp = (char *)AMP_MALLOC(plen + 5);
+#ifdef AMP_CUDA
+  if (!tmp) AMP_FREE(cu_tmp);
+#endif
   if (!tmp) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory");
   memcpy(tmp, path, plen); memcpy(tmp + plen, ".tmp", 5);
   w.f = fopen(tmp, "wb"); w.err = 0;
   if (!w.f) {
     amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot open '%s' for writing", tmp);
+#ifdef AMP_CUDA
+    AMP_FREE(cu_tmp);
+#endif
     AMP_FREE(tmp); return st;
   }
   amp__crc_init(&w.crc);
@@ -2747,6 +3124,17 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
     amp__put_u64(&w, (uint64_t)o->step); amp__put_u64(&w, (uint64_t)o->count);
     for (i = 0; i < o->count; i++) {
       amp__put_u64(&w, (uint64_t)o->n[i]); amp__put_u32(&w, (uint32_t)o->wtype[i]); amp__put_u32(&w, (uint32_t)o->gtype[i]);
+#ifdef AMP_CUDA
+      if (cu_tmp) {   /* master, then the moments, each read back into the host buffer */
+        int k;
+        for (k = 0; k <= nm && cu_st == AMP_OK; k++) {
+          cu_st = amp__cu_optim_state_io(o->dev->cuda, o->cu, i, k, cu_tmp, 0, cu_msg, sizeof cu_msg);
+          if (cu_st == AMP_OK) amp__put(&w, cu_tmp, o->n[i] * sizeof(float));
+        }
+        if (cu_st != AMP_OK) { w.err = 1; break; }
+        continue;
+      }
+#endif
       amp__put(&w, o->master[i], o->n[i] * sizeof(float));
       if (nm >= 1) amp__put(&w, o->m[i], o->n[i] * sizeof(float));
       if (nm >= 2) amp__put(&w, o->v[i], o->n[i] * sizeof(float));
@@ -2756,6 +3144,14 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   amp__put_u32(&w, crc);
   if (fflush(w.f) != 0) w.err = 1;
   if (fclose(w.f) != 0) w.err = 1;
+#ifdef AMP_CUDA
+  AMP_FREE(cu_tmp);
+  if (cu_st != AMP_OK) {
+    remove(tmp);
+    AMP_FREE(tmp);
+    return amp__fail(cu_st, "amp_checkpoint_save: %s", cu_msg);
+  }
+#endif
   if (w.err) {
     remove(tmp);
     { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: writing '%s' failed", tmp); AMP_FREE(tmp); return st; }
@@ -2861,6 +3257,48 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
   return AMP_OK;
 }
 
+#ifdef AMP_CUDA
+/* load on a CUDA device, after the whole file was checked: the optimizer's hyperparameters, step
+   count, masters and moments written to the device and every model copy cast from its restored
+   master there; the scaler's whole device block. */
+static amp_status amp__ckpt_cu_restore(amp_optimizer *o, amp_scaler *s, const amp_scaler *sc, const unsigned char *opt_at) {
+  char m[400];
+  amp_status st = AMP_OK;
+  size_t i;
+  if (o && opt_at && amp_device_is_cuda(o->dev) && o->count > 0) {
+    void *state = o->dev->cuda;
+    amp__rd r;
+    amp_optim_config c = o->cfg;
+    amp_cu_hparams h;
+    uint32_t u = 0; uint64_t step = 0, count = 0;
+    int nm = amp__o_moments(&o->cfg), k;
+    r.p = opt_at; r.left = (size_t)-1;   /* sizes were checked */
+    amp__get(&r, &u, 4); amp__get(&r, &c.lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4);
+    amp__get(&r, &c.dampening, 4); amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4);
+    amp__get(&r, &c.eps, 4); amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
+    (void)u; (void)count;
+    if ((st = amp__o_cu_build("amp_checkpoint_load", o)) != AMP_OK) return st;
+    h = amp__o_cu_hparams(&c);
+    if ((st = amp__cu_optim_set_hparams(state, o->cu, &h, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = amp__cu_optim_set_step(state, o->cu, (int64_t)step, m, sizeof m)) != AMP_OK) goto fail;
+    for (i = 0; i < o->count; i++) {
+      r.p += 16;
+      for (k = 0; k <= nm; k++, r.p += o->n[i] * sizeof(float))
+        if ((st = amp__cu_optim_state_io(state, o->cu, i, k, (float *)(uintptr_t)r.p, 1, m, sizeof m)) != AMP_OK) goto fail;
+      if ((st = amp__cu_cast(state, o->w[i], (int32_t)o->wtype[i], o->master[i], AMP_F32, o->n[i], m, sizeof m)) != AMP_OK) goto fail;
+    }
+  }
+  if (s && s->cu) {
+    float inv = amp__inv_scale(sc->pr.fixed ? sc->init_scale : sc->st.scale);   /* amp__scaler_inv */
+    st = amp__cu_scaler_load(s->dev->cuda, s->cu, &sc->st, &sc->pr, inv, sc->last_skipped, (int64_t)sc->skipped, m, sizeof m);
+    if (st != AMP_OK) goto fail;
+  }
+  return AMP_OK;
+fail:
+  return amp__fail(st, "amp_checkpoint_load: %s", m);
+}
+#endif
+
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) {
   FILE *f;
   long len;
@@ -2885,6 +3323,10 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
   memset(&sc, 0, sizeof sc);
   st = amp__ckpt_check(buf, (size_t)len, o, s, &sc, &opt_at);
   if (st != AMP_OK) { AMP_FREE(buf); return st; }
+#ifdef AMP_CUDA
+  /* The device state first: a device error then leaves every host field as it was. */
+  if ((st = amp__ckpt_cu_restore(o, s, &sc, opt_at)) != AMP_OK) { AMP_FREE(buf); return st; }
+#endif
   /* Everything checked: restore. */
   if (s) {
     s->pr = sc.pr; s->st = sc.st; s->init_scale = sc.init_scale;
@@ -2903,7 +3345,7 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
     amp__get(&r, &c.eps, 4); amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
     c.lr = lr;   /* exactly as saved, 0 included (amp_optimizer_set_lr allows it) */
     o->cfg = c; o->step = (long)step;
-    for (i = 0; i < o->count; i++) {
+    for (i = 0; i < o->count && !amp_device_is_cuda(o->dev); i++) {   /* CUDA: done above */
       r.p += 16;
       memcpy(o->master[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float);
       if (nm >= 1) { memcpy(o->m[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float); }

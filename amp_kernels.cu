@@ -124,15 +124,21 @@ extern "C" amp_status amp__cu_sync(void *state, char *msg, size_t cap) {
 //                           by the device inv_scale, checked for inf/NaN, squared and summed into
 //                           one fp32 partial per block; the last block to finish (threadfence +
 //                           counter) adds the partials in a fixed order and decides norm, clip
-//                           coefficient, inv_scale*clip and skip.
+//                           coefficient, inv_scale*clip and skip, and ORs an overflow into the
+//                           scaler's flag. Data-parallel: the last block only writes this rank's
+//                           {found_inf, sum of squares} (doubles) for the trainer's all-reduce, and
+//                           amp__cu_optim_unscale_finish (1 thread) decides from the reduced pair.
 //   amp__cu_optim_step      1 launch: the fused SGD/Adam/AdamW update over the same chunk table;
-//                           every block returns at once when the unscale found inf/NaN. It re-reads
-//                           the low-precision grads and multiplies by inv_scale*clip, so unscaled
-//                           fp32 grads are never materialised (2 B/param read twice beats 4 B written
-//                           and read once). Its first thread may also run the scale rule.
+//                           every block returns at once when this optimizer's unscale or any other
+//                           unscale into the same scaler since its last rule found inf/NaN (the
+//                           scaler's OR-ed flag: optimizers sharing a scaler skip together). It
+//                           re-reads the low-precision grads and multiplies by inv_scale*clip, so
+//                           unscaled fp32 grads are never materialised (2 B/param read twice beats
+//                           4 B written and read once). Its last block may also run the scale rule.
 //   amp__cu_scaler_update   1 launch (1 thread) when the scale rule is not folded into the step.
 //
-// So a step over any number of tensors is 2 launches (3 with a separate scale rule).
+// So a step over any number of tensors is 2 launches (3 with a separate scale rule, which is what
+// amp.h's public unscale/step/update do: the rule runs once per iteration, after every optimizer).
 // Determinism: every block covers one fixed chunk, sums in a fixed order (warp shuffles, then the
 // warps in order) and writes its partial to its own slot; the final sum runs in a fixed order too.
 // No float atomics anywhere: the same grads give the same norm bits on every run.
@@ -149,11 +155,12 @@ struct amp__cu_scaler_dev {
   amp_scale_state st;     // scale, growth tracker, hysteresis count, at-floor flag
   amp_scale_params pr;    // the rule's parameters
   float inv_scale;        // amp__inv_scale(st.scale), what the unscale multiplies by
-  int32_t found_inf;      // OR-ed by every unscale block that saw inf/NaN; cleared by the scale rule
+  int32_t found_inf;      // OR-ed by every unscale that saw inf/NaN; cleared by the scale rule
   int32_t last_skipped;
   int32_t pad_;
   long long skipped;
 };
+static_assert(sizeof(amp__cu_scaler_dev) % 8 == 0, "the block is copied whole");
 
 // One tensor as the kernels see it; master/m/v point into the optimizer's slab (256-byte aligned).
 struct amp__cu_tdev {
@@ -161,8 +168,10 @@ struct amp__cu_tdev {
   void *model;
   float *master, *m, *v;  // m: SGD momentum buffer or Adam's first moment; NULL when not kept
   long long n;
-  int32_t dtype;
+  int32_t dtype;          // the model copy's
+  int32_t gdtype;         // the grads' (amp_optimizer_add_mixed: e.g. bf16 weights, f32 grads)
   int32_t vec;            // grad and model 16-byte aligned: the vector path
+  int32_t pad_;
 };
 // A piece of at most AMP__CU_CHUNK elements of one tensor: one block of every multi-tensor launch.
 struct amp__cu_chunk { long long start; int32_t tensor; int32_t len; };
@@ -184,6 +193,7 @@ struct amp__cu_optim {
   amp__cu_tdev *tensors;  // device copies of the table and the chunk list (uploaded once)
   amp__cu_chunk *chunks;
   float *partials;        // one fp32 sum of squares per chunk
+  double *reduce;         // data-parallel: this rank's {found_inf, sumsq}, all-reduced by the trainer
   float *slab;            // master | m | v, each `total` floats
   size_t n_tensors, total;
   int n_chunks, kind, has_m, has_v;
@@ -274,11 +284,13 @@ extern "C" void amp__cu_step_coefs(const amp_cu_hparams *h, int64_t t, amp_step_
 
 // ---- the scale rule on the device (one thread)
 
+// found > 0: an overflow whatever the flag says (amp_scaler_update_found_inf(s, 1)); otherwise the
+// flag the unscales OR-ed, as the CPU's update() (found_inf = flag OR the caller's).
 __device__ void amp__cu_scale_rule_dev(amp__cu_scaler_dev *sc, int found) {
   int f = atomicExch(&sc->found_inf, 0) != 0;    // read and clear for the next iteration
-  if (found >= 0) f = found != 0;                // the caller checked the grads itself
+  if (found > 0) f = 1;
   amp__scale_rule(&sc->st, &sc->pr, f);
-  sc->inv_scale = amp__inv_scale(sc->st.scale);
+  if (!sc->pr.fixed) sc->inv_scale = amp__inv_scale(sc->st.scale);   // fixed: 1/init_scale, as set
   sc->last_skipped = f;
   sc->skipped += f;
 }
@@ -289,6 +301,8 @@ __global__ void amp__cu_scaler_set_kernel(amp__cu_scaler_dev *sc, amp_scale_stat
   sc->st = st;
   sc->inv_scale = amp__inv_scale(st.scale);
 }
+// The whole block (checkpoint load): by value, so nothing is read from host memory (capturable).
+__global__ void amp__cu_scaler_load_kernel(amp__cu_scaler_dev *sc, amp__cu_scaler_dev v) { *sc = v; }
 
 // ---- unscale + inf/NaN check + sum of squares, one block per chunk
 
@@ -313,24 +327,38 @@ template <int DT> __device__ __forceinline__ void amp__cu_unscale_chunk(const vo
   }
 }
 
+// The decision from {found_inf, sum of squares}: shared by the one-rank path (the last unscale block)
+// and the data-parallel finish kernel, so one rank with an identity all-reduce gives the same bits.
+__device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int found, double s) {
+  const float inv = sc ? sc->inv_scale : 1.0f;
+  float norm = (float)sqrt(s);
+  float clip = amp__clip_coef(norm, o->h.max_grad_norm);
+  o->norm = norm; o->clip = clip; o->mul = inv * clip;
+  o->skip = found;
+  if (found && sc) atomicOr(&sc->found_inf, 1);
+}
+
+// red == NULL: decide in the last block. red != NULL (data-parallel): the last block writes
+// red[0] = found_inf (0/1) and red[1] = the sum of squares, and neither the optimizer's decision
+// nor the scaler's flag is touched, so a failing all-reduce hook leaves the state as it was.
 __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__cu_tdev *tensors,
-                       const amp__cu_chunk *chunks, float *partials) {
+                       const amp__cu_chunk *chunks, float *partials, double *red) {
   __shared__ int last;
   const amp__cu_chunk ch = chunks[blockIdx.x];
   const amp__cu_tdev t = tensors[ch.tensor];
   const float inv = sc ? sc->inv_scale : 1.0f;   // a multiply by 1 changes no finite value
   float ss = 0.0f;
   int bad = 0;
-  if (t.dtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16>((const amp_f16 *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
-  else if (t.dtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16>((const amp_bf16 *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
+  if (t.gdtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16>((const amp_f16 *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
+  else if (t.gdtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16>((const amp_bf16 *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
   else amp__cu_unscale_chunk<AMP_F32>((const float *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
   bad = __syncthreads_or(bad);
   float bsum = amp__cu_block_sum(ss);
   if (threadIdx.x == 0) {
     partials[blockIdx.x] = bsum;
-    if (bad) { atomicOr(&o->found_inf, 1); if (sc) atomicOr(&sc->found_inf, 1); }
-    __threadfence();                               // partial and flags visible before we count ourselves done
+    if (bad) atomicOr(&o->found_inf, 1);
+    __threadfence();                               // partial and flag visible before we count ourselves done
     last = atomicAdd(&o->done_unscale, 1u) == gridDim.x - 1;
   }
   __syncthreads();
@@ -341,12 +369,17 @@ amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__
   for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) s += (double)__ldcg(&partials[i]);
   s = amp__cu_block_sum(s);
   if (threadIdx.x == 0) {
-    float norm = (float)sqrt(s);
-    float clip = amp__clip_coef(norm, o->h.max_grad_norm);
-    o->norm = norm; o->clip = clip; o->mul = inv * clip;
-    o->skip = atomicExch(&o->found_inf, 0) != 0;
+    int found = atomicExch(&o->found_inf, 0) != 0;
+    if (red) { red[0] = found ? 1.0 : 0.0; red[1] = s; }
+    else amp__cu_unscale_decide(o, sc, found, s);
     o->done_unscale = 0;                           // ready for the next launch (and graph replay)
   }
+}
+
+// Data-parallel second half: red holds the SUM over ranks of {found_inf, sumsq}. NaN in red[0]
+// counts as an overflow, as on the CPU (!(x == 0)).
+__global__ void amp__cu_unscale_finish_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const double *red) {
+  amp__cu_unscale_decide(o, sc, !(red[0] == 0.0), red[1]);
 }
 
 // ---- the fused update
@@ -357,10 +390,10 @@ template <int KIND> __device__ __forceinline__ void amp__cu_update(float &p, flo
   else amp__adam_elem(&p, &m, &v, g, &c);
 }
 
-template <int KIND, int DT> __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start, int len,
-                                                                               float mul, const amp_step_coefs &c) {
-  const void *g = (const typename amp__cu_elem<DT>::T *)t.grad + start;
-  void *w = (typename amp__cu_elem<DT>::T *)t.model + start;
+template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start,
+                                                                                       int len, float mul, const amp_step_coefs &c) {
+  const void *g = (const typename amp__cu_elem<GD>::T *)t.grad + start;
+  void *w = (typename amp__cu_elem<WD>::T *)t.model + start;
   float *p = t.master + start;
   float *m = t.m ? t.m + start : NULL, *v = t.v ? t.v + start : NULL;
   const int use_m = m != NULL && (KIND == 1 || c.momentum != 0.0f);
@@ -370,7 +403,7 @@ template <int KIND, int DT> __device__ __forceinline__ void amp__cu_step_chunk(c
 #pragma unroll 2
     for (int j = threadIdx.x; j < nv; j += blockDim.x) {
       float gx[4], pa[4], ma[4] = {0, 0, 0, 0}, va[4] = {0, 0, 0, 0};
-      amp__cu_ldv<DT, 4>(g, (long long)j * 4, gx);
+      amp__cu_ldv<GD, 4>(g, (long long)j * 4, gx);
       float4 pp = ((const float4 *)p)[j];
       pa[0] = pp.x; pa[1] = pp.y; pa[2] = pp.z; pa[3] = pp.w;
       if (use_m) { float4 q = ((const float4 *)m)[j]; ma[0] = q.x; ma[1] = q.y; ma[2] = q.z; ma[3] = q.w; }
@@ -380,47 +413,60 @@ template <int KIND, int DT> __device__ __forceinline__ void amp__cu_step_chunk(c
       ((float4 *)p)[j] = make_float4(pa[0], pa[1], pa[2], pa[3]);
       if (use_m) ((float4 *)m)[j] = make_float4(ma[0], ma[1], ma[2], ma[3]);
       if (KIND == 1) ((float4 *)v)[j] = make_float4(va[0], va[1], va[2], va[3]);
-      amp__cu_stv<DT, 4>(w, (long long)j * 4, pa);
+      amp__cu_stv<WD, 4>(w, (long long)j * 4, pa);
     }
     i0 = nv * 4;
   }
   for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) {
     float pe = p[i], me = use_m ? m[i] : 0.0f, ve = KIND == 1 ? v[i] : 0.0f;
-    amp__cu_update<KIND>(pe, me, ve, amp__load(g, (amp_dtype)DT, (size_t)i) * mul, c);
+    amp__cu_update<KIND>(pe, me, ve, amp__load(g, (amp_dtype)GD, (size_t)i) * mul, c);
     p[i] = pe;
     if (use_m) m[i] = me;
     if (KIND == 1) v[i] = ve;
-    amp__store(w, (amp_dtype)DT, (size_t)i, pe);
+    amp__store(w, (amp_dtype)WD, (size_t)i, pe);
   }
 }
+template <int KIND, int GD> __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len,
+                                                                                float mul, const amp_step_coefs &c) {
+  if (t.dtype == AMP_F16) amp__cu_step_chunk<KIND, GD, AMP_F16>(t, start, len, mul, c);
+  else if (t.dtype == AMP_BF16) amp__cu_step_chunk<KIND, GD, AMP_BF16>(t, start, len, mul, c);
+  else amp__cu_step_chunk<KIND, GD, AMP_F32>(t, start, len, mul, c);
+}
 
+// sc: the scaler whose OR-ed flag also skips the step (NULL: only this optimizer's own unscale
+// decides). rule != 0: the last block runs the scale rule after every block has read the flag.
 template <int KIND> __global__ void __launch_bounds__(AMP__CU_THREADS)
-amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__cu_tdev *tensors, const amp__cu_chunk *chunks) {
+amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, const amp__cu_tdev *tensors,
+                    const amp__cu_chunk *chunks) {
   __shared__ amp_step_coefs s_c;
   __shared__ float s_mul;
   __shared__ int s_skip;
   if (threadIdx.x == 0) {
-    // Every block reads t before it counts itself done below, and only the last block writes
-    // t + 1, so no block can see the new t. Each block computes the coefficients itself (a few
-    // hundred cycles) rather than waiting for one block to publish them.
-    s_skip = o->skip;
+    // Every block reads t and the flags before it counts itself done below (with a fence between),
+    // and only the last block writes t + 1 or clears the scaler's flag, so no block can see either
+    // change. Each block computes the coefficients itself (a few hundred cycles) rather than
+    // waiting for one block to publish them.
+    s_skip = o->skip || (sc && *(volatile int32_t *)&sc->found_inf);
     if (!s_skip) { amp__cu_coefs(&o->h, o->t + 1, &s_c); s_mul = o->mul; }
-    else if (blockIdx.x == 0) o->skipped += 1;
-    // Nothing below reads the scaler, so its rule can run here, beside the update.
-    if (sc && blockIdx.x == 0) amp__cu_scale_rule_dev(sc, -1);
   }
   __syncthreads();
-  if (s_skip) return;   // overflow: weights, master, moments and t stay bit-identical
-  const amp__cu_chunk ch = chunks[blockIdx.x];
-  const amp__cu_tdev t = tensors[ch.tensor];
-  const amp_step_coefs c = s_c;
-  const float mul = s_mul;
-  if (t.dtype == AMP_F16) amp__cu_step_chunk<KIND, AMP_F16>(t, ch.start, ch.len, mul, c);
-  else if (t.dtype == AMP_BF16) amp__cu_step_chunk<KIND, AMP_BF16>(t, ch.start, ch.len, mul, c);
-  else amp__cu_step_chunk<KIND, AMP_F32>(t, ch.start, ch.len, mul, c);
-  if (threadIdx.x == 0 && atomicAdd(&o->done_step, 1u) == gridDim.x - 1) {
-    o->t += 1;
-    o->done_step = 0;
+  const int skip = s_skip;
+  if (!skip) {   // overflow: weights, master, moments and t stay bit-identical
+    const amp__cu_chunk ch = chunks[blockIdx.x];
+    const amp__cu_tdev t = tensors[ch.tensor];
+    const amp_step_coefs c = s_c;
+    const float mul = s_mul;
+    if (t.gdtype == AMP_F16) amp__cu_step_chunk_w<KIND, AMP_F16>(t, ch.start, ch.len, mul, c);
+    else if (t.gdtype == AMP_BF16) amp__cu_step_chunk_w<KIND, AMP_BF16>(t, ch.start, ch.len, mul, c);
+    else amp__cu_step_chunk_w<KIND, AMP_F32>(t, ch.start, ch.len, mul, c);
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();   // our reads of t and of the flags are done before we count ourselves
+    if (atomicAdd(&o->done_step, 1u) == gridDim.x - 1) {
+      if (skip) o->skipped += 1; else o->t += 1;
+      if (rule && sc) amp__cu_scale_rule_dev(sc, -1);
+      o->done_step = 0;   // ready for the next launch (and graph replay)
+    }
   }
 }
 
@@ -525,6 +571,22 @@ extern "C" amp_status amp__cu_scaler_set(void *state, void *scaler, const amp_sc
   return AMP_OK;
 }
 
+extern "C" amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_scale_state *s, const amp_scale_params *pr,
+                                          float inv_scale, int last_skipped, int64_t skipped, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_scaler_dev v;
+  if (!st || !scaler || !s || !pr)
+    return amp__cu_arg(msg, cap, "amp__cu_scaler_load: %s is NULL", !st ? "state" : !scaler ? "scaler" : !s ? "st" : "pr");
+  if (!(s->scale > 0.0f) || s->scale - s->scale != 0.0f || !(inv_scale > 0.0f) || inv_scale - inv_scale != 0.0f)
+    return amp__cu_arg(msg, cap, "amp__cu_scaler_load: scale %g / inv_scale %g must be positive and finite", (double)s->scale, (double)inv_scale);
+  memset(&v, 0, sizeof v);
+  v.st = *s; v.pr = *pr; v.inv_scale = inv_scale; v.found_inf = 0;
+  v.last_skipped = last_skipped != 0; v.skipped = (long long)skipped;
+  amp__cu_scaler_load_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, v);
+  CU_CHECK_LAUNCH("amp__cu_scaler_load_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
 extern "C" amp_status amp__cu_scaler_read(void *state, const void *scaler, amp_scale_state *s, amp_cu_scaler_info *info,
                                           char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
@@ -566,7 +628,7 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
 
 static void amp__cu_optim_release(amp__cu_optim *o) {
   if (!o) return;
-  cudaFree(o->dev); cudaFree(o->tensors); cudaFree(o->chunks); cudaFree(o->partials); cudaFree(o->slab);
+  cudaFree(o->dev); cudaFree(o->tensors); cudaFree(o->chunks); cudaFree(o->partials); cudaFree(o->reduce); cudaFree(o->slab);
   free(o->offset); free(o->n); free(o);
 }
 
@@ -580,6 +642,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   CU_CHECK(cudaMalloc(&o->tensors, o->n_tensors * sizeof *o->tensors));
   CU_CHECK(cudaMalloc(&o->chunks, (size_t)o->n_chunks * sizeof *o->chunks));
   CU_CHECK(cudaMalloc(&o->partials, (size_t)o->n_chunks * sizeof *o->partials));
+  CU_CHECK(cudaMalloc(&o->reduce, 2 * sizeof(double)));
   CU_CHECK(cudaMalloc(&o->slab, (size_t)slots * o->total * sizeof(float)));
   float *mbase = o->has_m ? o->slab + o->total : NULL;
   float *vbase = o->has_v ? o->slab + (size_t)(1 + o->has_m) * o->total : NULL;
@@ -588,7 +651,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].master = o->slab + o->offset[i];
     ht[i].m = mbase ? mbase + o->offset[i] : NULL;
     ht[i].v = vbase ? vbase + o->offset[i] : NULL;
-    ht[i].n = (long long)ts[i].n; ht[i].dtype = ts[i].dtype;
+    ht[i].n = (long long)ts[i].n; ht[i].dtype = ts[i].dtype; ht[i].gdtype = ts[i].grad_dtype;
     ht[i].vec = ((uintptr_t)ts[i].grad % 16 == 0) && ((uintptr_t)ts[i].model % 16 == 0);
     for (size_t s = 0; s < ts[i].n; s += AMP__CU_CHUNK, c++) {
       hc[c].start = (long long)s; hc[c].tensor = (int32_t)i;
@@ -599,6 +662,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   hb.h = *h;
   hb.norm = 0.0f; hb.clip = 1.0f; hb.mul = 1.0f;
   CU_CHECK(cudaMemcpyAsync(o->dev, &hb, sizeof hb, cudaMemcpyHostToDevice, st->stream));
+  CU_CHECK(cudaMemsetAsync(o->reduce, 0, 2 * sizeof(double), st->stream));
   CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
   CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
   if (slots > 1) CU_CHECK(cudaMemsetAsync(o->slab + o->total, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
@@ -620,6 +684,8 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
     return amp__cu_arg(msg, cap, "amp__cu_optim_create: kind %d must be AMP_SGD, AMP_ADAM or AMP_ADAMW", (int)h->kind);
   for (size_t i = 0; i < n_tensors; i++) {
     if (!amp__cu_dtype_ok(ts[i].dtype)) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: dtype %d is not a dtype", i, (int)ts[i].dtype);
+    if (!amp__cu_dtype_ok(ts[i].grad_dtype))
+      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: grad_dtype %d is not a dtype", i, (int)ts[i].grad_dtype);
     if (ts[i].n == 0) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: n is 0", i);
     if (!ts[i].grad || !ts[i].model) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: %s is NULL", i, ts[i].grad ? "model" : "grad");
     chunks += (ts[i].n + AMP__CU_CHUNK - 1) / AMP__CU_CHUNK;
@@ -684,8 +750,28 @@ extern "C" amp_status amp__cu_optim_unscale(void *state, void *optim, void *scal
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale: %s is NULL", !st ? "state" : "optim");
   amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
-                                                                          o->tensors, o->chunks, o->partials);
+                                                                          o->tensors, o->chunks, o->partials, NULL);
   CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o || !buf) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale_local: %s is NULL", !st ? "state" : !o ? "optim" : "buf");
+  amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
+                                                                          o->tensors, o->chunks, o->partials, o->reduce);
+  CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>> (data-parallel)");
+  *buf = o->reduce;
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale_finish: %s is NULL", !st ? "state" : "optim");
+  amp__cu_unscale_finish_kernel<<<1, 1, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler, o->reduce);
+  CU_CHECK_LAUNCH("amp__cu_unscale_finish_kernel<<<1, 1>>>");
   return AMP_OK;
 }
 
@@ -694,9 +780,10 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_step: %s is NULL", !st ? "state" : "optim");
   if (update_scaler && !scaler) return amp__cu_arg(msg, cap, "amp__cu_optim_step: update_scaler %d with scaler NULL", update_scaler);
-  amp__cu_scaler_dev *sc = update_scaler ? (amp__cu_scaler_dev *)scaler : NULL;
-  if (o->kind == AMP_SGD) amp__cu_step_kernel<0><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, o->tensors, o->chunks);
-  else amp__cu_step_kernel<1><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, o->tensors, o->chunks);
+  amp__cu_scaler_dev *sc = (amp__cu_scaler_dev *)scaler;
+  int rule = update_scaler != 0;
+  if (o->kind == AMP_SGD) amp__cu_step_kernel<0><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, rule, o->tensors, o->chunks);
+  else amp__cu_step_kernel<1><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, rule, o->tensors, o->chunks);
   CU_CHECK_LAUNCH("amp__cu_step_kernel<<<>>>");
   return AMP_OK;
 }

@@ -52,7 +52,7 @@ static void make_tensors(amp_cu_tensor *t, int k, size_t n, int dtype) {
   for (size_t j = 0; j < n; j++) f[j] = (float)((int)(j % 2001) - 1000) * 0.5f;   /* up to 500: scaled grads */
   amp_convert(h, (amp_dtype)dtype, f, AMP_F32, n);
   for (int i = 0; i < k; i++) {
-    t[i].grad = dmalloc(n * es); t[i].model = dmalloc(n * es); t[i].n = n; t[i].dtype = dtype;
+    t[i].grad = dmalloc(n * es); t[i].model = dmalloc(n * es); t[i].n = n; t[i].dtype = dtype; t[i].grad_dtype = dtype;
     CK(amp__cu_copy(ST, (void *)t[i].grad, h, n * es, 0, msg, sizeof msg));
     CK(amp__cu_copy(ST, t[i].model, h, n * es, 0, msg, sizeof msg));
   }

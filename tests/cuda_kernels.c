@@ -70,7 +70,7 @@ static void launchers_reject_bad_arguments(void) {
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(65536, &pr);
   memset(&h, 0, sizeof h); h.kind = AMP_ADAMW; h.lr = 1e-3f; h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f;
-  t[0].grad = fake; t[0].model = fake; t[0].n = 10; t[0].dtype = AMP_F16;
+  t[0].grad = fake; t[0].model = fake; t[0].n = 10; t[0].dtype = AMP_F16; t[0].grad_dtype = AMP_F16;
   t[1] = t[0];
   expect_arg(amp__cu_optim_create(ST, NULL, t, 2, &h, msg, sizeof msg), "optim is NULL", "optim NULL");
   expect_arg(amp__cu_optim_create(ST, &o, NULL, 2, &h, msg, sizeof msg), "tensors is NULL", "tensors NULL");
@@ -79,7 +79,9 @@ static void launchers_reject_bad_arguments(void) {
   expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "tensor 1: n is 0", "n = 0");
   t[1].n = 10; t[1].dtype = 7;
   expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "dtype 7", "bad dtype");
-  t[1].dtype = AMP_BF16; t[1].grad = NULL;
+  t[1].dtype = AMP_BF16; t[1].grad_dtype = 5;
+  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "grad_dtype 5", "bad grad dtype");
+  t[1].grad_dtype = AMP_F32; t[1].grad = NULL;
   expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "tensor 1: grad is NULL", "grad NULL");
   t[1].grad = fake; h.kind = AMP_CUSTOM;
   expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "kind 3", "custom kind");
@@ -88,6 +90,12 @@ static void launchers_reject_bad_arguments(void) {
   EXPECT(o == NULL, "a failed create wrote the handle %p", o);
   expect_arg(amp__cu_optim_unscale(ST, NULL, NULL, msg, sizeof msg), "amp__cu_optim_unscale", "unscale NULL optim");
   expect_arg(amp__cu_optim_step(ST, NULL, NULL, 0, msg, sizeof msg), "amp__cu_optim_step", "step NULL optim");
+  {
+    double *buf = NULL;
+    expect_arg(amp__cu_optim_unscale_local(ST, NULL, NULL, &buf, msg, sizeof msg), "amp__cu_optim_unscale_local", "local NULL optim");
+    expect_arg(amp__cu_optim_unscale_finish(ST, NULL, NULL, msg, sizeof msg), "amp__cu_optim_unscale_finish", "finish NULL optim");
+    expect_arg(amp__cu_scaler_load(ST, NULL, &s0, &pr, 1.0f, 0, 0, msg, sizeof msg), "amp__cu_scaler_load", "load NULL scaler");
+  }
   expect_arg(amp__cu_scaler_create(ST, NULL, &s0, &pr, msg, sizeof msg), "amp__cu_scaler_create", "scaler out NULL");
   expect_arg(amp__cu_scaler_update(ST, NULL, 0, msg, sizeof msg), "amp__cu_scaler_update", "update NULL scaler");
   expect_arg(amp__cu_cast(ST, fake, 9, fake, AMP_F32, 4, msg, sizeof msg), "amp__cu_cast", "cast bad dtype");
@@ -181,7 +189,7 @@ static void tset_make(tset *s, size_t k, const size_t *n, const int32_t *dt, con
       amp__store(s->hm[i], (amp_dtype)dt[i], j, srand1());
     }
     s->t[i].grad = (char *)s->gbase[i] + off; s->t[i].model = (char *)s->mbase[i] + off;
-    s->t[i].n = n[i]; s->t[i].dtype = dt[i];
+    s->t[i].n = n[i]; s->t[i].dtype = dt[i]; s->t[i].grad_dtype = dt[i];
     up((void *)s->t[i].grad, s->hg[i], n[i] * es);
     up(s->t[i].model, s->hm[i], n[i] * es);
   }
@@ -250,7 +258,7 @@ static void unscale_finds_norm_and_overflow_of_mixed_tensors(void) {
       OK(amp__cu_scaler_read(ST, sc, NULL, &si, msg, sizeof msg));
       EXPECT(a.skip == 1 && si.found_inf == 1, "%g at tensor %zu element %zu: skip %d found_inf %d, want 1 1", (double)bad[w % 3], i, j, a.skip, si.found_inf);
       tset_poke(&s, i, j, keep);
-      OK(amp__cu_scaler_update(ST, sc, 0, msg, sizeof msg));   /* clears the device flag */
+      OK(amp__cu_scaler_update(ST, sc, 0, msg, sizeof msg));   /* the rule (a back-off here) clears the device flag */
       OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
       OK(amp__cu_optim_read(ST, o, &a, msg, sizeof msg));
       EXPECT(a.skip == 0, "after restoring tensor %zu element %zu: skip %d, want 0", i, j, a.skip);
@@ -489,7 +497,7 @@ static void step_over_500_small_tensors_is_two_or_three_launches(void) {
     mem[2 * i] = dmalloc(n * 2); mem[2 * i + 1] = dmalloc(n * 2);
     up(mem[2 * i], z, n * 2); up(mem[2 * i + 1], z, n * 2);
     free(z);
-    t[i].grad = mem[2 * i]; t[i].model = mem[2 * i + 1]; t[i].n = n; t[i].dtype = i % 2 ? AMP_BF16 : AMP_F16;
+    t[i].grad = mem[2 * i]; t[i].model = mem[2 * i + 1]; t[i].n = n; t[i].dtype = i % 2 ? AMP_BF16 : AMP_F16; t[i].grad_dtype = t[i].dtype;
   }
   OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
   OK(amp__cu_optim_create(ST, &o, t, K, &h, msg, sizeof msg));

@@ -1,0 +1,764 @@
+/* The public scaler / optimizer / checkpoint API on a CUDA device, side by side with the same calls
+   on the CPU over the same random data. Without a GPU only the CPU forms of the new calls
+   (amp_scaler_scale_ptr, amp_scaler_scale_buffer) and amp_cuda_open's refusal run; the rest says
+   "skipped".
+
+   How close GPU and CPU must be (tests/cuda_kernels.c says why):
+   - the scale, the scale rule's whole state, skip counts, step counts: exactly;
+   - masters and moments after k steps: |gpu - cpu| <= 4 k FLT_EPSILON (|cpu| + rms), rms the
+     tensor's root mean square of that quantity (FMA contraction on the device; with clipping also
+     the grad norm's summation order, about 1e-7 relative, inside the same bound);
+   - the model copy: exactly the device master rounded to the model's dtype;
+   - GPU against GPU (graph replay, the identity all-reduce hook, skipped steps): bit for bit. */
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
+#include <float.h>
+
+static amp_device *gpu;   /* NULL without a GPU */
+static void *gpu_stream;  /* our own stream (graphs cannot capture the legacy default stream) */
+static char msg[512];
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 16); }
+static float srand1(void) { return 2.0f * (float)(rnd() & 0xffffff) / 16777216.0f - 1.0f; }   /* [-1, 1) */
+
+#define OK(call) do { amp_status s_ = (call); \
+    if (s_ != AMP_OK) { EXPECT(0, "%s -> %s: %s", #call, amp_status_string(s_), amp_last_error()); return; } } while (0)
+
+static void *xmalloc(size_t bytes) { void *p = malloc(bytes ? bytes : 1); if (!p) { printf("out of memory\n"); exit(1); } return p; }
+static void *dmalloc(size_t bytes) {
+  void *p = NULL;
+  if (amp__cu_malloc(gpu->cuda, &p, bytes, msg, sizeof msg) != AMP_OK) { printf("amp__cu_malloc(%zu): %s\n", bytes, msg); exit(1); }
+  return p;
+}
+static void up(void *d, const void *h, size_t bytes) {
+  if (amp__cu_copy(gpu->cuda, d, h, bytes, 0, msg, sizeof msg) != AMP_OK) { printf("upload: %s\n", msg); exit(1); }
+}
+static void down(void *h, const void *d, size_t bytes) {
+  if (amp__cu_copy(gpu->cuda, h, d, bytes, 1, msg, sizeof msg) != AMP_OK) { printf("download: %s\n", msg); exit(1); }
+}
+
+/* ---- without a GPU too ------------------------------------------------------------------------ */
+
+static void cuda_open_without_gpu_is_unsupported(void) {
+  amp_device *d = NULL;
+  amp_status s;
+  if (gpu) return;   /* a GPU is present: main opened it */
+  s = amp_cuda_open(&d, 0, NULL);
+  EXPECT(s == AMP_ERR_UNSUPPORTED && d == NULL, "amp_cuda_open without a GPU: %s (d %p), want AMP_ERR_UNSUPPORTED",
+         amp_status_string(s), (void *)d);
+  EXPECT(strstr(amp_last_error(), "amp_cuda_open") != NULL, "message '%s' does not name the call", amp_last_error());
+}
+
+/* The same checks on the CPU and (when present) the GPU scaler. */
+static void check_scale_ptr_and_buffer(amp_device *d, const char *where) {
+  amp_scaler *s = NULL;
+  amp_scaler_config c = amp_scaler_preset(AMP_PRESET_PYTORCH);
+  size_t n = 1003;
+  float *p, v = 0;
+  c.init_scale = 1024.0f;
+  OK(amp_scaler_create(&s, d, &c));
+  p = amp_scaler_scale_ptr(s);
+  EXPECT(p != NULL, "%s: scale_ptr is NULL", where);
+  for (int round = 0; round < 2 && p; round++) {
+    float want = round ? 512.0f : 1024.0f;
+    if (amp_device_is_cuda(d)) down(&v, p, 4); else v = *p;
+    EXPECT(v == want && amp_scaler_get_scale(s) == want, "%s round %d: *scale_ptr %g, get_scale %g, want %g", where, round,
+           (double)v, (double)amp_scaler_get_scale(s), (double)want);
+    for (int t = 0; t < 3; t++) {
+      size_t es = amp_dtype_size((amp_dtype)t);
+      unsigned char *h = (unsigned char *)xmalloc(n * es), *r = (unsigned char *)xmalloc(n * es);
+      void *buf = amp_device_is_cuda(d) ? dmalloc(n * es + es) : xmalloc(n * es);
+      void *at = amp_device_is_cuda(d) && t == AMP_F16 ? (char *)buf + es : buf;   /* one misaligned case */
+      for (size_t i = 0; i < n; i++) amp__store(h, (amp_dtype)t, i, srand1() * (i % 7 == 0 ? 100.0f : 1.0f));
+      amp__store(h, (amp_dtype)t, 4, INFINITY);   /* (no NaN: a GPU's multiply gives the canonical NaN, not the payload) */
+      if (amp_device_is_cuda(d)) up(at, h, n * es); else memcpy(at, h, n * es);
+      OK(amp_scaler_scale_buffer(s, at, (amp_dtype)t, n));
+      if (amp_device_is_cuda(d)) down(r, at, n * es); else memcpy(r, at, n * es);
+      for (size_t i = 0; i < n; i++) {
+        unsigned char want_b[4];
+        amp__store(want_b, (amp_dtype)t, 0, amp__load(h, (amp_dtype)t, i) * want);
+        if (memcmp(want_b, r + i * es, es)) {
+          EXPECT(0, "%s: %s element %zu: %g * %g gave %g", where, amp__dtype_name((amp_dtype)t), i,
+                 (double)amp__load(h, (amp_dtype)t, i), (double)want, (double)amp__load(r, (amp_dtype)t, i));
+          break;
+        }
+      }
+      free(h); free(r);
+      if (amp_device_is_cuda(d)) amp__cu_free(gpu->cuda, buf); else free(buf);
+    }
+    OK(amp_scaler_update_found_inf(s, 1));   /* back off: 512 next round, through the same pointer */
+  }
+  EXPECT(amp_scaler_scale_buffer(s, NULL, AMP_F16, 4) == AMP_ERR_ARG, "%s: buf NULL accepted", where);
+  EXPECT(amp_scaler_scale_buffer(s, &v, (amp_dtype)7, 1) == AMP_ERR_ARG && strstr(amp_last_error(), "dtype 7"),
+         "%s: dtype 7: '%s'", where, amp_last_error());
+  EXPECT(amp_scaler_scale_buffer(s, NULL, AMP_F16, 0) == AMP_OK, "%s: n 0 refused", where);
+  amp_scaler_destroy(s);
+}
+
+static void scale_ptr_and_scale_buffer_follow_the_scale(void) {
+  check_scale_ptr_and_buffer(amp_cpu(), "cpu");
+  EXPECT(amp_scaler_scale_ptr(NULL) == NULL && strstr(amp_last_error(), "amp_scaler_scale_ptr"), "scale_ptr(NULL): '%s'", amp_last_error());
+  EXPECT(amp_scaler_scale_buffer(NULL, &rng, AMP_F32, 1) == AMP_ERR_ARG, "scale_buffer(NULL scaler) accepted");
+  if (gpu) check_scale_ptr_and_buffer(gpu, "cuda");
+}
+
+/* ---- GPU: the scale rule ---------------------------------------------------------------------- */
+
+static void scale_trajectories_equal_the_cpu_for_every_preset(void) {
+  amp_scaler_config cfg[8];
+  const char *name[8] = {"pytorch", "paddle", "deepspeed", "apex", "keras", "fixed", "to FLT_MIN", "rounding factors"};
+  int iters = t_quick() ? 80 : 400;
+  for (int p = 0; p < 5; p++) { cfg[p] = amp_scaler_preset((amp_preset)p); cfg[p].growth_interval = 3 + p; }
+  cfg[3].max_scale = 262144.0f;
+  cfg[5] = amp_scaler_preset(AMP_PRESET_PYTORCH); cfg[5].fixed = 1; cfg[5].init_scale = 128.0f;
+  cfg[6] = amp_scaler_preset(AMP_PRESET_PYTORCH); cfg[6].init_scale = 1e-36f; cfg[6].backoff_factor = 0.25f; cfg[6].growth_interval = 50;
+  cfg[7] = amp_scaler_preset(AMP_PRESET_APEX); cfg[7].growth_factor = 3.0f; cfg[7].backoff_factor = 0.8f; cfg[7].growth_interval = 2;
+  cfg[7].max_scale = 0; cfg[7].hysteresis = 3;
+  for (int c = 0; c < 8; c++) {
+    amp_scaler *cs = NULL, *gs = NULL;
+    OK(amp_scaler_create(&cs, amp_cpu(), &cfg[c]));
+    OK(amp_scaler_create(&gs, gpu, &cfg[c]));
+    for (int i = 0; i < iters && !t__cur; i++) {
+      amp_scale_state a, b;
+      amp_scale_params pa, pb;
+      /* bursts of overflows and of clean stretches: hysteresis, growth, cap and floor all act */
+      int f = c == 6 ? (i < 40) : (int)(rnd() % 100) < (i % 40 < 10 ? 70 : 15);
+      OK(amp_scaler_update_found_inf(cs, f));
+      OK(amp_scaler_update_found_inf(gs, f));
+      OK(amp_scaler_get_state(cs, &a, &pa));
+      OK(amp_scaler_get_state(gs, &b, &pb));
+      EXPECT(memcmp(&a, &b, sizeof a) == 0 && memcmp(&pa, &pb, sizeof pa) == 0,
+             "%s iter %d found_inf %d: cpu scale %a tracker %d hyst %d floor %d, gpu %a %d %d %d", name[c], i, f,
+             (double)a.scale, a.tracker, a.hyst, a.at_floor, (double)b.scale, b.tracker, b.hyst, b.at_floor);
+      EXPECT(amp_scaler_last_skipped(cs) == amp_scaler_last_skipped(gs) && amp_scaler_skipped_steps(cs) == amp_scaler_skipped_steps(gs) &&
+             amp_scaler_at_floor(cs) == amp_scaler_at_floor(gs),
+             "%s iter %d: cpu last_skipped %d skipped %ld floor %d, gpu %d %ld %d", name[c], i, amp_scaler_last_skipped(cs),
+             amp_scaler_skipped_steps(cs), amp_scaler_at_floor(cs), amp_scaler_last_skipped(gs), amp_scaler_skipped_steps(gs),
+             amp_scaler_at_floor(gs));
+      EXPECT(amp__f32_bits(amp_scaler_get_scale(cs)) == amp__f32_bits(amp_scaler_get_scale(gs)), "%s iter %d: get_scale differs", name[c], i);
+    }
+    if (c == 6) EXPECT(amp_scaler_get_scale(gs) >= FLT_MIN, "the floor: scale %g below FLT_MIN", (double)amp_scaler_get_scale(gs));
+    amp_scaler_destroy(cs); amp_scaler_destroy(gs);
+  }
+}
+
+/* ---- tensors on both sides -------------------------------------------------------------------- */
+
+enum { KMAX = 6 };
+typedef struct tens {                       /* the data: host copies of the initial weights, current grads */
+  size_t k, n[KMAX];
+  amp_dtype wt[KMAX], gt[KMAX];
+  void *w0[KMAX], *g[KMAX];
+} tens;
+typedef struct side {                       /* one optimizer over a tens, on the CPU or the GPU */
+  amp_device *d;
+  amp_optimizer *o;
+  void *wbase[KMAX], *gbase[KMAX], *w[KMAX], *g[KMAX];
+} side;
+
+static void tens_make(tens *t, size_t k, const size_t *n, const amp_dtype *wt, const amp_dtype *gt) {
+  memset(t, 0, sizeof *t);
+  t->k = k;
+  for (size_t i = 0; i < k; i++) {
+    t->n[i] = n[i]; t->wt[i] = wt[i]; t->gt[i] = gt[i];
+    t->w0[i] = xmalloc(n[i] * amp_dtype_size(wt[i]));
+    t->g[i] = xmalloc(n[i] * amp_dtype_size(gt[i]));
+    for (size_t j = 0; j < n[i]; j++) { amp__store(t->w0[i], wt[i], j, srand1()); amp__store(t->g[i], gt[i], j, 0.0f); }
+  }
+}
+static void tens_free(tens *t) { for (size_t i = 0; i < t->k; i++) { free(t->w0[i]); free(t->g[i]); } }
+/* New grads: uniform in (-scale, scale) in each grad dtype (an f16 grad near 65536 rounds to inf,
+   as a real overflow does); bad_tensor >= 0 puts `bad` at one element of it. */
+static void tens_grads(tens *t, float scale, int bad_tensor, float bad) {
+  for (size_t i = 0; i < t->k; i++)
+    for (size_t j = 0; j < t->n[i]; j++) amp__store(t->g[i], t->gt[i], j, srand1() * scale);
+  if (bad_tensor >= 0) amp__store(t->g[bad_tensor], t->gt[bad_tensor], t->n[bad_tensor] / 2, bad);
+}
+
+static amp_status side_make(side *s, const tens *t, amp_device *d, const amp_optim_config *cfg) {
+  amp_status st;
+  memset(s, 0, sizeof *s);
+  s->d = d;
+  if ((st = amp_optimizer_create(&s->o, d, cfg)) != AMP_OK) return st;
+  for (size_t i = 0; i < t->k; i++) {
+    size_t ws = amp_dtype_size(t->wt[i]), gs = amp_dtype_size(t->gt[i]);
+    if (amp_device_is_cuda(d)) {   /* tensor 1 sits one element off 16 bytes: the scalar paths */
+      s->wbase[i] = dmalloc(t->n[i] * ws + 16); s->gbase[i] = dmalloc(t->n[i] * gs + 16);
+      s->w[i] = (char *)s->wbase[i] + (i == 1 ? ws : 0); s->g[i] = (char *)s->gbase[i] + (i == 1 ? gs : 0);
+      up(s->w[i], t->w0[i], t->n[i] * ws);
+    } else {
+      s->w[i] = s->wbase[i] = xmalloc(t->n[i] * ws); s->g[i] = s->gbase[i] = xmalloc(t->n[i] * gs);
+      memcpy(s->w[i], t->w0[i], t->n[i] * ws);
+    }
+    if ((st = amp_optimizer_add_mixed(s->o, t->wt[i], s->w[i], t->gt[i], s->g[i], t->n[i])) != AMP_OK) return st;
+  }
+  return AMP_OK;
+}
+static void side_push(side *s, const tens *t) {
+  for (size_t i = 0; i < t->k; i++) {
+    size_t bytes = t->n[i] * amp_dtype_size(t->gt[i]);
+    if (amp_device_is_cuda(s->d)) up(s->g[i], t->g[i], bytes); else memcpy(s->g[i], t->g[i], bytes);
+  }
+}
+static void side_free(side *s, const tens *t) {
+  amp_optimizer_destroy(s->o);
+  for (size_t i = 0; i < t->k; i++) {
+    if (amp_device_is_cuda(s->d)) { amp__cu_free(gpu->cuda, s->wbase[i]); amp__cu_free(gpu->cuda, s->gbase[i]); }
+    else { free(s->wbase[i]); free(s->gbase[i]); }
+  }
+}
+/* which 0: master, 1: first moment / momentum, 2: second moment, into out[n]. */
+static int side_state(const side *s, size_t i, int which, float *out) {
+  size_t n = 0;
+  const float *p;
+  if (amp_device_is_cuda(s->d)) {
+    if (which == 0) {
+      p = amp_optimizer_master(s->o, i, &n);
+      if (!p) return 0;
+      down(out, p, n * 4);
+      return 1;
+    }
+    return amp__cu_optim_state_io(gpu->cuda, s->o->cu, i, which, out, 0, msg, sizeof msg) == AMP_OK;
+  }
+  p = which == 0 ? amp_optimizer_master(s->o, i, &n) : which == 1 ? s->o->m[i] : s->o->v[i];
+  if (!p) return 0;
+  memcpy(out, p, s->o->n[i] * 4);
+  return 1;
+}
+static void side_model(const side *s, const tens *t, size_t i, void *out) {
+  size_t bytes = t->n[i] * amp_dtype_size(t->wt[i]);
+  if (amp_device_is_cuda(s->d)) down(out, s->w[i], bytes); else memcpy(out, s->w[i], bytes);
+}
+
+/* Everything an optimizer holds, as one byte string: masters, moments, model copies, step count. */
+typedef struct blob { unsigned char *p; size_t len; } blob;
+static void blob_add(blob *b, const void *src, size_t n) {
+  unsigned char *q = (unsigned char *)realloc(b->p, b->len + n);
+  if (!q) { printf("out of memory\n"); exit(1); }
+  b->p = q; memcpy(b->p + b->len, src, n); b->len += n;
+}
+static blob snapshot(const side *s, const tens *t) {
+  blob b = {NULL, 0};
+  int nm = amp__o_moments(&s->o->cfg);
+  long steps = amp_optimizer_step_count(s->o);
+  for (size_t i = 0; i < t->k; i++) {
+    float *f = (float *)xmalloc(t->n[i] * 4);
+    void *w = xmalloc(t->n[i] * amp_dtype_size(t->wt[i]));
+    for (int k = 0; k <= nm; k++) { if (!side_state(s, i, k, f)) memset(f, 0xff, t->n[i] * 4); blob_add(&b, f, t->n[i] * 4); }
+    side_model(s, t, i, w);
+    blob_add(&b, w, t->n[i] * amp_dtype_size(t->wt[i]));
+    free(f); free(w);
+  }
+  blob_add(&b, &steps, sizeof steps);
+  return b;
+}
+static int blob_same(const blob *a, const blob *b) { return a->len == b->len && memcmp(a->p, b->p, a->len) == 0; }
+
+/* The GPU side against the CPU side after `steps` steps: the documented bound, and the model copy
+   exactly the device master rounded. */
+static void compare_sides(const char *name, const side *c, const side *g, const tens *t, int steps) {
+  int nm = amp__o_moments(&c->o->cfg);
+  const char *what[3] = {"master", "m", "v"};
+  for (size_t i = 0; i < t->k && !t__cur; i++) {
+    size_t n = t->n[i];
+    float *a = (float *)xmalloc(n * 4), *b = (float *)xmalloc(n * 4);
+    void *model = xmalloc(n * amp_dtype_size(t->wt[i]));
+    for (int k = 0; k <= nm; k++) {
+      double rms = 0;
+      EXPECT(side_state(c, i, k, a) && side_state(g, i, k, b), "%s tensor %zu: %s not readable: %s", name, i, what[k], msg);
+      for (size_t j = 0; j < n; j++) rms += (double)a[j] * a[j];
+      rms = sqrt(rms / (double)n);
+      for (size_t j = 0; j < n; j++) {
+        double tol = 4.0 * steps * FLT_EPSILON * (fabs(a[j]) + rms);
+        if (!(fabs((double)b[j] - a[j]) <= tol)) {
+          EXPECT(0, "%s tensor %zu (weights %s, grads %s, n %zu) %s[%zu] after %d steps: cpu %.9g gpu %.9g (tol %.3g)", name, i,
+                 amp__dtype_name(t->wt[i]), amp__dtype_name(t->gt[i]), n, what[k], j, steps, (double)a[j], (double)b[j], tol);
+          break;
+        }
+      }
+    }
+    side_state(g, i, 0, b);
+    side_model(g, t, i, model);
+    for (size_t j = 0; j < n; j++) {
+      float want = amp__round_to(b[j], t->wt[i]), got = amp__load(model, t->wt[i], j);
+      if (amp__f32_bits(want) != amp__f32_bits(got)) {
+        EXPECT(0, "%s tensor %zu model[%zu]: %a, want the device master %a rounded: %a", name, i, j, (double)got, (double)b[j], (double)want);
+        break;
+      }
+    }
+    free(a); free(b); free(model);
+  }
+}
+
+static amp_optim_config ocfg(amp_optim_kind kind, float lr, float wd, float mom, float damp, int nest, float maxnorm) {
+  amp_optim_config c;
+  memset(&c, 0, sizeof c);
+  c.kind = kind; c.lr = lr; c.weight_decay = wd; c.momentum = mom; c.dampening = damp; c.nesterov = nest;
+  c.max_grad_norm = maxnorm;
+  return c;
+}
+static amp_scaler_config scfg(float init, int interval) {
+  amp_scaler_config c = amp_scaler_preset(AMP_PRESET_PYTORCH);
+  c.init_scale = init; c.growth_interval = interval;
+  return c;
+}
+
+/* The standard tensor set: every dtype, two mixed (f32 grads for bf16 / f16 weights), one
+   misaligned on the device, one spanning two chunks. */
+static void standard_tens(tens *t) {
+  size_t n[5] = {5, 1003, 70001, 64, 4096};
+  amp_dtype wt[5] = {AMP_F16, AMP_BF16, AMP_F32, AMP_BF16, AMP_F16};
+  amp_dtype gt[5] = {AMP_F16, AMP_BF16, AMP_F32, AMP_F32, AMP_F32};
+  if (t_quick()) n[2] = 3001;
+  tens_make(t, 5, n, wt, gt);
+}
+
+/* ---- GPU: optimizers against the CPU ---------------------------------------------------------- */
+
+static void run_against_cpu(const char *name, amp_optim_config oc, int steps) {
+  tens t;
+  side c, g;
+  amp_scaler *cs = NULL, *gs = NULL;
+  amp_scaler_config sc = scfg(4096.0f, 2);   /* grows every 2 clean steps: f16 grads overflow at 65536 */
+  int skipped = 0;
+  standard_tens(&t);
+  OK(amp_scaler_create(&cs, amp_cpu(), &sc));
+  OK(amp_scaler_create(&gs, gpu, &sc));
+  OK(side_make(&c, &t, amp_cpu(), &oc));
+  OK(side_make(&g, &t, gpu, &oc));
+  for (int step = 1; step <= steps && !t__cur; step++) {
+    float scale = amp_scaler_get_scale(cs), gscale = amp_scaler_get_scale(gs);
+    int bad = step % 5 == 3 ? (step / 5) % 5 : -1;   /* injected NaN besides any natural f16 overflow */
+    EXPECT(amp__f32_bits(scale) == amp__f32_bits(gscale), "%s step %d: cpu scale %g gpu %g", name, step, (double)scale, (double)gscale);
+    if (step == 4) { OK(amp_optimizer_set_lr(c.o, oc.lr * 0.5f)); OK(amp_optimizer_set_lr(g.o, oc.lr * 0.5f)); }   /* a schedule */
+    tens_grads(&t, scale, bad, NAN);
+    side_push(&c, &t); side_push(&g, &t);
+    if (step % 2) { OK(amp_scaler_unscale(cs, c.o)); OK(amp_scaler_unscale(gs, g.o)); }   /* explicit, or inside step */
+    OK(amp_scaler_step(cs, c.o));
+    OK(amp_scaler_step(gs, g.o));
+    {
+      float cn = amp_optimizer_grad_norm(c.o), gn = amp_optimizer_grad_norm(g.o);
+      if (cn - cn == 0.0f) EXPECT(fabs((double)gn - cn) <= 1e-5 * cn, "%s step %d: grad norm cpu %.9g gpu %.9g", name, step, (double)cn, (double)gn);
+    }
+    OK(amp_scaler_update(cs));
+    OK(amp_scaler_update(gs));
+    skipped += amp_scaler_last_skipped(cs);
+    EXPECT(amp_scaler_last_skipped(cs) == amp_scaler_last_skipped(gs) && amp_optimizer_step_count(c.o) == amp_optimizer_step_count(g.o),
+           "%s step %d: cpu skipped %d steps %ld, gpu %d %ld", name, step, amp_scaler_last_skipped(cs), amp_optimizer_step_count(c.o),
+           amp_scaler_last_skipped(gs), amp_optimizer_step_count(g.o));
+  }
+  EXPECT(skipped > 0 && skipped < steps, "%s: %d of %d steps skipped: the test wants both kinds", name, skipped, steps);
+  compare_sides(name, &c, &g, &t, steps);
+  side_free(&c, &t); side_free(&g, &t);
+  amp_scaler_destroy(cs); amp_scaler_destroy(gs);
+  tens_free(&t);
+}
+
+static void optimizers_on_gpu_match_the_cpu(void) {
+  int steps = t_quick() ? 8 : 14;
+  run_against_cpu("sgd", ocfg(AMP_SGD, 0.1f, 0, 0, 0, 0, 0), steps);
+  run_against_cpu("sgd momentum+wd+dampening", ocfg(AMP_SGD, 0.05f, 1e-2f, 0.9f, 0.1f, 0, 0), steps);
+  run_against_cpu("sgd nesterov", ocfg(AMP_SGD, 0.05f, 0, 0.9f, 0, 1, 0), steps);
+  run_against_cpu("adam l2", ocfg(AMP_ADAM, 1e-2f, 1e-2f, 0, 0, 0, 0), steps);
+  run_against_cpu("adamw clipped", ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f), steps);
+}
+
+/* ---- GPU: skipped steps ----------------------------------------------------------------------- */
+
+static void skipped_step_leaves_device_state_bit_identical(void) {
+  tens t;
+  side g;
+  amp_scaler *gs = NULL, *cs = NULL;
+  amp_scaler_config sc = scfg(1024.0f, 2000);
+  amp_optim_config oc = ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f);
+  float bad[3] = {INFINITY, NAN, -INFINITY};
+  standard_tens(&t);
+  OK(amp_scaler_create(&gs, gpu, &sc));
+  OK(amp_scaler_create(&cs, amp_cpu(), &sc));
+  OK(side_make(&g, &t, gpu, &oc));
+  for (int k = 0; k < 2; k++) {
+    tens_grads(&t, 1024.0f, -1, 0); side_push(&g, &t);
+    OK(amp_scaler_step(gs, g.o)); OK(amp_scaler_update(gs)); OK(amp_scaler_update_found_inf(cs, 0));
+  }
+  for (int f = 0; f < 5; f++) {   /* one bad element in each tensor in turn: f16, bf16, f32, f32 grads of bf16, ... */
+    blob before, after;
+    tens_grads(&t, 1024.0f, f, bad[f % 3]); side_push(&g, &t);
+    before = snapshot(&g, &t);
+    if (f % 2) OK(amp_scaler_unscale(gs, g.o));
+    OK(amp_scaler_step(gs, g.o));
+    OK(amp_scaler_update(gs));
+    OK(amp_scaler_update_found_inf(cs, 1));
+    after = snapshot(&g, &t);
+    EXPECT(blob_same(&before, &after), "%g in tensor %d (%s grads): the skipped step changed the device state", (double)bad[f % 3], f,
+           amp__dtype_name(t.gt[f]));
+    EXPECT(amp_scaler_get_scale(gs) == amp_scaler_get_scale(cs) && amp_scaler_last_skipped(gs) == 1 && amp_scaler_skipped_steps(gs) == f + 1,
+           "after overflow %d: scale %g (cpu %g) last_skipped %d skipped %ld", f, (double)amp_scaler_get_scale(gs),
+           (double)amp_scaler_get_scale(cs), amp_scaler_last_skipped(gs), amp_scaler_skipped_steps(gs));
+    free(before.p); free(after.p);
+  }
+  tens_grads(&t, amp_scaler_get_scale(gs), -1, 0); side_push(&g, &t);
+  OK(amp_scaler_step(gs, g.o)); OK(amp_scaler_update(gs));
+  EXPECT(amp_optimizer_step_count(g.o) == 3 && amp_scaler_last_skipped(gs) == 0, "a clean step after the overflows: step count %ld, want 3",
+         amp_optimizer_step_count(g.o));
+  side_free(&g, &t);
+  amp_scaler_destroy(gs); amp_scaler_destroy(cs);
+  tens_free(&t);
+}
+
+/* Two optimizers on one scaler: an overflow in either skips both when both were unscaled before
+   the first step, and only the later one when the first had already stepped, as on the CPU. */
+static void optimizers_sharing_a_scaler_skip_together(void) {
+  tens ta, tb;
+  side ca, cb, ga, gb;
+  amp_scaler *cs = NULL, *gs = NULL;
+  amp_scaler_config sc = scfg(1024.0f, 2000);
+  amp_optim_config oa = ocfg(AMP_ADAM, 1e-2f, 0, 0, 0, 0, 0), ob = ocfg(AMP_SGD, 0.1f, 0, 0.9f, 0, 0, 0);
+  standard_tens(&ta); standard_tens(&tb);
+  OK(amp_scaler_create(&cs, amp_cpu(), &sc)); OK(amp_scaler_create(&gs, gpu, &sc));
+  OK(side_make(&ca, &ta, amp_cpu(), &oa)); OK(side_make(&cb, &tb, amp_cpu(), &ob));
+  OK(side_make(&ga, &ta, gpu, &oa)); OK(side_make(&gb, &tb, gpu, &ob));
+  for (int it = 0; it < 6 && !t__cur; it++) {
+    float scale = amp_scaler_get_scale(cs);
+    int order = it % 2;              /* 0: unscale both, then step both; 1: step a, then step b */
+    int where = it % 3;              /* 0: clean; 1: inf in a; 2: inf in b */
+    blob a0 = snapshot(&ga, &ta), b0 = snapshot(&gb, &tb), a1, b1;
+    tens_grads(&ta, scale, where == 1 ? 2 : -1, INFINITY); tens_grads(&tb, scale, where == 2 ? 0 : -1, INFINITY);
+    side_push(&ca, &ta); side_push(&ga, &ta); side_push(&cb, &tb); side_push(&gb, &tb);
+    if (order == 0) {
+      OK(amp_scaler_unscale(cs, ca.o)); OK(amp_scaler_unscale(cs, cb.o));
+      OK(amp_scaler_unscale(gs, ga.o)); OK(amp_scaler_unscale(gs, gb.o));
+    }
+    OK(amp_scaler_step(cs, ca.o)); OK(amp_scaler_step(cs, cb.o)); OK(amp_scaler_update(cs));
+    OK(amp_scaler_step(gs, ga.o)); OK(amp_scaler_step(gs, gb.o)); OK(amp_scaler_update(gs));
+    a1 = snapshot(&ga, &ta); b1 = snapshot(&gb, &tb);
+    EXPECT(amp_optimizer_step_count(ca.o) == amp_optimizer_step_count(ga.o) && amp_optimizer_step_count(cb.o) == amp_optimizer_step_count(gb.o),
+           "iteration %d (order %d, inf in %d): cpu steps %ld %ld, gpu %ld %ld", it, order, where, amp_optimizer_step_count(ca.o),
+           amp_optimizer_step_count(cb.o), amp_optimizer_step_count(ga.o), amp_optimizer_step_count(gb.o));
+    if (where != 0 && order == 0)
+      EXPECT(blob_same(&a0, &a1) && blob_same(&b0, &b1), "iteration %d: inf in %s, both unscaled first: a changed %d, b changed %d",
+             it, where == 1 ? "a" : "b", !blob_same(&a0, &a1), !blob_same(&b0, &b1));
+    if (where == 2 && order == 1)
+      EXPECT(!blob_same(&a0, &a1) && blob_same(&b0, &b1), "iteration %d: a stepped before b's inf was seen: a changed %d (want 1), b %d (want 0)",
+             it, !blob_same(&a0, &a1), !blob_same(&b0, &b1));
+    EXPECT(amp__f32_bits(amp_scaler_get_scale(cs)) == amp__f32_bits(amp_scaler_get_scale(gs)), "iteration %d: scale cpu %g gpu %g", it,
+           (double)amp_scaler_get_scale(cs), (double)amp_scaler_get_scale(gs));
+    free(a0.p); free(b0.p); free(a1.p); free(b1.p);
+  }
+  compare_sides("shared scaler a", &ca, &ga, &ta, 6);
+  compare_sides("shared scaler b", &cb, &gb, &tb, 6);
+  side_free(&ca, &ta); side_free(&cb, &tb); side_free(&ga, &ta); side_free(&gb, &tb);
+  amp_scaler_destroy(cs); amp_scaler_destroy(gs);
+  tens_free(&ta); tens_free(&tb);
+}
+
+/* ---- GPU: graphs and launch counts ------------------------------------------------------------ */
+
+static void captured_public_step_replays_like_eager(void) {
+  tens t;
+  side a, b;
+  amp_scaler *sa = NULL, *sb = NULL;
+  amp_scaler_config sc = scfg(1024.0f, 2);   /* the scale grows inside the replays */
+  amp_optim_config oc = ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 2.0f);
+  void *graph = NULL;
+  size_t kernels = 0;
+  standard_tens(&t);
+  OK(amp_scaler_create(&sa, gpu, &sc)); OK(amp_scaler_create(&sb, gpu, &sc));
+  OK(side_make(&a, &t, gpu, &oc)); OK(side_make(&b, &t, gpu, &oc));
+  tens_grads(&t, 1024.0f, -1, 0); side_push(&a, &t); side_push(&b, &t);
+  OK(amp_scaler_step(sa, a.o)); OK(amp_scaler_update(sa));   /* eager first steps build the device optimizers */
+  OK(amp_scaler_step(sb, b.o)); OK(amp_scaler_update(sb));
+  OK(amp__cu_capture_begin(gpu->cuda, msg, sizeof msg));
+  {
+    amp_status s1 = amp_scaler_unscale(sb, b.o), s2 = amp_scaler_step(sb, b.o), s3 = amp_scaler_update(sb);
+    amp_status e = amp__cu_capture_end(gpu->cuda, &graph, &kernels, msg, sizeof msg);
+    EXPECT(s1 == AMP_OK && s2 == AMP_OK && s3 == AMP_OK && e == AMP_OK, "capture: unscale %s step %s update %s end %s (%s / %s)",
+           amp_status_string(s1), amp_status_string(s2), amp_status_string(s3), amp_status_string(e), amp_last_error(), msg);
+    if (e != AMP_OK) { side_free(&a, &t); side_free(&b, &t); amp_scaler_destroy(sa); amp_scaler_destroy(sb); tens_free(&t); return; }
+  }
+  EXPECT(kernels == 3, "a captured unscale + step + update has %zu kernel nodes, want 3", kernels);
+  for (int r = 0; r < 6; r++) {
+    float scale = amp_scaler_get_scale(sa);
+    tens_grads(&t, scale, r == 3 ? 1 : -1, NAN);   /* one overflow among the replays */
+    side_push(&a, &t); side_push(&b, &t);
+    OK(amp_scaler_unscale(sa, a.o)); OK(amp_scaler_step(sa, a.o)); OK(amp_scaler_update(sa));
+    OK(amp__cu_graph_launch(gpu->cuda, graph, msg, sizeof msg));
+  }
+  {
+    blob ba = snapshot(&a, &t), bb = snapshot(&b, &t);
+    amp_scale_state xa, xb;
+    EXPECT(blob_same(&ba, &bb), "6 graph replays differ from 6 eager steps (eager step count %ld, replayed %ld)",
+           amp_optimizer_step_count(a.o), amp_optimizer_step_count(b.o));
+    EXPECT(amp_optimizer_step_count(a.o) == 6 && amp_scaler_skipped_steps(sa) == 1 && amp_scaler_skipped_steps(sb) == 1,
+           "eager: %ld updates and %ld skipped, want 6 and 1 (replayed: %ld skipped)", amp_optimizer_step_count(a.o),
+           amp_scaler_skipped_steps(sa), amp_scaler_skipped_steps(sb));
+    OK(amp_scaler_get_state(sa, &xa, NULL)); OK(amp_scaler_get_state(sb, &xb, NULL));
+    EXPECT(memcmp(&xa, &xb, sizeof xa) == 0, "scaler: eager scale %g tracker %d, replayed %g %d", (double)xa.scale, xa.tracker,
+           (double)xb.scale, xb.tracker);
+    free(ba.p); free(bb.p);
+  }
+  amp__cu_graph_destroy(graph);
+  side_free(&a, &t); side_free(&b, &t);
+  amp_scaler_destroy(sa); amp_scaler_destroy(sb);
+  tens_free(&t);
+}
+
+static void public_step_over_500_tensors_is_three_launches(void) {
+  enum { K = 500 };
+  void *mem[2 * K], *graph = NULL;
+  amp_scaler *s = NULL;
+  amp_optimizer *o = NULL;
+  amp_optim_config oc = ocfg(AMP_ADAMW, 1e-3f, 1e-2f, 0, 0, 0, 1.0f);
+  size_t kernels = 0;
+  OK(amp_scaler_create(&s, gpu, NULL));
+  OK(amp_optimizer_create(&o, gpu, &oc));
+  for (int i = 0; i < K; i++) {
+    size_t n = 100 + rnd() % 3000;
+    uint16_t *z = (uint16_t *)calloc(n, 2);
+    mem[2 * i] = dmalloc(n * 2); mem[2 * i + 1] = dmalloc(n * 2);
+    up(mem[2 * i], z, n * 2); up(mem[2 * i + 1], z, n * 2);
+    free(z);
+    OK(amp_optimizer_add(o, i % 2 ? AMP_BF16 : AMP_F16, mem[2 * i + 1], mem[2 * i], n));
+  }
+  OK(amp_scaler_step(s, o)); OK(amp_scaler_update(s));
+  OK(amp__cu_capture_begin(gpu->cuda, msg, sizeof msg));
+  amp_scaler_unscale(s, o); amp_scaler_step(s, o); amp_scaler_update(s);
+  OK(amp__cu_capture_end(gpu->cuda, &graph, &kernels, msg, sizeof msg));
+  EXPECT(kernels == 3, "unscale + step + update over %d tensors: %zu kernels, want 3", K, kernels);
+  OK(amp__cu_graph_launch(gpu->cuda, graph, msg, sizeof msg));
+  EXPECT(amp_optimizer_step_count(o) == 2, "an eager step and a replay: step count %ld, want 2", amp_optimizer_step_count(o));
+  amp__cu_graph_destroy(graph);
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+  for (int i = 0; i < 2 * K; i++) amp__cu_free(gpu->cuda, mem[i]);
+}
+
+/* ---- GPU: the data-parallel hook -------------------------------------------------------------- */
+
+typedef struct hook_log { int calls, wrong, mode; double seen[2]; } hook_log;   /* mode 0 identity, 1 AMP_ERR_IO, 2 status 42, 3 another rank overflowed */
+static amp_status test_hook(void *user, double *buf, int n, void *stream) {
+  hook_log *h = (hook_log *)user;
+  h->calls++;
+  if (n != 2 || !buf || stream != gpu_stream) h->wrong++;
+  if (h->mode == 1) return AMP_ERR_IO;
+  if (h->mode == 2) return (amp_status)42;
+  /* a test may wait: read what this rank found (the buffer is device memory) */
+  if (amp__cu_copy(gpu->cuda, h->seen, buf, sizeof h->seen, 1, msg, sizeof msg) != AMP_OK) h->wrong++;
+  if (h->mode == 3) {
+    double sum[2];
+    sum[0] = h->seen[0] + 1.0; sum[1] = h->seen[1] + 1.0;
+    if (amp__cu_copy(gpu->cuda, buf, sum, sizeof sum, 0, msg, sizeof msg) != AMP_OK) h->wrong++;
+  }
+  return AMP_OK;
+}
+
+static void allreduce_hook_on_gpu_identity_equals_none_and_failure_changes_nothing(void) {
+  tens t;
+  side x, y;
+  amp_scaler *sx = NULL, *sy = NULL;
+  amp_scaler_config sc = scfg(1024.0f, 2000);
+  amp_optim_config oc = ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f);
+  hook_log h;
+  memset(&h, 0, sizeof h);
+  standard_tens(&t);
+  OK(amp_scaler_create(&sx, gpu, &sc)); OK(amp_scaler_create(&sy, gpu, &sc));
+  OK(side_make(&x, &t, gpu, &oc)); OK(side_make(&y, &t, gpu, &oc));
+  OK(amp_scaler_set_allreduce(sy, test_hook, &h));
+  for (int step = 0; step < 3; step++) {
+    tens_grads(&t, 1024.0f, -1, 0); side_push(&x, &t); side_push(&y, &t);
+    OK(amp_scaler_step(sx, x.o)); OK(amp_scaler_step(sy, y.o));
+    EXPECT(amp__f32_bits(amp_optimizer_grad_norm(x.o)) == amp__f32_bits(amp_optimizer_grad_norm(y.o)) &&
+           amp__f32_bits((float)sqrt(h.seen[1])) == amp__f32_bits(amp_optimizer_grad_norm(y.o)) && h.seen[0] == 0.0,
+           "step %d: norm without hook %.9g, with %.9g, sqrt of the hook's sum %.9g, found %g", step,
+           (double)amp_optimizer_grad_norm(x.o), (double)amp_optimizer_grad_norm(y.o), sqrt(h.seen[1]), h.seen[0]);
+    OK(amp_scaler_update(sx)); OK(amp_scaler_update(sy));
+  }
+  EXPECT(h.calls == 3 && h.wrong == 0, "hook called %d times (want 3), %d with a wrong buffer, count or stream", h.calls, h.wrong);
+  {
+    blob bx = snapshot(&x, &t), by = snapshot(&y, &t);
+    EXPECT(blob_same(&bx, &by), "an identity hook changed the result");
+    free(bx.p); free(by.p);
+  }
+  for (int mode = 1; mode <= 2; mode++) {   /* a failing hook: the step fails and nothing changes */
+    blob b0, b1;
+    float scale = amp_scaler_get_scale(sy);
+    amp_status st;
+    h.mode = mode;
+    tens_grads(&t, 1024.0f, -1, 0); side_push(&y, &t);
+    b0 = snapshot(&y, &t);
+    st = amp_scaler_step(sy, y.o);
+    EXPECT(st == (mode == 1 ? AMP_ERR_IO : AMP_ERR_DEVICE) && strstr(amp_last_error(), "amp_scaler_step") && strstr(amp_last_error(), "allreduce hook"),
+           "hook mode %d: step gave %s '%s'", mode, amp_status_string(st), amp_last_error());
+    EXPECT(amp_scaler_update(sy) == AMP_ERR_STATE, "update after a failed step: %s, want AMP_ERR_STATE (nothing recorded)", amp_last_error());
+    b1 = snapshot(&y, &t);
+    EXPECT(blob_same(&b0, &b1) && amp_scaler_get_scale(sy) == scale, "hook mode %d: the failed step changed the state (scale %g -> %g)", mode,
+           (double)scale, (double)amp_scaler_get_scale(sy));
+    free(b0.p); free(b1.p);
+  }
+  { /* another rank saw inf/NaN: this one skips too and backs off */
+    blob b0, b1;
+    float scale = amp_scaler_get_scale(sy);
+    h.mode = 3;
+    tens_grads(&t, 1024.0f, -1, 0); side_push(&y, &t);
+    b0 = snapshot(&y, &t);
+    OK(amp_scaler_step(sy, y.o)); OK(amp_scaler_update(sy));
+    b1 = snapshot(&y, &t);
+    EXPECT(blob_same(&b0, &b1) && amp_scaler_last_skipped(sy) == 1 && amp_scaler_get_scale(sy) == scale * 0.5f,
+           "an overflow on another rank: changed %d, last_skipped %d, scale %g -> %g", !blob_same(&b0, &b1), amp_scaler_last_skipped(sy),
+           (double)scale, (double)amp_scaler_get_scale(sy));
+    free(b0.p); free(b1.p);
+  }
+  side_free(&x, &t); side_free(&y, &t);
+  amp_scaler_destroy(sx); amp_scaler_destroy(sy);
+  tens_free(&t);
+}
+
+/* ---- GPU: checkpoints ------------------------------------------------------------------------- */
+
+static unsigned char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *p;
+  long n;
+  *len = 0;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END); n = ftell(f); fseek(f, 0, SEEK_SET);
+  p = (unsigned char *)xmalloc((size_t)n);
+  if (fread(p, 1, (size_t)n, f) != (size_t)n) { free(p); fclose(f); return NULL; }
+  fclose(f);
+  *len = (size_t)n;
+  return p;
+}
+
+static void checkpoint_moves_cpu_to_gpu_and_back_bit_exact(void) {
+  const char *p1 = "build/test/cuda_amp_ckpt1.bin", *p2 = "build/test/cuda_amp_ckpt2.bin";
+  tens t;
+  side c, g, c2;
+  amp_scaler *cs = NULL, *gs = NULL, *cs2 = NULL;
+  amp_scaler_config sc = scfg(2048.0f, 3);
+  amp_optim_config oc = ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f);
+  unsigned char *f1, *f2;
+  size_t l1, l2;
+  standard_tens(&t);
+  OK(amp_scaler_create(&cs, amp_cpu(), &sc)); OK(amp_scaler_create(&gs, gpu, &sc)); OK(amp_scaler_create(&cs2, amp_cpu(), &sc));
+  OK(side_make(&c, &t, amp_cpu(), &oc)); OK(side_make(&g, &t, gpu, &oc)); OK(side_make(&c2, &t, amp_cpu(), &oc));
+  for (int step = 0; step < 5; step++) {   /* a CPU history with one overflow */
+    tens_grads(&t, amp_scaler_get_scale(cs), step == 2 ? 0 : -1, INFINITY); side_push(&c, &t);
+    OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_update(cs));
+  }
+  OK(amp_optimizer_set_lr(c.o, 3e-3f));
+  OK(amp_checkpoint_save(p1, c.o, cs));
+  OK(amp_checkpoint_load(p1, g.o, gs));
+  {
+    blob bc = snapshot(&c, &t), bg = snapshot(&g, &t);
+    amp_scale_state a, b;
+    EXPECT(blob_same(&bc, &bg), "CPU -> GPU: the device masters, moments, model copies or step count differ from the CPU's");
+    OK(amp_scaler_get_state(cs, &a, NULL)); OK(amp_scaler_get_state(gs, &b, NULL));
+    EXPECT(memcmp(&a, &b, sizeof a) == 0 && amp_scaler_skipped_steps(gs) == 1 && amp_scaler_last_skipped(gs) == amp_scaler_last_skipped(cs),
+           "CPU -> GPU scaler: scale %g / %g, tracker %d / %d, skipped %ld", (double)a.scale, (double)b.scale, a.tracker, b.tracker,
+           amp_scaler_skipped_steps(gs));
+    free(bc.p); free(bg.p);
+  }
+  OK(amp_checkpoint_save(p2, g.o, gs));
+  f1 = slurp(p1, &l1); f2 = slurp(p2, &l2);
+  EXPECT(f1 && f2 && l1 == l2 && memcmp(f1, f2, l1) == 0, "the GPU's checkpoint (%zu bytes) is not the CPU's (%zu bytes) byte for byte", l2, l1);
+  free(f1); free(f2);
+  OK(amp_checkpoint_load(p2, c2.o, cs2));
+  {
+    blob bc = snapshot(&c, &t), b2 = snapshot(&c2, &t);
+    EXPECT(blob_same(&bc, &b2), "CPU -> GPU -> CPU: the state differs from the original");
+    free(bc.p); free(b2.p);
+  }
+  /* both go on the same way: one more step each */
+  tens_grads(&t, amp_scaler_get_scale(cs), -1, 0); side_push(&c, &t); side_push(&g, &t);
+  OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_update(cs));
+  OK(amp_scaler_step(gs, g.o)); OK(amp_scaler_update(gs));
+  compare_sides("after a restored step", &c, &g, &t, 1);
+  remove(p1); remove(p2);
+  side_free(&c, &t); side_free(&g, &t); side_free(&c2, &t);
+  amp_scaler_destroy(cs); amp_scaler_destroy(gs); amp_scaler_destroy(cs2);
+  tens_free(&t);
+}
+
+/* ---- GPU: bad input --------------------------------------------------------------------------- */
+
+static void never_called(void *user, float *master, const float *grad, size_t n, size_t index, long step) {
+  (void)user; (void)master; (void)grad; (void)n; (void)index; (void)step;
+}
+
+static void bad_input_on_gpu_is_refused(void) {
+  amp_scaler *gs = NULL, *cs = NULL;
+  amp_optimizer *o = NULL, *e = NULL, *cu = NULL;
+  amp_optim_config custom = ocfg(AMP_CUSTOM, 1e-3f, 0, 0, 0, 0, 0);
+  char cpu_msg[512];
+  void *w = dmalloc(64), *g = dmalloc(64), *w2 = dmalloc(64), *g2 = dmalloc(64);
+  amp_status st;
+  OK(amp_scaler_create(&gs, gpu, NULL)); OK(amp_scaler_create(&cs, amp_cpu(), NULL));
+  OK(amp_optimizer_create(&o, gpu, NULL)); OK(amp_optimizer_create(&e, gpu, NULL));
+  {
+    uint16_t z[32];
+    memset(z, 0, sizeof z); up(w, z, 64); up(g, z, 64); up(w2, z, 64); up(g2, z, 64);
+  }
+  custom.custom_step = never_called;
+  st = amp_optimizer_create(&cu, gpu, &custom);
+  EXPECT(st == AMP_ERR_UNSUPPORTED && cu == NULL && strstr(amp_last_error(), "AMP_CUSTOM"), "AMP_CUSTOM on CUDA: %s '%s'",
+         amp_status_string(st), amp_last_error());
+  OK(amp_optimizer_add(o, AMP_F16, w, g, 32));
+  st = amp_scaler_step(cs, o);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "different devices"), "CPU scaler, CUDA optimizer: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(amp_scaler_step(NULL, o) == AMP_ERR_ARG && amp_scaler_step(gs, NULL) == AMP_ERR_ARG, "NULL scaler or optimizer accepted");
+  st = amp_scaler_update(gs);
+  snprintf(cpu_msg, sizeof cpu_msg, "%s", amp_last_error());
+  EXPECT(st == AMP_ERR_STATE && amp_scaler_update(cs) == AMP_ERR_STATE && strcmp(cpu_msg, amp_last_error()) == 0,
+         "update with nothing recorded: gpu %s '%s', cpu '%s'", amp_status_string(st), cpu_msg, amp_last_error());
+  st = amp_scaler_step(gs, e);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "no tensors"), "a step with no tensor on CUDA: %s '%s'", amp_status_string(st), amp_last_error());
+  OK(amp_scaler_unscale(gs, o));
+  st = amp_scaler_unscale(gs, o);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "already been called"), "second unscale: %s '%s'", amp_status_string(st), amp_last_error());
+  OK(amp_scaler_step(gs, o));
+  st = amp_scaler_step(gs, o);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "step() has already"), "second step: %s '%s'", amp_status_string(st), amp_last_error());
+  OK(amp_scaler_update(gs));
+  st = amp_optimizer_add(o, AMP_F16, w2, g2, 32);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "before the first step") && amp_optimizer_count(o) == 1,
+         "add after the first step: %s '%s', %zu tensors", amp_status_string(st), amp_last_error(), amp_optimizer_count(o));
+  EXPECT(amp_optimizer_master(o, 1, NULL) == NULL && amp_optimizer_master(o, 0, NULL) != NULL, "master(1) of 1 tensor, or master(0) is NULL");
+  EXPECT(amp_optimizer_step_count(o) == 1, "step count %ld after one clean step, want 1", amp_optimizer_step_count(o));
+  EXPECT(amp_optimizer_set_lr(o, -1.0f) == AMP_ERR_ARG, "set_lr(-1) accepted");
+  amp_optimizer_destroy(o); amp_optimizer_destroy(e);
+  amp_scaler_destroy(gs); amp_scaler_destroy(cs);
+  amp__cu_free(gpu->cuda, w); amp__cu_free(gpu->cuda, g); amp__cu_free(gpu->cuda, w2); amp__cu_free(gpu->cuda, g2);
+}
+
+static void quiet(void *user, const char *m) { (void)user; (void)m; }   /* the floor message, expected here */
+
+int main(void) {
+  amp_status st;
+  char why[512];
+  amp_set_log(quiet, NULL);
+  if (amp__cu_stream_create(0, &gpu_stream, msg, sizeof msg) != AMP_OK) gpu_stream = NULL;
+  st = amp_cuda_open(&gpu, 0, gpu_stream);
+  snprintf(why, sizeof why, "%s", amp_last_error());
+  if (st != AMP_OK) gpu = NULL;
+  RUN(cuda_open_without_gpu_is_unsupported);
+  RUN(scale_ptr_and_scale_buffer_follow_the_scale);
+  if (st == AMP_ERR_UNSUPPORTED) {
+    printf("skipped: GPU tests of the public API on CUDA (%s)\n", why);
+    TEST_END();
+  }
+  if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", why); return 1; }
+  RUN(scale_trajectories_equal_the_cpu_for_every_preset);
+  RUN(optimizers_on_gpu_match_the_cpu);
+  RUN(skipped_step_leaves_device_state_bit_identical);
+  RUN(optimizers_sharing_a_scaler_skip_together);
+  RUN(allreduce_hook_on_gpu_identity_equals_none_and_failure_changes_nothing);
+  RUN(checkpoint_moves_cpu_to_gpu_and_back_bit_exact);
+  RUN(bad_input_on_gpu_is_refused);
+  if (gpu_stream) {
+    RUN(captured_public_step_replays_like_eager);
+    RUN(public_step_over_500_tensors_is_three_launches);
+  } else printf("skipped: graph tests (no stream of our own)\n");
+  amp_device_close(gpu);
+  amp__cu_stream_destroy(gpu_stream);
+  TEST_END();
+}
