@@ -479,6 +479,39 @@ extern amp_status amp__cu_capture_end(void *state, void **graph, size_t *kernel_
 extern amp_status amp__cu_graph_launch(void *state, void *graph, char *msg, size_t cap);
 extern void       amp__cu_graph_destroy(void *graph);
 
+/* ---- Data-parallel with NCCL (one process or thread per GPU) -----------------------------------
+   Built when the implementation unit defines AMP_CUDA and AMP_NCCL and amp_kernels.cu is compiled
+   with -DAMP_NCCL (link -lnccl); otherwise both return AMP_ERR_UNSUPPORTED and say how to enable
+   them. nccl_comm is the trainer's ncclComm_t (amp.h does not include nccl.h). NCCL failures are
+   AMP_ERR_DEVICE with ncclGetErrorString (and NCCL's last error) in amp_last_error().
+
+   amp_nccl_allreduce_hook is the scaler's all-reduce hook as it stands, the one line:
+       amp_scaler_set_allreduce(sc, amp_nccl_allreduce_hook, comm);
+   It enqueues ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm, stream) and returns: a device
+   scaler's step stays free of host waits. For a CPU scaler (buf in host memory) it goes through a
+   small device buffer on the default stream and waits.
+   When to set it: whenever the ranks' optimizers step different gradients: a sharded optimizer
+   (ZeRO: each rank owns a slice of the fp32 masters, as examples/dp_threads.c and dp_nccl.c do),
+   FSDP, tensor or pipeline parallelism. Then found_inf and the clipping norm become global. In
+   plain DDP, where every rank steps the whole model with the same all-reduced grads, an inf on one
+   rank is already inf on all of them after amp_nccl_allreduce_grads (NCCL gives every rank the same
+   bits), so they skip together without the hook; with it the squared norm would be counted once
+   per rank (it is summed), so leave it off there.
+
+   amp_nccl_allreduce_grads all-reduces n gradients of type t in place (a device pointer on d), on
+   d's stream, enqueued only: the sum over the ranks, or with average != 0 the mean (the sum times
+   1/ranks rounded to f32). in_f32 != 0, what the examples pass and the recommended setting, widens
+   to an fp32 copy (at most 64 MiB, in chunks, stream-ordered cudaMallocAsync), reduces that and
+   rounds once back to t; in_f32 0 reduces in t itself (half the bytes on the wire: PyTorch DDP's
+   default, DeepSpeed's fp16 communication_data_type). Why fp32 by default: NCCL rounds to the wire
+   type after every hop, so a bf16 sum over R ranks carries about log2(R) fewer of its 8 bits
+   (Megatron-LM forces fp32 all-reduce with --bf16 for that reason), and an f16 sum of scaled grads
+   can reach inf where every rank's grads fit (a spurious skip, and the scale settles log2(R) lower).
+   F32 grads are reduced directly (ncclAvg for the mean); in_f32 changes nothing for them. */
+AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, void *stream);
+AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void *grads, amp_dtype t, size_t n,
+                                           int average, int in_f32);
+
 /* ------------------------------------------------------------------------------------------
    Gradient scaler (mirrors PyTorch: scaler.unscale_(opt) / scaler.step(opt) / scaler.update())
    ------------------------------------------------------------------------------------------ */
@@ -2046,6 +2079,42 @@ AMPDEF void amp_device_close(amp_device *d) { (void)d; }
 AMPDEF amp_status amp_device_sync(amp_device *d) {
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_device_sync: d is NULL");
   return AMP_OK;
+}
+#endif
+
+/* ---- NCCL: amp_kernels.cu's section "NCCL" does the work ---- */
+#if defined(AMP_CUDA) && defined(AMP_NCCL)
+extern amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, void *stream, char *msg, size_t cap);
+extern amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, int32_t dtype, size_t n, int average,
+                                     int in_f32, char *msg, size_t cap);
+
+AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, void *stream) {
+  if (!nccl_comm) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: nccl_comm is NULL (pass the ncclComm_t as the hook's user)");
+  if (!buf) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: buf is NULL");
+  if (n < 1) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: n %d must be >= 1", n);
+  return amp__cu_nccl_allreduce(nccl_comm, buf, n, stream, amp__err_buf, sizeof amp__err_buf);
+}
+AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void *grads, amp_dtype t, size_t n,
+                                           int average, int in_f32) {
+  if (!d || !d->is_cuda) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: d is %s (a CUDA device is needed)", d ? "the CPU" : "NULL");
+  if (!nccl_comm) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: nccl_comm is NULL");
+  if (!amp_dtype_size(t)) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)t);
+  if (n == 0) return AMP_OK;
+  if (!grads) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: grads is NULL with n = %zu", n);
+  return amp__cu_nccl_grads(d->cuda, nccl_comm, grads, (int32_t)t, n, average != 0, in_f32 != 0,
+                            amp__err_buf, sizeof amp__err_buf);
+}
+#else
+AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, void *stream) {
+  (void)nccl_comm; (void)buf; (void)stream;
+  return amp__fail(AMP_ERR_UNSUPPORTED, "amp_nccl_allreduce_hook(n %d): amp.h was built without NCCL; define AMP_CUDA "
+                   "and AMP_NCCL in the implementation unit, compile amp_kernels.cu with nvcc -DAMP_NCCL and link -lnccl", n);
+}
+AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void *grads, amp_dtype t, size_t n,
+                                           int average, int in_f32) {
+  (void)d; (void)nccl_comm; (void)grads; (void)t; (void)average; (void)in_f32;
+  return amp__fail(AMP_ERR_UNSUPPORTED, "amp_nccl_allreduce_grads(n %zu): amp.h was built without NCCL; define AMP_CUDA "
+                   "and AMP_NCCL in the implementation unit, compile amp_kernels.cu with nvcc -DAMP_NCCL and link -lnccl", n);
 }
 #endif
 

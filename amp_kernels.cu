@@ -1363,3 +1363,115 @@ extern "C" amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta,
   if (pl->kind == AMP__PLAN_SPLIT) return amp__gemm_launch_elementwise(st, p, 0, 1, msg, cap);
   return AMP_OK;
 }
+
+// ------------------------------------------------------------------------------------------------
+// ---- NCCL (compiled with -DAMP_NCCL; link -lnccl)
+//
+// The data-parallel adapters behind amp_nccl_allreduce_hook and amp_nccl_allreduce_grads (see the
+// comment above them in amp.h). Every collective is only enqueued on the stream, never waited for,
+// so a data-parallel step can still be captured in a CUDA graph (NCCL supports capture since 2.9,
+// cudaMallocAsync since CUDA 11.4).
+#ifdef AMP_NCCL
+#include <nccl.h>
+#include <stdint.h>
+
+// Formats a failing NCCL call (ncclGetErrorString, plus NCCL's own last message where it has one).
+static amp_status amp__nccl_fail(char *msg, size_t cap, const char *call, ncclResult_t r, ncclComm_t comm,
+                                 const char *file, int line) {
+  const char *last = NULL;
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21300
+  last = ncclGetLastError(comm);
+#else
+  (void)comm;
+#endif
+  if (msg && cap)
+    snprintf(msg, cap, "%s failed: %s%s%s (%s:%d)", call, ncclGetErrorString(r), last && *last ? ": " : "",
+             last && *last ? last : "", file, line);
+  return AMP_ERR_DEVICE;
+}
+#define NCCL_CHECK(call, comm) do { ncclResult_t r_ = (call); \
+    if (r_ != ncclSuccess) return amp__nccl_fail(msg, cap, #call, r_, (comm), __FILE__, __LINE__); } while (0)
+
+// The scaler's hook: {found_inf, sumsq} summed over the ranks, in place.
+extern "C" amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, void *stream, char *msg, size_t cap) {
+  ncclComm_t c = (ncclComm_t)comm;
+  cudaStream_t s = (cudaStream_t)stream;
+  cudaPointerAttributes a;
+  memset(&a, 0, sizeof a);
+  if (cudaPointerGetAttributes(&a, buf) != cudaSuccess) { cudaGetLastError(); a.type = cudaMemoryTypeUnregistered; }
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {   // a device scaler: enqueue only
+    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclDouble, ncclSum, c, s), c);
+    return AMP_OK;
+  }
+  // A CPU scaler: host memory, which NCCL cannot read, goes through the device, and the host waits.
+  double *dev = NULL;
+  cudaError_t e = cudaMalloc((void **)&dev, (size_t)n * sizeof(double));
+  if (e != cudaSuccess) return amp__cu_fail(msg, cap, "cudaMalloc(hook buffer)", cudaGetErrorName(e), __FILE__, __LINE__);
+  amp_status r = AMP_OK;
+  const char *what = NULL;
+  if ((e = cudaMemcpyAsync(dev, buf, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, s)) != cudaSuccess) what = "cudaMemcpyAsync(to device)";
+  else {
+    ncclResult_t nr = ncclAllReduce(dev, dev, (size_t)n, ncclDouble, ncclSum, c, s);
+    if (nr != ncclSuccess) r = amp__nccl_fail(msg, cap, "ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm, stream)", nr, c,
+                                              __FILE__, __LINE__);
+    else if ((e = cudaMemcpyAsync(buf, dev, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, s)) != cudaSuccess) what = "cudaMemcpyAsync(to host)";
+    else if ((e = cudaStreamSynchronize(s)) != cudaSuccess) what = "cudaStreamSynchronize(stream)";
+  }
+  if (what) r = amp__cu_fail(msg, cap, what, cudaGetErrorName(e), __FILE__, __LINE__);
+  cudaFree(dev);
+  return r;
+}
+
+// The fp32 detour of amp_nccl_allreduce_grads: widen a chunk, sum it in fp32, round it back once
+// (times 1/ranks for the mean). Plain grid-stride loops over the shared element math: the
+// collective, not these, sets the pace.
+__global__ void amp__nccl_widen(float *dst, const void *src, int t, long long n) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    dst[i] = amp__load(src, (amp_dtype)t, (size_t)i);
+}
+__global__ void amp__nccl_narrow(void *dst, int t, const float *src, long long n, float mul) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    amp__store(dst, (amp_dtype)t, (size_t)i, mul == 1.0f ? src[i] : src[i] * mul);
+}
+
+#define AMP__NCCL_CHUNK ((size_t)1 << 24)   // elements per fp32 round trip: a 64 MiB temporary at most
+
+extern "C" amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, int32_t dtype, size_t n, int average,
+                                         int in_f32, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  ncclComm_t c = (ncclComm_t)comm;
+  if (dtype == AMP_F32 || !in_f32) {   // in the grads' own type: one collective, in place
+    ncclDataType_t nt = dtype == AMP_F32 ? ncclFloat : dtype == AMP_F16 ? ncclHalf : ncclBfloat16;
+    NCCL_CHECK(ncclAllReduce(grads, grads, n, nt, average ? ncclAvg : ncclSum, c, st->stream), c);
+    return AMP_OK;
+  }
+  int ranks = 1;
+  NCCL_CHECK(ncclCommCount(c, &ranks), c);
+  const float mul = average ? (float)(1.0 / (double)ranks) : 1.0f;
+  const size_t chunk = n < AMP__NCCL_CHUNK ? n : AMP__NCCL_CHUNK;
+  const int threads = 256;
+  const long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 8;
+  float *tmp = NULL;
+  CU_CHECK(cudaMallocAsync((void **)&tmp, chunk * sizeof(float), st->stream));
+  amp_status r = AMP_OK;
+  for (size_t off = 0; off < n && r == AMP_OK; off += chunk) {
+    const size_t k = n - off < chunk ? n - off : chunk;
+    const long long need = ((long long)k + threads - 1) / threads;
+    const int grid = (int)(need < most ? need : most);
+    char *base = (char *)grads + off * 2;   // f16 / bf16: 2 bytes an element
+    amp__nccl_widen<<<grid, threads, 0, st->stream>>>(tmp, base, dtype, (long long)k);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) { r = amp__cu_fail(msg, cap, "amp__nccl_widen<<<>>>", cudaGetErrorName(e), __FILE__, __LINE__); break; }
+    ncclResult_t nr = ncclAllReduce(tmp, tmp, k, ncclFloat, ncclSum, c, st->stream);
+    if (nr != ncclSuccess) {
+      r = amp__nccl_fail(msg, cap, "ncclAllReduce(tmp, tmp, k, ncclFloat, ncclSum, comm, stream)", nr, c, __FILE__, __LINE__);
+      break;
+    }
+    amp__nccl_narrow<<<grid, threads, 0, st->stream>>>(base, dtype, tmp, (long long)k, mul);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) r = amp__cu_fail(msg, cap, "amp__nccl_narrow<<<>>>", cudaGetErrorName(e), __FILE__, __LINE__);
+  }
+  cudaFreeAsync(tmp, st->stream);
+  return r;
+}
+#endif  // AMP_NCCL
