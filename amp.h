@@ -619,9 +619,14 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
    Data-parallel on CUDA: unscale is 3 launches around the hook (this rank's pass, the hook's own
    work on the stream, a 1-thread decision). Destroy scalers and optimizers before their device. */
 
-/* Data-parallel training (one process or thread per GPU, gradients all-reduced by the trainer).
-   If any rank saw inf/NaN, every rank must skip the step and back off together, and clipping must
-   use the global norm; otherwise the replicas drift apart silently. Give the scaler a hook that
+/* Data-parallel training (one process or thread per GPU). If any rank saw inf/NaN, every rank must
+   skip the step and back off together, and clipping must use the global norm; otherwise the
+   replicas drift apart silently.
+   When is the hook needed? In plain DDP every rank steps the same all-reduced gradients: an inf on
+   one rank is inf on all after the gradient all-reduce, so the ranks already agree, and the hook
+   would count the norm world times: do not set it. Set it when each rank's optimizer steps a
+   DIFFERENT part of the gradients: a sharded optimizer (ZeRO, each rank owning a slice of the
+   fp32 masters), FSDP, tensor parallelism; examples/dp_threads.c shows that case. Give the scaler a hook that
    all-reduces a small buffer across ranks and amp.h calls it once per unscale (one call per
    optimizer per step, never per tensor), between finding inf/NaN and deciding:
      buf[0]  1 if this rank's grads held inf/NaN, else 0
@@ -982,6 +987,19 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP__TLS __thread
 #endif
 
+/* Process-wide lazily set flags and counters (the CPU's features, scaler ids) may be touched by
+   several threads at once (a data-parallel trainer with a thread per rank): relaxed atomics make
+   that defined behaviour. Elsewhere plain access (every writer stores the same value). */
+#if defined(__GNUC__) || defined(__clang__)
+#define AMP__ALOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define AMP__ASTORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define AMP__AINC(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)
+#else
+#define AMP__ALOAD(p) (*(p))
+#define AMP__ASTORE(p, v) (*(p) = (v))
+#define AMP__AINC(p) (++*(p))
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define AMP__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -1290,10 +1308,11 @@ static int amp__cpu_has_f16c(void) { return 0; }
 static int amp__simd_on = -1; /* -1: not decided yet */
 
 AMPDEF int amp_simd_active(void) {
-  if (amp__simd_on < 0) amp__simd_on = amp__cpu_has_f16c();
-  return amp__simd_on;
+  int on = AMP__ALOAD(&amp__simd_on);
+  if (on < 0) { on = amp__cpu_has_f16c(); AMP__ASTORE(&amp__simd_on, on); }
+  return on;
 }
-AMPDEF void amp_simd_enable(int on) { amp__simd_on = on ? amp__cpu_has_f16c() : 0; }
+AMPDEF void amp_simd_enable(int on) { AMP__ASTORE(&amp__simd_on, on ? amp__cpu_has_f16c() : 0); }
 
 static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
 #ifdef AMP__X86_SIMD
@@ -2250,7 +2269,7 @@ AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_s
     }
   }
 #endif
-  s->id = ++amp__scaler_ids;
+  s->id = AMP__AINC(&amp__scaler_ids);
   *out = s;
   return AMP_OK;
 }
@@ -2448,8 +2467,9 @@ AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) {
 static int amp__opt_simd = -1;
 static int amp__opt_use_simd(void) {
 #ifdef AMP__OPT_X86
-  if (amp__opt_simd < 0) amp__opt_simd = __builtin_cpu_supports("avx2");
-  return amp__opt_simd;
+  int on = AMP__ALOAD(&amp__opt_simd);
+  if (on < 0) { on = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&amp__opt_simd, on); }
+  return on;
 #else
   return amp__opt_simd > 0 ? 0 : 0;   /* no clone to pick; keeps the switch referenced */
 #endif
@@ -2919,16 +2939,25 @@ static int amp__o_stage(const amp_optimizer *o, const amp_scaler *s) {
   return o->sc_id == s->id && o->sc_iter == s->iter ? o->stage : AMP__READY;
 }
 
+/* A failing allreduce hook: its status (AMP_ERR_DEVICE when it is not an amp_status) and a
+   message that keeps whatever the hook itself said through amp_last_error(). */
+static amp_status amp__hook_fail(const char *fn, int raw) {
+  char why[300];
+  amp_status st = raw <= (int)AMP_OK || raw > (int)AMP_ERR_DEVICE ? AMP_ERR_DEVICE : (amp_status)raw;
+  memcpy(why, amp__err_buf, sizeof why - 1);   /* the hook's message, cut to fit beside ours */
+  why[sizeof why - 1] = '\0';
+  return amp__fail(st, "%s: the allreduce hook returned %d (%s)%s%s; no update was applied", fn, raw,
+                   amp_status_string(st), why[0] ? ": " : "", why);
+}
+
 /* Calls the data-parallel hook on {found_inf, sumsq}; fn names the public caller. */
 static amp_status amp__scaler_allreduce(const char *fn, amp_scaler *s, int *bad, double *sumsq) {
   double buf[2];
   amp_status st;
   buf[0] = *bad ? 1.0 : 0.0; buf[1] = *sumsq;
+  amp__err_buf[0] = '\0';     /* so the hook's own message (amp_nccl_allreduce_hook sets one) can be kept */
   st = s->allreduce(s->allreduce_user, buf, 2, NULL);
-  if (st != AMP_OK) {
-    if ((int)st < (int)AMP_OK || (int)st > (int)AMP_ERR_DEVICE) st = AMP_ERR_DEVICE;
-    return amp__fail(st, "%s: the allreduce hook returned %s; no update was applied", fn, amp_status_string(st));
-  }
+  if (st != AMP_OK) return amp__hook_fail(fn, (int)st);
   *bad = !(buf[0] == 0.0);     /* NaN counts as an overflow too */
   *sumsq = buf[1];
   return AMP_OK;
@@ -2952,11 +2981,9 @@ static amp_status amp__o_cu_unscale(const char *fn, amp_scaler *s, amp_optimizer
   }
   if ((st = amp__cu_optim_unscale_local(state, o->cu, s->cu, &buf, m, sizeof m)) != AMP_OK)
     return amp__fail(st, "%s: %s", fn, m);
+  amp__err_buf[0] = '\0';
   st = s->allreduce(s->allreduce_user, buf, 2, o->dev->stream);
-  if (st != AMP_OK) {
-    if ((int)st < (int)AMP_OK || (int)st > (int)AMP_ERR_DEVICE) st = AMP_ERR_DEVICE;
-    return amp__fail(st, "%s: the allreduce hook returned %s; no update was applied", fn, amp_status_string(st));
-  }
+  if (st != AMP_OK) return amp__hook_fail(fn, (int)st);
   if ((st = amp__cu_optim_unscale_finish(state, o->cu, s->cu, m, sizeof m)) != AMP_OK)
     return amp__fail(st, "%s: %s", fn, m);
   return AMP_OK;

@@ -118,8 +118,15 @@ if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ]; then
       for src in tests/cuda_*.c; do
         [ -e "$src" ] || continue
         name=$(basename "$src" .c)
-        if gcc -std=c99 -O2 $WARN -DAMP_CUDA -I. "$src" "$B/amp_kernels.o" -o "$B/$name" \
-             -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublasLt -lcublas -lstdc++ -lm -lpthread 2>"$B/$name.cc.log"; then
+        obj="$B/amp_kernels.o"; nflags=""; nlibs=""
+        # tests/cuda_nccl.c: amp_kernels.cu again with -DAMP_NCCL, linked with -lnccl, where NCCL is installed
+        if [ "$name" = cuda_nccl ] && [ -f "$CUDA_HOME/include/nccl.h" ] &&
+           check "nvcc: amp_kernels.cu with -DAMP_NCCL" "$NVCC" -O3 -std=c++17 $ARCH -Xcompiler -Wall,-Wextra -I. -DAMP_NCCL \
+             -c amp_kernels.cu -o "$B/amp_kernels_nccl.o"; then
+          obj="$B/amp_kernels_nccl.o"; nflags="-DAMP_NCCL -isystem $CUDA_HOME/include"; nlibs="-lnccl"
+        fi
+        if gcc -std=c99 -O2 $WARN -DAMP_CUDA $nflags -I. "$src" "$obj" -o "$B/$name" \
+             -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" $nlibs -lcudart -lcublasLt -lcublas -lstdc++ -lm -lpthread 2>"$B/$name.cc.log"; then
           pass "$name: links against amp_kernels.o"
           runtest "$name" "$B/$name"
           if [ -n "${AMP_SANITIZE_GPU:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
