@@ -3581,6 +3581,17 @@ static amp__gemm_micro_fn amp__gemm_pick_micro(void) {
 /* dst[i * ds] = src[i * ss] as f32, for i < n (ss, ds in elements). */
 static void amp__gemm_gather(float *dst, size_t ds, const void *src, amp_dtype t, size_t ss, int n) {
   int i;
+  if (t != AMP_F32 && ss == 1) {   /* a contiguous f16/bf16 run: the bulk (F16C) conversion, same bits */
+    float tmp[256];
+    int j, k;
+    if (ds == 1) { amp_convert(dst, AMP_F32, src, t, (size_t)n); return; }
+    for (i = 0; i < n; i += k) {
+      k = n - i < 256 ? n - i : 256;
+      amp_convert(tmp, AMP_F32, (const uint16_t *)src + i, t, (size_t)k);
+      for (j = 0; j < k; j++) dst[(size_t)(i + j) * ds] = tmp[j];
+    }
+    return;
+  }
   if (t == AMP_F32) { const float *s = (const float *)src; for (i = 0; i < n; i++) dst[i * ds] = s[i * ss]; }
   else if (t == AMP_F16) { const amp_f16 *s = (const amp_f16 *)src; for (i = 0; i < n; i++) dst[i * ds] = amp_f16_to_f32(s[i * ss]); }
   else { const amp_bf16 *s = (const amp_bf16 *)src; for (i = 0; i < n; i++) dst[i * ds] = amp_bf16_to_f32(s[i * ss]); }
@@ -3611,6 +3622,24 @@ static void amp__gemm_store_block(float *accbuf, int mb, int nb, int i0, int j0,
                                   void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
   int i, j, has_bias = o->bias != NULL;
   int tiles_n = (nb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
+  if (ccs == 1 && ct != AMP_F32) {
+    /* A row of f16/bf16 C is contiguous: read it (beta != 0) and write it with the bulk
+       conversion, which gives the same bits as amp__load/amp__store, element math unchanged. */
+    float cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
+    if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
+    for (i = 0; i < mb; i++) {
+      const float *row = accbuf + ((size_t)(i / AMP__GEMM_MR) * tiles_n * AMP__GEMM_MR + i % AMP__GEMM_MR) * AMP__GEMM_NR;
+      void *crow = (char *)C + ((size_t)(i0 + i) * crs + (size_t)j0) * 2u;
+      if (beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+      for (j = 0; j < nb; j++) {
+        float acc = row[(size_t)(j / AMP__GEMM_NR) * AMP__GEMM_MR * AMP__GEMM_NR + j % AMP__GEMM_NR];
+        cr[j] = amp__gemm_epi(amp__gemm_blend(acc, alpha, beta, beta != 0.0f ? cr[j] : 0.0f), has_bias,
+                              has_bias ? br[j] : 0.0f, (int)o->act);
+      }
+      amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+    }
+    return;
+  }
   for (i = 0; i < mb; i++) {
     const float *row = accbuf + ((size_t)(i / AMP__GEMM_MR) * tiles_n * AMP__GEMM_MR + i % AMP__GEMM_MR) * AMP__GEMM_NR;
     for (j = 0; j < nb; j++) {
