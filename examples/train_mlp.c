@@ -398,7 +398,7 @@ static void train(const char *name, amp_dtype low, const dataset *tr, const data
                   const float *const W0[3], const options *o, result *r) {
   amp_scaler *sc;
   amp_optimizer *opt;
-  amp_optim_config oc = {0};
+  amp_optim_config oc;
   amp_scaler_config scfg = scaler_config(low);
   mlp_types types = mlp_decide(low);
   mlp m;
@@ -412,6 +412,7 @@ static void train(const char *name, amp_dtype low, const dataset *tr, const data
 
   mlp_init(&m, &types, W0);
   CHECK(amp_scaler_create(&sc, amp_cpu(), &scfg));
+  memset(&oc, 0, sizeof oc);   /* zero: the defaults ({0} would do in C, not in C++) */
   oc.kind = AMP_SGD; oc.lr = o->lr; oc.momentum = 0.9f;
   CHECK(amp_optimizer_create(&opt, amp_cpu(), &oc));
   for (l = 0; l < 3; l++) {
@@ -546,8 +547,8 @@ static int train_mlp_main(int argc, char **argv, const device_trainer *dev) {
   if (strcmp(precision, "all") && strcmp(precision, "fp32") && strcmp(precision, "f16") && strcmp(precision, "bf16"))
     die("--precision must be fp32, f16, bf16 or all");
   if (strcmp(device, "cpu") && !(dev && !strcmp(device, dev->name))) {
-    fprintf(stderr, "train_mlp: --device %s: this build has %s%s (the CUDA build is examples/train_mlp_cuda.cu)\n",
-            device, dev ? dev->name : "cpu", dev ? " and cpu" : " only");
+    if (dev) fprintf(stderr, "train_mlp: --device %s: this build has cpu and %s\n", device, dev->name);
+    else fprintf(stderr, "train_mlp: --device %s: this build has cpu only (the CUDA build is examples/train_mlp_cuda.cu)\n", device);
     return 1;
   }
   if (strcmp(device, "cpu")) {
