@@ -194,8 +194,7 @@ static mlp_types mlp_decide(amp_dtype low) {
 }
 
 typedef struct {
-  amp_dtype low;                 /* the model copy's dtype: F32 for the fp32 run */
-  amp_dtype t_in, t_lin[3], t_relu[2], t_loss; /* what the policy decided for each op */
+  mlp_types t;                        /* what the policy decided for each op */
   int sizes[4];
   void *W[3], *b[3], *dW[3], *db[3];  /* model copy (type low) and its grads (type low) */
   void *x, *z[3], *dz[3], *h[2], *dh[2]; /* activations and their grads */
@@ -205,22 +204,19 @@ typedef struct {
 static void mlp_init(mlp *m, const mlp_types *t, const float *const W0[3]) {
   int l;
   amp_dtype low = t->low;
-  m->low = low;
+  m->t = *t;
   m->sizes[0] = NIN; m->sizes[1] = NH1; m->sizes[2] = NH2; m->sizes[3] = NOUT;
-  m->t_in = t->t_in; m->t_loss = t->t_loss;
-  for (l = 0; l < 3; l++) m->t_lin[l] = t->t_lin[l];
-  for (l = 0; l < 2; l++) m->t_relu[l] = t->t_relu[l];
-  m->x = alloc(m->t_lin[0], (size_t)MAXB * NIN);   /* the input, cast to the first matmul's type */
+  m->x = alloc(m->t.t_lin[0], (size_t)MAXB * NIN);   /* the input, cast to the first matmul's type */
   for (l = 0; l < 3; l++) {
     size_t nw = (size_t)m->sizes[l] * m->sizes[l + 1], j;
     m->W[l] = alloc(low, nw); m->dW[l] = alloc(low, nw);
     m->b[l] = alloc(low, (size_t)m->sizes[l + 1]); m->db[l] = alloc(low, (size_t)m->sizes[l + 1]);
     for (j = 0; j < nw; j++) st(m->W[l], low, j, W0[l][j]);
-    m->z[l] = alloc(m->t_lin[l], (size_t)MAXB * m->sizes[l + 1]);
-    m->dz[l] = alloc(m->t_lin[l], (size_t)MAXB * m->sizes[l + 1]);
+    m->z[l] = alloc(m->t.t_lin[l], (size_t)MAXB * m->sizes[l + 1]);
+    m->dz[l] = alloc(m->t.t_lin[l], (size_t)MAXB * m->sizes[l + 1]);
     if (l < 2) {
-      m->h[l] = alloc(m->t_relu[l], (size_t)MAXB * m->sizes[l + 1]);
-      m->dh[l] = alloc(m->t_relu[l], (size_t)MAXB * m->sizes[l + 1]);
+      m->h[l] = alloc(m->t.t_relu[l], (size_t)MAXB * m->sizes[l + 1]);
+      m->dh[l] = alloc(m->t.t_relu[l], (size_t)MAXB * m->sizes[l + 1]);
     }
   }
   m->logits = (float *)alloc(AMP_F32, (size_t)MAXB * NOUT);
@@ -242,25 +238,25 @@ static double mlp_forward(mlp *m, const dataset *d, const int *idx, int B) {
   double loss = 0.0;
   for (i = 0; i < B; i++) {
     const unsigned char *px = d->x + (size_t)idx[i] * NIN;
-    for (j = 0; j < NIN; j++) st(m->x, m->t_lin[0], (size_t)i * NIN + j, px[j] * (1.0f / 255.0f));
+    for (j = 0; j < NIN; j++) st(m->x, m->t.t_lin[0], (size_t)i * NIN + j, px[j] * (1.0f / 255.0f));
   }
   for (l = 0; l < 3; l++) {
     int nin = m->sizes[l], nout = m->sizes[l + 1];
     const void *a = l == 0 ? m->x : m->h[l - 1];
-    amp_dtype ta = l == 0 ? m->t_lin[0] : m->t_relu[l - 1];
+    amp_dtype ta = l == 0 ? m->t.t_lin[0] : m->t.t_relu[l - 1];
     /* z = a . W + b: fp32 accumulation inside amp_gemm, one rounding to z's type */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, B, nout, nin, 1.0f,
-                   a, ta, nin, m->W[l], m->low, nout, 0.0f, m->z[l], m->t_lin[l], nout));
+                   a, ta, nin, m->W[l], m->t.low, nout, 0.0f, m->z[l], m->t.t_lin[l], nout));
     for (i = 0; i < B; i++)
       for (j = 0; j < nout; j++) {
         size_t k = (size_t)i * nout + j;
-        float z = ld(m->z[l], m->t_lin[l], k) + ld(m->b[l], m->low, (size_t)j);
-        st(m->z[l], m->t_lin[l], k, z);
-        if (l < 2) st(m->h[l], m->t_relu[l], k, z > 0.0f ? z : 0.0f);
+        float z = ld(m->z[l], m->t.t_lin[l], k) + ld(m->b[l], m->t.low, (size_t)j);
+        st(m->z[l], m->t.t_lin[l], k, z);
+        if (l < 2) st(m->h[l], m->t.t_relu[l], k, z > 0.0f ? z : 0.0f);
       }
   }
   /* softmax cross-entropy: a black-list op, so the logits are cast to f32 first */
-  CHECK(amp_convert(m->logits, AMP_F32, m->z[2], m->t_lin[2], (size_t)B * NOUT));
+  CHECK(amp_convert(m->logits, AMP_F32, m->z[2], m->t.t_lin[2], (size_t)B * NOUT));
   for (i = 0; i < B; i++) {
     float *lg = m->logits + (size_t)i * NOUT, *p = m->probs + (size_t)i * NOUT, mx = lg[0], sum = 0.0f;
     for (j = 1; j < NOUT; j++) if (lg[j] > mx) mx = lg[j];
@@ -279,27 +275,27 @@ static void mlp_backward(mlp *m, const dataset *d, const int *idx, int B, float 
   for (i = 0; i < B; i++)
     for (j = 0; j < NOUT; j++) {
       float p = m->probs[(size_t)i * NOUT + j] - (j == d->y[idx[i]] ? 1.0f : 0.0f);
-      st(m->dz[2], m->t_lin[2], (size_t)i * NOUT + j, p * g);   /* the scaled gradient, rounded once */
+      st(m->dz[2], m->t.t_lin[2], (size_t)i * NOUT + j, p * g);   /* the scaled gradient, rounded once */
     }
   for (l = 2; l >= 0; l--) {
     int nin = m->sizes[l], nout = m->sizes[l + 1];
     const void *a = l == 0 ? m->x : m->h[l - 1];
-    amp_dtype ta = l == 0 ? m->t_lin[0] : m->t_relu[l - 1];
+    amp_dtype ta = l == 0 ? m->t.t_lin[0] : m->t.t_relu[l - 1];
     /* dW = a^T . dz and db = sum of dz over the batch, written in the model copy's type */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, nin, nout, B, 1.0f,
-                   a, ta, nin, m->dz[l], m->t_lin[l], nout, 0.0f, m->dW[l], m->low, nout));
+                   a, ta, nin, m->dz[l], m->t.t_lin[l], nout, 0.0f, m->dW[l], m->t.low, nout));
     for (j = 0; j < nout; j++) {
       float s = 0.0f;
-      for (i = 0; i < B; i++) s += ld(m->dz[l], m->t_lin[l], (size_t)i * nout + j);
-      st(m->db[l], m->low, (size_t)j, s);
+      for (i = 0; i < B; i++) s += ld(m->dz[l], m->t.t_lin[l], (size_t)i * nout + j);
+      st(m->db[l], m->t.low, (size_t)j, s);
     }
     if (l == 0) break;
     /* dh = dz . W^T, then through the ReLU into dz of the layer below */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, B, nin, nout, 1.0f,
-                   m->dz[l], m->t_lin[l], nout, m->W[l], m->low, nout, 0.0f, m->dh[l - 1], m->t_relu[l - 1], nin));
+                   m->dz[l], m->t.t_lin[l], nout, m->W[l], m->t.low, nout, 0.0f, m->dh[l - 1], m->t.t_relu[l - 1], nin));
     for (i = 0; i < B * nin; i++) {
-      float h = ld(m->h[l - 1], m->t_relu[l - 1], (size_t)i);
-      st(m->dz[l - 1], m->t_lin[l - 1], (size_t)i, h > 0.0f ? ld(m->dh[l - 1], m->t_relu[l - 1], (size_t)i) : 0.0f);
+      float h = ld(m->h[l - 1], m->t.t_relu[l - 1], (size_t)i);
+      st(m->dz[l - 1], m->t.t_lin[l - 1], (size_t)i, h > 0.0f ? ld(m->dh[l - 1], m->t.t_relu[l - 1], (size_t)i) : 0.0f);
     }
   }
 }
