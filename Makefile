@@ -4,6 +4,7 @@
 #   make bench       CPU benchmarks (not tests; never fail the build)
 #   make bench-gpu   CUDA benchmarks against PyTorch (needs a GPU and python3 with torch)
 #   make demo        the Fashion-MNIST trainer: fp32 against AMP
+#   make demo-gpu    the same trainer with the model on a GPU
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME ?= /usr/local/cuda
@@ -13,7 +14,7 @@ B        = build
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 
-.PHONY: test bench bench-gpu demo clean
+.PHONY: test bench bench-gpu demo demo-gpu clean
 
 test:
 	@sh tests/run.sh
@@ -47,6 +48,13 @@ $(B)/train_mlp: examples/train_mlp.c amp.h | $(B)
 
 demo: $(B)/train_mlp
 	$(B)/train_mlp
+
+# The same trainer with the model on the GPU (examples/train_mlp_cuda.cu includes train_mlp.c).
+$(B)/train_mlp_cuda: examples/train_mlp_cuda.cu examples/train_mlp.c amp.h $(B)/amp_kernels.o | $(B)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -I. examples/train_mlp_cuda.cu $(B)/amp_kernels.o -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lz
+
+demo-gpu: $(B)/train_mlp_cuda
+	$(B)/train_mlp_cuda
 
 clean:
 	rm -rf $(B)

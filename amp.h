@@ -3313,7 +3313,6 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
   if (flags & 2u) {
     amp_optim_config c, cr;
     int nm;
-    amp_status st;
     *opt_at = r.p;
     if (r.left < AMP__CKPT_OPTIM) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer section truncated");
     memset(&c, 0, sizeof c);
@@ -3325,7 +3324,7 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
       if (c.kind != o->cfg.kind) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer kind %u in the file, the live one is %d", (unsigned)u, (int)o->cfg.kind);
       c.custom_step = o->cfg.custom_step; c.custom_user = o->cfg.custom_user;
       if (c.lr == 0.0f) c.lr = o->cfg.lr;   /* set_lr(0) was saved; resolve would read 0 as the default */
-      if ((st = amp__optim_resolve("amp_checkpoint_load", &c, &cr)) != AMP_OK) {
+      if (amp__optim_resolve("amp_checkpoint_load", &c, &cr) != AMP_OK) {
         char why[sizeof amp__err_buf];
         memcpy(why, amp__err_buf, sizeof why);
         return amp__fail(AMP_ERR_CORRUPT, "%.400s (in the file)", why);

@@ -19,9 +19,16 @@
    Build:  cc -std=c99 -O2 -march=native -I. examples/train_mlp.c -o train_mlp -lz -lm
    Run:    ./train_mlp [--epochs N] [--train-limit N] [--test-limit N] [--precision fp32|f16|bf16|all]
                        [--batch N] [--lr X] [--seed N] [--data DIR] [--svg PATH] [--max-gap PP]
+                       [--device cpu|cuda]
    --max-gap PP: exit 2 when an AMP run's test accuracy is more than PP points below fp32's
-   (the test suite uses it). Deterministic: a seeded RNG and a fixed batch order. */
-#define _POSIX_C_SOURCE 199309L  /* clock_gettime */
+   (the test suite uses it). Deterministic: a seeded RNG and a fixed batch order.
+
+   The same trainer on a GPU is examples/train_mlp_cuda.cu: it includes this file (with
+   TRAIN_MLP_NO_MAIN) for everything but the model's arithmetic, so data, batches, initial
+   weights, options, table and SVG are the same code; --device cpu there runs the code below. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 199309L  /* clock_gettime (nvcc's host compiler has it defined already) */
+#endif
 #define AMP_IMPLEMENTATION
 #include "amp.h"
 #include <stdio.h>
@@ -131,13 +138,13 @@ static void make_synthetic(dataset *train, dataset *test, int n_train, int n_tes
 }
 
 // ----------------------------------------------------------------------------------------------
-// elements of any of the three types
+// elements of any of the three types (AMP_HD: the CUDA build's kernels use them too)
 
-static float ld(const void *p, amp_dtype t, size_t i) {
+static inline AMP_HD float ld(const void *p, amp_dtype t, size_t i) {
   return t == AMP_F16 ? amp_f16_to_f32(((const amp_f16 *)p)[i])
        : t == AMP_BF16 ? amp_bf16_to_f32(((const amp_bf16 *)p)[i]) : ((const float *)p)[i];
 }
-static void st(void *p, amp_dtype t, size_t i, float x) {
+static inline AMP_HD void st(void *p, amp_dtype t, size_t i, float x) {
   if (t == AMP_F16) ((amp_f16 *)p)[i] = amp_f32_to_f16(x);
   else if (t == AMP_BF16) ((amp_bf16 *)p)[i] = amp_f32_to_bf16(x);
   else ((float *)p)[i] = x;
@@ -152,46 +159,64 @@ static const char *dtype_name(amp_dtype t) { return t == AMP_F16 ? "f16" : t == 
 // ----------------------------------------------------------------------------------------------
 // the model: three linear layers; the policy decides the dtype of every tensor
 
+static const int mlp_sizes[4] = { NIN, NH1, NH2, NOUT };
+
+/* What the policy decided for each op (the CPU and the CUDA model use the same decisions). */
 typedef struct {
   amp_dtype low;                 /* the model copy's dtype: F32 for the fp32 run */
-  amp_dtype t_in, t_lin[3], t_relu[2], t_loss; /* what the policy decided for each op */
+  amp_dtype t_in, t_lin[3], t_relu[2], t_loss;
+} mlp_types;
+
+static mlp_types mlp_decide(amp_dtype low) {
+  amp_policy *pol;
+  mlp_types t;
+  amp_dtype in[2];
+  /* fp32: the policy forces every op to f32; AMP: PyTorch autocast's rules in the low type */
+  CHECK(amp_policy_create(&pol, low == AMP_F32 ? AMP_MODE_FORCE_F32 : AMP_MODE_MIXED, low == AMP_F32 ? AMP_F16 : low));
+  t.low = low;
+  /* The data arrive as f32; the first matmul casts them (white op -> low). */
+  t.t_in = AMP_F32;
+  in[0] = t.t_in; in[1] = low;
+  t.t_lin[0] = amp_policy_decide(pol, "linear", in, 2);
+  in[0] = t.t_lin[0];
+  t.t_relu[0] = amp_policy_decide(pol, "relu", in, 1);
+  in[0] = t.t_relu[0]; in[1] = low;
+  t.t_lin[1] = amp_policy_decide(pol, "linear", in, 2);
+  in[0] = t.t_lin[1];
+  t.t_relu[1] = amp_policy_decide(pol, "relu", in, 1);
+  in[0] = t.t_relu[1]; in[1] = low;
+  t.t_lin[2] = amp_policy_decide(pol, "linear", in, 2);
+  in[0] = t.t_lin[2];
+  t.t_loss = amp_policy_decide(pol, "softmax_with_cross_entropy", in, 1);
+  amp_policy_destroy(pol);
+  if (t.t_loss != AMP_F32) die("the policy must keep the loss in f32");
+  return t;
+}
+
+typedef struct {
+  mlp_types t;                        /* what the policy decided for each op */
   int sizes[4];
   void *W[3], *b[3], *dW[3], *db[3];  /* model copy (type low) and its grads (type low) */
   void *x, *z[3], *dz[3], *h[2], *dh[2]; /* activations and their grads */
   float *logits, *probs;
 } mlp;
 
-static void mlp_init(mlp *m, amp_policy *pol, amp_dtype low, const float *const W0[3]) {
+static void mlp_init(mlp *m, const mlp_types *t, const float *const W0[3]) {
   int l;
-  amp_dtype in[2];
-  m->low = low;
+  amp_dtype low = t->low;
+  m->t = *t;
   m->sizes[0] = NIN; m->sizes[1] = NH1; m->sizes[2] = NH2; m->sizes[3] = NOUT;
-  /* The data arrive as f32; the first matmul casts them (white op -> low). */
-  m->t_in = AMP_F32;
-  in[0] = m->t_in; in[1] = low;
-  m->t_lin[0] = amp_policy_decide(pol, "linear", in, 2);
-  in[0] = m->t_lin[0];
-  m->t_relu[0] = amp_policy_decide(pol, "relu", in, 1);
-  in[0] = m->t_relu[0]; in[1] = low;
-  m->t_lin[1] = amp_policy_decide(pol, "linear", in, 2);
-  in[0] = m->t_lin[1];
-  m->t_relu[1] = amp_policy_decide(pol, "relu", in, 1);
-  in[0] = m->t_relu[1]; in[1] = low;
-  m->t_lin[2] = amp_policy_decide(pol, "linear", in, 2);
-  in[0] = m->t_lin[2];
-  m->t_loss = amp_policy_decide(pol, "softmax_with_cross_entropy", in, 1);
-  if (m->t_loss != AMP_F32) die("the policy must keep the loss in f32");
-  m->x = alloc(m->t_lin[0], (size_t)MAXB * NIN);   /* the input, cast to the first matmul's type */
+  m->x = alloc(m->t.t_lin[0], (size_t)MAXB * NIN);   /* the input, cast to the first matmul's type */
   for (l = 0; l < 3; l++) {
     size_t nw = (size_t)m->sizes[l] * m->sizes[l + 1], j;
     m->W[l] = alloc(low, nw); m->dW[l] = alloc(low, nw);
     m->b[l] = alloc(low, (size_t)m->sizes[l + 1]); m->db[l] = alloc(low, (size_t)m->sizes[l + 1]);
     for (j = 0; j < nw; j++) st(m->W[l], low, j, W0[l][j]);
-    m->z[l] = alloc(m->t_lin[l], (size_t)MAXB * m->sizes[l + 1]);
-    m->dz[l] = alloc(m->t_lin[l], (size_t)MAXB * m->sizes[l + 1]);
+    m->z[l] = alloc(m->t.t_lin[l], (size_t)MAXB * m->sizes[l + 1]);
+    m->dz[l] = alloc(m->t.t_lin[l], (size_t)MAXB * m->sizes[l + 1]);
     if (l < 2) {
-      m->h[l] = alloc(m->t_relu[l], (size_t)MAXB * m->sizes[l + 1]);
-      m->dh[l] = alloc(m->t_relu[l], (size_t)MAXB * m->sizes[l + 1]);
+      m->h[l] = alloc(m->t.t_relu[l], (size_t)MAXB * m->sizes[l + 1]);
+      m->dh[l] = alloc(m->t.t_relu[l], (size_t)MAXB * m->sizes[l + 1]);
     }
   }
   m->logits = (float *)alloc(AMP_F32, (size_t)MAXB * NOUT);
@@ -213,25 +238,25 @@ static double mlp_forward(mlp *m, const dataset *d, const int *idx, int B) {
   double loss = 0.0;
   for (i = 0; i < B; i++) {
     const unsigned char *px = d->x + (size_t)idx[i] * NIN;
-    for (j = 0; j < NIN; j++) st(m->x, m->t_lin[0], (size_t)i * NIN + j, px[j] * (1.0f / 255.0f));
+    for (j = 0; j < NIN; j++) st(m->x, m->t.t_lin[0], (size_t)i * NIN + j, px[j] * (1.0f / 255.0f));
   }
   for (l = 0; l < 3; l++) {
     int nin = m->sizes[l], nout = m->sizes[l + 1];
     const void *a = l == 0 ? m->x : m->h[l - 1];
-    amp_dtype ta = l == 0 ? m->t_lin[0] : m->t_relu[l - 1];
+    amp_dtype ta = l == 0 ? m->t.t_lin[0] : m->t.t_relu[l - 1];
     /* z = a . W + b: fp32 accumulation inside amp_gemm, one rounding to z's type */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, B, nout, nin, 1.0f,
-                   a, ta, nin, m->W[l], m->low, nout, 0.0f, m->z[l], m->t_lin[l], nout));
+                   a, ta, nin, m->W[l], m->t.low, nout, 0.0f, m->z[l], m->t.t_lin[l], nout));
     for (i = 0; i < B; i++)
       for (j = 0; j < nout; j++) {
         size_t k = (size_t)i * nout + j;
-        float z = ld(m->z[l], m->t_lin[l], k) + ld(m->b[l], m->low, (size_t)j);
-        st(m->z[l], m->t_lin[l], k, z);
-        if (l < 2) st(m->h[l], m->t_relu[l], k, z > 0.0f ? z : 0.0f);
+        float z = ld(m->z[l], m->t.t_lin[l], k) + ld(m->b[l], m->t.low, (size_t)j);
+        st(m->z[l], m->t.t_lin[l], k, z);
+        if (l < 2) st(m->h[l], m->t.t_relu[l], k, z > 0.0f ? z : 0.0f);
       }
   }
   /* softmax cross-entropy: a black-list op, so the logits are cast to f32 first */
-  CHECK(amp_convert(m->logits, AMP_F32, m->z[2], m->t_lin[2], (size_t)B * NOUT));
+  CHECK(amp_convert(m->logits, AMP_F32, m->z[2], m->t.t_lin[2], (size_t)B * NOUT));
   for (i = 0; i < B; i++) {
     float *lg = m->logits + (size_t)i * NOUT, *p = m->probs + (size_t)i * NOUT, mx = lg[0], sum = 0.0f;
     for (j = 1; j < NOUT; j++) if (lg[j] > mx) mx = lg[j];
@@ -250,27 +275,27 @@ static void mlp_backward(mlp *m, const dataset *d, const int *idx, int B, float 
   for (i = 0; i < B; i++)
     for (j = 0; j < NOUT; j++) {
       float p = m->probs[(size_t)i * NOUT + j] - (j == d->y[idx[i]] ? 1.0f : 0.0f);
-      st(m->dz[2], m->t_lin[2], (size_t)i * NOUT + j, p * g);   /* the scaled gradient, rounded once */
+      st(m->dz[2], m->t.t_lin[2], (size_t)i * NOUT + j, p * g);   /* the scaled gradient, rounded once */
     }
   for (l = 2; l >= 0; l--) {
     int nin = m->sizes[l], nout = m->sizes[l + 1];
     const void *a = l == 0 ? m->x : m->h[l - 1];
-    amp_dtype ta = l == 0 ? m->t_lin[0] : m->t_relu[l - 1];
+    amp_dtype ta = l == 0 ? m->t.t_lin[0] : m->t.t_relu[l - 1];
     /* dW = a^T . dz and db = sum of dz over the batch, written in the model copy's type */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, nin, nout, B, 1.0f,
-                   a, ta, nin, m->dz[l], m->t_lin[l], nout, 0.0f, m->dW[l], m->low, nout));
+                   a, ta, nin, m->dz[l], m->t.t_lin[l], nout, 0.0f, m->dW[l], m->t.low, nout));
     for (j = 0; j < nout; j++) {
       float s = 0.0f;
-      for (i = 0; i < B; i++) s += ld(m->dz[l], m->t_lin[l], (size_t)i * nout + j);
-      st(m->db[l], m->low, (size_t)j, s);
+      for (i = 0; i < B; i++) s += ld(m->dz[l], m->t.t_lin[l], (size_t)i * nout + j);
+      st(m->db[l], m->t.low, (size_t)j, s);
     }
     if (l == 0) break;
     /* dh = dz . W^T, then through the ReLU into dz of the layer below */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, B, nin, nout, 1.0f,
-                   m->dz[l], m->t_lin[l], nout, m->W[l], m->low, nout, 0.0f, m->dh[l - 1], m->t_relu[l - 1], nin));
+                   m->dz[l], m->t.t_lin[l], nout, m->W[l], m->t.low, nout, 0.0f, m->dh[l - 1], m->t.t_relu[l - 1], nin));
     for (i = 0; i < B * nin; i++) {
-      float h = ld(m->h[l - 1], m->t_relu[l - 1], (size_t)i);
-      st(m->dz[l - 1], m->t_lin[l - 1], (size_t)i, h > 0.0f ? ld(m->dh[l - 1], m->t_relu[l - 1], (size_t)i) : 0.0f);
+      float h = ld(m->h[l - 1], m->t.t_relu[l - 1], (size_t)i);
+      st(m->dz[l - 1], m->t.t_lin[l - 1], (size_t)i, h > 0.0f ? ld(m->dh[l - 1], m->t.t_relu[l - 1], (size_t)i) : 0.0f);
     }
   }
 }
@@ -319,13 +344,59 @@ static double now(void) {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* The pieces of a run that do not depend on where the model computes (the CUDA build shares them). */
+
+/* f16 needs dynamic loss scaling; bf16 and f32 have f32's range, a fixed scale of 1 does */
+static amp_scaler_config scaler_config(amp_dtype low) {
+  amp_scaler_config scfg = amp_scaler_preset(AMP_PRESET_PYTORCH);
+  if (low != AMP_F16) { memset(&scfg, 0, sizeof scfg); scfg.fixed = 1; scfg.init_scale = 1.0f; }
+  return scfg;
+}
+
+/* cosine decay of the learning rate to 0: the last epochs settle, so runs compare cleanly */
+static float lr_at(const options *o, long step, long total) {
+  return o->lr * 0.5f * (1.0f + cosf(3.14159265f * (float)step / (float)total));
+}
+
+/* Starts a run's result, prints what the policy decided and seeds the batch order: the same
+   batches in the same order for every precision (and on every device). */
+static void run_begin(result *r, const char *name, const mlp_types *t, const options *o, long total) {
+  memset(r, 0, sizeof *r);
+  r->name = name;
+  r->curve = (float *)malloc(sizeof(float) * (size_t)(total / CURVE_EVERY + 1));
+  if (!r->curve) die("out of memory");
+  printf("%-5s matmul %s, relu %s, loss %s; %s\n", name, dtype_name(t->t_lin[0]), dtype_name(t->t_relu[0]),
+         dtype_name(t->t_loss), t->low == AMP_F16 ? "dynamic loss scale (PyTorch preset)" : "loss scale fixed at 1");
+  rng_state = (uint64_t)o->seed * 0x100000001b3ull + 7;
+}
+
+/* This epoch's batch order: a Fisher-Yates shuffle of 0..n-1. */
+static void shuffle(int *perm, int n) {
+  int i;
+  for (i = 0; i < n; i++) perm[i] = i;
+  for (i = n - 1; i > 0; i--) { int j = (int)(rng_next() % (uint64_t)(i + 1)), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+}
+
+/* One step's mean training loss into the curve (a point every CURVE_EVERY steps). */
+static void curve_add(result *r, double loss, double *curve_sum, int *curve_count) {
+  *curve_sum += loss; (*curve_count)++;
+  if (*curve_count == CURVE_EVERY) { r->curve[r->n_curve++] = (float)(*curve_sum / *curve_count); *curve_sum = 0.0; *curve_count = 0; }
+}
+
+static void print_epoch(const result *r, int epoch, int epochs, double secs, float scale) {
+  printf("%-5s epoch %2d/%d  train loss %.4f  test loss %.4f  test acc %6.2f%%  scale %-8g skipped %ld  %.1fs\n",
+         r->name, epoch + 1, epochs, r->final_loss, r->test_loss, r->acc, scale, r->skipped, secs);
+  fflush(stdout);
+}
+
+/* One run on the CPU. */
 static void train(const char *name, amp_dtype low, const dataset *tr, const dataset *te,
                   const float *const W0[3], const options *o, result *r) {
-  amp_policy *pol;
   amp_scaler *sc;
   amp_optimizer *opt;
-  amp_optim_config oc = {0};
-  amp_scaler_config scfg = amp_scaler_preset(AMP_PRESET_PYTORCH);
+  amp_optim_config oc;
+  amp_scaler_config scfg = scaler_config(low);
+  mlp_types types = mlp_decide(low);
   mlp m;
   int n = tr->n < o->train_limit ? tr->n : o->train_limit;
   int steps_per_epoch = n / o->batch, epoch, l, i;
@@ -335,14 +406,9 @@ static void train(const char *name, amp_dtype low, const dataset *tr, const data
   int curve_count = 0;
   if (!perm) die("out of memory");
 
-  /* fp32: the policy forces every op to f32; AMP: PyTorch autocast's rules in the low type */
-  CHECK(amp_policy_create(&pol, low == AMP_F32 ? AMP_MODE_FORCE_F32 : AMP_MODE_MIXED, low == AMP_F32 ? AMP_F16 : low));
-  mlp_init(&m, pol, low, W0);
-  amp_policy_destroy(pol);
-
-  /* f16 needs dynamic loss scaling; bf16 and f32 have f32's range, a fixed scale of 1 does */
-  if (low != AMP_F16) { memset(&scfg, 0, sizeof scfg); scfg.fixed = 1; scfg.init_scale = 1.0f; }
+  mlp_init(&m, &types, W0);
   CHECK(amp_scaler_create(&sc, amp_cpu(), &scfg));
+  memset(&oc, 0, sizeof oc);   /* zero: the defaults ({0} would do in C, not in C++) */
   oc.kind = AMP_SGD; oc.lr = o->lr; oc.momentum = 0.9f;
   CHECK(amp_optimizer_create(&opt, amp_cpu(), &oc));
   for (l = 0; l < 3; l++) {
@@ -350,39 +416,26 @@ static void train(const char *name, amp_dtype low, const dataset *tr, const data
     CHECK(amp_optimizer_add(opt, low, m.b[l], m.db[l], (size_t)m.sizes[l + 1]));
   }
 
-  memset(r, 0, sizeof *r);
-  r->name = name;
-  r->curve = (float *)malloc(sizeof(float) * (size_t)(total / CURVE_EVERY + 1));
-  if (!r->curve) die("out of memory");
-  printf("%-5s matmul %s, relu %s, loss %s; %s\n", name, dtype_name(m.t_lin[0]), dtype_name(m.t_relu[0]),
-         dtype_name(m.t_loss), low == AMP_F16 ? "dynamic loss scale (PyTorch preset)" : "loss scale fixed at 1");
-
-  rng_state = (uint64_t)o->seed * 0x100000001b3ull + 7;   /* the same batch order for every precision */
+  run_begin(r, name, &types, o, total);
   for (epoch = 0; epoch < o->epochs; epoch++) {
-    double t0 = now(), loss_sum = 0.0, acc, tl;
-    for (i = 0; i < n; i++) perm[i] = i;
-    for (i = n - 1; i > 0; i--) { int j = (int)(rng_next() % (uint64_t)(i + 1)), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+    double t0 = now(), loss_sum = 0.0;
+    shuffle(perm, n);
     for (i = 0; i < steps_per_epoch; i++, step++) {
       const int *idx = perm + (size_t)i * o->batch;
       float scale = amp_scaler_get_scale(sc);
       double loss = mlp_forward(&m, tr, idx, o->batch) / o->batch;
-      /* cosine decay of the learning rate to 0: the last epochs settle, so runs compare cleanly */
-      CHECK(amp_optimizer_set_lr(opt, o->lr * 0.5f * (1.0f + cosf(3.14159265f * (float)step / (float)total))));
+      CHECK(amp_optimizer_set_lr(opt, lr_at(o, step, total)));
       mlp_backward(&m, tr, idx, o->batch, scale);
       CHECK(amp_scaler_step(sc, opt));     /* unscale into fp32, skip if inf/NaN, else update */
       CHECK(amp_scaler_update(sc));        /* the scale rule */
       loss_sum += loss;
-      curve_sum += loss; curve_count++;
-      if (curve_count == CURVE_EVERY) { r->curve[r->n_curve++] = (float)(curve_sum / curve_count); curve_sum = 0.0; curve_count = 0; }
+      curve_add(r, loss, &curve_sum, &curve_count);
     }
     t_train += now() - t0;
-    acc = evaluate(&m, te, &tl);
+    r->acc = evaluate(&m, te, &r->test_loss);
     r->final_loss = loss_sum / steps_per_epoch;
     r->skipped = amp_scaler_skipped_steps(sc);
-    printf("%-5s epoch %2d/%d  train loss %.4f  test loss %.4f  test acc %6.2f%%  scale %-8g skipped %ld  %.1fs\n",
-           name, epoch + 1, o->epochs, r->final_loss, tl, acc, amp_scaler_get_scale(sc), r->skipped, now() - t0);
-    fflush(stdout);
-    r->acc = acc; r->test_loss = tl;
+    print_epoch(r, epoch, o->epochs, now() - t0, amp_scaler_get_scale(sc));
   }
   r->steps = step;
   r->sec_per_epoch = t_train / o->epochs;
@@ -439,8 +492,20 @@ static void write_svg(const char *path, const result *rs, int nr, int epochs, co
 }
 
 // ----------------------------------------------------------------------------------------------
+// the program: options, data, initial weights, one run per precision, the table
 
-int main(int argc, char **argv) {
+/* Another device's trainer (examples/train_mlp_cuda.cu passes one; this file alone has none).
+   open() returns 1 when the device is there (and says which), 0 when it is not (and says so). */
+typedef void (*train_fn)(const char *name, amp_dtype low, const dataset *tr, const dataset *te,
+                         const float *const W0[3], const options *o, result *r);
+typedef struct {
+  const char *name;
+  int (*open)(void);
+  train_fn train;
+  void (*close)(void);
+} device_trainer;
+
+static int train_mlp_main(int argc, char **argv, const device_trainer *dev) {
   options o;
   const char *precision = "all", *svg = "train_mlp.svg", *dir = "/usr/share/datasets/fashion-mnist";
   const char *data_name = "Fashion-MNIST";
@@ -451,6 +516,9 @@ int main(int argc, char **argv) {
   result rs[3];
   static const struct { const char *name; amp_dtype t; } runs[3] = { { "fp32", AMP_F32 }, { "f16", AMP_F16 }, { "bf16", AMP_BF16 } };
   int status = 0;
+  const char *device = dev ? dev->name : "cpu";
+  train_fn run = train;
+  int on_dev = 0;
 
   o.epochs = 8; o.batch = 64; o.seed = 1; o.train_limit = 60000; o.lr = 0.05f;
   for (i = 1; i < argc; i++) {
@@ -466,6 +534,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--data")) dir = v;
     else if (!strcmp(a, "--svg")) svg = v;
     else if (!strcmp(a, "--max-gap")) max_gap = atof(v);
+    else if (!strcmp(a, "--device")) device = v;
     else { fprintf(stderr, "train_mlp: unknown option %s\n", a); return 1; }
     i++;
   }
@@ -473,6 +542,16 @@ int main(int argc, char **argv) {
     die("need --epochs >= 1, 1 <= --batch <= 1000, --train-limit >= batch, --test-limit >= 1, --lr > 0");
   if (strcmp(precision, "all") && strcmp(precision, "fp32") && strcmp(precision, "f16") && strcmp(precision, "bf16"))
     die("--precision must be fp32, f16, bf16 or all");
+  if (strcmp(device, "cpu") && !(dev && !strcmp(device, dev->name))) {
+    if (dev) fprintf(stderr, "train_mlp: --device %s: this build has cpu and %s\n", device, dev->name);
+    else fprintf(stderr, "train_mlp: --device %s: this build has cpu only (the CUDA build is examples/train_mlp_cuda.cu)\n", device);
+    return 1;
+  }
+  if (strcmp(device, "cpu")) {
+    if (!dev->open()) return 0;   /* no such device here: it said so, and that is not a failure */
+    run = dev->train;
+    on_dev = 1;
+  }
 
   if (load_fashion(dir, "train", &tr) && load_fashion(dir, "t10k", &te)) {
     printf("Fashion-MNIST from %s: %d training, %d test images\n", dir, tr.n, te.n);
@@ -490,7 +569,7 @@ int main(int argc, char **argv) {
   /* One set of initial weights (He init, seeded) that every precision starts from. */
   rng_state = (uint64_t)o.seed;
   {
-    static const int sz[4] = { NIN, NH1, NH2, NOUT };
+    const int *sz = mlp_sizes;
     for (l = 0; l < 3; l++) {
       size_t nw = (size_t)sz[l] * sz[l + 1], j;
       float sd = sqrtf(2.0f / sz[l]);
@@ -502,7 +581,7 @@ int main(int argc, char **argv) {
 
   for (i = 0; i < 3; i++) {
     if (strcmp(precision, "all") && strcmp(precision, runs[i].name)) continue;
-    train(runs[i].name, runs[i].t, &tr, &te, (const float *const *)W0, &o, &rs[nr]);
+    run(runs[i].name, runs[i].t, &tr, &te, (const float *const *)W0, &o, &rs[nr]);
     nr++;
     printf("\n");
   }
@@ -525,5 +604,10 @@ int main(int argc, char **argv) {
   for (i = 0; i < nr; i++) free(rs[i].curve);
   for (l = 0; l < 3; l++) free(W0[l]);
   free(tr.x); free(tr.y); free(te.x); free(te.y);
+  if (on_dev) dev->close();
   return status;
 }
+
+#ifndef TRAIN_MLP_NO_MAIN
+int main(int argc, char **argv) { return train_mlp_main(argc, argv, NULL); }
+#endif

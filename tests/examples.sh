@@ -54,3 +54,31 @@ check "example dp_threads (4 and 3 ranks skip together; exits 1 if they diverge)
 if [ -f "$CUDA_HOME/include/nccl.h" ] && [ -f "$B/amp_kernels_nccl.o" ]; then
   check "example dp_nccl (builds; runs one rank where a GPU is present)" sh -c "gcc -std=c99 -O2 $WARN -DAMP_CUDA -DAMP_NCCL -I. -isystem $CUDA_HOME/include examples/dp_nccl.c $B/amp_kernels_nccl.o -o $B/dp_nccl -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lnccl -lcudart -lcublasLt -lcublas -lstdc++ -lm && $B/dp_nccl"
 fi
+
+# The CUDA build of the same trainer (examples/train_mlp_cuda.cu includes train_mlp.c and puts
+# the model on the GPU). Linked against the amp_kernels.o that step 4 built, when there is one.
+# Without a GPU it must say the CUDA run was skipped and exit 0; with one it must train all three
+# precisions and keep f16 and bf16 within 1.0 point of fp32, as the CPU check above does.
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+ex_kernels=amp_kernels.cu
+[ -f "$B/amp_kernels.o" ] && ex_kernels="$B/amp_kernels.o"
+rm -f "$B/train_mlp_cuda"
+check "train_mlp_cuda: builds with nvcc (-Werror)" "$NVCC" -O3 -std=c++17 \
+     -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Werror all-warnings \
+     -Xcompiler -Wall,-Wextra,-Werror -I. examples/train_mlp_cuda.cu "$ex_kernels" -o "$B/train_mlp_cuda" \
+     -L"$CUDA_HOME/lib64" -Xlinker -rpath="$CUDA_HOME/lib64" -lcublasLt -lcublas -lz
+if [ -x "$B/train_mlp_cuda" ]; then
+  check "train_mlp_cuda: runs (skipped without a GPU)" sh -c "
+    '$B/train_mlp_cuda' --epochs 1 --train-limit 20000 --test-limit 5000 --max-gap 1.0 --svg '$B/examples/train_mlp_cuda.svg' > '$B/train_mlp_cuda.log' 2>&1; rc=\$?
+    cat '$B/train_mlp_cuda.log'; [ \$rc -eq 0 ] || exit 1
+    if grep -q '^skipped: ' '$B/train_mlp_cuda.log'; then exit 0; fi
+    grep -q '^CUDA device' '$B/train_mlp_cuda.log' && grep -q '^fp32 ' '$B/train_mlp_cuda.log' && grep -q '^bf16 ' '$B/train_mlp_cuda.log' && grep -q '</svg>' '$B/examples/train_mlp_cuda.svg'"
+  # --device cpu in the CUDA build runs train_mlp.c's own code: the same table (times aside).
+  check "train_mlp_cuda: --device cpu gives train_mlp's table" sh -c "
+    '$B/train_mlp' --epochs 1 --train-limit 2000 --test-limit 1000 --svg '$B/examples/cmp_c.svg' > '$B/cmp_c.log' 2>&1 &&
+    '$B/train_mlp_cuda' --device cpu --epochs 1 --train-limit 2000 --test-limit 1000 --svg '$B/examples/cmp_cu.svg' > '$B/cmp_cu.log' 2>&1 || exit 1
+    sed -n '/^precision/,/^\$/p' '$B/cmp_c.log' | awk 'NF { NF--; print }' > '$B/cmp_c.tab'
+    sed -n '/^precision/,/^\$/p' '$B/cmp_cu.log' | awk 'NF { NF--; print }' > '$B/cmp_cu.tab'
+    cat '$B/cmp_cu.tab'; [ \$(wc -l < '$B/cmp_c.tab') -ge 4 ] && diff '$B/cmp_c.tab' '$B/cmp_cu.tab'"
+fi
