@@ -870,8 +870,10 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
    Any alignment and leading dimension works: cuBLASLt is asked for algorithms that accept the
    actual alignment, and where it has none (or none for the type combination: cuBLASLt lacks
    f16 x f16 -> bf16, bf16 x bf16 -> f16 and f32 x f32 -> f16/bf16) a plain CUDA kernel computes
-   the product. The bias is fused into cuBLASLt's epilogue for row-major calls (its bias runs along
-   D's rows); for col-major calls a small kernel applies bias and activation after the product.
+   the product. The bias is fused into cuBLASLt's epilogue for row-major calls with a bias of C's
+   type (its bias runs along D's rows and has D's type); otherwise a small kernel applies bias and
+   activation after the product, which cuBLASLt has then rounded to C's type once already (so the
+   bound gains one rounding of |alpha acc + beta c|, not of the final value).
    ------------------------------------------------------------------------------------------ */
 
 typedef enum amp_layout { AMP_ROW_MAJOR = 0, AMP_COL_MAJOR } amp_layout;

@@ -1222,10 +1222,15 @@ static cudaDataType_t amp__cuda_type(amp_dtype t) {
   return t == AMP_F16 ? CUDA_R_16F : t == AMP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-// The epilogue cuBLASLt is asked for: the activation, with the bias only where cuBLASLt's bias
-// (one value per row of D) is ours, i.e. for row-major calls.
+// Whether cuBLASLt can add our bias: its bias runs along D's rows (ours does for row-major calls),
+// and cuBLASLt documents the bias's type as D's own for our types (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+// in cublasLt.h: other types only for IMMA and fp8 kernels). A bias of another type could be taken
+// as D's type without an error, so it goes to our epilogue kernel, which reads it in its own type.
+static int amp__gemm_lt_bias_ok(const amp__gemm_key &k) { return k.bias_on_rows && k.bias_type == k.out; }
+
+// The epilogue cuBLASLt is asked for: the activation, with the bias where cuBLASLt can add it.
 static cublasLtEpilogue_t amp__gemm_lt_epilogue(const amp__gemm_key &k) {
-  int bias = k.has_bias && k.bias_on_rows;
+  int bias = k.has_bias && amp__gemm_lt_bias_ok(k);
   if (k.act == AMP_ACT_RELU) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
   if (k.act == AMP_ACT_GELU) return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -1240,10 +1245,8 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
   if (epi & CUBLASLT_EPILOGUE_BIAS) {
     // the heuristic reads the bias pointer's value for its alignment (the pointer is set again
     // before every call; the cache key holds its alignment)
-    int32_t bt = (int32_t)amp__cuda_type(p.bias_type);
+    // (its type is D's, amp__gemm_lt_bias_ok: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE stays at its default)
     LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
-    if (p.bias_type != p.out)   // the default bias type is the output's
-      LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
   }
   cublasLtMatmulHeuristicResult_t res;
   int count = 0;
@@ -1289,10 +1292,11 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
     cublasLtMatmulPreferenceDestroy(pref);
     return amp__cu_fail(msg, cap, "cublasLtMatmulPreferenceSetAttribute", amp__cublas_status_name(s), __FILE__, __LINE__);
   }
-  // the fused epilogue first (not for a bias per column of D: cuBLASLt's is per row); then the
-  // bare product followed by our epilogue kernel; then, with no algorithm at all, the plain kernel
+  // the fused epilogue first (not for a bias cuBLASLt cannot add: one per column of D, or of
+  // another type than D); then the bare product followed by our epilogue kernel; then, with no
+  // algorithm at all, the plain kernel
   cublasLtEpilogue_t want = amp__gemm_lt_epilogue(k);
-  int can_fuse = !(k.has_bias && !k.bias_on_rows), has_epilogue = k.act != AMP_ACT_NONE || k.has_bias;
+  int can_fuse = !(k.has_bias && !amp__gemm_lt_bias_ok(k)), has_epilogue = k.act != AMP_ACT_NONE || k.has_bias;
   int found = 0;
   amp_status r = AMP_OK;
   pl->kind = AMP__PLAN_FUSED;
