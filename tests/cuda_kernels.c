@@ -45,6 +45,7 @@ static void *xmalloc(size_t bytes) { void *p = malloc(bytes ? bytes : 1); if (!p
 
 static amp_scale_params params(float growth, float backoff, int interval, int hyst, int mode, float floor_, float cap, int fixed) {
   amp_scale_params p;
+  memset(&p, 0, sizeof p);   /* late_growth too: copied to the device, it must not be stack garbage */
   p.growth = growth; p.backoff = backoff; p.floor = floor_ < FLT_MIN ? FLT_MIN : floor_; p.cap = cap;
   p.interval = interval; p.hysteresis = hyst; p.mode = mode; p.fixed = fixed;
   return p;
