@@ -3765,9 +3765,12 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
   if (m == 0 || n == 0) return AMP_OK;
 #ifdef AMP_CUDA
-  if (d->is_cuda)
-    return amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
-                        amp__err_buf, sizeof amp__err_buf);
+  if (d->is_cuda) {   /* a device failure names amp_gemm, as every other public call's does */
+    char msg[400];
+    amp_status st = amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type,
+                                 ldc, o, msg, sizeof msg);
+    return st == AMP_OK ? AMP_OK : amp__fail(st, "amp_gemm: %s", msg);
+  }
 #endif
   /* strides of op(A), op(B) and C in elements */
   if (row) {

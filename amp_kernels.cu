@@ -1316,7 +1316,7 @@ static amp_status amp__gemm_plan_get(amp__cu_state *st, const amp__gemm_prob &p,
   amp__gemm_cache *c = (amp__gemm_cache *)st->gemm_cache;
   if (!c) {
     c = (amp__gemm_cache *)calloc(1, sizeof *c);
-    if (!c) { if (msg && cap) snprintf(msg, cap, "amp_gemm: out of memory for the plan cache"); return AMP_ERR_NOMEM; }
+    if (!c) { if (msg && cap) snprintf(msg, cap, "out of host memory for the plan cache"); return AMP_ERR_NOMEM; }
     st->gemm_cache = c;
   }
   amp__gemm_key key;
