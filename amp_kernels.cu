@@ -1075,7 +1075,7 @@ static __device__ __forceinline__ void amp__wmma_copy_tile(uint16_t *s, int sld,
 // A_ROW: op(A) is stored with k contiguous (shared slab [128][32], a row_major fragment);
 // otherwise with m contiguous (slab [32][128], col_major). B_ROW likewise for op(B) along n.
 template <typename T, bool A_ROW, bool B_ROW>
-__global__ void __launch_bounds__(AMP__WM_THREADS) amp__k_gemm_wmma(amp__gemm_prob p, int vec_a, int vec_b) {
+static __device__ __forceinline__ void amp__gemm_wmma_body(const amp__gemm_prob &p, int vec_a, int vec_b) {
   typedef typename std::conditional<A_ROW, wmma::row_major, wmma::col_major>::type a_layout;
   typedef typename std::conditional<B_ROW, wmma::row_major, wmma::col_major>::type b_layout;
   const int lda_s = A_ROW ? AMP__WM_BK + AMP__WM_PAD : AMP__WM_BM + AMP__WM_PAD;   // shared leading dims
@@ -1144,6 +1144,17 @@ __global__ void __launch_bounds__(AMP__WM_THREADS) amp__k_gemm_wmma(amp__gemm_pr
   }
 }
 
+// bf16 fragments exist from sm_80 on: an older target compiles the bf16 kernels empty (the host
+// refuses bf16 there, amp__gemm_launch_wmma), so the file still builds for sm_70/75.
+template <typename T, bool A_ROW, bool B_ROW>
+__global__ void __launch_bounds__(AMP__WM_THREADS) amp__k_gemm_wmma(amp__gemm_prob p, int vec_a, int vec_b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) __trap();
+  else
+#endif
+  amp__gemm_wmma_body<T, A_ROW, B_ROW>(p, vec_a, vec_b);
+}
+
 template <typename T>
 static void amp__gemm_launch_wmma_t(const amp__gemm_prob &p, dim3 grid, cudaStream_t s, int va, int vb) {
   dim3 block(AMP__WM_THREADS);
@@ -1158,6 +1169,11 @@ static amp_status amp__gemm_launch_wmma(amp__cu_state *st, const amp__gemm_prob 
   int va = ((uintptr_t)p.a % 16 == 0) && (p.lda % 8 == 0), vb = ((uintptr_t)p.b % 16 == 0) && (p.ldb % 8 == 0);
   int tiles_n = (p.n + AMP__WM_BN - 1) / AMP__WM_BN;
   dim3 grid((unsigned)((p.m + AMP__WM_BM - 1) / AMP__WM_BM), (unsigned)(tiles_n < 65535 ? tiles_n : 65535));
+  if (p.in == AMP_BF16 && st->sm_major < 8) {
+    if (msg && cap) snprintf(msg, cap, "AMP_GEMM_WMMA with bf16 inputs needs sm_80 or newer (this device is sm_%d%d)",
+                             st->sm_major, st->sm_minor);
+    return AMP_ERR_UNSUPPORTED;
+  }
   if (p.in == AMP_F16) amp__gemm_launch_wmma_t<__half>(p, grid, st->stream, va, vb);
   else amp__gemm_launch_wmma_t<__nv_bfloat16>(p, grid, st->stream, va, vb);
   CU_CHECK(cudaGetLastError());
