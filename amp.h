@@ -870,8 +870,10 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
    Any alignment and leading dimension works: cuBLASLt is asked for algorithms that accept the
    actual alignment, and where it has none (or none for the type combination: cuBLASLt lacks
    f16 x f16 -> bf16, bf16 x bf16 -> f16 and f32 x f32 -> f16/bf16) a plain CUDA kernel computes
-   the product. The bias is fused into cuBLASLt's epilogue for row-major calls (its bias runs along
-   D's rows); for col-major calls a small kernel applies bias and activation after the product.
+   the product. The bias is fused into cuBLASLt's epilogue for row-major calls with a bias of C's
+   type (its bias runs along D's rows and has D's type); otherwise a small kernel applies bias and
+   activation after the product, which cuBLASLt has then rounded to C's type once already (so the
+   bound gains one rounding of |alpha acc + beta c|, not of the final value).
    ------------------------------------------------------------------------------------------ */
 
 typedef enum amp_layout { AMP_ROW_MAJOR = 0, AMP_COL_MAJOR } amp_layout;
@@ -3763,9 +3765,12 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
   if (m == 0 || n == 0) return AMP_OK;
 #ifdef AMP_CUDA
-  if (d->is_cuda)
-    return amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
-                        amp__err_buf, sizeof amp__err_buf);
+  if (d->is_cuda) {   /* a device failure names amp_gemm, as every other public call's does */
+    char msg[400];
+    amp_status st = amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type,
+                                 ldc, o, msg, sizeof msg);
+    return st == AMP_OK ? AMP_OK : amp__fail(st, "amp_gemm: %s", msg);
+  }
 #endif
   /* strides of op(A), op(B) and C in elements */
   if (row) {

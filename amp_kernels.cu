@@ -1075,7 +1075,7 @@ static __device__ __forceinline__ void amp__wmma_copy_tile(uint16_t *s, int sld,
 // A_ROW: op(A) is stored with k contiguous (shared slab [128][32], a row_major fragment);
 // otherwise with m contiguous (slab [32][128], col_major). B_ROW likewise for op(B) along n.
 template <typename T, bool A_ROW, bool B_ROW>
-__global__ void __launch_bounds__(AMP__WM_THREADS) amp__k_gemm_wmma(amp__gemm_prob p, int vec_a, int vec_b) {
+static __device__ __forceinline__ void amp__gemm_wmma_body(const amp__gemm_prob &p, int vec_a, int vec_b) {
   typedef typename std::conditional<A_ROW, wmma::row_major, wmma::col_major>::type a_layout;
   typedef typename std::conditional<B_ROW, wmma::row_major, wmma::col_major>::type b_layout;
   const int lda_s = A_ROW ? AMP__WM_BK + AMP__WM_PAD : AMP__WM_BM + AMP__WM_PAD;   // shared leading dims
@@ -1144,6 +1144,17 @@ __global__ void __launch_bounds__(AMP__WM_THREADS) amp__k_gemm_wmma(amp__gemm_pr
   }
 }
 
+// bf16 fragments exist from sm_80 on: an older target compiles the bf16 kernels empty (the host
+// refuses bf16 there, amp__gemm_launch_wmma), so the file still builds for sm_70/75.
+template <typename T, bool A_ROW, bool B_ROW>
+__global__ void __launch_bounds__(AMP__WM_THREADS) amp__k_gemm_wmma(amp__gemm_prob p, int vec_a, int vec_b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) __trap();
+  else
+#endif
+  amp__gemm_wmma_body<T, A_ROW, B_ROW>(p, vec_a, vec_b);
+}
+
 template <typename T>
 static void amp__gemm_launch_wmma_t(const amp__gemm_prob &p, dim3 grid, cudaStream_t s, int va, int vb) {
   dim3 block(AMP__WM_THREADS);
@@ -1158,6 +1169,11 @@ static amp_status amp__gemm_launch_wmma(amp__cu_state *st, const amp__gemm_prob 
   int va = ((uintptr_t)p.a % 16 == 0) && (p.lda % 8 == 0), vb = ((uintptr_t)p.b % 16 == 0) && (p.ldb % 8 == 0);
   int tiles_n = (p.n + AMP__WM_BN - 1) / AMP__WM_BN;
   dim3 grid((unsigned)((p.m + AMP__WM_BM - 1) / AMP__WM_BM), (unsigned)(tiles_n < 65535 ? tiles_n : 65535));
+  if (p.in == AMP_BF16 && st->sm_major < 8) {
+    if (msg && cap) snprintf(msg, cap, "AMP_GEMM_WMMA with bf16 inputs needs sm_80 or newer (this device is sm_%d%d)",
+                             st->sm_major, st->sm_minor);
+    return AMP_ERR_UNSUPPORTED;
+  }
   if (p.in == AMP_F16) amp__gemm_launch_wmma_t<__half>(p, grid, st->stream, va, vb);
   else amp__gemm_launch_wmma_t<__nv_bfloat16>(p, grid, st->stream, va, vb);
   CU_CHECK(cudaGetLastError());
@@ -1222,10 +1238,15 @@ static cudaDataType_t amp__cuda_type(amp_dtype t) {
   return t == AMP_F16 ? CUDA_R_16F : t == AMP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-// The epilogue cuBLASLt is asked for: the activation, with the bias only where cuBLASLt's bias
-// (one value per row of D) is ours, i.e. for row-major calls.
+// Whether cuBLASLt can add our bias: its bias runs along D's rows (ours does for row-major calls),
+// and cuBLASLt documents the bias's type as D's own for our types (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+// in cublasLt.h: other types only for IMMA and fp8 kernels). A bias of another type could be taken
+// as D's type without an error, so it goes to our epilogue kernel, which reads it in its own type.
+static int amp__gemm_lt_bias_ok(const amp__gemm_key &k) { return k.bias_on_rows && k.bias_type == k.out; }
+
+// The epilogue cuBLASLt is asked for: the activation, with the bias where cuBLASLt can add it.
 static cublasLtEpilogue_t amp__gemm_lt_epilogue(const amp__gemm_key &k) {
-  int bias = k.has_bias && k.bias_on_rows;
+  int bias = k.has_bias && amp__gemm_lt_bias_ok(k);
   if (k.act == AMP_ACT_RELU) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
   if (k.act == AMP_ACT_GELU) return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -1240,10 +1261,8 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
   if (epi & CUBLASLT_EPILOGUE_BIAS) {
     // the heuristic reads the bias pointer's value for its alignment (the pointer is set again
     // before every call; the cache key holds its alignment)
-    int32_t bt = (int32_t)amp__cuda_type(p.bias_type);
+    // (its type is D's, amp__gemm_lt_bias_ok: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE stays at its default)
     LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
-    if (p.bias_type != p.out)   // the default bias type is the output's
-      LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
   }
   cublasLtMatmulHeuristicResult_t res;
   int count = 0;
@@ -1289,10 +1308,11 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
     cublasLtMatmulPreferenceDestroy(pref);
     return amp__cu_fail(msg, cap, "cublasLtMatmulPreferenceSetAttribute", amp__cublas_status_name(s), __FILE__, __LINE__);
   }
-  // the fused epilogue first (not for a bias per column of D: cuBLASLt's is per row); then the
-  // bare product followed by our epilogue kernel; then, with no algorithm at all, the plain kernel
+  // the fused epilogue first (not for a bias cuBLASLt cannot add: one per column of D, or of
+  // another type than D); then the bare product followed by our epilogue kernel; then, with no
+  // algorithm at all, the plain kernel
   cublasLtEpilogue_t want = amp__gemm_lt_epilogue(k);
-  int can_fuse = !(k.has_bias && !k.bias_on_rows), has_epilogue = k.act != AMP_ACT_NONE || k.has_bias;
+  int can_fuse = !(k.has_bias && !amp__gemm_lt_bias_ok(k)), has_epilogue = k.act != AMP_ACT_NONE || k.has_bias;
   int found = 0;
   amp_status r = AMP_OK;
   pl->kind = AMP__PLAN_FUSED;
@@ -1312,7 +1332,7 @@ static amp_status amp__gemm_plan_get(amp__cu_state *st, const amp__gemm_prob &p,
   amp__gemm_cache *c = (amp__gemm_cache *)st->gemm_cache;
   if (!c) {
     c = (amp__gemm_cache *)calloc(1, sizeof *c);
-    if (!c) { if (msg && cap) snprintf(msg, cap, "amp_gemm: out of memory for the plan cache"); return AMP_ERR_NOMEM; }
+    if (!c) { if (msg && cap) snprintf(msg, cap, "out of host memory for the plan cache"); return AMP_ERR_NOMEM; }
     st->gemm_cache = c;
   }
   amp__gemm_key key;

@@ -45,6 +45,7 @@ static void *xmalloc(size_t bytes) { void *p = malloc(bytes ? bytes : 1); if (!p
 
 static amp_scale_params params(float growth, float backoff, int interval, int hyst, int mode, float floor_, float cap, int fixed) {
   amp_scale_params p;
+  memset(&p, 0, sizeof p);   /* late_growth too: copied to the device, it must not be stack garbage */
   p.growth = growth; p.backoff = backoff; p.floor = floor_ < FLT_MIN ? FLT_MIN : floor_; p.cap = cap;
   p.interval = interval; p.hysteresis = hyst; p.mode = mode; p.fixed = fixed;
   return p;
@@ -115,6 +116,46 @@ static void launchers_reject_bad_arguments(void) {
     expect_arg(amp__cu_scale_buffer(ST, sc, NULL, AMP_F16, 4, msg, sizeof msg), "buf is NULL", "scale NULL buf");
     expect_arg(amp__cu_cast(ST, fake, AMP_F16, fake, 5, 4, msg, sizeof msg), "src_type 5", "cast src 5");
     amp__cu_scaler_destroy(ST, sc);
+  }
+}
+
+/* The coefficients the step kernel computes (amp__cu_coefs, here its host compilation) against the
+   CPU optimizer's (amp__o_coefs) for the same config and step: every field the kind reads, bit for
+   bit. Runs without a GPU. */
+static int coef_bits(float x) { return (int)amp__f32_bits(x); }
+static void device_step_coefficients_equal_the_cpu_optimizers(void) {
+  static const long ts[] = {1, 2, 3, 10, 1000, 123457};
+  amp_optim_config cfg[4];
+  memset(cfg, 0, sizeof cfg);
+  cfg[0].kind = AMP_SGD; cfg[0].lr = 0.05f; cfg[0].weight_decay = 1e-2f; cfg[0].momentum = 0.9f; cfg[0].dampening = 0.1f;
+  cfg[1].kind = AMP_SGD; cfg[1].lr = 0.3f; cfg[1].momentum = 0.8f; cfg[1].nesterov = 1;
+  cfg[2].kind = AMP_ADAM; cfg[2].lr = 3e-4f; cfg[2].weight_decay = 1e-2f; cfg[2].beta1 = 0.8f; cfg[2].beta2 = 0.95f;
+  cfg[3].kind = AMP_ADAMW; cfg[3].lr = 1e-3f; cfg[3].weight_decay = 0.1f; cfg[3].eps = 1e-6f;
+  for (int k = 0; k < 4; k++) {
+    amp_optimizer *o = NULL;
+    EXPECT(amp_optimizer_create(&o, amp_cpu(), &cfg[k]) == AMP_OK, "config %d: %s", k, amp_last_error());
+    if (!o) return;
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+      amp_cu_hparams h = amp__o_cu_hparams(&o->cfg);
+      amp_step_coefs c, d;
+      o->step = ts[i] - 1;
+      c = amp__o_coefs(o);
+      memset(&d, 0x55, sizeof d);
+      amp__cu_step_coefs(&h, ts[i], &d);
+      EXPECT(coef_bits(c.lr) == coef_bits(d.lr) && coef_bits(c.wd) == coef_bits(d.wd) && coef_bits(c.momentum) == coef_bits(d.momentum) &&
+             coef_bits(c.dampening) == coef_bits(d.dampening) && c.nesterov == d.nesterov && c.first == d.first &&
+             coef_bits(c.decay) == coef_bits(d.decay),
+             "config %d t %ld: cpu lr %a wd %a mom %a damp %a nest %d first %d decay %a, device %a %a %a %a %d %d %a", k, ts[i],
+             (double)c.lr, (double)c.wd, (double)c.momentum, (double)c.dampening, c.nesterov, c.first, (double)c.decay,
+             (double)d.lr, (double)d.wd, (double)d.momentum, (double)d.dampening, d.nesterov, d.first, (double)d.decay);
+      if (cfg[k].kind != AMP_SGD)
+        EXPECT(coef_bits(c.beta1) == coef_bits(d.beta1) && coef_bits(c.beta2) == coef_bits(d.beta2) && coef_bits(c.eps) == coef_bits(d.eps) &&
+               coef_bits(c.step_size) == coef_bits(d.step_size) && coef_bits(c.bc2_sqrt) == coef_bits(d.bc2_sqrt),
+               "config %d t %ld: cpu beta1 %a beta2 %a eps %a step_size %a bc2_sqrt %a, device %a %a %a %a %a", k, ts[i],
+               (double)c.beta1, (double)c.beta2, (double)c.eps, (double)c.step_size, (double)c.bc2_sqrt,
+               (double)d.beta1, (double)d.beta2, (double)d.eps, (double)d.step_size, (double)d.bc2_sqrt);
+    }
+    amp_optimizer_destroy(o);
   }
 }
 
@@ -640,6 +681,7 @@ int main(void) {
   st = amp_cuda_open(&dev, 0, stream);
   if (st == AMP_OK) ST = dev->cuda;
   RUN(launchers_reject_bad_arguments);
+  RUN(device_step_coefficients_equal_the_cpu_optimizers);
   RUN(open_without_gpu_says_unsupported);
   if (st == AMP_ERR_UNSUPPORTED) {
     printf("skipped: GPU tests of the scaler/optimizer kernels (%s)\n", amp_last_error());
