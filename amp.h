@@ -3266,8 +3266,10 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
                                   amp_scaler *sc, const unsigned char **opt_at) {
   amp__rd r;
   char magic[8];
-  uint32_t version, endian, hsize, flags, crc_file, u;
-  uint64_t payload, step, count, n;
+  /* zeroed: amp__get fills them after the sizes were checked, which gcc -O2 -fsanitize=undefined
+     cannot see (-Wmaybe-uninitialized would break a -Werror build) */
+  uint32_t version, endian, hsize, flags, crc_file, u = 0;
+  uint64_t payload, step = 0, count = 0, n = 0;
   amp__crc crc;
   size_t i;
   r.p = buf; r.left = size;
@@ -3293,7 +3295,7 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
   if (flags & 1u) {
     amp_scale_params *p = &sc->pr;
     amp_scale_state *t = &sc->st;
-    int32_t ls, fl; uint64_t sk;
+    int32_t ls = 0, fl = 0; uint64_t sk = 0;
     if (r.left < AMP__CKPT_SCALER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler section truncated");
     amp__get(&r, &p->growth, 4); amp__get(&r, &p->backoff, 4); amp__get(&r, &p->floor, 4); amp__get(&r, &p->cap, 4);
     amp__get(&r, &p->interval, 4); amp__get(&r, &p->hysteresis, 4); amp__get(&r, &p->mode, 4);
