@@ -1146,7 +1146,8 @@ static void amp__cpuid(unsigned leaf, unsigned r[4]) {
   __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(0u));
 }
 static int amp__cpu_has_f16c(void) {
-  static int known = -1;
+  static int known_cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
+  int known = AMP__ALOAD(&known_cache);
   if (known < 0) {
     unsigned r[4], lo, hi;
     amp__cpuid(0, r);
@@ -1162,6 +1163,7 @@ static int amp__cpu_has_f16c(void) {
         known = (lo & 6u) == 6u && (r[1] & (1u << 5)) != 0;
       }
     }
+    AMP__ASTORE(&known_cache, known);
   }
   return known;
 }
@@ -3572,8 +3574,9 @@ static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx
 
 static amp__gemm_micro_fn amp__gemm_pick_micro(void) {
 #ifdef AMP__GEMM_AVX2
-  static int has = -1;
-  if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; }
+  static int has_cache = -1;   /* a relaxed atomic: threads may run their first product at once */
+  int has = AMP__ALOAD(&has_cache);
+  if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&has_cache, has); }
   if (has) return amp__gemm_micro_avx2;
 #endif
   return amp__gemm_micro;
