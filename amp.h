@@ -3410,6 +3410,12 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: both the optimizer and the scaler are NULL");
   f = fopen(path, "rb");
   if (!f) return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot open '%s'", path);
+  /* A directory opens on POSIX, and ext4 reports its size as LLONG_MAX: read a byte first, so it
+     is an I/O error naming the path rather than an attempt to allocate that size. */
+  if (getc(f) == EOF && ferror(f)) {
+    int e = errno;
+    fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot read '%s': %s", path, strerror(e));
+  }
   if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
     fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot seek in '%s'", path);
   }
