@@ -754,7 +754,10 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
 /* amp_optimizer_add with the grads in their own dtype (e.g. bf16 weights, f32 accumulated grads).
    amp_optimizer_add(o, t, w, g, n) is amp_optimizer_add_mixed(o, t, w, t, g, n). Refused
    (AMP_ERR_ARG, nothing added): NULL, n = 0, an unknown dtype, grads overlapping their weights,
-   a buffer overlapping one already added, a call between unscale() and step(). */
+   a buffer overlapping one already added. An add between unscale() and step() is accepted (the
+   optimizer alone cannot tell whether its scaler's iteration is still open), but that step() then
+   fails with AMP_ERR_STATE and changes nothing, since the unscale did not see the new grads:
+   update() closes the iteration and the next one steps every tensor. */
 AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
                                           amp_dtype g_dtype, const void *grads, size_t n);
 /* On a CUDA device weights and grads are device pointers, and the master (returned by
