@@ -45,6 +45,10 @@
       AMP_MALLOC(sz) / AMP_FREE(p) / AMP_ASSERT(x)
                            replace malloc/free/assert; define both AMP_MALLOC and AMP_FREE, or neither
       AMP_NO_SIMD          never use the F16C/AVX2 bulk paths (the portable C path only)
+
+   The AMP_IMPLEMENTATION unit must keep IEEE inf/NaN semantics: no -ffast-math, -Ofast,
+   -ffinite-math-only or -funsafe-math-optimizations there (they fold away the inf/NaN checks;
+   gcc and clang's -ffast-math are refused with #error). The rest of a trainer may use them.
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
 
@@ -960,6 +964,15 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #ifdef AMP_IMPLEMENTATION
 #ifndef AMP__IMPLEMENTATION_DONE
 #define AMP__IMPLEMENTATION_DONE
+
+/* -ffast-math / -Ofast let the compiler assume no float is inf or NaN (-ffinite-math-only) and
+   cancel x - x (-fassociative-math), which folds away the very checks the scaler lives by
+   (x - x == 0, !(x >= floor)): steps with inf/NaN grads would be applied and bad configs accepted,
+   silently (measured: the tests' overflowing steps were all applied). Refuse them where the
+   compiler says so; clang's -funsafe-math-optimizations alone defines no macro, see the manual. */
+#if !defined(__CUDA_ARCH__) && (defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__) || defined(__ASSOCIATIVE_MATH__))
+#error "amp.h: the AMP_IMPLEMENTATION unit needs IEEE inf/NaN semantics: do not compile it with -ffast-math, -Ofast, -ffinite-math-only or -funsafe-math-optimizations (inf/NaN gradients would go undetected); define AMP_IMPLEMENTATION in a file of its own built without them"
+#endif
 
 #include <stdarg.h>
 #include <stdio.h>

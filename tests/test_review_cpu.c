@@ -423,6 +423,33 @@ static void gemm_leading_dimension_minimums_follow_cblas(void) {
          strstr(amp_last_error(), "C is NULL"), "C NULL: '%s'", amp_last_error());
 }
 
+/* ---- the header under fast-math ------------------------------------------------------------
+   -ffast-math and -Ofast fold away the inf/NaN checks (measured before the #error: the overflowing
+   steps of test_scaler/test_checkpoint were applied); the implementation unit refuses them, while a
+   unit that only includes the header compiles with them. */
+static void fast_math_is_refused_in_the_implementation_unit(void) {
+  FILE *f;
+  int rc;
+  mkdir("build", 0755); mkdir("build/test", 0755); mkdir(DIR_, 0755);
+  if (system("cc --version > /dev/null 2>&1") != 0) { printf("  skipped: no cc to compile with\n"); return; }
+  f = fopen(DIR_ "/fm_impl.c", "wb");
+  if (!f) { EXPECT(0, "cannot write " DIR_ "/fm_impl.c"); return; }
+  fputs("#define AMP_IMPLEMENTATION\n#include \"amp.h\"\nint main(void) { return 0; }\n", f); fclose(f);
+  f = fopen(DIR_ "/fm_user.c", "wb");
+  if (!f) { EXPECT(0, "cannot write " DIR_ "/fm_user.c"); return; }
+  fputs("#include \"amp.h\"\nfloat f(float x);\nfloat f(float x) { return amp_f16_to_f32(amp_f32_to_f16(x)); }\n", f); fclose(f);
+  rc = system("cc -std=c99 -O2 -ffast-math -I. -fsyntax-only " DIR_ "/fm_impl.c > " DIR_ "/fm.log 2>&1");
+  EXPECT(rc != 0, "the implementation unit compiled with -ffast-math");
+  rc = system("grep -q 'IEEE inf/NaN' " DIR_ "/fm.log");
+  EXPECT(rc == 0, "the #error says why (see " DIR_ "/fm.log)");
+  rc = system("cc -std=c99 -Ofast -I. -fsyntax-only " DIR_ "/fm_impl.c > /dev/null 2>&1");
+  EXPECT(rc != 0, "the implementation unit compiled with -Ofast");
+  rc = system("cc -std=c99 -O2 -I. -fsyntax-only " DIR_ "/fm_impl.c > /dev/null 2>&1");
+  EXPECT(rc == 0, "the implementation unit without fast-math must compile");
+  rc = system("cc -std=c99 -Ofast -Wall -Wextra -Wpedantic -Werror -I. -c " DIR_ "/fm_user.c -o " DIR_ "/fm_user.o > /dev/null 2>&1");
+  EXPECT(rc == 0, "a unit that only includes the header compiles with -Ofast");
+}
+
 int main(void) {
   RUN(checkpoint_load_of_a_directory_is_an_io_error_naming_the_path);
   RUN(checkpoint_save_that_cannot_write_keeps_the_previous_file);
@@ -433,5 +460,6 @@ int main(void) {
   RUN(call_order_errors_change_nothing);
   RUN(a_tensor_added_between_unscale_and_step_makes_that_step_fail);
   RUN(gemm_leading_dimension_minimums_follow_cblas);
+  RUN(fast_math_is_refused_in_the_implementation_unit);
   TEST_END();
 }
