@@ -758,7 +758,9 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
 /* amp_optimizer_add with the grads in their own dtype (e.g. bf16 weights, f32 accumulated grads).
    amp_optimizer_add(o, t, w, g, n) is amp_optimizer_add_mixed(o, t, w, t, g, n). Refused
    (AMP_ERR_ARG, nothing added): NULL, n = 0, an unknown dtype, grads overlapping their weights,
-   a buffer overlapping one already added. An add between unscale() and step() is accepted (the
+   a buffer overlapping one already added. After the first update (a step that was not skipped,
+   or a checkpoint with steps loaded) an add is AMP_ERR_STATE: the step count is per optimizer,
+   where PyTorch's is per parameter. An add between unscale() and step() is accepted (the
    optimizer alone cannot tell whether its scaler's iteration is still open), but that step() then
    fails with AMP_ERR_STATE and changes nothing, since the unscale did not see the new grads:
    update() closes the iteration and the next one steps every tensor. */
@@ -2800,6 +2802,11 @@ AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, v
     return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first step on a CUDA device "
                      "(the device optimizer was built with %zu tensors)", o->count);
 #endif
+  /* One step count serves every tensor (Adam's t, SGD's first step), where PyTorch keeps one per
+     parameter: a tensor added after an update would start at t = step + 1, not PyTorch's t = 1. */
+  if (o->step > 0)
+    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first update (%ld applied): "
+                     "the optimizer's step count, Adam's t, is shared by all its tensors", o->step);
   if (!ws) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)w_dtype);
   if (!gs) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)g_dtype);
   if (!weights) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights is NULL");

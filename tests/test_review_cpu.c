@@ -361,6 +361,48 @@ static void a_tensor_added_between_unscale_and_step_makes_that_step_fail(void) {
   amp_optimizer_destroy(o); amp_scaler_destroy(s);
 }
 
+/* PyTorch keeps a step count per parameter: a parameter added after N updates (add_param_group)
+   gets Adam's bias correction of t = 1 and SGD's "first step" momentum buffer (buf = g) at its
+   own first update. amp.h keeps one step count per optimizer, so a tensor added after an update
+   would get t = N + 1: the add is refused instead (AMP_ERR_STATE, nothing added), as on CUDA. A
+   tensor added when every earlier step was skipped (no update yet) is fine. */
+static void a_tensor_added_after_an_update_is_refused_or_gets_its_own_first_step(void) {
+  static const amp_optim_kind kinds[2] = {AMP_ADAM, AMP_SGD};
+  int k;
+  for (k = 0; k < 2; k++) {
+    float w1[3] = {1, 2, 3}, g1[3] = {0.5f, -1, 2}, w2[3] = {1, -1, 0.5f}, g2[3] = {0.25f, 3, -2}, w3[3] = {1, -1, 0.5f};
+    amp_optimizer *o, *fresh; amp_scaler *s;
+    amp_optim_config c;
+    amp_scaler_config sc;
+    amp_status st;
+    snap before;
+    memset(&c, 0, sizeof c); c.kind = kinds[k]; c.lr = 0.1f; c.momentum = kinds[k] == AMP_SGD ? 0.9f : 0.0f; c.dampening = kinds[k] == AMP_SGD ? 0.5f : 0.0f;
+    memset(&sc, 0, sizeof sc); sc.init_scale = 1; sc.fixed = 1;
+    if (amp_optimizer_create(&o, amp_cpu(), &c) || amp_optimizer_create(&fresh, amp_cpu(), &c) || amp_scaler_create(&s, amp_cpu(), &sc) ||
+        amp_optimizer_add(o, AMP_F32, w1, g1, 3) || amp_optimizer_add(fresh, AMP_F32, w3, g2, 3)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    g1[1] = INFINITY;   /* a skipped step first: still no update, so an add is fine */
+    amp_scaler_step(s, o); amp_scaler_update(s);
+    g1[1] = -1;
+    EXPECT(amp_optimizer_step_count(o) == 0, "kind %d: the skipped step is not counted", (int)kinds[k]);
+    amp_scaler_step(s, o); amp_scaler_update(s);
+    amp_scaler_step(s, o); amp_scaler_update(s);
+    before = take(o, NULL);
+    st = amp_optimizer_add(o, AMP_F32, w2, g2, 3);
+    if (st != AMP_OK) {
+      EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "amp_optimizer_add") && amp_optimizer_count(o) == 1,
+             "kind %d: add after 2 updates: %s '%s'", (int)kinds[k], amp_status_string(st), amp_last_error());
+      EXPECT(same(before, take(o, NULL)), "kind %d: the refused add changed the optimizer", (int)kinds[k]);
+    } else {
+      free(before.p);
+      amp_scaler_step(s, o); amp_scaler_update(s);
+      amp_scaler_step(s, fresh); amp_scaler_update(s);
+      EXPECT(memcmp(w2, w3, sizeof w2) == 0, "kind %d: a tensor added after 2 updates: first update %.9g %.9g %.9g, a fresh optimizer's %.9g %.9g %.9g",
+             (int)kinds[k], (double)w2[0], (double)w2[1], (double)w2[2], (double)w3[0], (double)w3[1], (double)w3[2]);
+    }
+    amp_optimizer_destroy(o); amp_optimizer_destroy(fresh); amp_scaler_destroy(s);
+  }
+}
+
 /* ---- amp_gemm: the cblas leading-dimension rules --------------------------------------------- */
 
 /* For each layout and transposition, the smallest leading dimension cblas accepts is accepted (and
@@ -459,6 +501,7 @@ int main(void) {
   RUN(optimizer_add_refuses_every_overlap_and_changes_nothing);
   RUN(call_order_errors_change_nothing);
   RUN(a_tensor_added_between_unscale_and_step_makes_that_step_fail);
+  RUN(a_tensor_added_after_an_update_is_refused_or_gets_its_own_first_step);
   RUN(gemm_leading_dimension_minimums_follow_cblas);
   RUN(fast_math_is_refused_in_the_implementation_unit);
   TEST_END();
