@@ -45,6 +45,10 @@
       AMP_MALLOC(sz) / AMP_FREE(p) / AMP_ASSERT(x)
                            replace malloc/free/assert; define both AMP_MALLOC and AMP_FREE, or neither
       AMP_NO_SIMD          never use the F16C/AVX2 bulk paths (the portable C path only)
+
+   The AMP_IMPLEMENTATION unit must keep IEEE inf/NaN semantics: no -ffast-math, -Ofast,
+   -ffinite-math-only or -funsafe-math-optimizations there (they fold away the inf/NaN checks;
+   gcc and clang's -ffast-math are refused with #error). The rest of a trainer may use them.
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
 
@@ -754,7 +758,12 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
 /* amp_optimizer_add with the grads in their own dtype (e.g. bf16 weights, f32 accumulated grads).
    amp_optimizer_add(o, t, w, g, n) is amp_optimizer_add_mixed(o, t, w, t, g, n). Refused
    (AMP_ERR_ARG, nothing added): NULL, n = 0, an unknown dtype, grads overlapping their weights,
-   a buffer overlapping one already added, a call between unscale() and step(). */
+   a buffer overlapping one already added. After the first update (a step that was not skipped,
+   or a checkpoint with steps loaded) an add is AMP_ERR_STATE: the step count is per optimizer,
+   where PyTorch's is per parameter. An add between unscale() and step() is accepted (the
+   optimizer alone cannot tell whether its scaler's iteration is still open), but that step() then
+   fails with AMP_ERR_STATE and changes nothing, since the unscale did not see the new grads:
+   update() closes the iteration and the next one steps every tensor. */
 AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
                                           amp_dtype g_dtype, const void *grads, size_t n);
 /* On a CUDA device weights and grads are device pointers, and the master (returned by
@@ -960,6 +969,15 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #ifndef AMP__IMPLEMENTATION_DONE
 #define AMP__IMPLEMENTATION_DONE
 
+/* -ffast-math / -Ofast let the compiler assume no float is inf or NaN (-ffinite-math-only) and
+   cancel x - x (-fassociative-math), which folds away the very checks the scaler lives by
+   (x - x == 0, !(x >= floor)): steps with inf/NaN grads would be applied and bad configs accepted,
+   silently (measured: the tests' overflowing steps were all applied). Refuse them where the
+   compiler says so; clang's -funsafe-math-optimizations alone defines no macro, see the manual. */
+#if !defined(__CUDA_ARCH__) && (defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__) || defined(__ASSOCIATIVE_MATH__))
+#error "amp.h: the AMP_IMPLEMENTATION unit needs IEEE inf/NaN semantics: do not compile it with -ffast-math, -Ofast, -ffinite-math-only or -funsafe-math-optimizations (inf/NaN gradients would go undetected); define AMP_IMPLEMENTATION in a file of its own built without them"
+#endif
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1148,7 +1166,8 @@ static void amp__cpuid(unsigned leaf, unsigned r[4]) {
   __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(0u));
 }
 static int amp__cpu_has_f16c(void) {
-  static int known = -1;
+  static int known_cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
+  int known = AMP__ALOAD(&known_cache);
   if (known < 0) {
     unsigned r[4], lo, hi;
     amp__cpuid(0, r);
@@ -1164,6 +1183,7 @@ static int amp__cpu_has_f16c(void) {
         known = (lo & 6u) == 6u && (r[1] & (1u << 5)) != 0;
       }
     }
+    AMP__ASTORE(&known_cache, known);
   }
   return known;
 }
@@ -2784,6 +2804,11 @@ AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, v
     return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first step on a CUDA device "
                      "(the device optimizer was built with %zu tensors)", o->count);
 #endif
+  /* One step count serves every tensor (Adam's t, SGD's first step), where PyTorch keeps one per
+     parameter: a tensor added after an update would start at t = step + 1, not PyTorch's t = 1. */
+  if (o->step > 0)
+    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first update (%ld applied): "
+                     "the optimizer's step count, Adam's t, is shared by all its tensors", o->step);
   if (!ws) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)w_dtype);
   if (!gs) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)g_dtype);
   if (!weights) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights is NULL");
@@ -3268,8 +3293,10 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
                                   amp_scaler *sc, const unsigned char **opt_at) {
   amp__rd r;
   char magic[8];
-  uint32_t version, endian, hsize, flags, crc_file, u;
-  uint64_t payload, step, count, n;
+  /* zeroed: amp__get fills them after the sizes were checked, which gcc -O2 -fsanitize=undefined
+     cannot see (-Wmaybe-uninitialized would break a -Werror build) */
+  uint32_t version, endian, hsize, flags, crc_file, u = 0;
+  uint64_t payload, step = 0, count = 0, n = 0;
   amp__crc crc;
   size_t i;
   r.p = buf; r.left = size;
@@ -3295,7 +3322,7 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
   if (flags & 1u) {
     amp_scale_params *p = &sc->pr;
     amp_scale_state *t = &sc->st;
-    int32_t ls, fl; uint64_t sk;
+    int32_t ls = 0, fl = 0; uint64_t sk = 0;
     if (r.left < AMP__CKPT_SCALER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler section truncated");
     amp__get(&r, &p->growth, 4); amp__get(&r, &p->backoff, 4); amp__get(&r, &p->floor, 4); amp__get(&r, &p->cap, 4);
     amp__get(&r, &p->interval, 4); amp__get(&r, &p->hysteresis, 4); amp__get(&r, &p->mode, 4);
@@ -3408,6 +3435,12 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: both the optimizer and the scaler are NULL");
   f = fopen(path, "rb");
   if (!f) return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot open '%s'", path);
+  /* A directory opens on POSIX, and ext4 reports its size as LLONG_MAX: read a byte first, so it
+     is an I/O error naming the path rather than an attempt to allocate that size. */
+  if (getc(f) == EOF && ferror(f)) {
+    int e = errno;
+    fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot read '%s': %s", path, strerror(e));
+  }
   if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
     fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot seek in '%s'", path);
   }
@@ -3572,8 +3605,9 @@ static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx
 
 static amp__gemm_micro_fn amp__gemm_pick_micro(void) {
 #ifdef AMP__GEMM_AVX2
-  static int has = -1;
-  if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; }
+  static int has_cache = -1;   /* a relaxed atomic: threads may run their first product at once */
+  int has = AMP__ALOAD(&has_cache);
+  if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&has_cache, has); }
   if (has) return amp__gemm_micro_avx2;
 #endif
   return amp__gemm_micro;
