@@ -74,6 +74,8 @@ if [ -z "$ONLY" ]; then
   # The manual's quick start (the top of amp.h) must compile with -Werror and run.
   sed -n '/^   QUICK START/,/^   COMPILE-TIME OPTIONS/p' amp.h | sed '1d;$d' | sed 's/^      //' > "$B/quickstart.c"
   check "manual: the quick start at the top of amp.h compiles and runs" sh -c "gcc -std=c99 $WARN -I. $B/quickstart.c -o $B/quickstart -lm && $B/quickstart"
+  check "compile: gcc -O2 -fsanitize=undefined (no maybe-uninitialized)" sh -c "gcc -std=c99 $WARN -O2 -fsanitize=undefined -I. $B/impl.c -o $B/impl -lm && $B/impl"
+  check "compile: -ffast-math is refused in the implementation unit" sh -c "! gcc -std=c99 -ffast-math -I. -fsyntax-only $B/impl.c 2>/dev/null"
   check "compile: AMP_NO_SIMD" sh -c "gcc -std=c99 $WARN -DAMP_NO_SIMD -I. $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_MALLOC/AMP_FREE overridden" sh -c "gcc -std=c99 $WARN -I. -include stdlib.h -D'AMP_MALLOC(s)=malloc(s)' -D'AMP_FREE(p)=free(p)' $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_MALLOC alone is refused" sh -c "! gcc -std=c99 -I. -D'AMP_MALLOC(s)=malloc(s)' -c $B/impl.c -o $B/impl.o 2>/dev/null"
