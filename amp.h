@@ -3068,6 +3068,8 @@ static amp_status amp__check_pair(const char *fn, amp_scaler *s, amp_optimizer *
   if (s->dev != o->dev)
     return amp__fail(AMP_ERR_ARG, "%s: the scaler (%s) and the optimizer (%s) are on different devices", fn,
                      amp_device_is_cuda(s->dev) ? "CUDA" : "CPU", amp_device_is_cuda(o->dev) ? "CUDA" : "CPU");
+  if (o->count == 0)   /* as torch.optim refuses an empty parameter list; the same on CPU and CUDA */
+    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
   return AMP_OK;
 }
 

@@ -469,6 +469,27 @@ static void gemm_leading_dimension_minimums_follow_cblas(void) {
    -ffast-math and -Ofast fold away the inf/NaN checks (measured before the #error: the overflowing
    steps of test_scaler/test_checkpoint were applied); the implementation unit refuses them, while a
    unit that only includes the header compiles with them. */
+/* An optimizer with no tensors cannot step (torch.optim refuses an empty parameter list; the CUDA
+   path refuses too): AMP_ERR_STATE naming the call, and neither object changes. */
+static void stepping_an_empty_optimizer_is_a_state_error(void) {
+  amp_scaler *s = NULL;
+  amp_optimizer *o = NULL;
+  amp_status st;
+  if (amp_scaler_create(&s, amp_cpu(), NULL) != AMP_OK || amp_optimizer_create(&o, amp_cpu(), NULL) != AMP_OK) {
+    EXPECT(0, "setup: %s", amp_last_error()); amp_scaler_destroy(s); amp_optimizer_destroy(o); return;
+  }
+  st = amp_scaler_step(s, o);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "amp_scaler_step") && strstr(amp_last_error(), "no tensors"),
+         "step of an empty optimizer: expected AMP_ERR_STATE naming amp_scaler_step, got %s \"%s\"", amp_status_string(st), amp_last_error());
+  st = amp_scaler_unscale(s, o);
+  EXPECT(st == AMP_ERR_STATE, "unscale of an empty optimizer: expected AMP_ERR_STATE, got %s", amp_status_string(st));
+  EXPECT(amp_optimizer_step_count(o) == 0, "step count: expected 0, got %ld", amp_optimizer_step_count(o));
+  st = amp_scaler_update(s);
+  EXPECT(st == AMP_ERR_STATE, "update with nothing recorded: expected AMP_ERR_STATE, got %s", amp_status_string(st));
+  EXPECT(amp_scaler_get_scale(s) == 65536.0f, "scale: expected 65536, got %g", (double)amp_scaler_get_scale(s));
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+}
+
 static void fast_math_is_refused_in_the_implementation_unit(void) {
   FILE *f;
   int rc;
@@ -503,6 +524,7 @@ int main(void) {
   RUN(a_tensor_added_between_unscale_and_step_makes_that_step_fail);
   RUN(a_tensor_added_after_an_update_is_refused_or_gets_its_own_first_step);
   RUN(gemm_leading_dimension_minimums_follow_cblas);
+  RUN(stepping_an_empty_optimizer_is_a_state_error);
   RUN(fast_math_is_refused_in_the_implementation_unit);
   TEST_END();
 }
