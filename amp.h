@@ -161,6 +161,12 @@ static inline AMP_HD float amp__bits_f32(uint32_t u) {
   float x; memcpy(&x, &u, sizeof x); return x;
 #endif
 }
+/* 1 for a finite x, 0 for +-inf and NaN: an integer test of the exponent field, which
+   -ffinite-math-only / -ffast-math cannot fold away (they may fold x - x == 0 and x == x to 1). */
+static inline AMP_HD int amp__finite(float x) { return (amp__f32_bits(x) & 0x7f800000u) != 0x7f800000u; }
+/* 1 for +0 and -0 only (a config field's "default"): under -ffinite-math-only x == 0 may hold for
+   a NaN, and with the denormals-are-zero mode -Ofast sets, for a subnormal. */
+static inline AMP_HD int amp__is_zero(float x) { return (amp__f32_bits(x) << 1) == 0u; }
 
 /* f32 -> f16, round to nearest even, integer arithmetic only (no dependence on the FPU's mode).
    NaN keeps its sign and the top 10 bits of its payload with the quiet bit set, exactly as the
@@ -709,7 +715,7 @@ static inline AMP_HD void amp__scale_rule(amp_scale_state *st, const amp_scale_p
     }
     if (back_off) {
       float s = (float)((double)st->scale * (double)pr->backoff);
-      st->at_floor = !(s >= pr->floor);   /* also catches NaN */
+      st->at_floor = !(s >= pr->floor) || !amp__finite(s);   /* NaN too, on the bits */
       st->scale = st->at_floor ? pr->floor : s;
     }
   } else {
@@ -720,7 +726,7 @@ static inline AMP_HD void amp__scale_rule(amp_scale_state *st, const amp_scale_p
     if (st->tracker >= pr->interval) {
       float s = (float)((double)st->scale * (double)pr->growth);
       if (pr->cap > 0.0f && s > pr->cap) s = pr->cap;
-      if (s - s == 0.0f) st->scale = s;   /* finite: a growth to inf leaves the scale as it was */
+      if (amp__finite(s)) st->scale = s;   /* a growth to inf leaves the scale as it was */
       st->tracker = 0;
       if (pr->mode == AMP_HYSTERESIS_GROWTH_REFILL) st->hyst = pr->hysteresis;
     }
@@ -2226,20 +2232,18 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
   return c;
 }
 
-static int amp__finite(float x) { return x - x == 0.0f; }
-
 /* Defaults filled in and every field checked; *init gets the initial scale. */
 static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
   amp_scaler_config c;
   if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
-  if (c.init_scale == 0.0f) c.init_scale = 65536.0f;
-  if (c.growth_factor == 0.0f) c.growth_factor = 2.0f;
-  if (c.backoff_factor == 0.0f) c.backoff_factor = 0.5f;
+  if (amp__is_zero(c.init_scale)) c.init_scale = 65536.0f;
+  if (amp__is_zero(c.growth_factor)) c.growth_factor = 2.0f;
+  if (amp__is_zero(c.backoff_factor)) c.backoff_factor = 0.5f;
   if (c.growth_interval == 0) c.growth_interval = 2000;
   if (c.hysteresis == 0) c.hysteresis = 1;
   if (!(c.growth_factor > 1.0f) || !amp__finite(c.growth_factor))
     return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_factor %g must be > 1 and finite", (double)c.growth_factor);
-  if (!(c.backoff_factor > 0.0f && c.backoff_factor < 1.0f))
+  if (!(c.backoff_factor > 0.0f && c.backoff_factor < 1.0f) || !amp__finite(c.backoff_factor))
     return amp__fail(AMP_ERR_ARG, "amp_scaler_create: backoff_factor %g must be in (0, 1)", (double)c.backoff_factor);
   if (c.growth_interval < 1)
     return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_interval %d must be >= 1", c.growth_interval);
@@ -2250,7 +2254,7 @@ static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_pa
                      "(AMP_HYSTERESIS_CONSECUTIVE, _CLEAN_REFILL, _GROWTH_REFILL)", c.hysteresis_mode);
   if (!(c.min_scale >= 0.0f) || !amp__finite(c.min_scale))
     return amp__fail(AMP_ERR_ARG, "amp_scaler_create: min_scale %g must be >= 0 and finite", (double)c.min_scale);
-  if (!(c.max_scale == 0.0f || (c.max_scale >= c.min_scale && c.max_scale >= FLT_MIN)) || !amp__finite(c.max_scale))
+  if (!(amp__is_zero(c.max_scale) || (c.max_scale >= c.min_scale && c.max_scale >= FLT_MIN)) || !amp__finite(c.max_scale))
     return amp__fail(AMP_ERR_ARG, "amp_scaler_create: max_scale %g must be 0 (no cap) or finite and >= min_scale %g",
                      (double)c.max_scale, (double)c.min_scale);
   if (!(c.init_scale >= FLT_MIN) || !amp__finite(c.init_scale))
@@ -2509,19 +2513,23 @@ AMP__INLINE float amp__o_h2f(uint16_t h) {
   /* selects written as masks: GCC does not if-convert the ?: here and would not vectorise */
   return amp__bits_f32(sign | (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub));
 }
-/* f32 -> f16, round to nearest even with the FPU's own rounding: |x| * 2^112 * 2^-110 pushes
-   overflows to inf, then adding 2^(e+...) (the bias) leaves exactly the f16 bits of the rounded
-   value in the low bits; NaN as amp_f32_to_f16 (quiet bit set, top 10 payload bits kept), so the
-   result equals amp_f32_to_f16 bit for bit (tested) under the default rounding mode. */
+/* f32 -> f16, round to nearest even with the FPU's own rounding: adding 2^(e+15) (the bias, at
+   least 2^1) to 4|x| leaves exactly the f16 bits of the rounded value in the low bits. Maratyszcza
+   writes 4|x| as (|x| * 2^112) * 2^-110 so that |x| >= 2^16 overflows to inf; -ffast-math would
+   fold that to |x| * 4, so here 4|x| is one exact product and |x| >= 2^16 (inf and NaN included)
+   is picked out on the bits. The add is a single rounding: nothing a compiler may reassociate.
+   NaN as amp_f32_to_f16 (quiet bit set, top 10 payload bits kept), so the result equals
+   amp_f32_to_f16 bit for bit (tested) under the default rounding mode. */
 AMP__INLINE uint16_t amp__o_f2h(float f) {
   uint32_t w = amp__f32_bits(f), shl1 = w + w, sign = w & 0x80000000u;
-  uint32_t bias = shl1 & 0xFF000000u, b, nonsign, nan, small, isnan;
-  float base = (fabsf(f) * amp__bits_f32(0x77800000u)) * amp__bits_f32(0x08800000u);  /* 2^112, 2^-110 */
+  uint32_t bias = shl1 & 0xFF000000u, b, nonsign, nan, small, big, isnan;
+  float base = amp__bits_f32(w & 0x7FFFFFFFu) * 4.0f;   /* exact for |x| < 2^16 */
   small = 0u - (uint32_t)(bias < 0x71000000u);
   bias = (bias & ~small) | (0x71000000u & small);
   base = amp__bits_f32((bias >> 1) + 0x07800000u) + base;
   b = amp__f32_bits(base);
-  nonsign = ((b >> 13) & 0x7C00u) + (b & 0x0FFFu);
+  big = 0u - (uint32_t)(shl1 >= 0x8F000000u);            /* |x| >= 2^16: inf */
+  nonsign = ((((b >> 13) & 0x7C00u) + (b & 0x0FFFu)) & ~big) | (0x7C00u & big);
   nan = 0x7E00u | ((w >> 13) & 0x3FFu);
   isnan = 0u - (uint32_t)(shl1 > 0xFF000000u);
   return (uint16_t)((sign >> 16) | (nan & isnan) | (nonsign & ~isnan));
@@ -2572,24 +2580,28 @@ AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT 
 #define AMP__CHUNK 512   /* elements per block: the fp32 grads and roots of a block stay in L1 */
 
 /* Pass 1 (unscale): inf/NaN and the sum of squares of the unscaled grads g * inv, in one read.
-   x - x is 0 for a finite x and NaN for inf/NaN; eight lanes of partial sums let the compiler
-   vectorise the reductions without reassociating. Squares are summed in float lanes within a
-   block (64 terms a lane) and in double across blocks. */
+   inf/NaN on the bits (so -ffast-math cannot fold it away): adding 2^23 to the exponent field
+   carries into bit 31 exactly when that field is all ones, and the lanes OR those together.
+   Eight lanes of partial sums let the compiler vectorise the reductions without reassociating.
+   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks. */
 AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   float x[AMP__CHUNK];
   size_t i0, i, j;
   double total = 0.0;
-  float nan_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint32_t bad_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     amp__o_load(x, g, t, i0, k, inv);
     for (i = 0; i + 8 <= k; i += 8)
-      for (j = 0; j < 8; j++) { acc[j] += x[i + j] * x[i + j]; nan_lanes[j] += x[i + j] - x[i + j]; }
-    for (; i < k; i++) { total += (double)x[i] * x[i]; nan_lanes[0] += x[i] - x[i]; }
+      for (j = 0; j < 8; j++) {
+        acc[j] += x[i + j] * x[i + j];
+        bad_lanes[j] |= (amp__f32_bits(x[i + j]) & 0x7f800000u) + 0x00800000u;
+      }
+    for (; i < k; i++) { total += (double)x[i] * x[i]; bad_lanes[0] |= (amp__f32_bits(x[i]) & 0x7f800000u) + 0x00800000u; }
     for (j = 0; j < 8; j++) total += acc[j];
   }
-  for (j = 0; j < 8; j++) if (nan_lanes[j] != 0.0f) *bad = 1;
+  for (j = 0; j < 8; j++) if (bad_lanes[j] & 0x80000000u) *bad = 1;
   *sumsq += total;
 }
 
@@ -2699,22 +2711,22 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   *c = *in;
   if ((int)c->kind < AMP_SGD || (int)c->kind > AMP_CUSTOM)
     return amp__fail(AMP_ERR_ARG, "%s: kind %d must be AMP_SGD, AMP_ADAM, AMP_ADAMW or AMP_CUSTOM", fn, (int)c->kind);
-  if (c->lr == 0.0f) c->lr = 1e-3f;
-  if (c->beta1 == 0.0f) c->beta1 = 0.9f;
-  if (c->beta2 == 0.0f) c->beta2 = 0.999f;
-  if (c->eps == 0.0f) c->eps = 1e-8f;
+  if (amp__is_zero(c->lr)) c->lr = 1e-3f;
+  if (amp__is_zero(c->beta1)) c->beta1 = 0.9f;
+  if (amp__is_zero(c->beta2)) c->beta2 = 0.999f;
+  if (amp__is_zero(c->eps)) c->eps = 1e-8f;
   if (!(c->lr > 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be > 0 and finite", fn, (double)c->lr);
   if (!(c->weight_decay >= 0.0f) || !amp__finite(c->weight_decay))
     return amp__fail(AMP_ERR_ARG, "%s: weight_decay %g must be >= 0 and finite", fn, (double)c->weight_decay);
   if (!(c->momentum >= 0.0f) || !amp__finite(c->momentum))
     return amp__fail(AMP_ERR_ARG, "%s: momentum %g must be >= 0 and finite", fn, (double)c->momentum);
-  if (!(c->dampening >= 0.0f && c->dampening <= 1.0f))
+  if (!(c->dampening >= 0.0f && c->dampening <= 1.0f) || !amp__finite(c->dampening))
     return amp__fail(AMP_ERR_ARG, "%s: dampening %g must be in [0, 1]", fn, (double)c->dampening);
   if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
     return amp__fail(AMP_ERR_ARG, "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
                      fn, (double)c->momentum, (double)c->dampening);
-  if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f)) return amp__fail(AMP_ERR_ARG, "%s: beta1 %g must be in [0, 1)", fn, (double)c->beta1);
-  if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f)) return amp__fail(AMP_ERR_ARG, "%s: beta2 %g must be in [0, 1)", fn, (double)c->beta2);
+  if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !amp__finite(c->beta1)) return amp__fail(AMP_ERR_ARG, "%s: beta1 %g must be in [0, 1)", fn, (double)c->beta1);
+  if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f) || !amp__finite(c->beta2)) return amp__fail(AMP_ERR_ARG, "%s: beta2 %g must be in [0, 1)", fn, (double)c->beta2);
   if (!(c->eps > 0.0f) || !amp__finite(c->eps)) return amp__fail(AMP_ERR_ARG, "%s: eps %g must be > 0 and finite", fn, (double)c->eps);
   if (!(c->max_grad_norm >= 0.0f) || !amp__finite(c->max_grad_norm))
     return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn, (double)c->max_grad_norm);
@@ -2985,7 +2997,10 @@ static amp_status amp__scaler_allreduce(const char *fn, amp_scaler *s, int *bad,
   amp__err_buf[0] = '\0';     /* so the hook's own message (amp_nccl_allreduce_hook sets one) can be kept */
   st = s->allreduce(s->allreduce_user, buf, 2, NULL);
   if (st != AMP_OK) return amp__hook_fail(fn, (int)st);
-  *bad = !(buf[0] == 0.0);     /* NaN counts as an overflow too */
+  { /* anything but +-0 is an overflow, NaN too: on the bits, which fast-math cannot fold */
+    uint64_t b; memcpy(&b, &buf[0], sizeof b);
+    *bad = (b << 1) != 0;
+  }
   *sumsq = buf[1];
   return AMP_OK;
 }
@@ -3332,8 +3347,8 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
     amp__get(&r, &t->scale, 4); amp__get(&r, &t->tracker, 4); amp__get(&r, &t->hyst, 4); amp__get(&r, &t->at_floor, 4);
     amp__get(&r, &ls, 4); amp__get(&r, &fl, 4); amp__get(&r, &sk, 8);
     sc->last_skipped = ls != 0; sc->floor_logged = fl != 0; sc->skipped = (long)sk;
-    if (!(p->growth > 1.0f) || !amp__finite(p->growth) || !(p->backoff > 0.0f && p->backoff < 1.0f) ||
-        !(p->floor >= FLT_MIN) || !amp__finite(p->floor) || !(p->cap == 0.0f || p->cap >= p->floor) || !amp__finite(p->cap) ||
+    if (!(p->growth > 1.0f) || !amp__finite(p->growth) || !(p->backoff > 0.0f && p->backoff < 1.0f) || !amp__finite(p->backoff) ||
+        !(p->floor >= FLT_MIN) || !amp__finite(p->floor) || !(amp__is_zero(p->cap) || p->cap >= p->floor) || !amp__finite(p->cap) ||
         p->interval < 1 || p->hysteresis < 1 || p->mode < 0 || p->mode > 2 ||
         t->tracker < -1 || t->tracker > p->interval || t->hyst < 0 || t->hyst > p->hysteresis ||
         !(t->scale >= p->floor) || !amp__finite(t->scale) || !(sc->init_scale >= FLT_MIN) || !amp__finite(sc->init_scale))
@@ -3354,7 +3369,7 @@ static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const a
     if (o) {
       if (c.kind != o->cfg.kind) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer kind %u in the file, the live one is %d", (unsigned)u, (int)o->cfg.kind);
       c.custom_step = o->cfg.custom_step; c.custom_user = o->cfg.custom_user;
-      if (c.lr == 0.0f) c.lr = o->cfg.lr;   /* set_lr(0) was saved; resolve would read 0 as the default */
+      if (amp__is_zero(c.lr)) c.lr = o->cfg.lr;   /* set_lr(0) was saved; resolve would read 0 as the default */
       if (amp__optim_resolve("amp_checkpoint_load", &c, &cr) != AMP_OK) {
         char why[sizeof amp__err_buf];
         memcpy(why, amp__err_buf, sizeof why);

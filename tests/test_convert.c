@@ -94,7 +94,7 @@ static void f32_to_f16_named_edge_cases(void) {
     const edge *c = &f16_edges[i];
     uint16_t got = amp_f32_to_f16(f32_of(c->in)), ref = ref_f32_to_f16(f32_of(c->in));
     EXPECT(got == c->want, "%s: in 0x%08x (%.9g) expected 0x%04x got 0x%04x", c->what, c->in, (double)f32_of(c->in), c->want, got);
-    EXPECT(ref == c->want, "double reference, %s: in 0x%08x expected 0x%04x got 0x%04x", c->what, c->in, c->want, ref);
+    EXPECT(!REF_IEEE || ref == c->want, "double reference, %s: in 0x%08x expected 0x%04x got 0x%04x", c->what, c->in, c->want, ref);
   }
 }
 
@@ -104,7 +104,7 @@ static void f32_to_bf16_named_edge_cases(void) {
     const edge *c = &bf16_edges[i];
     uint16_t got = amp_f32_to_bf16(f32_of(c->in)), ref = ref_f32_to_bf16(f32_of(c->in));
     EXPECT(got == c->want, "%s: in 0x%08x (%.9g) expected 0x%04x got 0x%04x", c->what, c->in, (double)f32_of(c->in), c->want, got);
-    EXPECT(ref == c->want, "double reference, %s: in 0x%08x expected 0x%04x got 0x%04x", c->what, c->in, c->want, ref);
+    EXPECT(!REF_IEEE || ref == c->want, "double reference, %s: in 0x%08x expected 0x%04x got 0x%04x", c->what, c->in, c->want, ref);
   }
 }
 
@@ -147,6 +147,9 @@ static void f16_to_f32_matches_vcvtph2ps_for_all_65536_patterns(void) {
 
 static void bf16_to_f32_is_exact_for_all_65536_patterns(void) {
   uint32_t h;
+#if !REF_IEEE
+  printf(REF_SKIP_MSG); return;
+#endif
   for (h = 0; h < 65536; h++) {
     uint32_t got = bits_of(amp_bf16_to_f32((amp_bf16)h)), want = ref_bf16_to_f32((uint16_t)h);
     EXPECT(got == want, "in 0x%04x expected 0x%08x got 0x%08x", h, want, got);
@@ -172,6 +175,9 @@ static void round_trip_through_f32_is_the_identity(void) {
 static void f32_sample_rounds_like_the_double_reference(void) {
   uint64_t k;
   uint32_t stride = t_quick() ? 1000003u : 65537u;
+#if !REF_IEEE
+  printf(REF_SKIP_MSG); return;
+#endif
   for (k = 0; k < (1ull << 32); k += stride) {
     float x = f32_of((uint32_t)k);
     uint16_t h = amp_f32_to_f16(x), r = ref_f32_to_f16(x), b = amp_f32_to_bf16(x), rb = ref_f32_to_bf16(x);

@@ -238,7 +238,10 @@ static void gradient_accumulation_unscales_once_at_a_fixed_scale(void) {
     EXPECT(amp_scaler_get_scale(s) == scale0, "scale moved within the accumulation: %g", (double)amp_scaler_get_scale(s));
     for (i = 0; i < N; i++) { parts[k][i] = (float)rndn() * scale0; ga[i] += parts[k][i]; }
   }
-  for (i = 0; i < N; i++) { gb[i] = 0; for (k = 0; k < MICRO; k++) gb[i] += parts[k][i]; }
+  /* summed in the same order as ga (micro-batch by micro-batch), so that -Ofast, which may
+     reassociate a sum written the other way round, still gives the same grads */
+  for (i = 0; i < N; i++) gb[i] = 0;
+  for (k = 0; k < MICRO; k++) for (i = 0; i < N; i++) gb[i] += parts[k][i];
   EXPECT(amp_scaler_unscale(s, oa) == AMP_OK, "unscale once: %s", amp_last_error());
   EXPECT(amp_scaler_unscale(s, oa) == AMP_ERR_STATE, "a second unscale in the same iteration is refused");
   amp_scaler_step(s, oa); amp_scaler_step(s, ob); amp_scaler_update(s);

@@ -235,7 +235,8 @@ static void zero_config_means_the_documented_defaults(void) {
   memset(&c, 0, sizeof c);
   c.growth_factor = -0.0f; c.backoff_factor = -0.0f; c.init_scale = -0.0f;
   if (amp_scaler_create(&s, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "create: %s", amp_last_error()); return; }
-  amp_scaler_get_state(s, &st, &pr);
+  memset(&pr, 0xff, sizeof pr); memset(&st, 0xff, sizeof st);   /* never read unset, even if the call fails */
+  EXPECT(amp_scaler_get_state(s, &st, &pr) == AMP_OK, "get_state: %s", amp_last_error());
   EXPECT(st.scale == 65536.0f && pr.growth == 2.0f && pr.backoff == 0.5f && pr.interval == 2000 && pr.hysteresis == 1 &&
          pr.mode == AMP_HYSTERESIS_CONSECUTIVE && pr.floor == FLT_MIN && pr.cap == 0.0f && !pr.fixed && !pr.late_growth,
          "defaults: scale %g growth %g backoff %g interval %d hysteresis %d mode %d floor %a cap %g",
