@@ -24,6 +24,8 @@ static void make_pattern(int *pat, int n) {
 }
 static int pattern_steps(void) { return t_quick() ? 10000 : 100000; }
 
+/* The references test finiteness with amp__finite (on the bits) where the anchors write
+   isfinite(): a build with -Ofast (-ffinite-math-only) folds isfinite() to 1. */
 /* ---- the references: literal transcriptions of the anchors' code (amp.h adds one thing to all:
    the scale never goes below FLT_MIN, SEMANTICS.md; marked AMP below) ---- */
 
@@ -38,7 +40,7 @@ static void ref_torch_update(ref_torch *r, int found_inf, double growth_factor, 
     int successful = r->tracker + 1;
     if (successful == growth_interval) {
       float new_scale = (float)(r->scale * growth_factor);
-      if (isfinite(new_scale)) r->scale = new_scale;
+      if (amp__finite(new_scale)) r->scale = new_scale;
       r->tracker = 0;
     } else {
       r->tracker = successful;
@@ -63,7 +65,7 @@ static void ref_paddle_update(ref_paddle *r, int found_inf, int incr_every_n_ste
     r->good = r->good + 1;
     if (r->good == incr_every_n_steps) {
       float new_loss_scaling = r->scale * incr_ratio;
-      r->scale = isfinite(new_loss_scaling) ? new_loss_scaling : r->scale;
+      r->scale = amp__finite(new_loss_scaling) ? new_loss_scaling : r->scale;
       r->good = 0;
     }
   }
@@ -88,7 +90,7 @@ static void ref_ds_update(ref_ds *r, int overflow, double scale_factor, long sca
     stable_interval = (r->cur_iter - r->last_overflow_iter) - 1;
     if (stable_interval > 0 && stable_interval % scale_window == 0) {
       if (!consecutive_hysteresis) r->cur_hysteresis = delayed_shift;
-      if (isfinite((float)(r->cur_scale * scale_factor))) r->cur_scale *= scale_factor;  /* AMP: f32 scale */
+      if (amp__finite((float)(r->cur_scale * scale_factor))) r->cur_scale *= scale_factor;  /* AMP: f32 scale */
     }
   }
   r->cur_iter += 1;
@@ -127,7 +129,7 @@ static void ref_apexh_update(ref_apexh *r, float found_inf, double growth_factor
     int successful = r->growth_tracker + 1;
     if (successful == growth_interval) {
       float new_scale = (float)(r->current_scale * growth_factor);
-      if (isfinite(new_scale)) r->current_scale = new_scale;
+      if (amp__finite(new_scale)) r->current_scale = new_scale;
       r->growth_tracker = 0;
     } else {
       r->growth_tracker = successful;
@@ -142,7 +144,7 @@ static void ref_keras_update(ref_keras *r, int finite, int growth_steps, float m
   if (finite) {
     if (r->counter + 1 >= growth_steps) {
       float new_loss_scale = r->scale * multiplier;
-      if (isfinite(new_loss_scale)) r->scale = new_loss_scale;
+      if (amp__finite(new_loss_scale)) r->scale = new_loss_scale;
       r->counter = 0;
     } else {
       r->counter += 1;
