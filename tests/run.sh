@@ -34,20 +34,20 @@ check() {
 }
 # runtest NAME CMD...: runs a test program, adds up its RESULT line.
 runtest() {
-  name=$1; shift
-  "$@" >"$B/$name.log" 2>&1
+  rname=$1; shift
+  "$@" >"$B/$rname.log" 2>&1
   rc=$?
-  line=$(grep '^RESULT ' "$B/$name.log" | tail -n 1)
-  grep -E '^(FAIL|  FAIL|skipped|SKIP)' "$B/$name.log" | head -n 40
+  line=$(grep '^RESULT ' "$B/$rname.log" | tail -n 1)
+  grep -E '^(FAIL|  FAIL|skipped|SKIP)' "$B/$rname.log" | head -n 40
   if [ -z "$line" ]; then
-    fail "$name (exit $rc, no RESULT line)"; tail -n 30 "$B/$name.log" | sed 's/^/    /'; return
+    fail "$rname (exit $rc, no RESULT line)"; tail -n 30 "$B/$rname.log" | sed 's/^/    /'; return
   fi
   p=$(echo "$line" | sed 's/^RESULT \([0-9]*\) passed, \([0-9]*\) failed.*/\1/')
   f=$(echo "$line" | sed 's/^RESULT \([0-9]*\) passed, \([0-9]*\) failed.*/\2/')
   PASS=$((PASS + p)); FAIL=$((FAIL + f))
-  [ "$f" -gt 0 ] && FAILED="$FAILED $name"
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then fail "$name (exit $rc)"; tail -n 30 "$B/$name.log" | sed 's/^/    /'; fi
-  echo "---- $name: $p passed, $f failed"
+  [ "$f" -gt 0 ] && FAILED="$FAILED $rname"
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then fail "$rname (exit $rc)"; tail -n 30 "$B/$rname.log" | sed 's/^/    /'; fi
+  echo "---- $rname: $p passed, $f failed"
 }
 ldlibs() { sed -n 's|^// LDLIBS: *||p' "$1" | head -n 1; }
 
