@@ -170,6 +170,11 @@ static inline AMP_HD int amp__is_zero(float x) { return (amp__f32_bits(x) << 1) 
    NaN keeps its sign and the top 10 bits of its payload with the quiet bit set, exactly as the
    F16C instruction vcvtps2ph does (NumPy keeps the same payload bits; its software path leaves a
    signalling NaN signalling); a NaN never becomes inf. */
+/* The normal-half case on its own: a = |x| bits in [2^-14, 65520). Rebias the exponent by
+   127-15 = 112 and add 0xfff plus the lowest kept bit: a carry out of the 13 cut bits is
+   round-to-nearest-even, and it may carry into the exponent. (The portable bulk loop runs this on
+   every element and redoes the rest with amp_f32_to_f16.) */
+static inline AMP_HD uint32_t amp__f16_normal(uint32_t a) { return (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13; }
 static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
   uint32_t f = amp__f32_bits(x);
   uint32_t sign = (f >> 16) & 0x8000u;
@@ -178,12 +183,7 @@ static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
     return (amp_f16)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u));
   if (a >= 0x477ff000u) /* >= 65520 = 65504 + half an ulp: rounds (ties-to-even) to inf */
     return (amp_f16)(sign | 0x7c00u);
-  if (a >= 0x38800000u) { /* >= 2^-14: a normal half. Rebias the exponent by 127-15 = 112 and
-                             add 0xfff plus the lowest kept bit: a carry out of the 13 cut bits
-                             is round-to-nearest-even, and it may carry into the exponent. */
-    uint32_t odd = (a >> 13) & 1u;
-    return (amp_f16)(sign | ((a - 0x38000000u + 0xfffu + odd) >> 13));
-  }
+  if (a >= 0x38800000u) return (amp_f16)(sign | amp__f16_normal(a)); /* >= 2^-14: a normal half */
   if (a < 0x33000000u) /* < 2^-25: below half the smallest subnormal, rounds to (signed) zero */
     return (amp_f16)sign;
   { /* a subnormal half: the value in units of 2^-24 is m * 2^(e - 126); shift by 14..24 and
@@ -197,29 +197,30 @@ static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
   }
 }
 
-/* f16 -> f32: exact for all 65536 patterns. A NaN keeps its sign and payload (shifted up) and comes
-   out quiet (0x400000 set), exactly as the F16C instruction vcvtph2ps does. */
+/* f16 -> f32: exact for all 65536 patterns, branch-free (Maratyszcza/FP16's trick) so that loops
+   over it vectorise. Normals by rebiasing with one multiply by 2^-112, subnormals as
+   (0.5 + m * 2^-24) - 0.5, exact both; each is one operation on a bit-built normal operand, so
+   -ffast-math has nothing to fold or reassociate and flush-to-zero modes do not touch it. A NaN
+   keeps its sign and payload (shifted up) and comes out quiet (0x400000 set), exactly as the F16C
+   instruction vcvtph2ps does. */
 static inline AMP_HD float amp_f16_to_f32(amp_f16 h) {
-  uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-  uint32_t e = ((uint32_t)h >> 10) & 0x1fu, m = (uint32_t)h & 0x3ffu;
-  if (e == 0x1fu) /* inf; NaN (m != 0) gets the f32 quiet bit 0x400000 */
-    return amp__bits_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
-  if (e != 0) return amp__bits_f32(sign | ((e + 112u) << 23) | (m << 13));      /* normal */
-  if (m == 0) return amp__bits_f32(sign);                                        /* +-0 */
-  { /* subnormal: m * 2^-24 is exact in f32; build it by normalising the mantissa. */
-    uint32_t ex = 113u;                       /* biased exponent of 2^-14, one above the subnormals */
-    while (!(m & 0x400u)) { m <<= 1; ex--; }
-    return amp__bits_f32(sign | (ex << 23) | ((m & 0x3ffu) << 13));
-  }
+  uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
+  float normal = amp__bits_f32((two_w >> 4) + (0xE0u << 23)) * amp__bits_f32(0x07800000u);  /* 2^-112 */
+  float denormal = amp__bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+  uint32_t sub = 0u - (uint32_t)(two_w < (1u << 27));   /* all ones for zero/subnormal inputs */
+  /* selects written as masks: GCC does not if-convert a ?: here and would not vectorise */
+  return amp__bits_f32(sign | (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub));
 }
 
 /* f32 -> bf16: round to nearest even on the upper 16 bits (adding 0x7fff plus the lowest kept bit
    carries exactly when the cut half is above, or at a tie with an odd kept part). Subnormals are
-   kept, not flushed. NaN -> quiet NaN with its sign and top payload bits, as ggml does. */
+   kept, not flushed. NaN -> quiet NaN with its sign and top payload bits, as ggml does. Written
+   as one select (no early return) so that loops over it vectorise. */
 static inline AMP_HD amp_bf16 amp_f32_to_bf16(float x) {
   uint32_t u = amp__f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (amp_bf16)((u >> 16) | 0x40u);
-  return (amp_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t isnan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+  return (amp_bf16)((((u >> 16) | 0x40u) & isnan) | (r & ~isnan));
 }
 
 /* bf16 -> f32: exact, the bits shifted up. */
@@ -1090,52 +1091,11 @@ AMPDEF size_t amp_dtype_size(amp_dtype t) {
 #else
 #define AMP__INLINE static inline
 #endif
-/* Branch-free f16 <-> f32 for bulk loops (Maratyszcza/FP16's tricks), vectorisable where the
-   branchy scalar functions are not: the portable amp_convert and the optimizer's loops. f16 -> f32: normals by rebiasing with one multiply by 2^-112,
-   subnormals as (0.5 + m * 2^-24) - 0.5, exact both; each is one operation on a bit-built
-   operand, so -ffast-math has nothing to fold or reassociate. It quiets a signalling NaN, as amp_f16_to_f32 and vcvtph2ps do. */
-AMP__INLINE float amp__o_h2f(uint16_t h) {
-  uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
-  float normal = amp__bits_f32((two_w >> 4) + (0xE0u << 23)) * amp__bits_f32(0x07800000u);  /* 2^-112 */
-  float denormal = amp__bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
-  uint32_t sub = 0u - (uint32_t)(two_w < (1u << 27));   /* all ones for zero/subnormal inputs */
-  /* selects written as masks: GCC does not if-convert the ?: here and would not vectorise */
-  return amp__bits_f32(sign | (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub));
-}
-/* f32 -> f16, round to nearest even with the FPU's own rounding: adding 2^(e+15) (the bias, at
-   least 2^1) to 4|x| leaves exactly the f16 bits of the rounded value in the low bits. Maratyszcza
-   writes 4|x| as (|x| * 2^112) * 2^-110 so that |x| >= 2^16 overflows to inf; -ffast-math would
-   fold that to |x| * 4, so here 4|x| is one exact product and |x| >= 2^16 (inf and NaN included)
-   is picked out on the bits. The add is a single rounding: nothing a compiler may reassociate.
-   NaN as amp_f32_to_f16 (quiet bit set, top 10 payload bits kept), so the result equals
-   amp_f32_to_f16 bit for bit (tested) under the default rounding mode. */
-AMP__INLINE uint16_t amp__o_f2h(float f) {
-  uint32_t w = amp__f32_bits(f), shl1 = w + w, sign = w & 0x80000000u;
-  uint32_t bias = shl1 & 0xFF000000u, b, nonsign, nan, small, big, isnan;
-  float base = amp__bits_f32(w & 0x7FFFFFFFu) * 4.0f;   /* exact for |x| < 2^16 */
-  small = 0u - (uint32_t)(bias < 0x71000000u);
-  bias = (bias & ~small) | (0x71000000u & small);
-  base = amp__bits_f32((bias >> 1) + 0x07800000u) + base;
-  b = amp__f32_bits(base);
-  big = 0u - (uint32_t)(shl1 >= 0x8F000000u);            /* |x| >= 2^16: inf */
-  nonsign = ((((b >> 13) & 0x7C00u) + (b & 0x0FFFu)) & ~big) | (0x7C00u & big);
-  nan = 0x7E00u | ((w >> 13) & 0x3FFu);
-  isnan = 0u - (uint32_t)(shl1 > 0xFF000000u);
-  return (uint16_t)((sign >> 16) | (nan & isnan) | (nonsign & ~isnan));
-}
-/* amp_f32_to_bf16 written as one select instead of an early return. */
-AMP__INLINE uint16_t amp__o_f2bf(float f) {
-  uint32_t u = amp__f32_bits(f);
-  uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  uint32_t isnan = 0u - (uint32_t)((u & 0x7FFFFFFFu) > 0x7F800000u);
-  return (uint16_t)((((u >> 16) | 0x40u) & isnan) | (r & ~isnan));
-}
-
 /* The portable loops. f32 -> f16 runs 64 elements at a time through the scalar function's
    normal-case formula, branch-free so that compilers vectorise it with plain SSE2/NEON, then
    redoes with the scalar function the few elements outside that case (subnormal halves, inf, NaN,
-   overflow): measured twice as fast here as amp__o_f2h per element. f16 -> f32 is amp__o_h2f per
-   element, which vectorises whole. Both give the scalar functions' bits. */
+   overflow). f16 -> f32 is amp_f16_to_f32 per element, which vectorises whole. Both give the
+   scalar functions' bits (they are the scalar functions). */
 static void amp__f32_to_f16_portable(amp_f16 *d, const float *s, size_t n) {
   size_t i = 0;
   int k;
@@ -1143,7 +1103,7 @@ static void amp__f32_to_f16_portable(amp_f16 *d, const float *s, size_t n) {
     uint32_t odd = 0;
     for (k = 0; k < 64; k++) {
       uint32_t u = amp__f32_bits(s[i + k]), a = u & 0x7fffffffu;
-      uint32_t h = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;  /* a normal half */
+      uint32_t h = amp__f16_normal(a);
       odd |= (uint32_t)(a - 0x33000000u < 0x38800000u - 0x33000000u) | (uint32_t)(a >= 0x477ff000u);
       d[i + k] = (amp_f16)(((u >> 16) & 0x8000u) | (a >= 0x38800000u ? h : 0u));  /* below 2^-25: +-0 */
     }
@@ -1157,7 +1117,7 @@ static void amp__f32_to_f16_portable(amp_f16 *d, const float *s, size_t n) {
 }
 static void amp__f16_to_f32_portable(float *AMP__RESTRICT d, const amp_f16 *AMP__RESTRICT s, size_t n) {
   size_t i;
-  for (i = 0; i < n; i++) d[i] = amp__o_h2f(s[i]);
+  for (i = 0; i < n; i++) d[i] = amp_f16_to_f32(s[i]);
 }
 static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
   size_t i;
@@ -1185,11 +1145,14 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
   }
 }
 
-/* The F16C/AVX2 path: x86-64 with GCC or Clang. Each kernel carries a target attribute, so the
-   rest of the file needs no -m flags, and runs only after CPUID said the CPU and the OS (XSAVE
-   of the YMM registers) support it. Every kernel gives the bits of the scalar functions above:
-   vcvtps2ph/vcvtph2ps are what those are written to match, and the bf16 rounding is the same
-   integer trick on 8 lanes. Tails (n % block) go through the scalar functions. */
+/* The x86 SIMD paths: x86-64 with GCC or Clang. Each kernel carries a target attribute, so the
+   rest of the file needs no -m flags, and runs only after CPUID said the CPU and the OS (XSAVE of
+   the YMM/ZMM registers) support it. Levels: 1 = AVX2 + F16C, 2 = AVX-512 F/BW/VL/DQ. Every
+   kernel gives the bits of the scalar functions above: vcvtps2ph/vcvtph2ps are what those are
+   written to match, and the bf16 rounding is amp_f32_to_bf16's integer trick on 8 or 16 lanes
+   (AVX512-BF16's vcvtneps2bf16 flushes subnormal inputs to zero, so it is not used). Tails and
+   heads go through the same vector code: AVX-512 with masked loads and stores, AVX2 through a
+   small buffer; no scalar element access, so any address works, odd ones included. */
 #if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__)
 #define AMP__X86_SIMD 1
 #ifdef __cplusplus
@@ -1199,35 +1162,63 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
 #ifdef __cplusplus
 extern "C" {
 #endif
-#define AMP__AVX2 __attribute__((target("avx2,f16c")))
-#define AMP__AVX2_INLINE static inline __attribute__((target("avx2,f16c"), always_inline))
+/* The float operations of the vector loops must be the scalar functions' own IEEE operations:
+   GCC would contract a * b + c into an FMA inside an AVX-512 function (AVX-512 brings FMA) and,
+   under -ffast-math, rewrite divisions and sums; the optimize attribute stops both (clang
+   contracts only within one source expression, which intrinsics never are). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define AMP__EXACT_FP __attribute__((optimize("no-fast-math", "fp-contract=off")))
+#else
+#define AMP__EXACT_FP
+#endif
+#define AMP__AVX2 __attribute__((target("avx2,f16c"))) AMP__EXACT_FP
+#define AMP__AVX2_INLINE static inline __attribute__((target("avx2,f16c"), always_inline)) AMP__EXACT_FP
+#define AMP__AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512dq"))) AMP__EXACT_FP
+#define AMP__AVX512_INLINE static inline __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) AMP__EXACT_FP
 
-static void amp__cpuid(unsigned leaf, unsigned r[4]) {
-  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(0u));
+static void amp__cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
 }
-static int amp__cpu_has_f16c(void) {
+/* The CPU's best level, asked once: 0 none, 1 AVX2 + F16C, 2 AVX-512 F/BW/VL/DQ. */
+static int amp__cpu_level(void) {
   static int known_cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
   int known = AMP__ALOAD(&known_cache);
   if (known < 0) {
     unsigned r[4], lo, hi;
-    amp__cpuid(0, r);
+    amp__cpuid(0, 0, r);
     known = 0;
     if (r[0] >= 7) {
-      amp__cpuid(1, r);
+      amp__cpuid(1, 0, r);
       /* ECX bit 27 OSXSAVE (xgetbv usable), 28 AVX, 29 F16C */
       if ((r[2] & (7u << 27)) == (7u << 27)) {
         __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
         (void)hi;
-        amp__cpuid(7, r);
+        amp__cpuid(7, 0, r);
         /* XCR0 bits 1-2: the OS saves XMM and YMM state; leaf 7 EBX bit 5: AVX2 */
-        known = (lo & 6u) == 6u && (r[1] & (1u << 5)) != 0;
+        if ((lo & 6u) == 6u && (r[1] & (1u << 5)) != 0) known = 1;
+        /* XCR0 bits 5-7: opmask and ZMM state; EBX bits 16 F, 17 DQ, 30 BW, 31 VL */
+        if (known && (lo & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) known = 2;
       }
     }
     AMP__ASTORE(&known_cache, known);
   }
   return known;
 }
+static int amp__cpu_has_f16c(void) { return amp__cpu_level() >= 1; }
+/* The highest level the SIMD paths may use (tests lower it to run the AVX2 kernels on an AVX-512
+   CPU). */
+static int amp__isa_cap = 2;
+static int amp__isa(void) { int l = amp__cpu_level(); return l < amp__isa_cap ? l : amp__isa_cap; }
 
+/* ---- 8 lanes (AVX2 + F16C) ----
+   amp__ld8: 8 elements of type t as f32 (exact widening); amp__st8: 8 f32 rounded to type t by the
+   scalar functions' rules, streamed (non-temporal) when nt (then p is 16/32-byte aligned). */
+AMP__AVX2_INLINE __m256 amp__ld8(amp_dtype t, const void *p) {
+  if (t == AMP_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  if (t == AMP_BF16)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+  return _mm256_loadu_ps((const float *)p);
+}
 /* 8 f32 bit patterns -> 8 bf16 in the low halves of the lanes: amp_f32_to_bf16 on each lane. */
 AMP__AVX2_INLINE __m256i amp__bf16_round8(__m256i u) {
   __m256i hi = _mm256_srli_epi32(u, 16);
@@ -1238,130 +1229,129 @@ AMP__AVX2_INLINE __m256i amp__bf16_round8(__m256i u) {
                                    _mm256_set1_epi32(0x7f800000));
   return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
 }
-/* 16 lanes of 16-bit results (in the low halves of a and b) -> one vector in element order:
-   packus interleaves the 128-bit lanes, the permute puts the quarters back in order. */
-AMP__AVX2_INLINE __m256i amp__pack16(__m256i a, __m256i b) {
-  return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
-}
-AMP__AVX2_INLINE __m256i amp__bf16_widen8(const uint16_t *p) {
-  return _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16);
+AMP__AVX2_INLINE void amp__st8(amp_dtype t, void *p, __m256 x, int nt) {
+  __m128i h;
+  if (t == AMP_F32) {
+    if (nt) _mm256_stream_ps((float *)p, x); else _mm256_storeu_ps((float *)p, x);
+    return;
+  }
+  if (t == AMP_F16) h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+  else {
+    __m256i r = amp__bf16_round8(_mm256_castps_si256(x));   /* values <= 0xffff: packus keeps them */
+    h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  }
+  if (nt) _mm_stream_si128((__m128i *)p, h); else _mm_storeu_si128((__m128i *)p, h);
 }
 
+/* ---- 16 lanes (AVX-512) ----
+   The same with a lane mask: lanes outside k are not read (they load as 0) and not written. */
+AMP__AVX512_INLINE __m512 amp__ld16(amp_dtype t, const void *p, __mmask16 k) {
+  if (t == AMP_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+  if (t == AMP_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+  return _mm512_maskz_loadu_ps(k, p);
+}
+AMP__AVX512_INLINE __m256i amp__bf16_round16(__m512i u) {
+  __m512i hi = _mm512_srli_epi32(u, 16);
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                                 _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40)));
+}
+AMP__AVX512_INLINE void amp__st16(amp_dtype t, void *p, __m512 x, __mmask16 k, int nt) {
+  __m256i h;
+  if (t == AMP_F32) {
+    if (nt) _mm512_stream_ps((float *)p, x); else _mm512_mask_storeu_ps(p, k, x);
+    return;
+  }
+  h = t == AMP_F16 ? _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : amp__bf16_round16(_mm512_castps_si512(x));
+  if (nt) _mm256_stream_si256((__m256i *)p, h); else _mm256_mask_storeu_epi16(p, k, h);
+}
+AMP__AVX512_INLINE __mmask16 amp__mask16(size_t k) { return (__mmask16)(k >= 16 ? 0xffffu : (1u << k) - 1u); }
+
 /* Stores: large outputs go around the cache with non-temporal stores (no read-for-ownership of
-   the destination: a third less memory traffic for f32 -> f16, measured 1.3-1.5x on an EPYC);
-   those need 32-byte aligned addresses, so the kernels first convert a scalar head up to that. */
+   the destination: a third less memory traffic for f32 -> f16). Those need aligned addresses, so
+   a kernel first converts a head up to a 64-byte boundary; a destination that is not aligned to
+   its element size never reaches one and is written with ordinary stores. Each block reads all
+   its elements before it writes any, so dst == src is safe for the 2-byte pairs. */
 static size_t amp__nt_bytes = (size_t)8 << 20; /* destination size from which stores stream */
-AMP__AVX2_INLINE void amp__st256(void *p, __m256i v, int nt) {
-  if (nt) _mm256_stream_si256((__m256i *)p, v); else _mm256_storeu_si256((__m256i *)p, v);
-}
-AMP__AVX2_INLINE __m256i amp__join(__m128i lo, __m128i hi) {
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-}
-/* The head: how many elements of size es to convert one by one before dst is 32-byte aligned. */
-static size_t amp__head(const void *dst, size_t es, size_t n, int nt) {
-  size_t h = nt ? ((32u - ((uintptr_t)dst & 31u)) & 31u) / es : 0;
+static size_t amp__nt_head(const void *dst, size_t ds, size_t n, int *nt) {
+  size_t h;
+  *nt = n * ds >= amp__nt_bytes && ((uintptr_t)dst % ds) == 0;
+  if (!*nt) return 0;
+  h = ((64u - ((uintptr_t)dst & 63u)) & 63u) / ds;
   return h < n ? h : n;
 }
 
-/* Blocks of 32 elements (four 256-bit loads of f32); every load of a block comes before its stores,
-   so dst == src is safe for the 2-byte pairs. */
-static AMP__AVX2 void amp__f32_to_f16_avx2(amp_f16 *d, const float *s, size_t n) {
-  int nt = n * 2 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 2, n, nt);
-  for (; i < h; i++) d[i] = amp_f32_to_f16(s[i]);
-  for (; i + 32 <= n; i += 32) {
-    __m128i a = _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT);
-    __m128i b = _mm256_cvtps_ph(_mm256_loadu_ps(s + i + 8), _MM_FROUND_TO_NEAREST_INT);
-    __m128i c = _mm256_cvtps_ph(_mm256_loadu_ps(s + i + 16), _MM_FROUND_TO_NEAREST_INT);
-    __m128i e = _mm256_cvtps_ph(_mm256_loadu_ps(s + i + 24), _MM_FROUND_TO_NEAREST_INT);
-    amp__st256(d + i, amp__join(a, b), nt);
-    amp__st256(d + i + 16, amp__join(c, e), nt);
-  }
+/* 32 elements, 4 x 8 lanes; every load before the stores. */
+AMP__AVX2_INLINE void amp__cvt_block8(amp_dtype dt, char *d, amp_dtype st, const char *s, int nt) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
+  __m256 a = amp__ld8(st, s), b = amp__ld8(st, s + 8 * ss), c = amp__ld8(st, s + 16 * ss), e = amp__ld8(st, s + 24 * ss);
+  amp__st8(dt, d, a, nt); amp__st8(dt, d + 8 * ds, b, nt); amp__st8(dt, d + 16 * ds, c, nt); amp__st8(dt, d + 24 * ds, e, nt);
+}
+/* k < 32 elements through a buffer. */
+AMP__AVX2_INLINE void amp__cvt_part8(amp_dtype dt, char *d, amp_dtype st, const char *s, size_t k) {
+  char bs[128], bd[128];
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
+  memset(bs, 0, sizeof bs);
+  memcpy(bs, s, k * ss);
+  amp__cvt_block8(dt, bd, st, bs, 0);
+  memcpy(d, bd, k * ds);
+}
+AMP__AVX2_INLINE void amp__cvt_loop8(amp_dtype dt, void *dst, amp_dtype st, const void *src, size_t n) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), i;
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  int nt;
+  size_t h = amp__nt_head(dst, ds, n, &nt);
+  if (h) amp__cvt_part8(dt, d, st, s, h);
+  for (i = h; i + 32 <= n; i += 32) amp__cvt_block8(dt, d + i * ds, st, s + i * ss, nt);
   if (nt) _mm_sfence(); /* streamed stores become visible in order with later ones */
-  for (; i < n; i++) d[i] = amp_f32_to_f16(s[i]);
+  if (i < n) amp__cvt_part8(dt, d + i * ds, st, s + i * ss, n - i);
 }
-static AMP__AVX2 void amp__f16_to_f32_avx2(float *d, const amp_f16 *s, size_t n) {
-  int nt = n * 4 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 4, n, nt);
-  for (; i < h; i++) d[i] = amp_f16_to_f32(s[i]);
-  for (; i + 32 <= n; i += 32) {
-    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)));
-    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 8)));
-    __m256 c = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 16)));
-    __m256 e = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 24)));
-    amp__st256(d + i, _mm256_castps_si256(a), nt); amp__st256(d + i + 8, _mm256_castps_si256(b), nt);
-    amp__st256(d + i + 16, _mm256_castps_si256(c), nt); amp__st256(d + i + 24, _mm256_castps_si256(e), nt);
+/* 32 elements, 2 x 16 lanes, under a mask of the first k. */
+AMP__AVX512_INLINE void amp__cvt_block16(amp_dtype dt, char *d, amp_dtype st, const char *s, size_t k, int nt) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
+  __mmask16 k0 = amp__mask16(k), k1 = amp__mask16(k > 16 ? k - 16 : 0);
+  __m512 a = amp__ld16(st, s, k0), b = amp__ld16(st, s + 16 * ss, k1);
+  amp__st16(dt, d, a, k0, nt); amp__st16(dt, d + 16 * ds, b, k1, nt);
+}
+AMP__AVX512_INLINE void amp__cvt_loop16(amp_dtype dt, void *dst, amp_dtype st, const void *src, size_t n) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), i;
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  int nt;
+  size_t h = amp__nt_head(dst, ds, n, &nt);
+  if (h) amp__cvt_block16(dt, d, st, s, h, 0);
+  for (i = h; i + 64 <= n; i += 64) {
+    amp__cvt_block16(dt, d + i * ds, st, s + i * ss, 32, nt);
+    amp__cvt_block16(dt, d + (i + 32) * ds, st, s + (i + 32) * ss, 32, nt);
   }
   if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_f16_to_f32(s[i]);
-}
-static AMP__AVX2 void amp__f32_to_bf16_avx2(amp_bf16 *d, const float *s, size_t n) {
-  int nt = n * 2 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 2, n, nt);
-  for (; i < h; i++) d[i] = amp_f32_to_bf16(s[i]);
-  for (; i + 32 <= n; i += 32) {
-    __m256i a = amp__bf16_round8(_mm256_loadu_si256((const __m256i *)(s + i)));
-    __m256i b = amp__bf16_round8(_mm256_loadu_si256((const __m256i *)(s + i + 8)));
-    __m256i c = amp__bf16_round8(_mm256_loadu_si256((const __m256i *)(s + i + 16)));
-    __m256i e = amp__bf16_round8(_mm256_loadu_si256((const __m256i *)(s + i + 24)));
-    amp__st256(d + i, amp__pack16(a, b), nt);
-    amp__st256(d + i + 16, amp__pack16(c, e), nt);
-  }
-  if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_f32_to_bf16(s[i]);
-}
-static AMP__AVX2 void amp__bf16_to_f32_avx2(float *d, const amp_bf16 *s, size_t n) {
-  int nt = n * 4 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 4, n, nt);
-  for (; i < h; i++) d[i] = amp_bf16_to_f32(s[i]);
-  for (; i + 32 <= n; i += 32) {
-    __m256i a = amp__bf16_widen8(s + i), b = amp__bf16_widen8(s + i + 8);
-    __m256i c = amp__bf16_widen8(s + i + 16), e = amp__bf16_widen8(s + i + 24);
-    amp__st256(d + i, a, nt); amp__st256(d + i + 8, b, nt);
-    amp__st256(d + i + 16, c, nt); amp__st256(d + i + 24, e, nt);
-  }
-  if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_bf16_to_f32(s[i]);
-}
-static AMP__AVX2 void amp__f16_to_bf16_avx2(amp_bf16 *d, const amp_f16 *s, size_t n) {
-  int nt = n * 2 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 2, n, nt);
-  for (; i < h; i++) d[i] = amp_f32_to_bf16(amp_f16_to_f32(s[i]));
-  for (; i + 32 <= n; i += 32) {
-    __m256i a = amp__bf16_round8(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)))));
-    __m256i b = amp__bf16_round8(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 8)))));
-    __m256i c = amp__bf16_round8(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 16)))));
-    __m256i e = amp__bf16_round8(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 24)))));
-    amp__st256(d + i, amp__pack16(a, b), nt);
-    amp__st256(d + i + 16, amp__pack16(c, e), nt);
-  }
-  if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_f32_to_bf16(amp_f16_to_f32(s[i]));
-}
-static AMP__AVX2 void amp__bf16_to_f16_avx2(amp_f16 *d, const amp_bf16 *s, size_t n) {
-  int nt = n * 2 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 2, n, nt);
-  for (; i < h; i++) d[i] = amp_f32_to_f16(amp_bf16_to_f32(s[i]));
-  for (; i + 32 <= n; i += 32) {
-    __m128i a = _mm256_cvtps_ph(_mm256_castsi256_ps(amp__bf16_widen8(s + i)), _MM_FROUND_TO_NEAREST_INT);
-    __m128i b = _mm256_cvtps_ph(_mm256_castsi256_ps(amp__bf16_widen8(s + i + 8)), _MM_FROUND_TO_NEAREST_INT);
-    __m128i c = _mm256_cvtps_ph(_mm256_castsi256_ps(amp__bf16_widen8(s + i + 16)), _MM_FROUND_TO_NEAREST_INT);
-    __m128i e = _mm256_cvtps_ph(_mm256_castsi256_ps(amp__bf16_widen8(s + i + 24)), _MM_FROUND_TO_NEAREST_INT);
-    amp__st256(d + i, amp__join(a, b), nt);
-    amp__st256(d + i + 16, amp__join(c, e), nt);
-  }
-  if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_f32_to_f16(amp_bf16_to_f32(s[i]));
+  for (; i < n; i += 32) amp__cvt_block16(dt, d + i * ds, st, s + i * ss, n - i < 32 ? n - i : 32, 0);
 }
 
+/* One kernel per (dst, src) pair and level: the pair is a constant in each, so the dtype tests of
+   the inline loops fold away. */
+#define AMP__CVT_KERNELS(DT, ST, NAME) \
+  static AMP__AVX2 void amp__cvt_##NAME##_avx2(void *d, const void *s, size_t n) { amp__cvt_loop8(DT, d, ST, s, n); } \
+  static AMP__AVX512 void amp__cvt_##NAME##_avx512(void *d, const void *s, size_t n) { amp__cvt_loop16(DT, d, ST, s, n); }
+AMP__CVT_KERNELS(AMP_F16, AMP_F32, f32_to_f16)
+AMP__CVT_KERNELS(AMP_BF16, AMP_F32, f32_to_bf16)
+AMP__CVT_KERNELS(AMP_F32, AMP_F16, f16_to_f32)
+AMP__CVT_KERNELS(AMP_F32, AMP_BF16, bf16_to_f32)
+AMP__CVT_KERNELS(AMP_BF16, AMP_F16, f16_to_bf16)
+AMP__CVT_KERNELS(AMP_F16, AMP_BF16, bf16_to_f16)
+#undef AMP__CVT_KERNELS
+
 static void amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
+  int z = amp__isa() >= 2;
   if (dt == st) memmove(dst, src, n * amp_dtype_size(dt));
-  else if (st == AMP_F32 && dt == AMP_F16) amp__f32_to_f16_avx2((amp_f16 *)dst, (const float *)src, n);
-  else if (st == AMP_F32) amp__f32_to_bf16_avx2((amp_bf16 *)dst, (const float *)src, n);
-  else if (dt == AMP_F32 && st == AMP_F16) amp__f16_to_f32_avx2((float *)dst, (const amp_f16 *)src, n);
-  else if (dt == AMP_F32) amp__bf16_to_f32_avx2((float *)dst, (const amp_bf16 *)src, n);
-  else if (st == AMP_F16) amp__f16_to_bf16_avx2((amp_bf16 *)dst, (const amp_f16 *)src, n);
-  else amp__bf16_to_f16_avx2((amp_f16 *)dst, (const amp_bf16 *)src, n);
+  else if (st == AMP_F32 && dt == AMP_F16) (z ? amp__cvt_f32_to_f16_avx512 : amp__cvt_f32_to_f16_avx2)(dst, src, n);
+  else if (st == AMP_F32) (z ? amp__cvt_f32_to_bf16_avx512 : amp__cvt_f32_to_bf16_avx2)(dst, src, n);
+  else if (dt == AMP_F32 && st == AMP_F16) (z ? amp__cvt_f16_to_f32_avx512 : amp__cvt_f16_to_f32_avx2)(dst, src, n);
+  else if (dt == AMP_F32) (z ? amp__cvt_bf16_to_f32_avx512 : amp__cvt_bf16_to_f32_avx2)(dst, src, n);
+  else if (st == AMP_F16) (z ? amp__cvt_f16_to_bf16_avx512 : amp__cvt_f16_to_bf16_avx2)(dst, src, n);
+  else (z ? amp__cvt_bf16_to_f16_avx512 : amp__cvt_bf16_to_f16_avx2)(dst, src, n);
 }
 #else
 static int amp__cpu_has_f16c(void) { return 0; }
@@ -1380,6 +1370,19 @@ static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype
 #ifdef AMP__X86_SIMD
   if (amp_simd_active()) { amp__convert_simd(dst, dt, src, st, n); return; }
 #endif
+  if ((uintptr_t)dst % amp_dtype_size(dt) || (uintptr_t)src % amp_dtype_size(st)) {
+    /* an address the C loops may not use as an element pointer (an odd one, say): through
+       aligned buffers, a chunk at a time (each chunk read before it is written: dst == src works) */
+    float bs[256], bd[256];
+    size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), done, k;
+    for (done = 0; done < n; done += k) {
+      k = n - done < 256 ? n - done : 256;
+      memcpy(bs, (const char *)src + done * ss, k * ss);
+      amp__convert_portable(bd, dt, bs, st, k);
+      memcpy((char *)dst + done * ds, bd, k * ds);
+    }
+    return;
+  }
   amp__convert_portable(dst, dt, src, st, n);
 }
 
@@ -1404,8 +1407,8 @@ AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, am
     while (done < n) {
       size_t k = n - done < 1024 ? n - done : 1024;
       size_t at = d0 < s0 ? done : n - done - k;
-      memcpy(tmp, (const uint16_t *)src + at, k * 2);
-      amp__convert_any((uint16_t *)dst + at, dst_type, tmp, src_type, k);
+      memcpy(tmp, (const char *)src + at * 2, k * 2);
+      amp__convert_any((char *)dst + at * 2, dst_type, tmp, src_type, k);
       done += k;
     }
     return AMP_OK;
@@ -2529,7 +2532,7 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
   size_t i;
   if (t == AMP_F16) {
     const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
-    for (i = 0; i < k; i++) d[i] = amp__o_h2f(s[i]) * mul;
+    for (i = 0; i < k; i++) d[i] = amp_f16_to_f32(s[i]) * mul;
   } else if (t == AMP_BF16) {
     const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
     for (i = 0; i < k; i++) d[i] = amp__bits_f32((uint32_t)s[i] << 16) * mul;
@@ -2542,11 +2545,10 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
 AMP__INLINE void amp__o_store(void *dst, amp_dtype t, size_t i0, const float *AMP__RESTRICT p, size_t k) {
   size_t i;
   if (t == AMP_F16) {
-    uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
-    for (i = 0; i < k; i++) d[i] = amp__o_f2h(p[i]);
+    amp__f32_to_f16_portable((amp_f16 *)dst + i0, p, k);
   } else if (t == AMP_BF16) {
     uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
-    for (i = 0; i < k; i++) d[i] = amp__o_f2bf(p[i]);
+    for (i = 0; i < k; i++) d[i] = amp_f32_to_bf16(p[i]);
   } else {
     memcpy((float *)dst + i0, p, k * sizeof(float));
   }
