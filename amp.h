@@ -98,6 +98,16 @@
 #else
 #define AMP_HD
 #endif
+/* The optimizer's element functions and the CPU loops run exactly the IEEE single operations they
+   are written with, also in a -ffast-math / -Ofast build: GCC would otherwise re-associate them,
+   contract a * b + c into an FMA where the target has one, and rewrite divisions, so that the
+   plain loops, the vector loops and the CUDA kernels would disagree. (Clang contracts only within
+   one expression and only where FMA is enabled: the element functions never meet one.) */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define AMP__EXACT_FP __attribute__((optimize("no-fast-math", "fp-contract=off")))
+#else
+#define AMP__EXACT_FP
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -817,7 +827,7 @@ typedef struct amp_step_coefs {
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
 
 /* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD). */
-static inline AMP_HD void amp__sgd_elem(float *p, float *buf, float g, const amp_step_coefs *c) {
+static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *buf, float g, const amp_step_coefs *c) {
   float w = *p;
   if (c->wd != 0.0f) g = g + c->wd * w;
   if (c->momentum != 0.0f) {
@@ -833,7 +843,7 @@ static inline AMP_HD void amp__sgd_elem(float *p, float *buf, float g, const amp
    square root, so a CPU loop can take the roots of a whole block at once (sqrtf, which may set
    errno, keeps compilers from vectorising a loop that calls it): amp__adam_elem is exactly the
    two halves in a row. The first leaves the decayed weight in *p and the new moments in *m, *v. */
-static inline AMP_HD void amp__adam_moments(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+static inline AMP_HD AMP__EXACT_FP void amp__adam_moments(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   float w = *p * c->decay;
   if (c->wd != 0.0f) g = g + c->wd * w;
   *m = c->beta1 * *m + (1.0f - c->beta1) * g;
@@ -841,11 +851,11 @@ static inline AMP_HD void amp__adam_moments(float *p, float *m, float *v, float 
   *p = w;
 }
 /* The second half: sqrt_v = sqrtf(*v) as the first half left it. */
-static inline AMP_HD void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
+static inline AMP_HD AMP__EXACT_FP void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
   float denom = sqrt_v / c->bc2_sqrt + c->eps;
   *p = *p - c->step_size * (m / denom);
 }
-static inline AMP_HD void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+static inline AMP_HD AMP__EXACT_FP void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   amp__adam_moments(p, m, v, g, c);
   amp__adam_apply(p, *m, sqrtf(*v), c);
 }
@@ -1161,15 +1171,6 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
 #include <immintrin.h>
 #ifdef __cplusplus
 extern "C" {
-#endif
-/* The float operations of the vector loops must be the scalar functions' own IEEE operations:
-   GCC would contract a * b + c into an FMA inside an AVX-512 function (AVX-512 brings FMA) and,
-   under -ffast-math, rewrite divisions and sums; the optimize attribute stops both (clang
-   contracts only within one source expression, which intrinsics never are). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define AMP__EXACT_FP __attribute__((optimize("no-fast-math", "fp-contract=off")))
-#else
-#define AMP__EXACT_FP
 #endif
 #define AMP__AVX2 __attribute__((target("avx2,f16c"))) AMP__EXACT_FP
 #define AMP__AVX2_INLINE static inline __attribute__((target("avx2,f16c"), always_inline)) AMP__EXACT_FP
@@ -2503,27 +2504,25 @@ AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) {
    Implementation: optimizers and checkpoints
    ------------------------------------------------------------------------------------------ */
 
-/* The CPU step's loops are inline bodies compiled twice: plain (the baseline ISA) and, on x86
-   with GCC or Clang, inside a target("avx2") clone picked at run time by CPUID. Both clones
-   run the same IEEE single operations (no FMA is enabled, so nothing is contracted), so they give
-   the same bits. AMP_NO_SIMD keeps only the plain one. */
-#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-#define AMP__OPT_X86 1
-#endif
+/* The CPU step's loops. The plain loops (any compiler, any CPU) run the AMP_HD element functions
+   on blocks of AMP__CHUNK elements. On x86-64 with GCC or Clang, explicit-intrinsic loops for
+   AVX2 + F16C (8 lanes) and AVX-512 (16 lanes), picked at run time by CPUID, run the same IEEE
+   single operations in the same order (no FMA, see AMP__EXACT_FP), so all give the same bits;
+   they read and write every array once per step (the grads converted in registers, the model
+   copy rounded in registers). AMP_NO_SIMD keeps only the plain ones. */
 #if defined(__SSE__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 1)
 #include <xmmintrin.h>
 #define AMP__OPT_SSE 1
 #endif
 
-/* -1: not decided; 0: the plain loops; 1: the AVX2 clone. Tests set it to 0 to compare both. */
+/* -1: the CPU's best; 0: the plain loops; 1, 2: that level at most. Tests set it to compare. */
 static int amp__opt_simd = -1;
-static int amp__opt_use_simd(void) {
-#ifdef AMP__OPT_X86
-  int on = AMP__ALOAD(&amp__opt_simd);
-  if (on < 0) { on = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&amp__opt_simd, on); }
-  return on;
+static int amp__opt_level(void) {
+#ifdef AMP__X86_SIMD
+  int want = AMP__ALOAD(&amp__opt_simd), l = amp__cpu_level();
+  return want < 0 || want > l ? l : want;
 #else
-  return amp__opt_simd > 0 ? 0 : 0;   /* no clone to pick; keeps the switch referenced */
+  return amp__opt_simd > 0 ? 0 : 0;   /* no SIMD loops to pick; keeps the switch referenced */
 #endif
 }
 
@@ -2535,7 +2534,7 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
     for (i = 0; i < k; i++) d[i] = amp_f16_to_f32(s[i]) * mul;
   } else if (t == AMP_BF16) {
     const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
-    for (i = 0; i < k; i++) d[i] = amp__bits_f32((uint32_t)s[i] << 16) * mul;
+    for (i = 0; i < k; i++) d[i] = amp_bf16_to_f32(s[i]) * mul;
   } else {
     const float *AMP__RESTRICT s = (const float *)src + i0;
     for (i = 0; i < k; i++) d[i] = s[i] * mul;
@@ -2562,31 +2561,35 @@ AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT 
 }
 
 #define AMP__CHUNK 512   /* elements per block: the fp32 grads and roots of a block stay in L1 */
+#define AMP__LANES 32    /* the scan's sum of squares: element i adds to lane i % 32 */
 
-/* Pass 1 (unscale): inf/NaN and the sum of squares of the unscaled grads g * inv, in one read.
-   inf/NaN on the bits (so -ffast-math cannot fold it away): adding 2^23 to the exponent field
-   carries into bit 31 exactly when that field is all ones, and the lanes OR those together.
-   Eight lanes of partial sums let the compiler vectorise the reductions without reassociating.
-   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks. */
+/* Pass 1 (unscale): the sum of squares of the unscaled grads x = g * inv, in one read. Each x is
+   squared exactly in double (24-bit x 24-bit fits 53 bits) and added to lane i % 32 of a tensor's
+   32 double lanes, which are then added up in order 0..31: the same order on every path, so the
+   plain and vector loops give the same bits. inf/NaN needs no test of its own: a finite x squares
+   to at most 2^256, so the sum of a tensor's squares is finite exactly when every x is; the test
+   is on the sum's bits (which -ffast-math cannot fold). */
+static AMP__EXACT_FP void amp__o_scan_finish(const double *lanes, double *sumsq, int *bad) {
+  double total = 0.0;
+  uint64_t b;
+  int j;
+  for (j = 0; j < AMP__LANES; j++) total += lanes[j];
+  memcpy(&b, &total, sizeof b);
+  if (((b >> 52) & 0x7ffu) == 0x7ffu) *bad = 1;
+  *sumsq += total;
+}
 AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   float x[AMP__CHUNK];
-  size_t i0, i, j;
-  double total = 0.0;
-  uint32_t bad_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+  double lanes[AMP__LANES];
+  size_t i0, i;
+  int j;
+  for (j = 0; j < AMP__LANES; j++) lanes[j] = 0.0;
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {   /* AMP__CHUNK is a multiple of AMP__LANES */
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     amp__o_load(x, g, t, i0, k, inv);
-    for (i = 0; i + 8 <= k; i += 8)
-      for (j = 0; j < 8; j++) {
-        acc[j] += x[i + j] * x[i + j];
-        bad_lanes[j] |= (amp__f32_bits(x[i + j]) & 0x7f800000u) + 0x00800000u;
-      }
-    for (; i < k; i++) { total += (double)x[i] * x[i]; bad_lanes[0] |= (amp__f32_bits(x[i]) & 0x7f800000u) + 0x00800000u; }
-    for (j = 0; j < 8; j++) total += acc[j];
+    for (i = 0; i < k; i++) lanes[i % AMP__LANES] += (double)x[i] * (double)x[i];
   }
-  for (j = 0; j < 8; j++) if (bad_lanes[j] & 0x80000000u) *bad = 1;
-  *sumsq += total;
+  amp__o_scan_finish(lanes, sumsq, bad);
 }
 
 /* Pass 2 (step): one fused pass over a tensor for SGD/Adam/AdamW: the grads read again as
@@ -2614,38 +2617,216 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
   }
 }
 
-static void amp__o_scan_plain(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+static AMP__EXACT_FP void amp__o_scan_plain(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   amp__o_scan_body(g, t, n, inv, sumsq, bad);
 }
-static void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                              void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                            void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
   amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
 }
-#ifdef AMP__OPT_X86
-__attribute__((target("avx2")))
-static void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
-  amp__o_scan_body(g, t, n, inv, sumsq, bad);
+
+#ifdef AMP__X86_SIMD
+/* The vector loops: the element functions above written on vectors, operation for operation
+   (amp__sgd_elem, amp__adam_moments + amp__adam_apply, amp__o_load's g * gmul, amp__o_store's
+   rounding). The coefficients broadcast once; the flag tests are uniform branches. */
+#define AMP__VCOEFS(V, SET1) \
+  V lr = SET1(c->lr), wd = SET1(c->wd), mom = SET1(c->momentum), omd = SET1(1.0f - c->dampening); \
+  V b1 = SET1(c->beta1), omb1 = SET1(1.0f - c->beta1), b2 = SET1(c->beta2), omb2 = SET1(1.0f - c->beta2); \
+  V bc2 = SET1(c->bc2_sqrt), eps = SET1(c->eps), ss = SET1(c->step_size), decay = SET1(c->decay), gm = SET1(gmul); \
+  int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0
+
+/* AVX-512: 16 elements at p[0..16) etc. under the lane mask k. */
+#define AMP__STEP16_BODY \
+  __m512 x = _mm512_mul_ps(amp__ld16(gt, g, k), gm), w0 = _mm512_maskz_loadu_ps(k, p); \
+  if (adam) { \
+    __m512 mv = _mm512_maskz_loadu_ps(k, m), vv = _mm512_maskz_loadu_ps(k, v), den; \
+    w0 = _mm512_mul_ps(w0, decay); \
+    if (has_wd) x = _mm512_add_ps(x, _mm512_mul_ps(wd, w0)); \
+    mv = _mm512_add_ps(_mm512_mul_ps(b1, mv), _mm512_mul_ps(omb1, x)); \
+    vv = _mm512_add_ps(_mm512_mul_ps(b2, vv), _mm512_mul_ps(_mm512_mul_ps(omb2, x), x)); \
+    den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2), eps); \
+    w0 = _mm512_sub_ps(w0, _mm512_mul_ps(ss, _mm512_div_ps(mv, den))); \
+    _mm512_mask_storeu_ps(m, k, mv); _mm512_mask_storeu_ps(v, k, vv); \
+  } else { \
+    if (has_wd) x = _mm512_add_ps(x, _mm512_mul_ps(wd, w0)); \
+    if (has_mom) { \
+      __m512 b = first ? x : _mm512_add_ps(_mm512_mul_ps(mom, m ? _mm512_maskz_loadu_ps(k, m) : _mm512_setzero_ps()), \
+                                           _mm512_mul_ps(omd, x)); \
+      if (m) _mm512_mask_storeu_ps(m, k, b); \
+      x = nest ? _mm512_add_ps(x, _mm512_mul_ps(mom, b)) : b; \
+    } \
+    w0 = _mm512_sub_ps(w0, _mm512_mul_ps(lr, x)); \
+  } \
+  _mm512_mask_storeu_ps(p, k, w0); \
+  amp__st16(wt, w, w0, k, 0)
+
+AMP__AVX512_INLINE void amp__o_step16(int adam, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w,
+                                      amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
+  const char *gc = (const char *)g;
+  char *wc = (char *)w;
+  AMP__VCOEFS(__m512, _mm512_set1_ps);
+  for (i = 0; i < n; i += 16, p += 16, m = m ? m + 16 : m, v = v ? v + 16 : v, gc += 16 * gs, wc += 16 * ws) {
+    __mmask16 k = amp__mask16(n - i);
+    g = gc; w = wc;
+    { AMP__STEP16_BODY; }
+  }
 }
-__attribute__((target("avx2")))
-static void amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                             void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
-  amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+/* AVX2: 8 elements; a tail through buffers of 8. */
+#define AMP__STEP8_BODY \
+  __m256 x = _mm256_mul_ps(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
+  if (adam) { \
+    __m256 mv = _mm256_loadu_ps(m), vv = _mm256_loadu_ps(v), den; \
+    w0 = _mm256_mul_ps(w0, decay); \
+    if (has_wd) x = _mm256_add_ps(x, _mm256_mul_ps(wd, w0)); \
+    mv = _mm256_add_ps(_mm256_mul_ps(b1, mv), _mm256_mul_ps(omb1, x)); \
+    vv = _mm256_add_ps(_mm256_mul_ps(b2, vv), _mm256_mul_ps(_mm256_mul_ps(omb2, x), x)); \
+    den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps); \
+    w0 = _mm256_sub_ps(w0, _mm256_mul_ps(ss, _mm256_div_ps(mv, den))); \
+    _mm256_storeu_ps(m, mv); _mm256_storeu_ps(v, vv); \
+  } else { \
+    if (has_wd) x = _mm256_add_ps(x, _mm256_mul_ps(wd, w0)); \
+    if (has_mom) { \
+      __m256 b = first ? x : _mm256_add_ps(_mm256_mul_ps(mom, m ? _mm256_loadu_ps(m) : _mm256_setzero_ps()), \
+                                           _mm256_mul_ps(omd, x)); \
+      if (m) _mm256_storeu_ps(m, b); \
+      x = nest ? _mm256_add_ps(x, _mm256_mul_ps(mom, b)) : b; \
+    } \
+    w0 = _mm256_sub_ps(w0, _mm256_mul_ps(lr, x)); \
+  } \
+  _mm256_storeu_ps(p, w0); \
+  amp__st8(wt, w, w0, 0)
+
+AMP__AVX2_INLINE void amp__o_step8(int adam, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w,
+                                   amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
+  const char *gc = (const char *)g;
+  char *wc = (char *)w;
+  AMP__VCOEFS(__m256, _mm256_set1_ps);
+  for (i = 0; i + 8 <= n; i += 8, p += 8, m = m ? m + 8 : m, v = v ? v + 8 : v, gc += 8 * gs, wc += 8 * ws) {
+    g = gc; w = wc;
+    { AMP__STEP8_BODY; }
+  }
+  if (i < n) {
+    size_t k = n - i;
+    float bp[8] = {0}, bm[8] = {0}, bv[8] = {0}, bg[8] = {0}, bw[8];
+    float *tp = p, *tm = m, *tv = v;
+    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4);
+    memcpy(bg, gc, k * gs);
+    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw;
+    { AMP__STEP8_BODY; }
+    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4);
+    memcpy(wc, bw, k * ws);
+  }
+}
+#undef AMP__STEP8_BODY
+#undef AMP__STEP16_BODY
+#undef AMP__VCOEFS
+
+/* One instance per (kind, grad type, model type): the types are constants in each. */
+#define AMP__STEP_CASES(FN) \
+  int adam = kind != AMP_SGD; \
+  if (gt == AMP_F16 && wt == AMP_F16) FN(adam, p, m, v, g, AMP_F16, w, AMP_F16, n, gmul, c); \
+  else if (gt == AMP_BF16 && wt == AMP_BF16) FN(adam, p, m, v, g, AMP_BF16, w, AMP_BF16, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_F32, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_F16) FN(adam, p, m, v, g, AMP_F32, w, AMP_F16, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_BF16) FN(adam, p, m, v, g, AMP_F32, w, AMP_BF16, n, gmul, c); \
+  else if (gt == AMP_F16 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_F16, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_BF16 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_BF16, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_F16) FN(adam, p, m, v, g, AMP_F16, w, AMP_BF16, n, gmul, c); \
+  else FN(adam, p, m, v, g, AMP_BF16, w, AMP_F16, n, gmul, c)
+static AMP__AVX512 void amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                           void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  AMP__STEP_CASES(amp__o_step16);
+}
+static AMP__AVX2 void amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                       void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  AMP__STEP_CASES(amp__o_step8);
+}
+#undef AMP__STEP_CASES
+
+/* The scan on vectors: lanes 0..31 as four (AVX-512) or eight (AVX2) double accumulators. */
+AMP__AVX512_INLINE __m512d amp__sq_lo(__m512 x) { __m512d d = _mm512_cvtps_pd(_mm512_castps512_ps256(x)); return _mm512_mul_pd(d, d); }
+AMP__AVX512_INLINE __m512d amp__sq_hi(__m512 x) {
+  __m512d d = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  return _mm512_mul_pd(d, d);
+}
+AMP__AVX512_INLINE void amp__o_scan16(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  double lanes[AMP__LANES];
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  __m512 vi = _mm512_set1_ps(inv);
+  size_t es = amp_dtype_size(t), i;
+  const char *s = (const char *)g;
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m512 x0 = _mm512_mul_ps(amp__ld16(t, s + i * es, 0xffff), vi), x1 = _mm512_mul_ps(amp__ld16(t, s + (i + 16) * es, 0xffff), vi);
+    a0 = _mm512_add_pd(a0, amp__sq_lo(x0)); a1 = _mm512_add_pd(a1, amp__sq_hi(x0));
+    a2 = _mm512_add_pd(a2, amp__sq_lo(x1)); a3 = _mm512_add_pd(a3, amp__sq_hi(x1));
+  }
+  if (i < n) {   /* masked-off lanes load 0 and add +0, which leaves a lane (never -0) as it was */
+    size_t k = n - i;
+    __m512 x0 = _mm512_mul_ps(amp__ld16(t, s + i * es, amp__mask16(k)), vi);
+    __m512 x1 = _mm512_mul_ps(amp__ld16(t, s + (i + 16) * es, amp__mask16(k > 16 ? k - 16 : 0)), vi);
+    a0 = _mm512_add_pd(a0, amp__sq_lo(x0)); a1 = _mm512_add_pd(a1, amp__sq_hi(x0));
+    a2 = _mm512_add_pd(a2, amp__sq_lo(x1)); a3 = _mm512_add_pd(a3, amp__sq_hi(x1));
+  }
+  _mm512_storeu_pd(lanes, a0); _mm512_storeu_pd(lanes + 8, a1); _mm512_storeu_pd(lanes + 16, a2); _mm512_storeu_pd(lanes + 24, a3);
+  amp__o_scan_finish(lanes, sumsq, bad);
+}
+AMP__AVX2_INLINE void amp__o_scan32x8(const char *s, amp_dtype t, size_t es, __m256 vi, __m256d *a) {
+  int q;
+  for (q = 0; q < 4; q++) {
+    __m256 x = _mm256_mul_ps(amp__ld8(t, s + 8 * (size_t)q * es), vi);
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    a[2 * q] = _mm256_add_pd(a[2 * q], _mm256_mul_pd(lo, lo));
+    a[2 * q + 1] = _mm256_add_pd(a[2 * q + 1], _mm256_mul_pd(hi, hi));
+  }
+}
+AMP__AVX2_INLINE void amp__o_scan8(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  double lanes[AMP__LANES];
+  __m256d a[8];
+  __m256 vi = _mm256_set1_ps(inv);
+  size_t es = amp_dtype_size(t), i;
+  const char *s = (const char *)g;
+  int q;
+  for (q = 0; q < 8; q++) a[q] = _mm256_setzero_pd();
+  for (i = 0; i + 32 <= n; i += 32) amp__o_scan32x8(s + i * es, t, es, vi, a);
+  if (i < n) {   /* zero-padded: a 0 grad adds +0 */
+    float buf[32];
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, s + i * es, (n - i) * es);
+    amp__o_scan32x8((const char *)buf, t, es, vi, a);
+  }
+  for (q = 0; q < 8; q++) _mm256_storeu_pd(lanes + 4 * q, a[q]);
+  amp__o_scan_finish(lanes, sumsq, bad);
+}
+static AMP__AVX512 void amp__o_scan_avx512(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  if (t == AMP_F16) amp__o_scan16(g, AMP_F16, n, inv, sumsq, bad);
+  else if (t == AMP_BF16) amp__o_scan16(g, AMP_BF16, n, inv, sumsq, bad);
+  else amp__o_scan16(g, AMP_F32, n, inv, sumsq, bad);
+}
+static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  if (t == AMP_F16) amp__o_scan8(g, AMP_F16, n, inv, sumsq, bad);
+  else if (t == AMP_BF16) amp__o_scan8(g, AMP_BF16, n, inv, sumsq, bad);
+  else amp__o_scan8(g, AMP_F32, n, inv, sumsq, bad);
 }
 #endif
+
 static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
-#ifdef AMP__OPT_X86
-  if (amp__opt_use_simd()) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
+#ifdef AMP__X86_SIMD
+  int l = amp__opt_level();
+  if (l >= 2) { amp__o_scan_avx512(g, t, n, inv, sumsq, bad); return; }
+  if (l == 1) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
 #else
-  (void)amp__opt_use_simd;
+  (void)amp__opt_level;
 #endif
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                         void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
-#ifdef AMP__OPT_X86
-  if (amp__opt_use_simd()) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
-#else
-  (void)amp__opt_use_simd;
+#ifdef AMP__X86_SIMD
+  int l = amp__opt_level();
+  if (l >= 2) { amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
+  if (l == 1) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
 #endif
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, n, gmul, c);
 }
