@@ -44,7 +44,8 @@
       AMPDEF               linkage of the public functions (default: extern)
       AMP_MALLOC(sz) / AMP_FREE(p) / AMP_ASSERT(x)
                            replace malloc/free/assert; define both AMP_MALLOC and AMP_FREE, or neither
-      AMP_NO_SIMD          never use the F16C/AVX2 bulk paths (the portable C path only)
+      AMP_NO_SIMD          never use the x86 vector loops (AVX2+F16C, AVX-512) of amp_convert and
+                           the CPU optimizer (the portable C loops only)
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
 
@@ -141,14 +142,15 @@ typedef uint16_t amp_f16;   /* IEEE 754 binary16 bits */
 typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32 */
 typedef enum amp_dtype { AMP_F32 = 0, AMP_F16, AMP_BF16 } amp_dtype;
 
-/* Bulk host conversion between any two of F32/F16/BF16 (same type: a copy). F16C/AVX2 where the
-   running CPU has them (decided once, by CPUID), a portable loop elsewhere; both give exactly the
-   bits of the scalar functions below, NaN payloads included. Buffers of the same element size may
-   overlap in any way (in place, or shifted: the result is that of converting a copy of src);
-   buffers of different element sizes must not share a byte (AMP_ERR_ARG, nothing written).
-   n = 0 accepts NULL pointers. Large outputs (>= 8 MiB) are written with streaming stores. */
+/* Bulk host conversion between any two of F32/F16/BF16 (same type: a copy). AVX-512 or AVX2+F16C
+   vector loops where the running CPU has them (decided once, by CPUID), a portable loop elsewhere;
+   all give exactly the bits of the scalar functions below, NaN payloads included. Any addresses
+   work, odd ones included. Buffers of the same element size may overlap in any way (in place, or
+   shifted: the result is that of converting a copy of src); buffers of different element sizes
+   must not share a byte (AMP_ERR_ARG, nothing written). n = 0 accepts NULL pointers. Large outputs
+   (>= 8 MiB, element-aligned) are written with streaming stores. */
 AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, amp_dtype src_type, size_t n);
-/* 1 when amp_convert uses the F16C/AVX2 path. amp_simd_enable(0) forces the portable path (for tests
+/* 1 when amp_convert uses a vector path (AVX2+F16C or AVX-512). amp_simd_enable(0) forces the portable path (for tests
    and benchmarks); amp_simd_enable(1) returns to the CPU's best. Not thread-safe against amp_convert. */
 AMPDEF int  amp_simd_active(void);
 AMPDEF void amp_simd_enable(int on);
@@ -1094,8 +1096,8 @@ AMPDEF size_t amp_dtype_size(amp_dtype t) {
 #else
 #define AMP__RESTRICT restrict
 #endif
-/* Element functions and loop bodies forced inline, so a loop that calls them vectorises (the
-   optimizer compiles its bodies twice, plain and in a target("avx2") clone). */
+/* Element functions and loop bodies forced inline, so that a loop that calls them is one
+   function (and vectorises where the compiler does that). */
 #if defined(__GNUC__) || defined(__clang__)
 #define AMP__INLINE static inline __attribute__((always_inline))
 #else

@@ -387,6 +387,30 @@ static void bulk_with_streaming_stores_equals_scalar(void) {
 #endif
 }
 
+/* Every one of the 65536 f16 and bf16 patterns through amp_convert to each other type, on every
+   path, against the scalar functions. */
+static void every_16bit_input_converts_like_the_scalar_functions_on_every_path(void) {
+  static uint16_t in[65536], out16[65536], want16[65536];
+  static float out32[65536], want32[65536];
+  int p, np = n_paths(), a, b;
+  size_t i;
+  for (i = 0; i < 65536; i++) in[i] = (uint16_t)i;
+  for (p = 0; p < np; p++) {
+    set_path(simd_paths[p]);
+    for (b = 1; b < 3; b++) for (a = 0; a < 3; a++) {
+      amp_dtype st = types[b], dt = types[a];
+      void *out = dt == AMP_F32 ? (void *)out32 : (void *)out16, *want = dt == AMP_F32 ? (void *)want32 : (void *)want16;
+      if (st == dt) continue;
+      convert_scalar(want, dt, in, st, 65536);
+      EXPECT(amp_convert(out, dt, in, st, 65536) == AMP_OK, "%s->%s: %s", tname(st), tname(dt), amp_last_error());
+      for (i = 0; i < 65536; i++) if (elem_bits(out, dt, i) != elem_bits(want, dt, i)) break;
+      EXPECT(i == 65536, "path %d %s->%s: input 0x%04zx expected 0x%x got 0x%x", simd_paths[p], tname(st), tname(dt), i,
+             i < 65536 ? elem_bits(want, dt, i) : 0, i < 65536 ? elem_bits(out, dt, i) : 0);
+    }
+  }
+  set_path(-1);
+}
+
 /* Odd addresses (not a multiple of the element size) for src, dst or both, every pair and path,
    with an output above the streaming threshold: a streaming store needs an aligned address that
    such a destination never reaches, so it must be written with ordinary stores (issue: it crashed).
@@ -509,10 +533,17 @@ static void convert_with_n_zero_accepts_null_pointers(void) {
 /* The SIMD path is on exactly where the CPU has F16C and AVX2 (and the OS their state);
    amp_simd_enable(0) forces the portable path and (1) returns to it. */
 static void simd_path_follows_the_cpu_and_the_switch(void) {
-  int want = 0;
+  int want = 0, level = 0;
 #if defined(HAVE_X86_ORACLES) && !defined(AMP_NO_SIMD)
-  unsigned a, b, c, d;
+  unsigned a, b, c, d, lo, hi;
   want = cpu_has_f16c() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 5));
+  level = want;
+  if (want) {   /* AVX-512 F, DQ, BW, VL and the OS saving opmask/ZMM state (XCR0 bits 5-7) */
+    __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
+    (void)hi;
+    if ((b & 0xc0030000u) == 0xc0030000u && (lo & 0xe0u) == 0xe0u) level = 2;
+  }
+  EXPECT(amp__cpu_level() == level, "SIMD level: expected %d got %d", level, amp__cpu_level());
 #endif
   amp_simd_enable(1);
   EXPECT(amp_simd_active() == want, "simd active: expected %d got %d", want, amp_simd_active());
@@ -520,7 +551,7 @@ static void simd_path_follows_the_cpu_and_the_switch(void) {
   EXPECT(amp_simd_active() == 0, "after amp_simd_enable(0): expected 0 got %d", amp_simd_active());
   amp_simd_enable(1);
   EXPECT(amp_simd_active() == want, "after amp_simd_enable(1): expected %d got %d", want, amp_simd_active());
-  printf("  SIMD path: %s\n", want ? "F16C/AVX2" : "not available (portable only)");
+  printf("  SIMD path: %s\n", level >= 2 ? "AVX-512" : want ? "F16C/AVX2" : "not available (portable only)");
 }
 
 int main(void) {
@@ -538,6 +569,7 @@ int main(void) {
   RUN(overlapping_buffers_of_one_size_convert_as_from_a_copy);
   RUN(bulk_with_streaming_stores_equals_scalar);
   RUN(odd_addresses_above_the_streaming_threshold_convert_every_pair);
+  RUN(every_16bit_input_converts_like_the_scalar_functions_on_every_path);
   RUN(convert_rejects_null_pointers_and_names_them);
   RUN(convert_rejects_an_unknown_dtype_and_names_it);
   RUN(convert_rejects_overlap_of_different_element_sizes);
