@@ -1108,6 +1108,11 @@ AMPDEF size_t amp_dtype_size(amp_dtype t) {
    redoes with the scalar function the few elements outside that case (subnormal halves, inf, NaN,
    overflow). f16 -> f32 is amp_f16_to_f32 per element, which vectorises whole. Both give the
    scalar functions' bits (they are the scalar functions). */
+/* 1 for |x| bits a that amp__f16_normal does not round: a subnormal half [2^-25, 2^-14), or
+   overflow, inf and NaN (>= 65520). Below 2^-25 the result is +-0. */
+AMP__INLINE uint32_t amp__f16_special(uint32_t a) {
+  return (uint32_t)(a - 0x33000000u < 0x38800000u - 0x33000000u) | (uint32_t)(a >= 0x477ff000u);
+}
 static void amp__f32_to_f16_portable(amp_f16 *d, const float *s, size_t n) {
   size_t i = 0;
   int k;
@@ -1116,13 +1121,12 @@ static void amp__f32_to_f16_portable(amp_f16 *d, const float *s, size_t n) {
     for (k = 0; k < 64; k++) {
       uint32_t u = amp__f32_bits(s[i + k]), a = u & 0x7fffffffu;
       uint32_t h = amp__f16_normal(a);
-      odd |= (uint32_t)(a - 0x33000000u < 0x38800000u - 0x33000000u) | (uint32_t)(a >= 0x477ff000u);
+      odd |= amp__f16_special(a);
       d[i + k] = (amp_f16)(((u >> 16) & 0x8000u) | (a >= 0x38800000u ? h : 0u));  /* below 2^-25: +-0 */
     }
     if (odd)
       for (k = 0; k < 64; k++) {
-        uint32_t a = amp__f32_bits(s[i + k]) & 0x7fffffffu;
-        if (a - 0x33000000u < 0x38800000u - 0x33000000u || a >= 0x477ff000u) d[i + k] = amp_f32_to_f16(s[i + k]);
+        if (amp__f16_special(amp__f32_bits(s[i + k]) & 0x7fffffffu)) d[i + k] = amp_f32_to_f16(s[i + k]);
       }
   }
   for (; i < n; i++) d[i] = amp_f32_to_f16(s[i]);
