@@ -109,6 +109,15 @@
 #else
 #define AMP__EXACT_FP
 #endif
+/* Clang takes pragmas instead, around the code they cover (its intrinsics follow the state in
+   which <immintrin.h> was first read). */
+#if defined(__clang__) && !defined(__CUDACC__)
+#define AMP__EXACT_BEGIN _Pragma("float_control(precise, on, push)") _Pragma("clang fp contract(off)")
+#define AMP__EXACT_END _Pragma("float_control(pop)")
+#else
+#define AMP__EXACT_BEGIN
+#define AMP__EXACT_END
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -828,6 +837,7 @@ typedef struct amp_step_coefs {
 
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
 
+AMP__EXACT_BEGIN
 /* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD). */
 static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *buf, float g, const amp_step_coefs *c) {
   float w = *p;
@@ -862,6 +872,7 @@ static inline AMP_HD AMP__EXACT_FP void amp__adam_elem(float *p, float *m, float
   amp__adam_apply(p, *m, sqrtf(*v), c);
 }
 
+AMP__EXACT_END
 /* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)). */
 static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
   float c;
@@ -1171,6 +1182,7 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
    small buffer; no scalar element access, so any address works, odd ones included. */
 #if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__)
 #define AMP__X86_SIMD 1
+AMP__EXACT_BEGIN
 #ifdef __cplusplus
 }
 #endif
@@ -1373,6 +1385,7 @@ static void amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtyp
   else if (st == AMP_F16) (z ? amp__cvt_f16_to_bf16_avx512 : amp__cvt_f16_to_bf16_avx2)(dst, src, n);
   else (z ? amp__cvt_bf16_to_f16_avx512 : amp__cvt_bf16_to_f16_avx2)(dst, src, n);
 }
+AMP__EXACT_END
 #else
 static int amp__cpu_has_f16c(void) { return 0; }
 #endif
@@ -2523,6 +2536,7 @@ AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) {
    Implementation: optimizers and checkpoints
    ------------------------------------------------------------------------------------------ */
 
+AMP__EXACT_BEGIN
 /* The CPU step's loops. The plain loops (any compiler, any CPU) run the AMP_HD element functions
    on blocks of AMP__CHUNK elements. On x86-64 with GCC or Clang, explicit-intrinsic loops for
    AVX2 + F16C (8 lanes) and AVX-512 (16 lanes), picked at run time by CPUID, run the same IEEE
@@ -2654,27 +2668,53 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
   V bc2 = SET1(c->bc2_sqrt), eps = SET1(c->eps), ss = SET1(c->step_size), decay = SET1(c->decay), gm = SET1(gmul); \
   int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0
 
+/* Products as rounded floats: clang's -ffp-contract=fast (part of -ffast-math) fuses any multiply
+   with a following add in the back end, whatever the pragmas say; an empty asm on the product
+   hides it. (GCC: AMP__EXACT_FP.) */
+#if defined(__clang__)
+#define AMP__FP_BARRIER(x) __asm__("" : "+v"(x))
+#else
+#define AMP__FP_BARRIER(x) (void)0
+#endif
+/* AVX-512 under clang: the explicit-rounding forms (round to nearest, the default mode) are target
+   intrinsics that no fast-math rewrite touches (a / b into a * (1 / b), fusing). */
+#if defined(__clang__)
+#define AMP__RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+AMP__AVX512_INLINE __m512 amp__mul16(__m512 a, __m512 b) { return _mm512_mul_round_ps(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512 amp__add16(__m512 a, __m512 b) { return _mm512_add_round_ps(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512 amp__sub16(__m512 a, __m512 b) { return _mm512_sub_round_ps(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512 amp__div16(__m512 a, __m512 b) { return _mm512_div_round_ps(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512 amp__sqrt16(__m512 a) { return _mm512_sqrt_round_ps(a, AMP__RN); }
+#else
+AMP__AVX512_INLINE __m512 amp__mul16(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+AMP__AVX512_INLINE __m512 amp__add16(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+AMP__AVX512_INLINE __m512 amp__sub16(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+AMP__AVX512_INLINE __m512 amp__div16(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
+AMP__AVX512_INLINE __m512 amp__sqrt16(__m512 a) { return _mm512_sqrt_ps(a); }
+#endif
+AMP__AVX2_INLINE __m256 amp__mul8(__m256 a, __m256 b) { __m256 p = _mm256_mul_ps(a, b); AMP__FP_BARRIER(p); return p; }
+
 /* AVX-512: 16 elements at p[0..16) etc. under the lane mask k. */
 #define AMP__STEP16_BODY \
-  __m512 x = _mm512_mul_ps(amp__ld16(gt, g, k), gm), w0 = amp__ld16f(p, k); \
+  __m512 x = amp__mul16(amp__ld16(gt, g, k), gm), w0 = amp__ld16f(p, k); \
   if (adam) { \
     __m512 mv = amp__ld16f(m, k), vv = amp__ld16f(v, k), den; \
-    w0 = _mm512_mul_ps(w0, decay); \
-    if (has_wd) x = _mm512_add_ps(x, _mm512_mul_ps(wd, w0)); \
-    mv = _mm512_add_ps(_mm512_mul_ps(b1, mv), _mm512_mul_ps(omb1, x)); \
-    vv = _mm512_add_ps(_mm512_mul_ps(b2, vv), _mm512_mul_ps(_mm512_mul_ps(omb2, x), x)); \
-    den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2), eps); \
-    w0 = _mm512_sub_ps(w0, _mm512_mul_ps(ss, _mm512_div_ps(mv, den))); \
+    w0 = amp__mul16(w0, decay); \
+    if (has_wd) x = amp__add16(x, amp__mul16(wd, w0)); \
+    mv = amp__add16(amp__mul16(b1, mv), amp__mul16(omb1, x)); \
+    vv = amp__add16(amp__mul16(b2, vv), amp__mul16(amp__mul16(omb2, x), x)); \
+    den = amp__add16(amp__div16(amp__sqrt16(vv), bc2), eps); \
+    w0 = amp__sub16(w0, amp__mul16(ss, amp__div16(mv, den))); \
     amp__st16f(m, mv, k); amp__st16f(v, vv, k); \
   } else { \
-    if (has_wd) x = _mm512_add_ps(x, _mm512_mul_ps(wd, w0)); \
+    if (has_wd) x = amp__add16(x, amp__mul16(wd, w0)); \
     if (has_mom) { \
-      __m512 b = first ? x : _mm512_add_ps(_mm512_mul_ps(mom, m ? amp__ld16f(m, k) : _mm512_setzero_ps()), \
-                                           _mm512_mul_ps(omd, x)); \
+      __m512 b = first ? x : amp__add16(amp__mul16(mom, m ? amp__ld16f(m, k) : _mm512_setzero_ps()), \
+                                           amp__mul16(omd, x)); \
       if (m) amp__st16f(m, b, k); \
-      x = nest ? _mm512_add_ps(x, _mm512_mul_ps(mom, b)) : b; \
+      x = nest ? amp__add16(x, amp__mul16(mom, b)) : b; \
     } \
-    w0 = _mm512_sub_ps(w0, _mm512_mul_ps(lr, x)); \
+    w0 = amp__sub16(w0, amp__mul16(lr, x)); \
   } \
   amp__st16f(p, w0, k); \
   amp__st16(wt, w, w0, k, 0)
@@ -2698,25 +2738,25 @@ AMP__AVX512_INLINE void amp__o_step16(int adam, float *p, float *m, float *v, co
 }
 /* AVX2: 8 elements; a tail through buffers of 8. */
 #define AMP__STEP8_BODY \
-  __m256 x = _mm256_mul_ps(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
+  __m256 x = amp__mul8(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
   if (adam) { \
     __m256 mv = _mm256_loadu_ps(m), vv = _mm256_loadu_ps(v), den; \
-    w0 = _mm256_mul_ps(w0, decay); \
-    if (has_wd) x = _mm256_add_ps(x, _mm256_mul_ps(wd, w0)); \
-    mv = _mm256_add_ps(_mm256_mul_ps(b1, mv), _mm256_mul_ps(omb1, x)); \
-    vv = _mm256_add_ps(_mm256_mul_ps(b2, vv), _mm256_mul_ps(_mm256_mul_ps(omb2, x), x)); \
+    w0 = amp__mul8(w0, decay); \
+    if (has_wd) x = _mm256_add_ps(x, amp__mul8(wd, w0)); \
+    mv = _mm256_add_ps(amp__mul8(b1, mv), amp__mul8(omb1, x)); \
+    vv = _mm256_add_ps(amp__mul8(b2, vv), amp__mul8(amp__mul8(omb2, x), x)); \
     den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps); \
-    w0 = _mm256_sub_ps(w0, _mm256_mul_ps(ss, _mm256_div_ps(mv, den))); \
+    w0 = _mm256_sub_ps(w0, amp__mul8(ss, _mm256_div_ps(mv, den))); \
     _mm256_storeu_ps(m, mv); _mm256_storeu_ps(v, vv); \
   } else { \
-    if (has_wd) x = _mm256_add_ps(x, _mm256_mul_ps(wd, w0)); \
+    if (has_wd) x = _mm256_add_ps(x, amp__mul8(wd, w0)); \
     if (has_mom) { \
-      __m256 b = first ? x : _mm256_add_ps(_mm256_mul_ps(mom, m ? _mm256_loadu_ps(m) : _mm256_setzero_ps()), \
-                                           _mm256_mul_ps(omd, x)); \
+      __m256 b = first ? x : _mm256_add_ps(amp__mul8(mom, m ? _mm256_loadu_ps(m) : _mm256_setzero_ps()), \
+                                           amp__mul8(omd, x)); \
       if (m) _mm256_storeu_ps(m, b); \
-      x = nest ? _mm256_add_ps(x, _mm256_mul_ps(mom, b)) : b; \
+      x = nest ? _mm256_add_ps(x, amp__mul8(mom, b)) : b; \
     } \
-    w0 = _mm256_sub_ps(w0, _mm256_mul_ps(lr, x)); \
+    w0 = _mm256_sub_ps(w0, amp__mul8(lr, x)); \
   } \
   _mm256_storeu_ps(p, w0); \
   amp__st8(wt, w, w0, 0)
@@ -2854,6 +2894,8 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
 #endif
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, n, gmul, c);
 }
+
+AMP__EXACT_END
 
 enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
 
