@@ -174,7 +174,7 @@ int main(void) {
   /* 16M params: ours (taking turns with memcpy), then PyTorch's step in a subprocess */
   model_init(&M, AMP_ADAMW, NPARAM);
   {
-    double tmc, tmc2, t = time_steps(&M, -1, &tmc), tp = time_steps(&M, 0, &tmc2), ts[REPS], tr[REPS];
+    double tmc, tmc2, t = time_steps(&M, -1, &tmc), tp = time_steps(&M, 0, &tmc2), ts[3 * REPS], tr[3 * REPS];
     double adamw = 28.0 * (double)NPARAM / t / 1e9, mc = (double)mc_bytes / tmc / 1e9;
     int r;
     bench_line("memcpy, read + write (same run)", mc, 0, "GB/s");
@@ -186,8 +186,9 @@ int main(void) {
     } else printf("adamw mixed 16M vs PyTorch: skipped (%s)\n", why);
     bench_line("adamw mixed 16M portable vs memcpy", 28.0 * (double)NPARAM / tp / 1e9, (double)mc_bytes / tmc2 / 1e9, "GB/s at 28 B/param");
     /* the scan pass alone (unscale + inf/NaN check + sum of squares) against a plain loop that
-       reads the same grads and sums their squares in float with FMA; taking turns */
-    for (r = 0; r < REPS; r++) {
+       reads the same grads and sums their squares in float with FMA; taking turns, 3 x REPS
+       (a pass takes about a millisecond: more samples against the neighbours' noise) */
+    for (r = 0; r < 3 * REPS; r++) {
       double s0 = 0, t0 = bench_now();
       int bad = 0;
       amp__o_scan(M.g, AMP_F16, NPARAM, 1.0f / 1024.0f, &s0, &bad);
@@ -195,8 +196,8 @@ int main(void) {
       t0 = bench_now(); sink += ref_sumsq(M.g, NPARAM); tr[r] = bench_now() - t0;
       sink += s0;
     }
-    bench_line("scan 16M f16 vs plain intrinsic loop", 2.0 * (double)NPARAM / bench_median(ts, REPS) / 1e9,
-               2.0 * (double)NPARAM / bench_median(tr, REPS) / 1e9, "GB/s at 2 B/param");
+    bench_line("scan 16M f16 vs plain intrinsic loop", 2.0 * (double)NPARAM / bench_median(ts, 3 * REPS) / 1e9,
+               2.0 * (double)NPARAM / bench_median(tr, 3 * REPS) / 1e9, "GB/s at 2 B/param");
   }
   model_free(&M);
   model_init(&M, AMP_SGD, NPARAM);
