@@ -159,8 +159,9 @@ typedef enum amp_dtype { AMP_F32 = 0, AMP_F16, AMP_BF16 } amp_dtype;
    must not share a byte (AMP_ERR_ARG, nothing written). n = 0 accepts NULL pointers. Large outputs
    (>= 8 MiB, element-aligned) are written with streaming stores. */
 AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, amp_dtype src_type, size_t n);
-/* 1 when amp_convert uses a vector path (AVX2+F16C or AVX-512). amp_simd_enable(0) forces the portable path (for tests
-   and benchmarks); amp_simd_enable(1) returns to the CPU's best. Not thread-safe against amp_convert. */
+/* 1 when amp_convert uses a vector path (AVX2+F16C or AVX-512). amp_simd_enable(0) forces the
+   portable path (for tests and benchmarks); amp_simd_enable(1) returns to the CPU's best. Not
+   thread-safe against amp_convert. */
 AMPDEF int  amp_simd_active(void);
 AMPDEF void amp_simd_enable(int on);
 AMPDEF size_t amp_dtype_size(amp_dtype t);   /* 4, 2, 2; 0 for an unknown type */
