@@ -2565,7 +2565,8 @@ AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT 
    inf/NaN on the bits (so -ffast-math cannot fold it away): adding 2^23 to the exponent field
    carries into bit 31 exactly when that field is all ones, and the lanes OR those together.
    Eight lanes of partial sums let the compiler vectorise the reductions without reassociating.
-   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks. */
+   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks;
+   a block whose float lanes overflow (finite grads above ~1.8e19) is summed again in double. */
 AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   float x[AMP__CHUNK];
   size_t i0, i, j;
@@ -2581,7 +2582,11 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
         bad_lanes[j] |= (amp__f32_bits(x[i + j]) & 0x7f800000u) + 0x00800000u;
       }
     for (; i < k; i++) { total += (double)x[i] * x[i]; bad_lanes[0] |= (amp__f32_bits(x[i]) & 0x7f800000u) + 0x00800000u; }
-    for (j = 0; j < 8; j++) total += acc[j];
+    for (j = 0; j < 8 && amp__finite(acc[j]); j++) {}
+    if (j < 8)   /* a lane overflowed (finite grads above ~1.8e19 square past FLT_MAX): the block again in double */
+      for (i = 0; i < k - k % 8; i++) total += (double)x[i] * x[i];
+    else
+      for (j = 0; j < 8; j++) total += acc[j];
   }
   for (j = 0; j < 8; j++) if (bad_lanes[j] & 0x80000000u) *bad = 1;
   *sumsq += total;

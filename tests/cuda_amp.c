@@ -743,7 +743,7 @@ int main(void) {
   RUN(cuda_open_without_gpu_is_unsupported);
   RUN(scale_ptr_and_scale_buffer_follow_the_scale);
   if (st == AMP_ERR_UNSUPPORTED) {
-    printf("skipped: GPU tests of the public API on CUDA (%s)\n", why);
+    t_no_gpu("GPU tests of the public API on CUDA", why);
     TEST_END();
   }
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", why); return 1; }
@@ -757,7 +757,7 @@ int main(void) {
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
     RUN(public_step_over_500_tensors_is_three_launches);
-  } else printf("skipped: graph tests (no stream of our own)\n");
+  } else t_no_gpu("graph tests", "no stream of our own");
   amp_device_close(gpu);
   amp__cu_stream_destroy(gpu_stream);
   TEST_END();

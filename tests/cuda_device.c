@@ -24,7 +24,7 @@ int main(void) {
   snprintf(why, sizeof why, "%s", amp_last_error());
   RUN(cuda_open_rejects_bad_arguments);
   if (st == AMP_ERR_UNSUPPORTED) {
-    printf("skipped: GPU tests of cuda_device (%s)\n", why);
+    t_no_gpu("GPU tests of cuda_device", why);
     TEST_END();
   }
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", amp_last_error()); return 1; }

@@ -307,7 +307,7 @@ int main(void) {
   amp_status st = amp_cuda_open(&dev, 0, NULL);
   RUN(cpu_device_still_runs_the_reference_in_a_cuda_build);
   if (st == AMP_ERR_UNSUPPORTED) {
-    printf("skipped: GPU tests of amp_gemm (%s)\n", amp_last_error());
+    t_no_gpu("GPU tests of amp_gemm", amp_last_error());
     TEST_END();
   }
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", amp_last_error()); return 1; }

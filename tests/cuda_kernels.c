@@ -684,7 +684,7 @@ int main(void) {
   RUN(device_step_coefficients_equal_the_cpu_optimizers);
   RUN(open_without_gpu_says_unsupported);
   if (st == AMP_ERR_UNSUPPORTED) {
-    printf("skipped: GPU tests of the scaler/optimizer kernels (%s)\n", amp_last_error());
+    t_no_gpu("GPU tests of the scaler/optimizer kernels", amp_last_error());
     TEST_END();
   }
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", amp_last_error()); return 1; }
@@ -695,7 +695,7 @@ int main(void) {
   if (stream) {
     RUN(captured_step_replays_like_eager);
     RUN(step_over_500_small_tensors_is_two_or_three_launches);
-  } else printf("skipped: graph tests (no stream of our own: %s)\n", msg);
+  } else t_no_gpu("graph tests (no stream of our own)", msg);
   RUN(device_casts_match_host_conversions_bit_for_bit);
   RUN(scale_buffer_multiplies_by_the_device_scale);
   RUN(optimizer_state_round_trips_through_host);

@@ -224,7 +224,7 @@ int main(void) {
   RUN(nccl_calls_reject_bad_arguments);
   st = amp_cuda_open(&dev, 0, NULL);
   snprintf(why, sizeof why, "%s", amp_last_error());
-  if (st == AMP_ERR_UNSUPPORTED) { printf("skipped: GPU tests of cuda_nccl (%s)\n", why); TEST_END(); }
+  if (st == AMP_ERR_UNSUPPORTED) { t_no_gpu("GPU tests of cuda_nccl", why); TEST_END(); }
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", amp_last_error()); return 1; }
   amp_device_close(dev);
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess || amp_cuda_open(&dev, 0, stream) != AMP_OK ||
