@@ -2,15 +2,17 @@
 # tests/gpu_check.sh - `make gpu-check`: everything that needs an NVIDIA GPU, in one go.
 #
 #   0. the machine: nvidia-smi must list a GPU (else this stops at once, nothing built);
-#   1. build: amp_kernels.o with the Makefile's NVCC_FLAGS (warnings as errors);
+#   1. build: amp_kernels.o with the Makefile's NVCC_FLAGS (warnings as errors), and the benchmarks
+#      and the CUDA demo that steps 4 and 5 run (in parallel);
 #   2. AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test: every test, a GPU test that cannot run
 #      counting as a failure; left out are the -Ofast/ASan+UBSan/valgrind re-runs of the CPU unit
 #      tests and the fuzzing (CPU only, run by CI on every change);
 #   3. compute-sanitizer memcheck (with leak check), racecheck, synccheck and initcheck over every
-#      tests/cuda_* program that step 2 built (four at a time; AMP_TEST_QUICK=1 sizes);
+#      tests/cuda_* program that step 2 built (eight at a time; AMP_TEST_QUICK=1 sizes);
 #   4. make bench-gpu (PyTorch measured first, in the same run);
 #   5. make demo-gpu (the built-in synthetic set where Fashion-MNIST is absent).
-# Each step has a time limit, so the whole stays under 9 minutes. Logs go to $OUT when it is set,
+# Each step has a time limit, cut to what is left of GPU_CHECK_BUDGET seconds (default 530) after
+# the time kept for the steps after it, so the whole stays under 9 minutes. Logs go to $OUT when it is set,
 # else to build/gpu-check: env.log, build.log, test.log, sanitize.log, bench.log, demo.log,
 # summary.log (7 files). The last line printed is the summary. Nothing is downloaded.
 set -u
@@ -21,6 +23,9 @@ T0=$(date +%s)
 SUMMARY=""
 BAD=0
 now() { date +%s; }
+BUDGET=${GPU_CHECK_BUDGET:-530}
+# cap LIMIT RESERVE: LIMIT seconds, or what is left of the budget after RESERVE seconds, at least 10
+cap() { c=$(( T0 + BUDGET - $(now) - $2 )); [ "$c" -gt "$1" ] && c=$1; [ "$c" -lt 10 ] && c=10; echo "$c"; }
 note() { SUMMARY="$SUMMARY $1"; }   # one word per step: name=ok|FAIL(...)
 
 # 0. a GPU, or stop here --------------------------------------------------------------------------
@@ -60,10 +65,11 @@ run_step() {
 }
 
 # 1. build ----------------------------------------------------------------------------------------
-run_step build 150 "$LOG/build.log" sh -c 'make -s print-nvcc-flags && make build/amp_kernels.o'
+run_step build "$(cap 120 410)" "$LOG/build.log" sh -c \
+  'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o build/train_mlp_cuda $(ls bench/gpu_*.c | sed "s|bench/\(.*\)\.c|build/\1|")'
 
 # 2. the tests, a GPU required --------------------------------------------------------------------
-run_step test 270 "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test
+run_step test "$(cap 300 200)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test
 grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
 
 # 3. compute-sanitizer over every tests/cuda_* program, four runs at a time -------------------------
@@ -75,12 +81,13 @@ for src in tests/cuda_*.c; do
   if [ ! -x "$prog" ]; then echo "$prog: not built by make test" >> "$LOG/sanitize.log"; BAD=1; jobs="$jobs missing:$prog"; continue; fi
   for tool in memcheck racecheck synccheck initcheck; do jobs="$jobs $prog:$tool"; done
 done
-echo "== sanitize (limit 150s a run, 4 at a time) -> $LOG/sanitize.log"
+SAN_LIMIT=$(cap 150 120)
+echo "== sanitize (limit ${SAN_LIMIT}s a run, 8 at a time) -> $LOG/sanitize.log"
 # one run: the tool's verdict (--error-exitcode) and the program's own RESULT line must both be clean
-printf '%s\n' $jobs | grep -v '^missing:' | xargs -P 4 -I{} sh -c '
+printf '%s\n' $jobs | grep -v '^missing:' | SAN_LIMIT=$SAN_LIMIT xargs -P 8 -I{} sh -c '
   prog=${1%%:*}; tool=${1##*:}; out=build/gpu-check/$(basename "$prog").$tool.log
   extra=""; [ "$tool" = memcheck ] && extra="--leak-check full"
-  timeout -k 10 150 env AMP_TEST_QUICK=1 AMP_REQUIRE_GPU=1 compute-sanitizer --tool "$tool" $extra --error-exitcode 99 "$prog" > "$out" 2>&1
+  timeout -k 10 "$SAN_LIMIT" env AMP_TEST_QUICK=1 AMP_REQUIRE_GPU=1 compute-sanitizer --tool "$tool" $extra --error-exitcode 99 "$prog" > "$out" 2>&1
   rc=$?
   if [ $rc -eq 0 ] && grep -q "^RESULT [0-9]* passed, 0 failed" "$out"; then echo "ok" > "$out.verdict"; else echo "FAIL (exit $rc)" > "$out.verdict"; fi
 ' _ {}
@@ -98,10 +105,9 @@ if [ "$clean" -eq "$total" ] && [ "$total" -gt 0 ]; then note "sanitize=ok($clea
 else BAD=1; note "sanitize=FAIL($clean/$total-clean,${rt}s)"; echo "   FAILED: $clean of $total runs clean; not clean:$dirty"; fi
 
 # 4. benchmarks against PyTorch, 5. the demo -------------------------------------------------------
-run_step bench 150 "$LOG/bench.log" env PYTHONUNBUFFERED=1 make bench-gpu
-grep -v -E '^(make|cc |gcc |nvcc |/)' "$LOG/bench.log" | head -n 60 | sed 's/^/   /'
-run_step demo 90 "$LOG/demo.log" env AMP_REQUIRE_GPU=1 make demo-gpu
-tail -n 6 "$LOG/demo.log" | sed 's/^/   /'
+run_step bench "$(cap 120 45)" "$LOG/bench.log" env PYTHONUNBUFFERED=1 make bench-gpu &&
+  grep -v -E '^(make|cc |gcc |nvcc |/)' "$LOG/bench.log" | head -n 60 | sed 's/^/   /'
+run_step demo "$(cap 60 0)" "$LOG/demo.log" env AMP_REQUIRE_GPU=1 make demo-gpu && tail -n 6 "$LOG/demo.log" | sed 's/^/   /'
 
 total_s=$(( $(now) - T0 ))
 if [ $BAD -eq 0 ]; then verdict=PASS; else verdict=FAIL; fi
