@@ -5,8 +5,8 @@
 #   1. build: amp_kernels.o with the Makefile's NVCC_FLAGS (warnings as errors), and the benchmarks
 #      and the CUDA demo that steps 4 and 5 run (in parallel);
 #   2. AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test: every test, a GPU test that cannot run
-#      counting as a failure; left out are the -Ofast/ASan+UBSan/valgrind re-runs of the CPU unit
-#      tests and the fuzzing (CPU only, run by CI on every change);
+#      counting as a failure; left out are the header compile matrix, the -Ofast/ASan+UBSan/valgrind
+#      re-runs of the CPU unit tests and the fuzzing (CPU only, run by CI on every change);
 #   3. compute-sanitizer memcheck (with leak check), racecheck, synccheck and initcheck over every
 #      tests/cuda_* program that step 2 built (eight at a time; AMP_TEST_QUICK=1 sizes);
 #   4. make bench-gpu (PyTorch measured first, in the same run);
@@ -37,6 +37,11 @@ note() { SUMMARY="$SUMMARY $1"; }   # one word per step: name=ok|FAIL(...)
   ${NVCC:-nvcc} --version 2>&1 | tail -n 2
   command -v compute-sanitizer && compute-sanitizer --version 2>&1 | tail -n 1
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
+  # what make test needs besides nvcc: a missing piece here explains a failure further down
+  for t in gcc make python3 nvidia-smi compute-sanitizer; do command -v "$t" >/dev/null 2>&1 || echo "MISSING: $t"; done
+  printf '#include <zlib.h>\nint main(void){return !zlibVersion();}\n' > build/gpu-check/zlib.c
+  gcc build/gpu-check/zlib.c -o build/gpu-check/zlib -lz >/dev/null 2>&1 || echo "MISSING: zlib (zlib.h and -lz: the trainer examples and make demo-gpu need them)"
+  [ -f "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ] || echo "note: no nccl.h under ${CUDA_HOME:-/usr/local/cuda}/include: tests/cuda_nccl.c builds without NCCL"
 } > "$LOG/env.log" 2>&1
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "gpu-check: FAIL: no NVIDIA GPU here (nvidia-smi lists none); make gpu-check is for a machine with one, make test checks the rest" |
@@ -72,9 +77,10 @@ run_step build "$(cap 120 410)" "$LOG/build.log" sh -c \
 run_step test "$(cap 300 200)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test
 grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
 
-# 3. compute-sanitizer over every tests/cuda_* program, four runs at a time -------------------------
+# 3. compute-sanitizer over every tests/cuda_* program, eight runs at a time ------------------------
 rt=$(now)
 : > "$LOG/sanitize.log"
+rm -f build/gpu-check/cuda_*.log build/gpu-check/cuda_*.log.verdict
 jobs=""
 for src in tests/cuda_*.c; do
   prog=build/test/$(basename "$src" .c)
