@@ -104,6 +104,19 @@ static void launchers_reject_bad_arguments(void) {
   expect_arg(amp__cu_capture_begin(NULL, msg, sizeof msg), "amp__cu_capture_begin", "capture NULL state");
   EXPECT(amp__cu_scaler_scale_ptr(NULL) == NULL, "scale_ptr(NULL) is not NULL");
   EXPECT(amp__cu_optim_master(NULL, 0, NULL) == NULL, "master(NULL) is not NULL");
+  { /* non-finite scales are refused (a test on the bits) before any CUDA call: a stand-in state will do */
+    const float bad[3] = {INFINITY, NAN, -INFINITY};
+    void *sc = NULL;
+    for (int b = 0; b < 3; b++) {
+      amp_scale_state sb = s0;
+      sb.scale = bad[b];
+      expect_arg(amp__cu_scaler_create(fake, &sc, &sb, &pr, msg, sizeof msg), "must be positive and finite", "create: scale inf/NaN");
+      expect_arg(amp__cu_scaler_set(fake, fake, &sb, msg, sizeof msg), "must be positive and finite", "set: scale inf/NaN");
+      expect_arg(amp__cu_scaler_load(fake, fake, &sb, &pr, 1.0f, 0, 0, msg, sizeof msg), "must be positive and finite", "load: scale inf/NaN");
+      expect_arg(amp__cu_scaler_load(fake, fake, &s0, &pr, bad[b], 0, 0, msg, sizeof msg), "must be positive and finite", "load: inv_scale inf/NaN");
+    }
+    EXPECT(sc == NULL, "a refused create wrote the handle %p", sc);
+  }
   if (!ST) return;
   /* with a device: the checks that come after the state check */
   {
