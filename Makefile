@@ -13,9 +13,10 @@ WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror
 B        = build
 # The one place the nvcc flags are defined (tests/run.sh and tests/examples.sh read them with
 # `make -s print-nvcc-flags`): SASS for sm_80 and sm_90, and compute_90 PTX so that newer GPUs
-# compile it at load time instead of failing at the first launch; every warning an error.
+# compile it at load time instead of failing at the first launch (the targets built in parallel,
+# --threads 0); every warning an error.
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) --threads 0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 
 .PHONY: test bench bench-gpu demo demo-gpu gpu-check print-nvcc-flags clean

@@ -70,7 +70,7 @@ run_step() {
 }
 
 # 1. build ----------------------------------------------------------------------------------------
-run_step build "$(cap 120 410)" "$LOG/build.log" sh -c \
+run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
   'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o build/train_mlp_cuda $(ls bench/gpu_*.c | sed "s|bench/\(.*\)\.c|build/\1|")'
 
 # 2. the tests, a GPU required --------------------------------------------------------------------
