@@ -111,7 +111,7 @@ if [ "$clean" -eq "$total" ] && [ "$total" -gt 0 ]; then note "sanitize=ok($clea
 else BAD=1; note "sanitize=FAIL($clean/$total-clean,${rt}s)"; echo "   FAILED: $clean of $total runs clean; not clean:$dirty"; fi
 
 # 4. benchmarks against PyTorch, 5. the demo -------------------------------------------------------
-run_step bench "$(cap 120 45)" "$LOG/bench.log" env PYTHONUNBUFFERED=1 make bench-gpu &&
+run_step bench "$(cap 180 45)" "$LOG/bench.log" env PYTHONUNBUFFERED=1 make bench-gpu &&
   grep -v -E '^(make|cc |gcc |nvcc |/)' "$LOG/bench.log" | head -n 60 | sed 's/^/   /'
 run_step demo "$(cap 60 0)" "$LOG/demo.log" env AMP_REQUIRE_GPU=1 make demo-gpu && tail -n 6 "$LOG/demo.log" | sed 's/^/   /'
 
