@@ -294,8 +294,8 @@ static void gemm_rejects_bad_arguments_and_leaves_c_unchanged(void) {
   BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "bias_type 4");
   memset(&o, 0, sizeof o); o.act = (amp_act)3;
   BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "act 3");
-  memset(&o, 0, sizeof o); o.algo = (amp_gemm_algo)3;
-  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "algo 3");
+  memset(&o, 0, sizeof o); o.algo = (amp_gemm_algo)4;
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "algo 4");
   memset(&o, 0, sizeof o); o.algo = AMP_GEMM_WMMA;
   BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "AMP_GEMM_WMMA");
   memset(&o, 0, sizeof o); o.algo = AMP_GEMM_SIMPLE;
