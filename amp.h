@@ -3824,30 +3824,68 @@ static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n)
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
+/* 8 elements of type t at p as 8 f32 lanes, exactly. */
+static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
+  if (t == AMP_F32) return _mm256_loadu_ps((const float *)p);
+  if (t == AMP_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+/* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
+   moves bf16 pairs (32-bit words) as well as floats. */
+static inline AMP__T512 void amp__gemm_tr8(__m256 *r) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20); r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20); r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31); r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
 /* amp__gemm_pack's layout (f32 slivers), with AVX-512 loads and conversions. */
 static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
   size_t es = amp_dtype_size(t);
   int s, r, c, ns = (rows + W - 1) / W;
   if (rs != 1 && cs != 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
+  if (rs == 1) {   /* a column is contiguous: read it once, 16 at a time, into every sliver */
+    for (c = 0; c < cols; c++) {
+      const char *xc = (const char *)x + (size_t)c * cs * es;
+      for (s = 0; s < ns; s++) {
+        float *d = dst + (size_t)s * W * cols + (size_t)c * W;
+        int rr;
+        for (rr = 0; rr < W; rr += 16) {
+          int nw = W - rr < 16 ? W - rr : 16, nh = rows - s * W - rr;
+          __m512 v = amp__gemm_ld16(xc + (size_t)(s * W + rr) * es, t, nh < 0 ? 0 : nh < nw ? nh : nw);
+          _mm512_mask_storeu_ps(d + rr, (__mmask16)((1u << nw) - 1u), v);
+        }
+      }
+    }
+    return;
+  }
   for (s = 0; s < ns; s++) {
     float *d = dst + (size_t)s * W * cols;
     int h = rows - s * W < W ? rows - s * W : W;
     const char *xs = (const char *)x + (size_t)s * W * rs * es;
-    if (rs == 1) {   /* a column of the sliver is contiguous: 16 at a time */
-      for (c = 0; c < cols; c++) {
-        const char *xc = xs + (size_t)c * cs * es;
-        for (r = 0; r < W; r += 16) {
-          int nw = W - r < 16 ? W - r : 16, nh = h - r < 0 ? 0 : h - r;
-          __m512 v = amp__gemm_ld16(xc + (size_t)r * es, t, nh < nw ? nh : nw);
-          _mm512_mask_storeu_ps(d + (size_t)c * W + r, (__mmask16)((1u << nw) - 1u), v);
-        }
-      }
-    } else {         /* a row is contiguous: convert 16 at a time, store down the sliver */
+    {         /* a row is contiguous: 8 x 8 blocks transposed in registers, then the rest */
       float tmp[16];
+      int r8 = h / 8 * 8, c8 = cols / 8 * 8, l;
+      for (r = 0; r < r8; r += 8)
+        for (c = 0; c < c8; c += 8) {
+          __m256 v[8];
+          for (l = 0; l < 8; l++) v[l] = amp__gemm_ld8(xs + ((size_t)(r + l) * rs + (size_t)c) * es, t);
+          amp__gemm_tr8(v);
+          for (l = 0; l < 8; l++) _mm256_storeu_ps(d + (size_t)(c + l) * W + r, v[l]);
+        }
       for (r = 0; r < h; r++) {
+        int c0 = r < r8 ? c8 : 0;
         const char *xr = xs + (size_t)r * rs * es;
-        for (c = 0; c < cols; c += 16) {
-          int n = cols - c < 16 ? cols - c : 16, l;
+        for (c = c0; c < cols; c += 16) {
+          int n = cols - c < 16 ? cols - c : 16;
           _mm512_storeu_ps(tmp, amp__gemm_ld16(xr + (size_t)c * es, t, n));
           for (l = 0; l < n; l++) d[(size_t)(c + l) * W + r] = tmp[l];
         }
@@ -3888,10 +3926,18 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
         }
       }
     } else {         /* rows contiguous (or neither): the pairs are adjacent (cs == 1) or gathered */
+      int r8 = cs == 1 ? h / 8 * 8 : 0, q8 = cols / 16 * 8, l;
+      for (r = 0; r < r8; r += 8)   /* 8 rows x 8 pairs: the float transpose moves the words */
+        for (q = 0; q < q8; q += 8) {
+          __m256 v[8];
+          for (l = 0; l < 8; l++) v[l] = _mm256_loadu_ps((const float *)(const void *)(xs + (size_t)(r + l) * rs + 2 * (size_t)q));
+          amp__gemm_tr8(v);
+          for (l = 0; l < 8; l++) _mm256_storeu_ps((float *)(void *)(d + (size_t)(q + l) * W + r), v[l]);
+        }
       for (r = 0; r < h; r++) {
         const uint16_t *xr = xs + (size_t)r * rs;
         if (cs == 1) {
-          for (q = 0; q < cols / 2; q++) { uint32_t w; memcpy(&w, xr + 2 * q, 4); d[(size_t)q * W + r] = w; }
+          for (q = r < r8 ? q8 : 0; q < cols / 2; q++) { uint32_t w; memcpy(&w, xr + 2 * q, 4); d[(size_t)q * W + r] = w; }
         } else {
           for (q = 0; q < cols / 2; q++) d[(size_t)q * W + r] = (uint32_t)xr[(size_t)(2 * q) * cs] | (uint32_t)xr[(size_t)(2 * q + 1) * cs] << 16;
         }

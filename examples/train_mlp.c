@@ -199,6 +199,7 @@ typedef struct {
   void *W[3], *b[3], *dW[3], *db[3];  /* model copy (type low) and its grads (type low) */
   void *x, *z[3], *dz[3], *h[2], *dh[2]; /* activations and their grads */
   float *logits, *probs;
+  float *xf, *f1, *f2;                /* f32 scratch: the batch before its cast, ReLU backward */
 } mlp;
 
 static void mlp_init(mlp *m, const mlp_types *t, const float *const W0[3]) {
@@ -221,11 +222,14 @@ static void mlp_init(mlp *m, const mlp_types *t, const float *const W0[3]) {
   }
   m->logits = (float *)alloc(AMP_F32, (size_t)MAXB * NOUT);
   m->probs = (float *)alloc(AMP_F32, (size_t)MAXB * NOUT);
+  m->xf = (float *)alloc(AMP_F32, (size_t)MAXB * NIN);
+  m->f1 = (float *)alloc(AMP_F32, (size_t)MAXB * NH1);
+  m->f2 = (float *)alloc(AMP_F32, (size_t)MAXB * NH1);
 }
 
 static void mlp_free(mlp *m) {
   int l;
-  free(m->x); free(m->logits); free(m->probs);
+  free(m->x); free(m->logits); free(m->probs); free(m->xf); free(m->f1); free(m->f2);
   for (l = 0; l < 3; l++) {
     free(m->W[l]); free(m->dW[l]); free(m->b[l]); free(m->db[l]); free(m->z[l]); free(m->dz[l]);
     if (l < 2) { free(m->h[l]); free(m->dh[l]); }
@@ -236,24 +240,25 @@ static void mlp_free(mlp *m) {
 static double mlp_forward(mlp *m, const dataset *d, const int *idx, int B) {
   int l, i, j;
   double loss = 0.0;
+  /* the batch in f32, cast once to the first matmul's type (amp_convert: the vector loop) */
   for (i = 0; i < B; i++) {
     const unsigned char *px = d->x + (size_t)idx[i] * NIN;
-    for (j = 0; j < NIN; j++) st(m->x, m->t.t_lin[0], (size_t)i * NIN + j, px[j] * (1.0f / 255.0f));
+    for (j = 0; j < NIN; j++) m->xf[(size_t)i * NIN + j] = px[j] * (1.0f / 255.0f);
   }
+  CHECK(amp_convert(m->x, m->t.t_lin[0], m->xf, AMP_F32, (size_t)B * NIN));
   for (l = 0; l < 3; l++) {
     int nin = m->sizes[l], nout = m->sizes[l + 1];
     const void *a = l == 0 ? m->x : m->h[l - 1];
     amp_dtype ta = l == 0 ? m->t.t_lin[0] : m->t.t_relu[l - 1];
-    /* z = a . W + b: fp32 accumulation inside amp_gemm, one rounding to z's type */
-    CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, B, nout, nin, 1.0f,
-                   a, ta, nin, m->W[l], m->t.low, nout, 0.0f, m->z[l], m->t.t_lin[l], nout));
-    for (i = 0; i < B; i++)
-      for (j = 0; j < nout; j++) {
-        size_t k = (size_t)i * nout + j;
-        float z = ld(m->z[l], m->t.t_lin[l], k) + ld(m->b[l], m->t.low, (size_t)j);
-        st(m->z[l], m->t.t_lin[l], k, z);
-        if (l < 2) st(m->h[l], m->t.t_relu[l], k, z > 0.0f ? z : 0.0f);
-      }
+    amp_gemm_opts go;
+    memset(&go, 0, sizeof go);
+    go.bias = m->b[l]; go.bias_type = m->t.low;
+    /* h = relu(a . W + b) (the last layer: z = a . W + b), all in one call: fp32 accumulation
+       inside amp_gemm_ex, bias and ReLU on the f32 sum, one rounding to the output's type */
+    go.act = l < 2 ? AMP_ACT_RELU : AMP_ACT_NONE;
+    CHECK(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, B, nout, nin, 1.0f,
+                      a, ta, nin, m->W[l], m->t.low, nout, 0.0f, l < 2 ? m->h[l] : m->z[l],
+                      l < 2 ? m->t.t_relu[l] : m->t.t_lin[l], nout, &go));
   }
   /* softmax cross-entropy: a black-list op, so the logits are cast to f32 first */
   CHECK(amp_convert(m->logits, AMP_F32, m->z[2], m->t.t_lin[2], (size_t)B * NOUT));
@@ -284,19 +289,20 @@ static void mlp_backward(mlp *m, const dataset *d, const int *idx, int B, float 
     /* dW = a^T . dz and db = sum of dz over the batch, written in the model copy's type */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, nin, nout, B, 1.0f,
                    a, ta, nin, m->dz[l], m->t.t_lin[l], nout, 0.0f, m->dW[l], m->t.low, nout));
-    for (j = 0; j < nout; j++) {
-      float s = 0.0f;
-      for (i = 0; i < B; i++) s += ld(m->dz[l], m->t.t_lin[l], (size_t)i * nout + j);
-      st(m->db[l], m->t.low, (size_t)j, s);
-    }
+    /* db: the column sums of dz, in f32 (dz converted once; each sum runs over i in order) */
+    CHECK(amp_convert(m->f1, AMP_F32, m->dz[l], m->t.t_lin[l], (size_t)B * nout));
+    for (j = 0; j < nout; j++) m->f2[j] = 0.0f;
+    for (i = 0; i < B; i++)
+      for (j = 0; j < nout; j++) m->f2[j] += m->f1[(size_t)i * nout + j];
+    CHECK(amp_convert(m->db[l], m->t.low, m->f2, AMP_F32, (size_t)nout));
     if (l == 0) break;
     /* dh = dz . W^T, then through the ReLU into dz of the layer below */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, B, nin, nout, 1.0f,
                    m->dz[l], m->t.t_lin[l], nout, m->W[l], m->t.low, nout, 0.0f, m->dh[l - 1], m->t.t_relu[l - 1], nin));
-    for (i = 0; i < B * nin; i++) {
-      float h = ld(m->h[l - 1], m->t.t_relu[l - 1], (size_t)i);
-      st(m->dz[l - 1], m->t.t_lin[l - 1], (size_t)i, h > 0.0f ? ld(m->dh[l - 1], m->t.t_relu[l - 1], (size_t)i) : 0.0f);
-    }
+    CHECK(amp_convert(m->f1, AMP_F32, m->h[l - 1], m->t.t_relu[l - 1], (size_t)B * nin));
+    CHECK(amp_convert(m->f2, AMP_F32, m->dh[l - 1], m->t.t_relu[l - 1], (size_t)B * nin));
+    for (i = 0; i < B * nin; i++) m->f2[i] = m->f1[i] > 0.0f ? m->f2[i] : 0.0f;
+    CHECK(amp_convert(m->dz[l - 1], m->t.t_lin[l - 1], m->f2, AMP_F32, (size_t)B * nin));
   }
 }
 
