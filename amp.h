@@ -947,10 +947,26 @@ static inline AMP_HD float amp__act(float x, int act) {
   if (act == AMP_ACT_GELU) return amp__gelu_tanh(x);
   return x;
 }
-/* alpha * acc + beta * c; beta 0 does not read c (BLAS: C may hold NaN or garbage). */
+/* On the CPU a value passed through AMP__ROUNDED is a rounded f32 that no compiler can fuse into
+   a following add (an empty asm takes it as an operand; -ffp-contract=fast ignores pragmas). The
+   GPU's bound allows FMA, so device code has no barrier. */
+#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+#define AMP__ROUNDED(x) __asm__("" : "+x"(x))
+#elif !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+#define AMP__ROUNDED(x) __asm__("" : "+w"(x))
+#else
+#define AMP__ROUNDED(x) ((void)0)
+#endif
+/* alpha * acc + beta * c, each product rounded before the add; beta 0 does not read c (BLAS: C
+   may hold NaN or garbage). */
 static inline AMP_HD float amp__gemm_blend(float acc, float alpha, float beta, float c) {
   float t = alpha * acc;
-  if (beta != 0.0f) t = t + beta * c;
+  if (beta != 0.0f) {
+    float bc = beta * c;
+    AMP__ROUNDED(t);
+    AMP__ROUNDED(bc);
+    t = t + bc;
+  }
   return t;
 }
 /* C = beta * C, for k 0 or alpha 0 (A and B are not read; 0 * inf in them never appears). */
@@ -3699,6 +3715,10 @@ static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
 
 /* ---- the fast kernels (x86-64, GCC/Clang): FMA in order, AVX2 or AVX-512, AVX512_BF16 ---- */
 #ifdef AMP__X86_SIMD
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push   /* g++ 12: a false alarm inside the AVX-512 headers (_mm512_undefined_ps) */
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define AMP__GEMM_FAST 1
 #define AMP__GEMM_ISA_FMA 1      /* AVX2 + FMA, YMM state saved by the OS */
 #define AMP__GEMM_ISA_512 2      /* AVX-512 F/BW/VL, ZMM and mask state saved by the OS */
@@ -3975,6 +3995,9 @@ static const amp__gemm_kernel amp__gemm_kernel_512 = {
   amp__gemm_micro_512, amp__gemm_pack_512, AMP__GEMM_XR, 32, AMP__GEMM_X_KC, AMP__GEMM_X_MC, AMP__GEMM_X_NC, 1, 1};
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
   amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1};
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif /* AMP__X86_SIMD */
 
 /* The kernel for a product: the reference when asked for, else the fastest the CPU runs. */
