@@ -867,11 +867,36 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
    there does not propagate), as in BLAS. m or n 0: nothing happens. k 0 or alpha 0: C = beta * C
    (A and B are not read). C must not overlap A or B.
 
-   Rounding (what the CPU reference computes, and what the GPU approximates; see the manual):
-   inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0, then
-   acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to f32 and
-   then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0), t = t + bias[j]
-   (when there is a bias), t = act(t), and one rounding of t to C's type.
+   Rounding of the CPU reference (opts->algo = AMP_GEMM_REFERENCE; what the GPU is tested
+   against): inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0,
+   then acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to
+   f32 and then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0; each
+   product rounded before the add), t = t + bias[j] (when there is a bias), t = act(t), and one
+   rounding of t to C's type. These are the bits of a plain triple loop, on every CPU, under every
+   flag set of GCC and Clang (-O0 to -Ofast, -march=native, -ffp-contract=fast: an empty asm
+   statement keeps each product rounded, which the contraction pragmas alone do not under Clang's
+   -ffp-contract=fast). Other compilers: flags that allow contraction (MSVC /fp:fast or
+   /fp:contract) may fuse a product into its add.
+
+   The CPU default (AMP_GEMM_AUTO, zero options) is the fast kernel for the CPU, chosen by CPUID
+   at run time (build with plain `cc -O2`: each kernel carries its own target attribute):
+   - x86-64 with FMA (AVX-512F: 8 x 32 register tiles; AVX2: 6 x 16): acc = fma(a(i,p), b(p,j),
+     acc) for p = 0, 1, ..., k-1 in that order, one rounding per step; f16 and bf16 inputs are
+     converted exactly to f32 once, while packing. Every such kernel, on one thread or many, gives
+     the bits of a plain fmaf() loop.
+   - bf16 inputs on an AVX512_BF16 CPU: vdpbf16ps on pairs p = 2q, 2q+1: the two products (exact
+     in f32) are summed and rounded to f32, then added to acc and rounded (round to nearest even);
+     subnormal bf16 inputs, and pair sums or results below 2^-126 in magnitude, count as 0.
+   - any other CPU (no FMA, not x86-64, AMP_NO_SIMD, another compiler): the reference.
+   Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
+   sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
+   where a or b is subnormal and k 2^-126. The epilogue is the reference's, except that on
+   AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one rounding fewer).
+   tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs.
+   Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
+   the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
+   split, so the result does not depend on the number of threads.
+
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
    |a(i,p) b(p,j)| before the output rounding, plus up to 3 roundings of the output type
@@ -3922,30 +3947,39 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
   const uint16_t *xh = (const uint16_t *)x;
   int s, r, q, ns = (rows + W - 1) / W, kq = (cols + 1) / 2;
   (void)t;
+  if (rs == 1) {   /* columns contiguous: interleave columns 2q and 2q+1, read once, 32 rows at a time */
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                        39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (q = 0; q < kq; q++) {
+      const uint16_t *x0 = xh + (size_t)(2 * q) * cs, *x1 = x0 + cs;
+      int two = 2 * q + 1 < cols;
+      for (s = 0; s < ns; s++) {
+        uint32_t *d = dst + (size_t)s * W * kq + (size_t)q * W;
+        for (r = 0; r < W; r += 32) {
+          int nw = W - r < 32 ? W - r : 32, nh = rows - s * W - r, n;
+          __mmask32 m;
+          __m512i v0, v1, w0, w1;
+          int n0, n1;
+          n = nh < 0 ? 0 : nh < nw ? nh : nw;
+          m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+          v0 = _mm512_maskz_loadu_epi16(m, x0 + s * W + r);
+          v1 = two ? _mm512_maskz_loadu_epi16(m, x1 + s * W + r) : _mm512_setzero_si512();
+          w0 = _mm512_permutex2var_epi16(v0, lo, v1); w1 = _mm512_permutex2var_epi16(v0, hi, v1);
+          n0 = nw < 16 ? nw : 16; n1 = nw - n0;
+          _mm512_mask_storeu_epi32(d + r, (__mmask16)((1u << n0) - 1u), w0);
+          if (n1 > 0) _mm512_mask_storeu_epi32(d + r + 16, (__mmask16)((1u << n1) - 1u), w1);
+        }
+      }
+    }
+    return;
+  }
   for (s = 0; s < ns; s++) {
     uint32_t *d = dst + (size_t)s * W * kq;
     int h = rows - s * W < W ? rows - s * W : W;
     const uint16_t *xs = xh + (size_t)s * W * rs;
-    if (rs == 1) {   /* columns contiguous: interleave columns 2q and 2q+1, 32 rows at a time */
-      const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                          39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-      const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-      for (q = 0; q < kq; q++) {
-        const uint16_t *x0 = xs + (size_t)(2 * q) * cs, *x1 = x0 + cs;
-        int two = 2 * q + 1 < cols;
-        for (r = 0; r < W; r += 32) {
-          int nw = W - r < 32 ? W - r : 32, nh = h - r < 0 ? 0 : h - r;
-          int n = nh < nw ? nh : nw;
-          __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
-          __m512i v0 = _mm512_maskz_loadu_epi16(m, x0 + r);
-          __m512i v1 = two ? _mm512_maskz_loadu_epi16(m, x1 + r) : _mm512_setzero_si512();
-          __m512i w0 = _mm512_permutex2var_epi16(v0, lo, v1), w1 = _mm512_permutex2var_epi16(v0, hi, v1);
-          int n0 = nw < 16 ? nw : 16, n1 = nw - n0;
-          _mm512_mask_storeu_epi32(d + (size_t)q * W + r, (__mmask16)((1u << n0) - 1u), w0);
-          if (n1 > 0) _mm512_mask_storeu_epi32(d + (size_t)q * W + r + 16, (__mmask16)((1u << n1) - 1u), w1);
-        }
-      }
-    } else {         /* rows contiguous (or neither): the pairs are adjacent (cs == 1) or gathered */
+    {
+      /* rows contiguous (or neither): the pairs are adjacent (cs == 1) or gathered */
       int r8 = cs == 1 ? h / 8 * 8 : 0, q8 = cols / 16 * 8, l;
       for (r = 0; r < r8; r += 8)   /* 8 rows x 8 pairs: the float transpose moves the words */
         for (q = 0; q < q8; q += 8) {
