@@ -3900,6 +3900,11 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
   if (rs == 1) {   /* a column is contiguous: read it once, 16 at a time, into every sliver */
     for (c = 0; c < cols; c++) {
       const char *xc = (const char *)x + (size_t)c * cs * es;
+      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
+        const char *pf = xc + (size_t)4 * cs * es;
+        size_t off;
+        for (off = 0; off < (size_t)rows * es; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+      }
       for (s = 0; s < ns; s++) {
         float *d = dst + (size_t)s * W * cols + (size_t)c * W;
         int rr;
@@ -3954,6 +3959,13 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
     for (q = 0; q < kq; q++) {
       const uint16_t *x0 = xh + (size_t)(2 * q) * cs, *x1 = x0 + cs;
       int two = 2 * q + 1 < cols;
+      if (2 * q + 5 < cols) {   /* the pair 2 ahead: its lines are on their way while this one is copied */
+        size_t off;
+        for (off = 0; off < (size_t)rows * 2; off += 64) {
+          _mm_prefetch((const char *)(x0 + 4 * cs) + off, _MM_HINT_T0);
+          _mm_prefetch((const char *)(x0 + 5 * cs) + off, _MM_HINT_T0);
+        }
+      }
       for (s = 0; s < ns; s++) {
         uint32_t *d = dst + (size_t)s * W * kq + (size_t)q * W;
         for (r = 0; r < W; r += 32) {
