@@ -27,7 +27,7 @@ $(B)/amp_kernels.o: amp_kernels.cu amp.h | $(B)
 
 BENCH_CPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/bench_*.c))
 $(B)/bench_%: bench/bench_%.c amp.h | $(B)
-	$(CC) $(WARN) -O3 -I. $< -o $@ -lm -lpthread
+	$(CC) $(WARN) -O2 -I. $< -o $@ -lm -lpthread
 
 bench: $(BENCH_CPU)
 	@for b in $(BENCH_CPU); do echo "== $$b"; $$b || true; done

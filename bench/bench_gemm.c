@@ -1,6 +1,7 @@
 /* bench/bench_gemm.c - amp_gemm on one CPU thread against its peers, measured in the same run:
-     f32:  OpenBLAS cblas_sgemm, one thread (libopenblas loaded at run time; skipped with a message
-           where it is absent), and PyTorch's CPU torch.matmul in f32;
+     f32:  OpenBLAS cblas_sgemm, one thread (libopenblas loaded at run time with its own core
+           detection, OPENBLAS_CORETYPE unset; skipped with a message where it is absent), and
+           PyTorch's CPU torch.matmul in f32;
      bf16: PyTorch's CPU torch.matmul in bf16 (oneDNN: vdpbf16ps on an AVX512_BF16 CPU);
      f16:  the f32 peers (no CPU peer multiplies f16 faster than it converts it to f32).
    PyTorch runs as a python3 subprocess (torch.set_num_threads(1), glibc told to keep its memory,
@@ -62,6 +63,7 @@ static int openblas_open(void) {
   void *h = NULL;
   int i;
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  unsetenv("OPENBLAS_CORETYPE");   /* a forced core type (Haswell here) slows current builds */
   for (i = 0; i < 3 && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
   if (!h) { printf("OpenBLAS: not found (%s): its column is skipped (apt install libopenblas-dev)\n", dlerror()); return 0; }
   *(void **)&cblas_sgemm_p = dlsym(h, "cblas_sgemm");

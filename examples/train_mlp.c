@@ -199,7 +199,8 @@ typedef struct {
   void *W[3], *b[3], *dW[3], *db[3];  /* model copy (type low) and its grads (type low) */
   void *x, *z[3], *dz[3], *h[2], *dh[2]; /* activations and their grads */
   float *logits, *probs;
-  float *xf, *f1, *f2;                /* f32 scratch: the batch before its cast, ReLU backward */
+  float *f1, *f2;                     /* f32 scratch for the bias gradient */
+  unsigned char pix[256 * 4];         /* pixel value v -> v / 255 in the first matmul's type */
 } mlp;
 
 static void mlp_init(mlp *m, const mlp_types *t, const float *const W0[3]) {
@@ -222,14 +223,15 @@ static void mlp_init(mlp *m, const mlp_types *t, const float *const W0[3]) {
   }
   m->logits = (float *)alloc(AMP_F32, (size_t)MAXB * NOUT);
   m->probs = (float *)alloc(AMP_F32, (size_t)MAXB * NOUT);
-  m->xf = (float *)alloc(AMP_F32, (size_t)MAXB * NIN);
   m->f1 = (float *)alloc(AMP_F32, (size_t)MAXB * NH1);
   m->f2 = (float *)alloc(AMP_F32, (size_t)MAXB * NH1);
+  /* the input cast as a table: v / 255 rounded once to the first matmul's type, for each byte v */
+  for (l = 0; l < 256; l++) st(m->pix, m->t.t_lin[0], (size_t)l, (float)l * (1.0f / 255.0f));
 }
 
 static void mlp_free(mlp *m) {
   int l;
-  free(m->x); free(m->logits); free(m->probs); free(m->xf); free(m->f1); free(m->f2);
+  free(m->x); free(m->logits); free(m->probs); free(m->f1); free(m->f2);
   for (l = 0; l < 3; l++) {
     free(m->W[l]); free(m->dW[l]); free(m->b[l]); free(m->db[l]); free(m->z[l]); free(m->dz[l]);
     if (l < 2) { free(m->h[l]); free(m->dh[l]); }
@@ -240,12 +242,22 @@ static void mlp_free(mlp *m) {
 static double mlp_forward(mlp *m, const dataset *d, const int *idx, int B) {
   int l, i, j;
   double loss = 0.0;
-  /* the batch in f32, cast once to the first matmul's type (amp_convert: the vector loop) */
-  for (i = 0; i < B; i++) {
-    const unsigned char *px = d->x + (size_t)idx[i] * NIN;
-    for (j = 0; j < NIN; j++) m->xf[(size_t)i * NIN + j] = px[j] * (1.0f / 255.0f);
+  /* the batch, cast to the first matmul's type: pixel v is v / 255 rounded once (a table) */
+  {
+    size_t es = amp_dtype_size(m->t.t_lin[0]);
+    for (i = 0; i < B; i++) {
+      const unsigned char *px = d->x + (size_t)idx[i] * NIN;
+      char *row = (char *)m->x + (size_t)i * NIN * es;
+#if defined(__GNUC__)
+      if (i + 4 < B) {   /* shuffled images come from all over the set: ask for one 4 ahead */
+        const unsigned char *next = d->x + (size_t)idx[i + 4] * NIN;
+        for (j = 0; j < NIN; j += 64) __builtin_prefetch(next + j);
+      }
+#endif
+      if (es == 2) for (j = 0; j < NIN; j++) memcpy(row + 2 * (size_t)j, m->pix + 2 * px[j], 2);
+      else for (j = 0; j < NIN; j++) memcpy(row + 4 * (size_t)j, m->pix + 4 * px[j], 4);
+    }
   }
-  CHECK(amp_convert(m->x, m->t.t_lin[0], m->xf, AMP_F32, (size_t)B * NIN));
   for (l = 0; l < 3; l++) {
     int nin = m->sizes[l], nout = m->sizes[l + 1];
     const void *a = l == 0 ? m->x : m->h[l - 1];
@@ -270,6 +282,26 @@ static double mlp_forward(mlp *m, const dataset *d, const int *idx, int B) {
     loss += -log((double)p[d->y[idx[i]]] + 1e-30);
   }
   return loss;
+}
+
+/* dz = h > 0 ? dh : 0. With dz and dh of one type the select moves bits (h > 0: sign clear and
+   not zero; h comes out of the ReLU, so it is never NaN); otherwise through f32. */
+static void relu_backward(void *dz, amp_dtype tz, const void *h, const void *dh, amp_dtype th, size_t n) {
+  size_t i;
+  if (tz == th && th != AMP_F32) {
+    const uint16_t *hb = (const uint16_t *)h, *gb = (const uint16_t *)dh;
+    uint16_t *zb = (uint16_t *)dz;
+    for (i = 0; i < n; i++) {   /* branch-free: the sign of h is random, a branch mispredicts half the time */
+      uint16_t keep = (uint16_t)(0u - (uint16_t)((hb[i] & 0x8000u) == 0 && hb[i] != 0));
+      zb[i] = (uint16_t)(gb[i] & keep);
+    }
+  } else if (tz == AMP_F32 && th == AMP_F32) {
+    const float *hf = (const float *)h, *gf = (const float *)dh;
+    float *zf = (float *)dz;
+    for (i = 0; i < n; i++) { float g = gf[i]; zf[i] = hf[i] > 0.0f ? g : 0.0f; }   /* both loaded: a select, no branch */
+  } else {
+    for (i = 0; i < n; i++) st(dz, tz, i, ld(h, th, i) > 0.0f ? ld(dh, th, i) : 0.0f);
+  }
 }
 
 /* Backward pass of the mean loss multiplied by `scale`: every gradient comes out scaled, in the
@@ -299,10 +331,7 @@ static void mlp_backward(mlp *m, const dataset *d, const int *idx, int B, float 
     /* dh = dz . W^T, then through the ReLU into dz of the layer below */
     CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, B, nin, nout, 1.0f,
                    m->dz[l], m->t.t_lin[l], nout, m->W[l], m->t.low, nout, 0.0f, m->dh[l - 1], m->t.t_relu[l - 1], nin));
-    CHECK(amp_convert(m->f1, AMP_F32, m->h[l - 1], m->t.t_relu[l - 1], (size_t)B * nin));
-    CHECK(amp_convert(m->f2, AMP_F32, m->dh[l - 1], m->t.t_relu[l - 1], (size_t)B * nin));
-    for (i = 0; i < B * nin; i++) m->f2[i] = m->f1[i] > 0.0f ? m->f2[i] : 0.0f;
-    CHECK(amp_convert(m->dz[l - 1], m->t.t_lin[l - 1], m->f2, AMP_F32, (size_t)B * nin));
+    relu_backward(m->dz[l - 1], m->t.t_lin[l - 1], m->h[l - 1], m->dh[l - 1], m->t.t_relu[l - 1], (size_t)B * nin);
   }
 }
 
