@@ -555,7 +555,7 @@ static int train_mlp_main(int argc, char **argv, const device_trainer *dev) {
   train_fn run = train;
   int on_dev = 0;
 
-  o.epochs = 8; o.batch = 64; o.seed = 1; o.train_limit = 60000; o.lr = 0.05f;
+  o.epochs = 8; o.batch = 256; o.seed = 1; o.train_limit = 60000; o.lr = 0.1f;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) { fprintf(stderr, "train_mlp: %s needs a value (see the top of examples/train_mlp.c)\n", a); return 1; }
