@@ -8,7 +8,7 @@
    OPENBLAS_CORETYPE unset for that command only), skipped with a message where torch is absent.
    Shapes: the demo's MLP (examples/train_mlp.c: 784-256-128-10, batch 64: the forward products
    and the two of the backward pass) and squares 512-2048. Each figure is the median of 7 timed
-   rounds; ours is built the way a user builds it (`cc -O2`, no -march: CPUID picks the kernel).
+   rounds (ours and OpenBLAS alternate round by round); ours is built the way a user builds it (`cc -O2`, no -march: CPUID picks the kernel).
    Line: name  ours  reference  ratio  (GFLOP/s, ratio = ours / peer). */
 #include "bench.h"
 #include <dlfcn.h>
@@ -30,18 +30,30 @@ static const shape shapes[] = {
 
 static double gflops(const shape *s, double sec) { return 2.0 * s->m * s->n * s->k / sec * 1e-9; }
 
-/* Median seconds of one call over 7 rounds, each round long enough (~0.1 s) to time. */
+/* Median seconds of one call over 7 rounds, each round long enough (~0.1 s) to time. With a
+   second function g, its rounds alternate with f's (on a shared machine both see the same load)
+   and *tg gets its median. */
 typedef void (*call_fn)(const shape *s, void *a, void *b, float *c, amp_dtype t);
-static double time_call(call_fn f, const shape *s, void *a, void *b, float *c, amp_dtype t) {
-  double flop = 2.0 * s->m * s->n * s->k, ts[7];
+static double time_pair(call_fn f, call_fn g, double *tg, const shape *s, void *a, void *b, float *c, amp_dtype t) {
+  double flop = 2.0 * s->m * s->n * s->k, ts[7], us[7];
   int reps = flop < 2e8 ? (int)(2e8 / flop) + 1 : 1, r, i;
   f(s, a, b, c, t);
+  if (g) g(s, a, b, c, t);
   for (r = 0; r < 7; r++) {
     double t0 = bench_now();
     for (i = 0; i < reps; i++) f(s, a, b, c, t);
     ts[r] = (bench_now() - t0) / reps;
+    if (g) {
+      t0 = bench_now();
+      for (i = 0; i < reps; i++) g(s, a, b, c, t);
+      us[r] = (bench_now() - t0) / reps;
+    }
   }
+  if (g) *tg = bench_median(us, 7);
   return bench_median(ts, 7);
+}
+static double time_call(call_fn f, const shape *s, void *a, void *b, float *c, amp_dtype t) {
+  return time_pair(f, NULL, NULL, s, a, b, c, t);
 }
 
 static void ours(const shape *s, void *a, void *b, float *c, amp_dtype t) {
@@ -140,9 +152,10 @@ int main(void) {
     char name[128];
     for (j = 0; j < na; j++) af[j] = (float)((int)(j * 37 % 101) - 50) / 64.0f;
     for (j = 0; j < nb; j++) bf[j] = (float)((int)(j * 53 % 97) - 48) / 64.0f;
-    o32 = gflops(s, time_call(ours, s, af, bf, c, AMP_F32));
+    g = 0;
+    o32 = gflops(s, time_pair(ours, have_blas ? openblas : NULL, &g, s, af, bf, c, AMP_F32));
     if (have_blas) {
-      g = gflops(s, time_call(openblas, s, af, bf, c, AMP_F32));
+      g = gflops(s, g);
       snprintf(name, sizeof name, "gemm_f32_%s_%dx%dx%d_vs_openblas", s->name, s->m, s->n, s->k);
       bench_line(name, o32, g, "GFLOP/s");
     }
