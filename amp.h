@@ -4115,6 +4115,37 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
 
 static float *amp__align64(void *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* The product's workspace is kept between calls (at most ~5 MiB: B's slice, the A blocks and a
+   4 MiB chunk of accumulators): a fresh allocation of that size is mapped and zeroed by the OS on
+   every call, which cost a small product (the demo's) a fifth of its time. One workspace; a call
+   that finds it in use by another thread allocates its own. It stays reachable until exit. */
+#if defined(__GNUC__) || defined(__clang__)
+static void *amp__gemm_ws;
+static size_t amp__gemm_ws_size;
+static int amp__gemm_ws_busy;
+static void *amp__gemm_ws_get(size_t bytes, int *kept) {
+  *kept = 0;
+  if (__atomic_exchange_n(&amp__gemm_ws_busy, 1, __ATOMIC_ACQUIRE) == 0) {
+    if (amp__gemm_ws_size < bytes) {
+      AMP_FREE(amp__gemm_ws);
+      amp__gemm_ws = AMP_MALLOC(bytes);
+      amp__gemm_ws_size = amp__gemm_ws ? bytes : 0;
+    }
+    if (amp__gemm_ws) { *kept = 1; return amp__gemm_ws; }
+    __atomic_store_n(&amp__gemm_ws_busy, 0, __ATOMIC_RELEASE);
+    return NULL;
+  }
+  return AMP_MALLOC(bytes);
+}
+static void amp__gemm_ws_put(void *p, int kept) {
+  if (kept) __atomic_store_n(&amp__gemm_ws_busy, 0, __ATOMIC_RELEASE);
+  else AMP_FREE(p);
+}
+#else
+static void *amp__gemm_ws_get(size_t bytes, int *kept) { *kept = 0; return AMP_MALLOC(bytes); }
+static void amp__gemm_ws_put(void *p, int kept) { (void)kept; AMP_FREE(p); }
+#endif
+
 /* The whole CPU product on checked arguments, in strides: op(A)(i,p) = A[i*ars + p*acs],
    op(B)(p,j) = B[p*brs + j*bcs], C(i,j) = C[i*crs + j*ccs]. */
 static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
@@ -4128,7 +4159,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   size_t bsz = amp_dtype_size(bt), asz = amp_dtype_size(at);
   void *mem;
   float *bp, *work, *accs;
-  int jc;
+  int jc, kept;
   if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
     int i, j, has_bias = o->bias != NULL;
     for (i = 0; i < m; i++)
@@ -4162,7 +4193,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   na = (size_t)mc * ((size_t)(kc_max + kp - 1) / (size_t)kp);
   nacc = (size_t)mc * nc_pad;
   na = (na + 15) / 16 * 16;   /* 64-byte multiples */
-  mem = AMP_MALLOC((nb + (size_t)nth * na + (size_t)chunk * nacc) * sizeof(float) + 3 * 64);
+  mem = amp__gemm_ws_get((nb + (size_t)nth * na + (size_t)chunk * nacc) * sizeof(float) + 3 * 64, &kept);
   if (!mem) return amp__fail(AMP_ERR_NOMEM, "amp_gemm: out of memory for %zu floats of packed panels",
                              nb + (size_t)nth * na + (size_t)chunk * nacc);
   bp = amp__align64(mem);
@@ -4204,7 +4235,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
       }
     }
   }
-  AMP_FREE(mem);
+  amp__gemm_ws_put(mem, kept);
   return AMP_OK;
 }
 
