@@ -4100,6 +4100,21 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
   float acc[AMP__GEMM_NC], cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
   /* the bias, converted once (amp_convert gives the bits of amp__load) */
   if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
+#ifdef AMP__GEMM_FAST
+  if (K->vec_store && ccs == 1 && ct == AMP_F32 && o->act != AMP_ACT_GELU) {
+    /* f32 rows straight from the tiles, tile by tile (the buffer is read in order) */
+    int tr, r;
+    for (tr = 0; tr * mr < mb; tr++)
+      for (tc = 0; tc < tiles_n; tc++) {
+        const float *tile = accbuf + ((size_t)tr * tiles_n + tc) * mr * nr;
+        int w = nb - tc * nr < nr ? nb - tc * nr : nr;
+        for (r = 0; r < mr && tr * mr + r < mb; r++)
+          amp__gemm_row_512((float *)C + (size_t)(i0 + tr * mr + r) * crs + (size_t)(j0 + tc * nr), tile + (size_t)r * nr, w,
+                            alpha, beta, has_bias ? br + tc * nr : NULL, (int)o->act);
+      }
+    return;
+  }
+#endif
   for (i = 0; i < mb; i++) {
     const float *row = accbuf + ((size_t)(i / mr) * tiles_n * mr + (size_t)(i % mr)) * nr;
     for (tc = 0; tc < tiles_n; tc++)
@@ -4239,18 +4254,21 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
 #endif
           ap = work + (size_t)tid * na;
           K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
-          for (tc = 0; tc < tiles_n; tc++)
-            for (tr = 0; tr < tiles_m; tr++)
-              K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
-                       acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0);
+          if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
+            for (tc = 0; tc < tiles_n; tc++)
+              for (tr = 0; tr < tiles_m; tr++)
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
+                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0);
+          } else {                /* the last: a row of tiles is finished, then written to C while in cache */
+            for (tr = 0; tr < tiles_m; tr++) {
+              float *row = acc + (size_t)tr * tiles_n * mr * nr;
+              for (tc = 0; tc < tiles_n; tc++)
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0);
+              amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
+                                    C, ct, crs, ccs, o);
+            }
+          }
         }
-      }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nth) schedule(static, 1) if (nth > 1)
-#endif
-      for (ib = b0; ib < b0 + nbc; ib++) {
-        int ic = ib * mc, mcb = m - ic < mc ? m - ic : mc;
-        amp__gemm_store_block(K, accs + (size_t)(ib - b0) * nacc, mcb, ncb, ic, jc, alpha, beta, C, ct, crs, ccs, o);
       }
     }
   }
