@@ -3839,14 +3839,6 @@ static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b
 
 /* AVX-512: 8 x 32 tiles (16 ZMM accumulators). The row macro: row r of the tile. */
 #define AMP__GEMM_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-#define AMP__GEMM_ROWS12(X) AMP__GEMM_ROWS8(X) X(8) X(9) X(10) X(11)
-#define AMP__GEMM_ROWS14(X) AMP__GEMM_ROWS12(X) X(12) X(13)
-#ifndef AMP__GEMM_XR
-#define AMP__GEMM_XR 8
-#endif
-#define AMP__GEMM_CAT(a, b) AMP__GEMM_CAT2(a, b)
-#define AMP__GEMM_CAT2(a, b) a##b
-#define AMP__GEMM_ROWSX AMP__GEMM_CAT(AMP__GEMM_ROWS, AMP__GEMM_XR)
 #define AMP__GEMM_DECL(r) __m512 c##r##0, c##r##1;
 #define AMP__GEMM_LOAD(r) c##r##0 = _mm512_load_ps(tile + (r) * 32); c##r##1 = _mm512_load_ps(tile + (r) * 32 + 16);
 #define AMP__GEMM_ZERO(r) c##r##0 = _mm512_setzero_ps(); c##r##1 = c##r##0;
@@ -3858,15 +3850,15 @@ static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b
                             c##r##1 = _mm512_dpbf16_ps(c##r##1, (__m512bh)x, (__m512bh)b1); }
 
 static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b, float *tile, int acc) {
-  AMP__GEMM_ROWSX(AMP__GEMM_DECL)
+  AMP__GEMM_ROWS8(AMP__GEMM_DECL)
   int p;
-  if (acc) { AMP__GEMM_ROWSX(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWSX(AMP__GEMM_ZERO) }
+  if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
   for (p = 0; p < kc; p++) {
     __m512 b0 = _mm512_load_ps(b + (size_t)p * 32), b1 = _mm512_load_ps(b + (size_t)p * 32 + 16);
-    const float *ap = a + (size_t)p * AMP__GEMM_XR;
-    AMP__GEMM_ROWSX(AMP__GEMM_FMA)
+    const float *ap = a + (size_t)p * 8;
+    AMP__GEMM_ROWS8(AMP__GEMM_FMA)
   }
-  AMP__GEMM_ROWSX(AMP__GEMM_STORE)
+  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
 }
 
 /* AVX512_BF16: 8 x 32 tiles; a and b hold bf16 pairs along k (one 32-bit word per row and pair),
@@ -4055,13 +4047,9 @@ static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float
 
 static const amp__gemm_kernel amp__gemm_kernel_fma = {
   amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0};
-#ifndef AMP__GEMM_X_KC
-#define AMP__GEMM_X_KC 256
-#define AMP__GEMM_X_MC 128
-#define AMP__GEMM_X_NC 512
-#endif
+/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue */
 static const amp__gemm_kernel amp__gemm_kernel_512 = {
-  amp__gemm_micro_512, amp__gemm_pack_512, AMP__GEMM_XR, 32, AMP__GEMM_X_KC, AMP__GEMM_X_MC, AMP__GEMM_X_NC, 1, 1};
+  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1};
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
   amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1};
 #if defined(__GNUC__) && !defined(__clang__)
