@@ -3378,6 +3378,16 @@ static amp_status amp__rfile_read(amp__rfile *r, void *dst, size_t n) {
   return AMP_OK;
 }
 
+static amp_status amp__rfile_seek(amp__rfile *r, uint64_t offset) {
+#if AMP__POSIX_FILES
+  if (lseek(r->fd, (off_t)offset, SEEK_SET) != (off_t)offset)
+#else
+  if (offset > (uint64_t)LONG_MAX || fseek(r->f, (long)offset, SEEK_SET) != 0)
+#endif
+    return amp__fail(AMP_ERR_IO, "%s: cannot seek in '%s': %s", r->fn, r->path, strerror(errno));
+  return AMP_OK;
+}
+
 static void amp__rfile_close(amp__rfile *r) {
 #if AMP__POSIX_FILES
   close(r->fd);
@@ -3573,77 +3583,82 @@ typedef struct amp__ckpt_image {
   const unsigned char *tensors;    /* the first tensor record */
 } amp__ckpt_image;
 
-/* Reads path and checks everything against the live objects: the header against the file's size
-   before the payload is read, then the CRC, then every record. */
+/* Reads path and checks everything against the live objects before any payload is held: the
+   header against the file's size, then each record (read one by one; the tensor floats are
+   skipped), so the file must be exactly the size the live optimizer needs before it is read
+   whole; then the CRC over every byte. */
 static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const amp_scaler *s, amp__ckpt_image *im) {
   const char *fn = "amp_checkpoint_load";
   amp__rfile f;
   amp__ckpt_io io;
   amp__ckpt_head h;
   amp__crc crc;
-  unsigned char head[AMP__CKPT_HEAD_BYTES];
-  uint64_t size = 0;
+  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES];   /* room for any one record */
+  uint64_t size = 0, at, end, first_tensor = 0;
   uint32_t crc_file;
   amp_status st;
   size_t i;
   memset(im, 0, sizeof *im);
   memset(&io, 0, sizeof io);
   if ((st = amp__rfile_open(&f, fn, path, &size)) != AMP_OK) return st;
+  st = AMP_ERR_CORRUPT;
   if (size < AMP__CKPT_HEAD_BYTES + 4) {
-    amp__rfile_close(&f);
-    return amp__fail(AMP_ERR_CORRUPT, "%s: '%s' holds %llu bytes, too few for a checkpoint (header and CRC: %u)", fn, path,
-                     (unsigned long long)size, (unsigned)(AMP__CKPT_HEAD_BYTES + 4));
+    amp__fail(st, "%s: '%s' holds %llu bytes, too few for a checkpoint (header and CRC: %u)", fn, path,
+              (unsigned long long)size, (unsigned)(AMP__CKPT_HEAD_BYTES + 4));
+    goto refused;
   }
-  if ((st = amp__rfile_read(&f, head, sizeof head)) != AMP_OK) { amp__rfile_close(&f); return st; }
-  io.p = head; io.left = sizeof head;
+  if ((st = amp__rfile_read(&f, rec, AMP__CKPT_HEAD_BYTES)) != AMP_OK) goto refused;
+  io.p = rec; io.left = AMP__CKPT_HEAD_BYTES;
   amp__ckpt_head_io(&io, &h);
   st = AMP_ERR_CORRUPT;
-  if (memcmp(&h.magic, AMP__CKPT_MAGIC, 8) != 0) amp__fail(st, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path);
-  else if (h.endian == 0x04030201u) amp__fail(st, "%s: written on a machine of the other byte order", fn);
-  else if (h.endian != AMP__CKPT_ENDIAN) amp__fail(st, "%s: bad endianness mark 0x%08x", fn, (unsigned)h.endian);
-  else if (h.version != AMP__CKPT_VERSION) amp__fail(st, "%s: format version %u, this amp.h reads %u", fn, (unsigned)h.version, AMP__CKPT_VERSION);
-  else if (h.header_bytes != AMP__CKPT_HEAD_BYTES) amp__fail(st, "%s: header size %u, expected %u", fn, (unsigned)h.header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
-  else if (h.payload_bytes != size - AMP__CKPT_HEAD_BYTES - 4)
-    amp__fail(st, "%s: truncated or padded: payload %llu bytes, the file holds %llu", fn,
-              (unsigned long long)h.payload_bytes, (unsigned long long)(size - AMP__CKPT_HEAD_BYTES - 4));
-  else if (size > (uint64_t)(size_t)-1) amp__fail(st = AMP_ERR_NOMEM, "%s: '%s' (%llu bytes) is larger than this machine's address space", fn, path, (unsigned long long)size);
-  else if ((im->buf = (unsigned char *)AMP_MALLOC((size_t)size)) == NULL)
-    amp__fail(st = AMP_ERR_NOMEM, "%s: out of memory for the %llu bytes of '%s'", fn, (unsigned long long)size, path);
-  else {
-    memcpy(im->buf, head, sizeof head);
-    st = amp__rfile_read(&f, im->buf + sizeof head, (size_t)size - sizeof head);
+  end = size - 4;   /* where the CRC starts */
+  if (memcmp(&h.magic, AMP__CKPT_MAGIC, 8) != 0) { amp__fail(st, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path); goto refused; }
+  if (h.endian == 0x04030201u) { amp__fail(st, "%s: written on a machine of the other byte order", fn); goto refused; }
+  if (h.endian != AMP__CKPT_ENDIAN) { amp__fail(st, "%s: bad endianness mark 0x%08x", fn, (unsigned)h.endian); goto refused; }
+  if (h.version != AMP__CKPT_VERSION) { amp__fail(st, "%s: format version %u, this amp.h reads %u", fn, (unsigned)h.version, AMP__CKPT_VERSION); goto refused; }
+  if (h.header_bytes != AMP__CKPT_HEAD_BYTES) {
+    amp__fail(st, "%s: header size %u, expected %u", fn, (unsigned)h.header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
+    goto refused;
   }
-  amp__rfile_close(&f);
-  if (st != AMP_OK) goto refused;
-  st = AMP_ERR_CORRUPT;
-  amp__crc_init(&crc); amp__crc_add(&crc, im->buf, (size_t)size - 4);
-  memcpy(&crc_file, im->buf + size - 4, 4);
-  if (crc_file != amp__crc_value(&crc)) {
-    amp__fail(st, "%s: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", fn, (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
+  if (h.payload_bytes != end - AMP__CKPT_HEAD_BYTES) {
+    amp__fail(st, "%s: truncated or padded: payload %llu bytes, the file holds %llu", fn,
+              (unsigned long long)h.payload_bytes, (unsigned long long)(end - AMP__CKPT_HEAD_BYTES));
     goto refused;
   }
   if (h.flags & ~(AMP__CKPT_HAS_SCALER | AMP__CKPT_HAS_OPTIM)) { amp__fail(st, "%s: unknown flags 0x%x", fn, (unsigned)h.flags); goto refused; }
   if (s && !(h.flags & AMP__CKPT_HAS_SCALER)) { amp__fail(st, "%s: the file holds no scaler state", fn); goto refused; }
   if (o && !(h.flags & AMP__CKPT_HAS_OPTIM)) { amp__fail(st, "%s: the file holds no optimizer state", fn); goto refused; }
-  io.p = im->buf + AMP__CKPT_HEAD_BYTES; io.left = (size_t)h.payload_bytes;
+  at = AMP__CKPT_HEAD_BYTES;
   if (h.flags & AMP__CKPT_HAS_SCALER) {
     amp__ckpt_scaler r;
-    if (!amp__ckpt_scaler_io(&io, &r)) { amp__fail(st, "%s: scaler section truncated", fn); goto refused; }
+    if (end - at < AMP__CKPT_SCALER_BYTES) { amp__fail(st, "%s: scaler section truncated", fn); goto refused; }
+    if ((st = amp__rfile_read(&f, rec, AMP__CKPT_SCALER_BYTES)) != AMP_OK) goto refused;
+    io.p = rec; io.left = AMP__CKPT_SCALER_BYTES;
+    amp__ckpt_scaler_io(&io, &r);
     if ((st = amp__ckpt_scaler_check(&r, &im->sc)) != AMP_OK) goto refused;
+    st = AMP_ERR_CORRUPT;
+    at += AMP__CKPT_SCALER_BYTES;
     im->has_scaler = s != NULL;
   }
-  st = AMP_ERR_CORRUPT;
   if ((h.flags & AMP__CKPT_HAS_OPTIM) && o) {
     amp__ckpt_optim r;
-    int nm = amp__o_moments(&o->cfg);
-    if (!amp__ckpt_optim_io(&io, &r)) { amp__fail(st, "%s: optimizer section truncated", fn); goto refused; }
+    uint64_t floats = (uint64_t)(1 + amp__o_moments(&o->cfg));   /* per element: master and moments */
+    if (end - at < AMP__CKPT_OPTIM_BYTES) { amp__fail(st, "%s: optimizer section truncated", fn); goto refused; }
+    if ((st = amp__rfile_read(&f, rec, AMP__CKPT_OPTIM_BYTES)) != AMP_OK) goto refused;
+    io.p = rec; io.left = AMP__CKPT_OPTIM_BYTES;
+    amp__ckpt_optim_io(&io, &r);
     if ((st = amp__ckpt_optim_check(&r, o, &im->cfg)) != AMP_OK) goto refused;
     st = AMP_ERR_CORRUPT;
     im->step = (long)r.step;
-    im->tensors = io.p;
-    for (i = 0; i < o->count; i++) {
+    at += AMP__CKPT_OPTIM_BYTES;
+    first_tensor = at;
+    for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
       amp__ckpt_tensor t;
-      if (!amp__ckpt_tensor_io(&io, &t)) { amp__fail(st, "%s: tensor %zu truncated", fn, i); goto refused; }
+      if (end - at < AMP__CKPT_TENSOR_BYTES) { amp__fail(st, "%s: tensor %zu truncated", fn, i); goto refused; }
+      if ((st = amp__rfile_seek(&f, at)) != AMP_OK || (st = amp__rfile_read(&f, rec, AMP__CKPT_TENSOR_BYTES)) != AMP_OK) goto refused;
+      st = AMP_ERR_CORRUPT;
+      io.p = rec; io.left = AMP__CKPT_TENSOR_BYTES;
+      amp__ckpt_tensor_io(&io, &t);
       if (t.n != (uint64_t)o->n[i]) {
         amp__fail(st, "%s: tensor %zu has %llu elements in the file, %zu live", fn, i, (unsigned long long)t.n, o->n[i]);
         goto refused;
@@ -3653,18 +3668,42 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
                   (unsigned)t.gtype, amp__dtype_name(o->wtype[i]), amp__dtype_name(o->gtype[i]));
         goto refused;
       }
-      if (io.left / 4 / (size_t)(1 + nm) < o->n[i]) { amp__fail(st, "%s: tensor %zu data truncated", fn, i); goto refused; }
-      io.p += 4 * o->n[i] * (size_t)(1 + nm); io.left -= 4 * o->n[i] * (size_t)(1 + nm);
+      at += AMP__CKPT_TENSOR_BYTES;
+      if ((end - at) / 4 / floats < t.n) { amp__fail(st, "%s: tensor %zu data truncated", fn, i); goto refused; }
+      at += 4 * t.n * floats;
     }
-    if (io.left != 0) { amp__fail(st, "%s: %zu bytes left over after the optimizer section", fn, io.left); goto refused; }
-    im->has_optim = 1;
-  } else if (!(h.flags & AMP__CKPT_HAS_OPTIM) && io.left != 0) {
-    amp__fail(st, "%s: %zu bytes left over after the scaler section", fn, io.left);
+    if (at != end) { amp__fail(st, "%s: %llu bytes left over after the optimizer section", fn, (unsigned long long)(end - at)); goto refused; }
+  } else if (!(h.flags & AMP__CKPT_HAS_OPTIM) && at != end) {
+    amp__fail(st, "%s: %llu bytes left over after the scaler section", fn, (unsigned long long)(end - at));
     goto refused;
   }
+  /* The CRC over every byte before it. With an optimizer to restore, the file is now known to be
+     exactly the size that optimizer needs, and is held whole; without, it is streamed. */
+  if ((st = amp__rfile_seek(&f, 0)) != AMP_OK) goto refused;
+  amp__crc_init(&crc);
+  if (o && size > (uint64_t)(size_t)-1) { amp__fail(st = AMP_ERR_NOMEM, "%s: '%s' is larger than this machine's memory", fn, path); goto refused; }
+  im->buf = (unsigned char *)AMP_MALLOC(o ? (size_t)size : AMP__CKPT_BUF);
+  if (!im->buf) { amp__fail(st = AMP_ERR_NOMEM, "%s: out of memory for '%s'", fn, path); goto refused; }
+  for (at = 0; at < end; ) {
+    size_t chunk = o ? (size_t)end : (end - at < AMP__CKPT_BUF ? (size_t)(end - at) : AMP__CKPT_BUF);
+    unsigned char *dst = im->buf + (o ? at : 0);
+    if ((st = amp__rfile_read(&f, dst, chunk)) != AMP_OK) goto refused;
+    amp__crc_add(&crc, dst, chunk);
+    at += chunk;
+  }
+  if ((st = amp__rfile_read(&f, &crc_file, 4)) != AMP_OK) goto refused;
+  st = AMP_ERR_CORRUPT;
+  if (crc_file != amp__crc_value(&crc)) {
+    amp__fail(st, "%s: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", fn, (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
+    goto refused;
+  }
+  amp__rfile_close(&f);
+  if (o) { im->tensors = im->buf + first_tensor; im->has_optim = 1; }
   return AMP_OK;
 refused:
+  amp__rfile_close(&f);
   AMP_FREE(im->buf); im->buf = NULL;
+  im->has_scaler = im->has_optim = 0;
   return st;
 }
 
