@@ -7,6 +7,7 @@
 #include "amp.h"
 #include "test.h"
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 typedef struct { int id; long calls; long wrong; } hook_user;   /* calls/wrong: atomic counters */
@@ -24,32 +25,39 @@ static void hook_b(void *user, const char *msg) {
 }
 
 #define LOGGERS 4
-static int per_thread(void) { return t_quick() ? 2000 : 20000; }
+static int switches(void) { return t_quick() ? 500 : 5000; }
+static int stop_logging;
+static long logged;
 
+/* Logs until the switcher is done (at least 100 messages). */
 static void *logger(void *arg) {
-  int i, n = per_thread();
-  for (i = 0; i < n; i++) amp__log("message %d from %d", i, *(int *)arg);
+  long i;
+  for (i = 0; i < 100 || !__atomic_load_n(&stop_logging, __ATOMIC_ACQUIRE); i++) amp__log("message %ld from %d", i, *(int *)arg);
+  __atomic_add_fetch(&logged, i, __ATOMIC_RELAXED);
   return NULL;
 }
 static void *switcher(void *arg) {
-  int i, *stop = (int *)arg;
-  for (i = 0; !__atomic_load_n(stop, __ATOMIC_RELAXED); i++) amp_set_log(i & 1 ? hook_b : hook_a, i & 1 ? (void *)&ub : (void *)&ua);
+  int i;
+  (void)arg;
+  for (i = 0; i < switches(); i++) {
+    amp_set_log(i & 1 ? hook_b : hook_a, i & 1 ? (void *)&ub : (void *)&ua);
+    if (i % 16 == 0) sched_yield();
+  }
+  __atomic_store_n(&stop_logging, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
 static void concurrent_logging_while_the_hook_changes(void) {
   pthread_t t[LOGGERS], sw;
-  int ids[LOGGERS], i, stop = 0;
+  int ids[LOGGERS], i;
   long total;
   amp_set_log(hook_a, &ua);
-  pthread_create(&sw, NULL, switcher, &stop);
   for (i = 0; i < LOGGERS; i++) { ids[i] = i; pthread_create(&t[i], NULL, logger, &ids[i]); }
-  for (i = 0; i < LOGGERS; i++) pthread_join(t[i], NULL);
-  __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+  pthread_create(&sw, NULL, switcher, NULL);
   pthread_join(sw, NULL);
+  for (i = 0; i < LOGGERS; i++) pthread_join(t[i], NULL);
   total = ua.calls + ub.calls;
-  EXPECT(total == (long)LOGGERS * per_thread(), "messages delivered: expected %ld, got %ld (a %ld, b %ld)",
-         (long)LOGGERS * per_thread(), total, ua.calls, ub.calls);
+  EXPECT(total == logged, "messages delivered: expected %ld, got %ld (a %ld, b %ld)", logged, total, ua.calls, ub.calls);
   EXPECT(ua.wrong == 0 && ub.wrong == 0, "messages with another hook's user pointer: a %ld, b %ld", ua.wrong, ub.wrong);
   EXPECT(ua.calls > 0 && ub.calls > 0, "both hooks were used (a %ld, b %ld)", ua.calls, ub.calls);
 }
