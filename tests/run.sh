@@ -6,7 +6,8 @@
 #   2. every tests/test_*.c built with gcc -O2 and run (its RESULT line counts);
 #   3. each of them again built with -Ofast, under clang ASan+UBSan and under valgrind
 #      (AMP_TEST_QUICK=1: sampled); a test file with a line `// TSAN: yes` also under clang's
-#      ThreadSanitizer (any report fails it);
+#      ThreadSanitizer (any report fails it; the longest access history, so a race is never left
+#      unreported because the earlier access fell out of it);
 #   4. amp_kernels.cu compiled with nvcc for sm_80 and sm_90, every tests/cuda_*.c linked against
 #      it and run (they report "skipped" where no GPU is present);
 #   5. the libFuzzer targets in tests/fuzz/ for a bounded time each;
@@ -113,7 +114,7 @@ for src in tests/test_*.c; do
   if grep -q '^// TSAN: yes' "$src"; then
     if clang -std=c11 -O1 -g -fsanitize=thread -fno-omit-frame-pointer $WARN -I. "$src" -o "$B/$name.tsan" $libs -lm -lpthread \
          2>"$B/$name.tsan.cc.log"; then
-      check "$name under ThreadSanitizer" env AMP_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1 "$B/$name.tsan"
+      check "$name under ThreadSanitizer" env AMP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 history_size=7" "$B/$name.tsan"
     else
       fail "$name: TSan build"; sed 's/^/    /' "$B/$name.tsan.cc.log" | head -n 30
     fi

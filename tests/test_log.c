@@ -24,21 +24,26 @@ static void hook_b(void *user, const char *msg) {
   if (u != &ub || strncmp(msg, "message ", 8) != 0) __atomic_add_fetch(&ub.wrong, 1, __ATOMIC_RELAXED);
 }
 
-#define LOGGERS 4
+#define LOGGERS 2
 static int switches(void) { return t_quick() ? 500 : 5000; }
-static int stop_logging;
+static int stop_logging, loggers_started;
 static long logged;
 
 /* Logs until the switcher is done (at least 100 messages). */
 static void *logger(void *arg) {
   long i;
-  for (i = 0; i < 100 || !__atomic_load_n(&stop_logging, __ATOMIC_ACQUIRE); i++) amp__log("message %ld from %d", i, *(int *)arg);
+  for (i = 0; i < 100 || !__atomic_load_n(&stop_logging, __ATOMIC_ACQUIRE); i++) {
+    amp__log("message %ld from %d", i, *(int *)arg);
+    if (i == 0) __atomic_add_fetch(&loggers_started, 1, __ATOMIC_RELAXED);
+  }
   __atomic_add_fetch(&logged, i, __ATOMIC_RELAXED);
   return NULL;
 }
+/* Switches the hook while every logger runs (it waits for them to start, so the calls overlap). */
 static void *switcher(void *arg) {
   int i;
   (void)arg;
+  while (__atomic_load_n(&loggers_started, __ATOMIC_RELAXED) < LOGGERS) sched_yield();
   for (i = 0; i < switches(); i++) {
     amp_set_log(i & 1 ? hook_b : hook_a, i & 1 ? (void *)&ub : (void *)&ua);
     if (i % 16 == 0) sched_yield();
