@@ -44,9 +44,11 @@ static void *switcher(void *arg) {
   int i;
   (void)arg;
   while (__atomic_load_n(&loggers_started, __ATOMIC_RELAXED) < LOGGERS) sched_yield();
-  for (i = 0; i < switches(); i++) {
-    amp_set_log(i & 1 ? hook_b : hook_a, i & 1 ? (void *)&ub : (void *)&ua);
-    if (i % 16 == 0) sched_yield();
+  for (i = 0; i < switches(); i++) {   /* each hook kept until a message reached it */
+    hook_user *u = i & 1 ? &ub : &ua;
+    long seen = __atomic_load_n(&u->calls, __ATOMIC_RELAXED);
+    amp_set_log(i & 1 ? hook_b : hook_a, u);
+    while (__atomic_load_n(&u->calls, __ATOMIC_RELAXED) == seen) sched_yield();
   }
   __atomic_store_n(&stop_logging, 1, __ATOMIC_RELEASE);
   return NULL;
