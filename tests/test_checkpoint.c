@@ -593,6 +593,7 @@ static void forked_concurrent_writers_leave_one_complete_checkpoint(void) {
       int r, ok = o != NULL;
       for (r = 0; r < rounds && ok; r++) ok = amp_checkpoint_save(p, o, NULL) == AMP_OK;
       if (!ok) printf("  writer %d: %s\n", w, amp_last_error());
+      amp_optimizer_destroy(o);   /* (valgrind checks the children for leaks too) */
       fflush(stdout);
       _exit(ok ? 0 : 1);
     }
