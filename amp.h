@@ -785,26 +785,47 @@ AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors a
 /* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
 AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
 
-/* Checkpoint file (amp_checkpoint_save/load), all integers and floats in the writer's byte order:
-     "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark 0x01020304,
-     u32 sizeof header (32), u32 flags (1: scaler present, 2: optimizer present),
-     u64 payload bytes, payload, u32 CRC-32 (IEEE, as zlib's crc32) of everything before it.
-     scaler payload: the resolved amp_scale_params and the init_scale, the amp_scale_state, the
-       skipped count, the last-skipped flag (fixed-size fields, see amp__ckpt_scaler);
-     optimizer payload: kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps,
-       max_grad_norm, step count, tensor count, then per tensor: n, weight dtype, grad dtype,
-       master[n], then the moments it has (SGD with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
-   save writes path.tmp and renames it over path (a crash never destroys the old checkpoint); o or
-   s may be NULL to save/load only the other. load checks everything (magic, version, byte order,
-   size, CRC, kind, tensor count, sizes, dtypes) before it changes anything: AMP_ERR_CORRUPT with
-   what did not match; AMP_ERR_IO naming the path when it cannot be opened. It restores the
+/* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
+   writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
+     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark
+       0x01020304, u32 header size (32), u32 flags (1: scaler present, 2: optimizer present),
+       u64 payload bytes; then the payload, then u32 CRC-32 (IEEE, as zlib's crc32) of everything
+       before it.
+     scaler (72 bytes): f32 growth, backoff, floor, cap; i32 interval, hysteresis, mode, fixed,
+       late_growth; f32 init_scale, scale; i32 tracker, hyst, at_floor, last_skipped,
+       floor_logged; u64 skipped count (the resolved amp_scale_params, amp_scale_state and counts);
+     optimizer (56 bytes, then the tensors): u32 kind; f32 lr, weight_decay, momentum, dampening;
+       i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count, tensor count; then per
+       tensor u64 n, u32 weight dtype, u32 grad dtype, f32 master[n], then the moments it has (SGD
+       with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
+   save writes a new file beside path under a name unique to the process and call
+   (path.tmp.<pid>.<n>), created exclusively (never through an existing file or symlink), flushes
+   it to disk (fsync), renames it over path and flushes the directory: a crash or a failed save
+   never destroys the old checkpoint, and saves to one path from several threads or processes at
+   once leave one of them whole. An empty path, or one ending in '/', is AMP_ERR_ARG and nothing is
+   created; an I/O failure is AMP_ERR_IO naming the path and the system's reason (strerror), with
+   the temporary removed. Counts are 64-bit in the file; a count beyond this platform's long is
+   refused at load. o or s may be NULL to save/load only the other.
+   load reads only a regular file (a FIFO, device or directory is AMP_ERR_IO at once, never a
+   wait). It checks the header against the file's size, then every record, read one by one,
+   before it reads the payload: the file must be exactly the size the live optimizer needs before
+   it is read whole (the scaler alone: the file is streamed through the CRC, never held), so any
+   other file is refused without a large read or allocation. Every field passes the checks of
+   amp_scaler_create and amp_optimizer_create and must be a value they keep (eps 0, a flag other
+   than 0 or 1, a default's 0 are refused), the scaler's state must fit its parameters (scale
+   within [floor, cap], counters within range), then the CRC, kind, tensor count, sizes and dtypes:
+   AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
    optimizer's config (lr included; custom_step stays the live one), step count, masters and
    moments, writes every model copy from its restored master, and restores the scaler's
    parameters and state; both start a new iteration (no unscale/step recorded). On a CUDA device
    save reads the device state back and load writes it (the model copies cast from the restored
    masters on the device); the file is the same, so a checkpoint moves between CPU and GPU either
    way. A device error during load (after the file was checked) may leave the device state partly
-   written: AMP_ERR_DEVICE. */
+   written: AMP_ERR_DEVICE.
+   The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
+   Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
+   elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
+   disk, the old file is removed just before the rename, and load reads whatever fopen opens. */
 
 /* Per-step coefficients of an update, computed once per step (on the host, or by one device
    thread) and read by every element. */
@@ -3184,6 +3205,8 @@ static uint32_t amp__crc_value(const amp__crc *c) { return c->crc ^ 0xFFFFFFFFu;
 #else
 #define AMP__O_CLOEXEC 0
 #endif
+#elif defined(_WIN32)
+#include <process.h>   /* _getpid */
 #else
 #include <time.h>
 #endif
@@ -3208,8 +3231,10 @@ static unsigned long amp__tmp_seq = 0;   /* temporaries named by this process (a
 static void amp__tmp_name(char *buf, size_t cap, const char *path, unsigned long seq) {
 #if AMP__POSIX_FILES
   snprintf(buf, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), seq);
-#else
-  snprintf(buf, cap, "%s.tmp.%lu.%lu", path, (unsigned long)time(NULL), seq);
+#elif defined(_WIN32)
+  snprintf(buf, cap, "%s.tmp.%d.%lu", path, _getpid(), seq);
+#else   /* no process id in C: the time and the processor time, which two processes rarely share */
+  snprintf(buf, cap, "%s.tmp.%lx.%lu", path, (unsigned long)time(NULL) ^ ((unsigned long)clock() << 12), seq);
 #endif
 }
 
