@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <time.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <sys/types.h>
@@ -445,16 +444,7 @@ static void empty_or_unusable_paths_are_refused_and_touch_nothing(void) {
   run_free(x); free(x);
 }
 
-/* Files in build/test whose names start with prefix. */
-static int count_files(const char *prefix) {
-  DIR *d = opendir("build/test");
-  struct dirent *e;
-  int found = 0;
-  if (!d) return -1;
-  while ((e = readdir(d)) != NULL) found += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-  closedir(d);
-  return found;
-}
+static int count_files(const char *prefix) { return t_count_files("build/test", prefix); }
 
 /* A symlink planted at the temporary names a save will use (the old fixed "path.tmp" and the
    next unique names) is never followed: its target is untouched and the save still succeeds. */

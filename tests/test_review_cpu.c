@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <sys/resource.h>
 #include <signal.h>
-#include <dirent.h>
 #include <unistd.h>
 
 #define DIR_ "build/test/review_cpu"
@@ -120,15 +119,7 @@ static void checkpoint_load_of_a_directory_is_an_io_error_naming_the_path(void) 
 }
 
 /* Files in DIR_ whose names start with prefix (temporaries left behind). */
-static int files_starting_with(const char *prefix) {
-  DIR *d = opendir(DIR_);
-  struct dirent *e;
-  int found = 0;
-  if (!d) return -1;
-  while ((e = readdir(d)) != NULL) found += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-  closedir(d);
-  return found;
-}
+static int files_starting_with(const char *prefix) { return t_count_files(DIR_, prefix); }
 
 /* The previous checkpoint survives a save that cannot write: here a file-size limit below the
    checkpoint's size makes write() fail with EFBIG, as a full disk would (this works as root too,
