@@ -3604,7 +3604,7 @@ static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_opti
 
 /* A checkpoint read and checked, nothing live touched yet. */
 typedef struct amp__ckpt_image {
-  unsigned char *buf;              /* the whole file */
+  unsigned char *buf;              /* the whole file (with an optimizer to restore; else a chunk) */
   int has_scaler, has_optim;       /* the sections to restore */
   amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged, skipped) */
   amp_optim_config cfg;            /* the optimizer's checked config */
