@@ -1310,8 +1310,8 @@ extern "C" {
 #define AMP__AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"))) AMP__EXACT_FP
 #define AMP__AVX512_INLINE static inline __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) AMP__EXACT_FP
 
-static void amp__cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
-  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+static void amp__cpuid(unsigned leaf, unsigned r[4]) {   /* subleaf 0 */
+  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(0u));
 }
 /* The CPU's best level, asked once: 0 none, 1 AVX2 + F16C, 2 AVX-512 F/BW/VL/DQ. */
 static int amp__cpu_level(void) {
@@ -1319,15 +1319,15 @@ static int amp__cpu_level(void) {
   int known = AMP__ALOAD(&known_cache);
   if (known < 0) {
     unsigned r[4], lo, hi;
-    amp__cpuid(0, 0, r);
+    amp__cpuid(0, r);
     known = 0;
     if (r[0] >= 7) {
-      amp__cpuid(1, 0, r);
+      amp__cpuid(1, r);
       /* ECX bit 27 OSXSAVE (xgetbv usable), 28 AVX, 29 F16C */
       if ((r[2] & (7u << 27)) == (7u << 27)) {
         __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
         (void)hi;
-        amp__cpuid(7, 0, r);
+        amp__cpuid(7, r);
         /* XCR0 bits 1-2: the OS saves XMM and YMM state; leaf 7 EBX bit 5: AVX2 */
         if ((lo & 6u) == 6u && (r[1] & (1u << 5)) != 0) known = 1;
         /* XCR0 bits 5-7: opmask and ZMM state; EBX bits 16 F, 17 DQ, 30 BW, 31 VL */

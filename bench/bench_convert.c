@@ -105,7 +105,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void refbf_f32_bf1
 static int cpu_has_avx512bf16(void) {
   unsigned r[4];
   if (amp__cpu_level() < 2) return 0;
-  amp__cpuid(7, 1, r);
+  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(7u), "c"(1u));   /* leaf 7 subleaf 1 */
   return (r[0] >> 5) & 1u;
 }
 #endif
