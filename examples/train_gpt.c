@@ -728,8 +728,15 @@ static void train(const char *name, amp_dtype low, const text *tx, const float *
       double v = validation_loss(&m, tx, o->val_batches);
       r->val[r->n_val] = (float)v; r->val_step[r->n_val++] = step;
       if (!isfinite(v)) r->nonfinite = 1;
-      printf("%-5s step %5d/%d  val loss %.4f  train loss %.4f  lr %.2e  scale %-8g skipped %ld\n", name, step, o->steps, v,
-             step ? r->train[step - 1] : 0.0, (double)lr_at(o, step < o->steps ? step : o->steps - 1),
+      char train_loss[32] = "     -";   /* the mean training loss since the last validation */
+      if (step > 0) {
+        double sum = 0.0;
+        int from = r->val_step[r->n_val - 2], k;
+        for (k = from; k < step; k++) sum += r->train[k];
+        snprintf(train_loss, sizeof train_loss, "%.4f", sum / (step - from));
+      }
+      printf("%-5s step %5d/%d  val loss %.4f  train loss %s  lr %.2e  scale %-8g skipped %ld\n", name, step, o->steps, v,
+             train_loss, (double)lr_at(o, step < o->steps ? step : o->steps - 1),
              (double)amp_scaler_get_scale(sc), amp_scaler_skipped_steps(sc));
       fflush(stdout);
       r->val_loss = v;
