@@ -539,10 +539,12 @@ typedef struct amp_scaler_config {
   float max_scale;       /* 0 -> no cap */
   int   fixed;           /* nonzero: static loss scaling at init_scale (unscale by 1/init_scale,
                             still skip on inf/NaN, the scale never changes) */
-  int   late_growth;     /* nonzero: DeepSpeed's window: the first clean step after an overflow (and
-                            after the start) is not counted, so the first growth comes after
-                            growth_interval + 1 clean steps, later ones every growth_interval
-                            (DynamicLossScaler: stable_interval = iter - last_overflow_iter - 1) */
+  int   late_growth;     /* nonzero: the window of DeepSpeed's older FP16_Optimizer._update_scale
+                            (stable_interval = iter - last_overflow_iter - 1): the first clean step
+                            after an overflow (and after the start) is not counted, so the first
+                            growth comes after growth_interval + 1 clean steps, later ones every
+                            growth_interval. Not part of any preset: DeepSpeed's DynamicLossScaler
+                            (the DEEPSPEED preset) counts like PyTorch. */
 } amp_scaler_config;
 typedef enum amp_preset { AMP_PRESET_PYTORCH = 0, AMP_PRESET_PADDLE, AMP_PRESET_DEEPSPEED,
                           AMP_PRESET_APEX, AMP_PRESET_KERAS } amp_preset;
@@ -553,8 +555,10 @@ typedef struct amp_scaler amp_scaler;
 /* The presets of SEMANTICS.md, each matching its anchor's update rule step for step:
      PYTORCH   65536 / 2 / 0.5 / 2000 / hysteresis 1 / no floor / no cap     (torch.amp.GradScaler)
      PADDLE    65536 / 2 / 0.5 / 2000 / 1 CONSECUTIVE / floor 1             (paddle.amp.GradScaler)
-     DEEPSPEED 65536 / 2 / 0.5 / 1000 / 2 GROWTH_REFILL / floor 1, late_growth (DynamicLossScaler;
-               where DeepSpeed raises at the minimum scale, amp.h stays at the floor and logs once)
+     DEEPSPEED 65536 / 2 / 0.5 / 1000 / 2 GROWTH_REFILL / floor 1 (DynamicLossScaler.update_scale:
+               a clean step grows when (iter - last_overflow_iter) % 1000 == 0, i.e. after 1000
+               clean steps from the start or from the last overflow, absorbed or not; where
+               DeepSpeed raises at the minimum scale, amp.h stays at the floor and logs once)
      APEX      65536 / 2 / 0.5 / 2000 / 1 CLEAN_REFILL / cap 2^24          (apex.amp LossScaler)
      KERAS     32768 / 2 / 0.5 / 2000 / 1 / floor 1                         (LossScaleOptimizer)
    An unknown preset gives the PyTorch one. */
@@ -693,9 +697,9 @@ static inline AMP_HD amp_scale_state amp__scale_init(float init_scale, const amp
      negative; stopping at 0 gives the same decisions), back-off once it is <= 0, refilled to N
      after every clean step; DeepSpeed with consecutive_hysteresis is the same.
    - GROWTH_REFILL is DeepSpeed's default: refilled only when the scale grows.
-   - late_growth is DeepSpeed's stable_interval = (iter - last_overflow_iter) - 1: every overflow,
-     absorbed by hysteresis or not, restarts the window, and the first clean step after it is not
-     counted.
+   - Every overflow, absorbed by hysteresis or not, restarts the growth window (DeepSpeed's
+     last_overflow_iter). late_growth is DeepSpeed's older FP16_Optimizer window,
+     stable_interval = (iter - last_overflow_iter) - 1: the first clean step after it is not counted.
    - Floor: max(scale * backoff, floor) (Paddle, DeepSpeed, Keras); cap: min(scale * growth, cap)
      (apex amp); a growth to inf leaves the scale as it was (PyTorch, apex, Paddle). */
 static inline AMP_HD void amp__scale_rule(amp_scale_state *st, const amp_scale_params *pr, int found_inf) {
@@ -2258,7 +2262,7 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
     case AMP_PRESET_PADDLE: c.min_scale = 1.0f; break;
     case AMP_PRESET_DEEPSPEED:
       c.growth_interval = 1000; c.hysteresis = 2; c.hysteresis_mode = AMP_HYSTERESIS_GROWTH_REFILL;
-      c.min_scale = 1.0f; c.late_growth = 1; break;
+      c.min_scale = 1.0f; break;
     case AMP_PRESET_APEX: c.hysteresis_mode = AMP_HYSTERESIS_CLEAN_REFILL; c.max_scale = 16777216.0f; break;
     case AMP_PRESET_KERAS: c.init_scale = 32768.0f; c.min_scale = 1.0f; break;
     case AMP_PRESET_PYTORCH: default: break;
