@@ -857,8 +857,11 @@ static int gradcheck(const text *tx, uint64_t seed) {
   uint64_t rng = seed ^ 0xabcdefull;
   int p, bad = 0, s;
   const float h = 1e-2f;
-  for (i = 0; i < total; i++) w0[i] = w0[i] == 1.0f ? 1.0f + 0.1f * rng_normal(&rng) : 0.1f * rng_normal(&rng);
   gpt_init(&m, &c, &t, 2, w0);
+  for (p = 0; p < NPARAM; p++) {   /* norm gains 1 + N(0, 0.1), everything else N(0, 0.1) */
+    int gain = p == LN1W || p == LN2W || p == LNFW;
+    for (i = 0; i < m.n[p]; i++) ((float *)m.params)[m.off[p] + i] = (gain ? 1.0f : 0.0f) + 0.1f * rng_normal(&rng);
+  }
   starts[0] = 0; starts[1] = tx->n_train / 2;
   load_batch(&m, tx, starts);
   gpt_forward(&m);
