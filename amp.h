@@ -115,7 +115,8 @@ typedef enum amp_status {
   AMP_ERR_STATE,        /* a call out of order (unscale twice, step after step, ...) */
   AMP_ERR_IO,           /* a file could not be read or written */
   AMP_ERR_CORRUPT,      /* a checkpoint that is damaged or does not match */
-  AMP_ERR_UNSUPPORTED,  /* not built in (CUDA without AMP_CUDA) or no device present */
+  AMP_ERR_UNSUPPORTED,  /* not built in (CUDA without AMP_CUDA) or no device present (a driver that is
+                           present but too old, or any other CUDA failure, is AMP_ERR_DEVICE) */
   AMP_ERR_DEVICE        /* a CUDA / cuBLAS error */
 } amp_status;
 
@@ -349,6 +350,15 @@ AMPDEF const char *amp_list_name(amp_list l);
    Devices
    ------------------------------------------------------------------------------------------ */
 
+/* CUDA devices and threads. Every amp.h call on a CUDA object (device, scaler, optimizer, product)
+   runs with the object's device current and then makes the calling thread's own context current
+   again (none if it had none): one thread may use objects on several devices, a thread that never
+   called cudaSetDevice may use any, and neither amp_cuda_open nor any later call changes which
+   device the caller's own CUDA code runs on. Thread rules: an amp_device may be used from several
+   threads at once by amp_gemm/amp_gemm_ex and amp_device_sync (the product's plan cache is under a
+   lock; all work goes to the device's one stream, in the order the calls were made); a scaler or
+   an optimizer, like its CPU twin, must be used by one thread at a time, and amp_device_close must
+   come after every other call on the device has returned. */
 typedef struct amp_device amp_device;
 AMPDEF amp_device *amp_cpu(void);                                   /* always there, never freed */
 AMPDEF amp_status  amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream /* NULL = default */);
@@ -779,7 +789,11 @@ AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, v
    from the model copies with the whole tensor table at the first call that needs it (unscale,
    step, amp_optimizer_master, a checkpoint); an add() after that is AMP_ERR_STATE, and that first
    call with no tensor added is AMP_ERR_STATE too. AMP_CUSTOM is AMP_ERR_UNSUPPORTED at create
-   (its update is a host function). set_lr only enqueues (a schedule may be captured with the step). */
+   (its update is a host function). set_lr only enqueues a write of the rate to device memory, and
+   the step reads it there when it runs: in a CUDA graph that holds the step, call set_lr before each
+   launch of the graph and the replay uses that rate. set_lr while the device's stream is being
+   captured is AMP_ERR_STATE and changes nothing (a captured write would set the capture-time rate
+   again at every replay). */
 AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors added */
 /* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
 AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
@@ -2569,7 +2583,8 @@ AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT 
    inf/NaN on the bits (so -ffast-math cannot fold it away): adding 2^23 to the exponent field
    carries into bit 31 exactly when that field is all ones, and the lanes OR those together.
    Eight lanes of partial sums let the compiler vectorise the reductions without reassociating.
-   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks. */
+   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks;
+   a block whose float lanes overflow (finite grads above ~1.8e19) is summed again in double. */
 AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   float x[AMP__CHUNK];
   size_t i0, i, j;
@@ -2585,7 +2600,11 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
         bad_lanes[j] |= (amp__f32_bits(x[i + j]) & 0x7f800000u) + 0x00800000u;
       }
     for (; i < k; i++) { total += (double)x[i] * x[i]; bad_lanes[0] |= (amp__f32_bits(x[i]) & 0x7f800000u) + 0x00800000u; }
-    for (j = 0; j < 8; j++) total += acc[j];
+    for (j = 0; j < 8 && amp__finite(acc[j]); j++) {}
+    if (j < 8)   /* a lane overflowed (finite grads above ~1.8e19 square past FLT_MAX): the block again in double */
+      for (i = 0; i < k - k % 8; i++) total += (double)x[i] * x[i];
+    else
+      for (j = 0; j < 8; j++) total += acc[j];
   }
   for (j = 0; j < 8; j++) if (bad_lanes[j] & 0x80000000u) *bad = 1;
   *sumsq += total;
