@@ -46,7 +46,7 @@ $(B)/amp_kernels.o: amp_kernels.cu amp.h | $(B)
 
 BENCH_CPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/bench_*.c))
 $(B)/bench_%: bench/bench_%.c amp.h | $(B)
-	$(CC) $(WARN) -O3 -I. $< -o $@ -lm -lpthread
+	$(CC) $(WARN) -O2 -I. $< -o $@ -lm -lpthread
 
 $(B)/bench_gpt: examples/train_gpt.c
 

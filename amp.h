@@ -664,7 +664,12 @@ typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *str
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
 
 /* The log hook: amp.h's few warnings (the scale stuck at its floor) go to fn(user, msg); the
-   default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. */
+   default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. Safe to call
+   while other threads log (with gcc, clang and compilers that have their atomics; elsewhere set it
+   before any other thread uses amp.h): each message goes to one hook with that hook's own user
+   pointer, and a message already being delivered when the hook changes may still reach the old
+   hook, so keep what the old hook uses alive until such calls are done. The hook may be called
+   from several threads at once. */
 AMPDEF void       amp_set_log(void (*fn)(void *user, const char *msg), void *user);
 
 /* The scale rule's state, shared by the CPU scaler and the device-resident one. */
@@ -798,26 +803,47 @@ AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors a
 /* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
 AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
 
-/* Checkpoint file (amp_checkpoint_save/load), all integers and floats in the writer's byte order:
-     "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark 0x01020304,
-     u32 sizeof header (32), u32 flags (1: scaler present, 2: optimizer present),
-     u64 payload bytes, payload, u32 CRC-32 (IEEE, as zlib's crc32) of everything before it.
-     scaler payload: the resolved amp_scale_params and the init_scale, the amp_scale_state, the
-       skipped count, the last-skipped flag (fixed-size fields, see amp__ckpt_scaler);
-     optimizer payload: kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps,
-       max_grad_norm, step count, tensor count, then per tensor: n, weight dtype, grad dtype,
-       master[n], then the moments it has (SGD with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
-   save writes path.tmp and renames it over path (a crash never destroys the old checkpoint); o or
-   s may be NULL to save/load only the other. load checks everything (magic, version, byte order,
-   size, CRC, kind, tensor count, sizes, dtypes) before it changes anything: AMP_ERR_CORRUPT with
-   what did not match; AMP_ERR_IO naming the path when it cannot be opened. It restores the
+/* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
+   writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
+     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark
+       0x01020304, u32 header size (32), u32 flags (1: scaler present, 2: optimizer present),
+       u64 payload bytes; then the payload, then u32 CRC-32 (IEEE, as zlib's crc32) of everything
+       before it.
+     scaler (72 bytes): f32 growth, backoff, floor, cap; i32 interval, hysteresis, mode, fixed,
+       late_growth; f32 init_scale, scale; i32 tracker, hyst, at_floor, last_skipped,
+       floor_logged; u64 skipped count (the resolved amp_scale_params, amp_scale_state and counts);
+     optimizer (56 bytes, then the tensors): u32 kind; f32 lr, weight_decay, momentum, dampening;
+       i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count, tensor count; then per
+       tensor u64 n, u32 weight dtype, u32 grad dtype, f32 master[n], then the moments it has (SGD
+       with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
+   save writes a new file beside path under a name unique to the process and call
+   (path.tmp.<pid>.<n>), created exclusively (never through an existing file or symlink), flushes
+   it to disk (fsync), renames it over path and flushes the directory: a crash or a failed save
+   never destroys the old checkpoint, and saves to one path from several threads or processes at
+   once leave one of them whole. An empty path, or one ending in '/', is AMP_ERR_ARG and nothing is
+   created; an I/O failure is AMP_ERR_IO naming the path and the system's reason (strerror), with
+   the temporary removed. Counts are 64-bit in the file; a count beyond this platform's long is
+   refused at load. o or s may be NULL to save/load only the other.
+   load reads only a regular file (a FIFO, device or directory is AMP_ERR_IO at once, never a
+   wait). It checks the header against the file's size, then every record, read one by one,
+   before it reads the payload: the file must be exactly the size the live optimizer needs before
+   it is read whole (the scaler alone: the file is streamed through the CRC, never held), so any
+   other file is refused without a large read or allocation. Every field passes the checks of
+   amp_scaler_create and amp_optimizer_create and must be a value they keep (eps 0, a flag other
+   than 0 or 1, a default's 0 are refused), the scaler's state must fit its parameters (scale
+   within [floor, cap], counters within range), then the CRC, kind, tensor count, sizes and dtypes:
+   AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
    optimizer's config (lr included; custom_step stays the live one), step count, masters and
    moments, writes every model copy from its restored master, and restores the scaler's
    parameters and state; both start a new iteration (no unscale/step recorded). On a CUDA device
    save reads the device state back and load writes it (the model copies cast from the restored
    masters on the device); the file is the same, so a checkpoint moves between CPU and GPU either
    way. A device error during load (after the file was checked) may leave the device state partly
-   written: AMP_ERR_DEVICE. */
+   written: AMP_ERR_DEVICE.
+   The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
+   Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
+   elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
+   disk, the old file is removed just before the rename, and load reads whatever fopen opens. */
 
 /* Per-step coefficients of an update, computed once per step (on the host, or by one device
    thread) and read by every element. */
@@ -883,13 +909,39 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
    (row-major: the distance between rows, at least the row length; col-major: between columns).
    A and B have the same type (f16, bf16 or f32); C any of the three. beta 0: C is not read (a NaN
    there does not propagate), as in BLAS. m or n 0: nothing happens. k 0 or alpha 0: C = beta * C
-   (A and B are not read). C must not overlap A or B.
+   (A and B are not read). C must not overlap A, B or the bias: AMP_ERR_ARG when the span of C
+   (its first to its last element) meets the span of one of them.
 
-   Rounding (what the CPU reference computes, and what the GPU approximates; see the manual):
-   inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0, then
-   acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to f32 and
-   then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0), t = t + bias[j]
-   (when there is a bias), t = act(t), and one rounding of t to C's type.
+   Rounding of the CPU reference (opts->algo = AMP_GEMM_REFERENCE; what the GPU is tested
+   against): inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0,
+   then acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to
+   f32 and then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0; each
+   product rounded before the add), t = t + bias[j] (when there is a bias), t = act(t), and one
+   rounding of t to C's type. These are the bits of a plain triple loop, on every CPU, under every
+   flag set of GCC and Clang (-O0 to -Ofast, -march=native, -ffp-contract=fast: an empty asm
+   statement keeps each product rounded, which the contraction pragmas alone do not under Clang's
+   -ffp-contract=fast). Other compilers: flags that allow contraction (MSVC /fp:fast or
+   /fp:contract) may fuse a product into its add.
+
+   The CPU default (AMP_GEMM_AUTO, zero options) is the fast kernel for the CPU, chosen by CPUID
+   at run time (build with plain `cc -O2`: each kernel carries its own target attribute):
+   - x86-64 with FMA (AVX-512F: 8 x 32 register tiles; AVX2: 6 x 16): acc = fma(a(i,p), b(p,j),
+     acc) for p = 0, 1, ..., k-1 in that order, one rounding per step; f16 and bf16 inputs are
+     converted exactly to f32 once, while packing. Every such kernel, on one thread or many, gives
+     the bits of a plain fmaf() loop.
+   - bf16 inputs on an AVX512_BF16 CPU: vdpbf16ps on pairs p = 2q, 2q+1: the two products (exact
+     in f32) are summed and rounded to f32, then added to acc and rounded (round to nearest even);
+     subnormal bf16 inputs, and pair sums or results below 2^-126 in magnitude, count as 0.
+   - any other CPU (no FMA, not x86-64, AMP_NO_SIMD, another compiler): the reference.
+   Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
+   sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
+   where a or b is subnormal and k 2^-126. The epilogue is the reference's, except that on
+   AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one rounding fewer).
+   tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs.
+   Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
+   the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
+   split, so the result does not depend on the number of threads.
+
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
    |a(i,p) b(p,j)| before the output rounding, plus up to 3 roundings of the output type
@@ -926,9 +978,11 @@ typedef enum amp_act {
 /* Which implementation computes the product. */
 typedef enum amp_gemm_algo {
   AMP_GEMM_AUTO = 0,  /* CUDA: cuBLASLt (a plain CUDA kernel when its heuristic offers no algorithm);
-                         CPU: the blocked reference */
+                         CPU: the fast kernel for the CPU (FMA, AVX-512, AVX512_BF16; see the manual) */
   AMP_GEMM_WMMA,      /* CUDA only: the readable WMMA teaching kernel (f16/bf16 inputs), amp_kernels.cu */
-  AMP_GEMM_SIMPLE     /* CUDA only: the plain fallback kernel, one thread per element of C */
+  AMP_GEMM_SIMPLE,    /* CUDA only: the plain fallback kernel, one thread per element of C */
+  AMP_GEMM_REFERENCE  /* CPU only: the exact in-order reference, no FMA (the same bits as a plain
+                         triple loop; for tests and teaching) */
 } amp_gemm_algo;
 
 /* Options of amp_gemm_ex; a zero-initialised struct (or NULL) is plain amp_gemm. */
@@ -963,10 +1017,26 @@ static inline AMP_HD float amp__act(float x, int act) {
   if (act == AMP_ACT_GELU) return amp__gelu_tanh(x);
   return x;
 }
-/* alpha * acc + beta * c; beta 0 does not read c (BLAS: C may hold NaN or garbage). */
+/* On the CPU a value passed through AMP__ROUNDED is a rounded f32 that no compiler can fuse into
+   a following add (an empty asm takes it as an operand; -ffp-contract=fast ignores pragmas). The
+   GPU's bound allows FMA, so device code has no barrier. */
+#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+#define AMP__ROUNDED(x) __asm__("" : "+x"(x))
+#elif !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+#define AMP__ROUNDED(x) __asm__("" : "+w"(x))
+#else
+#define AMP__ROUNDED(x) ((void)0)
+#endif
+/* alpha * acc + beta * c, each product rounded before the add; beta 0 does not read c (BLAS: C
+   may hold NaN or garbage). */
 static inline AMP_HD float amp__gemm_blend(float acc, float alpha, float beta, float c) {
   float t = alpha * acc;
-  if (beta != 0.0f) t = t + beta * c;
+  if (beta != 0.0f) {
+    float bc = beta * c;
+    AMP__ROUNDED(t);
+    AMP__ROUNDED(bc);
+    t = t + bc;
+  }
   return t;
 }
 /* C = beta * C, for k 0 or alpha 0 (A and B are not read; 0 * inf in them never appears). */
@@ -1003,6 +1073,7 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #include <math.h>
 #include <float.h>
 #include <errno.h>
+#include <limits.h>
 
 #if defined(AMP_MALLOC) && defined(AMP_FREE)
 #elif !defined(AMP_MALLOC) && !defined(AMP_FREE)
@@ -1014,6 +1085,20 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #ifndef AMP_ASSERT
 #include <assert.h>
 #define AMP_ASSERT(x) assert(x)
+#endif
+
+/* Checkpoint files: POSIX I/O where the system has it (exclusive creation of the temporary, fsync,
+   a check that what is read is a regular file); elsewhere (e.g. _WIN32) plain C stdio, which has
+   none of these guarantees (see amp_checkpoint_save in the manual). AMP__STDIO_FILES forces the
+   stdio path (the test suite compiles it so). */
+#if !defined(AMP__STDIO_FILES) && (defined(__unix__) || defined(__unix) || defined(__APPLE__))
+#define AMP__POSIX_FILES 1
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+#else
+#define AMP__POSIX_FILES 0
 #endif
 
 #if defined(__cplusplus) && __cplusplus >= 201103L
@@ -1037,6 +1122,17 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP__ALOAD(p) (*(p))
 #define AMP__ASTORE(p, v) (*(p) = (v))
 #define AMP__AINC(p) (++*(p))
+#endif
+
+/* A tiny lock for a few loads or stores that must be seen together (the log hook's function and
+   user pointer). Compilers without the GNU atomics get plain access: there, set the hook before
+   any thread may log (see amp_set_log). */
+#if defined(__GNUC__) || defined(__clang__)
+#define AMP__LOCK(p) do { while (__atomic_test_and_set((p), __ATOMIC_ACQUIRE)) { } } while (0)
+#define AMP__UNLOCK(p) __atomic_clear((p), __ATOMIC_RELEASE)
+#else
+#define AMP__LOCK(p) ((void)(p))
+#define AMP__UNLOCK(p) ((void)(p))
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -2221,23 +2317,33 @@ AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void 
    Implementation: scaler
    ------------------------------------------------------------------------------------------ */
 
-/* The log hook (amp_set_log). */
+/* The log hook (amp_set_log): the function and its user pointer change together under a tiny lock,
+   and a log call copies both under it, then calls the hook outside it (a hook may log or set the
+   hook itself without deadlock). */
 static void amp__log_default(void *user, const char *msg) { (void)user; fprintf(stderr, "amp.h: %s\n", msg); }
 static void (*amp__log_fn)(void *user, const char *msg) = amp__log_default;
 static void *amp__log_user = NULL;
+static char amp__log_lock = 0;
 
 AMPDEF void amp_set_log(void (*fn)(void *user, const char *msg), void *user) {
+  AMP__LOCK(&amp__log_lock);
   amp__log_fn = fn ? fn : amp__log_default;
   amp__log_user = fn ? user : NULL;
+  AMP__UNLOCK(&amp__log_lock);
 }
 static void amp__log(const char *fmt, ...) AMP__PRINTF(1, 2);
 static void amp__log(const char *fmt, ...) {
   char msg[512];
   va_list ap;
+  void (*fn)(void *user, const char *msg);
+  void *user;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  amp__log_fn(amp__log_user, msg);
+  AMP__LOCK(&amp__log_lock);
+  fn = amp__log_fn; user = amp__log_user;
+  AMP__UNLOCK(&amp__log_lock);
+  fn(user, msg);
 }
 
 /* The scaler. All state changes go through the small amp__scaler_* functions below, so the CUDA
@@ -2284,8 +2390,9 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
   return c;
 }
 
-/* Defaults filled in and every field checked; *init gets the initial scale. */
-static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
+/* Defaults filled in and every field checked; *init gets the initial scale; fn names the calling
+   function in messages (create, and checkpoint load, which checks a file's parameters with it). */
+static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
   amp_scaler_config c;
   if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
   if (amp__is_zero(c.init_scale)) c.init_scale = 65536.0f;
@@ -2294,27 +2401,27 @@ static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_pa
   if (c.growth_interval == 0) c.growth_interval = 2000;
   if (c.hysteresis == 0) c.hysteresis = 1;
   if (!(c.growth_factor > 1.0f) || !amp__finite(c.growth_factor))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_factor %g must be > 1 and finite", (double)c.growth_factor);
+    return amp__fail(AMP_ERR_ARG, "%s: growth_factor %g must be > 1 and finite", fn, (double)c.growth_factor);
   if (!(c.backoff_factor > 0.0f && c.backoff_factor < 1.0f) || !amp__finite(c.backoff_factor))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: backoff_factor %g must be in (0, 1)", (double)c.backoff_factor);
+    return amp__fail(AMP_ERR_ARG, "%s: backoff_factor %g must be in (0, 1)", fn, (double)c.backoff_factor);
   if (c.growth_interval < 1)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_interval %d must be >= 1", c.growth_interval);
+    return amp__fail(AMP_ERR_ARG, "%s: growth_interval %d must be >= 1", fn, c.growth_interval);
   if (c.hysteresis < 1)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: hysteresis %d must be >= 1", c.hysteresis);
+    return amp__fail(AMP_ERR_ARG, "%s: hysteresis %d must be >= 1", fn, c.hysteresis);
   if (c.hysteresis_mode < 0 || c.hysteresis_mode > 2)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: hysteresis_mode %d must be 0..2 "
-                     "(AMP_HYSTERESIS_CONSECUTIVE, _CLEAN_REFILL, _GROWTH_REFILL)", c.hysteresis_mode);
+    return amp__fail(AMP_ERR_ARG, "%s: hysteresis_mode %d must be 0..2 "
+                     "(AMP_HYSTERESIS_CONSECUTIVE, _CLEAN_REFILL, _GROWTH_REFILL)", fn, c.hysteresis_mode);
   if (!(c.min_scale >= 0.0f) || !amp__finite(c.min_scale))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: min_scale %g must be >= 0 and finite", (double)c.min_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: min_scale %g must be >= 0 and finite", fn, (double)c.min_scale);
   if (!(amp__is_zero(c.max_scale) || (c.max_scale >= c.min_scale && c.max_scale >= FLT_MIN)) || !amp__finite(c.max_scale))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: max_scale %g must be 0 (no cap) or finite and >= min_scale %g",
+    return amp__fail(AMP_ERR_ARG, "%s: max_scale %g must be 0 (no cap) or finite and >= min_scale %g", fn,
                      (double)c.max_scale, (double)c.min_scale);
   if (!(c.init_scale >= FLT_MIN) || !amp__finite(c.init_scale))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g must be finite and >= FLT_MIN", (double)c.init_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g must be finite and >= FLT_MIN", fn, (double)c.init_scale);
   if (c.init_scale < c.min_scale)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is below min_scale %g", (double)c.init_scale, (double)c.min_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is below min_scale %g", fn, (double)c.init_scale, (double)c.min_scale);
   if (c.max_scale > 0.0f && c.init_scale > c.max_scale)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is above max_scale %g", (double)c.init_scale, (double)c.max_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is above max_scale %g", fn, (double)c.init_scale, (double)c.max_scale);
   pr->growth = c.growth_factor; pr->backoff = c.backoff_factor;
   pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal (SEMANTICS.md) */
   pr->cap = c.max_scale;
@@ -2332,7 +2439,7 @@ AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_s
   if (!out) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: out is NULL");
   *out = NULL;
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: device is NULL (use amp_cpu())");
-  if ((st = amp__scaler_resolve(cfg, &pr, &init)) != AMP_OK) return st;
+  if ((st = amp__scaler_resolve("amp_scaler_create", cfg, &pr, &init)) != AMP_OK) return st;
   s = (amp_scaler *)AMP_MALLOC(sizeof *s);
   if (!s) return amp__fail(AMP_ERR_NOMEM, "amp_scaler_create: out of memory");
   memset(s, 0, sizeof *s);
@@ -3151,37 +3258,544 @@ static void amp__crc_add(amp__crc *c, const void *data, size_t n) {
 }
 static uint32_t amp__crc_value(const amp__crc *c) { return c->crc ^ 0xFFFFFFFFu; }
 
+/* -- files: a new file put over a path atomically, and a checked read of a regular file -------- */
+
+#if AMP__POSIX_FILES
+#ifdef O_NOFOLLOW
+#define AMP__O_NOFOLLOW O_NOFOLLOW
+#else
+#define AMP__O_NOFOLLOW 0   /* O_CREAT | O_EXCL alone never follows a symlink (POSIX): EEXIST */
+#endif
+#ifdef O_CLOEXEC
+#define AMP__O_CLOEXEC O_CLOEXEC
+#else
+#define AMP__O_CLOEXEC 0
+#endif
+#elif defined(_WIN32)
+#include <process.h>   /* _getpid */
+#else
+#include <time.h>
+#endif
+
+/* A new file written under a temporary name unique to this process and call, in path's directory,
+   created exclusively (never through an existing file or symlink), flushed to disk, renamed over
+   path, and the directory flushed after the rename. */
+typedef struct amp__wfile {
+  const char *fn, *path;   /* the public caller (for messages) and the target */
+  char *tmp;               /* the temporary's name */
+  size_t cap;              /* tmp's bytes */
+#if AMP__POSIX_FILES
+  int fd;
+#else
+  FILE *f;
+#endif
+} amp__wfile;
+
+static unsigned long amp__tmp_seq = 0;   /* temporaries named by this process (a relaxed atomic) */
+
+/* The temporary's name for sequence number seq: "<path>.tmp.<process id>.<seq>". */
+static void amp__tmp_name(char *buf, size_t cap, const char *path, unsigned long seq) {
+#if AMP__POSIX_FILES
+  snprintf(buf, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), seq);
+#elif defined(_WIN32)
+  snprintf(buf, cap, "%s.tmp.%d.%lu", path, _getpid(), seq);
+#else   /* no process id in C: the time and the processor time, which two processes rarely share */
+  snprintf(buf, cap, "%s.tmp.%lx.%lu", path, (unsigned long)time(NULL) ^ ((unsigned long)clock() << 12), seq);
+#endif
+}
+
+static amp_status amp__wfile_open(amp__wfile *w, const char *fn, const char *path) {
+  amp_status st;
+  int tries, e = 0;
+  w->fn = fn; w->path = path;
+  w->cap = strlen(path) + 64;
+  w->tmp = (char *)AMP_MALLOC(w->cap);
+  if (!w->tmp) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  for (tries = 0; tries < 64; tries++) {   /* a name taken (by anything, a symlink too): the next one */
+    amp__tmp_name(w->tmp, w->cap, path, AMP__AINC(&amp__tmp_seq));
+#if AMP__POSIX_FILES
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | AMP__O_NOFOLLOW | AMP__O_CLOEXEC, 0666);
+    if (w->fd >= 0) return AMP_OK;
+    e = errno;
+    if (e != EEXIST) break;
+#else
+    {   /* C stdio cannot create exclusively: skip names that exist, then create */
+      FILE *probe = fopen(w->tmp, "rb");
+      if (probe) { fclose(probe); e = EEXIST; continue; }
+    }
+    w->f = fopen(w->tmp, "wb");
+    if (w->f) return AMP_OK;
+    e = errno;
+    break;
+#endif
+  }
+  st = amp__fail(AMP_ERR_IO, "%s: cannot create the temporary file '%s' beside '%s': %s", fn, w->tmp, path, strerror(e));
+  AMP_FREE(w->tmp); w->tmp = NULL;
+  return st;
+}
+
+static amp_status amp__wfile_write(amp__wfile *w, const void *data, size_t n) {
+#if AMP__POSIX_FILES
+  const char *p = (const char *)data;
+  while (n > 0) {
+    ssize_t k = write(w->fd, p, n < ((size_t)1 << 30) ? n : ((size_t)1 << 30));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0)
+      return amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, k < 0 ? strerror(errno) : "no byte written");
+    p += k; n -= (size_t)k;
+  }
+#else
+  if (n > 0 && fwrite(data, 1, n, w->f) != n) return amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, strerror(errno));
+#endif
+  return AMP_OK;
+}
+
+/* Gives up: the temporary is closed and removed, path untouched (amp_last_error is kept). */
+static void amp__wfile_abort(amp__wfile *w) {
+#if AMP__POSIX_FILES
+  if (w->fd >= 0) close(w->fd);
+  unlink(w->tmp);
+#else
+  if (w->f) fclose(w->f);
+  remove(w->tmp);
+#endif
+  AMP_FREE(w->tmp); w->tmp = NULL;
+}
+
+static amp_status amp__wfile_commit(amp__wfile *w) {
+  amp_status st = AMP_OK;
+#if AMP__POSIX_FILES
+  int e, dfd;
+  char *slash;
+  if (fsync(w->fd) != 0) {
+    e = errno; st = amp__fail(AMP_ERR_IO, "%s: flushing '%s' to disk failed: %s", w->fn, w->tmp, strerror(e));
+    amp__wfile_abort(w); return st;
+  }
+  e = close(w->fd) != 0 ? errno : 0;
+  w->fd = -1;
+  if (e) { st = amp__fail(AMP_ERR_IO, "%s: closing '%s' failed: %s", w->fn, w->tmp, strerror(e)); amp__wfile_abort(w); return st; }
+  if (rename(w->tmp, w->path) != 0) {
+    e = errno; st = amp__fail(AMP_ERR_IO, "%s: cannot rename '%s' to '%s': %s", w->fn, w->tmp, w->path, strerror(e));
+    amp__wfile_abort(w); return st;
+  }
+  /* the rename itself reaches the disk when the directory is flushed */
+  memcpy(w->tmp, w->path, strlen(w->path) + 1);
+  slash = strrchr(w->tmp, '/');
+  if (!slash) memcpy(w->tmp, ".", 2);
+  else slash[slash == w->tmp] = '\0';   /* "/x" -> "/", "a/b" -> "a" */
+  dfd = open(w->tmp, O_RDONLY | AMP__O_CLOEXEC);
+  if (dfd >= 0) {   /* a directory that cannot be opened (search permission only) cannot be flushed */
+    if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)   /* EINVAL: a file system without it */
+      st = amp__fail(AMP_ERR_IO, "%s: '%s' was written, but flushing its directory '%s' to disk failed: %s",
+                     w->fn, w->path, w->tmp, strerror(errno));
+    close(dfd);
+  }
+#else
+  int e = 0;
+  if (fflush(w->f) != 0) e = errno;
+  if (fclose(w->f) != 0 && !e) e = errno ? errno : EIO;
+  w->f = NULL;
+  if (e) { st = amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, strerror(e)); amp__wfile_abort(w); return st; }
+  if (rename(w->tmp, w->path) != 0) {   /* Windows' rename does not replace: remove, then rename */
+    remove(w->path);
+    if (rename(w->tmp, w->path) != 0) {
+      e = errno; st = amp__fail(AMP_ERR_IO, "%s: cannot rename '%s' to '%s': %s", w->fn, w->tmp, w->path, strerror(e));
+      amp__wfile_abort(w); return st;
+    }
+  }
+#endif
+  AMP_FREE(w->tmp); w->tmp = NULL;
+  return st;
+}
+
+/* A file opened for reading only if it is a regular file: a FIFO, a device or a directory is
+   AMP_ERR_IO at once (the open does not wait for a FIFO's writer; the type is checked on the
+   opened file, so nothing can be swapped in between). */
+typedef struct amp__rfile {
+  const char *fn, *path;
+#if AMP__POSIX_FILES
+  int fd;
+#else
+  FILE *f;
+#endif
+} amp__rfile;
+
+static amp_status amp__rfile_open(amp__rfile *r, const char *fn, const char *path, uint64_t *size) {
+#if AMP__POSIX_FILES
+  struct stat sb;
+  int fl, e;
+  r->fn = fn; r->path = path;
+  r->fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | AMP__O_CLOEXEC);
+  if (r->fd < 0) { e = errno; return amp__fail(AMP_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(e)); }
+  if (fstat(r->fd, &sb) != 0) { e = errno; close(r->fd); return amp__fail(AMP_ERR_IO, "%s: cannot stat '%s': %s", fn, path, strerror(e)); }
+  if (!S_ISREG(sb.st_mode)) {
+    close(r->fd);
+    return amp__fail(AMP_ERR_IO, "%s: '%s' is not a regular file (it is a %s)", fn, path,
+                     S_ISDIR(sb.st_mode) ? "directory" : S_ISFIFO(sb.st_mode) ? "FIFO" : "device or socket");
+  }
+  if ((fl = fcntl(r->fd, F_GETFL)) == -1 || fcntl(r->fd, F_SETFL, fl & ~O_NONBLOCK) == -1) {
+    e = errno; close(r->fd); return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", fn, path, strerror(e));
+  }
+  *size = (uint64_t)sb.st_size;
+#else
+  long len;
+  int e;
+  r->fn = fn; r->path = path;
+  r->f = fopen(path, "rb");
+  if (!r->f) { e = errno; return amp__fail(AMP_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(e)); }
+  if ((getc(r->f) == EOF && ferror(r->f)) || fseek(r->f, 0, SEEK_END) != 0 || (len = ftell(r->f)) < 0 || fseek(r->f, 0, SEEK_SET) != 0) {
+    e = errno; fclose(r->f); return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", fn, path, strerror(e));
+  }
+  *size = (uint64_t)len;
+#endif
+  return AMP_OK;
+}
+
+/* Exactly n bytes, or AMP_ERR_IO (a file that ends early changed while it was read). */
+static amp_status amp__rfile_read(amp__rfile *r, void *dst, size_t n) {
+#if AMP__POSIX_FILES
+  char *p = (char *)dst;
+  while (n > 0) {
+    ssize_t k = read(r->fd, p, n < ((size_t)1 << 30) ? n : ((size_t)1 << 30));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", r->fn, r->path, strerror(errno));
+    if (k == 0) return amp__fail(AMP_ERR_IO, "%s: '%s' ended early (did it change while it was read?)", r->fn, r->path);
+    p += k; n -= (size_t)k;
+  }
+#else
+  if (n > 0 && fread(dst, 1, n, r->f) != n)
+    return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", r->fn, r->path, ferror(r->f) ? strerror(errno) : "it ended early");
+#endif
+  return AMP_OK;
+}
+
+static amp_status amp__rfile_seek(amp__rfile *r, uint64_t offset) {
+#if AMP__POSIX_FILES
+  if (lseek(r->fd, (off_t)offset, SEEK_SET) != (off_t)offset)
+#else
+  if (offset > (uint64_t)LONG_MAX || fseek(r->f, (long)offset, SEEK_SET) != 0)
+#endif
+    return amp__fail(AMP_ERR_IO, "%s: cannot seek in '%s': %s", r->fn, r->path, strerror(errno));
+  return AMP_OK;
+}
+
+static void amp__rfile_close(amp__rfile *r) {
+#if AMP__POSIX_FILES
+  close(r->fd);
+#else
+  fclose(r->f);
+#endif
+}
+
+/* -- the checkpoint format: each record one list of fields, read and written by one function ---- */
+
 #define AMP__CKPT_MAGIC "AMPCKPT1"
 #define AMP__CKPT_VERSION 1u
 #define AMP__CKPT_ENDIAN 0x01020304u
-#define AMP__CKPT_HEADER 32u
-#define AMP__CKPT_SCALER 72u    /* the scaler payload's bytes */
-#define AMP__CKPT_OPTIM 56u     /* the optimizer payload's fixed part */
-#define AMP__CKPT_TENSOR 16u    /* per tensor, before its floats */
 
-typedef struct amp__wr { FILE *f; amp__crc crc; int err; } amp__wr;
-static void amp__put(amp__wr *w, const void *p, size_t n) {
-  if (w->err || n == 0) return;
-  if (fwrite(p, 1, n, w->f) != n) w->err = 1;
-  amp__crc_add(&w->crc, p, n);
+/* X(type, name) for each field, in file order; each is stored in the writer's byte order. */
+#define AMP__CKPT_HEAD_FIELDS(X) \
+  X(uint64_t, magic) X(uint32_t, version) X(uint32_t, endian) X(uint32_t, header_bytes) X(uint32_t, flags) \
+  X(uint64_t, payload_bytes)
+#define AMP__CKPT_SCALER_FIELDS(X) \
+  X(float, growth) X(float, backoff) X(float, floor) X(float, cap) \
+  X(int32_t, interval) X(int32_t, hysteresis) X(int32_t, mode) X(int32_t, fixed) X(int32_t, late_growth) \
+  X(float, init_scale) X(float, scale) X(int32_t, tracker) X(int32_t, hyst) X(int32_t, at_floor) \
+  X(int32_t, last_skipped) X(int32_t, floor_logged) X(uint64_t, skipped)
+#define AMP__CKPT_OPTIM_FIELDS(X) \
+  X(uint32_t, kind) X(float, lr) X(float, weight_decay) X(float, momentum) X(float, dampening) X(int32_t, nesterov) \
+  X(float, beta1) X(float, beta2) X(float, eps) X(float, max_grad_norm) X(uint64_t, step) X(uint64_t, count)
+#define AMP__CKPT_TENSOR_FIELDS(X) X(uint64_t, n) X(uint32_t, wtype) X(uint32_t, gtype)
+/* flags: which sections the payload holds, in this order; each tensor record is followed by its
+   floats: the master, then the moments the kind has (amp__o_moments). */
+#define AMP__CKPT_HAS_SCALER 1u
+#define AMP__CKPT_HAS_OPTIM 2u
+
+#define AMP__CKPT_DECLARE(type, name) type name;
+#define AMP__CKPT_SIZEOF(type, name) + sizeof(type)
+typedef struct amp__ckpt_head { AMP__CKPT_HEAD_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_head;
+typedef struct amp__ckpt_scaler { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_scaler;
+typedef struct amp__ckpt_optim { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_optim;
+typedef struct amp__ckpt_tensor { AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_tensor;
+/* each record's bytes in the file (32, 72, 56, 16) */
+#define AMP__CKPT_HEAD_BYTES (0 AMP__CKPT_HEAD_FIELDS(AMP__CKPT_SIZEOF))
+#define AMP__CKPT_SCALER_BYTES (0 AMP__CKPT_SCALER_FIELDS(AMP__CKPT_SIZEOF))
+#define AMP__CKPT_OPTIM_BYTES (0 AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_SIZEOF))
+#define AMP__CKPT_TENSOR_BYTES (0 AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_SIZEOF))
+
+/* Where records go to or come from. Writing: through a buffer into the temporary file, with the
+   running CRC and the first failure. Reading: a file image in memory. */
+#define AMP__CKPT_BUF 65536
+typedef struct amp__ckpt_io {
+  int writing;
+  amp__wfile *file;                   /* writing */
+  unsigned char *buf; size_t used;
+  amp__crc crc;
+  amp_status st;
+  const unsigned char *p; size_t left; /* reading */
+} amp__ckpt_io;
+
+static void amp__ckpt_flush(amp__ckpt_io *io) {
+  if (io->st == AMP_OK && io->used) io->st = amp__wfile_write(io->file, io->buf, io->used);
+  io->used = 0;
 }
-static void amp__put_u32(amp__wr *w, uint32_t x) { amp__put(w, &x, 4); }
-static void amp__put_i32(amp__wr *w, int32_t x) { amp__put(w, &x, 4); }
-static void amp__put_u64(amp__wr *w, uint64_t x) { amp__put(w, &x, 8); }
-static void amp__put_f32(amp__wr *w, float x) { amp__put(w, &x, 4); }
+/* n bytes at p written, or read into p; 0 when a read runs past the end (nothing read) or a
+   write has failed. */
+static int amp__ckpt_bytes(amp__ckpt_io *io, void *p, size_t n) {
+  if (!io->writing) {
+    if (io->left < n) { io->left = 0; return 0; }
+    memcpy(p, io->p, n); io->p += n; io->left -= n;
+    return 1;
+  }
+  if (io->st != AMP_OK) return 0;
+  amp__crc_add(&io->crc, p, n);
+  if (io->used + n > AMP__CKPT_BUF) amp__ckpt_flush(io);
+  if (n >= AMP__CKPT_BUF) { if (io->st == AMP_OK) io->st = amp__wfile_write(io->file, p, n); }
+  else { memcpy(io->buf + io->used, p, n); io->used += n; }
+  return io->st == AMP_OK;
+}
+/* The one place each record is read and written. */
+#define AMP__CKPT_TRANSFER(type, name) ok = amp__ckpt_bytes(io, &r->name, sizeof r->name) && ok;
+static int amp__ckpt_head_io(amp__ckpt_io *io, amp__ckpt_head *r) { int ok = 1; AMP__CKPT_HEAD_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_scaler_io(amp__ckpt_io *io, amp__ckpt_scaler *r) { int ok = 1; AMP__CKPT_SCALER_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_optim_io(amp__ckpt_io *io, amp__ckpt_optim *r) { int ok = 1; AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_tensor_io(amp__ckpt_io *io, amp__ckpt_tensor *r) { int ok = 1; AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+/* The name of the first field whose bytes differ between two records (NULL: none). */
+#define AMP__CKPT_DIFFER(type, name) if (memcmp(&a->name, &b->name, sizeof a->name) != 0) return #name;
+static const char *amp__ckpt_scaler_differ(const amp__ckpt_scaler *a, const amp__ckpt_scaler *b) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DIFFER) return NULL; }
+static const char *amp__ckpt_optim_differ(const amp__ckpt_optim *a, const amp__ckpt_optim *b) { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DIFFER) return NULL; }
 
-typedef struct amp__rd { const unsigned char *p; size_t left; } amp__rd;
-static int amp__get(amp__rd *r, void *dst, size_t n) {
-  if (r->left < n) return 0;
-  memcpy(dst, r->p, n); r->p += n; r->left -= n;
-  return 1;
+/* The records of the live objects (a scaler's host fields; see amp__ckpt_cu_prepare on CUDA). */
+static amp__ckpt_scaler amp__ckpt_scaler_of(const amp_scaler *s) {
+  amp__ckpt_scaler r;
+  r.growth = s->pr.growth; r.backoff = s->pr.backoff; r.floor = s->pr.floor; r.cap = s->pr.cap;
+  r.interval = s->pr.interval; r.hysteresis = s->pr.hysteresis; r.mode = s->pr.mode; r.fixed = s->pr.fixed;
+  r.late_growth = s->pr.late_growth; r.init_scale = s->init_scale;
+  r.scale = s->st.scale; r.tracker = s->st.tracker; r.hyst = s->st.hyst; r.at_floor = s->st.at_floor;
+  r.last_skipped = s->last_skipped; r.floor_logged = s->floor_logged; r.skipped = (uint64_t)s->skipped;
+  return r;
+}
+static amp__ckpt_optim amp__ckpt_optim_of(const amp_optim_config *c, long step, size_t count) {
+  amp__ckpt_optim r;
+  r.kind = (uint32_t)c->kind; r.lr = c->lr; r.weight_decay = c->weight_decay; r.momentum = c->momentum;
+  r.dampening = c->dampening; r.nesterov = c->nesterov; r.beta1 = c->beta1; r.beta2 = c->beta2; r.eps = c->eps;
+  r.max_grad_norm = c->max_grad_norm; r.step = (uint64_t)step; r.count = (uint64_t)count;
+  return r;
+}
+/* Tensor i's buffer k: 0 the master, 1 and 2 the moments (host memory). */
+static float *amp__o_buffer(const amp_optimizer *o, size_t i, int k) { return k == 0 ? o->master[i] : k == 1 ? o->m[i] : o->v[i]; }
+
+/* A message of a validator (create's own) given again as the file's fault. */
+static amp_status amp__ckpt_refuse_as_corrupt(void) {
+  char why[sizeof amp__err_buf];
+  memcpy(why, amp__err_buf, sizeof why);
+  return amp__fail(AMP_ERR_CORRUPT, "%.440s (in the file)", why);
 }
 
-static uint64_t amp__ckpt_optim_bytes(const amp_optimizer *o) {
-  uint64_t b = AMP__CKPT_OPTIM;
+/* The file's scaler record, checked as amp_scaler_create checks a config (the parameters must
+   resolve to themselves: a 0 create would replace by a default, or a flag other than 0 or 1, is
+   refused) and its state against those parameters; *out gets it. */
+static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *out) {
+  amp_scaler_config c;
+  amp__ckpt_scaler again;
+  const char *bad;
+  const char *fn = "amp_checkpoint_load";
+  memset(&c, 0, sizeof c);
+  c.init_scale = r->init_scale; c.growth_factor = r->growth; c.backoff_factor = r->backoff; c.growth_interval = r->interval;
+  c.hysteresis = r->hysteresis; c.hysteresis_mode = r->mode; c.min_scale = r->floor; c.max_scale = r->cap;
+  c.fixed = r->fixed; c.late_growth = r->late_growth;
+  memset(out, 0, sizeof *out);
+  if (amp__scaler_resolve(fn, &c, &out->pr, &out->init_scale) != AMP_OK) return amp__ckpt_refuse_as_corrupt();
+  out->st.scale = r->scale; out->st.tracker = r->tracker; out->st.hyst = r->hyst; out->st.at_floor = r->at_floor;
+  out->last_skipped = r->last_skipped; out->floor_logged = r->floor_logged;
+  again = amp__ckpt_scaler_of(out);
+  again.skipped = r->skipped;
+  if ((bad = amp__ckpt_scaler_differ(r, &again)) != NULL)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's %s in the file is a value amp_scaler_create does not keep "
+                     "(a 0 it replaces by a default, or a flag other than 0 or 1)", fn, bad);
+  if (!amp__finite(r->scale) || !(r->scale >= out->pr.floor) || (out->pr.cap > 0.0f && r->scale > out->pr.cap))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's scale %g in the file is outside [floor %g, cap %g] (cap 0: none)", fn,
+                     (double)r->scale, (double)out->pr.floor, (double)out->pr.cap);
+  if (r->tracker < (out->pr.late_growth ? -1 : 0) || r->tracker > out->pr.interval)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's growth tracker %d in the file is outside [%d, growth_interval %d]", fn,
+                     (int)r->tracker, out->pr.late_growth ? -1 : 0, (int)out->pr.interval);
+  if (r->hyst < 0 || r->hyst > out->pr.hysteresis)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's hysteresis count %d in the file is outside [0, hysteresis %d]", fn,
+                     (int)r->hyst, (int)out->pr.hysteresis);
+  if ((r->at_floor | r->last_skipped | r->floor_logged) & ~1)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's flags in the file (at_floor %d, last_skipped %d, floor_logged %d) must be 0 or 1",
+                     fn, (int)r->at_floor, (int)r->last_skipped, (int)r->floor_logged);
+  if (r->skipped > (uint64_t)LONG_MAX)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's skipped count %llu in the file is out of range (at most %ld here)", fn,
+                     (unsigned long long)r->skipped, LONG_MAX);
+  out->skipped = (long)r->skipped;
+  return AMP_OK;
+}
+
+/* The file's optimizer record, checked as amp_optimizer_create checks a config (the same rule:
+   it must resolve to itself; lr 0 is kept, amp_optimizer_set_lr allows it) and against the live
+   optimizer o; *out gets the config to install (o's custom_step and custom_user). */
+static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_optimizer *o, amp_optim_config *out) {
+  amp_optim_config c;
+  amp__ckpt_optim again;
+  const char *bad;
+  const char *fn = "amp_checkpoint_load";
+  if (r->kind != (uint32_t)o->cfg.kind)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: optimizer kind %u in the file, the live one is %d", fn, (unsigned)r->kind, (int)o->cfg.kind);
+  c = o->cfg;
+  c.lr = amp__is_zero(r->lr) ? o->cfg.lr : r->lr;
+  c.weight_decay = r->weight_decay; c.momentum = r->momentum; c.dampening = r->dampening; c.nesterov = r->nesterov;
+  c.beta1 = r->beta1; c.beta2 = r->beta2; c.eps = r->eps; c.max_grad_norm = r->max_grad_norm;
+  if (amp__optim_resolve(fn, &c, out) != AMP_OK) return amp__ckpt_refuse_as_corrupt();
+  out->lr = r->lr;
+  again = amp__ckpt_optim_of(out, 0, 0);
+  again.step = r->step; again.count = r->count;
+  if ((bad = amp__ckpt_optim_differ(r, &again)) != NULL)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the optimizer's %s in the file is a value amp_optimizer_create does not keep "
+                     "(a 0 it replaces by a default, or a flag other than 0 or 1)", fn, bad);
+  if (amp__o_moments(out) != amp__o_moments(&o->cfg))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the file's optimizer has %d moment buffers per tensor, the live one %d", fn,
+                     amp__o_moments(out), amp__o_moments(&o->cfg));
+  if (r->count != (uint64_t)o->count)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: %llu tensors in the file, %zu in the optimizer", fn, (unsigned long long)r->count, o->count);
+  if (r->step > (uint64_t)LONG_MAX)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: step count %llu in the file is out of range (at most %ld here)", fn,
+                     (unsigned long long)r->step, LONG_MAX);
+  return AMP_OK;
+}
+
+/* A checkpoint read and checked, nothing live touched yet. */
+typedef struct amp__ckpt_image {
+  unsigned char *buf;              /* the whole file (with an optimizer to restore; else a chunk) */
+  int has_scaler, has_optim;       /* the sections to restore */
+  amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged, skipped) */
+  amp_optim_config cfg;            /* the optimizer's checked config */
+  long step;
+  const unsigned char *tensors;    /* the first tensor record */
+} amp__ckpt_image;
+
+/* Reads path and checks everything against the live objects before any payload is held: the
+   header against the file's size, then each record (read one by one; the tensor floats are
+   skipped), so the file must be exactly the size the live optimizer needs before it is read
+   whole; then the CRC over every byte. */
+static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const amp_scaler *s, amp__ckpt_image *im) {
+  const char *fn = "amp_checkpoint_load";
+  amp__rfile f;
+  amp__ckpt_io io;
+  amp__ckpt_head h;
+  amp__crc crc;
+  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES];   /* room for any one record */
+  uint64_t size = 0, at, end, first_tensor = 0;
+  uint32_t crc_file;
+  amp_status st;
   size_t i;
-  for (i = 0; i < o->count; i++) b += AMP__CKPT_TENSOR + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + amp__o_moments(&o->cfg));
-  return b;
+  memset(im, 0, sizeof *im);
+  memset(&io, 0, sizeof io);
+  if ((st = amp__rfile_open(&f, fn, path, &size)) != AMP_OK) return st;
+  st = AMP_ERR_CORRUPT;
+  if (size < AMP__CKPT_HEAD_BYTES + 4) {
+    amp__fail(st, "%s: '%s' holds %llu bytes, too few for a checkpoint (header and CRC: %u)", fn, path,
+              (unsigned long long)size, (unsigned)(AMP__CKPT_HEAD_BYTES + 4));
+    goto refused;
+  }
+  if ((st = amp__rfile_read(&f, rec, AMP__CKPT_HEAD_BYTES)) != AMP_OK) goto refused;
+  io.p = rec; io.left = AMP__CKPT_HEAD_BYTES;
+  amp__ckpt_head_io(&io, &h);
+  st = AMP_ERR_CORRUPT;
+  end = size - 4;   /* where the CRC starts */
+  if (memcmp(&h.magic, AMP__CKPT_MAGIC, 8) != 0) { amp__fail(st, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path); goto refused; }
+  if (h.endian == 0x04030201u) { amp__fail(st, "%s: written on a machine of the other byte order", fn); goto refused; }
+  if (h.endian != AMP__CKPT_ENDIAN) { amp__fail(st, "%s: bad endianness mark 0x%08x", fn, (unsigned)h.endian); goto refused; }
+  if (h.version != AMP__CKPT_VERSION) { amp__fail(st, "%s: format version %u, this amp.h reads %u", fn, (unsigned)h.version, AMP__CKPT_VERSION); goto refused; }
+  if (h.header_bytes != AMP__CKPT_HEAD_BYTES) {
+    amp__fail(st, "%s: header size %u, expected %u", fn, (unsigned)h.header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
+    goto refused;
+  }
+  if (h.payload_bytes != end - AMP__CKPT_HEAD_BYTES) {
+    amp__fail(st, "%s: truncated or padded: payload %llu bytes, the file holds %llu", fn,
+              (unsigned long long)h.payload_bytes, (unsigned long long)(end - AMP__CKPT_HEAD_BYTES));
+    goto refused;
+  }
+  if (h.flags & ~(AMP__CKPT_HAS_SCALER | AMP__CKPT_HAS_OPTIM)) { amp__fail(st, "%s: unknown flags 0x%x", fn, (unsigned)h.flags); goto refused; }
+  if (s && !(h.flags & AMP__CKPT_HAS_SCALER)) { amp__fail(st, "%s: the file holds no scaler state", fn); goto refused; }
+  if (o && !(h.flags & AMP__CKPT_HAS_OPTIM)) { amp__fail(st, "%s: the file holds no optimizer state", fn); goto refused; }
+  at = AMP__CKPT_HEAD_BYTES;
+  if (h.flags & AMP__CKPT_HAS_SCALER) {
+    amp__ckpt_scaler r;
+    if (end - at < AMP__CKPT_SCALER_BYTES) { amp__fail(st, "%s: scaler section truncated", fn); goto refused; }
+    if ((st = amp__rfile_read(&f, rec, AMP__CKPT_SCALER_BYTES)) != AMP_OK) goto refused;
+    io.p = rec; io.left = AMP__CKPT_SCALER_BYTES;
+    amp__ckpt_scaler_io(&io, &r);
+    if ((st = amp__ckpt_scaler_check(&r, &im->sc)) != AMP_OK) goto refused;
+    st = AMP_ERR_CORRUPT;
+    at += AMP__CKPT_SCALER_BYTES;
+    im->has_scaler = s != NULL;
+  }
+  if ((h.flags & AMP__CKPT_HAS_OPTIM) && o) {
+    amp__ckpt_optim r;
+    uint64_t floats = (uint64_t)(1 + amp__o_moments(&o->cfg));   /* per element: master and moments */
+    if (end - at < AMP__CKPT_OPTIM_BYTES) { amp__fail(st, "%s: optimizer section truncated", fn); goto refused; }
+    if ((st = amp__rfile_read(&f, rec, AMP__CKPT_OPTIM_BYTES)) != AMP_OK) goto refused;
+    io.p = rec; io.left = AMP__CKPT_OPTIM_BYTES;
+    amp__ckpt_optim_io(&io, &r);
+    if ((st = amp__ckpt_optim_check(&r, o, &im->cfg)) != AMP_OK) goto refused;
+    st = AMP_ERR_CORRUPT;
+    im->step = (long)r.step;
+    at += AMP__CKPT_OPTIM_BYTES;
+    first_tensor = at;
+    for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
+      amp__ckpt_tensor t;
+      if (end - at < AMP__CKPT_TENSOR_BYTES) { amp__fail(st, "%s: tensor %zu truncated", fn, i); goto refused; }
+      if ((st = amp__rfile_seek(&f, at)) != AMP_OK || (st = amp__rfile_read(&f, rec, AMP__CKPT_TENSOR_BYTES)) != AMP_OK) goto refused;
+      st = AMP_ERR_CORRUPT;
+      io.p = rec; io.left = AMP__CKPT_TENSOR_BYTES;
+      amp__ckpt_tensor_io(&io, &t);
+      if (t.n != (uint64_t)o->n[i]) {
+        amp__fail(st, "%s: tensor %zu has %llu elements in the file, %zu live", fn, i, (unsigned long long)t.n, o->n[i]);
+        goto refused;
+      }
+      if (t.wtype != (uint32_t)o->wtype[i] || t.gtype != (uint32_t)o->gtype[i]) {
+        amp__fail(st, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)", fn, i, (unsigned)t.wtype,
+                  (unsigned)t.gtype, amp__dtype_name(o->wtype[i]), amp__dtype_name(o->gtype[i]));
+        goto refused;
+      }
+      at += AMP__CKPT_TENSOR_BYTES;
+      if ((end - at) / 4 / floats < t.n) { amp__fail(st, "%s: tensor %zu data truncated", fn, i); goto refused; }
+      at += 4 * t.n * floats;
+    }
+    if (at != end) { amp__fail(st, "%s: %llu bytes left over after the optimizer section", fn, (unsigned long long)(end - at)); goto refused; }
+  } else if (!(h.flags & AMP__CKPT_HAS_OPTIM) && at != end) {
+    amp__fail(st, "%s: %llu bytes left over after the scaler section", fn, (unsigned long long)(end - at));
+    goto refused;
+  }
+  /* The CRC over every byte before it. With an optimizer to restore, the file is now known to be
+     exactly the size that optimizer needs, and is held whole; without, it is streamed. */
+  if ((st = amp__rfile_seek(&f, 0)) != AMP_OK) goto refused;
+  amp__crc_init(&crc);
+  if (o && size > (uint64_t)(size_t)-1) { amp__fail(st = AMP_ERR_NOMEM, "%s: '%s' is larger than this machine's memory", fn, path); goto refused; }
+  im->buf = (unsigned char *)AMP_MALLOC(o ? (size_t)size : AMP__CKPT_BUF);
+  if (!im->buf) { amp__fail(st = AMP_ERR_NOMEM, "%s: out of memory for '%s'", fn, path); goto refused; }
+  for (at = 0; at < end; ) {
+    size_t chunk = o ? (size_t)end : (end - at < AMP__CKPT_BUF ? (size_t)(end - at) : AMP__CKPT_BUF);
+    unsigned char *dst = im->buf + (o ? at : 0);
+    if ((st = amp__rfile_read(&f, dst, chunk)) != AMP_OK) goto refused;
+    amp__crc_add(&crc, dst, chunk);
+    at += chunk;
+  }
+  if ((st = amp__rfile_read(&f, &crc_file, 4)) != AMP_OK) goto refused;
+  st = AMP_ERR_CORRUPT;
+  if (crc_file != amp__crc_value(&crc)) {
+    amp__fail(st, "%s: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", fn, (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
+    goto refused;
+  }
+  amp__rfile_close(&f);
+  if (o) { im->tensors = im->buf + first_tensor; im->has_optim = 1; }
+  return AMP_OK;
+refused:
+  amp__rfile_close(&f);
+  AMP_FREE(im->buf); im->buf = NULL;
+  im->has_scaler = im->has_optim = 0;
+  return st;
 }
 
 #ifdef AMP_CUDA
@@ -3212,12 +3826,16 @@ static amp_status amp__ckpt_cu_prepare(const amp_optimizer *o, const amp_scaler 
 }
 #endif
 
+/* save: nothing at path changes unless the whole new file is written and flushed; path empty or
+   ending in '/' is AMP_ERR_ARG before anything is created. */
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s) {
-  amp__wr w;
-  char *tmp;
-  size_t plen, i;
-  uint64_t payload = 0;
+  const char *fn = "amp_checkpoint_save";
+  amp__wfile file;
+  amp__ckpt_io io;
+  amp__ckpt_head h;
   uint32_t crc;
+  size_t i, plen;
+  int k, nm = 0;
 #ifdef AMP_CUDA
   amp_scaler sdev;
   amp_optimizer odev;
@@ -3225,216 +3843,100 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   amp_status cu_st = AMP_OK;
   char cu_msg[400];
 #endif
-  if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: path is NULL");
-  if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: both the optimizer and the scaler are NULL");
+  if (!path) return amp__fail(AMP_ERR_ARG, "%s: path is NULL", fn);
+  if (!*path) return amp__fail(AMP_ERR_ARG, "%s: path is empty", fn);
+  plen = strlen(path);
+  if (path[plen - 1] == '/') return amp__fail(AMP_ERR_ARG, "%s: path '%s' ends in '/' (it names a directory, not a file)", fn, path);
+  if (!o && !s) return amp__fail(AMP_ERR_ARG, "%s: both the optimizer and the scaler are NULL", fn);
 #ifdef AMP_CUDA
   if ((cu_st = amp__ckpt_cu_prepare(o, s, &sdev, &odev, &cu_tmp)) != AMP_OK) { AMP_FREE(cu_tmp); return cu_st; }
   if (s && s->cu) s = &sdev;
   if (cu_tmp) o = &odev;
 #endif
-  plen = strlen(path);
-  tmp = (char *)AMP_MALLOC(plen + 5);
-#ifdef AMP_CUDA
-  if (!tmp) AMP_FREE(cu_tmp);
-#endif
-  if (!tmp) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory");
-  memcpy(tmp, path, plen); memcpy(tmp + plen, ".tmp", 5);
-  w.f = fopen(tmp, "wb"); w.err = 0;
-  if (!w.f) {
-    amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot open '%s' for writing", tmp);
+  memset(&io, 0, sizeof io);
+  io.writing = 1; io.file = &file;
+  io.buf = (unsigned char *)AMP_MALLOC(AMP__CKPT_BUF);
+  io.st = io.buf ? amp__wfile_open(&file, fn, path) : amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  if (io.st != AMP_OK) {
+    AMP_FREE(io.buf);
 #ifdef AMP_CUDA
     AMP_FREE(cu_tmp);
 #endif
-    AMP_FREE(tmp); return st;
+    return io.st;
   }
-  amp__crc_init(&w.crc);
-  if (s) payload += AMP__CKPT_SCALER;
-  if (o) payload += amp__ckpt_optim_bytes(o);
-  amp__put(&w, AMP__CKPT_MAGIC, 8);
-  amp__put_u32(&w, AMP__CKPT_VERSION); amp__put_u32(&w, AMP__CKPT_ENDIAN); amp__put_u32(&w, AMP__CKPT_HEADER);
-  amp__put_u32(&w, (s ? 1u : 0u) | (o ? 2u : 0u)); amp__put_u64(&w, payload);
-  if (s) {
-    amp__put_f32(&w, s->pr.growth); amp__put_f32(&w, s->pr.backoff); amp__put_f32(&w, s->pr.floor); amp__put_f32(&w, s->pr.cap);
-    amp__put_i32(&w, s->pr.interval); amp__put_i32(&w, s->pr.hysteresis); amp__put_i32(&w, s->pr.mode);
-    amp__put_i32(&w, s->pr.fixed); amp__put_i32(&w, s->pr.late_growth); amp__put_f32(&w, s->init_scale);
-    amp__put_f32(&w, s->st.scale); amp__put_i32(&w, s->st.tracker); amp__put_i32(&w, s->st.hyst); amp__put_i32(&w, s->st.at_floor);
-    amp__put_i32(&w, s->last_skipped); amp__put_i32(&w, s->floor_logged); amp__put_u64(&w, (uint64_t)s->skipped);
-  }
+  amp__crc_init(&io.crc);
+  memcpy(&h.magic, AMP__CKPT_MAGIC, 8);
+  h.version = AMP__CKPT_VERSION; h.endian = AMP__CKPT_ENDIAN; h.header_bytes = AMP__CKPT_HEAD_BYTES;
+  h.flags = (s ? AMP__CKPT_HAS_SCALER : 0u) | (o ? AMP__CKPT_HAS_OPTIM : 0u);
+  h.payload_bytes = s ? AMP__CKPT_SCALER_BYTES : 0;
   if (o) {
-    const amp_optim_config *c = &o->cfg;
-    int nm = amp__o_moments(c);
-    amp__put_u32(&w, (uint32_t)c->kind); amp__put_f32(&w, c->lr); amp__put_f32(&w, c->weight_decay);
-    amp__put_f32(&w, c->momentum); amp__put_f32(&w, c->dampening); amp__put_i32(&w, c->nesterov);
-    amp__put_f32(&w, c->beta1); amp__put_f32(&w, c->beta2); amp__put_f32(&w, c->eps); amp__put_f32(&w, c->max_grad_norm);
-    amp__put_u64(&w, (uint64_t)o->step); amp__put_u64(&w, (uint64_t)o->count);
-    for (i = 0; i < o->count; i++) {
-      amp__put_u64(&w, (uint64_t)o->n[i]); amp__put_u32(&w, (uint32_t)o->wtype[i]); amp__put_u32(&w, (uint32_t)o->gtype[i]);
+    nm = amp__o_moments(&o->cfg);
+    h.payload_bytes += AMP__CKPT_OPTIM_BYTES;
+    for (i = 0; i < o->count; i++) h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + nm);
+  }
+  amp__ckpt_head_io(&io, &h);
+  if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
+  if (o) {
+    amp__ckpt_optim r = amp__ckpt_optim_of(&o->cfg, o->step, o->count);
+    amp__ckpt_optim_io(&io, &r);
+    for (i = 0; i < o->count && io.st == AMP_OK; i++) {
+      amp__ckpt_tensor t;
+      t.n = (uint64_t)o->n[i]; t.wtype = (uint32_t)o->wtype[i]; t.gtype = (uint32_t)o->gtype[i];
+      amp__ckpt_tensor_io(&io, &t);
+      for (k = 0; k <= nm; k++) {   /* the master, then the moments */
 #ifdef AMP_CUDA
-      if (cu_tmp) {   /* master, then the moments, each read back into the host buffer */
-        int k;
-        for (k = 0; k <= nm && cu_st == AMP_OK; k++) {
+        if (cu_tmp) {   /* read back from the device into the host buffer */
           cu_st = amp__cu_optim_state_io(o->dev->cuda, o->cu, i, k, cu_tmp, 0, cu_msg, sizeof cu_msg);
-          if (cu_st == AMP_OK) amp__put(&w, cu_tmp, o->n[i] * sizeof(float));
+          if (cu_st != AMP_OK) break;
+          amp__ckpt_bytes(&io, cu_tmp, o->n[i] * sizeof(float));
+          continue;
         }
-        if (cu_st != AMP_OK) { w.err = 1; break; }
-        continue;
-      }
 #endif
-      amp__put(&w, o->master[i], o->n[i] * sizeof(float));
-      if (nm >= 1) amp__put(&w, o->m[i], o->n[i] * sizeof(float));
-      if (nm >= 2) amp__put(&w, o->v[i], o->n[i] * sizeof(float));
+        amp__ckpt_bytes(&io, amp__o_buffer(o, i, k), o->n[i] * sizeof(float));
+      }
+#ifdef AMP_CUDA
+      if (cu_st != AMP_OK) break;
+#endif
     }
   }
-  crc = amp__crc_value(&w.crc);
-  amp__put_u32(&w, crc);
-  if (fflush(w.f) != 0) w.err = 1;
-  if (fclose(w.f) != 0) w.err = 1;
+  crc = amp__crc_value(&io.crc);
+  amp__ckpt_bytes(&io, &crc, 4);
+  amp__ckpt_flush(&io);
+  AMP_FREE(io.buf);
 #ifdef AMP_CUDA
   AMP_FREE(cu_tmp);
-  if (cu_st != AMP_OK) {
-    remove(tmp);
-    AMP_FREE(tmp);
-    return amp__fail(cu_st, "amp_checkpoint_save: %s", cu_msg);
-  }
+  if (cu_st != AMP_OK) { amp__wfile_abort(&file); return amp__fail(cu_st, "%s: %s", fn, cu_msg); }
 #endif
-  if (w.err) {
-    remove(tmp);
-    { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: writing '%s' failed", tmp); AMP_FREE(tmp); return st; }
-  }
-  if (rename(tmp, path) != 0) {
-    remove(tmp);
-    { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot rename '%s' to '%s'", tmp, path); AMP_FREE(tmp); return st; }
-  }
-  AMP_FREE(tmp);
-  return AMP_OK;
-}
-
-/* Parses and checks the whole file image against the live objects; fills *sc / *oc (the scaler
-   and optimizer sections to restore, NULL when absent). Nothing live is touched. */
-static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const amp_optimizer *o, const amp_scaler *s,
-                                  amp_scaler *sc, const unsigned char **opt_at) {
-  amp__rd r;
-  char magic[8];
-  /* zeroed: amp__get fills them after the sizes were checked, which gcc -O2 -fsanitize=undefined
-     cannot see (-Wmaybe-uninitialized would break a -Werror build) */
-  uint32_t version, endian, hsize, flags, crc_file, u = 0;
-  uint64_t payload, step = 0, count = 0, n = 0;
-  amp__crc crc;
-  size_t i;
-  r.p = buf; r.left = size;
-  if (size < AMP__CKPT_HEADER + 4) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: file of %zu bytes is truncated (header needs %u)", size, AMP__CKPT_HEADER + 4);
-  amp__get(&r, magic, 8);
-  if (memcmp(magic, AMP__CKPT_MAGIC, 8) != 0) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: not an amp.h checkpoint (bad magic)");
-  amp__get(&r, &version, 4); amp__get(&r, &endian, 4); amp__get(&r, &hsize, 4); amp__get(&r, &flags, 4); amp__get(&r, &payload, 8);
-  if (endian == 0x04030201u) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: written on a machine of the other byte order");
-  if (endian != AMP__CKPT_ENDIAN) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: bad endianness mark 0x%08x", (unsigned)endian);
-  if (version != AMP__CKPT_VERSION) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: format version %u, this amp.h reads %u", (unsigned)version, AMP__CKPT_VERSION);
-  if (hsize != AMP__CKPT_HEADER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: header size %u, expected %u", (unsigned)hsize, AMP__CKPT_HEADER);
-  if (payload != (uint64_t)(size - AMP__CKPT_HEADER - 4))
-    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: truncated or padded: payload %llu bytes, the file holds %zu",
-                     (unsigned long long)payload, size - AMP__CKPT_HEADER - 4);
-  amp__crc_init(&crc); amp__crc_add(&crc, buf, size - 4);
-  memcpy(&crc_file, buf + size - 4, 4);
-  if (crc_file != amp__crc_value(&crc))
-    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
-  if (flags & ~3u) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: unknown flags 0x%x", (unsigned)flags);
-  if (s && !(flags & 1u)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file holds no scaler state");
-  if (o && !(flags & 2u)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file holds no optimizer state");
-  r.left = size - AMP__CKPT_HEADER - 4;
-  if (flags & 1u) {
-    amp_scale_params *p = &sc->pr;
-    amp_scale_state *t = &sc->st;
-    int32_t ls = 0, fl = 0; uint64_t sk = 0;
-    if (r.left < AMP__CKPT_SCALER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler section truncated");
-    amp__get(&r, &p->growth, 4); amp__get(&r, &p->backoff, 4); amp__get(&r, &p->floor, 4); amp__get(&r, &p->cap, 4);
-    amp__get(&r, &p->interval, 4); amp__get(&r, &p->hysteresis, 4); amp__get(&r, &p->mode, 4);
-    amp__get(&r, &p->fixed, 4); amp__get(&r, &p->late_growth, 4); amp__get(&r, &sc->init_scale, 4);
-    amp__get(&r, &t->scale, 4); amp__get(&r, &t->tracker, 4); amp__get(&r, &t->hyst, 4); amp__get(&r, &t->at_floor, 4);
-    amp__get(&r, &ls, 4); amp__get(&r, &fl, 4); amp__get(&r, &sk, 8);
-    sc->last_skipped = ls != 0; sc->floor_logged = fl != 0; sc->skipped = (long)sk;
-    if (!(p->growth > 1.0f) || !amp__finite(p->growth) || !(p->backoff > 0.0f && p->backoff < 1.0f) || !amp__finite(p->backoff) ||
-        !(p->floor >= FLT_MIN) || !amp__finite(p->floor) || !(amp__is_zero(p->cap) || p->cap >= p->floor) || !amp__finite(p->cap) ||
-        p->interval < 1 || p->hysteresis < 1 || p->mode < 0 || p->mode > 2 ||
-        t->tracker < -1 || t->tracker > p->interval || t->hyst < 0 || t->hyst > p->hysteresis ||
-        !(t->scale >= p->floor) || !amp__finite(t->scale) || !(sc->init_scale >= FLT_MIN) || !amp__finite(sc->init_scale))
-      return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler parameters out of range (scale %g, growth %g, backoff %g)",
-                       (double)t->scale, (double)p->growth, (double)p->backoff);
-  }
-  *opt_at = NULL;
-  if (flags & 2u) {
-    amp_optim_config c, cr;
-    int nm;
-    *opt_at = r.p;
-    if (r.left < AMP__CKPT_OPTIM) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer section truncated");
-    memset(&c, 0, sizeof c);
-    amp__get(&r, &u, 4); c.kind = (amp_optim_kind)u;
-    amp__get(&r, &c.lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4); amp__get(&r, &c.dampening, 4);
-    amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4); amp__get(&r, &c.eps, 4);
-    amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
-    if (o) {
-      if (c.kind != o->cfg.kind) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer kind %u in the file, the live one is %d", (unsigned)u, (int)o->cfg.kind);
-      c.custom_step = o->cfg.custom_step; c.custom_user = o->cfg.custom_user;
-      if (amp__is_zero(c.lr)) c.lr = o->cfg.lr;   /* set_lr(0) was saved; resolve would read 0 as the default */
-      if (amp__optim_resolve("amp_checkpoint_load", &c, &cr) != AMP_OK) {
-        char why[sizeof amp__err_buf];
-        memcpy(why, amp__err_buf, sizeof why);
-        return amp__fail(AMP_ERR_CORRUPT, "%.400s (in the file)", why);
-      }
-      nm = amp__o_moments(&c);
-      if (nm != amp__o_moments(&o->cfg)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file's optimizer has %d moment buffers per tensor, the live one %d", nm, amp__o_moments(&o->cfg));
-      if (count != (uint64_t)o->count) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %llu tensors in the file, %zu in the optimizer", (unsigned long long)count, o->count);
-      if (step > (uint64_t)0x7fffffff) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: step count %llu out of range", (unsigned long long)step);
-      for (i = 0; i < o->count; i++) {
-        uint32_t wt, gt;
-        if (!amp__get(&r, &n, 8) || !amp__get(&r, &wt, 4) || !amp__get(&r, &gt, 4))
-          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu truncated", i);
-        if (n != (uint64_t)o->n[i]) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu has %llu elements in the file, %zu live", i, (unsigned long long)n, o->n[i]);
-        if (wt != (uint32_t)o->wtype[i] || gt != (uint32_t)o->gtype[i])
-          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)",
-                           i, (unsigned)wt, (unsigned)gt, amp__dtype_name(o->wtype[i]), amp__dtype_name(o->gtype[i]));
-        if (r.left / 4 < n * (uint64_t)(1 + nm)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu data truncated", i);
-        r.p += 4 * n * (uint64_t)(1 + nm); r.left -= 4 * n * (uint64_t)(1 + nm);
-      }
-      if (r.left != 0) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %zu bytes left over after the optimizer section", r.left);
-    }
-  } else if (r.left != 0) {
-    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %zu bytes left over after the scaler section", r.left);
-  }
-  return AMP_OK;
+  if (io.st != AMP_OK) { amp__wfile_abort(&file); return io.st; }
+  return amp__wfile_commit(&file);
 }
 
 #ifdef AMP_CUDA
 /* load on a CUDA device, after the whole file was checked: the optimizer's hyperparameters, step
    count, masters and moments written to the device and every model copy cast from its restored
    master there; the scaler's whole device block. */
-static amp_status amp__ckpt_cu_restore(amp_optimizer *o, amp_scaler *s, const amp_scaler *sc, const unsigned char *opt_at) {
+static amp_status amp__ckpt_cu_restore(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
   char m[400];
   amp_status st = AMP_OK;
   size_t i;
-  if (o && opt_at && amp_device_is_cuda(o->dev) && o->count > 0) {
+  if (o && im->has_optim && amp_device_is_cuda(o->dev) && o->count > 0) {
     void *state = o->dev->cuda;
-    amp__rd r;
-    amp_optim_config c = o->cfg;
+    const unsigned char *p = im->tensors;
     amp_cu_hparams h;
-    uint32_t u = 0; uint64_t step = 0, count = 0;
     int nm = amp__o_moments(&o->cfg), k;
-    r.p = opt_at; r.left = (size_t)-1;   /* sizes were checked */
-    amp__get(&r, &u, 4); amp__get(&r, &c.lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4);
-    amp__get(&r, &c.dampening, 4); amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4);
-    amp__get(&r, &c.eps, 4); amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
-    (void)u; (void)count;
     if ((st = amp__o_cu_build("amp_checkpoint_load", o)) != AMP_OK) return st;
-    h = amp__o_cu_hparams(&c);
+    h = amp__o_cu_hparams(&im->cfg);
     if ((st = amp__cu_optim_set_hparams(state, o->cu, &h, m, sizeof m)) != AMP_OK) goto fail;
-    if ((st = amp__cu_optim_set_step(state, o->cu, (int64_t)step, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = amp__cu_optim_set_step(state, o->cu, (int64_t)im->step, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
-      r.p += 16;
-      for (k = 0; k <= nm; k++, r.p += o->n[i] * sizeof(float))
-        if ((st = amp__cu_optim_state_io(state, o->cu, i, k, (float *)(uintptr_t)r.p, 1, m, sizeof m)) != AMP_OK) goto fail;
+      p += AMP__CKPT_TENSOR_BYTES;
+      for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float))
+        if ((st = amp__cu_optim_state_io(state, o->cu, i, k, (float *)(uintptr_t)p, 1, m, sizeof m)) != AMP_OK) goto fail;
       if ((st = amp__cu_cast(state, o->w[i], (int32_t)o->wtype[i], o->master[i], AMP_F32, o->n[i], m, sizeof m)) != AMP_OK) goto fail;
     }
   }
-  if (s && s->cu) {
+  if (s && im->has_scaler && s->cu) {
+    const amp_scaler *sc = &im->sc;
     float inv = amp__inv_scale(sc->pr.fixed ? sc->init_scale : sc->st.scale);   /* amp__scaler_inv */
     st = amp__cu_scaler_load(s->dev->cuda, s->cu, &sc->st, &sc->pr, inv, sc->last_skipped, (int64_t)sc->skipped, m, sizeof m);
     if (st != AMP_OK) goto fail;
@@ -3446,74 +3948,51 @@ fail:
 #endif
 
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) {
-  FILE *f;
-  long len;
-  unsigned char *buf;
-  const unsigned char *opt_at = NULL;
-  amp_scaler sc;
+  amp__ckpt_image im;
   amp_status st;
   size_t i;
   if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is NULL");
+  if (!*path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is empty");
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: both the optimizer and the scaler are NULL");
-  f = fopen(path, "rb");
-  if (!f) return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot open '%s'", path);
-  /* A directory opens on POSIX, and ext4 reports its size as LLONG_MAX: read a byte first, so it
-     is an I/O error naming the path rather than an attempt to allocate that size. */
-  if (getc(f) == EOF && ferror(f)) {
-    int e = errno;
-    fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot read '%s': %s", path, strerror(e));
-  }
-  if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot seek in '%s'", path);
-  }
-  buf = (unsigned char *)AMP_MALLOC(len > 0 ? (size_t)len : 1);
-  if (!buf) { fclose(f); return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_load: out of memory for %ld bytes", len); }
-  if (len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-    fclose(f); AMP_FREE(buf); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot read '%s'", path);
-  }
-  fclose(f);
-  memset(&sc, 0, sizeof sc);
-  st = amp__ckpt_check(buf, (size_t)len, o, s, &sc, &opt_at);
-  if (st != AMP_OK) { AMP_FREE(buf); return st; }
+  if ((st = amp__ckpt_read(path, o, s, &im)) != AMP_OK) return st;
 #ifdef AMP_CUDA
   /* The device state first: a device error then leaves every host field as it was. */
-  if ((st = amp__ckpt_cu_restore(o, s, &sc, opt_at)) != AMP_OK) { AMP_FREE(buf); return st; }
+  if ((st = amp__ckpt_cu_restore(o, s, &im)) != AMP_OK) { AMP_FREE(im.buf); return st; }
 #endif
   /* Everything checked: restore. */
-  if (s) {
-    s->pr = sc.pr; s->st = sc.st; s->init_scale = sc.init_scale;
-    s->last_skipped = sc.last_skipped; s->floor_logged = sc.floor_logged; s->skipped = sc.skipped;
+  if (s && im.has_scaler) {
+    s->pr = im.sc.pr; s->st = im.sc.st; s->init_scale = im.sc.init_scale;
+    s->last_skipped = im.sc.last_skipped; s->floor_logged = im.sc.floor_logged; s->skipped = im.sc.skipped;
     s->found_inf = 0; s->recorded = 0; s->iter++;
   }
-  if (o && opt_at) {
-    amp__rd r;
-    amp_optim_config c = o->cfg;
-    uint32_t u = 0; uint64_t step = 0, count = 0;
-    int nm = amp__o_moments(&o->cfg);
-    float lr;
-    r.p = opt_at; r.left = (size_t)len;   /* sizes were checked above */
-    amp__get(&r, &u, 4); amp__get(&r, &lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4);
-    amp__get(&r, &c.dampening, 4); amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4);
-    amp__get(&r, &c.eps, 4); amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
-    c.lr = lr;   /* exactly as saved, 0 included (amp_optimizer_set_lr allows it) */
-    o->cfg = c; o->step = (long)step;
+  if (o && im.has_optim) {
+    const unsigned char *p = im.tensors;
+    int nm = amp__o_moments(&o->cfg), k;
+    o->cfg = im.cfg; o->step = im.step;
     for (i = 0; i < o->count && !amp_device_is_cuda(o->dev); i++) {   /* CUDA: done above */
-      r.p += 16;
-      memcpy(o->master[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float);
-      if (nm >= 1) { memcpy(o->m[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float); }
-      if (nm >= 2) { memcpy(o->v[i], r.p, o->n[i] * sizeof(float)); r.p += o->n[i] * sizeof(float); }
+      p += AMP__CKPT_TENSOR_BYTES;
+      for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float)) memcpy(amp__o_buffer(o, i, k), p, o->n[i] * sizeof(float));
       amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
     }
-    (void)u; (void)count;
     o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0;
   }
-  AMP_FREE(buf);
+  AMP_FREE(im.buf);
   return AMP_OK;
 }
 
 /* ------------------------------------------------------------------------------------------
    Implementation: matrix product
    ------------------------------------------------------------------------------------------ */
+
+#ifdef _OPENMP   /* built with -fopenmp: the CPU product shares C's rows among the threads */
+#ifdef __cplusplus
+}
+#endif
+#include <omp.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+#endif
 
 #ifdef AMP_CUDA
 /* amp_kernels.cu: cuBLASLt, the WMMA teaching kernel and the plain fallback kernel. Arguments are
@@ -3526,26 +4005,49 @@ extern amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp
                                const amp_gemm_opts *opts, char *msg, size_t cap);
 #endif
 
-/* The CPU reference, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
-   panel's op(B) (k x NC) is packed once into f32 "slivers" NR columns wide; C's rows are cut into
-   MC-high blocks, and for each KC-deep slice of k the block's op(A) is packed into MR-high f32
-   slivers. The micro-kernel multiplies one MR x KC sliver of A by one KC x NR sliver of B into an
+/* The CPU product, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
+   panel's op(B) (k x NC) is packed once into "slivers" NR columns wide; C's rows are cut into
+   MC-high blocks, and for each KC-deep slice of k the block's op(A) is packed into MR-high
+   slivers. A micro-kernel multiplies one MR x KC sliver of A by one KC x NR sliver of B into an
    MR x NR tile of f32 accumulators held in registers, and the tiles live in a small MC x NC buffer
    between k slices. Every accumulator thus sees its products in the order p = 0, 1, ..., k-1,
-   whatever the blocking: the result is the same as a plain triple loop's. Packing converts the
-   inputs to f32 (exactly) once, so the micro-kernel is the same for f16, bf16 and f32. */
-#define AMP__GEMM_MR 6     /* 6 x 16 accumulators = 12 AVX registers of 8 floats, 4 left for a, b */
+   whatever the blocking and the number of threads (threads split C's rows, never k).
+
+   Two families of micro-kernels share this driver (amp__gemm_kernel describes one):
+   - the reference (AMP_GEMM_REFERENCE): f32 slivers, acc = acc + (a * b rounded), no FMA: the
+     result is the same as a plain triple loop's, bit for bit, on every CPU;
+   - the fast default (AMP_GEMM_AUTO), picked by CPUID: acc = fma(a, b, acc) in that same order
+     (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16: the same bits), inputs converted to f32 while
+     packing; bf16 inputs on an AVX512_BF16 CPU are packed in pairs along k and multiplied with
+     vdpbf16ps (2 products per lane and instruction, see the manual for its rounding).
+   A CPU with neither FMA nor AVX2 runs the reference. */
+#define AMP__GEMM_MR 6     /* reference: 6 x 16 accumulators = 12 AVX registers of 8 floats */
 #define AMP__GEMM_NR 16
 #define AMP__GEMM_KC 256   /* a KC x NR sliver of B (16 KiB) stays in L1 while the A slivers stream */
 #define AMP__GEMM_MC 96    /* an MC x KC block of A (96 KiB) stays in L2 */
-#define AMP__GEMM_NC 512   /* the MC x NC accumulator buffer is 192 KiB */
+#define AMP__GEMM_NC 512   /* the MC x NC accumulator buffer is 192 KiB; the widest panel of any kernel */
 
-/* No FMA contraction: a * b is rounded to f32 before it is added, on every compiler (clang honours
-   the standard pragma; gcc contracts only in GNU mode, and the optimize attribute stops it there). */
+/* No FMA contraction in the reference: a * b is rounded to f32 before it is added, under every
+   flag set of GCC and Clang (-O0 to -Ofast, -march=native, -ffp-contract=fast). An empty asm
+   statement takes the product as an operand, so no compiler can fuse it into the add (Clang's
+   -ffp-contract=fast, which -Ofast sets, ignores both #pragma STDC FP_CONTRACT and #pragma clang
+   fp contract); GCC's optimize attribute is kept as a second guard. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define AMP__NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 #else
 #define AMP__NO_CONTRACT
+#endif
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define AMP__GEMM_KEEP_AVX(t) __asm__("" : "+x"(t))     /* inside functions compiled for AVX */
+#if defined(__AVX__)
+#define AMP__GEMM_KEEP(t) __asm__("" : "+x"(t))
+#else
+#define AMP__GEMM_KEEP(t) ((void)0)                     /* no FMA without AVX: nothing to fuse */
+#endif
+#elif defined(__clang__)
+#define AMP__GEMM_KEEP(t) __asm__("" : "+m"(t))         /* other CPUs: the product goes through memory */
+#else
+#define AMP__GEMM_KEEP(t) ((void)0)                     /* other compilers: see the manual */
 #endif
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(AMP_NO_SIMD)
@@ -3555,10 +4057,11 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
 #define AMP__GEMM_VEC 1
 #endif
 
-/* The micro-kernel body: tile (MR x NR floats, row by row) = tile or 0, plus sum over p of
-   a[p*MR + r] * b[p*NR + c]. a and b are packed slivers, 32-byte aligned. */
+/* The reference micro-kernel body: tile (MR x NR floats, row by row) = tile or 0, plus sum over p
+   of a[p*MR + r] * b[p*NR + c], each product rounded before it is added. a and b are packed
+   slivers, 32-byte aligned. KEEP is the no-contraction barrier of the function's target. */
 #ifdef AMP__GEMM_VEC
-#define AMP__GEMM_MICRO_BODY                                                                   \
+#define AMP__GEMM_MICRO_BODY(KEEP)                                                             \
   {                                                                                            \
     amp__v8 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;                         \
     const amp__v8 *ct = (const amp__v8 *)tile;                                                 \
@@ -3571,12 +4074,12 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
       const amp__v8 *bv = (const amp__v8 *)(b + (size_t)p * AMP__GEMM_NR);                     \
       const float *ap = a + (size_t)p * AMP__GEMM_MR;                                          \
       amp__v8 b0 = bv[0], b1 = bv[1], t;                                                       \
-      t = b0 * ap[0]; c00 = c00 + t; t = b1 * ap[0]; c01 = c01 + t;                            \
-      t = b0 * ap[1]; c10 = c10 + t; t = b1 * ap[1]; c11 = c11 + t;                            \
-      t = b0 * ap[2]; c20 = c20 + t; t = b1 * ap[2]; c21 = c21 + t;                            \
-      t = b0 * ap[3]; c30 = c30 + t; t = b1 * ap[3]; c31 = c31 + t;                            \
-      t = b0 * ap[4]; c40 = c40 + t; t = b1 * ap[4]; c41 = c41 + t;                            \
-      t = b0 * ap[5]; c50 = c50 + t; t = b1 * ap[5]; c51 = c51 + t;                            \
+      t = b0 * ap[0]; KEEP(t); c00 = c00 + t; t = b1 * ap[0]; KEEP(t); c01 = c01 + t;          \
+      t = b0 * ap[1]; KEEP(t); c10 = c10 + t; t = b1 * ap[1]; KEEP(t); c11 = c11 + t;          \
+      t = b0 * ap[2]; KEEP(t); c20 = c20 + t; t = b1 * ap[2]; KEEP(t); c21 = c21 + t;          \
+      t = b0 * ap[3]; KEEP(t); c30 = c30 + t; t = b1 * ap[3]; KEEP(t); c31 = c31 + t;          \
+      t = b0 * ap[4]; KEEP(t); c40 = c40 + t; t = b1 * ap[4]; KEEP(t); c41 = c41 + t;          \
+      t = b0 * ap[5]; KEEP(t); c50 = c50 + t; t = b1 * ap[5]; KEEP(t); c51 = c51 + t;          \
     }                                                                                          \
     {                                                                                          \
       amp__v8 *co = (amp__v8 *)tile;                                                           \
@@ -3585,7 +4088,7 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
     }                                                                                          \
   }
 #else
-#define AMP__GEMM_MICRO_BODY                                                                   \
+#define AMP__GEMM_MICRO_BODY(KEEP)                                                             \
   {                                                                                            \
     float c[AMP__GEMM_MR][AMP__GEMM_NR];                                                       \
     int p, r, j;                                                                               \
@@ -3596,6 +4099,7 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
         float ar = a[(size_t)p * AMP__GEMM_MR + r];                                            \
         for (j = 0; j < AMP__GEMM_NR; j++) {                                                   \
           float t = ar * b[(size_t)p * AMP__GEMM_NR + j];                                      \
+          KEEP(t);                                                                             \
           c[r][j] = c[r][j] + t;                                                               \
         }                                                                                      \
       }                                                                                        \
@@ -3604,13 +4108,25 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
   }
 #endif
 
+/* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). */
 typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc);
+/* Packs the rows x cols block of X (element (r, c) at x[r*rs + c*cs], type t) into W-row slivers. */
+typedef void (*amp__gemm_pack_fn)(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols);
+
+/* One micro-kernel with its packing and block sizes. kpair 2: k is packed in pairs of bf16 (one
+   32-bit word holds a(i, 2q) and a(i, 2q+1)); kc is then even, so slices start on a pair. */
+typedef struct amp__gemm_kernel {
+  amp__gemm_micro_fn micro;
+  amp__gemm_pack_fn pack;
+  int mr, nr, kc, mc, nc, kpair;
+  int vec_store;   /* 1: the epilogue of f32 rows runs in the AVX-512 helper below */
+} amp__gemm_kernel;
 
 static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc) {
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-  AMP__GEMM_MICRO_BODY
+  AMP__GEMM_MICRO_BODY(AMP__GEMM_KEEP)
 }
 
 /* The same kernel compiled for AVX2, chosen at run time where the CPU has it (same bits: no FMA). */
@@ -3621,19 +4137,9 @@ static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-  AMP__GEMM_MICRO_BODY
+  AMP__GEMM_MICRO_BODY(AMP__GEMM_KEEP_AVX)
 }
 #endif
-
-static amp__gemm_micro_fn amp__gemm_pick_micro(void) {
-#ifdef AMP__GEMM_AVX2
-  static int has_cache = -1;   /* a relaxed atomic: threads may run their first product at once */
-  int has = AMP__ALOAD(&has_cache);
-  if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&has_cache, has); }
-  if (has) return amp__gemm_micro_avx2;
-#endif
-  return amp__gemm_micro;
-}
 
 /* dst[i * ds] = src[i * ss] as f32, for i < n (ss, ds in elements). */
 static void amp__gemm_gather(float *dst, size_t ds, const void *src, amp_dtype t, size_t ss, int n) {
@@ -3674,58 +4180,434 @@ static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t
   }
 }
 
-/* Writes C(i, j) for the block rows i0.., cols j0.. (mb x nb) from the accumulator tiles. */
-static void amp__gemm_store_block(float *accbuf, int mb, int nb, int i0, int j0, float alpha, float beta,
-                                  void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
-  int i, j, has_bias = o->bias != NULL;
-  int tiles_n = (nb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
-  if (ccs == 1 && ct != AMP_F32) {
-    /* A row of f16/bf16 C is contiguous: read it (beta != 0) and write it with the bulk
-       conversion, which gives the same bits as amp__load/amp__store, element math unchanged. */
-    float cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
-    if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
-    for (i = 0; i < mb; i++) {
-      const float *row = accbuf + ((size_t)(i / AMP__GEMM_MR) * tiles_n * AMP__GEMM_MR + i % AMP__GEMM_MR) * AMP__GEMM_NR;
-      void *crow = (char *)C + ((size_t)(i0 + i) * crs + (size_t)j0) * 2u;
-      if (beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
-      for (j = 0; j < nb; j++) {
-        float acc = row[(size_t)(j / AMP__GEMM_NR) * AMP__GEMM_MR * AMP__GEMM_NR + j % AMP__GEMM_NR];
-        cr[j] = amp__gemm_epi(amp__gemm_blend(acc, alpha, beta, beta != 0.0f ? cr[j] : 0.0f), has_bias,
-                              has_bias ? br[j] : 0.0f, (int)o->act);
+static const amp__gemm_kernel amp__gemm_reference_kernel = {
+  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0};
+#ifdef AMP__GEMM_AVX2
+static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0};
+#endif
+
+/* ---- the fast kernels (x86-64, GCC/Clang): FMA in order, AVX2 or AVX-512, AVX512_BF16 ---- */
+#ifdef AMP__X86_SIMD
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push   /* g++ 12: a false alarm inside the AVX-512 headers (_mm512_undefined_ps) */
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define AMP__GEMM_FAST 1
+#define AMP__GEMM_ISA_FMA 1      /* AVX2 + FMA, YMM state saved by the OS */
+#define AMP__GEMM_ISA_512 2      /* AVX-512 F/BW/VL, ZMM and mask state saved by the OS */
+#define AMP__GEMM_ISA_BF16 4     /* AVX512_BF16 */
+/* Tests lower this (to AMP__GEMM_ISA_FMA, or 0) to run the other paths on an AVX-512 CPU. */
+static int amp__gemm_isa_allowed = 7;
+
+static int amp__gemm_isa(void) {
+  static int cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
+  int v = AMP__ALOAD(&cache);
+  if (v < 0) {
+    unsigned r[4], lo = 0, hi = 0, ecx1;
+    v = 0;
+    amp__cpuid(0, r);
+    if (r[0] >= 7) {
+      amp__cpuid(1, r);
+      ecx1 = r[2];
+      /* ECX bit 12 FMA, 27 OSXSAVE, 28 AVX */
+      if ((ecx1 & (1u << 12)) && (ecx1 & (3u << 27)) == (3u << 27)) {
+        __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
+        (void)hi;
+        amp__cpuid(7, r);
+        if ((lo & 6u) == 6u && (r[1] & (1u << 5))) v |= AMP__GEMM_ISA_FMA;
+        /* XCR0 bits 5-7: opmask and ZMM state; leaf 7 EBX bits 16 F, 30 BW, 31 VL */
+        if ((v & AMP__GEMM_ISA_FMA) && (lo & 0xe0u) == 0xe0u && (r[1] & (1u << 16)) && (r[1] & (1u << 30)) &&
+            (r[1] & (1u << 31))) {
+          unsigned s[4];
+          v |= AMP__GEMM_ISA_512;
+          __asm__ __volatile__("cpuid" : "=a"(s[0]), "=b"(s[1]), "=c"(s[2]), "=d"(s[3]) : "a"(7u), "c"(1u));
+          if (s[0] & (1u << 5)) v |= AMP__GEMM_ISA_BF16;   /* leaf 7 subleaf 1 EAX bit 5 */
+        }
       }
-      amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+    }
+    AMP__ASTORE(&cache, v);
+  }
+  return v & amp__gemm_isa_allowed;
+}
+
+#define AMP__FMA2 __attribute__((target("avx2,fma,f16c")))
+#define AMP__T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AMP__T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+/* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. */
+static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  int p;
+  if (acc) {
+    c00 = _mm256_load_ps(tile + 0); c01 = _mm256_load_ps(tile + 8); c10 = _mm256_load_ps(tile + 16);
+    c11 = _mm256_load_ps(tile + 24); c20 = _mm256_load_ps(tile + 32); c21 = _mm256_load_ps(tile + 40);
+    c30 = _mm256_load_ps(tile + 48); c31 = _mm256_load_ps(tile + 56); c40 = _mm256_load_ps(tile + 64);
+    c41 = _mm256_load_ps(tile + 72); c50 = _mm256_load_ps(tile + 80); c51 = _mm256_load_ps(tile + 88);
+  } else {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  }
+  for (p = 0; p < kc; p++) {
+    __m256 b0 = _mm256_load_ps(b + (size_t)p * 16), b1 = _mm256_load_ps(b + (size_t)p * 16 + 8), x;
+    const float *ap = a + (size_t)p * 6;
+    x = _mm256_broadcast_ss(ap + 0); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(ap + 1); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(ap + 2); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(ap + 3); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(ap + 4); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(ap + 5); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
+  }
+  _mm256_store_ps(tile + 0, c00); _mm256_store_ps(tile + 8, c01); _mm256_store_ps(tile + 16, c10);
+  _mm256_store_ps(tile + 24, c11); _mm256_store_ps(tile + 32, c20); _mm256_store_ps(tile + 40, c21);
+  _mm256_store_ps(tile + 48, c30); _mm256_store_ps(tile + 56, c31); _mm256_store_ps(tile + 64, c40);
+  _mm256_store_ps(tile + 72, c41); _mm256_store_ps(tile + 80, c50); _mm256_store_ps(tile + 88, c51);
+}
+
+/* AVX-512: 8 x 32 tiles (16 ZMM accumulators). The row macro: row r of the tile. */
+#define AMP__GEMM_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define AMP__GEMM_DECL(r) __m512 c##r##0, c##r##1;
+#define AMP__GEMM_LOAD(r) c##r##0 = _mm512_load_ps(tile + (r) * 32); c##r##1 = _mm512_load_ps(tile + (r) * 32 + 16);
+#define AMP__GEMM_ZERO(r) c##r##0 = _mm512_setzero_ps(); c##r##1 = c##r##0;
+#define AMP__GEMM_STORE(r) _mm512_store_ps(tile + (r) * 32, c##r##0); _mm512_store_ps(tile + (r) * 32 + 16, c##r##1);
+#define AMP__GEMM_FMA(r) { __m512 x = _mm512_set1_ps(ap[r]); c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); \
+                           c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1); }
+#define AMP__GEMM_DPBF(r) { __m512i x = _mm512_set1_epi32(ap[r]); \
+                            c##r##0 = _mm512_dpbf16_ps(c##r##0, (__m512bh)x, (__m512bh)b0); \
+                            c##r##1 = _mm512_dpbf16_ps(c##r##1, (__m512bh)x, (__m512bh)b1); }
+
+static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b, float *tile, int acc) {
+  AMP__GEMM_ROWS8(AMP__GEMM_DECL)
+  int p;
+  if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
+  for (p = 0; p < kc; p++) {
+    __m512 b0 = _mm512_load_ps(b + (size_t)p * 32), b1 = _mm512_load_ps(b + (size_t)p * 32 + 16);
+    const float *ap = a + (size_t)p * 8;
+    AMP__GEMM_ROWS8(AMP__GEMM_FMA)
+  }
+  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
+}
+
+/* AVX512_BF16: 8 x 32 tiles; a and b hold bf16 pairs along k (one 32-bit word per row and pair),
+   each vdpbf16ps adds a(i,2q) b(2q,j) + a(i,2q+1) b(2q+1,j) to 16 accumulators. kc: pairs. */
+static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const float *bf, float *tile, int acc) {
+  const int *a = (const int *)(const void *)af;
+  AMP__GEMM_ROWS8(AMP__GEMM_DECL)
+  int p;
+  if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
+  for (p = 0; p < kc; p++) {
+    __m512i b0 = _mm512_load_si512((const void *)(bf + (size_t)p * 32)), b1 = _mm512_load_si512((const void *)(bf + (size_t)p * 32 + 16));
+    const int *ap = a + (size_t)p * 8;
+    AMP__GEMM_ROWS8(AMP__GEMM_DPBF)
+  }
+  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
+}
+
+/* Up to 16 elements of type t at p (n of them; the rest read as 0) as 16 f32 lanes, exactly. */
+static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
+  __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+  if (t == AMP_F32) return _mm512_maskz_loadu_ps(m, p);
+  if (t == AMP_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+/* 8 elements of type t at p as 8 f32 lanes, exactly. */
+static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
+  if (t == AMP_F32) return _mm256_loadu_ps((const float *)p);
+  if (t == AMP_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+/* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
+   moves bf16 pairs (32-bit words) as well as floats. */
+static inline AMP__T512 void amp__gemm_tr8(__m256 *r) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20); r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20); r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31); r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* amp__gemm_pack's layout (f32 slivers), with AVX-512 loads and conversions. */
+static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
+  size_t es = amp_dtype_size(t);
+  int s, r, c, ns = (rows + W - 1) / W;
+  if (rs != 1 && cs != 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
+  if (rs == 1) {   /* a column is contiguous: read it once, 16 at a time, into every sliver */
+    for (c = 0; c < cols; c++) {
+      const char *xc = (const char *)x + (size_t)c * cs * es;
+      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
+        const char *pf = xc + (size_t)4 * cs * es;
+        size_t off;
+        for (off = 0; off < (size_t)rows * es; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+      }
+      for (s = 0; s < ns; s++) {
+        float *d = dst + (size_t)s * W * cols + (size_t)c * W;
+        int rr;
+        for (rr = 0; rr < W; rr += 16) {
+          int nw = W - rr < 16 ? W - rr : 16, nh = rows - s * W - rr;
+          __m512 v = amp__gemm_ld16(xc + (size_t)(s * W + rr) * es, t, nh < 0 ? 0 : nh < nw ? nh : nw);
+          _mm512_mask_storeu_ps(d + rr, (__mmask16)((1u << nw) - 1u), v);
+        }
+      }
     }
     return;
   }
+  for (s = 0; s < ns; s++) {
+    float *d = dst + (size_t)s * W * cols;
+    int h = rows - s * W < W ? rows - s * W : W;
+    const char *xs = (const char *)x + (size_t)s * W * rs * es;
+    {         /* a row is contiguous: 8 x 8 blocks transposed in registers, then the rest */
+      float tmp[16];
+      int r8 = h / 8 * 8, c8 = cols / 8 * 8, l;
+      for (r = 0; r < r8; r += 8)
+        for (c = 0; c < c8; c += 8) {
+          __m256 v[8];
+          for (l = 0; l < 8; l++) v[l] = amp__gemm_ld8(xs + ((size_t)(r + l) * rs + (size_t)c) * es, t);
+          amp__gemm_tr8(v);
+          for (l = 0; l < 8; l++) _mm256_storeu_ps(d + (size_t)(c + l) * W + r, v[l]);
+        }
+      for (r = 0; r < h; r++) {
+        int c0 = r < r8 ? c8 : 0;
+        const char *xr = xs + (size_t)r * rs * es;
+        for (c = c0; c < cols; c += 16) {
+          int n = cols - c < 16 ? cols - c : 16;
+          _mm512_storeu_ps(tmp, amp__gemm_ld16(xr + (size_t)c * es, t, n));
+          for (l = 0; l < n; l++) d[(size_t)(c + l) * W + r] = tmp[l];
+        }
+      }
+      for (r = h; r < W; r++) for (c = 0; c < cols; c++) d[(size_t)c * W + r] = 0.0f;
+    }
+  }
+}
+
+/* bf16 pairs: word q of row r of a sliver is a(r, 2q) | a(r, 2q+1) << 16 (the element past an odd
+   `cols` is 0), stored dst32[s*W*kq + q*W + r] with kq = ceil(cols / 2). */
+static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
+  uint32_t *dst = (uint32_t *)(void *)dstf;
+  const uint16_t *xh = (const uint16_t *)x;
+  int s, r, q, ns = (rows + W - 1) / W, kq = (cols + 1) / 2;
+  (void)t;
+  if (rs == 1) {   /* columns contiguous: interleave columns 2q and 2q+1, read once, 32 rows at a time */
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                        39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (q = 0; q < kq; q++) {
+      const uint16_t *x0 = xh + (size_t)(2 * q) * cs, *x1 = x0 + cs;
+      int two = 2 * q + 1 < cols;
+      if (2 * q + 5 < cols) {   /* the pair 2 ahead: its lines are on their way while this one is copied */
+        size_t off;
+        for (off = 0; off < (size_t)rows * 2; off += 64) {
+          _mm_prefetch((const char *)(x0 + 4 * cs) + off, _MM_HINT_T0);
+          _mm_prefetch((const char *)(x0 + 5 * cs) + off, _MM_HINT_T0);
+        }
+      }
+      for (s = 0; s < ns; s++) {
+        uint32_t *d = dst + (size_t)s * W * kq + (size_t)q * W;
+        for (r = 0; r < W; r += 32) {
+          int nw = W - r < 32 ? W - r : 32, nh = rows - s * W - r, n;
+          __mmask32 m;
+          __m512i v0, v1, w0, w1;
+          int n0, n1;
+          n = nh < 0 ? 0 : nh < nw ? nh : nw;
+          m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+          v0 = _mm512_maskz_loadu_epi16(m, x0 + s * W + r);
+          v1 = two ? _mm512_maskz_loadu_epi16(m, x1 + s * W + r) : _mm512_setzero_si512();
+          w0 = _mm512_permutex2var_epi16(v0, lo, v1); w1 = _mm512_permutex2var_epi16(v0, hi, v1);
+          n0 = nw < 16 ? nw : 16; n1 = nw - n0;
+          _mm512_mask_storeu_epi32(d + r, (__mmask16)((1u << n0) - 1u), w0);
+          if (n1 > 0) _mm512_mask_storeu_epi32(d + r + 16, (__mmask16)((1u << n1) - 1u), w1);
+        }
+      }
+    }
+    return;
+  }
+  for (s = 0; s < ns; s++) {
+    uint32_t *d = dst + (size_t)s * W * kq;
+    int h = rows - s * W < W ? rows - s * W : W;
+    const uint16_t *xs = xh + (size_t)s * W * rs;
+    {
+      /* rows contiguous (or neither): the pairs are adjacent (cs == 1) or gathered */
+      int r8 = cs == 1 ? h / 8 * 8 : 0, q8 = cols / 16 * 8, l;
+      for (r = 0; r < r8; r += 8)   /* 8 rows x 8 pairs: the float transpose moves the words */
+        for (q = 0; q < q8; q += 8) {
+          __m256 v[8];
+          for (l = 0; l < 8; l++) v[l] = _mm256_loadu_ps((const float *)(const void *)(xs + (size_t)(r + l) * rs + 2 * (size_t)q));
+          amp__gemm_tr8(v);
+          for (l = 0; l < 8; l++) _mm256_storeu_ps((float *)(void *)(d + (size_t)(q + l) * W + r), v[l]);
+        }
+      for (r = 0; r < h; r++) {
+        const uint16_t *xr = xs + (size_t)r * rs;
+        if (cs == 1) {
+          for (q = r < r8 ? q8 : 0; q < cols / 2; q++) { uint32_t w; memcpy(&w, xr + 2 * q, 4); d[(size_t)q * W + r] = w; }
+        } else {
+          for (q = 0; q < cols / 2; q++) d[(size_t)q * W + r] = (uint32_t)xr[(size_t)(2 * q) * cs] | (uint32_t)xr[(size_t)(2 * q + 1) * cs] << 16;
+        }
+        if (cols & 1) d[(size_t)(kq - 1) * W + r] = xr[(size_t)(cols - 1) * cs];
+      }
+      for (r = h; r < W; r++) for (q = 0; q < kq; q++) d[(size_t)q * W + r] = 0u;
+    }
+  }
+}
+
+/* An f32 row of C from its accumulators: c[j] = act(alpha acc[j] (+ beta c[j]) (+ bias[j])), the
+   element math of amp__gemm_blend and amp__gemm_epi in 16 lanes (ReLU: max(x, 0) gives 0 for NaN
+   and -0, as x > 0 ? x : 0 does). act is NONE or RELU. */
+static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float alpha, float beta, const float *bias, int act) {
+  int j;
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), z = _mm512_setzero_ps();
+  for (j = 0; j < n; j += 16) {
+    __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
+    __m512 t = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, acc + j));
+    if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, c + j)));
+    if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias + j));
+    if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, z);
+    _mm512_mask_storeu_ps(c + j, m, t);
+  }
+}
+
+static const amp__gemm_kernel amp__gemm_kernel_fma = {
+  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0};
+/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue */
+static const amp__gemm_kernel amp__gemm_kernel_512 = {
+  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1};
+static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
+  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1};
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif /* AMP__X86_SIMD */
+
+/* The kernel for a product: the reference when asked for, else the fastest the CPU runs. */
+static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
+#ifdef AMP__GEMM_FAST
+  if (!reference) {
+    int isa = amp__gemm_isa();
+    if ((isa & AMP__GEMM_ISA_BF16) && in == AMP_BF16) return &amp__gemm_kernel_bf16;
+    if (isa & AMP__GEMM_ISA_512) return &amp__gemm_kernel_512;
+    if (isa & AMP__GEMM_ISA_FMA) return &amp__gemm_kernel_fma;
+  }
+#endif
+  (void)in; (void)reference;
+#ifdef AMP__GEMM_AVX2
+  {
+    static int has_cache = -1;   /* a relaxed atomic: threads may run their first product at once */
+    int has = AMP__ALOAD(&has_cache);
+    if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&has_cache, has); }
+    if (has) return &amp__gemm_reference_kernel_avx2;
+  }
+#endif
+  return &amp__gemm_reference_kernel;
+}
+
+/* Writes C(i, j) for the block rows i0.., cols j0.. (mb x nb) from the accumulator tiles. */
+static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf, int mb, int nb, int i0, int j0,
+                                  float alpha, float beta, void *C, amp_dtype ct, size_t crs, size_t ccs,
+                                  const amp_gemm_opts *o) {
+  int i, j, tc, has_bias = o->bias != NULL, mr = K->mr, nr = K->nr;
+  int tiles_n = (nb + nr - 1) / nr;
+  float acc[AMP__GEMM_NC], cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
+  /* the bias, converted once (amp_convert gives the bits of amp__load) */
+  if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
+#ifdef AMP__GEMM_FAST
+  if (K->vec_store && ccs == 1 && ct == AMP_F32 && o->act != AMP_ACT_GELU) {
+    /* f32 rows straight from the tiles, tile by tile (the buffer is read in order) */
+    int tr, r;
+    for (tr = 0; tr * mr < mb; tr++)
+      for (tc = 0; tc < tiles_n; tc++) {
+        const float *tile = accbuf + ((size_t)tr * tiles_n + tc) * mr * nr;
+        int w = nb - tc * nr < nr ? nb - tc * nr : nr;
+        for (r = 0; r < mr && tr * mr + r < mb; r++)
+          amp__gemm_row_512((float *)C + (size_t)(i0 + tr * mr + r) * crs + (size_t)(j0 + tc * nr), tile + (size_t)r * nr, w,
+                            alpha, beta, has_bias ? br + tc * nr : NULL, (int)o->act);
+      }
+    return;
+  }
+#endif
   for (i = 0; i < mb; i++) {
-    const float *row = accbuf + ((size_t)(i / AMP__GEMM_MR) * tiles_n * AMP__GEMM_MR + i % AMP__GEMM_MR) * AMP__GEMM_NR;
+    const float *row = accbuf + ((size_t)(i / mr) * tiles_n * mr + (size_t)(i % mr)) * nr;
+    for (tc = 0; tc < tiles_n; tc++)
+      memcpy(acc + tc * nr, row + (size_t)tc * mr * nr, sizeof(float) * (size_t)(nb - tc * nr < nr ? nb - tc * nr : nr));
+    if (ccs == 1) {
+      /* a contiguous row: f16/bf16 C is read (beta != 0) and written with the bulk conversion,
+         which gives the same bits as amp__load/amp__store, element math unchanged */
+      void *crow = (char *)C + ((size_t)(i0 + i) * crs + (size_t)j0) * amp_dtype_size(ct);
+      float *cf = ct == AMP_F32 ? (float *)crow : cr;
+#ifdef AMP__GEMM_FAST
+      if (K->vec_store && o->act != AMP_ACT_GELU) {
+        if (ct != AMP_F32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+        amp__gemm_row_512(cf, acc, nb, alpha, beta, has_bias ? br : NULL, (int)o->act);
+        if (ct != AMP_F32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+        continue;
+      }
+#endif
+      if (ct != AMP_F32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+      for (j = 0; j < nb; j++)
+        cf[j] = amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, beta != 0.0f ? cf[j] : 0.0f), has_bias,
+                              has_bias ? br[j] : 0.0f, (int)o->act);
+      if (ct != AMP_F32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+      continue;
+    }
     for (j = 0; j < nb; j++) {
       size_t at = (size_t)(i0 + i) * crs + (size_t)(j0 + j) * ccs;
-      float acc = row[(size_t)(j / AMP__GEMM_NR) * AMP__GEMM_MR * AMP__GEMM_NR + j % AMP__GEMM_NR];
       float c = beta != 0.0f ? amp__load(C, ct, at) : 0.0f;
-      float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)(j0 + j)) : 0.0f;
-      amp__store(C, ct, at, amp__gemm_epi(amp__gemm_blend(acc, alpha, beta, c), has_bias, bias, (int)o->act));
+      amp__store(C, ct, at, amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, c), has_bias, has_bias ? br[j] : 0.0f, (int)o->act));
     }
   }
 }
 
 static float *amp__align64(void *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* The product's workspace is kept between calls (at most ~5 MiB: B's slice, the A blocks and a
+   4 MiB chunk of accumulators): a fresh allocation of that size is mapped and zeroed by the OS on
+   every call, which cost a small product (the demo's) a fifth of its time. One workspace; a call
+   that finds it in use by another thread allocates its own. It stays reachable until exit. */
+#if defined(__GNUC__) || defined(__clang__)
+static void *amp__gemm_ws;
+static size_t amp__gemm_ws_size;
+static int amp__gemm_ws_busy;
+static void *amp__gemm_ws_get(size_t bytes, int *kept) {
+  *kept = 0;
+  if (__atomic_exchange_n(&amp__gemm_ws_busy, 1, __ATOMIC_ACQUIRE) == 0) {
+    if (amp__gemm_ws_size < bytes) {
+      AMP_FREE(amp__gemm_ws);
+      amp__gemm_ws = AMP_MALLOC(bytes);
+      amp__gemm_ws_size = amp__gemm_ws ? bytes : 0;
+    }
+    if (amp__gemm_ws) { *kept = 1; return amp__gemm_ws; }
+    __atomic_store_n(&amp__gemm_ws_busy, 0, __ATOMIC_RELEASE);
+    return NULL;
+  }
+  return AMP_MALLOC(bytes);
+}
+static void amp__gemm_ws_put(void *p, int kept) {
+  if (kept) __atomic_store_n(&amp__gemm_ws_busy, 0, __ATOMIC_RELEASE);
+  else AMP_FREE(p);
+}
+#else
+static void *amp__gemm_ws_get(size_t bytes, int *kept) { *kept = 0; return AMP_MALLOC(bytes); }
+static void amp__gemm_ws_put(void *p, int kept) { (void)kept; AMP_FREE(p); }
+#endif
+
 /* The whole CPU product on checked arguments, in strides: op(A)(i,p) = A[i*ars + p*acs],
    op(B)(p,j) = B[p*brs + j*bcs], C(i,j) = C[i*crs + j*ccs]. */
 static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
                                 const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
                                 void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
-  amp__gemm_micro_fn micro = amp__gemm_pick_micro();
-  int nc_max = n < AMP__GEMM_NC ? n : AMP__GEMM_NC, mc_max = m < AMP__GEMM_MC ? m : AMP__GEMM_MC;
-  int kc_max = k < AMP__GEMM_KC ? k : AMP__GEMM_KC;
-  size_t nc_pad = (size_t)(nc_max + AMP__GEMM_NR - 1) / AMP__GEMM_NR * AMP__GEMM_NR;
-  size_t mc_pad = (size_t)(mc_max + AMP__GEMM_MR - 1) / AMP__GEMM_MR * AMP__GEMM_MR;
-  size_t nb = (size_t)k * nc_pad, na = mc_pad * (size_t)kc_max, nacc = mc_pad * nc_pad;
+  const amp__gemm_kernel *K = amp__gemm_pick(at, o->algo == AMP_GEMM_REFERENCE);
+  int mr = K->mr, nr = K->nr, kp = K->kpair, nth = 1, mc, nblk, chunk;
+  int nc_max = n < K->nc ? n : K->nc, kc_max = k < K->kc ? k : K->kc;
+  size_t nc_pad = (size_t)(nc_max + nr - 1) / (size_t)nr * (size_t)nr;
+  size_t nb, na, nacc;
   size_t bsz = amp_dtype_size(bt), asz = amp_dtype_size(at);
   void *mem;
-  float *bp, *ap, *accbuf;
-  int jc, ic, pc;
+  float *bp, *work, *accs;
+  int jc, kept;
   if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
     int i, j, has_bias = o->bias != NULL;
     for (i = 0; i < m; i++)
@@ -3737,38 +4619,81 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
       }
     return AMP_OK;
   }
-  mem = AMP_MALLOC((nb + na + nacc) * sizeof(float) + 3 * 64);
-  if (!mem) return amp__fail(AMP_ERR_NOMEM, "amp_gemm: out of memory for %zu floats of packed panels", nb + na + nacc);
+#ifdef _OPENMP
+  /* Built with -fopenmp: C's row blocks are shared among the threads (never k: the bits do not
+     depend on the number of threads). Inside a parallel region the product runs on one thread. */
+  nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((double)m * n * k < 2e6) nth = 1;   /* too small to pay for waking threads */
+  if (nth < 1) nth = 1;
+#endif
+  /* row blocks: MC high, or fewer rows so that every thread gets one */
+  mc = (m + nth - 1) / nth;
+  mc = (mc + mr - 1) / mr * mr;
+  if (mc > K->mc) mc = K->mc;
+  nblk = (m + mc - 1) / mc;
+  if (nth > nblk) nth = nblk;
+  /* The accumulators of a chunk of row blocks (at most ~4 MiB) stay while the k slices pass: each
+     slice of op(B) is packed once per chunk and used at once, while it is still in cache. */
+  chunk = (int)(((size_t)1 << 20) / (nc_pad * (size_t)mc));
+  if (chunk < nth) chunk = nth;
+  if (chunk > nblk) chunk = nblk;
+  nb = (size_t)((kc_max + kp - 1) / kp) * nc_pad;
+  na = (size_t)mc * ((size_t)(kc_max + kp - 1) / (size_t)kp);
+  nacc = (size_t)mc * nc_pad;
+  na = (na + 15) / 16 * 16;   /* 64-byte multiples */
+  mem = amp__gemm_ws_get((nb + (size_t)nth * na + (size_t)chunk * nacc) * sizeof(float) + 3 * 64, &kept);
+  if (!mem) return amp__fail(AMP_ERR_NOMEM, "amp_gemm: out of memory for %zu floats of packed panels",
+                             nb + (size_t)nth * na + (size_t)chunk * nacc);
   bp = amp__align64(mem);
-  ap = amp__align64(bp + nb);
-  accbuf = amp__align64(ap + na);
-  for (jc = 0; jc < n; jc += AMP__GEMM_NC) {
-    int ncb = n - jc < AMP__GEMM_NC ? n - jc : AMP__GEMM_NC;
-    int tiles_n = (ncb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
-    /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
-    amp__gemm_pack(bp, AMP__GEMM_NR, (const char *)B + (size_t)jc * bcs * bsz, bt, bcs, brs, ncb, k);
-    for (ic = 0; ic < m; ic += AMP__GEMM_MC) {
-      int mcb = m - ic < AMP__GEMM_MC ? m - ic : AMP__GEMM_MC;
-      int tiles_m = (mcb + AMP__GEMM_MR - 1) / AMP__GEMM_MR;
-      for (pc = 0; pc < k; pc += AMP__GEMM_KC) {
-        int kcb = k - pc < AMP__GEMM_KC ? k - pc : AMP__GEMM_KC;
-        int tr, tc;
-        amp__gemm_pack(ap, AMP__GEMM_MR, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
-        for (tc = 0; tc < tiles_n; tc++) {
-          const float *bs = bp + (size_t)tc * AMP__GEMM_NR * k + (size_t)pc * AMP__GEMM_NR;
-          for (tr = 0; tr < tiles_m; tr++)
-            micro(kcb, ap + (size_t)tr * AMP__GEMM_MR * kcb, bs,
-                  accbuf + ((size_t)tr * tiles_n + tc) * AMP__GEMM_MR * AMP__GEMM_NR, pc > 0);
+  work = amp__align64(bp + nb);
+  accs = amp__align64(work + (size_t)nth * na);
+  for (jc = 0; jc < n; jc += K->nc) {
+    int ncb = n - jc < K->nc ? n - jc : K->nc;
+    int tiles_n = (ncb + nr - 1) / nr, b0, ib, pc;
+    for (b0 = 0; b0 < nblk; b0 += chunk) {
+      int nbc = nblk - b0 < chunk ? nblk - b0 : chunk;
+      for (pc = 0; pc < k; pc += K->kc) {
+        int kcb = k - pc < K->kc ? k - pc : K->kc, kcu = (kcb + kp - 1) / kp;
+        /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
+        K->pack(bp, nr, (const char *)B + ((size_t)jc * bcs + (size_t)pc * brs) * bsz, bt, bcs, brs, ncb, kcb);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nth) schedule(static, 1) if (nth > 1)
+#endif
+        for (ib = b0; ib < b0 + nbc; ib++) {
+          int tid = 0, ic = ib * mc, tr, tc;
+          int mcb = m - ic < mc ? m - ic : mc, tiles_m = (mcb + mr - 1) / mr;
+          float *ap, *acc = accs + (size_t)(ib - b0) * nacc;
+#ifdef _OPENMP
+          tid = omp_get_thread_num();
+#endif
+          ap = work + (size_t)tid * na;
+          K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
+          if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
+            for (tc = 0; tc < tiles_n; tc++)
+              for (tr = 0; tr < tiles_m; tr++)
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
+                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0);
+          } else {                /* the last: a row of tiles is finished, then written to C while in cache */
+            for (tr = 0; tr < tiles_m; tr++) {
+              float *row = acc + (size_t)tr * tiles_n * mr * nr;
+              for (tc = 0; tc < tiles_n; tc++)
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0);
+              amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
+                                    C, ct, crs, ccs, o);
+            }
+          }
         }
       }
-      amp__gemm_store_block(accbuf, mcb, ncb, ic, jc, alpha, beta, C, ct, crs, ccs, o);
     }
   }
-  AMP_FREE(mem);
+  amp__gemm_ws_put(mem, kept);
   return AMP_OK;
 }
 
 static const char *amp__trans_name(amp_trans t) { return t == AMP_NO_TRANS ? "AMP_NO_TRANS" : "AMP_TRANS"; }
+/* The elements from a stored matrix's first to its last: `lines` rows (row-major) or columns
+   (col-major) of `len` elements each, `ld` apart. */
+static size_t amp__gemm_span(int lines, int len, int ld) { return (size_t)(lines - 1) * (size_t)ld + (size_t)len; }
 
 AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
                               const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
@@ -3812,14 +4737,25 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->bias_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)o->bias_type);
   if (o->act != AMP_ACT_NONE && o->act != AMP_ACT_RELU && o->act != AMP_ACT_GELU)
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU", (int)o->act);
-  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA or AMP_GEMM_SIMPLE", (int)o->algo);
-  if (o->algo != AMP_GEMM_AUTO && !d->is_cuda)
+  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE && o->algo != AMP_GEMM_REFERENCE)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE", (int)o->algo);
+  if (o->algo == AMP_GEMM_REFERENCE && d->is_cuda)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_REFERENCE runs on the CPU, and d is a CUDA device");
+  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !d->is_cuda)
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
                      o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
   if (o->algo == AMP_GEMM_WMMA && a_type == AMP_F32)
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
   if (m == 0 || n == 0) return AMP_OK;
+  {   /* C must not overlap what the product reads (compared as spans from first to last element) */
+    size_t cb = amp__gemm_span(row ? m : n, row ? n : m, ldc) * amp_dtype_size(c_type);
+    if (k > 0 && amp__overlap(C, cb, A, amp__gemm_span(row ? a_rows : a_cols, row ? a_cols : a_rows, lda) * amp_dtype_size(a_type)))
+      return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps A %p", C, m, n, ldc, A);
+    if (k > 0 && amp__overlap(C, cb, B, amp__gemm_span(row ? b_rows : b_cols, row ? b_cols : b_rows, ldb) * amp_dtype_size(b_type)))
+      return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps B %p", C, m, n, ldc, B);
+    if (o->bias && amp__overlap(C, cb, o->bias, (size_t)n * amp_dtype_size(o->bias_type)))
+      return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: C %p (%d x %d, ldc %d) overlaps opts->bias %p", C, m, n, ldc, o->bias);
+  }
 #ifdef AMP_CUDA
   if (d->is_cuda) {   /* a device failure names amp_gemm, as every other public call's does */
     char msg[400];
