@@ -62,7 +62,7 @@ check "train_mlp: builds with -DTRAIN_MLP_NO_ZLIB (no -lz)" gcc -std=c99 -O2 $WA
 check "train_mlp: without zlib it reads the gzip data through gzip -dc, the same table as with zlib" sh -c "
   gcc -std=c99 -O2 $WARN -I. examples/train_mlp.c -o '$B/train_mlp_zlib' -lz -lm || exit 1
   for v in zlib nozlib; do
-    '$B/train_mlp_'\$v --data '$ex_idx' --epochs 1 --train-limit 100 --test-limit 100 --svg '$B/examples/idx_'\$v.svg > '$B/idx_'\$v.log 2>&1 || exit 1
+    '$B/train_mlp_'\$v --data '$ex_idx' --epochs 1 --batch 50 --train-limit 100 --test-limit 100 --svg '$B/examples/idx_'\$v.svg > '$B/idx_'\$v.log 2>&1 || exit 1
     sed -n '/^precision/,/^\$/p' '$B/idx_'\$v.log | awk 'NF { NF--; print }' > '$B/idx_'\$v.tab
   done
   cat '$B/idx_nozlib.log'; grep -q '^Fashion-MNIST from ' '$B/idx_nozlib.log' && [ \$(wc -l < '$B/idx_nozlib.tab') -ge 4 ] && diff '$B/idx_zlib.tab' '$B/idx_nozlib.tab'"
