@@ -1301,7 +1301,18 @@ AMP__EXACT_BEGIN
 #ifdef __cplusplus
 }
 #endif
+/* GCC's _mm*_undefined_* helpers initialise a register from itself; g++ -fopenmp then reports
+   every intrinsic built on them as maybe-uninitialized. The warning is about the header's idiom,
+   so it is silenced for the header's own lines only. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #ifdef __cplusplus
 extern "C" {
 #endif
