@@ -8,6 +8,20 @@
       #define AMP_IMPLEMENTATION
    before you include this file in *one* C or C++ file to create the implementation.
 
+   CONTENTS (search for the words in capitals or for the section title)
+
+      QUICK START                  a whole program, as it compiles
+      COMPILE-TIME OPTIONS         what to #define
+      BUILDING THE CUDA PART       nvcc and the link line
+      CONVENTIONS                  statuses, defaults, where element math lives
+      DEVICE ERRORS AND GETTERS    how a CUDA failure reaches a getter's caller
+      VERSION HISTORY
+      Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
+      Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
+      IMPLEMENTATION: the same sections in the same order; "The device line" in it is the set of
+      per-device operations the public functions call (the CPU's here, CUDA's in amp_kernels.cu).
+      LICENSE at the end.
+
    QUICK START (compiles as it stands; see examples/ for whole trainers)
 
       #define AMP_IMPLEMENTATION
@@ -42,11 +56,14 @@
       AMP_IMPLEMENTATION   emit the implementation (one translation unit only)
       AMP_STATIC           make every function static (private to the translation unit)
       AMPDEF               linkage of the public functions (default: extern)
-      AMP_MALLOC(sz) / AMP_FREE(p) / AMP_ASSERT(x)
-                           replace malloc/free/assert; define both AMP_MALLOC and AMP_FREE, or neither
+      AMP_MALLOC(sz) / AMP_FREE(p)
+                           replace malloc/free; define both, or neither
       AMP_NO_SIMD          never use the F16C/AVX2 bulk paths (the portable C path only)
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
+      AMP_NCCL             with AMP_CUDA: amp_nccl_allreduce_hook / amp_nccl_allreduce_grads call
+                           NCCL (compile amp_kernels.cu with -DAMP_NCCL too, link -lnccl);
+                           without it both return AMP_ERR_UNSUPPORTED
 
    The implementation unit may be built with -Ofast/-ffast-math; the inf/NaN checks work on the bits.
 
@@ -436,8 +453,6 @@ extern amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_t
 extern void       amp__cu_optim_destroy(void *state, void *optim);
 /* [step] new hyperparameters (the kind must stay the same). */
 extern amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_cu_hparams *h, char *msg, size_t cap);
-/* The device address of the learning rate (a float), for a schedule kept on the device. */
-extern float     *amp__cu_optim_lr_ptr(void *optim);
 /* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range. */
 extern float     *amp__cu_optim_master(void *optim, size_t index, size_t *n);
 /* [step] unscale + inf/NaN check + sum of squares over every grad in one launch; its last block
@@ -535,7 +550,8 @@ typedef struct amp_scaler_config {
   int   hysteresis_mode; /* how the count refills: AMP_HYSTERESIS_CONSECUTIVE (0, Paddle),
                             AMP_HYSTERESIS_CLEAN_REFILL (apex, DeepSpeed consecutive_hysteresis),
                             AMP_HYSTERESIS_GROWTH_REFILL (DeepSpeed default) */
-  float min_scale;       /* 0 -> no floor (but never below FLT_MIN, see the manual) */
+  float min_scale;       /* 0 -> no floor; the scale never goes below FLT_MIN all the same (a
+                            subnormal or zero scale would make the inverse scale inf) */
   float max_scale;       /* 0 -> no cap */
   int   fixed;           /* nonzero: static loss scaling at init_scale (unscale by 1/init_scale,
                             still skip on inf/NaN, the scale never changes) */
@@ -550,7 +566,7 @@ typedef enum amp_preset { AMP_PRESET_PYTORCH = 0, AMP_PRESET_PADDLE, AMP_PRESET_
 typedef struct amp_optimizer amp_optimizer;
 typedef struct amp_scaler amp_scaler;
 
-/* The presets of SEMANTICS.md, each matching its anchor's update rule step for step:
+/* The presets, each matching its anchor's update rule step for step:
      PYTORCH   65536 / 2 / 0.5 / 2000 / hysteresis 1 / no floor / no cap     (torch.amp.GradScaler)
      PADDLE    65536 / 2 / 0.5 / 2000 / 1 CONSECUTIVE / floor 1             (paddle.amp.GradScaler)
      DEEPSPEED 65536 / 2 / 0.5 / 1000 / 2 GROWTH_REFILL / floor 1, late_growth (DynamicLossScaler;
@@ -683,7 +699,7 @@ static inline AMP_HD amp_scale_state amp__scale_init(float init_scale, const amp
   return st;
 }
 
-/* The scale rule, once per iteration (SEMANTICS.md). Multiplications are done in double and
+/* The scale rule, once per iteration. Multiplications are done in double and
    rounded once to float, as PyTorch's and apex's kernels do (their factors are doubles); for
    Paddle's float*float the result is the same (the exact product fits a double). Checked against
    the anchors' code:
@@ -992,10 +1008,6 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP_FREE(p) free(p)
 #else
 #error "amp.h: define both AMP_MALLOC and AMP_FREE, or neither"
-#endif
-#ifndef AMP_ASSERT
-#include <assert.h>
-#define AMP_ASSERT(x) assert(x)
 #endif
 
 #if defined(__cplusplus) && __cplusplus >= 201103L
@@ -2298,7 +2310,7 @@ static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_pa
   if (c.max_scale > 0.0f && c.init_scale > c.max_scale)
     return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is above max_scale %g", (double)c.init_scale, (double)c.max_scale);
   pr->growth = c.growth_factor; pr->backoff = c.backoff_factor;
-  pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal (SEMANTICS.md) */
+  pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal: 1/scale stays finite */
   pr->cap = c.max_scale;
   pr->interval = c.growth_interval; pr->hysteresis = c.hysteresis; pr->mode = c.hysteresis_mode;
   pr->fixed = c.fixed != 0; pr->late_growth = c.late_growth != 0;
@@ -2520,7 +2532,8 @@ static int amp__opt_use_simd(void) {
   if (on < 0) { on = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&amp__opt_simd, on); }
   return on;
 #else
-  return amp__opt_simd > 0 ? 0 : 0;   /* no clone to pick; keeps the switch referenced */
+  (void)amp__opt_simd;   /* no clone to pick; tests may still set it */
+  return 0;
 #endif
 }
 

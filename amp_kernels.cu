@@ -734,10 +734,6 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
   return AMP_OK;
 }
 
-extern "C" float *amp__cu_optim_lr_ptr(void *optim) {
-  return optim ? &((amp__cu_optim *)optim)->dev->h.lr : NULL;
-}
-
 extern "C" float *amp__cu_optim_master(void *optim, size_t index, size_t *n) {
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!o || index >= o->n_tensors) { if (n) *n = 0; return NULL; }

@@ -27,7 +27,7 @@ static int pattern_steps(void) { return t_quick() ? 10000 : 100000; }
 /* The references test finiteness with amp__finite (on the bits) where the anchors write
    isfinite(): a build with -Ofast (-ffinite-math-only) folds isfinite() to 1. */
 /* ---- the references: literal transcriptions of the anchors' code (amp.h adds one thing to all:
-   the scale never goes below FLT_MIN, SEMANTICS.md; marked AMP below) ---- */
+   the scale never goes below FLT_MIN, as the manual says; marked AMP below) ---- */
 
 /* PyTorch aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp _amp_update_scale_cpu_ */
 typedef struct { float scale; int tracker; } ref_torch;
