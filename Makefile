@@ -22,7 +22,7 @@ test:
 $(B):
 	@mkdir -p $(B)
 
-$(B)/amp_kernels.o: amp_kernels.cu amp.h | $(B)
+$(B)/amp_kernels.o: amp_kernels.cu amp_kernels.h amp.h | $(B)
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -I. -c amp_kernels.cu -o $@
 
 BENCH_CPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/bench_*.c))

@@ -373,135 +373,6 @@ AMPDEF void        amp_device_close(amp_device *d);
 AMPDEF amp_status  amp_device_sync(amp_device *d);
 AMPDEF int         amp_device_is_cuda(const amp_device *d);
 
-/* ---- CUDA launcher interface (private; defined in amp_kernels.cu, issue 5) ----------------
-   The extern "C" functions amp.h's implementation calls under AMP_CUDA for a scaler or an
-   optimizer that lives on a CUDA device (the CUDA tests and benchmarks call them directly).
-   `state` is the device's amp__cu_state (amp_device.cuda). Each returns an amp_status and on
-   failure writes "amp__cu_x: what" (AMP_ERR_ARG, checked before any CUDA call) or the CUDA call,
-   the error's name and file:line (AMP_ERR_DEVICE) into msg[cap]; a failing call changes nothing.
-   Calls marked [step] only enqueue kernels on the device's stream: no allocation, no copy, no
-   host wait, so a step may be captured in a CUDA graph. Calls marked [sync] wait for the stream.
-   The scale-rule and optimizer types they take are declared in the sections below. */
-struct amp_scale_state;
-struct amp_scale_params;
-struct amp_step_coefs;
-
-/* One tensor of an optimizer (dtypes AMP_F32/F16/BF16; grad_dtype may differ from dtype, as with
-   amp_optimizer_add_mixed). */
-typedef struct amp_cu_tensor {
-  const void *grad;   /* device pointer, n elements of grad_dtype */
-  void *model;        /* device pointer, n elements of dtype: the model copy, rewritten rounded after each update */
-  size_t n;
-  int32_t dtype;      /* the model copy's */
-  int32_t grad_dtype; /* the grads' */
-} amp_cu_tensor;
-
-/* An optimizer's hyperparameters, resolved (defaults filled in), as the device reads them. */
-typedef struct amp_cu_hparams {
-  int32_t kind;                 /* AMP_SGD, AMP_ADAM, AMP_ADAMW */
-  float lr, weight_decay;
-  float momentum, dampening;
-  int32_t nesterov;
-  float beta1, beta2, eps;
-  float max_grad_norm;          /* 0: no clipping */
-} amp_cu_hparams;
-
-/* What a device scaler / optimizer holds besides the scale state, read back by a [sync] call. */
-typedef struct amp_cu_scaler_info {
-  float inv_scale;              /* amp__inv_scale(scale): what the next unscale multiplies by */
-  int32_t found_inf;            /* OR of the unscales since the last scale rule */
-  int32_t last_skipped;         /* the last scale rule saw an overflow */
-  int64_t skipped;              /* iterations with an overflow, in all */
-} amp_cu_scaler_info;
-typedef struct amp_cu_optim_info {
-  int64_t t;                    /* updates done (skipped steps not counted) */
-  int64_t skipped;              /* steps skipped for an overflow */
-  float norm, clip;             /* last unscale: L2 norm of the unscaled grads, clip coefficient */
-  float mul;                    /* inv_scale * clip: the factor the update applies to each grad */
-  int32_t skip;                 /* the last unscale found inf/NaN: the next step skips */
-} amp_cu_optim_info;
-
-/* Device scaler: one small block in device memory (scale state, rule parameters, inverse scale,
-   found-inf flag, skip counts). */
-extern amp_status amp__cu_scaler_create(void *state, void **scaler, const struct amp_scale_state *st,
-                                        const struct amp_scale_params *pr, char *msg, size_t cap);
-extern void       amp__cu_scaler_destroy(void *state, void *scaler);
-/* [step] replaces the scale state (checkpoint load) and refreshes the inverse scale. */
-extern amp_status amp__cu_scaler_set(void *state, void *scaler, const struct amp_scale_state *st, char *msg, size_t cap);
-/* [step] the whole block (checkpoint load): state, parameters, the inverse scale the unscale uses
-   (1/init_scale for fixed scaling), skip counts; the found-inf flag cleared. 1 launch. */
-extern amp_status amp__cu_scaler_load(void *state, void *scaler, const struct amp_scale_state *st,
-                                      const struct amp_scale_params *pr, float inv_scale, int last_skipped,
-                                      int64_t skipped, char *msg, size_t cap);
-/* [sync] the scale state and the rest of the block; either output may be NULL. */
-extern amp_status amp__cu_scaler_read(void *state, const void *scaler, struct amp_scale_state *st,
-                                      amp_cu_scaler_info *info, char *msg, size_t cap);
-/* The device address of the current scale (a float), for the trainer's own loss-gradient kernel. */
-extern float     *amp__cu_scaler_scale_ptr(void *scaler);
-/* [step] the scale rule on the device with found_inf = the device flag (OR-ed by the unscales since
-   the last rule) OR (found_inf > 0), as the CPU's update()/update_found_inf(); found_inf is -1, 0
-   or 1. Then the flag is cleared. 1 launch. */
-extern amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf, char *msg, size_t cap);
-/* [step] buf[i] = buf[i] * scale, rounded to dtype (the loss gradient of the scaled loss). 1 launch. */
-extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n,
-                                       char *msg, size_t cap);
-
-/* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 master
-   (initialised from the model copies), the moments (zeroed) and the per-step block. */
-extern amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *tensors, size_t n_tensors,
-                                       const amp_cu_hparams *h, char *msg, size_t cap);
-extern void       amp__cu_optim_destroy(void *state, void *optim);
-/* [step] new hyperparameters (the kind must stay the same). */
-extern amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_cu_hparams *h, char *msg, size_t cap);
-/* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range. */
-extern float     *amp__cu_optim_master(void *optim, size_t index, size_t *n);
-/* [step] unscale + inf/NaN check + sum of squares over every grad in one launch; its last block
-   takes the norm, the clip coefficient and the skip decision, and ORs an overflow into the scaler's
-   flag (scaler NULL: inverse scale 1, no flag). Grads are read, never written. */
-extern amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap);
-/* [step] data-parallel unscale in two halves around the trainer's all-reduce. _local: the same pass,
-   but the last block only writes this rank's {found_inf 0/1, sum of squares} as 2 doubles to the
-   optimizer's device buffer *buf and decides nothing (optimizer and scaler unchanged). _finish
-   (1 launch, 1 thread): norm, clip, skip from the buffer as reduced (the SUM over ranks); an
-   overflow is ORed into the scaler's flag. With an identity reduce the result equals
-   amp__cu_optim_unscale's bit for bit. */
-extern amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg, size_t cap);
-extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap);
-/* [step] the fused update in one launch; it changes nothing but the skipped count when this
-   optimizer's last unscale or, scaler given, any unscale into that scaler since its last rule found
-   inf/NaN. With update_scaler != 0 its last block also runs the scale rule (amp__cu_scaler_update(-1))
-   once every block has read the flag, so a step of one optimizer can be 2 launches. */
-extern amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap);
-/* [sync] the step count, norm, clip and skip state. */
-extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap);
-/* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
-   (to_device 0) or from host (to_device 1); a moment the kind does not keep is AMP_ERR_ARG. */
-extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
-                                         int to_device, char *msg, size_t cap);
-/* [step] set the step count (checkpoint load). */
-extern amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap);
-/* The per-step coefficients the device computes for update number t (t >= 1), on the host: the
-   same source compiled for both sides. */
-extern void       amp__cu_step_coefs(const amp_cu_hparams *h, int64_t t, struct amp_step_coefs *c);
-
-/* [step] dst = src converted (any pair of F32/F16/BF16; same type: a copy). 1 launch. */
-extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
-                               size_t n, char *msg, size_t cap);
-
-/* Plumbing for tests, benchmarks and checkpoints. amp__cu_copy: dir 0 host->device, 1 device->host
-   ([sync]), 2 device->device ([step], async on the stream). Capture: begin/end on the device's
-   stream (it must not be the legacy default stream); end instantiates the graph and counts its
-   kernel nodes. */
-extern amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap);
-extern void       amp__cu_free(void *state, void *p);
-extern amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap);
-extern amp_status amp__cu_stream_create(int ordinal, void **stream, char *msg, size_t cap);
-extern void       amp__cu_stream_destroy(void *stream);
-extern amp_status amp__cu_capture_begin(void *state, char *msg, size_t cap);
-extern amp_status amp__cu_capture_end(void *state, void **graph, size_t *kernel_nodes, char *msg, size_t cap);
-extern amp_status amp__cu_graph_launch(void *state, void *graph, char *msg, size_t cap);
-extern void       amp__cu_graph_destroy(void *graph);
-
 /* ---- Data-parallel with NCCL (one process or thread per GPU) -----------------------------------
    Built when the implementation unit defines AMP_CUDA and AMP_NCCL and amp_kernels.cu is compiled
    with -DAMP_NCCL (link -lnccl); otherwise both return AMP_ERR_UNSUPPORTED and say how to enable
@@ -829,6 +700,25 @@ typedef struct amp_step_coefs {
   float decay;               /* AdamW: 1 - lr * wd, applied to the weight first */
 } amp_step_coefs;
 
+/* The coefficients of update number t (t >= 1) from the resolved config: the one function the CPU
+   step and the CUDA step kernel (one thread per block) both call. Bias corrections in double,
+   rounded once to float, as PyTorch computes them. SGD reads lr, wd, momentum, dampening,
+   nesterov and first; its step_size is lr and bc2_sqrt 1 (no bias correction). */
+static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, int64_t t) {
+  amp_step_coefs c;
+  int adamw = h->kind == AMP_ADAMW;
+  c.lr = h->lr;
+  c.wd = adamw ? 0.0f : h->weight_decay;          /* AdamW decays the weight, not the grad */
+  c.momentum = h->momentum; c.dampening = h->dampening;
+  c.nesterov = h->nesterov != 0; c.first = t == 1;   /* torch.optim.SGD: the buffer starts as the grad */
+  c.beta1 = h->beta1; c.beta2 = h->beta2; c.eps = h->eps;
+  c.decay = adamw ? (float)(1.0 - (double)h->lr * (double)h->weight_decay) : 1.0f;
+  if (h->kind == AMP_SGD) { c.step_size = h->lr; c.bc2_sqrt = 1.0f; return c; }
+  c.step_size = (float)((double)h->lr / (1.0 - pow((double)h->beta1, (double)t)));
+  c.bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
+  return c;
+}
+
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
 
 /* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD). */
@@ -1037,6 +927,10 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define AMP__PRINTF(a, b)
+#endif
+
+#ifdef AMP_CUDA
+#include "amp_kernels.h"   /* the CUDA device's operations, defined in amp_kernels.cu */
 #endif
 
 #ifdef __cplusplus
@@ -2130,11 +2024,6 @@ AMPDEF amp_device *amp_cpu(void) { return &amp__cpu_device; }
 AMPDEF int amp_device_is_cuda(const amp_device *d) { return d && d->is_cuda; }
 
 #ifdef AMP_CUDA
-/* The interface to amp_kernels.cu. Each function there returns an amp_status and, on failure,
-   writes its message (the CUDA call, the error's name, file:line) into msg. */
-extern amp_status amp__cu_open(int ordinal, void *stream, void **state, char *msg, size_t cap);
-extern void       amp__cu_close(void *state);
-extern amp_status amp__cu_sync(void *state, char *msg, size_t cap);
 
 AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
   amp_device *d;
@@ -2177,9 +2066,6 @@ AMPDEF amp_status amp_device_sync(amp_device *d) {
 
 /* ---- NCCL: amp_kernels.cu's section "NCCL" does the work ---- */
 #if defined(AMP_CUDA) && defined(AMP_NCCL)
-extern amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, void *stream, char *msg, size_t cap);
-extern amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, int32_t dtype, size_t n, int average,
-                                     int in_f32, char *msg, size_t cap);
 
 AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, void *stream) {
   if (!nccl_comm) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: nccl_comm is NULL (pass the ncclComm_t as the hook's user)");
@@ -2864,19 +2750,10 @@ AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *wei
 }
 
 #ifdef AMP_CUDA
-static amp_cu_hparams amp__o_cu_hparams(const amp_optim_config *c) {
-  amp_cu_hparams h;
-  memset(&h, 0, sizeof h);
-  h.kind = (int32_t)c->kind; h.lr = c->lr; h.weight_decay = c->weight_decay;
-  h.momentum = c->momentum; h.dampening = c->dampening; h.nesterov = c->nesterov;
-  h.beta1 = c->beta1; h.beta2 = c->beta2; h.eps = c->eps; h.max_grad_norm = c->max_grad_norm;
-  return h;
-}
 /* The device optimizer, made from the whole table at the first call that needs it (the kernels
    take the table uploaded once, so no tensor can be added after). fn names the public caller. */
 static amp_status amp__o_cu_build(const char *fn, amp_optimizer *o) {
   amp_cu_tensor *t;
-  amp_cu_hparams h;
   amp_status st;
   char m[400];
   size_t i;
@@ -2889,8 +2766,7 @@ static amp_status amp__o_cu_build(const char *fn, amp_optimizer *o) {
     t[i].grad = o->g[i]; t[i].model = o->w[i]; t[i].n = o->n[i];
     t[i].dtype = (int32_t)o->wtype[i]; t[i].grad_dtype = (int32_t)o->gtype[i];
   }
-  h = amp__o_cu_hparams(&o->cfg);
-  st = amp__cu_optim_create(o->dev->cuda, &o->cu, t, o->count, &h, m, sizeof m);
+  st = amp__cu_optim_create(o->dev->cuda, &o->cu, t, o->count, &o->cfg, m, sizeof m);
   AMP_FREE(t);
   if (st != AMP_OK) { o->cu = NULL; return amp__fail(st, "%s: %s", fn, m); }
   for (i = 0; i < o->count; i++) o->master[i] = amp__cu_optim_master(o->cu, i, NULL);
@@ -2909,12 +2785,10 @@ AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
 #ifdef AMP_CUDA
   if (o->cu) {   /* enqueued: a schedule may be captured in a graph with the step */
     amp_optim_config c = o->cfg;
-    amp_cu_hparams h;
     char m[400];
     amp_status st;
     c.lr = lr;
-    h = amp__o_cu_hparams(&c);
-    if ((st = amp__cu_optim_set_hparams(o->dev->cuda, o->cu, &h, m, sizeof m)) != AMP_OK)
+    if ((st = amp__cu_optim_set_hparams(o->dev->cuda, o->cu, &c, m, sizeof m)) != AMP_OK)
       return amp__fail(st, "amp_optimizer_set_lr: %s", m);
   }
 #endif
@@ -2951,21 +2825,6 @@ AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, s
 #endif
   if (n) *n = o->n[index];
   return o->master[index];
-}
-
-/* The per-step coefficients, in double on the host and rounded once (t = the step about to run). */
-static amp_step_coefs amp__o_coefs(const amp_optimizer *o) {
-  const amp_optim_config *c = &o->cfg;
-  amp_step_coefs k;
-  double t = (double)(o->step + 1);
-  memset(&k, 0, sizeof k);
-  k.lr = c->lr; k.wd = c->kind == AMP_ADAMW ? 0.0f : c->weight_decay;
-  k.momentum = c->momentum; k.dampening = c->dampening; k.nesterov = c->nesterov; k.first = o->step == 0;
-  k.beta1 = c->beta1; k.beta2 = c->beta2; k.eps = c->eps;
-  k.step_size = (float)((double)c->lr / (1.0 - pow((double)c->beta1, t)));
-  k.bc2_sqrt = (float)sqrt(1.0 - pow((double)c->beta2, t));
-  k.decay = c->kind == AMP_ADAMW ? (float)(1.0 - (double)c->lr * (double)c->weight_decay) : 1.0f;
-  return k;
 }
 
 /* The call-order stage of o in s's current iteration. */
@@ -3056,7 +2915,7 @@ static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o
 
 /* Pass 2: the update of every tensor. */
 static void amp__o_apply(amp_optimizer *o) {
-  amp_step_coefs c = amp__o_coefs(o);
+  amp_step_coefs c = amp__step_coefs(&o->cfg, (int64_t)o->step + 1);
   float gmul = o->inv * amp__clip_coef(o->grad_norm, o->cfg.max_grad_norm);
   size_t i;
   for (i = 0; i < o->count; i++) {
@@ -3405,7 +3264,6 @@ static amp_status amp__ckpt_cu_restore(amp_optimizer *o, amp_scaler *s, const am
     void *state = o->dev->cuda;
     amp__rd r;
     amp_optim_config c = o->cfg;
-    amp_cu_hparams h;
     uint32_t u = 0; uint64_t step = 0, count = 0;
     int nm = amp__o_moments(&o->cfg), k;
     r.p = opt_at; r.left = (size_t)-1;   /* sizes were checked */
@@ -3414,8 +3272,7 @@ static amp_status amp__ckpt_cu_restore(amp_optimizer *o, amp_scaler *s, const am
     amp__get(&r, &c.eps, 4); amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
     (void)u; (void)count;
     if ((st = amp__o_cu_build("amp_checkpoint_load", o)) != AMP_OK) return st;
-    h = amp__o_cu_hparams(&c);
-    if ((st = amp__cu_optim_set_hparams(state, o->cu, &h, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = amp__cu_optim_set_hparams(state, o->cu, &c, m, sizeof m)) != AMP_OK) goto fail;
     if ((st = amp__cu_optim_set_step(state, o->cu, (int64_t)step, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
       r.p += 16;
@@ -3505,16 +3362,6 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
    Implementation: matrix product
    ------------------------------------------------------------------------------------------ */
 
-#ifdef AMP_CUDA
-/* amp_kernels.cu: cuBLASLt, the WMMA teaching kernel and the plain fallback kernel. Arguments are
-   checked here first; A, B, C and opts->bias are device pointers. */
-extern amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb,
-                               int m, int n, int k, float alpha,
-                               const void *A, amp_dtype a_type, int lda,
-                               const void *B, amp_dtype b_type, int ldb,
-                               float beta, void *C, amp_dtype c_type, int ldc,
-                               const amp_gemm_opts *opts, char *msg, size_t cap);
-#endif
 
 /* The CPU reference, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
    panel's op(B) (k x NC) is packed once into f32 "slivers" NR columns wide; C's rows are cut into

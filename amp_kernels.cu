@@ -8,6 +8,7 @@
 // caller's buffer (amp.h's thread-local amp_last_error). The element math of every kernel is the
 // AMP_HD functions of amp.h, the same code the CPU path runs.
 #include "amp.h"
+#include "amp_kernels.h"
 #include <cuda_runtime.h>
 #include <cublasLt.h>
 #include <stdio.h>
@@ -178,7 +179,7 @@ struct amp__cu_chunk { long long start; int32_t tensor; int32_t len; };
 
 // The optimizer's block in device memory.
 struct amp__cu_optim_dev {
-  amp_cu_hparams h;
+  amp_optim_config h;
   long long t;            // updates done
   long long skipped;
   float norm, clip, mul;  // the last unscale's results
@@ -266,21 +267,9 @@ template <typename F> __device__ F amp__cu_block_sum(F x) {
   return t;
 }
 
-// ---- per-step coefficients (PyTorch: bias corrections in double, rounded once to float)
-
-static __host__ __device__ void amp__cu_coefs(const amp_cu_hparams *h, long long t, amp_step_coefs *c) {
-  int adamw = h->kind == AMP_ADAMW;
-  c->lr = h->lr;
-  c->wd = adamw ? 0.0f : h->weight_decay;          // AdamW decays the weight, not the grad
-  c->momentum = h->momentum; c->dampening = h->dampening;
-  c->nesterov = h->nesterov; c->first = t == 1;   // torch.optim.SGD: the buffer starts as the grad
-  c->beta1 = h->beta1; c->beta2 = h->beta2; c->eps = h->eps;
-  c->decay = adamw ? (float)(1.0 - (double)h->lr * (double)h->weight_decay) : 1.0f;
-  if (h->kind == AMP_SGD) { c->step_size = h->lr; c->bc2_sqrt = 1.0f; return; }
-  c->step_size = (float)((double)h->lr / (1.0 - pow((double)h->beta1, (double)t)));
-  c->bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
-}
-extern "C" void amp__cu_step_coefs(const amp_cu_hparams *h, int64_t t, amp_step_coefs *c) { amp__cu_coefs(h, (long long)t, c); }
+// ---- per-step coefficients: amp__step_coefs (amp.h), the CPU's own function. Its host compilation
+// by nvcc, for the test that compares it with the CPU build's bit for bit.
+extern "C" void amp__cu_step_coefs(const amp_optim_config *h, int64_t t, amp_step_coefs *c) { *c = amp__step_coefs(h, t); }
 
 // ---- the scale rule on the device (one thread)
 
@@ -447,7 +436,7 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     // change. Each block computes the coefficients itself (a few hundred cycles) rather than
     // waiting for one block to publish them.
     s_skip = o->skip || (sc && *(volatile int32_t *)&sc->found_inf);
-    if (!s_skip) { amp__cu_coefs(&o->h, o->t + 1, &s_c); s_mul = o->mul; }
+    if (!s_skip) { s_c = amp__step_coefs(&o->h, o->t + 1); s_mul = o->mul; }
   }
   __syncthreads();
   const int skip = s_skip;
@@ -470,7 +459,7 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   }
 }
 
-__global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_cu_hparams h) { o->h = h; }
+__global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_optim_config h) { o->h = h; }
 __global__ void amp__cu_set_step_kernel(amp__cu_optim_dev *o, long long t) { o->t = t; }
 
 // ---- casts (and the in-place multiply by the scale): grid-stride, 8 elements per access
@@ -634,7 +623,7 @@ static void amp__cu_optim_release(amp__cu_optim *o) {
 
 // Allocates and fills everything; on failure the caller releases what was made.
 static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const amp_cu_tensor *ts,
-                                      const amp_cu_hparams *h, amp__cu_tdev *ht, amp__cu_chunk *hc, char *msg, size_t cap) {
+                                      const amp_optim_config *h, amp__cu_tdev *ht, amp__cu_chunk *hc, char *msg, size_t cap) {
   int slots = 1 + o->has_m + o->has_v, c = 0;
   amp__cu_optim_dev hb;
   CU_CHECK(cudaSetDevice(st->ordinal));
@@ -675,7 +664,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
 }
 
 extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n_tensors,
-                                           const amp_cu_hparams *h, char *msg, size_t cap) {
+                                           const amp_optim_config *h, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   size_t chunks = 0;
   if (!optim || !ts || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %s is NULL", !optim ? "optim" : !ts ? "tensors" : "h");
@@ -722,7 +711,7 @@ extern "C" void amp__cu_optim_destroy(void *state, void *optim) {
   amp__cu_optim_release((amp__cu_optim *)optim);
 }
 
-extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_cu_hparams *h, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %s is NULL", !st ? "state" : !o ? "optim" : "h");
