@@ -403,10 +403,11 @@ static void call_order_follows_pytorch(void) {
   amp_optimizer_destroy(o); amp_scaler_destroy(s);
 }
 static void scaler_and_optimizer_on_different_devices_are_refused(void) {
-  amp_device fake = {1, 0, NULL, NULL};
+  amp_device fake;   /* another device than the scaler's: its own object (the CPU's operations) */
   float w[2] = {1, 2}, g[2] = {0, 0};
   amp_optim_config oc; amp_optimizer *o = NULL; amp_scaler *s = make(NULL);
   amp_status st;
+  memset(&fake, 0, sizeof fake); fake.is_cuda = 1;
   memset(&oc, 0, sizeof oc);
   if (!s || amp_optimizer_create(&o, &fake, &oc) != AMP_OK || amp_optimizer_add(o, AMP_F32, w, g, 2) != AMP_OK) { EXPECT(0, "setup %s", amp_last_error()); return; }
   st = amp_scaler_step(s, o);
