@@ -2038,9 +2038,15 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
 
    Every public function below checks its arguments, keeps the call order and writes its messages
    once, for every device, then reaches the device through one table of operations, amp__backend:
-   one table for the CPU (amp__cpu_ops, near the end of this section's siblings) and one for CUDA
-   (amp__cuda_ops, thin calls of amp_kernels.cu's launchers, declared in amp_kernels.h). Nothing
-   above the line asks which device it runs on; what truly differs sits below it.
+   one table for the CPU (amp__cpu_ops; its functions amp__cpu_* sit beside the code they share)
+   and one for CUDA (amp__cuda_ops, each entry one call of a launcher of amp_kernels.cu, declared
+   in amp_kernels.h); both tables are at the end of the implementation. Nothing above the line asks
+   which device it runs on; what truly differs sits below it.
+   To add an optimizer kind: its AMP_OPTIM_* value, its fields in amp_optim_config (resolved in
+   amp__optim_resolve), its coefficients in amp__step_coefs, its element update as an AMP_HD
+   function beside amp__sgd_elem, called by the CPU loop (amp__o_step_body) and the step kernel
+   (amp__cu_update), and its moment count in amp__o_moments. To add a device operation: see the
+   tables.
 
    An operation fills msg[cap] on failure (the public caller prefixes its own name) and returns
    the status; a failing operation changes nothing the caller can see. Objects hold their state in

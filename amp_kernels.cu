@@ -3,10 +3,12 @@
 // Build: nvcc -O3 -arch=sm_90 -c amp_kernels.cu, define AMP_CUDA in the translation unit that
 // defines AMP_IMPLEMENTATION, link -lcudart -lcublasLt -lcublas. See the manual at the top of amp.h.
 //
-// amp.h's implementation calls the extern "C" amp__cu_* functions below. Each returns an amp_status
-// and, on failure, writes a message naming the CUDA call, the error's name and file:line into the
-// caller's buffer (amp.h's thread-local amp_last_error). The element math of every kernel is the
-// AMP_HD functions of amp.h, the same code the CPU path runs.
+// The extern "C" amp__cu_* functions below (declared in amp_kernels.h) are the CUDA device's side of
+// amp.h's device line: amp.h's public functions check arguments and call order once, then call its
+// CUDA operation table (amp__cuda_ops), each entry one call of a launcher here. Each returns an
+// amp_status and, on failure, writes a message naming the CUDA call, the error's name and
+// file:line into the caller's buffer (amp.h puts the public function's name before it). The
+// element math of every kernel is the AMP_HD functions of amp.h, the same code the CPU path runs.
 #include "amp.h"
 #include "amp_kernels.h"
 #include <cuda_runtime.h>
