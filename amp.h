@@ -2332,36 +2332,37 @@ static void amp__s_floor_note(amp_scaler *s, float before) {
 /* The one refresh of the scaler's mirror, for every getter and the checkpoint; the object is
    never const where it was made (a cache fill). The floor message of a rule run on a device is
    given here. fn names the public caller. */
-static amp_status amp__s_pull(const char *fn, const amp_scaler *cs) {
+static amp_status amp__s_pull(const char *fn, const amp_scaler *cs, int getter) {
   amp_scaler *s = (amp_scaler *)(uintptr_t)cs;
   char m[AMP__MSG] = "";
-  float before = s->st.scale;
+  amp_scale_state before = s->st;
   amp_status st = amp__be(s->dev)->scaler_pull(s, m, sizeof m);
   if (st != AMP_OK) {
     amp__op_fail(fn, st, m);
-    amp__dev_keep_error(s->dev, st);
+    if (getter) amp__dev_keep_error(s->dev, st);   /* a getter cannot return the status */
     return st;
   }
-  amp__s_floor_note(s, before);
+  /* the state moved on the device since the host last saw it: the rule ran there */
+  if (memcmp(&before, &s->st, sizeof before) != 0) amp__s_floor_note(s, before.scale);
   return AMP_OK;
 }
 
 AMPDEF float amp_scaler_get_scale(amp_scaler *s) {
-  return s && amp__s_pull("amp_scaler_get_scale", s) == AMP_OK ? s->st.scale : 0.0f;
+  return s && amp__s_pull("amp_scaler_get_scale", s, 1) == AMP_OK ? s->st.scale : 0.0f;
 }
 AMPDEF int amp_scaler_last_skipped(const amp_scaler *s) {
-  return s && amp__s_pull("amp_scaler_last_skipped", s) == AMP_OK ? s->last_skipped : 0;
+  return s && amp__s_pull("amp_scaler_last_skipped", s, 1) == AMP_OK ? s->last_skipped : 0;
 }
 AMPDEF long amp_scaler_skipped_steps(const amp_scaler *s) {
-  return s && amp__s_pull("amp_scaler_skipped_steps", s) == AMP_OK ? s->skipped : 0;
+  return s && amp__s_pull("amp_scaler_skipped_steps", s, 1) == AMP_OK ? s->skipped : 0;
 }
 AMPDEF int amp_scaler_at_floor(const amp_scaler *s) {
-  return s && amp__s_pull("amp_scaler_at_floor", s) == AMP_OK ? (int)s->st.at_floor : 0;
+  return s && amp__s_pull("amp_scaler_at_floor", s, 1) == AMP_OK ? (int)s->st.at_floor : 0;
 }
 AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params) {
   amp_status st;
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_get_state: s is NULL");
-  if ((st = amp__s_pull("amp_scaler_get_state", s)) != AMP_OK) return st;
+  if ((st = amp__s_pull("amp_scaler_get_state", s, 0)) != AMP_OK) return st;
   if (state) *state = s->st;
   if (params) *params = s->pr;
   return AMP_OK;
@@ -2763,13 +2764,13 @@ static amp_status amp__o_ready(const char *fn, const amp_optimizer *co) {
 
 /* The one refresh of the optimizer's mirror (step, grad_norm, found_inf), for every getter and
    the checkpoint. */
-static amp_status amp__o_pull(const char *fn, const amp_optimizer *co) {
+static amp_status amp__o_pull(const char *fn, const amp_optimizer *co, int getter) {
   amp_optimizer *o = (amp_optimizer *)(uintptr_t)co;
   char m[AMP__MSG] = "";
   amp_status st = amp__be(o->dev)->optim_pull(o, m, sizeof m);
   if (st != AMP_OK) {
     amp__op_fail(fn, st, m);
-    amp__dev_keep_error(o->dev, st);
+    if (getter) amp__dev_keep_error(o->dev, st);   /* a getter cannot return the status */
   }
   return st;
 }
@@ -2788,12 +2789,12 @@ AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
 }
 AMPDEF float amp_optimizer_grad_norm(const amp_optimizer *o) {
   if (!o) return 0.0f;
-  return amp__o_pull("amp_optimizer_grad_norm", o) == AMP_OK ? o->grad_norm : (float)NAN;
+  return amp__o_pull("amp_optimizer_grad_norm", o, 1) == AMP_OK ? o->grad_norm : (float)NAN;
 }
 AMPDEF size_t amp_optimizer_count(const amp_optimizer *o) { return o ? o->count : 0; }
 AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) {
   if (!o) return 0;
-  return amp__o_pull("amp_optimizer_step_count", o) == AMP_OK ? o->step : -1;
+  return amp__o_pull("amp_optimizer_step_count", o, 1) == AMP_OK ? o->step : -1;
 }
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
   if (!o || index >= o->count || amp__o_ready("amp_optimizer_master", o) != AMP_OK) { if (n) *n = 0; return NULL; }
@@ -3063,10 +3064,10 @@ static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, fl
   amp_status st;
   size_t i, most = 0;
   *floats = NULL;
-  if (s && (st = amp__s_pull("amp_checkpoint_save", s)) != AMP_OK) return st;
+  if (s && (st = amp__s_pull("amp_checkpoint_save", s, 0)) != AMP_OK) return st;
   if (o && o->count > 0) {
     if ((st = amp__o_ready("amp_checkpoint_save", o)) != AMP_OK) return st;
-    if ((st = amp__o_pull("amp_checkpoint_save", o)) != AMP_OK) return st;
+    if ((st = amp__o_pull("amp_checkpoint_save", o, 0)) != AMP_OK) return st;
     for (i = 0; i < o->count; i++) if (o->n[i] > most) most = o->n[i];
     *floats = (float *)AMP_MALLOC(most * sizeof(float));
     if (!*floats) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
