@@ -11,19 +11,32 @@ CUDA_HOME ?= /usr/local/cuda
 CFLAGS  ?= -O2
 WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror
 B        = build
-CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# The one place the nvcc flags are defined (tests/run.sh and tests/examples.sh read them with
+# `make -s print-nvcc-flags`): SASS for sm_80 and sm_90, and compute_90 PTX so that newer GPUs
+# compile it at load time instead of failing at the first launch (the targets built in parallel,
+# --threads 0); every warning an error.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) --threads 0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 
-.PHONY: test bench bench-gpu demo demo-gpu clean
+.PHONY: test bench bench-gpu demo demo-gpu gpu-check print-nvcc-flags clean
 
 test:
 	@sh tests/run.sh
+
+print-nvcc-flags:
+	@echo '$(NVCC_FLAGS)'
+
+# On a machine with an NVIDIA GPU: the build, AMP_REQUIRE_GPU=1 make test, compute-sanitizer over
+# every tests/cuda_* program, bench-gpu and demo-gpu; logs under $$OUT when set (tests/gpu_check.sh).
+gpu-check:
+	@sh tests/gpu_check.sh
 
 $(B):
 	@mkdir -p $(B)
 
 $(B)/amp_kernels.o: amp_kernels.cu amp_kernels.h amp.h | $(B)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -I. -c amp_kernels.cu -o $@
+	$(NVCC) $(NVCC_FLAGS) -I. -c amp_kernels.cu -o $@
 
 BENCH_CPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/bench_*.c))
 $(B)/bench_%: bench/bench_%.c amp.h | $(B)
@@ -51,7 +64,7 @@ demo: $(B)/train_mlp
 
 # The same trainer with the model on the GPU (examples/train_mlp_cuda.cu includes train_mlp.c).
 $(B)/train_mlp_cuda: examples/train_mlp_cuda.cu examples/train_mlp.c amp.h $(B)/amp_kernels.o | $(B)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -I. examples/train_mlp_cuda.cu $(B)/amp_kernels.o -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lz
+	$(NVCC) $(NVCC_FLAGS) -I. examples/train_mlp_cuda.cu $(B)/amp_kernels.o -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lz
 
 demo-gpu: $(B)/train_mlp_cuda
 	$(B)/train_mlp_cuda

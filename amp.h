@@ -144,7 +144,8 @@ typedef enum amp_status {
   AMP_ERR_STATE,        /* a call out of order (unscale twice, step after step, ...) */
   AMP_ERR_IO,           /* a file could not be read or written */
   AMP_ERR_CORRUPT,      /* a checkpoint that is damaged or does not match */
-  AMP_ERR_UNSUPPORTED,  /* not built in (CUDA without AMP_CUDA) or no device present */
+  AMP_ERR_UNSUPPORTED,  /* not built in (CUDA without AMP_CUDA) or no device present (a driver that is
+                           present but too old, or any other CUDA failure, is AMP_ERR_DEVICE) */
   AMP_ERR_DEVICE        /* a CUDA / cuBLAS error */
 } amp_status;
 
@@ -378,6 +379,15 @@ AMPDEF const char *amp_list_name(amp_list l);
    Devices
    ------------------------------------------------------------------------------------------ */
 
+/* CUDA devices and threads. Every amp.h call on a CUDA object (device, scaler, optimizer, product)
+   runs with the object's device current and then makes the calling thread's own context current
+   again (none if it had none): one thread may use objects on several devices, a thread that never
+   called cudaSetDevice may use any, and neither amp_cuda_open nor any later call changes which
+   device the caller's own CUDA code runs on. Thread rules: an amp_device may be used from several
+   threads at once by amp_gemm/amp_gemm_ex and amp_device_sync (the product's plan cache is under a
+   lock; all work goes to the device's one stream, in the order the calls were made); a scaler or
+   an optimizer, like its CPU twin, must be used by one thread at a time, and amp_device_close must
+   come after every other call on the device has returned. */
 typedef struct amp_device amp_device;
 AMPDEF amp_device *amp_cpu(void);                                   /* always there, never freed */
 AMPDEF amp_status  amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream /* NULL = default */);
@@ -439,10 +449,12 @@ typedef struct amp_scaler_config {
   float max_scale;       /* 0 -> no cap */
   int   fixed;           /* nonzero: static loss scaling at init_scale (unscale by 1/init_scale,
                             still skip on inf/NaN, the scale never changes) */
-  int   late_growth;     /* nonzero: DeepSpeed's window: the first clean step after an overflow (and
-                            after the start) is not counted, so the first growth comes after
-                            growth_interval + 1 clean steps, later ones every growth_interval
-                            (DynamicLossScaler: stable_interval = iter - last_overflow_iter - 1) */
+  int   late_growth;     /* nonzero: the window of DeepSpeed's older FP16_Optimizer._update_scale
+                            (stable_interval = iter - last_overflow_iter - 1): the first clean step
+                            after an overflow (and after the start) is not counted, so the first
+                            growth comes after growth_interval + 1 clean steps, later ones every
+                            growth_interval. Not part of any preset: DeepSpeed's DynamicLossScaler
+                            (the DEEPSPEED preset) counts like PyTorch. */
 } amp_scaler_config;
 typedef enum amp_preset { AMP_PRESET_PYTORCH = 0, AMP_PRESET_PADDLE, AMP_PRESET_DEEPSPEED,
                           AMP_PRESET_APEX, AMP_PRESET_KERAS } amp_preset;
@@ -453,8 +465,10 @@ typedef struct amp_scaler amp_scaler;
 /* The presets, each matching its anchor's update rule step for step:
      PYTORCH   65536 / 2 / 0.5 / 2000 / hysteresis 1 / no floor / no cap     (torch.amp.GradScaler)
      PADDLE    65536 / 2 / 0.5 / 2000 / 1 CONSECUTIVE / floor 1             (paddle.amp.GradScaler)
-     DEEPSPEED 65536 / 2 / 0.5 / 1000 / 2 GROWTH_REFILL / floor 1, late_growth (DynamicLossScaler;
-               where DeepSpeed raises at the minimum scale, amp.h stays at the floor and logs once)
+     DEEPSPEED 65536 / 2 / 0.5 / 1000 / 2 GROWTH_REFILL / floor 1 (DynamicLossScaler.update_scale:
+               a clean step grows when (iter - last_overflow_iter) % 1000 == 0, i.e. after 1000
+               clean steps from the start or from the last overflow, absorbed or not; where
+               DeepSpeed raises at the minimum scale, amp.h stays at the floor and logs once)
      APEX      65536 / 2 / 0.5 / 2000 / 1 CLEAN_REFILL / cap 2^24          (apex.amp LossScaler)
      KERAS     32768 / 2 / 0.5 / 2000 / 1 / floor 1                         (LossScaleOptimizer)
    An unknown preset gives the PyTorch one. */
@@ -594,9 +608,9 @@ static inline AMP_HD amp_scale_state amp__scale_init(float init_scale, const amp
      negative; stopping at 0 gives the same decisions), back-off once it is <= 0, refilled to N
      after every clean step; DeepSpeed with consecutive_hysteresis is the same.
    - GROWTH_REFILL is DeepSpeed's default: refilled only when the scale grows.
-   - late_growth is DeepSpeed's stable_interval = (iter - last_overflow_iter) - 1: every overflow,
-     absorbed by hysteresis or not, restarts the window, and the first clean step after it is not
-     counted.
+   - Every overflow, absorbed by hysteresis or not, restarts the growth window (DeepSpeed's
+     last_overflow_iter). late_growth is DeepSpeed's older FP16_Optimizer window,
+     stable_interval = (iter - last_overflow_iter) - 1: the first clean step after it is not counted.
    - Floor: max(scale * backoff, floor) (Paddle, DeepSpeed, Keras); cap: min(scale * growth, cap)
      (apex amp); a growth to inf leaves the scale as it was (PyTorch, apex, Paddle). */
 static inline AMP_HD void amp__scale_rule(amp_scale_state *st, const amp_scale_params *pr, int found_inf) {
@@ -688,7 +702,10 @@ AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, v
    whole tensor table at the first call that needs it (unscale, step, amp_optimizer_master, a
    checkpoint); an add() after that is AMP_ERR_STATE, and that first call with no tensor added is
    AMP_ERR_STATE too. AMP_CUSTOM is AMP_ERR_UNSUPPORTED at create (its update is a host function).
-   set_lr only enqueues (a schedule may be captured with the step). */
+   set_lr only enqueues a write of the rate to device memory, and the step reads it there when it
+   runs: in a CUDA graph that holds the step, call set_lr before each launch of the graph and the
+   replay uses that rate. set_lr while the device's stream is being captured is AMP_ERR_STATE and
+   changes nothing (a captured write would set the capture-time rate again at every replay). */
 AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors added */
 /* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
 AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
@@ -2241,7 +2258,7 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
     case AMP_PRESET_PADDLE: c.min_scale = 1.0f; break;
     case AMP_PRESET_DEEPSPEED:
       c.growth_interval = 1000; c.hysteresis = 2; c.hysteresis_mode = AMP_HYSTERESIS_GROWTH_REFILL;
-      c.min_scale = 1.0f; c.late_growth = 1; break;
+      c.min_scale = 1.0f; break;
     case AMP_PRESET_APEX: c.hysteresis_mode = AMP_HYSTERESIS_CLEAN_REFILL; c.max_scale = 16777216.0f; break;
     case AMP_PRESET_KERAS: c.init_scale = 32768.0f; c.min_scale = 1.0f; break;
     case AMP_PRESET_PYTORCH: default: break;
@@ -2493,7 +2510,8 @@ AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT 
    inf/NaN on the bits (so -ffast-math cannot fold it away): adding 2^23 to the exponent field
    carries into bit 31 exactly when that field is all ones, and the lanes OR those together.
    Eight lanes of partial sums let the compiler vectorise the reductions without reassociating.
-   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks. */
+   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks;
+   a block whose float lanes overflow (finite grads above ~1.8e19) is summed again in double. */
 AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   float x[AMP__CHUNK];
   size_t i0, i, j;
@@ -2509,7 +2527,11 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
         bad_lanes[j] |= (amp__f32_bits(x[i + j]) & 0x7f800000u) + 0x00800000u;
       }
     for (; i < k; i++) { total += (double)x[i] * x[i]; bad_lanes[0] |= (amp__f32_bits(x[i]) & 0x7f800000u) + 0x00800000u; }
-    for (j = 0; j < 8; j++) total += acc[j];
+    for (j = 0; j < 8 && amp__finite(acc[j]); j++) {}
+    if (j < 8)   /* a lane overflowed (finite grads above ~1.8e19 square past FLT_MAX): the block again in double */
+      for (i = 0; i < k - k % 8; i++) total += (double)x[i] * x[i];
+    else
+      for (j = 0; j < 8; j++) total += acc[j];
   }
   for (j = 0; j < 8; j++) if (bad_lanes[j] & 0x80000000u) *bad = 1;
   *sumsq += total;

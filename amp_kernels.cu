@@ -11,10 +11,14 @@
 // element math of every kernel is the AMP_HD functions of amp.h, the same code the CPU path runs.
 #include "amp.h"
 #include "amp_kernels.h"
+#include <cuda.h>            // CUcontext, CUresult: types only (the two driver calls are looked up at run time)
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
 #include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <new>
+#include <mutex>
 
 // ------------------------------------------------------------------------------------------------
 // Checked calls
@@ -52,46 +56,135 @@ static const char *amp__cublas_status_name(cublasStatus_t s) {
 // Per-device state, owned by an amp_device opened with amp_cuda_open.
 struct amp__cu_state {
   int ordinal;
+  CUcontext ctx;              // the device's primary context: made current by every call (amp__cu_scope)
   cudaStream_t stream;        // the user's stream (0 = the legacy default stream)
   int sm_major, sm_minor;
   cublasLtHandle_t lt;
   void *workspace;            // cuBLASLt workspace: 32 MiB on Hopper, 4 MiB elsewhere
   size_t workspace_size;
   void *gemm_cache;           // the matrix product's per-shape algorithm cache (amp_gemm)
+  std::mutex gemm_lock;       // guards gemm_cache and its descriptors: amp_gemm may be called from several threads
   int sm_count;               // streaming multiprocessors: sizes the grid-stride launches
 };
 
-extern "C" amp_status amp__cu_open(int ordinal, void *stream, void **state, char *msg, size_t cap) {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
+// ---- The device of each call
+//
+// Every entry point that touches a device runs with that device's primary context current and
+// then makes the caller's context current again (none, if the caller had none): a thread may use
+// objects of several devices, or of a device it never selected, and its own cudaSetDevice choice
+// is what it was after every amp.h call. This is done with the driver's cuCtxGetCurrent /
+// cuCtxSetCurrent, looked up through the runtime (no -lcuda): unlike cudaSetDevice they can restore
+// "no context" without creating one on device 0.
+typedef CUresult (*amp__cu_ctx_get_fn)(CUcontext *);
+typedef CUresult (*amp__cu_ctx_set_fn)(CUcontext);
+struct amp__cu_driver { amp__cu_ctx_get_fn get; amp__cu_ctx_set_fn set; cudaError_t err; };
+static const amp__cu_driver &amp__cu_drv(void) {
+  static const amp__cu_driver d = [] {   // once per process (a C++11 static: thread-safe)
+    amp__cu_driver r = {NULL, NULL, cudaSuccess};
+    void *g = NULL, *s = NULL;
+    cudaDriverEntryPointQueryResult qg = cudaDriverEntryPointSymbolNotFound, qs = cudaDriverEntryPointSymbolNotFound;
+    r.err = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &g, 4000, cudaEnableDefault, &qg);
+    if (r.err == cudaSuccess) r.err = cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &s, 4000, cudaEnableDefault, &qs);
+    if (r.err == cudaSuccess && (qg != cudaDriverEntryPointSuccess || qs != cudaDriverEntryPointSuccess || !g || !s))
+      r.err = cudaErrorSymbolNotFound;
+    if (r.err == cudaSuccess) { r.get = (amp__cu_ctx_get_fn)g; r.set = (amp__cu_ctx_set_fn)s; }
+    return r;
+  }();
+  return d;
+}
+// The caller's context, saved at construction and made current again at destruction.
+struct amp__cu_scope {
+  CUcontext prev;
+  int saved;
+  amp__cu_scope() : prev(NULL), saved(0) {
+    const amp__cu_driver &d = amp__cu_drv();
+    saved = d.get && d.get(&prev) == CUDA_SUCCESS;
+  }
+  // Makes ctx current; 0 on success, else the CUresult (or -1: the driver calls were not found).
+  int enter(CUcontext ctx) {
+    if (!saved) return -1;
+    return prev == ctx ? 0 : (int)amp__cu_drv().set(ctx);
+  }
+  ~amp__cu_scope() {
+    CUcontext now = NULL;
+    if (saved && amp__cu_drv().get(&now) == CUDA_SUCCESS && now != prev) amp__cu_drv().set(prev);
+  }
+  amp__cu_scope(const amp__cu_scope &) = delete;
+  amp__cu_scope &operator=(const amp__cu_scope &) = delete;
+};
+static amp_status amp__cu_scope_fail(char *msg, size_t cap, int r, const char *file, int line) {
+  char why[64];
+  if (r < 0) snprintf(why, sizeof why, "cuCtxGetCurrent/cuCtxSetCurrent not found (%s)", cudaGetErrorName(amp__cu_drv().err));
+  else snprintf(why, sizeof why, "CUresult %d", r);
+  return amp__cu_fail(msg, cap, "cuCtxSetCurrent(the device's context)", why, file, line);
+}
+// AMP__CU_ON(st): the rest of the calling function runs on st's device (msg/cap in scope).
+#define AMP__CU_ON(st) amp__cu_scope on_device_; \
+  do { int r_ = on_device_.enter((st)->ctx); if (r_) return amp__cu_scope_fail(msg, cap, r_, __FILE__, __LINE__); } while (0)
+// The same for functions that cannot report a failure (destroy, close, free).
+#define AMP__CU_ON_VOID(st) amp__cu_scope on_device_; (void)on_device_.enter((st)->ctx)
+
+// What cudaGetDeviceCount's answer means. Only "no device" (no driver installed at all, which the
+// runtime reports as cudaErrorInsufficientDriver with driver version 0, or cudaErrorNoDevice, or a
+// count of 0) is AMP_ERR_UNSUPPORTED, the "skipped" of the tests; any other error (a driver older
+// than the runtime, a broken installation) is AMP_ERR_DEVICE with the error's name, so a test run
+// on such a machine fails instead of reporting its GPU tests as skipped. A pure function of its
+// inputs (the CUDA error as an int), tested on machines without a GPU by tests/cuda_device.c.
+extern "C" amp_status amp__cu_count_status(int err, int count, int driver_version, int runtime_version, int ordinal,
+                                           char *msg, size_t cap) {
+  const cudaError_t e = (cudaError_t)err;
+  if (e == cudaSuccess && count > 0) return AMP_OK;
+  if (e == cudaSuccess || e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && driver_version == 0)) {
     if (msg && cap)
-      snprintf(msg, cap, "amp_cuda_open(ordinal %d): no CUDA device is present (cudaGetDeviceCount: %s)",
-               ordinal, e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
+      snprintf(msg, cap, "amp_cuda_open(ordinal %d): no CUDA device is present (cudaGetDeviceCount: %s%s)", ordinal,
+               e == cudaSuccess ? "0 devices" : cudaGetErrorName(e), e == cudaErrorInsufficientDriver ? ", no CUDA driver installed" : "");
     return AMP_ERR_UNSUPPORTED;
   }
+  if (msg && cap) {
+    if (e == cudaErrorInsufficientDriver)
+      snprintf(msg, cap, "amp_cuda_open(ordinal %d): cudaGetDeviceCount failed: %s: the CUDA driver (version %d) is older "
+               "than the runtime amp_kernels.cu was built with (version %d); update the driver", ordinal,
+               cudaGetErrorName(e), driver_version, runtime_version);
+    else snprintf(msg, cap, "amp_cuda_open(ordinal %d): cudaGetDeviceCount failed: %s (%s)", ordinal, cudaGetErrorName(e),
+                  cudaGetErrorString(e));
+  }
+  return AMP_ERR_DEVICE;
+}
+
+extern "C" amp_status amp__cu_open(int ordinal, void *stream, void **state, char *msg, size_t cap) {
+  int count = 0, drv = 0, rt = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) { cudaDriverGetVersion(&drv); cudaRuntimeGetVersion(&rt); cudaGetLastError(); }
+  amp_status cs = amp__cu_count_status((int)e, count, drv, rt, ordinal, msg, cap);
+  if (cs != AMP_OK) return cs;
   if (ordinal >= count) {
     if (msg && cap) snprintf(msg, cap, "amp_cuda_open: ordinal %d but only %d CUDA device(s) present", ordinal, count);
     return AMP_ERR_ARG;
   }
-  CU_CHECK(cudaSetDevice(ordinal));
+  amp__cu_scope caller;   // the caller's context comes back on return
+  if (!caller.saved) return amp__cu_scope_fail(msg, cap, -1, __FILE__, __LINE__);
+  CU_CHECK(cudaSetDevice(ordinal));   // creates the primary context and makes it current
+  CUcontext ctx = NULL;
+  CUresult cr = amp__cu_drv().get(&ctx);
+  if (cr != CUDA_SUCCESS || !ctx) return amp__cu_scope_fail(msg, cap, cr != CUDA_SUCCESS ? (int)cr : -1, __FILE__, __LINE__);
   cudaDeviceProp prop;
   CU_CHECK(cudaGetDeviceProperties(&prop, ordinal));
-  amp__cu_state *st = (amp__cu_state *)calloc(1, sizeof *st);
+  amp__cu_state *st = new (std::nothrow) amp__cu_state();
   if (!st) { if (msg && cap) snprintf(msg, cap, "amp_cuda_open: out of memory"); return AMP_ERR_NOMEM; }
   st->ordinal = ordinal;
+  st->ctx = ctx;
   st->stream = (cudaStream_t)stream;
   st->sm_major = prop.major; st->sm_minor = prop.minor;
   st->sm_count = prop.multiProcessorCount;
   st->workspace_size = prop.major >= 9 ? (size_t)32 << 20 : (size_t)4 << 20;
   cublasStatus_t ls = cublasLtCreate(&st->lt);
   if (ls != CUBLAS_STATUS_SUCCESS) {
-    free(st);
+    delete st;
     return amp__cu_fail(msg, cap, "cublasLtCreate(&lt)", amp__cublas_status_name(ls), __FILE__, __LINE__);
   }
   e = cudaMalloc(&st->workspace, st->workspace_size);
   if (e != cudaSuccess) {
-    cublasLtDestroy(st->lt); free(st);
+    cublasLtDestroy(st->lt); delete st;
     return amp__cu_fail(msg, cap, "cudaMalloc(workspace)", cudaGetErrorName(e), __FILE__, __LINE__);
   }
   *state = st;
@@ -103,16 +196,18 @@ static void amp__cu_gemm_cache_free(amp__cu_state *st);   // Matrix product, bel
 extern "C" void amp__cu_close(void *state) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) return;
-  cudaSetDevice(st->ordinal);
+  AMP__CU_ON_VOID(st);
   cudaStreamSynchronize(st->stream);
   amp__cu_gemm_cache_free(st);
   cudaFree(st->workspace);
   cublasLtDestroy(st->lt);
-  free(st);
+  delete st;
 }
 
 extern "C" amp_status amp__cu_sync(void *state, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
+  if (!st) { if (msg && cap) snprintf(msg, cap, "amp__cu_sync: state is NULL"); return AMP_ERR_ARG; }
+  AMP__CU_ON(st);
   CU_CHECK(cudaStreamSynchronize(st->stream));
   return AMP_OK;
 }
@@ -124,8 +219,8 @@ extern "C" amp_status amp__cu_sync(void *state, char *msg, size_t cap) {
 // capture (no allocation, no copy from host memory, no host read):
 //
 //   amp__cu_optim_unscale   1 launch: every grad read once (16-byte loads where aligned), multiplied
-//                           by the device inv_scale, checked for inf/NaN, squared and summed into
-//                           one fp32 partial per block; the last block to finish (threadfence +
+//                           by the device inv_scale, checked for inf/NaN, squared and summed in
+//                           double into one partial per block; the last block to finish (threadfence +
 //                           counter) adds the partials in a fixed order and decides norm, clip
 //                           coefficient, inv_scale*clip and skip, and ORs an overflow into the
 //                           scaler's flag. Data-parallel: the last block only writes this rank's
@@ -173,8 +268,8 @@ struct amp__cu_tdev {
   long long n;
   int32_t dtype;          // the model copy's
   int32_t gdtype;         // the grads' (amp_optimizer_add_mixed: e.g. bf16 weights, f32 grads)
-  int32_t vec;            // grad and model 16-byte aligned: the vector path
-  int32_t pad_;
+  int32_t vec;            // grad and model 16-byte aligned: the step's vector path
+  int32_t gvec;           // grad 16-byte aligned: the unscale's vector path (it reads no model copy)
 };
 // A piece of at most AMP__CU_CHUNK elements of one tensor: one block of every multi-tensor launch.
 struct amp__cu_chunk { long long start; int32_t tensor; int32_t len; };
@@ -195,7 +290,7 @@ struct amp__cu_optim {
   amp__cu_optim_dev *dev;
   amp__cu_tdev *tensors;  // device copies of the table and the chunk list (uploaded once)
   amp__cu_chunk *chunks;
-  float *partials;        // one fp32 sum of squares per chunk
+  double *partials;       // one sum of squares per chunk (double: finite grads near 1.8e19 square past FLT_MAX)
   double *reduce;         // data-parallel: this rank's {found_inf, sumsq}, all-reduced by the trainer
   float *slab;            // master | m | v, each `total` floats
   size_t n_tensors, total;
@@ -222,7 +317,17 @@ template <int DT> struct amp__cu_elem { typedef float T; };
 template <> struct amp__cu_elem<AMP_F16> { typedef amp_f16 T; };
 template <> struct amp__cu_elem<AMP_BF16> { typedef amp_bf16 T; };
 
-template <int DT, int N> __device__ __forceinline__ void amp__cu_ldv(const void *base, long long i, float *x) {
+// One element of the grads as the unscale and the step read them: f16 through the hardware
+// conversion (cvt.f32.f16: exact, so the same bits as amp.h's software decode for every finite
+// value and for inf; only a NaN's payload may differ, and a NaN grad skips the step whatever its
+// payload), bf16 and f32 as amp__load. The casts keep amp__load, which keeps NaN payloads.
+template <int DT> __device__ __forceinline__ float amp__cu_ld_grad(const void *base, long long i) {
+  if constexpr (DT == AMP_F16) return __half2float(__ushort_as_half(((const unsigned short *)base)[i]));
+  else return amp__load(base, (amp_dtype)DT, (size_t)i);
+}
+
+// GRAD: decode as amp__cu_ld_grad (the grads of the unscale and the step); else as amp__load.
+template <int DT, int N, bool GRAD = false> __device__ __forceinline__ void amp__cu_ldv(const void *base, long long i, float *x) {
   typedef typename amp__cu_elem<DT>::T T;
   constexpr int B = N * (int)sizeof(T);
   static_assert(B == 8 || B == 16 || B == 32, "8, 16 or 32 bytes");
@@ -233,8 +338,16 @@ template <int DT, int N> __device__ __forceinline__ void amp__cu_ldv(const void 
 #pragma unroll
     for (int k = 0; k < B / 16; k++) ((uint4 *)e)[k] = ((const uint4 *)p)[k];
   }
+  if constexpr (GRAD && DT == AMP_F16) {
 #pragma unroll
-  for (int k = 0; k < N; k++) x[k] = amp__load(e, (amp_dtype)DT, (size_t)k);
+    for (int k = 0; k < N; k += 2) {   // two halves per conversion
+      float2 f = __half22float2(__halves2half2(__ushort_as_half(e[k]), __ushort_as_half(e[k + 1])));
+      x[k] = f.x; x[k + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) x[k] = amp__load(e, (amp_dtype)DT, (size_t)k);
+  }
 }
 template <int DT, int N> __device__ __forceinline__ void amp__cu_stv(void *base, long long i, const float *x) {
   typedef typename amp__cu_elem<DT>::T T;
@@ -251,8 +364,6 @@ template <int DT, int N> __device__ __forceinline__ void amp__cu_stv(void *base,
   }
 }
 
-// inf/NaN by the exponent bits: immune to any fast-math the caller might compile with.
-__device__ __forceinline__ int amp__cu_nonfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u; }
 
 // Sum over the block in a fixed order (shuffles within warps, then warps in index order). The
 // result is valid in thread 0. Safe to call twice in a row (the first barrier guards the buffer).
@@ -297,8 +408,9 @@ __global__ void amp__cu_scaler_load_kernel(amp__cu_scaler_dev *sc, amp__cu_scale
 
 // ---- unscale + inf/NaN check + sum of squares, one block per chunk
 
+// ss: this thread's sum of squares, in double (each square too: |y| above 1.8e19 squares past FLT_MAX).
 template <int DT> __device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv,
-                                                                        float &ss, int &bad) {
+                                                                        double &ss, int &bad) {
   constexpr int V = 16 / (int)sizeof(typename amp__cu_elem<DT>::T);  // 8 halves or 4 floats per load
   int i0 = 0;
   if (vec) {
@@ -306,15 +418,15 @@ template <int DT> __device__ __forceinline__ void amp__cu_unscale_chunk(const vo
 #pragma unroll 4
     for (int j = threadIdx.x; j < nv; j += blockDim.x) {
       float x[V];
-      amp__cu_ldv<DT, V>(grad, (long long)j * V, x);
+      amp__cu_ldv<DT, V, true>(grad, (long long)j * V, x);
 #pragma unroll
-      for (int k = 0; k < V; k++) { float y = x[k] * inv; bad |= amp__cu_nonfinite(y); ss += y * y; }
+      for (int k = 0; k < V; k++) { float y = x[k] * inv; bad |= !amp__finite(y); ss += (double)y * (double)y; }
     }
     i0 = nv * V;
   }
   for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) {
-    float y = amp__load(grad, (amp_dtype)DT, (size_t)i) * inv;
-    bad |= amp__cu_nonfinite(y); ss += y * y;
+    float y = amp__cu_ld_grad<DT>(grad, i) * inv;
+    bad |= !amp__finite(y); ss += (double)y * (double)y;
   }
 }
 
@@ -334,18 +446,18 @@ __device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp
 // nor the scaler's flag is touched, so a failing all-reduce hook leaves the state as it was.
 __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__cu_tdev *tensors,
-                       const amp__cu_chunk *chunks, float *partials, double *red) {
+                       const amp__cu_chunk *chunks, double *partials, double *red) {
   __shared__ int last;
   const amp__cu_chunk ch = chunks[blockIdx.x];
   const amp__cu_tdev t = tensors[ch.tensor];
   const float inv = sc ? sc->inv_scale : 1.0f;   // a multiply by 1 changes no finite value
-  float ss = 0.0f;
+  double ss = 0.0;
   int bad = 0;
-  if (t.gdtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16>((const amp_f16 *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
-  else if (t.gdtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16>((const amp_bf16 *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
-  else amp__cu_unscale_chunk<AMP_F32>((const float *)t.grad + ch.start, ch.len, t.vec, inv, ss, bad);
+  if (t.gdtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16>((const amp_f16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad);
+  else if (t.gdtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16>((const amp_bf16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad);
+  else amp__cu_unscale_chunk<AMP_F32>((const float *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad);
   bad = __syncthreads_or(bad);
-  float bsum = amp__cu_block_sum(ss);
+  double bsum = amp__cu_block_sum(ss);
   if (threadIdx.x == 0) {
     partials[blockIdx.x] = bsum;
     if (bad) atomicOr(&o->found_inf, 1);
@@ -357,7 +469,7 @@ amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__
   // The last block: every other block's partial is written. Read them past L1 (__ldcg), in order.
   __threadfence();
   double s = 0.0;
-  for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) s += (double)__ldcg(&partials[i]);
+  for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) s += __ldcg(&partials[i]);
   s = amp__cu_block_sum(s);
   if (threadIdx.x == 0) {
     int found = atomicExch(&o->found_inf, 0) != 0;
@@ -394,7 +506,7 @@ template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step
 #pragma unroll 2
     for (int j = threadIdx.x; j < nv; j += blockDim.x) {
       float gx[4], pa[4], ma[4] = {0, 0, 0, 0}, va[4] = {0, 0, 0, 0};
-      amp__cu_ldv<GD, 4>(g, (long long)j * 4, gx);
+      amp__cu_ldv<GD, 4, true>(g, (long long)j * 4, gx);
       float4 pp = ((const float4 *)p)[j];
       pa[0] = pp.x; pa[1] = pp.y; pa[2] = pp.z; pa[3] = pp.w;
       if (use_m) { float4 q = ((const float4 *)m)[j]; ma[0] = q.x; ma[1] = q.y; ma[2] = q.z; ma[3] = q.w; }
@@ -410,7 +522,7 @@ template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step
   }
   for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) {
     float pe = p[i], me = use_m ? m[i] : 0.0f, ve = KIND == 1 ? v[i] : 0.0f;
-    amp__cu_update<KIND>(pe, me, ve, amp__load(g, (amp_dtype)GD, (size_t)i) * mul, c);
+    amp__cu_update<KIND>(pe, me, ve, amp__cu_ld_grad<GD>(g, i) * mul, c);
     p[i] = pe;
     if (use_m) m[i] = me;
     if (KIND == 1) v[i] = ve;
@@ -515,6 +627,7 @@ extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, con
   if (!amp__cu_dtype_ok(src_type)) return amp__cu_arg(msg, cap, "amp__cu_cast: src_type %d is not a dtype", (int)src_type);
   if (n == 0) return AMP_OK;
   if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_cast: %s is NULL with n = %zu", dst ? "src" : "dst", n);
+  AMP__CU_ON(st);
   if (dst_type == src_type) {
     CU_CHECK(cudaMemcpyAsync(dst, src, n * (dst_type == AMP_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, st->stream));
     return AMP_OK;
@@ -532,11 +645,11 @@ extern "C" amp_status amp__cu_scaler_create(void *state, void **scaler, const am
   amp__cu_scaler_dev h, *d = NULL;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_scaler_create: state is NULL");
   if (!scaler || !s0 || !pr) return amp__cu_arg(msg, cap, "amp__cu_scaler_create: %s is NULL", !scaler ? "scaler" : !s0 ? "st" : "pr");
-  if (!(s0->scale > 0.0f) || s0->scale - s0->scale != 0.0f)
+  if (!(s0->scale > 0.0f) || !amp__finite(s0->scale))
     return amp__cu_arg(msg, cap, "amp__cu_scaler_create: scale %g must be positive and finite", (double)s0->scale);
   memset(&h, 0, sizeof h);
   h.st = *s0; h.pr = *pr; h.inv_scale = amp__inv_scale(s0->scale);
-  CU_CHECK(cudaSetDevice(st->ordinal));
+  AMP__CU_ON(st);
   CU_CHECK(cudaMalloc(&d, sizeof *d));
   cudaError_t e = cudaMemcpyAsync(d, &h, sizeof h, cudaMemcpyHostToDevice, st->stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);   // h lives on this stack
@@ -547,16 +660,18 @@ extern "C" amp_status amp__cu_scaler_create(void *state, void **scaler, const am
 
 extern "C" void amp__cu_scaler_destroy(void *state, void *scaler) {
   amp__cu_state *st = (amp__cu_state *)state;
-  if (!scaler) return;
-  if (st) cudaStreamSynchronize(st->stream);   // a kernel may still be using it
+  if (!scaler || !st) return;
+  AMP__CU_ON_VOID(st);
+  cudaStreamSynchronize(st->stream);   // a kernel may still be using it
   cudaFree(scaler);
 }
 
 extern "C" amp_status amp__cu_scaler_set(void *state, void *scaler, const amp_scale_state *s, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st || !scaler || !s) return amp__cu_arg(msg, cap, "amp__cu_scaler_set: %s is NULL", !st ? "state" : !scaler ? "scaler" : "st");
-  if (!(s->scale > 0.0f) || s->scale - s->scale != 0.0f)
+  if (!(s->scale > 0.0f) || !amp__finite(s->scale))
     return amp__cu_arg(msg, cap, "amp__cu_scaler_set: scale %g must be positive and finite", (double)s->scale);
+  AMP__CU_ON(st);
   amp__cu_scaler_set_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, *s);
   CU_CHECK_LAUNCH("amp__cu_scaler_set_kernel<<<1, 1>>>");
   return AMP_OK;
@@ -568,8 +683,9 @@ extern "C" amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_s
   amp__cu_scaler_dev v;
   if (!st || !scaler || !s || !pr)
     return amp__cu_arg(msg, cap, "amp__cu_scaler_load: %s is NULL", !st ? "state" : !scaler ? "scaler" : !s ? "st" : "pr");
-  if (!(s->scale > 0.0f) || s->scale - s->scale != 0.0f || !(inv_scale > 0.0f) || inv_scale - inv_scale != 0.0f)
+  if (!(s->scale > 0.0f) || !amp__finite(s->scale) || !(inv_scale > 0.0f) || !amp__finite(inv_scale))
     return amp__cu_arg(msg, cap, "amp__cu_scaler_load: scale %g / inv_scale %g must be positive and finite", (double)s->scale, (double)inv_scale);
+  AMP__CU_ON(st);
   memset(&v, 0, sizeof v);
   v.st = *s; v.pr = *pr; v.inv_scale = inv_scale; v.found_inf = 0;
   v.last_skipped = last_skipped != 0; v.skipped = (long long)skipped;
@@ -583,6 +699,7 @@ extern "C" amp_status amp__cu_scaler_read(void *state, const void *scaler, amp_s
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_scaler_dev h;
   if (!st || !scaler) return amp__cu_arg(msg, cap, "amp__cu_scaler_read: %s is NULL", !st ? "state" : "scaler");
+  AMP__CU_ON(st);
   CU_CHECK(cudaMemcpyAsync(&h, scaler, sizeof h, cudaMemcpyDeviceToHost, st->stream));
   CU_CHECK(cudaStreamSynchronize(st->stream));
   if (s) *s = h.st;
@@ -598,6 +715,7 @@ extern "C" amp_status amp__cu_scaler_update(void *state, void *scaler, int found
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st || !scaler) return amp__cu_arg(msg, cap, "amp__cu_scaler_update: %s is NULL", !st ? "state" : "scaler");
   if (found_inf < -1 || found_inf > 1) return amp__cu_arg(msg, cap, "amp__cu_scaler_update: found_inf %d must be -1, 0 or 1", found_inf);
+  AMP__CU_ON(st);
   amp__cu_scale_rule_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, found_inf);
   CU_CHECK_LAUNCH("amp__cu_scale_rule_kernel<<<1, 1>>>");
   return AMP_OK;
@@ -610,6 +728,7 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
   if (!amp__cu_dtype_ok(dtype)) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: dtype %d is not a dtype", (int)dtype);
   if (n == 0) return AMP_OK;
   if (!buf) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: buf is NULL with n = %zu", n);
+  AMP__CU_ON(st);
   amp__cu_cast_launch(st, buf, dtype, buf, dtype, n, &((const amp__cu_scaler_dev *)scaler)->st.scale);
   CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (scale)");
   return AMP_OK;
@@ -628,11 +747,10 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
                                       const amp_optim_config *h, amp__cu_tdev *ht, amp__cu_chunk *hc, char *msg, size_t cap) {
   int slots = 1 + o->has_m + o->has_v, c = 0;
   amp__cu_optim_dev hb;
-  CU_CHECK(cudaSetDevice(st->ordinal));
   CU_CHECK(cudaMalloc(&o->dev, sizeof *o->dev));
   CU_CHECK(cudaMalloc(&o->tensors, o->n_tensors * sizeof *o->tensors));
   CU_CHECK(cudaMalloc(&o->chunks, (size_t)o->n_chunks * sizeof *o->chunks));
-  CU_CHECK(cudaMalloc(&o->partials, (size_t)o->n_chunks * sizeof *o->partials));
+  CU_CHECK(cudaMalloc(&o->partials, (size_t)o->n_chunks * sizeof *o->partials));   // (double)
   CU_CHECK(cudaMalloc(&o->reduce, 2 * sizeof(double)));
   CU_CHECK(cudaMalloc(&o->slab, (size_t)slots * o->total * sizeof(float)));
   float *mbase = o->has_m ? o->slab + o->total : NULL;
@@ -643,7 +761,8 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].m = mbase ? mbase + o->offset[i] : NULL;
     ht[i].v = vbase ? vbase + o->offset[i] : NULL;
     ht[i].n = (long long)ts[i].n; ht[i].dtype = ts[i].dtype; ht[i].gdtype = ts[i].grad_dtype;
-    ht[i].vec = ((uintptr_t)ts[i].grad % 16 == 0) && ((uintptr_t)ts[i].model % 16 == 0);
+    ht[i].gvec = (uintptr_t)ts[i].grad % 16 == 0;
+    ht[i].vec = ht[i].gvec && ((uintptr_t)ts[i].model % 16 == 0);
     for (size_t s = 0; s < ts[i].n; s += AMP__CU_CHUNK, c++) {
       hc[c].start = (long long)s; hc[c].tensor = (int32_t)i;
       hc[c].len = (int32_t)(ts[i].n - s < AMP__CU_CHUNK ? ts[i].n - s : AMP__CU_CHUNK);
@@ -683,6 +802,7 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
   }
   if (chunks > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %zu chunks exceed a grid", chunks);
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_optim_create: state is NULL");
+  AMP__CU_ON(st);
   amp__cu_optim *o = (amp__cu_optim *)calloc(1, sizeof *o);
   amp__cu_tdev *ht = (amp__cu_tdev *)calloc(n_tensors, sizeof *ht);
   amp__cu_chunk *hc = (amp__cu_chunk *)calloc(chunks, sizeof *hc);
@@ -708,8 +828,9 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
 
 extern "C" void amp__cu_optim_destroy(void *state, void *optim) {
   amp__cu_state *st = (amp__cu_state *)state;
-  if (!optim) return;
-  if (st) cudaStreamSynchronize(st->stream);
+  if (!optim || !st) return;
+  AMP__CU_ON_VOID(st);
+  cudaStreamSynchronize(st->stream);
   amp__cu_optim_release((amp__cu_optim *)optim);
 }
 
@@ -720,6 +841,21 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
   if (h->kind != o->kind) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: kind %d differs from the optimizer's %d", (int)h->kind, o->kind);
   if (h->kind == AMP_SGD && h->momentum != 0.0f && !o->has_m)
     return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: momentum %g but the optimizer was made without a momentum buffer", (double)h->momentum);
+  AMP__CU_ON(st);
+  // The step reads the hyperparameters from device memory when it runs, so a graph replays with
+  // whatever the last set before the replay wrote. Captured, this write would itself be replayed,
+  // with this call's values, before every step of every replay: refused, so that no schedule is
+  // silently frozen (set the lr before each launch of the graph instead).
+  if (st->stream) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CU_CHECK(cudaStreamIsCapturing(st->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone) {
+      if (msg && cap)
+        snprintf(msg, cap, "the device's stream is capturing a CUDA graph; a captured lr would be replayed unchanged by "
+                 "every launch: set it before each launch of the graph instead (the step reads it when it runs)");
+      return AMP_ERR_STATE;
+    }
+  }
   amp__cu_set_hparams_kernel<<<1, 1, 0, st->stream>>>(o->dev, *h);
   CU_CHECK_LAUNCH("amp__cu_set_hparams_kernel<<<1, 1>>>");
   return AMP_OK;
@@ -736,6 +872,7 @@ extern "C" amp_status amp__cu_optim_unscale(void *state, void *optim, void *scal
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale: %s is NULL", !st ? "state" : "optim");
+  AMP__CU_ON(st);
   amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
                                                                           o->tensors, o->chunks, o->partials, NULL);
   CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>>");
@@ -746,6 +883,7 @@ extern "C" amp_status amp__cu_optim_unscale_local(void *state, void *optim, void
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o || !buf) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale_local: %s is NULL", !st ? "state" : !o ? "optim" : "buf");
+  AMP__CU_ON(st);
   amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
                                                                           o->tensors, o->chunks, o->partials, o->reduce);
   CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>> (data-parallel)");
@@ -757,6 +895,7 @@ extern "C" amp_status amp__cu_optim_unscale_finish(void *state, void *optim, voi
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale_finish: %s is NULL", !st ? "state" : "optim");
+  AMP__CU_ON(st);
   amp__cu_unscale_finish_kernel<<<1, 1, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler, o->reduce);
   CU_CHECK_LAUNCH("amp__cu_unscale_finish_kernel<<<1, 1>>>");
   return AMP_OK;
@@ -767,6 +906,7 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_step: %s is NULL", !st ? "state" : "optim");
   if (update_scaler && !scaler) return amp__cu_arg(msg, cap, "amp__cu_optim_step: update_scaler %d with scaler NULL", update_scaler);
+  AMP__CU_ON(st);
   amp__cu_scaler_dev *sc = (amp__cu_scaler_dev *)scaler;
   int rule = update_scaler != 0;
   if (o->kind == AMP_SGD) amp__cu_step_kernel<0><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, rule, o->tensors, o->chunks);
@@ -780,6 +920,7 @@ extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_
   const amp__cu_optim *o = (const amp__cu_optim *)optim;
   amp__cu_optim_dev hb;
   if (!st || !o || !info) return amp__cu_arg(msg, cap, "amp__cu_optim_read: %s is NULL", !st ? "state" : !o ? "optim" : "info");
+  AMP__CU_ON(st);
   CU_CHECK(cudaMemcpyAsync(&hb, o->dev, sizeof hb, cudaMemcpyDeviceToHost, st->stream));
   CU_CHECK(cudaStreamSynchronize(st->stream));
   info->t = hb.t; info->skipped = hb.skipped; info->norm = hb.norm; info->clip = hb.clip;
@@ -795,6 +936,7 @@ extern "C" amp_status amp__cu_optim_state_io(void *state, void *optim, size_t in
   if (index >= o->n_tensors) return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: index %zu but %zu tensors", index, o->n_tensors);
   if (which < 0 || which > 2 || (which == 1 && !o->has_m) || (which == 2 && !o->has_v))
     return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: which %d is not kept by this optimizer", which);
+  AMP__CU_ON(st);
   float *d = o->slab + (size_t)(which == 0 ? 0 : which == 1 ? 1 : 1 + o->has_m) * o->total + o->offset[index];
   size_t bytes = o->n[index] * sizeof(float);
   if (to_device) CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, st->stream));
@@ -808,6 +950,7 @@ extern "C" amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_set_step: %s is NULL", !st ? "state" : "optim");
   if (t < 0) return amp__cu_arg(msg, cap, "amp__cu_optim_set_step: t %lld must be >= 0", (long long)t);
+  AMP__CU_ON(st);
   amp__cu_set_step_kernel<<<1, 1, 0, st->stream>>>(o->dev, (long long)t);
   CU_CHECK_LAUNCH("amp__cu_set_step_kernel<<<1, 1>>>");
   return AMP_OK;
@@ -819,14 +962,15 @@ extern "C" amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st || !p) return amp__cu_arg(msg, cap, "amp__cu_malloc: %s is NULL", !st ? "state" : "p");
   if (bytes == 0) return amp__cu_arg(msg, cap, "amp__cu_malloc: bytes is 0");
-  CU_CHECK(cudaSetDevice(st->ordinal));
+  AMP__CU_ON(st);
   CU_CHECK(cudaMalloc(p, bytes));
   return AMP_OK;
 }
 extern "C" void amp__cu_free(void *state, void *p) {
   amp__cu_state *st = (amp__cu_state *)state;
-  if (!p) return;
-  if (st) cudaStreamSynchronize(st->stream);
+  if (!p || !st) return;
+  AMP__CU_ON_VOID(st);
+  cudaStreamSynchronize(st->stream);
   cudaFree(p);
 }
 extern "C" amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap) {
@@ -836,6 +980,7 @@ extern "C" amp_status amp__cu_copy(void *state, void *dst, const void *src, size
   if (dir < 0 || dir > 2) return amp__cu_arg(msg, cap, "amp__cu_copy: dir %d must be 0, 1 or 2", dir);
   if (bytes == 0) return AMP_OK;
   if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_copy: %s is NULL", dst ? "src" : "dst");
+  AMP__CU_ON(st);
   CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kinds[dir], st->stream));
   if (dir != 2) CU_CHECK(cudaStreamSynchronize(st->stream));
   return AMP_OK;
@@ -843,6 +988,7 @@ extern "C" amp_status amp__cu_copy(void *state, void *dst, const void *src, size
 extern "C" amp_status amp__cu_stream_create(int ordinal, void **stream, char *msg, size_t cap) {
   cudaStream_t s;
   if (!stream) return amp__cu_arg(msg, cap, "amp__cu_stream_create: stream is NULL");
+  amp__cu_scope caller;   // the caller's context comes back on return
   CU_CHECK(cudaSetDevice(ordinal));
   CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   *stream = (void *)s;
@@ -858,6 +1004,7 @@ extern "C" amp_status amp__cu_capture_begin(void *state, char *msg, size_t cap) 
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_capture_begin: state is NULL");
   if (!st->stream) return amp__cu_arg(msg, cap, "amp__cu_capture_begin: the device uses the legacy default stream, which cannot be captured; open it with a stream of its own");
+  AMP__CU_ON(st);
   CU_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
   return AMP_OK;
 }
@@ -865,6 +1012,7 @@ extern "C" amp_status amp__cu_capture_end(void *state, void **graph, size_t *ker
   amp__cu_state *st = (amp__cu_state *)state;
   cudaGraph_t g = NULL;
   if (!st || !graph) return amp__cu_arg(msg, cap, "amp__cu_capture_end: %s is NULL", !st ? "state" : "graph");
+  AMP__CU_ON(st);
   CU_CHECK(cudaStreamEndCapture(st->stream, &g));
   size_t count = 0, kernels = 0;
   cudaError_t e = cudaGraphGetNodes(g, NULL, &count);
@@ -891,6 +1039,7 @@ extern "C" amp_status amp__cu_capture_end(void *state, void **graph, size_t *ker
 extern "C" amp_status amp__cu_graph_launch(void *state, void *graph, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st || !graph) return amp__cu_arg(msg, cap, "amp__cu_graph_launch: %s is NULL", !st ? "state" : "graph");
+  AMP__CU_ON(st);
   CU_CHECK(cudaGraphLaunch(((amp__cu_graph *)graph)->e, st->stream));
   return AMP_OK;
 }
@@ -907,9 +1056,10 @@ extern "C" void amp__cu_graph_destroy(void *graph) {
 //
 // amp_gemm on a CUDA device. amp.h has checked every argument; here the product is put in
 // cuBLASLt's column-major terms and handed to one of three paths:
-//   1. cuBLASLt (AMP_GEMM_AUTO): the heuristic's algorithm, the bias/activation fused as an
-//      epilogue where cuBLASLt offers it, else our epilogue kernel after it; the descriptors and
-//      the algorithm are cached per problem, so a repeated call is one cublasLtMatmul;
+//   1. cuBLASLt (AMP_GEMM_AUTO): the heuristic's algorithm, the bias and ReLU fused as an
+//      epilogue where cuBLASLt offers them, else (and GELU always) our epilogue kernel after it;
+//      the descriptors and the algorithm are cached per problem (one cache per device, under a
+//      lock), so a repeated call is one cublasLtMatmul;
 //   2. the plain kernel (AMP_GEMM_SIMPLE, and AUTO when cuBLASLt has no algorithm for the types or
 //      alignment): one thread per element of C, correct for every shape;
 //   3. the WMMA teaching kernel (AMP_GEMM_WMMA), further down.
@@ -1232,10 +1382,14 @@ static cudaDataType_t amp__cuda_type(amp_dtype t) {
 static int amp__gemm_lt_bias_ok(const amp__gemm_key &k) { return k.bias_on_rows && k.bias_type == k.out; }
 
 // The epilogue cuBLASLt is asked for: the activation, with the bias where cuBLASLt can add it.
+// GELU is never cuBLASLt's: its GELU epilogue computes tanh in a way whose accuracy cuBLASLt does
+// not document, so GELU always runs in our epilogue kernel (amp__gelu_tanh with the device's
+// tanhf, 2 ulp in the CUDA math library's documented bounds), after cuBLASLt's product and its
+// fused bias where it can add the bias.
+static int amp__gemm_lt_act_ok(const amp__gemm_key &k) { return k.act != AMP_ACT_GELU; }
 static cublasLtEpilogue_t amp__gemm_lt_epilogue(const amp__gemm_key &k) {
   int bias = k.has_bias && amp__gemm_lt_bias_ok(k);
   if (k.act == AMP_ACT_RELU) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-  if (k.act == AMP_ACT_GELU) return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
@@ -1302,7 +1456,8 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
   int can_fuse = !(k.has_bias && !amp__gemm_lt_bias_ok(k)), has_epilogue = k.act != AMP_ACT_NONE || k.has_bias;
   int found = 0;
   amp_status r = AMP_OK;
-  pl->kind = AMP__PLAN_FUSED;
+  // SPLIT with a fused bias (pl->epi has BIAS): our kernel then applies only the activation
+  pl->kind = amp__gemm_lt_act_ok(k) ? AMP__PLAN_FUSED : AMP__PLAN_SPLIT;
   if (can_fuse) r = amp__gemm_ask(st, pl, p, want, pref, &found, msg, cap);
   if (r == AMP_OK && !found && has_epilogue) {
     r = amp__gemm_ask(st, pl, p, CUBLASLT_EPILOGUE_DEFAULT, pref, &found, msg, cap);
@@ -1355,19 +1510,36 @@ extern "C" amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta,
   amp__cu_state *st = (amp__cu_state *)state;
   (void)b_type;   // == a_type, checked by amp.h
   amp__gemm_prob p = amp__gemm_canon(layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, ldb, beta, C, c_type, ldc, opts);
+  if (!st) { if (msg && cap) snprintf(msg, cap, "amp__cu_gemm: state is NULL"); return AMP_ERR_ARG; }
+  AMP__CU_ON(st);
   if (k == 0 || alpha == 0.0f) return amp__gemm_launch_elementwise(st, p, 0, 0, msg, cap);   // C = beta C
   if (opts->algo == AMP_GEMM_SIMPLE) return amp__gemm_launch_elementwise(st, p, 1, 0, msg, cap);
   if (opts->algo == AMP_GEMM_WMMA) return amp__gemm_launch_wmma(st, p, msg, cap);
 
-  amp__gemm_plan *pl = NULL;
-  amp_status r = amp__gemm_plan_get(st, p, opts->allow_tf32, &pl, msg, cap);
-  if (r != AMP_OK) return r;
-  if (pl->kind == AMP__PLAN_SIMPLE) return amp__gemm_launch_elementwise(st, p, 1, 0, msg, cap);
-  if (pl->epi & CUBLASLT_EPILOGUE_BIAS)   // this call's bias (same alignment as the plan's)
-    LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
-  LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &p.alpha, p.a, pl->la, p.b, pl->lb, &p.beta, p.c, pl->lc, p.c, pl->lc,
-                          &pl->algo, st->workspace, st->workspace_size, st->stream));
-  if (pl->kind == AMP__PLAN_SPLIT) return amp__gemm_launch_elementwise(st, p, 0, 1, msg, cap);
+  int kind = AMP__PLAN_SIMPLE, lt_bias = 0;
+  {
+    // The cache and the descriptors in it are shared by every thread using this device: the lock
+    // covers the lookup, this call's bias pointer written into the plan's descriptor, and the
+    // enqueue that reads it (cublasLtMatmul only enqueues: the lock is held for microseconds).
+    std::lock_guard<std::mutex> lock(st->gemm_lock);
+    amp__gemm_plan *pl = NULL;
+    amp_status r = amp__gemm_plan_get(st, p, opts->allow_tf32, &pl, msg, cap);
+    if (r != AMP_OK) return r;
+    kind = pl->kind;
+    lt_bias = (pl->epi & CUBLASLT_EPILOGUE_BIAS) != 0;
+    if (kind != AMP__PLAN_SIMPLE) {
+      if (lt_bias)   // this call's bias (same alignment as the plan's)
+        LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
+      LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &p.alpha, p.a, pl->la, p.b, pl->lb, &p.beta, p.c, pl->lc, p.c, pl->lc,
+                              &pl->algo, st->workspace, st->workspace_size, st->stream));
+    }
+  }
+  if (kind == AMP__PLAN_SIMPLE) return amp__gemm_launch_elementwise(st, p, 1, 0, msg, cap);
+  if (kind == AMP__PLAN_SPLIT) {   // our epilogue: the bias cuBLASLt did not add, and the activation
+    amp__gemm_prob q = p;
+    if (lt_bias) q.bias = NULL;
+    return amp__gemm_launch_elementwise(st, q, 0, 1, msg, cap);
+  }
   return AMP_OK;
 }
 
@@ -1447,6 +1619,7 @@ extern "C" amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, i
                                          int in_f32, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   ncclComm_t c = (ncclComm_t)comm;
+  AMP__CU_ON(st);
   if (dtype == AMP_F32 || !in_f32) {   // in the grads' own type: one collective, in place
     ncclDataType_t nt = dtype == AMP_F32 ? ncclFloat : dtype == AMP_F16 ? ncclHalf : ncclBfloat16;
     NCCL_CHECK(ncclAllReduce(grads, grads, n, nt, average ? ncclAvg : ncclSum, c, st->stream), c);

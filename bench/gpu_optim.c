@@ -43,8 +43,9 @@ static void run_cast(void *a) { cast_arg *c = (cast_arg *)a; CK(amp__cu_cast(ST,
 
 static void run_graph(void *g) { CK(amp__cu_graph_launch(ST, g, msg, sizeof msg)); }
 
-/* k tensors of n elements each: finite grads (so no step is skipped) and model copies. */
-static void make_tensors(amp_cu_tensor *t, int k, size_t n, int dtype) {
+/* k tensors of n elements each: finite grads (so no step is skipped) and model copies; the model
+   copies `off` elements past a 16-byte boundary (off 1: the step's scalar path). */
+static void make_tensors_off(amp_cu_tensor *t, int k, size_t n, int dtype, size_t off) {
   size_t es = amp_dtype_size((amp_dtype)dtype);
   float *f = (float *)malloc(n * 4);
   void *h = malloc(n * es);
@@ -52,15 +53,21 @@ static void make_tensors(amp_cu_tensor *t, int k, size_t n, int dtype) {
   for (size_t j = 0; j < n; j++) f[j] = (float)((int)(j % 2001) - 1000) * 0.5f;   /* up to 500: scaled grads */
   amp_convert(h, (amp_dtype)dtype, f, AMP_F32, n);
   for (int i = 0; i < k; i++) {
-    t[i].grad = dmalloc(n * es); t[i].model = dmalloc(n * es); t[i].n = n; t[i].dtype = dtype; t[i].grad_dtype = dtype;
+    t[i].grad = dmalloc(n * es); t[i].model = (char *)dmalloc((n + off) * es) + off * es;
+    t[i].n = n; t[i].dtype = dtype; t[i].grad_dtype = dtype;
     CK(amp__cu_copy(ST, (void *)t[i].grad, h, n * es, 0, msg, sizeof msg));
     CK(amp__cu_copy(ST, t[i].model, h, n * es, 0, msg, sizeof msg));
   }
   free(f); free(h);
 }
-static void free_tensors(amp_cu_tensor *t, int k) {
-  for (int i = 0; i < k; i++) { amp__cu_free(ST, (void *)t[i].grad); amp__cu_free(ST, t[i].model); }
+static void make_tensors(amp_cu_tensor *t, int k, size_t n, int dtype) { make_tensors_off(t, k, n, dtype, 0); }
+static void free_tensors_off(amp_cu_tensor *t, int k, size_t off) {
+  for (int i = 0; i < k; i++) {
+    amp__cu_free(ST, (void *)t[i].grad);
+    amp__cu_free(ST, (char *)t[i].model - off * amp_dtype_size((amp_dtype)t[i].dtype));
+  }
 }
+static void free_tensors(amp_cu_tensor *t, int k) { free_tensors_off(t, k, 0); }
 
 int main(void) {
   amp_device *dev;
@@ -118,6 +125,19 @@ int main(void) {
     bench_line("adamw unscale+step vs torch cast+fused+copy", full, bench_ref("adamw_mixed_gbps"), "GB/s at 28 B/param");
     amp__cu_optim_destroy(ST, a.o);
     free_tensors(t, K); free(t);
+    /* The same with every model copy 2 bytes off 16: the step takes its scalar path (no 16-byte
+       loads of grads, master or moments); the unscale reads only the grads and keeps its vectors.
+       A first-run lead: how much the scalar path costs. */
+    t = (amp_cu_tensor *)calloc(K, sizeof *t);
+    make_tensors_off(t, K, N, AMP_F16, 1);
+    CK(amp__cu_optim_create(ST, &a.o, t, K, &h, msg, sizeof msg));
+    a.what = 0; run_step(&a);
+    a.what = 1;
+    bench_line("adamw step f16, model copy misaligned vs aligned", 28.0 * (double)TOTAL / timeit(run_step, &a, 10) / 1e9, gbps, "GB/s");
+    a.what = 0;
+    bench_line("unscale f16, model copy misaligned vs copy", 2.0 * (double)TOTAL / timeit(run_step, &a, 10) / 1e9, copy_gbps, "GB/s");
+    amp__cu_optim_destroy(ST, a.o);
+    free_tensors_off(t, K, 1); free(t);
   }
   { /* SGD momentum: grad 2 + master 4+4 + buf 4+4 + model 2 = 20 B/param */
     amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);

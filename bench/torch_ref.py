@@ -33,7 +33,8 @@ def gemm_group(out):
     """torch.matmul, row-major C = A B in f16 and bf16: TFLOP/s (bench/gpu_gemm.c's shapes)."""
     import torch
     shapes = [("1024", 1024, 1024, 1024), ("4096", 4096, 4096, 4096),
-              ("8192", 8192, 8192, 8192), ("16x4096x4096", 16, 4096, 4096)]
+              ("8192", 8192, 8192, 8192), ("16x4096x4096", 16, 4096, 4096),
+              ("256x256x16384", 256, 256, 16384)]
     for dname, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
         for name, m, n, k in shapes:
             a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1

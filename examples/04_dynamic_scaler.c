@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     int grow = 701;   /* the first step after the overflow at 700 whose update grew DeepSpeed's scale */
     while (grow < 2500 && !(scale[1][grow + 1] > scale[1][grow])) grow++;
     printf("  (DeepSpeed grew at step %d: it counts its 1000-step window from the step after an overflow)\n", grow);
-    claim((grow == 1700 || grow == 1701) && scale[1][grow + 1] == 65536.0f,
+    claim(grow == 1700 && scale[1][grow + 1] == 65536.0f,
           "DeepSpeed grows after 1000 clean steps, not 2000 like PyTorch, and its lives refill");
   }
   claim(scale[0][2500] == 16384.0f, "PyTorch: 1799 clean steps (701..2499) are not enough to grow (it needs 2000)");

@@ -97,7 +97,11 @@ int main(void) {
   world = env_int(world_vars, 1);
   if (world < 1 || rank < 0 || rank >= world) { fprintf(stderr, "rank %d of %d: bad AMP_RANK / AMP_WORLD\n", rank, world); return 2; }
   if (SAMPLES % world) { fprintf(stderr, "%d ranks do not divide %d samples\n", world, SAMPLES); return 2; }
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) { printf("rank %d: no GPU here, nothing to do\n", rank); return 0; }
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    const char *req = getenv("AMP_REQUIRE_GPU");   /* make gpu-check: a GPU machine, so no GPU is a failure */
+    printf("rank %d: no GPU here, nothing to do\n", rank);
+    return req && *req && *req != '0' ? 1 : 0;
+  }
   gpu = env_int(local_vars, rank % gpus) % gpus;
   CUDA_OK(cudaSetDevice(gpu));
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

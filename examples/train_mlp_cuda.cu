@@ -333,6 +333,8 @@ static int cuda_open(void) {
   cudaDeviceProp prop;
   amp_status s = amp_cuda_open(&gpu, 0, NULL);
   if (s == AMP_ERR_UNSUPPORTED) {
+    const char *req = getenv("AMP_REQUIRE_GPU");   /* make gpu-check: a GPU machine, so no GPU is a failure */
+    if (req && *req && *req != '0') { fprintf(stderr, "AMP_REQUIRE_GPU=1 but no GPU: %s\n", amp_last_error()); exit(1); }
     printf("skipped: the CUDA run needs a GPU (%s); --device cpu trains on the CPU\n", amp_last_error());
     return 0;
   }

@@ -504,6 +504,163 @@ static void captured_public_step_replays_like_eager(void) {
   tens_free(&t);
 }
 
+/* A schedule with a captured step: set_lr before each launch of the graph (the step reads the lr
+   from device memory when it runs) gives, bit for bit, the eager steps with the same schedule, and
+   differs from the lr of capture time; set_lr while capturing is refused (a captured lr would be
+   replayed unchanged by every launch) and changes nothing. */
+static void captured_step_replays_with_a_changing_lr(void) {
+  tens t;
+  side a, b, e;
+  amp_scaler *sa = NULL, *sb = NULL, *se = NULL;
+  amp_scaler_config sc = scfg(1024.0f, 1000);
+  amp_optim_config oc = ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 0);
+  void *graph = NULL;
+  size_t kernels = 0;
+  standard_tens(&t);
+  OK(amp_scaler_create(&sa, gpu, &sc)); OK(amp_scaler_create(&sb, gpu, &sc)); OK(amp_scaler_create(&se, gpu, &sc));
+  OK(side_make(&a, &t, gpu, &oc)); OK(side_make(&b, &t, gpu, &oc)); OK(side_make(&e, &t, gpu, &oc));
+  tens_grads(&t, 1024.0f, -1, 0); side_push(&a, &t); side_push(&b, &t); side_push(&e, &t);
+  OK(amp_scaler_step(sa, a.o)); OK(amp_scaler_update(sa));   /* eager first steps build the device optimizers */
+  OK(amp_scaler_step(sb, b.o)); OK(amp_scaler_update(sb));
+  OK(amp_scaler_step(se, e.o)); OK(amp_scaler_update(se));
+  OK(amp__cu_capture_begin(gpu->cuda, msg, sizeof msg));
+  {
+    amp_status l = amp_optimizer_set_lr(b.o, 0.5f);
+    char lmsg[512];
+    snprintf(lmsg, sizeof lmsg, "%s", amp_last_error());
+    amp_status s1 = amp_scaler_unscale(sb, b.o), s2 = amp_scaler_step(sb, b.o), s3 = amp_scaler_update(sb);
+    amp_status end = amp__cu_capture_end(gpu->cuda, &graph, &kernels, msg, sizeof msg);
+    EXPECT(l == AMP_ERR_STATE && strstr(lmsg, "amp_optimizer_set_lr") && strstr(lmsg, "captur") && b.o->cfg.lr == oc.lr,
+           "set_lr while capturing: %s \"%s\", lr now %g (want AMP_ERR_STATE and %g)", amp_status_string(l), lmsg,
+           (double)b.o->cfg.lr, (double)oc.lr);
+    EXPECT(s1 == AMP_OK && s2 == AMP_OK && s3 == AMP_OK && end == AMP_OK, "capture: unscale %s step %s update %s end %s (%s / %s)",
+           amp_status_string(s1), amp_status_string(s2), amp_status_string(s3), amp_status_string(end), amp_last_error(), msg);
+    if (end != AMP_OK) goto out;
+  }
+  EXPECT(kernels == 3, "the refused set_lr left %zu kernel nodes in the graph, want 3", kernels);
+  for (int r = 0; r < 5; r++) {
+    float lr = 1e-2f * (float)(r + 2) / 3.0f;   /* the schedule */
+    tens_grads(&t, amp_scaler_get_scale(sa), -1, 0);
+    side_push(&a, &t); side_push(&b, &t); side_push(&e, &t);
+    OK(amp_optimizer_set_lr(a.o, lr));
+    OK(amp_scaler_unscale(sa, a.o)); OK(amp_scaler_step(sa, a.o)); OK(amp_scaler_update(sa));
+    OK(amp_optimizer_set_lr(b.o, lr));
+    OK(amp__cu_graph_launch(gpu->cuda, graph, msg, sizeof msg));
+    OK(amp_scaler_unscale(se, e.o)); OK(amp_scaler_step(se, e.o)); OK(amp_scaler_update(se));   /* the lr of capture time */
+  }
+  {
+    blob ba = snapshot(&a, &t), bb = snapshot(&b, &t), be = snapshot(&e, &t);
+    EXPECT(blob_same(&ba, &bb), "5 replays with set_lr before each differ from 5 eager steps with the same schedule (steps %ld / %ld)",
+           amp_optimizer_step_count(a.o), amp_optimizer_step_count(b.o));
+    EXPECT(!blob_same(&bb, &be), "the replays equal steps at the lr of capture time: the schedule did not reach the graph");
+    free(ba.p); free(bb.p); free(be.p);
+  }
+out:
+  amp__cu_graph_destroy(graph);
+  side_free(&a, &t); side_free(&b, &t); side_free(&e, &t);
+  amp_scaler_destroy(sa); amp_scaler_destroy(sb); amp_scaler_destroy(se);
+  tens_free(&t);
+}
+
+/* Finite grads near 1.8e19 (f32 and bf16; f16 cannot hold them) square past FLT_MAX: the device
+   norm must be finite (double sums) and equal the CPU's, and the clipped step must move every
+   weight by lr g max_norm / norm as on the CPU (a float sum gives norm inf, coefficient 0, and a
+   step that moves nothing). */
+static void huge_finite_grads_give_a_finite_norm_and_the_cpu_step(void) {
+  size_t n[2] = {70001, 1003};
+  amp_dtype wt[2] = {AMP_F32, AMP_BF16}, gt[2] = {AMP_F32, AMP_BF16};
+  amp_optim_config oc = ocfg(AMP_SGD, 0.5f, 0, 0, 0, 0, 1.0f);
+  amp_scaler_config sc = scfg(1.0f, 1000);
+  amp_scaler *cs = NULL, *gs = NULL;
+  side c, g;
+  tens t;
+  double sum = 0;
+  tens_make(&t, 2, n, wt, gt);
+  for (size_t i = 0; i < 2; i++)
+    for (size_t j = 0; j < n[i]; j++) {
+      amp__store(t.g[i], gt[i], j, (j % 3 ? 1.8e19f : -1.7e19f) * (1.0f + (float)(j % 7) / 64.0f));
+      sum += (double)amp__load(t.g[i], gt[i], j) * amp__load(t.g[i], gt[i], j);
+    }
+  OK(amp_scaler_create(&cs, amp_cpu(), &sc)); OK(amp_scaler_create(&gs, gpu, &sc));
+  OK(side_make(&c, &t, amp_cpu(), &oc)); OK(side_make(&g, &t, gpu, &oc));
+  side_push(&c, &t); side_push(&g, &t);
+  OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_step(gs, g.o));
+  {
+    double want = sqrt(sum), cn = amp_optimizer_grad_norm(c.o), gn = amp_optimizer_grad_norm(g.o);
+    EXPECT(fabs(gn - want) <= 1e-6 * want && fabs(cn - want) <= 1e-6 * want, "norm: want %.9g, cpu %.9g, gpu %.9g", want, cn, gn);
+    EXPECT(amp_scaler_last_skipped(gs) == 0 && amp_optimizer_step_count(g.o) == 1, "gpu: skipped %d, steps %ld",
+           amp_scaler_last_skipped(gs), amp_optimizer_step_count(g.o));
+  }
+  for (size_t i = 0; i < 2 && !t__cur; i++) {
+    float *a = (float *)xmalloc(n[i] * 4), *b = (float *)xmalloc(n[i] * 4);
+    EXPECT(side_state(&c, i, 0, a) && side_state(&g, i, 0, b), "masters not readable: %s", msg);
+    for (size_t j = 0; j < n[i]; j++) {
+      float w0 = amp__load(t.w0[i], wt[i], j);
+      if (!(fabs((double)a[j] - b[j]) <= 1e-6) || !(fabs((double)b[j] - w0) > 1e-3)) {
+        EXPECT(0, "tensor %zu [%zu]: initial %.9g, cpu %.9g, gpu %.9g (the step must move it by about 0.002 on both)", i, j,
+               (double)w0, (double)a[j], (double)b[j]);
+        break;
+      }
+    }
+    free(a); free(b);
+  }
+  side_free(&c, &t); side_free(&g, &t);
+  amp_scaler_destroy(cs); amp_scaler_destroy(gs);
+  tens_free(&t);
+}
+
+/* Every finite f16 grad (and +-inf in the unscale's check): the step decodes f16 grads with the
+   hardware conversion, which must give amp.h's bits for each. SGD with lr 1 from master 0: the
+   master becomes -g exactly, on the CPU and the GPU; both must agree bit for bit. n is not a
+   multiple of 4: the vector path and the scalar tail both run. */
+static void every_finite_f16_grad_decodes_to_the_cpu_bits(void) {
+  size_t n[1] = {63488 + 3};
+  amp_dtype wt[1] = {AMP_F32}, gt[1] = {AMP_F16};
+  amp_optim_config oc = ocfg(AMP_SGD, 1.0f, 0, 0, 0, 0, 0);
+  amp_scaler_config sc = scfg(1.0f, 1000);
+  amp_scaler *cs = NULL, *gs = NULL;
+  side c, g;
+  tens t;
+  size_t j, k = 0;
+  tens_make(&t, 1, n, wt, gt);
+  for (uint32_t u = 0; u < 65536; u++)
+    if ((u & 0x7c00) != 0x7c00) ((amp_f16 *)t.g[0])[k++] = (amp_f16)u;
+  for (; k < n[0]; k++) ((amp_f16 *)t.g[0])[k] = (amp_f16)(0x3c00 + k);   /* the tail: a few normal values */
+  for (j = 0; j < n[0]; j++) ((float *)t.w0[0])[j] = 0.0f;
+  OK(amp_scaler_create(&cs, amp_cpu(), &sc)); OK(amp_scaler_create(&gs, gpu, &sc));
+  OK(side_make(&c, &t, amp_cpu(), &oc)); OK(side_make(&g, &t, gpu, &oc));
+  side_push(&c, &t); side_push(&g, &t);
+  OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_step(gs, g.o));
+  EXPECT(amp_scaler_last_skipped(gs) == 0 && amp_scaler_last_skipped(cs) == 0, "a finite grad was taken for inf/NaN (cpu %d gpu %d)",
+         amp_scaler_last_skipped(cs), amp_scaler_last_skipped(gs));
+  {
+    double cn = amp_optimizer_grad_norm(c.o), gn = amp_optimizer_grad_norm(g.o);
+    EXPECT(fabs(gn - cn) <= 1e-6 * cn, "norm over every finite f16: cpu %.9g, gpu %.9g", cn, gn);
+  }
+  {
+    float *a = (float *)xmalloc(n[0] * 4), *b = (float *)xmalloc(n[0] * 4);
+    EXPECT(side_state(&c, 0, 0, a) && side_state(&g, 0, 0, b), "masters not readable: %s", msg);
+    for (j = 0; j < n[0]; j++)
+      if (amp__f32_bits(a[j]) != amp__f32_bits(b[j])) {
+        EXPECT(0, "f16 grad 0x%04x (%a): master cpu %a, gpu %a", ((amp_f16 *)t.g[0])[j], (double)amp_f16_to_f32(((amp_f16 *)t.g[0])[j]),
+               (double)a[j], (double)b[j]);
+        break;
+      }
+    free(a); free(b);
+  }
+  /* +-inf: found by the unscale, the step skipped */
+  for (int s = 0; s < 2; s++) {
+    ((amp_f16 *)t.g[0])[n[0] / 3] = s ? 0xfc00 : 0x7c00;
+    side_push(&g, &t);
+    OK(amp_scaler_update(gs));
+    OK(amp_scaler_step(gs, g.o));
+    EXPECT(amp_optimizer_step_count(g.o) == 1, "an f16 %cinf grad did not skip the step (steps %ld)", s ? '-' : '+', amp_optimizer_step_count(g.o));
+  }
+  side_free(&c, &t); side_free(&g, &t);
+  amp_scaler_destroy(cs); amp_scaler_destroy(gs);
+  tens_free(&t);
+}
+
 static void public_step_over_500_tensors_is_three_launches(void) {
   enum { K = 500 };
   void *mem[2 * K], *graph = NULL;
@@ -743,7 +900,7 @@ int main(void) {
   RUN(cuda_open_without_gpu_is_unsupported);
   RUN(scale_ptr_and_scale_buffer_follow_the_scale);
   if (st == AMP_ERR_UNSUPPORTED) {
-    printf("skipped: GPU tests of the public API on CUDA (%s)\n", why);
+    t_no_gpu("GPU tests of the public API on CUDA", why);
     TEST_END();
   }
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", why); return 1; }
@@ -754,10 +911,13 @@ int main(void) {
   RUN(allreduce_hook_on_gpu_identity_equals_none_and_failure_changes_nothing);
   RUN(checkpoint_moves_cpu_to_gpu_and_back_bit_exact);
   RUN(bad_input_on_gpu_is_refused);
+  RUN(huge_finite_grads_give_a_finite_norm_and_the_cpu_step);
+  RUN(every_finite_f16_grad_decodes_to_the_cpu_bits);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
+    RUN(captured_step_replays_with_a_changing_lr);
     RUN(public_step_over_500_tensors_is_three_launches);
-  } else printf("skipped: graph tests (no stream of our own)\n");
+  } else t_no_gpu("graph tests", "no stream of our own");
   amp_device_close(gpu);
   amp__cu_stream_destroy(gpu_stream);
   TEST_END();

@@ -104,6 +104,19 @@ static void launchers_reject_bad_arguments(void) {
   expect_arg(amp__cu_capture_begin(NULL, msg, sizeof msg), "amp__cu_capture_begin", "capture NULL state");
   EXPECT(amp__cu_scaler_scale_ptr(NULL) == NULL, "scale_ptr(NULL) is not NULL");
   EXPECT(amp__cu_optim_master(NULL, 0, NULL) == NULL, "master(NULL) is not NULL");
+  { /* non-finite scales are refused (a test on the bits) before any CUDA call: a stand-in state will do */
+    const float bad[3] = {INFINITY, NAN, -INFINITY};
+    void *sc = NULL;
+    for (int b = 0; b < 3; b++) {
+      amp_scale_state sb = s0;
+      sb.scale = bad[b];
+      expect_arg(amp__cu_scaler_create(fake, &sc, &sb, &pr, msg, sizeof msg), "must be positive and finite", "create: scale inf/NaN");
+      expect_arg(amp__cu_scaler_set(fake, fake, &sb, msg, sizeof msg), "must be positive and finite", "set: scale inf/NaN");
+      expect_arg(amp__cu_scaler_load(fake, fake, &sb, &pr, 1.0f, 0, 0, msg, sizeof msg), "must be positive and finite", "load: scale inf/NaN");
+      expect_arg(amp__cu_scaler_load(fake, fake, &s0, &pr, bad[b], 0, 0, msg, sizeof msg), "must be positive and finite", "load: inv_scale inf/NaN");
+    }
+    EXPECT(sc == NULL, "a refused create wrote the handle %p", sc);
+  }
   if (!ST) return;
   /* with a device: the checks that come after the state check */
   {
@@ -684,7 +697,7 @@ int main(void) {
   RUN(device_step_coefficients_equal_the_cpu_optimizers);
   RUN(open_without_gpu_says_unsupported);
   if (st == AMP_ERR_UNSUPPORTED) {
-    printf("skipped: GPU tests of the scaler/optimizer kernels (%s)\n", amp_last_error());
+    t_no_gpu("GPU tests of the scaler/optimizer kernels", amp_last_error());
     TEST_END();
   }
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", amp_last_error()); return 1; }
@@ -695,7 +708,7 @@ int main(void) {
   if (stream) {
     RUN(captured_step_replays_like_eager);
     RUN(step_over_500_small_tensors_is_two_or_three_launches);
-  } else printf("skipped: graph tests (no stream of our own: %s)\n", msg);
+  } else t_no_gpu("graph tests (no stream of our own)", msg);
   RUN(device_casts_match_host_conversions_bit_for_bit);
   RUN(scale_buffer_multiplies_by_the_device_scale);
   RUN(optimizer_state_round_trips_through_host);

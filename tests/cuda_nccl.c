@@ -45,9 +45,16 @@ static void nccl_calls_reject_bad_arguments(void) {
   EXPECT(strstr(amp_last_error(), "amp_nccl_allreduce_grads") != NULL, "message \"%s\" does not name the function", amp_last_error());
 }
 
-static int d_roundtrip(void *dst_host, const void *src_dev, size_t bytes) {
-  return cudaStreamSynchronize(stream) == cudaSuccess && cudaMemcpy(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+/* Copies on the stream the work runs on, then waits. (A plain cudaMemcpy runs on the legacy stream,
+   which is not ordered with a non-blocking stream: an upload could land after the work that reads
+   it had started, a download before the work that writes it had finished.) */
+static int h2d_on(cudaStream_t s, void *dst_dev, const void *src_host, size_t bytes) {
+  return cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
 }
+static int d2h_on(cudaStream_t s, void *dst_host, const void *src_dev, size_t bytes) {
+  return cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
+}
+static int d_roundtrip(void *dst_host, const void *src_dev, size_t bytes) { return d2h_on(stream, dst_host, src_dev, bytes); }
 
 /* One rank: the hook's sum is the identity, on a device buffer (enqueued) and a host buffer. */
 static void hook_sums_over_one_rank_on_device_and_host(void) {
@@ -55,7 +62,7 @@ static void hook_sums_over_one_rank_on_device_and_host(void) {
   double *d = NULL;
   amp_status st;
   EXPECT(cudaMalloc((void **)&d, sizeof in) == cudaSuccess, "cudaMalloc");
-  cudaMemcpy(d, in, sizeof in, cudaMemcpyHostToDevice);
+  EXPECT(h2d_on(stream, d, in, sizeof in), "upload");
   st = amp_nccl_allreduce_hook(comm1, d, 2, stream);
   EXPECT(st == AMP_OK, "hook on a device buffer: %s", amp_last_error());
   EXPECT(d_roundtrip(out, d, sizeof out) && out[0] == 1.0 && out[1] == 2.5, "device: expected {1, 2.5}, got {%g, %g}", out[0], out[1]);
@@ -82,7 +89,7 @@ static void grads_over_one_rank_come_back_unchanged(void) {
       for (f32 = 0; f32 < 2; f32++) {
         size_t bad = n, diffs = 0;
         amp_status st;
-        cudaMemcpy(g, h, n * es, cudaMemcpyHostToDevice);
+        if (!h2d_on(stream, g, h, n * es)) { EXPECT(0, "upload failed"); continue; }
         st = amp_nccl_allreduce_grads(dev, comm1, g, types[ti], n, avg, f32);
         EXPECT(st == AMP_OK, "%s avg %d f32 %d: %s", amp__dtype_name(types[ti]), avg, f32, amp_last_error());
         if (!d_roundtrip(back, g, n * es)) { EXPECT(0, "copy back failed"); continue; }
@@ -112,7 +119,7 @@ static void device_scaler_with_the_hook_matches_one_without(void) {
     memset(&oc, 0, sizeof oc);
     oc.kind = AMP_ADAMW; oc.max_grad_norm = 1.0f;
     cudaMalloc(&w[k], sizeof hw); cudaMalloc(&g[k], sizeof hg);
-    cudaMemcpy(w[k], hw, sizeof hw, cudaMemcpyHostToDevice);
+    EXPECT(h2d_on(stream, w[k], hw, sizeof hw), "upload");
     if (amp_scaler_create(&sc[k], dev, NULL) != AMP_OK || amp_optimizer_create(&op[k], dev, &oc) != AMP_OK ||
         amp_optimizer_add(op[k], AMP_F16, w[k], g[k], N) != AMP_OK) { EXPECT(0, "setup: %s", amp_last_error()); goto out; }
     if (k == 0) amp_scaler_set_allreduce(sc[k], amp_nccl_allreduce_hook, comm1);
@@ -120,13 +127,12 @@ static void device_scaler_with_the_hook_matches_one_without(void) {
       amp_f16 planted[N];
       memcpy(planted, hg, sizeof hg);
       if (s == 1) planted[N / 2] = 0x7c00;
-      cudaMemcpy(g[k], planted, sizeof planted, cudaMemcpyHostToDevice);
+      EXPECT(h2d_on(stream, g[k], planted, sizeof planted), "upload");
       EXPECT(amp_scaler_step(sc[k], op[k]) == AMP_OK && amp_scaler_update(sc[k]) == AMP_OK, "step %d: %s", s, amp_last_error());
       skipped[k][s] = amp_scaler_last_skipped(sc[k]);
     }
   }
-  cudaMemcpy(w_a, w[0], sizeof w_a, cudaMemcpyDeviceToHost);
-  cudaMemcpy(w_b, w[1], sizeof w_b, cudaMemcpyDeviceToHost);
+  EXPECT(d2h_on(stream, w_a, w[0], sizeof w_a) && d2h_on(stream, w_b, w[1], sizeof w_b), "download");
   for (s = 0; s < 4; s++) EXPECT(skipped[0][s] == (s == 1) && skipped[1][s] == (s == 1), "step %d: skipped %d / %d, expected %d",
                                  s, skipped[0][s], skipped[1][s], s == 1);
   EXPECT(memcmp(w_a, w_b, sizeof w_a) == 0, "weights with the hook differ from weights without it over one rank");
@@ -158,20 +164,19 @@ static void *lock_main(void *arg) {
     snprintf(L->err, sizeof L->err, "setup: %s", amp_last_error()); goto out;
   }
   for (i = 0; i < LN; i++) h[i] = amp_f32_to_f16(0.01f * (float)(i % 31));
-  cudaMemcpy(w, h, sizeof h, cudaMemcpyHostToDevice);
+  if (!h2d_on(s, w, h, sizeof h)) { snprintf(L->err, sizeof L->err, "upload failed"); goto out; }
   if (amp_optimizer_add(op, AMP_F16, w, g, LN) != AMP_OK) { snprintf(L->err, sizeof L->err, "add: %s", amp_last_error()); goto out; }
   amp_scaler_set_allreduce(sc, amp_nccl_allreduce_hook, L->comm);
   for (step = 0; step < LSTEPS; step++) {
     float scale = amp_scaler_get_scale(sc);
     for (i = 0; i < LN; i++) h[i] = amp_f32_to_f16((0.001f * (float)((i * (L->r + 3) + step) % 97) - 0.05f) * scale);
-    cudaMemcpy(g, h, sizeof h, cudaMemcpyHostToDevice);
+    if (!h2d_on(s, g, h, sizeof h)) { snprintf(L->err, sizeof L->err, "upload failed"); goto out; }
     if (amp_nccl_allreduce_grads(d, L->comm, g, AMP_F16, LN, 1, 1) != AMP_OK) { snprintf(L->err, sizeof L->err, "grads: %s", amp_last_error()); goto out; }
-    if (step == 3 && L->r == 1) { amp_f16 inf = 0x7c00; cudaMemcpyAsync((amp_f16 *)g + 7, &inf, 2, cudaMemcpyHostToDevice, s); cudaStreamSynchronize(s); }
+    if (step == 3 && L->r == 1) { amp_f16 inf = 0x7c00; h2d_on(s, (amp_f16 *)g + 7, &inf, 2); }
     if (amp_scaler_step(sc, op) != AMP_OK || amp_scaler_update(sc) != AMP_OK) { snprintf(L->err, sizeof L->err, "step: %s", amp_last_error()); goto out; }
     L->skip[step] = amp_scaler_last_skipped(sc);
   }
-  amp_device_sync(d);
-  cudaMemcpy(L->w_end, w, sizeof L->w_end, cudaMemcpyDeviceToHost);
+  if (!d2h_on(s, L->w_end, w, sizeof L->w_end)) { snprintf(L->err, sizeof L->err, "download failed"); goto out; }
   L->scale = amp_scaler_get_scale(sc);
   L->skipped = amp_scaler_skipped_steps(sc);
   L->ok = 1;
@@ -224,7 +229,7 @@ int main(void) {
   RUN(nccl_calls_reject_bad_arguments);
   st = amp_cuda_open(&dev, 0, NULL);
   snprintf(why, sizeof why, "%s", amp_last_error());
-  if (st == AMP_ERR_UNSUPPORTED) { printf("skipped: GPU tests of cuda_nccl (%s)\n", why); TEST_END(); }
+  if (st == AMP_ERR_UNSUPPORTED) { t_no_gpu("GPU tests of cuda_nccl", why); TEST_END(); }
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", amp_last_error()); return 1; }
   amp_device_close(dev);
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess || amp_cuda_open(&dev, 0, stream) != AMP_OK ||

@@ -64,9 +64,7 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 ex_kernels=amp_kernels.cu
 [ -f "$B/amp_kernels.o" ] && ex_kernels="$B/amp_kernels.o"
 rm -f "$B/train_mlp_cuda"
-check "train_mlp_cuda: builds with nvcc (-Werror)" "$NVCC" -O3 -std=c++17 \
-     -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Werror all-warnings \
-     -Xcompiler -Wall,-Wextra,-Werror -I. examples/train_mlp_cuda.cu "$ex_kernels" -o "$B/train_mlp_cuda" \
+check "train_mlp_cuda: builds with nvcc (-Werror)" "$NVCC" $NVCC_FLAGS -I. examples/train_mlp_cuda.cu "$ex_kernels" -o "$B/train_mlp_cuda" \
      -L"$CUDA_HOME/lib64" -Xlinker -rpath="$CUDA_HOME/lib64" -lcublasLt -lcublas -lz
 if [ -x "$B/train_mlp_cuda" ]; then
   check "train_mlp_cuda: runs (skipped without a GPU)" sh -c "

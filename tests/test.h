@@ -23,4 +23,14 @@ static int t__pass, t__fail, t__cur;
 /* Under sanitizers and valgrind the runner sets AMP_TEST_QUICK=1: heavy tests sample instead. */
 static inline int t_quick(void) { const char *e = getenv("AMP_TEST_QUICK"); return e && *e && *e != '0'; }
 
+/* 1 when AMP_REQUIRE_GPU is set (to anything but 0): the run is on a machine that has a GPU. */
+static inline int t_require_gpu(void) { const char *e = getenv("AMP_REQUIRE_GPU"); return e && *e && *e != '0'; }
+/* GPU tests that cannot run for want of a usable GPU: "skipped: what (why)", or, under
+   AMP_REQUIRE_GPU=1, a failure, so that a machine whose GPU cannot be used (an old driver, a broken
+   installation) never passes as "skipped". */
+static inline void t_no_gpu(const char *what, const char *why) {
+  if (t_require_gpu()) { t__fail++; printf("FAIL %s: AMP_REQUIRE_GPU=1 but they did not run (%s)\n", what, why); }
+  else printf("skipped: %s (%s)\n", what, why);
+}
+
 #endif

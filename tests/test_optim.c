@@ -223,6 +223,38 @@ static void clipping_uses_the_global_norm_of_the_unscaled_grads(void) {
   amp_optimizer_destroy(o); amp_scaler_destroy(s);
 }
 
+/* Finite grads near 1.8e19 (f32 and bf16) square past FLT_MAX: the norm must stay finite (the sum
+   in double), so the clip coefficient is max_norm / norm and the step moves every weight by
+   lr * g * coef, not by 0 (a float sum would give norm inf, coefficient 0). */
+static void huge_finite_grads_give_a_finite_norm_and_a_clipped_step(void) {
+  enum { N = 1003 };
+  static float w[N], g[N];
+  amp_bf16 wb[N], gb[N];
+  amp_optim_config c; amp_optimizer *o = NULL; amp_scaler *s = NULL; amp_scaler_config sc;
+  double sum = 0, norm, coef;
+  size_t i;
+  memset(&c, 0, sizeof c); c.kind = AMP_SGD; c.lr = 0.5f; c.max_grad_norm = 1.0f;
+  memset(&sc, 0, sizeof sc); sc.init_scale = 1.0f;
+  for (i = 0; i < N; i++) {
+    w[i] = 1.0f; g[i] = (i % 3 ? 1.8e19f : -1.7e19f) * (1.0f + (float)(i % 7) / 64.0f);
+    wb[i] = amp_f32_to_bf16(1.0f); gb[i] = amp_f32_to_bf16(g[i]);
+    sum += (double)g[i] * g[i] + (double)amp_bf16_to_f32(gb[i]) * amp_bf16_to_f32(gb[i]);
+  }
+  norm = sqrt(sum); coef = 1.0 / (norm + 1e-6);
+  if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK || amp_scaler_create(&s, amp_cpu(), &sc) != AMP_OK) {
+    EXPECT(0, "create: %s", amp_last_error()); amp_optimizer_destroy(o); return;
+  }
+  amp_optimizer_add(o, AMP_F32, w, g, N); amp_optimizer_add(o, AMP_BF16, wb, gb, N);
+  EXPECT(amp_scaler_unscale(s, o) == AMP_OK, "unscale: %s", amp_last_error());
+  EXPECT(fabs(amp_optimizer_grad_norm(o) - norm) <= 1e-6 * norm, "norm: expected %.9g, got %.9g", norm, (double)amp_optimizer_grad_norm(o));
+  EXPECT(amp_scaler_step(s, o) == AMP_OK && amp_scaler_last_skipped(s) == 0, "step: %s", amp_last_error());
+  for (i = 0; i < N; i++) {
+    double want = 1.0 - 0.5 * (double)g[i] * coef;
+    if (fabs(w[i] - want) > 1e-6) { EXPECT(0, "w[%zu]: g %g, expected %.9g, got %.9g (coef %.9g)", i, (double)g[i], want, (double)w[i], coef); break; }
+  }
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+}
+
 static void gradient_accumulation_unscales_once_at_a_fixed_scale(void) {
   enum { N = 64, MICRO = 4 };
   float wa[N], wb[N], ga[N], gb[N], parts[MICRO][N];
@@ -380,6 +412,7 @@ int main(void) {
   RUN(adam_and_adamw_match_the_pytorch_formulas);
   RUN(skipped_steps_change_nothing_and_equal_a_run_without_them);
   RUN(clipping_uses_the_global_norm_of_the_unscaled_grads);
+  RUN(huge_finite_grads_give_a_finite_norm_and_a_clipped_step);
   RUN(gradient_accumulation_unscales_once_at_a_fixed_scale);
   RUN(custom_step_gets_unscaled_fp32_grads_and_writes_the_model);
   RUN(simd_and_plain_loops_give_the_same_bits);

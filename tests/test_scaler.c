@@ -71,8 +71,9 @@ static void ref_paddle_update(ref_paddle *r, int found_inf, int incr_every_n_ste
   }
 }
 
-/* DeepSpeed deepspeed/runtime/fp16/loss_scaler.py DynamicLossScaler.update_scale (Python floats:
-   double). Where DeepSpeed raises at the minimum scale amp.h stays there (max() does that). */
+/* DeepSpeed deepspeed/runtime/fp16/loss_scaler.py DynamicLossScaler.update_scale, the scaler ZeRO
+   and CreateLossScaler use (Python floats: double). Where DeepSpeed raises at the minimum scale
+   amp.h stays there (max() does that). */
 typedef struct { double cur_scale; long cur_iter, last_overflow_iter; int cur_hysteresis; } ref_ds;
 static void ref_ds_update(ref_ds *r, int overflow, double scale_factor, long scale_window, double min_scale,
                           int delayed_shift, int consecutive_hysteresis) {
@@ -85,13 +86,28 @@ static void ref_ds_update(ref_ds *r, int overflow, double scale_factor, long sca
     }
     r->last_overflow_iter = r->cur_iter;
   } else {
-    long stable_interval;
     if (consecutive_hysteresis) r->cur_hysteresis = delayed_shift;
-    stable_interval = (r->cur_iter - r->last_overflow_iter) - 1;
-    if (stable_interval > 0 && stable_interval % scale_window == 0) {
+    if ((r->cur_iter - r->last_overflow_iter) % scale_window == 0) {
       if (!consecutive_hysteresis) r->cur_hysteresis = delayed_shift;
       if (amp__finite((float)(r->cur_scale * scale_factor))) r->cur_scale *= scale_factor;  /* AMP: f32 scale */
     }
+  }
+  r->cur_iter += 1;
+}
+
+/* DeepSpeed's older FP16_Optimizer._update_scale (deepspeed/runtime/fp16/fused_optimizer.py): no
+   hysteresis, and its window `stable_interval = (cur_iter - last_overflow_iter) - 1` grows one
+   clean step later than update_scale; amp.h's late_growth option. */
+typedef struct { double cur_scale; long cur_iter, last_overflow_iter; } ref_ds_fused;
+static void ref_ds_fused_update(ref_ds_fused *r, int skip, double scale_factor, long scale_window, double min_loss_scale) {
+  if (skip) {
+    double next_scale = r->cur_scale / scale_factor;
+    r->cur_scale = next_scale > min_loss_scale ? next_scale : min_loss_scale;
+    r->last_overflow_iter = r->cur_iter;
+  } else {
+    long stable_interval = (r->cur_iter - r->last_overflow_iter) - 1;
+    if (stable_interval > 0 && stable_interval % scale_window == 0)
+      if (amp__finite((float)(r->cur_scale * scale_factor))) r->cur_scale *= scale_factor;  /* AMP: f32 scale */
   }
   r->cur_iter += 1;
 }
@@ -165,7 +181,7 @@ static amp_scaler *make(const amp_scaler_config *c) {
 }
 
 /* Runs the pattern through s and through ref (a closure by switch), comparing every step. */
-enum { R_TORCH, R_PADDLE, R_PADDLE_LEGACY, R_DS, R_DS_CONSEC, R_APEX, R_APEXH, R_KERAS };
+enum { R_TORCH, R_PADDLE, R_PADDLE_LEGACY, R_DS, R_DS_CONSEC, R_DS_FUSED, R_APEX, R_APEXH, R_KERAS };
 static void run_against_reference(int which, const amp_scaler_config *c, const char *name) {
   int n = pattern_steps(), i, bad = 0, skipped = 0;
   int *pat = (int *)malloc(sizeof(int) * (size_t)n);
@@ -173,6 +189,7 @@ static void run_against_reference(int which, const amp_scaler_config *c, const c
   ref_torch rt = {65536.0f, 0};
   ref_paddle rp = {65536.0f, 0, 0}, rpl = {32768.0f, 0, 0};
   ref_ds rd = {65536.0, 0, -1, 2}, rdc = {65536.0, 0, -1, 2};
+  ref_ds_fused rdf = {65536.0, 0, -1};
   ref_apex ra = {65536.0, 0};
   ref_apexh rh = {65536.0f, 0, 3};
   ref_keras rk = {32768.0f, 0};
@@ -190,6 +207,7 @@ static void run_against_reference(int which, const amp_scaler_config *c, const c
       case R_PADDLE_LEGACY: ref_paddle_update(&rpl, pat[i], 1000, 2, 2.0f, 0.8f); want = rpl.scale; break;
       case R_DS: ref_ds_update(&rd, pat[i], 2.0, 1000, 1.0, 2, 0); want = (float)rd.cur_scale; break;
       case R_DS_CONSEC: ref_ds_update(&rdc, pat[i], 2.0, 1000, 1.0, 2, 1); want = (float)rdc.cur_scale; break;
+      case R_DS_FUSED: ref_ds_fused_update(&rdf, pat[i], 2.0, 1000, 1.0); want = (float)rdf.cur_scale; break;
       case R_APEX: ref_apex_update(&ra, pat[i], 0.0, 16777216.0, 2000); want = (float)ra.loss_scale; break;
       case R_APEXH: ref_apexh_update(&rh, (float)pat[i], 2.0, 0.5, 50, 3); want = rh.current_scale; break;
       case R_KERAS: ref_keras_update(&rk, !pat[i], 2000, 2.0f); want = rk.scale; break;
@@ -227,6 +245,8 @@ static void preset_deepspeed_matches_dynamic_loss_scaler(void) {
   run_against_reference(R_DS, &c, "deepspeed preset");
   c.hysteresis_mode = AMP_HYSTERESIS_CLEAN_REFILL;
   run_against_reference(R_DS_CONSEC, &c, "deepspeed consecutive_hysteresis");
+  c.hysteresis = 1; c.hysteresis_mode = AMP_HYSTERESIS_CONSECUTIVE; c.late_growth = 1;
+  run_against_reference(R_DS_FUSED, &c, "deepspeed FP16_Optimizer._update_scale (late_growth)");
 }
 static void preset_apex_matches_amp_loss_scaler_and_hysteresis_kernel(void) {
   amp_scaler_config c = amp_scaler_preset(AMP_PRESET_APEX);

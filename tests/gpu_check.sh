@@ -1,0 +1,121 @@
+#!/bin/sh
+# tests/gpu_check.sh - `make gpu-check`: everything that needs an NVIDIA GPU, in one go.
+#
+#   0. the machine: nvidia-smi must list a GPU (else this stops at once, nothing built);
+#   1. build: amp_kernels.o with the Makefile's NVCC_FLAGS (warnings as errors), and the benchmarks
+#      and the CUDA demo that steps 4 and 5 run (in parallel);
+#   2. AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test: every test, a GPU test that cannot run
+#      counting as a failure; left out are the header compile matrix, the -Ofast/ASan+UBSan/valgrind
+#      re-runs of the CPU unit tests and the fuzzing (CPU only, run by CI on every change);
+#   3. compute-sanitizer memcheck (with leak check), racecheck, synccheck and initcheck over every
+#      tests/cuda_* program that step 2 built (eight at a time; AMP_TEST_QUICK=1 sizes);
+#   4. make bench-gpu (PyTorch measured first, in the same run);
+#   5. make demo-gpu (the built-in synthetic set where Fashion-MNIST is absent).
+# Each step has a time limit, cut to what is left of GPU_CHECK_BUDGET seconds (default 530) after
+# the time kept for the steps after it, so the whole stays under 9 minutes. Logs go to $OUT when it is set,
+# else to build/gpu-check: env.log, build.log, test.log, sanitize.log, bench.log, demo.log,
+# summary.log (7 files). The last line printed is the summary. Nothing is downloaded.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+LOG=${OUT:-build/gpu-check}
+mkdir -p "$LOG" build/gpu-check || exit 1
+T0=$(date +%s)
+SUMMARY=""
+BAD=0
+now() { date +%s; }
+BUDGET=${GPU_CHECK_BUDGET:-530}
+# cap LIMIT RESERVE: LIMIT seconds, or what is left of the budget after RESERVE seconds, at least 10
+cap() { c=$(( T0 + BUDGET - $(now) - $2 )); [ "$c" -gt "$1" ] && c=$1; [ "$c" -lt 10 ] && c=10; echo "$c"; }
+note() { SUMMARY="$SUMMARY $1"; }   # one word per step: name=ok|FAIL(...)
+
+# 0. a GPU, or stop here --------------------------------------------------------------------------
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "host: $(uname -srm), $(nproc 2>/dev/null) cores"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+  ${NVCC:-nvcc} --version 2>&1 | tail -n 2
+  command -v compute-sanitizer && compute-sanitizer --version 2>&1 | tail -n 1
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
+  # what make test needs besides nvcc: a missing piece here explains a failure further down
+  for t in gcc make python3 nvidia-smi compute-sanitizer; do command -v "$t" >/dev/null 2>&1 || echo "MISSING: $t"; done
+  printf '#include <zlib.h>\nint main(void){return !zlibVersion();}\n' > build/gpu-check/zlib.c
+  gcc build/gpu-check/zlib.c -o build/gpu-check/zlib -lz >/dev/null 2>&1 || echo "MISSING: zlib (zlib.h and -lz: the trainer examples and make demo-gpu need them)"
+  [ -f "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ] || echo "note: no nccl.h under ${CUDA_HOME:-/usr/local/cuda}/include: tests/cuda_nccl.c builds without NCCL"
+} > "$LOG/env.log" 2>&1
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "gpu-check: FAIL: no NVIDIA GPU here (nvidia-smi lists none); make gpu-check is for a machine with one, make test checks the rest" |
+    tee "$LOG/summary.log"
+  exit 2
+fi
+if ! command -v compute-sanitizer >/dev/null 2>&1; then
+  echo "gpu-check: FAIL: compute-sanitizer is not on PATH (it comes with the CUDA toolkit: add its bin/ to PATH)" | tee "$LOG/summary.log"
+  exit 2
+fi
+cat "$LOG/env.log"
+
+# run_step NAME LIMIT LOGFILE CMD...: runs CMD under a time limit, output to LOGFILE; notes the outcome.
+run_step() {
+  rname=$1; rlimit=$2; rlog=$3; shift 3
+  rt=$(now)
+  echo "== $rname (limit ${rlimit}s) -> $rlog"
+  timeout -k 10 "$rlimit" "$@" > "$rlog" 2>&1
+  rrc=$?
+  rt=$(( $(now) - rt ))
+  if [ $rrc -eq 0 ]; then note "$rname=ok(${rt}s)"; echo "   ok (${rt}s)"; return 0; fi
+  BAD=1
+  if [ $rrc -eq 124 ] || [ $rrc -eq 137 ]; then note "$rname=FAIL(time-limit-${rlimit}s)"; else note "$rname=FAIL(exit-$rrc,${rt}s)"; fi
+  echo "   FAILED (exit $rrc after ${rt}s); the end of $rlog:"; tail -n 25 "$rlog" | sed 's/^/   /'
+  return 1
+}
+
+# 1. build ----------------------------------------------------------------------------------------
+run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
+  'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o build/train_mlp_cuda $(ls bench/gpu_*.c | sed "s|bench/\(.*\)\.c|build/\1|")'
+
+# 2. the tests, a GPU required --------------------------------------------------------------------
+run_step test "$(cap 300 200)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test
+grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
+
+# 3. compute-sanitizer over every tests/cuda_* program, eight runs at a time ------------------------
+rt=$(now)
+: > "$LOG/sanitize.log"
+rm -f build/gpu-check/cuda_*.log build/gpu-check/cuda_*.log.verdict
+jobs=""
+for src in tests/cuda_*.c; do
+  prog=build/test/$(basename "$src" .c)
+  if [ ! -x "$prog" ]; then echo "$prog: not built by make test" >> "$LOG/sanitize.log"; BAD=1; jobs="$jobs missing:$prog"; continue; fi
+  for tool in memcheck racecheck synccheck initcheck; do jobs="$jobs $prog:$tool"; done
+done
+SAN_LIMIT=$(cap 150 120)
+echo "== sanitize (limit ${SAN_LIMIT}s a run, 8 at a time) -> $LOG/sanitize.log"
+# one run: the tool's verdict (--error-exitcode) and the program's own RESULT line must both be clean
+printf '%s\n' $jobs | grep -v '^missing:' | SAN_LIMIT=$SAN_LIMIT xargs -P 8 -I{} sh -c '
+  prog=${1%%:*}; tool=${1##*:}; out=build/gpu-check/$(basename "$prog").$tool.log
+  extra=""; [ "$tool" = memcheck ] && extra="--leak-check full"
+  timeout -k 10 "$SAN_LIMIT" env AMP_TEST_QUICK=1 AMP_REQUIRE_GPU=1 compute-sanitizer --tool "$tool" $extra --error-exitcode 99 "$prog" > "$out" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "^RESULT [0-9]* passed, 0 failed" "$out"; then echo "ok" > "$out.verdict"; else echo "FAIL (exit $rc)" > "$out.verdict"; fi
+' _ {}
+clean=0; total=0; dirty=""
+for j in $jobs; do
+  case $j in missing:*) total=$((total + 1)); dirty="$dirty ${j#missing:}"; continue;; esac
+  prog=${j%%:*}; tool=${j##*:}; out=build/gpu-check/$(basename "$prog").$tool.log
+  total=$((total + 1))
+  verdict=$(cat "$out.verdict" 2>/dev/null || echo "FAIL (no verdict)")
+  { echo "==== $(basename "$prog") under compute-sanitizer $tool: $verdict"; cat "$out" 2>/dev/null; echo; } >> "$LOG/sanitize.log"
+  if [ "$verdict" = ok ]; then clean=$((clean + 1)); else dirty="$dirty $(basename "$prog"):$tool"; fi
+done
+rt=$(( $(now) - rt ))
+if [ "$clean" -eq "$total" ] && [ "$total" -gt 0 ]; then note "sanitize=ok($clean/$total,${rt}s)"; echo "   ok: $clean of $total runs clean (${rt}s)"
+else BAD=1; note "sanitize=FAIL($clean/$total-clean,${rt}s)"; echo "   FAILED: $clean of $total runs clean; not clean:$dirty"; fi
+
+# 4. benchmarks against PyTorch, 5. the demo -------------------------------------------------------
+run_step bench "$(cap 180 45)" "$LOG/bench.log" env PYTHONUNBUFFERED=1 make bench-gpu &&
+  grep -v -E '^(make|cc |gcc |nvcc |/)' "$LOG/bench.log" | head -n 60 | sed 's/^/   /'
+run_step demo "$(cap 60 0)" "$LOG/demo.log" env AMP_REQUIRE_GPU=1 make demo-gpu && tail -n 6 "$LOG/demo.log" | sed 's/^/   /'
+
+total_s=$(( $(now) - T0 ))
+if [ $BAD -eq 0 ]; then verdict=PASS; else verdict=FAIL; fi
+echo "gpu-check: $verdict in ${total_s}s:$SUMMARY (logs in $LOG)" | tee "$LOG/summary.log"
+[ $BAD -eq 0 ]
