@@ -565,7 +565,12 @@ typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *str
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
 
 /* The log hook: amp.h's few warnings (the scale stuck at its floor) go to fn(user, msg); the
-   default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. */
+   default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. Safe to call
+   while other threads log (with gcc, clang and compilers that have their atomics; elsewhere set it
+   before any other thread uses amp.h): each message goes to one hook with that hook's own user
+   pointer, and a message already being delivered when the hook changes may still reach the old
+   hook, so keep what the old hook uses alive until such calls are done. The hook may be called
+   from several threads at once. */
 AMPDEF void       amp_set_log(void (*fn)(void *user, const char *msg), void *user);
 
 /* The scale rule's state, shared by the CPU scaler and the device-resident one. */
@@ -710,26 +715,47 @@ AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors a
 /* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
 AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
 
-/* Checkpoint file (amp_checkpoint_save/load), all integers and floats in the writer's byte order:
-     "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark 0x01020304,
-     u32 sizeof header (32), u32 flags (1: scaler present, 2: optimizer present),
-     u64 payload bytes, payload, u32 CRC-32 (IEEE, as zlib's crc32) of everything before it.
-     scaler payload: the resolved amp_scale_params and the init_scale, the amp_scale_state, the
-       skipped count, the last-skipped flag (fixed-size fields, see amp__ckpt_scaler);
-     optimizer payload: kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps,
-       max_grad_norm, step count, tensor count, then per tensor: n, weight dtype, grad dtype,
-       master[n], then the moments it has (SGD with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
-   save writes path.tmp and renames it over path (a crash never destroys the old checkpoint); o or
-   s may be NULL to save/load only the other. load checks everything (magic, version, byte order,
-   size, CRC, kind, tensor count, sizes, dtypes) before it changes anything: AMP_ERR_CORRUPT with
-   what did not match; AMP_ERR_IO naming the path when it cannot be opened. It restores the
+/* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
+   writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
+     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark
+       0x01020304, u32 header size (32), u32 flags (1: scaler present, 2: optimizer present),
+       u64 payload bytes; then the payload, then u32 CRC-32 (IEEE, as zlib's crc32) of everything
+       before it.
+     scaler (72 bytes): f32 growth, backoff, floor, cap; i32 interval, hysteresis, mode, fixed,
+       late_growth; f32 init_scale, scale; i32 tracker, hyst, at_floor, last_skipped,
+       floor_logged; u64 skipped count (the resolved amp_scale_params, amp_scale_state and counts);
+     optimizer (56 bytes, then the tensors): u32 kind; f32 lr, weight_decay, momentum, dampening;
+       i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count, tensor count; then per
+       tensor u64 n, u32 weight dtype, u32 grad dtype, f32 master[n], then the moments it has (SGD
+       with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
+   save writes a new file beside path under a name unique to the process and call
+   (path.tmp.<pid>.<n>), created exclusively (never through an existing file or symlink), flushes
+   it to disk (fsync), renames it over path and flushes the directory: a crash or a failed save
+   never destroys the old checkpoint, and saves to one path from several threads or processes at
+   once leave one of them whole. An empty path, or one ending in '/', is AMP_ERR_ARG and nothing is
+   created; an I/O failure is AMP_ERR_IO naming the path and the system's reason (strerror), with
+   the temporary removed. Counts are 64-bit in the file; a count beyond this platform's long is
+   refused at load. o or s may be NULL to save/load only the other.
+   load reads only a regular file (a FIFO, device or directory is AMP_ERR_IO at once, never a
+   wait). It checks the header against the file's size, then every record, read one by one,
+   before it reads the payload: the file must be exactly the size the live optimizer needs before
+   it is read whole (the scaler alone: the file is streamed through the CRC, never held), so any
+   other file is refused without a large read or allocation. Every field passes the checks of
+   amp_scaler_create and amp_optimizer_create and must be a value they keep (eps 0, a flag other
+   than 0 or 1, a default's 0 are refused), the scaler's state must fit its parameters (scale
+   within [floor, cap], counters within range), then the CRC, kind, tensor count, sizes and dtypes:
+   AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
    optimizer's config (lr included; custom_step stays the live one), step count, masters and
    moments, writes every model copy from its restored master, and restores the scaler's
    parameters and state; both start a new iteration (no unscale/step recorded). On a CUDA device
    save reads the device state back and load writes it (the model copies cast from the restored
    masters on the device); the file is the same, so a checkpoint moves between CPU and GPU either
    way. A device error during load (after the file was checked) may leave the device state partly
-   written: AMP_ERR_DEVICE. */
+   written: AMP_ERR_DEVICE.
+   The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
+   Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
+   elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
+   disk, the old file is removed just before the rename, and load reads whatever fopen opens. */
 
 /* Per-step coefficients of an update, computed once per step (on the host, or by one device
    thread) and read by every element. */
@@ -814,7 +840,8 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
    (row-major: the distance between rows, at least the row length; col-major: between columns).
    A and B have the same type (f16, bf16 or f32); C any of the three. beta 0: C is not read (a NaN
    there does not propagate), as in BLAS. m or n 0: nothing happens. k 0 or alpha 0: C = beta * C
-   (A and B are not read). C must not overlap A or B.
+   (A and B are not read). C must not overlap A, B or the bias: AMP_ERR_ARG when the span of C
+   (its first to its last element) meets the span of one of them.
 
    Rounding (what the CPU reference computes, and what the GPU approximates; see the manual):
    inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0, then
@@ -934,6 +961,7 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #include <math.h>
 #include <float.h>
 #include <errno.h>
+#include <limits.h>
 
 #if defined(AMP_MALLOC) && defined(AMP_FREE)
 #elif !defined(AMP_MALLOC) && !defined(AMP_FREE)
@@ -941,6 +969,20 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP_FREE(p) free(p)
 #else
 #error "amp.h: define both AMP_MALLOC and AMP_FREE, or neither"
+#endif
+
+/* Checkpoint files: POSIX I/O where the system has it (exclusive creation of the temporary, fsync,
+   a check that what is read is a regular file); elsewhere (e.g. _WIN32) plain C stdio, which has
+   none of these guarantees (see amp_checkpoint_save in the manual). AMP__STDIO_FILES forces the
+   stdio path (the test suite compiles it so). */
+#if !defined(AMP__STDIO_FILES) && (defined(__unix__) || defined(__unix) || defined(__APPLE__))
+#define AMP__POSIX_FILES 1
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+#else
+#define AMP__POSIX_FILES 0
 #endif
 
 #if defined(__cplusplus) && __cplusplus >= 201103L
@@ -964,6 +1006,17 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP__ALOAD(p) (*(p))
 #define AMP__ASTORE(p, v) (*(p) = (v))
 #define AMP__AINC(p) (++*(p))
+#endif
+
+/* A tiny lock for a few loads or stores that must be seen together (the log hook's function and
+   user pointer). Compilers without the GNU atomics get plain access: there, set the hook before
+   any thread may log (see amp_set_log). */
+#if defined(__GNUC__) || defined(__clang__)
+#define AMP__LOCK(p) do { while (__atomic_test_and_set((p), __ATOMIC_ACQUIRE)) { } } while (0)
+#define AMP__UNLOCK(p) __atomic_clear((p), __ATOMIC_RELEASE)
+#else
+#define AMP__LOCK(p) ((void)(p))
+#define AMP__UNLOCK(p) ((void)(p))
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -2206,23 +2259,33 @@ AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void 
    Implementation: scaler
    ------------------------------------------------------------------------------------------ */
 
-/* The log hook (amp_set_log). */
+/* The log hook (amp_set_log): the function and its user pointer change together under a tiny lock,
+   and a log call copies both under it, then calls the hook outside it (a hook may log or set the
+   hook itself without deadlock). */
 static void amp__log_default(void *user, const char *msg) { (void)user; fprintf(stderr, "amp.h: %s\n", msg); }
 static void (*amp__log_fn)(void *user, const char *msg) = amp__log_default;
 static void *amp__log_user = NULL;
+static char amp__log_lock = 0;
 
 AMPDEF void amp_set_log(void (*fn)(void *user, const char *msg), void *user) {
+  AMP__LOCK(&amp__log_lock);
   amp__log_fn = fn ? fn : amp__log_default;
   amp__log_user = fn ? user : NULL;
+  AMP__UNLOCK(&amp__log_lock);
 }
 static void amp__log(const char *fmt, ...) AMP__PRINTF(1, 2);
 static void amp__log(const char *fmt, ...) {
   char msg[512];
   va_list ap;
+  void (*fn)(void *user, const char *msg);
+  void *user;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  amp__log_fn(amp__log_user, msg);
+  AMP__LOCK(&amp__log_lock);
+  fn = amp__log_fn; user = amp__log_user;
+  AMP__UNLOCK(&amp__log_lock);
+  fn(user, msg);
 }
 
 /* The scaler. An iteration runs from one update to the next; `iter` numbers them, and an
@@ -2266,8 +2329,9 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
   return c;
 }
 
-/* Defaults filled in and every field checked; *init gets the initial scale. */
-static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
+/* Defaults filled in and every field checked; *init gets the initial scale; fn names the calling
+   function in messages (create, and checkpoint load, which checks a file's parameters with it). */
+static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
   amp_scaler_config c;
   if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
   if (amp__is_zero(c.init_scale)) c.init_scale = 65536.0f;
@@ -2276,27 +2340,27 @@ static amp_status amp__scaler_resolve(const amp_scaler_config *cfg, amp_scale_pa
   if (c.growth_interval == 0) c.growth_interval = 2000;
   if (c.hysteresis == 0) c.hysteresis = 1;
   if (!(c.growth_factor > 1.0f) || !amp__finite(c.growth_factor))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_factor %g must be > 1 and finite", (double)c.growth_factor);
+    return amp__fail(AMP_ERR_ARG, "%s: growth_factor %g must be > 1 and finite", fn, (double)c.growth_factor);
   if (!(c.backoff_factor > 0.0f && c.backoff_factor < 1.0f) || !amp__finite(c.backoff_factor))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: backoff_factor %g must be in (0, 1)", (double)c.backoff_factor);
+    return amp__fail(AMP_ERR_ARG, "%s: backoff_factor %g must be in (0, 1)", fn, (double)c.backoff_factor);
   if (c.growth_interval < 1)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: growth_interval %d must be >= 1", c.growth_interval);
+    return amp__fail(AMP_ERR_ARG, "%s: growth_interval %d must be >= 1", fn, c.growth_interval);
   if (c.hysteresis < 1)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: hysteresis %d must be >= 1", c.hysteresis);
+    return amp__fail(AMP_ERR_ARG, "%s: hysteresis %d must be >= 1", fn, c.hysteresis);
   if (c.hysteresis_mode < 0 || c.hysteresis_mode > 2)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: hysteresis_mode %d must be 0..2 "
-                     "(AMP_HYSTERESIS_CONSECUTIVE, _CLEAN_REFILL, _GROWTH_REFILL)", c.hysteresis_mode);
+    return amp__fail(AMP_ERR_ARG, "%s: hysteresis_mode %d must be 0..2 "
+                     "(AMP_HYSTERESIS_CONSECUTIVE, _CLEAN_REFILL, _GROWTH_REFILL)", fn, c.hysteresis_mode);
   if (!(c.min_scale >= 0.0f) || !amp__finite(c.min_scale))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: min_scale %g must be >= 0 and finite", (double)c.min_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: min_scale %g must be >= 0 and finite", fn, (double)c.min_scale);
   if (!(amp__is_zero(c.max_scale) || (c.max_scale >= c.min_scale && c.max_scale >= FLT_MIN)) || !amp__finite(c.max_scale))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: max_scale %g must be 0 (no cap) or finite and >= min_scale %g",
+    return amp__fail(AMP_ERR_ARG, "%s: max_scale %g must be 0 (no cap) or finite and >= min_scale %g", fn,
                      (double)c.max_scale, (double)c.min_scale);
   if (!(c.init_scale >= FLT_MIN) || !amp__finite(c.init_scale))
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g must be finite and >= FLT_MIN", (double)c.init_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g must be finite and >= FLT_MIN", fn, (double)c.init_scale);
   if (c.init_scale < c.min_scale)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is below min_scale %g", (double)c.init_scale, (double)c.min_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is below min_scale %g", fn, (double)c.init_scale, (double)c.min_scale);
   if (c.max_scale > 0.0f && c.init_scale > c.max_scale)
-    return amp__fail(AMP_ERR_ARG, "amp_scaler_create: init_scale %g is above max_scale %g", (double)c.init_scale, (double)c.max_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is above max_scale %g", fn, (double)c.init_scale, (double)c.max_scale);
   pr->growth = c.growth_factor; pr->backoff = c.backoff_factor;
   pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal: 1/scale stays finite */
   pr->cap = c.max_scale;
@@ -2315,7 +2379,7 @@ AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_s
   if (!out) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: out is NULL");
   *out = NULL;
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: device is NULL (use amp_cpu())");
-  if ((st = amp__scaler_resolve(cfg, &pr, &init)) != AMP_OK) return st;
+  if ((st = amp__scaler_resolve("amp_scaler_create", cfg, &pr, &init)) != AMP_OK) return st;
   s = (amp_scaler *)AMP_MALLOC(sizeof *s);
   if (!s) return amp__fail(AMP_ERR_NOMEM, "amp_scaler_create: out of memory");
   memset(s, 0, sizeof *s);
@@ -3046,37 +3110,542 @@ static void amp__crc_add(amp__crc *c, const void *data, size_t n) {
 }
 static uint32_t amp__crc_value(const amp__crc *c) { return c->crc ^ 0xFFFFFFFFu; }
 
+/* -- files: a new file put over a path atomically, and a checked read of a regular file -------- */
+
+#if AMP__POSIX_FILES
+#ifdef O_NOFOLLOW
+#define AMP__O_NOFOLLOW O_NOFOLLOW
+#else
+#define AMP__O_NOFOLLOW 0   /* O_CREAT | O_EXCL alone never follows a symlink (POSIX): EEXIST */
+#endif
+#ifdef O_CLOEXEC
+#define AMP__O_CLOEXEC O_CLOEXEC
+#else
+#define AMP__O_CLOEXEC 0
+#endif
+#elif defined(_WIN32)
+#include <process.h>   /* _getpid */
+#else
+#include <time.h>
+#endif
+
+/* A new file written under a temporary name unique to this process and call, in path's directory,
+   created exclusively (never through an existing file or symlink), flushed to disk, renamed over
+   path, and the directory flushed after the rename. */
+typedef struct amp__wfile {
+  const char *fn, *path;   /* the public caller (for messages) and the target */
+  char *tmp;               /* the temporary's name */
+  size_t cap;              /* tmp's bytes */
+#if AMP__POSIX_FILES
+  int fd;
+#else
+  FILE *f;
+#endif
+} amp__wfile;
+
+static unsigned long amp__tmp_seq = 0;   /* temporaries named by this process (a relaxed atomic) */
+
+/* The temporary's name for sequence number seq: "<path>.tmp.<process id>.<seq>". */
+static void amp__tmp_name(char *buf, size_t cap, const char *path, unsigned long seq) {
+#if AMP__POSIX_FILES
+  snprintf(buf, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), seq);
+#elif defined(_WIN32)
+  snprintf(buf, cap, "%s.tmp.%d.%lu", path, _getpid(), seq);
+#else   /* no process id in C: the time and the processor time, which two processes rarely share */
+  snprintf(buf, cap, "%s.tmp.%lx.%lu", path, (unsigned long)time(NULL) ^ ((unsigned long)clock() << 12), seq);
+#endif
+}
+
+static amp_status amp__wfile_open(amp__wfile *w, const char *fn, const char *path) {
+  amp_status st;
+  int tries, e = 0;
+  w->fn = fn; w->path = path;
+  w->cap = strlen(path) + 64;
+  w->tmp = (char *)AMP_MALLOC(w->cap);
+  if (!w->tmp) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  for (tries = 0; tries < 64; tries++) {   /* a name taken (by anything, a symlink too): the next one */
+    amp__tmp_name(w->tmp, w->cap, path, AMP__AINC(&amp__tmp_seq));
+#if AMP__POSIX_FILES
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | AMP__O_NOFOLLOW | AMP__O_CLOEXEC, 0666);
+    if (w->fd >= 0) return AMP_OK;
+    e = errno;
+    if (e != EEXIST) break;
+#else
+    {   /* C stdio cannot create exclusively: skip names that exist, then create */
+      FILE *probe = fopen(w->tmp, "rb");
+      if (probe) { fclose(probe); e = EEXIST; continue; }
+    }
+    w->f = fopen(w->tmp, "wb");
+    if (w->f) return AMP_OK;
+    e = errno;
+    break;
+#endif
+  }
+  st = amp__fail(AMP_ERR_IO, "%s: cannot create the temporary file '%s' beside '%s': %s", fn, w->tmp, path, strerror(e));
+  AMP_FREE(w->tmp); w->tmp = NULL;
+  return st;
+}
+
+static amp_status amp__wfile_write(amp__wfile *w, const void *data, size_t n) {
+#if AMP__POSIX_FILES
+  const char *p = (const char *)data;
+  while (n > 0) {
+    ssize_t k = write(w->fd, p, n < ((size_t)1 << 30) ? n : ((size_t)1 << 30));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0)
+      return amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, k < 0 ? strerror(errno) : "no byte written");
+    p += k; n -= (size_t)k;
+  }
+#else
+  if (n > 0 && fwrite(data, 1, n, w->f) != n) return amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, strerror(errno));
+#endif
+  return AMP_OK;
+}
+
+/* Gives up: the temporary is closed and removed, path untouched (amp_last_error is kept). */
+static void amp__wfile_abort(amp__wfile *w) {
+#if AMP__POSIX_FILES
+  if (w->fd >= 0) close(w->fd);
+  unlink(w->tmp);
+#else
+  if (w->f) fclose(w->f);
+  remove(w->tmp);
+#endif
+  AMP_FREE(w->tmp); w->tmp = NULL;
+}
+
+static amp_status amp__wfile_commit(amp__wfile *w) {
+  amp_status st = AMP_OK;
+#if AMP__POSIX_FILES
+  int e, dfd;
+  char *slash;
+  if (fsync(w->fd) != 0) {
+    e = errno; st = amp__fail(AMP_ERR_IO, "%s: flushing '%s' to disk failed: %s", w->fn, w->tmp, strerror(e));
+    amp__wfile_abort(w); return st;
+  }
+  e = close(w->fd) != 0 ? errno : 0;
+  w->fd = -1;
+  if (e) { st = amp__fail(AMP_ERR_IO, "%s: closing '%s' failed: %s", w->fn, w->tmp, strerror(e)); amp__wfile_abort(w); return st; }
+  if (rename(w->tmp, w->path) != 0) {
+    e = errno; st = amp__fail(AMP_ERR_IO, "%s: cannot rename '%s' to '%s': %s", w->fn, w->tmp, w->path, strerror(e));
+    amp__wfile_abort(w); return st;
+  }
+  /* the rename itself reaches the disk when the directory is flushed */
+  memcpy(w->tmp, w->path, strlen(w->path) + 1);
+  slash = strrchr(w->tmp, '/');
+  if (!slash) memcpy(w->tmp, ".", 2);
+  else slash[slash == w->tmp] = '\0';   /* "/x" -> "/", "a/b" -> "a" */
+  dfd = open(w->tmp, O_RDONLY | AMP__O_CLOEXEC);
+  if (dfd >= 0) {   /* a directory that cannot be opened (search permission only) cannot be flushed */
+    if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)   /* EINVAL: a file system without it */
+      st = amp__fail(AMP_ERR_IO, "%s: '%s' was written, but flushing its directory '%s' to disk failed: %s",
+                     w->fn, w->path, w->tmp, strerror(errno));
+    close(dfd);
+  }
+#else
+  int e = 0;
+  if (fflush(w->f) != 0) e = errno;
+  if (fclose(w->f) != 0 && !e) e = errno ? errno : EIO;
+  w->f = NULL;
+  if (e) { st = amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, strerror(e)); amp__wfile_abort(w); return st; }
+  if (rename(w->tmp, w->path) != 0) {   /* Windows' rename does not replace: remove, then rename */
+    remove(w->path);
+    if (rename(w->tmp, w->path) != 0) {
+      e = errno; st = amp__fail(AMP_ERR_IO, "%s: cannot rename '%s' to '%s': %s", w->fn, w->tmp, w->path, strerror(e));
+      amp__wfile_abort(w); return st;
+    }
+  }
+#endif
+  AMP_FREE(w->tmp); w->tmp = NULL;
+  return st;
+}
+
+/* A file opened for reading only if it is a regular file: a FIFO, a device or a directory is
+   AMP_ERR_IO at once (the open does not wait for a FIFO's writer; the type is checked on the
+   opened file, so nothing can be swapped in between). */
+typedef struct amp__rfile {
+  const char *fn, *path;
+#if AMP__POSIX_FILES
+  int fd;
+#else
+  FILE *f;
+#endif
+} amp__rfile;
+
+static amp_status amp__rfile_open(amp__rfile *r, const char *fn, const char *path, uint64_t *size) {
+#if AMP__POSIX_FILES
+  struct stat sb;
+  int fl, e;
+  r->fn = fn; r->path = path;
+  r->fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | AMP__O_CLOEXEC);
+  if (r->fd < 0) { e = errno; return amp__fail(AMP_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(e)); }
+  if (fstat(r->fd, &sb) != 0) { e = errno; close(r->fd); return amp__fail(AMP_ERR_IO, "%s: cannot stat '%s': %s", fn, path, strerror(e)); }
+  if (!S_ISREG(sb.st_mode)) {
+    close(r->fd);
+    return amp__fail(AMP_ERR_IO, "%s: '%s' is not a regular file (it is a %s)", fn, path,
+                     S_ISDIR(sb.st_mode) ? "directory" : S_ISFIFO(sb.st_mode) ? "FIFO" : "device or socket");
+  }
+  if ((fl = fcntl(r->fd, F_GETFL)) == -1 || fcntl(r->fd, F_SETFL, fl & ~O_NONBLOCK) == -1) {
+    e = errno; close(r->fd); return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", fn, path, strerror(e));
+  }
+  *size = (uint64_t)sb.st_size;
+#else
+  long len;
+  int e;
+  r->fn = fn; r->path = path;
+  r->f = fopen(path, "rb");
+  if (!r->f) { e = errno; return amp__fail(AMP_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(e)); }
+  if ((getc(r->f) == EOF && ferror(r->f)) || fseek(r->f, 0, SEEK_END) != 0 || (len = ftell(r->f)) < 0 || fseek(r->f, 0, SEEK_SET) != 0) {
+    e = errno; fclose(r->f); return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", fn, path, strerror(e));
+  }
+  *size = (uint64_t)len;
+#endif
+  return AMP_OK;
+}
+
+/* Exactly n bytes, or AMP_ERR_IO (a file that ends early changed while it was read). */
+static amp_status amp__rfile_read(amp__rfile *r, void *dst, size_t n) {
+#if AMP__POSIX_FILES
+  char *p = (char *)dst;
+  while (n > 0) {
+    ssize_t k = read(r->fd, p, n < ((size_t)1 << 30) ? n : ((size_t)1 << 30));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", r->fn, r->path, strerror(errno));
+    if (k == 0) return amp__fail(AMP_ERR_IO, "%s: '%s' ended early (did it change while it was read?)", r->fn, r->path);
+    p += k; n -= (size_t)k;
+  }
+#else
+  if (n > 0 && fread(dst, 1, n, r->f) != n)
+    return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", r->fn, r->path, ferror(r->f) ? strerror(errno) : "it ended early");
+#endif
+  return AMP_OK;
+}
+
+static amp_status amp__rfile_seek(amp__rfile *r, uint64_t offset) {
+#if AMP__POSIX_FILES
+  if (lseek(r->fd, (off_t)offset, SEEK_SET) != (off_t)offset)
+#else
+  if (offset > (uint64_t)LONG_MAX || fseek(r->f, (long)offset, SEEK_SET) != 0)
+#endif
+    return amp__fail(AMP_ERR_IO, "%s: cannot seek in '%s': %s", r->fn, r->path, strerror(errno));
+  return AMP_OK;
+}
+
+static void amp__rfile_close(amp__rfile *r) {
+#if AMP__POSIX_FILES
+  close(r->fd);
+#else
+  fclose(r->f);
+#endif
+}
+
+/* -- the checkpoint format: each record one list of fields, read and written by one function ---- */
+
 #define AMP__CKPT_MAGIC "AMPCKPT1"
 #define AMP__CKPT_VERSION 1u
 #define AMP__CKPT_ENDIAN 0x01020304u
-#define AMP__CKPT_HEADER 32u
-#define AMP__CKPT_SCALER 72u    /* the scaler payload's bytes */
-#define AMP__CKPT_OPTIM 56u     /* the optimizer payload's fixed part */
-#define AMP__CKPT_TENSOR 16u    /* per tensor, before its floats */
 
-typedef struct amp__wr { FILE *f; amp__crc crc; int err; } amp__wr;
-static void amp__put(amp__wr *w, const void *p, size_t n) {
-  if (w->err || n == 0) return;
-  if (fwrite(p, 1, n, w->f) != n) w->err = 1;
-  amp__crc_add(&w->crc, p, n);
+/* X(type, name) for each field, in file order; each is stored in the writer's byte order. */
+#define AMP__CKPT_HEAD_FIELDS(X) \
+  X(uint64_t, magic) X(uint32_t, version) X(uint32_t, endian) X(uint32_t, header_bytes) X(uint32_t, flags) \
+  X(uint64_t, payload_bytes)
+#define AMP__CKPT_SCALER_FIELDS(X) \
+  X(float, growth) X(float, backoff) X(float, floor) X(float, cap) \
+  X(int32_t, interval) X(int32_t, hysteresis) X(int32_t, mode) X(int32_t, fixed) X(int32_t, late_growth) \
+  X(float, init_scale) X(float, scale) X(int32_t, tracker) X(int32_t, hyst) X(int32_t, at_floor) \
+  X(int32_t, last_skipped) X(int32_t, floor_logged) X(uint64_t, skipped)
+#define AMP__CKPT_OPTIM_FIELDS(X) \
+  X(uint32_t, kind) X(float, lr) X(float, weight_decay) X(float, momentum) X(float, dampening) X(int32_t, nesterov) \
+  X(float, beta1) X(float, beta2) X(float, eps) X(float, max_grad_norm) X(uint64_t, step) X(uint64_t, count)
+#define AMP__CKPT_TENSOR_FIELDS(X) X(uint64_t, n) X(uint32_t, wtype) X(uint32_t, gtype)
+/* flags: which sections the payload holds, in this order; each tensor record is followed by its
+   floats: the master, then the moments the kind has (amp__o_moments). */
+#define AMP__CKPT_HAS_SCALER 1u
+#define AMP__CKPT_HAS_OPTIM 2u
+
+#define AMP__CKPT_DECLARE(type, name) type name;
+#define AMP__CKPT_SIZEOF(type, name) + sizeof(type)
+typedef struct amp__ckpt_head { AMP__CKPT_HEAD_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_head;
+typedef struct amp__ckpt_scaler { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_scaler;
+typedef struct amp__ckpt_optim { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_optim;
+typedef struct amp__ckpt_tensor { AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_tensor;
+/* each record's bytes in the file (32, 72, 56, 16) */
+#define AMP__CKPT_HEAD_BYTES (0 AMP__CKPT_HEAD_FIELDS(AMP__CKPT_SIZEOF))
+#define AMP__CKPT_SCALER_BYTES (0 AMP__CKPT_SCALER_FIELDS(AMP__CKPT_SIZEOF))
+#define AMP__CKPT_OPTIM_BYTES (0 AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_SIZEOF))
+#define AMP__CKPT_TENSOR_BYTES (0 AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_SIZEOF))
+
+/* Where records go to or come from. Writing: through a buffer into the temporary file, with the
+   running CRC and the first failure. Reading: a file image in memory. */
+#define AMP__CKPT_BUF 65536
+typedef struct amp__ckpt_io {
+  int writing;
+  amp__wfile *file;                   /* writing */
+  unsigned char *buf; size_t used;
+  amp__crc crc;
+  amp_status st;
+  const unsigned char *p; size_t left; /* reading */
+} amp__ckpt_io;
+
+static void amp__ckpt_flush(amp__ckpt_io *io) {
+  if (io->st == AMP_OK && io->used) io->st = amp__wfile_write(io->file, io->buf, io->used);
+  io->used = 0;
 }
-static void amp__put_u32(amp__wr *w, uint32_t x) { amp__put(w, &x, 4); }
-static void amp__put_i32(amp__wr *w, int32_t x) { amp__put(w, &x, 4); }
-static void amp__put_u64(amp__wr *w, uint64_t x) { amp__put(w, &x, 8); }
-static void amp__put_f32(amp__wr *w, float x) { amp__put(w, &x, 4); }
+/* n bytes at p written, or read into p; 0 when a read runs past the end (nothing read) or a
+   write has failed. */
+static int amp__ckpt_bytes(amp__ckpt_io *io, void *p, size_t n) {
+  if (!io->writing) {
+    if (io->left < n) { io->left = 0; return 0; }
+    memcpy(p, io->p, n); io->p += n; io->left -= n;
+    return 1;
+  }
+  if (io->st != AMP_OK) return 0;
+  amp__crc_add(&io->crc, p, n);
+  if (io->used + n > AMP__CKPT_BUF) amp__ckpt_flush(io);
+  if (n >= AMP__CKPT_BUF) { if (io->st == AMP_OK) io->st = amp__wfile_write(io->file, p, n); }
+  else { memcpy(io->buf + io->used, p, n); io->used += n; }
+  return io->st == AMP_OK;
+}
+/* The one place each record is read and written. */
+#define AMP__CKPT_TRANSFER(type, name) ok = amp__ckpt_bytes(io, &r->name, sizeof r->name) && ok;
+static int amp__ckpt_head_io(amp__ckpt_io *io, amp__ckpt_head *r) { int ok = 1; AMP__CKPT_HEAD_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_scaler_io(amp__ckpt_io *io, amp__ckpt_scaler *r) { int ok = 1; AMP__CKPT_SCALER_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_optim_io(amp__ckpt_io *io, amp__ckpt_optim *r) { int ok = 1; AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_tensor_io(amp__ckpt_io *io, amp__ckpt_tensor *r) { int ok = 1; AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+/* The name of the first field whose bytes differ between two records (NULL: none). */
+#define AMP__CKPT_DIFFER(type, name) if (memcmp(&a->name, &b->name, sizeof a->name) != 0) return #name;
+static const char *amp__ckpt_scaler_differ(const amp__ckpt_scaler *a, const amp__ckpt_scaler *b) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DIFFER) return NULL; }
+static const char *amp__ckpt_optim_differ(const amp__ckpt_optim *a, const amp__ckpt_optim *b) { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DIFFER) return NULL; }
 
-typedef struct amp__rd { const unsigned char *p; size_t left; } amp__rd;
-static int amp__get(amp__rd *r, void *dst, size_t n) {
-  if (r->left < n) return 0;
-  memcpy(dst, r->p, n); r->p += n; r->left -= n;
-  return 1;
+/* The records of the live objects (a scaler's host fields; see amp__ckpt_cu_prepare on CUDA). */
+static amp__ckpt_scaler amp__ckpt_scaler_of(const amp_scaler *s) {
+  amp__ckpt_scaler r;
+  r.growth = s->pr.growth; r.backoff = s->pr.backoff; r.floor = s->pr.floor; r.cap = s->pr.cap;
+  r.interval = s->pr.interval; r.hysteresis = s->pr.hysteresis; r.mode = s->pr.mode; r.fixed = s->pr.fixed;
+  r.late_growth = s->pr.late_growth; r.init_scale = s->init_scale;
+  r.scale = s->st.scale; r.tracker = s->st.tracker; r.hyst = s->st.hyst; r.at_floor = s->st.at_floor;
+  r.last_skipped = s->last_skipped; r.floor_logged = s->floor_logged; r.skipped = (uint64_t)s->skipped;
+  return r;
+}
+static amp__ckpt_optim amp__ckpt_optim_of(const amp_optim_config *c, long step, size_t count) {
+  amp__ckpt_optim r;
+  r.kind = (uint32_t)c->kind; r.lr = c->lr; r.weight_decay = c->weight_decay; r.momentum = c->momentum;
+  r.dampening = c->dampening; r.nesterov = c->nesterov; r.beta1 = c->beta1; r.beta2 = c->beta2; r.eps = c->eps;
+  r.max_grad_norm = c->max_grad_norm; r.step = (uint64_t)step; r.count = (uint64_t)count;
+  return r;
 }
 
-static uint64_t amp__ckpt_optim_bytes(const amp_optimizer *o) {
-  uint64_t b = AMP__CKPT_OPTIM;
+/* A message of a validator (create's own) given again as the file's fault. */
+static amp_status amp__ckpt_refuse_as_corrupt(void) {
+  char why[sizeof amp__err_buf];
+  memcpy(why, amp__err_buf, sizeof why);
+  return amp__fail(AMP_ERR_CORRUPT, "%.440s (in the file)", why);
+}
+
+/* The file's scaler record, checked as amp_scaler_create checks a config (the parameters must
+   resolve to themselves: a 0 create would replace by a default, or a flag other than 0 or 1, is
+   refused) and its state against those parameters; *out gets it. */
+static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *out) {
+  amp_scaler_config c;
+  amp__ckpt_scaler again;
+  const char *bad;
+  const char *fn = "amp_checkpoint_load";
+  memset(&c, 0, sizeof c);
+  c.init_scale = r->init_scale; c.growth_factor = r->growth; c.backoff_factor = r->backoff; c.growth_interval = r->interval;
+  c.hysteresis = r->hysteresis; c.hysteresis_mode = r->mode; c.min_scale = r->floor; c.max_scale = r->cap;
+  c.fixed = r->fixed; c.late_growth = r->late_growth;
+  memset(out, 0, sizeof *out);
+  if (amp__scaler_resolve(fn, &c, &out->pr, &out->init_scale) != AMP_OK) return amp__ckpt_refuse_as_corrupt();
+  out->st.scale = r->scale; out->st.tracker = r->tracker; out->st.hyst = r->hyst; out->st.at_floor = r->at_floor;
+  out->last_skipped = r->last_skipped; out->floor_logged = r->floor_logged;
+  again = amp__ckpt_scaler_of(out);
+  again.skipped = r->skipped;
+  if ((bad = amp__ckpt_scaler_differ(r, &again)) != NULL)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's %s in the file is a value amp_scaler_create does not keep "
+                     "(a 0 it replaces by a default, or a flag other than 0 or 1)", fn, bad);
+  if (!amp__finite(r->scale) || !(r->scale >= out->pr.floor) || (out->pr.cap > 0.0f && r->scale > out->pr.cap))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's scale %g in the file is outside [floor %g, cap %g] (cap 0: none)", fn,
+                     (double)r->scale, (double)out->pr.floor, (double)out->pr.cap);
+  if (r->tracker < (out->pr.late_growth ? -1 : 0) || r->tracker > out->pr.interval)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's growth tracker %d in the file is outside [%d, growth_interval %d]", fn,
+                     (int)r->tracker, out->pr.late_growth ? -1 : 0, (int)out->pr.interval);
+  if (r->hyst < 0 || r->hyst > out->pr.hysteresis)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's hysteresis count %d in the file is outside [0, hysteresis %d]", fn,
+                     (int)r->hyst, (int)out->pr.hysteresis);
+  if ((r->at_floor | r->last_skipped | r->floor_logged) & ~1)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's flags in the file (at_floor %d, last_skipped %d, floor_logged %d) must be 0 or 1",
+                     fn, (int)r->at_floor, (int)r->last_skipped, (int)r->floor_logged);
+  if (r->skipped > (uint64_t)LONG_MAX)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's skipped count %llu in the file is out of range (at most %ld here)", fn,
+                     (unsigned long long)r->skipped, LONG_MAX);
+  out->skipped = (long)r->skipped;
+  return AMP_OK;
+}
+
+/* The file's optimizer record, checked as amp_optimizer_create checks a config (the same rule:
+   it must resolve to itself; lr 0 is kept, amp_optimizer_set_lr allows it) and against the live
+   optimizer o; *out gets the config to install (o's custom_step and custom_user). */
+static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_optimizer *o, amp_optim_config *out) {
+  amp_optim_config c;
+  amp__ckpt_optim again;
+  const char *bad;
+  const char *fn = "amp_checkpoint_load";
+  if (r->kind != (uint32_t)o->cfg.kind)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: optimizer kind %u in the file, the live one is %d", fn, (unsigned)r->kind, (int)o->cfg.kind);
+  c = o->cfg;
+  c.lr = amp__is_zero(r->lr) ? o->cfg.lr : r->lr;
+  c.weight_decay = r->weight_decay; c.momentum = r->momentum; c.dampening = r->dampening; c.nesterov = r->nesterov;
+  c.beta1 = r->beta1; c.beta2 = r->beta2; c.eps = r->eps; c.max_grad_norm = r->max_grad_norm;
+  if (amp__optim_resolve(fn, &c, out) != AMP_OK) return amp__ckpt_refuse_as_corrupt();
+  out->lr = r->lr;
+  again = amp__ckpt_optim_of(out, 0, 0);
+  again.step = r->step; again.count = r->count;
+  if ((bad = amp__ckpt_optim_differ(r, &again)) != NULL)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the optimizer's %s in the file is a value amp_optimizer_create does not keep "
+                     "(a 0 it replaces by a default, or a flag other than 0 or 1)", fn, bad);
+  if (amp__o_moments(out) != amp__o_moments(&o->cfg))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the file's optimizer has %d moment buffers per tensor, the live one %d", fn,
+                     amp__o_moments(out), amp__o_moments(&o->cfg));
+  if (r->count != (uint64_t)o->count)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: %llu tensors in the file, %zu in the optimizer", fn, (unsigned long long)r->count, o->count);
+  if (r->step > (uint64_t)LONG_MAX)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: step count %llu in the file is out of range (at most %ld here)", fn,
+                     (unsigned long long)r->step, LONG_MAX);
+  return AMP_OK;
+}
+
+/* A checkpoint read and checked, nothing live touched yet. */
+typedef struct amp__ckpt_image {
+  unsigned char *buf;              /* the whole file (with an optimizer to restore; else a chunk) */
+  int has_scaler, has_optim;       /* the sections to restore */
+  amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged, skipped) */
+  amp_optim_config cfg;            /* the optimizer's checked config */
+  long step;
+  const unsigned char *tensors;    /* the first tensor record */
+} amp__ckpt_image;
+
+/* Reads path and checks everything against the live objects before any payload is held: the
+   header against the file's size, then each record (read one by one; the tensor floats are
+   skipped), so the file must be exactly the size the live optimizer needs before it is read
+   whole; then the CRC over every byte. */
+static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const amp_scaler *s, amp__ckpt_image *im) {
+  const char *fn = "amp_checkpoint_load";
+  amp__rfile f;
+  amp__ckpt_io io;
+  amp__ckpt_head h;
+  amp__crc crc;
+  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES];   /* room for any one record */
+  uint64_t size = 0, at, end, first_tensor = 0;
+  uint32_t crc_file;
+  amp_status st;
   size_t i;
-  for (i = 0; i < o->count; i++) b += AMP__CKPT_TENSOR + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + amp__o_moments(&o->cfg));
-  return b;
+  memset(im, 0, sizeof *im);
+  memset(&io, 0, sizeof io);
+  if ((st = amp__rfile_open(&f, fn, path, &size)) != AMP_OK) return st;
+  st = AMP_ERR_CORRUPT;
+  if (size < AMP__CKPT_HEAD_BYTES + 4) {
+    amp__fail(st, "%s: '%s' holds %llu bytes, too few for a checkpoint (header and CRC: %u)", fn, path,
+              (unsigned long long)size, (unsigned)(AMP__CKPT_HEAD_BYTES + 4));
+    goto refused;
+  }
+  if ((st = amp__rfile_read(&f, rec, AMP__CKPT_HEAD_BYTES)) != AMP_OK) goto refused;
+  io.p = rec; io.left = AMP__CKPT_HEAD_BYTES;
+  amp__ckpt_head_io(&io, &h);
+  st = AMP_ERR_CORRUPT;
+  end = size - 4;   /* where the CRC starts */
+  if (memcmp(&h.magic, AMP__CKPT_MAGIC, 8) != 0) { amp__fail(st, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path); goto refused; }
+  if (h.endian == 0x04030201u) { amp__fail(st, "%s: written on a machine of the other byte order", fn); goto refused; }
+  if (h.endian != AMP__CKPT_ENDIAN) { amp__fail(st, "%s: bad endianness mark 0x%08x", fn, (unsigned)h.endian); goto refused; }
+  if (h.version != AMP__CKPT_VERSION) { amp__fail(st, "%s: format version %u, this amp.h reads %u", fn, (unsigned)h.version, AMP__CKPT_VERSION); goto refused; }
+  if (h.header_bytes != AMP__CKPT_HEAD_BYTES) {
+    amp__fail(st, "%s: header size %u, expected %u", fn, (unsigned)h.header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
+    goto refused;
+  }
+  if (h.payload_bytes != end - AMP__CKPT_HEAD_BYTES) {
+    amp__fail(st, "%s: truncated or padded: payload %llu bytes, the file holds %llu", fn,
+              (unsigned long long)h.payload_bytes, (unsigned long long)(end - AMP__CKPT_HEAD_BYTES));
+    goto refused;
+  }
+  if (h.flags & ~(AMP__CKPT_HAS_SCALER | AMP__CKPT_HAS_OPTIM)) { amp__fail(st, "%s: unknown flags 0x%x", fn, (unsigned)h.flags); goto refused; }
+  if (s && !(h.flags & AMP__CKPT_HAS_SCALER)) { amp__fail(st, "%s: the file holds no scaler state", fn); goto refused; }
+  if (o && !(h.flags & AMP__CKPT_HAS_OPTIM)) { amp__fail(st, "%s: the file holds no optimizer state", fn); goto refused; }
+  at = AMP__CKPT_HEAD_BYTES;
+  if (h.flags & AMP__CKPT_HAS_SCALER) {
+    amp__ckpt_scaler r;
+    if (end - at < AMP__CKPT_SCALER_BYTES) { amp__fail(st, "%s: scaler section truncated", fn); goto refused; }
+    if ((st = amp__rfile_read(&f, rec, AMP__CKPT_SCALER_BYTES)) != AMP_OK) goto refused;
+    io.p = rec; io.left = AMP__CKPT_SCALER_BYTES;
+    amp__ckpt_scaler_io(&io, &r);
+    if ((st = amp__ckpt_scaler_check(&r, &im->sc)) != AMP_OK) goto refused;
+    st = AMP_ERR_CORRUPT;
+    at += AMP__CKPT_SCALER_BYTES;
+    im->has_scaler = s != NULL;
+  }
+  if ((h.flags & AMP__CKPT_HAS_OPTIM) && o) {
+    amp__ckpt_optim r;
+    uint64_t floats = (uint64_t)(1 + amp__o_moments(&o->cfg));   /* per element: master and moments */
+    if (end - at < AMP__CKPT_OPTIM_BYTES) { amp__fail(st, "%s: optimizer section truncated", fn); goto refused; }
+    if ((st = amp__rfile_read(&f, rec, AMP__CKPT_OPTIM_BYTES)) != AMP_OK) goto refused;
+    io.p = rec; io.left = AMP__CKPT_OPTIM_BYTES;
+    amp__ckpt_optim_io(&io, &r);
+    if ((st = amp__ckpt_optim_check(&r, o, &im->cfg)) != AMP_OK) goto refused;
+    st = AMP_ERR_CORRUPT;
+    im->step = (long)r.step;
+    at += AMP__CKPT_OPTIM_BYTES;
+    first_tensor = at;
+    for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
+      amp__ckpt_tensor t;
+      if (end - at < AMP__CKPT_TENSOR_BYTES) { amp__fail(st, "%s: tensor %zu truncated", fn, i); goto refused; }
+      if ((st = amp__rfile_seek(&f, at)) != AMP_OK || (st = amp__rfile_read(&f, rec, AMP__CKPT_TENSOR_BYTES)) != AMP_OK) goto refused;
+      st = AMP_ERR_CORRUPT;
+      io.p = rec; io.left = AMP__CKPT_TENSOR_BYTES;
+      amp__ckpt_tensor_io(&io, &t);
+      if (t.n != (uint64_t)o->n[i]) {
+        amp__fail(st, "%s: tensor %zu has %llu elements in the file, %zu live", fn, i, (unsigned long long)t.n, o->n[i]);
+        goto refused;
+      }
+      if (t.wtype != (uint32_t)o->wtype[i] || t.gtype != (uint32_t)o->gtype[i]) {
+        amp__fail(st, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)", fn, i, (unsigned)t.wtype,
+                  (unsigned)t.gtype, amp__dtype_name(o->wtype[i]), amp__dtype_name(o->gtype[i]));
+        goto refused;
+      }
+      at += AMP__CKPT_TENSOR_BYTES;
+      if ((end - at) / 4 / floats < t.n) { amp__fail(st, "%s: tensor %zu data truncated", fn, i); goto refused; }
+      at += 4 * t.n * floats;
+    }
+    if (at != end) { amp__fail(st, "%s: %llu bytes left over after the optimizer section", fn, (unsigned long long)(end - at)); goto refused; }
+  } else if (!(h.flags & AMP__CKPT_HAS_OPTIM) && at != end) {
+    amp__fail(st, "%s: %llu bytes left over after the scaler section", fn, (unsigned long long)(end - at));
+    goto refused;
+  }
+  /* The CRC over every byte before it. With an optimizer to restore, the file is now known to be
+     exactly the size that optimizer needs, and is held whole; without, it is streamed. */
+  if ((st = amp__rfile_seek(&f, 0)) != AMP_OK) goto refused;
+  amp__crc_init(&crc);
+  if (o && size > (uint64_t)(size_t)-1) { amp__fail(st = AMP_ERR_NOMEM, "%s: '%s' is larger than this machine's memory", fn, path); goto refused; }
+  im->buf = (unsigned char *)AMP_MALLOC(o ? (size_t)size : AMP__CKPT_BUF);
+  if (!im->buf) { amp__fail(st = AMP_ERR_NOMEM, "%s: out of memory for '%s'", fn, path); goto refused; }
+  for (at = 0; at < end; ) {
+    size_t chunk = o ? (size_t)end : (end - at < AMP__CKPT_BUF ? (size_t)(end - at) : AMP__CKPT_BUF);
+    unsigned char *dst = im->buf + (o ? at : 0);
+    if ((st = amp__rfile_read(&f, dst, chunk)) != AMP_OK) goto refused;
+    amp__crc_add(&crc, dst, chunk);
+    at += chunk;
+  }
+  if ((st = amp__rfile_read(&f, &crc_file, 4)) != AMP_OK) goto refused;
+  st = AMP_ERR_CORRUPT;
+  if (crc_file != amp__crc_value(&crc)) {
+    amp__fail(st, "%s: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", fn, (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
+    goto refused;
+  }
+  amp__rfile_close(&f);
+  if (o) { im->tensors = im->buf + first_tensor; im->has_optim = 1; }
+  return AMP_OK;
+refused:
+  amp__rfile_close(&f);
+  AMP_FREE(im->buf); im->buf = NULL;
+  im->has_scaler = im->has_optim = 0;
+  return st;
 }
 
 /* Before a save: the mirrors refreshed from the device (scale state, skip counts, step count),
@@ -3097,256 +3666,118 @@ static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, fl
   return AMP_OK;
 }
 
+/* save: nothing at path changes unless the whole new file is written and flushed; path empty or
+   ending in '/' is AMP_ERR_ARG before anything is created. */
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s) {
-  amp__wr w;
-  char *tmp;
-  size_t plen, i;
-  uint64_t payload = 0;
+  const char *fn = "amp_checkpoint_save";
+  amp__wfile file;
+  amp__ckpt_io io;
+  amp__ckpt_head h;
   uint32_t crc;
-  float *io_buf = NULL;          /* one tensor's floats, read from its device */
-  amp_status io_st = AMP_OK;
-  char io_msg[AMP__MSG] = "";
-  if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: path is NULL");
-  if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_save: both the optimizer and the scaler are NULL");
-  if ((io_st = amp__ckpt_pull(o, s, &io_buf)) != AMP_OK) { AMP_FREE(io_buf); return io_st; }
+  size_t i, plen;
+  int k, nm = 0;
+  float *floats = NULL;          /* one tensor's floats, read from its device */
+  amp_status dev_st = AMP_OK;
+  char dev_msg[AMP__MSG] = "";
+  if (!path) return amp__fail(AMP_ERR_ARG, "%s: path is NULL", fn);
+  if (!*path) return amp__fail(AMP_ERR_ARG, "%s: path is empty", fn);
   plen = strlen(path);
-  tmp = (char *)AMP_MALLOC(plen + 5);
-  if (!tmp) AMP_FREE(io_buf);
-  if (!tmp) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory");
-  memcpy(tmp, path, plen); memcpy(tmp + plen, ".tmp", 5);
-  w.f = fopen(tmp, "wb"); w.err = 0;
-  if (!w.f) {
-    amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot open '%s' for writing", tmp);
-    AMP_FREE(io_buf);
-    AMP_FREE(tmp); return st;
+  if (path[plen - 1] == '/') return amp__fail(AMP_ERR_ARG, "%s: path '%s' ends in '/' (it names a directory, not a file)", fn, path);
+  if (!o && !s) return amp__fail(AMP_ERR_ARG, "%s: both the optimizer and the scaler are NULL", fn);
+  if ((dev_st = amp__ckpt_pull(o, s, &floats)) != AMP_OK) { AMP_FREE(floats); return dev_st; }
+  memset(&io, 0, sizeof io);
+  io.writing = 1; io.file = &file;
+  io.buf = (unsigned char *)AMP_MALLOC(AMP__CKPT_BUF);
+  io.st = io.buf ? amp__wfile_open(&file, fn, path) : amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  if (io.st != AMP_OK) {
+    AMP_FREE(io.buf);
+    AMP_FREE(floats);
+    return io.st;
   }
-  amp__crc_init(&w.crc);
-  if (s) payload += AMP__CKPT_SCALER;
-  if (o) payload += amp__ckpt_optim_bytes(o);
-  amp__put(&w, AMP__CKPT_MAGIC, 8);
-  amp__put_u32(&w, AMP__CKPT_VERSION); amp__put_u32(&w, AMP__CKPT_ENDIAN); amp__put_u32(&w, AMP__CKPT_HEADER);
-  amp__put_u32(&w, (s ? 1u : 0u) | (o ? 2u : 0u)); amp__put_u64(&w, payload);
-  if (s) {
-    amp__put_f32(&w, s->pr.growth); amp__put_f32(&w, s->pr.backoff); amp__put_f32(&w, s->pr.floor); amp__put_f32(&w, s->pr.cap);
-    amp__put_i32(&w, s->pr.interval); amp__put_i32(&w, s->pr.hysteresis); amp__put_i32(&w, s->pr.mode);
-    amp__put_i32(&w, s->pr.fixed); amp__put_i32(&w, s->pr.late_growth); amp__put_f32(&w, s->init_scale);
-    amp__put_f32(&w, s->st.scale); amp__put_i32(&w, s->st.tracker); amp__put_i32(&w, s->st.hyst); amp__put_i32(&w, s->st.at_floor);
-    amp__put_i32(&w, s->last_skipped); amp__put_i32(&w, s->floor_logged); amp__put_u64(&w, (uint64_t)s->skipped);
-  }
+  amp__crc_init(&io.crc);
+  memcpy(&h.magic, AMP__CKPT_MAGIC, 8);
+  h.version = AMP__CKPT_VERSION; h.endian = AMP__CKPT_ENDIAN; h.header_bytes = AMP__CKPT_HEAD_BYTES;
+  h.flags = (s ? AMP__CKPT_HAS_SCALER : 0u) | (o ? AMP__CKPT_HAS_OPTIM : 0u);
+  h.payload_bytes = s ? AMP__CKPT_SCALER_BYTES : 0;
   if (o) {
-    const amp_optim_config *c = &o->cfg;
-    int nm = amp__o_moments(c), k;
-    amp__put_u32(&w, (uint32_t)c->kind); amp__put_f32(&w, c->lr); amp__put_f32(&w, c->weight_decay);
-    amp__put_f32(&w, c->momentum); amp__put_f32(&w, c->dampening); amp__put_i32(&w, c->nesterov);
-    amp__put_f32(&w, c->beta1); amp__put_f32(&w, c->beta2); amp__put_f32(&w, c->eps); amp__put_f32(&w, c->max_grad_norm);
-    amp__put_u64(&w, (uint64_t)o->step); amp__put_u64(&w, (uint64_t)o->count);
-    for (i = 0; i < o->count; i++) {
-      amp__put_u64(&w, (uint64_t)o->n[i]); amp__put_u32(&w, (uint32_t)o->wtype[i]); amp__put_u32(&w, (uint32_t)o->gtype[i]);
-      for (k = 0; k <= nm && io_st == AMP_OK; k++) {   /* master, then the moments, read from the device */
-        io_st = amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, io_buf, 0, io_msg, sizeof io_msg);
-        if (io_st == AMP_OK) amp__put(&w, io_buf, o->n[i] * sizeof(float));
+    nm = amp__o_moments(&o->cfg);
+    h.payload_bytes += AMP__CKPT_OPTIM_BYTES;
+    for (i = 0; i < o->count; i++) h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + nm);
+  }
+  amp__ckpt_head_io(&io, &h);
+  if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
+  if (o) {
+    amp__ckpt_optim r = amp__ckpt_optim_of(&o->cfg, o->step, o->count);
+    amp__ckpt_optim_io(&io, &r);
+    for (i = 0; i < o->count && io.st == AMP_OK && dev_st == AMP_OK; i++) {
+      amp__ckpt_tensor t;
+      t.n = (uint64_t)o->n[i]; t.wtype = (uint32_t)o->wtype[i]; t.gtype = (uint32_t)o->gtype[i];
+      amp__ckpt_tensor_io(&io, &t);
+      for (k = 0; k <= nm; k++) {   /* the master, then the moments, read from the device */
+        dev_st = amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, floats, 0, dev_msg, sizeof dev_msg);
+        if (dev_st != AMP_OK) break;
+        amp__ckpt_bytes(&io, floats, o->n[i] * sizeof(float));
       }
-      if (io_st != AMP_OK) { w.err = 1; break; }
     }
   }
-  crc = amp__crc_value(&w.crc);
-  amp__put_u32(&w, crc);
-  if (fflush(w.f) != 0) w.err = 1;
-  if (fclose(w.f) != 0) w.err = 1;
-  AMP_FREE(io_buf);
-  if (io_st != AMP_OK) {
-    remove(tmp);
-    AMP_FREE(tmp);
-    return amp__op_fail("amp_checkpoint_save", io_st, io_msg);
-  }
-  if (w.err) {
-    remove(tmp);
-    { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: writing '%s' failed", tmp); AMP_FREE(tmp); return st; }
-  }
-  if (rename(tmp, path) != 0) {
-    remove(tmp);
-    { amp_status st = amp__fail(AMP_ERR_IO, "amp_checkpoint_save: cannot rename '%s' to '%s'", tmp, path); AMP_FREE(tmp); return st; }
-  }
-  AMP_FREE(tmp);
-  return AMP_OK;
-}
-
-/* Parses and checks the whole file image against the live objects; fills *sc / *oc (the scaler
-   and optimizer sections to restore, NULL when absent). Nothing live is touched. */
-static amp_status amp__ckpt_check(const unsigned char *buf, size_t size, const amp_optimizer *o, const amp_scaler *s,
-                                  amp_scaler *sc, const unsigned char **opt_at) {
-  amp__rd r;
-  char magic[8];
-  /* zeroed: amp__get fills them after the sizes were checked, which gcc -O2 -fsanitize=undefined
-     cannot see (-Wmaybe-uninitialized would break a -Werror build) */
-  uint32_t version, endian, hsize, flags, crc_file, u = 0;
-  uint64_t payload, step = 0, count = 0, n = 0;
-  amp__crc crc;
-  size_t i;
-  r.p = buf; r.left = size;
-  if (size < AMP__CKPT_HEADER + 4) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: file of %zu bytes is truncated (header needs %u)", size, AMP__CKPT_HEADER + 4);
-  amp__get(&r, magic, 8);
-  if (memcmp(magic, AMP__CKPT_MAGIC, 8) != 0) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: not an amp.h checkpoint (bad magic)");
-  amp__get(&r, &version, 4); amp__get(&r, &endian, 4); amp__get(&r, &hsize, 4); amp__get(&r, &flags, 4); amp__get(&r, &payload, 8);
-  if (endian == 0x04030201u) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: written on a machine of the other byte order");
-  if (endian != AMP__CKPT_ENDIAN) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: bad endianness mark 0x%08x", (unsigned)endian);
-  if (version != AMP__CKPT_VERSION) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: format version %u, this amp.h reads %u", (unsigned)version, AMP__CKPT_VERSION);
-  if (hsize != AMP__CKPT_HEADER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: header size %u, expected %u", (unsigned)hsize, AMP__CKPT_HEADER);
-  if (payload != (uint64_t)(size - AMP__CKPT_HEADER - 4))
-    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: truncated or padded: payload %llu bytes, the file holds %zu",
-                     (unsigned long long)payload, size - AMP__CKPT_HEADER - 4);
-  amp__crc_init(&crc); amp__crc_add(&crc, buf, size - 4);
-  memcpy(&crc_file, buf + size - 4, 4);
-  if (crc_file != amp__crc_value(&crc))
-    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
-  if (flags & ~3u) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: unknown flags 0x%x", (unsigned)flags);
-  if (s && !(flags & 1u)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file holds no scaler state");
-  if (o && !(flags & 2u)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file holds no optimizer state");
-  r.left = size - AMP__CKPT_HEADER - 4;
-  if (flags & 1u) {
-    amp_scale_params *p = &sc->pr;
-    amp_scale_state *t = &sc->st;
-    int32_t ls = 0, fl = 0; uint64_t sk = 0;
-    if (r.left < AMP__CKPT_SCALER) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler section truncated");
-    amp__get(&r, &p->growth, 4); amp__get(&r, &p->backoff, 4); amp__get(&r, &p->floor, 4); amp__get(&r, &p->cap, 4);
-    amp__get(&r, &p->interval, 4); amp__get(&r, &p->hysteresis, 4); amp__get(&r, &p->mode, 4);
-    amp__get(&r, &p->fixed, 4); amp__get(&r, &p->late_growth, 4); amp__get(&r, &sc->init_scale, 4);
-    amp__get(&r, &t->scale, 4); amp__get(&r, &t->tracker, 4); amp__get(&r, &t->hyst, 4); amp__get(&r, &t->at_floor, 4);
-    amp__get(&r, &ls, 4); amp__get(&r, &fl, 4); amp__get(&r, &sk, 8);
-    sc->last_skipped = ls != 0; sc->floor_logged = fl != 0; sc->skipped = (long)sk;
-    if (!(p->growth > 1.0f) || !amp__finite(p->growth) || !(p->backoff > 0.0f && p->backoff < 1.0f) || !amp__finite(p->backoff) ||
-        !(p->floor >= FLT_MIN) || !amp__finite(p->floor) || !(amp__is_zero(p->cap) || p->cap >= p->floor) || !amp__finite(p->cap) ||
-        p->interval < 1 || p->hysteresis < 1 || p->mode < 0 || p->mode > 2 ||
-        t->tracker < -1 || t->tracker > p->interval || t->hyst < 0 || t->hyst > p->hysteresis ||
-        !(t->scale >= p->floor) || !amp__finite(t->scale) || !(sc->init_scale >= FLT_MIN) || !amp__finite(sc->init_scale))
-      return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: scaler parameters out of range (scale %g, growth %g, backoff %g)",
-                       (double)t->scale, (double)p->growth, (double)p->backoff);
-  }
-  *opt_at = NULL;
-  if (flags & 2u) {
-    amp_optim_config c, cr;
-    int nm;
-    *opt_at = r.p;
-    if (r.left < AMP__CKPT_OPTIM) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer section truncated");
-    memset(&c, 0, sizeof c);
-    amp__get(&r, &u, 4); c.kind = (amp_optim_kind)u;
-    amp__get(&r, &c.lr, 4); amp__get(&r, &c.weight_decay, 4); amp__get(&r, &c.momentum, 4); amp__get(&r, &c.dampening, 4);
-    amp__get(&r, &c.nesterov, 4); amp__get(&r, &c.beta1, 4); amp__get(&r, &c.beta2, 4); amp__get(&r, &c.eps, 4);
-    amp__get(&r, &c.max_grad_norm, 4); amp__get(&r, &step, 8); amp__get(&r, &count, 8);
-    if (o) {
-      if (c.kind != o->cfg.kind) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: optimizer kind %u in the file, the live one is %d", (unsigned)u, (int)o->cfg.kind);
-      c.custom_step = o->cfg.custom_step; c.custom_user = o->cfg.custom_user;
-      if (amp__is_zero(c.lr)) c.lr = o->cfg.lr;   /* set_lr(0) was saved; resolve would read 0 as the default */
-      if (amp__optim_resolve("amp_checkpoint_load", &c, &cr) != AMP_OK) {
-        char why[sizeof amp__err_buf];
-        memcpy(why, amp__err_buf, sizeof why);
-        return amp__fail(AMP_ERR_CORRUPT, "%.400s (in the file)", why);
-      }
-      nm = amp__o_moments(&c);
-      if (nm != amp__o_moments(&o->cfg)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: the file's optimizer has %d moment buffers per tensor, the live one %d", nm, amp__o_moments(&o->cfg));
-      if (count != (uint64_t)o->count) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %llu tensors in the file, %zu in the optimizer", (unsigned long long)count, o->count);
-      if (step > (uint64_t)0x7fffffff) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: step count %llu out of range", (unsigned long long)step);
-      for (i = 0; i < o->count; i++) {
-        uint32_t wt, gt;
-        if (!amp__get(&r, &n, 8) || !amp__get(&r, &wt, 4) || !amp__get(&r, &gt, 4))
-          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu truncated", i);
-        if (n != (uint64_t)o->n[i]) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu has %llu elements in the file, %zu live", i, (unsigned long long)n, o->n[i]);
-        if (wt != (uint32_t)o->wtype[i] || gt != (uint32_t)o->gtype[i])
-          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)",
-                           i, (unsigned)wt, (unsigned)gt, amp__dtype_name(o->wtype[i]), amp__dtype_name(o->gtype[i]));
-        if (r.left / 4 < n * (uint64_t)(1 + nm)) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu data truncated", i);
-        r.p += 4 * n * (uint64_t)(1 + nm); r.left -= 4 * n * (uint64_t)(1 + nm);
-      }
-      if (r.left != 0) return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %zu bytes left over after the optimizer section", r.left);
-    }
-  } else if (r.left != 0) {
-    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %zu bytes left over after the scaler section", r.left);
-  }
-  return AMP_OK;
+  crc = amp__crc_value(&io.crc);
+  amp__ckpt_bytes(&io, &crc, 4);
+  amp__ckpt_flush(&io);
+  AMP_FREE(io.buf);
+  AMP_FREE(floats);
+  if (dev_st != AMP_OK) { amp__wfile_abort(&file); return amp__op_fail(fn, dev_st, dev_msg); }
+  if (io.st != AMP_OK) { amp__wfile_abort(&file); return io.st; }
+  return amp__wfile_commit(&file);
 }
 
 /* load, after the whole file was checked: the optimizer's hyperparameters, step count, masters and
    moments pushed to its device and every model copy written from its restored master there; the
    scaler's whole state. Before any host field is written, so a device error leaves those as
-   they were (the device state may then be partly written: AMP_ERR_DEVICE). *c and *step get the
-   optimizer's config (lr exactly as saved, 0 included: amp_optimizer_set_lr allows it) and step
-   count, for the host fields. */
-static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp_scaler *sc, const unsigned char *opt_at,
-                                 amp_optim_config *c, uint64_t *step) {
+   they were (the device state may then be partly written: AMP_ERR_DEVICE). */
+static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
   char m[AMP__MSG] = "";
   amp_status st = AMP_OK;
   size_t i;
-  if (o && opt_at) {
+  if (o && im->has_optim && o->count > 0) {
     const amp__backend *be = amp__be(o->dev);
-    amp__rd r;
-    uint32_t u = 0; uint64_t count = 0;
+    const unsigned char *p = im->tensors;
     int nm = amp__o_moments(&o->cfg), k;
-    *c = o->cfg;
-    r.p = opt_at; r.left = (size_t)-1;   /* sizes were checked */
-    amp__get(&r, &u, 4); amp__get(&r, &c->lr, 4); amp__get(&r, &c->weight_decay, 4); amp__get(&r, &c->momentum, 4);
-    amp__get(&r, &c->dampening, 4); amp__get(&r, &c->nesterov, 4); amp__get(&r, &c->beta1, 4); amp__get(&r, &c->beta2, 4);
-    amp__get(&r, &c->eps, 4); amp__get(&r, &c->max_grad_norm, 4); amp__get(&r, step, 8); amp__get(&r, &count, 8);
-    (void)u; (void)count;
-    if (o->count > 0 && (st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) return st;
-    if (o->count > 0 && (st = be->optim_set_config(o, c, m, sizeof m)) != AMP_OK) goto fail;
-    if (o->count > 0 && (st = be->optim_set_step(o, (long)*step, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) return st;
+    if ((st = be->optim_set_config(o, &im->cfg, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = be->optim_set_step(o, im->step, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
-      r.p += 16;
-      for (k = 0; k <= nm; k++, r.p += o->n[i] * sizeof(float))
-        if ((st = be->optim_tensor_io(o, i, k, (float *)(uintptr_t)r.p, 1, m, sizeof m)) != AMP_OK) goto fail;
+      p += AMP__CKPT_TENSOR_BYTES;
+      for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float))
+        if ((st = be->optim_tensor_io(o, i, k, (float *)(uintptr_t)p, 1, m, sizeof m)) != AMP_OK) goto fail;
       if ((st = be->optim_write_model(o, i, m, sizeof m)) != AMP_OK) goto fail;
     }
   }
-  if (s && (st = amp__be(s->dev)->scaler_push(s, sc, m, sizeof m)) != AMP_OK) goto fail;
+  if (s && im->has_scaler && (st = amp__be(s->dev)->scaler_push(s, &im->sc, m, sizeof m)) != AMP_OK) goto fail;
   return AMP_OK;
 fail:
   return amp__op_fail("amp_checkpoint_load", st, m);
 }
 
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) {
-  FILE *f;
-  long len;
-  unsigned char *buf;
-  const unsigned char *opt_at = NULL;
-  amp_scaler sc;
-  amp_optim_config c;
-  uint64_t step = 0;
+  amp__ckpt_image im;
   amp_status st;
   if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is NULL");
+  if (!*path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is empty");
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: both the optimizer and the scaler are NULL");
-  f = fopen(path, "rb");
-  if (!f) return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot open '%s'", path);
-  /* A directory opens on POSIX, and ext4 reports its size as LLONG_MAX: read a byte first, so it
-     is an I/O error naming the path rather than an attempt to allocate that size. */
-  if (getc(f) == EOF && ferror(f)) {
-    int e = errno;
-    fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot read '%s': %s", path, strerror(e));
-  }
-  if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    fclose(f); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot seek in '%s'", path);
-  }
-  buf = (unsigned char *)AMP_MALLOC(len > 0 ? (size_t)len : 1);
-  if (!buf) { fclose(f); return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_load: out of memory for %ld bytes", len); }
-  if (len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-    fclose(f); AMP_FREE(buf); return amp__fail(AMP_ERR_IO, "amp_checkpoint_load: cannot read '%s'", path);
-  }
-  fclose(f);
-  memset(&sc, 0, sizeof sc);
-  st = amp__ckpt_check(buf, (size_t)len, o, s, &sc, &opt_at);
-  if (st != AMP_OK) { AMP_FREE(buf); return st; }
+  if ((st = amp__ckpt_read(path, o, s, &im)) != AMP_OK) return st;
   /* The device state first: a device error then leaves every host field as it was. */
-  if ((st = amp__ckpt_push(o, s, &sc, opt_at, &c, &step)) != AMP_OK) { AMP_FREE(buf); return st; }
+  if ((st = amp__ckpt_push(o, s, &im)) != AMP_OK) { AMP_FREE(im.buf); return st; }
   /* Everything checked and pushed: the host fields. */
-  if (s) {
-    s->pr = sc.pr; s->st = sc.st; s->init_scale = sc.init_scale;
-    s->last_skipped = sc.last_skipped; s->floor_logged = sc.floor_logged; s->skipped = sc.skipped;
+  if (s && im.has_scaler) {
+    s->pr = im.sc.pr; s->st = im.sc.st; s->init_scale = im.sc.init_scale;
+    s->last_skipped = im.sc.last_skipped; s->floor_logged = im.sc.floor_logged; s->skipped = im.sc.skipped;
     s->found_inf = 0; s->recorded = 0; s->iter++;
   }
-  if (o && opt_at) {
-    o->cfg = c; o->step = (long)step;   /* masters, moments and model copies: pushed above */
+  if (o && im.has_optim) {
+    o->cfg = im.cfg; o->step = im.step;   /* masters, moments and model copies: pushed above */
     o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0;
   }
-  AMP_FREE(buf);
+  AMP_FREE(im.buf);
   return AMP_OK;
 }
 
@@ -3618,6 +4049,9 @@ static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, 
 }
 
 static const char *amp__trans_name(amp_trans t) { return t == AMP_NO_TRANS ? "AMP_NO_TRANS" : "AMP_TRANS"; }
+/* The elements from a stored matrix's first to its last: `lines` rows (row-major) or columns
+   (col-major) of `len` elements each, `ld` apart. */
+static size_t amp__gemm_span(int lines, int len, int ld) { return (size_t)(lines - 1) * (size_t)ld + (size_t)len; }
 
 AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
                               const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
@@ -3670,6 +4104,15 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (o->algo == AMP_GEMM_WMMA && a_type == AMP_F32)
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
   if (m == 0 || n == 0) return AMP_OK;
+  {   /* C must not overlap what the product reads (compared as spans from first to last element) */
+    size_t cb = amp__gemm_span(row ? m : n, row ? n : m, ldc) * amp_dtype_size(c_type);
+    if (k > 0 && amp__overlap(C, cb, A, amp__gemm_span(row ? a_rows : a_cols, row ? a_cols : a_rows, lda) * amp_dtype_size(a_type)))
+      return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps A %p", C, m, n, ldc, A);
+    if (k > 0 && amp__overlap(C, cb, B, amp__gemm_span(row ? b_rows : b_cols, row ? b_cols : b_rows, ldb) * amp_dtype_size(b_type)))
+      return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps B %p", C, m, n, ldc, B);
+    if (o->bias && amp__overlap(C, cb, o->bias, (size_t)n * amp_dtype_size(o->bias_type)))
+      return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: C %p (%d x %d, ldc %d) overlaps opts->bias %p", C, m, n, ldc, o->bias);
+  }
   /* a device failure names amp_gemm, as every other public call's does */
   st = amp__be(d)->gemm(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
                         msg, sizeof msg);

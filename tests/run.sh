@@ -5,7 +5,9 @@
 #      with and without AMP_STATIC, and two translation units link;
 #   2. every tests/test_*.c built with gcc -O2 and run (its RESULT line counts);
 #   3. each of them again built with -Ofast, under clang ASan+UBSan and under valgrind
-#      (AMP_TEST_QUICK=1: sampled);
+#      (AMP_TEST_QUICK=1: sampled); a test file with a line `// TSAN: yes` also under clang's
+#      ThreadSanitizer (any report fails it; the longest access history, so a race is never left
+#      unreported because the earlier access fell out of it);
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
 #      PTX, warnings as errors), every tests/cuda_*.c linked against it and run (they report
 #      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
@@ -89,6 +91,7 @@ if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; then
   for cc in "gcc -std=c99" "clang -std=c11"; do
     check "compile: $cc -Ofast (the implementation unit under fast-math)" sh -c "$cc $WARN -Ofast -I. $B/impl.c -o $B/impl -lm && $B/impl"
   done
+  check "compile: the portable C stdio file I/O of checkpoints (as on non-POSIX systems)" sh -c "gcc -std=c99 $WARN -DAMP__STDIO_FILES -I. $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_NO_SIMD" sh -c "gcc -std=c99 $WARN -DAMP_NO_SIMD -I. $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_MALLOC/AMP_FREE overridden" sh -c "gcc -std=c99 $WARN -I. -include stdlib.h -D'AMP_MALLOC(s)=malloc(s)' -D'AMP_FREE(p)=free(p)' $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_MALLOC alone is refused" sh -c "! gcc -std=c99 -I. -D'AMP_MALLOC(s)=malloc(s)' -c $B/impl.c -o $B/impl.o 2>/dev/null"
@@ -118,6 +121,14 @@ for src in tests/test_*.c; do
     check "$name under ASan+UBSan" env AMP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 "$B/$name.asan"
   else
     fail "$name: ASan build"; sed 's/^/    /' "$B/$name.asan.cc.log" | head -n 30
+  fi
+  if grep -q '^// TSAN: yes' "$src"; then
+    if clang -std=c11 -O1 -g -fsanitize=thread -fno-omit-frame-pointer $WARN -I. "$src" -o "$B/$name.tsan" $libs -lm -lpthread \
+         2>"$B/$name.tsan.cc.log"; then
+      check "$name under ThreadSanitizer" env AMP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 history_size=7" "$B/$name.tsan"
+    else
+      fail "$name: TSan build"; sed 's/^/    /' "$B/$name.tsan.cc.log" | head -n 30
+    fi
   fi
   if command -v valgrind >/dev/null 2>&1; then
     if gcc -std=c99 -O1 -g $WARN -I. "$src" -o "$B/$name.vg" $libs -lm -lpthread 2>/dev/null; then

@@ -6,6 +6,8 @@
 #define AMP_TEST_H
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
 
 static int t__pass, t__fail, t__cur;
 
@@ -22,6 +24,17 @@ static int t__pass, t__fail, t__cur;
 
 /* Under sanitizers and valgrind the runner sets AMP_TEST_QUICK=1: heavy tests sample instead. */
 static inline int t_quick(void) { const char *e = getenv("AMP_TEST_QUICK"); return e && *e && *e != '0'; }
+
+/* How many entries of directory dir have names starting with prefix (-1: dir cannot be read). */
+static inline int t_count_files(const char *dir, const char *prefix) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int found = 0;
+  if (!d) return -1;
+  while ((e = readdir(d)) != NULL) found += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return found;
+}
 
 /* 1 when AMP_REQUIRE_GPU is set (to anything but 0): the run is on a machine that has a GPU. */
 static inline int t_require_gpu(void) { const char *e = getenv("AMP_REQUIRE_GPU"); return e && *e && *e != '0'; }

@@ -1,11 +1,23 @@
 /* tests/test_checkpoint.c - resume bit for bit; damaged, truncated and mismatched checkpoints are
-   refused and change nothing; I/O errors name the path. */
+   refused and change nothing; I/O errors name the path and the system's reason; the version-1
+   layout of the manual; fields a create would refuse; 64-bit counts; concurrent forked writers,
+   planted symlinks, sparse 4 GB files, FIFOs. */
+#define _POSIX_C_SOURCE 200809L   /* fork, symlink, mkfifo, ftruncate, clock_gettime (the tests only) */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
 #include "test.h"
 #include <math.h>
 #include <string.h>
 #include <stdio.h>
+#include <errno.h>
+#include <limits.h>
+#include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/resource.h>
 
 static uint64_t rng_state = 0x853C49E6748FEA9Bull;
 static uint32_t rnd(void) { rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(rng_state >> 33); }
@@ -225,6 +237,387 @@ static void other_kind_shape_dtype_or_version_is_refused(void) {
   remove(path);
 }
 
+/* ---- the format, written here field by field from the manual's layout (the version-1 file) ---- */
+
+typedef struct { unsigned char *p; size_t n, cap; } bytes_t;
+static void bput(bytes_t *b, const void *p, size_t n) {
+  if (b->n + n > b->cap) { b->cap = (b->n + n) * 2 + 64; b->p = (unsigned char *)realloc(b->p, b->cap); }
+  memcpy(b->p + b->n, p, n); b->n += n;
+}
+static void bu32(bytes_t *b, uint32_t x) { bput(b, &x, 4); }
+static void bi32(bytes_t *b, int32_t x) { bput(b, &x, 4); }
+static void bu64(bytes_t *b, uint64_t x) { bput(b, &x, 8); }
+static void bf32(bytes_t *b, float x) { bput(b, &x, 4); }
+static void bcrc(bytes_t *b) {   /* zlib's crc32 of everything so far, bit by bit (independent of amp__crc) */
+  uint32_t c = 0xFFFFFFFFu; size_t i; int k;
+  for (i = 0; i < b->n; i++) { c ^= b->p[i]; for (k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u))); }
+  bu32(b, c ^ 0xFFFFFFFFu);
+}
+static void recrc(unsigned char *file, size_t n) {   /* the CRC of an edited file recomputed */
+  bytes_t b = {NULL, 0, 0};
+  bput(&b, file, n - 4); bcrc(&b);
+  memcpy(file + n - 4, b.p + n - 4, 4); free(b.p);
+}
+
+/* A version-1 checkpoint of the live objects, written the way the first amp.h wrote it: the
+   header, the scaler's 17 fields, the optimizer's 12, then per tensor n, dtypes, master, moments. */
+static bytes_t v1_file_of(const amp_optimizer *o, const amp_scaler *s) {
+  bytes_t b = {NULL, 0, 0};
+  size_t i, payload = 0, nm = o ? (size_t)amp__o_moments(&o->cfg) : 0;
+  if (s) payload += 72;
+  if (o) { payload += 56; for (i = 0; i < o->count; i++) payload += 16 + 4 * o->n[i] * (1 + nm); }
+  bput(&b, "AMPCKPT1", 8); bu32(&b, 1); bu32(&b, 0x01020304u); bu32(&b, 32); bu32(&b, (s ? 1u : 0u) | (o ? 2u : 0u)); bu64(&b, payload);
+  if (s) {
+    bf32(&b, s->pr.growth); bf32(&b, s->pr.backoff); bf32(&b, s->pr.floor); bf32(&b, s->pr.cap);
+    bi32(&b, s->pr.interval); bi32(&b, s->pr.hysteresis); bi32(&b, s->pr.mode); bi32(&b, s->pr.fixed); bi32(&b, s->pr.late_growth);
+    bf32(&b, s->init_scale); bf32(&b, s->st.scale); bi32(&b, s->st.tracker); bi32(&b, s->st.hyst); bi32(&b, s->st.at_floor);
+    bi32(&b, s->last_skipped); bi32(&b, s->floor_logged); bu64(&b, (uint64_t)s->skipped);
+  }
+  if (o) {
+    const amp_optim_config *c = &o->cfg;
+    bu32(&b, (uint32_t)c->kind); bf32(&b, c->lr); bf32(&b, c->weight_decay); bf32(&b, c->momentum); bf32(&b, c->dampening);
+    bi32(&b, c->nesterov); bf32(&b, c->beta1); bf32(&b, c->beta2); bf32(&b, c->eps); bf32(&b, c->max_grad_norm);
+    bu64(&b, (uint64_t)o->step); bu64(&b, (uint64_t)o->count);
+    for (i = 0; i < o->count; i++) {
+      bu64(&b, o->n[i]); bu32(&b, (uint32_t)o->wtype[i]); bu32(&b, (uint32_t)o->gtype[i]);
+      bput(&b, o->master[i], 4 * o->n[i]);
+      if (nm >= 1) bput(&b, o->m[i], 4 * o->n[i]);
+      if (nm >= 2) bput(&b, o->v[i], 4 * o->n[i]);
+    }
+  }
+  bcrc(&b);
+  return b;
+}
+
+static void version_1_files_are_written_and_read_as_the_manual_lays_them_out(void) {
+  amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
+  int k;
+  for (k = 0; k < 3; k++) {
+    run_t *x = (run_t *)calloc(1, sizeof *x), *y = (run_t *)calloc(1, sizeof *y);
+    static unsigned char a[20000], b2[20000];
+    bytes_t v1;
+    unsigned char *file;
+    size_t n = 0, na, nb;
+    run_init(x, kinds[k]); run_steps(x, 0, 30);
+    EXPECT(amp_checkpoint_save(path, x->o, x->s) == AMP_OK, "save: %s", amp_last_error());
+    file = read_all(path, &n);
+    v1 = v1_file_of(x->o, x->s);
+    EXPECT(file && n == v1.n && memcmp(file, v1.p, n) == 0, "kind %d: the saved file (%zu bytes) is not the version-1 layout (%zu bytes)",
+           (int)kinds[k], n, v1.n);
+    /* a version-1 file made by the old writer's sequence loads and restores everything */
+    write_all(path, v1.p, v1.n);
+    run_init(y, kinds[k]);
+    EXPECT(amp_checkpoint_load(path, y->o, y->s) == AMP_OK, "load of the version-1 file: %s", amp_last_error());
+    na = state_bytes(x, a); nb = state_bytes(y, b2);
+    EXPECT(na == nb && memcmp(a, b2, na) == 0, "kind %d: the version-1 file restored another state", (int)kinds[k]);
+    free(file); free(v1.p);
+    run_free(x); run_free(y); free(x); free(y);
+  }
+  remove(path);
+}
+
+/* ---- fields edited, the CRC recomputed: create's rules refuse them ----------------------------- */
+
+/* Offsets in the manual's layout: the scaler's fields from byte 32, the optimizer's from 104. */
+enum { S_GROWTH = 32, S_FLOOR = 40, S_CAP = 44, S_MODE = 56, S_FIXED = 60, S_LATE = 64, S_INIT = 68, S_SCALE = 72,
+       S_TRACKER = 76, S_HYST = 80, S_AT_FLOOR = 84, S_LAST_SKIPPED = 88, S_FLOOR_LOGGED = 92, S_SKIPPED = 96,
+       O_KIND = 104, O_LR = 108, O_WD = 112, O_NESTEROV = 124, O_BETA1 = 128, O_EPS = 136, O_STEP = 144 };
+
+static void fields_edited_with_a_recomputed_crc_are_refused(void) {
+  struct { const char *what; int at; int size; float f; int64_t i; amp_status want; } cases[] = {
+    {"eps 0 (one Adam step would write NaN)", O_EPS, 4, 0.0f, 0, AMP_ERR_CORRUPT},
+    {"eps -1e-8", O_EPS, 4, -1e-8f, 0, AMP_ERR_CORRUPT},
+    {"lr -0.5", O_LR, 4, -0.5f, 0, AMP_ERR_CORRUPT},
+    {"weight_decay NaN", O_WD, 4, NAN, 0, AMP_ERR_CORRUPT},
+    {"beta1 1", O_BETA1, 4, 1.0f, 0, AMP_ERR_CORRUPT},
+    {"beta1 0 (create's default)", O_BETA1, 4, 0.0f, 0, AMP_ERR_CORRUPT},
+    {"nesterov 5", O_NESTEROV, -4, 0, 5, AMP_ERR_CORRUPT},
+    {"kind 7", O_KIND, -4, 0, 7, AMP_ERR_CORRUPT},
+    {"step count -1", O_STEP, -8, 0, -1, AMP_ERR_CORRUPT},
+    {"scale above the cap", S_SCALE, 4, 33554432.0f, 0, AMP_ERR_CORRUPT},
+    {"scale NaN", S_SCALE, 4, NAN, 0, AMP_ERR_CORRUPT},
+    {"scale below the floor", S_SCALE, 4, 0.5f, 0, AMP_ERR_CORRUPT},
+    {"growth 0 (create's default)", S_GROWTH, 4, 0.0f, 0, AMP_ERR_CORRUPT},
+    {"floor 0", S_FLOOR, 4, 0.0f, 0, AMP_ERR_CORRUPT},
+    {"cap below init_scale", S_CAP, 4, 2.0f, 0, AMP_ERR_CORRUPT},
+    {"init_scale inf", S_INIT, 4, INFINITY, 0, AMP_ERR_CORRUPT},
+    {"hysteresis mode 3", S_MODE, -4, 0, 3, AMP_ERR_CORRUPT},
+    {"fixed flag 12345", S_FIXED, -4, 0, 12345, AMP_ERR_CORRUPT},
+    {"late_growth flag -7", S_LATE, -4, 0, -7, AMP_ERR_CORRUPT},
+    {"at_floor flag 2", S_AT_FLOOR, -4, 0, 2, AMP_ERR_CORRUPT},
+    {"last_skipped flag 12345", S_LAST_SKIPPED, -4, 0, 12345, AMP_ERR_CORRUPT},
+    {"floor_logged flag -7", S_FLOOR_LOGGED, -4, 0, -7, AMP_ERR_CORRUPT},
+    {"skipped count -1", S_SKIPPED, -8, 0, -1, AMP_ERR_CORRUPT},
+    {"growth tracker beyond the interval", S_TRACKER, -4, 0, 1000, AMP_ERR_CORRUPT},
+    {"growth tracker -2", S_TRACKER, -4, 0, -2, AMP_ERR_CORRUPT},
+    {"hysteresis count -1", S_HYST, -4, 0, -1, AMP_ERR_CORRUPT},
+    /* controls: other valid values load and are restored */
+    {"lr 0.25 (valid)", O_LR, 4, 0.25f, 0, AMP_OK},
+    {"lr 0 (valid: set_lr(0))", O_LR, 4, 0.0f, 0, AMP_OK},
+    {"scale 1024 (valid)", S_SCALE, 4, 1024.0f, 0, AMP_OK},
+  };
+  const char *bpath = "build/test/ckpt_edit.bin";
+  run_t *x = (run_t *)calloc(1, sizeof *x);
+  amp_scaler_config sc = amp_scaler_preset(AMP_PRESET_APEX);   /* a cap: 2^24 */
+  static unsigned char before[20000], after[20000];
+  unsigned char *file, *bad;
+  size_t n = 0, nb, na, c;
+  run_init(x, AMP_ADAM); run_steps(x, 0, 12);
+  amp_scaler_destroy(x->s);
+  sc.growth_interval = 7; sc.min_scale = 1.0f;   /* and a floor */
+  amp_scaler_create(&x->s, amp_cpu(), &sc);
+  run_steps(x, 12, 20);
+  EXPECT(amp_checkpoint_save(path, x->o, x->s) == AMP_OK, "save: %s", amp_last_error());
+  file = read_all(path, &n);
+  if (!file) { EXPECT(0, "cannot read %s", path); return; }
+  bad = (unsigned char *)malloc(n);
+  for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    amp_status st;
+    memcpy(bad, file, n);
+    if (cases[c].size == 4) memcpy(bad + cases[c].at, &cases[c].f, 4);
+    else if (cases[c].size == -4) { int32_t v = (int32_t)cases[c].i; memcpy(bad + cases[c].at, &v, 4); }
+    else { uint64_t v = (uint64_t)cases[c].i; memcpy(bad + cases[c].at, &v, 8); }
+    recrc(bad, n);
+    write_all(bpath, bad, n);
+    nb = state_bytes(x, before);
+    st = amp_checkpoint_load(bpath, x->o, x->s);
+    na = state_bytes(x, after);
+    EXPECT(st == cases[c].want, "%s: expected %s, got %s '%s'", cases[c].what, amp_status_string(cases[c].want), amp_status_string(st), amp_last_error());
+    if (cases[c].want != AMP_OK)
+      EXPECT(na == nb && memcmp(before, after, na) == 0, "%s: the refused load changed the live state", cases[c].what);
+    else if (cases[c].at == O_LR)
+      EXPECT(memcmp(&x->o->cfg.lr, &cases[c].f, 4) == 0, "%s: lr restored as %g", cases[c].what, (double)x->o->cfg.lr);
+    else
+      EXPECT(amp_scaler_get_scale(x->s) == cases[c].f, "%s: scale restored as %g", cases[c].what, (double)amp_scaler_get_scale(x->s));
+  }
+  free(file); free(bad); run_free(x); free(x);
+  remove(path); remove(bpath);
+}
+
+/* ---- step counts of 2^31 and more ------------------------------------------------------------ */
+
+static void step_and_skip_counts_beyond_2_31_round_trip(void) {
+  run_t *x = (run_t *)calloc(1, sizeof *x), *y = (run_t *)calloc(1, sizeof *y);
+  static unsigned char a[20000], b[20000];
+  size_t na, nb;
+  long big = LONG_MAX > 0x7fffffffL ? (long)(3000000000.0) : 0x7ffffff0L;
+  run_init(x, AMP_ADAM); run_steps(x, 0, 5);
+  x->o->step = big; x->s->skipped = big - 7;   /* as after three billion steps */
+  EXPECT(amp_checkpoint_save(path, x->o, x->s) == AMP_OK, "save: %s", amp_last_error());
+  run_init(y, AMP_ADAM);
+  EXPECT(amp_checkpoint_load(path, y->o, y->s) == AMP_OK, "load of step count %ld: %s", big, amp_last_error());
+  EXPECT(amp_optimizer_step_count(y->o) == big, "step count: expected %ld, got %ld", big, amp_optimizer_step_count(y->o));
+  EXPECT(amp_scaler_skipped_steps(y->s) == big - 7, "skipped: expected %ld, got %ld", big - 7, amp_scaler_skipped_steps(y->s));
+  run_steps(x, 5, 10); run_steps(y, 5, 10);   /* Adam's bias correction at t = 3e9 + 1 ... on both */
+  na = state_bytes(x, a); nb = state_bytes(y, b);
+  EXPECT(na == nb && memcmp(a, b, na) == 0, "steps after the round trip differ");
+  run_free(x); run_free(y); free(x); free(y);
+  remove(path);
+}
+
+/* ---- paths ------------------------------------------------------------------------------------ */
+
+static void empty_or_unusable_paths_are_refused_and_touch_nothing(void) {
+  run_t *x = (run_t *)calloc(1, sizeof *x);
+  amp_status st;
+  FILE *f;
+  char line[32] = {0};
+  run_init(x, AMP_SGD);
+  f = fopen(".tmp", "wb");   /* what a save of "" once removed */
+  if (f) { fputs("keep me", f); fclose(f); }
+  st = amp_checkpoint_save("", x->o, x->s);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_checkpoint_save") && strstr(amp_last_error(), "empty"),
+         "save(\"\"): %s '%s'", amp_status_string(st), amp_last_error());
+  f = fopen(".tmp", "rb");
+  EXPECT(f && fgets(line, sizeof line, f) && strcmp(line, "keep me") == 0, "save(\"\") touched ./.tmp ('%s')", line);
+  if (f) fclose(f);
+  remove(".tmp");
+  st = amp_checkpoint_load("", x->o, x->s);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "empty"), "load(\"\"): %s '%s'", amp_status_string(st), amp_last_error());
+  st = amp_checkpoint_save("build/test/", x->o, x->s);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "build/test/"), "save to a directory name: %s '%s'", amp_status_string(st), amp_last_error());
+  st = amp_checkpoint_save("build/test/no/such/dir/ck.bin", x->o, x->s);
+  EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), "build/test/no/such/dir/ck.bin") && strstr(amp_last_error(), strerror(ENOENT)),
+         "save into a missing directory: expected AMP_ERR_IO with '%s', got %s '%s'", strerror(ENOENT), amp_status_string(st), amp_last_error());
+  st = amp_checkpoint_load("build/test/no/such/file.bin", x->o, x->s);
+  EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), strerror(ENOENT)), "load of a missing file: %s '%s'", amp_status_string(st), amp_last_error());
+  run_free(x); free(x);
+}
+
+static int count_files(const char *prefix) { return t_count_files("build/test", prefix); }
+
+/* A symlink planted at the temporary names a save will use (the old fixed "path.tmp" and the
+   next unique names) is never followed: its target is untouched and the save still succeeds. */
+static void a_symlink_planted_at_the_temporary_is_not_followed(void) {
+  const char *target = "build/test/ckpt_victim.txt", *p = "build/test/ckpt_link.bin";
+  char name[4][512];
+  run_t *x = (run_t *)calloc(1, sizeof *x);
+  unsigned char *v;
+  size_t vn = 0;
+  int i;
+  write_all(target, (const unsigned char *)"victim", 6);
+  snprintf(name[0], sizeof name[0], "%s.tmp", p);
+  for (i = 1; i < 4; i++) amp__tmp_name(name[i], sizeof name[i], p, amp__tmp_seq + (unsigned long)i);
+  for (i = 0; i < 4; i++) { remove(name[i]); EXPECT(symlink("ckpt_victim.txt", name[i]) == 0, "symlink %s", name[i]); }
+  run_init(x, AMP_ADAM); run_steps(x, 0, 3);
+  EXPECT(amp_checkpoint_save(p, x->o, x->s) == AMP_OK, "save beside planted symlinks: %s", amp_last_error());
+  v = read_all(target, &vn);
+  EXPECT(v && vn == 6 && memcmp(v, "victim", 6) == 0, "the symlink's target was written (%zu bytes)", vn);
+  free(v);
+  EXPECT(amp_checkpoint_load(p, x->o, x->s) == AMP_OK, "the checkpoint loads: %s", amp_last_error());
+  for (i = 0; i < 4; i++) {
+    struct stat sb;
+    EXPECT(lstat(name[i], &sb) == 0 && S_ISLNK(sb.st_mode), "the planted symlink %s was replaced or removed", name[i]);
+    remove(name[i]);
+  }
+  /* a dangling symlink: its target is not created */
+  remove("build/test/ckpt_nowhere.txt");
+  amp__tmp_name(name[1], sizeof name[1], p, amp__tmp_seq + 1);
+  EXPECT(symlink("ckpt_nowhere.txt", name[1]) == 0, "symlink %s", name[1]);
+  EXPECT(amp_checkpoint_save(p, x->o, x->s) == AMP_OK, "save beside a dangling symlink: %s", amp_last_error());
+  v = read_all("build/test/ckpt_nowhere.txt", &vn);
+  EXPECT(v == NULL, "the dangling symlink's target was created");
+  free(v);
+  remove(name[1]);
+  EXPECT(count_files("ckpt_link.bin.") == 0, "temporaries left behind: %d", count_files("ckpt_link.bin."));
+  run_free(x); free(x);
+  remove(p); remove(target);
+}
+
+/* ---- files that are not checkpoints: refused at once ------------------------------------------ */
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec; }
+static long max_rss_kb(void) { struct rusage u; getrusage(RUSAGE_SELF, &u); return u.ru_maxrss; }
+
+/* A 4 GB sparse file is refused from its header, in well under a second and without holding it:
+   zeros (bad magic), and a valid header claiming the whole size as payload (refused by the
+   records, read one by one). */
+static void a_sparse_multi_gb_file_is_refused_quickly(void) {
+  const char *p = "build/test/ckpt_sparse.bin";
+  const uint64_t big = (uint64_t)4 << 30;
+  run_t *x = (run_t *)calloc(1, sizeof *x);
+  static unsigned char before[20000], after[20000];
+  unsigned char *good;
+  size_t gn = 0, nb, na;
+  int v, fd;
+  run_init(x, AMP_ADAM); run_steps(x, 0, 3);
+  amp_checkpoint_save(path, x->o, x->s);
+  good = read_all(path, &gn);
+  for (v = 0; v < 3 && good; v++) {
+    amp_status st;
+    double t0, dt;
+    long rss0 = max_rss_kb();
+    remove(p);
+    fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)big) != 0) { EXPECT(0, "cannot make a %llu-byte sparse file", (unsigned long long)big); if (fd >= 0) close(fd); break; }
+    if (v >= 1) {   /* a checkpoint's header with the payload the size claims; v 2: the real scaler and optimizer records too */
+      unsigned char h[32 + 72 + 56];
+      uint64_t payload = big - 36;
+      memcpy(h, good, sizeof h);
+      memcpy(h + 24, &payload, 8);
+      if (pwrite(fd, h, v == 1 ? 32 : sizeof h, 0) < 0) EXPECT(0, "pwrite");
+    }
+    close(fd);
+    nb = state_bytes(x, before);
+    t0 = now_s();
+    st = amp_checkpoint_load(p, x->o, x->s);
+    dt = now_s() - t0;
+    na = state_bytes(x, after);
+    EXPECT(st == AMP_ERR_CORRUPT, "variant %d: expected AMP_ERR_CORRUPT, got %s '%s'", v, amp_status_string(st), amp_last_error());
+    EXPECT(dt < 1.0, "variant %d: refusing the 4 GB file took %.2f s", v, dt);
+    EXPECT(max_rss_kb() - rss0 < 256 * 1024, "variant %d: the peak memory grew by %ld MB", v, (max_rss_kb() - rss0) / 1024);
+    EXPECT(na == nb && memcmp(before, after, na) == 0, "variant %d: the refused load changed the live state", v);
+  }
+  free(good); run_free(x); free(x);
+  remove(p); remove(path);
+}
+
+/* A FIFO (no writer), a character device and a directory are not regular files: AMP_ERR_IO at once,
+   where the load once blocked forever waiting for the FIFO's writer. */
+static void a_fifo_or_device_is_refused_at_once(void) {
+  const char *p = "build/test/ckpt_fifo";
+  run_t *x = (run_t *)calloc(1, sizeof *x);
+  amp_status st;
+  double t0;
+  run_init(x, AMP_SGD);
+  remove(p);
+  EXPECT(mkfifo(p, 0644) == 0, "mkfifo %s", p);
+  alarm(20);   /* a load that blocks fails the test (the process ends without its RESULT line) */
+  t0 = now_s();
+  st = amp_checkpoint_load(p, x->o, x->s);
+  EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), p) && strstr(amp_last_error(), "FIFO"), "FIFO: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(now_s() - t0 < 1.0, "the FIFO took %.2f s to refuse", now_s() - t0);
+  st = amp_checkpoint_load("/dev/zero", x->o, x->s);
+  EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), "not a regular file"), "/dev/zero: %s '%s'", amp_status_string(st), amp_last_error());
+  st = amp_checkpoint_load("build/test", x->o, x->s);
+  EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), "directory"), "a directory: %s '%s'", amp_status_string(st), amp_last_error());
+  alarm(0);
+  remove(p);
+  run_free(x); free(x);
+}
+
+/* ---- concurrent saves: one complete checkpoint, never a mix ----------------------------------- */
+
+#define CW_N 4000
+/* Writer w's optimizer: every master element is w + 1, lr (w + 1) / 1000. */
+static amp_optimizer *writer_optimizer(int w, float *weights, float *grads) {
+  amp_optim_config c; amp_optimizer *o; size_t i;
+  memset(&c, 0, sizeof c); c.kind = AMP_ADAM; c.lr = (float)(w + 1) / 1000.0f;
+  for (i = 0; i < CW_N; i++) weights[i] = (float)(w + 1);
+  if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK || amp_optimizer_add(o, AMP_F32, weights, grads, CW_N) != AMP_OK) return NULL;
+  return o;
+}
+
+static void forked_concurrent_writers_leave_one_complete_checkpoint(void) {
+  const char *p = "build/test/ckpt_concurrent.bin";
+  int writers = t_quick() ? 3 : 4, rounds = t_quick() ? 6 : 40, w, loads = 0, bad_loads = 0, failed_children = 0;
+  static float weights[CW_N], grads[CW_N], lw[CW_N], lg[CW_N];
+  pid_t pid[8];
+  amp_optimizer *reader;
+  amp_status st;
+  remove(p);
+  for (w = 0; w < writers; w++) {
+    pid[w] = fork();
+    if (pid[w] == 0) {   /* a writer: saves `rounds` times, exits 0 if every save returned AMP_OK */
+      amp_optimizer *o = writer_optimizer(w, weights, grads);
+      int r, ok = o != NULL;
+      for (r = 0; r < rounds && ok; r++) ok = amp_checkpoint_save(p, o, NULL) == AMP_OK;
+      if (!ok) printf("  writer %d: %s\n", w, amp_last_error());
+      amp_optimizer_destroy(o);   /* (valgrind checks the children for leaks too) */
+      fflush(stdout);
+      _exit(ok ? 0 : 1);
+    }
+  }
+  reader = writer_optimizer(0, lw, lg);
+  for (;;) {   /* read while they write: every load that finds the file gets one writer's whole state */
+    int alive = 0, status;
+    for (w = 0; w < writers; w++) if (pid[w] > 0) {
+      pid_t r = waitpid(pid[w], &status, WNOHANG);
+      if (r == 0) alive++;
+      else { if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed_children++; pid[w] = -1; }
+    }
+    st = amp_checkpoint_load(p, reader, NULL);
+    if (st == AMP_OK) {
+      size_t i; float v = lw[0];
+      int consistent = v >= 1.0f && v <= (float)writers && reader->cfg.lr == v / 1000.0f;
+      for (i = 0; i < CW_N && consistent; i++) consistent = reader->master[0][i] == v && lw[i] == v;
+      loads++;
+      if (!consistent) { bad_loads++; EXPECT(0, "load %d: a mix of writers (first element %g, lr %g)", loads, (double)v, (double)reader->cfg.lr); }
+    } else if (!(st == AMP_ERR_IO && strstr(amp_last_error(), strerror(ENOENT)))) {
+      bad_loads++; EXPECT(0, "load during the saves: %s '%s'", amp_status_string(st), amp_last_error());
+    }
+    if (!alive) break;
+  }
+  EXPECT(failed_children == 0, "%d of %d writers had a save fail", failed_children, writers);
+  EXPECT(bad_loads == 0, "%d of the loads during the saves failed", bad_loads);
+  st = amp_checkpoint_load(p, reader, NULL);
+  EXPECT(st == AMP_OK, "the final file loads: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(count_files("ckpt_concurrent.bin.") == 0, "temporaries left behind: %d", count_files("ckpt_concurrent.bin."));
+  printf("  %d writers x %d saves; %d loads during them, all complete\n", writers, rounds, loads);
+  amp_optimizer_destroy(reader);
+  remove(p);
+}
+
 static void crc32_matches_the_standard_check_value(void) {
   amp__crc c;
   amp__crc_init(&c); amp__crc_add(&c, "123456789", 9);
@@ -237,5 +630,13 @@ int main(void) {
   RUN(save_and_load_of_one_half);
   RUN(every_byte_flip_and_truncation_is_refused_and_changes_nothing);
   RUN(other_kind_shape_dtype_or_version_is_refused);
+  RUN(version_1_files_are_written_and_read_as_the_manual_lays_them_out);
+  RUN(fields_edited_with_a_recomputed_crc_are_refused);
+  RUN(step_and_skip_counts_beyond_2_31_round_trip);
+  RUN(empty_or_unusable_paths_are_refused_and_touch_nothing);
+  RUN(a_symlink_planted_at_the_temporary_is_not_followed);
+  RUN(a_sparse_multi_gb_file_is_refused_quickly);
+  RUN(a_fifo_or_device_is_refused_at_once);
+  RUN(forked_concurrent_writers_leave_one_complete_checkpoint);
   TEST_END();
 }
