@@ -843,11 +843,36 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
    (A and B are not read). C must not overlap A, B or the bias: AMP_ERR_ARG when the span of C
    (its first to its last element) meets the span of one of them.
 
-   Rounding (what the CPU reference computes, and what the GPU approximates; see the manual):
-   inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0, then
-   acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to f32 and
-   then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0), t = t + bias[j]
-   (when there is a bias), t = act(t), and one rounding of t to C's type.
+   Rounding of the CPU reference (opts->algo = AMP_GEMM_REFERENCE; what the GPU is tested
+   against): inputs converted exactly to f32; for each C element one f32 accumulator, acc = 0,
+   then acc = acc + a(i,p) * b(p,j) for p = 0, 1, ..., k-1 in that order, the product rounded to
+   f32 and then added (no FMA); then t = alpha * acc, t = t + beta * c (when beta != 0; each
+   product rounded before the add), t = t + bias[j] (when there is a bias), t = act(t), and one
+   rounding of t to C's type. These are the bits of a plain triple loop, on every CPU, under every
+   flag set of GCC and Clang (-O0 to -Ofast, -march=native, -ffp-contract=fast: an empty asm
+   statement keeps each product rounded, which the contraction pragmas alone do not under Clang's
+   -ffp-contract=fast). Other compilers: flags that allow contraction (MSVC /fp:fast or
+   /fp:contract) may fuse a product into its add.
+
+   The CPU default (AMP_GEMM_AUTO, zero options) is the fast kernel for the CPU, chosen by CPUID
+   at run time (build with plain `cc -O2`: each kernel carries its own target attribute):
+   - x86-64 with FMA (AVX-512F: 8 x 32 register tiles; AVX2: 6 x 16): acc = fma(a(i,p), b(p,j),
+     acc) for p = 0, 1, ..., k-1 in that order, one rounding per step; f16 and bf16 inputs are
+     converted exactly to f32 once, while packing. Every such kernel, on one thread or many, gives
+     the bits of a plain fmaf() loop.
+   - bf16 inputs on an AVX512_BF16 CPU: vdpbf16ps on pairs p = 2q, 2q+1: the two products (exact
+     in f32) are summed and rounded to f32, then added to acc and rounded (round to nearest even);
+     subnormal bf16 inputs, and pair sums or results below 2^-126 in magnitude, count as 0.
+   - any other CPU (no FMA, not x86-64, AMP_NO_SIMD, another compiler): the reference.
+   Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
+   sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
+   where a or b is subnormal and k 2^-126. The epilogue is the reference's, except that on
+   AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one rounding fewer).
+   tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs.
+   Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
+   the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
+   split, so the result does not depend on the number of threads.
+
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
    |a(i,p) b(p,j)| before the output rounding, plus up to 3 roundings of the output type
@@ -884,9 +909,11 @@ typedef enum amp_act {
 /* Which implementation computes the product. */
 typedef enum amp_gemm_algo {
   AMP_GEMM_AUTO = 0,  /* CUDA: cuBLASLt (a plain CUDA kernel when its heuristic offers no algorithm);
-                         CPU: the blocked reference */
+                         CPU: the fast kernel for the CPU (FMA, AVX-512, AVX512_BF16; see the manual) */
   AMP_GEMM_WMMA,      /* CUDA only: the readable WMMA teaching kernel (f16/bf16 inputs), amp_kernels.cu */
-  AMP_GEMM_SIMPLE     /* CUDA only: the plain fallback kernel, one thread per element of C */
+  AMP_GEMM_SIMPLE,    /* CUDA only: the plain fallback kernel, one thread per element of C */
+  AMP_GEMM_REFERENCE  /* CPU only: the exact in-order reference, no FMA (the same bits as a plain
+                         triple loop; for tests and teaching) */
 } amp_gemm_algo;
 
 /* Options of amp_gemm_ex; a zero-initialised struct (or NULL) is plain amp_gemm. */
@@ -921,10 +948,26 @@ static inline AMP_HD float amp__act(float x, int act) {
   if (act == AMP_ACT_GELU) return amp__gelu_tanh(x);
   return x;
 }
-/* alpha * acc + beta * c; beta 0 does not read c (BLAS: C may hold NaN or garbage). */
+/* On the CPU a value passed through AMP__ROUNDED is a rounded f32 that no compiler can fuse into
+   a following add (an empty asm takes it as an operand; -ffp-contract=fast ignores pragmas). The
+   GPU's bound allows FMA, so device code has no barrier. */
+#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+#define AMP__ROUNDED(x) __asm__("" : "+x"(x))
+#elif !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+#define AMP__ROUNDED(x) __asm__("" : "+w"(x))
+#else
+#define AMP__ROUNDED(x) ((void)0)
+#endif
+/* alpha * acc + beta * c, each product rounded before the add; beta 0 does not read c (BLAS: C
+   may hold NaN or garbage). */
 static inline AMP_HD float amp__gemm_blend(float acc, float alpha, float beta, float c) {
   float t = alpha * acc;
-  if (beta != 0.0f) t = t + beta * c;
+  if (beta != 0.0f) {
+    float bc = beta * c;
+    AMP__ROUNDED(t);
+    AMP__ROUNDED(bc);
+    t = t + bc;
+  }
   return t;
 }
 /* C = beta * C, for k 0 or alpha 0 (A and B are not read; 0 * inf in them never appears). */
@@ -3785,27 +3828,59 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
    Implementation: matrix product
    ------------------------------------------------------------------------------------------ */
 
+#ifdef _OPENMP   /* built with -fopenmp: the CPU product shares C's rows among the threads */
+#ifdef __cplusplus
+}
+#endif
+#include <omp.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+#endif
 
-/* The CPU reference, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
-   panel's op(B) (k x NC) is packed once into f32 "slivers" NR columns wide; C's rows are cut into
-   MC-high blocks, and for each KC-deep slice of k the block's op(A) is packed into MR-high f32
-   slivers. The micro-kernel multiplies one MR x KC sliver of A by one KC x NR sliver of B into an
+/* The CPU product, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
+   panel's op(B) (k x NC) is packed once into "slivers" NR columns wide; C's rows are cut into
+   MC-high blocks, and for each KC-deep slice of k the block's op(A) is packed into MR-high
+   slivers. A micro-kernel multiplies one MR x KC sliver of A by one KC x NR sliver of B into an
    MR x NR tile of f32 accumulators held in registers, and the tiles live in a small MC x NC buffer
    between k slices. Every accumulator thus sees its products in the order p = 0, 1, ..., k-1,
-   whatever the blocking: the result is the same as a plain triple loop's. Packing converts the
-   inputs to f32 (exactly) once, so the micro-kernel is the same for f16, bf16 and f32. */
-#define AMP__GEMM_MR 6     /* 6 x 16 accumulators = 12 AVX registers of 8 floats, 4 left for a, b */
+   whatever the blocking and the number of threads (threads split C's rows, never k).
+
+   Two families of micro-kernels share this driver (amp__gemm_kernel describes one):
+   - the reference (AMP_GEMM_REFERENCE): f32 slivers, acc = acc + (a * b rounded), no FMA: the
+     result is the same as a plain triple loop's, bit for bit, on every CPU;
+   - the fast default (AMP_GEMM_AUTO), picked by CPUID: acc = fma(a, b, acc) in that same order
+     (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16: the same bits), inputs converted to f32 while
+     packing; bf16 inputs on an AVX512_BF16 CPU are packed in pairs along k and multiplied with
+     vdpbf16ps (2 products per lane and instruction, see the manual for its rounding).
+   A CPU with neither FMA nor AVX2 runs the reference. */
+#define AMP__GEMM_MR 6     /* reference: 6 x 16 accumulators = 12 AVX registers of 8 floats */
 #define AMP__GEMM_NR 16
 #define AMP__GEMM_KC 256   /* a KC x NR sliver of B (16 KiB) stays in L1 while the A slivers stream */
 #define AMP__GEMM_MC 96    /* an MC x KC block of A (96 KiB) stays in L2 */
-#define AMP__GEMM_NC 512   /* the MC x NC accumulator buffer is 192 KiB */
+#define AMP__GEMM_NC 512   /* the MC x NC accumulator buffer is 192 KiB; the widest panel of any kernel */
 
-/* No FMA contraction: a * b is rounded to f32 before it is added, on every compiler (clang honours
-   the standard pragma; gcc contracts only in GNU mode, and the optimize attribute stops it there). */
+/* No FMA contraction in the reference: a * b is rounded to f32 before it is added, under every
+   flag set of GCC and Clang (-O0 to -Ofast, -march=native, -ffp-contract=fast). An empty asm
+   statement takes the product as an operand, so no compiler can fuse it into the add (Clang's
+   -ffp-contract=fast, which -Ofast sets, ignores both #pragma STDC FP_CONTRACT and #pragma clang
+   fp contract); GCC's optimize attribute is kept as a second guard. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define AMP__NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 #else
 #define AMP__NO_CONTRACT
+#endif
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define AMP__GEMM_KEEP_AVX(t) __asm__("" : "+x"(t))     /* inside functions compiled for AVX */
+#if defined(__AVX__)
+#define AMP__GEMM_KEEP(t) __asm__("" : "+x"(t))
+#else
+#define AMP__GEMM_KEEP(t) ((void)0)                     /* no FMA without AVX: nothing to fuse */
+#endif
+#elif defined(__clang__)
+#define AMP__GEMM_KEEP(t) __asm__("" : "+m"(t))         /* other CPUs: the product goes through memory */
+#else
+#define AMP__GEMM_KEEP(t) ((void)0)                     /* other compilers: see the manual */
 #endif
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(AMP_NO_SIMD)
@@ -3815,10 +3890,11 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
 #define AMP__GEMM_VEC 1
 #endif
 
-/* The micro-kernel body: tile (MR x NR floats, row by row) = tile or 0, plus sum over p of
-   a[p*MR + r] * b[p*NR + c]. a and b are packed slivers, 32-byte aligned. */
+/* The reference micro-kernel body: tile (MR x NR floats, row by row) = tile or 0, plus sum over p
+   of a[p*MR + r] * b[p*NR + c], each product rounded before it is added. a and b are packed
+   slivers, 32-byte aligned. KEEP is the no-contraction barrier of the function's target. */
 #ifdef AMP__GEMM_VEC
-#define AMP__GEMM_MICRO_BODY                                                                   \
+#define AMP__GEMM_MICRO_BODY(KEEP)                                                             \
   {                                                                                            \
     amp__v8 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;                         \
     const amp__v8 *ct = (const amp__v8 *)tile;                                                 \
@@ -3831,12 +3907,12 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
       const amp__v8 *bv = (const amp__v8 *)(b + (size_t)p * AMP__GEMM_NR);                     \
       const float *ap = a + (size_t)p * AMP__GEMM_MR;                                          \
       amp__v8 b0 = bv[0], b1 = bv[1], t;                                                       \
-      t = b0 * ap[0]; c00 = c00 + t; t = b1 * ap[0]; c01 = c01 + t;                            \
-      t = b0 * ap[1]; c10 = c10 + t; t = b1 * ap[1]; c11 = c11 + t;                            \
-      t = b0 * ap[2]; c20 = c20 + t; t = b1 * ap[2]; c21 = c21 + t;                            \
-      t = b0 * ap[3]; c30 = c30 + t; t = b1 * ap[3]; c31 = c31 + t;                            \
-      t = b0 * ap[4]; c40 = c40 + t; t = b1 * ap[4]; c41 = c41 + t;                            \
-      t = b0 * ap[5]; c50 = c50 + t; t = b1 * ap[5]; c51 = c51 + t;                            \
+      t = b0 * ap[0]; KEEP(t); c00 = c00 + t; t = b1 * ap[0]; KEEP(t); c01 = c01 + t;          \
+      t = b0 * ap[1]; KEEP(t); c10 = c10 + t; t = b1 * ap[1]; KEEP(t); c11 = c11 + t;          \
+      t = b0 * ap[2]; KEEP(t); c20 = c20 + t; t = b1 * ap[2]; KEEP(t); c21 = c21 + t;          \
+      t = b0 * ap[3]; KEEP(t); c30 = c30 + t; t = b1 * ap[3]; KEEP(t); c31 = c31 + t;          \
+      t = b0 * ap[4]; KEEP(t); c40 = c40 + t; t = b1 * ap[4]; KEEP(t); c41 = c41 + t;          \
+      t = b0 * ap[5]; KEEP(t); c50 = c50 + t; t = b1 * ap[5]; KEEP(t); c51 = c51 + t;          \
     }                                                                                          \
     {                                                                                          \
       amp__v8 *co = (amp__v8 *)tile;                                                           \
@@ -3845,7 +3921,7 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
     }                                                                                          \
   }
 #else
-#define AMP__GEMM_MICRO_BODY                                                                   \
+#define AMP__GEMM_MICRO_BODY(KEEP)                                                             \
   {                                                                                            \
     float c[AMP__GEMM_MR][AMP__GEMM_NR];                                                       \
     int p, r, j;                                                                               \
@@ -3856,6 +3932,7 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
         float ar = a[(size_t)p * AMP__GEMM_MR + r];                                            \
         for (j = 0; j < AMP__GEMM_NR; j++) {                                                   \
           float t = ar * b[(size_t)p * AMP__GEMM_NR + j];                                      \
+          KEEP(t);                                                                             \
           c[r][j] = c[r][j] + t;                                                               \
         }                                                                                      \
       }                                                                                        \
@@ -3864,13 +3941,25 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
   }
 #endif
 
+/* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). */
 typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc);
+/* Packs the rows x cols block of X (element (r, c) at x[r*rs + c*cs], type t) into W-row slivers. */
+typedef void (*amp__gemm_pack_fn)(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols);
+
+/* One micro-kernel with its packing and block sizes. kpair 2: k is packed in pairs of bf16 (one
+   32-bit word holds a(i, 2q) and a(i, 2q+1)); kc is then even, so slices start on a pair. */
+typedef struct amp__gemm_kernel {
+  amp__gemm_micro_fn micro;
+  amp__gemm_pack_fn pack;
+  int mr, nr, kc, mc, nc, kpair;
+  int vec_store;   /* 1: the epilogue of f32 rows runs in the AVX-512 helper below */
+} amp__gemm_kernel;
 
 static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc) {
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-  AMP__GEMM_MICRO_BODY
+  AMP__GEMM_MICRO_BODY(AMP__GEMM_KEEP)
 }
 
 /* The same kernel compiled for AVX2, chosen at run time where the CPU has it (same bits: no FMA). */
@@ -3881,19 +3970,9 @@ static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-  AMP__GEMM_MICRO_BODY
+  AMP__GEMM_MICRO_BODY(AMP__GEMM_KEEP_AVX)
 }
 #endif
-
-static amp__gemm_micro_fn amp__gemm_pick_micro(void) {
-#ifdef AMP__GEMM_AVX2
-  static int has_cache = -1;   /* a relaxed atomic: threads may run their first product at once */
-  int has = AMP__ALOAD(&has_cache);
-  if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&has_cache, has); }
-  if (has) return amp__gemm_micro_avx2;
-#endif
-  return amp__gemm_micro;
-}
 
 /* dst[i * ds] = src[i * ss] as f32, for i < n (ss, ds in elements). */
 static void amp__gemm_gather(float *dst, size_t ds, const void *src, amp_dtype t, size_t ss, int n) {
@@ -3934,58 +4013,434 @@ static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t
   }
 }
 
-/* Writes C(i, j) for the block rows i0.., cols j0.. (mb x nb) from the accumulator tiles. */
-static void amp__gemm_store_block(float *accbuf, int mb, int nb, int i0, int j0, float alpha, float beta,
-                                  void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
-  int i, j, has_bias = o->bias != NULL;
-  int tiles_n = (nb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
-  if (ccs == 1 && ct != AMP_F32) {
-    /* A row of f16/bf16 C is contiguous: read it (beta != 0) and write it with the bulk
-       conversion, which gives the same bits as amp__load/amp__store, element math unchanged. */
-    float cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
-    if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
-    for (i = 0; i < mb; i++) {
-      const float *row = accbuf + ((size_t)(i / AMP__GEMM_MR) * tiles_n * AMP__GEMM_MR + i % AMP__GEMM_MR) * AMP__GEMM_NR;
-      void *crow = (char *)C + ((size_t)(i0 + i) * crs + (size_t)j0) * 2u;
-      if (beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
-      for (j = 0; j < nb; j++) {
-        float acc = row[(size_t)(j / AMP__GEMM_NR) * AMP__GEMM_MR * AMP__GEMM_NR + j % AMP__GEMM_NR];
-        cr[j] = amp__gemm_epi(amp__gemm_blend(acc, alpha, beta, beta != 0.0f ? cr[j] : 0.0f), has_bias,
-                              has_bias ? br[j] : 0.0f, (int)o->act);
+static const amp__gemm_kernel amp__gemm_reference_kernel = {
+  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0};
+#ifdef AMP__GEMM_AVX2
+static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0};
+#endif
+
+/* ---- the fast kernels (x86-64, GCC/Clang): FMA in order, AVX2 or AVX-512, AVX512_BF16 ---- */
+#ifdef AMP__X86_SIMD
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push   /* g++ 12: a false alarm inside the AVX-512 headers (_mm512_undefined_ps) */
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define AMP__GEMM_FAST 1
+#define AMP__GEMM_ISA_FMA 1      /* AVX2 + FMA, YMM state saved by the OS */
+#define AMP__GEMM_ISA_512 2      /* AVX-512 F/BW/VL, ZMM and mask state saved by the OS */
+#define AMP__GEMM_ISA_BF16 4     /* AVX512_BF16 */
+/* Tests lower this (to AMP__GEMM_ISA_FMA, or 0) to run the other paths on an AVX-512 CPU. */
+static int amp__gemm_isa_allowed = 7;
+
+static int amp__gemm_isa(void) {
+  static int cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
+  int v = AMP__ALOAD(&cache);
+  if (v < 0) {
+    unsigned r[4], lo = 0, hi = 0, ecx1;
+    v = 0;
+    amp__cpuid(0, r);
+    if (r[0] >= 7) {
+      amp__cpuid(1, r);
+      ecx1 = r[2];
+      /* ECX bit 12 FMA, 27 OSXSAVE, 28 AVX */
+      if ((ecx1 & (1u << 12)) && (ecx1 & (3u << 27)) == (3u << 27)) {
+        __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
+        (void)hi;
+        amp__cpuid(7, r);
+        if ((lo & 6u) == 6u && (r[1] & (1u << 5))) v |= AMP__GEMM_ISA_FMA;
+        /* XCR0 bits 5-7: opmask and ZMM state; leaf 7 EBX bits 16 F, 30 BW, 31 VL */
+        if ((v & AMP__GEMM_ISA_FMA) && (lo & 0xe0u) == 0xe0u && (r[1] & (1u << 16)) && (r[1] & (1u << 30)) &&
+            (r[1] & (1u << 31))) {
+          unsigned s[4];
+          v |= AMP__GEMM_ISA_512;
+          __asm__ __volatile__("cpuid" : "=a"(s[0]), "=b"(s[1]), "=c"(s[2]), "=d"(s[3]) : "a"(7u), "c"(1u));
+          if (s[0] & (1u << 5)) v |= AMP__GEMM_ISA_BF16;   /* leaf 7 subleaf 1 EAX bit 5 */
+        }
       }
-      amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+    }
+    AMP__ASTORE(&cache, v);
+  }
+  return v & amp__gemm_isa_allowed;
+}
+
+#define AMP__FMA2 __attribute__((target("avx2,fma,f16c")))
+#define AMP__T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AMP__T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+/* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. */
+static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  int p;
+  if (acc) {
+    c00 = _mm256_load_ps(tile + 0); c01 = _mm256_load_ps(tile + 8); c10 = _mm256_load_ps(tile + 16);
+    c11 = _mm256_load_ps(tile + 24); c20 = _mm256_load_ps(tile + 32); c21 = _mm256_load_ps(tile + 40);
+    c30 = _mm256_load_ps(tile + 48); c31 = _mm256_load_ps(tile + 56); c40 = _mm256_load_ps(tile + 64);
+    c41 = _mm256_load_ps(tile + 72); c50 = _mm256_load_ps(tile + 80); c51 = _mm256_load_ps(tile + 88);
+  } else {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  }
+  for (p = 0; p < kc; p++) {
+    __m256 b0 = _mm256_load_ps(b + (size_t)p * 16), b1 = _mm256_load_ps(b + (size_t)p * 16 + 8), x;
+    const float *ap = a + (size_t)p * 6;
+    x = _mm256_broadcast_ss(ap + 0); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(ap + 1); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(ap + 2); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(ap + 3); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(ap + 4); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(ap + 5); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
+  }
+  _mm256_store_ps(tile + 0, c00); _mm256_store_ps(tile + 8, c01); _mm256_store_ps(tile + 16, c10);
+  _mm256_store_ps(tile + 24, c11); _mm256_store_ps(tile + 32, c20); _mm256_store_ps(tile + 40, c21);
+  _mm256_store_ps(tile + 48, c30); _mm256_store_ps(tile + 56, c31); _mm256_store_ps(tile + 64, c40);
+  _mm256_store_ps(tile + 72, c41); _mm256_store_ps(tile + 80, c50); _mm256_store_ps(tile + 88, c51);
+}
+
+/* AVX-512: 8 x 32 tiles (16 ZMM accumulators). The row macro: row r of the tile. */
+#define AMP__GEMM_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define AMP__GEMM_DECL(r) __m512 c##r##0, c##r##1;
+#define AMP__GEMM_LOAD(r) c##r##0 = _mm512_load_ps(tile + (r) * 32); c##r##1 = _mm512_load_ps(tile + (r) * 32 + 16);
+#define AMP__GEMM_ZERO(r) c##r##0 = _mm512_setzero_ps(); c##r##1 = c##r##0;
+#define AMP__GEMM_STORE(r) _mm512_store_ps(tile + (r) * 32, c##r##0); _mm512_store_ps(tile + (r) * 32 + 16, c##r##1);
+#define AMP__GEMM_FMA(r) { __m512 x = _mm512_set1_ps(ap[r]); c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); \
+                           c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1); }
+#define AMP__GEMM_DPBF(r) { __m512i x = _mm512_set1_epi32(ap[r]); \
+                            c##r##0 = _mm512_dpbf16_ps(c##r##0, (__m512bh)x, (__m512bh)b0); \
+                            c##r##1 = _mm512_dpbf16_ps(c##r##1, (__m512bh)x, (__m512bh)b1); }
+
+static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b, float *tile, int acc) {
+  AMP__GEMM_ROWS8(AMP__GEMM_DECL)
+  int p;
+  if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
+  for (p = 0; p < kc; p++) {
+    __m512 b0 = _mm512_load_ps(b + (size_t)p * 32), b1 = _mm512_load_ps(b + (size_t)p * 32 + 16);
+    const float *ap = a + (size_t)p * 8;
+    AMP__GEMM_ROWS8(AMP__GEMM_FMA)
+  }
+  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
+}
+
+/* AVX512_BF16: 8 x 32 tiles; a and b hold bf16 pairs along k (one 32-bit word per row and pair),
+   each vdpbf16ps adds a(i,2q) b(2q,j) + a(i,2q+1) b(2q+1,j) to 16 accumulators. kc: pairs. */
+static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const float *bf, float *tile, int acc) {
+  const int *a = (const int *)(const void *)af;
+  AMP__GEMM_ROWS8(AMP__GEMM_DECL)
+  int p;
+  if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
+  for (p = 0; p < kc; p++) {
+    __m512i b0 = _mm512_load_si512((const void *)(bf + (size_t)p * 32)), b1 = _mm512_load_si512((const void *)(bf + (size_t)p * 32 + 16));
+    const int *ap = a + (size_t)p * 8;
+    AMP__GEMM_ROWS8(AMP__GEMM_DPBF)
+  }
+  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
+}
+
+/* Up to 16 elements of type t at p (n of them; the rest read as 0) as 16 f32 lanes, exactly. */
+static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
+  __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+  if (t == AMP_F32) return _mm512_maskz_loadu_ps(m, p);
+  if (t == AMP_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+/* 8 elements of type t at p as 8 f32 lanes, exactly. */
+static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
+  if (t == AMP_F32) return _mm256_loadu_ps((const float *)p);
+  if (t == AMP_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+/* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
+   moves bf16 pairs (32-bit words) as well as floats. */
+static inline AMP__T512 void amp__gemm_tr8(__m256 *r) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20); r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20); r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31); r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* amp__gemm_pack's layout (f32 slivers), with AVX-512 loads and conversions. */
+static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
+  size_t es = amp_dtype_size(t);
+  int s, r, c, ns = (rows + W - 1) / W;
+  if (rs != 1 && cs != 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
+  if (rs == 1) {   /* a column is contiguous: read it once, 16 at a time, into every sliver */
+    for (c = 0; c < cols; c++) {
+      const char *xc = (const char *)x + (size_t)c * cs * es;
+      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
+        const char *pf = xc + (size_t)4 * cs * es;
+        size_t off;
+        for (off = 0; off < (size_t)rows * es; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+      }
+      for (s = 0; s < ns; s++) {
+        float *d = dst + (size_t)s * W * cols + (size_t)c * W;
+        int rr;
+        for (rr = 0; rr < W; rr += 16) {
+          int nw = W - rr < 16 ? W - rr : 16, nh = rows - s * W - rr;
+          __m512 v = amp__gemm_ld16(xc + (size_t)(s * W + rr) * es, t, nh < 0 ? 0 : nh < nw ? nh : nw);
+          _mm512_mask_storeu_ps(d + rr, (__mmask16)((1u << nw) - 1u), v);
+        }
+      }
     }
     return;
   }
+  for (s = 0; s < ns; s++) {
+    float *d = dst + (size_t)s * W * cols;
+    int h = rows - s * W < W ? rows - s * W : W;
+    const char *xs = (const char *)x + (size_t)s * W * rs * es;
+    {         /* a row is contiguous: 8 x 8 blocks transposed in registers, then the rest */
+      float tmp[16];
+      int r8 = h / 8 * 8, c8 = cols / 8 * 8, l;
+      for (r = 0; r < r8; r += 8)
+        for (c = 0; c < c8; c += 8) {
+          __m256 v[8];
+          for (l = 0; l < 8; l++) v[l] = amp__gemm_ld8(xs + ((size_t)(r + l) * rs + (size_t)c) * es, t);
+          amp__gemm_tr8(v);
+          for (l = 0; l < 8; l++) _mm256_storeu_ps(d + (size_t)(c + l) * W + r, v[l]);
+        }
+      for (r = 0; r < h; r++) {
+        int c0 = r < r8 ? c8 : 0;
+        const char *xr = xs + (size_t)r * rs * es;
+        for (c = c0; c < cols; c += 16) {
+          int n = cols - c < 16 ? cols - c : 16;
+          _mm512_storeu_ps(tmp, amp__gemm_ld16(xr + (size_t)c * es, t, n));
+          for (l = 0; l < n; l++) d[(size_t)(c + l) * W + r] = tmp[l];
+        }
+      }
+      for (r = h; r < W; r++) for (c = 0; c < cols; c++) d[(size_t)c * W + r] = 0.0f;
+    }
+  }
+}
+
+/* bf16 pairs: word q of row r of a sliver is a(r, 2q) | a(r, 2q+1) << 16 (the element past an odd
+   `cols` is 0), stored dst32[s*W*kq + q*W + r] with kq = ceil(cols / 2). */
+static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
+  uint32_t *dst = (uint32_t *)(void *)dstf;
+  const uint16_t *xh = (const uint16_t *)x;
+  int s, r, q, ns = (rows + W - 1) / W, kq = (cols + 1) / 2;
+  (void)t;
+  if (rs == 1) {   /* columns contiguous: interleave columns 2q and 2q+1, read once, 32 rows at a time */
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                        39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (q = 0; q < kq; q++) {
+      const uint16_t *x0 = xh + (size_t)(2 * q) * cs, *x1 = x0 + cs;
+      int two = 2 * q + 1 < cols;
+      if (2 * q + 5 < cols) {   /* the pair 2 ahead: its lines are on their way while this one is copied */
+        size_t off;
+        for (off = 0; off < (size_t)rows * 2; off += 64) {
+          _mm_prefetch((const char *)(x0 + 4 * cs) + off, _MM_HINT_T0);
+          _mm_prefetch((const char *)(x0 + 5 * cs) + off, _MM_HINT_T0);
+        }
+      }
+      for (s = 0; s < ns; s++) {
+        uint32_t *d = dst + (size_t)s * W * kq + (size_t)q * W;
+        for (r = 0; r < W; r += 32) {
+          int nw = W - r < 32 ? W - r : 32, nh = rows - s * W - r, n;
+          __mmask32 m;
+          __m512i v0, v1, w0, w1;
+          int n0, n1;
+          n = nh < 0 ? 0 : nh < nw ? nh : nw;
+          m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+          v0 = _mm512_maskz_loadu_epi16(m, x0 + s * W + r);
+          v1 = two ? _mm512_maskz_loadu_epi16(m, x1 + s * W + r) : _mm512_setzero_si512();
+          w0 = _mm512_permutex2var_epi16(v0, lo, v1); w1 = _mm512_permutex2var_epi16(v0, hi, v1);
+          n0 = nw < 16 ? nw : 16; n1 = nw - n0;
+          _mm512_mask_storeu_epi32(d + r, (__mmask16)((1u << n0) - 1u), w0);
+          if (n1 > 0) _mm512_mask_storeu_epi32(d + r + 16, (__mmask16)((1u << n1) - 1u), w1);
+        }
+      }
+    }
+    return;
+  }
+  for (s = 0; s < ns; s++) {
+    uint32_t *d = dst + (size_t)s * W * kq;
+    int h = rows - s * W < W ? rows - s * W : W;
+    const uint16_t *xs = xh + (size_t)s * W * rs;
+    {
+      /* rows contiguous (or neither): the pairs are adjacent (cs == 1) or gathered */
+      int r8 = cs == 1 ? h / 8 * 8 : 0, q8 = cols / 16 * 8, l;
+      for (r = 0; r < r8; r += 8)   /* 8 rows x 8 pairs: the float transpose moves the words */
+        for (q = 0; q < q8; q += 8) {
+          __m256 v[8];
+          for (l = 0; l < 8; l++) v[l] = _mm256_loadu_ps((const float *)(const void *)(xs + (size_t)(r + l) * rs + 2 * (size_t)q));
+          amp__gemm_tr8(v);
+          for (l = 0; l < 8; l++) _mm256_storeu_ps((float *)(void *)(d + (size_t)(q + l) * W + r), v[l]);
+        }
+      for (r = 0; r < h; r++) {
+        const uint16_t *xr = xs + (size_t)r * rs;
+        if (cs == 1) {
+          for (q = r < r8 ? q8 : 0; q < cols / 2; q++) { uint32_t w; memcpy(&w, xr + 2 * q, 4); d[(size_t)q * W + r] = w; }
+        } else {
+          for (q = 0; q < cols / 2; q++) d[(size_t)q * W + r] = (uint32_t)xr[(size_t)(2 * q) * cs] | (uint32_t)xr[(size_t)(2 * q + 1) * cs] << 16;
+        }
+        if (cols & 1) d[(size_t)(kq - 1) * W + r] = xr[(size_t)(cols - 1) * cs];
+      }
+      for (r = h; r < W; r++) for (q = 0; q < kq; q++) d[(size_t)q * W + r] = 0u;
+    }
+  }
+}
+
+/* An f32 row of C from its accumulators: c[j] = act(alpha acc[j] (+ beta c[j]) (+ bias[j])), the
+   element math of amp__gemm_blend and amp__gemm_epi in 16 lanes (ReLU: max(x, 0) gives 0 for NaN
+   and -0, as x > 0 ? x : 0 does). act is NONE or RELU. */
+static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float alpha, float beta, const float *bias, int act) {
+  int j;
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), z = _mm512_setzero_ps();
+  for (j = 0; j < n; j += 16) {
+    __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
+    __m512 t = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, acc + j));
+    if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, c + j)));
+    if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias + j));
+    if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, z);
+    _mm512_mask_storeu_ps(c + j, m, t);
+  }
+}
+
+static const amp__gemm_kernel amp__gemm_kernel_fma = {
+  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0};
+/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue */
+static const amp__gemm_kernel amp__gemm_kernel_512 = {
+  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1};
+static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
+  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1};
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif /* AMP__X86_SIMD */
+
+/* The kernel for a product: the reference when asked for, else the fastest the CPU runs. */
+static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
+#ifdef AMP__GEMM_FAST
+  if (!reference) {
+    int isa = amp__gemm_isa();
+    if ((isa & AMP__GEMM_ISA_BF16) && in == AMP_BF16) return &amp__gemm_kernel_bf16;
+    if (isa & AMP__GEMM_ISA_512) return &amp__gemm_kernel_512;
+    if (isa & AMP__GEMM_ISA_FMA) return &amp__gemm_kernel_fma;
+  }
+#endif
+  (void)in; (void)reference;
+#ifdef AMP__GEMM_AVX2
+  {
+    static int has_cache = -1;   /* a relaxed atomic: threads may run their first product at once */
+    int has = AMP__ALOAD(&has_cache);
+    if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&has_cache, has); }
+    if (has) return &amp__gemm_reference_kernel_avx2;
+  }
+#endif
+  return &amp__gemm_reference_kernel;
+}
+
+/* Writes C(i, j) for the block rows i0.., cols j0.. (mb x nb) from the accumulator tiles. */
+static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf, int mb, int nb, int i0, int j0,
+                                  float alpha, float beta, void *C, amp_dtype ct, size_t crs, size_t ccs,
+                                  const amp_gemm_opts *o) {
+  int i, j, tc, has_bias = o->bias != NULL, mr = K->mr, nr = K->nr;
+  int tiles_n = (nb + nr - 1) / nr;
+  float acc[AMP__GEMM_NC], cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
+  /* the bias, converted once (amp_convert gives the bits of amp__load) */
+  if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
+#ifdef AMP__GEMM_FAST
+  if (K->vec_store && ccs == 1 && ct == AMP_F32 && o->act != AMP_ACT_GELU) {
+    /* f32 rows straight from the tiles, tile by tile (the buffer is read in order) */
+    int tr, r;
+    for (tr = 0; tr * mr < mb; tr++)
+      for (tc = 0; tc < tiles_n; tc++) {
+        const float *tile = accbuf + ((size_t)tr * tiles_n + tc) * mr * nr;
+        int w = nb - tc * nr < nr ? nb - tc * nr : nr;
+        for (r = 0; r < mr && tr * mr + r < mb; r++)
+          amp__gemm_row_512((float *)C + (size_t)(i0 + tr * mr + r) * crs + (size_t)(j0 + tc * nr), tile + (size_t)r * nr, w,
+                            alpha, beta, has_bias ? br + tc * nr : NULL, (int)o->act);
+      }
+    return;
+  }
+#endif
   for (i = 0; i < mb; i++) {
-    const float *row = accbuf + ((size_t)(i / AMP__GEMM_MR) * tiles_n * AMP__GEMM_MR + i % AMP__GEMM_MR) * AMP__GEMM_NR;
+    const float *row = accbuf + ((size_t)(i / mr) * tiles_n * mr + (size_t)(i % mr)) * nr;
+    for (tc = 0; tc < tiles_n; tc++)
+      memcpy(acc + tc * nr, row + (size_t)tc * mr * nr, sizeof(float) * (size_t)(nb - tc * nr < nr ? nb - tc * nr : nr));
+    if (ccs == 1) {
+      /* a contiguous row: f16/bf16 C is read (beta != 0) and written with the bulk conversion,
+         which gives the same bits as amp__load/amp__store, element math unchanged */
+      void *crow = (char *)C + ((size_t)(i0 + i) * crs + (size_t)j0) * amp_dtype_size(ct);
+      float *cf = ct == AMP_F32 ? (float *)crow : cr;
+#ifdef AMP__GEMM_FAST
+      if (K->vec_store && o->act != AMP_ACT_GELU) {
+        if (ct != AMP_F32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+        amp__gemm_row_512(cf, acc, nb, alpha, beta, has_bias ? br : NULL, (int)o->act);
+        if (ct != AMP_F32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+        continue;
+      }
+#endif
+      if (ct != AMP_F32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+      for (j = 0; j < nb; j++)
+        cf[j] = amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, beta != 0.0f ? cf[j] : 0.0f), has_bias,
+                              has_bias ? br[j] : 0.0f, (int)o->act);
+      if (ct != AMP_F32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+      continue;
+    }
     for (j = 0; j < nb; j++) {
       size_t at = (size_t)(i0 + i) * crs + (size_t)(j0 + j) * ccs;
-      float acc = row[(size_t)(j / AMP__GEMM_NR) * AMP__GEMM_MR * AMP__GEMM_NR + j % AMP__GEMM_NR];
       float c = beta != 0.0f ? amp__load(C, ct, at) : 0.0f;
-      float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)(j0 + j)) : 0.0f;
-      amp__store(C, ct, at, amp__gemm_epi(amp__gemm_blend(acc, alpha, beta, c), has_bias, bias, (int)o->act));
+      amp__store(C, ct, at, amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, c), has_bias, has_bias ? br[j] : 0.0f, (int)o->act));
     }
   }
 }
 
 static float *amp__align64(void *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* The product's workspace is kept between calls (at most ~5 MiB: B's slice, the A blocks and a
+   4 MiB chunk of accumulators): a fresh allocation of that size is mapped and zeroed by the OS on
+   every call, which cost a small product (the demo's) a fifth of its time. One workspace; a call
+   that finds it in use by another thread allocates its own. It stays reachable until exit. */
+#if defined(__GNUC__) || defined(__clang__)
+static void *amp__gemm_ws;
+static size_t amp__gemm_ws_size;
+static int amp__gemm_ws_busy;
+static void *amp__gemm_ws_get(size_t bytes, int *kept) {
+  *kept = 0;
+  if (__atomic_exchange_n(&amp__gemm_ws_busy, 1, __ATOMIC_ACQUIRE) == 0) {
+    if (amp__gemm_ws_size < bytes) {
+      AMP_FREE(amp__gemm_ws);
+      amp__gemm_ws = AMP_MALLOC(bytes);
+      amp__gemm_ws_size = amp__gemm_ws ? bytes : 0;
+    }
+    if (amp__gemm_ws) { *kept = 1; return amp__gemm_ws; }
+    __atomic_store_n(&amp__gemm_ws_busy, 0, __ATOMIC_RELEASE);
+    return NULL;
+  }
+  return AMP_MALLOC(bytes);
+}
+static void amp__gemm_ws_put(void *p, int kept) {
+  if (kept) __atomic_store_n(&amp__gemm_ws_busy, 0, __ATOMIC_RELEASE);
+  else AMP_FREE(p);
+}
+#else
+static void *amp__gemm_ws_get(size_t bytes, int *kept) { *kept = 0; return AMP_MALLOC(bytes); }
+static void amp__gemm_ws_put(void *p, int kept) { (void)kept; AMP_FREE(p); }
+#endif
+
 /* The whole CPU product on checked arguments, in strides: op(A)(i,p) = A[i*ars + p*acs],
    op(B)(p,j) = B[p*brs + j*bcs], C(i,j) = C[i*crs + j*ccs]. */
 static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
                                 const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
                                 void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
-  amp__gemm_micro_fn micro = amp__gemm_pick_micro();
-  int nc_max = n < AMP__GEMM_NC ? n : AMP__GEMM_NC, mc_max = m < AMP__GEMM_MC ? m : AMP__GEMM_MC;
-  int kc_max = k < AMP__GEMM_KC ? k : AMP__GEMM_KC;
-  size_t nc_pad = (size_t)(nc_max + AMP__GEMM_NR - 1) / AMP__GEMM_NR * AMP__GEMM_NR;
-  size_t mc_pad = (size_t)(mc_max + AMP__GEMM_MR - 1) / AMP__GEMM_MR * AMP__GEMM_MR;
-  size_t nb = (size_t)k * nc_pad, na = mc_pad * (size_t)kc_max, nacc = mc_pad * nc_pad;
+  const amp__gemm_kernel *K = amp__gemm_pick(at, o->algo == AMP_GEMM_REFERENCE);
+  int mr = K->mr, nr = K->nr, kp = K->kpair, nth = 1, mc, nblk, chunk;
+  int nc_max = n < K->nc ? n : K->nc, kc_max = k < K->kc ? k : K->kc;
+  size_t nc_pad = (size_t)(nc_max + nr - 1) / (size_t)nr * (size_t)nr;
+  size_t nb, na, nacc;
   size_t bsz = amp_dtype_size(bt), asz = amp_dtype_size(at);
   void *mem;
-  float *bp, *ap, *accbuf;
-  int jc, ic, pc;
+  float *bp, *work, *accs;
+  int jc, kept;
   if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
     int i, j, has_bias = o->bias != NULL;
     for (i = 0; i < m; i++)
@@ -3997,34 +4452,74 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
       }
     return AMP_OK;
   }
-  mem = AMP_MALLOC((nb + na + nacc) * sizeof(float) + 3 * 64);
-  if (!mem) return amp__fail(AMP_ERR_NOMEM, "amp_gemm: out of memory for %zu floats of packed panels", nb + na + nacc);
+#ifdef _OPENMP
+  /* Built with -fopenmp: C's row blocks are shared among the threads (never k: the bits do not
+     depend on the number of threads). Inside a parallel region the product runs on one thread. */
+  nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((double)m * n * k < 2e6) nth = 1;   /* too small to pay for waking threads */
+  if (nth < 1) nth = 1;
+#endif
+  /* row blocks: MC high, or fewer rows so that every thread gets one */
+  mc = (m + nth - 1) / nth;
+  mc = (mc + mr - 1) / mr * mr;
+  if (mc > K->mc) mc = K->mc;
+  nblk = (m + mc - 1) / mc;
+  if (nth > nblk) nth = nblk;
+  /* The accumulators of a chunk of row blocks (at most ~4 MiB) stay while the k slices pass: each
+     slice of op(B) is packed once per chunk and used at once, while it is still in cache. */
+  chunk = (int)(((size_t)1 << 20) / (nc_pad * (size_t)mc));
+  if (chunk < nth) chunk = nth;
+  if (chunk > nblk) chunk = nblk;
+  nb = (size_t)((kc_max + kp - 1) / kp) * nc_pad;
+  na = (size_t)mc * ((size_t)(kc_max + kp - 1) / (size_t)kp);
+  nacc = (size_t)mc * nc_pad;
+  na = (na + 15) / 16 * 16;   /* 64-byte multiples */
+  mem = amp__gemm_ws_get((nb + (size_t)nth * na + (size_t)chunk * nacc) * sizeof(float) + 3 * 64, &kept);
+  if (!mem) return amp__fail(AMP_ERR_NOMEM, "amp_gemm: out of memory for %zu floats of packed panels",
+                             nb + (size_t)nth * na + (size_t)chunk * nacc);
   bp = amp__align64(mem);
-  ap = amp__align64(bp + nb);
-  accbuf = amp__align64(ap + na);
-  for (jc = 0; jc < n; jc += AMP__GEMM_NC) {
-    int ncb = n - jc < AMP__GEMM_NC ? n - jc : AMP__GEMM_NC;
-    int tiles_n = (ncb + AMP__GEMM_NR - 1) / AMP__GEMM_NR;
-    /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
-    amp__gemm_pack(bp, AMP__GEMM_NR, (const char *)B + (size_t)jc * bcs * bsz, bt, bcs, brs, ncb, k);
-    for (ic = 0; ic < m; ic += AMP__GEMM_MC) {
-      int mcb = m - ic < AMP__GEMM_MC ? m - ic : AMP__GEMM_MC;
-      int tiles_m = (mcb + AMP__GEMM_MR - 1) / AMP__GEMM_MR;
-      for (pc = 0; pc < k; pc += AMP__GEMM_KC) {
-        int kcb = k - pc < AMP__GEMM_KC ? k - pc : AMP__GEMM_KC;
-        int tr, tc;
-        amp__gemm_pack(ap, AMP__GEMM_MR, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
-        for (tc = 0; tc < tiles_n; tc++) {
-          const float *bs = bp + (size_t)tc * AMP__GEMM_NR * k + (size_t)pc * AMP__GEMM_NR;
-          for (tr = 0; tr < tiles_m; tr++)
-            micro(kcb, ap + (size_t)tr * AMP__GEMM_MR * kcb, bs,
-                  accbuf + ((size_t)tr * tiles_n + tc) * AMP__GEMM_MR * AMP__GEMM_NR, pc > 0);
+  work = amp__align64(bp + nb);
+  accs = amp__align64(work + (size_t)nth * na);
+  for (jc = 0; jc < n; jc += K->nc) {
+    int ncb = n - jc < K->nc ? n - jc : K->nc;
+    int tiles_n = (ncb + nr - 1) / nr, b0, ib, pc;
+    for (b0 = 0; b0 < nblk; b0 += chunk) {
+      int nbc = nblk - b0 < chunk ? nblk - b0 : chunk;
+      for (pc = 0; pc < k; pc += K->kc) {
+        int kcb = k - pc < K->kc ? k - pc : K->kc, kcu = (kcb + kp - 1) / kp;
+        /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
+        K->pack(bp, nr, (const char *)B + ((size_t)jc * bcs + (size_t)pc * brs) * bsz, bt, bcs, brs, ncb, kcb);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nth) schedule(static, 1) if (nth > 1)
+#endif
+        for (ib = b0; ib < b0 + nbc; ib++) {
+          int tid = 0, ic = ib * mc, tr, tc;
+          int mcb = m - ic < mc ? m - ic : mc, tiles_m = (mcb + mr - 1) / mr;
+          float *ap, *acc = accs + (size_t)(ib - b0) * nacc;
+#ifdef _OPENMP
+          tid = omp_get_thread_num();
+#endif
+          ap = work + (size_t)tid * na;
+          K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
+          if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
+            for (tc = 0; tc < tiles_n; tc++)
+              for (tr = 0; tr < tiles_m; tr++)
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
+                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0);
+          } else {                /* the last: a row of tiles is finished, then written to C while in cache */
+            for (tr = 0; tr < tiles_m; tr++) {
+              float *row = acc + (size_t)tr * tiles_n * mr * nr;
+              for (tc = 0; tc < tiles_n; tc++)
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0);
+              amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
+                                    C, ct, crs, ccs, o);
+            }
+          }
         }
       }
-      amp__gemm_store_block(accbuf, mcb, ncb, ic, jc, alpha, beta, C, ct, crs, ccs, o);
     }
   }
-  AMP_FREE(mem);
+  amp__gemm_ws_put(mem, kept);
   return AMP_OK;
 }
 
@@ -4096,9 +4591,11 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->bias_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)o->bias_type);
   if (o->act != AMP_ACT_NONE && o->act != AMP_ACT_RELU && o->act != AMP_ACT_GELU)
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU", (int)o->act);
-  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA or AMP_GEMM_SIMPLE", (int)o->algo);
-  if (o->algo != AMP_GEMM_AUTO && !amp_device_is_cuda(d))
+  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE && o->algo != AMP_GEMM_REFERENCE)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE", (int)o->algo);
+  if (o->algo == AMP_GEMM_REFERENCE && amp_device_is_cuda(d))
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_REFERENCE runs on the CPU, and d is a CUDA device");
+  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
                      o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
   if (o->algo == AMP_GEMM_WMMA && a_type == AMP_F32)

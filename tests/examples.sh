@@ -49,6 +49,54 @@ check "train_mlp: without the dataset it says so and trains on synthetic data" s
   '$B/train_mlp' --data /nonexistent --epochs 1 --train-limit 2000 --precision f16 --svg '$B/examples/synthetic.svg' > '$B/train_mlp_syn.log' 2>&1; rc=\$?
   cat '$B/train_mlp_syn.log'; [ \$rc -eq 0 ] && grep -q 'synthetic' '$B/train_mlp_syn.log'"
 
+# First contact: the demo builds and reads its data without zlib (-DTRAIN_MLP_NO_ZLIB: through
+# gzip -dc), and the Makefile picks that build where zlib's header is missing (HAVE_ZLIB empty
+# simulates it). A small IDX set in gzip files (pixels: amp.h's bytes) must give both builds the
+# same table.
+ex_idx="$B/examples/idx"; mkdir -p "$ex_idx"
+for p in train t10k; do
+  { printf '\000\000\010\003\000\000\000\144\000\000\000\034\000\000\000\034'; head -c 78400 amp.h; } | gzip -c > "$ex_idx/$p-images-idx3-ubyte.gz"
+  { printf '\000\000\010\001\000\000\000\144'; i=0; while [ $i -lt 100 ]; do printf "\\$(printf %03o $((i * 7 % 10)))"; i=$((i + 1)); done; } | gzip -c > "$ex_idx/$p-labels-idx1-ubyte.gz"
+done
+check "train_mlp: builds with -DTRAIN_MLP_NO_ZLIB (no -lz)" gcc -std=c99 -O2 $WARN -DTRAIN_MLP_NO_ZLIB -I. examples/train_mlp.c -o "$B/train_mlp_nozlib" -lm
+check "train_mlp: without zlib it reads the gzip data through gzip -dc, the same table as with zlib" sh -c "
+  gcc -std=c99 -O2 $WARN -I. examples/train_mlp.c -o '$B/train_mlp_zlib' -lz -lm || exit 1
+  for v in zlib nozlib; do
+    '$B/train_mlp_'\$v --data '$ex_idx' --epochs 1 --batch 50 --train-limit 100 --test-limit 100 --svg '$B/examples/idx_'\$v.svg > '$B/idx_'\$v.log 2>&1 || exit 1
+    sed -n '/^precision/,/^\$/p' '$B/idx_'\$v.log | awk 'NF { NF--; print }' > '$B/idx_'\$v.tab
+  done
+  cat '$B/idx_nozlib.log'; grep -q '^Fashion-MNIST from ' '$B/idx_nozlib.log' && [ \$(wc -l < '$B/idx_nozlib.tab') -ge 4 ] && diff '$B/idx_zlib.tab' '$B/idx_nozlib.tab'"
+check "make: without zlib's header the demo builds without -lz and runs on its built-in data" sh -c "
+  rm -rf '$B/nozlib'; make -s HAVE_ZLIB= B='$B/nozlib' '$B/nozlib/train_mlp' || exit 1
+  ldd '$B/nozlib/train_mlp' | grep -q libz && { echo 'linked against zlib'; exit 1; }
+  '$B/nozlib/train_mlp' --data /nonexistent --epochs 1 --train-limit 500 --test-limit 200 --precision bf16 --svg '$B/examples/nozlib.svg' > '$B/nozlib.log' 2>&1 || exit 1
+  cat '$B/nozlib.log'; grep -q 'synthetic' '$B/nozlib.log'"
+# make test's dependency check: a missing package fails it with the one command that installs it.
+check "deps: a missing package stops make test with the install command; none missing passes" sh -c "
+  AMP_DEPS_NEEDED='gcc amp-no-such-package' AMP_DEPS_DATA='' sh .ci/deps.sh check > '$B/deps.log' 2>&1 && exit 1
+  cat '$B/deps.log'; grep -q 'apt-get install -y --no-install-recommends amp-no-such-package\$' '$B/deps.log' && grep -q 'make deps' '$B/deps.log' &&
+  AMP_DEPS_NEEDED='gcc' AMP_DEPS_DATA='' sh .ci/deps.sh check"
+
+# The capstone (examples/train_gpt.c): its backward against finite differences, then a short run
+# of a tiny GPT in fp32, bf16 and f16: bf16's and f16's validation loss within 2% of fp32's
+# (--max-gap 2: exit 2 otherwise), no NaN (exit 3), skipped + applied steps = steps (exit 4).
+# f16 starts at a scale of 2^24 so the scaler must back off: each skipped step halved the scale
+# (no growth within 300 steps), so final scale * 2^skipped = 2^24.
+check "train_gpt: builds with -Werror" gcc -std=c99 -O2 $WARN -I. examples/train_gpt.c -o "$B/train_gpt" -lm
+check "train_gpt: the backward matches finite differences (fp32, every tensor)" "$B/train_gpt" --gradcheck
+check "train_gpt: 300 steps, bf16 and f16 validation loss within 2% of fp32, f16 skips counted" sh -c "
+  '$B/train_gpt' --steps 300 --dim 32 --layers 2 --heads 2 --ctx 32 --batch 16 --eval-every 50 --init-scale 16777216 \
+    --max-gap 2 --svg '$B/examples/train_gpt.svg' > '$B/train_gpt.log' 2>&1; rc=\$?
+  cat '$B/train_gpt.log'; [ \$rc -eq 0 ] || exit 1
+  grep -q '^fp32 .* 16\$' '$B/train_gpt.log' && grep -q '^bf16 .* 14\$' '$B/train_gpt.log' && grep -q '</svg>' '$B/examples/train_gpt.svg' || exit 1
+  grep -qiw 'nan\|inf' '$B/train_gpt.log' && exit 1
+  awk '\$1 == \"f16\" && \$3 ~ /%\$/ { ok = \$4 >= 1 && \$5 * 2 ^ \$4 == 16777216 } END { exit !ok }' '$B/train_gpt.log'"
+check "train_gpt: without its text it says so and falls back; the built-in text trains" sh -c "
+  '$B/train_gpt' --data /nonexistent --steps 2 --dim 16 --layers 1 --heads 2 --ctx 16 --batch 2 --svg '$B/examples/gpt_fb.svg' > '$B/gpt_fb.log' 2>&1 || exit 1
+  '$B/train_gpt' --data builtin --steps 2 --dim 16 --layers 1 --heads 2 --ctx 16 --batch 2 --svg '$B/examples/gpt_bi.svg' >> '$B/gpt_fb.log' 2>&1 || exit 1
+  cat '$B/gpt_fb.log'; grep -q 'no text there' '$B/gpt_fb.log' && grep -q 'data: the built-in text' '$B/gpt_fb.log'"
+check "bench_gpt: builds with -Werror (make bench runs it)" gcc -std=c99 -O3 $WARN -I. bench/bench_gpt.c -o "$B/bench_gpt" -lm
+
 # Data parallel: threads as ranks on the CPU; the NCCL trainer where NCCL is installed.
 check "example dp_threads (4 and 3 ranks skip together; exits 1 if they diverge)" sh -c "gcc -std=c99 -O2 $WARN -pthread -I. examples/dp_threads.c -o $B/dp_threads -lm && $B/dp_threads 4 && $B/dp_threads 3"
 if [ -f "$CUDA_HOME/include/nccl.h" ] && [ -f "$B/amp_kernels_nccl.o" ]; then

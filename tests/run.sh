@@ -93,6 +93,9 @@ if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; then
   done
   check "compile: the portable C stdio file I/O of checkpoints (as on non-POSIX systems)" sh -c "gcc -std=c99 $WARN -DAMP__STDIO_FILES -I. $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_NO_SIMD" sh -c "gcc -std=c99 $WARN -DAMP_NO_SIMD -I. $B/impl.c -o $B/impl -lm && $B/impl"
+  for cc in "gcc -std=c99" "g++ -x c++"; do
+    check "compile: $cc -fopenmp (the CPU product's optional pragmas)" sh -c "$cc $WARN -O2 -fopenmp -I. $B/impl.c -o $B/impl -lm && $B/impl"
+  done
   check "compile: AMP_MALLOC/AMP_FREE overridden" sh -c "gcc -std=c99 $WARN -I. -include stdlib.h -D'AMP_MALLOC(s)=malloc(s)' -D'AMP_FREE(p)=free(p)' $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_MALLOC alone is refused" sh -c "! gcc -std=c99 -I. -D'AMP_MALLOC(s)=malloc(s)' -c $B/impl.c -o $B/impl.o 2>/dev/null"
 fi
@@ -115,6 +118,22 @@ for src in tests/test_*.c; do
     runtest "$name.ofast" env AMP_TEST_QUICK=1 "$B/$name.ofast"
   else
     fail "$name: -Ofast build"; sed 's/^/    /' "$B/$name.ofast.cc.log" | head -n 30
+  fi
+  # test_gemm: the reference's no-FMA promise under the flags most likely to break it (-Ofast
+  # -march=native lets both compilers fuse a * b + c), and the product built with OpenMP
+  if [ "$name" = test_gemm ]; then
+    for cc in gcc clang; do
+      if $cc -std=c99 -Ofast -march=native $WARN -I. "$src" -o "$B/$name.native.$cc" $libs -lm -lpthread 2>"$B/$name.native.cc.log"; then
+        runtest "$name.native.$cc" env AMP_TEST_QUICK=1 "$B/$name.native.$cc"
+      else
+        fail "$name: $cc -Ofast -march=native build"; sed 's/^/    /' "$B/$name.native.cc.log" | head -n 30
+      fi
+    done
+    if gcc -std=c99 -O2 -fopenmp $WARN -I. "$src" -o "$B/$name.openmp" $libs -lm -lpthread 2>"$B/$name.openmp.cc.log"; then
+      runtest "$name.openmp" env OMP_NUM_THREADS=2 AMP_TEST_QUICK=1 "$B/$name.openmp"
+    else
+      fail "$name: -fopenmp build"; sed 's/^/    /' "$B/$name.openmp.cc.log" | head -n 30
+    fi
   fi
   if clang -std=c11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
        $WARN -I. "$src" -o "$B/$name.asan" $libs -lm -lpthread 2>"$B/$name.asan.cc.log"; then

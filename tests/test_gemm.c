@@ -7,8 +7,10 @@
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static uint32_t rng_state = 12345u;
+static int full_bits;   /* 1: rnd() gives 24-bit mantissas, so that a * b is inexact in f32 */
 static float rnd(void) { /* uniform in [-1, 1) with 12 random bits: exact in every type */
   rng_state = rng_state * 1664525u + 1013904223u;
+  if (full_bits) return (float)((int)(rng_state >> 8) - 8388608) / 8388608.0f;
   return (float)((int)(rng_state >> 20) - 2048) / 2048.0f;
 }
 
@@ -119,40 +121,157 @@ static void gemm_error_stays_within_bound_for_long_k(void) {
   check_product(AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 13, 21, k, 1.0f, 1.0f, AMP_F32, AMP_F16, 1, NULL);
 }
 
-/* The documented order: acc = 0; acc = acc + (a*b rounded) for p = 0..k-1; then the blend and one
-   rounding. The blocked code must give exactly these bits, also across its block edges
-   (MC 96, NC 512, KC 256 and the 6 x 16 tiles). */
-static void gemm_blocked_result_equals_plain_loop_bit_for_bit(void) {
+/* The documented order of the reference (AMP_GEMM_REFERENCE): acc = 0; acc = acc + (a*b rounded)
+   for p = 0..k-1; then the blend and one rounding. The blocked code must give exactly these bits,
+   also across its block edges (MC 96, NC 512, KC 256 and the 6 x 16 tiles). The second pass uses
+   f32 inputs with full 24-bit mantissas: there a * b is inexact, so an FMA anywhere would show
+   (tests/run.sh also builds this file with gcc and clang -Ofast -march=native). The plain loop
+   rounds each product through a volatile, so that no flag fuses it either. */
+static void gemm_reference_equals_plain_loop_bit_for_bit(void) {
   static const int shapes[][3] = {{100, 530, 300}, {97, 17, 257}, {6, 16, 256}, {1, 513, 513}};
   static const amp_dtype outs[] = {AMP_F32, AMP_F16, AMP_BF16};
-  int s, o, ns = t_quick() ? 2 : 4;
+  int s, o, pass, ns = t_quick() ? 2 : 4;
+  amp_gemm_opts ref;
+  memset(&ref, 0, sizeof ref);
+  ref.algo = AMP_GEMM_REFERENCE;
+  for (pass = 0; pass < 2; pass++)
   for (s = 1; s <= ns; s++) for (o = 0; o < 3; o++) {
     int sh = s % 4, m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2], i, j, p, bad = 0;
-    amp_dtype in = o == 1 ? AMP_F16 : o == 2 ? AMP_BF16 : AMP_F32;
+    amp_dtype in = pass ? AMP_F32 : o == 1 ? AMP_F16 : o == 2 ? AMP_BF16 : AMP_F32;
     float alpha = o == 0 ? 1.0f : 0.75f, beta = o == 2 ? -0.5f : 0.0f;
-    mat A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, in, 0), B = mat_make(AMP_ROW_MAJOR, AMP_TRANS, k, n, in, 1);
-    mat C = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, n, outs[o], 0);
-    void *C0 = malloc(C.n * amp_dtype_size(outs[o]));
+    mat A, B, C;
+    void *C0;
+    full_bits = pass;
+    A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, in, 0); B = mat_make(AMP_ROW_MAJOR, AMP_TRANS, k, n, in, 1);
+    C = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, n, outs[o], 0);
+    full_bits = 0;
+    C0 = malloc(C.n * amp_dtype_size(outs[o]));
     memcpy(C0, C.p, C.n * amp_dtype_size(outs[o]));
-    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, m, n, k, alpha, A.p, in, A.ld, B.p, in, B.ld,
-                    beta, C.p, outs[o], C.ld) == AMP_OK, "%s", amp_last_error());
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, m, n, k, alpha, A.p, in, A.ld, B.p, in, B.ld,
+                       beta, C.p, outs[o], C.ld, &ref) == AMP_OK, "%s", amp_last_error());
     for (i = 0; i < m && !bad; i++)
       for (j = 0; j < n && !bad; j++) {
         float acc = 0.0f, t, c0 = amp__load(C0, outs[o], (size_t)i * C.ld + j);
+        volatile float prod, at, bc;
         uint32_t want, got = 0;
-        for (p = 0; p < k; p++) { float prod = mat_get(&A, i, p) * mat_get(&B, p, j); acc = acc + prod; }
-        t = alpha * acc;
-        if (beta != 0.0f) { float bc = beta * c0; t = t + bc; }
+        for (p = 0; p < k; p++) { prod = mat_get(&A, i, p) * mat_get(&B, p, j); acc = acc + prod; }
+        at = alpha * acc;
+        t = at;
+        if (beta != 0.0f) { bc = beta * c0; t = at + bc; }
         want = amp__f32_bits(amp__round_to(t, outs[o]));
         got = amp__f32_bits(amp__load(C.p, outs[o], (size_t)i * C.ld + j));
         if (want != got) {
           bad = 1;
-          EXPECT(0, "%s->%s m %d n %d k %d: C(%d,%d) plain loop %.9g (0x%08x), blocked %.9g (0x%08x)", tname(in),
-                 tname(outs[o]), m, n, k, i, j, amp__bits_f32(want), (unsigned)want, amp__bits_f32(got), (unsigned)got);
+          EXPECT(0, "%s->%s%s m %d n %d k %d: C(%d,%d) plain loop %.9g (0x%08x), blocked %.9g (0x%08x)", tname(in),
+                 tname(outs[o]), pass ? " (24-bit mantissas)" : "", m, n, k, i, j, amp__bits_f32(want), (unsigned)want,
+                 amp__bits_f32(got), (unsigned)got);
         }
       }
     free(A.p); free(B.p); free(C.p); free(C0);
   }
+}
+
+/* The CPU levels the fast default can run at (amp__gemm_isa_allowed masks CPUID's answer), best
+   first; 0 is the reference. Only the levels this CPU has are run; each test says which ran. */
+static int levels(int *lv) {
+  int n = 0;
+#ifdef AMP__GEMM_FAST
+  int have = amp__gemm_isa(), all[3] = {7, 3, 1}, i;
+  for (i = 0; i < 3; i++) {
+    int l = all[i] & have, j, dup = 0;
+    for (j = 0; j < n; j++) dup |= lv[j] == l;
+    if (l && !dup) lv[n++] = l;
+  }
+#endif
+  lv[n++] = 0;
+  return n;
+}
+static void set_level(int l) {
+#ifdef AMP__GEMM_FAST
+  amp__gemm_isa_allowed = l;
+#else
+  (void)l;
+#endif
+}
+static const char *level_name(int l) {
+  return l & 4 ? "AVX-512 + AVX512_BF16" : l & 2 ? "AVX-512 FMA" : l & 1 ? "AVX2 FMA" : "reference (no FMA)";
+}
+
+/* The fast default on an FMA CPU, f32 and f16 inputs: acc = fma(a, b, acc) for p = 0, 1, ..., k-1
+   in that order, whatever the kernel (AVX-512 or AVX2), the blocking or the thread count: the bits
+   of a plain fmaf loop. Inputs with full 24-bit mantissas (f32), so the FMA's single rounding
+   shows. Shapes cross every block edge (KC 256, MC 96/128, NC 512, tiles 6 x 16 and 8 x 32). */
+static void gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit(void) {
+  static const int shapes[][3] = {{130, 530, 300}, {9, 33, 517}, {64, 10, 128}};
+  int lv[4], nl = levels(lv), li, s, L, ta, tb, count = 0;
+  for (li = 0; li < nl; li++) {
+    if (!(lv[li] & 1)) continue;   /* the reference is checked above */
+    set_level(lv[li]);
+    printf("  fast kernel: %s\n", level_name(lv[li]));
+    for (s = 0; s < 3; s++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++) {
+      int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i, j, p, bad = 0;
+      amp_dtype in = (s + ta) % 2 ? AMP_F16 : AMP_F32;
+      mat A, B, C;
+      if (t_quick() && (count++ % 4)) continue;
+      full_bits = in == AMP_F32;
+      A = mat_make((amp_layout)L, (amp_trans)ta, m, k, in, 1); B = mat_make((amp_layout)L, (amp_trans)tb, k, n, in, 0);
+      C = mat_make((amp_layout)L, AMP_NO_TRANS, m, n, AMP_F32, 2);
+      full_bits = 0;
+      EXPECT(amp_gemm(amp_cpu(), (amp_layout)L, (amp_trans)ta, (amp_trans)tb, m, n, k, 1.0f, A.p, in, A.ld,
+                      B.p, in, B.ld, 0.0f, C.p, AMP_F32, C.ld) == AMP_OK, "%s", amp_last_error());
+      for (i = 0; i < m && !bad; i++)
+        for (j = 0; j < n && !bad; j++) {
+          float acc = 0.0f, got = mat_get(&C, i, j);
+          for (p = 0; p < k; p++) acc = fmaf(mat_get(&A, i, p), mat_get(&B, p, j), acc);
+          if (amp__f32_bits(acc) != amp__f32_bits(got)) {
+            bad = 1;
+            EXPECT(0, "%s, %s %s %s %s m %d n %d k %d: C(%d,%d) fmaf loop %.9g (0x%08x), amp_gemm %.9g (0x%08x)",
+                   level_name(lv[li]), L ? "col" : "row", ta ? "T" : "N", tb ? "T" : "N", tname(in), m, n, k, i, j, acc,
+                   (unsigned)amp__f32_bits(acc), got, (unsigned)amp__f32_bits(got));
+          }
+        }
+      free(A.p); free(B.p); free(C.p);
+    }
+  }
+  set_level(7);
+}
+
+/* Every kernel the CPU runs (each level, the reference last) stays within the documented bound of
+   every layout, transpose, input and output type, alpha/beta, bias and activation. */
+static void gemm_every_cpu_kernel_stays_within_the_documented_bound(void) {
+  static const int shapes[][3] = {{33, 65, 17}, {70, 45, 300}, {8, 32, 2}};
+  static const amp_dtype types[] = {AMP_F32, AMP_F16, AMP_BF16};
+  int lv[4], nl = levels(lv), li, s, L, ta, tb, it, count = 0;
+  for (li = 0; li < nl; li++) {
+    set_level(lv[li]);
+    printf("  kernel: %s\n", level_name(lv[li]));
+    for (s = 0; s < 3; s++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++)
+      for (it = 0; it < 3; it++) {
+        amp_gemm_opts o;
+        float bias[65];
+        int j, ok;
+        if (t_quick() && (count++ % 5)) continue;
+        memset(&o, 0, sizeof o);
+        for (j = 0; j < 65; j++) bias[j] = rnd();
+        if ((s + it) % 2) { o.bias = bias; o.act = (amp_act)((s + L + ta) % 3); }
+        ok = check_product((amp_layout)L, (amp_trans)ta, (amp_trans)tb, shapes[s][0], shapes[s][1], shapes[s][2],
+                           it == 1 ? 0.5f : 1.0f, it == 2 ? -1.0f : 0.0f, types[it], types[(it + s) % 3], s, &o);
+        if (!ok) { printf("  (kernel %s)\n", level_name(lv[li])); set_level(7); return; }
+      }
+  }
+  set_level(7);
+}
+
+/* vdpbf16ps (the bf16 kernel on AVX512_BF16 CPUs) treats subnormal bf16 inputs and results below
+   2^-126 as 0: the manual's bound has a term for it. Where that kernel runs, a subnormal input
+   gives exactly 0 or the exact product; elsewhere the exact product. */
+static void gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product(void) {
+  amp_bf16 a[2], b[2];
+  float c = -1.0f;
+  a[0] = amp_f32_to_bf16(0x1p-130f); a[1] = 0; b[0] = amp_f32_to_bf16(0x1p100f); b[1] = 0;
+  EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, 2, 1.0f, a, AMP_BF16, 2, b, AMP_BF16, 1, 0.0f,
+                  &c, AMP_F32, 1) == AMP_OK, "%s", amp_last_error());
+  EXPECT(c == 0x1p-30f || c == 0.0f, "2^-130 * 2^100 in bf16: expected 2^-30 or 0 (flushed), got %a", c);
 }
 
 static void gemm_beta_zero_does_not_read_c(void) {
@@ -294,8 +413,8 @@ static void gemm_rejects_bad_arguments_and_leaves_c_unchanged(void) {
   BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "bias_type 4");
   memset(&o, 0, sizeof o); o.act = (amp_act)3;
   BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "act 3");
-  memset(&o, 0, sizeof o); o.algo = (amp_gemm_algo)3;
-  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "algo 3");
+  memset(&o, 0, sizeof o); o.algo = (amp_gemm_algo)4;
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "algo 4");
   memset(&o, 0, sizeof o); o.algo = AMP_GEMM_WMMA;
   BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "AMP_GEMM_WMMA");
   memset(&o, 0, sizeof o); o.algo = AMP_GEMM_SIMPLE;
@@ -306,7 +425,10 @@ static void gemm_rejects_bad_arguments_and_leaves_c_unchanged(void) {
 int main(void) {
   RUN(gemm_matches_double_product_for_every_layout_transpose_and_type);
   RUN(gemm_error_stays_within_bound_for_long_k);
-  RUN(gemm_blocked_result_equals_plain_loop_bit_for_bit);
+  RUN(gemm_reference_equals_plain_loop_bit_for_bit);
+  RUN(gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit);
+  RUN(gemm_every_cpu_kernel_stays_within_the_documented_bound);
+  RUN(gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product);
   RUN(gemm_beta_zero_does_not_read_c);
   RUN(gemm_k_zero_sets_c_to_beta_c_without_reading_a_or_b);
   RUN(gemm_alpha_zero_does_not_read_a_or_b);
