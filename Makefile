@@ -6,7 +6,7 @@
 #   make demo        the Fashion-MNIST trainer: fp32 against AMP
 #   make demo-gpu    the same trainer with the model on a GPU
 #   make gpt         the capstone: a small GPT trained in fp32, bf16 and f16 (a few minutes)
-#   make deps        install the Debian packages make test needs (the list: .ci/deps.sh)
+#   make deps        install the Debian packages make test needs (the list: tests/deps.sh)
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME ?= /usr/local/cuda
@@ -24,11 +24,11 @@ CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcubla
 .PHONY: test deps bench bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags clean
 
 test:
-	@sh .ci/deps.sh check
+	@sh tests/deps.sh check
 	@sh tests/run.sh
 
 deps:
-	@sh .ci/deps.sh install
+	@sh tests/deps.sh install
 
 print-nvcc-flags:
 	@echo '$(NVCC_FLAGS)'

@@ -58,7 +58,8 @@
       AMPDEF               linkage of the public functions (default: extern)
       AMP_MALLOC(sz) / AMP_FREE(p)
                            replace malloc/free; define both, or neither
-      AMP_NO_SIMD          never use the F16C/AVX2 bulk paths (the portable C path only)
+      AMP_NO_SIMD          never use the x86 vector loops (AVX2+F16C, AVX-512) of amp_convert and
+                           the CPU optimizer (the portable C loops only)
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
       AMP_NCCL             with AMP_CUDA: amp_nccl_allreduce_hook / amp_nccl_allreduce_grads call
@@ -127,6 +128,25 @@
 #else
 #define AMP_HD
 #endif
+/* The optimizer's element functions and the CPU loops run exactly the IEEE single operations they
+   are written with, also in a -ffast-math / -Ofast build: GCC would otherwise re-associate them,
+   contract a * b + c into an FMA where the target has one, and rewrite divisions, so that the
+   plain loops, the vector loops and the CUDA kernels would disagree. (Clang contracts only within
+   one expression and only where FMA is enabled: the element functions never meet one.) */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define AMP__EXACT_FP __attribute__((optimize("no-fast-math", "fp-contract=off")))
+#else
+#define AMP__EXACT_FP
+#endif
+/* Clang takes pragmas instead, around the code they cover (its intrinsics follow the state in
+   which <immintrin.h> was first read). */
+#if defined(__clang__) && !defined(__CUDACC__)
+#define AMP__EXACT_BEGIN _Pragma("float_control(precise, on, push)") _Pragma("clang fp contract(off)")
+#define AMP__EXACT_END _Pragma("float_control(pop)")
+#else
+#define AMP__EXACT_BEGIN
+#define AMP__EXACT_END
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -161,15 +181,17 @@ typedef uint16_t amp_f16;   /* IEEE 754 binary16 bits */
 typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32 */
 typedef enum amp_dtype { AMP_F32 = 0, AMP_F16, AMP_BF16 } amp_dtype;
 
-/* Bulk host conversion between any two of F32/F16/BF16 (same type: a copy). F16C/AVX2 where the
-   running CPU has them (decided once, by CPUID), a portable loop elsewhere; both give exactly the
-   bits of the scalar functions below, NaN payloads included. Buffers of the same element size may
-   overlap in any way (in place, or shifted: the result is that of converting a copy of src);
-   buffers of different element sizes must not share a byte (AMP_ERR_ARG, nothing written).
-   n = 0 accepts NULL pointers. Large outputs (>= 8 MiB) are written with streaming stores. */
+/* Bulk host conversion between any two of F32/F16/BF16 (same type: a copy). AVX-512 or AVX2+F16C
+   vector loops where the running CPU has them (decided once, by CPUID), a portable loop elsewhere;
+   all give exactly the bits of the scalar functions below, NaN payloads included. Any addresses
+   work, odd ones included. Buffers of the same element size may overlap in any way (in place, or
+   shifted: the result is that of converting a copy of src); buffers of different element sizes
+   must not share a byte (AMP_ERR_ARG, nothing written). n = 0 accepts NULL pointers. Large outputs
+   (>= 8 MiB, element-aligned) are written with streaming stores. */
 AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, amp_dtype src_type, size_t n);
-/* 1 when amp_convert uses the F16C/AVX2 path. amp_simd_enable(0) forces the portable path (for tests
-   and benchmarks); amp_simd_enable(1) returns to the CPU's best. Not thread-safe against amp_convert. */
+/* 1 when amp_convert uses a vector path (AVX2+F16C or AVX-512). amp_simd_enable(0) forces the
+   portable path (for tests and benchmarks); amp_simd_enable(1) returns to the CPU's best. Not
+   thread-safe against amp_convert. */
 AMPDEF int  amp_simd_active(void);
 AMPDEF void amp_simd_enable(int on);
 AMPDEF size_t amp_dtype_size(amp_dtype t);   /* 4, 2, 2; 0 for an unknown type */
@@ -200,6 +222,11 @@ static inline AMP_HD int amp__is_zero(float x) { return (amp__f32_bits(x) << 1) 
    NaN keeps its sign and the top 10 bits of its payload with the quiet bit set, exactly as the
    F16C instruction vcvtps2ph does (NumPy keeps the same payload bits; its software path leaves a
    signalling NaN signalling); a NaN never becomes inf. */
+/* The normal-half case on its own: a = |x| bits in [2^-14, 65520). Rebias the exponent by
+   127-15 = 112 and add 0xfff plus the lowest kept bit: a carry out of the 13 cut bits is
+   round-to-nearest-even, and it may carry into the exponent. (The portable bulk loop runs this on
+   every element and redoes the rest with amp_f32_to_f16.) */
+static inline AMP_HD uint32_t amp__f16_normal(uint32_t a) { return (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13; }
 static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
   uint32_t f = amp__f32_bits(x);
   uint32_t sign = (f >> 16) & 0x8000u;
@@ -208,12 +235,7 @@ static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
     return (amp_f16)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u));
   if (a >= 0x477ff000u) /* >= 65520 = 65504 + half an ulp: rounds (ties-to-even) to inf */
     return (amp_f16)(sign | 0x7c00u);
-  if (a >= 0x38800000u) { /* >= 2^-14: a normal half. Rebias the exponent by 127-15 = 112 and
-                             add 0xfff plus the lowest kept bit: a carry out of the 13 cut bits
-                             is round-to-nearest-even, and it may carry into the exponent. */
-    uint32_t odd = (a >> 13) & 1u;
-    return (amp_f16)(sign | ((a - 0x38000000u + 0xfffu + odd) >> 13));
-  }
+  if (a >= 0x38800000u) return (amp_f16)(sign | amp__f16_normal(a)); /* >= 2^-14: a normal half */
   if (a < 0x33000000u) /* < 2^-25: below half the smallest subnormal, rounds to (signed) zero */
     return (amp_f16)sign;
   { /* a subnormal half: the value in units of 2^-24 is m * 2^(e - 126); shift by 14..24 and
@@ -227,29 +249,30 @@ static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
   }
 }
 
-/* f16 -> f32: exact for all 65536 patterns. A NaN keeps its sign and payload (shifted up) and comes
-   out quiet (0x400000 set), exactly as the F16C instruction vcvtph2ps does. */
+/* f16 -> f32: exact for all 65536 patterns, branch-free (Maratyszcza/FP16's trick) so that loops
+   over it vectorise. Normals by rebiasing with one multiply by 2^-112, subnormals as
+   (0.5 + m * 2^-24) - 0.5, exact both; each is one operation on a bit-built normal operand, so
+   -ffast-math has nothing to fold or reassociate and flush-to-zero modes do not touch it. A NaN
+   keeps its sign and payload (shifted up) and comes out quiet (0x400000 set), exactly as the F16C
+   instruction vcvtph2ps does. */
 static inline AMP_HD float amp_f16_to_f32(amp_f16 h) {
-  uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-  uint32_t e = ((uint32_t)h >> 10) & 0x1fu, m = (uint32_t)h & 0x3ffu;
-  if (e == 0x1fu) /* inf; NaN (m != 0) gets the f32 quiet bit 0x400000 */
-    return amp__bits_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
-  if (e != 0) return amp__bits_f32(sign | ((e + 112u) << 23) | (m << 13));      /* normal */
-  if (m == 0) return amp__bits_f32(sign);                                        /* +-0 */
-  { /* subnormal: m * 2^-24 is exact in f32; build it by normalising the mantissa. */
-    uint32_t ex = 113u;                       /* biased exponent of 2^-14, one above the subnormals */
-    while (!(m & 0x400u)) { m <<= 1; ex--; }
-    return amp__bits_f32(sign | (ex << 23) | ((m & 0x3ffu) << 13));
-  }
+  uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
+  float normal = amp__bits_f32((two_w >> 4) + (0xE0u << 23)) * amp__bits_f32(0x07800000u);  /* 2^-112 */
+  float denormal = amp__bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+  uint32_t sub = 0u - (uint32_t)(two_w < (1u << 27));   /* all ones for zero/subnormal inputs */
+  /* selects written as masks: GCC does not if-convert a ?: here and would not vectorise */
+  return amp__bits_f32(sign | (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub));
 }
 
 /* f32 -> bf16: round to nearest even on the upper 16 bits (adding 0x7fff plus the lowest kept bit
    carries exactly when the cut half is above, or at a tie with an odd kept part). Subnormals are
-   kept, not flushed. NaN -> quiet NaN with its sign and top payload bits, as ggml does. */
+   kept, not flushed. NaN -> quiet NaN with its sign and top payload bits, as ggml does. Written
+   as one select (no early return) so that loops over it vectorise. */
 static inline AMP_HD amp_bf16 amp_f32_to_bf16(float x) {
   uint32_t u = amp__f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (amp_bf16)((u >> 16) | 0x40u);
-  return (amp_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t isnan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+  return (amp_bf16)((((u >> 16) | 0x40u) & isnan) | (r & ~isnan));
 }
 
 /* bf16 -> f32: exact, the bits shifted up. */
@@ -790,8 +813,9 @@ static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, i
 
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
 
+AMP__EXACT_BEGIN
 /* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD). */
-static inline AMP_HD void amp__sgd_elem(float *p, float *buf, float g, const amp_step_coefs *c) {
+static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *buf, float g, const amp_step_coefs *c) {
   float w = *p;
   if (c->wd != 0.0f) g = g + c->wd * w;
   if (c->momentum != 0.0f) {
@@ -807,7 +831,7 @@ static inline AMP_HD void amp__sgd_elem(float *p, float *buf, float g, const amp
    square root, so a CPU loop can take the roots of a whole block at once (sqrtf, which may set
    errno, keeps compilers from vectorising a loop that calls it): amp__adam_elem is exactly the
    two halves in a row. The first leaves the decayed weight in *p and the new moments in *m, *v. */
-static inline AMP_HD void amp__adam_moments(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+static inline AMP_HD AMP__EXACT_FP void amp__adam_moments(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   float w = *p * c->decay;
   if (c->wd != 0.0f) g = g + c->wd * w;
   *m = c->beta1 * *m + (1.0f - c->beta1) * g;
@@ -815,15 +839,16 @@ static inline AMP_HD void amp__adam_moments(float *p, float *m, float *v, float 
   *p = w;
 }
 /* The second half: sqrt_v = sqrtf(*v) as the first half left it. */
-static inline AMP_HD void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
+static inline AMP_HD AMP__EXACT_FP void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
   float denom = sqrt_v / c->bc2_sqrt + c->eps;
   *p = *p - c->step_size * (m / denom);
 }
-static inline AMP_HD void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+static inline AMP_HD AMP__EXACT_FP void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   amp__adam_moments(p, m, v, g, c);
   amp__adam_apply(p, *m, sqrtf(*v), c);
 }
 
+AMP__EXACT_END
 /* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)). */
 static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
   float c;
@@ -1128,59 +1153,23 @@ AMPDEF size_t amp_dtype_size(amp_dtype t) {
 #else
 #define AMP__RESTRICT restrict
 #endif
-/* Element functions and loop bodies forced inline, so a loop that calls them vectorises (the
-   optimizer compiles its bodies twice, plain and in a target("avx2") clone). */
+/* Element functions and loop bodies forced inline, so that a loop that calls them is one
+   function (and vectorises where the compiler does that). */
 #if defined(__GNUC__) || defined(__clang__)
 #define AMP__INLINE static inline __attribute__((always_inline))
 #else
 #define AMP__INLINE static inline
 #endif
-/* Branch-free f16 <-> f32 for bulk loops (Maratyszcza/FP16's tricks), vectorisable where the
-   branchy scalar functions are not: the portable amp_convert and the optimizer's loops. f16 -> f32: normals by rebiasing with one multiply by 2^-112,
-   subnormals as (0.5 + m * 2^-24) - 0.5, exact both; each is one operation on a bit-built
-   operand, so -ffast-math has nothing to fold or reassociate. It quiets a signalling NaN, as amp_f16_to_f32 and vcvtph2ps do. */
-AMP__INLINE float amp__o_h2f(uint16_t h) {
-  uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
-  float normal = amp__bits_f32((two_w >> 4) + (0xE0u << 23)) * amp__bits_f32(0x07800000u);  /* 2^-112 */
-  float denormal = amp__bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
-  uint32_t sub = 0u - (uint32_t)(two_w < (1u << 27));   /* all ones for zero/subnormal inputs */
-  /* selects written as masks: GCC does not if-convert the ?: here and would not vectorise */
-  return amp__bits_f32(sign | (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub));
-}
-/* f32 -> f16, round to nearest even with the FPU's own rounding: adding 2^(e+15) (the bias, at
-   least 2^1) to 4|x| leaves exactly the f16 bits of the rounded value in the low bits. Maratyszcza
-   writes 4|x| as (|x| * 2^112) * 2^-110 so that |x| >= 2^16 overflows to inf; -ffast-math would
-   fold that to |x| * 4, so here 4|x| is one exact product and |x| >= 2^16 (inf and NaN included)
-   is picked out on the bits. The add is a single rounding: nothing a compiler may reassociate.
-   NaN as amp_f32_to_f16 (quiet bit set, top 10 payload bits kept), so the result equals
-   amp_f32_to_f16 bit for bit (tested) under the default rounding mode. */
-AMP__INLINE uint16_t amp__o_f2h(float f) {
-  uint32_t w = amp__f32_bits(f), shl1 = w + w, sign = w & 0x80000000u;
-  uint32_t bias = shl1 & 0xFF000000u, b, nonsign, nan, small, big, isnan;
-  float base = amp__bits_f32(w & 0x7FFFFFFFu) * 4.0f;   /* exact for |x| < 2^16 */
-  small = 0u - (uint32_t)(bias < 0x71000000u);
-  bias = (bias & ~small) | (0x71000000u & small);
-  base = amp__bits_f32((bias >> 1) + 0x07800000u) + base;
-  b = amp__f32_bits(base);
-  big = 0u - (uint32_t)(shl1 >= 0x8F000000u);            /* |x| >= 2^16: inf */
-  nonsign = ((((b >> 13) & 0x7C00u) + (b & 0x0FFFu)) & ~big) | (0x7C00u & big);
-  nan = 0x7E00u | ((w >> 13) & 0x3FFu);
-  isnan = 0u - (uint32_t)(shl1 > 0xFF000000u);
-  return (uint16_t)((sign >> 16) | (nan & isnan) | (nonsign & ~isnan));
-}
-/* amp_f32_to_bf16 written as one select instead of an early return. */
-AMP__INLINE uint16_t amp__o_f2bf(float f) {
-  uint32_t u = amp__f32_bits(f);
-  uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  uint32_t isnan = 0u - (uint32_t)((u & 0x7FFFFFFFu) > 0x7F800000u);
-  return (uint16_t)((((u >> 16) | 0x40u) & isnan) | (r & ~isnan));
-}
-
 /* The portable loops. f32 -> f16 runs 64 elements at a time through the scalar function's
    normal-case formula, branch-free so that compilers vectorise it with plain SSE2/NEON, then
    redoes with the scalar function the few elements outside that case (subnormal halves, inf, NaN,
-   overflow): measured twice as fast here as amp__o_f2h per element. f16 -> f32 is amp__o_h2f per
-   element, which vectorises whole. Both give the scalar functions' bits. */
+   overflow). f16 -> f32 is amp_f16_to_f32 per element, which vectorises whole. Both give the
+   scalar functions' bits (they are the scalar functions). */
+/* 1 for |x| bits a that amp__f16_normal does not round: a subnormal half [2^-25, 2^-14), or
+   overflow, inf and NaN (>= 65520). Below 2^-25 the result is +-0. */
+AMP__INLINE uint32_t amp__f16_special(uint32_t a) {
+  return (uint32_t)(a - 0x33000000u < 0x38800000u - 0x33000000u) | (uint32_t)(a >= 0x477ff000u);
+}
 static void amp__f32_to_f16_portable(amp_f16 *d, const float *s, size_t n) {
   size_t i = 0;
   int k;
@@ -1188,21 +1177,20 @@ static void amp__f32_to_f16_portable(amp_f16 *d, const float *s, size_t n) {
     uint32_t odd = 0;
     for (k = 0; k < 64; k++) {
       uint32_t u = amp__f32_bits(s[i + k]), a = u & 0x7fffffffu;
-      uint32_t h = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;  /* a normal half */
-      odd |= (uint32_t)(a - 0x33000000u < 0x38800000u - 0x33000000u) | (uint32_t)(a >= 0x477ff000u);
+      uint32_t h = amp__f16_normal(a);
+      odd |= amp__f16_special(a);
       d[i + k] = (amp_f16)(((u >> 16) & 0x8000u) | (a >= 0x38800000u ? h : 0u));  /* below 2^-25: +-0 */
     }
     if (odd)
       for (k = 0; k < 64; k++) {
-        uint32_t a = amp__f32_bits(s[i + k]) & 0x7fffffffu;
-        if (a - 0x33000000u < 0x38800000u - 0x33000000u || a >= 0x477ff000u) d[i + k] = amp_f32_to_f16(s[i + k]);
+        if (amp__f16_special(amp__f32_bits(s[i + k]) & 0x7fffffffu)) d[i + k] = amp_f32_to_f16(s[i + k]);
       }
   }
   for (; i < n; i++) d[i] = amp_f32_to_f16(s[i]);
 }
 static void amp__f16_to_f32_portable(float *AMP__RESTRICT d, const amp_f16 *AMP__RESTRICT s, size_t n) {
   size_t i;
-  for (i = 0; i < n; i++) d[i] = amp__o_h2f(s[i]);
+  for (i = 0; i < n; i++) d[i] = amp_f16_to_f32(s[i]);
 }
 static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
   size_t i;
@@ -1230,13 +1218,17 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
   }
 }
 
-/* The F16C/AVX2 path: x86-64 with GCC or Clang. Each kernel carries a target attribute, so the
-   rest of the file needs no -m flags, and runs only after CPUID said the CPU and the OS (XSAVE
-   of the YMM registers) support it. Every kernel gives the bits of the scalar functions above:
-   vcvtps2ph/vcvtph2ps are what those are written to match, and the bf16 rounding is the same
-   integer trick on 8 lanes. Tails (n % block) go through the scalar functions. */
+/* The x86 SIMD paths: x86-64 with GCC or Clang. Each kernel carries a target attribute, so the
+   rest of the file needs no -m flags, and runs only after CPUID said the CPU and the OS (XSAVE of
+   the YMM/ZMM registers) support it. Levels: 1 = AVX2 + F16C, 2 = AVX-512 F/BW/VL/DQ. Every
+   kernel gives the bits of the scalar functions above: vcvtps2ph/vcvtph2ps are what those are
+   written to match, and the bf16 rounding is amp_f32_to_bf16's integer trick on 8 or 16 lanes
+   (AVX512-BF16's vcvtneps2bf16 flushes subnormal inputs to zero, so it is not used). Tails and
+   heads go through the same vector code: AVX-512 with masked loads and stores, AVX2 through a
+   small buffer; no scalar element access, so any address works, odd ones included. */
 #if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__)
 #define AMP__X86_SIMD 1
+AMP__EXACT_BEGIN
 #ifdef __cplusplus
 }
 #endif
@@ -1244,13 +1236,16 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
 #ifdef __cplusplus
 extern "C" {
 #endif
-#define AMP__AVX2 __attribute__((target("avx2,f16c")))
-#define AMP__AVX2_INLINE static inline __attribute__((target("avx2,f16c"), always_inline))
+#define AMP__AVX2 __attribute__((target("avx2,f16c"))) AMP__EXACT_FP
+#define AMP__AVX2_INLINE static inline __attribute__((target("avx2,f16c"), always_inline)) AMP__EXACT_FP
+#define AMP__AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"))) AMP__EXACT_FP
+#define AMP__AVX512_INLINE static inline __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) AMP__EXACT_FP
 
-static void amp__cpuid(unsigned leaf, unsigned r[4]) {
+static void amp__cpuid(unsigned leaf, unsigned r[4]) {   /* subleaf 0 */
   __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(0u));
 }
-static int amp__cpu_has_f16c(void) {
+/* The CPU's best level, asked once: 0 none, 1 AVX2 + F16C, 2 AVX-512 F/BW/VL/DQ. */
+static int amp__cpu_level(void) {
   static int known_cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
   int known = AMP__ALOAD(&known_cache);
   if (known < 0) {
@@ -1265,14 +1260,34 @@ static int amp__cpu_has_f16c(void) {
         (void)hi;
         amp__cpuid(7, r);
         /* XCR0 bits 1-2: the OS saves XMM and YMM state; leaf 7 EBX bit 5: AVX2 */
-        known = (lo & 6u) == 6u && (r[1] & (1u << 5)) != 0;
+        if ((lo & 6u) == 6u && (r[1] & (1u << 5)) != 0) known = 1;
+        /* XCR0 bits 5-7: opmask and ZMM state; EBX bits 16 F, 17 DQ, 30 BW, 31 VL */
+        if (known && (lo & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) known = 2;
       }
     }
     AMP__ASTORE(&known_cache, known);
   }
   return known;
 }
+static int amp__cpu_has_f16c(void) { return amp__cpu_level() >= 1; }
+/* The highest level the SIMD paths may use (tests lower it to run the AVX2 kernels on an AVX-512
+   CPU). */
+static int amp__isa_cap = 2;
+static int amp__isa(void) { int l = amp__cpu_level(); return l < amp__isa_cap ? l : amp__isa_cap; }
 
+/* A vector kept in a register: compilers would otherwise fold a conversion into its store
+   (vcvtps2ph / vpmovdw to memory), which Zen 4 runs several times slower. */
+#define AMP__IN_REG(x) __asm__("" : "+v"(x))
+
+/* ---- 8 lanes (AVX2 + F16C) ----
+   amp__ld8: 8 elements of type t as f32 (exact widening); amp__st8: 8 f32 rounded to type t by the
+   scalar functions' rules, streamed (non-temporal) when nt (then p is 16/32-byte aligned). */
+AMP__AVX2_INLINE __m256 amp__ld8(amp_dtype t, const void *p) {
+  if (t == AMP_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  if (t == AMP_BF16)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+  return _mm256_loadu_ps((const float *)p);
+}
 /* 8 f32 bit patterns -> 8 bf16 in the low halves of the lanes: amp_f32_to_bf16 on each lane. */
 AMP__AVX2_INLINE __m256i amp__bf16_round8(__m256i u) {
   __m256i hi = _mm256_srli_epi32(u, 16);
@@ -1283,131 +1298,140 @@ AMP__AVX2_INLINE __m256i amp__bf16_round8(__m256i u) {
                                    _mm256_set1_epi32(0x7f800000));
   return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
 }
-/* 16 lanes of 16-bit results (in the low halves of a and b) -> one vector in element order:
-   packus interleaves the 128-bit lanes, the permute puts the quarters back in order. */
-AMP__AVX2_INLINE __m256i amp__pack16(__m256i a, __m256i b) {
-  return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
-}
-AMP__AVX2_INLINE __m256i amp__bf16_widen8(const uint16_t *p) {
-  return _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16);
+AMP__AVX2_INLINE void amp__st8(amp_dtype t, void *p, __m256 x, int nt) {
+  __m128i h;
+  if (t == AMP_F32) {
+    if (nt) _mm256_stream_ps((float *)p, x); else _mm256_storeu_ps((float *)p, x);
+    return;
+  }
+  if (t == AMP_F16) h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+  else {
+    __m256i r = amp__bf16_round8(_mm256_castps_si256(x));   /* values <= 0xffff: packus keeps them */
+    h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  }
+  AMP__IN_REG(h);
+  if (nt) _mm_stream_si128((__m128i *)p, h); else _mm_storeu_si128((__m128i *)p, h);
 }
 
+/* ---- 16 lanes (AVX-512) ----
+   The same with a lane mask: lanes outside k are not read (they load as 0) and not written. */
+AMP__AVX512_INLINE __m256i amp__ld16h(const void *p, __mmask16 k) {
+  return k == 0xffff ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(k, p);
+}
+AMP__AVX512_INLINE __m512 amp__ld16(amp_dtype t, const void *p, __mmask16 k) {
+  if (t == AMP_F16) return _mm512_cvtph_ps(amp__ld16h(p, k));
+  if (t == AMP_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(amp__ld16h(p, k)), 16));
+  return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
+}
+AMP__AVX512_INLINE __m512 amp__ld16f(const float *p, __mmask16 k) { return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p); }
+AMP__AVX512_INLINE void amp__st16f(float *p, __m512 x, __mmask16 k) { if (k == 0xffff) _mm512_storeu_ps(p, x); else _mm512_mask_storeu_ps(p, k, x); }
+AMP__AVX512_INLINE __m256i amp__bf16_round16(__m512i u) {
+  __m512i hi = _mm512_srli_epi32(u, 16);
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                                 _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40)));
+}
+AMP__AVX512_INLINE void amp__st16(amp_dtype t, void *p, __m512 x, __mmask16 k, int nt) {
+  __m256i h;
+  if (t == AMP_F32) {
+    if (nt) _mm512_stream_ps((float *)p, x); else amp__st16f((float *)p, x, k);
+    return;
+  }
+  if (t == AMP_F16) { h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); AMP__IN_REG(h); }
+  else h = amp__bf16_round16(_mm512_castps_si512(x));
+  if (nt) _mm256_stream_si256((__m256i *)p, h);
+  else if (k == 0xffff) _mm256_storeu_si256((__m256i *)p, h);
+  else _mm256_mask_storeu_epi16(p, k, h);
+}
+AMP__AVX512_INLINE __mmask16 amp__mask16(size_t k) { return (__mmask16)(k >= 16 ? 0xffffu : (1u << k) - 1u); }
+
 /* Stores: large outputs go around the cache with non-temporal stores (no read-for-ownership of
-   the destination: a third less memory traffic for f32 -> f16, measured 1.3-1.5x on an EPYC);
-   those need 32-byte aligned addresses, so the kernels first convert a scalar head up to that. */
+   the destination: a third less memory traffic for f32 -> f16). Those need aligned addresses, so
+   a kernel first converts a head up to a 64-byte boundary; a destination that is not aligned to
+   its element size never reaches one and is written with ordinary stores. Each block reads all
+   its elements before it writes any, so dst == src is safe for the 2-byte pairs. */
 static size_t amp__nt_bytes = (size_t)8 << 20; /* destination size from which stores stream */
-AMP__AVX2_INLINE void amp__st256(void *p, __m256i v, int nt) {
-  if (nt) _mm256_stream_si256((__m256i *)p, v); else _mm256_storeu_si256((__m256i *)p, v);
-}
-AMP__AVX2_INLINE __m256i amp__join(__m128i lo, __m128i hi) {
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-}
-/* The head: how many elements of size es to convert one by one before dst is 32-byte aligned. */
-static size_t amp__head(const void *dst, size_t es, size_t n, int nt) {
-  size_t h = nt ? ((32u - ((uintptr_t)dst & 31u)) & 31u) / es : 0;
+static size_t amp__nt_head(const void *dst, size_t ds, size_t n, int *nt) {
+  size_t h;
+  *nt = n * ds >= amp__nt_bytes && ((uintptr_t)dst % ds) == 0;
+  if (!*nt) return 0;
+  h = ((64u - ((uintptr_t)dst & 63u)) & 63u) / ds;
   return h < n ? h : n;
 }
 
-/* Blocks of 32 elements (four 256-bit loads of f32); every load of a block comes before its stores,
-   so dst == src is safe for the 2-byte pairs. */
-static AMP__AVX2 void amp__f32_to_f16_avx2(amp_f16 *d, const float *s, size_t n) {
-  int nt = n * 2 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 2, n, nt);
-  for (; i < h; i++) d[i] = amp_f32_to_f16(s[i]);
-  for (; i + 32 <= n; i += 32) {
-    __m128i a = _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT);
-    __m128i b = _mm256_cvtps_ph(_mm256_loadu_ps(s + i + 8), _MM_FROUND_TO_NEAREST_INT);
-    __m128i c = _mm256_cvtps_ph(_mm256_loadu_ps(s + i + 16), _MM_FROUND_TO_NEAREST_INT);
-    __m128i e = _mm256_cvtps_ph(_mm256_loadu_ps(s + i + 24), _MM_FROUND_TO_NEAREST_INT);
-    amp__st256(d + i, amp__join(a, b), nt);
-    amp__st256(d + i + 16, amp__join(c, e), nt);
-  }
+/* 32 elements, 4 x 8 lanes; every load before the stores. */
+AMP__AVX2_INLINE void amp__cvt_block8(amp_dtype dt, char *d, amp_dtype st, const char *s, int nt) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
+  __m256 a = amp__ld8(st, s), b = amp__ld8(st, s + 8 * ss), c = amp__ld8(st, s + 16 * ss), e = amp__ld8(st, s + 24 * ss);
+  amp__st8(dt, d, a, nt); amp__st8(dt, d + 8 * ds, b, nt); amp__st8(dt, d + 16 * ds, c, nt); amp__st8(dt, d + 24 * ds, e, nt);
+}
+/* k < 32 elements through a buffer. */
+AMP__AVX2_INLINE void amp__cvt_part8(amp_dtype dt, char *d, amp_dtype st, const char *s, size_t k) {
+  char bs[128], bd[128];
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
+  memset(bs, 0, sizeof bs);
+  memcpy(bs, s, k * ss);
+  amp__cvt_block8(dt, bd, st, bs, 0);
+  memcpy(d, bd, k * ds);
+}
+AMP__AVX2_INLINE void amp__cvt_loop8(amp_dtype dt, void *dst, amp_dtype st, const void *src, size_t n) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), i;
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  int nt;
+  size_t h = amp__nt_head(dst, ds, n, &nt);
+  if (h) amp__cvt_part8(dt, d, st, s, h);
+  for (i = h; i + 32 <= n; i += 32) amp__cvt_block8(dt, d + i * ds, st, s + i * ss, nt);
   if (nt) _mm_sfence(); /* streamed stores become visible in order with later ones */
-  for (; i < n; i++) d[i] = amp_f32_to_f16(s[i]);
+  if (i < n) amp__cvt_part8(dt, d + i * ds, st, s + i * ss, n - i);
 }
-static AMP__AVX2 void amp__f16_to_f32_avx2(float *d, const amp_f16 *s, size_t n) {
-  int nt = n * 4 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 4, n, nt);
-  for (; i < h; i++) d[i] = amp_f16_to_f32(s[i]);
-  for (; i + 32 <= n; i += 32) {
-    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)));
-    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 8)));
-    __m256 c = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 16)));
-    __m256 e = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 24)));
-    amp__st256(d + i, _mm256_castps_si256(a), nt); amp__st256(d + i + 8, _mm256_castps_si256(b), nt);
-    amp__st256(d + i + 16, _mm256_castps_si256(c), nt); amp__st256(d + i + 24, _mm256_castps_si256(e), nt);
+/* 32 elements, 2 x 16 lanes, under a mask of the first k. */
+AMP__AVX512_INLINE void amp__cvt_block16(amp_dtype dt, char *d, amp_dtype st, const char *s, size_t k, int nt) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
+  __mmask16 k0 = amp__mask16(k), k1 = amp__mask16(k > 16 ? k - 16 : 0);
+  __m512 a = amp__ld16(st, s, k0), b = amp__ld16(st, s + 16 * ss, k1);
+  amp__st16(dt, d, a, k0, nt); amp__st16(dt, d + 16 * ds, b, k1, nt);
+}
+AMP__AVX512_INLINE void amp__cvt_loop16(amp_dtype dt, void *dst, amp_dtype st, const void *src, size_t n) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), i;
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  int nt;
+  size_t h = amp__nt_head(dst, ds, n, &nt);
+  if (h) amp__cvt_block16(dt, d, st, s, h, 0);
+  for (i = h; i + 64 <= n; i += 64) {
+    amp__cvt_block16(dt, d + i * ds, st, s + i * ss, 32, nt);
+    amp__cvt_block16(dt, d + (i + 32) * ds, st, s + (i + 32) * ss, 32, nt);
   }
   if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_f16_to_f32(s[i]);
-}
-static AMP__AVX2 void amp__f32_to_bf16_avx2(amp_bf16 *d, const float *s, size_t n) {
-  int nt = n * 2 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 2, n, nt);
-  for (; i < h; i++) d[i] = amp_f32_to_bf16(s[i]);
-  for (; i + 32 <= n; i += 32) {
-    __m256i a = amp__bf16_round8(_mm256_loadu_si256((const __m256i *)(s + i)));
-    __m256i b = amp__bf16_round8(_mm256_loadu_si256((const __m256i *)(s + i + 8)));
-    __m256i c = amp__bf16_round8(_mm256_loadu_si256((const __m256i *)(s + i + 16)));
-    __m256i e = amp__bf16_round8(_mm256_loadu_si256((const __m256i *)(s + i + 24)));
-    amp__st256(d + i, amp__pack16(a, b), nt);
-    amp__st256(d + i + 16, amp__pack16(c, e), nt);
-  }
-  if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_f32_to_bf16(s[i]);
-}
-static AMP__AVX2 void amp__bf16_to_f32_avx2(float *d, const amp_bf16 *s, size_t n) {
-  int nt = n * 4 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 4, n, nt);
-  for (; i < h; i++) d[i] = amp_bf16_to_f32(s[i]);
-  for (; i + 32 <= n; i += 32) {
-    __m256i a = amp__bf16_widen8(s + i), b = amp__bf16_widen8(s + i + 8);
-    __m256i c = amp__bf16_widen8(s + i + 16), e = amp__bf16_widen8(s + i + 24);
-    amp__st256(d + i, a, nt); amp__st256(d + i + 8, b, nt);
-    amp__st256(d + i + 16, c, nt); amp__st256(d + i + 24, e, nt);
-  }
-  if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_bf16_to_f32(s[i]);
-}
-static AMP__AVX2 void amp__f16_to_bf16_avx2(amp_bf16 *d, const amp_f16 *s, size_t n) {
-  int nt = n * 2 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 2, n, nt);
-  for (; i < h; i++) d[i] = amp_f32_to_bf16(amp_f16_to_f32(s[i]));
-  for (; i + 32 <= n; i += 32) {
-    __m256i a = amp__bf16_round8(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)))));
-    __m256i b = amp__bf16_round8(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 8)))));
-    __m256i c = amp__bf16_round8(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 16)))));
-    __m256i e = amp__bf16_round8(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 24)))));
-    amp__st256(d + i, amp__pack16(a, b), nt);
-    amp__st256(d + i + 16, amp__pack16(c, e), nt);
-  }
-  if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_f32_to_bf16(amp_f16_to_f32(s[i]));
-}
-static AMP__AVX2 void amp__bf16_to_f16_avx2(amp_f16 *d, const amp_bf16 *s, size_t n) {
-  int nt = n * 2 >= amp__nt_bytes;
-  size_t i = 0, h = amp__head(d, 2, n, nt);
-  for (; i < h; i++) d[i] = amp_f32_to_f16(amp_bf16_to_f32(s[i]));
-  for (; i + 32 <= n; i += 32) {
-    __m128i a = _mm256_cvtps_ph(_mm256_castsi256_ps(amp__bf16_widen8(s + i)), _MM_FROUND_TO_NEAREST_INT);
-    __m128i b = _mm256_cvtps_ph(_mm256_castsi256_ps(amp__bf16_widen8(s + i + 8)), _MM_FROUND_TO_NEAREST_INT);
-    __m128i c = _mm256_cvtps_ph(_mm256_castsi256_ps(amp__bf16_widen8(s + i + 16)), _MM_FROUND_TO_NEAREST_INT);
-    __m128i e = _mm256_cvtps_ph(_mm256_castsi256_ps(amp__bf16_widen8(s + i + 24)), _MM_FROUND_TO_NEAREST_INT);
-    amp__st256(d + i, amp__join(a, b), nt);
-    amp__st256(d + i + 16, amp__join(c, e), nt);
-  }
-  if (nt) _mm_sfence();
-  for (; i < n; i++) d[i] = amp_f32_to_f16(amp_bf16_to_f32(s[i]));
+  for (; i < n; i += 32) amp__cvt_block16(dt, d + i * ds, st, s + i * ss, n - i < 32 ? n - i : 32, 0);
 }
 
+/* One kernel per (dst, src) pair and level: the pair is a constant in each, so the dtype tests of
+   the inline loops fold away. */
+#define AMP__CVT_KERNELS(DT, ST, NAME) \
+  static AMP__AVX2 void amp__cvt_##NAME##_avx2(void *d, const void *s, size_t n) { amp__cvt_loop8(DT, d, ST, s, n); } \
+  static AMP__AVX512 void amp__cvt_##NAME##_avx512(void *d, const void *s, size_t n) { amp__cvt_loop16(DT, d, ST, s, n); }
+AMP__CVT_KERNELS(AMP_F16, AMP_F32, f32_to_f16)
+AMP__CVT_KERNELS(AMP_BF16, AMP_F32, f32_to_bf16)
+AMP__CVT_KERNELS(AMP_F32, AMP_F16, f16_to_f32)
+AMP__CVT_KERNELS(AMP_F32, AMP_BF16, bf16_to_f32)
+AMP__CVT_KERNELS(AMP_BF16, AMP_F16, f16_to_bf16)
+AMP__CVT_KERNELS(AMP_F16, AMP_BF16, bf16_to_f16)
+#undef AMP__CVT_KERNELS
+
 static void amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
+  int z = amp__isa() >= 2;
   if (dt == st) memmove(dst, src, n * amp_dtype_size(dt));
-  else if (st == AMP_F32 && dt == AMP_F16) amp__f32_to_f16_avx2((amp_f16 *)dst, (const float *)src, n);
-  else if (st == AMP_F32) amp__f32_to_bf16_avx2((amp_bf16 *)dst, (const float *)src, n);
-  else if (dt == AMP_F32 && st == AMP_F16) amp__f16_to_f32_avx2((float *)dst, (const amp_f16 *)src, n);
-  else if (dt == AMP_F32) amp__bf16_to_f32_avx2((float *)dst, (const amp_bf16 *)src, n);
-  else if (st == AMP_F16) amp__f16_to_bf16_avx2((amp_bf16 *)dst, (const amp_f16 *)src, n);
-  else amp__bf16_to_f16_avx2((amp_f16 *)dst, (const amp_bf16 *)src, n);
+  else if (st == AMP_F32 && dt == AMP_F16) (z ? amp__cvt_f32_to_f16_avx512 : amp__cvt_f32_to_f16_avx2)(dst, src, n);
+  else if (st == AMP_F32) (z ? amp__cvt_f32_to_bf16_avx512 : amp__cvt_f32_to_bf16_avx2)(dst, src, n);
+  else if (dt == AMP_F32 && st == AMP_F16) (z ? amp__cvt_f16_to_f32_avx512 : amp__cvt_f16_to_f32_avx2)(dst, src, n);
+  else if (dt == AMP_F32) (z ? amp__cvt_bf16_to_f32_avx512 : amp__cvt_bf16_to_f32_avx2)(dst, src, n);
+  else if (st == AMP_F16) (z ? amp__cvt_f16_to_bf16_avx512 : amp__cvt_f16_to_bf16_avx2)(dst, src, n);
+  else (z ? amp__cvt_bf16_to_f16_avx512 : amp__cvt_bf16_to_f16_avx2)(dst, src, n);
 }
+AMP__EXACT_END
 #else
 static int amp__cpu_has_f16c(void) { return 0; }
 #endif
@@ -1425,6 +1449,19 @@ static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype
 #ifdef AMP__X86_SIMD
   if (amp_simd_active()) { amp__convert_simd(dst, dt, src, st, n); return; }
 #endif
+  if ((uintptr_t)dst % amp_dtype_size(dt) || (uintptr_t)src % amp_dtype_size(st)) {
+    /* an address the C loops may not use as an element pointer (an odd one, say): through
+       aligned buffers, a chunk at a time (each chunk read before it is written: dst == src works) */
+    float bs[256], bd[256];
+    size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), done, k;
+    for (done = 0; done < n; done += k) {
+      k = n - done < 256 ? n - done : 256;
+      memcpy(bs, (const char *)src + done * ss, k * ss);
+      amp__convert_portable(bd, dt, bs, st, k);
+      memcpy((char *)dst + done * ds, bd, k * ds);
+    }
+    return;
+  }
   amp__convert_portable(dst, dt, src, st, n);
 }
 
@@ -1449,8 +1486,8 @@ AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, am
     while (done < n) {
       size_t k = n - done < 1024 ? n - done : 1024;
       size_t at = d0 < s0 ? done : n - done - k;
-      memcpy(tmp, (const uint16_t *)src + at, k * 2);
-      amp__convert_any((uint16_t *)dst + at, dst_type, tmp, src_type, k);
+      memcpy(tmp, (const char *)src + at * 2, k * 2);
+      amp__convert_any((char *)dst + at * 2, dst_type, tmp, src_type, k);
       done += k;
     }
     return AMP_OK;
@@ -2551,27 +2588,26 @@ AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) {
    Implementation: optimizers and checkpoints
    ------------------------------------------------------------------------------------------ */
 
-/* The CPU step's loops are inline bodies compiled twice: plain (the baseline ISA) and, on x86
-   with GCC or Clang, inside a target("avx2") clone picked at run time by CPUID. Both clones
-   run the same IEEE single operations (no FMA is enabled, so nothing is contracted), so they give
-   the same bits. AMP_NO_SIMD keeps only the plain one. */
-#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-#define AMP__OPT_X86 1
-#endif
+AMP__EXACT_BEGIN
+/* The CPU step's loops. The plain loops (any compiler, any CPU) run the AMP_HD element functions
+   on blocks of AMP__CHUNK elements. On x86-64 with GCC or Clang, explicit-intrinsic loops for
+   AVX2 + F16C (8 lanes) and AVX-512 (16 lanes), picked at run time by CPUID, run the same IEEE
+   single operations in the same order (no FMA, see AMP__EXACT_FP), so all give the same bits;
+   they read and write every array once per step (the grads converted in registers, the model
+   copy rounded in registers). AMP_NO_SIMD keeps only the plain ones. */
 #if defined(__SSE__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 1)
 #include <xmmintrin.h>
 #define AMP__OPT_SSE 1
 #endif
 
-/* -1: not decided; 0: the plain loops; 1: the AVX2 clone. Tests set it to 0 to compare both. */
+/* -1: the CPU's best; 0: the plain loops; 1, 2: that level at most. Tests set it to compare. */
 static int amp__opt_simd = -1;
-static int amp__opt_use_simd(void) {
-#ifdef AMP__OPT_X86
-  int on = AMP__ALOAD(&amp__opt_simd);
-  if (on < 0) { on = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&amp__opt_simd, on); }
-  return on;
+static int amp__opt_level(void) {
+#ifdef AMP__X86_SIMD
+  int want = AMP__ALOAD(&amp__opt_simd), l = amp__cpu_level();
+  return want < 0 || want > l ? l : want;
 #else
-  (void)amp__opt_simd;   /* no clone to pick; tests may still set it */
+  (void)amp__opt_simd;   /* no SIMD loops to pick; tests may still set it */
   return 0;
 #endif
 }
@@ -2581,10 +2617,10 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
   size_t i;
   if (t == AMP_F16) {
     const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
-    for (i = 0; i < k; i++) d[i] = amp__o_h2f(s[i]) * mul;
+    for (i = 0; i < k; i++) d[i] = amp_f16_to_f32(s[i]) * mul;
   } else if (t == AMP_BF16) {
     const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
-    for (i = 0; i < k; i++) d[i] = amp__bits_f32((uint32_t)s[i] << 16) * mul;
+    for (i = 0; i < k; i++) d[i] = amp_bf16_to_f32(s[i]) * mul;
   } else {
     const float *AMP__RESTRICT s = (const float *)src + i0;
     for (i = 0; i < k; i++) d[i] = s[i] * mul;
@@ -2594,11 +2630,10 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
 AMP__INLINE void amp__o_store(void *dst, amp_dtype t, size_t i0, const float *AMP__RESTRICT p, size_t k) {
   size_t i;
   if (t == AMP_F16) {
-    uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
-    for (i = 0; i < k; i++) d[i] = amp__o_f2h(p[i]);
+    amp__f32_to_f16_portable((amp_f16 *)dst + i0, p, k);
   } else if (t == AMP_BF16) {
     uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
-    for (i = 0; i < k; i++) d[i] = amp__o_f2bf(p[i]);
+    for (i = 0; i < k; i++) d[i] = amp_f32_to_bf16(p[i]);
   } else {
     memcpy((float *)dst + i0, p, k * sizeof(float));
   }
@@ -2612,36 +2647,35 @@ AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT 
 }
 
 #define AMP__CHUNK 512   /* elements per block: the fp32 grads and roots of a block stay in L1 */
+#define AMP__LANES 32    /* the scan's sum of squares: element i adds to lane i % 32 */
 
-/* Pass 1 (unscale): inf/NaN and the sum of squares of the unscaled grads g * inv, in one read.
-   inf/NaN on the bits (so -ffast-math cannot fold it away): adding 2^23 to the exponent field
-   carries into bit 31 exactly when that field is all ones, and the lanes OR those together.
-   Eight lanes of partial sums let the compiler vectorise the reductions without reassociating.
-   Squares are summed in float lanes within a block (64 terms a lane) and in double across blocks;
-   a block whose float lanes overflow (finite grads above ~1.8e19) is summed again in double. */
+/* Pass 1 (unscale): the sum of squares of the unscaled grads x = g * inv, in one read. Each x is
+   squared exactly in double (24-bit x 24-bit fits 53 bits) and added to lane i % 32 of a tensor's
+   32 double lanes, which are then added up in order 0..31: the same order on every path, so the
+   plain and vector loops give the same bits. inf/NaN needs no test of its own: a finite x squares
+   to at most 2^256, so the sum of a tensor's squares is finite exactly when every x is; the test
+   is on the sum's bits (which -ffast-math cannot fold). */
+static AMP__EXACT_FP void amp__o_scan_finish(const double *lanes, double *sumsq, int *bad) {
+  double total = 0.0;
+  uint64_t b;
+  int j;
+  for (j = 0; j < AMP__LANES; j++) total += lanes[j];
+  memcpy(&b, &total, sizeof b);
+  if (((b >> 52) & 0x7ffu) == 0x7ffu) *bad = 1;
+  *sumsq += total;
+}
 AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   float x[AMP__CHUNK];
-  size_t i0, i, j;
-  double total = 0.0;
-  uint32_t bad_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+  double lanes[AMP__LANES];
+  size_t i0, i;
+  int j;
+  for (j = 0; j < AMP__LANES; j++) lanes[j] = 0.0;
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {   /* AMP__CHUNK is a multiple of AMP__LANES */
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     amp__o_load(x, g, t, i0, k, inv);
-    for (i = 0; i + 8 <= k; i += 8)
-      for (j = 0; j < 8; j++) {
-        acc[j] += x[i + j] * x[i + j];
-        bad_lanes[j] |= (amp__f32_bits(x[i + j]) & 0x7f800000u) + 0x00800000u;
-      }
-    for (; i < k; i++) { total += (double)x[i] * x[i]; bad_lanes[0] |= (amp__f32_bits(x[i]) & 0x7f800000u) + 0x00800000u; }
-    for (j = 0; j < 8 && amp__finite(acc[j]); j++) {}
-    if (j < 8)   /* a lane overflowed (finite grads above ~1.8e19 square past FLT_MAX): the block again in double */
-      for (i = 0; i < k - k % 8; i++) total += (double)x[i] * x[i];
-    else
-      for (j = 0; j < 8; j++) total += acc[j];
+    for (i = 0; i < k; i++) lanes[i % AMP__LANES] += (double)x[i] * (double)x[i];
   }
-  for (j = 0; j < 8; j++) if (bad_lanes[j] & 0x80000000u) *bad = 1;
-  *sumsq += total;
+  amp__o_scan_finish(lanes, sumsq, bad);
 }
 
 /* Pass 2 (step): one fused pass over a tensor for SGD/Adam/AdamW: the grads read again as
@@ -2669,41 +2703,252 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
   }
 }
 
-static void amp__o_scan_plain(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+static AMP__EXACT_FP void amp__o_scan_plain(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   amp__o_scan_body(g, t, n, inv, sumsq, bad);
 }
-static void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                              void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                            void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
   amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
 }
-#ifdef AMP__OPT_X86
-__attribute__((target("avx2")))
-static void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
-  amp__o_scan_body(g, t, n, inv, sumsq, bad);
+
+#ifdef AMP__X86_SIMD
+/* The vector loops: the element functions above written on vectors, operation for operation
+   (amp__sgd_elem, amp__adam_moments + amp__adam_apply, amp__o_load's g * gmul, amp__o_store's
+   rounding). The coefficients broadcast once; the flag tests are uniform branches. */
+#define AMP__VCOEFS(V, SET1) \
+  V lr = SET1(c->lr), wd = SET1(c->wd), mom = SET1(c->momentum), omd = SET1(1.0f - c->dampening); \
+  V b1 = SET1(c->beta1), omb1 = SET1(1.0f - c->beta1), b2 = SET1(c->beta2), omb2 = SET1(1.0f - c->beta2); \
+  V bc2 = SET1(c->bc2_sqrt), eps = SET1(c->eps), ss = SET1(c->step_size), decay = SET1(c->decay), gm = SET1(gmul); \
+  int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0
+
+/* Products as rounded floats: clang's -ffp-contract=fast (part of -ffast-math) fuses any multiply
+   with a following add in the back end, whatever the pragmas say; an empty asm on the product
+   hides it. (GCC: AMP__EXACT_FP.) */
+#if defined(__clang__)
+#define AMP__FP_BARRIER(x) __asm__("" : "+v"(x))
+#else
+#define AMP__FP_BARRIER(x) (void)0
+#endif
+/* AVX-512 under clang: the explicit-rounding forms (round to nearest, the default mode) are target
+   intrinsics that no fast-math rewrite touches (a / b into a * (1 / b), fusing). */
+#if defined(__clang__)
+#define AMP__RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+AMP__AVX512_INLINE __m512 amp__mul16(__m512 a, __m512 b) { return _mm512_mul_round_ps(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512 amp__add16(__m512 a, __m512 b) { return _mm512_add_round_ps(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512 amp__sub16(__m512 a, __m512 b) { return _mm512_sub_round_ps(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512 amp__div16(__m512 a, __m512 b) { return _mm512_div_round_ps(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512 amp__sqrt16(__m512 a) { return _mm512_sqrt_round_ps(a, AMP__RN); }
+#else
+AMP__AVX512_INLINE __m512 amp__mul16(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+AMP__AVX512_INLINE __m512 amp__add16(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+AMP__AVX512_INLINE __m512 amp__sub16(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+AMP__AVX512_INLINE __m512 amp__div16(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
+AMP__AVX512_INLINE __m512 amp__sqrt16(__m512 a) { return _mm512_sqrt_ps(a); }
+#endif
+AMP__AVX2_INLINE __m256 amp__mul8(__m256 a, __m256 b) { __m256 p = _mm256_mul_ps(a, b); AMP__FP_BARRIER(p); return p; }
+
+/* AVX-512: 16 elements at p[0..16) etc. under the lane mask k. */
+#define AMP__STEP16_BODY \
+  __m512 x = amp__mul16(amp__ld16(gt, g, k), gm), w0 = amp__ld16f(p, k); \
+  if (adam) { \
+    __m512 mv = amp__ld16f(m, k), vv = amp__ld16f(v, k), den; \
+    w0 = amp__mul16(w0, decay); \
+    if (has_wd) x = amp__add16(x, amp__mul16(wd, w0)); \
+    mv = amp__add16(amp__mul16(b1, mv), amp__mul16(omb1, x)); \
+    vv = amp__add16(amp__mul16(b2, vv), amp__mul16(amp__mul16(omb2, x), x)); \
+    den = amp__add16(amp__div16(amp__sqrt16(vv), bc2), eps); \
+    w0 = amp__sub16(w0, amp__mul16(ss, amp__div16(mv, den))); \
+    amp__st16f(m, mv, k); amp__st16f(v, vv, k); \
+  } else { \
+    if (has_wd) x = amp__add16(x, amp__mul16(wd, w0)); \
+    if (has_mom) { \
+      __m512 b = first ? x : amp__add16(amp__mul16(mom, m ? amp__ld16f(m, k) : _mm512_setzero_ps()), \
+                                           amp__mul16(omd, x)); \
+      if (m) amp__st16f(m, b, k); \
+      x = nest ? amp__add16(x, amp__mul16(mom, b)) : b; \
+    } \
+    w0 = amp__sub16(w0, amp__mul16(lr, x)); \
+  } \
+  amp__st16f(p, w0, k); \
+  amp__st16(wt, w, w0, k, 0)
+
+AMP__AVX512_INLINE void amp__o_step16(int adam, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w,
+                                      amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
+  const char *gc = (const char *)g;
+  char *wc = (char *)w;
+  AMP__VCOEFS(__m512, _mm512_set1_ps);
+  for (i = 0; i + 16 <= n; i += 16, p += 16, m = m ? m + 16 : m, v = v ? v + 16 : v, gc += 16 * gs, wc += 16 * ws) {
+    const __mmask16 k = 0xffff;   /* a constant: plain loads and stores */
+    g = gc; w = wc;
+    { AMP__STEP16_BODY; }
+  }
+  if (i < n) {
+    __mmask16 k = amp__mask16(n - i);
+    g = gc; w = wc;
+    { AMP__STEP16_BODY; }
+  }
 }
-__attribute__((target("avx2")))
-static void amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                             void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
-  amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+/* AVX2: 8 elements; a tail through buffers of 8. */
+#define AMP__STEP8_BODY \
+  __m256 x = amp__mul8(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
+  if (adam) { \
+    __m256 mv = _mm256_loadu_ps(m), vv = _mm256_loadu_ps(v), den; \
+    w0 = amp__mul8(w0, decay); \
+    if (has_wd) x = _mm256_add_ps(x, amp__mul8(wd, w0)); \
+    mv = _mm256_add_ps(amp__mul8(b1, mv), amp__mul8(omb1, x)); \
+    vv = _mm256_add_ps(amp__mul8(b2, vv), amp__mul8(amp__mul8(omb2, x), x)); \
+    den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps); \
+    w0 = _mm256_sub_ps(w0, amp__mul8(ss, _mm256_div_ps(mv, den))); \
+    _mm256_storeu_ps(m, mv); _mm256_storeu_ps(v, vv); \
+  } else { \
+    if (has_wd) x = _mm256_add_ps(x, amp__mul8(wd, w0)); \
+    if (has_mom) { \
+      __m256 b = first ? x : _mm256_add_ps(amp__mul8(mom, m ? _mm256_loadu_ps(m) : _mm256_setzero_ps()), \
+                                           amp__mul8(omd, x)); \
+      if (m) _mm256_storeu_ps(m, b); \
+      x = nest ? _mm256_add_ps(x, amp__mul8(mom, b)) : b; \
+    } \
+    w0 = _mm256_sub_ps(w0, amp__mul8(lr, x)); \
+  } \
+  _mm256_storeu_ps(p, w0); \
+  amp__st8(wt, w, w0, 0)
+
+AMP__AVX2_INLINE void amp__o_step8(int adam, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w,
+                                   amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
+  const char *gc = (const char *)g;
+  char *wc = (char *)w;
+  AMP__VCOEFS(__m256, _mm256_set1_ps);
+  for (i = 0; i + 8 <= n; i += 8, p += 8, m = m ? m + 8 : m, v = v ? v + 8 : v, gc += 8 * gs, wc += 8 * ws) {
+    g = gc; w = wc;
+    { AMP__STEP8_BODY; }
+  }
+  if (i < n) {
+    size_t k = n - i;
+    float bp[8] = {0}, bm[8] = {0}, bv[8] = {0}, bg[8] = {0}, bw[8];
+    float *tp = p, *tm = m, *tv = v;
+    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4);
+    memcpy(bg, gc, k * gs);
+    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw;
+    { AMP__STEP8_BODY; }
+    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4);
+    memcpy(wc, bw, k * ws);
+  }
+}
+#undef AMP__STEP8_BODY
+#undef AMP__STEP16_BODY
+#undef AMP__VCOEFS
+
+/* One instance per (kind, grad type, model type): the types are constants in each. */
+#define AMP__STEP_CASES(FN) \
+  int adam = kind != AMP_SGD; \
+  if (gt == AMP_F16 && wt == AMP_F16) FN(adam, p, m, v, g, AMP_F16, w, AMP_F16, n, gmul, c); \
+  else if (gt == AMP_BF16 && wt == AMP_BF16) FN(adam, p, m, v, g, AMP_BF16, w, AMP_BF16, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_F32, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_F16) FN(adam, p, m, v, g, AMP_F32, w, AMP_F16, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_BF16) FN(adam, p, m, v, g, AMP_F32, w, AMP_BF16, n, gmul, c); \
+  else if (gt == AMP_F16 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_F16, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_BF16 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_BF16, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_F16) FN(adam, p, m, v, g, AMP_F16, w, AMP_BF16, n, gmul, c); \
+  else FN(adam, p, m, v, g, AMP_BF16, w, AMP_F16, n, gmul, c)
+static AMP__AVX512 void amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                           void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  AMP__STEP_CASES(amp__o_step16);
+}
+static AMP__AVX2 void amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                       void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  AMP__STEP_CASES(amp__o_step8);
+}
+#undef AMP__STEP_CASES
+
+/* The scan on vectors: lanes 0..31 as four (AVX-512) or eight (AVX2) double accumulators. */
+/* a + x[0..8)^2 and a + x[8..16)^2 lane-wise in double. A fused multiply-add gives the same bits
+   as the separate ones here: the square of a float is exact in double. */
+AMP__AVX512_INLINE __m512d amp__sq_lo(__m512d a, __m512 x) { __m512d d = _mm512_cvtps_pd(_mm512_castps512_ps256(x)); return _mm512_fmadd_pd(d, d, a); }
+AMP__AVX512_INLINE __m512d amp__sq_hi(__m512d a, __m512 x) {
+  __m512d d = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  return _mm512_fmadd_pd(d, d, a);
+}
+AMP__AVX512_INLINE void amp__o_scan16(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  double lanes[AMP__LANES];
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  __m512 vi = _mm512_set1_ps(inv);
+  size_t es = amp_dtype_size(t), i;
+  const char *s = (const char *)g;
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m512 x0 = _mm512_mul_ps(amp__ld16(t, s + i * es, 0xffff), vi), x1 = _mm512_mul_ps(amp__ld16(t, s + (i + 16) * es, 0xffff), vi);
+    a0 = amp__sq_lo(a0, x0); a1 = amp__sq_hi(a1, x0); a2 = amp__sq_lo(a2, x1); a3 = amp__sq_hi(a3, x1);
+  }
+  if (i < n) {   /* masked-off lanes load 0 and add +0, which leaves a lane (never -0) as it was */
+    size_t k = n - i;
+    __m512 x0 = _mm512_mul_ps(amp__ld16(t, s + i * es, amp__mask16(k)), vi);
+    __m512 x1 = _mm512_mul_ps(amp__ld16(t, s + (i + 16) * es, amp__mask16(k > 16 ? k - 16 : 0)), vi);
+    a0 = amp__sq_lo(a0, x0); a1 = amp__sq_hi(a1, x0); a2 = amp__sq_lo(a2, x1); a3 = amp__sq_hi(a3, x1);
+  }
+  _mm512_storeu_pd(lanes, a0); _mm512_storeu_pd(lanes + 8, a1); _mm512_storeu_pd(lanes + 16, a2); _mm512_storeu_pd(lanes + 24, a3);
+  amp__o_scan_finish(lanes, sumsq, bad);
+}
+AMP__AVX2_INLINE void amp__o_scan32x8(const char *s, amp_dtype t, size_t es, __m256 vi, __m256d *a) {
+  int q;
+  for (q = 0; q < 4; q++) {
+    __m256 x = _mm256_mul_ps(amp__ld8(t, s + 8 * (size_t)q * es), vi);
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    a[2 * q] = _mm256_add_pd(a[2 * q], _mm256_mul_pd(lo, lo));
+    a[2 * q + 1] = _mm256_add_pd(a[2 * q + 1], _mm256_mul_pd(hi, hi));
+  }
+}
+AMP__AVX2_INLINE void amp__o_scan8(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  double lanes[AMP__LANES];
+  __m256d a[8];
+  __m256 vi = _mm256_set1_ps(inv);
+  size_t es = amp_dtype_size(t), i;
+  const char *s = (const char *)g;
+  int q;
+  for (q = 0; q < 8; q++) a[q] = _mm256_setzero_pd();
+  for (i = 0; i + 32 <= n; i += 32) amp__o_scan32x8(s + i * es, t, es, vi, a);
+  if (i < n) {   /* zero-padded: a 0 grad adds +0 */
+    float buf[32];
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, s + i * es, (n - i) * es);
+    amp__o_scan32x8((const char *)buf, t, es, vi, a);
+  }
+  for (q = 0; q < 8; q++) _mm256_storeu_pd(lanes + 4 * q, a[q]);
+  amp__o_scan_finish(lanes, sumsq, bad);
+}
+static AMP__AVX512 void amp__o_scan_avx512(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  if (t == AMP_F16) amp__o_scan16(g, AMP_F16, n, inv, sumsq, bad);
+  else if (t == AMP_BF16) amp__o_scan16(g, AMP_BF16, n, inv, sumsq, bad);
+  else amp__o_scan16(g, AMP_F32, n, inv, sumsq, bad);
+}
+static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+  if (t == AMP_F16) amp__o_scan8(g, AMP_F16, n, inv, sumsq, bad);
+  else if (t == AMP_BF16) amp__o_scan8(g, AMP_BF16, n, inv, sumsq, bad);
+  else amp__o_scan8(g, AMP_F32, n, inv, sumsq, bad);
 }
 #endif
+
 static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
-#ifdef AMP__OPT_X86
-  if (amp__opt_use_simd()) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
+#ifdef AMP__X86_SIMD
+  int l = amp__opt_level();
+  if (l >= 2) { amp__o_scan_avx512(g, t, n, inv, sumsq, bad); return; }
+  if (l == 1) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
 #else
-  (void)amp__opt_use_simd;
+  (void)amp__opt_level;
 #endif
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                         void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
-#ifdef AMP__OPT_X86
-  if (amp__opt_use_simd()) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
-#else
-  (void)amp__opt_use_simd;
+#ifdef AMP__X86_SIMD
+  int l = amp__opt_level();
+  if (l >= 2) { amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
+  if (l == 1) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
 #endif
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, n, gmul, c);
 }
+
+AMP__EXACT_END
 
 enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
 

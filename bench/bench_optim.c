@@ -1,64 +1,238 @@
-/* bench/bench_optim.c - the CPU mixed-precision optimizer step, one thread, 16M params.
-   AdamW: f16 grads, f32 master/m/v, f16 model copy = 28 bytes/param (grads 2, master 4+4,
-   m 4+4, v 4+4, model 2: the effective traffic of one fused pass). SGD with momentum: 20 B/param.
-   Each step is a whole amp_scaler_step (unscale pass + fused update) + amp_scaler_update, timed
-   as the median of 7, and reported as effective GB/s against memcpy of the same byte count in the
-   same run, and (AdamW) against the PERF.md figure for PyTorch's CPU path (2.3 GB/s, measured
-   on an AVX2 EPYC core; not measured in this run). */
-#include "bench.h"   /* first: it sets _POSIX_C_SOURCE for clock_gettime */
+/* bench/bench_optim.c - the CPU mixed-precision optimizer step, one thread, built as users build
+   it (`cc -O2`, no -march: the runtime dispatch picks the loops). Peers measured in the same run:
+     - memcpy of the same byte count (the bandwidth limit);
+     - PyTorch's CPU mixed AdamW step (bench/cpu_peers.py: f16 grads cast, unscaled and checked,
+       torch.optim.AdamW on the f32 master, the f16 model copy written back);
+     - a plain fp32 AdamW loop in intrinsics (AVX-512 or AVX2+FMA, FMA and reciprocals allowed:
+       what llm.c's loop compiles to with -Ofast -march=native) on a small in-cache model;
+     - a plain intrinsic sum-of-squares loop over the f16 grads, for the scan pass.
+   AdamW: f16 grads, f32 master/m/v, f16 model copy = 28 bytes/param (grads 2, master 4+4, m 4+4,
+   v 4+4, model 2: the traffic of one fused pass). SGD with momentum: 20 B/param. Each of our steps
+   is a whole amp_scaler_step (scan pass + fused update) + amp_scaler_update. Medians of REPS. */
+#include "bench.h"   /* first: it sets _POSIX_C_SOURCE for clock_gettime and popen */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
+#include "peers.h"
+#include <math.h>
 
-#define NPARAM (16u << 20)
+#define NPARAM ((size_t)16 << 20)
+#define NSMALL ((size_t)1 << 20)
 #define REPS 7
 
-static double bench_memcpy(size_t bytes) {
-  char *a = (char *)malloc(bytes), *b = (char *)malloc(bytes);
-  double t[REPS];
-  int r;
-  memset(a, 1, bytes); memset(b, 2, bytes);
-  for (r = 0; r < REPS; r++) { double t0 = bench_now(); memcpy(b, a, bytes / 2); t[r] = bench_now() - t0; a[r] = b[r + 1]; }
-  free(a); free(b);
-  /* bytes/2 copied = bytes/2 read + bytes/2 written: `bytes` of traffic */
-  return (double)bytes / bench_median(t, REPS) / 1e9;
+/* memcpy of bytes/2 = bytes of traffic (read + write); buffers set up once, reused */
+static char *mc_a, *mc_b;
+static size_t mc_bytes;
+static double memcpy_once(void) {
+  double t0 = bench_now();
+  memcpy(mc_b, mc_a, mc_bytes / 2);
+  return bench_now() - t0;
 }
 
-static double bench_kind(amp_optim_kind kind, int simd, double bytes_per_param) {
-  amp_f16 *w = (amp_f16 *)malloc(NPARAM * sizeof(amp_f16)), *g = (amp_f16 *)malloc(NPARAM * sizeof(amp_f16));
+typedef struct model { amp_f16 *w, *g; amp_optimizer *o; amp_scaler *s; size_t n; } model;
+static void model_init(model *M, amp_optim_kind kind, size_t n) {
   amp_optim_config oc; amp_scaler_config sc;
-  amp_optimizer *o; amp_scaler *s;
-  double t[REPS];
   size_t i;
-  int r;
+  M->n = n;
+  M->w = (amp_f16 *)malloc(n * sizeof(amp_f16)); M->g = (amp_f16 *)malloc(n * sizeof(amp_f16));
   memset(&oc, 0, sizeof oc); memset(&sc, 0, sizeof sc);
   oc.kind = kind; oc.weight_decay = 0.01f; oc.momentum = kind == AMP_SGD ? 0.9f : 0.0f;
   sc.init_scale = 1024.0f;
-  for (i = 0; i < NPARAM; i++) { w[i] = amp_f32_to_f16(0.01f * (float)(i % 97)); g[i] = amp_f32_to_f16(0.5f * (float)(i % 13) - 3.0f); }
-  if (amp_optimizer_create(&o, amp_cpu(), &oc) || amp_scaler_create(&s, amp_cpu(), &sc) ||
-      amp_optimizer_add(o, AMP_F16, w, g, NPARAM)) { printf("setup failed: %s\n", amp_last_error()); exit(0); }
-  amp__opt_simd = simd;
-  for (r = 0; r < REPS + 1; r++) {
-    double t0 = bench_now();
-    amp_scaler_step(s, o);
-    amp_scaler_update(s);
-    if (r) t[r - 1] = bench_now() - t0;   /* the first touches the pages */
+  for (i = 0; i < n; i++) { M->w[i] = amp_f32_to_f16(0.01f * (float)(i % 97)); M->g[i] = amp_f32_to_f16(0.5f * (float)(i % 13) - 3.0f); }
+  if (amp_optimizer_create(&M->o, amp_cpu(), &oc) || amp_scaler_create(&M->s, amp_cpu(), &sc) ||
+      amp_optimizer_add(M->o, AMP_F16, M->w, M->g, n)) { printf("setup failed: %s\n", amp_last_error()); exit(0); }
+}
+static void model_step(model *M) { amp_scaler_step(M->s, M->o); amp_scaler_update(M->s); }
+static void model_free(model *M) { amp_optimizer_destroy(M->o); amp_scaler_destroy(M->s); free(M->w); free(M->g); }
+
+/* Seconds per step (median of REPS after one untimed step: first touch), taking turns with a
+   memcpy of the same traffic (its median into *mc) so that a noisy neighbour slows both alike. */
+static double time_steps(model *M, int level, double *mc) {
+  double t[REPS], tm[REPS];
+  int r;
+  amp__opt_simd = level;
+  model_step(M);
+  for (r = 0; r < REPS; r++) {
+    double t0;
+    tm[r] = memcpy_once();
+    t0 = bench_now(); model_step(M); t[r] = bench_now() - t0;
   }
   amp__opt_simd = -1;
-  amp_optimizer_destroy(o); amp_scaler_destroy(s); free(w); free(g);
-  return bytes_per_param * NPARAM / bench_median(t, REPS) / 1e9;
+  if (mc) *mc = bench_median(tm, REPS);
+  return bench_median(t, REPS);
+}
+
+/* ---- the plain intrinsic references ---- */
+typedef struct ref_adamw { float *p, *g, *m, *v; size_t n; long t; } ref_adamw;
+static void ref_adamw_c(ref_adamw *R) {   /* llm.c's loop, for CPUs without the intrinsic ones */
+  float b1 = 0.9f, b2 = 0.999f, lr = 1e-3f, eps = 1e-8f, wd = 0.01f;
+  float c1 = 1.0f / (1.0f - powf(b1, (float)++R->t)), c2 = 1.0f / (1.0f - powf(b2, (float)R->t));
+  size_t i;
+  for (i = 0; i < R->n; i++) {
+    float g = R->g[i], m = b1 * R->m[i] + (1 - b1) * g, v = b2 * R->v[i] + (1 - b2) * g * g;
+    R->m[i] = m; R->v[i] = v;
+    R->p[i] -= lr * (m * c1 / (sqrtf(v * c2) + eps) + wd * R->p[i]);
+  }
+}
+static double ref_sumsq_c(const amp_f16 *g, size_t n) {
+  float s = 0;
+  size_t i;
+  for (i = 0; i < n; i++) { float x = amp_f16_to_f32(g[i]) * (1.0f / 1024.0f); s += x * x; }
+  return s;
+}
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_INTRIN 1
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define T256 __attribute__((target("avx2,fma,f16c")))
+T512 static void ref_adamw_512(ref_adamw *R) {
+  float b1 = 0.9f, b2 = 0.999f, lr = 1e-3f, eps = 1e-8f, wd = 0.01f;
+  float c1 = 1.0f / (1.0f - powf(b1, (float)++R->t)), c2 = 1.0f / (1.0f - powf(b2, (float)R->t));
+  __m512 vb1 = _mm512_set1_ps(b1), vb2 = _mm512_set1_ps(b2), o1 = _mm512_set1_ps(1 - b1), o2 = _mm512_set1_ps(1 - b2);
+  __m512 vc1 = _mm512_set1_ps(c1), vc2 = _mm512_set1_ps(c2), vlr = _mm512_set1_ps(lr), ve = _mm512_set1_ps(eps), vwd = _mm512_set1_ps(wd);
+  size_t i;
+  for (i = 0; i + 16 <= R->n; i += 16) {
+    __m512 g = _mm512_loadu_ps(R->g + i), p = _mm512_loadu_ps(R->p + i);
+    __m512 m = _mm512_fmadd_ps(vb1, _mm512_loadu_ps(R->m + i), _mm512_mul_ps(o1, g));
+    __m512 v = _mm512_fmadd_ps(vb2, _mm512_loadu_ps(R->v + i), _mm512_mul_ps(_mm512_mul_ps(o2, g), g));
+    __m512 u = _mm512_div_ps(_mm512_mul_ps(m, vc1), _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(v, vc2)), ve));
+    _mm512_storeu_ps(R->m + i, m); _mm512_storeu_ps(R->v + i, v);
+    _mm512_storeu_ps(R->p + i, _mm512_fnmadd_ps(vlr, _mm512_fmadd_ps(vwd, p, u), p));
+  }
+}
+T256 static void ref_adamw_256(ref_adamw *R) {
+  float b1 = 0.9f, b2 = 0.999f, lr = 1e-3f, eps = 1e-8f, wd = 0.01f;
+  float c1 = 1.0f / (1.0f - powf(b1, (float)++R->t)), c2 = 1.0f / (1.0f - powf(b2, (float)R->t));
+  __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), o1 = _mm256_set1_ps(1 - b1), o2 = _mm256_set1_ps(1 - b2);
+  __m256 vc1 = _mm256_set1_ps(c1), vc2 = _mm256_set1_ps(c2), vlr = _mm256_set1_ps(lr), ve = _mm256_set1_ps(eps), vwd = _mm256_set1_ps(wd);
+  size_t i;
+  for (i = 0; i + 8 <= R->n; i += 8) {
+    __m256 g = _mm256_loadu_ps(R->g + i), p = _mm256_loadu_ps(R->p + i);
+    __m256 m = _mm256_fmadd_ps(vb1, _mm256_loadu_ps(R->m + i), _mm256_mul_ps(o1, g));
+    __m256 v = _mm256_fmadd_ps(vb2, _mm256_loadu_ps(R->v + i), _mm256_mul_ps(_mm256_mul_ps(o2, g), g));
+    __m256 u = _mm256_div_ps(_mm256_mul_ps(m, vc1), _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(v, vc2)), ve));
+    _mm256_storeu_ps(R->m + i, m); _mm256_storeu_ps(R->v + i, v);
+    _mm256_storeu_ps(R->p + i, _mm256_fnmadd_ps(vlr, _mm256_fmadd_ps(vwd, p, u), p));
+  }
+}
+T512 static double ref_sumsq_512(const amp_f16 *g, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, s = _mm512_set1_ps(1.0f / 1024.0f);
+  size_t i;
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m512 x = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + i))), s);
+    __m512 y = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + i + 16))), s);
+    a0 = _mm512_fmadd_ps(x, x, a0); a1 = _mm512_fmadd_ps(y, y, a1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+T256 static double ref_sumsq_256(const amp_f16 *g, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, s = _mm256_set1_ps(1.0f / 1024.0f);
+  float l[8];
+  size_t i;
+  for (i = 0; i + 16 <= n; i += 16) {
+    __m256 x = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + i))), s);
+    __m256 y = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + i + 8))), s);
+    a0 = _mm256_fmadd_ps(x, x, a0); a1 = _mm256_fmadd_ps(y, y, a1);
+  }
+  _mm256_storeu_ps(l, _mm256_add_ps(a0, a1));
+  return (double)l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+}
+#endif
+static int level(void) {
+#ifdef AMP__X86_SIMD
+  return amp__cpu_level();
+#else
+  return 0;
+#endif
+}
+static const char *level_name(int l) { return l >= 2 ? "AVX-512" : l == 1 ? "AVX2+F16C" : "portable"; }
+static void ref_adamw_step(ref_adamw *R) {
+#ifdef HAVE_INTRIN
+  if (level() >= 2) { ref_adamw_512(R); return; }
+  if (level() == 1) { ref_adamw_256(R); return; }
+#endif
+  ref_adamw_c(R);
+}
+static double ref_sumsq(const amp_f16 *g, size_t n) {
+#ifdef HAVE_INTRIN
+  if (level() >= 2) return ref_sumsq_512(g, n);
+  if (level() == 1) return ref_sumsq_256(g, n);
+#endif
+  return ref_sumsq_c(g, n);
 }
 
 int main(void) {
-  double mc = bench_memcpy((size_t)28 * NPARAM);
-  double adamw = bench_kind(AMP_ADAMW, -1, 28.0), sgd = bench_kind(AMP_SGD, -1, 20.0);
-  double adamw_plain = bench_kind(AMP_ADAMW, 0, 28.0);
-  printf("16M params, one thread; %s loops (GB/s effective)\n", amp__opt_use_simd() ? "AVX2" : "portable");
-  bench_line("memcpy (same run)", mc, 0, "GB/s");
-  bench_line("adamw f16 step vs memcpy", adamw, mc, "GB/s");
-  bench_line("adamw f16 step vs PERF.md PyTorch CPU 2.3", adamw, 2.3, "GB/s");
-  if (bench_ref("cpu_adamw_gbs") > 0)   /* a PyTorch CPU figure measured in the same run, if any */
-    bench_line("adamw f16 step vs PyTorch CPU (same run)", adamw, bench_ref("cpu_adamw_gbs"), "GB/s");
-  bench_line("adamw f16 step, portable loops vs memcpy", adamw_plain, mc, "GB/s");
-  bench_line("sgd-momentum f16 step vs memcpy", sgd, mc, "GB/s");
+  double t_torch = 0, sink = 0;
+  model M;
+  peers P;
+  char why[200] = "";
+  int l = level();
+  mc_bytes = (size_t)28 * NPARAM;
+  mc_a = (char *)malloc(mc_bytes / 2); mc_b = (char *)malloc(mc_bytes / 2);
+  memset(mc_a, 1, mc_bytes / 2); memset(mc_b, 2, mc_bytes / 2);
+  printf("bench_optim: one thread, built without -march; loops: %s; medians of %d\n", level_name(l), REPS);
+
+  /* 16M params: ours (taking turns with memcpy), then PyTorch's step in a subprocess */
+  model_init(&M, AMP_ADAMW, NPARAM);
+  {
+    double tmc, tmc2, t = time_steps(&M, -1, &tmc), tp = time_steps(&M, 0, &tmc2), ts[3 * REPS], tr[3 * REPS];
+    double adamw = 28.0 * (double)NPARAM / t / 1e9, mc = (double)mc_bytes / tmc / 1e9;
+    int r;
+    bench_line("memcpy, read + write (same run)", mc, 0, "GB/s");
+    bench_line("adamw mixed 16M vs memcpy", adamw, mc, "GB/s at 28 B/param");
+    if (peers_run(&P, "adamw", "torch", NPARAM, REPS, why, sizeof why) && (t_torch = peers_num(&P, "torch_adamw_s")) > 0) {
+      char name[96];
+      snprintf(name, sizeof name, "adamw mixed 16M vs PyTorch %s", peers_get(&P, "torch_version") ? peers_get(&P, "torch_version") : "");
+      bench_line(name, adamw, 28.0 * (double)NPARAM / t_torch / 1e9, "GB/s at 28 B/param");
+    } else printf("adamw mixed 16M vs PyTorch: skipped (%s)\n", why);
+    bench_line("adamw mixed 16M portable vs memcpy", 28.0 * (double)NPARAM / tp / 1e9, (double)mc_bytes / tmc2 / 1e9, "GB/s at 28 B/param");
+    /* the scan pass alone (unscale + inf/NaN check + sum of squares) against a plain loop that
+       reads the same grads and sums their squares in float with FMA; taking turns, 3 x REPS
+       (a pass takes about a millisecond: more samples against the neighbours' noise) */
+    for (r = 0; r < 3 * REPS; r++) {
+      double s0 = 0, t0 = bench_now();
+      int bad = 0;
+      amp__o_scan(M.g, AMP_F16, NPARAM, 1.0f / 1024.0f, &s0, &bad);
+      ts[r] = bench_now() - t0;
+      t0 = bench_now(); sink += ref_sumsq(M.g, NPARAM); tr[r] = bench_now() - t0;
+      sink += s0;
+    }
+    bench_line("scan 16M f16 vs plain intrinsic loop", 2.0 * (double)NPARAM / bench_median(ts, 3 * REPS) / 1e9,
+               2.0 * (double)NPARAM / bench_median(tr, 3 * REPS) / 1e9, "GB/s at 2 B/param");
+  }
+  model_free(&M);
+  model_init(&M, AMP_SGD, NPARAM);
+  {
+    double tmc, t;
+    mc_bytes = (size_t)20 * NPARAM;
+    t = time_steps(&M, -1, &tmc);
+    bench_line("sgd-momentum mixed 16M vs memcpy", 20.0 * (double)NPARAM / t / 1e9, (double)mc_bytes / tmc / 1e9, "GB/s at 20 B/param");
+  }
+  model_free(&M);
+  free(mc_a); free(mc_b);
+
+  /* the small in-cache model: our whole mixed step against the plain fp32 AdamW loop, taking turns */
+  {
+    ref_adamw R;
+    double to[REPS], tr[REPS];
+    size_t i;
+    int r;
+    char name[96];
+    model_init(&M, AMP_ADAMW, NSMALL);
+    R.n = NSMALL; R.t = 0;
+    R.p = (float *)malloc(NSMALL * 4); R.g = (float *)malloc(NSMALL * 4); R.m = (float *)calloc(NSMALL, 4); R.v = (float *)calloc(NSMALL, 4);
+    for (i = 0; i < NSMALL; i++) { R.p[i] = 0.01f * (float)(i % 97); R.g[i] = 0.5f * (float)(i % 13) - 3.0f; }
+    model_step(&M); ref_adamw_step(&R);
+    for (r = 0; r < REPS; r++) {
+      double t0 = bench_now();
+      model_step(&M); to[r] = bench_now() - t0;
+      t0 = bench_now(); ref_adamw_step(&R); tr[r] = bench_now() - t0;
+    }
+    sink += R.p[7];
+    snprintf(name, sizeof name, "adamw 1M step vs fp32 %s loop", level_name(l));
+    bench_line(name, 1e6 * bench_median(to, REPS), 1e6 * bench_median(tr, REPS), "us, lower is better");
+    free(R.p); free(R.g); free(R.m); free(R.v);
+    model_free(&M);
+  }
+  if (sink == 12345.678) printf("%g\n", sink);
   return 0;
 }

@@ -73,9 +73,9 @@ check "make: without zlib's header the demo builds without -lz and runs on its b
   cat '$B/nozlib.log'; grep -q 'synthetic' '$B/nozlib.log'"
 # make test's dependency check: a missing package fails it with the one command that installs it.
 check "deps: a missing package stops make test with the install command; none missing passes" sh -c "
-  AMP_DEPS_NEEDED='gcc amp-no-such-package' AMP_DEPS_DATA='' sh .ci/deps.sh check > '$B/deps.log' 2>&1 && exit 1
+  AMP_DEPS_NEEDED='gcc amp-no-such-package' AMP_DEPS_DATA='' sh tests/deps.sh check > '$B/deps.log' 2>&1 && exit 1
   cat '$B/deps.log'; grep -q 'apt-get install -y --no-install-recommends amp-no-such-package\$' '$B/deps.log' && grep -q 'make deps' '$B/deps.log' &&
-  AMP_DEPS_NEEDED='gcc' AMP_DEPS_DATA='' sh .ci/deps.sh check"
+  AMP_DEPS_NEEDED='gcc' AMP_DEPS_DATA='' sh tests/deps.sh check"
 
 # The capstone (examples/train_gpt.c): its backward against finite differences, then a short run
 # of a tiny GPT in fp32, bf16 and f16: bf16's and f16's validation loss within 2% of fp32's

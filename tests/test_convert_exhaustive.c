@@ -1,7 +1,7 @@
 /* tests/test_convert_exhaustive.c - every one of the 2^32 f32 bit patterns through amp_f32_to_f16
    and amp_f32_to_bf16, against the double-arithmetic reference and the hardware (F16C vcvtps2ph;
    AVX512-BF16 vcvtneps2bf16 on normal inputs) where the CPU has it, and through amp_convert's
-   bulk path (F16C/AVX2 where the CPU has it) and the portable bulk loops. Two threads, one binade (sign, exponent field) at a time. AMP_TEST_QUICK=1 samples
+   bulk path, each SIMD level's kernels the CPU has (AVX2+F16C, AVX-512) and the portable loops. Two threads, one binade (sign, exponent field) at a time. AMP_TEST_QUICK=1 samples
    every 8191st mantissa of each binade. */
 #define _POSIX_C_SOURCE 200809L
 #define AMP_IMPLEMENTATION
@@ -36,7 +36,7 @@ static void compare(job *j, const float *in, const uint16_t *want, const uint16_
 
 static void *sweep(void *arg) {
   job *j = (job *)arg;
-  enum { IN, SC16, SCBF, REF16, REFBF, HW16, HWBF, BULK16, BULKBF, PORT16, PORTBF, NBUF };
+  enum { IN, SC16, SCBF, REF16, REFBF, HW16, HWBF, BULK16, BULKBF, PORT16, PORTBF, V16, VBF, NBUF };
   uint16_t *buf[NBUF];
   float *in = (float *)malloc(CHUNK * sizeof(float));
   unsigned blk;
@@ -83,6 +83,19 @@ static void *sweep(void *arg) {
       amp__convert_portable(buf[PORTBF], AMP_BF16, in, AMP_F32, n);
       compare(j, in, buf[SC16], buf[PORT16], n, "portable f32->f16 vs amp_f32_to_f16");
       compare(j, in, buf[SCBF], buf[PORTBF], n, "portable f32->bf16 vs amp_f32_to_bf16");
+#ifdef AMP__X86_SIMD
+      /* each level's kernels, called directly (amp_convert runs only the CPU's best) */
+      if (amp__cpu_level() >= 1) {
+        amp__cvt_f32_to_f16_avx2(buf[V16], in, n); amp__cvt_f32_to_bf16_avx2(buf[VBF], in, n);
+        compare(j, in, buf[SC16], buf[V16], n, "AVX2+F16C kernel f32->f16 vs amp_f32_to_f16");
+        compare(j, in, buf[SCBF], buf[VBF], n, "AVX2 kernel f32->bf16 vs amp_f32_to_bf16");
+      }
+      if (amp__cpu_level() >= 2) {
+        amp__cvt_f32_to_f16_avx512(buf[V16], in, n); amp__cvt_f32_to_bf16_avx512(buf[VBF], in, n);
+        compare(j, in, buf[SC16], buf[V16], n, "AVX-512 kernel f32->f16 vs amp_f32_to_f16");
+        compare(j, in, buf[SCBF], buf[VBF], n, "AVX-512 kernel f32->bf16 vs amp_f32_to_bf16");
+      }
+#endif
       j->checked += n;
     }
   }

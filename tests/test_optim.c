@@ -14,6 +14,7 @@ static double rndu(void) { return ((double)rnd() + 0.5) / 2147483648.0; }
 static double rndn(void) { return sqrt(-2.0 * log(rndu())) * cos(6.283185307179586 * rndu()); }
 
 static size_t dsize(amp_dtype t) { return amp_dtype_size(t); }
+static const char *tname(amp_dtype t) { return t == AMP_F16 ? "f16" : t == AMP_BF16 ? "bf16" : "f32"; }
 
 /* The PyTorch formulas in double (torch.optim.SGD / Adam / AdamW docs; t from 1). */
 typedef struct { double *p, *m, *v; long t; } ref_state;
@@ -114,23 +115,31 @@ static void adam_and_adamw_match_the_pytorch_formulas(void) {
   c.beta1 = 0.8f; c.beta2 = 0.99f; c.eps = 1e-6f; run_numerics("adamw betas bf16 weights, f32 grads", c, AMP_BF16, AMP_F32);
 }
 
-/* Every f16 input, and floats across the whole range, through the branch-free loop conversions. */
+/* Every f16 input, and floats across the whole range, through the plain loops' conversions
+   (amp__o_load, amp__o_store) against the scalar functions. */
 static void loop_conversions_equal_the_scalar_ones(void) {
+  static uint16_t hs[65536], out[4096];
+  static float fs[65536], in[4096];
   uint32_t h, u, bad = 0, badb = 0;
+  for (h = 0; h < 65536; h++) hs[h] = (uint16_t)h;
+  amp__o_load(fs, hs, AMP_F16, 0, 65536, 1.0f);
   for (h = 0; h < 65536; h++) {
-    float a = amp_f16_to_f32((amp_f16)h), b = amp__o_h2f((uint16_t)h);
-    if (a == a && memcmp(&a, &b, 4)) { if (++bad < 4) EXPECT(0, "h2f 0x%04x: expected %a, got %a", (unsigned)h, (double)a, (double)b); }
-    if (a != a && b == b) EXPECT(0, "h2f 0x%04x: a NaN must stay NaN, got %a", (unsigned)h, (double)b);
+    float a = amp_f16_to_f32((amp_f16)h), b = fs[h];
+    if (memcmp(&a, &b, 4) && ++bad < 4) EXPECT(0, "load f16 0x%04x: expected %a, got %a", (unsigned)h, (double)a, (double)b);
   }
-  for (u = 0; u < 0xFFFFF000u; u += t_quick() ? 40961u : 4099u) {
-    uint32_t v[3]; int k;
-    v[0] = u; v[1] = (u & ~0x1FFFu) | 0x1000u; v[2] = (u & ~0xFFFFu) | 0x8000u;   /* plus exact ties */
-    for (k = 0; k < 3; k++) {
-      float f = amp__bits_f32(v[k]);
-      if (amp_f32_to_f16(f) != amp__o_f2h(f) && ++bad < 8) EXPECT(0, "f2h %08x: expected 0x%04x got 0x%04x", (unsigned)v[k], amp_f32_to_f16(f), amp__o_f2h(f));
-      if (amp_f32_to_bf16(f) != amp__o_f2bf(f) && ++badb < 8) EXPECT(0, "f2bf %08x: expected 0x%04x got 0x%04x", (unsigned)v[k], amp_f32_to_bf16(f), amp__o_f2bf(f));
+  for (u = 0; u < 0xFFFFF000u;) {
+    size_t n = 0, i;
+    for (; n < 4096 - 2 && u < 0xFFFFF000u; u += t_quick() ? 40961u : 4099u) {   /* plus exact ties */
+      in[n++] = amp__bits_f32(u); in[n++] = amp__bits_f32((u & ~0x1FFFu) | 0x1000u); in[n++] = amp__bits_f32((u & ~0xFFFFu) | 0x8000u);
     }
+    amp__o_store(out, AMP_F16, 0, in, n);
+    for (i = 0; i < n; i++)
+      if (out[i] != amp_f32_to_f16(in[i]) && ++bad < 8) EXPECT(0, "store f16 %08x: expected 0x%04x got 0x%04x", (unsigned)amp__f32_bits(in[i]), amp_f32_to_f16(in[i]), out[i]);
+    amp__o_store(out, AMP_BF16, 0, in, n);
+    for (i = 0; i < n; i++)
+      if (out[i] != amp_f32_to_bf16(in[i]) && ++badb < 8) EXPECT(0, "store bf16 %08x: expected 0x%04x got 0x%04x", (unsigned)amp__f32_bits(in[i]), amp_f32_to_bf16(in[i]), out[i]);
   }
+  EXPECT(bad == 0 && badb == 0, "%u f16 and %u bf16 mismatches", bad, badb);
 }
 
 /* Fault injection: inf/NaN in random grads on ~10% of the steps. */
@@ -308,33 +317,68 @@ static void custom_step_gets_unscaled_fp32_grads_and_writes_the_model(void) {
   amp_optimizer_destroy(o); amp_scaler_destroy(s);
 }
 
+/* One optimizer over tensors of every length 1..40 and one of 1031 (every tail of the 8- and
+   16-lane loops and of the scan's 32 lanes), each starting at a different element offset, run for
+   12 steps (one of them with an inf grad: skipped) with the plain loops and with each SIMD level
+   the CPU has: masters, moments, model copies and grad norms must be bit-identical. */
+enum { SP_NT = 41, SP_TOT = 40 * 41 / 2 + 1031 + 4 * SP_NT };
+typedef struct sp_run { float master[SP_TOT], m[SP_TOT], v[SP_TOT], norm[12]; unsigned char w[SP_TOT * 4]; } sp_run;
+static void sp_one(sp_run *r, const amp_optim_config *c, amp_dtype wt, amp_dtype gt, int level) {
+  static unsigned char w[SP_TOT * 4], g[SP_TOT * 4];
+  size_t off[SP_NT], len[SP_NT], i, j, at = 0;
+  amp_optimizer *o; amp_scaler *s; int st;
+  rng_state = 1234;
+  memset(r, 0, sizeof *r);
+  for (j = 0; j < SP_NT; j++) { len[j] = j < 40 ? j + 1 : 1031; at += j % 4; off[j] = at; at += len[j]; }
+  for (i = 0; i < SP_TOT; i++) amp__store(w, wt, i, (float)rndn());
+  amp__opt_simd = level;
+  amp_optimizer_create(&o, amp_cpu(), c); amp_scaler_create(&s, amp_cpu(), NULL);
+  for (j = 0; j < SP_NT; j++) amp_optimizer_add_mixed(o, wt, w + off[j] * dsize(wt), gt, g + off[j] * dsize(gt), len[j]);
+  for (st = 0; st < 12; st++) {
+    for (i = 0; i < SP_TOT; i++) amp__store(g, gt, i, (float)(rndn() * 65536.0 * (st % 3 ? 0.01 : 3.0)));
+    if (st == 5) amp__store(g, gt, off[17] + 3, INFINITY);
+    amp_scaler_step(s, o); amp_scaler_update(s);
+    r->norm[st] = amp_optimizer_grad_norm(o);
+  }
+  for (j = 0, at = 0; j < SP_NT; j++, at += len[j - 1]) {
+    memcpy(r->master + at, o->master[j], len[j] * 4);
+    if (o->m[j]) memcpy(r->m + at, o->m[j], len[j] * 4);
+    if (o->v[j]) memcpy(r->v + at, o->v[j], len[j] * 4);
+  }
+  memcpy(r->w, w, sizeof r->w);
+  amp__opt_simd = -1;
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+}
 static void simd_and_plain_loops_give_the_same_bits(void) {
-  enum { N = 1031 };
-  amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
+  static sp_run plain, simd;
   amp_dtype types[3] = {AMP_F16, AMP_BF16, AMP_F32};
-  int k, t, pass;
-  if (!amp__opt_use_simd()) { printf("  (no AVX2 here: the plain loops only)\n"); }
-  for (k = 0; k < 3; k++) for (t = 0; t < 3; t++) {
-    static unsigned char w[2][N * 4], g[N * 4];
-    float masters[2][N];
-    for (pass = 0; pass < 2; pass++) {
-      amp_optim_config c; amp_optimizer *o; amp_scaler *s; int st; size_t i;
-      memset(&c, 0, sizeof c); c.kind = kinds[k]; c.momentum = 0.9f; c.weight_decay = 0.01f; c.lr = 0.01f;
-      rng_state = 99;
-      for (i = 0; i < N; i++) amp__store(w[pass], types[t], i, (float)rndn());
-      amp__opt_simd = pass == 0 ? 0 : -1;
-      amp_optimizer_create(&o, amp_cpu(), &c); amp_scaler_create(&s, amp_cpu(), NULL);
-      amp_optimizer_add(o, types[t], w[pass], g, N);
-      for (st = 0; st < 20; st++) {
-        for (i = 0; i < N; i++) amp__store(g, types[t], i, (float)(rndn() * 65536.0 * 0.01));
-        amp_scaler_step(s, o); amp_scaler_update(s);
-      }
-      memcpy(masters[pass], amp_optimizer_master(o, 0, NULL), sizeof masters[pass]);
-      amp_optimizer_destroy(o); amp_scaler_destroy(s);
+  int k, a, b, level, levels = 0;
+#ifdef AMP__X86_SIMD
+  levels = amp__cpu_level();
+#endif
+  if (!levels) { printf("skipped: no SIMD loops here (the plain loops only)\n"); return; }
+  for (k = 0; k < 6; k++) for (a = 0; a < 3; a++) for (b = 0; b < 3; b++) {
+    amp_optim_config c;
+    memset(&c, 0, sizeof c); c.lr = 0.01f;
+    if (k == 0) c.kind = AMP_SGD;
+    else if (k == 1) { c.kind = AMP_SGD; c.momentum = 0.9f; c.weight_decay = 0.01f; c.dampening = 0.1f; }
+    else if (k == 2) { c.kind = AMP_SGD; c.momentum = 0.9f; c.nesterov = 1; c.max_grad_norm = 50.0f; }
+    else if (k == 3) { c.kind = AMP_ADAM; c.weight_decay = 0.01f; }
+    else if (k == 4) { c.kind = AMP_ADAMW; c.weight_decay = 0.1f; c.max_grad_norm = 20.0f; }
+    else { c.kind = AMP_ADAM; c.beta1 = 0.8f; c.beta2 = 0.99f; c.eps = 1e-6f; }
+    sp_one(&plain, &c, types[a], types[b], 0);
+    for (level = 1; level <= levels; level++) {
+      size_t i;
+      sp_one(&simd, &c, types[a], types[b], level);
+      for (i = 0; i < SP_TOT; i++)
+        if (memcmp(&plain.master[i], &simd.master[i], 4) || memcmp(&plain.m[i], &simd.m[i], 4) || memcmp(&plain.v[i], &simd.v[i], 4)) break;
+      EXPECT(i == SP_TOT, "config %d model %s grads %s level %d: element %zu: master %a/%a m %a/%a v %a/%a (plain/simd)", k,
+             tname(types[a]), tname(types[b]), level, i, i < SP_TOT ? (double)plain.master[i] : 0.0, i < SP_TOT ? (double)simd.master[i] : 0.0,
+             i < SP_TOT ? (double)plain.m[i] : 0.0, i < SP_TOT ? (double)simd.m[i] : 0.0, i < SP_TOT ? (double)plain.v[i] : 0.0, i < SP_TOT ? (double)simd.v[i] : 0.0);
+      EXPECT(memcmp(plain.w, simd.w, sizeof plain.w) == 0, "config %d model %s grads %s level %d: the model copies differ", k, tname(types[a]), tname(types[b]), level);
+      EXPECT(memcmp(plain.norm, simd.norm, sizeof plain.norm) == 0, "config %d model %s grads %s level %d: grad norms differ: step 0 %a/%a, step 11 %a/%a", k,
+             tname(types[a]), tname(types[b]), level, (double)plain.norm[0], (double)simd.norm[0], (double)plain.norm[11], (double)simd.norm[11]);
     }
-    amp__opt_simd = -1;
-    EXPECT(memcmp(masters[0], masters[1], sizeof masters[0]) == 0 && memcmp(w[0], w[1], N * dsize(types[t])) == 0,
-           "kind %d dtype %d: the AVX2 and plain loops differ", (int)kinds[k], (int)types[t]);
   }
 }
 

@@ -1,8 +1,8 @@
 #!/bin/sh
-# .ci/deps.sh - the Debian packages `make test` needs, listed in this one place.
-#   sh .ci/deps.sh check     (make test runs it first) exit 1 when a needed piece is missing,
+# tests/deps.sh - the Debian packages `make test` needs, listed in this one place.
+#   sh tests/deps.sh check     (make test runs it first) exit 1 when a needed piece is missing,
 #                            printing the one command that installs them all
-#   sh .ci/deps.sh install   (make deps, .ci/run) apt-get install the missing ones, with sudo
+#   sh tests/deps.sh install   (make deps, .ci/run) apt-get install the missing ones, with sudo
 #                            when not root
 # NEEDED: what the tests cannot run without (compilers, clang's sanitizer and libFuzzer runtime,
 # valgrind, zlib's header, NumPy and PyTorch for the reference tests). DATA: the data sets the
@@ -77,5 +77,5 @@ install)
   ${s}apt-get update -q && ${s}env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $all
   ;;
 *)
-  echo "usage: sh .ci/deps.sh check|install" >&2; exit 2 ;;
+  echo "usage: sh tests/deps.sh check|install" >&2; exit 2 ;;
 esac
