@@ -41,7 +41,7 @@ gpu-check:
 $(B):
 	@mkdir -p $(B)
 
-$(B)/amp_kernels.o: amp_kernels.cu amp.h | $(B)
+$(B)/amp_kernels.o: amp_kernels.cu amp_kernels.h amp.h | $(B)
 	$(NVCC) $(NVCC_FLAGS) -I. -c amp_kernels.cu -o $@
 
 BENCH_CPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/bench_*.c))

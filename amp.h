@@ -8,6 +8,20 @@
       #define AMP_IMPLEMENTATION
    before you include this file in *one* C or C++ file to create the implementation.
 
+   CONTENTS (search for the words in capitals or for the section title)
+
+      QUICK START                  a whole program, as it compiles
+      COMPILE-TIME OPTIONS         what to #define
+      BUILDING THE CUDA PART       nvcc and the link line
+      CONVENTIONS                  statuses, defaults, where element math lives
+      DEVICE ERRORS AND GETTERS    how a CUDA failure reaches a getter's caller
+      VERSION HISTORY
+      Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
+      Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
+      IMPLEMENTATION: the same sections in the same order; "The device line" in it is the set of
+      per-device operations the public functions call (the CPU's here, CUDA's in amp_kernels.cu).
+      LICENSE at the end.
+
    QUICK START (compiles as it stands; see examples/ for whole trainers)
 
       #define AMP_IMPLEMENTATION
@@ -42,18 +56,22 @@
       AMP_IMPLEMENTATION   emit the implementation (one translation unit only)
       AMP_STATIC           make every function static (private to the translation unit)
       AMPDEF               linkage of the public functions (default: extern)
-      AMP_MALLOC(sz) / AMP_FREE(p) / AMP_ASSERT(x)
-                           replace malloc/free/assert; define both AMP_MALLOC and AMP_FREE, or neither
+      AMP_MALLOC(sz) / AMP_FREE(p)
+                           replace malloc/free; define both, or neither
       AMP_NO_SIMD          never use the x86 vector loops (AVX2+F16C, AVX-512) of amp_convert and
                            the CPU optimizer (the portable C loops only)
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
+      AMP_NCCL             with AMP_CUDA: amp_nccl_allreduce_hook / amp_nccl_allreduce_grads call
+                           NCCL (compile amp_kernels.cu with -DAMP_NCCL too, link -lnccl);
+                           without it both return AMP_ERR_UNSUPPORTED
 
    The implementation unit may be built with -Ofast/-ffast-math; the inf/NaN checks work on the bits.
 
    BUILDING THE CUDA PART
 
-      nvcc -O3 -arch=sm_90 -c amp_kernels.cu -o amp_kernels.o     (sm_80 for Ampere)
+      nvcc -O3 -arch=sm_90 -c amp_kernels.cu -o amp_kernels.o     (sm_80 for Ampere;
+                                         amp_kernels.h, its private header, sits beside amp.h)
       cc -O2 -DAMP_CUDA -c my_trainer.c       (my_trainer.c defines AMP_IMPLEMENTATION)
       cc my_trainer.o amp_kernels.o -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lcublas -lstdc++ -lm
 
@@ -64,6 +82,17 @@
       - A zero-initialised config struct means every default (written beside each field).
       - Element math shared by the CPU loops and the CUDA kernels is written once, as
         static inline AMP_HD functions.
+
+   DEVICE ERRORS AND GETTERS
+
+      On a CUDA device the getters that return a value rather than a status (amp_scaler_get_scale,
+      _last_skipped, _skipped_steps, _at_floor, amp_optimizer_grad_norm, _step_count) read the
+      device (they wait for the stream) into the object's host copy and return from it. When that
+      read fails they return 0 (get_scale, last_skipped, skipped_steps, at_floor), NaN (grad_norm)
+      or -1 (step_count), amp_last_error() names the getter and the CUDA call, and the error is
+      kept on the device: the next amp_scaler_update / amp_scaler_update_found_inf on a scaler of
+      that device, or amp_device_sync, returns it (AMP_ERR_DEVICE) before doing anything else.
+      On the CPU these getters cannot fail.
 
    VERSION HISTORY
 
@@ -386,139 +415,9 @@ typedef struct amp_device amp_device;
 AMPDEF amp_device *amp_cpu(void);                                   /* always there, never freed */
 AMPDEF amp_status  amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream /* NULL = default */);
 AMPDEF void        amp_device_close(amp_device *d);
+AMPDEF void        amp_cuda_close(amp_device *d);                  /* amp_device_close, named as its pair */
 AMPDEF amp_status  amp_device_sync(amp_device *d);
 AMPDEF int         amp_device_is_cuda(const amp_device *d);
-
-/* ---- CUDA launcher interface (private; defined in amp_kernels.cu, issue 5) ----------------
-   The extern "C" functions amp.h's implementation calls under AMP_CUDA for a scaler or an
-   optimizer that lives on a CUDA device (the CUDA tests and benchmarks call them directly).
-   `state` is the device's amp__cu_state (amp_device.cuda). Each returns an amp_status and on
-   failure writes "amp__cu_x: what" (AMP_ERR_ARG, checked before any CUDA call) or the CUDA call,
-   the error's name and file:line (AMP_ERR_DEVICE) into msg[cap]; a failing call changes nothing.
-   Calls marked [step] only enqueue kernels on the device's stream: no allocation, no copy, no
-   host wait, so a step may be captured in a CUDA graph. Calls marked [sync] wait for the stream.
-   The scale-rule and optimizer types they take are declared in the sections below. */
-struct amp_scale_state;
-struct amp_scale_params;
-struct amp_step_coefs;
-
-/* One tensor of an optimizer (dtypes AMP_F32/F16/BF16; grad_dtype may differ from dtype, as with
-   amp_optimizer_add_mixed). */
-typedef struct amp_cu_tensor {
-  const void *grad;   /* device pointer, n elements of grad_dtype */
-  void *model;        /* device pointer, n elements of dtype: the model copy, rewritten rounded after each update */
-  size_t n;
-  int32_t dtype;      /* the model copy's */
-  int32_t grad_dtype; /* the grads' */
-} amp_cu_tensor;
-
-/* An optimizer's hyperparameters, resolved (defaults filled in), as the device reads them. */
-typedef struct amp_cu_hparams {
-  int32_t kind;                 /* AMP_SGD, AMP_ADAM, AMP_ADAMW */
-  float lr, weight_decay;
-  float momentum, dampening;
-  int32_t nesterov;
-  float beta1, beta2, eps;
-  float max_grad_norm;          /* 0: no clipping */
-} amp_cu_hparams;
-
-/* What a device scaler / optimizer holds besides the scale state, read back by a [sync] call. */
-typedef struct amp_cu_scaler_info {
-  float inv_scale;              /* amp__inv_scale(scale): what the next unscale multiplies by */
-  int32_t found_inf;            /* OR of the unscales since the last scale rule */
-  int32_t last_skipped;         /* the last scale rule saw an overflow */
-  int64_t skipped;              /* iterations with an overflow, in all */
-} amp_cu_scaler_info;
-typedef struct amp_cu_optim_info {
-  int64_t t;                    /* updates done (skipped steps not counted) */
-  int64_t skipped;              /* steps skipped for an overflow */
-  float norm, clip;             /* last unscale: L2 norm of the unscaled grads, clip coefficient */
-  float mul;                    /* inv_scale * clip: the factor the update applies to each grad */
-  int32_t skip;                 /* the last unscale found inf/NaN: the next step skips */
-} amp_cu_optim_info;
-
-/* Device scaler: one small block in device memory (scale state, rule parameters, inverse scale,
-   found-inf flag, skip counts). */
-extern amp_status amp__cu_scaler_create(void *state, void **scaler, const struct amp_scale_state *st,
-                                        const struct amp_scale_params *pr, char *msg, size_t cap);
-extern void       amp__cu_scaler_destroy(void *state, void *scaler);
-/* [step] replaces the scale state (checkpoint load) and refreshes the inverse scale. */
-extern amp_status amp__cu_scaler_set(void *state, void *scaler, const struct amp_scale_state *st, char *msg, size_t cap);
-/* [step] the whole block (checkpoint load): state, parameters, the inverse scale the unscale uses
-   (1/init_scale for fixed scaling), skip counts; the found-inf flag cleared. 1 launch. */
-extern amp_status amp__cu_scaler_load(void *state, void *scaler, const struct amp_scale_state *st,
-                                      const struct amp_scale_params *pr, float inv_scale, int last_skipped,
-                                      int64_t skipped, char *msg, size_t cap);
-/* [sync] the scale state and the rest of the block; either output may be NULL. */
-extern amp_status amp__cu_scaler_read(void *state, const void *scaler, struct amp_scale_state *st,
-                                      amp_cu_scaler_info *info, char *msg, size_t cap);
-/* The device address of the current scale (a float), for the trainer's own loss-gradient kernel. */
-extern float     *amp__cu_scaler_scale_ptr(void *scaler);
-/* [step] the scale rule on the device with found_inf = the device flag (OR-ed by the unscales since
-   the last rule) OR (found_inf > 0), as the CPU's update()/update_found_inf(); found_inf is -1, 0
-   or 1. Then the flag is cleared. 1 launch. */
-extern amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf, char *msg, size_t cap);
-/* [step] buf[i] = buf[i] * scale, rounded to dtype (the loss gradient of the scaled loss). 1 launch. */
-extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n,
-                                       char *msg, size_t cap);
-
-/* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 master
-   (initialised from the model copies), the moments (zeroed) and the per-step block. */
-extern amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *tensors, size_t n_tensors,
-                                       const amp_cu_hparams *h, char *msg, size_t cap);
-extern void       amp__cu_optim_destroy(void *state, void *optim);
-/* [step] new hyperparameters (the kind must stay the same). */
-extern amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_cu_hparams *h, char *msg, size_t cap);
-/* The device address of the learning rate (a float), for a schedule kept on the device. */
-extern float     *amp__cu_optim_lr_ptr(void *optim);
-/* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range. */
-extern float     *amp__cu_optim_master(void *optim, size_t index, size_t *n);
-/* [step] unscale + inf/NaN check + sum of squares over every grad in one launch; its last block
-   takes the norm, the clip coefficient and the skip decision, and ORs an overflow into the scaler's
-   flag (scaler NULL: inverse scale 1, no flag). Grads are read, never written. */
-extern amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap);
-/* [step] data-parallel unscale in two halves around the trainer's all-reduce. _local: the same pass,
-   but the last block only writes this rank's {found_inf 0/1, sum of squares} as 2 doubles to the
-   optimizer's device buffer *buf and decides nothing (optimizer and scaler unchanged). _finish
-   (1 launch, 1 thread): norm, clip, skip from the buffer as reduced (the SUM over ranks); an
-   overflow is ORed into the scaler's flag. With an identity reduce the result equals
-   amp__cu_optim_unscale's bit for bit. */
-extern amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg, size_t cap);
-extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap);
-/* [step] the fused update in one launch; it changes nothing but the skipped count when this
-   optimizer's last unscale or, scaler given, any unscale into that scaler since its last rule found
-   inf/NaN. With update_scaler != 0 its last block also runs the scale rule (amp__cu_scaler_update(-1))
-   once every block has read the flag, so a step of one optimizer can be 2 launches. */
-extern amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap);
-/* [sync] the step count, norm, clip and skip state. */
-extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap);
-/* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
-   (to_device 0) or from host (to_device 1); a moment the kind does not keep is AMP_ERR_ARG. */
-extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
-                                         int to_device, char *msg, size_t cap);
-/* [step] set the step count (checkpoint load). */
-extern amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap);
-/* The per-step coefficients the device computes for update number t (t >= 1), on the host: the
-   same source compiled for both sides. */
-extern void       amp__cu_step_coefs(const amp_cu_hparams *h, int64_t t, struct amp_step_coefs *c);
-
-/* [step] dst = src converted (any pair of F32/F16/BF16; same type: a copy). 1 launch. */
-extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
-                               size_t n, char *msg, size_t cap);
-
-/* Plumbing for tests, benchmarks and checkpoints. amp__cu_copy: dir 0 host->device, 1 device->host
-   ([sync]), 2 device->device ([step], async on the stream). Capture: begin/end on the device's
-   stream (it must not be the legacy default stream); end instantiates the graph and counts its
-   kernel nodes. */
-extern amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap);
-extern void       amp__cu_free(void *state, void *p);
-extern amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap);
-extern amp_status amp__cu_stream_create(int ordinal, void **stream, char *msg, size_t cap);
-extern void       amp__cu_stream_destroy(void *stream);
-extern amp_status amp__cu_capture_begin(void *state, char *msg, size_t cap);
-extern amp_status amp__cu_capture_end(void *state, void **graph, size_t *kernel_nodes, char *msg, size_t cap);
-extern amp_status amp__cu_graph_launch(void *state, void *graph, char *msg, size_t cap);
-extern void       amp__cu_graph_destroy(void *graph);
 
 /* ---- Data-parallel with NCCL (one process or thread per GPU) -----------------------------------
    Built when the implementation unit defines AMP_CUDA and AMP_NCCL and amp_kernels.cu is compiled
@@ -568,7 +467,8 @@ typedef struct amp_scaler_config {
   int   hysteresis_mode; /* how the count refills: AMP_HYSTERESIS_CONSECUTIVE (0, Paddle),
                             AMP_HYSTERESIS_CLEAN_REFILL (apex, DeepSpeed consecutive_hysteresis),
                             AMP_HYSTERESIS_GROWTH_REFILL (DeepSpeed default) */
-  float min_scale;       /* 0 -> no floor (but never below FLT_MIN, see the manual) */
+  float min_scale;       /* 0 -> no floor; the scale never goes below FLT_MIN all the same (a
+                            subnormal or zero scale would make the inverse scale inf) */
   float max_scale;       /* 0 -> no cap */
   int   fixed;           /* nonzero: static loss scaling at init_scale (unscale by 1/init_scale,
                             still skip on inf/NaN, the scale never changes) */
@@ -585,7 +485,7 @@ typedef enum amp_preset { AMP_PRESET_PYTORCH = 0, AMP_PRESET_PADDLE, AMP_PRESET_
 typedef struct amp_optimizer amp_optimizer;
 typedef struct amp_scaler amp_scaler;
 
-/* The presets of SEMANTICS.md, each matching its anchor's update rule step for step:
+/* The presets, each matching its anchor's update rule step for step:
      PYTORCH   65536 / 2 / 0.5 / 2000 / hysteresis 1 / no floor / no cap     (torch.amp.GradScaler)
      PADDLE    65536 / 2 / 0.5 / 2000 / 1 CONSECUTIVE / floor 1             (paddle.amp.GradScaler)
      DEEPSPEED 65536 / 2 / 0.5 / 1000 / 2 GROWTH_REFILL / floor 1 (DynamicLossScaler.update_scale:
@@ -659,7 +559,8 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
    the same scaler earlier in the iteration held inf/NaN. Differences from the CPU: the scale rule
    is bit for bit the CPU's; the update of master and moments may differ by FMA contraction (a few
    ulp per step, see tests/cuda_kernels.c); the grad norm by float summation order (about 1e-7
-   relative), so a clipped update can differ by as much. The floor message is given by get_scale.
+   relative), so a clipped update can differ by as much. The floor message is given by the first
+   read (get_scale, the one a normal step makes) that sees the scale at its floor.
    A device failure is AMP_ERR_DEVICE with the public function's name, the CUDA call and its error.
    Data-parallel on CUDA: unscale is 3 launches around the hook (this rank's pass, the hook's own
    work on the stream, a 1-thread decision). Destroy scalers and optimizers before their device. */
@@ -725,7 +626,7 @@ static inline AMP_HD amp_scale_state amp__scale_init(float init_scale, const amp
   return st;
 }
 
-/* The scale rule, once per iteration (SEMANTICS.md). Multiplications are done in double and
+/* The scale rule, once per iteration. Multiplications are done in double and
    rounded once to float, as PyTorch's and apex's kernels do (their factors are doubles); for
    Paddle's float*float the result is the same (the exact product fits a double). Checked against
    the anchors' code:
@@ -780,7 +681,13 @@ static inline AMP_HD float amp__inv_scale(float scale) { return (float)(1.0 / (d
    Master-copy optimizers
    ------------------------------------------------------------------------------------------ */
 
-typedef enum amp_optim_kind { AMP_SGD = 0, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM } amp_optim_kind;
+/* The optimizer kinds, AMP_OPTIM_*; the short names AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM are
+   the same values. */
+typedef enum amp_optim_kind {
+  AMP_OPTIM_SGD = 0, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW, AMP_OPTIM_CUSTOM,
+  AMP_SGD = AMP_OPTIM_SGD, AMP_ADAM = AMP_OPTIM_ADAM, AMP_ADAMW = AMP_OPTIM_ADAMW, AMP_CUSTOM = AMP_OPTIM_CUSTOM
+} amp_optim_kind;
+/* amp_optimizer_config (amp_optim_config is the same type): the config of amp_optimizer_create. */
 typedef struct amp_optim_config {
   amp_optim_kind kind;                   /* 0 -> AMP_SGD */
   float lr;                              /* 0 -> 1e-3 */
@@ -792,6 +699,7 @@ typedef struct amp_optim_config {
   void (*custom_step)(void *user, float *master, const float *grad, size_t n, size_t index, long step);
   void *custom_user;
 } amp_optim_config;
+typedef amp_optim_config amp_optimizer_config;
 
 AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg);
 AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n);
@@ -812,16 +720,20 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
    update() closes the iteration and the next one steps every tensor. */
 AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
                                           amp_dtype g_dtype, const void *grads, size_t n);
-/* On a CUDA device weights and grads are device pointers, and the master (returned by
-   amp_optimizer_master as a device pointer) and moments live on the device. The fp32 master is made
-   from the model copies with the whole tensor table at the first call that needs it (unscale,
-   step, amp_optimizer_master, a checkpoint); an add() after that is AMP_ERR_STATE, and that first
-   call with no tensor added is AMP_ERR_STATE too. AMP_CUSTOM is AMP_ERR_UNSUPPORTED at create
-   (its update is a host function). set_lr only enqueues a write of the rate to device memory, and
-   the step reads it there when it runs: in a CUDA graph that holds the step, call set_lr before each
-   launch of the graph and the replay uses that rate. set_lr while the device's stream is being
-   captured is AMP_ERR_STATE and changes nothing (a captured write would set the capture-time rate
-   again at every replay). */
+/* When the fp32 master is taken, on every device: at amp_optimizer_add, from the model copy as it
+   is then (exactly: every dtype fits f32). Weights written after add (initialised, loaded from a
+   file) are not seen by the optimizer, and its first update overwrites them from the master: write
+   the weights first, then add (or restore a checkpoint, which writes the model copies).
+   On a CUDA device weights and grads are device pointers, and the master (returned by
+   amp_optimizer_master as a device pointer) and moments live on the device. The add takes the
+   master into a device buffer on the device's stream; the device optimizer is built from the
+   whole tensor table at the first call that needs it (unscale, step, amp_optimizer_master, a
+   checkpoint); an add() after that is AMP_ERR_STATE, and that first call with no tensor added is
+   AMP_ERR_STATE too. AMP_CUSTOM is AMP_ERR_UNSUPPORTED at create (its update is a host function).
+   set_lr only enqueues a write of the rate to device memory, and the step reads it there when it
+   runs: in a CUDA graph that holds the step, call set_lr before each launch of the graph and the
+   replay uses that rate. set_lr while the device's stream is being captured is AMP_ERR_STATE and
+   changes nothing (a captured write would set the capture-time rate again at every replay). */
 AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors added */
 /* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
 AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
@@ -879,6 +791,25 @@ typedef struct amp_step_coefs {
   float bc2_sqrt;            /* Adam: sqrt(1 - beta2^t) */
   float decay;               /* AdamW: 1 - lr * wd, applied to the weight first */
 } amp_step_coefs;
+
+/* The coefficients of update number t (t >= 1) from the resolved config: the one function the CPU
+   step and the CUDA step kernel (one thread per block) both call. Bias corrections in double,
+   rounded once to float, as PyTorch computes them. SGD reads lr, wd, momentum, dampening,
+   nesterov and first; its step_size is lr and bc2_sqrt 1 (no bias correction). */
+static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, int64_t t) {
+  amp_step_coefs c;
+  int adamw = h->kind == AMP_ADAMW;
+  c.lr = h->lr;
+  c.wd = adamw ? 0.0f : h->weight_decay;          /* AdamW decays the weight, not the grad */
+  c.momentum = h->momentum; c.dampening = h->dampening;
+  c.nesterov = h->nesterov != 0; c.first = t == 1;   /* torch.optim.SGD: the buffer starts as the grad */
+  c.beta1 = h->beta1; c.beta2 = h->beta2; c.eps = h->eps;
+  c.decay = adamw ? (float)(1.0 - (double)h->lr * (double)h->weight_decay) : 1.0f;
+  if (h->kind == AMP_SGD) { c.step_size = h->lr; c.bc2_sqrt = 1.0f; return c; }
+  c.step_size = (float)((double)h->lr / (1.0 - pow((double)h->beta1, (double)t)));
+  c.bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
+  return c;
+}
 
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
 
@@ -1107,10 +1038,6 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #else
 #error "amp.h: define both AMP_MALLOC and AMP_FREE, or neither"
 #endif
-#ifndef AMP_ASSERT
-#include <assert.h>
-#define AMP_ASSERT(x) assert(x)
-#endif
 
 /* Checkpoint files: POSIX I/O where the system has it (exclusive creation of the temporary, fsync,
    a check that what is read is a regular file); elsewhere (e.g. _WIN32) plain C stdio, which has
@@ -1164,6 +1091,10 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define AMP__PRINTF(a, b)
+#endif
+
+#ifdef AMP_CUDA
+#include "amp_kernels.h"   /* the CUDA device's operations, defined in amp_kernels.cu */
 #endif
 
 #ifdef __cplusplus
@@ -2264,72 +2195,126 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
 }
 
 /* ------------------------------------------------------------------------------------------
-   Implementation: devices
+   Implementation: devices, and the device line
+
+   Every public function below checks its arguments, keeps the call order and writes its messages
+   once, for every device, then reaches the device through one table of operations, amp__backend:
+   one table for the CPU (amp__cpu_ops; its functions amp__cpu_* sit beside the code they share)
+   and one for CUDA (amp__cuda_ops, each entry one call of a launcher of amp_kernels.cu, declared
+   in amp_kernels.h); both tables are at the end of the implementation. Nothing above the line asks
+   which device it runs on; what truly differs sits below it.
+   To add an optimizer kind: its AMP_OPTIM_* value, its fields in amp_optim_config (resolved in
+   amp__optim_resolve), its coefficients in amp__step_coefs, its element update as an AMP_HD
+   function beside amp__sgd_elem, called by the CPU loop (amp__o_step_body) and the step kernel
+   (amp__cu_update), and its moment count in amp__o_moments. To add a device operation: see the
+   tables.
+
+   An operation fills msg[cap] on failure (the public caller prefixes its own name) and returns
+   the status; a failing operation changes nothing the caller can see. Objects hold their state in
+   host fields (the mirror); a device that keeps the truth in its own memory refreshes the mirror
+   in its *_pull operation, which the public getters call in one place (amp__s_pull, amp__o_pull).
    ------------------------------------------------------------------------------------------ */
+
+typedef struct amp__backend {
+  const char *name;        /* "CPU" or "CUDA", for messages */
+  int host_update;         /* the update runs on the host: AMP_CUSTOM's custom_step can be called */
+  amp_status (*sync)(amp_device *d, char *msg, size_t cap);
+  void       (*close)(amp_device *d);
+  /* scaler: s->pr, s->st, s->init_scale are resolved before create */
+  amp_status (*scaler_create)(amp_scaler *s, char *msg, size_t cap);
+  void       (*scaler_destroy)(amp_scaler *s);
+  /* the mirror: s->st, s->last_skipped, s->skipped from the device (pull), or from's parameters,
+     state and counts to it, the found-inf flag cleared (push: a checkpoint load, before the host
+     fields are written) */
+  amp_status (*scaler_pull)(amp_scaler *s, char *msg, size_t cap);
+  amp_status (*scaler_push)(amp_scaler *s, const amp_scaler *from, char *msg, size_t cap);
+  /* the scale rule, closing an iteration: found_inf 1 an overflow whatever was recorded, 0 what
+     the unscales of this iteration recorded */
+  amp_status (*scaler_rule)(amp_scaler *s, int found_inf, char *msg, size_t cap);
+  float     *(*scale_ptr)(amp_scaler *s);
+  amp_status (*scale_buffer)(amp_scaler *s, void *buf, amp_dtype t, size_t n, char *msg, size_t cap);
+  /* optimizer: tensor i was recorded in the table (o->w/g/n/wtype/gtype[i]): take its fp32 master
+     from the model copy now, and zeroed moments */
+  amp_status (*optim_add)(amp_optimizer *o, size_t i, char *msg, size_t cap);
+  /* the table is complete (first unscale, amp_optimizer_master, a checkpoint): a device that
+     takes it whole builds its optimizer now and sets o->frozen */
+  amp_status (*optim_ready)(amp_optimizer *o, char *msg, size_t cap);
+  void       (*optim_destroy)(amp_optimizer *o);
+  amp_status (*optim_set_config)(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap);
+  /* unscale + inf/NaN check + sum of squares of every grad, and the decision (norm, clip, skip;
+     an overflow ORed into the scaler). dp non-NULL (data-parallel): only this rank's
+     {found_inf, sumsq} into a buffer of 2 doubles, *dp, for the all-reduce hook, deciding
+     nothing; then optim_unscale_finish decides from the buffer as reduced. */
+  amp_status (*optim_unscale)(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap);
+  amp_status (*optim_unscale_finish)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
+  /* the update, or nothing but the skipped count when an unscale of this iteration found inf/NaN */
+  amp_status (*optim_step)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
+  amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, o->grad_norm */
+  amp_status (*optim_set_step)(amp_optimizer *o, long step, char *msg, size_t cap);
+  /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it
+     (1); then, for a load, the model copy written from the master (optim_write_model) */
+  amp_status (*optim_tensor_io)(amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, size_t cap);
+  amp_status (*optim_write_model)(amp_optimizer *o, size_t i, char *msg, size_t cap);
+  /* the matrix product, its arguments checked */
+  amp_status (*gemm)(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
+                     const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
+                     float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts, char *msg, size_t cap);
+} amp__backend;
 
 struct amp_device {
   int is_cuda;
   int ordinal;
-  void *stream;    /* cudaStream_t */
-  void *cuda;      /* amp_kernels.cu's per-device state (cuBLASLt handle, workspace, caches) */
+  void *stream;            /* cudaStream_t */
+  void *cuda;              /* amp_kernels.cu's per-device state (cuBLASLt handle, workspace, caches) */
+  const amp__backend *be;  /* its operations; NULL: the CPU's */
+  amp_status error;        /* a getter's failed read, kept for the next call that returns a status */
+  char error_msg[256];
 };
 
-static amp_device amp__cpu_device = {0, -1, NULL, NULL};
+static amp_device amp__cpu_device = {0, -1, NULL, NULL, NULL, AMP_OK, ""};
+static const amp__backend *amp__be(const amp_device *d);   /* at the end: after both tables */
+
+/* The message buffer of an operation, and the public caller's name put before it on failure. */
+#define AMP__MSG 400
+/* An operation leaves msg empty when it has set amp_last_error itself (the CPU's, which share
+   amp.h's own helpers). */
+static amp_status amp__op_fail(const char *fn, amp_status st, const char *msg) {
+  return st == AMP_OK || !msg[0] ? st : amp__fail(st, "%s: %s", fn, msg);
+}
+
+/* A getter's failed read, kept on the device until a call that returns a status can report it
+   (amp_scaler_update, amp_device_sync); the first one wins. */
+static void amp__dev_keep_error(amp_device *d, amp_status st) {
+  if (d->error != AMP_OK) return;
+  d->error = st;
+  memcpy(d->error_msg, amp__err_buf, sizeof d->error_msg - 1);
+  d->error_msg[sizeof d->error_msg - 1] = '\0';
+}
+static amp_status amp__dev_take_error(const char *fn, amp_device *d) {
+  amp_status st = d->error;
+  if (st == AMP_OK) return AMP_OK;
+  d->error = AMP_OK;
+  return amp__fail(st, "%s: a read before it failed (%s)", fn, d->error_msg);
+}
 
 AMPDEF amp_device *amp_cpu(void) { return &amp__cpu_device; }
 AMPDEF int amp_device_is_cuda(const amp_device *d) { return d && d->is_cuda; }
-
-#ifdef AMP_CUDA
-/* The interface to amp_kernels.cu. Each function there returns an amp_status and, on failure,
-   writes its message (the CUDA call, the error's name, file:line) into msg. */
-extern amp_status amp__cu_open(int ordinal, void *stream, void **state, char *msg, size_t cap);
-extern void       amp__cu_close(void *state);
-extern amp_status amp__cu_sync(void *state, char *msg, size_t cap);
-
-AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
-  amp_device *d;
-  amp_status st;
-  void *state = NULL;
-  if (!out) return amp__fail(AMP_ERR_ARG, "amp_cuda_open: out is NULL");
-  if (ordinal < 0) return amp__fail(AMP_ERR_ARG, "amp_cuda_open: ordinal %d must be >= 0", ordinal);
-  st = amp__cu_open(ordinal, cuda_stream, &state, amp__err_buf, sizeof amp__err_buf);
-  if (st != AMP_OK) return st;
-  d = (amp_device *)AMP_MALLOC(sizeof *d);
-  if (!d) { amp__cu_close(state); return amp__fail(AMP_ERR_NOMEM, "amp_cuda_open: out of memory"); }
-  d->is_cuda = 1; d->ordinal = ordinal; d->stream = cuda_stream; d->cuda = state;
-  *out = d;
-  return AMP_OK;
-}
 AMPDEF void amp_device_close(amp_device *d) {
   if (!d || !d->is_cuda) return;     /* amp_cpu() is never freed */
-  amp__cu_close(d->cuda);
+  amp__be(d)->close(d);
   AMP_FREE(d);
 }
+AMPDEF void amp_cuda_close(amp_device *d) { amp_device_close(d); }
 AMPDEF amp_status amp_device_sync(amp_device *d) {
+  char m[AMP__MSG] = "";
+  amp_status st;
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_device_sync: d is NULL");
-  if (!d->is_cuda) return AMP_OK;
-  return amp__cu_sync(d->cuda, amp__err_buf, sizeof amp__err_buf);
+  if ((st = amp__dev_take_error("amp_device_sync", d)) != AMP_OK) return st;
+  return amp__op_fail("amp_device_sync", amp__be(d)->sync(d, m, sizeof m), m);
 }
-#else
-AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
-  (void)cuda_stream;
-  if (out) *out = NULL;
-  return amp__fail(AMP_ERR_UNSUPPORTED, "amp_cuda_open(ordinal %d): amp.h was built without CUDA; "
-                   "define AMP_CUDA in the implementation unit, compile amp_kernels.cu with nvcc and link "
-                   "-lcudart -lcublasLt -lcublas", ordinal);
-}
-AMPDEF void amp_device_close(amp_device *d) { (void)d; }
-AMPDEF amp_status amp_device_sync(amp_device *d) {
-  if (!d) return amp__fail(AMP_ERR_ARG, "amp_device_sync: d is NULL");
-  return AMP_OK;
-}
-#endif
 
 /* ---- NCCL: amp_kernels.cu's section "NCCL" does the work ---- */
 #if defined(AMP_CUDA) && defined(AMP_NCCL)
-extern amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, void *stream, char *msg, size_t cap);
-extern amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, int32_t dtype, size_t n, int average,
-                                     int in_f32, char *msg, size_t cap);
 
 AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, void *stream) {
   if (!nccl_comm) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: nccl_comm is NULL (pass the ncclComm_t as the hook's user)");
@@ -2394,11 +2379,11 @@ static void amp__log(const char *fmt, ...) {
   fn(user, msg);
 }
 
-/* The scaler. All state changes go through the small amp__scaler_* functions below, so the CUDA
-   branch can be added at the top of each public function (if (amp_device_is_cuda(s->dev)) ...).
-   An iteration runs from one update to the next; `iter` numbers them, and an optimizer's call-order
-   stage (amp_optimizer.stage) counts only while its (sc_id, sc_iter) equal this scaler's
-   (id, iter), so update() resets every optimizer's stage without knowing them. */
+/* The scaler. An iteration runs from one update to the next; `iter` numbers them, and an
+   optimizer's call-order stage (amp_optimizer.stage) counts only while its (sc_id, sc_iter) equal
+   this scaler's (id, iter), so update() resets every optimizer's stage without knowing them.
+   st, last_skipped and skipped are the host mirror: a device that keeps them in its own memory
+   refreshes them in scaler_pull, which amp__s_pull calls for every getter. */
 struct amp_scaler {
   amp_device *dev;
   amp_scale_params pr;     /* the resolved rule */
@@ -2406,17 +2391,14 @@ struct amp_scaler {
   float init_scale;        /* fixed scaling unscales by 1/init_scale */
   unsigned long id;        /* unique per scaler created in this process */
   unsigned long iter;      /* iterations closed by update */
-  int found_inf;           /* any inf/NaN recorded in this iteration */
+  int found_inf;           /* any inf/NaN recorded in this iteration (a device keeps its own flag too) */
   int recorded;            /* inf checks (unscales) recorded in this iteration */
   int last_skipped;        /* the last closed iteration saw inf/NaN */
   long skipped;            /* iterations with inf/NaN in all */
   int floor_logged;        /* the floor message was given; re-armed when the scale grows */
   amp_allreduce_fn allreduce;  /* data-parallel: sums {found_inf, sumsq} over ranks (NULL: one rank) */
   void *allreduce_user;
-#ifdef AMP_CUDA
-  void *cu;                /* on a CUDA device: the device block (amp__cu_scaler_create) holding st,
-                              found_inf, last_skipped and skipped; the host fields above are then stale */
-#endif
+  void *cu;                /* the device's own block (CUDA: amp__cu_scaler_create); NULL on the CPU */
 };
 
 static unsigned long amp__scaler_ids = 0;
@@ -2471,7 +2453,7 @@ static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *c
   if (c.max_scale > 0.0f && c.init_scale > c.max_scale)
     return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is above max_scale %g", fn, (double)c.init_scale, (double)c.max_scale);
   pr->growth = c.growth_factor; pr->backoff = c.backoff_factor;
-  pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal (SEMANTICS.md) */
+  pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal: 1/scale stays finite */
   pr->cap = c.max_scale;
   pr->interval = c.growth_interval; pr->hysteresis = c.hysteresis; pr->mode = c.hysteresis_mode;
   pr->fixed = c.fixed != 0; pr->late_growth = c.late_growth != 0;
@@ -2484,6 +2466,7 @@ AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_s
   float init = 0.0f;
   amp_scaler *s;
   amp_status st;
+  char m[AMP__MSG] = "";
   if (!out) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: out is NULL");
   *out = NULL;
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_scaler_create: device is NULL (use amp_cpu())");
@@ -2493,115 +2476,82 @@ AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_s
   memset(s, 0, sizeof *s);
   s->dev = d; s->pr = pr; s->init_scale = init;
   s->st = amp__scale_init(init, &pr);
-#ifdef AMP_CUDA
-  if (amp_device_is_cuda(d)) {
-    char m[400];
-    if ((st = amp__cu_scaler_create(d->cuda, &s->cu, &s->st, &s->pr, m, sizeof m)) != AMP_OK) {
-      AMP_FREE(s);
-      return amp__fail(st, "amp_scaler_create: %s", m);
-    }
+  if ((st = amp__be(d)->scaler_create(s, m, sizeof m)) != AMP_OK) {
+    AMP_FREE(s);
+    return amp__op_fail("amp_scaler_create", st, m);
   }
-#endif
   s->id = AMP__AINC(&amp__scaler_ids);
   *out = s;
   return AMP_OK;
 }
 
-#ifdef AMP_CUDA
-/* The device block read back ([sync]); fn names the public caller in a failure. */
-static amp_status amp__s_cu_read(const char *fn, const amp_scaler *s, amp_scale_state *st, amp_cu_scaler_info *info) {
-  char m[400];
-  amp_status r = amp__cu_scaler_read(s->dev->cuda, s->cu, st, info, m, sizeof m);
-  return r == AMP_OK ? AMP_OK : amp__fail(r, "%s: %s", fn, m);
+AMPDEF void amp_scaler_destroy(amp_scaler *s) {
+  if (!s) return;
+  amp__be(s->dev)->scaler_destroy(s);
+  AMP_FREE(s);
 }
-/* update()/update_found_inf() on the device: the rule is enqueued (found_inf -1: the device flag
-   alone, 1: an overflow whatever it says); the host keeps only the call-order bookkeeping. */
-static amp_status amp__s_cu_close(const char *fn, amp_scaler *s, int found_inf) {
-  char m[400];
-  amp_status r = amp__cu_scaler_update(s->dev->cuda, s->cu, found_inf, m, sizeof m);
-  if (r != AMP_OK) return amp__fail(r, "%s: %s", fn, m);
-  s->found_inf = 0; s->recorded = 0;
-  s->iter++;
+
+/* The floor message, once per stay at the floor (re-armed when the scale grows). */
+static void amp__s_floor_note(amp_scaler *s, float before) {
+  if (s->st.scale > before) s->floor_logged = 0;
+  if (s->st.at_floor && !s->floor_logged) {
+    s->floor_logged = 1;
+    amp__log("the loss scale is at its floor %g and overflows continue: every step is being skipped "
+             "(inf/NaN gradients at every scale?)", (double)s->st.scale);
+  }
+}
+
+/* The one refresh of the scaler's mirror, for every getter and the checkpoint; the object is
+   never const where it was made (a cache fill). The floor message of a rule run on a device is
+   given here. fn names the public caller. */
+static amp_status amp__s_pull(const char *fn, const amp_scaler *cs, int getter) {
+  amp_scaler *s = (amp_scaler *)(uintptr_t)cs;
+  char m[AMP__MSG] = "";
+  amp_scale_state before = s->st;
+  amp_status st = amp__be(s->dev)->scaler_pull(s, m, sizeof m);
+  if (st != AMP_OK) {
+    amp__op_fail(fn, st, m);
+    if (getter) amp__dev_keep_error(s->dev, st);   /* a getter cannot return the status */
+    return st;
+  }
+  /* the state moved on the device since the host last saw it: the rule ran there */
+  if (memcmp(&before, &s->st, sizeof before) != 0) amp__s_floor_note(s, before.scale);
   return AMP_OK;
 }
-#endif
 
-AMPDEF void amp_scaler_destroy(amp_scaler *s) {
-#ifdef AMP_CUDA
-  if (s && s->cu) amp__cu_scaler_destroy(s->dev->cuda, s->cu);
-#endif
-  if (s) AMP_FREE(s);
-}
 AMPDEF float amp_scaler_get_scale(amp_scaler *s) {
-#ifdef AMP_CUDA
-  if (s && s->cu) {   /* the one read of a normal step; the floor message is given here on CUDA */
-    amp_scale_state st;
-    if (amp__s_cu_read("amp_scaler_get_scale", s, &st, NULL) != AMP_OK) return 0.0f;
-    s->st = st;
-    if (!st.at_floor) s->floor_logged = 0;
-    else if (!s->floor_logged) {
-      s->floor_logged = 1;
-      amp__log("the loss scale is at its floor %g and overflows continue: every step is being skipped "
-               "(inf/NaN gradients at every scale?)", (double)st.scale);
-    }
-    return st.scale;
-  }
-#endif
-  return s ? s->st.scale : 0.0f;
+  return s && amp__s_pull("amp_scaler_get_scale", s, 1) == AMP_OK ? s->st.scale : 0.0f;
 }
 AMPDEF int amp_scaler_last_skipped(const amp_scaler *s) {
-#ifdef AMP_CUDA
-  if (s && s->cu) {
-    amp_cu_scaler_info info;
-    return amp__s_cu_read("amp_scaler_last_skipped", s, NULL, &info) == AMP_OK ? (int)info.last_skipped : 0;
-  }
-#endif
-  return s ? s->last_skipped : 0;
+  return s && amp__s_pull("amp_scaler_last_skipped", s, 1) == AMP_OK ? s->last_skipped : 0;
 }
 AMPDEF long amp_scaler_skipped_steps(const amp_scaler *s) {
-#ifdef AMP_CUDA
-  if (s && s->cu) {
-    amp_cu_scaler_info info;
-    return amp__s_cu_read("amp_scaler_skipped_steps", s, NULL, &info) == AMP_OK ? (long)info.skipped : 0;
-  }
-#endif
-  return s ? s->skipped : 0;
+  return s && amp__s_pull("amp_scaler_skipped_steps", s, 1) == AMP_OK ? s->skipped : 0;
 }
 AMPDEF int amp_scaler_at_floor(const amp_scaler *s) {
-#ifdef AMP_CUDA
-  if (s && s->cu) {
-    amp_scale_state st;
-    return amp__s_cu_read("amp_scaler_at_floor", s, &st, NULL) == AMP_OK ? (int)st.at_floor : 0;
-  }
-#endif
-  return s ? (int)s->st.at_floor : 0;
+  return s && amp__s_pull("amp_scaler_at_floor", s, 1) == AMP_OK ? (int)s->st.at_floor : 0;
+}
+AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params) {
+  amp_status st;
+  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_get_state: s is NULL");
+  if ((st = amp__s_pull("amp_scaler_get_state", s, 0)) != AMP_OK) return st;
+  if (state) *state = s->st;
+  if (params) *params = s->pr;
+  return AMP_OK;
 }
 
 AMPDEF float *amp_scaler_scale_ptr(amp_scaler *s) {
   if (!s) { amp__fail(AMP_ERR_ARG, "amp_scaler_scale_ptr: s is NULL"); return NULL; }
-#ifdef AMP_CUDA
-  if (s->cu) return amp__cu_scaler_scale_ptr(s->cu);
-#endif
-  return &s->st.scale;
+  return amp__be(s->dev)->scale_ptr(s);
 }
 
 AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, size_t n) {
-  size_t i;
-  float k;
+  char m[AMP__MSG] = "";
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: s is NULL");
   if (!amp_dtype_size(t)) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)t);
   if (n == 0) return AMP_OK;
   if (!buf) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: buf is NULL with n %zu", n);
-#ifdef AMP_CUDA
-  if (s->cu) {
-    char m[400];
-    amp_status r = amp__cu_scale_buffer(s->dev->cuda, s->cu, buf, (int32_t)t, n, m, sizeof m);
-    return r == AMP_OK ? AMP_OK : amp__fail(r, "amp_scaler_scale_buffer: %s", m);
-  }
-#endif
-  k = s->st.scale;   /* one multiply and one rounding per element, as the device kernel */
-  for (i = 0; i < n; i++) amp__store(buf, t, i, amp__load(buf, t, i) * k);
-  return AMP_OK;
+  return amp__op_fail("amp_scaler_scale_buffer", amp__be(s->dev)->scale_buffer(s, buf, t, n, m, sizeof m), m);
 }
 
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user) {
@@ -2610,63 +2560,39 @@ AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, v
   return AMP_OK;
 }
 
-AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params) {
-  if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_get_state: s is NULL");
-#ifdef AMP_CUDA
-  if (s->cu) {
-    amp_scale_state st;
-    amp_status r = amp__s_cu_read("amp_scaler_get_state", s, &st, NULL);
-    if (r != AMP_OK) return r;
-    if (state) *state = st;
-    if (params) *params = s->pr;
-    return AMP_OK;
-  }
-#endif
-  if (state) *state = s->st;
-  if (params) *params = s->pr;
-  return AMP_OK;
-}
-
 /* The inverse scale the unscale pass multiplies by: fixed scaling keeps init_scale. */
 static float amp__scaler_inv(const amp_scaler *s) {
   return amp__inv_scale(s->pr.fixed ? s->init_scale : s->st.scale);
 }
 
-/* Closes an iteration: the rule, the skip bookkeeping, the floor message. */
-static void amp__scaler_close(amp_scaler *s, int found_inf) {
+/* Closes an iteration: the rule on the device (found_inf 1: an overflow whatever the unscales
+   recorded), the skip bookkeeping, the floor message. */
+static amp_status amp__s_close(const char *fn, amp_scaler *s, int found_inf) {
+  char m[AMP__MSG] = "";
   float before = s->st.scale;
-  amp__scale_rule(&s->st, &s->pr, found_inf);
-  s->last_skipped = found_inf != 0;
-  s->skipped += found_inf != 0;
-  if (s->st.scale > before) s->floor_logged = 0;
-  if (s->st.at_floor && !s->floor_logged) {
-    s->floor_logged = 1;
-    amp__log("the loss scale is at its floor %g and overflows continue: every step is being skipped "
-             "(inf/NaN gradients at every scale?)", (double)s->st.scale);
-  }
+  amp_status st = amp__be(s->dev)->scaler_rule(s, found_inf, m, sizeof m);
+  if (st != AMP_OK) return amp__op_fail(fn, st, m);
+  amp__s_floor_note(s, before);
   s->found_inf = 0; s->recorded = 0;
   s->iter++;
+  return AMP_OK;
 }
 
 AMPDEF amp_status amp_scaler_update(amp_scaler *s) {
+  amp_status st;
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_update: s is NULL");
   if (!s->recorded)
     return amp__fail(AMP_ERR_STATE, "amp_scaler_update: No inf checks were recorded prior to update() "
                      "(call amp_scaler_step or amp_scaler_unscale first, or amp_scaler_update_found_inf)");
-#ifdef AMP_CUDA
-  if (s->cu) return amp__s_cu_close("amp_scaler_update", s, -1);
-#endif
-  amp__scaler_close(s, s->found_inf);
-  return AMP_OK;
+  if ((st = amp__dev_take_error("amp_scaler_update", s->dev)) != AMP_OK) return st;
+  return amp__s_close("amp_scaler_update", s, 0);
 }
 
 AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf) {
+  amp_status st;
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_update_found_inf: s is NULL");
-#ifdef AMP_CUDA
-  if (s->cu) return amp__s_cu_close("amp_scaler_update_found_inf", s, found_inf != 0 ? 1 : -1);
-#endif
-  amp__scaler_close(s, found_inf != 0 || s->found_inf);
-  return AMP_OK;
+  if ((st = amp__dev_take_error("amp_scaler_update_found_inf", s->dev)) != AMP_OK) return st;
+  return amp__s_close("amp_scaler_update_found_inf", s, found_inf != 0);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -2692,7 +2618,8 @@ static int amp__opt_level(void) {
   int want = AMP__ALOAD(&amp__opt_simd), l = amp__cpu_level();
   return want < 0 || want > l ? l : want;
 #else
-  return amp__opt_simd > 0 ? 0 : 0;   /* no SIMD loops to pick; keeps the switch referenced */
+  (void)amp__opt_simd;   /* no SIMD loops to pick; tests may still set it */
+  return 0;
 #endif
 }
 
@@ -3037,14 +2964,17 @@ AMP__EXACT_END
 enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
 
 /* The optimizer. Its tensors are a table of plain arrays, entry i for the i-th amp_optimizer_add,
-   so a device branch can hand them to a kernel as they are:
+   so a device can take them as they are:
      wtype[i], w[i]      the model copy (the trainer's weights) and its dtype
      gtype[i], g[i]      its grads and their dtype
-     master[i]           the fp32 master, n[i] floats (one allocation with the moments after it)
+     master[i]           the fp32 master, n[i] floats (CPU: one allocation with the moments after it;
+                         CUDA: device memory)
      m[i]                SGD: the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg
      v[i]                Adam/AdamW: exp_avg_sq (NULL otherwise)
      n[i]                elements
-   stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler). */
+   stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler).
+   step, found_inf and grad_norm are the host mirror: a device that keeps them in its own memory
+   refreshes them in optim_pull, which amp__o_pull calls for every getter. */
 struct amp_optimizer {
   amp_device *dev;
   amp_optim_config cfg;          /* resolved: defaults filled in */
@@ -3063,11 +2993,10 @@ struct amp_optimizer {
   int found_inf;                 /* this optimizer's grads held inf/NaN at the last unscale */
   float inv;                     /* the inverse scale of the last unscale */
   float grad_norm;               /* the unscaled global L2 norm of the last unscale */
-#ifdef AMP_CUDA
-  void *cu;                      /* on a CUDA device: the device optimizer, built from the table at the
-                                    first call that needs it (then master[i] are device pointers, m/v
-                                    NULL, and step/found_inf/grad_norm above are stale: read the device) */
-#endif
+  double dp[2];                  /* data-parallel: this rank's {found_inf, sumsq}, then their sums */
+  int frozen;                    /* the device took the whole table (optim_ready): no add after */
+  void *cu;                      /* the device's own optimizer (CUDA: amp__cu_optim_create, made at
+                                    optim_ready); NULL on the CPU */
 };
 
 static int amp__o_moments(const amp_optim_config *c) {
@@ -3113,12 +3042,10 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_optimizer_create: device is NULL (use amp_cpu())");
   memset(&zero, 0, sizeof zero);
   if ((st = amp__optim_resolve("amp_optimizer_create", cfg ? cfg : &zero, &c)) != AMP_OK) return st;
-#ifdef AMP_CUDA
-  if (amp_device_is_cuda(d) && c.kind == AMP_CUSTOM)
+  if (c.kind == AMP_CUSTOM && !amp__be(d)->host_update)
     return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_create: kind AMP_CUSTOM calls a host function on every master "
-                     "tensor, which a CUDA device cannot run; use AMP_SGD, AMP_ADAM or AMP_ADAMW there, or keep the "
-                     "optimizer on amp_cpu()");
-#endif
+                     "tensor, which a %s device cannot run; use AMP_SGD, AMP_ADAM or AMP_ADAMW there, or keep the "
+                     "optimizer on amp_cpu()", amp__be(d)->name);
   o = (amp_optimizer *)AMP_MALLOC(sizeof *o);
   if (!o) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_create: out of memory");
   memset(o, 0, sizeof *o);
@@ -3133,17 +3060,8 @@ static void amp__o_free_table(amp_optimizer *o) {
 }
 
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
-  size_t i;
   if (!o) return;
-#ifdef AMP_CUDA
-  if (amp_device_is_cuda(o->dev)) {   /* master[i] are the device optimizer's (or NULL) */
-    if (o->cu) amp__cu_optim_destroy(o->dev->cuda, o->cu);
-    amp__o_free_table(o);
-    AMP_FREE(o);
-    return;
-  }
-#endif
-  for (i = 0; i < o->count; i++) AMP_FREE(o->master[i]);
+  amp__be(o->dev)->optim_destroy(o);   /* the masters and moments, wherever they live */
   amp__o_free_table(o);
   AMP_FREE(o->scratch);
   AMP_FREE(o);
@@ -3173,17 +3091,17 @@ static int amp__overlap(const void *a, size_t an, const void *b, size_t bn) {
   return x < y + bn && y < x + an;
 }
 
+/* The fp32 master is taken from the model copy at add, on every device (the rule of the manual):
+   weights changed after add (loaded from a file, say) are not seen by the optimizer; add after. */
 AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
                                           amp_dtype g_dtype, const void *grads, size_t n) {
-  size_t ws = amp_dtype_size(w_dtype), gs = amp_dtype_size(g_dtype), i, k;
-  int nm;
-  float *block;
+  size_t ws = amp_dtype_size(w_dtype), gs = amp_dtype_size(g_dtype), i;
+  char m[AMP__MSG] = "";
+  amp_status st;
   if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: o is NULL");
-#ifdef AMP_CUDA
-  if (o->cu)
-    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first step on a CUDA device "
-                     "(the device optimizer was built with %zu tensors)", o->count);
-#endif
+  if (o->frozen)
+    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first step on a %s device "
+                     "(the device optimizer was built with %zu tensors)", amp__be(o->dev)->name, o->count);
   /* One step count serves every tensor (Adam's t, SGD's first step), where PyTorch keeps one per
      parameter: a tensor added after an update would start at t = step + 1, not PyTorch's t = 1. */
   if (o->step > 0)
@@ -3207,28 +3125,11 @@ AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, v
   }
   if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
     return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory");
-#ifdef AMP_CUDA
-  if (amp_device_is_cuda(o->dev)) {   /* device pointers: only recorded; master and moments are made on
-                                         the device with the whole table (amp__o_cu_build) */
-    i = o->count++;
-    o->wtype[i] = w_dtype; o->gtype[i] = g_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
-    o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL;
-    return AMP_OK;
-  }
-#endif
-  if (o->cfg.kind == AMP_CUSTOM && n > o->scratch_n) {
-    float *s = (float *)AMP_MALLOC(n * sizeof(float));
-    if (!s) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory for %zu floats", n);
-    AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
-  }
-  nm = amp__o_moments(&o->cfg);
-  block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
-  if (!block) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory for %zu floats", n * (size_t)(1 + nm));
-  for (k = 0; k < n; k++) block[k] = amp__load(weights, w_dtype, k);   /* exact: every dtype fits f32 */
-  if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
-  i = o->count++;
+  i = o->count;   /* recorded past the end; counted once the device has taken it */
   o->wtype[i] = w_dtype; o->gtype[i] = g_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
-  o->master[i] = block; o->m[i] = nm >= 1 ? block + n : NULL; o->v[i] = nm >= 2 ? block + 2 * n : NULL;
+  o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL;
+  if ((st = amp__be(o->dev)->optim_add(o, i, m, sizeof m)) != AMP_OK) return amp__op_fail("amp_optimizer_add", st, m);
+  o->count++;
   return AMP_OK;
 }
 
@@ -3236,109 +3137,54 @@ AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *wei
   return amp_optimizer_add_mixed(o, dtype, weights, dtype, grads, n);
 }
 
-#ifdef AMP_CUDA
-static amp_cu_hparams amp__o_cu_hparams(const amp_optim_config *c) {
-  amp_cu_hparams h;
-  memset(&h, 0, sizeof h);
-  h.kind = (int32_t)c->kind; h.lr = c->lr; h.weight_decay = c->weight_decay;
-  h.momentum = c->momentum; h.dampening = c->dampening; h.nesterov = c->nesterov;
-  h.beta1 = c->beta1; h.beta2 = c->beta2; h.eps = c->eps; h.max_grad_norm = c->max_grad_norm;
-  return h;
-}
-/* The device optimizer, made from the whole table at the first call that needs it (the kernels
-   take the table uploaded once, so no tensor can be added after). fn names the public caller. */
-static amp_status amp__o_cu_build(const char *fn, amp_optimizer *o) {
-  amp_cu_tensor *t;
-  amp_cu_hparams h;
-  amp_status st;
-  char m[400];
-  size_t i;
-  if (o->cu) return AMP_OK;
+/* The table is complete: a device that builds its optimizer from the whole table (CUDA: one
+   upload, kernels over a chunk list) does it now; nothing on the CPU. fn names the public caller. */
+static amp_status amp__o_ready(const char *fn, const amp_optimizer *co) {
+  amp_optimizer *o = (amp_optimizer *)(uintptr_t)co;   /* never const where it was made: a cache fill */
+  char m[AMP__MSG] = "";
   if (o->count == 0)
     return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
-  t = (amp_cu_tensor *)AMP_MALLOC(o->count * sizeof *t);
-  if (!t) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for a table of %zu tensors", fn, o->count);
-  for (i = 0; i < o->count; i++) {
-    t[i].grad = o->g[i]; t[i].model = o->w[i]; t[i].n = o->n[i];
-    t[i].dtype = (int32_t)o->wtype[i]; t[i].grad_dtype = (int32_t)o->gtype[i];
+  return amp__op_fail(fn, amp__be(o->dev)->optim_ready(o, m, sizeof m), m);
+}
+
+/* The one refresh of the optimizer's mirror (step, grad_norm, found_inf), for every getter and
+   the checkpoint. */
+static amp_status amp__o_pull(const char *fn, const amp_optimizer *co, int getter) {
+  amp_optimizer *o = (amp_optimizer *)(uintptr_t)co;
+  char m[AMP__MSG] = "";
+  amp_status st = amp__be(o->dev)->optim_pull(o, m, sizeof m);
+  if (st != AMP_OK) {
+    amp__op_fail(fn, st, m);
+    if (getter) amp__dev_keep_error(o->dev, st);   /* a getter cannot return the status */
   }
-  h = amp__o_cu_hparams(&o->cfg);
-  st = amp__cu_optim_create(o->dev->cuda, &o->cu, t, o->count, &h, m, sizeof m);
-  AMP_FREE(t);
-  if (st != AMP_OK) { o->cu = NULL; return amp__fail(st, "%s: %s", fn, m); }
-  for (i = 0; i < o->count; i++) o->master[i] = amp__cu_optim_master(o->cu, i, NULL);
-  return AMP_OK;
+  return st;
 }
-static amp_status amp__o_cu_info(const char *fn, const amp_optimizer *o, amp_cu_optim_info *info) {
-  char m[400];
-  amp_status st = amp__cu_optim_read(o->dev->cuda, o->cu, info, m, sizeof m);
-  return st == AMP_OK ? AMP_OK : amp__fail(st, "%s: %s", fn, m);
-}
-#endif
 
 AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
+  amp_optim_config c;
+  char m[AMP__MSG] = "";
+  amp_status st;
   if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: o is NULL");
   if (!(lr >= 0.0f) || !amp__finite(lr)) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g must be >= 0 and finite", (double)lr);
-#ifdef AMP_CUDA
-  if (o->cu) {   /* enqueued: a schedule may be captured in a graph with the step */
-    amp_optim_config c = o->cfg;
-    amp_cu_hparams h;
-    char m[400];
-    amp_status st;
-    c.lr = lr;
-    h = amp__o_cu_hparams(&c);
-    if ((st = amp__cu_optim_set_hparams(o->dev->cuda, o->cu, &h, m, sizeof m)) != AMP_OK)
-      return amp__fail(st, "amp_optimizer_set_lr: %s", m);
-  }
-#endif
+  c = o->cfg;
+  c.lr = lr;
+  if ((st = amp__be(o->dev)->optim_set_config(o, &c, m, sizeof m)) != AMP_OK) return amp__op_fail("amp_optimizer_set_lr", st, m);
   o->cfg.lr = lr;
   return AMP_OK;
 }
 AMPDEF float amp_optimizer_grad_norm(const amp_optimizer *o) {
-#ifdef AMP_CUDA
-  if (o && o->cu) {
-    amp_cu_optim_info info;
-    return amp__o_cu_info("amp_optimizer_grad_norm", o, &info) == AMP_OK ? info.norm : (float)NAN;
-  }
-#endif
-  return o ? o->grad_norm : 0.0f;
+  if (!o) return 0.0f;
+  return amp__o_pull("amp_optimizer_grad_norm", o, 1) == AMP_OK ? o->grad_norm : (float)NAN;
 }
 AMPDEF size_t amp_optimizer_count(const amp_optimizer *o) { return o ? o->count : 0; }
 AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) {
-#ifdef AMP_CUDA
-  if (o && o->cu) {
-    amp_cu_optim_info info;
-    return amp__o_cu_info("amp_optimizer_step_count", o, &info) == AMP_OK ? (long)info.t : -1;
-  }
-#endif
-  return o ? o->step : 0;
+  if (!o) return 0;
+  return amp__o_pull("amp_optimizer_step_count", o, 1) == AMP_OK ? o->step : -1;
 }
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
-  if (!o || index >= o->count) { if (n) *n = 0; return NULL; }
-#ifdef AMP_CUDA
-  /* the object is never const where it was made: building it is a cache fill */
-  if (amp_device_is_cuda(o->dev) && amp__o_cu_build("amp_optimizer_master", (amp_optimizer *)(uintptr_t)o) != AMP_OK) {
-    if (n) *n = 0;
-    return NULL;
-  }
-#endif
+  if (!o || index >= o->count || amp__o_ready("amp_optimizer_master", o) != AMP_OK) { if (n) *n = 0; return NULL; }
   if (n) *n = o->n[index];
   return o->master[index];
-}
-
-/* The per-step coefficients, in double on the host and rounded once (t = the step about to run). */
-static amp_step_coefs amp__o_coefs(const amp_optimizer *o) {
-  const amp_optim_config *c = &o->cfg;
-  amp_step_coefs k;
-  double t = (double)(o->step + 1);
-  memset(&k, 0, sizeof k);
-  k.lr = c->lr; k.wd = c->kind == AMP_ADAMW ? 0.0f : c->weight_decay;
-  k.momentum = c->momentum; k.dampening = c->dampening; k.nesterov = c->nesterov; k.first = o->step == 0;
-  k.beta1 = c->beta1; k.beta2 = c->beta2; k.eps = c->eps;
-  k.step_size = (float)((double)c->lr / (1.0 - pow((double)c->beta1, t)));
-  k.bc2_sqrt = (float)sqrt(1.0 - pow((double)c->beta2, t));
-  k.decay = c->kind == AMP_ADAMW ? (float)(1.0 - (double)c->lr * (double)c->weight_decay) : 1.0f;
-  return k;
 }
 
 /* The call-order stage of o in s's current iteration. */
@@ -3357,79 +3203,35 @@ static amp_status amp__hook_fail(const char *fn, int raw) {
                    amp_status_string(st), why[0] ? ": " : "", why);
 }
 
-/* Calls the data-parallel hook on {found_inf, sumsq}; fn names the public caller. */
-static amp_status amp__scaler_allreduce(const char *fn, amp_scaler *s, int *bad, double *sumsq) {
-  double buf[2];
-  amp_status st;
-  buf[0] = *bad ? 1.0 : 0.0; buf[1] = *sumsq;
-  amp__err_buf[0] = '\0';     /* so the hook's own message (amp_nccl_allreduce_hook sets one) can be kept */
-  st = s->allreduce(s->allreduce_user, buf, 2, NULL);
-  if (st != AMP_OK) return amp__hook_fail(fn, (int)st);
-  { /* anything but +-0 is an overflow, NaN too: on the bits, which fast-math cannot fold */
-    uint64_t b; memcpy(&b, &buf[0], sizeof b);
-    *bad = (b << 1) != 0;
-  }
-  *sumsq = buf[1];
-  return AMP_OK;
-}
-
-/* Pass 1 over every tensor of o (then, data-parallel, the sum over ranks); records the result
-   in o and s. Fails only when the allreduce hook does, and then records nothing. */
-#ifdef AMP_CUDA
-/* Pass 1 on the device: 1 launch, or with the data-parallel hook 2 around it (the local pass
-   writes {found_inf, sumsq} to a device buffer, the hook reduces it on the device's stream, a
-   1-thread kernel decides). A failing hook leaves the device state as it was. */
-static amp_status amp__o_cu_unscale(const char *fn, amp_scaler *s, amp_optimizer *o) {
-  void *state = o->dev->cuda;
-  double *buf = NULL;
-  char m[400];
-  amp_status st;
-  if ((st = amp__o_cu_build(fn, o)) != AMP_OK) return st;
-  if (!s->allreduce) {
-    st = amp__cu_optim_unscale(state, o->cu, s->cu, m, sizeof m);
-    return st == AMP_OK ? AMP_OK : amp__fail(st, "%s: %s", fn, m);
-  }
-  if ((st = amp__cu_optim_unscale_local(state, o->cu, s->cu, &buf, m, sizeof m)) != AMP_OK)
-    return amp__fail(st, "%s: %s", fn, m);
-  amp__err_buf[0] = '\0';
-  st = s->allreduce(s->allreduce_user, buf, 2, o->dev->stream);
-  if (st != AMP_OK) return amp__hook_fail(fn, (int)st);
-  if ((st = amp__cu_optim_unscale_finish(state, o->cu, s->cu, m, sizeof m)) != AMP_OK)
-    return amp__fail(st, "%s: %s", fn, m);
-  return AMP_OK;
-}
-#endif
-
+/* Pass 1 over every tensor of o and the decision (norm, clip, skip), on o's device; with the
+   data-parallel hook, this rank's {found_inf, sumsq} first, the hook's sum over ranks, then the
+   decision from the sums. Records the call order in o and s. A failure (the hook's included)
+   records nothing. */
 static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o) {
-  float inv = amp__scaler_inv(s);
-  double sumsq = 0.0;
-  int bad = 0;
-  size_t i;
-#ifdef AMP_CUDA
-  if (amp_device_is_cuda(o->dev)) {   /* found_inf, norm and skip stay on the device */
-    amp_status st = amp__o_cu_unscale(fn, s, o);
-    if (st != AMP_OK) return st;
-    o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
-    s->recorded++;
-    return AMP_OK;
+  const amp__backend *be = amp__be(o->dev);
+  char m[AMP__MSG] = "";
+  double *buf = NULL;
+  amp_status st;
+  if ((st = amp__o_ready(fn, o)) != AMP_OK) return st;
+  if (!s->allreduce) {
+    if ((st = be->optim_unscale(o, s, NULL, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+  } else {
+    if ((st = be->optim_unscale(o, s, &buf, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+    amp__err_buf[0] = '\0';     /* so the hook's own message (amp_nccl_allreduce_hook sets one) can be kept */
+    st = s->allreduce(s->allreduce_user, buf, 2, o->dev->stream);
+    if (st != AMP_OK) return amp__hook_fail(fn, (int)st);
+    if ((st = be->optim_unscale_finish(o, s, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
   }
-#endif
-  for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
-  if (s->allreduce) {
-    amp_status st = amp__scaler_allreduce(fn, s, &bad, &sumsq);
-    if (st != AMP_OK) return st;
-  }
-  o->found_inf = bad; o->inv = inv;
-  o->grad_norm = (float)sqrt(sumsq);
   o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
-  s->found_inf |= bad;
   s->recorded++;
   return AMP_OK;
 }
 
+/* ---- The device line: the CPU's operations (the table amp__cpu_ops is at the end) ---- */
+
 /* Pass 2: the update of every tensor. */
 static void amp__o_apply(amp_optimizer *o) {
-  amp_step_coefs c = amp__o_coefs(o);
+  amp_step_coefs c = amp__step_coefs(&o->cfg, (int64_t)o->step + 1);
   float gmul = o->inv * amp__clip_coef(o->grad_norm, o->cfg.max_grad_norm);
   size_t i;
   for (i = 0; i < o->count; i++) {
@@ -3445,12 +3247,112 @@ static void amp__o_apply(amp_optimizer *o) {
   o->step++;
 }
 
+/* The CPU keeps every state in the host fields themselves: its pulls and pushes have nothing to
+   move, and nothing here can fail but an allocation. */
+static amp_status amp__cpu_nothing_s(amp_scaler *s, char *msg, size_t cap) { (void)s; (void)msg; (void)cap; return AMP_OK; }
+static amp_status amp__cpu_nothing_o(amp_optimizer *o, char *msg, size_t cap) { (void)o; (void)msg; (void)cap; return AMP_OK; }
+static amp_status amp__cpu_sync(amp_device *d, char *msg, size_t cap) { (void)d; (void)msg; (void)cap; return AMP_OK; }
+static void amp__cpu_close(amp_device *d) { (void)d; }
+static void amp__cpu_scaler_destroy(amp_scaler *s) { (void)s; }
+static amp_status amp__cpu_scaler_push(amp_scaler *s, const amp_scaler *from, char *msg, size_t cap) {
+  (void)s; (void)from; (void)msg; (void)cap;
+  return AMP_OK;
+}
+static amp_status amp__cpu_scaler_rule(amp_scaler *s, int found_inf, char *msg, size_t cap) {
+  int f = found_inf || s->found_inf;
+  (void)msg; (void)cap;
+  amp__scale_rule(&s->st, &s->pr, f);
+  s->last_skipped = f;
+  s->skipped += f;
+  return AMP_OK;
+}
+static float *amp__cpu_scale_ptr(amp_scaler *s) { return &s->st.scale; }
+static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, size_t n, char *msg, size_t cap) {
+  float k = s->st.scale;   /* one multiply and one rounding per element, as the device kernel */
+  size_t i;
+  (void)msg; (void)cap;
+  for (i = 0; i < n; i++) amp__store(buf, t, i, amp__load(buf, t, i) * k);
+  return AMP_OK;
+}
+
+static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, char *msg, size_t cap) {
+  size_t n = o->n[i], k;
+  int nm = amp__o_moments(&o->cfg);
+  float *block;
+  if (o->cfg.kind == AMP_CUSTOM && n > o->scratch_n) {
+    float *s = (float *)AMP_MALLOC(n * sizeof(float));
+    if (!s) { snprintf(msg, cap, "out of memory for %zu floats", n); return AMP_ERR_NOMEM; }
+    AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
+  }
+  block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
+  if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
+  for (k = 0; k < n; k++) block[k] = amp__load(o->w[i], o->wtype[i], k);   /* exact: every dtype fits f32 */
+  if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
+  o->master[i] = block; o->m[i] = nm >= 1 ? block + n : NULL; o->v[i] = nm >= 2 ? block + 2 * n : NULL;
+  return AMP_OK;
+}
+static void amp__cpu_optim_destroy(amp_optimizer *o) {
+  size_t i;
+  for (i = 0; i < o->count; i++) AMP_FREE(o->master[i]);
+}
+static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap) {
+  (void)o; (void)c; (void)msg; (void)cap;
+  return AMP_OK;
+}
+/* The decision from {found_inf, sumsq} (this rank's, or the sums over the ranks). */
+static void amp__cpu_decide(amp_optimizer *o, amp_scaler *s, int bad, double sumsq) {
+  o->found_inf = bad; o->inv = amp__scaler_inv(s);
+  o->grad_norm = (float)sqrt(sumsq);
+  s->found_inf |= bad;
+}
+static amp_status amp__cpu_optim_unscale(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap) {
+  float inv = amp__scaler_inv(s);
+  double sumsq = 0.0;
+  int bad = 0;
+  size_t i;
+  (void)msg; (void)cap;
+  for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
+  if (!dp) { amp__cpu_decide(o, s, bad, sumsq); return AMP_OK; }
+  o->dp[0] = bad ? 1.0 : 0.0; o->dp[1] = sumsq;
+  *dp = o->dp;
+  return AMP_OK;
+}
+static amp_status amp__cpu_optim_unscale_finish(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap) {
+  uint64_t b;   /* anything but +-0 is an overflow, NaN too: on the bits, which fast-math cannot fold */
+  (void)msg; (void)cap;
+  memcpy(&b, &o->dp[0], sizeof b);
+  amp__cpu_decide(o, s, (b << 1) != 0, o->dp[1]);
+  return AMP_OK;
+}
+static amp_status amp__cpu_optim_step(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap) {
+  (void)msg; (void)cap;
+  if (!s->found_inf) amp__o_apply(o);   /* any inf/NaN seen so far in this iteration skips */
+  return AMP_OK;
+}
+static amp_status amp__cpu_optim_set_step(amp_optimizer *o, long step, char *msg, size_t cap) {
+  (void)o; (void)step; (void)msg; (void)cap;
+  return AMP_OK;
+}
+static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
+                                           char *msg, size_t cap) {
+  float *p = which == 0 ? o->master[i] : which == 1 ? o->m[i] : o->v[i];
+  if (!p) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
+  if (to_device) memcpy(p, host, o->n[i] * sizeof(float));
+  else memcpy(host, p, o->n[i] * sizeof(float));
+  return AMP_OK;
+}
+static amp_status amp__cpu_optim_write_model(amp_optimizer *o, size_t i, char *msg, size_t cap) {
+  (void)msg; (void)cap;
+  amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
+  return AMP_OK;
+}
+
 static amp_status amp__check_pair(const char *fn, amp_scaler *s, amp_optimizer *o) {
   if (!s) return amp__fail(AMP_ERR_ARG, "%s: scaler is NULL", fn);
   if (!o) return amp__fail(AMP_ERR_ARG, "%s: optimizer is NULL", fn);
   if (s->dev != o->dev)
     return amp__fail(AMP_ERR_ARG, "%s: the scaler (%s) and the optimizer (%s) are on different devices", fn,
-                     amp_device_is_cuda(s->dev) ? "CUDA" : "CPU", amp_device_is_cuda(o->dev) ? "CUDA" : "CPU");
+                     amp__be(s->dev)->name, amp__be(o->dev)->name);
   if (o->count == 0)   /* as torch.optim refuses an empty parameter list; the same on CPU and CUDA */
     return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
   return AMP_OK;
@@ -3470,6 +3372,7 @@ AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) {
 
 AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) {
   amp_status st = amp__check_pair("amp_scaler_step", s, o);
+  char m[AMP__MSG] = "";
   int stage;
   if (st != AMP_OK) return st;
   stage = amp__o_stage(o, s);
@@ -3479,16 +3382,8 @@ AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o) {
     return amp__fail(AMP_ERR_STATE, "amp_scaler_step: %zu tensors were added after unscale() saw %zu",
                      o->count - o->unscaled_count, o->unscaled_count);
   if (stage == AMP__READY && (st = amp__o_unscale("amp_scaler_step", s, o)) != AMP_OK) return st;
-#ifdef AMP_CUDA
-  if (amp_device_is_cuda(o->dev)) {   /* the kernel skips itself on the scaler's OR-ed device flag */
-    char m[400];
-    if ((st = amp__cu_optim_step(o->dev->cuda, o->cu, s->cu, 0, m, sizeof m)) != AMP_OK)
-      return amp__fail(st, "amp_scaler_step: %s", m);
-    o->stage = AMP__STEPPED;
-    return AMP_OK;
-  }
-#endif
-  if (!s->found_inf) amp__o_apply(o);   /* any inf/NaN seen so far in this iteration skips */
+  /* skipped when any unscale of this iteration found inf/NaN */
+  if ((st = amp__be(o->dev)->optim_step(o, s, m, sizeof m)) != AMP_OK) return amp__op_fail("amp_scaler_step", st, m);
   o->stage = AMP__STEPPED;
   return AMP_OK;
 }
@@ -3838,8 +3733,6 @@ static amp__ckpt_optim amp__ckpt_optim_of(const amp_optim_config *c, long step, 
   r.max_grad_norm = c->max_grad_norm; r.step = (uint64_t)step; r.count = (uint64_t)count;
   return r;
 }
-/* Tensor i's buffer k: 0 the master, 1 and 2 the moments (host memory). */
-static float *amp__o_buffer(const amp_optimizer *o, size_t i, int k) { return k == 0 ? o->master[i] : k == 1 ? o->m[i] : o->v[i]; }
 
 /* A message of a validator (create's own) given again as the file's fault. */
 static amp_status amp__ckpt_refuse_as_corrupt(void) {
@@ -4054,33 +3947,23 @@ refused:
   return st;
 }
 
-#ifdef AMP_CUDA
-/* save on a CUDA device: host copies of the device state. *sdev gets s with its scale state and skip
-   counts read back, *odev o with its step count; *tmp a host buffer for one tensor's floats. */
-static amp_status amp__ckpt_cu_prepare(const amp_optimizer *o, const amp_scaler *s, amp_scaler *sdev,
-                                       amp_optimizer *odev, float **tmp) {
+/* Before a save: the mirrors refreshed from the device (scale state, skip counts, step count),
+   the optimizer's table taken by its device, and *floats a host buffer for one tensor's floats,
+   which the device's optim_tensor_io fills. */
+static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, float **floats) {
   amp_status st;
   size_t i, most = 0;
-  *tmp = NULL;
-  if (s && s->cu) {
-    amp_cu_scaler_info info;
-    *sdev = *s;
-    if ((st = amp__s_cu_read("amp_checkpoint_save", s, &sdev->st, &info)) != AMP_OK) return st;
-    sdev->last_skipped = info.last_skipped != 0; sdev->skipped = (long)info.skipped;
-  }
-  if (o && amp_device_is_cuda(o->dev) && o->count > 0) {
-    amp_cu_optim_info info;
-    if ((st = amp__o_cu_build("amp_checkpoint_save", (amp_optimizer *)(uintptr_t)o)) != AMP_OK) return st;
-    if ((st = amp__o_cu_info("amp_checkpoint_save", o, &info)) != AMP_OK) return st;
-    *odev = *o;
-    odev->step = (long)info.t;
+  *floats = NULL;
+  if (s && (st = amp__s_pull("amp_checkpoint_save", s, 0)) != AMP_OK) return st;
+  if (o && o->count > 0) {
+    if ((st = amp__o_ready("amp_checkpoint_save", o)) != AMP_OK) return st;
+    if ((st = amp__o_pull("amp_checkpoint_save", o, 0)) != AMP_OK) return st;
     for (i = 0; i < o->count; i++) if (o->n[i] > most) most = o->n[i];
-    *tmp = (float *)AMP_MALLOC(most * sizeof(float));
-    if (!*tmp) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
+    *floats = (float *)AMP_MALLOC(most * sizeof(float));
+    if (!*floats) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
   }
   return AMP_OK;
 }
-#endif
 
 /* save: nothing at path changes unless the whole new file is written and flushed; path empty or
    ending in '/' is AMP_ERR_ARG before anything is created. */
@@ -4092,32 +3975,22 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   uint32_t crc;
   size_t i, plen;
   int k, nm = 0;
-#ifdef AMP_CUDA
-  amp_scaler sdev;
-  amp_optimizer odev;
-  float *cu_tmp = NULL;         /* on a CUDA device: one tensor's floats, read back */
-  amp_status cu_st = AMP_OK;
-  char cu_msg[400];
-#endif
+  float *floats = NULL;          /* one tensor's floats, read from its device */
+  amp_status dev_st = AMP_OK;
+  char dev_msg[AMP__MSG] = "";
   if (!path) return amp__fail(AMP_ERR_ARG, "%s: path is NULL", fn);
   if (!*path) return amp__fail(AMP_ERR_ARG, "%s: path is empty", fn);
   plen = strlen(path);
   if (path[plen - 1] == '/') return amp__fail(AMP_ERR_ARG, "%s: path '%s' ends in '/' (it names a directory, not a file)", fn, path);
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "%s: both the optimizer and the scaler are NULL", fn);
-#ifdef AMP_CUDA
-  if ((cu_st = amp__ckpt_cu_prepare(o, s, &sdev, &odev, &cu_tmp)) != AMP_OK) { AMP_FREE(cu_tmp); return cu_st; }
-  if (s && s->cu) s = &sdev;
-  if (cu_tmp) o = &odev;
-#endif
+  if ((dev_st = amp__ckpt_pull(o, s, &floats)) != AMP_OK) { AMP_FREE(floats); return dev_st; }
   memset(&io, 0, sizeof io);
   io.writing = 1; io.file = &file;
   io.buf = (unsigned char *)AMP_MALLOC(AMP__CKPT_BUF);
   io.st = io.buf ? amp__wfile_open(&file, fn, path) : amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
   if (io.st != AMP_OK) {
     AMP_FREE(io.buf);
-#ifdef AMP_CUDA
-    AMP_FREE(cu_tmp);
-#endif
+    AMP_FREE(floats);
     return io.st;
   }
   amp__crc_init(&io.crc);
@@ -4135,101 +4008,72 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   if (o) {
     amp__ckpt_optim r = amp__ckpt_optim_of(&o->cfg, o->step, o->count);
     amp__ckpt_optim_io(&io, &r);
-    for (i = 0; i < o->count && io.st == AMP_OK; i++) {
+    for (i = 0; i < o->count && io.st == AMP_OK && dev_st == AMP_OK; i++) {
       amp__ckpt_tensor t;
       t.n = (uint64_t)o->n[i]; t.wtype = (uint32_t)o->wtype[i]; t.gtype = (uint32_t)o->gtype[i];
       amp__ckpt_tensor_io(&io, &t);
-      for (k = 0; k <= nm; k++) {   /* the master, then the moments */
-#ifdef AMP_CUDA
-        if (cu_tmp) {   /* read back from the device into the host buffer */
-          cu_st = amp__cu_optim_state_io(o->dev->cuda, o->cu, i, k, cu_tmp, 0, cu_msg, sizeof cu_msg);
-          if (cu_st != AMP_OK) break;
-          amp__ckpt_bytes(&io, cu_tmp, o->n[i] * sizeof(float));
-          continue;
-        }
-#endif
-        amp__ckpt_bytes(&io, amp__o_buffer(o, i, k), o->n[i] * sizeof(float));
+      for (k = 0; k <= nm; k++) {   /* the master, then the moments, read from the device */
+        dev_st = amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, floats, 0, dev_msg, sizeof dev_msg);
+        if (dev_st != AMP_OK) break;
+        amp__ckpt_bytes(&io, floats, o->n[i] * sizeof(float));
       }
-#ifdef AMP_CUDA
-      if (cu_st != AMP_OK) break;
-#endif
     }
   }
   crc = amp__crc_value(&io.crc);
   amp__ckpt_bytes(&io, &crc, 4);
   amp__ckpt_flush(&io);
   AMP_FREE(io.buf);
-#ifdef AMP_CUDA
-  AMP_FREE(cu_tmp);
-  if (cu_st != AMP_OK) { amp__wfile_abort(&file); return amp__fail(cu_st, "%s: %s", fn, cu_msg); }
-#endif
+  AMP_FREE(floats);
+  if (dev_st != AMP_OK) { amp__wfile_abort(&file); return amp__op_fail(fn, dev_st, dev_msg); }
   if (io.st != AMP_OK) { amp__wfile_abort(&file); return io.st; }
   return amp__wfile_commit(&file);
 }
 
-#ifdef AMP_CUDA
-/* load on a CUDA device, after the whole file was checked: the optimizer's hyperparameters, step
-   count, masters and moments written to the device and every model copy cast from its restored
-   master there; the scaler's whole device block. */
-static amp_status amp__ckpt_cu_restore(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
-  char m[400];
+/* load, after the whole file was checked: the optimizer's hyperparameters, step count, masters and
+   moments pushed to its device and every model copy written from its restored master there; the
+   scaler's whole state. Before any host field is written, so a device error leaves those as
+   they were (the device state may then be partly written: AMP_ERR_DEVICE). */
+static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
+  char m[AMP__MSG] = "";
   amp_status st = AMP_OK;
   size_t i;
-  if (o && im->has_optim && amp_device_is_cuda(o->dev) && o->count > 0) {
-    void *state = o->dev->cuda;
+  if (o && im->has_optim && o->count > 0) {
+    const amp__backend *be = amp__be(o->dev);
     const unsigned char *p = im->tensors;
-    amp_cu_hparams h;
     int nm = amp__o_moments(&o->cfg), k;
-    if ((st = amp__o_cu_build("amp_checkpoint_load", o)) != AMP_OK) return st;
-    h = amp__o_cu_hparams(&im->cfg);
-    if ((st = amp__cu_optim_set_hparams(state, o->cu, &h, m, sizeof m)) != AMP_OK) goto fail;
-    if ((st = amp__cu_optim_set_step(state, o->cu, (int64_t)im->step, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) return st;
+    if ((st = be->optim_set_config(o, &im->cfg, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = be->optim_set_step(o, im->step, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
       p += AMP__CKPT_TENSOR_BYTES;
       for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float))
-        if ((st = amp__cu_optim_state_io(state, o->cu, i, k, (float *)(uintptr_t)p, 1, m, sizeof m)) != AMP_OK) goto fail;
-      if ((st = amp__cu_cast(state, o->w[i], (int32_t)o->wtype[i], o->master[i], AMP_F32, o->n[i], m, sizeof m)) != AMP_OK) goto fail;
+        if ((st = be->optim_tensor_io(o, i, k, (float *)(uintptr_t)p, 1, m, sizeof m)) != AMP_OK) goto fail;
+      if ((st = be->optim_write_model(o, i, m, sizeof m)) != AMP_OK) goto fail;
     }
   }
-  if (s && im->has_scaler && s->cu) {
-    const amp_scaler *sc = &im->sc;
-    float inv = amp__inv_scale(sc->pr.fixed ? sc->init_scale : sc->st.scale);   /* amp__scaler_inv */
-    st = amp__cu_scaler_load(s->dev->cuda, s->cu, &sc->st, &sc->pr, inv, sc->last_skipped, (int64_t)sc->skipped, m, sizeof m);
-    if (st != AMP_OK) goto fail;
-  }
+  if (s && im->has_scaler && (st = amp__be(s->dev)->scaler_push(s, &im->sc, m, sizeof m)) != AMP_OK) goto fail;
   return AMP_OK;
 fail:
-  return amp__fail(st, "amp_checkpoint_load: %s", m);
+  return amp__op_fail("amp_checkpoint_load", st, m);
 }
-#endif
 
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) {
   amp__ckpt_image im;
   amp_status st;
-  size_t i;
   if (!path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is NULL");
   if (!*path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is empty");
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: both the optimizer and the scaler are NULL");
   if ((st = amp__ckpt_read(path, o, s, &im)) != AMP_OK) return st;
-#ifdef AMP_CUDA
   /* The device state first: a device error then leaves every host field as it was. */
-  if ((st = amp__ckpt_cu_restore(o, s, &im)) != AMP_OK) { AMP_FREE(im.buf); return st; }
-#endif
-  /* Everything checked: restore. */
+  if ((st = amp__ckpt_push(o, s, &im)) != AMP_OK) { AMP_FREE(im.buf); return st; }
+  /* Everything checked and pushed: the host fields. */
   if (s && im.has_scaler) {
     s->pr = im.sc.pr; s->st = im.sc.st; s->init_scale = im.sc.init_scale;
     s->last_skipped = im.sc.last_skipped; s->floor_logged = im.sc.floor_logged; s->skipped = im.sc.skipped;
     s->found_inf = 0; s->recorded = 0; s->iter++;
   }
   if (o && im.has_optim) {
-    const unsigned char *p = im.tensors;
-    int nm = amp__o_moments(&o->cfg), k;
-    o->cfg = im.cfg; o->step = im.step;
-    for (i = 0; i < o->count && !amp_device_is_cuda(o->dev); i++) {   /* CUDA: done above */
-      p += AMP__CKPT_TENSOR_BYTES;
-      for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float)) memcpy(amp__o_buffer(o, i, k), p, o->n[i] * sizeof(float));
-      amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
-    }
+    o->cfg = im.cfg; o->step = im.step;   /* masters, moments and model copies: pushed above */
     o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0;
   }
   AMP_FREE(im.buf);
@@ -4248,17 +4092,6 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
 #ifdef __cplusplus
 extern "C" {
 #endif
-#endif
-
-#ifdef AMP_CUDA
-/* amp_kernels.cu: cuBLASLt, the WMMA teaching kernel and the plain fallback kernel. Arguments are
-   checked here first; A, B, C and opts->bias are device pointers. */
-extern amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb,
-                               int m, int n, int k, float alpha,
-                               const void *A, amp_dtype a_type, int lda,
-                               const void *B, amp_dtype b_type, int ldb,
-                               float beta, void *C, amp_dtype c_type, int ldc,
-                               const amp_gemm_opts *opts, char *msg, size_t cap);
 #endif
 
 /* The CPU product, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
@@ -4946,6 +4779,26 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   return AMP_OK;
 }
 
+/* The CPU's operation: the strides of op(A), op(B) and C in elements, then the blocked reference
+   (which sets amp_last_error itself, so msg stays empty). */
+static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
+                                float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
+                                int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *o,
+                                char *msg, size_t cap) {
+  size_t ars, acs, brs, bcs, crs, ccs;
+  (void)d; (void)msg; (void)cap;
+  if (layout == AMP_ROW_MAJOR) {
+    ars = ta == AMP_NO_TRANS ? (size_t)lda : 1; acs = ta == AMP_NO_TRANS ? 1 : (size_t)lda;
+    brs = tb == AMP_NO_TRANS ? (size_t)ldb : 1; bcs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb;
+    crs = (size_t)ldc; ccs = 1;
+  } else {
+    ars = ta == AMP_NO_TRANS ? 1 : (size_t)lda; acs = ta == AMP_NO_TRANS ? (size_t)lda : 1;
+    brs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb; bcs = tb == AMP_NO_TRANS ? (size_t)ldb : 1;
+    crs = 1; ccs = (size_t)ldc;
+  }
+  return amp__gemm_cpu(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o);
+}
+
 static const char *amp__trans_name(amp_trans t) { return t == AMP_NO_TRANS ? "AMP_NO_TRANS" : "AMP_TRANS"; }
 /* The elements from a stored matrix's first to its last: `lines` rows (row-major) or columns
    (col-major) of `len` elements each, `ld` apart. */
@@ -4962,7 +4815,8 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   int a_rows = ta == AMP_NO_TRANS ? m : k, a_cols = ta == AMP_NO_TRANS ? k : m;
   int b_rows = tb == AMP_NO_TRANS ? k : n, b_cols = tb == AMP_NO_TRANS ? n : k;
   int min_lda = row ? a_cols : a_rows, min_ldb = row ? b_cols : b_rows, min_ldc = row ? n : m;
-  size_t ars, acs, brs, bcs, crs, ccs;
+  char msg[AMP__MSG] = "";
+  amp_status st;
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_gemm: d is NULL (use amp_cpu())");
   if (layout != AMP_ROW_MAJOR && layout != AMP_COL_MAJOR)
     return amp__fail(AMP_ERR_ARG, "amp_gemm: layout %d is not AMP_ROW_MAJOR or AMP_COL_MAJOR", (int)layout);
@@ -4995,9 +4849,9 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU", (int)o->act);
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE && o->algo != AMP_GEMM_REFERENCE)
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE", (int)o->algo);
-  if (o->algo == AMP_GEMM_REFERENCE && d->is_cuda)
+  if (o->algo == AMP_GEMM_REFERENCE && amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_REFERENCE runs on the CPU, and d is a CUDA device");
-  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !d->is_cuda)
+  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
                      o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
   if (o->algo == AMP_GEMM_WMMA && a_type == AMP_F32)
@@ -5012,25 +4866,10 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
     if (o->bias && amp__overlap(C, cb, o->bias, (size_t)n * amp_dtype_size(o->bias_type)))
       return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: C %p (%d x %d, ldc %d) overlaps opts->bias %p", C, m, n, ldc, o->bias);
   }
-#ifdef AMP_CUDA
-  if (d->is_cuda) {   /* a device failure names amp_gemm, as every other public call's does */
-    char msg[400];
-    amp_status st = amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type,
-                                 ldc, o, msg, sizeof msg);
-    return st == AMP_OK ? AMP_OK : amp__fail(st, "amp_gemm: %s", msg);
-  }
-#endif
-  /* strides of op(A), op(B) and C in elements */
-  if (row) {
-    ars = ta == AMP_NO_TRANS ? (size_t)lda : 1; acs = ta == AMP_NO_TRANS ? 1 : (size_t)lda;
-    brs = tb == AMP_NO_TRANS ? (size_t)ldb : 1; bcs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb;
-    crs = (size_t)ldc; ccs = 1;
-  } else {
-    ars = ta == AMP_NO_TRANS ? 1 : (size_t)lda; acs = ta == AMP_NO_TRANS ? (size_t)lda : 1;
-    brs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb; bcs = tb == AMP_NO_TRANS ? (size_t)ldb : 1;
-    crs = 1; ccs = (size_t)ldc;
-  }
-  return amp__gemm_cpu(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o);
+  /* a device failure names amp_gemm, as every other public call's does */
+  st = amp__be(d)->gemm(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
+                        msg, sizeof msg);
+  return amp__op_fail("amp_gemm", st, msg);
 }
 
 AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
@@ -5038,6 +4877,172 @@ AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_t
                            float beta, void *C, amp_dtype c_type, int ldc) {
   return amp_gemm_ex(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, NULL);
 }
+
+/* ------------------------------------------------------------------------------------------
+   Implementation: the device line's two tables
+   To add a device operation: a member of amp__backend (its contract written beside it), its CPU
+   function (amp__cpu_*), its CUDA function below (a call of a launcher declared in amp_kernels.h
+   and defined in amp_kernels.cu), an entry in each table, and the public function that calls it.
+   ------------------------------------------------------------------------------------------ */
+
+static const amp__backend amp__cpu_ops = {
+  "CPU", 1, amp__cpu_sync, amp__cpu_close,
+  amp__cpu_nothing_s, amp__cpu_scaler_destroy, amp__cpu_nothing_s, amp__cpu_scaler_push, amp__cpu_scaler_rule,
+  amp__cpu_scale_ptr, amp__cpu_scale_buffer,
+  amp__cpu_optim_add, amp__cpu_nothing_o, amp__cpu_optim_destroy, amp__cpu_optim_set_config,
+  amp__cpu_optim_unscale, amp__cpu_optim_unscale_finish, amp__cpu_optim_step, amp__cpu_nothing_o,
+  amp__cpu_optim_set_step, amp__cpu_optim_tensor_io, amp__cpu_optim_write_model,
+  amp__cpu_gemm
+};
+
+#ifdef AMP_CUDA
+/* CUDA: each operation one call of a launcher (amp_kernels.h). The scaler's state, found-inf flag
+   and skip counts live in a device block (s->cu); the optimizer's masters and moments in a device
+   slab (o->cu) built from the whole table at optim_ready. Until then each tensor's master, taken
+   at add (a cast of the model copy on the device's stream), waits in a device buffer of its own
+   (o->master[i]); optim_ready copies them into the slab and frees them. */
+static amp_status amp__cuda_sync(amp_device *d, char *m, size_t cap) { return amp__cu_sync(d->cuda, m, cap); }
+static void amp__cuda_close(amp_device *d) { amp__cu_close(d->cuda); }
+static amp_status amp__cuda_scaler_create(amp_scaler *s, char *m, size_t cap) {
+  return amp__cu_scaler_create(s->dev->cuda, &s->cu, &s->st, &s->pr, m, cap);
+}
+static void amp__cuda_scaler_destroy(amp_scaler *s) { if (s->cu) amp__cu_scaler_destroy(s->dev->cuda, s->cu); }
+static amp_status amp__cuda_scaler_pull(amp_scaler *s, char *m, size_t cap) {
+  amp_scale_state st;
+  amp_cu_scaler_info info;
+  amp_status r = amp__cu_scaler_read(s->dev->cuda, s->cu, &st, &info, m, cap);
+  if (r != AMP_OK) return r;
+  s->st = st; s->last_skipped = info.last_skipped != 0; s->skipped = (long)info.skipped;
+  return AMP_OK;
+}
+static amp_status amp__cuda_scaler_push(amp_scaler *s, const amp_scaler *from, char *m, size_t cap) {
+  return amp__cu_scaler_load(s->dev->cuda, s->cu, &from->st, &from->pr, amp__scaler_inv(from), from->last_skipped,
+                             (int64_t)from->skipped, m, cap);
+}
+static amp_status amp__cuda_scaler_rule(amp_scaler *s, int found_inf, char *m, size_t cap) {
+  return amp__cu_scaler_update(s->dev->cuda, s->cu, found_inf ? 1 : -1, m, cap);   /* -1: the device flag */
+}
+static float *amp__cuda_scale_ptr(amp_scaler *s) { return amp__cu_scaler_scale_ptr(s->cu); }
+static amp_status amp__cuda_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, size_t n, char *m, size_t cap) {
+  return amp__cu_scale_buffer(s->dev->cuda, s->cu, buf, (int32_t)t, n, m, cap);
+}
+
+static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, char *m, size_t cap) {
+  void *p = NULL;
+  amp_status st = amp__cu_malloc(o->dev->cuda, &p, o->n[i] * sizeof(float), m, cap);
+  if (st != AMP_OK) return st;
+  if ((st = amp__cu_cast(o->dev->cuda, p, AMP_F32, o->w[i], (int32_t)o->wtype[i], o->n[i], m, cap)) != AMP_OK) {
+    amp__cu_free(o->dev->cuda, p);
+    return st;
+  }
+  o->master[i] = (float *)p;
+  return AMP_OK;
+}
+static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
+  void *state = o->dev->cuda;
+  amp_cu_tensor *t;
+  amp_status st;
+  size_t i;
+  if (o->cu) return AMP_OK;
+  t = (amp_cu_tensor *)AMP_MALLOC(o->count * sizeof *t);
+  if (!t) { snprintf(m, cap, "out of memory for a table of %zu tensors", o->count); return AMP_ERR_NOMEM; }
+  for (i = 0; i < o->count; i++) {
+    t[i].grad = o->g[i]; t[i].model = o->w[i]; t[i].n = o->n[i];
+    t[i].dtype = (int32_t)o->wtype[i]; t[i].grad_dtype = (int32_t)o->gtype[i];
+  }
+  st = amp__cu_optim_create(state, &o->cu, t, o->count, &o->cfg, m, cap);
+  AMP_FREE(t);
+  if (st != AMP_OK) { o->cu = NULL; return st; }
+  for (i = 0; i < o->count && st == AMP_OK; i++)   /* the masters taken at add, in stream order */
+    st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->master[i], o->n[i] * sizeof(float), 2, m, cap);
+  if (st != AMP_OK) { amp__cu_optim_destroy(state, o->cu); o->cu = NULL; return st; }
+  for (i = 0; i < o->count; i++) {
+    amp__cu_free(state, o->master[i]);
+    o->master[i] = amp__cu_optim_master(o->cu, i, NULL);
+  }
+  o->frozen = 1;
+  return AMP_OK;
+}
+static void amp__cuda_optim_destroy(amp_optimizer *o) {
+  size_t i;
+  if (o->cu) { amp__cu_optim_destroy(o->dev->cuda, o->cu); return; }
+  for (i = 0; i < o->count; i++) amp__cu_free(o->dev->cuda, o->master[i]);   /* not built: the add buffers */
+}
+static amp_status amp__cuda_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *m, size_t cap) {
+  return o->cu ? amp__cu_optim_set_hparams(o->dev->cuda, o->cu, c, m, cap) : AMP_OK;   /* else: read at optim_ready */
+}
+static amp_status amp__cuda_optim_unscale(amp_optimizer *o, amp_scaler *s, double **dp, char *m, size_t cap) {
+  if (dp) return amp__cu_optim_unscale_local(o->dev->cuda, o->cu, s->cu, dp, m, cap);
+  return amp__cu_optim_unscale(o->dev->cuda, o->cu, s->cu, m, cap);
+}
+static amp_status amp__cuda_optim_unscale_finish(amp_optimizer *o, amp_scaler *s, char *m, size_t cap) {
+  return amp__cu_optim_unscale_finish(o->dev->cuda, o->cu, s->cu, m, cap);
+}
+static amp_status amp__cuda_optim_step(amp_optimizer *o, amp_scaler *s, char *m, size_t cap) {
+  return amp__cu_optim_step(o->dev->cuda, o->cu, s->cu, 0, m, cap);   /* the kernel skips itself on the flag */
+}
+static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
+  amp_cu_optim_info info;
+  amp_status st;
+  if (!o->cu) return AMP_OK;   /* nothing ran yet: the host fields are the state */
+  if ((st = amp__cu_optim_read(o->dev->cuda, o->cu, &info, m, cap)) != AMP_OK) return st;
+  o->step = (long)info.t; o->grad_norm = info.norm; o->found_inf = info.skip;
+  return AMP_OK;
+}
+static amp_status amp__cuda_optim_set_step(amp_optimizer *o, long step, char *m, size_t cap) {
+  return amp__cu_optim_set_step(o->dev->cuda, o->cu, (int64_t)step, m, cap);
+}
+static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
+                                            char *m, size_t cap) {
+  return amp__cu_optim_state_io(o->dev->cuda, o->cu, i, which, host, to_device, m, cap);
+}
+static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, char *m, size_t cap) {
+  return amp__cu_cast(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], o->master[i], AMP_F32, o->n[i], m, cap);
+}
+static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
+                                 float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
+                                 int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *o,
+                                 char *msg, size_t cap) {
+  return amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
+                      msg, cap);
+}
+
+static const amp__backend amp__cuda_ops = {
+  "CUDA", 0, amp__cuda_sync, amp__cuda_close,
+  amp__cuda_scaler_create, amp__cuda_scaler_destroy, amp__cuda_scaler_pull, amp__cuda_scaler_push, amp__cuda_scaler_rule,
+  amp__cuda_scale_ptr, amp__cuda_scale_buffer,
+  amp__cuda_optim_add, amp__cuda_optim_ready, amp__cuda_optim_destroy, amp__cuda_optim_set_config,
+  amp__cuda_optim_unscale, amp__cuda_optim_unscale_finish, amp__cuda_optim_step, amp__cuda_optim_pull,
+  amp__cuda_optim_set_step, amp__cuda_optim_tensor_io, amp__cuda_optim_write_model,
+  amp__cuda_gemm
+};
+
+AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
+  amp_device *d;
+  amp_status st;
+  void *state = NULL;
+  if (!out) return amp__fail(AMP_ERR_ARG, "amp_cuda_open: out is NULL");
+  if (ordinal < 0) return amp__fail(AMP_ERR_ARG, "amp_cuda_open: ordinal %d must be >= 0", ordinal);
+  st = amp__cu_open(ordinal, cuda_stream, &state, amp__err_buf, sizeof amp__err_buf);
+  if (st != AMP_OK) return st;
+  d = (amp_device *)AMP_MALLOC(sizeof *d);
+  if (!d) { amp__cu_close(state); return amp__fail(AMP_ERR_NOMEM, "amp_cuda_open: out of memory"); }
+  memset(d, 0, sizeof *d);
+  d->be = &amp__cuda_ops; d->is_cuda = 1; d->ordinal = ordinal; d->stream = cuda_stream; d->cuda = state;
+  *out = d;
+  return AMP_OK;
+}
+#else
+AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
+  (void)cuda_stream;
+  if (out) *out = NULL;
+  return amp__fail(AMP_ERR_UNSUPPORTED, "amp_cuda_open(ordinal %d): amp.h was built without CUDA; "
+                   "define AMP_CUDA in the implementation unit, compile amp_kernels.cu with nvcc and link "
+                   "-lcudart -lcublasLt -lcublas", ordinal);
+}
+#endif
+
+static const amp__backend *amp__be(const amp_device *d) { return d->be ? d->be : &amp__cpu_ops; }
 
 #ifdef __cplusplus
 }

@@ -3,11 +3,14 @@
 // Build: nvcc -O3 -arch=sm_90 -c amp_kernels.cu, define AMP_CUDA in the translation unit that
 // defines AMP_IMPLEMENTATION, link -lcudart -lcublasLt -lcublas. See the manual at the top of amp.h.
 //
-// amp.h's implementation calls the extern "C" amp__cu_* functions below. Each returns an amp_status
-// and, on failure, writes a message naming the CUDA call, the error's name and file:line into the
-// caller's buffer (amp.h's thread-local amp_last_error). The element math of every kernel is the
-// AMP_HD functions of amp.h, the same code the CPU path runs.
+// The extern "C" amp__cu_* functions below (declared in amp_kernels.h) are the CUDA device's side of
+// amp.h's device line: amp.h's public functions check arguments and call order once, then call its
+// CUDA operation table (amp__cuda_ops), each entry one call of a launcher here. Each returns an
+// amp_status and, on failure, writes a message naming the CUDA call, the error's name and
+// file:line into the caller's buffer (amp.h puts the public function's name before it). The
+// element math of every kernel is the AMP_HD functions of amp.h, the same code the CPU path runs.
 #include "amp.h"
+#include "amp_kernels.h"
 #include <cuda.h>            // CUcontext, CUresult: types only (the two driver calls are looked up at run time)
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -273,7 +276,7 @@ struct amp__cu_chunk { long long start; int32_t tensor; int32_t len; };
 
 // The optimizer's block in device memory.
 struct amp__cu_optim_dev {
-  amp_cu_hparams h;
+  amp_optim_config h;
   long long t;            // updates done
   long long skipped;
   float norm, clip, mul;  // the last unscale's results
@@ -377,21 +380,9 @@ template <typename F> __device__ F amp__cu_block_sum(F x) {
   return t;
 }
 
-// ---- per-step coefficients (PyTorch: bias corrections in double, rounded once to float)
-
-static __host__ __device__ void amp__cu_coefs(const amp_cu_hparams *h, long long t, amp_step_coefs *c) {
-  int adamw = h->kind == AMP_ADAMW;
-  c->lr = h->lr;
-  c->wd = adamw ? 0.0f : h->weight_decay;          // AdamW decays the weight, not the grad
-  c->momentum = h->momentum; c->dampening = h->dampening;
-  c->nesterov = h->nesterov; c->first = t == 1;   // torch.optim.SGD: the buffer starts as the grad
-  c->beta1 = h->beta1; c->beta2 = h->beta2; c->eps = h->eps;
-  c->decay = adamw ? (float)(1.0 - (double)h->lr * (double)h->weight_decay) : 1.0f;
-  if (h->kind == AMP_SGD) { c->step_size = h->lr; c->bc2_sqrt = 1.0f; return; }
-  c->step_size = (float)((double)h->lr / (1.0 - pow((double)h->beta1, (double)t)));
-  c->bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
-}
-extern "C" void amp__cu_step_coefs(const amp_cu_hparams *h, int64_t t, amp_step_coefs *c) { amp__cu_coefs(h, (long long)t, c); }
+// ---- per-step coefficients: amp__step_coefs (amp.h), the CPU's own function. Its host compilation
+// by nvcc, for the test that compares it with the CPU build's bit for bit.
+extern "C" void amp__cu_step_coefs(const amp_optim_config *h, int64_t t, amp_step_coefs *c) { *c = amp__step_coefs(h, t); }
 
 // ---- the scale rule on the device (one thread)
 
@@ -559,7 +550,7 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     // change. Each block computes the coefficients itself (a few hundred cycles) rather than
     // waiting for one block to publish them.
     s_skip = o->skip || (sc && *(volatile int32_t *)&sc->found_inf);
-    if (!s_skip) { amp__cu_coefs(&o->h, o->t + 1, &s_c); s_mul = o->mul; }
+    if (!s_skip) { s_c = amp__step_coefs(&o->h, o->t + 1); s_mul = o->mul; }
   }
   __syncthreads();
   const int skip = s_skip;
@@ -582,7 +573,7 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   }
 }
 
-__global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_cu_hparams h) { o->h = h; }
+__global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_optim_config h) { o->h = h; }
 __global__ void amp__cu_set_step_kernel(amp__cu_optim_dev *o, long long t) { o->t = t; }
 
 // ---- casts (and the in-place multiply by the scale): grid-stride, 8 elements per access
@@ -753,7 +744,7 @@ static void amp__cu_optim_release(amp__cu_optim *o) {
 
 // Allocates and fills everything; on failure the caller releases what was made.
 static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const amp_cu_tensor *ts,
-                                      const amp_cu_hparams *h, amp__cu_tdev *ht, amp__cu_chunk *hc, char *msg, size_t cap) {
+                                      const amp_optim_config *h, amp__cu_tdev *ht, amp__cu_chunk *hc, char *msg, size_t cap) {
   int slots = 1 + o->has_m + o->has_v, c = 0;
   amp__cu_optim_dev hb;
   CU_CHECK(cudaMalloc(&o->dev, sizeof *o->dev));
@@ -794,7 +785,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
 }
 
 extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n_tensors,
-                                           const amp_cu_hparams *h, char *msg, size_t cap) {
+                                           const amp_optim_config *h, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   size_t chunks = 0;
   if (!optim || !ts || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %s is NULL", !optim ? "optim" : !ts ? "tensors" : "h");
@@ -843,7 +834,7 @@ extern "C" void amp__cu_optim_destroy(void *state, void *optim) {
   amp__cu_optim_release((amp__cu_optim *)optim);
 }
 
-extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_cu_hparams *h, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %s is NULL", !st ? "state" : !o ? "optim" : "h");
@@ -868,10 +859,6 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
   amp__cu_set_hparams_kernel<<<1, 1, 0, st->stream>>>(o->dev, *h);
   CU_CHECK_LAUNCH("amp__cu_set_hparams_kernel<<<1, 1>>>");
   return AMP_OK;
-}
-
-extern "C" float *amp__cu_optim_lr_ptr(void *optim) {
-  return optim ? &((amp__cu_optim *)optim)->dev->h.lr : NULL;
 }
 
 extern "C" float *amp__cu_optim_master(void *optim, size_t index, size_t *n) {

@@ -96,7 +96,7 @@ int main(void) {
   }
   { /* unscale + inf/NaN check + sum of squares, f16 grads: 2 B/element read */
     amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);
-    amp_cu_hparams h;
+    amp_optim_config h;
     step_arg a;
     memset(&h, 0, sizeof h); h.kind = AMP_SGD; h.lr = 1e-3f;
     make_tensors(t, K, N, AMP_F16);
@@ -110,7 +110,7 @@ int main(void) {
   }
   { /* AdamW: grad 2 + master 4+4 + m 4+4 + v 4+4 + model 2 = 28 B/param */
     amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);
-    amp_cu_hparams h;
+    amp_optim_config h;
     step_arg a;
     memset(&h, 0, sizeof h); h.kind = AMP_ADAMW; h.lr = 1e-3f; h.weight_decay = 1e-2f;
     h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f; h.max_grad_norm = 1.0f;
@@ -141,7 +141,7 @@ int main(void) {
   }
   { /* SGD momentum: grad 2 + master 4+4 + buf 4+4 + model 2 = 20 B/param */
     amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);
-    amp_cu_hparams h;
+    amp_optim_config h;
     step_arg a;
     memset(&h, 0, sizeof h); h.kind = AMP_SGD; h.lr = 1e-3f; h.momentum = 0.9f;
     make_tensors(t, K, N, AMP_F16);
@@ -170,7 +170,7 @@ int main(void) {
   if (stream) { /* 500 small tensors: launches per step, and the time of one step */
     enum { S = 500 };
     amp_cu_tensor t[S];
-    amp_cu_hparams h;
+    amp_optim_config h;
     step_arg a;
     void *g = NULL;
     size_t kernels = 0;

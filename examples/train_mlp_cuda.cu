@@ -276,7 +276,7 @@ static void train_cuda(const char *name, amp_dtype low, const dataset *tr, const
   gpu_mlp_init(&m, &types, W0);
 
   /* The scaler and the optimizer live on the device: the scale, found-inf flag, fp32 master and
-     momentum are device memory; the master is built from the model copies at the first step. */
+     momentum are device memory; the master is taken from each model copy at its add. */
   CHECK(amp_scaler_create(&sc, gpu, &scfg));
   memset(&oc, 0, sizeof oc);   /* zero: the defaults ({0} would do in C, not in C++) */
   oc.kind = AMP_SGD; oc.lr = o->lr; oc.momentum = 0.9f;

@@ -66,7 +66,7 @@ static void expect_arg(amp_status s, const char *needle, const char *what) {
 
 static void launchers_reject_bad_arguments(void) {
   amp_cu_tensor t[2];
-  amp_cu_hparams h;
+  amp_optim_config h;
   void *o = NULL, *fake = (void *)(uintptr_t)4096;
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(65536, &pr);
@@ -132,9 +132,9 @@ static void launchers_reject_bad_arguments(void) {
   }
 }
 
-/* The coefficients the step kernel computes (amp__cu_coefs, here its host compilation) against the
-   CPU optimizer's (amp__o_coefs) for the same config and step: every field the kind reads, bit for
-   bit. Runs without a GPU. */
+/* The coefficients the step kernel computes (amp__step_coefs as nvcc compiles it, here its host
+   compilation) against the CPU build's (the same function, compiled by the C compiler) for the same
+   config and step: every field the kind reads, bit for bit. Runs without a GPU. */
 static int coef_bits(float x) { return (int)amp__f32_bits(x); }
 static void device_step_coefficients_equal_the_cpu_optimizers(void) {
   static const long ts[] = {1, 2, 3, 10, 1000, 123457};
@@ -149,10 +149,10 @@ static void device_step_coefficients_equal_the_cpu_optimizers(void) {
     EXPECT(amp_optimizer_create(&o, amp_cpu(), &cfg[k]) == AMP_OK, "config %d: %s", k, amp_last_error());
     if (!o) return;
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-      amp_cu_hparams h = amp__o_cu_hparams(&o->cfg);
+      amp_optim_config h = o->cfg;
       amp_step_coefs c, d;
       o->step = ts[i] - 1;
-      c = amp__o_coefs(o);
+      c = amp__step_coefs(&o->cfg, (int64_t)o->step + 1);
       memset(&d, 0x55, sizeof d);
       amp__cu_step_coefs(&h, ts[i], &d);
       EXPECT(coef_bits(c.lr) == coef_bits(d.lr) && coef_bits(c.wd) == coef_bits(d.wd) && coef_bits(c.momentum) == coef_bits(d.momentum) &&
@@ -264,8 +264,8 @@ static void tset_free(tset *s) {
   for (size_t i = 0; i < s->k; i++) { amp__cu_free(ST, s->gbase[i]); amp__cu_free(ST, s->mbase[i]); free(s->hg[i]); free(s->hm[i]); }
 }
 
-static amp_cu_hparams hp(int kind, float lr, float wd, float mom, float damp, int nest, float maxnorm) {
-  amp_cu_hparams h;
+static amp_optim_config hp(int kind, float lr, float wd, float mom, float damp, int nest, float maxnorm) {
+  amp_optim_config h;
   memset(&h, 0, sizeof h);
   h.kind = kind; h.lr = lr; h.weight_decay = wd; h.momentum = mom; h.dampening = damp; h.nesterov = nest;
   h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f; h.max_grad_norm = maxnorm;
@@ -280,7 +280,7 @@ static void unscale_finds_norm_and_overflow_of_mixed_tensors(void) {
   void *o = NULL, *sc = NULL;
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(1024.0f, &pr);
-  amp_cu_hparams h = hp(AMP_SGD, 0.1f, 0, 0, 0, 0, 0);
+  amp_optim_config h = hp(AMP_SGD, 0.1f, 0, 0, 0, 0, 0);
   amp_cu_optim_info a, b;
   amp_cu_scaler_info si;
   double ref = 0;
@@ -335,7 +335,7 @@ static void unscale_finds_norm_and_overflow_of_mixed_tensors(void) {
 }
 
 /* Runs `steps` steps of h on the device and the same on the host, and compares. */
-static void run_optimizer_against_host(const char *name, amp_cu_hparams h, int steps, float gscale) {
+static void run_optimizer_against_host(const char *name, amp_optim_config h, int steps, float gscale) {
   size_t n[5] = {5, 64, 1003, 70001, 4096};
   int32_t dt[5] = {AMP_F16, AMP_BF16, AMP_F32, AMP_F16, AMP_BF16};
   int mis[5] = {0, 1, 0, 0, 1};
@@ -440,7 +440,7 @@ static void overflowing_step_leaves_state_bit_identical(void) {
   void *o = NULL, *sc = NULL;
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(4096.0f, &pr), got;
-  amp_cu_hparams h = hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f);
+  amp_optim_config h = hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f);
   amp_cu_scaler_info si;
   tset_make(&s, 3, n, dt, mis, 4096.0f);
   OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
@@ -491,7 +491,7 @@ static void captured_step_replays_like_eager(void) {
   amp_cu_tensor tb[3];
   amp_scale_params pr = params(2, 0.5f, 2, 1, 0, 0, 0, 0);   /* interval 2: the scale grows inside the replays */
   amp_scale_state s0 = state0(1024.0f, &pr), ga, gb;
-  amp_cu_hparams h = hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 2.0f);
+  amp_optim_config h = hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 2.0f);
   size_t kernels = 0;
   tset_make(&s, 3, n, dt, mis, 1024.0f);
   for (int i = 0; i < 3; i++) {   /* B: its own model copies, equal to A's, the same grads */
@@ -542,7 +542,7 @@ static void step_over_500_small_tensors_is_two_or_three_launches(void) {
   void *mem[2 * K], *o = NULL, *sc = NULL, *g = NULL;
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(65536.0f, &pr);
-  amp_cu_hparams h = hp(AMP_ADAMW, 1e-3f, 1e-2f, 0, 0, 0, 1.0f);
+  amp_optim_config h = hp(AMP_ADAMW, 1e-3f, 1e-2f, 0, 0, 0, 1.0f);
   amp_cu_optim_info info;
   size_t kernels = 0;
   for (int i = 0; i < K; i++) {
@@ -653,7 +653,7 @@ static void optimizer_state_round_trips_through_host(void) {
   int mis[2] = {0, 0};
   tset s;
   void *o = NULL;
-  amp_cu_hparams h = hp(AMP_ADAM, 1e-3f, 0, 0, 0, 0, 0);
+  amp_optim_config h = hp(AMP_ADAM, 1e-3f, 0, 0, 0, 0, 0);
   amp_cu_optim_info info;
   float *a = (float *)xmalloc(5000 * 4), *b = (float *)xmalloc(5000 * 4);
   size_t len = 0;
@@ -677,7 +677,7 @@ static void optimizer_state_round_trips_through_host(void) {
   EXPECT(info.t == 42 && info.mul == 1.0f, "after set_step(41) and a step: t %lld mul %g, want 42 1", (long long)info.t, (double)info.mul);
   expect_arg(amp__cu_optim_state_io(ST, o, 2, 0, a, 0, msg, sizeof msg), "index 2", "index 2");
   {
-    amp_cu_hparams h2 = h;
+    amp_optim_config h2 = h;
     h2.kind = AMP_SGD;
     expect_arg(amp__cu_optim_set_hparams(ST, o, &h2, msg, sizeof msg), "kind 0", "kind change");
   }

@@ -97,7 +97,7 @@ check "train_gpt: without its text it says so and falls back; the built-in text 
   cat '$B/gpt_fb.log'; grep -q 'no text there' '$B/gpt_fb.log' && grep -q 'data: the built-in text' '$B/gpt_fb.log'"
 check "bench_gpt: builds with -Werror (make bench runs it)" gcc -std=c99 -O3 $WARN -I. bench/bench_gpt.c -o "$B/bench_gpt" -lm
 
-# Data parallel (issue 8): threads as ranks on the CPU; the NCCL trainer where NCCL is installed.
+# Data parallel: threads as ranks on the CPU; the NCCL trainer where NCCL is installed.
 check "example dp_threads (4 and 3 ranks skip together; exits 1 if they diverge)" sh -c "gcc -std=c99 -O2 $WARN -pthread -I. examples/dp_threads.c -o $B/dp_threads -lm && $B/dp_threads 4 && $B/dp_threads 3"
 if [ -f "$CUDA_HOME/include/nccl.h" ] && [ -f "$B/amp_kernels_nccl.o" ]; then
   check "example dp_nccl (builds; runs one rank where a GPU is present)" sh -c "gcc -std=c99 -O2 $WARN -DAMP_CUDA -DAMP_NCCL -I. -isystem $CUDA_HOME/include examples/dp_nccl.c $B/amp_kernels_nccl.o -o $B/dp_nccl -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lnccl -lcudart -lcublasLt -lcublas -lstdc++ -lm && $B/dp_nccl"

@@ -426,6 +426,30 @@ static void bad_input_is_refused_and_changes_nothing(void) {
   amp_optimizer_destroy(o);
 }
 
+/* The manual's rule: the fp32 master is taken at add, from the model copy as it is then. Weights
+   written after add are not seen: the master keeps the value at add, and the first update writes
+   the model copy from it (here SGD with zero grads, so the update changes nothing else). */
+static void the_master_is_taken_at_add(void) {
+  amp_f16 w[3]; float g[3] = {0, 0, 0};
+  amp_optim_config c; amp_optimizer *o = NULL; amp_scaler *s = NULL;
+  const float *master;
+  size_t n = 0;
+  memset(&c, 0, sizeof c); c.kind = AMP_SGD; c.lr = 0.5f;
+  w[0] = amp_f32_to_f16(1.0f); w[1] = amp_f32_to_f16(-2.0f); w[2] = amp_f32_to_f16(0.25f);
+  if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK || amp_scaler_create(&s, amp_cpu(), NULL) != AMP_OK ||
+      amp_optimizer_add_mixed(o, AMP_F16, w, AMP_F32, g, 3) != AMP_OK) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  w[0] = amp_f32_to_f16(7.0f);   /* written after add */
+  master = amp_optimizer_master(o, 0, &n);
+  EXPECT(master && n == 3 && master[0] == 1.0f && master[1] == -2.0f && master[2] == 0.25f,
+         "master after add: n %zu, want 1 -2 0.25, got %g %g %g", n, master ? (double)master[0] : 0.0,
+         master ? (double)master[1] : 0.0, master ? (double)master[2] : 0.0);
+  EXPECT(amp_scaler_step(s, o) == AMP_OK && amp_scaler_update(s) == AMP_OK, "step: %s", amp_last_error());
+  EXPECT(amp_f16_to_f32(w[0]) == 1.0f && amp_optimizer_step_count(o) == 1,
+         "the first update writes the model copy from the master taken at add: want w0 1, got %g (steps %ld)",
+         (double)amp_f16_to_f32(w[0]), amp_optimizer_step_count(o));
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+}
+
 int main(void) {
   RUN(loop_conversions_equal_the_scalar_ones);
   RUN(sgd_variants_match_the_pytorch_formulas);
@@ -437,5 +461,6 @@ int main(void) {
   RUN(custom_step_gets_unscaled_fp32_grads_and_writes_the_model);
   RUN(simd_and_plain_loops_give_the_same_bits);
   RUN(bad_input_is_refused_and_changes_nothing);
+  RUN(the_master_is_taken_at_add);
   TEST_END();
 }

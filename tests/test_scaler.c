@@ -27,7 +27,7 @@ static int pattern_steps(void) { return t_quick() ? 10000 : 100000; }
 /* The references test finiteness with amp__finite (on the bits) where the anchors write
    isfinite(): a build with -Ofast (-ffinite-math-only) folds isfinite() to 1. */
 /* ---- the references: literal transcriptions of the anchors' code (amp.h adds one thing to all:
-   the scale never goes below FLT_MIN, SEMANTICS.md; marked AMP below) ---- */
+   the scale never goes below FLT_MIN, as the manual says; marked AMP below) ---- */
 
 /* PyTorch aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp _amp_update_scale_cpu_ */
 typedef struct { float scale; int tracker; } ref_torch;
@@ -423,10 +423,11 @@ static void call_order_follows_pytorch(void) {
   amp_optimizer_destroy(o); amp_scaler_destroy(s);
 }
 static void scaler_and_optimizer_on_different_devices_are_refused(void) {
-  amp_device fake = {1, 0, NULL, NULL};
+  amp_device fake;   /* another device than the scaler's: its own object (the CPU's operations) */
   float w[2] = {1, 2}, g[2] = {0, 0};
   amp_optim_config oc; amp_optimizer *o = NULL; amp_scaler *s = make(NULL);
   amp_status st;
+  memset(&fake, 0, sizeof fake); fake.is_cuda = 1;
   memset(&oc, 0, sizeof oc);
   if (!s || amp_optimizer_create(&o, &fake, &oc) != AMP_OK || amp_optimizer_add(o, AMP_F32, w, g, 2) != AMP_OK) { EXPECT(0, "setup %s", amp_last_error()); return; }
   st = amp_scaler_step(s, o);

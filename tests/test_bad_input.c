@@ -1,5 +1,4 @@
-/* tests/test_review_cpu.c - an adversarial review of the CPU library against API.md, SEMANTICS.md
-   and the issues' "Bad input" sections: every refused call returns the right status, names the
+/* tests/test_bad_input.c - bad input to the CPU library: every refused call returns the right status, names the
    function and the bad value, and changes nothing (the whole optimizer and scaler compared byte
    for byte before and after); checkpoints on paths that are directories or cannot be written;
    cblas leading-dimension rules for every layout and transposition. */
@@ -17,7 +16,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#define DIR_ "build/test/review_cpu"
+#define DIR_ "build/test/bad_input"
 
 /* ---- the whole state of an optimizer and a scaler, as bytes -------------------------------- */
 typedef struct { unsigned char *p; size_t n, cap; } snap;

@@ -1,4 +1,4 @@
-/* tests/test_review_nomem.c - allocation failure: AMP_MALLOC replaced by one that fails its Nth
+/* tests/test_out_of_memory.c - allocation failure: AMP_MALLOC replaced by one that fails its Nth
    call, for every N a whole scenario makes (policy, mixlist, scaler, optimizer, step, checkpoint,
    product). Every call either succeeds or returns AMP_ERR_NOMEM naming itself, and a failed call
    changes nothing (policy text, optimizer state and the file on disk compared before and after);
@@ -15,8 +15,8 @@ static void *nm_malloc(size_t n) { if (++nm_calls == nm_fail_at) return NULL; re
 #include "test.h"
 #include <sys/stat.h>
 
-#define CKPT "build/test/review_nomem.ckpt"
-#define MIXFILE "build/test/review_nomem.json"
+#define CKPT "build/test/out_of_memory.ckpt"
+#define MIXFILE "build/test/out_of_memory.json"
 
 static int bad_status(amp_status st, const char *fn) {
   if (st == AMP_OK) return 0;

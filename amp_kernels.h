@@ -1,0 +1,156 @@
+/* amp_kernels.h - the CUDA half of amp.h's device line: what amp_kernels.cu defines (private).
+
+   amp.h's implementation includes this file when it is built with AMP_CUDA, and amp_kernels.cu
+   includes it after amp.h; a trainer never needs it. The CUDA tests and benchmarks call these
+   functions directly (they include amp.h with AMP_IMPLEMENTATION and AMP_CUDA).
+
+   The extern "C" launchers below are the CUDA device's operations. amp.h's public functions check
+   arguments, keep the call order and write messages once, above the line, and reach the device
+   through the operation table of its implementation section ("The device line"), whose CUDA
+   entries are thin calls of these. `state` is the device's amp__cu_state (amp_device.cuda). Each
+   returns an amp_status and on failure writes "amp__cu_x: what" (AMP_ERR_ARG, checked before any
+   CUDA call) or the CUDA call, the error's name and file:line (AMP_ERR_DEVICE) into msg[cap]; a
+   failing call changes nothing. Calls marked [step] only enqueue kernels on the device's stream:
+   no allocation, no copy, no host wait, so a step may be captured in a CUDA graph. Calls marked
+   [sync] wait for the stream. */
+#ifndef AMP_KERNELS_H
+#define AMP_KERNELS_H
+
+#include "amp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Devices: open makes the per-device state (cuBLASLt handle, workspace, caches) for ordinal on the
+   stream (NULL: the legacy default stream); close waits for the stream and frees it. */
+extern amp_status amp__cu_open(int ordinal, void *stream, void **state, char *msg, size_t cap);
+extern void       amp__cu_close(void *state);
+extern amp_status amp__cu_sync(void *state, char *msg, size_t cap);
+
+/* One tensor of an optimizer (dtypes AMP_F32/F16/BF16; grad_dtype may differ from dtype, as with
+   amp_optimizer_add_mixed). */
+typedef struct amp_cu_tensor {
+  const void *grad;   /* device pointer, n elements of grad_dtype */
+  void *model;        /* device pointer, n elements of dtype: the model copy, rewritten rounded after each update */
+  size_t n;
+  int32_t dtype;      /* the model copy's */
+  int32_t grad_dtype; /* the grads' */
+} amp_cu_tensor;
+
+/* What a device scaler / optimizer holds besides the scale state, read back by a [sync] call. */
+typedef struct amp_cu_scaler_info {
+  float inv_scale;              /* amp__inv_scale(scale): what the next unscale multiplies by */
+  int32_t found_inf;            /* OR of the unscales since the last scale rule */
+  int32_t last_skipped;         /* the last scale rule saw an overflow */
+  int64_t skipped;              /* iterations with an overflow, in all */
+} amp_cu_scaler_info;
+typedef struct amp_cu_optim_info {
+  int64_t t;                    /* updates done (skipped steps not counted) */
+  int64_t skipped;              /* steps skipped for an overflow */
+  float norm, clip;             /* last unscale: L2 norm of the unscaled grads, clip coefficient */
+  float mul;                    /* inv_scale * clip: the factor the update applies to each grad */
+  int32_t skip;                 /* the last unscale found inf/NaN: the next step skips */
+} amp_cu_optim_info;
+
+/* Device scaler: one small block in device memory (scale state, rule parameters, inverse scale,
+   found-inf flag, skip counts). */
+extern amp_status amp__cu_scaler_create(void *state, void **scaler, const amp_scale_state *st,
+                                        const amp_scale_params *pr, char *msg, size_t cap);
+extern void       amp__cu_scaler_destroy(void *state, void *scaler);
+/* [step] replaces the scale state (checkpoint load) and refreshes the inverse scale. */
+extern amp_status amp__cu_scaler_set(void *state, void *scaler, const amp_scale_state *st, char *msg, size_t cap);
+/* [step] the whole block (checkpoint load): state, parameters, the inverse scale the unscale uses
+   (1/init_scale for fixed scaling), skip counts; the found-inf flag cleared. 1 launch. */
+extern amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_scale_state *st,
+                                      const amp_scale_params *pr, float inv_scale, int last_skipped,
+                                      int64_t skipped, char *msg, size_t cap);
+/* [sync] the scale state and the rest of the block; either output may be NULL. */
+extern amp_status amp__cu_scaler_read(void *state, const void *scaler, amp_scale_state *st,
+                                      amp_cu_scaler_info *info, char *msg, size_t cap);
+/* The device address of the current scale (a float), for the trainer's own loss-gradient kernel. */
+extern float     *amp__cu_scaler_scale_ptr(void *scaler);
+/* [step] the scale rule on the device with found_inf = the device flag (OR-ed by the unscales since
+   the last rule) OR (found_inf > 0), as the CPU's update()/update_found_inf(); found_inf is -1, 0
+   or 1. Then the flag is cleared. 1 launch. */
+extern amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf, char *msg, size_t cap);
+/* [step] buf[i] = buf[i] * scale, rounded to dtype (the loss gradient of the scaled loss). 1 launch. */
+extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n,
+                                       char *msg, size_t cap);
+
+/* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 master
+   (initialised from the model copies), the moments (zeroed) and the per-step block. */
+extern amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *tensors, size_t n_tensors,
+                                       const amp_optim_config *h, char *msg, size_t cap);
+extern void       amp__cu_optim_destroy(void *state, void *optim);
+/* [step] new hyperparameters (the kind must stay the same). */
+extern amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap);
+/* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range. */
+extern float     *amp__cu_optim_master(void *optim, size_t index, size_t *n);
+/* [step] unscale + inf/NaN check + sum of squares over every grad in one launch; its last block
+   takes the norm, the clip coefficient and the skip decision, and ORs an overflow into the scaler's
+   flag (scaler NULL: inverse scale 1, no flag). Grads are read, never written. */
+extern amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap);
+/* [step] data-parallel unscale in two halves around the trainer's all-reduce. _local: the same pass,
+   but the last block only writes this rank's {found_inf 0/1, sum of squares} as 2 doubles to the
+   optimizer's device buffer *buf and decides nothing (optimizer and scaler unchanged). _finish
+   (1 launch, 1 thread): norm, clip, skip from the buffer as reduced (the SUM over ranks); an
+   overflow is ORed into the scaler's flag. With an identity reduce the result equals
+   amp__cu_optim_unscale's bit for bit. */
+extern amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg, size_t cap);
+extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap);
+/* [step] the fused update in one launch; it changes nothing but the skipped count when this
+   optimizer's last unscale or, scaler given, any unscale into that scaler since its last rule found
+   inf/NaN. With update_scaler != 0 its last block also runs the scale rule (amp__cu_scaler_update(-1))
+   once every block has read the flag, so a step of one optimizer can be 2 launches. */
+extern amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap);
+/* [sync] the step count, norm, clip and skip state. */
+extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap);
+/* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
+   (to_device 0) or from host (to_device 1); a moment the kind does not keep is AMP_ERR_ARG. */
+extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
+                                         int to_device, char *msg, size_t cap);
+/* [step] set the step count (checkpoint load). */
+extern amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap);
+/* The per-step coefficients the device computes for update number t (t >= 1), on the host: the
+   same source compiled for both sides. */
+extern void       amp__cu_step_coefs(const amp_optim_config *h, int64_t t, amp_step_coefs *c);
+
+/* [step] dst = src converted (any pair of F32/F16/BF16; same type: a copy). 1 launch. */
+extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
+                               size_t n, char *msg, size_t cap);
+
+/* Plumbing for tests, benchmarks and checkpoints. amp__cu_copy: dir 0 host->device, 1 device->host
+   ([sync]), 2 device->device ([step], async on the stream). Capture: begin/end on the device's
+   stream (it must not be the legacy default stream); end instantiates the graph and counts its
+   kernel nodes. */
+extern amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap);
+extern void       amp__cu_free(void *state, void *p);
+extern amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap);
+extern amp_status amp__cu_stream_create(int ordinal, void **stream, char *msg, size_t cap);
+extern void       amp__cu_stream_destroy(void *stream);
+extern amp_status amp__cu_capture_begin(void *state, char *msg, size_t cap);
+extern amp_status amp__cu_capture_end(void *state, void **graph, size_t *kernel_nodes, char *msg, size_t cap);
+extern amp_status amp__cu_graph_launch(void *state, void *graph, char *msg, size_t cap);
+extern void       amp__cu_graph_destroy(void *graph);
+
+/* The matrix product: cuBLASLt, the WMMA teaching kernel and the plain fallback kernel. amp_gemm_ex
+   has checked every argument; A, B, C and opts->bias are device pointers. */
+extern amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb,
+                               int m, int n, int k, float alpha,
+                               const void *A, amp_dtype a_type, int lda,
+                               const void *B, amp_dtype b_type, int ldb,
+                               float beta, void *C, amp_dtype c_type, int ldc,
+                               const amp_gemm_opts *opts, char *msg, size_t cap);
+
+/* NCCL (amp_kernels.cu built with -DAMP_NCCL): the all-reduce of amp_nccl_allreduce_hook and of
+   amp_nccl_allreduce_grads, whose arguments amp.h has checked. */
+extern amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, void *stream, char *msg, size_t cap);
+extern amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, int32_t dtype, size_t n, int average,
+                                     int in_f32, char *msg, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AMP_KERNELS_H */

@@ -1,0 +1,418 @@
+/* tests/test_device_line.c - the CUDA side of amp.h's device line, run on the CPU.
+
+   amp.h is built here with AMP_CUDA, and this file defines the launchers of amp_kernels.h as a
+   host emulation: "device memory" is host memory, and each launcher does what its kernel does,
+   with amp.h's own element functions (the scale rule, amp__step_coefs, the CPU's scan and step
+   loops). So the CUDA operation table (amp__cuda_ops) and every public function above the line
+   run for real without a GPU: a training run on this "CUDA" device must give the CPU's bits, a
+   checkpoint must move between them, the master must be taken at add, and a failed device read
+   in a getter must come back from the next update. What the emulation cannot prove is the
+   kernels themselves: tests/cuda_*.c do that on a GPU. */
+#define AMP_CUDA
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CKPT "build/test/device_line.ckpt"
+
+/* ---- the emulated launchers ------------------------------------------------------------------ */
+
+static int fake_fail_reads = 0;   /* > 0: that many scaler/optimizer reads fail with AMP_ERR_DEVICE */
+static int fake_state_tag;        /* the per-device state: only its address is used */
+
+static amp_status fake_fail(char *msg, size_t cap, const char *call) {
+  snprintf(msg, cap, "%s failed: cudaErrorIllegalAddress (emulated)", call);
+  return AMP_ERR_DEVICE;
+}
+
+amp_status amp__cu_open(int ordinal, void *stream, void **state, char *msg, size_t cap) {
+  (void)ordinal; (void)stream; (void)msg; (void)cap;
+  *state = &fake_state_tag;
+  return AMP_OK;
+}
+void amp__cu_close(void *state) { (void)state; }
+amp_status amp__cu_sync(void *state, char *msg, size_t cap) { (void)state; (void)msg; (void)cap; return AMP_OK; }
+
+typedef struct fake_scaler {
+  amp_scale_state st; amp_scale_params pr; float inv; int32_t found; int32_t last_skipped; int64_t skipped;
+} fake_scaler;
+
+amp_status amp__cu_scaler_create(void *state, void **scaler, const amp_scale_state *st, const amp_scale_params *pr,
+                                 char *msg, size_t cap) {
+  fake_scaler *f = (fake_scaler *)calloc(1, sizeof *f);
+  (void)state;
+  if (!f) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
+  f->st = *st; f->pr = *pr; f->inv = amp__inv_scale(st->scale);
+  *scaler = f;
+  return AMP_OK;
+}
+void amp__cu_scaler_destroy(void *state, void *scaler) { (void)state; free(scaler); }
+amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_scale_state *st, const amp_scale_params *pr,
+                               float inv_scale, int last_skipped, int64_t skipped, char *msg, size_t cap) {
+  fake_scaler *f = (fake_scaler *)scaler;
+  (void)state; (void)msg; (void)cap;
+  f->st = *st; f->pr = *pr; f->inv = inv_scale; f->last_skipped = last_skipped; f->skipped = skipped; f->found = 0;
+  return AMP_OK;
+}
+amp_status amp__cu_scaler_read(void *state, const void *scaler, amp_scale_state *st, amp_cu_scaler_info *info,
+                               char *msg, size_t cap) {
+  const fake_scaler *f = (const fake_scaler *)scaler;
+  (void)state;
+  if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(scaler block)"); }
+  if (st) *st = f->st;
+  if (info) { info->inv_scale = f->inv; info->found_inf = f->found; info->last_skipped = f->last_skipped; info->skipped = f->skipped; }
+  return AMP_OK;
+}
+float *amp__cu_scaler_scale_ptr(void *scaler) { return &((fake_scaler *)scaler)->st.scale; }
+amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf, char *msg, size_t cap) {
+  fake_scaler *f = (fake_scaler *)scaler;
+  int found = f->found != 0;
+  (void)state; (void)msg; (void)cap;
+  f->found = 0;
+  if (found_inf > 0) found = 1;
+  amp__scale_rule(&f->st, &f->pr, found);
+  if (!f->pr.fixed) f->inv = amp__inv_scale(f->st.scale);
+  f->last_skipped = found; f->skipped += found;
+  return AMP_OK;
+}
+amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n, char *msg, size_t cap) {
+  float k = ((const fake_scaler *)scaler)->st.scale;
+  size_t i;
+  (void)state; (void)msg; (void)cap;
+  for (i = 0; i < n; i++) amp__store(buf, (amp_dtype)dtype, i, amp__load(buf, (amp_dtype)dtype, i) * k);
+  return AMP_OK;
+}
+
+typedef struct fake_optim {
+  amp_optim_config h; size_t k; amp_cu_tensor *t; float **p, **m, **v;
+  int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
+} fake_optim;
+
+amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n, const amp_optim_config *h,
+                                char *msg, size_t cap) {
+  fake_optim *o = (fake_optim *)calloc(1, sizeof *o);
+  int nm = amp__o_moments(h);
+  size_t i, j;
+  (void)state;
+  if (!o) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
+  o->h = *h; o->k = n;
+  o->t = (amp_cu_tensor *)calloc(n, sizeof *o->t); o->p = (float **)calloc(n, sizeof *o->p);
+  o->m = (float **)calloc(n, sizeof *o->m); o->v = (float **)calloc(n, sizeof *o->v);
+  for (i = 0; i < n; i++) {
+    o->t[i] = ts[i];
+    o->p[i] = (float *)malloc(ts[i].n * 4);
+    for (j = 0; j < ts[i].n; j++) o->p[i][j] = amp__load(ts[i].model, (amp_dtype)ts[i].dtype, j);
+    if (nm >= 1) o->m[i] = (float *)calloc(ts[i].n, 4);
+    if (nm >= 2) o->v[i] = (float *)calloc(ts[i].n, 4);
+  }
+  *optim = o;
+  return AMP_OK;
+}
+void amp__cu_optim_destroy(void *state, void *optim) {
+  fake_optim *o = (fake_optim *)optim;
+  size_t i;
+  (void)state;
+  for (i = 0; i < o->k; i++) { free(o->p[i]); free(o->m[i]); free(o->v[i]); }
+  free(o->t); free(o->p); free(o->m); free(o->v); free(o);
+}
+amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
+  fake_optim *o = (fake_optim *)optim;
+  (void)state;
+  if (h->kind != o->h.kind) { snprintf(msg, cap, "amp__cu_optim_set_hparams: kind %d differs", (int)h->kind); return AMP_ERR_ARG; }
+  o->h = *h;
+  return AMP_OK;
+}
+float *amp__cu_optim_master(void *optim, size_t index, size_t *n) {
+  fake_optim *o = (fake_optim *)optim;
+  if (index >= o->k) { if (n) *n = 0; return NULL; }
+  if (n) *n = o->t[index].n;
+  return o->p[index];
+}
+static void fake_scan(fake_optim *o, const fake_scaler *sc, int *bad, double *ss) {
+  size_t i;
+  for (i = 0; i < o->k; i++)
+    amp__o_scan(o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].n, sc ? sc->inv : 1.0f, ss, bad);
+}
+static void fake_decide(fake_optim *o, fake_scaler *sc, int found, double ss) {
+  float inv = sc ? sc->inv : 1.0f;
+  o->norm = (float)sqrt(ss); o->clip = amp__clip_coef(o->norm, o->h.max_grad_norm); o->mul = inv * o->clip;
+  o->skip = found;
+  if (found && sc) sc->found = 1;
+}
+amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap) {
+  int bad = 0; double ss = 0.0;
+  (void)state; (void)msg; (void)cap;
+  fake_scan((fake_optim *)optim, (fake_scaler *)scaler, &bad, &ss);
+  fake_decide((fake_optim *)optim, (fake_scaler *)scaler, bad, ss);
+  return AMP_OK;
+}
+amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg, size_t cap) {
+  fake_optim *o = (fake_optim *)optim;
+  int bad = 0; double ss = 0.0;
+  (void)state; (void)msg; (void)cap;
+  fake_scan(o, (fake_scaler *)scaler, &bad, &ss);
+  o->red[0] = bad; o->red[1] = ss;
+  *buf = o->red;
+  return AMP_OK;
+}
+amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap) {
+  fake_optim *o = (fake_optim *)optim;
+  (void)state; (void)msg; (void)cap;
+  fake_decide(o, (fake_scaler *)scaler, !(o->red[0] == 0.0), o->red[1]);
+  return AMP_OK;
+}
+amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap) {
+  fake_optim *o = (fake_optim *)optim;
+  fake_scaler *sc = (fake_scaler *)scaler;
+  size_t i;
+  (void)state; (void)update_scaler; (void)msg; (void)cap;
+  if (o->skip || (sc && sc->found)) { o->skipped++; return AMP_OK; }
+  {
+    amp_step_coefs c = amp__step_coefs(&o->h, o->t_done + 1);
+    for (i = 0; i < o->k; i++)
+      amp__o_step(o->h.kind, o->p[i], o->m[i], o->v[i], o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].model,
+                  (amp_dtype)o->t[i].dtype, o->t[i].n, o->mul, &c);
+  }
+  o->t_done++;
+  return AMP_OK;
+}
+amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap) {
+  const fake_optim *o = (const fake_optim *)optim;
+  (void)state;
+  if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(optimizer block)"); }
+  info->t = o->t_done; info->skipped = o->skipped; info->norm = o->norm; info->clip = o->clip; info->mul = o->mul;
+  info->skip = o->skip;
+  return AMP_OK;
+}
+amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host, int to_device,
+                                  char *msg, size_t cap) {
+  fake_optim *o = (fake_optim *)optim;
+  float *d = which == 0 ? o->p[index] : which == 1 ? o->m[index] : o->v[index];
+  (void)state;
+  if (!d) { snprintf(msg, cap, "amp__cu_optim_state_io: which %d is not kept", which); return AMP_ERR_ARG; }
+  if (to_device) memcpy(d, host, o->t[index].n * 4); else memcpy(host, d, o->t[index].n * 4);
+  return AMP_OK;
+}
+amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap) {
+  (void)state; (void)msg; (void)cap;
+  ((fake_optim *)optim)->t_done = t;
+  return AMP_OK;
+}
+amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type, size_t n,
+                        char *msg, size_t cap) {
+  (void)state; (void)msg; (void)cap;
+  return amp_convert(dst, (amp_dtype)dst_type, src, (amp_dtype)src_type, n);
+}
+amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap) {
+  (void)state;
+  if (!(*p = malloc(bytes))) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
+  return AMP_OK;
+}
+void amp__cu_free(void *state, void *p) { (void)state; free(p); }
+amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap) {
+  (void)state; (void)dir; (void)msg; (void)cap;
+  memcpy(dst, src, bytes);
+  return AMP_OK;
+}
+amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
+                        const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
+                        float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts, char *msg, size_t cap) {
+  (void)state; (void)layout; (void)ta; (void)tb; (void)m; (void)n; (void)k; (void)alpha; (void)A; (void)a_type; (void)lda;
+  (void)B; (void)b_type; (void)ldb; (void)beta; (void)C; (void)c_type; (void)ldc; (void)opts;
+  snprintf(msg, cap, "cublasLtMatmul failed: CUBLAS_STATUS_NOT_SUPPORTED (emulated)");
+  return AMP_ERR_DEVICE;
+}
+
+/* ---- the tests ----------------------------------------------------------------------------- */
+
+#define N0 37
+#define N1 300
+typedef struct rig { amp_f16 w0[N0], g0[N0]; amp_bf16 w1[N1]; float g1[N1]; amp_optimizer *o; amp_scaler *s; } rig;
+
+static amp_device *gpu(void) {
+  static amp_device *d = NULL;
+  if (!d && amp_cuda_open(&d, 0, NULL) != AMP_OK) { printf("amp_cuda_open: %s\n", amp_last_error()); exit(1); }
+  return d;
+}
+static int rig_make(rig *r, amp_device *d, const amp_optim_config *c) {
+  int i;
+  memset(r, 0, sizeof *r);
+  for (i = 0; i < N0; i++) r->w0[i] = amp_f32_to_f16(0.01f * (float)(i - 18));
+  for (i = 0; i < N1; i++) r->w1[i] = amp_f32_to_bf16(0.5f - 0.003f * (float)i);
+  if (amp_scaler_create(&r->s, d, NULL) != AMP_OK || amp_optimizer_create(&r->o, d, c) != AMP_OK ||
+      amp_optimizer_add(r->o, AMP_F16, r->w0, r->g0, N0) != AMP_OK ||
+      amp_optimizer_add_mixed(r->o, AMP_BF16, r->w1, AMP_F32, r->g1, N1) != AMP_OK) return 0;
+  return 1;
+}
+static void rig_free(rig *r) { amp_optimizer_destroy(r->o); amp_scaler_destroy(r->s); }
+static void rig_grads(rig *r, int step) {
+  float s = amp_scaler_get_scale(r->s);
+  int i;
+  for (i = 0; i < N0; i++) r->g0[i] = amp_f32_to_f16(s * 0.001f * (float)((i * 7 + step * 3) % 11 - 5));
+  for (i = 0; i < N1; i++) r->g1[i] = s * 0.0007f * (float)((i * 5 + step) % 13 - 6);
+  if (step % 5 == 3) r->g0[4] = 0x7c00;   /* an overflow: the step is skipped */
+}
+static amp_status identity(void *user, double *buf, int n, void *stream) { (void)user; (void)buf; (void)n; (void)stream; return AMP_OK; }
+
+/* Every step of a run, on amp_cpu() and on the emulated CUDA device: the same weights (bits), step
+   counts, scales, skip counts and grad norms, for each kind, with and without the all-reduce hook. */
+static void a_run_on_the_cuda_line_gives_the_cpus_bits(void) {
+  amp_optim_config c[3];
+  int k, hook;
+  memset(c, 0, sizeof c);
+  c[0].kind = AMP_OPTIM_SGD; c[0].lr = 0.1f; c[0].momentum = 0.9f; c[0].weight_decay = 1e-3f;
+  c[1].kind = AMP_OPTIM_ADAM; c[1].lr = 1e-2f; c[1].max_grad_norm = 0.05f;
+  c[2].kind = AMP_OPTIM_ADAMW; c[2].lr = 1e-2f; c[2].weight_decay = 0.1f;
+  for (k = 0; k < 3; k++)
+    for (hook = 0; hook < 2; hook++) {
+      rig a, b;
+      int step;
+      if (!rig_make(&a, amp_cpu(), &c[k]) || !rig_make(&b, gpu(), &c[k])) {
+        EXPECT(0, "kind %d: setup: %s", k, amp_last_error()); return;
+      }
+      if (hook) { amp_scaler_set_allreduce(a.s, identity, NULL); amp_scaler_set_allreduce(b.s, identity, NULL); }
+      for (step = 0; step < 12; step++) {
+        rig_grads(&a, step); rig_grads(&b, step);
+        EXPECT(amp_scaler_unscale(a.s, a.o) == AMP_OK && amp_scaler_unscale(b.s, b.o) == AMP_OK, "unscale: %s", amp_last_error());
+        EXPECT(amp_optimizer_grad_norm(a.o) == amp_optimizer_grad_norm(b.o), "kind %d hook %d step %d: norm cpu %a cuda line %a",
+               k, hook, step, (double)amp_optimizer_grad_norm(a.o), (double)amp_optimizer_grad_norm(b.o));
+        EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+        if (step == 7)   /* the trainer's own overflow check: the scale backs off though the grads were clean */
+          EXPECT(amp_scaler_update_found_inf(a.s, 1) == AMP_OK && amp_scaler_update_found_inf(b.s, 1) == AMP_OK, "update_found_inf: %s", amp_last_error());
+        else
+          EXPECT(amp_scaler_update(a.s) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "update: %s", amp_last_error());
+        EXPECT(memcmp(a.w0, b.w0, sizeof a.w0) == 0 && memcmp(a.w1, b.w1, sizeof a.w1) == 0,
+               "kind %d hook %d step %d: model copies differ (w0[0] cpu %g, cuda line %g)", k, hook, step,
+               (double)amp_f16_to_f32(a.w0[0]), (double)amp_f16_to_f32(b.w0[0]));
+        EXPECT(amp_optimizer_step_count(a.o) == amp_optimizer_step_count(b.o) &&
+               amp_scaler_get_scale(a.s) == amp_scaler_get_scale(b.s) &&
+               amp_scaler_skipped_steps(a.s) == amp_scaler_skipped_steps(b.s) &&
+               amp_scaler_last_skipped(a.s) == amp_scaler_last_skipped(b.s),
+               "kind %d hook %d step %d: steps %ld/%ld scale %g/%g skipped %ld/%ld", k, hook, step,
+               amp_optimizer_step_count(a.o), amp_optimizer_step_count(b.o), (double)amp_scaler_get_scale(a.s),
+               (double)amp_scaler_get_scale(b.s), amp_scaler_skipped_steps(a.s), amp_scaler_skipped_steps(b.s));
+      }
+      EXPECT(amp_optimizer_step_count(b.o) == 10 && amp_scaler_skipped_steps(b.s) == 3,
+             "kind %d: 12 iterations, 2 overflows in the grads and 1 reported: %ld steps, %ld skipped", k, amp_optimizer_step_count(b.o),
+             amp_scaler_skipped_steps(b.s));
+      rig_free(&a); rig_free(&b);
+    }
+}
+
+/* A checkpoint saved on the CUDA line restores a CPU optimizer to the same masters, moments, step
+   count and scaler, and the other way round; the model copies are written from the masters. */
+static void a_checkpoint_moves_between_the_cpu_and_the_cuda_line(void) {
+  amp_optim_config c;
+  rig a, b;
+  size_t i, n0 = 0, n1 = 0;
+  int step, dir;
+  memset(&c, 0, sizeof c); c.kind = AMP_OPTIM_ADAMW; c.lr = 1e-2f; c.weight_decay = 0.01f;
+  for (dir = 0; dir < 2; dir++) {
+    amp_device *from = dir ? amp_cpu() : gpu(), *to = dir ? gpu() : amp_cpu();
+    if (!rig_make(&a, from, &c) || !rig_make(&b, to, &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    for (step = 0; step < 4; step++) {
+      rig_grads(&a, step);
+      EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_update(a.s) == AMP_OK, "step: %s", amp_last_error());
+    }
+    EXPECT(amp_checkpoint_save(CKPT, a.o, a.s) == AMP_OK, "save: %s", amp_last_error());
+    EXPECT(amp_checkpoint_load(CKPT, b.o, b.s) == AMP_OK, "load: %s", amp_last_error());
+    EXPECT(amp_optimizer_step_count(b.o) == 3 && amp_scaler_get_scale(b.s) == amp_scaler_get_scale(a.s) &&
+           amp_scaler_skipped_steps(b.s) == 1, "dir %d: steps %ld scale %g/%g skipped %ld", dir,
+           amp_optimizer_step_count(b.o), (double)amp_scaler_get_scale(b.s), (double)amp_scaler_get_scale(a.s),
+           amp_scaler_skipped_steps(b.s));
+    for (i = 0; i < 2; i++) {
+      size_t na = 0, nb = 0;
+      const float *ma = amp_optimizer_master(a.o, i, &na), *mb = amp_optimizer_master(b.o, i, &nb);
+      EXPECT(ma && mb && na == nb && memcmp(ma, mb, na * 4) == 0, "dir %d: master %zu differs", dir, i);
+      if (i == 0) n0 = na; else n1 = na;
+    }
+    EXPECT(n0 == N0 && n1 == N1 && memcmp(a.w0, b.w0, sizeof a.w0) == 0 && memcmp(a.w1, b.w1, sizeof a.w1) == 0,
+           "dir %d: model copies written from the restored masters", dir);
+    rig_free(&a); rig_free(&b);
+  }
+  remove(CKPT);
+}
+
+/* The manual's rule on the CUDA line too: the master is taken at add; an add after the device
+   built its table is refused and changes nothing. */
+static void the_cuda_line_takes_the_master_at_add(void) {
+  amp_optim_config c;
+  amp_f16 w[4], g[4], w2[4], g2[4];
+  amp_optimizer *o = NULL;
+  const float *m;
+  amp_status st;
+  int i;
+  memset(&c, 0, sizeof c);
+  for (i = 0; i < 4; i++) { w[i] = amp_f32_to_f16((float)i); g[i] = w2[i] = g2[i] = 0; }
+  if (amp_optimizer_create(&o, gpu(), &c) != AMP_OK || amp_optimizer_add(o, AMP_F16, w, g, 4) != AMP_OK) {
+    EXPECT(0, "setup: %s", amp_last_error()); return;
+  }
+  w[1] = amp_f32_to_f16(9.0f);
+  m = amp_optimizer_master(o, 0, NULL);
+  EXPECT(m && m[0] == 0.0f && m[1] == 1.0f && m[3] == 3.0f, "master after add: want 0 1 2 3, got %g %g",
+         m ? (double)m[0] : -1.0, m ? (double)m[1] : -1.0);
+  st = amp_optimizer_add(o, AMP_F16, w2, g2, 4);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "before the first step") && amp_optimizer_count(o) == 1,
+         "add after the table was built: %s '%s', %zu tensors", amp_status_string(st), amp_last_error(), amp_optimizer_count(o));
+  amp_optimizer_destroy(o);
+}
+
+/* A getter cannot return a status: its failed read gives the documented value (NaN tested on the
+   bits, which -Ofast cannot fold), amp_last_error names it, and the next update (or
+   amp_device_sync) returns the error before doing anything. */
+static void a_failed_read_in_a_getter_comes_back_from_the_next_update(void) {
+  amp_optim_config c;
+  rig r;
+  amp_status st;
+  float sc;
+  memset(&c, 0, sizeof c);
+  if (!rig_make(&r, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  rig_grads(&r, 0);
+  EXPECT(amp_scaler_step(r.s, r.o) == AMP_OK, "step: %s", amp_last_error());
+  fake_fail_reads = 1;
+  sc = amp_scaler_get_scale(r.s);
+  EXPECT(sc == 0.0f && strstr(amp_last_error(), "amp_scaler_get_scale") && strstr(amp_last_error(), "cudaErrorIllegalAddress"),
+         "get_scale on a failed read: %g '%s'", (double)sc, amp_last_error());
+  st = amp_scaler_update(r.s);
+  EXPECT(st == AMP_ERR_DEVICE && strstr(amp_last_error(), "amp_scaler_update") && strstr(amp_last_error(), "amp_scaler_get_scale"),
+         "the next update: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(amp_scaler_update(r.s) == AMP_OK && amp_optimizer_step_count(r.o) == 1, "then update works: %s", amp_last_error());
+  fake_fail_reads = 1;
+  EXPECT(!amp__finite(amp_optimizer_grad_norm(r.o)) && strstr(amp_last_error(), "amp_optimizer_grad_norm"), "grad_norm: '%s'", amp_last_error());
+  st = amp_device_sync(gpu());
+  EXPECT(st == AMP_ERR_DEVICE && strstr(amp_last_error(), "amp_device_sync"), "sync: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(amp_device_sync(gpu()) == AMP_OK, "a second sync: %s", amp_last_error());
+  rig_free(&r);
+}
+
+static void never_called(void *user, float *master, const float *grad, size_t n, size_t index, long step) {
+  (void)user; (void)master; (void)grad; (void)n; (void)index; (void)step;
+}
+/* AMP_CUSTOM needs a host update: refused on the CUDA line; a device error names the public call. */
+static void the_cuda_line_refuses_what_it_cannot_run(void) {
+  amp_optim_config c;
+  amp_optimizer *o = NULL;
+  float a[4] = {0}, cbuf[4] = {0};
+  amp_status st;
+  memset(&c, 0, sizeof c);
+  c.kind = AMP_OPTIM_CUSTOM; c.custom_step = never_called;
+  st = amp_optimizer_create(&o, gpu(), &c);
+  EXPECT(st == AMP_ERR_UNSUPPORTED && o == NULL && strstr(amp_last_error(), "CUDA device"), "AMP_CUSTOM: %s '%s'",
+         amp_status_string(st), amp_last_error());
+  st = amp_gemm(gpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, AMP_F32, 2, a, AMP_F32, 2, 0.0f, cbuf, AMP_F32, 2);
+  EXPECT(st == AMP_ERR_DEVICE && strncmp(amp_last_error(), "amp_gemm: cublasLtMatmul", 24) == 0, "gemm: %s '%s'",
+         amp_status_string(st), amp_last_error());
+}
+
+int main(void) {
+  RUN(a_run_on_the_cuda_line_gives_the_cpus_bits);
+  RUN(a_checkpoint_moves_between_the_cpu_and_the_cuda_line);
+  RUN(the_cuda_line_takes_the_master_at_add);
+  RUN(a_failed_read_in_a_getter_comes_back_from_the_next_update);
+  RUN(the_cuda_line_refuses_what_it_cannot_run);
+  amp_device_close(gpu());
+  TEST_END();
+}
