@@ -1,6 +1,7 @@
 /* bench/peers.h - runs bench/cpu_peers.py (PyTorch, NumPy) in a subprocess and reads its
-   `key value` lines. The command runs with glibc told to keep freed memory and without
-   OPENBLAS_CORETYPE (PERF.md's method); python3 from PATH, else /usr/bin/python3 (or $AMP_PYTHON). */
+   `key value` lines. The command runs with glibc told to keep freed memory (else PyTorch's
+   temporaries page-fault every step) and without OPENBLAS_CORETYPE (it slows current OpenBLAS
+   builds); python3 from PATH, else /usr/bin/python3 (or $AMP_PYTHON). */
 #ifndef AMP_BENCH_PEERS_H
 #define AMP_BENCH_PEERS_H
 #include <stdio.h>
