@@ -28,8 +28,8 @@ static amp_status amp__cu_fail(char *msg, size_t cap, const char *call, const ch
   if (msg && cap) snprintf(msg, cap, "%s failed: %s (%s:%d)", call, err, file, line);
   return AMP_ERR_DEVICE;
 }
-// CU_CHECK(call): on error, fills msg/cap (in scope) and returns AMP_ERR_DEVICE from the function.
-#define CU_CHECK(call) do { cudaError_t e_ = (call); \
+// AMP__CU_CHECK(call): on error, fills msg/cap (in scope) and returns AMP_ERR_DEVICE from the function.
+#define AMP__CU_CHECK(call) do { cudaError_t e_ = (call); \
     if (e_ != cudaSuccess) return amp__cu_fail(msg, cap, #call, cudaGetErrorName(e_), __FILE__, __LINE__); } while (0)
 static const char *amp__cublas_status_name(cublasStatus_t s) {
   switch (s) {
@@ -46,8 +46,8 @@ static const char *amp__cublas_status_name(cublasStatus_t s) {
     default: return "CUBLAS_STATUS_UNKNOWN";
   }
 }
-// LT_CHECK(call): the same for cuBLAS / cuBLASLt calls.
-#define LT_CHECK(call) do { cublasStatus_t s_ = (call); \
+// AMP__LT_CHECK(call): the same for cuBLAS / cuBLASLt calls.
+#define AMP__LT_CHECK(call) do { cublasStatus_t s_ = (call); \
     if (s_ != CUBLAS_STATUS_SUCCESS) return amp__cu_fail(msg, cap, #call, amp__cublas_status_name(s_), __FILE__, __LINE__); } while (0)
 
 // ------------------------------------------------------------------------------------------------
@@ -163,12 +163,12 @@ extern "C" amp_status amp__cu_open(int ordinal, void *stream, void **state, char
   }
   amp__cu_scope caller;   // the caller's context comes back on return
   if (!caller.saved) return amp__cu_scope_fail(msg, cap, -1, __FILE__, __LINE__);
-  CU_CHECK(cudaSetDevice(ordinal));   // creates the primary context and makes it current
+  AMP__CU_CHECK(cudaSetDevice(ordinal));   // creates the primary context and makes it current
   CUcontext ctx = NULL;
   CUresult cr = amp__cu_drv().get(&ctx);
   if (cr != CUDA_SUCCESS || !ctx) return amp__cu_scope_fail(msg, cap, cr != CUDA_SUCCESS ? (int)cr : -1, __FILE__, __LINE__);
   cudaDeviceProp prop;
-  CU_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  AMP__CU_CHECK(cudaGetDeviceProperties(&prop, ordinal));
   amp__cu_state *st = new (std::nothrow) amp__cu_state();
   if (!st) { if (msg && cap) snprintf(msg, cap, "amp_cuda_open: out of memory"); return AMP_ERR_NOMEM; }
   st->ordinal = ordinal;
@@ -208,7 +208,7 @@ extern "C" amp_status amp__cu_sync(void *state, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) { if (msg && cap) snprintf(msg, cap, "amp__cu_sync: state is NULL"); return AMP_ERR_ARG; }
   AMP__CU_ON(st);
-  CU_CHECK(cudaStreamSynchronize(st->stream));
+  AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   return AMP_OK;
 }
 
@@ -306,7 +306,7 @@ static amp_status amp__cu_arg(char *msg, size_t cap, const char *fmt, ...) {
   return AMP_ERR_ARG;
 }
 // A kernel launch is checked by asking for the launch error right after it.
-#define CU_CHECK_LAUNCH(what) do { cudaError_t e_ = cudaGetLastError(); \
+#define AMP__CU_CHECK_LAUNCH(what) do { cudaError_t e_ = cudaGetLastError(); \
     if (e_ != cudaSuccess) return amp__cu_fail(msg, cap, what, cudaGetErrorName(e_), __FILE__, __LINE__); } while (0)
 
 static int amp__cu_dtype_ok(int32_t t) { return t == AMP_F32 || t == AMP_F16 || t == AMP_BF16; }
@@ -629,11 +629,11 @@ extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, con
   if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_cast: %s is NULL with n = %zu", dst ? "src" : "dst", n);
   AMP__CU_ON(st);
   if (dst_type == src_type) {
-    CU_CHECK(cudaMemcpyAsync(dst, src, n * (dst_type == AMP_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, st->stream));
+    AMP__CU_CHECK(cudaMemcpyAsync(dst, src, n * (dst_type == AMP_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, st->stream));
     return AMP_OK;
   }
   amp__cu_cast_launch(st, dst, dst_type, src, src_type, n, NULL);
-  CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>>");
   return AMP_OK;
 }
 
@@ -650,7 +650,7 @@ extern "C" amp_status amp__cu_scaler_create(void *state, void **scaler, const am
   memset(&h, 0, sizeof h);
   h.st = *s0; h.pr = *pr; h.inv_scale = amp__inv_scale(s0->scale);
   AMP__CU_ON(st);
-  CU_CHECK(cudaMalloc(&d, sizeof *d));
+  AMP__CU_CHECK(cudaMalloc(&d, sizeof *d));
   cudaError_t e = cudaMemcpyAsync(d, &h, sizeof h, cudaMemcpyHostToDevice, st->stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);   // h lives on this stack
   if (e != cudaSuccess) { cudaFree(d); return amp__cu_fail(msg, cap, "cudaMemcpyAsync(scaler block)", cudaGetErrorName(e), __FILE__, __LINE__); }
@@ -673,7 +673,7 @@ extern "C" amp_status amp__cu_scaler_set(void *state, void *scaler, const amp_sc
     return amp__cu_arg(msg, cap, "amp__cu_scaler_set: scale %g must be positive and finite", (double)s->scale);
   AMP__CU_ON(st);
   amp__cu_scaler_set_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, *s);
-  CU_CHECK_LAUNCH("amp__cu_scaler_set_kernel<<<1, 1>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_scaler_set_kernel<<<1, 1>>>");
   return AMP_OK;
 }
 
@@ -690,7 +690,7 @@ extern "C" amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_s
   v.st = *s; v.pr = *pr; v.inv_scale = inv_scale; v.found_inf = 0;
   v.last_skipped = last_skipped != 0; v.skipped = (long long)skipped;
   amp__cu_scaler_load_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, v);
-  CU_CHECK_LAUNCH("amp__cu_scaler_load_kernel<<<1, 1>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_scaler_load_kernel<<<1, 1>>>");
   return AMP_OK;
 }
 
@@ -700,8 +700,8 @@ extern "C" amp_status amp__cu_scaler_read(void *state, const void *scaler, amp_s
   amp__cu_scaler_dev h;
   if (!st || !scaler) return amp__cu_arg(msg, cap, "amp__cu_scaler_read: %s is NULL", !st ? "state" : "scaler");
   AMP__CU_ON(st);
-  CU_CHECK(cudaMemcpyAsync(&h, scaler, sizeof h, cudaMemcpyDeviceToHost, st->stream));
-  CU_CHECK(cudaStreamSynchronize(st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(&h, scaler, sizeof h, cudaMemcpyDeviceToHost, st->stream));
+  AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   if (s) *s = h.st;
   if (info) { info->inv_scale = h.inv_scale; info->found_inf = h.found_inf; info->last_skipped = h.last_skipped; info->skipped = h.skipped; }
   return AMP_OK;
@@ -717,7 +717,7 @@ extern "C" amp_status amp__cu_scaler_update(void *state, void *scaler, int found
   if (found_inf < -1 || found_inf > 1) return amp__cu_arg(msg, cap, "amp__cu_scaler_update: found_inf %d must be -1, 0 or 1", found_inf);
   AMP__CU_ON(st);
   amp__cu_scale_rule_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, found_inf);
-  CU_CHECK_LAUNCH("amp__cu_scale_rule_kernel<<<1, 1>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_scale_rule_kernel<<<1, 1>>>");
   return AMP_OK;
 }
 
@@ -730,7 +730,7 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
   if (!buf) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: buf is NULL with n = %zu", n);
   AMP__CU_ON(st);
   amp__cu_cast_launch(st, buf, dtype, buf, dtype, n, &((const amp__cu_scaler_dev *)scaler)->st.scale);
-  CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (scale)");
+  AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (scale)");
   return AMP_OK;
 }
 
@@ -747,12 +747,12 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
                                       const amp_optim_config *h, amp__cu_tdev *ht, amp__cu_chunk *hc, char *msg, size_t cap) {
   int slots = 1 + o->has_m + o->has_v, c = 0;
   amp__cu_optim_dev hb;
-  CU_CHECK(cudaMalloc(&o->dev, sizeof *o->dev));
-  CU_CHECK(cudaMalloc(&o->tensors, o->n_tensors * sizeof *o->tensors));
-  CU_CHECK(cudaMalloc(&o->chunks, (size_t)o->n_chunks * sizeof *o->chunks));
-  CU_CHECK(cudaMalloc(&o->partials, (size_t)o->n_chunks * sizeof *o->partials));   // (double)
-  CU_CHECK(cudaMalloc(&o->reduce, 2 * sizeof(double)));
-  CU_CHECK(cudaMalloc(&o->slab, (size_t)slots * o->total * sizeof(float)));
+  AMP__CU_CHECK(cudaMalloc(&o->dev, sizeof *o->dev));
+  AMP__CU_CHECK(cudaMalloc(&o->tensors, o->n_tensors * sizeof *o->tensors));
+  AMP__CU_CHECK(cudaMalloc(&o->chunks, (size_t)o->n_chunks * sizeof *o->chunks));
+  AMP__CU_CHECK(cudaMalloc(&o->partials, (size_t)o->n_chunks * sizeof *o->partials));   // (double)
+  AMP__CU_CHECK(cudaMalloc(&o->reduce, 2 * sizeof(double)));
+  AMP__CU_CHECK(cudaMalloc(&o->slab, (size_t)slots * o->total * sizeof(float)));
   float *mbase = o->has_m ? o->slab + o->total : NULL;
   float *vbase = o->has_v ? o->slab + (size_t)(1 + o->has_m) * o->total : NULL;
   for (size_t i = 0; i < o->n_tensors; i++) {
@@ -771,16 +771,16 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   memset(&hb, 0, sizeof hb);
   hb.h = *h;
   hb.norm = 0.0f; hb.clip = 1.0f; hb.mul = 1.0f;
-  CU_CHECK(cudaMemcpyAsync(o->dev, &hb, sizeof hb, cudaMemcpyHostToDevice, st->stream));
-  CU_CHECK(cudaMemsetAsync(o->reduce, 0, 2 * sizeof(double), st->stream));
-  CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
-  CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
-  if (slots > 1) CU_CHECK(cudaMemsetAsync(o->slab + o->total, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(o->dev, &hb, sizeof hb, cudaMemcpyHostToDevice, st->stream));
+  AMP__CU_CHECK(cudaMemsetAsync(o->reduce, 0, 2 * sizeof(double), st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
+  if (slots > 1) AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->total, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
   for (size_t i = 0; i < o->n_tensors; i++) {   // the master starts as the model copy, exactly
     amp__cu_cast_launch(st, ht[i].master, AMP_F32, ts[i].model, ts[i].dtype, ts[i].n, NULL);
-    CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (master from model)");
+    AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (master from model)");
   }
-  CU_CHECK(cudaStreamSynchronize(st->stream));  // the host tables are freed on return
+  AMP__CU_CHECK(cudaStreamSynchronize(st->stream));  // the host tables are freed on return
   return AMP_OK;
 }
 
@@ -848,7 +848,7 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
   // silently frozen (set the lr before each launch of the graph instead).
   if (st->stream) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    CU_CHECK(cudaStreamIsCapturing(st->stream, &cs));
+    AMP__CU_CHECK(cudaStreamIsCapturing(st->stream, &cs));
     if (cs != cudaStreamCaptureStatusNone) {
       if (msg && cap)
         snprintf(msg, cap, "the device's stream is capturing a CUDA graph; a captured lr would be replayed unchanged by "
@@ -857,7 +857,7 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
     }
   }
   amp__cu_set_hparams_kernel<<<1, 1, 0, st->stream>>>(o->dev, *h);
-  CU_CHECK_LAUNCH("amp__cu_set_hparams_kernel<<<1, 1>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_set_hparams_kernel<<<1, 1>>>");
   return AMP_OK;
 }
 
@@ -875,7 +875,7 @@ extern "C" amp_status amp__cu_optim_unscale(void *state, void *optim, void *scal
   AMP__CU_ON(st);
   amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
                                                                           o->tensors, o->chunks, o->partials, NULL);
-  CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>>");
   return AMP_OK;
 }
 
@@ -886,7 +886,7 @@ extern "C" amp_status amp__cu_optim_unscale_local(void *state, void *optim, void
   AMP__CU_ON(st);
   amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
                                                                           o->tensors, o->chunks, o->partials, o->reduce);
-  CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>> (data-parallel)");
+  AMP__CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>> (data-parallel)");
   *buf = o->reduce;
   return AMP_OK;
 }
@@ -897,7 +897,7 @@ extern "C" amp_status amp__cu_optim_unscale_finish(void *state, void *optim, voi
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale_finish: %s is NULL", !st ? "state" : "optim");
   AMP__CU_ON(st);
   amp__cu_unscale_finish_kernel<<<1, 1, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler, o->reduce);
-  CU_CHECK_LAUNCH("amp__cu_unscale_finish_kernel<<<1, 1>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_unscale_finish_kernel<<<1, 1>>>");
   return AMP_OK;
 }
 
@@ -911,7 +911,7 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   int rule = update_scaler != 0;
   if (o->kind == AMP_SGD) amp__cu_step_kernel<0><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, rule, o->tensors, o->chunks);
   else amp__cu_step_kernel<1><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, rule, o->tensors, o->chunks);
-  CU_CHECK_LAUNCH("amp__cu_step_kernel<<<>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_step_kernel<<<>>>");
   return AMP_OK;
 }
 
@@ -921,8 +921,8 @@ extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_
   amp__cu_optim_dev hb;
   if (!st || !o || !info) return amp__cu_arg(msg, cap, "amp__cu_optim_read: %s is NULL", !st ? "state" : !o ? "optim" : "info");
   AMP__CU_ON(st);
-  CU_CHECK(cudaMemcpyAsync(&hb, o->dev, sizeof hb, cudaMemcpyDeviceToHost, st->stream));
-  CU_CHECK(cudaStreamSynchronize(st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(&hb, o->dev, sizeof hb, cudaMemcpyDeviceToHost, st->stream));
+  AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   info->t = hb.t; info->skipped = hb.skipped; info->norm = hb.norm; info->clip = hb.clip;
   info->mul = hb.mul; info->skip = hb.skip;
   return AMP_OK;
@@ -939,9 +939,9 @@ extern "C" amp_status amp__cu_optim_state_io(void *state, void *optim, size_t in
   AMP__CU_ON(st);
   float *d = o->slab + (size_t)(which == 0 ? 0 : which == 1 ? 1 : 1 + o->has_m) * o->total + o->offset[index];
   size_t bytes = o->n[index] * sizeof(float);
-  if (to_device) CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, st->stream));
-  else CU_CHECK(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, st->stream));
-  CU_CHECK(cudaStreamSynchronize(st->stream));
+  if (to_device) AMP__CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, st->stream));
+  else AMP__CU_CHECK(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, st->stream));
+  AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   return AMP_OK;
 }
 
@@ -952,7 +952,7 @@ extern "C" amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t
   if (t < 0) return amp__cu_arg(msg, cap, "amp__cu_optim_set_step: t %lld must be >= 0", (long long)t);
   AMP__CU_ON(st);
   amp__cu_set_step_kernel<<<1, 1, 0, st->stream>>>(o->dev, (long long)t);
-  CU_CHECK_LAUNCH("amp__cu_set_step_kernel<<<1, 1>>>");
+  AMP__CU_CHECK_LAUNCH("amp__cu_set_step_kernel<<<1, 1>>>");
   return AMP_OK;
 }
 
@@ -963,7 +963,7 @@ extern "C" amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *
   if (!st || !p) return amp__cu_arg(msg, cap, "amp__cu_malloc: %s is NULL", !st ? "state" : "p");
   if (bytes == 0) return amp__cu_arg(msg, cap, "amp__cu_malloc: bytes is 0");
   AMP__CU_ON(st);
-  CU_CHECK(cudaMalloc(p, bytes));
+  AMP__CU_CHECK(cudaMalloc(p, bytes));
   return AMP_OK;
 }
 extern "C" void amp__cu_free(void *state, void *p) {
@@ -981,16 +981,16 @@ extern "C" amp_status amp__cu_copy(void *state, void *dst, const void *src, size
   if (bytes == 0) return AMP_OK;
   if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_copy: %s is NULL", dst ? "src" : "dst");
   AMP__CU_ON(st);
-  CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kinds[dir], st->stream));
-  if (dir != 2) CU_CHECK(cudaStreamSynchronize(st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kinds[dir], st->stream));
+  if (dir != 2) AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   return AMP_OK;
 }
 extern "C" amp_status amp__cu_stream_create(int ordinal, void **stream, char *msg, size_t cap) {
   cudaStream_t s;
   if (!stream) return amp__cu_arg(msg, cap, "amp__cu_stream_create: stream is NULL");
   amp__cu_scope caller;   // the caller's context comes back on return
-  CU_CHECK(cudaSetDevice(ordinal));
-  CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  AMP__CU_CHECK(cudaSetDevice(ordinal));
+  AMP__CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   *stream = (void *)s;
   return AMP_OK;
 }
@@ -1005,7 +1005,7 @@ extern "C" amp_status amp__cu_capture_begin(void *state, char *msg, size_t cap) 
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_capture_begin: state is NULL");
   if (!st->stream) return amp__cu_arg(msg, cap, "amp__cu_capture_begin: the device uses the legacy default stream, which cannot be captured; open it with a stream of its own");
   AMP__CU_ON(st);
-  CU_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
+  AMP__CU_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
   return AMP_OK;
 }
 extern "C" amp_status amp__cu_capture_end(void *state, void **graph, size_t *kernel_nodes, char *msg, size_t cap) {
@@ -1013,7 +1013,7 @@ extern "C" amp_status amp__cu_capture_end(void *state, void **graph, size_t *ker
   cudaGraph_t g = NULL;
   if (!st || !graph) return amp__cu_arg(msg, cap, "amp__cu_capture_end: %s is NULL", !st ? "state" : "graph");
   AMP__CU_ON(st);
-  CU_CHECK(cudaStreamEndCapture(st->stream, &g));
+  AMP__CU_CHECK(cudaStreamEndCapture(st->stream, &g));
   size_t count = 0, kernels = 0;
   cudaError_t e = cudaGraphGetNodes(g, NULL, &count);
   cudaGraphNode_t *nodes = count ? (cudaGraphNode_t *)calloc(count, sizeof *nodes) : NULL;
@@ -1040,7 +1040,7 @@ extern "C" amp_status amp__cu_graph_launch(void *state, void *graph, char *msg, 
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st || !graph) return amp__cu_arg(msg, cap, "amp__cu_graph_launch: %s is NULL", !st ? "state" : "graph");
   AMP__CU_ON(st);
-  CU_CHECK(cudaGraphLaunch(((amp__cu_graph *)graph)->e, st->stream));
+  AMP__CU_CHECK(cudaGraphLaunch(((amp__cu_graph *)graph)->e, st->stream));
   return AMP_OK;
 }
 extern "C" void amp__cu_graph_destroy(void *graph) {
@@ -1146,7 +1146,7 @@ static amp_status amp__gemm_launch_elementwise(amp__cu_state *st, const amp__gem
   dim3 block(128), grid((unsigned)((p.m + 127) / 128), (unsigned)(p.n < 65535 ? p.n : 65535));
   if (simple) amp__k_gemm_simple<<<grid, block, 0, st->stream>>>(p);
   else amp__k_gemm_epilogue<<<grid, block, 0, st->stream>>>(p, mode);
-  CU_CHECK(cudaGetLastError());
+  AMP__CU_CHECK(cudaGetLastError());
   return AMP_OK;
 }
 
@@ -1313,7 +1313,7 @@ static amp_status amp__gemm_launch_wmma(amp__cu_state *st, const amp__gemm_prob 
   }
   if (p.in == AMP_F16) amp__gemm_launch_wmma_t<__half>(p, grid, st->stream, va, vb);
   else amp__gemm_launch_wmma_t<__nv_bfloat16>(p, grid, st->stream, va, vb);
-  CU_CHECK(cudaGetLastError());
+  AMP__CU_CHECK(cudaGetLastError());
   return AMP_OK;
 }
 
@@ -1398,12 +1398,12 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
                                 cublasLtMatmulPreference_t pref, int *found, char *msg, size_t cap) {
   uint32_t e = (uint32_t)epi;
   *found = 0;
-  LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+  AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
   if (epi & CUBLASLT_EPILOGUE_BIAS) {
     // the heuristic reads the bias pointer's value for its alignment (the pointer is set again
     // before every call; the cache key holds its alignment)
     // (its type is D's, amp__gemm_lt_bias_ok: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE stays at its default)
-    LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
+    AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
   }
   cublasLtMatmulHeuristicResult_t res;
   int count = 0;
@@ -1412,7 +1412,7 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
   // amp.h has checked the arguments, so a refusal here means cuBLASLt has no kernel for this
   // combination of types, epilogue and alignment (e.g. f32 inputs with an f16 output)
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) return AMP_OK;
-  LT_CHECK(s);
+  AMP__LT_CHECK(s);
   if (count > 0 && res.state == CUBLAS_STATUS_SUCCESS) { pl->algo = res.algo; pl->epi = epi; *found = 1; }
   return AMP_OK;
 }
@@ -1424,16 +1424,16 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
   cublasComputeType_t ct = (p.in == AMP_F32 && k.tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   cudaDataType_t it = amp__cuda_type(p.in), ot = amp__cuda_type(p.out);
   int32_t opa = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LT_CHECK(cublasLtMatmulDescCreate(&pl->desc, ct, CUDA_R_32F));
-  LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-  LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  AMP__LT_CHECK(cublasLtMatmulDescCreate(&pl->desc, ct, CUDA_R_32F));
+  AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+  AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
   // layouts as stored (column-major): A is m x k, or k x m when transposed; B k x n or n x k
-  LT_CHECK(cublasLtMatrixLayoutCreate(&pl->la, it, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lda));
-  LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lb, it, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb));
-  LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lc, ot, p.m, p.n, p.ldc));
+  AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->la, it, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lda));
+  AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lb, it, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb));
+  AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lc, ot, p.m, p.n, p.ldc));
 
   cublasLtMatmulPreference_t pref = NULL;
-  LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  AMP__LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = st->workspace_size;
   uint32_t al[4] = {(uint32_t)k.align_a, (uint32_t)k.align_b, (uint32_t)k.align_c, (uint32_t)k.align_c};
   cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
@@ -1529,8 +1529,8 @@ extern "C" amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta,
     lt_bias = (pl->epi & CUBLASLT_EPILOGUE_BIAS) != 0;
     if (kind != AMP__PLAN_SIMPLE) {
       if (lt_bias)   // this call's bias (same alignment as the plan's)
-        LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
-      LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &p.alpha, p.a, pl->la, p.b, pl->lb, &p.beta, p.c, pl->lc, p.c, pl->lc,
+        AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
+      AMP__LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &p.alpha, p.a, pl->la, p.b, pl->lb, &p.beta, p.c, pl->lc, p.c, pl->lc,
                               &pl->algo, st->workspace, st->workspace_size, st->stream));
     }
   }
@@ -1568,7 +1568,7 @@ static amp_status amp__nccl_fail(char *msg, size_t cap, const char *call, ncclRe
              last && *last ? last : "", file, line);
   return AMP_ERR_DEVICE;
 }
-#define NCCL_CHECK(call, comm) do { ncclResult_t r_ = (call); \
+#define AMP__NCCL_CHECK(call, comm) do { ncclResult_t r_ = (call); \
     if (r_ != ncclSuccess) return amp__nccl_fail(msg, cap, #call, r_, (comm), __FILE__, __LINE__); } while (0)
 
 // The scaler's hook: {found_inf, sumsq} summed over the ranks, in place.
@@ -1579,7 +1579,7 @@ extern "C" amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, voi
   memset(&a, 0, sizeof a);
   if (cudaPointerGetAttributes(&a, buf) != cudaSuccess) { cudaGetLastError(); a.type = cudaMemoryTypeUnregistered; }
   if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {   // a device scaler: enqueue only
-    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclDouble, ncclSum, c, s), c);
+    AMP__NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclDouble, ncclSum, c, s), c);
     return AMP_OK;
   }
   // A CPU scaler: host memory, which NCCL cannot read, goes through the device, and the host waits.
@@ -1622,17 +1622,17 @@ extern "C" amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, i
   AMP__CU_ON(st);
   if (dtype == AMP_F32 || !in_f32) {   // in the grads' own type: one collective, in place
     ncclDataType_t nt = dtype == AMP_F32 ? ncclFloat : dtype == AMP_F16 ? ncclHalf : ncclBfloat16;
-    NCCL_CHECK(ncclAllReduce(grads, grads, n, nt, average ? ncclAvg : ncclSum, c, st->stream), c);
+    AMP__NCCL_CHECK(ncclAllReduce(grads, grads, n, nt, average ? ncclAvg : ncclSum, c, st->stream), c);
     return AMP_OK;
   }
   int ranks = 1;
-  NCCL_CHECK(ncclCommCount(c, &ranks), c);
+  AMP__NCCL_CHECK(ncclCommCount(c, &ranks), c);
   const float mul = average ? (float)(1.0 / (double)ranks) : 1.0f;
   const size_t chunk = n < AMP__NCCL_CHUNK ? n : AMP__NCCL_CHUNK;
   const int threads = 256;
   const long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 8;
   float *tmp = NULL;
-  CU_CHECK(cudaMallocAsync((void **)&tmp, chunk * sizeof(float), st->stream));
+  AMP__CU_CHECK(cudaMallocAsync((void **)&tmp, chunk * sizeof(float), st->stream));
   amp_status r = AMP_OK;
   for (size_t off = 0; off < n && r == AMP_OK; off += chunk) {
     const size_t k = n - off < chunk ? n - off : chunk;
