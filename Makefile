@@ -75,7 +75,7 @@ demo: $(B)/train_mlp
 
 # The same trainer with the model on the GPU (examples/train_mlp_cuda.cu includes train_mlp.c).
 $(B)/train_mlp_cuda: examples/train_mlp_cuda.cu examples/train_mlp.c amp.h $(B)/amp_kernels.o | $(B)
-	$(NVCC) $(NVCC_FLAGS) -I. examples/train_mlp_cuda.cu $(B)/amp_kernels.o -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lz
+	$(NVCC) $(NVCC_FLAGS) -I. examples/train_mlp_cuda.cu $(B)/amp_kernels.o -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublasLt -lcublas $(MLP_ZLIB)
 
 demo-gpu: $(B)/train_mlp_cuda
 	$(B)/train_mlp_cuda

@@ -1,4 +1,4 @@
-/* amp.h - v0.1.0 - automatic mixed precision training for C and CUDA - public domain / MIT
+/* amp.h - v0.2.0 - automatic mixed precision training for C and CUDA - public domain / MIT
 
    Mixed precision in one header: fp16/bf16 conversion, the op-list policy,
    the dynamic loss scaler (GradScaler) and fp32 master-copy optimizers,
@@ -59,7 +59,8 @@
       AMP_MALLOC(sz) / AMP_FREE(p)
                            replace malloc/free; define both, or neither
       AMP_NO_SIMD          never use the x86 vector loops (AVX2+F16C, AVX-512) of amp_convert and
-                           the CPU optimizer (the portable C loops only)
+                           the CPU optimizer (the portable C loops only), nor amp_gemm's fast
+                           kernels (the reference product only)
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
       AMP_NCCL             with AMP_CUDA: amp_nccl_allreduce_hook / amp_nccl_allreduce_grads call
@@ -96,6 +97,13 @@
 
    VERSION HISTORY
 
+      0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
+                           AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
+                           amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
+                           exact in-order product; checkpoints saved atomically and every field
+                           validated on load; the DEEPSPEED preset grows on DynamicLossScaler's
+                           window; amp_optimizer_config, AMP_OPTIM_* and amp_cuda_close added
+                           (the old names still work); AMP_ASSERT removed (unused).
       0.1.0  (2026-11-21)  first release: conversions, op-list policy, loss scaler,
                            master-copy optimizers, checkpoints, CPU and CUDA paths.
 
@@ -252,16 +260,20 @@ static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
 /* f16 -> f32: exact for all 65536 patterns, branch-free (Maratyszcza/FP16's trick) so that loops
    over it vectorise. Normals by rebiasing with one multiply by 2^-112, subnormals as
    (0.5 + m * 2^-24) - 0.5, exact both; each is one operation on a bit-built normal operand, so
-   -ffast-math has nothing to fold or reassociate and flush-to-zero modes do not touch it. A NaN
-   keeps its sign and payload (shifted up) and comes out quiet (0x400000 set), exactly as the F16C
-   instruction vcvtph2ps does. */
+   -ffast-math has nothing to fold or reassociate and flush-to-zero modes do not touch it. Inf and
+   NaN are built on the bits, not through the multiply (a GPU's multiply returns the canonical
+   NaN): a NaN keeps its sign and payload (shifted up) and comes out quiet (0x400000 set), exactly
+   as the F16C instruction vcvtph2ps does, on the CPU and in the kernels alike. */
 static inline AMP_HD float amp_f16_to_f32(amp_f16 h) {
   uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
   float normal = amp__bits_f32((two_w >> 4) + (0xE0u << 23)) * amp__bits_f32(0x07800000u);  /* 2^-112 */
   float denormal = amp__bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
   uint32_t sub = 0u - (uint32_t)(two_w < (1u << 27));   /* all ones for zero/subnormal inputs */
+  uint32_t special = 0u - (uint32_t)((w & 0x7c000000u) == 0x7c000000u);   /* all ones for inf/NaN */
+  uint32_t infnan = 0x7f800000u | ((w >> 3) & 0x007fe000u) | ((0u - (uint32_t)((w & 0x03ff0000u) != 0u)) & 0x00400000u);
   /* selects written as masks: GCC does not if-convert a ?: here and would not vectorise */
-  return amp__bits_f32(sign | (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub));
+  uint32_t finite = (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub);
+  return amp__bits_f32(sign | (infnan & special) | (finite & ~special));
 }
 
 /* f32 -> bf16: round to nearest even on the upper 16 bits (adding 0x7fff plus the lowest kept bit
@@ -2269,9 +2281,10 @@ struct amp_device {
   const amp__backend *be;  /* its operations; NULL: the CPU's */
   amp_status error;        /* a getter's failed read, kept for the next call that returns a status */
   char error_msg[256];
+  char lock;               /* error and error_msg are read and written together (AMP__LOCK) */
 };
 
-static amp_device amp__cpu_device = {0, -1, NULL, NULL, NULL, AMP_OK, ""};
+static amp_device amp__cpu_device = {0, -1, NULL, NULL, NULL, AMP_OK, "", 0};
 static const amp__backend *amp__be(const amp_device *d);   /* at the end: after both tables */
 
 /* The message buffer of an operation, and the public caller's name put before it on failure. */
@@ -2283,18 +2296,27 @@ static amp_status amp__op_fail(const char *fn, amp_status st, const char *msg) {
 }
 
 /* A getter's failed read, kept on the device until a call that returns a status can report it
-   (amp_scaler_update, amp_device_sync); the first one wins. */
+   (amp_scaler_update, amp_device_sync); the first one wins. Getters and amp_device_sync may
+   run on different threads, so the status and its message move together under the device's lock. */
 static void amp__dev_keep_error(amp_device *d, amp_status st) {
-  if (d->error != AMP_OK) return;
-  d->error = st;
-  memcpy(d->error_msg, amp__err_buf, sizeof d->error_msg - 1);
-  d->error_msg[sizeof d->error_msg - 1] = '\0';
+  AMP__LOCK(&d->lock);
+  if (d->error == AMP_OK) {
+    d->error = st;
+    memcpy(d->error_msg, amp__err_buf, sizeof d->error_msg - 1);
+    d->error_msg[sizeof d->error_msg - 1] = '\0';
+  }
+  AMP__UNLOCK(&d->lock);
 }
 static amp_status amp__dev_take_error(const char *fn, amp_device *d) {
-  amp_status st = d->error;
-  if (st == AMP_OK) return AMP_OK;
+  char msg[sizeof d->error_msg];
+  amp_status st;
+  AMP__LOCK(&d->lock);
+  st = d->error;
   d->error = AMP_OK;
-  return amp__fail(st, "%s: a read before it failed (%s)", fn, d->error_msg);
+  memcpy(msg, d->error_msg, sizeof msg);
+  AMP__UNLOCK(&d->lock);
+  if (st == AMP_OK) return AMP_OK;
+  return amp__fail(st, "%s: a read before it failed (%s)", fn, msg);
 }
 
 AMPDEF amp_device *amp_cpu(void) { return &amp__cpu_device; }
@@ -3716,7 +3738,8 @@ static int amp__ckpt_tensor_io(amp__ckpt_io *io, amp__ckpt_tensor *r) { int ok =
 static const char *amp__ckpt_scaler_differ(const amp__ckpt_scaler *a, const amp__ckpt_scaler *b) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DIFFER) return NULL; }
 static const char *amp__ckpt_optim_differ(const amp__ckpt_optim *a, const amp__ckpt_optim *b) { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DIFFER) return NULL; }
 
-/* The records of the live objects (a scaler's host fields; see amp__ckpt_cu_prepare on CUDA). */
+/* The records of the live objects (a scaler's host fields, refreshed from the device first by
+   amp__s_pull on CUDA). */
 static amp__ckpt_scaler amp__ckpt_scaler_of(const amp_scaler *s) {
   amp__ckpt_scaler r;
   r.growth = s->pr.growth; r.backoff = s->pr.backoff; r.floor = s->pr.floor; r.cap = s->pr.cap;
@@ -4779,8 +4802,9 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   return AMP_OK;
 }
 
-/* The CPU's operation: the strides of op(A), op(B) and C in elements, then the blocked reference
-   (which sets amp_last_error itself, so msg stays empty). */
+/* The CPU's operation: the strides of op(A), op(B) and C in elements, then the CPU product (the
+   fast kernel or the reference, amp__gemm_pick), which sets amp_last_error itself, so msg stays
+   empty. */
 static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                 float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                                 int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *o,

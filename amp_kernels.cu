@@ -113,7 +113,7 @@ struct amp__cu_scope {
   amp__cu_scope &operator=(const amp__cu_scope &) = delete;
 };
 static amp_status amp__cu_scope_fail(char *msg, size_t cap, int r, const char *file, int line) {
-  char why[64];
+  char why[128];
   if (r < 0) snprintf(why, sizeof why, "cuCtxGetCurrent/cuCtxSetCurrent not found (%s)", cudaGetErrorName(amp__cu_drv().err));
   else snprintf(why, sizeof why, "CUresult %d", r);
   return amp__cu_fail(msg, cap, "cuCtxSetCurrent(the device's context)", why, file, line);
@@ -989,6 +989,7 @@ extern "C" amp_status amp__cu_stream_create(int ordinal, void **stream, char *ms
   cudaStream_t s;
   if (!stream) return amp__cu_arg(msg, cap, "amp__cu_stream_create: stream is NULL");
   amp__cu_scope caller;   // the caller's context comes back on return
+  if (!caller.saved) return amp__cu_scope_fail(msg, cap, -1, __FILE__, __LINE__);
   AMP__CU_CHECK(cudaSetDevice(ordinal));
   AMP__CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   *stream = (void *)s;
@@ -1619,6 +1620,7 @@ extern "C" amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, i
                                          int in_f32, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   ncclComm_t c = (ncclComm_t)comm;
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_nccl_grads: state is NULL");
   AMP__CU_ON(st);
   if (dtype == AMP_F32 || !in_f32) {   // in the grads' own type: one collective, in place
     ncclDataType_t nt = dtype == AMP_F32 ? ncclFloat : dtype == AMP_F16 ? ncclHalf : ncclBfloat16;

@@ -524,7 +524,9 @@ static void a_sparse_multi_gb_file_is_refused_quickly(void) {
     dt = now_s() - t0;
     na = state_bytes(x, after);
     EXPECT(st == AMP_ERR_CORRUPT, "variant %d: expected AMP_ERR_CORRUPT, got %s '%s'", v, amp_status_string(st), amp_last_error());
-    EXPECT(dt < 1.0, "variant %d: refusing the 4 GB file took %.2f s", v, dt);
+    /* reading the file would take tens of seconds; under valgrind or a sanitizer (t_quick) the
+       few calls of a refusal may take longer than plain, so they get more room */
+    EXPECT(dt < (t_quick() ? 10.0 : 1.0), "variant %d: refusing the 4 GB file took %.2f s", v, dt);
     EXPECT(max_rss_kb() - rss0 < 256 * 1024, "variant %d: the peak memory grew by %ld MB", v, (max_rss_kb() - rss0) / 1024);
     EXPECT(na == nb && memcmp(before, after, na) == 0, "variant %d: the refused load changed the live state", v);
   }
