@@ -3917,6 +3917,7 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
     first_tensor = at;
     for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
       amp__ckpt_tensor t;
+      memset(&t, 0, sizeof t);   /* every field is read from the record; this keeps gcc 13's -Wmaybe-uninitialized quiet */
       if (end - at < AMP__CKPT_TENSOR_BYTES) { amp__fail(st, "%s: tensor %zu truncated", fn, i); goto refused; }
       if ((st = amp__rfile_seek(&f, at)) != AMP_OK || (st = amp__rfile_read(&f, rec, AMP__CKPT_TENSOR_BYTES)) != AMP_OK) goto refused;
       st = AMP_ERR_CORRUPT;

@@ -29,6 +29,7 @@ extern int cudaMalloc(void **p, size_t bytes);
 extern int cudaFree(void *p);
 extern int cudaMemcpy(void *dst, const void *src, size_t bytes, int kind);   /* 1 = to device, 2 = to host */
 extern int cudaDeviceSynchronize(void);
+extern int cudaMemset(void *p, int value, size_t bytes);
 
 static amp_device *dev;
 
@@ -276,18 +277,25 @@ static void plan_cache_survives_eviction_and_repeats_bit_for_bit(void) {
     mat A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, 64, 96, AMP_BF16, 0, 0), B = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, 96, 48, AMP_BF16, 0, 0);
     float r1[64 * 48], r2[64 * 48];
     float *dc = (float *)dmalloc(sizeof r1);
+    int finite = 1, e;
+    if (cudaMemset(dc, 0xFF, sizeof r1) != 0) { printf("FAIL cudaMemset\n"); exit(1); }   /* NaN where the product writes nothing */
     EXPECT(amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 64, 48, 96, 1, A.d, AMP_BF16, A.ld, B.d, AMP_BF16, B.ld, 0, dc, AMP_F32, 48) == AMP_OK, "%s", amp_last_error());
     amp_device_sync(dev); down(r1, dc, sizeof r1);
     EXPECT(amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 64, 48, 96, 1, A.d, AMP_BF16, A.ld, B.d, AMP_BF16, B.ld, 0, dc, AMP_F32, 48) == AMP_OK, "%s", amp_last_error());
     amp_device_sync(dev); down(r2, dc, sizeof r2);
     EXPECT(!memcmp(r1, r2, sizeof r1), "two identical calls differ (C[0] %g vs %g)", r1[0], r2[0]);
+    for (e = 0; e < 64 * 48; e++) finite &= isfinite(r1[e]) != 0;
+    EXPECT(finite, "the product left part of C unwritten (NaN where the fill was)");
     mat_free(&A); mat_free(&B); cudaFree(dc);
   }
 }
 
 /* ---- two threads, one device: the plan cache and the bias pointer are shared ------------------ */
 
-enum { TM = 64, TN = 64, TK = 64, TITER = 100 };
+enum { TM = 64, TN = 64, TK = 64 };
+/* products per thread: 100, or 12 (each of the 6 widths twice) with AMP_TEST_QUICK=1, as make gpu-check
+   runs the tests under compute-sanitizer's racecheck, which makes each cuBLASLt kernel slow */
+static int titer(void) { const char *q = getenv("AMP_TEST_QUICK"); return q && *q && strcmp(q, "0") ? 12 : 100; }
 typedef struct gthread {
   int id;
   const void *da, *db;        /* f16 A (TM x TK) and B (TK x TN), row-major, entries -1, 0, 1 */
@@ -298,7 +306,7 @@ typedef struct gthread {
   char err[1024];
 } gthread;
 
-/* TITER products C = A B + bias through cuBLASLt with the fused bias epilogue, over 6 widths that
+/* titer() products C = A B + bias through cuBLASLt with the fused bias epilogue, over 6 widths that
    both threads share (one plan each in the one cache), each thread with its own bias: every value is
    a small integer, exact in f16, so each result must be exact. A bias pointer written into a shared
    descriptor by one thread and used by the other's product shows as the other thread's bias. */
@@ -310,7 +318,7 @@ static void *gemm_thread(void *arg) {
   memset(&o, 0, sizeof o);
   o.bias = g->dbias; o.bias_type = AMP_F16;
   g->ok = 0;
-  for (it = 0; it < TITER; it++) {
+  for (it = 0; it < titer(); it++) {
     int n = TN - 8 * ((it + g->id) % 6);
     if (amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, TM, n, TK, 1.0f, g->da, AMP_F16, TK, g->db, AMP_F16, TN, 0.0f,
                     g->dc, AMP_F16, TN, &o) != AMP_OK || amp_device_sync(dev) != AMP_OK) {

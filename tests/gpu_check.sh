@@ -95,7 +95,11 @@ printf '%s\n' $jobs | grep -v '^missing:' | SAN_LIMIT=$SAN_LIMIT xargs -P 8 -I{}
   extra=""; [ "$tool" = memcheck ] && extra="--leak-check full"
   timeout -k 10 "$SAN_LIMIT" env AMP_TEST_QUICK=1 AMP_REQUIRE_GPU=1 compute-sanitizer --tool "$tool" $extra --error-exitcode 99 "$prog" > "$out" 2>&1
   rc=$?
-  if [ $rc -eq 0 ] && grep -q "^RESULT [0-9]* passed, 0 failed" "$out"; then echo "ok" > "$out.verdict"; else echo "FAIL (exit $rc)" > "$out.verdict"; fi
+  clean=0; grep -q "^RESULT [0-9]* passed, 0 failed" "$out" && clean=1
+  if [ $rc -eq 0 ] && [ $clean -eq 1 ]; then echo "ok" > "$out.verdict"
+  # a program that made no CUDA call (cuda_nccl built without NCCL) leaves the tool nothing to check
+  elif [ $clean -eq 1 ] && grep -q "terminated before first instrumented API call" "$out"; then echo "ok" > "$out.verdict"
+  else echo "FAIL (exit $rc)" > "$out.verdict"; fi
 ' _ {}
 clean=0; total=0; dirty=""
 for j in $jobs; do
