@@ -900,7 +900,8 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
    - bf16 inputs on an AVX512_BF16 CPU: vdpbf16ps on pairs p = 2q, 2q+1: the two products (exact
      in f32) are summed and rounded to f32, then added to acc and rounded (round to nearest even);
      subnormal bf16 inputs, and pair sums or results below 2^-126 in magnitude, count as 0.
-   - any other CPU (no FMA, not x86-64, AMP_NO_SIMD, another compiler): the reference.
+   - any other CPU (no FMA, not x86-64, AMP_NO_SIMD, another compiler, and the implementation
+     compiled by nvcc, whose host code keeps the portable loops): the reference.
    Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
    sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
    where a or b is subnormal and k 2^-126. The epilogue is the reference's, except that on

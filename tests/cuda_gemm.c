@@ -359,6 +359,7 @@ static void two_threads_share_the_plan_cache_and_get_their_own_bias(void) {
   for (t = 0; t < 2; t++) {
     g[t].id = t; g[t].da = da; g[t].db = db; g[t].p = p;
     g[t].dc = dmalloc(TM * TN * sizeof(amp_f16)); g[t].dbias = dmalloc(sizeof hb);
+    if (cudaMemset(g[t].dc, 0, TM * TN * sizeof(amp_f16)) != 0) { printf("FAIL cudaMemset\n"); exit(1); }   /* narrow products leave columns unwritten */
     for (j = 0; j < TN; j++) { g[t].bias[j] = (float)(100 * (t + 1) + j % 7); hb[j] = amp_f32_to_f16(g[t].bias[j]); }
     up(g[t].dbias, hb, sizeof hb);
   }

@@ -74,7 +74,7 @@ run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
   'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o build/train_mlp_cuda $(ls bench/gpu_*.c | sed "s|bench/\(.*\)\.c|build/\1|")'
 
 # 2. the tests, a GPU required --------------------------------------------------------------------
-run_step test "$(cap 300 200)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test
+run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test
 grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
 
 # 3. compute-sanitizer over every tests/cuda_* program, eight runs at a time ------------------------
