@@ -722,7 +722,9 @@ AMPDEF void       amp_optimizer_destroy(amp_optimizer *o);
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s);
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s);
 /* amp_optimizer_add with the grads in their own dtype (e.g. bf16 weights, f32 accumulated grads).
-   amp_optimizer_add(o, t, w, g, n) is amp_optimizer_add_mixed(o, t, w, t, g, n). Refused
+   amp_optimizer_add(o, t, w, g, n) is amp_optimizer_add_mixed(o, t, w, t, g, n); both are
+   amp_optimizer_add_tensor with those fields set and the others zero (group 0), and their errors
+   name themselves. Refused
    (AMP_ERR_ARG, nothing added): NULL, n = 0, an unknown dtype, grads overlapping their weights,
    a buffer overlapping one already added. After the first update (a step that was not skipped,
    or a checkpoint with steps loaded) an add is AMP_ERR_STATE: the step count is per optimizer,
@@ -732,6 +734,60 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
    update() closes the iteration and the next one steps every tensor. */
 AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
                                           amp_dtype g_dtype, const void *grads, size_t n);
+
+/* PARAM GROUPS, as torch.optim's param_groups. Group 0 exists from create: lr_scale 1 and the
+   config's weight_decay (a checkpoint load that restores weight_decay restores group 0's). A new
+   group's values are used exactly as given: weight_decay 0 is no decay, lr_scale 0 freezes its
+   tensors' masters (moments still follow the grads, as torch with lr 0). The group's lr is the
+   optimizer's lr (set_lr included) times lr_scale, one f32 multiply; its AdamW decay is
+   1 - lr_group * weight_decay. Clipping (max_grad_norm) takes ONE norm over all of the
+   optimizer's tensors, whatever their groups (torch.nn.utils.clip_grad_norm_ over all params).
+   *group gets the new group's number, 1, 2, ...; pass it in amp_tensor_desc.group. Refused,
+   nothing changed: o or group NULL, lr_scale or weight_decay negative or not finite (AMP_ERR_ARG);
+   kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED: its update is the trainer's own); after the first update
+   or, on CUDA, after the device optimizer was built (AMP_ERR_STATE: add groups and tensors first). */
+AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, float weight_decay, int *group);
+
+/* The master kinds of amp_tensor_desc.master_mode. */
+enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
+
+/* One tensor, every option in one zero-initialisable description; zero is the default of each field:
+     weights, dtype      the model copy the trainer computes with (required); dtype 0 is AMP_F32
+     grads, grad_dtype   its grads in their own type (required; 0 is AMP_F32: fp32 accumulation)
+     n                   elements (required, > 0)
+     group               0 (the default group) or a number from amp_optimizer_add_group
+     master              NULL: the fp32 master starts from weights (exact: every dtype fits f32).
+                         Else n fp32 values copied bit for bit (a device pointer on CUDA, like
+                         weights), and the model copy is written from them at once (rounded to
+                         dtype): pretrained fp32 weights keep every bit while the model copy is bf16.
+     round_to            for dtype AMP_F32 only. 0 (AMP_F32): the float model copy holds the
+                         master's value. AMP_BF16 / AMP_F16: it holds the master rounded to that
+                         type (exactly amp_bf16_to_f32(amp_f32_to_bf16(master)), resp. f16), written
+                         at add and after every update and load: a trainer whose kernels read float
+                         (llm.c's CPU path) computes with bf16/f16 values and keeps no 16-bit shadow.
+                         With another dtype it must be 0.
+     stochastic          0. Nonzero (stochastic rounding of the model copy) is NOT IMPLEMENTED yet:
+                         AMP_ERR_UNSUPPORTED.
+     master_mode         AMP_MASTER_F32 (0): an fp32 master. AMP_MASTER_SPLIT and AMP_MASTER_NONE
+                         are NOT IMPLEMENTED yet: AMP_ERR_UNSUPPORTED.
+   Memory per parameter, besides the model copy and its grads: the master 4 bytes (AMP_MASTER_F32)
+   plus the moments, 4 bytes each: SGD 4 (8 with momentum), Adam/AdamW 12. (Planned:
+   AMP_MASTER_SPLIT 2 + moments, AMP_MASTER_NONE 0 + moments.)
+   amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
+   does not exist, round_to that is not a dtype or is set with a 16-bit dtype, a master_mode that
+   is not one of the three (AMP_ERR_ARG); nothing is added and nothing is written. */
+typedef struct amp_tensor_desc {
+  void       *weights;     amp_dtype dtype;
+  const void *grads;       amp_dtype grad_dtype;
+  size_t      n;
+  int         group;
+  const float *master;
+  amp_dtype   round_to;
+  int         stochastic;
+  int         master_mode;
+} amp_tensor_desc;
+AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
+
 /* When the fp32 master is taken, on every device: at amp_optimizer_add, from the model copy as it
    is then (exactly: every dtype fits f32). Weights written after add (initialised, loaded from a
    file) are not seen by the optimizer, and its first update overwrites them from the master: write
@@ -804,23 +860,41 @@ typedef struct amp_step_coefs {
   float decay;               /* AdamW: 1 - lr * wd, applied to the weight first */
 } amp_step_coefs;
 
-/* The coefficients of update number t (t >= 1) from the resolved config: the one function the CPU
-   step and the CUDA step kernel (one thread per block) both call. Bias corrections in double,
-   rounded once to float, as PyTorch computes them. SGD reads lr, wd, momentum, dampening,
-   nesterov and first; its step_size is lr and bc2_sqrt 1 (no bias correction). */
-static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, int64_t t) {
+/* The coefficients of update number t (t >= 1) for the tensors of one param group, from the
+   resolved config and the group's lr_scale and weight_decay (group 0: 1 and h->weight_decay, see
+   amp__group_coefs): the one function the CPU step and the CUDA step kernel (one thread per
+   block) both call. The group's lr is h->lr * lr_scale, one f32 multiply (exact for 1). Bias
+   corrections in double, rounded once to float, as PyTorch computes them. SGD reads lr, wd,
+   momentum, dampening, nesterov and first; its step_size is lr and bc2_sqrt 1 (no bias
+   correction). */
+static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, int64_t t, float lr_scale, float weight_decay) {
   amp_step_coefs c;
   int adamw = h->kind == AMP_ADAMW;
-  c.lr = h->lr;
-  c.wd = adamw ? 0.0f : h->weight_decay;          /* AdamW decays the weight, not the grad */
+  float lr = h->lr * lr_scale;
+  c.lr = lr;
+  c.wd = adamw ? 0.0f : weight_decay;             /* AdamW decays the weight, not the grad */
   c.momentum = h->momentum; c.dampening = h->dampening;
   c.nesterov = h->nesterov != 0; c.first = t == 1;   /* torch.optim.SGD: the buffer starts as the grad */
   c.beta1 = h->beta1; c.beta2 = h->beta2; c.eps = h->eps;
-  c.decay = adamw ? (float)(1.0 - (double)h->lr * (double)h->weight_decay) : 1.0f;
-  if (h->kind == AMP_SGD) { c.step_size = h->lr; c.bc2_sqrt = 1.0f; return c; }
-  c.step_size = (float)((double)h->lr / (1.0 - pow((double)h->beta1, (double)t)));
+  c.decay = adamw ? (float)(1.0 - (double)lr * (double)weight_decay) : 1.0f;
+  if (h->kind == AMP_SGD) { c.step_size = lr; c.bc2_sqrt = 1.0f; return c; }
+  c.step_size = (float)((double)lr / (1.0 - pow((double)h->beta1, (double)t)));
   c.bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
   return c;
+}
+
+/* The coefficients of a tensor in param group `group`: group 0 takes lr_scale 1 and the config's
+   weight_decay (so set_lr and a checkpoint's config reach it), any other group its own values. */
+static inline AMP_HD amp_step_coefs amp__group_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale,
+                                                     float weight_decay) {
+  return group == 0 ? amp__step_coefs(h, t, 1.0f, h->weight_decay) : amp__step_coefs(h, t, lr_scale, weight_decay);
+}
+
+/* The model copy's value of master value x: rounded to round_to (AMP_F32: x itself; a float model
+   copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as the copy's dtype. The
+   one write-back of the CPU loops, the CUDA step kernel and the model-copy writes at add/load. */
+static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round_to, size_t i, float x) {
+  amp__store(w, t, i, amp__round_to(x, round_to));
 }
 
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
@@ -2246,9 +2320,10 @@ typedef struct amp__backend {
   amp_status (*scaler_rule)(amp_scaler *s, int found_inf, char *msg, size_t cap);
   float     *(*scale_ptr)(amp_scaler *s);
   amp_status (*scale_buffer)(amp_scaler *s, void *buf, amp_dtype t, size_t n, char *msg, size_t cap);
-  /* optimizer: tensor i was recorded in the table (o->w/g/n/wtype/gtype[i]): take its fp32 master
-     from the model copy now, and zeroed moments */
-  amp_status (*optim_add)(amp_optimizer *o, size_t i, char *msg, size_t cap);
+  /* optimizer: tensor i was recorded in the table (o->w/g/n/wtype/gtype/group/round_to[i]): take its
+     fp32 master now, from seed (n floats on the device, bit for bit) or, seed NULL, from the model
+     copy, and zeroed moments; with a seed or a round_to, write the model copy from the master */
+  amp_status (*optim_add)(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap);
   /* the table is complete (first unscale, amp_optimizer_master, a checkpoint): a device that
      takes it whole builds its optimizer now and sets o->frozen */
   amp_status (*optim_ready)(amp_optimizer *o, char *msg, size_t cap);
@@ -2660,10 +2735,13 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
     for (i = 0; i < k; i++) d[i] = s[i] * mul;
   }
 }
-/* dst[i0 + i] = p[i] rounded to the type t. */
-AMP__INLINE void amp__o_store(void *dst, amp_dtype t, size_t i0, const float *AMP__RESTRICT p, size_t k) {
+/* dst[i0 + i] = p[i] rounded to the type t; a float model copy with round_to rt != AMP_F32 gets
+   amp__store_model's rounded values. */
+AMP__INLINE void amp__o_store(void *dst, amp_dtype t, amp_dtype rt, size_t i0, const float *AMP__RESTRICT p, size_t k) {
   size_t i;
-  if (t == AMP_F16) {
+  if (t == AMP_F32 && rt != AMP_F32) {
+    for (i = 0; i < k; i++) amp__store_model(dst, t, rt, i0 + i, p[i]);
+  } else if (t == AMP_F16) {
     amp__f32_to_f16_portable((amp_f16 *)dst + i0, p, k);
   } else if (t == AMP_BF16) {
     uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
@@ -2716,7 +2794,7 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
    g * (inv_scale * clip), the update on the fp32 master and moments, the model copy written. */
 AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, float *AMP__RESTRICT m,
                                   float *AMP__RESTRICT v, const void *g, amp_dtype gt, void *w, amp_dtype wt,
-                                  size_t n, float gmul, const amp_step_coefs *coefs) {
+                                  amp_dtype rt, size_t n, float gmul, const amp_step_coefs *coefs) {
   float gb[AMP__CHUNK], sq[AMP__CHUNK];
   amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
   size_t i0, i;
@@ -2733,7 +2811,7 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
       amp__o_sqrt(sq, vv, k);
       for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
     }
-    amp__o_store(w, wt, i0, pp, k);
+    amp__o_store(w, wt, rt, i0, pp, k);
   }
 }
 
@@ -2741,8 +2819,9 @@ static AMP__EXACT_FP void amp__o_scan_plain(const void *g, amp_dtype t, size_t n
   amp__o_scan_body(g, t, n, inv, sumsq, bad);
 }
 static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                            void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
-  amp__o_step_body(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+                                            void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                            const amp_step_coefs *c) {
+  amp__o_step_body(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c);
 }
 
 #ifdef AMP__X86_SIMD
@@ -2972,14 +3051,16 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
 #endif
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
+/* rt: the model copy's round_to (AMP_F32 but for a float copy holding bf16/f16 values, which the
+   plain loop writes). */
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                        void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+                        void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) {
 #ifdef AMP__X86_SIMD
-  int l = amp__opt_level();
+  int l = rt == AMP_F32 ? amp__opt_level() : 0;
   if (l >= 2) { amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
   if (l == 1) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
 #endif
-  amp__o_step_plain(kind, p, m, v, g, gt, w, wt, n, gmul, c);
+  amp__o_step_plain(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c);
 }
 
 AMP__EXACT_END
@@ -2995,6 +3076,9 @@ enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
      m[i]                SGD: the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg
      v[i]                Adam/AdamW: exp_avg_sq (NULL otherwise)
      n[i]                elements
+     group[i]            its param group (amp_optimizer_add_group; 0 the default)
+     round_to[i]         a float model copy's rounding (amp_tensor_desc.round_to; else AMP_F32)
+   The groups: lr_scale[k], weight_decay[k] for k = 1 .. n_groups - 1 (group 0 reads the config).
    stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler).
    step, found_inf and grad_norm are the host mirror: a device that keeps them in its own memory
    refreshes them in optim_pull, which amp__o_pull calls for every getter. */
@@ -3007,6 +3091,10 @@ struct amp_optimizer {
   const void **g;
   float **master, **m, **v;
   size_t *n;
+  int *group;
+  amp_dtype *round_to;
+  float *lr_scale, *weight_decay;  /* per group; entry 0 unused (group 0: 1 and cfg.weight_decay) */
+  int n_groups, groups_cap;
   float *scratch;                /* AMP_CUSTOM: the unscaled, clipped fp32 grads of one tensor */
   size_t scratch_n;
   long step;                     /* updates applied */
@@ -3072,7 +3160,7 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
   o = (amp_optimizer *)AMP_MALLOC(sizeof *o);
   if (!o) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_create: out of memory");
   memset(o, 0, sizeof *o);
-  o->dev = d; o->cfg = c;
+  o->dev = d; o->cfg = c; o->n_groups = 1;
   *out = o;
   return AMP_OK;
 }
@@ -3080,12 +3168,14 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
 static void amp__o_free_table(amp_optimizer *o) {
   AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
   AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
+  AMP_FREE(o->group); AMP_FREE(o->round_to);
 }
 
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
   if (!o) return;
   amp__be(o->dev)->optim_destroy(o);   /* the masters and moments, wherever they live */
   amp__o_free_table(o);
+  AMP_FREE(o->lr_scale); AMP_FREE(o->weight_decay);
   AMP_FREE(o->scratch);
   AMP_FREE(o);
 }
@@ -3098,10 +3188,15 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
   t.w = (void **)AMP_MALLOC(cap * sizeof *t.w); t.g = (const void **)AMP_MALLOC(cap * sizeof *t.g);
   t.master = (float **)AMP_MALLOC(cap * sizeof *t.master); t.m = (float **)AMP_MALLOC(cap * sizeof *t.m);
   t.v = (float **)AMP_MALLOC(cap * sizeof *t.v); t.n = (size_t *)AMP_MALLOC(cap * sizeof *t.n);
-  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n) { amp__o_free_table(&t); return 0; }
+  t.group = (int *)AMP_MALLOC(cap * sizeof *t.group); t.round_to = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.round_to);
+  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to) {
+    amp__o_free_table(&t);
+    return 0;
+  }
   for (i = 0; i < o->count; i++) {
     t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
     t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
+    t.group[i] = o->group[i]; t.round_to[i] = o->round_to[i];
   }
   amp__o_free_table(o);
   t.cap = cap;
@@ -3114,50 +3209,122 @@ static int amp__overlap(const void *a, size_t an, const void *b, size_t bn) {
   return x < y + bn && y < x + an;
 }
 
-/* The fp32 master is taken from the model copy at add, on every device (the rule of the manual):
-   weights changed after add (loaded from a file, say) are not seen by the optimizer; add after. */
-AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
-                                          amp_dtype g_dtype, const void *grads, size_t n) {
-  size_t ws = amp_dtype_size(w_dtype), gs = amp_dtype_size(g_dtype), i;
+/* The fp32 master is taken at add, on every device (the rule of the manual): from t->master when
+   given, else from the model copy as it is then; weights changed after add (loaded from a file,
+   say) are not seen by the optimizer; add after. fn names the function the user called. */
+static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_desc *t) {
+  size_t ws, gs, n, i;
+  void *weights;
+  const void *grads;
   char m[AMP__MSG] = "";
   amp_status st;
-  if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: o is NULL");
+  if (!o) return amp__fail(AMP_ERR_ARG, "%s: o is NULL", fn);
+  if (!t) return amp__fail(AMP_ERR_ARG, "%s: the tensor description is NULL", fn);
   if (o->frozen)
-    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first step on a %s device "
-                     "(the device optimizer was built with %zu tensors)", amp__be(o->dev)->name, o->count);
+    return amp__fail(AMP_ERR_STATE, "%s: add every tensor before the first step on a %s device "
+                     "(the device optimizer was built with %zu tensors)", fn, amp__be(o->dev)->name, o->count);
   /* One step count serves every tensor (Adam's t, SGD's first step), where PyTorch keeps one per
      parameter: a tensor added after an update would start at t = step + 1, not PyTorch's t = 1. */
   if (o->step > 0)
-    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add: add every tensor before the first update (%ld applied): "
-                     "the optimizer's step count, Adam's t, is shared by all its tensors", o->step);
-  if (!ws) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)w_dtype);
-  if (!gs) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)g_dtype);
-  if (!weights) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights is NULL");
-  if (!grads) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads is NULL");
-  if (n == 0) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: n is 0");
-  if (n > ((size_t)-1) / 16) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: n %zu is too large", n);
-  if ((const void *)weights == grads) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p is the weights buffer", grads);
+    return amp__fail(AMP_ERR_STATE, "%s: add every tensor before the first update (%ld applied): "
+                     "the optimizer's step count, Adam's t, is shared by all its tensors", fn, o->step);
+  ws = amp_dtype_size(t->dtype); gs = amp_dtype_size(t->grad_dtype); n = t->n;
+  weights = t->weights; grads = t->grads;
+  if (!ws) return amp__fail(AMP_ERR_ARG, "%s: weights dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", fn, (int)t->dtype);
+  if (!gs) return amp__fail(AMP_ERR_ARG, "%s: grads dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", fn, (int)t->grad_dtype);
+  if (!weights) return amp__fail(AMP_ERR_ARG, "%s: weights is NULL", fn);
+  if (!grads) return amp__fail(AMP_ERR_ARG, "%s: grads is NULL", fn);
+  if (n == 0) return amp__fail(AMP_ERR_ARG, "%s: n is 0", fn);
+  if (n > ((size_t)-1) / 16) return amp__fail(AMP_ERR_ARG, "%s: n %zu is too large", fn, n);
+  if ((const void *)weights == grads) return amp__fail(AMP_ERR_ARG, "%s: grads %p is the weights buffer", fn, grads);
   if (amp__overlap(weights, n * ws, grads, n * gs))
-    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p overlap weights %p (n %zu)", grads, weights, n);
+    return amp__fail(AMP_ERR_ARG, "%s: grads %p overlap weights %p (n %zu)", fn, grads, weights, n);
+  if (t->group < 0 || t->group >= o->n_groups)
+    return amp__fail(AMP_ERR_ARG, "%s: group %d is not a group of this optimizer (0..%d; amp_optimizer_add_group makes more)",
+                     fn, t->group, o->n_groups - 1);
+  if (!amp_dtype_size(t->round_to))
+    return amp__fail(AMP_ERR_ARG, "%s: round_to %d is not AMP_F32, AMP_F16 or AMP_BF16", fn, (int)t->round_to);
+  if (t->round_to != AMP_F32 && t->dtype != AMP_F32)
+    return amp__fail(AMP_ERR_ARG, "%s: round_to %d is for a float model copy (dtype AMP_F32) only; dtype is %d, which "
+                     "rounds by itself", fn, (int)t->round_to, (int)t->dtype);
+  if (t->master_mode != AMP_MASTER_F32 && t->master_mode != AMP_MASTER_SPLIT && t->master_mode != AMP_MASTER_NONE)
+    return amp__fail(AMP_ERR_ARG, "%s: master_mode %d is not AMP_MASTER_F32, AMP_MASTER_SPLIT or AMP_MASTER_NONE", fn,
+                     t->master_mode);
+  if (t->master_mode != AMP_MASTER_F32)
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s is not implemented yet (use AMP_MASTER_F32)", fn,
+                     t->master_mode == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE");
+  if (t->stochastic)
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: stochastic %d: stochastic rounding of the model copy is not implemented "
+                     "yet (use 0: round to nearest even)", fn, t->stochastic);
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
     if (amp__overlap(weights, n * ws, o->w[i], ows) || amp__overlap(weights, n * ws, o->g[i], ogs))
-      return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: weights %p overlap a buffer of tensor %zu already added", weights, i);
+      return amp__fail(AMP_ERR_ARG, "%s: weights %p overlap a buffer of tensor %zu already added", fn, weights, i);
     if (amp__overlap(grads, n * gs, o->w[i], ows) || amp__overlap(grads, n * gs, o->g[i], ogs))
-      return amp__fail(AMP_ERR_ARG, "amp_optimizer_add: grads %p overlap a buffer of tensor %zu already added", grads, i);
+      return amp__fail(AMP_ERR_ARG, "%s: grads %p overlap a buffer of tensor %zu already added", fn, grads, i);
   }
   if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
-    return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add: out of memory");
+    return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
   i = o->count;   /* recorded past the end; counted once the device has taken it */
-  o->wtype[i] = w_dtype; o->gtype[i] = g_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
+  o->wtype[i] = t->dtype; o->gtype[i] = t->grad_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
+  o->group[i] = t->group; o->round_to[i] = t->round_to;
   o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL;
-  if ((st = amp__be(o->dev)->optim_add(o, i, m, sizeof m)) != AMP_OK) return amp__op_fail("amp_optimizer_add", st, m);
+  if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
   o->count++;
   return AMP_OK;
 }
 
+AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t) {
+  return amp__o_add("amp_optimizer_add_tensor", o, t);
+}
+AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
+                                          amp_dtype g_dtype, const void *grads, size_t n) {
+  amp_tensor_desc t;
+  memset(&t, 0, sizeof t);
+  t.weights = weights; t.dtype = w_dtype; t.grads = grads; t.grad_dtype = g_dtype; t.n = n;
+  return amp__o_add("amp_optimizer_add_mixed", o, &t);
+}
 AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n) {
-  return amp_optimizer_add_mixed(o, dtype, weights, dtype, grads, n);
+  amp_tensor_desc t;
+  memset(&t, 0, sizeof t);
+  t.weights = weights; t.dtype = dtype; t.grads = grads; t.grad_dtype = dtype; t.n = n;
+  return amp__o_add("amp_optimizer_add", o, &t);
+}
+
+AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, float weight_decay, int *group) {
+  if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: o is NULL");
+  if (!group) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: group is NULL");
+  if (!(lr_scale >= 0.0f) || !amp__finite(lr_scale))
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: lr_scale %g must be >= 0 and finite", (double)lr_scale);
+  if (!(weight_decay >= 0.0f) || !amp__finite(weight_decay))
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: weight_decay %g must be >= 0 and finite", (double)weight_decay);
+  if (o->cfg.kind == AMP_CUSTOM)
+    return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_add_group: kind AMP_CUSTOM runs the trainer's own update, "
+                     "which no group's lr_scale or weight_decay reaches");
+  if (o->frozen)
+    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add_group: add groups before the first step on a %s device "
+                     "(the device optimizer was built with %d groups)", amp__be(o->dev)->name, o->n_groups);
+  if (o->step > 0)
+    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add_group: add groups before the first update (%ld applied)", o->step);
+  if (o->n_groups == 0x7fffffff) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: %d groups already", o->n_groups);
+  if (o->n_groups == o->groups_cap) {
+    int cap = o->groups_cap ? (o->groups_cap < 0x3fffffff ? 2 * o->groups_cap : 0x7fffffff) : 4, k;
+    float *ls = (float *)AMP_MALLOC((size_t)cap * sizeof *ls), *wd = (float *)AMP_MALLOC((size_t)cap * sizeof *wd);
+    if (!ls || !wd) { AMP_FREE(ls); AMP_FREE(wd); return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add_group: out of memory"); }
+    ls[0] = 1.0f; wd[0] = 0.0f;   /* unused: group 0 reads the config */
+    for (k = 1; k < o->n_groups; k++) { ls[k] = o->lr_scale[k]; wd[k] = o->weight_decay[k]; }
+    AMP_FREE(o->lr_scale); AMP_FREE(o->weight_decay);
+    o->lr_scale = ls; o->weight_decay = wd; o->groups_cap = cap;
+  }
+  o->lr_scale[o->n_groups] = lr_scale; o->weight_decay[o->n_groups] = weight_decay;
+  *group = o->n_groups++;
+  return AMP_OK;
+}
+
+/* Tensor i's group values: lr_scale and weight_decay as amp__group_coefs reads them. */
+static float amp__o_lr_scale(const amp_optimizer *o, size_t i) { return o->group[i] ? o->lr_scale[o->group[i]] : 1.0f; }
+static float amp__o_weight_decay(const amp_optimizer *o, size_t i) {
+  return o->group[i] ? o->weight_decay[o->group[i]] : o->cfg.weight_decay;
 }
 
 /* The table is complete: a device that builds its optimizer from the whole table (CUDA: one
@@ -3254,17 +3421,18 @@ static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o
 
 /* Pass 2: the update of every tensor. */
 static void amp__o_apply(amp_optimizer *o) {
-  amp_step_coefs c = amp__step_coefs(&o->cfg, (int64_t)o->step + 1);
   float gmul = o->inv * amp__clip_coef(o->grad_norm, o->cfg.max_grad_norm);
   size_t i;
   for (i = 0; i < o->count; i++) {
     if (o->cfg.kind == AMP_CUSTOM) {
       amp__o_load(o->scratch, o->g[i], o->gtype[i], 0, o->n[i], gmul);
       o->cfg.custom_step(o->cfg.custom_user, o->master[i], o->scratch, o->n[i], i, o->step + 1);
-      amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
+      amp__o_store(o->w[i], o->wtype[i], o->round_to[i], 0, o->master[i], o->n[i]);
     } else {
+      amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->group[i], amp__o_lr_scale(o, i),
+                                          amp__o_weight_decay(o, i));
       amp__o_step(o->cfg.kind, o->master[i], o->m[i], o->v[i], o->g[i], o->gtype[i], o->w[i], o->wtype[i],
-                  o->n[i], gmul, &c);
+                  o->round_to[i], o->n[i], gmul, &c);
     }
   }
   o->step++;
@@ -3298,7 +3466,7 @@ static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, s
   return AMP_OK;
 }
 
-static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, char *msg, size_t cap) {
+static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap) {
   size_t n = o->n[i], k;
   int nm = amp__o_moments(&o->cfg);
   float *block;
@@ -3309,7 +3477,9 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, char *msg, size
   }
   block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
   if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
-  for (k = 0; k < n; k++) block[k] = amp__load(o->w[i], o->wtype[i], k);   /* exact: every dtype fits f32 */
+  if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
+  else for (k = 0; k < n; k++) block[k] = amp__load(o->w[i], o->wtype[i], k);   /* exact: every dtype fits f32 */
+  if (seed || o->round_to[i] != AMP_F32) amp__o_store(o->w[i], o->wtype[i], o->round_to[i], 0, block, n);
   if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
   o->master[i] = block; o->m[i] = nm >= 1 ? block + n : NULL; o->v[i] = nm >= 2 ? block + 2 * n : NULL;
   return AMP_OK;
@@ -3366,7 +3536,7 @@ static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which
 }
 static amp_status amp__cpu_optim_write_model(amp_optimizer *o, size_t i, char *msg, size_t cap) {
   (void)msg; (void)cap;
-  amp__o_store(o->w[i], o->wtype[i], 0, o->master[i], o->n[i]);
+  amp__o_store(o->w[i], o->wtype[i], o->round_to[i], 0, o->master[i], o->n[i]);
   return AMP_OK;
 }
 
@@ -4953,11 +5123,16 @@ static amp_status amp__cuda_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, 
   return amp__cu_scale_buffer(s->dev->cuda, s->cu, buf, (int32_t)t, n, m, cap);
 }
 
-static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, char *m, size_t cap) {
+static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
   amp_status st = amp__cu_malloc(o->dev->cuda, &p, o->n[i] * sizeof(float), m, cap);
   if (st != AMP_OK) return st;
-  if ((st = amp__cu_cast(o->dev->cuda, p, AMP_F32, o->w[i], (int32_t)o->wtype[i], o->n[i], m, cap)) != AMP_OK) {
+  if (seed) st = amp__cu_copy(o->dev->cuda, p, seed, o->n[i] * sizeof(float), 2, m, cap);   /* bit for bit */
+  else st = amp__cu_cast(o->dev->cuda, p, AMP_F32, o->w[i], (int32_t)o->wtype[i], o->n[i], m, cap);
+  if (st == AMP_OK && (seed || o->round_to[i] != AMP_F32))
+    st = amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], (const float *)p,
+                             o->n[i], m, cap);
+  if (st != AMP_OK) {
     amp__cu_free(o->dev->cuda, p);
     return st;
   }
@@ -4975,6 +5150,9 @@ static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
   for (i = 0; i < o->count; i++) {
     t[i].grad = o->g[i]; t[i].model = o->w[i]; t[i].n = o->n[i];
     t[i].dtype = (int32_t)o->wtype[i]; t[i].grad_dtype = (int32_t)o->gtype[i];
+    t[i].group = o->group[i]; t[i].round_to = (int32_t)o->round_to[i];
+    t[i].lr_scale = o->group[i] ? o->lr_scale[o->group[i]] : 1.0f;
+    t[i].weight_decay = o->group[i] ? o->weight_decay[o->group[i]] : 0.0f;   /* group 0: the config's, on the device */
   }
   st = amp__cu_optim_create(state, &o->cu, t, o->count, &o->cfg, m, cap);
   AMP_FREE(t);
@@ -5023,7 +5201,8 @@ static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int whic
   return amp__cu_optim_state_io(o->dev->cuda, o->cu, i, which, host, to_device, m, cap);
 }
 static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, char *m, size_t cap) {
-  return amp__cu_cast(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], o->master[i], AMP_F32, o->n[i], m, cap);
+  return amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->master[i], o->n[i],
+                             m, cap);
 }
 static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                  float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,

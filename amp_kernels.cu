@@ -270,6 +270,9 @@ struct amp__cu_tdev {
   int32_t gdtype;         // the grads' (amp_optimizer_add_mixed: e.g. bf16 weights, f32 grads)
   int32_t vec;            // grad and model 16-byte aligned: the step's vector path
   int32_t gvec;           // grad 16-byte aligned: the unscale's vector path (it reads no model copy)
+  int32_t group;          // param group: 0 takes lr_scale 1 and the config's weight_decay (amp__group_coefs)
+  int32_t round_to;       // a float model copy's rounding (amp__store_model); AMP_F32 otherwise
+  float lr_scale, weight_decay;   // the group's (groups 1, 2, ...)
 };
 // A piece of at most AMP__CU_CHUNK elements of one tensor: one block of every multi-tensor launch.
 struct amp__cu_chunk { long long start; int32_t tensor; int32_t len; };
@@ -382,7 +385,10 @@ template <typename F> __device__ F amp__cu_block_sum(F x) {
 
 // ---- per-step coefficients: amp__step_coefs (amp.h), the CPU's own function. Its host compilation
 // by nvcc, for the test that compares it with the CPU build's bit for bit.
-extern "C" void amp__cu_step_coefs(const amp_optim_config *h, int64_t t, amp_step_coefs *c) { *c = amp__step_coefs(h, t); }
+extern "C" void amp__cu_step_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale, float weight_decay,
+                                   amp_step_coefs *c) {
+  *c = amp__group_coefs(h, t, group, lr_scale, weight_decay);
+}
 
 // ---- the scale rule on the device (one thread)
 
@@ -516,7 +522,12 @@ template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step
       ((float4 *)p)[j] = make_float4(pa[0], pa[1], pa[2], pa[3]);
       if (use_m) ((float4 *)m)[j] = make_float4(ma[0], ma[1], ma[2], ma[3]);
       if (KIND == 1) ((float4 *)v)[j] = make_float4(va[0], va[1], va[2], va[3]);
-      amp__cu_stv<WD, 4>(w, (long long)j * 4, pa);
+      if (WD == AMP_F32 && t.round_to != AMP_F32) {   // a float model copy holding bf16/f16 values
+#pragma unroll
+        for (int k = 0; k < 4; k++) amp__store_model(w, (amp_dtype)WD, (amp_dtype)t.round_to, (size_t)j * 4 + k, pa[k]);
+      } else {
+        amp__cu_stv<WD, 4>(w, (long long)j * 4, pa);
+      }
     }
     i0 = nv * 4;
   }
@@ -526,7 +537,7 @@ template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step
     p[i] = pe;
     if (use_m) m[i] = me;
     if (KIND == 1) v[i] = ve;
-    amp__store(w, (amp_dtype)WD, (size_t)i, pe);
+    amp__store_model(w, (amp_dtype)WD, (amp_dtype)t.round_to, (size_t)i, pe);
   }
 }
 template <int KIND, int GD> __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len,
@@ -549,8 +560,14 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     // and only the last block writes t + 1 or clears the scaler's flag, so no block can see either
     // change. Each block computes the coefficients itself (a few hundred cycles) rather than
     // waiting for one block to publish them.
+    // The coefficients of this block's tensor's param group: the lr from the device config (so a
+    // graph replay follows set_lr), the group's lr_scale and weight decay from the tensor table.
     s_skip = o->skip || (sc && *(volatile int32_t *)&sc->found_inf);
-    if (!s_skip) { s_c = amp__step_coefs(&o->h, o->t + 1); s_mul = o->mul; }
+    if (!s_skip) {
+      const amp__cu_tdev *td = &tensors[chunks[blockIdx.x].tensor];
+      s_c = amp__group_coefs(&o->h, o->t + 1, td->group, td->lr_scale, td->weight_decay);
+      s_mul = o->mul;
+    }
   }
   __syncthreads();
   const int skip = s_skip;
@@ -634,6 +651,33 @@ extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, con
   }
   amp__cu_cast_launch(st, dst, dst_type, src, src_type, n, NULL);
   AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>>");
+  return AMP_OK;
+}
+
+// ---- the model copy from a master (add with a seed or round_to, checkpoint load): amp__store_model
+
+__global__ void __launch_bounds__(AMP__CU_THREADS)
+amp__cu_write_model_kernel(void *dst, int32_t dtype, int32_t round_to, const float *master, long long n) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    amp__store_model(dst, (amp_dtype)dtype, (amp_dtype)round_to, (size_t)i, master[i]);
+}
+
+extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, const float *master,
+                                          size_t n, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_write_model: state is NULL");
+  if (!amp__cu_dtype_ok(dtype)) return amp__cu_arg(msg, cap, "amp__cu_write_model: dtype %d is not a dtype", (int)dtype);
+  if (!amp__cu_dtype_ok(round_to)) return amp__cu_arg(msg, cap, "amp__cu_write_model: round_to %d is not a dtype", (int)round_to);
+  if (n == 0) return AMP_OK;
+  if (!dst || !master) return amp__cu_arg(msg, cap, "amp__cu_write_model: %s is NULL with n = %zu", dst ? "master" : "dst", n);
+  if (round_to == AMP_F32) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
+  AMP__CU_ON(st);
+  long long need = ((long long)n + AMP__CU_THREADS - 1) / AMP__CU_THREADS;
+  long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;
+  int grid = (int)(need < most ? need : most);
+  amp__cu_write_model_kernel<<<grid, AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, master, (long long)n);
+  AMP__CU_CHECK_LAUNCH("amp__cu_write_model_kernel<<<>>>");
   return AMP_OK;
 }
 
@@ -761,6 +805,8 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].m = mbase ? mbase + o->offset[i] : NULL;
     ht[i].v = vbase ? vbase + o->offset[i] : NULL;
     ht[i].n = (long long)ts[i].n; ht[i].dtype = ts[i].dtype; ht[i].gdtype = ts[i].grad_dtype;
+    ht[i].group = ts[i].group; ht[i].round_to = ts[i].round_to;
+    ht[i].lr_scale = ts[i].lr_scale; ht[i].weight_decay = ts[i].weight_decay;
     ht[i].gvec = (uintptr_t)ts[i].grad % 16 == 0;
     ht[i].vec = ht[i].gvec && ((uintptr_t)ts[i].model % 16 == 0);
     for (size_t s = 0; s < ts[i].n; s += AMP__CU_CHUNK, c++) {
@@ -798,6 +844,11 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: grad_dtype %d is not a dtype", i, (int)ts[i].grad_dtype);
     if (ts[i].n == 0) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: n is 0", i);
     if (!ts[i].grad || !ts[i].model) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: %s is NULL", i, ts[i].grad ? "model" : "grad");
+    if (!amp__cu_dtype_ok(ts[i].round_to) || (ts[i].round_to != AMP_F32 && ts[i].dtype != AMP_F32))
+      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: round_to %d with dtype %d", i, (int)ts[i].round_to, (int)ts[i].dtype);
+    if (ts[i].group < 0 || !(ts[i].lr_scale >= 0.0f) || !(ts[i].weight_decay >= 0.0f))
+      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d, lr_scale %g, weight_decay %g", i,
+                         (int)ts[i].group, (double)ts[i].lr_scale, (double)ts[i].weight_decay);
     chunks += (ts[i].n + AMP__CU_CHUNK - 1) / AMP__CU_CHUNK;
   }
   if (chunks > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %zu chunks exceed a grid", chunks);

@@ -36,6 +36,9 @@ typedef struct amp_cu_tensor {
   size_t n;
   int32_t dtype;      /* the model copy's */
   int32_t grad_dtype; /* the grads' */
+  int32_t group;      /* its param group: 0 reads lr_scale 1 and weight_decay from the device config */
+  int32_t round_to;   /* a float model copy's rounding (amp__store_model); AMP_F32 otherwise */
+  float lr_scale, weight_decay;   /* its group's (groups 1, 2, ...) */
 } amp_cu_tensor;
 
 /* What a device scaler / optimizer holds besides the scale state, read back by a [sync] call. */
@@ -114,8 +117,12 @@ extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index,
 extern amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap);
 /* The per-step coefficients the device computes for update number t (t >= 1), on the host: the
    same source compiled for both sides. */
-extern void       amp__cu_step_coefs(const amp_optim_config *h, int64_t t, amp_step_coefs *c);
+extern void       amp__cu_step_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale, float weight_decay,
+                                     amp_step_coefs *c);
 
+/* [step] the model copy written from a master: dst[i] = amp__store_model(dtype, round_to, master[i]). 1 launch. */
+extern amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, const float *master,
+                                      size_t n, char *msg, size_t cap);
 /* [step] dst = src converted (any pair of F32/F16/BF16; same type: a copy). 1 launch. */
 extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
                                size_t n, char *msg, size_t cap);

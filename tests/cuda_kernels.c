@@ -71,6 +71,7 @@ static void launchers_reject_bad_arguments(void) {
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(65536, &pr);
   memset(&h, 0, sizeof h); h.kind = AMP_ADAMW; h.lr = 1e-3f; h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f;
+  memset(t, 0, sizeof t);   /* group 0, round_to AMP_F32 */
   t[0].grad = fake; t[0].model = fake; t[0].n = 10; t[0].dtype = AMP_F16; t[0].grad_dtype = AMP_F16;
   t[1] = t[0];
   expect_arg(amp__cu_optim_create(ST, NULL, t, 2, &h, msg, sizeof msg), "optim is NULL", "optim NULL");
@@ -148,13 +149,17 @@ static void device_step_coefficients_equal_the_cpu_optimizers(void) {
     amp_optimizer *o = NULL;
     EXPECT(amp_optimizer_create(&o, amp_cpu(), &cfg[k]) == AMP_OK, "config %d: %s", k, amp_last_error());
     if (!o) return;
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+    /* param groups: 0 (the config's decay), a scaled one, a frozen one without decay */
+    static const int grp[3] = {0, 1, 2};
+    static const float lr_scale[3] = {1.0f, 0.3f, 0.0f}, wdec[3] = {0.0f, 0.05f, 0.0f};
+    for (size_t q = 0; q < 3 * sizeof ts / sizeof ts[0]; q++) {
+      size_t i = q / 3, gi = q % 3;
       amp_optim_config h = o->cfg;
       amp_step_coefs c, d;
       o->step = ts[i] - 1;
-      c = amp__step_coefs(&o->cfg, (int64_t)o->step + 1);
+      c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, grp[gi], lr_scale[gi], wdec[gi]);
       memset(&d, 0x55, sizeof d);
-      amp__cu_step_coefs(&h, ts[i], &d);
+      amp__cu_step_coefs(&h, ts[i], grp[gi], lr_scale[gi], wdec[gi], &d);
       EXPECT(coef_bits(c.lr) == coef_bits(d.lr) && coef_bits(c.wd) == coef_bits(d.wd) && coef_bits(c.momentum) == coef_bits(d.momentum) &&
              coef_bits(c.dampening) == coef_bits(d.dampening) && c.nesterov == d.nesterov && c.first == d.first &&
              coef_bits(c.decay) == coef_bits(d.decay),
@@ -362,7 +367,7 @@ static void run_optimizer_against_host(const char *name, amp_optim_config h, int
     OK(amp__cu_optim_step(ST, o, sc, 1, msg, sizeof msg));
     OK(amp__cu_optim_read(ST, o, &info, msg, sizeof msg));
     EXPECT(info.t == step && info.skip == 0, "%s step %d: t %lld skip %d", name, step, (long long)info.t, info.skip);
-    amp__cu_step_coefs(&h, step, &c);
+    amp__cu_step_coefs(&h, step, 0, 1.0f, 0.0f, &c);
     for (size_t i = 0; i < s.k; i++)   /* the host takes the device's factor: the norm's own check is above */
       for (size_t j = 0; j < n[i]; j++) {
         float g = amp__load(s.hg[i], (amp_dtype)dt[i], j) * info.mul;
@@ -538,7 +543,7 @@ static void captured_step_replays_like_eager(void) {
 
 static void step_over_500_small_tensors_is_two_or_three_launches(void) {
   enum { K = 500 };
-  amp_cu_tensor *t = (amp_cu_tensor *)xmalloc(K * sizeof *t);
+  amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);   /* zero: group 0, round_to AMP_F32 */
   void *mem[2 * K], *o = NULL, *sc = NULL, *g = NULL;
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(65536.0f, &pr);

@@ -171,10 +171,11 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
   (void)state; (void)update_scaler; (void)msg; (void)cap;
   if (o->skip || (sc && sc->found)) { o->skipped++; return AMP_OK; }
   {
-    amp_step_coefs c = amp__step_coefs(&o->h, o->t_done + 1);
-    for (i = 0; i < o->k; i++)
+    for (i = 0; i < o->k; i++) {   /* each tensor's group, as the step kernel reads it from the table */
+      amp_step_coefs c = amp__group_coefs(&o->h, o->t_done + 1, o->t[i].group, o->t[i].lr_scale, o->t[i].weight_decay);
       amp__o_step(o->h.kind, o->p[i], o->m[i], o->v[i], o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].model,
-                  (amp_dtype)o->t[i].dtype, o->t[i].n, o->mul, &c);
+                  (amp_dtype)o->t[i].dtype, (amp_dtype)o->t[i].round_to, o->t[i].n, o->mul, &c);
+    }
   }
   o->t_done++;
   return AMP_OK;
@@ -205,6 +206,13 @@ amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *sr
                         char *msg, size_t cap) {
   (void)state; (void)msg; (void)cap;
   return amp_convert(dst, (amp_dtype)dst_type, src, (amp_dtype)src_type, n);
+}
+amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, const float *master, size_t n,
+                               char *msg, size_t cap) {
+  size_t i;
+  (void)state; (void)msg; (void)cap;
+  for (i = 0; i < n; i++) amp__store_model(dst, (amp_dtype)dtype, (amp_dtype)round_to, i, master[i]);
+  return AMP_OK;
 }
 amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap) {
   (void)state;
