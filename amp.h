@@ -3307,7 +3307,7 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
   if (o->step > 0)
     return amp__fail(AMP_ERR_STATE, "amp_optimizer_add_group: add groups before the first update (%ld applied)", o->step);
   if (o->n_groups == 0x7fffffff) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: %d groups already", o->n_groups);
-  if (o->n_groups == o->groups_cap) {
+  if (o->n_groups >= o->groups_cap) {   /* group 0 needs no entry: the first add allocates */
     int cap = o->groups_cap ? (o->groups_cap < 0x3fffffff ? 2 * o->groups_cap : 0x7fffffff) : 4, k;
     float *ls = (float *)AMP_MALLOC((size_t)cap * sizeof *ls), *wd = (float *)AMP_MALLOC((size_t)cap * sizeof *wd);
     if (!ls || !wd) { AMP_FREE(ls); AMP_FREE(wd); return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add_group: out of memory"); }
