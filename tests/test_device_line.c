@@ -368,6 +368,63 @@ static void the_cuda_line_takes_the_master_at_add(void) {
   amp_optimizer_destroy(o);
 }
 
+/* Param groups, a seeded master and a float model copy rounded to bf16 on the CUDA line: the
+   device table carries each tensor's group and round_to, and every step gives the CPU's bits;
+   add_group after the device optimizer was built is AMP_ERR_STATE, nothing changed. */
+typedef struct grig { float wa[64], ga[64], wc[40], gc[40]; amp_bf16 wb[50]; float gb[50]; amp_optimizer *o; amp_scaler *s; } grig;
+static int grig_make(grig *r, amp_device *d, amp_optim_kind kind) {
+  amp_optim_config c;
+  amp_tensor_desc t;
+  float seed[40];
+  int g1 = 0, g2 = 0, i;
+  memset(r, 0, sizeof *r);
+  memset(&c, 0, sizeof c);
+  c.kind = kind; c.lr = 0.02f; c.weight_decay = 0.05f; c.momentum = 0.9f; c.max_grad_norm = 0.5f;
+  for (i = 0; i < 64; i++) r->wa[i] = 0.01f * (float)(i - 30);
+  for (i = 0; i < 50; i++) r->wb[i] = amp_f32_to_bf16(0.3f - 0.01f * (float)i);
+  for (i = 0; i < 40; i++) seed[i] = (1.0f + (float)(i + 1) * 0x1p-20f) * (i % 2 ? -0.5f : 0.25f);
+  if (amp_scaler_create(&r->s, d, NULL) != AMP_OK || amp_optimizer_create(&r->o, d, &c) != AMP_OK ||
+      amp_optimizer_add_group(r->o, 0.5f, 0.0f, &g1) != AMP_OK || amp_optimizer_add_group(r->o, 2.0f, 0.3f, &g2) != AMP_OK ||
+      amp_optimizer_add(r->o, AMP_F32, r->wa, r->ga, 64) != AMP_OK) return 0;
+  memset(&t, 0, sizeof t);
+  t.weights = r->wb; t.dtype = AMP_BF16; t.grads = r->gb; t.grad_dtype = AMP_F32; t.n = 50; t.group = g1;
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  memset(&t, 0, sizeof t);
+  t.weights = r->wc; t.grads = r->gc; t.n = 40; t.group = g2; t.master = seed; t.round_to = AMP_BF16;
+  return amp_optimizer_add_tensor(r->o, &t) == AMP_OK;
+}
+static void groups_on_the_cuda_line_give_the_cpus_bits(void) {
+  static const amp_optim_kind kinds[2] = {AMP_OPTIM_SGD, AMP_OPTIM_ADAMW};
+  int k, step, i, grp = -1;
+  for (k = 0; k < 2; k++) {
+    static grig a, b;
+    if (!grig_make(&a, amp_cpu(), kinds[k]) || !grig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    EXPECT(memcmp(a.wc, b.wc, sizeof a.wc) == 0, "kind %d: the model copies written from the seed differ", k);
+    for (step = 0; step < 8; step++) {
+      float sa = amp_scaler_get_scale(a.s);
+      for (i = 0; i < 64; i++) a.ga[i] = b.ga[i] = sa * 0.01f * (float)((i * 7 + step) % 9 - 4);
+      for (i = 0; i < 50; i++) a.gb[i] = b.gb[i] = sa * 0.02f * (float)((i * 3 + step) % 7 - 3);
+      for (i = 0; i < 40; i++) a.gc[i] = b.gc[i] = sa * 0.015f * (float)((i * 5 + step) % 11 - 5);
+      if (step == 5) a.gc[3] = b.gc[3] = (float)INFINITY;
+      if (step == 6) EXPECT(amp_optimizer_set_lr(a.o, 0.01f) == AMP_OK && amp_optimizer_set_lr(b.o, 0.01f) == AMP_OK, "%s", amp_last_error());
+      EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+      EXPECT(amp_scaler_update(a.s) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "update: %s", amp_last_error());
+      EXPECT(memcmp(a.wa, b.wa, sizeof a.wa) == 0 && memcmp(a.wb, b.wb, sizeof a.wb) == 0 && memcmp(a.wc, b.wc, sizeof a.wc) == 0,
+             "kind %d step %d: model copies differ (group 2 elem 0: cpu %a, cuda line %a)", k, step, (double)a.wc[0], (double)b.wc[0]);
+      for (i = 0; i < 40; i++)
+        if (amp__f32_bits(b.wc[i]) != amp__f32_bits(amp_bf16_to_f32(amp_f32_to_bf16(amp_optimizer_master(b.o, 2, NULL)[i])))) {
+          EXPECT(0, "kind %d step %d elem %d: round_to copy %a is not the master rounded", k, step, i, (double)b.wc[i]);
+          break;
+        }
+    }
+    EXPECT(amp_optimizer_step_count(b.o) == 7, "kind %d: %ld steps (one skipped of 8)", k, amp_optimizer_step_count(b.o));
+    EXPECT(amp_optimizer_add_group(b.o, 1.0f, 0.0f, &grp) == AMP_ERR_STATE && grp == -1 && b.o->n_groups == 3 &&
+           strstr(amp_last_error(), "amp_optimizer_add_group: ") == amp_last_error(),
+           "add_group after the build: '%s', group %d, %d groups", amp_last_error(), grp, b.o->n_groups);
+    amp_optimizer_destroy(a.o); amp_scaler_destroy(a.s); amp_optimizer_destroy(b.o); amp_scaler_destroy(b.s);
+  }
+}
+
 /* A getter cannot return a status: its failed read gives the documented value (NaN tested on the
    bits, which -Ofast cannot fold), amp_last_error names it, and the next update (or
    amp_device_sync) returns the error before doing anything. */
@@ -419,6 +476,7 @@ int main(void) {
   RUN(a_run_on_the_cuda_line_gives_the_cpus_bits);
   RUN(a_checkpoint_moves_between_the_cpu_and_the_cuda_line);
   RUN(the_cuda_line_takes_the_master_at_add);
+  RUN(groups_on_the_cuda_line_give_the_cpus_bits);
   RUN(a_failed_read_in_a_getter_comes_back_from_the_next_update);
   RUN(the_cuda_line_refuses_what_it_cannot_run);
   amp_device_close(gpu());
