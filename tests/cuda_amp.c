@@ -177,11 +177,44 @@ static void tens_grads(tens *t, float scale, int bad_tensor, float bad) {
   if (bad_tensor >= 0) amp__store(t->g[bad_tensor], t->gt[bad_tensor], t->n[bad_tensor] / 2, bad);
 }
 
+/* side_groups 1: side_make sets up param groups (group 1: lr x 0.5, no decay; group 2: lr x 2,
+   decay 0.3; tensor i in group i % 3), a float model copy rounded to bf16 (every AMP_F32 model
+   copy) and, for tensor 0, an fp32 master seeded with values its model copy cannot hold. */
+static int side_groups = 0;
+static float *seed_values(const tens *t) {   /* tensor 0's initial weights, 2^-20 relative off */
+  float *v = (float *)xmalloc(t->n[0] * 4);
+  for (size_t j = 0; j < t->n[0]; j++) v[j] = amp__load(t->w0[0], t->wt[0], j) * (1.0f + 0x1p-20f) + 0x1p-30f;
+  return v;
+}
+static amp_status side_add(side *s, const tens *t, size_t i, int g1, int g2) {
+  amp_tensor_desc d;
+  float *seed = NULL;
+  void *dseed = NULL;
+  amp_status st;
+  if (!side_groups) return amp_optimizer_add_mixed(s->o, t->wt[i], s->w[i], t->gt[i], s->g[i], t->n[i]);
+  memset(&d, 0, sizeof d);
+  d.weights = s->w[i]; d.dtype = t->wt[i]; d.grads = s->g[i]; d.grad_dtype = t->gt[i]; d.n = t->n[i];
+  d.group = i % 3 == 0 ? 0 : i % 3 == 1 ? g1 : g2;
+  if (t->wt[i] == AMP_F32) d.round_to = AMP_BF16;
+  if (i == 0) {
+    seed = seed_values(t);
+    if (amp_device_is_cuda(s->d)) { dseed = dmalloc(t->n[0] * 4); up(dseed, seed, t->n[0] * 4); d.master = (const float *)dseed; }
+    else d.master = seed;
+  }
+  st = amp_optimizer_add_tensor(s->o, &d);
+  if (dseed) { amp_device_sync(s->d); amp__cu_free(gpu->cuda, dseed); }   /* the add's copy has run */
+  free(seed);
+  return st;
+}
+
 static amp_status side_make(side *s, const tens *t, amp_device *d, const amp_optim_config *cfg) {
   amp_status st;
+  int g1 = 0, g2 = 0;
   memset(s, 0, sizeof *s);
   s->d = d;
   if ((st = amp_optimizer_create(&s->o, d, cfg)) != AMP_OK) return st;
+  if (side_groups && ((st = amp_optimizer_add_group(s->o, 0.5f, 0.0f, &g1)) != AMP_OK ||
+                      (st = amp_optimizer_add_group(s->o, 2.0f, 0.3f, &g2)) != AMP_OK)) return st;
   for (size_t i = 0; i < t->k; i++) {
     size_t ws = amp_dtype_size(t->wt[i]), gs = amp_dtype_size(t->gt[i]);
     if (amp_device_is_cuda(d)) {   /* tensor 1 sits one element off 16 bytes: the scalar paths */
@@ -192,7 +225,7 @@ static amp_status side_make(side *s, const tens *t, amp_device *d, const amp_opt
       s->w[i] = s->wbase[i] = xmalloc(t->n[i] * ws); s->g[i] = s->gbase[i] = xmalloc(t->n[i] * gs);
       memcpy(s->w[i], t->w0[i], t->n[i] * ws);
     }
-    if ((st = amp_optimizer_add_mixed(s->o, t->wt[i], s->w[i], t->gt[i], s->g[i], t->n[i])) != AMP_OK) return st;
+    if ((st = side_add(s, t, i, g1, g2)) != AMP_OK) return st;
   }
   return AMP_OK;
 }
@@ -282,7 +315,7 @@ static void compare_sides(const char *name, const side *c, const side *g, const 
     side_state(g, i, 0, b);
     side_model(g, t, i, model);
     for (size_t j = 0; j < n; j++) {
-      float want = amp__round_to(b[j], t->wt[i]), got = amp__load(model, t->wt[i], j);
+      float want = amp__round_to(amp__round_to(b[j], g->o->round_to[i]), t->wt[i]), got = amp__load(model, t->wt[i], j);
       if (amp__f32_bits(want) != amp__f32_bits(got)) {
         EXPECT(0, "%s tensor %zu model[%zu]: %a, want the device master %a rounded: %a", name, i, j, (double)got, (double)b[j], (double)want);
         break;
@@ -353,6 +386,42 @@ static void run_against_cpu(const char *name, amp_optim_config oc, int steps) {
   compare_sides(name, &c, &g, &t, steps);
   side_free(&c, &t); side_free(&g, &t);
   amp_scaler_destroy(cs); amp_scaler_destroy(gs);
+  tens_free(&t);
+}
+
+/* Param groups, round_to and a seeded master on the GPU against the CPU (side_groups). */
+static void groups_on_gpu_match_the_cpu(void) {
+  int steps = t_quick() ? 8 : 14;
+  side_groups = 1;
+  run_against_cpu("groups sgd momentum", ocfg(AMP_SGD, 0.05f, 1e-2f, 0.9f, 0, 0, 1.0f), steps);
+  run_against_cpu("groups adamw clipped", ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f), steps);
+  side_groups = 0;
+}
+/* The seeded master on the GPU: bit for bit the seed, and the model copy the seed rounded. */
+static void seeded_master_on_gpu_is_bit_for_bit(void) {
+  tens t;
+  side g;
+  amp_optim_config oc = ocfg(AMP_ADAMW, 1e-2f, 0, 0, 0, 0, 0);
+  standard_tens(&t);
+  side_groups = 1;
+  OK(side_make(&g, &t, gpu, &oc));
+  side_groups = 0;
+  {
+    float *seed = seed_values(&t), *m = (float *)xmalloc(t.n[0] * 4);
+    void *w = xmalloc(t.n[0] * amp_dtype_size(t.wt[0]));
+    size_t differs = 0;
+    EXPECT(side_state(&g, 0, 0, m), "master not readable: %s", amp_last_error());
+    side_model(&g, &t, 0, w);
+    for (size_t j = 0; j < t.n[0]; j++) {
+      EXPECT(amp__f32_bits(m[j]) == amp__f32_bits(seed[j]), "elem %zu: seed %a, device master %a", j, (double)seed[j], (double)m[j]);
+      EXPECT(amp__f32_bits(amp__load(w, t.wt[0], j)) == amp__f32_bits(amp__round_to(seed[j], t.wt[0])),
+             "elem %zu: model copy %a, want the seed rounded %a", j, (double)amp__load(w, t.wt[0], j), (double)amp__round_to(seed[j], t.wt[0]));
+      differs += amp__f32_bits(amp__round_to(seed[j], t.wt[0])) != amp__f32_bits(seed[j]);
+    }
+    EXPECT(differs > 0, "every seed value fits the model copy's type: the test proves nothing");
+    free(seed); free(m); free(w);
+  }
+  side_free(&g, &t);
   tens_free(&t);
 }
 
@@ -508,7 +577,7 @@ static void captured_public_step_replays_like_eager(void) {
    from device memory when it runs) gives, bit for bit, the eager steps with the same schedule, and
    differs from the lr of capture time; set_lr while capturing is refused (a captured lr would be
    replayed unchanged by every launch) and changes nothing. */
-static void captured_step_replays_with_a_changing_lr(void) {
+static void captured_step_replays_with_a_changing_lr_run(void) {
   tens t;
   side a, b, e;
   amp_scaler *sa = NULL, *sb = NULL, *se = NULL;
@@ -560,6 +629,13 @@ out:
   side_free(&a, &t); side_free(&b, &t); side_free(&e, &t);
   amp_scaler_destroy(sa); amp_scaler_destroy(sb); amp_scaler_destroy(se);
   tens_free(&t);
+}
+
+static void captured_step_replays_with_a_changing_lr(void) {
+  captured_step_replays_with_a_changing_lr_run();
+  side_groups = 1;   /* each group's lr follows set_lr in the replays (the device table's lr_scale) */
+  captured_step_replays_with_a_changing_lr_run();
+  side_groups = 0;
 }
 
 /* Finite grads near 1.8e19 (f32 and bf16; f16 cannot hold them) square past FLT_MAX: the device
@@ -906,6 +982,8 @@ int main(void) {
   if (st != AMP_OK) { printf("FAIL amp_cuda_open: %s\n", why); return 1; }
   RUN(scale_trajectories_equal_the_cpu_for_every_preset);
   RUN(optimizers_on_gpu_match_the_cpu);
+  RUN(groups_on_gpu_match_the_cpu);
+  RUN(seeded_master_on_gpu_is_bit_for_bit);
   RUN(skipped_step_leaves_device_state_bit_identical);
   RUN(optimizers_sharing_a_scaler_skip_together);
   RUN(allreduce_hook_on_gpu_identity_equals_none_and_failure_changes_nothing);
