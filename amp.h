@@ -15,6 +15,9 @@
       BUILDING THE CUDA PART       nvcc and the link line
       CONVENTIONS                  statuses, defaults, where element math lives
       DEVICE ERRORS AND GETTERS    how a CUDA failure reaches a getter's caller
+      PARAM GROUPS                 per-group lr scale and weight decay, one global clip
+      TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
+                                   a float model copy rounded to bf16/f16, memory per parameter
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -97,6 +100,10 @@
 
    VERSION HISTORY
 
+      (next)               param groups (amp_optimizer_add_group); amp_tensor_desc and
+                           amp_optimizer_add_tensor (a seeded fp32 master, round_to);
+                           amp_optimizer_add / _add_mixed are its wrappers and their errors
+                           name themselves.
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -751,7 +758,8 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 /* The master kinds of amp_tensor_desc.master_mode. */
 enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
 
-/* One tensor, every option in one zero-initialisable description; zero is the default of each field:
+/* TENSOR OPTIONS. One tensor, every option in one zero-initialisable description; zero is the
+   default of each field:
      weights, dtype      the model copy the trainer computes with (required); dtype 0 is AMP_F32
      grads, grad_dtype   its grads in their own type (required; 0 is AMP_F32: fp32 accumulation)
      n                   elements (required, > 0)
@@ -765,14 +773,18 @@ enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
                          type (exactly amp_bf16_to_f32(amp_f32_to_bf16(master)), resp. f16), written
                          at add and after every update and load: a trainer whose kernels read float
                          (llm.c's CPU path) computes with bf16/f16 values and keeps no 16-bit shadow.
-                         With another dtype it must be 0.
+                         With another dtype it must be 0. (On the CPU such a tensor steps in the
+                         portable loop, not the AVX2/AVX-512 ones: the same bits, more time.)
      stochastic          0. Nonzero (stochastic rounding of the model copy) is NOT IMPLEMENTED yet:
                          AMP_ERR_UNSUPPORTED.
      master_mode         AMP_MASTER_F32 (0): an fp32 master. AMP_MASTER_SPLIT and AMP_MASTER_NONE
                          are NOT IMPLEMENTED yet: AMP_ERR_UNSUPPORTED.
-   Memory per parameter, besides the model copy and its grads: the master 4 bytes (AMP_MASTER_F32)
-   plus the moments, 4 bytes each: SGD 4 (8 with momentum), Adam/AdamW 12. (Planned:
-   AMP_MASTER_SPLIT 2 + moments, AMP_MASTER_NONE 0 + moments.)
+   Memory per parameter the optimizer keeps (the model copy, 2 or 4 bytes, and the grads, 2 or 4,
+   are the trainer's): AMP_MASTER_F32: the master 4 bytes plus the fp32 moments, 0 (SGD), 4 (SGD
+   with momentum) or 8 (Adam/AdamW): 4, 8 or 12 bytes. So bf16 weights + fp32 grads + AdamW is
+   2 + 4 + 12 = 18 bytes; a float model copy with round_to (no 16-bit shadow) 4 + 4 + 12 = 20.
+   Planned, not implemented: AMP_MASTER_SPLIT (a 2-byte remainder beside a bf16 model copy:
+   2 + moments) and AMP_MASTER_NONE (0 + moments).
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, a master_mode that
    is not one of the three (AMP_ERR_ARG); nothing is added and nothing is written. */
@@ -837,12 +849,17 @@ AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
    within [floor, cap], counters within range), then the CRC, kind, tensor count, sizes and dtypes:
    AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
    optimizer's config (lr included; custom_step stays the live one), step count, masters and
-   moments, writes every model copy from its restored master, and restores the scaler's
+   moments, writes every model copy from its restored master (rounded to its round_to), and restores the scaler's
    parameters and state; both start a new iteration (no unscale/step recorded). On a CUDA device
    save reads the device state back and load writes it (the model copies cast from the restored
    masters on the device); the file is the same, so a checkpoint moves between CPU and GPU either
    way. A device error during load (after the file was checked) may leave the device state partly
    written: AMP_ERR_DEVICE.
+   Not in the file: the param groups (amp_optimizer_add_group), and each tensor's group and
+   round_to. Like the tensor list and custom_step they are the program's setup, done again before
+   a load: load into an optimizer made with the same groups and tensors. Group 0's weight_decay is
+   the config's, which the file holds; every other group keeps the live lr_scale and weight_decay
+   (so a resumed run may change them on purpose). The format stays version 1.
    The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
    Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
    elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to

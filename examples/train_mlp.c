@@ -22,7 +22,7 @@
    Build:  cc -std=c99 -O2 -march=native -I. examples/train_mlp.c -o train_mlp -lz -lm
            cc -std=c99 -O2 -march=native -DTRAIN_MLP_NO_ZLIB -I. examples/train_mlp.c -o train_mlp -lm
    Run:    ./train_mlp [--epochs N] [--train-limit N] [--test-limit N] [--precision fp32|f16|bf16|all]
-                       [--batch N] [--lr X] [--seed N] [--data DIR] [--svg PATH] [--max-gap PP]
+                       [--batch N] [--lr X] [--weight-decay X] [--seed N] [--data DIR] [--svg PATH] [--max-gap PP]
                        [--device cpu|cuda] [--clock wall|cpu]
    --max-gap PP: exit 2 when an AMP run's test accuracy is more than PP points below fp32's
    (the test suite uses it). Deterministic: a seeded RNG and a fixed batch order.
@@ -387,7 +387,29 @@ static double evaluate(mlp *m, const dataset *test, double *mean_loss) {
 typedef struct {
   int epochs, batch, seed, train_limit;
   float lr;
+  float weight_decay;   /* --weight-decay: on the weight matrices only (0: none, the demo's table) */
 } options;
+
+/* The optimizer over the MLP's tensors (on the CPU or the GPU, d): SGD with momentum 0.9. The
+   weight matrices are in group 0 with the config's weight decay; the biases in a param group of
+   their own without decay (as torch trainers put biases in a no-decay param group). */
+static void mlp_optimizer(amp_optimizer **opt, amp_device *d, const options *o, amp_dtype low, void *const W[3],
+                          void *const dW[3], void *const b[3], void *const db[3], const int sizes[4]) {
+  amp_optim_config oc;
+  amp_tensor_desc t;
+  int l, no_decay;
+  memset(&oc, 0, sizeof oc);   /* zero: the defaults ({0} would do in C, not in C++) */
+  oc.kind = AMP_SGD; oc.lr = o->lr; oc.momentum = 0.9f; oc.weight_decay = o->weight_decay;
+  CHECK(amp_optimizer_create(opt, d, &oc));
+  CHECK(amp_optimizer_add_group(*opt, 1.0f, 0.0f, &no_decay));
+  for (l = 0; l < 3; l++) {
+    memset(&t, 0, sizeof t);
+    t.weights = W[l]; t.dtype = low; t.grads = dW[l]; t.grad_dtype = low; t.n = (size_t)sizes[l] * sizes[l + 1];
+    CHECK(amp_optimizer_add_tensor(*opt, &t));
+    t.weights = b[l]; t.grads = db[l]; t.n = (size_t)sizes[l + 1]; t.group = no_decay;
+    CHECK(amp_optimizer_add_tensor(*opt, &t));
+  }
+}
 
 typedef struct {
   const char *name;
@@ -458,12 +480,11 @@ static void train(const char *name, amp_dtype low, const dataset *tr, const data
                   const float *const W0[3], const options *o, result *r) {
   amp_scaler *sc;
   amp_optimizer *opt;
-  amp_optim_config oc;
   amp_scaler_config scfg = scaler_config(low);
   mlp_types types = mlp_decide(low);
   mlp m;
   int n = tr->n < o->train_limit ? tr->n : o->train_limit;
-  int steps_per_epoch = n / o->batch, epoch, l, i;
+  int steps_per_epoch = n / o->batch, epoch, i;
   long step = 0, total = (long)steps_per_epoch * o->epochs;
   int *perm = (int *)malloc(sizeof(int) * (size_t)n);
   double t_train = 0.0, curve_sum = 0.0;
@@ -472,13 +493,7 @@ static void train(const char *name, amp_dtype low, const dataset *tr, const data
 
   mlp_init(&m, &types, W0);
   CHECK(amp_scaler_create(&sc, amp_cpu(), &scfg));
-  memset(&oc, 0, sizeof oc);   /* zero: the defaults ({0} would do in C, not in C++) */
-  oc.kind = AMP_SGD; oc.lr = o->lr; oc.momentum = 0.9f;
-  CHECK(amp_optimizer_create(&opt, amp_cpu(), &oc));
-  for (l = 0; l < 3; l++) {
-    CHECK(amp_optimizer_add(opt, low, m.W[l], m.dW[l], (size_t)m.sizes[l] * m.sizes[l + 1]));
-    CHECK(amp_optimizer_add(opt, low, m.b[l], m.db[l], (size_t)m.sizes[l + 1]));
-  }
+  mlp_optimizer(&opt, amp_cpu(), o, low, m.W, m.dW, m.b, m.db, m.sizes);
 
   run_begin(r, name, &types, o, total);
   for (epoch = 0; epoch < o->epochs; epoch++) {
@@ -584,7 +599,7 @@ static int train_mlp_main(int argc, char **argv, const device_trainer *dev) {
   train_fn run = train;
   int on_dev = 0, lr_given = 0;
 
-  o.epochs = 8; o.batch = 256; o.seed = 1; o.train_limit = 60000; o.lr = 0.1f;
+  o.epochs = 8; o.batch = 256; o.seed = 1; o.train_limit = 60000; o.lr = 0.1f; o.weight_decay = 0.0f;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) { fprintf(stderr, "train_mlp: %s needs a value (see the top of examples/train_mlp.c)\n", a); return 1; }
@@ -595,6 +610,7 @@ static int train_mlp_main(int argc, char **argv, const device_trainer *dev) {
     else if (!strcmp(a, "--batch")) o.batch = atoi(v);
     else if (!strcmp(a, "--lr")) { o.lr = (float)atof(v); lr_given = 1; }
     else if (!strcmp(a, "--seed")) o.seed = atoi(v);
+    else if (!strcmp(a, "--weight-decay")) o.weight_decay = (float)atof(v);
     else if (!strcmp(a, "--data")) dir = v;
     else if (!strcmp(a, "--svg")) svg = v;
     else if (!strcmp(a, "--max-gap")) max_gap = atof(v);

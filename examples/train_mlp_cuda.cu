@@ -251,12 +251,11 @@ static void train_cuda(const char *name, amp_dtype low, const dataset *tr, const
                        const float *const W0[3], const options *o, result *r) {
   amp_scaler *sc;
   amp_optimizer *opt;
-  amp_optim_config oc;
   amp_scaler_config scfg = scaler_config(low);
   mlp_types types = mlp_decide(low);
   gpu_mlp m;
   int n = tr->n < o->train_limit ? tr->n : o->train_limit;
-  int steps_per_epoch = n / o->batch, epoch, l, i;
+  int steps_per_epoch = n / o->batch, epoch, i;
   long step = 0, total = (long)steps_per_epoch * o->epochs;
   int *perm = (int *)malloc(sizeof(int) * (size_t)n);
   double *losses = (double *)malloc(sizeof(double) * (size_t)steps_per_epoch);
@@ -278,13 +277,7 @@ static void train_cuda(const char *name, amp_dtype low, const dataset *tr, const
   /* The scaler and the optimizer live on the device: the scale, found-inf flag, fp32 master and
      momentum are device memory; the master is taken from each model copy at its add. */
   CHECK(amp_scaler_create(&sc, gpu, &scfg));
-  memset(&oc, 0, sizeof oc);   /* zero: the defaults ({0} would do in C, not in C++) */
-  oc.kind = AMP_SGD; oc.lr = o->lr; oc.momentum = 0.9f;
-  CHECK(amp_optimizer_create(&opt, gpu, &oc));
-  for (l = 0; l < 3; l++) {
-    CHECK(amp_optimizer_add(opt, low, m.W[l], m.dW[l], (size_t)mlp_sizes[l] * mlp_sizes[l + 1]));
-    CHECK(amp_optimizer_add(opt, low, m.b[l], m.db[l], (size_t)mlp_sizes[l + 1]));
-  }
+  mlp_optimizer(&opt, gpu, o, low, m.W, m.dW, m.b, m.db, mlp_sizes);   /* biases in a no-decay group */
   scale_dev = amp_scaler_scale_ptr(sc);
   if (!scale_dev) die(amp_last_error());
 
