@@ -789,14 +789,14 @@ enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, a master_mode that
    is not one of the three (AMP_ERR_ARG); nothing is added and nothing is written. */
 typedef struct amp_tensor_desc {
-  void       *weights;     amp_dtype dtype;
-  const void *grads;       amp_dtype grad_dtype;
-  size_t      n;
-  int         group;
-  const float *master;
-  amp_dtype   round_to;
-  int         stochastic;
-  int         master_mode;
+  void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
+  const void *grads;       amp_dtype grad_dtype;  /* required; 0 -> AMP_F32 */
+  size_t      n;                                  /* required, > 0 */
+  int         group;                              /* 0 -> the default group */
+  const float *master;                            /* NULL -> the master starts from weights */
+  amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
+  int         stochastic;                         /* 0 -> round to nearest even (nonzero: not implemented) */
+  int         master_mode;                        /* 0 -> AMP_MASTER_F32 (SPLIT, NONE: not implemented) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 
