@@ -3262,8 +3262,9 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (!amp_dtype_size(t->round_to))
     return amp__fail(AMP_ERR_ARG, "%s: round_to %d is not AMP_F32, AMP_F16 or AMP_BF16", fn, (int)t->round_to);
   if (t->round_to != AMP_F32 && t->dtype != AMP_F32)
-    return amp__fail(AMP_ERR_ARG, "%s: round_to %d is for a float model copy (dtype AMP_F32) only; dtype is %d, which "
-                     "rounds by itself", fn, (int)t->round_to, (int)t->dtype);
+    return amp__fail(AMP_ERR_ARG, "%s: round_to %d (%s) is for a float model copy (dtype AMP_F32) only; dtype is %s, "
+                     "which rounds by itself (leave round_to 0)", fn, (int)t->round_to, amp__dtype_name(t->round_to),
+                     amp__dtype_name(t->dtype));
   if (t->master_mode != AMP_MASTER_F32 && t->master_mode != AMP_MASTER_SPLIT && t->master_mode != AMP_MASTER_NONE)
     return amp__fail(AMP_ERR_ARG, "%s: master_mode %d is not AMP_MASTER_F32, AMP_MASTER_SPLIT or AMP_MASTER_NONE", fn,
                      t->master_mode);

@@ -305,6 +305,14 @@ static void bad_groups_are_refused_and_change_nothing(void) {
   grp = -7;
   REFUSED(amp_optimizer_add_group(o, 1.0f, 0.0f, &grp), AMP_ERR_STATE, "amp_optimizer_add_group", "first update");
   EXPECT(grp == -7 && o->n_groups == 2, "refused after an update: group %d, %d groups", grp, o->n_groups);
+  {
+    float w2[4] = {0}, g2[4] = {0};
+    amp_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.weights = w2; d.grads = g2; d.n = 4; d.group = 1;
+    REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_STATE, "amp_optimizer_add_tensor", "first update (1 applied)");
+    EXPECT(amp_optimizer_count(o) == 1, "%zu tensors", amp_optimizer_count(o));
+  }
   amp_optimizer_destroy(o); amp_scaler_destroy(s);
 }
 
@@ -330,7 +338,7 @@ static void bad_tensors_are_refused_and_change_nothing(void) {
   d = good; d.round_to = (amp_dtype)7;
   REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "round_to 7");
   d = good; d.weights = wl; d.dtype = AMP_BF16; d.round_to = AMP_F16;
-  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "round_to 1");
+  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "round_to 1 (AMP_F16)");
   d = good; d.master_mode = 3;
   REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "master_mode 3");
   d = good; d.master_mode = AMP_MASTER_SPLIT;
