@@ -53,6 +53,7 @@ static void make_tensors_off(amp_cu_tensor *t, int k, size_t n, int dtype, size_
   for (size_t j = 0; j < n; j++) f[j] = (float)((int)(j % 2001) - 1000) * 0.5f;   /* up to 500: scaled grads */
   amp_convert(h, (amp_dtype)dtype, f, AMP_F32, n);
   for (int i = 0; i < k; i++) {
+    memset(&t[i], 0, sizeof t[i]);   /* group 0, round_to AMP_F32 */
     t[i].grad = dmalloc(n * es); t[i].model = (char *)dmalloc((n + off) * es) + off * es;
     t[i].n = n; t[i].dtype = dtype; t[i].grad_dtype = dtype;
     CK(amp__cu_copy(ST, (void *)t[i].grad, h, n * es, 0, msg, sizeof msg));
