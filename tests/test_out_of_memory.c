@@ -127,9 +127,22 @@ static int scenario(amp_optim_kind kind) {
   st = amp_optimizer_create(&o, amp_cpu(), &c);
   if (bad_status(st, "amp_optimizer_create") || (st != AMP_OK && o != NULL)) bad |= 128;
   if (o) {
+    for (i = 0; i < 6; i++) {   /* enough param groups to grow their table past its first size */
+      int ng = o->n_groups, gi = -1;
+      st = amp_optimizer_add_group(o, 0.5f, 0.0f, &gi);
+      if ((st != AMP_OK && (o->n_groups != ng || gi != -1)) | bad_status(st, "amp_optimizer_add_group")) bad |= 8192;
+    }
     for (i = 0; i < 12; i++) {   /* enough tensors to grow the table past its first size */
       ob = optim_bytes(o, &olen);
-      st = i % 2 ? amp_optimizer_add(o, AMP_F16, h + 5 * i, hg + 5 * i, 5) : amp_optimizer_add_mixed(o, AMP_F32, w + 3 * i, AMP_F32, g + 3 * i, 3);
+      if (i % 4 == 2) {   /* a seeded master in the last group */
+        static const float seed[3] = {1.0f + 0x1p-20f, -2.0f, 0.5f};
+        amp_tensor_desc d;
+        memset(&d, 0, sizeof d);
+        d.weights = w + 3 * i; d.grads = g + 3 * i; d.n = 3; d.group = o->n_groups - 1; d.master = seed;
+        st = amp_optimizer_add_tensor(o, &d);
+      } else {
+        st = i % 2 ? amp_optimizer_add(o, AMP_F16, h + 5 * i, hg + 5 * i, 5) : amp_optimizer_add_mixed(o, AMP_F32, w + 3 * i, AMP_F32, g + 3 * i, 3);
+      }
       if (optim_changed(st, o, ob, olen) | bad_status(st, "amp_optimizer_add")) bad |= 256;
     }
   }
