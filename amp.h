@@ -717,6 +717,7 @@ typedef struct amp_optim_config {
   /* AMP_CUSTOM: the trainer's own fp32 update, run on each master tensor with unscaled fp32 grads */
   void (*custom_step)(void *user, float *master, const float *grad, size_t n, size_t index, long step);
   void *custom_user;
+  uint64_t seed;                         /* stochastic rounding (amp_tensor_desc.stochastic); 0 is a seed */
 } amp_optim_config;
 typedef amp_optim_config amp_optimizer_config;
 
@@ -910,8 +911,41 @@ static inline AMP_HD amp_step_coefs amp__group_coefs(const amp_optim_config *h, 
 /* The model copy's value of master value x: rounded to round_to (AMP_F32: x itself; a float model
    copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as the copy's dtype. The
    one write-back of the CPU loops, the CUDA step kernel and the model-copy writes at add/load. */
-static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round_to, size_t i, float x) {
+static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype round_to, size_t i, float x) {
   amp__store(w, t, i, amp__round_to(x, round_to));
+}
+
+/* Stochastic rounding. The random bits come from a counter-based generator: a 64-bit mix
+   (splitmix64's finaliser) of the key (seed, update number, tensor index) and the element index,
+   so the same seed gives the same bits on the CPU and in the kernels, whatever the order in which
+   elements are written, and a run resumed from a checkpoint (which holds the update count) draws
+   the same bits again. */
+static inline AMP_HD uint64_t amp__mix64(uint64_t z) {
+  z ^= z >> 30; z *= 0xbf58476d1ce4e5b9ull;
+  z ^= z >> 27; z *= 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t tensor) {
+  return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + 0x9e3779b97f4a7c15ull)) ^ (tensor * 0xd1b54a32d192ed03ull));
+}
+static inline AMP_HD uint32_t amp__sr_bits16(uint64_t key, uint64_t i) {
+  return (uint32_t)(amp__mix64(key + (i + 1u) * 0x9e3779b97f4a7c15ull) >> 48);
+}
+/* f32 -> bf16 rounded stochastically: r (16 uniform bits) added below the kept bits carries into
+   them with probability (cut bits) / 2^16, so the expected value is x (the magnitude rounds up
+   with the probability of its distance from the lower neighbour). A value within one bf16 step of
+   FLT_MAX may round to inf, as a round up would. NaN: as amp_f32_to_bf16. */
+static inline AMP_HD amp_bf16 amp__f32_to_bf16_sr(float x, uint32_t r) {
+  uint32_t u = amp__f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return amp_f32_to_bf16(x);
+  return (amp_bf16)((u + (r & 0xffffu)) >> 16);
+}
+/* The model copy's element i from master value x: stochastic (sr, a bf16 copy) with the bits of
+   key, else amp__store_model_rne. The one write-back of the CPU loops, the step kernel and the
+   model-copy writes at add and load. */
+static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round_to, int sr, uint64_t key, size_t i, float x) {
+  if (sr) ((amp_bf16 *)w)[i] = amp__f32_to_bf16_sr(x, amp__sr_bits16(key, (uint64_t)i));
+  else amp__store_model_rne(w, t, round_to, i, x);
 }
 
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
@@ -2359,7 +2393,8 @@ typedef struct amp__backend {
   /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it
      (1); then, for a load, the model copy written from the master (optim_write_model) */
   amp_status (*optim_tensor_io)(amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, size_t cap);
-  amp_status (*optim_write_model)(amp_optimizer *o, size_t i, char *msg, size_t cap);
+  amp_status (*optim_write_model)(amp_optimizer *o, size_t i, long step, char *msg, size_t cap);   /* step: the
+                                    update count the copy is written after (stochastic rounding's key) */
   /* the matrix product, its arguments checked */
   amp_status (*gemm)(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
                      const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
@@ -2752,12 +2787,13 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
     for (i = 0; i < k; i++) d[i] = s[i] * mul;
   }
 }
-/* dst[i0 + i] = p[i] rounded to the type t; a float model copy with round_to rt != AMP_F32 gets
-   amp__store_model's rounded values. */
-AMP__INLINE void amp__o_store(void *dst, amp_dtype t, amp_dtype rt, size_t i0, const float *AMP__RESTRICT p, size_t k) {
+/* dst[i0 + i] = p[i] rounded to the type t; a float model copy with round_to rt != AMP_F32, or a
+   bf16 copy rounded stochastically (sr, with the bits of key), through amp__store_model. */
+AMP__INLINE void amp__o_store(void *dst, amp_dtype t, amp_dtype rt, int sr, uint64_t key, size_t i0,
+                              const float *AMP__RESTRICT p, size_t k) {
   size_t i;
-  if (t == AMP_F32 && rt != AMP_F32) {
-    for (i = 0; i < k; i++) amp__store_model(dst, t, rt, i0 + i, p[i]);
+  if (sr || (t == AMP_F32 && rt != AMP_F32)) {
+    for (i = 0; i < k; i++) amp__store_model(dst, t, rt, sr, key, i0 + i, p[i]);
   } else if (t == AMP_F16) {
     amp__f32_to_f16_portable((amp_f16 *)dst + i0, p, k);
   } else if (t == AMP_BF16) {
@@ -2811,7 +2847,7 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
    g * (inv_scale * clip), the update on the fp32 master and moments, the model copy written. */
 AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, float *AMP__RESTRICT m,
                                   float *AMP__RESTRICT v, const void *g, amp_dtype gt, void *w, amp_dtype wt,
-                                  amp_dtype rt, size_t n, float gmul, const amp_step_coefs *coefs) {
+                                  amp_dtype rt, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *coefs) {
   float gb[AMP__CHUNK], sq[AMP__CHUNK];
   amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
   size_t i0, i;
@@ -2828,7 +2864,7 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
       amp__o_sqrt(sq, vv, k);
       for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
     }
-    amp__o_store(w, wt, rt, i0, pp, k);
+    amp__o_store(w, wt, rt, sr, key, i0, pp, k);
   }
 }
 
@@ -2836,9 +2872,9 @@ static AMP__EXACT_FP void amp__o_scan_plain(const void *g, amp_dtype t, size_t n
   amp__o_scan_body(g, t, n, inv, sumsq, bad);
 }
 static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                            void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                            const amp_step_coefs *c) {
-  amp__o_step_body(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c);
+                                            void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n,
+                                            float gmul, const amp_step_coefs *c) {
+  amp__o_step_body(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
 
 #ifdef AMP__X86_SIMD
@@ -3068,16 +3104,17 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
 #endif
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
-/* rt: the model copy's round_to (AMP_F32 but for a float copy holding bf16/f16 values, which the
-   plain loop writes). */
+/* rt: the model copy's round_to (AMP_F32 but for a float copy holding bf16/f16 values); sr: a bf16
+   copy written with stochastic rounding, the bits from key. Either is written by the plain loop. */
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                        void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) {
+                        void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
+                        const amp_step_coefs *c) {
 #ifdef AMP__X86_SIMD
-  int l = rt == AMP_F32 ? amp__opt_level() : 0;
+  int l = rt == AMP_F32 && !sr ? amp__opt_level() : 0;
   if (l >= 2) { amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
   if (l == 1) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
 #endif
-  amp__o_step_plain(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c);
+  amp__o_step_plain(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
 
 AMP__EXACT_END
@@ -3095,6 +3132,7 @@ enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
      n[i]                elements
      group[i]            its param group (amp_optimizer_add_group; 0 the default)
      round_to[i]         a float model copy's rounding (amp_tensor_desc.round_to; else AMP_F32)
+     stochastic[i]       1: the bf16 model copy is written with stochastic rounding
    The groups: lr_scale[k], weight_decay[k] for k = 1 .. n_groups - 1 (group 0 reads the config).
    stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler).
    step, found_inf and grad_norm are the host mirror: a device that keeps them in its own memory
@@ -3108,7 +3146,7 @@ struct amp_optimizer {
   const void **g;
   float **master, **m, **v;
   size_t *n;
-  int *group;
+  int *group, *stochastic;
   amp_dtype *round_to;
   float *lr_scale, *weight_decay;  /* per group; entry 0 unused (group 0: 1 and cfg.weight_decay) */
   int n_groups, groups_cap;
@@ -3185,7 +3223,7 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
 static void amp__o_free_table(amp_optimizer *o) {
   AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
   AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
-  AMP_FREE(o->group); AMP_FREE(o->round_to);
+  AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic);
 }
 
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
@@ -3206,14 +3244,15 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
   t.master = (float **)AMP_MALLOC(cap * sizeof *t.master); t.m = (float **)AMP_MALLOC(cap * sizeof *t.m);
   t.v = (float **)AMP_MALLOC(cap * sizeof *t.v); t.n = (size_t *)AMP_MALLOC(cap * sizeof *t.n);
   t.group = (int *)AMP_MALLOC(cap * sizeof *t.group); t.round_to = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.round_to);
-  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to) {
+  t.stochastic = (int *)AMP_MALLOC(cap * sizeof *t.stochastic);
+  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to || !t.stochastic) {
     amp__o_free_table(&t);
     return 0;
   }
   for (i = 0; i < o->count; i++) {
     t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
     t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
-    t.group[i] = o->group[i]; t.round_to[i] = o->round_to[i];
+    t.group[i] = o->group[i]; t.round_to[i] = o->round_to[i]; t.stochastic[i] = o->stochastic[i];
   }
   amp__o_free_table(o);
   t.cap = cap;
@@ -3271,9 +3310,9 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (t->master_mode != AMP_MASTER_F32)
     return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s is not implemented yet (use AMP_MASTER_F32)", fn,
                      t->master_mode == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE");
-  if (t->stochastic)
-    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: stochastic %d: stochastic rounding of the model copy is not implemented "
-                     "yet (use 0: round to nearest even)", fn, t->stochastic);
+  if (t->stochastic && t->dtype != AMP_BF16)
+    return amp__fail(AMP_ERR_ARG, "%s: stochastic %d needs a bf16 model copy (dtype AMP_BF16); dtype is %s", fn,
+                     t->stochastic, amp__dtype_name(t->dtype));
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
     if (amp__overlap(weights, n * ws, o->w[i], ows) || amp__overlap(weights, n * ws, o->g[i], ogs))
@@ -3285,7 +3324,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
     return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
   i = o->count;   /* recorded past the end; counted once the device has taken it */
   o->wtype[i] = t->dtype; o->gtype[i] = t->grad_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
-  o->group[i] = t->group; o->round_to[i] = t->round_to;
+  o->group[i] = t->group; o->round_to[i] = t->round_to; o->stochastic[i] = t->stochastic != 0;
   o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL;
   if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
   o->count++;
@@ -3337,6 +3376,11 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
   o->lr_scale[o->n_groups] = lr_scale; o->weight_decay[o->n_groups] = weight_decay;
   *group = o->n_groups++;
   return AMP_OK;
+}
+
+/* The stochastic-rounding key of tensor i's model-copy write after update number step (0: at add). */
+static uint64_t amp__o_sr_key(const amp_optimizer *o, size_t i, long step) {
+  return o->stochastic[i] ? amp__sr_key(o->cfg.seed, (int64_t)step, (uint64_t)i) : 0u;
 }
 
 /* Tensor i's group values: lr_scale and weight_decay as amp__group_coefs reads them. */
@@ -3445,12 +3489,13 @@ static void amp__o_apply(amp_optimizer *o) {
     if (o->cfg.kind == AMP_CUSTOM) {
       amp__o_load(o->scratch, o->g[i], o->gtype[i], 0, o->n[i], gmul);
       o->cfg.custom_step(o->cfg.custom_user, o->master[i], o->scratch, o->n[i], i, o->step + 1);
-      amp__o_store(o->w[i], o->wtype[i], o->round_to[i], 0, o->master[i], o->n[i]);
+      amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, o->step + 1), 0,
+                   o->master[i], o->n[i]);
     } else {
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->group[i], amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
       amp__o_step(o->cfg.kind, o->master[i], o->m[i], o->v[i], o->g[i], o->gtype[i], o->w[i], o->wtype[i],
-                  o->round_to[i], o->n[i], gmul, &c);
+                  o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, o->step + 1), o->n[i], gmul, &c);
     }
   }
   o->step++;
@@ -3497,7 +3542,8 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
   if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
   if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
   else for (k = 0; k < n; k++) block[k] = amp__load(o->w[i], o->wtype[i], k);   /* exact: every dtype fits f32 */
-  if (seed || o->round_to[i] != AMP_F32) amp__o_store(o->w[i], o->wtype[i], o->round_to[i], 0, block, n);
+  if (seed || o->round_to[i] != AMP_F32 || o->stochastic[i])
+    amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, 0), 0, block, n);
   if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
   o->master[i] = block; o->m[i] = nm >= 1 ? block + n : NULL; o->v[i] = nm >= 2 ? block + 2 * n : NULL;
   return AMP_OK;
@@ -3552,9 +3598,9 @@ static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which
   else memcpy(host, p, o->n[i] * sizeof(float));
   return AMP_OK;
 }
-static amp_status amp__cpu_optim_write_model(amp_optimizer *o, size_t i, char *msg, size_t cap) {
+static amp_status amp__cpu_optim_write_model(amp_optimizer *o, size_t i, long step, char *msg, size_t cap) {
   (void)msg; (void)cap;
-  amp__o_store(o->w[i], o->wtype[i], o->round_to[i], 0, o->master[i], o->n[i]);
+  amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, step), 0, o->master[i], o->n[i]);
   return AMP_OK;
 }
 
@@ -4261,7 +4307,7 @@ static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckp
       p += AMP__CKPT_TENSOR_BYTES;
       for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float))
         if ((st = be->optim_tensor_io(o, i, k, (float *)(uintptr_t)p, 1, m, sizeof m)) != AMP_OK) goto fail;
-      if ((st = be->optim_write_model(o, i, m, sizeof m)) != AMP_OK) goto fail;
+      if ((st = be->optim_write_model(o, i, im->step, m, sizeof m)) != AMP_OK) goto fail;
     }
   }
   if (s && im->has_scaler && (st = amp__be(s->dev)->scaler_push(s, &im->sc, m, sizeof m)) != AMP_OK) goto fail;
@@ -5147,9 +5193,9 @@ static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *s
   if (st != AMP_OK) return st;
   if (seed) st = amp__cu_copy(o->dev->cuda, p, seed, o->n[i] * sizeof(float), 2, m, cap);   /* bit for bit */
   else st = amp__cu_cast(o->dev->cuda, p, AMP_F32, o->w[i], (int32_t)o->wtype[i], o->n[i], m, cap);
-  if (st == AMP_OK && (seed || o->round_to[i] != AMP_F32))
-    st = amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], (const float *)p,
-                             o->n[i], m, cap);
+  if (st == AMP_OK && (seed || o->round_to[i] != AMP_F32 || o->stochastic[i]))
+    st = amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->stochastic[i],
+                             amp__o_sr_key(o, i, 0), (const float *)p, o->n[i], m, cap);
   if (st != AMP_OK) {
     amp__cu_free(o->dev->cuda, p);
     return st;
@@ -5168,7 +5214,7 @@ static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
   for (i = 0; i < o->count; i++) {
     t[i].grad = o->g[i]; t[i].model = o->w[i]; t[i].n = o->n[i];
     t[i].dtype = (int32_t)o->wtype[i]; t[i].grad_dtype = (int32_t)o->gtype[i];
-    t[i].group = o->group[i]; t[i].round_to = (int32_t)o->round_to[i];
+    t[i].group = o->group[i]; t[i].round_to = (int32_t)o->round_to[i]; t[i].stochastic = o->stochastic[i];
     t[i].lr_scale = o->group[i] ? o->lr_scale[o->group[i]] : 1.0f;
     t[i].weight_decay = o->group[i] ? o->weight_decay[o->group[i]] : 0.0f;   /* group 0: the config's, on the device */
   }
@@ -5218,9 +5264,9 @@ static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int whic
                                             char *m, size_t cap) {
   return amp__cu_optim_state_io(o->dev->cuda, o->cu, i, which, host, to_device, m, cap);
 }
-static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, char *m, size_t cap) {
-  return amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->master[i], o->n[i],
-                             m, cap);
+static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, long step, char *m, size_t cap) {
+  return amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->stochastic[i],
+                             amp__o_sr_key(o, i, step), o->master[i], o->n[i], m, cap);
 }
 static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                  float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,

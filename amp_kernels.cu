@@ -272,6 +272,7 @@ struct amp__cu_tdev {
   int32_t gvec;           // grad 16-byte aligned: the unscale's vector path (it reads no model copy)
   int32_t group;          // param group: 0 takes lr_scale 1 and the config's weight_decay (amp__group_coefs)
   int32_t round_to;       // a float model copy's rounding (amp__store_model); AMP_F32 otherwise
+  int32_t stochastic;     // 1: the bf16 model copy is written with stochastic rounding
   float lr_scale, weight_decay;   // the group's (groups 1, 2, ...)
 };
 // A piece of at most AMP__CU_CHUNK elements of one tensor: one block of every multi-tensor launch.
@@ -500,7 +501,8 @@ template <int KIND> __device__ __forceinline__ void amp__cu_update(float &p, flo
 }
 
 template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start,
-                                                                                       int len, float mul, const amp_step_coefs &c) {
+                                                                                       int len, float mul, const amp_step_coefs &c,
+                                                                                       uint64_t key) {
   const void *g = (const typename amp__cu_elem<GD>::T *)t.grad + start;
   void *w = (typename amp__cu_elem<WD>::T *)t.model + start;
   float *p = t.master + start;
@@ -522,9 +524,13 @@ template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step
       ((float4 *)p)[j] = make_float4(pa[0], pa[1], pa[2], pa[3]);
       if (use_m) ((float4 *)m)[j] = make_float4(ma[0], ma[1], ma[2], ma[3]);
       if (KIND == 1) ((float4 *)v)[j] = make_float4(va[0], va[1], va[2], va[3]);
-      if (WD == AMP_F32 && t.round_to != AMP_F32) {   // a float model copy holding bf16/f16 values
+      if ((WD == AMP_F32 && t.round_to != AMP_F32) || (WD == AMP_BF16 && t.stochastic)) {
+        // a float model copy holding bf16/f16 values, or a bf16 copy rounded stochastically (the
+        // bits keyed by the element's index in its tensor)
 #pragma unroll
-        for (int k = 0; k < 4; k++) amp__store_model(w, (amp_dtype)WD, (amp_dtype)t.round_to, (size_t)j * 4 + k, pa[k]);
+        for (int k = 0; k < 4; k++)
+          amp__store_model((typename amp__cu_elem<WD>::T *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key,
+                           (size_t)(start + (long long)j * 4 + k), pa[k]);
       } else {
         amp__cu_stv<WD, 4>(w, (long long)j * 4, pa);
       }
@@ -537,14 +543,15 @@ template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step
     p[i] = pe;
     if (use_m) m[i] = me;
     if (KIND == 1) v[i] = ve;
-    amp__store_model(w, (amp_dtype)WD, (amp_dtype)t.round_to, (size_t)i, pe);
+    amp__store_model((typename amp__cu_elem<WD>::T *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key,
+                     (size_t)(start + i), pe);
   }
 }
 template <int KIND, int GD> __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len,
-                                                                                float mul, const amp_step_coefs &c) {
-  if (t.dtype == AMP_F16) amp__cu_step_chunk<KIND, GD, AMP_F16>(t, start, len, mul, c);
-  else if (t.dtype == AMP_BF16) amp__cu_step_chunk<KIND, GD, AMP_BF16>(t, start, len, mul, c);
-  else amp__cu_step_chunk<KIND, GD, AMP_F32>(t, start, len, mul, c);
+                                                                                float mul, const amp_step_coefs &c, uint64_t key) {
+  if (t.dtype == AMP_F16) amp__cu_step_chunk<KIND, GD, AMP_F16>(t, start, len, mul, c, key);
+  else if (t.dtype == AMP_BF16) amp__cu_step_chunk<KIND, GD, AMP_BF16>(t, start, len, mul, c, key);
+  else amp__cu_step_chunk<KIND, GD, AMP_F32>(t, start, len, mul, c, key);
 }
 
 // sc: the scaler whose OR-ed flag also skips the step (NULL: only this optimizer's own unscale
@@ -553,6 +560,7 @@ template <int KIND> __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, const amp__cu_tdev *tensors,
                     const amp__cu_chunk *chunks) {
   __shared__ amp_step_coefs s_c;
+  __shared__ uint64_t s_key;
   __shared__ float s_mul;
   __shared__ int s_skip;
   if (threadIdx.x == 0) {
@@ -564,8 +572,10 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     // graph replay follows set_lr), the group's lr_scale and weight decay from the tensor table.
     s_skip = o->skip || (sc && *(volatile int32_t *)&sc->found_inf);
     if (!s_skip) {
-      const amp__cu_tdev *td = &tensors[chunks[blockIdx.x].tensor];
+      const int ti = chunks[blockIdx.x].tensor;
+      const amp__cu_tdev *td = &tensors[ti];
       s_c = amp__group_coefs(&o->h, o->t + 1, td->group, td->lr_scale, td->weight_decay);
+      s_key = td->stochastic ? amp__sr_key(o->h.seed, o->t + 1, (uint64_t)ti) : 0u;   // the CPU's key, amp__o_sr_key
       s_mul = o->mul;
     }
   }
@@ -575,10 +585,11 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     const amp__cu_chunk ch = chunks[blockIdx.x];
     const amp__cu_tdev t = tensors[ch.tensor];
     const amp_step_coefs c = s_c;
+    const uint64_t key = s_key;
     const float mul = s_mul;
-    if (t.gdtype == AMP_F16) amp__cu_step_chunk_w<KIND, AMP_F16>(t, ch.start, ch.len, mul, c);
-    else if (t.gdtype == AMP_BF16) amp__cu_step_chunk_w<KIND, AMP_BF16>(t, ch.start, ch.len, mul, c);
-    else amp__cu_step_chunk_w<KIND, AMP_F32>(t, ch.start, ch.len, mul, c);
+    if (t.gdtype == AMP_F16) amp__cu_step_chunk_w<KIND, AMP_F16>(t, ch.start, ch.len, mul, c, key);
+    else if (t.gdtype == AMP_BF16) amp__cu_step_chunk_w<KIND, AMP_BF16>(t, ch.start, ch.len, mul, c, key);
+    else amp__cu_step_chunk_w<KIND, AMP_F32>(t, ch.start, ch.len, mul, c, key);
   }
   if (threadIdx.x == 0) {
     __threadfence();   // our reads of t and of the flags are done before we count ourselves
@@ -657,26 +668,30 @@ extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, con
 // ---- the model copy from a master (add with a seed or round_to, checkpoint load): amp__store_model
 
 __global__ void __launch_bounds__(AMP__CU_THREADS)
-amp__cu_write_model_kernel(void *dst, int32_t dtype, int32_t round_to, const float *master, long long n) {
+amp__cu_write_model_kernel(void *dst, int32_t dtype, int32_t round_to, int32_t sr, uint64_t key, const float *master,
+                           long long n) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-    amp__store_model(dst, (amp_dtype)dtype, (amp_dtype)round_to, (size_t)i, master[i]);
+    amp__store_model(dst, (amp_dtype)dtype, (amp_dtype)round_to, sr, key, (size_t)i, master[i]);
 }
 
-extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, const float *master,
-                                          size_t n, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, int32_t stochastic,
+                                          uint64_t key, const float *master, size_t n, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_write_model: state is NULL");
   if (!amp__cu_dtype_ok(dtype)) return amp__cu_arg(msg, cap, "amp__cu_write_model: dtype %d is not a dtype", (int)dtype);
   if (!amp__cu_dtype_ok(round_to)) return amp__cu_arg(msg, cap, "amp__cu_write_model: round_to %d is not a dtype", (int)round_to);
   if (n == 0) return AMP_OK;
   if (!dst || !master) return amp__cu_arg(msg, cap, "amp__cu_write_model: %s is NULL with n = %zu", dst ? "master" : "dst", n);
-  if (round_to == AMP_F32) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
+  if (stochastic && dtype != AMP_BF16)
+    return amp__cu_arg(msg, cap, "amp__cu_write_model: stochastic with dtype %d (bf16 only)", (int)dtype);
+  if (round_to == AMP_F32 && !stochastic) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
   AMP__CU_ON(st);
   long long need = ((long long)n + AMP__CU_THREADS - 1) / AMP__CU_THREADS;
   long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;
   int grid = (int)(need < most ? need : most);
-  amp__cu_write_model_kernel<<<grid, AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, master, (long long)n);
+  amp__cu_write_model_kernel<<<grid, AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, stochastic != 0, key, master,
+                                                                       (long long)n);
   AMP__CU_CHECK_LAUNCH("amp__cu_write_model_kernel<<<>>>");
   return AMP_OK;
 }
@@ -805,7 +820,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].m = mbase ? mbase + o->offset[i] : NULL;
     ht[i].v = vbase ? vbase + o->offset[i] : NULL;
     ht[i].n = (long long)ts[i].n; ht[i].dtype = ts[i].dtype; ht[i].gdtype = ts[i].grad_dtype;
-    ht[i].group = ts[i].group; ht[i].round_to = ts[i].round_to;
+    ht[i].group = ts[i].group; ht[i].round_to = ts[i].round_to; ht[i].stochastic = ts[i].stochastic != 0;
     ht[i].lr_scale = ts[i].lr_scale; ht[i].weight_decay = ts[i].weight_decay;
     ht[i].gvec = (uintptr_t)ts[i].grad % 16 == 0;
     ht[i].vec = ht[i].gvec && ((uintptr_t)ts[i].model % 16 == 0);
@@ -846,6 +861,8 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
     if (!ts[i].grad || !ts[i].model) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: %s is NULL", i, ts[i].grad ? "model" : "grad");
     if (!amp__cu_dtype_ok(ts[i].round_to) || (ts[i].round_to != AMP_F32 && ts[i].dtype != AMP_F32))
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: round_to %d with dtype %d", i, (int)ts[i].round_to, (int)ts[i].dtype);
+    if (ts[i].stochastic && ts[i].dtype != AMP_BF16)
+      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: stochastic with dtype %d (bf16 only)", i, (int)ts[i].dtype);
     if (ts[i].group < 0 || !(ts[i].lr_scale >= 0.0f) || !(ts[i].weight_decay >= 0.0f))
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d, lr_scale %g, weight_decay %g", i,
                          (int)ts[i].group, (double)ts[i].lr_scale, (double)ts[i].weight_decay);

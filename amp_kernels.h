@@ -38,6 +38,7 @@ typedef struct amp_cu_tensor {
   int32_t grad_dtype; /* the grads' */
   int32_t group;      /* its param group: 0 reads lr_scale 1 and weight_decay from the device config */
   int32_t round_to;   /* a float model copy's rounding (amp__store_model); AMP_F32 otherwise */
+  int32_t stochastic; /* 1: the bf16 model copy is written with stochastic rounding (key: h->seed, t, index) */
   float lr_scale, weight_decay;   /* its group's (groups 1, 2, ...) */
 } amp_cu_tensor;
 
@@ -120,9 +121,10 @@ extern amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, ch
 extern void       amp__cu_step_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale, float weight_decay,
                                      amp_step_coefs *c);
 
-/* [step] the model copy written from a master: dst[i] = amp__store_model(dtype, round_to, master[i]). 1 launch. */
-extern amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, const float *master,
-                                      size_t n, char *msg, size_t cap);
+/* [step] the model copy written from a master: amp__store_model(dst, dtype, round_to, stochastic, key, i,
+   master[i]). 1 launch. */
+extern amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, int32_t stochastic,
+                                      uint64_t key, const float *master, size_t n, char *msg, size_t cap);
 /* [step] dst = src converted (any pair of F32/F16/BF16; same type: a copy). 1 launch. */
 extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
                                size_t n, char *msg, size_t cap);

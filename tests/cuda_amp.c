@@ -179,7 +179,8 @@ static void tens_grads(tens *t, float scale, int bad_tensor, float bad) {
 
 /* side_groups 1: side_make sets up param groups (group 1: lr x 0.5, no decay; group 2: lr x 2,
    decay 0.3; tensor i in group i % 3), a float model copy rounded to bf16 (every AMP_F32 model
-   copy) and, for tensor 0, an fp32 master seeded with values its model copy cannot hold. */
+   copy), stochastic rounding of every bf16 model copy and, for tensor 0, an fp32 master seeded
+   with values its model copy cannot hold. */
 static int side_groups = 0;
 static float *seed_values(const tens *t) {   /* tensor 0's initial weights, 2^-20 relative off */
   float *v = (float *)xmalloc(t->n[0] * 4);
@@ -196,6 +197,7 @@ static amp_status side_add(side *s, const tens *t, size_t i, int g1, int g2) {
   d.weights = s->w[i]; d.dtype = t->wt[i]; d.grads = s->g[i]; d.grad_dtype = t->gt[i]; d.n = t->n[i];
   d.group = i % 3 == 0 ? 0 : i % 3 == 1 ? g1 : g2;
   if (t->wt[i] == AMP_F32) d.round_to = AMP_BF16;
+  if (t->wt[i] == AMP_BF16) d.stochastic = 1;
   if (i == 0) {
     seed = seed_values(t);
     if (amp_device_is_cuda(s->d)) { dseed = dmalloc(t->n[0] * 4); up(dseed, seed, t->n[0] * 4); d.master = (const float *)dseed; }
@@ -316,6 +318,9 @@ static void compare_sides(const char *name, const side *c, const side *g, const 
     side_model(g, t, i, model);
     for (size_t j = 0; j < n; j++) {
       float want = amp__round_to(amp__round_to(b[j], g->o->round_to[i]), t->wt[i]), got = amp__load(model, t->wt[i], j);
+      if (g->o->stochastic[i])   /* the bits of the last update's key, as the CPU draws them */
+        want = amp_bf16_to_f32(amp__f32_to_bf16_sr(b[j], amp__sr_bits16(amp__sr_key(g->o->cfg.seed,
+                                 (int64_t)amp_optimizer_step_count(g->o), (uint64_t)i), (uint64_t)j)));
       if (amp__f32_bits(want) != amp__f32_bits(got)) {
         EXPECT(0, "%s tensor %zu model[%zu]: %a, want the device master %a rounded: %a", name, i, j, (double)got, (double)b[j], (double)want);
         break;

@@ -173,8 +173,9 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
   {
     for (i = 0; i < o->k; i++) {   /* each tensor's group, as the step kernel reads it from the table */
       amp_step_coefs c = amp__group_coefs(&o->h, o->t_done + 1, o->t[i].group, o->t[i].lr_scale, o->t[i].weight_decay);
+      uint64_t key = o->t[i].stochastic ? amp__sr_key(o->h.seed, o->t_done + 1, (uint64_t)i) : 0u;
       amp__o_step(o->h.kind, o->p[i], o->m[i], o->v[i], o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].model,
-                  (amp_dtype)o->t[i].dtype, (amp_dtype)o->t[i].round_to, o->t[i].n, o->mul, &c);
+                  (amp_dtype)o->t[i].dtype, (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, o->t[i].n, o->mul, &c);
     }
   }
   o->t_done++;
@@ -207,11 +208,11 @@ amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *sr
   (void)state; (void)msg; (void)cap;
   return amp_convert(dst, (amp_dtype)dst_type, src, (amp_dtype)src_type, n);
 }
-amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, const float *master, size_t n,
-                               char *msg, size_t cap) {
+amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t round_to, int32_t stochastic, uint64_t key,
+                               const float *master, size_t n, char *msg, size_t cap) {
   size_t i;
   (void)state; (void)msg; (void)cap;
-  for (i = 0; i < n; i++) amp__store_model(dst, (amp_dtype)dtype, (amp_dtype)round_to, i, master[i]);
+  for (i = 0; i < n; i++) amp__store_model(dst, (amp_dtype)dtype, (amp_dtype)round_to, stochastic, key, i, master[i]);
   return AMP_OK;
 }
 amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap) {
@@ -368,7 +369,8 @@ static void the_cuda_line_takes_the_master_at_add(void) {
   amp_optimizer_destroy(o);
 }
 
-/* Param groups, a seeded master and a float model copy rounded to bf16 on the CUDA line: the
+/* Param groups, a seeded master, a float model copy rounded to bf16 and a bf16 copy written with
+   stochastic rounding on the CUDA line: the
    device table carries each tensor's group and round_to, and every step gives the CPU's bits;
    add_group after the device optimizer was built is AMP_ERR_STATE, nothing changed. */
 typedef struct grig { float wa[64], ga[64], wc[40], gc[40]; amp_bf16 wb[50]; float gb[50]; amp_optimizer *o; amp_scaler *s; } grig;
@@ -379,7 +381,7 @@ static int grig_make(grig *r, amp_device *d, amp_optim_kind kind) {
   int g1 = 0, g2 = 0, i;
   memset(r, 0, sizeof *r);
   memset(&c, 0, sizeof c);
-  c.kind = kind; c.lr = 0.02f; c.weight_decay = 0.05f; c.momentum = 0.9f; c.max_grad_norm = 0.5f;
+  c.kind = kind; c.lr = 0.02f; c.weight_decay = 0.05f; c.momentum = 0.9f; c.max_grad_norm = 0.5f; c.seed = 99;
   for (i = 0; i < 64; i++) r->wa[i] = 0.01f * (float)(i - 30);
   for (i = 0; i < 50; i++) r->wb[i] = amp_f32_to_bf16(0.3f - 0.01f * (float)i);
   for (i = 0; i < 40; i++) seed[i] = (1.0f + (float)(i + 1) * 0x1p-20f) * (i % 2 ? -0.5f : 0.25f);
@@ -388,6 +390,7 @@ static int grig_make(grig *r, amp_device *d, amp_optim_kind kind) {
       amp_optimizer_add(r->o, AMP_F32, r->wa, r->ga, 64) != AMP_OK) return 0;
   memset(&t, 0, sizeof t);
   t.weights = r->wb; t.dtype = AMP_BF16; t.grads = r->gb; t.grad_dtype = AMP_F32; t.n = 50; t.group = g1;
+  t.stochastic = 1;   /* the device draws the CPU's bits: the same key (seed, update, tensor, element) */
   if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
   memset(&t, 0, sizeof t);
   t.weights = r->wc; t.grads = r->gc; t.n = 40; t.group = g2; t.master = seed; t.round_to = AMP_BF16;

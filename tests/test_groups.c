@@ -345,8 +345,10 @@ static void bad_tensors_are_refused_and_change_nothing(void) {
   REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_UNSUPPORTED, "amp_optimizer_add_tensor", "AMP_MASTER_SPLIT is not implemented");
   d = good; d.master_mode = AMP_MASTER_NONE;
   REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_UNSUPPORTED, "amp_optimizer_add_tensor", "AMP_MASTER_NONE is not implemented");
-  d = good; d.stochastic = 1;
-  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_UNSUPPORTED, "amp_optimizer_add_tensor", "not implemented");
+  d = good; d.stochastic = 1;   /* a float model copy */
+  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "stochastic 1 needs a bf16 model copy");
+  d = good; d.weights = wl; d.dtype = AMP_F16; d.stochastic = 1;
+  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "dtype is AMP_F16");
   d = good; d.n = 0;
   REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "n is 0");
   d = good; d.grads = w;
@@ -380,7 +382,8 @@ typedef struct gsetup {
   float g0[50], g1[30], g2[20];
 } gsetup;
 
-/* AdamW (or SGD with momentum): group 0, group 1 (lr x 0.5, no decay, bf16 copy), group 2 (lr x 3,
+/* AdamW (or SGD with momentum): group 0, group 1 (lr x 0.5, no decay, bf16 copy written with
+   stochastic rounding), group 2 (lr x 3,
    decay 0.2, a float copy rounded to bf16, seeded from an fp32 master). */
 static void gsetup_make(gsetup *s, amp_optim_kind kind, int with_init) {
   amp_optim_config c;
@@ -390,6 +393,7 @@ static void gsetup_make(gsetup *s, amp_optim_kind kind, int with_init) {
   size_t i;
   memset(&c, 0, sizeof c);
   c.kind = kind; c.lr = 0.02f; c.weight_decay = 0.05f; c.momentum = 0.8f; c.max_grad_norm = 2.0f;
+  c.seed = 0x5eed5eedull;
   s->o = NULL;
   if (with_init) {
     for (i = 0; i < 50; i++) s->w0[i] = rnds();
@@ -402,6 +406,7 @@ static void gsetup_make(gsetup *s, amp_optim_kind kind, int with_init) {
   EXPECT(amp_optimizer_add(s->o, AMP_F32, s->w0, s->g0, 50) == AMP_OK, "%s", amp_last_error());
   memset(&d, 0, sizeof d);
   d.weights = s->b1; d.dtype = AMP_BF16; d.grads = s->g1; d.grad_dtype = AMP_F32; d.n = 30; d.group = g1;
+  d.stochastic = 1;   /* stochastic rounding: a skipped step and a checkpoint must keep its stream too */
   EXPECT(amp_optimizer_add_tensor(s->o, &d) == AMP_OK, "%s", amp_last_error());
   memset(&d, 0, sizeof d);
   d.weights = s->w2; d.dtype = AMP_F32; d.grads = s->g2; d.grad_dtype = AMP_F32; d.n = 20; d.group = g2;
@@ -530,6 +535,91 @@ static void a_group_with_group0s_values_steps_the_same_bits(void) {
   amp_optimizer_destroy(o); amp_scaler_destroy(sc);
 }
 
+/* ---- stochastic rounding ------------------------------------------------------------------- */
+
+/* A frozen master (lr 0, zero grads) whose every element is x = 1 + 0.3 ulp(bf16): each update
+   rewrites the bf16 copy with new bits. Every value is one of x's two bf16 neighbours, and the mean
+   over elements and updates converges to x (round to nearest would sit 0.3 ulp below it). */
+static void stochastic_rounding_is_unbiased(void) {
+  enum { N = 4096, STEPS_SR = 16 };
+  static float seed[N], g[N];
+  static amp_bf16 w[N];
+  const float lo = 1.0f, hi = 1.0f + 0x1p-7f, x = 1.0f + 0.3f * 0x1p-7f;
+  amp_optimizer *o = NULL;
+  amp_scaler *sc = fixed_scaler(1.0f);
+  amp_optim_config c;
+  amp_tensor_desc d;
+  double sum = 0.0, count = 0.0, mean, sigma;
+  size_t i, others = 0;
+  int step;
+  memset(&c, 0, sizeof c);
+  c.kind = AMP_SGD; c.seed = 12345;
+  for (i = 0; i < N; i++) { seed[i] = x; g[i] = 0.0f; }
+  EXPECT(amp_optimizer_create(&o, amp_cpu(), &c) == AMP_OK && amp_optimizer_set_lr(o, 0.0f) == AMP_OK, "%s", amp_last_error());
+  if (!o || !sc) return;
+  memset(&d, 0, sizeof d);
+  d.weights = w; d.dtype = AMP_BF16; d.grads = g; d.n = N; d.master = seed; d.stochastic = 1;
+  EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "%s", amp_last_error());
+  for (step = 0; step < STEPS_SR; step++) {
+    EXPECT(amp_scaler_step(sc, o) == AMP_OK && amp_scaler_update(sc) == AMP_OK, "%s", amp_last_error());
+    for (i = 0; i < N; i++) {
+      float v = amp_bf16_to_f32(w[i]);
+      others += v != lo && v != hi;
+      sum += v; count += 1.0;
+    }
+  }
+  mean = sum / count;
+  sigma = sqrt(0.3 * 0.7 / count) * (double)(hi - lo);
+  printf("  stochastic rounding of %.9g to bf16, %.0f times: mean %.9g (%.2f sigma off; round to nearest: %.9g)\n",
+         (double)x, count, mean, fabs(mean - (double)x) / sigma, (double)lo);
+  EXPECT(others == 0, "%zu values are neither neighbour of x", others);
+  EXPECT(fabs(mean - (double)x) < 5.0 * sigma, "mean of %g stochastic roundings of %.9g: %.9g (|diff| %g, 5 sigma %g; "
+         "round to nearest gives %.9g)", count, (double)x, mean, fabs(mean - (double)x), 5.0 * sigma, (double)lo);
+  EXPECT(amp__f32_bits(amp_optimizer_master(o, 0, NULL)[0]) == amp__f32_bits(x), "the master moved");
+  amp_optimizer_destroy(o); amp_scaler_destroy(sc);
+}
+
+/* The same seed gives the same bits (a run repeated), another seed other bits; the bits of element
+   i depend on (seed, update, tensor, i) only, so a tensor added second in another optimizer draws
+   differently from the same tensor added first. */
+static void stochastic_rounding_is_reproducible(void) {
+  enum { N = 1000 };
+  static amp_bf16 w[4][N];
+  static float g[4][N];
+  uint64_t seeds[4] = {7, 7, 8, 7};
+  int r, step;
+  size_t i, same01 = 0, same02 = 0;
+  for (r = 0; r < 4; r++) {
+    amp_optimizer *o = NULL;
+    amp_scaler *sc = fixed_scaler(1.0f);
+    amp_optim_config c;
+    amp_tensor_desc d;
+    static amp_bf16 other[N];
+    static float og[N];
+    uint64_t keep = rng_state;
+    memset(&c, 0, sizeof c);
+    c.kind = AMP_ADAMW; c.lr = 1e-3f; c.seed = seeds[r];
+    if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK || !sc) { EXPECT(0, "%s", amp_last_error()); return; }
+    rng_state = 42;
+    for (i = 0; i < N; i++) w[r][i] = amp_f32_to_bf16(rnds());
+    memset(&d, 0, sizeof d);
+    d.weights = other; d.dtype = AMP_BF16; d.grads = og; d.n = N;
+    if (r == 3) EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "%s", amp_last_error());   /* run 3: ours is tensor 1 */
+    d.weights = w[r]; d.grads = g[r]; d.stochastic = 1;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "%s", amp_last_error());
+    for (step = 0; step < 5; step++) {
+      for (i = 0; i < N; i++) g[r][i] = og[i] = rnds();
+      EXPECT(amp_scaler_step(sc, o) == AMP_OK && amp_scaler_update(sc) == AMP_OK, "%s", amp_last_error());
+    }
+    rng_state = keep;
+    amp_optimizer_destroy(o); amp_scaler_destroy(sc);
+  }
+  for (i = 0; i < N; i++) { same01 += w[0][i] == w[1][i]; same02 += w[0][i] == w[2][i]; }
+  EXPECT(same01 == N, "the same seed: %zu of %d model values equal", same01, N);
+  EXPECT(same02 < N, "seeds 7 and 8 gave the same %d values", N);
+  EXPECT(memcmp(w[0], w[3], sizeof w[0]) != 0, "tensor 0 and tensor 1 drew the same bits");
+}
+
 int main(void) {
   RUN(three_groups_match_torch_sgd_momentum);
   RUN(three_groups_match_torch_adamw);
@@ -540,5 +630,7 @@ int main(void) {
   RUN(a_skipped_step_leaves_every_group_as_it_was);
   RUN(groups_continue_bit_for_bit_across_a_checkpoint);
   RUN(a_group_with_group0s_values_steps_the_same_bits);
+  RUN(stochastic_rounding_is_unbiased);
+  RUN(stochastic_rounding_is_reproducible);
   TEST_END();
 }

@@ -132,10 +132,10 @@ static void loop_conversions_equal_the_scalar_ones(void) {
     for (; n < 4096 - 2 && u < 0xFFFFF000u; u += t_quick() ? 40961u : 4099u) {   /* plus exact ties */
       in[n++] = amp__bits_f32(u); in[n++] = amp__bits_f32((u & ~0x1FFFu) | 0x1000u); in[n++] = amp__bits_f32((u & ~0xFFFFu) | 0x8000u);
     }
-    amp__o_store(out, AMP_F16, AMP_F32, 0, in, n);
+    amp__o_store(out, AMP_F16, AMP_F32, 0, 0, 0, in, n);
     for (i = 0; i < n; i++)
       if (out[i] != amp_f32_to_f16(in[i]) && ++bad < 8) EXPECT(0, "store f16 %08x: expected 0x%04x got 0x%04x", (unsigned)amp__f32_bits(in[i]), amp_f32_to_f16(in[i]), out[i]);
-    amp__o_store(out, AMP_BF16, AMP_F32, 0, in, n);
+    amp__o_store(out, AMP_BF16, AMP_F32, 0, 0, 0, in, n);
     for (i = 0; i < n; i++)
       if (out[i] != amp_f32_to_bf16(in[i]) && ++badb < 8) EXPECT(0, "store bf16 %08x: expected 0x%04x got 0x%04x", (unsigned)amp__f32_bits(in[i]), amp_f32_to_bf16(in[i]), out[i]);
   }
