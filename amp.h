@@ -17,7 +17,8 @@
       DEVICE ERRORS AND GETTERS    how a CUDA failure reaches a getter's caller
       PARAM GROUPS                 per-group lr scale and weight decay, one global clip
       TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
-                                   a float model copy rounded to bf16/f16, memory per parameter
+                                   a float model copy rounded to bf16/f16, stochastic rounding,
+                                   memory per parameter
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -101,7 +102,8 @@
    VERSION HISTORY
 
       (next)               param groups (amp_optimizer_add_group); amp_tensor_desc and
-                           amp_optimizer_add_tensor (a seeded fp32 master, round_to);
+                           amp_optimizer_add_tensor (a seeded fp32 master, round_to, stochastic
+                           rounding of a bf16 copy; amp_optim_config.seed);
                            amp_optimizer_add / _add_mixed are its wrappers and their errors
                            name themselves.
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
@@ -776,8 +778,15 @@ enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
                          (llm.c's CPU path) computes with bf16/f16 values and keeps no 16-bit shadow.
                          With another dtype it must be 0. (On the CPU such a tensor steps in the
                          portable loop, not the AVX2/AVX-512 ones: the same bits, more time.)
-     stochastic          0. Nonzero (stochastic rounding of the model copy) is NOT IMPLEMENTED yet:
-                         AMP_ERR_UNSUPPORTED.
+     stochastic          0: the model copy is the master rounded to nearest even. Nonzero (dtype
+                         AMP_BF16 only): written with stochastic rounding, unbiased (a master value
+                         between two bf16 neighbours becomes the upper one with the probability of
+                         its distance from the lower one). The random bits are a counter-based hash
+                         of (amp_optim_config.seed, update number, tensor index, element index):
+                         the same seed gives the same bits on the CPU and on CUDA, a skipped step
+                         draws nothing, and a run resumed from a checkpoint (which holds the update
+                         count; the seed is the live config's, like custom_step) draws the same
+                         bits as the run that saved it. The master itself stays fp32, exact.
      master_mode         AMP_MASTER_F32 (0): an fp32 master. AMP_MASTER_SPLIT and AMP_MASTER_NONE
                          are NOT IMPLEMENTED yet: AMP_ERR_UNSUPPORTED.
    Memory per parameter the optimizer keeps (the model copy, 2 or 4 bytes, and the grads, 2 or 4,
@@ -787,8 +796,9 @@ enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
    Planned, not implemented: AMP_MASTER_SPLIT (a 2-byte remainder beside a bf16 model copy:
    2 + moments) and AMP_MASTER_NONE (0 + moments).
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
-   does not exist, round_to that is not a dtype or is set with a 16-bit dtype, a master_mode that
-   is not one of the three (AMP_ERR_ARG); nothing is added and nothing is written. */
+   does not exist, round_to that is not a dtype or is set with a 16-bit dtype, stochastic with a
+   dtype other than AMP_BF16, a master_mode that is not one of the three (AMP_ERR_ARG), and
+   AMP_MASTER_SPLIT / AMP_MASTER_NONE (AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
 typedef struct amp_tensor_desc {
   void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
   const void *grads;       amp_dtype grad_dtype;  /* required; 0 -> AMP_F32 */
@@ -796,7 +806,7 @@ typedef struct amp_tensor_desc {
   int         group;                              /* 0 -> the default group */
   const float *master;                            /* NULL -> the master starts from weights */
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
-  int         stochastic;                         /* 0 -> round to nearest even (nonzero: not implemented) */
+  int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
   int         master_mode;                        /* 0 -> AMP_MASTER_F32 (SPLIT, NONE: not implemented) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
@@ -856,9 +866,11 @@ AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
    masters on the device); the file is the same, so a checkpoint moves between CPU and GPU either
    way. A device error during load (after the file was checked) may leave the device state partly
    written: AMP_ERR_DEVICE.
-   Not in the file: the param groups (amp_optimizer_add_group), and each tensor's group and
-   round_to. Like the tensor list and custom_step they are the program's setup, done again before
-   a load: load into an optimizer made with the same groups and tensors. Group 0's weight_decay is
+   Not in the file: the param groups (amp_optimizer_add_group), each tensor's group, round_to and
+   stochastic, and the config's seed. Like the tensor list and custom_step they are the program's
+   setup, done again before a load: load into an optimizer made with the same groups, tensors and
+   seed, and stochastic rounding draws the same bits as the run that saved (its key holds the
+   update count, which the file has). Group 0's weight_decay is
    the config's, which the file holds; every other group keeps the live lr_scale and weight_decay
    (so a resumed run may change them on purpose). The format stays version 1.
    The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
@@ -908,9 +920,9 @@ static inline AMP_HD amp_step_coefs amp__group_coefs(const amp_optim_config *h, 
   return group == 0 ? amp__step_coefs(h, t, 1.0f, h->weight_decay) : amp__step_coefs(h, t, lr_scale, weight_decay);
 }
 
-/* The model copy's value of master value x: rounded to round_to (AMP_F32: x itself; a float model
-   copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as the copy's dtype. The
-   one write-back of the CPU loops, the CUDA step kernel and the model-copy writes at add/load. */
+/* The model copy's value of master value x, rounded to nearest: rounded to round_to (AMP_F32: x
+   itself; a float model copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as
+   the copy's dtype. */
 static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype round_to, size_t i, float x) {
   amp__store(w, t, i, amp__round_to(x, round_to));
 }
