@@ -80,7 +80,9 @@
 
       - Every call that can fail returns amp_status. On failure amp_last_error() (thread-local)
         names the function and the bad value, and nothing was changed.
-      - A zero-initialised config struct means every default (written beside each field).
+      - A zero-initialised config struct means every default (written beside each field). For
+        an exact 0 where 0 means a default (Adam's beta1 = 0, lr = 0 at create), start from
+        amp_optimizer_defaults(kind): see ZEROS at amp_optim_config.
       - Element math shared by the CPU loops and the CUDA kernels is written once, as
         static inline AMP_HD functions.
 
@@ -833,8 +835,9 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    before it reads the payload: the file must be exactly the size the live optimizer needs before
    it is read whole (the scaler alone: the file is streamed through the CRC, never held), so any
    other file is refused without a large read or allocation. Every field passes the checks of
-   amp_scaler_create and amp_optimizer_create and must be a value they keep (eps 0, a flag other
-   than 0 or 1, a default's 0 are refused), the scaler's state must fit its parameters (scale
+   amp_scaler_create and amp_optimizer_create and must be a value they keep (Adam's eps 0, a -0, a
+   flag other than 0 or 1, a 0 the scaler replaces by a default are refused; the optimizer's
+   fields are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must fit its parameters (scale
    within [floor, cap], counters within range), then the CRC, kind, tensor count, sizes and dtypes:
    AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
    optimizer's config (lr included; custom_step stays the live one), step count, masters and
@@ -3926,8 +3929,8 @@ static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *
   return AMP_OK;
 }
 
-/* The file's optimizer record, checked as amp_optimizer_create checks a config (the same rule:
-   it must resolve to itself; lr 0 is kept, amp_optimizer_set_lr allows it) and against the live
+/* The file's optimizer record, checked as amp_optimizer_create checks a config with zero_is_zero
+   set (the same rule: it must resolve to itself; a 0 is a 0) and against the live
    optimizer o; *out gets the config to install (o's custom_step and custom_user). */
 static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_optimizer *o, amp_optim_config *out) {
   amp_optim_config c;
@@ -3945,7 +3948,7 @@ static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_opti
   again.step = r->step; again.count = r->count;
   if ((bad = amp__ckpt_optim_differ(r, &again)) != NULL)
     return amp__fail(AMP_ERR_CORRUPT, "%s: the optimizer's %s in the file is a value amp_optimizer_create does not keep "
-                     "(a 0 it replaces by a default, or a flag other than 0 or 1)", fn, bad);
+                     "(a -0, or a flag other than 0 or 1)", fn, bad);
   if (amp__o_moments(out) != amp__o_moments(&o->cfg))
     return amp__fail(AMP_ERR_CORRUPT, "%s: the file's optimizer has %d moment buffers per tensor, the live one %d", fn,
                      amp__o_moments(out), amp__o_moments(&o->cfg));

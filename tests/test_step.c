@@ -514,6 +514,35 @@ static void mixing_with_a_scaler_is_refused(void) {
   amp_optimizer_destroy(o); amp_scaler_destroy(s);
 }
 
+/* AMP_CUSTOM under amp_optimizer_step: the update function receives the grads as they are
+   (times the clip coefficient), and is not called for a skipped step. */
+static int custom_calls;
+static float custom_seen[8];
+static void custom_sgd(void *user, float *master, const float *grad, size_t n, size_t index, long step) {
+  size_t i;
+  (void)user; (void)index; (void)step;
+  custom_calls++;
+  for (i = 0; i < n && i < 8; i++) { custom_seen[i] = grad[i]; master[i] -= 0.5f * grad[i]; }
+}
+static void custom_kind_gets_the_grads_as_they_are(void) {
+  float w[8], g[8];
+  amp_optimizer *o;
+  amp_optim_config c = amp_optimizer_defaults(AMP_CUSTOM);
+  size_t i;
+  c.custom_step = custom_sgd;
+  for (i = 0; i < 8; i++) { w[i] = 1.0f; g[i] = (float)i * 0.25f - 1.0f; }
+  EXPECT(amp_optimizer_create(&o, amp_cpu(), &c) == AMP_OK && amp_optimizer_add(o, AMP_F32, w, g, 8) == AMP_OK, "%s", amp_last_error());
+  custom_calls = 0;
+  EXPECT(amp_optimizer_step(o) == AMP_OK && custom_calls == 1, "custom step: %d calls, %s", custom_calls, amp_last_error());
+  for (i = 0; i < 8; i++)
+    EXPECT(custom_seen[i] == g[i] && w[i] == 1.0f - 0.5f * g[i], "element %zu: grad seen %g (given %g), weight %g", i,
+           (double)custom_seen[i], (double)g[i], (double)w[i]);
+  g[5] = NAN;
+  EXPECT(amp_optimizer_step(o) == AMP_OK && custom_calls == 1 && amp_optimizer_last_skipped(o) == 1,
+         "a NaN step called the custom update (%d calls) or was not skipped", custom_calls);
+  amp_optimizer_destroy(o);
+}
+
 /* A checkpoint of a scaler-less Adam with beta1 = 0 and lr = 0 set later: saved without a scaler,
    loaded into a fresh optimizer made from the same config, the runs continue bit for bit; after
    the load last_skipped is 0 until the next step. */
@@ -558,6 +587,7 @@ int main(void) {
   RUN(zeros_mean_defaults_unless_zero_is_zero);
   RUN(illegal_values_are_refused_by_name);
   RUN(mixing_with_a_scaler_is_refused);
+  RUN(custom_kind_gets_the_grads_as_they_are);
   RUN(checkpoint_keeps_zero_values_and_the_step);
   RUN(torch_agrees_on_every_case);
   TEST_END();
