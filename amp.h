@@ -837,9 +837,9 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    other file is refused without a large read or allocation. Every field passes the checks of
    amp_scaler_create and amp_optimizer_create and must be a value they keep (Adam's eps 0, a -0, a
    flag other than 0 or 1, a 0 the scaler replaces by a default are refused; the optimizer's
-   fields are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must fit its parameters (scale
-   within [floor, cap], counters within range), then the CRC, kind, tensor count, sizes and dtypes:
-   AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
+   fields are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must
+   fit its parameters (scale within [floor, cap], counters within range), then the CRC, kind,
+   tensor count, sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
    optimizer's config (lr included; custom_step stays the live one), step count, masters and
    moments, writes every model copy from its restored master, and restores the scaler's
    parameters and state; both start a new iteration (no unscale/step recorded). On a CUDA device
@@ -2316,9 +2316,9 @@ typedef struct amp__backend {
   amp_status (*optim_set_config)(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap);
   /* unscale + inf/NaN check + sum of squares of every grad, and the decision (norm, clip, skip;
      an overflow ORed into the scaler). s NULL (amp_optimizer_step): the inverse scale is 1 and
-     the decision is the optimizer's alone (o->found_inf); dp is then NULL. dp non-NULL (data-parallel): only this rank's
-     {found_inf, sumsq} into a buffer of 2 doubles, *dp, for the all-reduce hook, deciding
-     nothing; then optim_unscale_finish decides from the buffer as reduced. */
+     the decision is the optimizer's alone (o->found_inf); dp is then NULL.
+     dp non-NULL (data-parallel): only this rank's {found_inf, sumsq} into a buffer of 2
+     doubles, *dp, for the all-reduce hook, deciding nothing; then optim_unscale_finish decides from the buffer as reduced. */
   amp_status (*optim_unscale)(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap);
   amp_status (*optim_unscale_finish)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
   /* the update, or nothing but the skipped count when an unscale of this iteration found inf/NaN
@@ -3131,7 +3131,7 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !amp__finite(c->beta1)) return amp__fail(AMP_ERR_ARG, "%s: beta1 %g must be in [0, 1)", fn, (double)c->beta1);
   if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f) || !amp__finite(c->beta2)) return amp__fail(AMP_ERR_ARG, "%s: beta2 %g must be in [0, 1)", fn, (double)c->beta2);
   if (!(c->eps >= 0.0f) || !amp__finite(c->eps)) return amp__fail(AMP_ERR_ARG, "%s: eps %g must be > 0 and finite", fn, (double)c->eps);
-  if ((c->kind == AMP_ADAM || c->kind == AMP_ADAMW) && c->eps == 0.0f)   /* only zero_is_zero gets here */
+  if ((c->kind == AMP_ADAM || c->kind == AMP_ADAMW) && amp__is_zero(c->eps))   /* only zero_is_zero gets here */
     return amp__fail(AMP_ERR_ARG, "%s: eps 0 (zero_is_zero set) is not allowed for Adam/AdamW: it must be > 0 "
                      "(0 divides 0 by 0 where a grad and its moments are 0, and the weight becomes NaN)", fn);
   if (!(c->max_grad_norm >= 0.0f) || !amp__finite(c->max_grad_norm))
