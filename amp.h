@@ -836,17 +836,17 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    it is read whole (the scaler alone: the file is streamed through the CRC, never held), so any
    other file is refused without a large read or allocation. Every field passes the checks of
    amp_scaler_create and amp_optimizer_create and must be a value they keep (Adam's eps 0, a -0, a
-   flag other than 0 or 1, a 0 the scaler replaces by a default are refused; the optimizer's
-   fields are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must
-   fit its parameters (scale within [floor, cap], counters within range), then the CRC, kind,
-   tensor count, sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
-   optimizer's config (lr included; custom_step stays the live one), step count, masters and
-   moments, writes every model copy from its restored master, and restores the scaler's
-   parameters and state; both start a new iteration (no unscale/step recorded). On a CUDA device
-   save reads the device state back and load writes it (the model copies cast from the restored
-   masters on the device); the file is the same, so a checkpoint moves between CPU and GPU either
-   way. A device error during load (after the file was checked) may leave the device state partly
-   written: AMP_ERR_DEVICE.
+   flag other than 0 or 1, a 0 the scaler replaces by a default are refused; the optimizer's fields
+   are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must fit its
+   parameters (scale within [floor, cap], counters within range), then the CRC, kind, tensor count,
+   sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes. It restores
+   the optimizer's config (lr included; custom_step stays the live one), step count, masters and
+   moments, writes every model copy from its restored master, and restores the scaler's parameters
+   and state; both start a new iteration (no unscale/step recorded). On a CUDA device save reads
+   the device state back and load writes it (the model copies cast from the restored masters on the
+   device); the file is the same, so a checkpoint moves between CPU and GPU either way. A device
+   error during load (after the file was checked) may leave the device state partly written:
+   AMP_ERR_DEVICE.
    The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
    Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
    elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
