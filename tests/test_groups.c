@@ -535,6 +535,33 @@ static void a_group_with_group0s_values_steps_the_same_bits(void) {
   amp_optimizer_destroy(o); amp_scaler_destroy(sc);
 }
 
+/* Groups, round_to, a seeded master and stochastic rounding step the same bits without a scaler
+   (amp_optimizer_step) as with a scaler at scale 1, and an overflow skips both alike. */
+static void groups_step_alike_with_and_without_a_scaler(void) {
+  static gsetup a, b;
+  static uint32_t sa[400], sb[400];
+  amp_scaler *sc = fixed_scaler(1.0f);
+  size_t na, nb, i;
+  int step;
+  gsetup_make(&a, AMP_ADAMW, 1);
+  memcpy(b.w0, a.w0, sizeof b.w0); memcpy(b.b1, a.b1, sizeof b.b1);
+  gsetup_make(&b, AMP_ADAMW, 0);
+  if (!a.o || !b.o || !sc) return;
+  for (step = 0; step < 5; step++) {
+    gsetup_grads(&a, 500 + (uint64_t)step); gsetup_grads(&b, 500 + (uint64_t)step);
+    if (step == 3) { a.g0[1] = (float)NAN; b.g0[1] = (float)NAN; }
+    EXPECT(amp_scaler_step(sc, a.o) == AMP_OK && amp_scaler_update(sc) == AMP_OK, "%s", amp_last_error());
+    EXPECT(amp_optimizer_step(b.o) == AMP_OK, "%s", amp_last_error());
+    EXPECT(amp_optimizer_last_skipped(b.o) == (step == 3), "step %d: last_skipped %d", step, amp_optimizer_last_skipped(b.o));
+  }
+  na = gsetup_state(&a, sa); nb = gsetup_state(&b, sb);
+  EXPECT(na == nb && memcmp(sa, sb, na * 4) == 0, "amp_optimizer_step and amp_scaler_step at scale 1 differ");
+  for (i = 0; i < na && i < nb; i++)
+    if (sa[i] != sb[i]) { EXPECT(0, "word %zu: scaler %08x, no scaler %08x", i, sa[i], sb[i]); break; }
+  EXPECT(amp_optimizer_step_count(b.o) == 4, "%ld updates, want 4 of 5", amp_optimizer_step_count(b.o));
+  amp_optimizer_destroy(a.o); amp_optimizer_destroy(b.o); amp_scaler_destroy(sc);
+}
+
 /* ---- stochastic rounding ------------------------------------------------------------------- */
 
 /* A frozen master (lr 0, zero grads) whose every element is x = 1 + 0.3 ulp(bf16): each update
@@ -630,6 +657,7 @@ int main(void) {
   RUN(a_skipped_step_leaves_every_group_as_it_was);
   RUN(groups_continue_bit_for_bit_across_a_checkpoint);
   RUN(a_group_with_group0s_values_steps_the_same_bits);
+  RUN(groups_step_alike_with_and_without_a_scaler);
   RUN(stochastic_rounding_is_unbiased);
   RUN(stochastic_rounding_is_reproducible);
   TEST_END();
