@@ -4222,8 +4222,21 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
   }
 #endif
 
-/* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). */
-typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc);
+/* Where a micro-kernel with a C epilogue (vec_store) writes its finished tile: f32 C, rows
+   contiguous, rows x cols of it (the tile's top-left part) at c, ldc apart, as
+   act(alpha acc (+ beta c) (+ bias[j])) (act NONE or RELU; bias NULL: none). */
+typedef struct amp__gemm_out {
+  float *c;
+  size_t ldc;
+  int rows, cols;
+  float alpha, beta;
+  const float *bias;
+  int act;
+} amp__gemm_out;
+
+/* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). out NULL:
+   the tile goes to `tile`; else (kernels with vec_store only) to C through out, not to `tile`. */
+typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc, const amp__gemm_out *out);
 /* Packs the rows x cols block of X (element (r, c) at x[r*rs + c*cs], type t) into W-row slivers. */
 typedef void (*amp__gemm_pack_fn)(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols);
 
@@ -4236,7 +4249,9 @@ typedef struct amp__gemm_kernel {
   int vec_store;   /* 1: the epilogue of f32 rows runs in the AVX-512 helper below */
 } amp__gemm_kernel;
 
-static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc) {
+static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc,
+                                              const amp__gemm_out *out) {
+  (void)out;
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
@@ -4247,7 +4262,9 @@ static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float
 #if defined(AMP__GEMM_VEC) && (defined(__x86_64__) || defined(__i386__))
 #define AMP__GEMM_AVX2 1
 static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx2(int kc, const float *a, const float *b,
-                                                                                 float *tile, int acc) {
+                                                                                 float *tile, int acc,
+                                                                                 const amp__gemm_out *out) {
+  (void)out;
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
@@ -4350,9 +4367,11 @@ static int amp__gemm_isa(void) {
 #define AMP__T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 
 /* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. */
-static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc) {
+static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc,
+                                          const amp__gemm_out *out) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
   int p;
+  (void)out;
   if (acc) {
     c00 = _mm256_load_ps(tile + 0); c01 = _mm256_load_ps(tile + 8); c10 = _mm256_load_ps(tile + 16);
     c11 = _mm256_load_ps(tile + 24); c20 = _mm256_load_ps(tile + 32); c21 = _mm256_load_ps(tile + 40);
@@ -4377,19 +4396,45 @@ static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b
   _mm256_store_ps(tile + 72, c41); _mm256_store_ps(tile + 80, c50); _mm256_store_ps(tile + 88, c51);
 }
 
+/* 16 lanes of f32 C from their accumulators (m: the lanes written): c = act(alpha acc (+ beta c)
+   (+ bias)), the element math of amp__gemm_blend and amp__gemm_epi (ReLU: max(x, 0) gives 0 for
+   NaN and -0, as x > 0 ? x : 0 does). act is NONE or RELU. */
+static inline AMP__T512 void amp__gemm_out16(float *c, __m512 acc, __mmask16 m, __m512 va, float beta, __m512 vb,
+                                             const float *bias, int act) {
+  __m512 t = _mm512_mul_ps(va, acc);
+  if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, c)));
+  if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias));
+  if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, _mm512_setzero_ps());
+  _mm512_mask_storeu_ps(c, m, t);
+}
+
 /* AVX-512: 8 x 32 tiles (16 ZMM accumulators). The row macro: row r of the tile. */
 #define AMP__GEMM_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define AMP__GEMM_DECL(r) __m512 c##r##0, c##r##1;
 #define AMP__GEMM_LOAD(r) c##r##0 = _mm512_load_ps(tile + (r) * 32); c##r##1 = _mm512_load_ps(tile + (r) * 32 + 16);
 #define AMP__GEMM_ZERO(r) c##r##0 = _mm512_setzero_ps(); c##r##1 = c##r##0;
 #define AMP__GEMM_STORE(r) _mm512_store_ps(tile + (r) * 32, c##r##0); _mm512_store_ps(tile + (r) * 32 + 16, c##r##1);
+/* The finished tile to C (row r, if the tile has it), or to `tile`: the end of both kernels. */
+#define AMP__GEMM_PUT(r) if ((r) < out->rows) { float *cr = out->c + (size_t)(r) * out->ldc;                      \
+                           amp__gemm_out16(cr, c##r##0, m0, va, out->beta, vb, out->bias, out->act);             \
+                           if (m1) amp__gemm_out16(cr + 16, c##r##1, m1, va, out->beta, vb, bias1, out->act); }
+#define AMP__GEMM_FINISH                                                                                       \
+  if (!out) { AMP__GEMM_ROWS8(AMP__GEMM_STORE) } else {                                                        \
+    int w = out->cols;                                                                                         \
+    __mmask16 m0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1u);                                  \
+    __mmask16 m1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1u) : (__mmask16)0;   \
+    __m512 va = _mm512_set1_ps(out->alpha), vb = _mm512_set1_ps(out->beta);                                    \
+    const float *bias1 = out->bias ? out->bias + 16 : NULL;                                                    \
+    AMP__GEMM_ROWS8(AMP__GEMM_PUT)                                                                             \
+  }
 #define AMP__GEMM_FMA(r) { __m512 x = _mm512_set1_ps(ap[r]); c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); \
                            c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1); }
 #define AMP__GEMM_DPBF(r) { __m512i x = _mm512_set1_epi32(ap[r]); \
                             c##r##0 = _mm512_dpbf16_ps(c##r##0, (__m512bh)x, (__m512bh)b0); \
                             c##r##1 = _mm512_dpbf16_ps(c##r##1, (__m512bh)x, (__m512bh)b1); }
 
-static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b, float *tile, int acc) {
+static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b, float *tile, int acc,
+                                          const amp__gemm_out *out) {
   AMP__GEMM_ROWS8(AMP__GEMM_DECL)
   int p;
   if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
@@ -4398,12 +4443,13 @@ static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b
     const float *ap = a + (size_t)p * 8;
     AMP__GEMM_ROWS8(AMP__GEMM_FMA)
   }
-  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
+  AMP__GEMM_FINISH
 }
 
 /* AVX512_BF16: 8 x 32 tiles; a and b hold bf16 pairs along k (one 32-bit word per row and pair),
    each vdpbf16ps adds a(i,2q) b(2q,j) + a(i,2q+1) b(2q+1,j) to 16 accumulators. kc: pairs. */
-static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const float *bf, float *tile, int acc) {
+static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const float *bf, float *tile, int acc,
+                                             const amp__gemm_out *out) {
   const int *a = (const int *)(const void *)af;
   AMP__GEMM_ROWS8(AMP__GEMM_DECL)
   int p;
@@ -4413,7 +4459,7 @@ static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const floa
     const int *ap = a + (size_t)p * 8;
     AMP__GEMM_ROWS8(AMP__GEMM_DPBF)
   }
-  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
+  AMP__GEMM_FINISH
 }
 
 /* Up to 16 elements of type t at p (n of them; the rest read as 0) as 16 f32 lanes, exactly. */
@@ -4569,19 +4615,14 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
   }
 }
 
-/* An f32 row of C from its accumulators: c[j] = act(alpha acc[j] (+ beta c[j]) (+ bias[j])), the
-   element math of amp__gemm_blend and amp__gemm_epi in 16 lanes (ReLU: max(x, 0) gives 0 for NaN
-   and -0, as x > 0 ? x : 0 does). act is NONE or RELU. */
+/* An f32 row of C from its accumulators: c[j] = act(alpha acc[j] (+ beta c[j]) (+ bias[j])),
+   amp__gemm_out16 16 lanes at a time. act is NONE or RELU. */
 static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float alpha, float beta, const float *bias, int act) {
   int j;
-  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), z = _mm512_setzero_ps();
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (j = 0; j < n; j += 16) {
     __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
-    __m512 t = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, acc + j));
-    if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, c + j)));
-    if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias + j));
-    if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, z);
-    _mm512_mask_storeu_ps(c + j, m, t);
+    amp__gemm_out16(c + j, _mm512_maskz_loadu_ps(m, acc + j), m, va, beta, vb, bias ? bias + j : NULL, act);
   }
 }
 
@@ -4721,7 +4762,11 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   size_t bsz = amp_dtype_size(bt), asz = amp_dtype_size(at);
   void *mem;
   float *bp, *work, *accs;
+  float br[AMP__GEMM_NC];   /* the panel's bias in f32, for the kernels that write C themselves */
   int jc, kept;
+  /* f32 C with contiguous rows, act NONE or RELU: vec_store kernels write the finished tiles
+     straight from their registers (the epilogue of amp__gemm_row_512, same bits) */
+  int direct = K->vec_store && ccs == 1 && ct == AMP_F32 && o->act != AMP_ACT_GELU;
   if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
     int i, j, has_bias = o->bias != NULL;
     for (i = 0; i < m; i++)
@@ -4764,6 +4809,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   for (jc = 0; jc < n; jc += K->nc) {
     int ncb = n - jc < K->nc ? n - jc : K->nc;
     int tiles_n = (ncb + nr - 1) / nr, b0, ib, pc;
+    if (direct && o->bias)
+      amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)jc * amp_dtype_size(o->bias_type), o->bias_type, (size_t)ncb);
     for (b0 = 0; b0 < nblk; b0 += chunk) {
       int nbc = nblk - b0 < chunk ? nblk - b0 : chunk;
       for (pc = 0; pc < k; pc += K->kc) {
@@ -4786,12 +4833,26 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
             for (tc = 0; tc < tiles_n; tc++)
               for (tr = 0; tr < tiles_m; tr++)
                 K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
-                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0);
+                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, NULL);
+          } else if (direct) {    /* the last, into C */
+            for (tr = 0; tr < tiles_m; tr++)
+              for (tc = 0; tc < tiles_n; tc++) {
+                amp__gemm_out out;
+                out.c = (float *)C + (size_t)(ic + tr * mr) * crs + (size_t)(jc + tc * nr);
+                out.ldc = crs;
+                out.rows = mcb - tr * mr < mr ? mcb - tr * mr : mr;
+                out.cols = ncb - tc * nr < nr ? ncb - tc * nr : nr;
+                out.alpha = alpha; out.beta = beta;
+                out.bias = o->bias ? br + tc * nr : NULL;
+                out.act = (int)o->act;
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
+                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
+              }
           } else {                /* the last: a row of tiles is finished, then written to C while in cache */
             for (tr = 0; tr < tiles_m; tr++) {
               float *row = acc + (size_t)tr * tiles_n * mr * nr;
               for (tc = 0; tc < tiles_n; tc++)
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0);
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0, NULL);
               amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
                                     C, ct, crs, ccs, o);
             }
