@@ -4498,6 +4498,32 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
   size_t es = amp_dtype_size(t);
   int s, r, c, ns = (rows + W - 1) / W;
   if (rs != 1 && cs != 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
+  if (rs == 1 && W % 8 == 0) {   /* a column is contiguous: 16 rows a load, 8 rows (one sliver's part) a store */
+    int tot = ns * W;
+    for (c = 0; c < cols; c++) {
+      const char *xc = (const char *)x + (size_t)c * cs * es;
+      float *d = dst + (size_t)c * W;   /* rows r .. r+7 of column c */
+      int off = 0;                      /* r % W */
+      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
+        const char *pf = xc + (size_t)4 * cs * es;
+        size_t o;
+        for (o = 0; o < (size_t)rows * es; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      }
+      for (r = 0; r < tot; r += 16) {
+        int nh = rows - r;
+        __m512 v = amp__gemm_ld16(xc + (size_t)r * es, t, nh < 0 ? 0 : nh < 16 ? nh : 16);
+        _mm256_storeu_ps(d, _mm512_castps512_ps256(v));
+        d += 8; off += 8;
+        if (off == W) { d += (size_t)W * cols - (size_t)W; off = 0; }
+        if (r + 8 < tot) {
+          _mm256_storeu_ps(d, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+          d += 8; off += 8;
+          if (off == W) { d += (size_t)W * cols - (size_t)W; off = 0; }
+        }
+      }
+    }
+    return;
+  }
   if (rs == 1) {   /* a column is contiguous: read it once, 16 at a time, into every sliver */
     for (c = 0; c < cols; c++) {
       const char *xc = (const char *)x + (size_t)c * cs * es;
