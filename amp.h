@@ -4498,7 +4498,8 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
   size_t es = amp_dtype_size(t);
   int s, r, c, ns = (rows + W - 1) / W;
   if (rs != 1 && cs != 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
-  if (rs == 1 && W % 8 == 0) {   /* a column is contiguous: 16 rows a load, 8 rows (one sliver's part) a store */
+  if (rs == 1 && W % 8 == 0 && W < 16) {   /* a column is contiguous, narrow slivers (A's): 16 rows a load, 8 rows
+                                              (one sliver's part) a store */
     int tot = ns * W;
     for (c = 0; c < cols; c++) {
       const char *xc = (const char *)x + (size_t)c * cs * es;
@@ -4592,6 +4593,24 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
           _mm_prefetch((const char *)(x0 + 4 * cs) + off, _MM_HINT_T0);
           _mm_prefetch((const char *)(x0 + 5 * cs) + off, _MM_HINT_T0);
         }
+      }
+      if (W % 8 == 0 && W < 32) {   /* narrow slivers (A's): 32 rows a load, 8 rows (one sliver's part) a store */
+        int tot = ns * W, off = 0, g;
+        uint32_t *d = dst + (size_t)q * W;   /* rows r .. r+7 of pair q */
+        for (r = 0; r < tot; r += 32) {
+          int nh = rows - r, n = nh < 0 ? 0 : nh < 32 ? nh : 32;
+          __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+          __m512i v0 = _mm512_maskz_loadu_epi16(m, x0 + r), v1, w[2];
+          v1 = two ? _mm512_maskz_loadu_epi16(m, x1 + r) : _mm512_setzero_si512();
+          w[0] = _mm512_permutex2var_epi16(v0, lo, v1); w[1] = _mm512_permutex2var_epi16(v0, hi, v1);
+          for (g = 0; g < 4 && r + 8 * g < tot; g++) {
+            __m256i h8 = g & 1 ? _mm512_extracti64x4_epi64(w[g >> 1], 1) : _mm512_castsi512_si256(w[g >> 1]);
+            _mm256_storeu_si256((__m256i *)(void *)d, h8);
+            d += 8; off += 8;
+            if (off == W) { d += (size_t)W * kq - (size_t)W; off = 0; }
+          }
+        }
+        continue;
       }
       for (s = 0; s < ns; s++) {
         uint32_t *d = dst + (size_t)s * W * kq + (size_t)q * W;
