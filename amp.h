@@ -4525,6 +4525,21 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
     }
     return;
   }
+  if (rs == 1 && W == 32) {   /* B's slivers: each written front to back, 32 rows of a column a step */
+    for (s = 0; s < ns; s++) {
+      int nh = rows - s * W, n0 = nh < 16 ? nh : 16, n1 = nh < 32 ? nh - n0 : 16;
+      float *d = dst + (size_t)s * W * cols;
+      const char *xs = (const char *)x + (size_t)s * W * es;
+      for (c = 0; c < cols; c++) {
+        const char *xc = xs + (size_t)c * cs * es;
+        if (c + 4 < cols) _mm_prefetch(xc + (size_t)4 * cs * es, _MM_HINT_T0);   /* the column 4 ahead */
+        if (c + 4 < cols && es == 4) _mm_prefetch(xc + (size_t)4 * cs * es + 64, _MM_HINT_T0);
+        _mm512_storeu_ps(d + (size_t)c * 32, amp__gemm_ld16(xc, t, n0));
+        _mm512_storeu_ps(d + (size_t)c * 32 + 16, amp__gemm_ld16(xc + 16 * es, t, n1));
+      }
+    }
+    return;
+  }
   if (rs == 1) {   /* a column is contiguous: read it once, 16 at a time, into every sliver */
     for (c = 0; c < cols; c++) {
       const char *xc = (const char *)x + (size_t)c * cs * es;
@@ -4584,6 +4599,27 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                         39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    if (W == 32) {   /* B's slivers: each written front to back, 32 rows of 2 columns a step */
+      for (s = 0; s < ns; s++) {
+        int nh = rows - s * W, n = nh < 32 ? nh : 32;
+        __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+        uint32_t *d = dst + (size_t)s * W * kq;
+        const uint16_t *xs = xh + (size_t)s * W;
+        for (q = 0; q < kq; q++) {
+          const uint16_t *x0 = xs + (size_t)(2 * q) * cs;
+          __m512i v0, v1;
+          if (2 * q + 9 < cols) {   /* the pair 4 ahead */
+            _mm_prefetch((const char *)(x0 + 8 * cs), _MM_HINT_T0);
+            _mm_prefetch((const char *)(x0 + 9 * cs), _MM_HINT_T0);
+          }
+          v0 = _mm512_maskz_loadu_epi16(m, x0);
+          v1 = 2 * q + 1 < cols ? _mm512_maskz_loadu_epi16(m, x0 + cs) : _mm512_setzero_si512();
+          _mm512_storeu_si512((void *)(d + (size_t)q * 32), _mm512_permutex2var_epi16(v0, lo, v1));
+          _mm512_storeu_si512((void *)(d + (size_t)q * 32 + 16), _mm512_permutex2var_epi16(v0, hi, v1));
+        }
+      }
+      return;
+    }
     for (q = 0; q < kq; q++) {
       const uint16_t *x0 = xh + (size_t)(2 * q) * cs, *x1 = x0 + cs;
       int two = 2 * q + 1 < cols;
