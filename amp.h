@@ -4222,11 +4222,12 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
   }
 #endif
 
-/* Where a micro-kernel with a C epilogue (vec_store) writes its finished tile: f32 C, rows
-   contiguous, rows x cols of it (the tile's top-left part) at c, ldc apart, as
-   act(alpha acc (+ beta c) (+ bias[j])) (act NONE or RELU; bias NULL: none). */
+/* Where a micro-kernel with a C epilogue (vec_store) writes its finished tile: C of type ct, rows
+   contiguous, rows x cols of it (the tile's top-left part) at c, ldc elements apart, as
+   act(alpha acc (+ beta c) (+ bias[j])) rounded once to ct (act NONE or RELU; bias NULL: none). */
 typedef struct amp__gemm_out {
-  float *c;
+  void *c;
+  amp_dtype ct;
   size_t ldc;
   int rows, cols;
   float alpha, beta;
@@ -4326,7 +4327,7 @@ static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
 #endif
 #define AMP__GEMM_FAST 1
 #define AMP__GEMM_ISA_FMA 1      /* AVX2 + FMA, YMM state saved by the OS */
-#define AMP__GEMM_ISA_512 2      /* AVX-512 F/BW/VL, ZMM and mask state saved by the OS */
+#define AMP__GEMM_ISA_512 2      /* AVX-512 F/BW/VL/DQ, ZMM and mask state saved by the OS */
 #define AMP__GEMM_ISA_BF16 4     /* AVX512_BF16 */
 /* Tests lower this (to AMP__GEMM_ISA_FMA, or 0) to run the other paths on an AVX-512 CPU. */
 static int amp__gemm_isa_allowed = 7;
@@ -4347,9 +4348,9 @@ static int amp__gemm_isa(void) {
         (void)hi;
         amp__cpuid(7, r);
         if ((lo & 6u) == 6u && (r[1] & (1u << 5))) v |= AMP__GEMM_ISA_FMA;
-        /* XCR0 bits 5-7: opmask and ZMM state; leaf 7 EBX bits 16 F, 30 BW, 31 VL */
-        if ((v & AMP__GEMM_ISA_FMA) && (lo & 0xe0u) == 0xe0u && (r[1] & (1u << 16)) && (r[1] & (1u << 30)) &&
-            (r[1] & (1u << 31))) {
+        /* XCR0 bits 5-7: opmask and ZMM state; leaf 7 EBX bits 16 F, 17 DQ, 30 BW, 31 VL (DQ:
+           the epilogue stores through amp_convert's AVX-512 code, which is built for it) */
+        if ((v & AMP__GEMM_ISA_FMA) && (lo & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) {
           unsigned s[4];
           v |= AMP__GEMM_ISA_512;
           __asm__ __volatile__("cpuid" : "=a"(s[0]), "=b"(s[1]), "=c"(s[2]), "=d"(s[3]) : "a"(7u), "c"(1u));
@@ -4363,8 +4364,8 @@ static int amp__gemm_isa(void) {
 }
 
 #define AMP__FMA2 __attribute__((target("avx2,fma,f16c")))
-#define AMP__T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define AMP__T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define AMP__T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define AMP__T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 
 /* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. */
 static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc,
@@ -4396,16 +4397,17 @@ static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b
   _mm256_store_ps(tile + 72, c41); _mm256_store_ps(tile + 80, c50); _mm256_store_ps(tile + 88, c51);
 }
 
-/* 16 lanes of f32 C from their accumulators (m: the lanes written): c = act(alpha acc (+ beta c)
-   (+ bias)), the element math of amp__gemm_blend and amp__gemm_epi (ReLU: max(x, 0) gives 0 for
-   NaN and -0, as x > 0 ? x : 0 does). act is NONE or RELU. */
-static inline AMP__T512 void amp__gemm_out16(float *c, __m512 acc, __mmask16 m, __m512 va, float beta, __m512 vb,
-                                             const float *bias, int act) {
+/* 16 lanes of C (type ct) from their accumulators (m: the lanes written): c = act(alpha acc
+   (+ beta c) (+ bias)), the element math of amp__gemm_blend and amp__gemm_epi (ReLU: max(x, 0)
+   gives 0 for NaN and -0, as x > 0 ? x : 0 does), rounded once to ct by amp_convert's own 16-lane
+   load and store (amp__ld16, amp__st16: the same bits). act is NONE or RELU. */
+static inline AMP__T512 void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
+                                             __m512 vb, const float *bias, int act) {
   __m512 t = _mm512_mul_ps(va, acc);
-  if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, c)));
+  if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, amp__ld16(ct, c, m)));
   if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias));
   if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, _mm512_setzero_ps());
-  _mm512_mask_storeu_ps(c, m, t);
+  amp__st16(ct, c, t, m, 0);
 }
 
 /* AVX-512: 8 x 32 tiles (16 ZMM accumulators). The row macro: row r of the tile. */
@@ -4415,9 +4417,9 @@ static inline AMP__T512 void amp__gemm_out16(float *c, __m512 acc, __mmask16 m, 
 #define AMP__GEMM_ZERO(r) c##r##0 = _mm512_setzero_ps(); c##r##1 = c##r##0;
 #define AMP__GEMM_STORE(r) _mm512_store_ps(tile + (r) * 32, c##r##0); _mm512_store_ps(tile + (r) * 32 + 16, c##r##1);
 /* The finished tile to C (row r, if the tile has it), or to `tile`: the end of both kernels. */
-#define AMP__GEMM_PUT(r) if ((r) < out->rows) { float *cr = out->c + (size_t)(r) * out->ldc;                      \
-                           amp__gemm_out16(cr, c##r##0, m0, va, out->beta, vb, out->bias, out->act);             \
-                           if (m1) amp__gemm_out16(cr + 16, c##r##1, m1, va, out->beta, vb, bias1, out->act); }
+#define AMP__GEMM_PUT(r) if ((r) < out->rows) { char *cr = (char *)out->c + (size_t)(r) * out->ldc * es;           \
+                           amp__gemm_out16(cr, out->ct, c##r##0, m0, va, out->beta, vb, out->bias, out->act);    \
+                           if (m1) amp__gemm_out16(cr + 16 * es, out->ct, c##r##1, m1, va, out->beta, vb, bias1, out->act); }
 #define AMP__GEMM_FINISH                                                                                       \
   if (!out) { AMP__GEMM_ROWS8(AMP__GEMM_STORE) } else {                                                        \
     int w = out->cols;                                                                                         \
@@ -4425,6 +4427,7 @@ static inline AMP__T512 void amp__gemm_out16(float *c, __m512 acc, __mmask16 m, 
     __mmask16 m1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1u) : (__mmask16)0;   \
     __m512 va = _mm512_set1_ps(out->alpha), vb = _mm512_set1_ps(out->beta);                                    \
     const float *bias1 = out->bias ? out->bias + 16 : NULL;                                                    \
+    size_t es = amp_dtype_size(out->ct);                                                                       \
     AMP__GEMM_ROWS8(AMP__GEMM_PUT)                                                                             \
   }
 #define AMP__GEMM_FMA(r) { __m512 x = _mm512_set1_ps(ap[r]); c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); \
@@ -4703,7 +4706,7 @@ static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (j = 0; j < n; j += 16) {
     __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
-    amp__gemm_out16(c + j, _mm512_maskz_loadu_ps(m, acc + j), m, va, beta, vb, bias ? bias + j : NULL, act);
+    amp__gemm_out16(c + j, AMP_F32, _mm512_maskz_loadu_ps(m, acc + j), m, va, beta, vb, bias ? bias + j : NULL, act);
   }
 }
 
@@ -4845,9 +4848,9 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   float *bp, *work, *accs;
   float br[AMP__GEMM_NC];   /* the panel's bias in f32, for the kernels that write C themselves */
   int jc, kept;
-  /* f32 C with contiguous rows, act NONE or RELU: vec_store kernels write the finished tiles
-     straight from their registers (the epilogue of amp__gemm_row_512, same bits) */
-  int direct = K->vec_store && ccs == 1 && ct == AMP_F32 && o->act != AMP_ACT_GELU;
+  /* C with contiguous rows, act NONE or RELU: vec_store kernels write the finished tiles straight
+     from their registers (the epilogue of amp__gemm_row_512 and amp_convert's rounding: same bits) */
+  int direct = K->vec_store && ccs == 1 && o->act != AMP_ACT_GELU;
   if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
     int i, j, has_bias = o->bias != NULL;
     for (i = 0; i < m; i++)
@@ -4919,7 +4922,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
             for (tr = 0; tr < tiles_m; tr++)
               for (tc = 0; tc < tiles_n; tc++) {
                 amp__gemm_out out;
-                out.c = (float *)C + (size_t)(ic + tr * mr) * crs + (size_t)(jc + tc * nr);
+                out.c = (char *)C + ((size_t)(ic + tr * mr) * crs + (size_t)(jc + tc * nr)) * amp_dtype_size(ct);
+                out.ct = ct;
                 out.ldc = crs;
                 out.rows = mcb - tr * mr < mr ? mcb - tr * mr : mr;
                 out.cols = ncb - tc * nr < nr ? ncb - tc * nr : nr;
