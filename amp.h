@@ -4259,11 +4259,11 @@ typedef struct amp__gemm_kernel {
 
 static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc,
                                               const amp__gemm_out *out) {
-  (void)out;
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
   AMP__GEMM_MICRO_BODY(AMP__GEMM_KEEP)
+  (void)out;
 }
 
 /* The same kernel compiled for AVX2, chosen at run time where the CPU has it (same bits: no FMA). */
@@ -4272,11 +4272,11 @@ static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float
 static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx2(int kc, const float *a, const float *b,
                                                                                  float *tile, int acc,
                                                                                  const amp__gemm_out *out) {
-  (void)out;
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
   AMP__GEMM_MICRO_BODY(AMP__GEMM_KEEP_AVX)
+  (void)out;
 }
 #endif
 
