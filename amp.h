@@ -893,7 +893,7 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
 
    The CPU default (AMP_GEMM_AUTO, zero options) is the fast kernel for the CPU, chosen by CPUID
    at run time (build with plain `cc -O2`: each kernel carries its own target attribute):
-   - x86-64 with FMA (AVX-512F: 8 x 32 register tiles; AVX2: 6 x 16): acc = fma(a(i,p), b(p,j),
+   - x86-64 with FMA (AVX-512 F/BW/VL/DQ: 8 x 32 register tiles; AVX2: 6 x 16): acc = fma(a(i,p), b(p,j),
      acc) for p = 0, 1, ..., k-1 in that order, one rounding per step; f16 and bf16 inputs are
      converted exactly to f32 once, while packing. Every such kernel, on one thread or many, gives
      the bits of a plain fmaf() loop.
@@ -4134,7 +4134,13 @@ extern "C" {
      (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16: the same bits), inputs converted to f32 while
      packing; bf16 inputs on an AVX512_BF16 CPU are packed in pairs along k and multiplied with
      vdpbf16ps (2 products per lane and instruction, see the manual for its rounding).
-   A CPU with neither FMA nor AVX2 runs the reference. */
+   A CPU with neither FMA nor AVX2 runs the reference.
+   The AVX-512 kernels write the last k slice's tiles into C themselves (rows of C contiguous, act
+   NONE or RELU: alpha, beta, bias, ReLU and the rounding to C's type from the registers, the
+   element math of the buffered epilogue). For small products (the demo's k = 64 weight gradient)
+   the tile buffer's round trip had cost a fifth of the time. The bf16 kernel reads a row-major B
+   in place for products of at most 64 rows (pairs made in registers), where packing B cost as
+   much. */
 #define AMP__GEMM_MR 6     /* reference: 6 x 16 accumulators = 12 AVX registers of 8 floats */
 #define AMP__GEMM_NR 16
 #define AMP__GEMM_KC 256   /* a KC x NR sliver of B (16 KiB) stays in L1 while the A slivers stream */
