@@ -4423,25 +4423,39 @@ static inline AMP__T512 void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, 
   amp__st16(ct, c, t, m, 0);
 }
 
+/* A finished 8 x 32 tile (buf, row by row) into C through out: one loop per type of C, so that
+   each is compiled with its own rounding and nothing else. */
+static AMP__T512 void amp__gemm_put(const amp__gemm_out *out, const float *buf) {
+  int w = out->cols, r;
+  __mmask16 m0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1u);
+  __mmask16 m1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1u) : (__mmask16)0;
+  __m512 va = _mm512_set1_ps(out->alpha), vb = _mm512_set1_ps(out->beta);
+  const float *bias1 = out->bias ? out->bias + 16 : NULL;
+#define AMP__GEMM_PUT_ROWS(T, es)                                                                              \
+  for (r = 0; r < out->rows; r++) {                                                                          \
+    char *cr = (char *)out->c + (size_t)r * out->ldc * (es);                                                 \
+    amp__gemm_out16(cr, T, _mm512_load_ps(buf + r * 32), m0, va, out->beta, vb, out->bias, out->act);        \
+    if (m1) amp__gemm_out16(cr + 16 * (es), T, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act); \
+  }
+  if (out->ct == AMP_F32) { AMP__GEMM_PUT_ROWS(AMP_F32, 4) }
+  else if (out->ct == AMP_F16) { AMP__GEMM_PUT_ROWS(AMP_F16, 2) }
+  else { AMP__GEMM_PUT_ROWS(AMP_BF16, 2) }
+#undef AMP__GEMM_PUT_ROWS
+}
+
 /* AVX-512: 8 x 32 tiles (16 ZMM accumulators). The row macro: row r of the tile. */
 #define AMP__GEMM_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define AMP__GEMM_DECL(r) __m512 c##r##0, c##r##1;
 #define AMP__GEMM_LOAD(r) c##r##0 = _mm512_load_ps(tile + (r) * 32); c##r##1 = _mm512_load_ps(tile + (r) * 32 + 16);
 #define AMP__GEMM_ZERO(r) c##r##0 = _mm512_setzero_ps(); c##r##1 = c##r##0;
 #define AMP__GEMM_STORE(r) _mm512_store_ps(tile + (r) * 32, c##r##0); _mm512_store_ps(tile + (r) * 32 + 16, c##r##1);
-/* The finished tile to C (row r, if the tile has it), or to `tile`: the end of both kernels. */
-#define AMP__GEMM_PUT(r) if ((r) < out->rows) { char *cr = (char *)out->c + (size_t)(r) * out->ldc * es;           \
-                           amp__gemm_out16(cr, out->ct, c##r##0, m0, va, out->beta, vb, out->bias, out->act);    \
-                           if (m1) amp__gemm_out16(cr + 16 * es, out->ct, c##r##1, m1, va, out->beta, vb, bias1, out->act); }
+/* The end of both kernels: the finished tile to `tile`, or through a buffer on the stack to C. */
+#define AMP__GEMM_STORE_BUF(r) _mm512_store_ps(buf + (r) * 32, c##r##0); _mm512_store_ps(buf + (r) * 32 + 16, c##r##1);
 #define AMP__GEMM_FINISH                                                                                       \
   if (!out) { AMP__GEMM_ROWS8(AMP__GEMM_STORE) } else {                                                        \
-    int w = out->cols;                                                                                         \
-    __mmask16 m0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1u);                                  \
-    __mmask16 m1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1u) : (__mmask16)0;   \
-    __m512 va = _mm512_set1_ps(out->alpha), vb = _mm512_set1_ps(out->beta);                                    \
-    const float *bias1 = out->bias ? out->bias + 16 : NULL;                                                    \
-    size_t es = amp_dtype_size(out->ct);                                                                       \
-    AMP__GEMM_ROWS8(AMP__GEMM_PUT)                                                                             \
+    float buf[256] __attribute__((aligned(64)));                                                               \
+    AMP__GEMM_ROWS8(AMP__GEMM_STORE_BUF)                                                                       \
+    amp__gemm_put(out, buf);                                                                                   \
   }
 #define AMP__GEMM_FMA(r) { __m512 x = _mm512_set1_ps(ap[r]); c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); \
                            c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1); }
