@@ -4239,6 +4239,7 @@ typedef struct amp__gemm_out {
   float alpha, beta;
   const float *bias;
   int act;
+  int bf16_hw;   /* bf16 C rounded by vcvtne2ps2bf16 (AVX512_BF16 CPUs), see amp__gemm_put_bf16 */
 } amp__gemm_out;
 
 /* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). out NULL:
@@ -4414,13 +4415,42 @@ static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b
    (+ beta c) (+ bias)), the element math of amp__gemm_blend and amp__gemm_epi (ReLU: max(x, 0)
    gives 0 for NaN and -0, as x > 0 ? x : 0 does), rounded once to ct by amp_convert's own 16-lane
    load and store (amp__ld16, amp__st16: the same bits). act is NONE or RELU. */
-static inline AMP__T512 void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
-                                             __m512 vb, const float *bias, int act) {
+static inline AMP__T512 __m512 amp__gemm_epi16(const void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
+                                               __m512 vb, const float *bias, int act) {
   __m512 t = _mm512_mul_ps(va, acc);
   if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, amp__ld16(ct, c, m)));
   if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias));
   if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, _mm512_setzero_ps());
-  amp__st16(ct, c, t, m, 0);
+  return t;
+}
+static inline AMP__T512 void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
+                                             __m512 vb, const float *bias, int act) {
+  amp__st16(ct, c, amp__gemm_epi16(c, ct, acc, m, va, beta, vb, bias, act), m, 0);
+}
+
+/* bf16 C on an AVX512_BF16 CPU: vcvtne2ps2bf16 rounds 32 lanes in one instruction, with
+   amp_convert's bits (round to nearest even, NaN kept quiet: checked on every class of input)
+   except for f32 subnormals, which it flushes to 0: a row with one is rounded by amp_convert's
+   own code (amp__st16) instead. */
+static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float *buf, __mmask16 m0, __mmask16 m1, __m512 va,
+                                           __m512 vb) {
+  const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+  const float *bias1 = out->bias ? out->bias + 16 : NULL;
+  __mmask32 m = (__mmask32)m0 | (__mmask32)m1 << 16;
+  int r;
+  for (r = 0; r < out->rows; r++) {
+    uint16_t *cr = (uint16_t *)out->c + (size_t)r * out->ldc;
+    __m512 t0 = amp__gemm_epi16(cr, AMP_BF16, _mm512_load_ps(buf + r * 32), m0, va, out->beta, vb, out->bias, out->act);
+    __m512 t1 = amp__gemm_epi16(cr + 16, AMP_BF16, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act);
+    __m512i u0 = _mm512_castps_si512(t0), u1 = _mm512_castps_si512(t1);
+    if ((_mm512_testn_epi32_mask(u0, expo) & _mm512_test_epi32_mask(u0, mant)) |
+        (_mm512_testn_epi32_mask(u1, expo) & _mm512_test_epi32_mask(u1, mant))) {
+      amp__st16(AMP_BF16, cr, t0, m0, 0);
+      if (m1) amp__st16(AMP_BF16, cr + 16, t1, m1, 0);
+      continue;
+    }
+    _mm512_mask_storeu_epi16(cr, m, (__m512i)_mm512_cvtne2ps_pbh(t1, t0));
+  }
 }
 
 /* A finished 8 x 32 tile (buf, row by row) into C through out: one loop per type of C, so that
@@ -4437,6 +4467,7 @@ static AMP__T512 void amp__gemm_put(const amp__gemm_out *out, const float *buf) 
     amp__gemm_out16(cr, T, _mm512_load_ps(buf + r * 32), m0, va, out->beta, vb, out->bias, out->act);        \
     if (m1) amp__gemm_out16(cr + 16 * (es), T, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act); \
   }
+  if (out->ct == AMP_BF16 && out->bf16_hw) { amp__gemm_put_bf16(out, buf, m0, m1, va, vb); return; }
   if (out->ct == AMP_F32) { AMP__GEMM_PUT_ROWS(AMP_F32, 4) }
   else if (out->ct == AMP_F16) { AMP__GEMM_PUT_ROWS(AMP_F16, 2) }
   else { AMP__GEMM_PUT_ROWS(AMP_BF16, 2) }
@@ -4918,6 +4949,10 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
      here: 64 x 256 x 784 and 64 x 128 x 256 5-6% faster than with B packed, even at 128 rows,
      slower from 256 (B's pairs made again for every sliver of A). */
   int rb = K->micro_rb && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
+  int bf16_hw = 0;
+#ifdef AMP__GEMM_FAST
+  bf16_hw = direct && ct == AMP_BF16 && (amp__gemm_isa() & AMP__GEMM_ISA_BF16);
+#endif
   if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
     int i, j, has_bias = o->bias != NULL;
     for (i = 0; i < m; i++)
@@ -4999,6 +5034,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                 out.alpha = alpha; out.beta = beta;
                 out.bias = o->bias ? br + tc * nr : NULL;
                 out.act = (int)o->act;
+                out.bf16_hw = bf16_hw;
                 K->micro_rb(kcu, ap + (size_t)tr * mr * kcu, bs + (size_t)tc * nr, brs, w, tile, pc > 0, &out);
               }
             if (pc + K->kc >= k && !direct)
@@ -5022,6 +5058,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                 out.alpha = alpha; out.beta = beta;
                 out.bias = o->bias ? br + tc * nr : NULL;
                 out.act = (int)o->act;
+                out.bf16_hw = bf16_hw;
                 K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
                          acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
               }

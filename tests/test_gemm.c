@@ -340,6 +340,43 @@ static void gemm_bf16_with_b_read_in_place_equals_packed_b_bit_for_bit(void) {
 #endif
 }
 
+/* bf16 C on an AVX512_BF16 CPU is rounded by vcvtne2ps2bf16, which flushes f32 subnormals; the
+   rows that hold one are rounded by amp_convert's code: results that are subnormal, zero, NaN,
+   infinite and normal, from f32 and bf16 inputs, give amp_convert's bits of the f32 C. */
+static void gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c(void) {
+  static const amp_dtype ins[] = {AMP_F32, AMP_BF16};
+  int ii, i, j, bad = 0;
+  for (ii = 0; ii < 2 && !bad; ii++) {
+    enum { M = 16, N = 40, K = 2 };
+    float a[M * K], b[K * N], c32[M * N], want[M * N];
+    uint16_t ah[M * K], bh[K * N], c16[M * N], w16[M * N];
+    const void *A = a, *B = b;
+    float alpha = 0x1p-100f;
+    for (i = 0; i < M; i++) {   /* row i: a(i,0) b(0,j) + a(i,1) b(1,j), scaled by 2^-100 */
+      a[i * K] = i == 3 ? NAN : i == 5 ? INFINITY : (float)(i + 1) * 0x1p-28f * (i % 2 ? -1.0f : 1.0f);
+      a[i * K + 1] = i >= 12 ? 0x1p90f : 0.0f;
+    }
+    for (j = 0; j < N; j++) { b[j] = 1.0f + (float)j / 64.0f; b[N + j] = j % 3 ? 1.0f : 0.0f; }
+    if (ins[ii] == AMP_BF16) {
+      amp_convert(ah, AMP_BF16, a, AMP_F32, M * K); amp_convert(bh, AMP_BF16, b, AMP_F32, K * N);
+      A = ah; B = bh;
+    }
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, M, N, K, alpha, A, ins[ii], K, B, ins[ii], N,
+                    0.0f, c32, AMP_F32, N) == AMP_OK, "%s", amp_last_error());
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, M, N, K, alpha, A, ins[ii], K, B, ins[ii], N,
+                    0.0f, c16, AMP_BF16, N) == AMP_OK, "%s", amp_last_error());
+    memcpy(want, c32, sizeof want);
+    amp_convert(w16, AMP_BF16, want, AMP_F32, M * N);
+    EXPECT(fpclassify(c32[0]) == FP_SUBNORMAL, "%s in: C(0,0) %g is not subnormal: the test lost its point", tname(ins[ii]), c32[0]);
+    for (i = 0; i < M * N && !bad; i++)
+      if (c16[i] != w16[i]) {
+        bad = 1;
+        EXPECT(0, "%s in, bf16 out: C(%d,%d) f32 C %g (0x%08x) rounded 0x%04x, bf16 C 0x%04x", tname(ins[ii]), i / N, i % N,
+               c32[i], (unsigned)amp__f32_bits(c32[i]), w16[i], c16[i]);
+      }
+  }
+}
+
 /* vdpbf16ps (the bf16 kernel on AVX512_BF16 CPUs) treats subnormal bf16 inputs and results below
    2^-126 as 0: the manual's bound has a term for it. Where that kernel runs, a subnormal input
    gives exactly 0 or the exact product; elsewhere the exact product. */
@@ -508,6 +545,7 @@ int main(void) {
   RUN(gemm_every_cpu_kernel_stays_within_the_documented_bound);
   RUN(gemm_narrow_c_is_the_f32_c_rounded_once);
   RUN(gemm_bf16_with_b_read_in_place_equals_packed_b_bit_for_bit);
+  RUN(gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c);
   RUN(gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product);
   RUN(gemm_beta_zero_does_not_read_c);
   RUN(gemm_k_zero_sets_c_to_beta_c_without_reading_a_or_b);
