@@ -367,7 +367,12 @@ static void gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c
                     0.0f, c16, AMP_BF16, N) == AMP_OK, "%s", amp_last_error());
     memcpy(want, c32, sizeof want);
     amp_convert(w16, AMP_BF16, want, AMP_F32, M * N);
-    EXPECT(fpclassify(c32[0]) == FP_SUBNORMAL, "%s in: C(0,0) %g is not subnormal: the test lost its point", tname(ins[ii]), c32[0]);
+    {   /* -Ofast links code that flushes subnormal results to 0 in the whole process: then there are none */
+      volatile float tiny = 0x1p-100f;
+      if (tiny * 0x1p-30f != 0.0f)
+        EXPECT(fpclassify(c32[0]) == FP_SUBNORMAL, "%s in: C(0,0) %g is not subnormal: the test lost its point", tname(ins[ii]), c32[0]);
+      else if (ii == 0) printf("  this build flushes subnormals (-Ofast): no subnormal results to round\n");
+    }
     for (i = 0; i < M * N && !bad; i++)
       if (c16[i] != w16[i]) {
         bad = 1;
