@@ -80,18 +80,21 @@
 
       - Every call that can fail returns amp_status. On failure amp_last_error() (thread-local)
         names the function and the bad value, and nothing was changed.
-      - A zero-initialised config struct means every default (written beside each field).
+      - A zero-initialised config struct means every default (written beside each field). For
+        an exact 0 where 0 means a default (Adam's beta1 = 0, lr = 0 at create), start from
+        amp_optimizer_defaults(kind): see ZEROS at amp_optim_config.
       - Element math shared by the CPU loops and the CUDA kernels is written once, as
         static inline AMP_HD functions.
 
    DEVICE ERRORS AND GETTERS
 
       On a CUDA device the getters that return a value rather than a status (amp_scaler_get_scale,
-      _last_skipped, _skipped_steps, _at_floor, amp_optimizer_grad_norm, _step_count) read the
-      device (they wait for the stream) into the object's host copy and return from it. When that
-      read fails they return 0 (get_scale, last_skipped, skipped_steps, at_floor), NaN (grad_norm)
-      or -1 (step_count), amp_last_error() names the getter and the CUDA call, and the error is
-      kept on the device: the next amp_scaler_update / amp_scaler_update_found_inf on a scaler of
+      _last_skipped, _skipped_steps, _at_floor, amp_optimizer_grad_norm, _step_count,
+      _last_skipped) read the device (they wait for the stream) into the object's host copy and
+      return from it. When that read fails they return 0 (get_scale, the two last_skipped,
+      skipped_steps, at_floor), NaN (grad_norm) or -1 (step_count), amp_last_error() names the
+      getter and the CUDA call, and the error is kept on the device: the next amp_scaler_update /
+      amp_scaler_update_found_inf on a scaler of that device, amp_optimizer_step on an optimizer of
       that device, or amp_device_sync, returns it (AMP_ERR_DEVICE) before doing anything else.
       On the CPU these getters cannot fail.
 
@@ -470,8 +473,14 @@ AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void 
 
 enum { AMP_HYSTERESIS_CONSECUTIVE = 0, AMP_HYSTERESIS_CLEAN_REFILL = 1, AMP_HYSTERESIS_GROWTH_REFILL = 2 };
 
+/* ZEROS: every field's 0 means the default written beside it; no field has a legal 0 of its own
+   that this hides (a scale, factor, interval or count of 0 is never valid; min_scale 0 and
+   max_scale 0 are themselves "no floor" and "no cap"), so every legal config can be written.
+   -0.0f is read as 0. One exception: with fixed set, init_scale must be written (0 is AMP_ERR_ARG):
+   fixed scaling keeps the scale given, and a silent 65536 is never what a bf16 or f32 trainer
+   wants (for no scaling at all, step without a scaler: amp_optimizer_step). */
 typedef struct amp_scaler_config {
-  float init_scale;      /* 0 -> 65536 */
+  float init_scale;      /* 0 -> 65536 (with fixed: required) */
   float growth_factor;   /* 0 -> 2.0, must be > 1 */
   float backoff_factor;  /* 0 -> 0.5, must be in (0, 1) */
   int   growth_interval; /* 0 -> 2000 */
@@ -511,7 +520,7 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p);
 /* Validates cfg (NULL: the defaults) and resolves it. Errors name the field: growth_factor must be
    > 1, backoff_factor in (0, 1), growth_interval >= 1, hysteresis >= 1, hysteresis_mode 0..2,
    min_scale >= 0 and finite, max_scale 0 or >= min_scale, init_scale finite, >= FLT_MIN and within
-   [min_scale, max_scale]. */
+   [min_scale, max_scale], and given (not 0) when fixed is set. */
 AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg /* NULL = defaults */);
 AMPDEF void       amp_scaler_destroy(amp_scaler *s);
 AMPDEF float      amp_scaler_get_scale(amp_scaler *s);               /* on CUDA this waits for the stream */
@@ -699,19 +708,45 @@ typedef enum amp_optim_kind {
   AMP_OPTIM_SGD = 0, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW, AMP_OPTIM_CUSTOM,
   AMP_SGD = AMP_OPTIM_SGD, AMP_ADAM = AMP_OPTIM_ADAM, AMP_ADAMW = AMP_OPTIM_ADAMW, AMP_CUSTOM = AMP_OPTIM_CUSTOM
 } amp_optim_kind;
-/* amp_optimizer_config (amp_optim_config is the same type): the config of amp_optimizer_create. */
+/* amp_optimizer_config (amp_optim_config is the same type): the config of amp_optimizer_create.
+   ZEROS. A zero-initialised config means every default, so in it 0 means the default written
+   beside each field ("0 -> 1e-3"). To write an exact 0 where 0 means a default (Adam with
+   beta1 = 0, an optimizer created with lr = 0), start from amp_optimizer_defaults(kind), which
+   fills in every default and sets zero_is_zero: then every field is taken as written, 0 included
+       amp_optim_config c = amp_optimizer_defaults(AMP_ADAM);
+       c.beta1 = 0.0f;                        // torch.optim.Adam(betas=(0, 0.999))
+   (or set zero_is_zero = 1 yourself and write every field). How each zero is written:
+     lr            0 is the default 1e-3; with zero_is_zero 0 is lr 0 (the masters stay as they are,
+                   the moments and the step count advance, as torch.optim with lr=0).
+                   amp_optimizer_set_lr(o, 0) is lr 0 always.
+     beta1, beta2  0 is the default 0.9 / 0.999; with zero_is_zero 0 is 0 (legal: [0, 1)).
+     eps           0 is the default 1e-8; with zero_is_zero, eps 0 for Adam/AdamW is an error
+                   (AMP_ERR_ARG naming eps): 0/0 is NaN where a grad and its moments are 0.
+     weight_decay, momentum, dampening
+                   0 is 0 (none, plain SGD, no dampening) either way.
+     max_grad_norm 0 is no clipping either way (a clip to norm 0 would zero every grad: to freeze
+                   the weights use lr 0).
+   -0.0f is read as 0 (an optimizing compiler with -ffast-math may store a -0.0f as +0, so no
+   meaning hangs on the sign). Negative, NaN or infinite values are errors naming the field. */
 typedef struct amp_optim_config {
   amp_optim_kind kind;                   /* 0 -> AMP_SGD */
-  float lr;                              /* 0 -> 1e-3 */
+  float lr;                              /* 0 -> 1e-3 (see ZEROS above) */
   float weight_decay;                    /* 0 -> none. L2 for SGD/Adam, decoupled for AdamW */
   float momentum, dampening; int nesterov;  /* SGD; 0 -> plain SGD. nesterov needs momentum > 0, dampening 0 */
-  float beta1, beta2, eps;               /* 0 -> 0.9, 0.999, 1e-8 */
+  float beta1, beta2, eps;               /* 0 -> 0.9, 0.999, 1e-8 (see ZEROS above) */
   float max_grad_norm;                   /* 0 -> no clipping; global L2 norm of the unscaled grads */
   /* AMP_CUSTOM: the trainer's own fp32 update, run on each master tensor with unscaled fp32 grads */
   void (*custom_step)(void *user, float *master, const float *grad, size_t n, size_t index, long step);
   void *custom_user;
+  int zero_is_zero;                      /* 0: a 0 above means its default; nonzero: every field is
+                                            taken as written (amp_optimizer_defaults sets it) */
 } amp_optim_config;
 typedef amp_optim_config amp_optimizer_config;
+
+/* Every default of kind filled in (lr 1e-3, betas 0.9 / 0.999, eps 1e-8, no decay, no momentum, no
+   clipping) with zero_is_zero set, so that any field changed after it is taken as written, 0
+   included. An unknown kind is kept, and amp_optimizer_create refuses it. */
+AMPDEF amp_optim_config amp_optimizer_defaults(amp_optim_kind kind);
 
 AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg);
 AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n);
@@ -750,6 +785,30 @@ AMPDEF size_t     amp_optimizer_count(const amp_optimizer *o);      /* tensors a
 /* Updates applied so far (skipped steps not counted): Adam's t, SGD's "first step" test. */
 AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
 
+/* A step without a scaler, for bf16 or f32 training (no loss scaling: bf16 has f32's range).
+   The grads are taken as they are (unscaled, inverse scale 1): the same single pass as the
+   scaler's unscale finds inf/NaN and the global L2 norm (amp_optimizer_grad_norm, the clip of
+   max_grad_norm), then the update. A step whose grads hold inf/NaN is skipped and changes
+   nothing: model copies, masters, moments and the step count stay bit for bit as they were.
+   Per iteration: backward into the grads, amp_optimizer_step(o), nothing else (no update call).
+   On a CUDA device the step is 2 launches on the device's stream, the skip decided there: no
+   allocation after the first step (which builds the device optimizer, with a wait), no copy, no
+   wait, so it may be captured in a CUDA graph. A kept device error (see DEVICE ERRORS AND
+   GETTERS) is returned first (AMP_ERR_DEVICE), before anything is done.
+   An optimizer is stepped either by a scaler (amp_scaler_unscale / amp_scaler_step) or by
+   amp_optimizer_step, for its whole life: the first successful call of either decides, and a call
+   of the other kind is then AMP_ERR_STATE and changes nothing ("this optimizer is stepped by a
+   scaler ..."). To change over (an f16 phase, then bf16), save a checkpoint and load it into a new
+   optimizer. There is no all-reduce hook here: data-parallel trainers whose ranks step different
+   grads (ZeRO, FSDP) use a scaler with fixed = 1 and init_scale = 1 and its hook instead.
+   Errors (nothing changed): o NULL is AMP_ERR_ARG, no tensor added is AMP_ERR_STATE. */
+AMPDEF amp_status amp_optimizer_step(amp_optimizer *o);
+/* 1 when the last amp_optimizer_step (since create, or since the last amp_checkpoint_load) found
+   inf/NaN and was skipped, else 0 (0 too for an optimizer stepped by a scaler: ask the scaler,
+   amp_scaler_last_skipped). On a CUDA device it reads the device's decision: it waits for the
+   stream; a failed read returns 0 (see DEVICE ERRORS AND GETTERS). */
+AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
+
 /* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
    writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
      header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark
@@ -776,17 +835,18 @@ AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
    before it reads the payload: the file must be exactly the size the live optimizer needs before
    it is read whole (the scaler alone: the file is streamed through the CRC, never held), so any
    other file is refused without a large read or allocation. Every field passes the checks of
-   amp_scaler_create and amp_optimizer_create and must be a value they keep (eps 0, a flag other
-   than 0 or 1, a default's 0 are refused), the scaler's state must fit its parameters (scale
-   within [floor, cap], counters within range), then the CRC, kind, tensor count, sizes and dtypes:
-   AMP_ERR_CORRUPT with what did not match, before anything changes. It restores the
-   optimizer's config (lr included; custom_step stays the live one), step count, masters and
-   moments, writes every model copy from its restored master, and restores the scaler's
-   parameters and state; both start a new iteration (no unscale/step recorded). On a CUDA device
-   save reads the device state back and load writes it (the model copies cast from the restored
-   masters on the device); the file is the same, so a checkpoint moves between CPU and GPU either
-   way. A device error during load (after the file was checked) may leave the device state partly
-   written: AMP_ERR_DEVICE.
+   amp_scaler_create and amp_optimizer_create and must be a value they keep (Adam's eps 0, a -0, a
+   flag other than 0 or 1, a 0 the scaler replaces by a default are refused; the optimizer's fields
+   are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must fit its
+   parameters (scale within [floor, cap], counters within range), then the CRC, kind, tensor count,
+   sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes. It restores
+   the optimizer's config (lr included; custom_step stays the live one), step count, masters and
+   moments, writes every model copy from its restored master, and restores the scaler's parameters
+   and state; both start a new iteration (no unscale/step recorded). On a CUDA device save reads
+   the device state back and load writes it (the model copies cast from the restored masters on the
+   device); the file is the same, so a checkpoint moves between CPU and GPU either way. A device
+   error during load (after the file was checked) may leave the device state partly written:
+   AMP_ERR_DEVICE.
    The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
    Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
    elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
@@ -2255,14 +2315,16 @@ typedef struct amp__backend {
   void       (*optim_destroy)(amp_optimizer *o);
   amp_status (*optim_set_config)(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap);
   /* unscale + inf/NaN check + sum of squares of every grad, and the decision (norm, clip, skip;
-     an overflow ORed into the scaler). dp non-NULL (data-parallel): only this rank's
-     {found_inf, sumsq} into a buffer of 2 doubles, *dp, for the all-reduce hook, deciding
-     nothing; then optim_unscale_finish decides from the buffer as reduced. */
+     an overflow ORed into the scaler). s NULL (amp_optimizer_step): the inverse scale is 1 and
+     the decision is the optimizer's alone (o->found_inf); dp is then NULL.
+     dp non-NULL (data-parallel): only this rank's {found_inf, sumsq} into a buffer of 2
+     doubles, *dp, for the all-reduce hook, deciding nothing; then optim_unscale_finish decides from the buffer as reduced. */
   amp_status (*optim_unscale)(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap);
   amp_status (*optim_unscale_finish)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
-  /* the update, or nothing but the skipped count when an unscale of this iteration found inf/NaN */
+  /* the update, or nothing but the skipped count when an unscale of this iteration found inf/NaN
+     (s NULL: when this optimizer's last unscale did) */
   amp_status (*optim_step)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
-  amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, o->grad_norm */
+  amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, o->grad_norm, o->found_inf */
   amp_status (*optim_set_step)(amp_optimizer *o, long step, char *msg, size_t cap);
   /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it
      (1); then, for a load, the model copy written from the master (optim_write_model) */
@@ -2448,6 +2510,10 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
 static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
   amp_scaler_config c;
   if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
+  if (c.fixed && amp__is_zero(c.init_scale))
+    return amp__fail(AMP_ERR_ARG, "%s: fixed = %d with init_scale 0: fixed scaling keeps the scale given, so write it "
+                     "(init_scale = 1 for none; or step without a scaler: amp_optimizer_step); 0 would be the default 65536",
+                     fn, c.fixed);
   if (amp__is_zero(c.init_scale)) c.init_scale = 65536.0f;
   if (amp__is_zero(c.growth_factor)) c.growth_factor = 2.0f;
   if (amp__is_zero(c.backoff_factor)) c.backoff_factor = 0.5f;
@@ -2985,6 +3051,8 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
 AMP__EXACT_END
 
 enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
+/* What steps an optimizer, decided by its first unscale or step and kept for its life. */
+enum { AMP__BY_NONE = 0, AMP__BY_SCALER = 1, AMP__BY_STEP = 2 };
 
 /* The optimizer. Its tensors are a table of plain arrays, entry i for the i-th amp_optimizer_add,
    so a device can take them as they are:
@@ -3018,6 +3086,9 @@ struct amp_optimizer {
   float grad_norm;               /* the unscaled global L2 norm of the last unscale */
   double dp[2];                  /* data-parallel: this rank's {found_inf, sumsq}, then their sums */
   int frozen;                    /* the device took the whole table (optim_ready): no add after */
+  int driver;                    /* AMP__BY_*: a scaler (amp_scaler_unscale/step) or amp_optimizer_step */
+  int stepped;                   /* amp_optimizer_step ran since create or the last checkpoint load:
+                                    found_inf is its decision (amp_optimizer_last_skipped) */
   void *cu;                      /* the device's own optimizer (CUDA: amp__cu_optim_create, made at
                                     optim_ready); NULL on the CPU */
 };
@@ -3031,11 +3102,23 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   *c = *in;
   if ((int)c->kind < AMP_SGD || (int)c->kind > AMP_CUSTOM)
     return amp__fail(AMP_ERR_ARG, "%s: kind %d must be AMP_SGD, AMP_ADAM, AMP_ADAMW or AMP_CUSTOM", fn, (int)c->kind);
-  if (amp__is_zero(c->lr)) c->lr = 1e-3f;
-  if (amp__is_zero(c->beta1)) c->beta1 = 0.9f;
-  if (amp__is_zero(c->beta2)) c->beta2 = 0.999f;
-  if (amp__is_zero(c->eps)) c->eps = 1e-8f;
-  if (!(c->lr > 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be > 0 and finite", fn, (double)c->lr);
+  if (!c->zero_is_zero) {   /* a zero-initialised config: 0 means the default written beside the field */
+    if (amp__is_zero(c->lr)) c->lr = 1e-3f;
+    if (amp__is_zero(c->beta1)) c->beta1 = 0.9f;
+    if (amp__is_zero(c->beta2)) c->beta2 = 0.999f;
+    if (amp__is_zero(c->eps)) c->eps = 1e-8f;
+  }
+  c->zero_is_zero = 1;   /* resolved: every field holds its value (resolving again changes nothing) */
+  /* -0 is 0 (the update's arithmetic then gives torch's bits, whose zeros are +0) */
+  if (amp__is_zero(c->lr)) c->lr = 0.0f;
+  if (amp__is_zero(c->weight_decay)) c->weight_decay = 0.0f;
+  if (amp__is_zero(c->momentum)) c->momentum = 0.0f;
+  if (amp__is_zero(c->dampening)) c->dampening = 0.0f;
+  if (amp__is_zero(c->beta1)) c->beta1 = 0.0f;
+  if (amp__is_zero(c->beta2)) c->beta2 = 0.0f;
+  if (amp__is_zero(c->eps)) c->eps = 0.0f;
+  if (amp__is_zero(c->max_grad_norm)) c->max_grad_norm = 0.0f;
+  if (!(c->lr >= 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be >= 0 and finite", fn, (double)c->lr);
   if (!(c->weight_decay >= 0.0f) || !amp__finite(c->weight_decay))
     return amp__fail(AMP_ERR_ARG, "%s: weight_decay %g must be >= 0 and finite", fn, (double)c->weight_decay);
   if (!(c->momentum >= 0.0f) || !amp__finite(c->momentum))
@@ -3047,13 +3130,24 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
                      fn, (double)c->momentum, (double)c->dampening);
   if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !amp__finite(c->beta1)) return amp__fail(AMP_ERR_ARG, "%s: beta1 %g must be in [0, 1)", fn, (double)c->beta1);
   if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f) || !amp__finite(c->beta2)) return amp__fail(AMP_ERR_ARG, "%s: beta2 %g must be in [0, 1)", fn, (double)c->beta2);
-  if (!(c->eps > 0.0f) || !amp__finite(c->eps)) return amp__fail(AMP_ERR_ARG, "%s: eps %g must be > 0 and finite", fn, (double)c->eps);
+  if (!(c->eps >= 0.0f) || !amp__finite(c->eps)) return amp__fail(AMP_ERR_ARG, "%s: eps %g must be > 0 and finite", fn, (double)c->eps);
+  if ((c->kind == AMP_ADAM || c->kind == AMP_ADAMW) && amp__is_zero(c->eps))   /* only zero_is_zero gets here */
+    return amp__fail(AMP_ERR_ARG, "%s: eps 0 (zero_is_zero set) is not allowed for Adam/AdamW: it must be > 0 "
+                     "(0 divides 0 by 0 where a grad and its moments are 0, and the weight becomes NaN)", fn);
   if (!(c->max_grad_norm >= 0.0f) || !amp__finite(c->max_grad_norm))
     return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn, (double)c->max_grad_norm);
   if (c->kind == AMP_CUSTOM && !c->custom_step)
     return amp__fail(AMP_ERR_ARG, "%s: kind AMP_CUSTOM needs custom_step", fn);
   c->nesterov = c->nesterov != 0;
   return AMP_OK;
+}
+
+AMPDEF amp_optim_config amp_optimizer_defaults(amp_optim_kind kind) {
+  amp_optim_config c;
+  memset(&c, 0, sizeof c);
+  c.kind = kind; c.lr = 1e-3f; c.beta1 = 0.9f; c.beta2 = 0.999f; c.eps = 1e-8f;
+  c.zero_is_zero = 1;
+  return c;
 }
 
 AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg) {
@@ -3229,13 +3323,15 @@ static amp_status amp__hook_fail(const char *fn, int raw) {
 /* Pass 1 over every tensor of o and the decision (norm, clip, skip), on o's device; with the
    data-parallel hook, this rank's {found_inf, sumsq} first, the hook's sum over ranks, then the
    decision from the sums. Records the call order in o and s. A failure (the hook's included)
-   records nothing. */
+   records nothing. s NULL (amp_optimizer_step): the grads as they are (inverse scale 1), no hook,
+   no call order to record. */
 static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o) {
   const amp__backend *be = amp__be(o->dev);
   char m[AMP__MSG] = "";
   double *buf = NULL;
   amp_status st;
   if ((st = amp__o_ready(fn, o)) != AMP_OK) return st;
+  if (!s) return amp__op_fail(fn, be->optim_unscale(o, NULL, NULL, m, sizeof m), m);
   if (!s->allreduce) {
     if ((st = be->optim_unscale(o, s, NULL, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
   } else {
@@ -3246,6 +3342,7 @@ static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o
     if ((st = be->optim_unscale_finish(o, s, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
   }
   o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
+  o->driver = AMP__BY_SCALER;
   s->recorded++;
   return AMP_OK;
 }
@@ -3324,12 +3421,12 @@ static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_co
 }
 /* The decision from {found_inf, sumsq} (this rank's, or the sums over the ranks). */
 static void amp__cpu_decide(amp_optimizer *o, amp_scaler *s, int bad, double sumsq) {
-  o->found_inf = bad; o->inv = amp__scaler_inv(s);
+  o->found_inf = bad; o->inv = s ? amp__scaler_inv(s) : 1.0f;
   o->grad_norm = (float)sqrt(sumsq);
-  s->found_inf |= bad;
+  if (s) s->found_inf |= bad;
 }
 static amp_status amp__cpu_optim_unscale(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap) {
-  float inv = amp__scaler_inv(s);
+  float inv = s ? amp__scaler_inv(s) : 1.0f;   /* no scaler: the grads are unscaled (x * 1 is x) */
   double sumsq = 0.0;
   int bad = 0;
   size_t i;
@@ -3349,7 +3446,8 @@ static amp_status amp__cpu_optim_unscale_finish(amp_optimizer *o, amp_scaler *s,
 }
 static amp_status amp__cpu_optim_step(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap) {
   (void)msg; (void)cap;
-  if (!s->found_inf) amp__o_apply(o);   /* any inf/NaN seen so far in this iteration skips */
+  /* any inf/NaN seen so far in this iteration skips; no scaler: this optimizer's own unscale */
+  if (s ? !s->found_inf : !o->found_inf) amp__o_apply(o);
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_set_step(amp_optimizer *o, long step, char *msg, size_t cap) {
@@ -3378,7 +3476,33 @@ static amp_status amp__check_pair(const char *fn, amp_scaler *s, amp_optimizer *
                      amp__be(s->dev)->name, amp__be(o->dev)->name);
   if (o->count == 0)   /* as torch.optim refuses an empty parameter list; the same on CPU and CUDA */
     return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
+  if (o->driver == AMP__BY_STEP)
+    return amp__fail(AMP_ERR_STATE, "%s: this optimizer is stepped without a scaler (amp_optimizer_step was called on it); "
+                     "an optimizer is stepped by a scaler or by amp_optimizer_step for its whole life", fn);
   return AMP_OK;
+}
+
+AMPDEF amp_status amp_optimizer_step(amp_optimizer *o) {
+  const char *fn = "amp_optimizer_step";
+  char m[AMP__MSG] = "";
+  amp_status st;
+  if (!o) return amp__fail(AMP_ERR_ARG, "%s: o is NULL", fn);
+  if (o->count == 0)
+    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
+  if (o->driver == AMP__BY_SCALER)
+    return amp__fail(AMP_ERR_STATE, "%s: this optimizer is stepped by a scaler (amp_scaler_unscale or amp_scaler_step "
+                     "was called on it); an optimizer is stepped by a scaler or by amp_optimizer_step for its whole life", fn);
+  if ((st = amp__dev_take_error(fn, o->dev)) != AMP_OK) return st;   /* a getter's failed read, kept */
+  /* pass 1 with inverse scale 1: inf/NaN and the norm (clip); pass 2 skips itself on inf/NaN */
+  if ((st = amp__o_unscale(fn, NULL, o)) != AMP_OK) return st;
+  if ((st = amp__be(o->dev)->optim_step(o, NULL, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+  o->driver = AMP__BY_STEP; o->stepped = 1;
+  return AMP_OK;
+}
+
+AMPDEF int amp_optimizer_last_skipped(const amp_optimizer *o) {
+  if (!o || !o->stepped) return 0;
+  return amp__o_pull("amp_optimizer_last_skipped", o, 1) == AMP_OK ? o->found_inf != 0 : 0;
 }
 
 AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) {
@@ -3805,8 +3929,8 @@ static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *
   return AMP_OK;
 }
 
-/* The file's optimizer record, checked as amp_optimizer_create checks a config (the same rule:
-   it must resolve to itself; lr 0 is kept, amp_optimizer_set_lr allows it) and against the live
+/* The file's optimizer record, checked as amp_optimizer_create checks a config with zero_is_zero
+   set (the same rule: it must resolve to itself; a 0 is a 0) and against the live
    optimizer o; *out gets the config to install (o's custom_step and custom_user). */
 static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_optimizer *o, amp_optim_config *out) {
   amp_optim_config c;
@@ -3815,17 +3939,16 @@ static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_opti
   const char *fn = "amp_checkpoint_load";
   if (r->kind != (uint32_t)o->cfg.kind)
     return amp__fail(AMP_ERR_CORRUPT, "%s: optimizer kind %u in the file, the live one is %d", fn, (unsigned)r->kind, (int)o->cfg.kind);
-  c = o->cfg;
-  c.lr = amp__is_zero(r->lr) ? o->cfg.lr : r->lr;
+  c = o->cfg;   /* resolved: zero_is_zero is set, so a 0 in the file is a 0 (lr 0, beta1 0 ...) */
+  c.lr = r->lr;
   c.weight_decay = r->weight_decay; c.momentum = r->momentum; c.dampening = r->dampening; c.nesterov = r->nesterov;
   c.beta1 = r->beta1; c.beta2 = r->beta2; c.eps = r->eps; c.max_grad_norm = r->max_grad_norm;
   if (amp__optim_resolve(fn, &c, out) != AMP_OK) return amp__ckpt_refuse_as_corrupt();
-  out->lr = r->lr;
   again = amp__ckpt_optim_of(out, 0, 0);
   again.step = r->step; again.count = r->count;
   if ((bad = amp__ckpt_optim_differ(r, &again)) != NULL)
     return amp__fail(AMP_ERR_CORRUPT, "%s: the optimizer's %s in the file is a value amp_optimizer_create does not keep "
-                     "(a 0 it replaces by a default, or a flag other than 0 or 1)", fn, bad);
+                     "(a -0, or a flag other than 0 or 1)", fn, bad);
   if (amp__o_moments(out) != amp__o_moments(&o->cfg))
     return amp__fail(AMP_ERR_CORRUPT, "%s: the file's optimizer has %d moment buffers per tensor, the live one %d", fn,
                      amp__o_moments(out), amp__o_moments(&o->cfg));
@@ -4099,7 +4222,7 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
   }
   if (o && im.has_optim) {
     o->cfg = im.cfg; o->step = im.step;   /* masters, moments and model copies: pushed above */
-    o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0;
+    o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0; o->stepped = 0;
   }
   AMP_FREE(im.buf);
   return AMP_OK;
@@ -5273,14 +5396,16 @@ static amp_status amp__cuda_optim_set_config(amp_optimizer *o, const amp_optim_c
   return o->cu ? amp__cu_optim_set_hparams(o->dev->cuda, o->cu, c, m, cap) : AMP_OK;   /* else: read at optim_ready */
 }
 static amp_status amp__cuda_optim_unscale(amp_optimizer *o, amp_scaler *s, double **dp, char *m, size_t cap) {
-  if (dp) return amp__cu_optim_unscale_local(o->dev->cuda, o->cu, s->cu, dp, m, cap);
-  return amp__cu_optim_unscale(o->dev->cuda, o->cu, s->cu, m, cap);
+  void *sc = s ? s->cu : NULL;   /* NULL (amp_optimizer_step): inverse scale 1, no scaler flag */
+  if (dp) return amp__cu_optim_unscale_local(o->dev->cuda, o->cu, sc, dp, m, cap);
+  return amp__cu_optim_unscale(o->dev->cuda, o->cu, sc, m, cap);
 }
 static amp_status amp__cuda_optim_unscale_finish(amp_optimizer *o, amp_scaler *s, char *m, size_t cap) {
-  return amp__cu_optim_unscale_finish(o->dev->cuda, o->cu, s->cu, m, cap);
+  return amp__cu_optim_unscale_finish(o->dev->cuda, o->cu, s ? s->cu : NULL, m, cap);
 }
 static amp_status amp__cuda_optim_step(amp_optimizer *o, amp_scaler *s, char *m, size_t cap) {
-  return amp__cu_optim_step(o->dev->cuda, o->cu, s->cu, 0, m, cap);   /* the kernel skips itself on the flag */
+  /* the kernel skips itself on the flags: the optimizer's own (its last unscale) and the scaler's */
+  return amp__cu_optim_step(o->dev->cuda, o->cu, s ? s->cu : NULL, 0, m, cap);
 }
 static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
   amp_cu_optim_info info;

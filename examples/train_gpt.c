@@ -10,13 +10,15 @@
      fp32   every tensor in f32 (the policy in AMP_MODE_FORCE_F32 decides so)
      bf16   AMP: the model copy, matmuls, activations and grads in bf16; layer norms, softmax,
             the loss and the residual stream in f32; fp32 master weights and moments in the
-            optimizer. bf16 has f32's range: the loss scale is fixed at 1.
+            optimizer. bf16 has f32's range: no loss scale, the optimizer steps on its own
+            (amp_optimizer_step), skipping a step whose grads hold inf/NaN.
      f16    the same in f16, with the dynamic loss scale (PyTorch's GradScaler rule), which
             skips the steps whose grads overflowed
 
    What amp.h does here: the op-list policy decides each op's dtype (amp_policy_decide),
    amp_gemm computes every matrix product (fp32 accumulation, one rounding to the output type),
-   amp_scaler scales the loss and skips overflowing steps, amp_optimizer runs AdamW on the fp32
+   amp_scaler scales f16's loss and skips overflowing steps (bf16 and fp32 step without one,
+   amp_optimizer_step), amp_optimizer runs AdamW on the fp32
    master with a global gradient-norm clip and writes the rounded model copy back; the trainer
    sets a cosine learning-rate schedule (with warmup) every step.
 
@@ -681,12 +683,11 @@ static float lr_at(const options *o, int step) {
   return o->min_lr + 0.5f * (o->lr - o->min_lr) * (1.0f + cosf(3.14159265f * progress));
 }
 
-/* f16 needs the dynamic loss scale; bf16 and f32 have f32's range: the scale stays at 1.
-   (fixed = 1 alone would keep the scale at the default 65536: init_scale = 1 sets it.) */
-static amp_scaler_config scaler_config(amp_dtype low, float f16_init_scale) {
+/* f16 needs the dynamic loss scale (PyTorch's GradScaler rule); bf16 and f32 have f32's range and
+   take no scaler at all: amp_optimizer_step. */
+static amp_scaler_config f16_scaler_config(float f16_init_scale) {
   amp_scaler_config s = amp_scaler_preset(AMP_PRESET_PYTORCH);
-  if (low != AMP_F16) { memset(&s, 0, sizeof s); s.fixed = 1; s.init_scale = 1.0f; }
-  else if (f16_init_scale > 0) s.init_scale = f16_init_scale;
+  if (f16_init_scale > 0) s.init_scale = f16_init_scale;
   return s;
 }
 
@@ -694,10 +695,9 @@ static amp_scaler_config scaler_config(amp_dtype low, float f16_init_scale) {
    GPT-2 decays only the matrices (param_is_matrix); with one optimizer, whose clip must see every
    grad, the weight decay here applies to every tensor alike. */
 static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o) {
-  amp_optim_config oc;
+  amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);   /* every default; a 0 written below is 0 */
   int p;
-  memset(&oc, 0, sizeof oc);   /* zero: the defaults ({0} would do in C, not in C++) */
-  oc.kind = AMP_ADAMW; oc.lr = o->lr; oc.beta1 = 0.9f; oc.beta2 = 0.95f; oc.eps = 1e-8f;
+  oc.lr = o->lr; oc.beta1 = 0.9f; oc.beta2 = 0.95f; oc.eps = 1e-8f;
   oc.weight_decay = o->weight_decay; oc.max_grad_norm = o->clip;
   CHECK(amp_optimizer_create(opt, amp_cpu(), &oc));
   for (p = 0; p < NPARAM; p++) CHECK(amp_optimizer_add(*opt, m->t.low, P(m, p), G(m, p), m->n[p]));
@@ -705,9 +705,10 @@ static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o) {
 
 static void train(const char *name, amp_dtype low, const text *tx, const float *w0, const options *o, result *r) {
   gpt_types types = gpt_decide(low);
-  amp_scaler_config scfg = scaler_config(low, o->f16_init_scale);
-  amp_scaler *sc;
+  amp_scaler_config scfg = f16_scaler_config(o->f16_init_scale);
+  amp_scaler *sc = NULL;   /* f16 only */
   amp_optimizer *opt;
+  long skipped = 0;        /* bf16 and fp32: the steps amp_optimizer_step skipped */
   gpt m;
   uint64_t data_rng = o->seed * 0x100000001b3ull + 11;
   double t_train = 0.0;
@@ -718,11 +719,11 @@ static void train(const char *name, amp_dtype low, const text *tx, const float *
   r->val = (float *)xcalloc((size_t)o->steps / (size_t)o->eval_every + 2, sizeof(float));
   r->val_step = (int *)xcalloc((size_t)o->steps / (size_t)o->eval_every + 2, sizeof(int));
   gpt_init(&m, &o->c, &types, o->B, w0);
-  CHECK(amp_scaler_create(&sc, amp_cpu(), &scfg));
+  if (low == AMP_F16) CHECK(amp_scaler_create(&sc, amp_cpu(), &scfg));
   optimizer_create(&opt, &m, o);
   if (!o->quiet)
     printf("%-5s matmuls %s, layer norms/softmax/loss/residual f32; %s\n", name, dtype_name(types.lin),
-           low == AMP_F16 ? "dynamic loss scale (PyTorch preset)" : "loss scale fixed at 1");
+           sc ? "dynamic loss scale (PyTorch preset)" : "no loss scale (amp_optimizer_step)");
   for (step = 0; step <= o->steps; step++) {
     double t0, loss;
     float scale;
@@ -737,33 +738,43 @@ static void train(const char *name, amp_dtype low, const text *tx, const float *
         for (k = from; k < step; k++) sum += r->train[k];
         snprintf(train_loss, sizeof train_loss, "%.4f", sum / (step - from));
       }
-      if (!o->quiet)
-        printf("%-5s step %5d/%d  val loss %.4f  train loss %s  lr %.2e  scale %-8g skipped %ld\n", name, step, o->steps, v,
-               train_loss, (double)lr_at(o, step < o->steps ? step : o->steps - 1),
-               (double)amp_scaler_get_scale(sc), amp_scaler_skipped_steps(sc));
+      {
+        char scale_now[32] = "none";
+        if (sc) snprintf(scale_now, sizeof scale_now, "%g", (double)amp_scaler_get_scale(sc));
+        if (!o->quiet)
+          printf("%-5s step %5d/%d  val loss %.4f  train loss %s  lr %.2e  scale %-8s skipped %ld\n", name, step, o->steps, v,
+                 train_loss, (double)lr_at(o, step < o->steps ? step : o->steps - 1), scale_now,
+                 sc ? amp_scaler_skipped_steps(sc) : skipped);
+      }
       fflush(stdout);
       r->val_loss = v;
     }
     if (step == o->steps) break;
     t0 = now();
     train_batch(&m, tx, &data_rng);
-    scale = amp_scaler_get_scale(sc);
+    scale = sc ? amp_scaler_get_scale(sc) : 1.0f;
     loss = gpt_forward(&m);
     gpt_backward(&m, scale);
     CHECK(amp_optimizer_set_lr(opt, lr_at(o, step)));
-    /* f16: unscale, skip the step if a grad overflowed, else clip and update the fp32 master
-       and write the rounded model copy; then the scale rule. bf16 and fp32 take the same two
-       calls with the scale fixed at 1. */
-    CHECK(amp_scaler_step(sc, opt));
-    CHECK(amp_scaler_update(sc));
+    if (sc) {
+      /* f16: unscale, skip the step if a grad overflowed, else clip and update the fp32 master
+         and write the rounded model copy; then the scale rule. */
+      CHECK(amp_scaler_step(sc, opt));
+      CHECK(amp_scaler_update(sc));
+    } else {
+      /* bf16, fp32: the grads are unscaled; the same pass finds inf/NaN (the step is then skipped)
+         and the norm for the clip, then the update. */
+      CHECK(amp_optimizer_step(opt));
+      skipped += amp_optimizer_last_skipped(opt);
+    }
     t_train += now() - t0;
     r->train[step] = (float)loss;
     if (!isfinite(loss)) r->nonfinite = 1;
   }
   r->ms_per_step = 1e3 * t_train / o->steps;
-  r->skipped = amp_scaler_skipped_steps(sc);
+  r->skipped = sc ? amp_scaler_skipped_steps(sc) : skipped;
   r->updates = amp_optimizer_step_count(opt);
-  r->final_scale = amp_scaler_get_scale(sc);
+  r->final_scale = sc ? amp_scaler_get_scale(sc) : 0.0f;   /* 0: no scaler */
   r->b_copy = amp_dtype_size(low);
   r->b_master = sizeof(float);          /* amp.h keeps an fp32 master of every tensor */
   r->b_moments = 2 * sizeof(float);     /* AdamW's two moments, fp32 */
@@ -984,8 +995,10 @@ static int train_gpt_main(int argc, char **argv) {
     for (i = 0; i < nr; i++) {
       char gap[32] = "";
       if (i > 0 && !strcmp(rs[0].name, "fp32")) snprintf(gap, sizeof gap, "%+.2f%%", 100.0 * (rs[i].val_loss / rs[0].val_loss - 1.0));
-      printf("%-9s %9.4f %8s %8ld %12g %10.1f   %zu + %zu + %zu = %zu\n", rs[i].name, rs[i].val_loss, gap, rs[i].skipped,
-             (double)rs[i].final_scale, rs[i].ms_per_step, rs[i].b_copy, rs[i].b_master, rs[i].b_moments,
+      char scale[32] = "none";
+      if (rs[i].final_scale > 0.0f) snprintf(scale, sizeof scale, "%g", (double)rs[i].final_scale);
+      printf("%-9s %9.4f %8s %8ld %12s %10.1f   %zu + %zu + %zu = %zu\n", rs[i].name, rs[i].val_loss, gap, rs[i].skipped,
+             scale, rs[i].ms_per_step, rs[i].b_copy, rs[i].b_master, rs[i].b_moments,
              rs[i].b_copy + rs[i].b_master + rs[i].b_moments);
     }
     printf("\n");

@@ -407,6 +407,98 @@ static void skipped_step_leaves_device_state_bit_identical(void) {
   tens_free(&t);
 }
 
+/* ---- GPU: amp_optimizer_step (no scaler) ----------------------------------------------------- */
+
+/* The scaler-less step on the GPU against the CPU: the same skip decisions (inf/NaN in each grad
+   type in turn), step counts, last_skipped; a skipped step leaves the device state bit for bit;
+   masters and moments within the documented bound; a scaler on it is refused. */
+static void stepless_step_on_gpu_matches_the_cpu(void) {
+  tens t;
+  side c, g;
+  amp_scaler *gs = NULL;
+  amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);
+  float bad[3] = {INFINITY, NAN, -INFINITY};
+  int steps = t_quick() ? 8 : 14, skipped = 0;
+  oc.lr = 1e-2f; oc.weight_decay = 1e-2f; oc.max_grad_norm = 1.0f; oc.beta1 = 0.0f;   /* beta1 0: zero_is_zero */
+  standard_tens(&t);
+  OK(side_make(&c, &t, amp_cpu(), &oc));
+  OK(side_make(&g, &t, gpu, &oc));
+  EXPECT(amp_optimizer_last_skipped(g.o) == 0, "before any step: last_skipped %d", amp_optimizer_last_skipped(g.o));
+  for (int step = 1; step <= steps && !t__cur; step++) {
+    int where = step % 4 == 2 ? (step / 4) % 5 : -1;
+    blob before, after;
+    tens_grads(&t, step % 3 ? 0.1f : 3.0f, where, bad[step % 3]);   /* some steps clip */
+    side_push(&c, &t); side_push(&g, &t);
+    before = snapshot(&g, &t);
+    OK(amp_optimizer_step(c.o));
+    OK(amp_optimizer_step(g.o));
+    after = snapshot(&g, &t);
+    EXPECT(amp_optimizer_last_skipped(c.o) == (where >= 0) && amp_optimizer_last_skipped(g.o) == (where >= 0),
+           "step %d (bad tensor %d): last_skipped cpu %d gpu %d", step, where, amp_optimizer_last_skipped(c.o), amp_optimizer_last_skipped(g.o));
+    EXPECT(amp_optimizer_step_count(c.o) == amp_optimizer_step_count(g.o), "step %d: step counts cpu %ld gpu %ld", step,
+           amp_optimizer_step_count(c.o), amp_optimizer_step_count(g.o));
+    if (where >= 0) {
+      skipped++;
+      EXPECT(blob_same(&before, &after), "step %d: %g in tensor %d (%s grads): the skipped step changed the device state", step,
+             (double)bad[step % 3], where, amp__dtype_name(t.gt[where]));
+    } else {
+      float cn = amp_optimizer_grad_norm(c.o), gn = amp_optimizer_grad_norm(g.o);
+      EXPECT(fabs((double)gn - cn) <= 1e-5 * cn, "step %d: grad norm cpu %.9g gpu %.9g", step, (double)cn, (double)gn);
+    }
+    free(before.p); free(after.p);
+  }
+  EXPECT(skipped > 0 && skipped < steps, "%d of %d steps skipped: the test wants both kinds", skipped, steps);
+  compare_sides("amp_optimizer_step", &c, &g, &t, steps);
+  OK(amp_scaler_create(&gs, gpu, NULL));
+  {
+    amp_status st = amp_scaler_step(gs, g.o);
+    EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "without a scaler"), "a scaler step on a scaler-less optimizer: %s '%s'",
+           amp_status_string(st), amp_last_error());
+  }
+  amp_scaler_destroy(gs);
+  side_free(&c, &t); side_free(&g, &t);
+  tens_free(&t);
+}
+
+/* amp_optimizer_step captured in a graph is 2 kernels (unscale, update), and 6 replays (one with
+   an overflow) equal 6 eager steps bit for bit. */
+static void captured_stepless_step_replays_like_eager(void) {
+  tens t;
+  side a, b;
+  amp_optim_config oc = ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 2.0f);
+  void *graph = NULL;
+  size_t kernels = 0;
+  standard_tens(&t);
+  OK(side_make(&a, &t, gpu, &oc)); OK(side_make(&b, &t, gpu, &oc));
+  tens_grads(&t, 1.0f, -1, 0); side_push(&a, &t); side_push(&b, &t);
+  OK(amp_optimizer_step(a.o)); OK(amp_optimizer_step(b.o));   /* eager first steps build the device optimizers */
+  OK(amp__cu_capture_begin(gpu->cuda, msg, sizeof msg));
+  {
+    amp_status s1 = amp_optimizer_step(b.o);
+    amp_status e = amp__cu_capture_end(gpu->cuda, &graph, &kernels, msg, sizeof msg);
+    EXPECT(s1 == AMP_OK && e == AMP_OK, "capture: step %s end %s (%s / %s)", amp_status_string(s1), amp_status_string(e), amp_last_error(), msg);
+    if (e != AMP_OK) { side_free(&a, &t); side_free(&b, &t); tens_free(&t); return; }
+  }
+  EXPECT(kernels == 2, "a captured amp_optimizer_step has %zu kernel nodes, want 2", kernels);
+  for (int r = 0; r < 6; r++) {
+    tens_grads(&t, 1.0f, r == 3 ? 2 : -1, INFINITY);
+    side_push(&a, &t); side_push(&b, &t);
+    OK(amp_optimizer_step(a.o));
+    OK(amp__cu_graph_launch(gpu->cuda, graph, msg, sizeof msg));
+    EXPECT(amp_optimizer_last_skipped(a.o) == (r == 3) && amp_optimizer_last_skipped(b.o) == (r == 3),
+           "replay %d: last_skipped eager %d replayed %d", r, amp_optimizer_last_skipped(a.o), amp_optimizer_last_skipped(b.o));
+  }
+  {
+    blob ba = snapshot(&a, &t), bb = snapshot(&b, &t);
+    EXPECT(blob_same(&ba, &bb) && amp_optimizer_step_count(a.o) == 6, "6 replays differ from 6 eager steps (steps: eager %ld, replayed %ld)",
+           amp_optimizer_step_count(a.o), amp_optimizer_step_count(b.o));
+    free(ba.p); free(bb.p);
+  }
+  amp__cu_graph_destroy(graph);
+  side_free(&a, &t); side_free(&b, &t);
+  tens_free(&t);
+}
+
 /* Two optimizers on one scaler: an overflow in either skips both when both were unscaled before
    the first step, and only the later one when the first had already stepped, as on the CPU. */
 static void optimizers_sharing_a_scaler_skip_together(void) {
@@ -908,6 +1000,7 @@ int main(void) {
   RUN(optimizers_on_gpu_match_the_cpu);
   RUN(skipped_step_leaves_device_state_bit_identical);
   RUN(optimizers_sharing_a_scaler_skip_together);
+  RUN(stepless_step_on_gpu_matches_the_cpu);
   RUN(allreduce_hook_on_gpu_identity_equals_none_and_failure_changes_nothing);
   RUN(checkpoint_moves_cpu_to_gpu_and_back_bit_exact);
   RUN(bad_input_on_gpu_is_refused);
@@ -916,6 +1009,7 @@ int main(void) {
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
     RUN(captured_step_replays_with_a_changing_lr);
+    RUN(captured_stepless_step_replays_like_eager);
     RUN(public_step_over_500_tensors_is_three_launches);
   } else t_no_gpu("graph tests", "no stream of our own");
   amp_device_close(gpu);

@@ -78,7 +78,8 @@ check "deps: a missing package stops make test with the install command; none mi
   AMP_DEPS_NEEDED='gcc' AMP_DEPS_DATA='' sh tests/deps.sh check"
 
 # The capstone (examples/train_gpt.c): its backward against finite differences, then a short run
-# of a tiny GPT in fp32, bf16 and f16: bf16's and f16's validation loss within 2% of fp32's
+# of a tiny GPT in fp32, bf16 and f16 (bf16 and fp32 with no scaler, amp_optimizer_step): bf16's and
+# f16's validation loss within 2% of fp32's
 # (--max-gap 2: exit 2 otherwise), no NaN (exit 3), skipped + applied steps = steps (exit 4).
 # That run keeps f16's default first scale: a run that skips its first steps follows another
 # trajectory (on the licence texts, 8 skipped warm-up steps ended 4.5% below fp32 while the same f16
@@ -92,6 +93,7 @@ check "train_gpt: 300 steps, bf16 and f16 validation loss within 2% of fp32" sh 
     --max-gap 2 --svg '$B/examples/train_gpt.svg' > '$B/train_gpt.log' 2>&1; rc=\$?
   cat '$B/train_gpt.log'; [ \$rc -eq 0 ] || exit 1
   grep -q '^fp32 .* 16\$' '$B/train_gpt.log' && grep -q '^bf16 .* 14\$' '$B/train_gpt.log' && grep -q '</svg>' '$B/examples/train_gpt.svg' || exit 1
+  grep -q '^bf16 .*no loss scale (amp_optimizer_step)' '$B/train_gpt.log' || exit 1
   grep -qiw 'nan\|inf' '$B/train_gpt.log' && exit 1; exit 0"
 check "train_gpt: f16 from a scale of 2^24 skips and backs off, skips counted" sh -c "
   '$B/train_gpt' --precision f16 --steps 60 --dim 32 --layers 2 --heads 2 --ctx 32 --batch 16 --eval-every 30 --init-scale 16777216 --svg '$B/examples/train_gpt_f16.svg' \

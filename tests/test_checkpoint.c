@@ -330,7 +330,8 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
     {"lr -0.5", O_LR, 4, -0.5f, 0, AMP_ERR_CORRUPT},
     {"weight_decay NaN", O_WD, 4, NAN, 0, AMP_ERR_CORRUPT},
     {"beta1 1", O_BETA1, 4, 1.0f, 0, AMP_ERR_CORRUPT},
-    {"beta1 0 (create's default)", O_BETA1, 4, 0.0f, 0, AMP_ERR_CORRUPT},
+    {"beta1 -0 (create keeps +0)", O_BETA1, 4, -0.0f, 0, AMP_ERR_CORRUPT},
+    {"beta1 0 (valid: zero_is_zero)", O_BETA1, 4, 0.0f, 0, AMP_OK},
     {"nesterov 5", O_NESTEROV, -4, 0, 5, AMP_ERR_CORRUPT},
     {"kind 7", O_KIND, -4, 0, 7, AMP_ERR_CORRUPT},
     {"step count -1", O_STEP, -8, 0, -1, AMP_ERR_CORRUPT},
@@ -387,6 +388,8 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
       EXPECT(na == nb && memcmp(before, after, na) == 0, "%s: the refused load changed the live state", cases[c].what);
     else if (cases[c].at == O_LR)
       EXPECT(memcmp(&x->o->cfg.lr, &cases[c].f, 4) == 0, "%s: lr restored as %g", cases[c].what, (double)x->o->cfg.lr);
+    else if (cases[c].at == O_BETA1)
+      EXPECT(memcmp(&x->o->cfg.beta1, &cases[c].f, 4) == 0, "%s: beta1 restored as %g", cases[c].what, (double)x->o->cfg.beta1);
     else
       EXPECT(amp_scaler_get_scale(x->s) == cases[c].f, "%s: scale restored as %g", cases[c].what, (double)amp_scaler_get_scale(x->s));
   }

@@ -388,6 +388,85 @@ static void a_failed_read_in_a_getter_comes_back_from_the_next_update(void) {
   rig_free(&r);
 }
 
+/* amp_optimizer_step (no scaler) on amp_cpu() and on the emulated CUDA device: the same model
+   copies (bits), step counts, grad norms and skip decisions, for each kind; a skipped step changes
+   nothing on the CUDA line either. */
+static void rig_grads_unscaled(rig *r, int step) {
+  int i;
+  for (i = 0; i < N0; i++) r->g0[i] = amp_f32_to_f16(0.01f * (float)((i * 7 + step * 3) % 11 - 5));
+  for (i = 0; i < N1; i++) r->g1[i] = 0.007f * (float)((i * 5 + step) % 13 - 6);
+  if (step % 5 == 3) r->g0[4] = 0x7e00;          /* NaN: the step is skipped */
+  if (step % 7 == 6) r->g1[N1 - 1] = -INFINITY;  /* and an inf in the f32 grads */
+}
+static void amp_optimizer_step_on_the_cuda_line_gives_the_cpus_bits(void) {
+  amp_optim_config c[3];
+  int k;
+  c[0] = amp_optimizer_defaults(AMP_OPTIM_SGD); c[0].lr = 0.1f; c[0].momentum = 0.9f; c[0].weight_decay = 1e-3f;
+  c[1] = amp_optimizer_defaults(AMP_OPTIM_ADAM); c[1].lr = 1e-2f; c[1].max_grad_norm = 0.05f; c[1].beta1 = 0.0f;
+  c[2] = amp_optimizer_defaults(AMP_OPTIM_ADAMW); c[2].lr = 1e-2f; c[2].weight_decay = 0.1f;
+  for (k = 0; k < 3; k++) {
+    rig a, b;
+    int step, skipped = 0;
+    if (!rig_make(&a, amp_cpu(), &c[k]) || !rig_make(&b, gpu(), &c[k])) { EXPECT(0, "kind %d: setup: %s", k, amp_last_error()); return; }
+    for (step = 0; step < 14; step++) {
+      amp_bf16 w1[N1];
+      amp_f16 w0[N0];
+      long before = amp_optimizer_step_count(b.o);
+      int bad = step % 5 == 3 || step % 7 == 6;
+      rig_grads_unscaled(&a, step); rig_grads_unscaled(&b, step);
+      memcpy(w0, b.w0, sizeof w0); memcpy(w1, b.w1, sizeof w1);
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+      EXPECT(amp_optimizer_last_skipped(a.o) == bad && amp_optimizer_last_skipped(b.o) == bad,
+             "kind %d step %d: last_skipped cpu %d cuda line %d, want %d", k, step, amp_optimizer_last_skipped(a.o),
+             amp_optimizer_last_skipped(b.o), bad);
+      if (bad)
+        EXPECT(memcmp(w0, b.w0, sizeof w0) == 0 && memcmp(w1, b.w1, sizeof w1) == 0 && amp_optimizer_step_count(b.o) == before,
+               "kind %d step %d: the skipped step changed the model copies or the step count", k, step);
+      else
+        EXPECT(amp__f32_bits(amp_optimizer_grad_norm(a.o)) == amp__f32_bits(amp_optimizer_grad_norm(b.o)),
+               "kind %d step %d: norm cpu %a cuda line %a", k, step, (double)amp_optimizer_grad_norm(a.o),
+               (double)amp_optimizer_grad_norm(b.o));
+      EXPECT(memcmp(a.w0, b.w0, sizeof a.w0) == 0 && memcmp(a.w1, b.w1, sizeof a.w1) == 0 &&
+             amp_optimizer_step_count(a.o) == amp_optimizer_step_count(b.o),
+             "kind %d step %d: model copies or step counts differ (steps %ld / %ld)", k, step, amp_optimizer_step_count(a.o),
+             amp_optimizer_step_count(b.o));
+      skipped += bad;
+    }
+    EXPECT(amp_optimizer_step_count(b.o) == 14 - skipped && skipped == 4, "kind %d: %ld steps, %d skipped", k,
+           amp_optimizer_step_count(b.o), skipped);
+    {   /* the scaler is refused on it, on the CUDA line too */
+      amp_status st = amp_scaler_step(b.s, b.o);
+      EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "amp_scaler_step"), "a scaler step: %s '%s'", amp_status_string(st),
+             amp_last_error());
+    }
+    rig_free(&a); rig_free(&b);
+  }
+}
+
+/* The getter rule for amp_optimizer_last_skipped: a failed read returns 0 and names it; the next
+   amp_optimizer_step returns the kept error before doing anything, then steps again. */
+static void a_failed_last_skipped_read_comes_back_from_the_next_step(void) {
+  amp_optim_config c = amp_optimizer_defaults(AMP_OPTIM_ADAM);
+  rig r;
+  amp_status st;
+  int ls;
+  if (!rig_make(&r, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  rig_grads_unscaled(&r, 3);   /* a NaN: skipped */
+  EXPECT(amp_optimizer_step(r.o) == AMP_OK && amp_optimizer_last_skipped(r.o) == 1, "step: %s", amp_last_error());
+  fake_fail_reads = 1;
+  ls = amp_optimizer_last_skipped(r.o);
+  EXPECT(ls == 0 && strstr(amp_last_error(), "amp_optimizer_last_skipped") && strstr(amp_last_error(), "cudaErrorIllegalAddress"),
+         "last_skipped on a failed read: %d '%s'", ls, amp_last_error());
+  rig_grads_unscaled(&r, 0);
+  st = amp_optimizer_step(r.o);
+  EXPECT(st == AMP_ERR_DEVICE && strstr(amp_last_error(), "amp_optimizer_step") && strstr(amp_last_error(), "amp_optimizer_last_skipped"),
+         "the next step: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(amp_optimizer_step_count(r.o) == 0, "the refused step stepped: %ld", amp_optimizer_step_count(r.o));
+  EXPECT(amp_optimizer_step(r.o) == AMP_OK && amp_optimizer_step_count(r.o) == 1 && amp_optimizer_last_skipped(r.o) == 0,
+         "then it steps: %s", amp_last_error());
+  rig_free(&r);
+}
+
 static void never_called(void *user, float *master, const float *grad, size_t n, size_t index, long step) {
   (void)user; (void)master; (void)grad; (void)n; (void)index; (void)step;
 }
@@ -413,6 +492,8 @@ int main(void) {
   RUN(the_cuda_line_takes_the_master_at_add);
   RUN(a_failed_read_in_a_getter_comes_back_from_the_next_update);
   RUN(the_cuda_line_refuses_what_it_cannot_run);
+  RUN(amp_optimizer_step_on_the_cuda_line_gives_the_cpus_bits);
+  RUN(a_failed_last_skipped_read_comes_back_from_the_next_step);
   amp_device_close(gpu());
   TEST_END();
 }
