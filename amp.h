@@ -1091,7 +1091,7 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
 
    The CPU default (AMP_GEMM_AUTO, zero options) is the fast kernel for the CPU, chosen by CPUID
    at run time (build with plain `cc -O2`: each kernel carries its own target attribute):
-   - x86-64 with FMA (AVX-512F: 8 x 32 register tiles; AVX2: 6 x 16): acc = fma(a(i,p), b(p,j),
+   - x86-64 with FMA (AVX-512 F/BW/VL/DQ: 8 x 32 register tiles; AVX2: 6 x 16): acc = fma(a(i,p), b(p,j),
      acc) for p = 0, 1, ..., k-1 in that order, one rounding per step; f16 and bf16 inputs are
      converted exactly to f32 once, while packing. Every such kernel, on one thread or many, gives
      the bits of a plain fmaf() loop.
@@ -4504,7 +4504,13 @@ extern "C" {
      (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16: the same bits), inputs converted to f32 while
      packing; bf16 inputs on an AVX512_BF16 CPU are packed in pairs along k and multiplied with
      vdpbf16ps (2 products per lane and instruction, see the manual for its rounding).
-   A CPU with neither FMA nor AVX2 runs the reference. */
+   A CPU with neither FMA nor AVX2 runs the reference.
+   The AVX-512 kernels write the last k slice's tiles into C themselves (rows of C contiguous, act
+   NONE or RELU: alpha, beta, bias, ReLU and the rounding to C's type from the registers, the
+   element math of the buffered epilogue). For small products (the demo's k = 64 weight gradient)
+   the tile buffer's round trip had cost a fifth of the time. The bf16 kernel reads a row-major B
+   in place for products of at most 64 rows (pairs made in registers), where packing B cost as
+   much. */
 #define AMP__GEMM_MR 6     /* reference: 6 x 16 accumulators = 12 AVX registers of 8 floats */
 #define AMP__GEMM_NR 16
 #define AMP__GEMM_KC 256   /* a KC x NR sliver of B (16 KiB) stays in L1 while the A slivers stream */
@@ -4592,36 +4598,62 @@ typedef float amp__v8 __attribute__((vector_size(32), aligned(32), may_alias));
   }
 #endif
 
-/* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). */
-typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc);
+/* Where a micro-kernel with a C epilogue (vec_store) writes its finished tile: C of type ct, rows
+   contiguous, rows x cols of it (the tile's top-left part) at c, ldc elements apart, as
+   act(alpha acc (+ beta c) (+ bias[j])) rounded once to ct (act NONE or RELU; bias NULL: none). */
+typedef struct amp__gemm_out {
+  void *c;
+  amp_dtype ct;
+  size_t ldc;
+  int rows, cols;
+  float alpha, beta;
+  const float *bias;
+  int act;
+  int bf16_hw;   /* bf16 C rounded by vcvtne2ps2bf16 (AVX512_BF16 CPUs), see amp__gemm_put_bf16 */
+} amp__gemm_out;
+
+/* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). out NULL:
+   the tile goes to `tile`; else (kernels with vec_store only) to C through out, not to `tile`. */
+typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc, const amp__gemm_out *out);
 /* Packs the rows x cols block of X (element (r, c) at x[r*rs + c*cs], type t) into W-row slivers. */
 typedef void (*amp__gemm_pack_fn)(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols);
 
 /* One micro-kernel with its packing and block sizes. kpair 2: k is packed in pairs of bf16 (one
    32-bit word holds a(i, 2q) and a(i, 2q+1)); kc is then even, so slices start on a pair. */
+/* A micro-kernel that reads op(B) unpacked: bf16 rows p of op(B) contiguous along j, ldb elements
+   apart (b: element (2 * first pair, j0)), ncols of the tile's columns present (the rest read as
+   0), kc pairs; otherwise as amp__gemm_micro_fn. */
+typedef void (*amp__gemm_micro_rb_fn)(int kc, const float *a, const uint16_t *b, size_t ldb, int ncols, float *tile, int acc,
+                                      const amp__gemm_out *out);
+
 typedef struct amp__gemm_kernel {
   amp__gemm_micro_fn micro;
   amp__gemm_pack_fn pack;
   int mr, nr, kc, mc, nc, kpair;
   int vec_store;   /* 1: the epilogue of f32 rows runs in the AVX-512 helper below */
+  amp__gemm_micro_rb_fn micro_rb;   /* NULL, or the same kernel reading B unpacked */
 } amp__gemm_kernel;
 
-static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc) {
+static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc,
+                                              const amp__gemm_out *out) {
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
   AMP__GEMM_MICRO_BODY(AMP__GEMM_KEEP)
+  (void)out;
 }
 
 /* The same kernel compiled for AVX2, chosen at run time where the CPU has it (same bits: no FMA). */
 #if defined(AMP__GEMM_VEC) && (defined(__x86_64__) || defined(__i386__))
 #define AMP__GEMM_AVX2 1
 static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx2(int kc, const float *a, const float *b,
-                                                                                 float *tile, int acc) {
+                                                                                 float *tile, int acc,
+                                                                                 const amp__gemm_out *out) {
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
   AMP__GEMM_MICRO_BODY(AMP__GEMM_KEEP_AVX)
+  (void)out;
 }
 #endif
 
@@ -4665,10 +4697,10 @@ static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t
 }
 
 static const amp__gemm_kernel amp__gemm_reference_kernel = {
-  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0};
+  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL};
 #ifdef AMP__GEMM_AVX2
 static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
-  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0};
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL};
 #endif
 
 /* ---- the fast kernels (x86-64, GCC/Clang): FMA in order, AVX2 or AVX-512, AVX512_BF16 ---- */
@@ -4679,7 +4711,7 @@ static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
 #endif
 #define AMP__GEMM_FAST 1
 #define AMP__GEMM_ISA_FMA 1      /* AVX2 + FMA, YMM state saved by the OS */
-#define AMP__GEMM_ISA_512 2      /* AVX-512 F/BW/VL, ZMM and mask state saved by the OS */
+#define AMP__GEMM_ISA_512 2      /* AVX-512 F/BW/VL/DQ, ZMM and mask state saved by the OS */
 #define AMP__GEMM_ISA_BF16 4     /* AVX512_BF16 */
 /* Tests lower this (to AMP__GEMM_ISA_FMA, or 0) to run the other paths on an AVX-512 CPU. */
 static int amp__gemm_isa_allowed = 7;
@@ -4700,9 +4732,9 @@ static int amp__gemm_isa(void) {
         (void)hi;
         amp__cpuid(7, r);
         if ((lo & 6u) == 6u && (r[1] & (1u << 5))) v |= AMP__GEMM_ISA_FMA;
-        /* XCR0 bits 5-7: opmask and ZMM state; leaf 7 EBX bits 16 F, 30 BW, 31 VL */
-        if ((v & AMP__GEMM_ISA_FMA) && (lo & 0xe0u) == 0xe0u && (r[1] & (1u << 16)) && (r[1] & (1u << 30)) &&
-            (r[1] & (1u << 31))) {
+        /* XCR0 bits 5-7: opmask and ZMM state; leaf 7 EBX bits 16 F, 17 DQ, 30 BW, 31 VL (DQ:
+           the epilogue stores through amp_convert's AVX-512 code, which is built for it) */
+        if ((v & AMP__GEMM_ISA_FMA) && (lo & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) {
           unsigned s[4];
           v |= AMP__GEMM_ISA_512;
           __asm__ __volatile__("cpuid" : "=a"(s[0]), "=b"(s[1]), "=c"(s[2]), "=d"(s[3]) : "a"(7u), "c"(1u));
@@ -4716,13 +4748,15 @@ static int amp__gemm_isa(void) {
 }
 
 #define AMP__FMA2 __attribute__((target("avx2,fma,f16c")))
-#define AMP__T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define AMP__T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define AMP__T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define AMP__T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 
 /* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. */
-static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc) {
+static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc,
+                                          const amp__gemm_out *out) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
   int p;
+  (void)out;
   if (acc) {
     c00 = _mm256_load_ps(tile + 0); c01 = _mm256_load_ps(tile + 8); c10 = _mm256_load_ps(tile + 16);
     c11 = _mm256_load_ps(tile + 24); c20 = _mm256_load_ps(tile + 32); c21 = _mm256_load_ps(tile + 40);
@@ -4747,19 +4781,91 @@ static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b
   _mm256_store_ps(tile + 72, c41); _mm256_store_ps(tile + 80, c50); _mm256_store_ps(tile + 88, c51);
 }
 
+/* 16 lanes of C (type ct) from their accumulators (m: the lanes written): c = act(alpha acc
+   (+ beta c) (+ bias)), the element math of amp__gemm_blend and amp__gemm_epi (ReLU: max(x, 0)
+   gives 0 for NaN and -0, as x > 0 ? x : 0 does), rounded once to ct by amp_convert's own 16-lane
+   load and store (amp__ld16, amp__st16: the same bits). act is NONE or RELU. */
+static inline AMP__T512 __m512 amp__gemm_epi16(const void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
+                                               __m512 vb, const float *bias, int act) {
+  __m512 t = _mm512_mul_ps(va, acc);
+  if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, amp__ld16(ct, c, m)));
+  if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias));
+  if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, _mm512_setzero_ps());
+  return t;
+}
+static inline AMP__T512 void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
+                                             __m512 vb, const float *bias, int act) {
+  amp__st16(ct, c, amp__gemm_epi16(c, ct, acc, m, va, beta, vb, bias, act), m, 0);
+}
+
+/* bf16 C on an AVX512_BF16 CPU: vcvtne2ps2bf16 rounds 32 lanes in one instruction, with
+   amp_convert's bits (round to nearest even, NaN kept quiet: checked on every class of input)
+   except for f32 subnormals, which it flushes to 0: a row with one is rounded by amp_convert's
+   own code (amp__st16) instead. */
+static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float *buf, __mmask16 m0, __mmask16 m1, __m512 va,
+                                           __m512 vb) {
+  const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+  const float *bias1 = out->bias ? out->bias + 16 : NULL;
+  __mmask32 m = (__mmask32)m0 | (__mmask32)m1 << 16;
+  int r;
+  for (r = 0; r < out->rows; r++) {
+    uint16_t *cr = (uint16_t *)out->c + (size_t)r * out->ldc;
+    __m512 t0 = amp__gemm_epi16(cr, AMP_BF16, _mm512_load_ps(buf + r * 32), m0, va, out->beta, vb, out->bias, out->act);
+    __m512 t1 = amp__gemm_epi16(cr + 16, AMP_BF16, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act);
+    __m512i u0 = _mm512_castps_si512(t0), u1 = _mm512_castps_si512(t1);
+    if ((_mm512_testn_epi32_mask(u0, expo) & _mm512_test_epi32_mask(u0, mant)) |
+        (_mm512_testn_epi32_mask(u1, expo) & _mm512_test_epi32_mask(u1, mant))) {
+      amp__st16(AMP_BF16, cr, t0, m0, 0);
+      if (m1) amp__st16(AMP_BF16, cr + 16, t1, m1, 0);
+      continue;
+    }
+    _mm512_mask_storeu_epi16(cr, m, (__m512i)_mm512_cvtne2ps_pbh(t1, t0));
+  }
+}
+
+/* A finished 8 x 32 tile (buf, row by row) into C through out: one loop per type of C, so that
+   each is compiled with its own rounding and nothing else. */
+static AMP__T512 void amp__gemm_put(const amp__gemm_out *out, const float *buf) {
+  int w = out->cols, r;
+  __mmask16 m0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1u);
+  __mmask16 m1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1u) : (__mmask16)0;
+  __m512 va = _mm512_set1_ps(out->alpha), vb = _mm512_set1_ps(out->beta);
+  const float *bias1 = out->bias ? out->bias + 16 : NULL;
+#define AMP__GEMM_PUT_ROWS(T, es)                                                                              \
+  for (r = 0; r < out->rows; r++) {                                                                          \
+    char *cr = (char *)out->c + (size_t)r * out->ldc * (es);                                                 \
+    amp__gemm_out16(cr, T, _mm512_load_ps(buf + r * 32), m0, va, out->beta, vb, out->bias, out->act);        \
+    if (m1) amp__gemm_out16(cr + 16 * (es), T, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act); \
+  }
+  if (out->ct == AMP_BF16 && out->bf16_hw) { amp__gemm_put_bf16(out, buf, m0, m1, va, vb); return; }
+  if (out->ct == AMP_F32) { AMP__GEMM_PUT_ROWS(AMP_F32, 4) }
+  else if (out->ct == AMP_F16) { AMP__GEMM_PUT_ROWS(AMP_F16, 2) }
+  else { AMP__GEMM_PUT_ROWS(AMP_BF16, 2) }
+#undef AMP__GEMM_PUT_ROWS
+}
+
 /* AVX-512: 8 x 32 tiles (16 ZMM accumulators). The row macro: row r of the tile. */
 #define AMP__GEMM_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define AMP__GEMM_DECL(r) __m512 c##r##0, c##r##1;
 #define AMP__GEMM_LOAD(r) c##r##0 = _mm512_load_ps(tile + (r) * 32); c##r##1 = _mm512_load_ps(tile + (r) * 32 + 16);
 #define AMP__GEMM_ZERO(r) c##r##0 = _mm512_setzero_ps(); c##r##1 = c##r##0;
 #define AMP__GEMM_STORE(r) _mm512_store_ps(tile + (r) * 32, c##r##0); _mm512_store_ps(tile + (r) * 32 + 16, c##r##1);
+/* The end of both kernels: the finished tile to `tile`, or through a buffer on the stack to C. */
+#define AMP__GEMM_STORE_BUF(r) _mm512_store_ps(buf + (r) * 32, c##r##0); _mm512_store_ps(buf + (r) * 32 + 16, c##r##1);
+#define AMP__GEMM_FINISH                                                                                       \
+  if (!out) { AMP__GEMM_ROWS8(AMP__GEMM_STORE) } else {                                                        \
+    float buf[256] __attribute__((aligned(64)));                                                               \
+    AMP__GEMM_ROWS8(AMP__GEMM_STORE_BUF)                                                                       \
+    amp__gemm_put(out, buf);                                                                                   \
+  }
 #define AMP__GEMM_FMA(r) { __m512 x = _mm512_set1_ps(ap[r]); c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); \
                            c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1); }
 #define AMP__GEMM_DPBF(r) { __m512i x = _mm512_set1_epi32(ap[r]); \
                             c##r##0 = _mm512_dpbf16_ps(c##r##0, (__m512bh)x, (__m512bh)b0); \
                             c##r##1 = _mm512_dpbf16_ps(c##r##1, (__m512bh)x, (__m512bh)b1); }
 
-static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b, float *tile, int acc) {
+static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b, float *tile, int acc,
+                                          const amp__gemm_out *out) {
   AMP__GEMM_ROWS8(AMP__GEMM_DECL)
   int p;
   if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
@@ -4768,12 +4874,13 @@ static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b
     const float *ap = a + (size_t)p * 8;
     AMP__GEMM_ROWS8(AMP__GEMM_FMA)
   }
-  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
+  AMP__GEMM_FINISH
 }
 
 /* AVX512_BF16: 8 x 32 tiles; a and b hold bf16 pairs along k (one 32-bit word per row and pair),
    each vdpbf16ps adds a(i,2q) b(2q,j) + a(i,2q+1) b(2q+1,j) to 16 accumulators. kc: pairs. */
-static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const float *bf, float *tile, int acc) {
+static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const float *bf, float *tile, int acc,
+                                             const amp__gemm_out *out) {
   const int *a = (const int *)(const void *)af;
   AMP__GEMM_ROWS8(AMP__GEMM_DECL)
   int p;
@@ -4783,7 +4890,41 @@ static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const floa
     const int *ap = a + (size_t)p * 8;
     AMP__GEMM_ROWS8(AMP__GEMM_DPBF)
   }
-  AMP__GEMM_ROWS8(AMP__GEMM_STORE)
+  AMP__GEMM_FINISH
+}
+
+/* The same with op(B) read in place (rows 2q and 2q+1 of a row-major bf16 B): the pairs are made
+   in registers (unpacklo/hi of the two rows: the words of b0 hold columns 0-3, 8-11, 16-19, 24-27,
+   those of b1 the others), so B is not packed: for a product with few rows (the demo's batch of
+   64) packing B cost a fifth of the time. Each vdpbf16ps gets the same two pairs of operands as
+   the packed kernel's, so the bits are the same. The accumulators hold the columns in that
+   order; tiles in memory and C are in column order (RB_IN, RB_OUT). */
+#define AMP__GEMM_RB_IN(r) { __m512 n0 = _mm512_load_ps(tile + (r) * 32), n1 = _mm512_load_ps(tile + (r) * 32 + 16); \
+                             c##r##0 = _mm512_permutex2var_ps(n0, to_lo, n1); c##r##1 = _mm512_permutex2var_ps(n0, to_hi, n1); }
+#define AMP__GEMM_RB_OUT(r) { __m512 l = c##r##0; c##r##0 = _mm512_permutex2var_ps(l, from0, c##r##1); \
+                              c##r##1 = _mm512_permutex2var_ps(l, from1, c##r##1); }
+static AMP__T512BF void amp__gemm_micro_bf16_rb(int kc, const float *af, const uint16_t *b, size_t ldb, int ncols, float *tile,
+                                                int acc, const amp__gemm_out *out) {
+  const int *a = (const int *)(const void *)af;
+  const __m512i from0 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+  const __m512i from1 = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+  __mmask32 mk = ncols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << ncols) - 1u);
+  AMP__GEMM_ROWS8(AMP__GEMM_DECL)
+  int p;
+  if (acc) {
+    const __m512i to_lo = _mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16, 11, 10, 9, 8, 3, 2, 1, 0);
+    const __m512i to_hi = _mm512_set_epi32(31, 30, 29, 28, 23, 22, 21, 20, 15, 14, 13, 12, 7, 6, 5, 4);
+    AMP__GEMM_ROWS8(AMP__GEMM_RB_IN)
+  } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
+  for (p = 0; p < kc; p++) {
+    const uint16_t *b2 = b + (size_t)(2 * p) * ldb;
+    __m512i r0 = _mm512_maskz_loadu_epi16(mk, b2), r1 = _mm512_maskz_loadu_epi16(mk, b2 + ldb);
+    __m512i b0 = _mm512_unpacklo_epi16(r0, r1), b1 = _mm512_unpackhi_epi16(r0, r1);
+    const int *ap = a + (size_t)p * 8;
+    AMP__GEMM_ROWS8(AMP__GEMM_DPBF)
+  }
+  AMP__GEMM_ROWS8(AMP__GEMM_RB_OUT)
+  AMP__GEMM_FINISH
 }
 
 /* Up to 16 elements of type t at p (n of them; the rest read as 0) as 16 f32 lanes, exactly. */
@@ -4822,6 +4963,48 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
   size_t es = amp_dtype_size(t);
   int s, r, c, ns = (rows + W - 1) / W;
   if (rs != 1 && cs != 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
+  if (rs == 1 && W % 8 == 0 && W < 16) {   /* a column is contiguous, narrow slivers (A's): 16 rows a load, 8 rows
+                                              (one sliver's part) a store */
+    int tot = ns * W;
+    for (c = 0; c < cols; c++) {
+      const char *xc = (const char *)x + (size_t)c * cs * es;
+      float *d = dst + (size_t)c * W;   /* rows r .. r+7 of column c */
+      int off = 0;                      /* r % W */
+      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
+        const char *pf = xc + (size_t)4 * cs * es;
+        size_t o;
+        for (o = 0; o < (size_t)rows * es; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      }
+      for (r = 0; r < tot; r += 16) {
+        int nh = rows - r;
+        __m512 v = amp__gemm_ld16(xc + (size_t)r * es, t, nh < 0 ? 0 : nh < 16 ? nh : 16);
+        _mm256_storeu_ps(d, _mm512_castps512_ps256(v));
+        d += 8; off += 8;
+        if (off == W) { d += (size_t)W * cols - (size_t)W; off = 0; }
+        if (r + 8 < tot) {
+          _mm256_storeu_ps(d, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+          d += 8; off += 8;
+          if (off == W) { d += (size_t)W * cols - (size_t)W; off = 0; }
+        }
+      }
+    }
+    return;
+  }
+  if (rs == 1 && W == 32) {   /* B's slivers: each written front to back, 32 rows of a column a step */
+    for (s = 0; s < ns; s++) {
+      int nh = rows - s * W, n0 = nh < 16 ? nh : 16, n1 = nh < 32 ? nh - n0 : 16;
+      float *d = dst + (size_t)s * W * cols;
+      const char *xs = (const char *)x + (size_t)s * W * es;
+      for (c = 0; c < cols; c++) {
+        const char *xc = xs + (size_t)c * cs * es;
+        if (c + 4 < cols) _mm_prefetch(xc + (size_t)4 * cs * es, _MM_HINT_T0);   /* the column 4 ahead */
+        if (c + 4 < cols && es == 4) _mm_prefetch(xc + (size_t)4 * cs * es + 64, _MM_HINT_T0);
+        _mm512_storeu_ps(d + (size_t)c * 32, amp__gemm_ld16(xc, t, n0));
+        _mm512_storeu_ps(d + (size_t)c * 32 + 16, amp__gemm_ld16(xc + 16 * es, t, n1));
+      }
+    }
+    return;
+  }
   if (rs == 1) {   /* a column is contiguous: read it once, 16 at a time, into every sliver */
     for (c = 0; c < cols; c++) {
       const char *xc = (const char *)x + (size_t)c * cs * es;
@@ -4881,6 +5064,27 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                         39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    if (W == 32) {   /* B's slivers: each written front to back, 32 rows of 2 columns a step */
+      for (s = 0; s < ns; s++) {
+        int nh = rows - s * W, n = nh < 32 ? nh : 32;
+        __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+        uint32_t *d = dst + (size_t)s * W * kq;
+        const uint16_t *xs = xh + (size_t)s * W;
+        for (q = 0; q < kq; q++) {
+          const uint16_t *x0 = xs + (size_t)(2 * q) * cs;
+          __m512i v0, v1;
+          if (2 * q + 9 < cols) {   /* the pair 4 ahead */
+            _mm_prefetch((const char *)(x0 + 8 * cs), _MM_HINT_T0);
+            _mm_prefetch((const char *)(x0 + 9 * cs), _MM_HINT_T0);
+          }
+          v0 = _mm512_maskz_loadu_epi16(m, x0);
+          v1 = 2 * q + 1 < cols ? _mm512_maskz_loadu_epi16(m, x0 + cs) : _mm512_setzero_si512();
+          _mm512_storeu_si512((void *)(d + (size_t)q * 32), _mm512_permutex2var_epi16(v0, lo, v1));
+          _mm512_storeu_si512((void *)(d + (size_t)q * 32 + 16), _mm512_permutex2var_epi16(v0, hi, v1));
+        }
+      }
+      return;
+    }
     for (q = 0; q < kq; q++) {
       const uint16_t *x0 = xh + (size_t)(2 * q) * cs, *x1 = x0 + cs;
       int two = 2 * q + 1 < cols;
@@ -4890,6 +5094,24 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
           _mm_prefetch((const char *)(x0 + 4 * cs) + off, _MM_HINT_T0);
           _mm_prefetch((const char *)(x0 + 5 * cs) + off, _MM_HINT_T0);
         }
+      }
+      if (W % 8 == 0 && W < 32) {   /* narrow slivers (A's): 32 rows a load, 8 rows (one sliver's part) a store */
+        int tot = ns * W, off = 0, g;
+        uint32_t *d = dst + (size_t)q * W;   /* rows r .. r+7 of pair q */
+        for (r = 0; r < tot; r += 32) {
+          int nh = rows - r, n = nh < 0 ? 0 : nh < 32 ? nh : 32;
+          __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+          __m512i v0 = _mm512_maskz_loadu_epi16(m, x0 + r), v1, w[2];
+          v1 = two ? _mm512_maskz_loadu_epi16(m, x1 + r) : _mm512_setzero_si512();
+          w[0] = _mm512_permutex2var_epi16(v0, lo, v1); w[1] = _mm512_permutex2var_epi16(v0, hi, v1);
+          for (g = 0; g < 4 && r + 8 * g < tot; g++) {
+            __m256i h8 = g & 1 ? _mm512_extracti64x4_epi64(w[g >> 1], 1) : _mm512_castsi512_si256(w[g >> 1]);
+            _mm256_storeu_si256((__m256i *)(void *)d, h8);
+            d += 8; off += 8;
+            if (off == W) { d += (size_t)W * kq - (size_t)W; off = 0; }
+          }
+        }
+        continue;
       }
       for (s = 0; s < ns; s++) {
         uint32_t *d = dst + (size_t)s * W * kq + (size_t)q * W;
@@ -4939,29 +5161,24 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
   }
 }
 
-/* An f32 row of C from its accumulators: c[j] = act(alpha acc[j] (+ beta c[j]) (+ bias[j])), the
-   element math of amp__gemm_blend and amp__gemm_epi in 16 lanes (ReLU: max(x, 0) gives 0 for NaN
-   and -0, as x > 0 ? x : 0 does). act is NONE or RELU. */
+/* An f32 row of C from its accumulators: c[j] = act(alpha acc[j] (+ beta c[j]) (+ bias[j])),
+   amp__gemm_out16 16 lanes at a time. act is NONE or RELU. */
 static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float alpha, float beta, const float *bias, int act) {
   int j;
-  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), z = _mm512_setzero_ps();
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (j = 0; j < n; j += 16) {
     __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
-    __m512 t = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, acc + j));
-    if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, c + j)));
-    if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias + j));
-    if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, z);
-    _mm512_mask_storeu_ps(c + j, m, t);
+    amp__gemm_out16(c + j, AMP_F32, _mm512_maskz_loadu_ps(m, acc + j), m, va, beta, vb, bias ? bias + j : NULL, act);
   }
 }
 
 static const amp__gemm_kernel amp__gemm_kernel_fma = {
-  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0};
+  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL};
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue */
 static const amp__gemm_kernel amp__gemm_kernel_512 = {
-  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1};
+  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL};
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
-  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1};
+  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb};
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -5045,6 +5262,7 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
   }
 }
 
+static int amp__gemm_rb_ok = 1;   /* tests set 0 to run the packed-B path of the bf16 kernel */
 static float *amp__align64(void *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* The product's workspace is kept between calls (at most ~5 MiB: B's slice, the A blocks and a
@@ -5091,7 +5309,20 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   size_t bsz = amp_dtype_size(bt), asz = amp_dtype_size(at);
   void *mem;
   float *bp, *work, *accs;
+  float br[AMP__GEMM_NC];   /* the panel's bias in f32, for the kernels that write C themselves */
   int jc, kept;
+  /* C with contiguous rows, act NONE or RELU: vec_store kernels write the finished tiles straight
+     from their registers (the epilogue of amp__gemm_row_512 and amp_convert's rounding: same bits) */
+  int direct = K->vec_store && ccs == 1 && o->act != AMP_ACT_GELU;
+  /* op(B)'s rows contiguous (row-major B), k even (every slice whole pairs) and at most 64 rows
+     (8 slivers of A share each sliver of B): the bf16 kernel reads B in place, unpacked. Measured
+     here: 64 x 256 x 784 and 64 x 128 x 256 5-6% faster than with B packed, even at 128 rows,
+     slower from 256 (B's pairs made again for every sliver of A). */
+  int rb = K->micro_rb && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
+  int bf16_hw = 0;
+#ifdef AMP__GEMM_FAST
+  bf16_hw = direct && ct == AMP_BF16 && (amp__gemm_isa() & AMP__GEMM_ISA_BF16);
+#endif
   if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
     int i, j, has_bias = o->bias != NULL;
     for (i = 0; i < m; i++)
@@ -5134,12 +5365,14 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   for (jc = 0; jc < n; jc += K->nc) {
     int ncb = n - jc < K->nc ? n - jc : K->nc;
     int tiles_n = (ncb + nr - 1) / nr, b0, ib, pc;
+    if (direct && o->bias)
+      amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)jc * amp_dtype_size(o->bias_type), o->bias_type, (size_t)ncb);
     for (b0 = 0; b0 < nblk; b0 += chunk) {
       int nbc = nblk - b0 < chunk ? nblk - b0 : chunk;
       for (pc = 0; pc < k; pc += K->kc) {
         int kcb = k - pc < K->kc ? k - pc : K->kc, kcu = (kcb + kp - 1) / kp;
         /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
-        K->pack(bp, nr, (const char *)B + ((size_t)jc * bcs + (size_t)pc * brs) * bsz, bt, bcs, brs, ncb, kcb);
+        if (!rb) K->pack(bp, nr, (const char *)B + ((size_t)jc * bcs + (size_t)pc * brs) * bsz, bt, bcs, brs, ncb, kcb);
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nth) schedule(static, 1) if (nth > 1)
 #endif
@@ -5152,16 +5385,58 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
 #endif
           ap = work + (size_t)tid * na;
           K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
-          if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
+          if (rb) {               /* B read in place; each sliver of B stays in L1 across A's */
+            const uint16_t *bs = (const uint16_t *)B + (size_t)pc * brs + (size_t)jc;
+            for (tc = 0; tc < tiles_n; tc++)
+              for (tr = 0; tr < tiles_m; tr++) {
+                amp__gemm_out out;
+                float *tile = acc + ((size_t)tr * tiles_n + tc) * mr * nr;
+                int w = ncb - tc * nr < nr ? ncb - tc * nr : nr;
+                if (pc + K->kc < k || !direct) {
+                  K->micro_rb(kcu, ap + (size_t)tr * mr * kcu, bs + (size_t)tc * nr, brs, w, tile, pc > 0, NULL);
+                  continue;
+                }
+                out.c = (char *)C + ((size_t)(ic + tr * mr) * crs + (size_t)(jc + tc * nr)) * amp_dtype_size(ct);
+                out.ct = ct;
+                out.ldc = crs;
+                out.rows = mcb - tr * mr < mr ? mcb - tr * mr : mr;
+                out.cols = w;
+                out.alpha = alpha; out.beta = beta;
+                out.bias = o->bias ? br + tc * nr : NULL;
+                out.act = (int)o->act;
+                out.bf16_hw = bf16_hw;
+                K->micro_rb(kcu, ap + (size_t)tr * mr * kcu, bs + (size_t)tc * nr, brs, w, tile, pc > 0, &out);
+              }
+            if (pc + K->kc >= k && !direct)
+              for (tr = 0; tr < tiles_m; tr++)
+                amp__gemm_store_block(K, acc + (size_t)tr * tiles_n * mr * nr, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb,
+                                      ic + tr * mr, jc, alpha, beta, C, ct, crs, ccs, o);
+          } else if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
             for (tc = 0; tc < tiles_n; tc++)
               for (tr = 0; tr < tiles_m; tr++)
                 K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
-                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0);
+                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, NULL);
+          } else if (direct) {    /* the last, into C */
+            for (tr = 0; tr < tiles_m; tr++)
+              for (tc = 0; tc < tiles_n; tc++) {
+                amp__gemm_out out;
+                out.c = (char *)C + ((size_t)(ic + tr * mr) * crs + (size_t)(jc + tc * nr)) * amp_dtype_size(ct);
+                out.ct = ct;
+                out.ldc = crs;
+                out.rows = mcb - tr * mr < mr ? mcb - tr * mr : mr;
+                out.cols = ncb - tc * nr < nr ? ncb - tc * nr : nr;
+                out.alpha = alpha; out.beta = beta;
+                out.bias = o->bias ? br + tc * nr : NULL;
+                out.act = (int)o->act;
+                out.bf16_hw = bf16_hw;
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
+                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
+              }
           } else {                /* the last: a row of tiles is finished, then written to C while in cache */
             for (tr = 0; tr < tiles_m; tr++) {
               float *row = acc + (size_t)tr * tiles_n * mr * nr;
               for (tc = 0; tc < tiles_n; tc++)
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0);
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0, NULL);
               amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
                                     C, ct, crs, ccs, o);
             }

@@ -262,6 +262,126 @@ static void gemm_every_cpu_kernel_stays_within_the_documented_bound(void) {
   set_level(7);
 }
 
+/* The f16/bf16 C of a product (written by the fast kernels straight from their accumulators) is
+   the f32 C of the same product, epilogue included, rounded once by amp_convert: alpha, beta (C
+   holding the same values in both types), bias and ReLU, shapes across the k slices and the
+   edge tiles. */
+static void gemm_narrow_c_is_the_f32_c_rounded_once(void) {
+  static const int shapes[][3] = {{37, 70, 600}, {64, 33, 64}, {9, 530, 17}};
+  static const amp_dtype ins[] = {AMP_F32, AMP_F16, AMP_BF16}, outs[] = {AMP_F16, AMP_BF16};
+  int s, ii, oi, bad = 0;
+  for (s = 0; s < 3; s++) for (ii = 0; ii < 3; ii++) for (oi = 0; oi < 2 && !bad; oi++) {
+    int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i;
+    amp_dtype in = ins[ii], out = outs[oi];
+    mat A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, in, 1), B = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, k, n, in, 0);
+    size_t nc = (size_t)m * n;
+    float *c32 = (float *)malloc(nc * 4), *want = (float *)malloc(nc * 4), bias[530];
+    uint16_t *c16 = (uint16_t *)malloc(nc * 2), *w16 = (uint16_t *)malloc(nc * 2);
+    float alpha = s == 1 ? 0.75f : 1.0f, beta = s == 0 ? 0.0f : -0.5f;
+    amp_gemm_opts o;
+    memset(&o, 0, sizeof o);
+    for (i = 0; i < n; i++) bias[i] = rnd();
+    if (s != 1) { o.bias = bias; o.act = s == 0 ? AMP_ACT_RELU : AMP_ACT_NONE; }
+    for (i = 0; i < (int)nc; i++) { float v = rnd(); amp__store(c16, out, (size_t)i, v); c32[i] = amp__load(c16, out, (size_t)i); }
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, alpha, A.p, in, A.ld, B.p, in, B.ld,
+                       beta, c32, AMP_F32, n, &o) == AMP_OK, "%s", amp_last_error());
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, alpha, A.p, in, A.ld, B.p, in, B.ld,
+                       beta, c16, out, n, &o) == AMP_OK, "%s", amp_last_error());
+    memcpy(want, c32, nc * 4);
+    amp_convert(w16, out, want, AMP_F32, nc);
+    for (i = 0; i < (int)nc && !bad; i++)
+      if (c16[i] != w16[i]) {
+        bad = 1;
+        EXPECT(0, "%s in, %s out, m %d n %d k %d alpha %g beta %g: C(%d,%d) f32 C %.9g rounded 0x%04x, %s C 0x%04x",
+               tname(in), tname(out), m, n, k, alpha, beta, i / n, i % n, c32[i], w16[i], tname(out), c16[i]);
+      }
+    free(A.p); free(B.p); free(c32); free(want); free(c16); free(w16);
+  }
+}
+
+/* The bf16 kernel reads a row-major B of at most 64 rows of C in place and makes its pairs in
+   registers; with B packed (amp__gemm_rb_ok 0, the path of other shapes) every vdpbf16ps gets the
+   same operands: the same bits, f32 and bf16 C, with the epilogue, across slices, panels and edges. */
+static void gemm_bf16_with_b_read_in_place_equals_packed_b_bit_for_bit(void) {
+#ifdef AMP__GEMM_FAST
+  static const int shapes[][3] = {{64, 70, 784}, {9, 33, 2}, {64, 530, 40}, {17, 7, 1030}};
+  int s, oi, bad = 0;
+  if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) { printf("  no AVX512_BF16 on this CPU: nothing to compare\n"); return; }
+  for (s = 0; s < 4; s++) for (oi = 0; oi < 2 && !bad; oi++) {
+    int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i;
+    amp_dtype out = oi ? AMP_BF16 : AMP_F32;
+    size_t es = amp_dtype_size(out), nc = (size_t)m * n;
+    mat A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, AMP_BF16, 0), B = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, k, n, AMP_BF16, 3);
+    char *c1 = (char *)malloc(nc * es), *c2 = (char *)malloc(nc * es);
+    float bias[530];
+    amp_gemm_opts o;
+    memset(&o, 0, sizeof o);
+    for (i = 0; i < n; i++) bias[i] = rnd();
+    if (s % 2) { o.bias = bias; o.act = AMP_ACT_RELU; }
+    for (i = 0; i < (int)nc; i++) amp__store(c1, out, (size_t)i, rnd());
+    memcpy(c2, c1, nc * es);
+    full_bits = 0;
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.5f, A.p, AMP_BF16, A.ld, B.p, AMP_BF16,
+                       B.ld, s == 2 ? 0.25f : 0.0f, c1, out, n, &o) == AMP_OK, "%s", amp_last_error());
+    amp__gemm_rb_ok = 0;
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.5f, A.p, AMP_BF16, A.ld, B.p, AMP_BF16,
+                       B.ld, s == 2 ? 0.25f : 0.0f, c2, out, n, &o) == AMP_OK, "%s", amp_last_error());
+    amp__gemm_rb_ok = 1;
+    for (i = 0; i < (int)nc && !bad; i++)
+      if (memcmp(c1 + (size_t)i * es, c2 + (size_t)i * es, es)) {
+        bad = 1;
+        EXPECT(0, "%s out, m %d n %d k %d: C(%d,%d) B in place %.9g, B packed %.9g", tname(out), m, n, k, i / n, i % n,
+               amp__load(c1, out, (size_t)i), amp__load(c2, out, (size_t)i));
+      }
+    free(A.p); free(B.p); free(c1); free(c2);
+  }
+#else
+  printf("  no fast kernels in this build: nothing to compare\n");
+#endif
+}
+
+/* bf16 C on an AVX512_BF16 CPU is rounded by vcvtne2ps2bf16, which flushes f32 subnormals; the
+   rows that hold one are rounded by amp_convert's code: results that are subnormal, zero, NaN,
+   infinite and normal, from f32 and bf16 inputs, give amp_convert's bits of the f32 C. */
+static void gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c(void) {
+  static const amp_dtype ins[] = {AMP_F32, AMP_BF16};
+  int ii, i, j, bad = 0;
+  for (ii = 0; ii < 2 && !bad; ii++) {
+    enum { M = 16, N = 40, K = 2 };
+    float a[M * K], b[K * N], c32[M * N], want[M * N];
+    uint16_t ah[M * K], bh[K * N], c16[M * N], w16[M * N];
+    const void *A = a, *B = b;
+    float alpha = 0x1p-100f;
+    for (i = 0; i < M; i++) {   /* row i: a(i,0) b(0,j) + a(i,1) b(1,j), scaled by 2^-100 */
+      a[i * K] = i == 3 ? NAN : i == 5 ? INFINITY : (float)(i + 1) * 0x1p-28f * (i % 2 ? -1.0f : 1.0f);
+      a[i * K + 1] = i >= 12 ? 0x1p90f : 0.0f;
+    }
+    for (j = 0; j < N; j++) { b[j] = 1.0f + (float)j / 64.0f; b[N + j] = j % 3 ? 1.0f : 0.0f; }
+    if (ins[ii] == AMP_BF16) {
+      amp_convert(ah, AMP_BF16, a, AMP_F32, M * K); amp_convert(bh, AMP_BF16, b, AMP_F32, K * N);
+      A = ah; B = bh;
+    }
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, M, N, K, alpha, A, ins[ii], K, B, ins[ii], N,
+                    0.0f, c32, AMP_F32, N) == AMP_OK, "%s", amp_last_error());
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, M, N, K, alpha, A, ins[ii], K, B, ins[ii], N,
+                    0.0f, c16, AMP_BF16, N) == AMP_OK, "%s", amp_last_error());
+    memcpy(want, c32, sizeof want);
+    amp_convert(w16, AMP_BF16, want, AMP_F32, M * N);
+    {   /* -Ofast links code that flushes subnormal results to 0 in the whole process: then there are none */
+      volatile float tiny = 0x1p-100f;
+      if (tiny * 0x1p-30f != 0.0f)
+        EXPECT(fpclassify(c32[0]) == FP_SUBNORMAL, "%s in: C(0,0) %g is not subnormal: the test lost its point", tname(ins[ii]), c32[0]);
+      else if (ii == 0) printf("  this build flushes subnormals (-Ofast): no subnormal results to round\n");
+    }
+    for (i = 0; i < M * N && !bad; i++)
+      if (c16[i] != w16[i]) {
+        bad = 1;
+        EXPECT(0, "%s in, bf16 out: C(%d,%d) f32 C %g (0x%08x) rounded 0x%04x, bf16 C 0x%04x", tname(ins[ii]), i / N, i % N,
+               c32[i], (unsigned)amp__f32_bits(c32[i]), w16[i], c16[i]);
+      }
+  }
+}
+
 /* vdpbf16ps (the bf16 kernel on AVX512_BF16 CPUs) treats subnormal bf16 inputs and results below
    2^-126 as 0: the manual's bound has a term for it. Where that kernel runs, a subnormal input
    gives exactly 0 or the exact product; elsewhere the exact product. */
@@ -428,6 +548,9 @@ int main(void) {
   RUN(gemm_reference_equals_plain_loop_bit_for_bit);
   RUN(gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit);
   RUN(gemm_every_cpu_kernel_stays_within_the_documented_bound);
+  RUN(gemm_narrow_c_is_the_f32_c_rounded_once);
+  RUN(gemm_bf16_with_b_read_in_place_equals_packed_b_bit_for_bit);
+  RUN(gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c);
   RUN(gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product);
   RUN(gemm_beta_zero_does_not_read_c);
   RUN(gemm_k_zero_sets_c_to_beta_c_without_reading_a_or_b);
