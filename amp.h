@@ -750,6 +750,8 @@ typedef struct amp_optim_config {
   int zero_is_zero;                      /* 0: a 0 above means its default; nonzero: every field is
                                             taken as written (amp_optimizer_defaults sets it) */
   uint64_t seed;                         /* stochastic rounding (amp_tensor_desc.stochastic); 0 is a seed */
+  int stats;                             /* 0 -> off; nonzero: the unscale records per-tensor stats
+                                            (amp_optimizer_stats, amp_optimizer_overflow_tensor) */
 } amp_optim_config;
 typedef amp_optim_config amp_optimizer_config;
 
@@ -887,6 +889,33 @@ AMPDEF amp_status amp_optimizer_step(amp_optimizer *o);
    amp_scaler_last_skipped). On a CUDA device it reads the device's decision: it waits for the
    stream; a failed read returns 0 (see DEVICE ERRORS AND GETTERS). */
 AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
+
+/* GRADIENT STATS. With amp_optim_config.stats nonzero, the unscale pass (amp_scaler_unscale /
+   amp_scaler_step, and amp_optimizer_step's pass at inverse scale 1) records per tensor, in the
+   same read of the grads (no extra pass):
+     amax         max |g * inv_scale| over the grads whose unscaled value is finite (0 if none)
+     n_nonfinite  grads whose unscaled value is inf or NaN (what makes the step skip)
+     n_zero       grads that are exactly +-0 in their stored type
+     n_subnormal  grads that are subnormal in their stored type (f16: below 2^-14; bf16 and f32:
+                  below 2^-126): precision already lost at this scale
+   Each unscale replaces the previous one's stats; before the first they are all 0. On a CUDA
+   device the unscale kernel writes them into device counters (integer atomics: the same counts
+   on every run), and the read waits for the device's stream (see DEVICE ERRORS AND GETTERS).
+   With stats 0 (the default) nothing is recorded and the step is the same code as without stats.
+   amp_optimizer_stats: tensor index's stats into *out. Errors, nothing written: o or out NULL,
+   index >= amp_optimizer_count(o) (AMP_ERR_ARG), stats off (AMP_ERR_STATE); a failed device
+   read is AMP_ERR_DEVICE.
+   amp_optimizer_overflow_tensor: the index of the first tensor (in add order) with n_nonfinite > 0
+   at the last unscale, -1 when none; also -1 when o is NULL or stats are off (amp_last_error says
+   which), or when the device read fails (the error kept, as for the other getters). */
+typedef struct amp_tensor_stats {
+  float  amax;          /* max |g| after unscaling, over the finite values */
+  size_t n_nonfinite;   /* inf or NaN grads */
+  size_t n_zero;        /* grads that are exactly 0 in their stored type */
+  size_t n_subnormal;   /* grads that are subnormal in their stored type (precision already lost) */
+} amp_tensor_stats;
+AMPDEF amp_status amp_optimizer_stats(const amp_optimizer *o, size_t index, amp_tensor_stats *out);
+AMPDEF long       amp_optimizer_overflow_tensor(const amp_optimizer *o);
 
 /* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
    writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
@@ -1065,6 +1094,32 @@ static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
   if (max_norm <= 0.0f) return 1.0f;
   c = max_norm / (norm + 1e-6f);
   return c < 1.0f ? c : 1.0f;
+}
+
+/* Gradient stats of one tensor (amp_optim_config.stats): the accumulator kept per tensor, on the
+   host (CPU) and in device memory (CUDA, updated with integer atomics). amax_bits: the bits of
+   the largest finite |y| (non-negative floats order as their bits). */
+typedef struct amp__gstat {
+  uint32_t amax_bits, pad_;
+  uint64_t nonfinite, zero, subnormal;
+} amp__gstat;
+enum { AMP__G_NORMAL = 0, AMP__G_ZERO, AMP__G_SUBNORMAL, AMP__G_NONFINITE };
+/* The class of one grad: g as decoded (exactly) from its stored type t, y = g * inv its unscaled
+   value. On the bits, so -ffast-math and flush-to-zero cannot change it. */
+static inline AMP_HD int amp__grad_class(float g, float y, amp_dtype t) {
+  uint32_t a = amp__f32_bits(g) & 0x7fffffffu;
+  if (!amp__finite(y)) return AMP__G_NONFINITE;
+  if (a == 0u) return AMP__G_ZERO;
+  return a < (t == AMP_F16 ? 0x38800000u : 0x00800000u) ? AMP__G_SUBNORMAL : AMP__G_NORMAL;  /* 2^-14, 2^-126 */
+}
+/* One grad into a (thread's or tensor's) accumulator. */
+static inline AMP_HD void amp__gstat_add(amp__gstat *a, float g, float y, amp_dtype t) {
+  int c = amp__grad_class(g, y, t);
+  uint32_t ay = amp__f32_bits(y) & 0x7fffffffu;
+  if (c == AMP__G_NONFINITE) { a->nonfinite++; return; }
+  if (ay > a->amax_bits) a->amax_bits = ay;
+  if (c == AMP__G_ZERO) a->zero++;
+  else if (c == AMP__G_SUBNORMAL) a->subnormal++;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -2464,6 +2519,7 @@ typedef struct amp__backend {
      (s NULL: when this optimizer's last unscale did) */
   amp_status (*optim_step)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
   amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, o->grad_norm, o->found_inf */
+  amp_status (*optim_stats)(amp_optimizer *o, char *msg, size_t cap);  /* o->gstat (cfg.stats on) */
   amp_status (*optim_set_step)(amp_optimizer *o, long step, char *msg, size_t cap);
   /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it
      (1); then, for a load, the model copy written from the master (optim_write_model) */
@@ -2950,6 +3006,31 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
 static AMP__EXACT_FP void amp__o_scan_plain(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   amp__o_scan_body(g, t, n, inv, sumsq, bad);
 }
+/* The scan with gradient stats (amp_optim_config.stats): the same sum of squares, the same lanes
+   in the same order (so the same bits as every other scan), and each grad classified by
+   amp__gstat_add on its decoded value g (before any arithmetic: a flush-to-zero mode cannot hide
+   a subnormal) and its unscaled value y = g * inv, the product amp__o_load computes. */
+AMP__INLINE void amp__o_scan_stats_body(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
+                                        amp__gstat *st) {
+  double lanes[AMP__LANES];
+  amp__gstat a = *st;
+  size_t i;
+  int j;
+  for (j = 0; j < AMP__LANES; j++) lanes[j] = 0.0;
+  for (i = 0; i < n; i++) {
+    float r = amp__load(g, t, i), y = r * inv;
+    lanes[i % AMP__LANES] += (double)y * (double)y;
+    amp__gstat_add(&a, r, y, t);
+  }
+  *st = a;
+  amp__o_scan_finish(lanes, sumsq, bad);
+}
+static AMP__EXACT_FP void amp__o_scan_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
+                                            amp__gstat *st) {
+  if (t == AMP_F16) amp__o_scan_stats_body(g, AMP_F16, n, inv, sumsq, bad, st);   /* the type a constant in each */
+  else if (t == AMP_BF16) amp__o_scan_stats_body(g, AMP_BF16, n, inv, sumsq, bad, st);
+  else amp__o_scan_stats_body(g, AMP_F32, n, inv, sumsq, bad, st);
+}
 static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                                             void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n,
                                             float gmul, const amp_step_coefs *c) {
@@ -3214,6 +3295,7 @@ enum { AMP__BY_NONE = 0, AMP__BY_SCALER = 1, AMP__BY_STEP = 2 };
      group[i]            its param group (amp_optimizer_add_group; 0 the default)
      round_to[i]         a float model copy's rounding (amp_tensor_desc.round_to; else AMP_F32)
      stochastic[i]       1: the bf16 model copy is written with stochastic rounding
+     gstat[i]            the gradient stats of its last unscale (amp_optim_config.stats)
    The groups: lr_scale[k], weight_decay[k] for k = 1 .. n_groups - 1 (group 0 reads the config).
    stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler).
    step, found_inf and grad_norm are the host mirror: a device that keeps them in its own memory
@@ -3229,6 +3311,8 @@ struct amp_optimizer {
   size_t *n;
   int *group, *stochastic;
   amp_dtype *round_to;
+  amp__gstat *gstat;             /* amp_optim_config.stats: the last unscale's stats per tensor (the
+                                    host copy on CUDA, refreshed by optim_stats) */
   float *lr_scale, *weight_decay;  /* per group; entry 0 unused (group 0: 1 and cfg.weight_decay) */
   int n_groups, groups_cap;
   float *scratch;                /* AMP_CUSTOM: the unscaled, clipped fp32 grads of one tensor */
@@ -3330,7 +3414,7 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
 static void amp__o_free_table(amp_optimizer *o) {
   AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
   AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
-  AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic);
+  AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic); AMP_FREE(o->gstat);
 }
 
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
@@ -3352,7 +3436,9 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
   t.v = (float **)AMP_MALLOC(cap * sizeof *t.v); t.n = (size_t *)AMP_MALLOC(cap * sizeof *t.n);
   t.group = (int *)AMP_MALLOC(cap * sizeof *t.group); t.round_to = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.round_to);
   t.stochastic = (int *)AMP_MALLOC(cap * sizeof *t.stochastic);
-  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to || !t.stochastic) {
+  t.gstat = (amp__gstat *)AMP_MALLOC(cap * sizeof *t.gstat);
+  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to || !t.stochastic ||
+      !t.gstat) {
     amp__o_free_table(&t);
     return 0;
   }
@@ -3360,7 +3446,9 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
     t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
     t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
     t.group[i] = o->group[i]; t.round_to[i] = o->round_to[i]; t.stochastic[i] = o->stochastic[i];
+    t.gstat[i] = o->gstat[i];
   }
+  memset(t.gstat + o->count, 0, (cap - o->count) * sizeof *t.gstat);   /* nothing recorded yet */
   amp__o_free_table(o);
   t.cap = cap;
   *o = t;
@@ -3678,7 +3766,12 @@ static amp_status amp__cpu_optim_unscale(amp_optimizer *o, amp_scaler *s, double
   int bad = 0;
   size_t i;
   (void)msg; (void)cap;
-  for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
+  if (o->cfg.stats) {
+    memset(o->gstat, 0, o->count * sizeof *o->gstat);
+    for (i = 0; i < o->count; i++) amp__o_scan_stats(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad, &o->gstat[i]);
+  } else {
+    for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
+  }
   if (!dp) { amp__cpu_decide(o, s, bad, sumsq); return AMP_OK; }
   o->dp[0] = bad ? 1.0 : 0.0; o->dp[1] = sumsq;
   *dp = o->dp;
@@ -3750,6 +3843,43 @@ AMPDEF amp_status amp_optimizer_step(amp_optimizer *o) {
 AMPDEF int amp_optimizer_last_skipped(const amp_optimizer *o) {
   if (!o || !o->stepped) return 0;
   return amp__o_pull("amp_optimizer_last_skipped", o, 1) == AMP_OK ? o->found_inf != 0 : 0;
+}
+
+/* The host copy of the stats refreshed from o's device (nothing to move on the CPU). */
+static amp_status amp__o_stats_pull(const char *fn, const amp_optimizer *co) {
+  amp_optimizer *o = (amp_optimizer *)(uintptr_t)co;   /* a cache fill */
+  char m[AMP__MSG] = "";
+  if (!o->cfg.stats)
+    return amp__fail(AMP_ERR_STATE, "%s: gradient stats are off for this optimizer (set amp_optim_config.stats = 1 "
+                     "at amp_optimizer_create)", fn);
+  return amp__op_fail(fn, amp__be(o->dev)->optim_stats(o, m, sizeof m), m);
+}
+AMPDEF amp_status amp_optimizer_stats(const amp_optimizer *o, size_t index, amp_tensor_stats *out) {
+  const char *fn = "amp_optimizer_stats";
+  const amp__gstat *g;
+  amp_status st;
+  if (!o) return amp__fail(AMP_ERR_ARG, "%s: o is NULL", fn);
+  if (!out) return amp__fail(AMP_ERR_ARG, "%s: out is NULL", fn);
+  if (index >= o->count)
+    return amp__fail(AMP_ERR_ARG, "%s: index %zu is out of range (the optimizer has %zu tensors)", fn, index, o->count);
+  if ((st = amp__o_stats_pull(fn, o)) != AMP_OK) return st;
+  g = &o->gstat[index];
+  out->amax = amp__bits_f32(g->amax_bits);
+  out->n_nonfinite = (size_t)g->nonfinite; out->n_zero = (size_t)g->zero; out->n_subnormal = (size_t)g->subnormal;
+  return AMP_OK;
+}
+AMPDEF long amp_optimizer_overflow_tensor(const amp_optimizer *o) {
+  const char *fn = "amp_optimizer_overflow_tensor";
+  amp_status st;
+  size_t i;
+  if (!o) { amp__fail(AMP_ERR_ARG, "%s: o is NULL", fn); return -1; }
+  if ((st = amp__o_stats_pull(fn, o)) != AMP_OK) {
+    if (st != AMP_ERR_STATE) amp__dev_keep_error(o->dev, st);   /* a getter cannot return the status */
+    return -1;
+  }
+  for (i = 0; i < o->count; i++)
+    if (o->gstat[i].nonfinite) return (long)i;
+  return -1;
 }
 
 AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) {
@@ -5561,7 +5691,7 @@ static const amp__backend amp__cpu_ops = {
   amp__cpu_nothing_s, amp__cpu_scaler_destroy, amp__cpu_nothing_s, amp__cpu_scaler_push, amp__cpu_scaler_rule,
   amp__cpu_scale_ptr, amp__cpu_scale_buffer,
   amp__cpu_optim_add, amp__cpu_nothing_o, amp__cpu_optim_destroy, amp__cpu_optim_set_config,
-  amp__cpu_optim_unscale, amp__cpu_optim_unscale_finish, amp__cpu_optim_step, amp__cpu_nothing_o,
+  amp__cpu_optim_unscale, amp__cpu_optim_unscale_finish, amp__cpu_optim_step, amp__cpu_nothing_o, amp__cpu_nothing_o,
   amp__cpu_optim_set_step, amp__cpu_optim_tensor_io, amp__cpu_optim_write_model,
   amp__cpu_gemm
 };
@@ -5670,6 +5800,10 @@ static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
   o->step = (long)info.t; o->grad_norm = info.norm; o->found_inf = info.skip;
   return AMP_OK;
 }
+static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {
+  if (!o->cu) return AMP_OK;   /* no unscale ran yet: the host copy (zeros) is the state */
+  return amp__cu_optim_stats_read(o->dev->cuda, o->cu, o->gstat, o->count, m, cap);
+}
 static amp_status amp__cuda_optim_set_step(amp_optimizer *o, long step, char *m, size_t cap) {
   return amp__cu_optim_set_step(o->dev->cuda, o->cu, (int64_t)step, m, cap);
 }
@@ -5695,6 +5829,7 @@ static const amp__backend amp__cuda_ops = {
   amp__cuda_scale_ptr, amp__cuda_scale_buffer,
   amp__cuda_optim_add, amp__cuda_optim_ready, amp__cuda_optim_destroy, amp__cuda_optim_set_config,
   amp__cuda_optim_unscale, amp__cuda_optim_unscale_finish, amp__cuda_optim_step, amp__cuda_optim_pull,
+  amp__cuda_optim_stats,
   amp__cuda_optim_set_step, amp__cuda_optim_tensor_io, amp__cuda_optim_write_model,
   amp__cuda_gemm
 };

@@ -259,6 +259,7 @@ struct amp__cu_scaler_dev {
   long long skipped;
 };
 static_assert(sizeof(amp__cu_scaler_dev) % 8 == 0, "the block is copied whole");
+static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the stats counters are 64-bit atomics");
 
 // One tensor as the kernels see it; master/m/v point into the optimizer's slab (256-byte aligned).
 struct amp__cu_tdev {
@@ -296,6 +297,7 @@ struct amp__cu_optim {
   amp__cu_chunk *chunks;
   double *partials;       // one sum of squares per chunk (double: finite grads near 1.8e19 square past FLT_MAX)
   double *reduce;         // data-parallel: this rank's {found_inf, sumsq}, all-reduced by the trainer
+  amp__gstat *stats;      // amp_optim_config.stats: per-tensor gradient stats (NULL when off)
   float *slab;            // master | m | v, each `total` floats
   size_t n_tensors, total;
   int n_chunks, kind, has_m, has_v;
@@ -416,8 +418,9 @@ __global__ void amp__cu_scaler_load_kernel(amp__cu_scaler_dev *sc, amp__cu_scale
 // ---- unscale + inf/NaN check + sum of squares, one block per chunk
 
 // ss: this thread's sum of squares, in double (each square too: |y| above 1.8e19 squares past FLT_MAX).
-template <int DT> __device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv,
-                                                                        double &ss, int &bad) {
+// STATS: each grad also into this thread's gradient stats a (amp__gstat_add, amp.h's own function).
+template <int DT, bool STATS> __device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv,
+                                                                                    double &ss, int &bad, amp__gstat &a) {
   constexpr int V = 16 / (int)sizeof(typename amp__cu_elem<DT>::T);  // 8 halves or 4 floats per load
   int i0 = 0;
   if (vec) {
@@ -427,13 +430,17 @@ template <int DT> __device__ __forceinline__ void amp__cu_unscale_chunk(const vo
       float x[V];
       amp__cu_ldv<DT, V, true>(grad, (long long)j * V, x);
 #pragma unroll
-      for (int k = 0; k < V; k++) { float y = x[k] * inv; bad |= !amp__finite(y); ss += (double)y * (double)y; }
+      for (int k = 0; k < V; k++) {
+        float y = x[k] * inv; bad |= !amp__finite(y); ss += (double)y * (double)y;
+        if constexpr (STATS) amp__gstat_add(&a, x[k], y, (amp_dtype)DT);
+      }
     }
     i0 = nv * V;
   }
   for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) {
-    float y = amp__cu_ld_grad<DT>(grad, i) * inv;
+    float g = amp__cu_ld_grad<DT>(grad, i), y = g * inv;
     bad |= !amp__finite(y); ss += (double)y * (double)y;
+    if constexpr (STATS) amp__gstat_add(&a, g, y, (amp_dtype)DT);
   }
 }
 
@@ -453,16 +460,41 @@ __device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp
 // nor the scaler's flag is touched, so a failing all-reduce hook leaves the state as it was.
 __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__cu_tdev *tensors,
-                       const amp__cu_chunk *chunks, double *partials, double *red) {
+                       const amp__cu_chunk *chunks, double *partials, double *red, amp__gstat *stats) {
   __shared__ int last;
   const amp__cu_chunk ch = chunks[blockIdx.x];
   const amp__cu_tdev t = tensors[ch.tensor];
   const float inv = sc ? sc->inv_scale : 1.0f;   // a multiply by 1 changes no finite value
   double ss = 0.0;
   int bad = 0;
-  if (t.gdtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16>((const amp_f16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad);
-  else if (t.gdtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16>((const amp_bf16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad);
-  else amp__cu_unscale_chunk<AMP_F32>((const float *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad);
+  amp__gstat a = {0u, 0u, 0ull, 0ull, 0ull};
+  if (!stats) {   // stats off: the loop as it always was
+    if (t.gdtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16, false>((const amp_f16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+    else if (t.gdtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16, false>((const amp_bf16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+    else amp__cu_unscale_chunk<AMP_F32, false>((const float *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+  } else {
+    if (t.gdtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16, true>((const amp_f16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+    else if (t.gdtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16, true>((const amp_bf16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+    else amp__cu_unscale_chunk<AMP_F32, true>((const float *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+    // the block's stats in shared memory, then one set of integer atomics per block into the
+    // tensor's counters (cleared on the stream before the launch); integer: the same on every run
+    __shared__ unsigned long long cnt[3];
+    __shared__ unsigned int amax;
+    if (threadIdx.x == 0) { cnt[0] = cnt[1] = cnt[2] = 0ull; amax = 0u; }
+    __syncthreads();
+    if (a.nonfinite) atomicAdd(&cnt[0], (unsigned long long)a.nonfinite);
+    if (a.zero) atomicAdd(&cnt[1], (unsigned long long)a.zero);
+    if (a.subnormal) atomicAdd(&cnt[2], (unsigned long long)a.subnormal);
+    if (a.amax_bits) atomicMax(&amax, (unsigned int)a.amax_bits);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      amp__gstat *d = stats + ch.tensor;
+      if (cnt[0]) atomicAdd((unsigned long long *)&d->nonfinite, cnt[0]);
+      if (cnt[1]) atomicAdd((unsigned long long *)&d->zero, cnt[1]);
+      if (cnt[2]) atomicAdd((unsigned long long *)&d->subnormal, cnt[2]);
+      if (amax) atomicMax((unsigned int *)&d->amax_bits, amax);
+    }
+  }
   bad = __syncthreads_or(bad);
   double bsum = amp__cu_block_sum(ss);
   if (threadIdx.x == 0) {
@@ -798,6 +830,7 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
 static void amp__cu_optim_release(amp__cu_optim *o) {
   if (!o) return;
   cudaFree(o->dev); cudaFree(o->tensors); cudaFree(o->chunks); cudaFree(o->partials); cudaFree(o->reduce); cudaFree(o->slab);
+  cudaFree(o->stats);
   free(o->offset); free(o->n); free(o);
 }
 
@@ -811,6 +844,10 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   AMP__CU_CHECK(cudaMalloc(&o->chunks, (size_t)o->n_chunks * sizeof *o->chunks));
   AMP__CU_CHECK(cudaMalloc(&o->partials, (size_t)o->n_chunks * sizeof *o->partials));   // (double)
   AMP__CU_CHECK(cudaMalloc(&o->reduce, 2 * sizeof(double)));
+  if (h->stats) {
+    AMP__CU_CHECK(cudaMalloc(&o->stats, o->n_tensors * sizeof *o->stats));
+    AMP__CU_CHECK(cudaMemsetAsync(o->stats, 0, o->n_tensors * sizeof *o->stats, st->stream));
+  }
   AMP__CU_CHECK(cudaMalloc(&o->slab, (size_t)slots * o->total * sizeof(float)));
   float *mbase = o->has_m ? o->slab + o->total : NULL;
   float *vbase = o->has_v ? o->slab + (size_t)(1 + o->has_m) * o->total : NULL;
@@ -941,8 +978,9 @@ extern "C" amp_status amp__cu_optim_unscale(void *state, void *optim, void *scal
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale: %s is NULL", !st ? "state" : "optim");
   AMP__CU_ON(st);
+  if (o->stats) AMP__CU_CHECK(cudaMemsetAsync(o->stats, 0, o->n_tensors * sizeof *o->stats, st->stream));
   amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
-                                                                          o->tensors, o->chunks, o->partials, NULL);
+                                                                          o->tensors, o->chunks, o->partials, NULL, o->stats);
   AMP__CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>>");
   return AMP_OK;
 }
@@ -952,8 +990,10 @@ extern "C" amp_status amp__cu_optim_unscale_local(void *state, void *optim, void
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o || !buf) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale_local: %s is NULL", !st ? "state" : !o ? "optim" : "buf");
   AMP__CU_ON(st);
+  if (o->stats) AMP__CU_CHECK(cudaMemsetAsync(o->stats, 0, o->n_tensors * sizeof *o->stats, st->stream));
   amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
-                                                                          o->tensors, o->chunks, o->partials, o->reduce);
+                                                                          o->tensors, o->chunks, o->partials, o->reduce,
+                                                                          o->stats);
   AMP__CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>> (data-parallel)");
   *buf = o->reduce;
   return AMP_OK;
@@ -993,6 +1033,20 @@ extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   info->t = hb.t; info->skipped = hb.skipped; info->norm = hb.norm; info->clip = hb.clip;
   info->mul = hb.mul; info->skip = hb.skip;
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n_tensors,
+                                               char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  const amp__cu_optim *o = (const amp__cu_optim *)optim;
+  if (!st || !o || !host) return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: %s is NULL", !st ? "state" : !o ? "optim" : "host");
+  if (!o->stats) return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: the optimizer was made with stats off");
+  if (n_tensors != o->n_tensors)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: n_tensors %zu but the optimizer has %zu", n_tensors, o->n_tensors);
+  AMP__CU_ON(st);
+  AMP__CU_CHECK(cudaMemcpyAsync(host, o->stats, n_tensors * sizeof *host, cudaMemcpyDeviceToHost, st->stream));
+  AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   return AMP_OK;
 }
 

@@ -110,6 +110,11 @@ extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *s
 extern amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap);
 /* [sync] the step count, norm, clip and skip state. */
 extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap);
+/* [sync] the gradient stats of the last unscale (amp_optim_config.stats on at create), n_tensors
+   entries into host; stats off: AMP_ERR_ARG. Each unscale clears them on the stream first
+   (cudaMemsetAsync) and its kernel adds into them: no pass of its own. */
+extern amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n_tensors,
+                                           char *msg, size_t cap);
 /* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
    (to_device 0) or from host (to_device 1); a moment the kind does not keep is AMP_ERR_ARG. */
 extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,

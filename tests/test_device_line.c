@@ -89,6 +89,7 @@ amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int3
 typedef struct fake_optim {
   amp_optim_config h; size_t k; amp_cu_tensor *t; float **p, **m, **v;
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
+  amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
 } fake_optim;
 
 amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n, const amp_optim_config *h,
@@ -101,6 +102,7 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *
   o->h = *h; o->k = n;
   o->t = (amp_cu_tensor *)calloc(n, sizeof *o->t); o->p = (float **)calloc(n, sizeof *o->p);
   o->m = (float **)calloc(n, sizeof *o->m); o->v = (float **)calloc(n, sizeof *o->v);
+  if (h->stats) o->stats = (amp__gstat *)calloc(n, sizeof *o->stats);
   for (i = 0; i < n; i++) {
     o->t[i] = ts[i];
     o->p[i] = (float *)malloc(ts[i].n * 4);
@@ -116,7 +118,7 @@ void amp__cu_optim_destroy(void *state, void *optim) {
   size_t i;
   (void)state;
   for (i = 0; i < o->k; i++) { free(o->p[i]); free(o->m[i]); free(o->v[i]); }
-  free(o->t); free(o->p); free(o->m); free(o->v); free(o);
+  free(o->t); free(o->p); free(o->m); free(o->v); free(o->stats); free(o);
 }
 amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)optim;
@@ -131,10 +133,15 @@ float *amp__cu_optim_master(void *optim, size_t index, size_t *n) {
   if (n) *n = o->t[index].n;
   return o->p[index];
 }
+/* The unscale kernel: with stats, the counters cleared first (the launcher's memset), then every
+   grad through amp__gstat_add, as the kernel's stats loop does. */
 static void fake_scan(fake_optim *o, const fake_scaler *sc, int *bad, double *ss) {
   size_t i;
-  for (i = 0; i < o->k; i++)
-    amp__o_scan(o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].n, sc ? sc->inv : 1.0f, ss, bad);
+  if (o->stats) memset(o->stats, 0, o->k * sizeof *o->stats);
+  for (i = 0; i < o->k; i++) {
+    if (o->stats) amp__o_scan_stats(o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].n, sc ? sc->inv : 1.0f, ss, bad, &o->stats[i]);
+    else amp__o_scan(o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].n, sc ? sc->inv : 1.0f, ss, bad);
+  }
 }
 static void fake_decide(fake_optim *o, fake_scaler *sc, int found, double ss) {
   float inv = sc ? sc->inv : 1.0f;
@@ -187,6 +194,14 @@ amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info 
   if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(optimizer block)"); }
   info->t = o->t_done; info->skipped = o->skipped; info->norm = o->norm; info->clip = o->clip; info->mul = o->mul;
   info->skip = o->skip;
+  return AMP_OK;
+}
+amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n, char *msg, size_t cap) {
+  const fake_optim *o = (const fake_optim *)optim;
+  (void)state;
+  if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(gradient stats)"); }
+  if (!o->stats || n != o->k) { snprintf(msg, cap, "amp__cu_optim_stats_read: stats off or n %zu", n); return AMP_ERR_ARG; }
+  memcpy(host, o->stats, n * sizeof *host);
   return AMP_OK;
 }
 amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host, int to_device,
@@ -535,6 +550,73 @@ static void a_failed_last_skipped_read_comes_back_from_the_next_step(void) {
   rig_free(&r);
 }
 
+/* Gradient stats (amp_optim_config.stats) on the CUDA line: the same stats as the CPU's after every
+   unscale, with and without the all-reduce hook and through amp_optimizer_step; the overflowed
+   tensor named; a failed read of the stats comes back from the next update. */
+static int stats_equal(const amp_optimizer *a, const amp_optimizer *b, size_t i, amp_tensor_stats *sa, amp_tensor_stats *sb) {
+  if (amp_optimizer_stats(a, i, sa) != AMP_OK || amp_optimizer_stats(b, i, sb) != AMP_OK) return 0;
+  return sa->amax == sb->amax && sa->n_nonfinite == sb->n_nonfinite && sa->n_zero == sb->n_zero && sa->n_subnormal == sb->n_subnormal;
+}
+static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
+  amp_optim_config c;
+  int hook, step;
+  size_t i;
+  memset(&c, 0, sizeof c);
+  c.kind = AMP_OPTIM_ADAM; c.lr = 1e-2f; c.stats = 1;
+  for (hook = 0; hook < 2; hook++) {
+    rig a, b;
+    if (!rig_make(&a, amp_cpu(), &c) || !rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    if (hook) { amp_scaler_set_allreduce(a.s, identity, NULL); amp_scaler_set_allreduce(b.s, identity, NULL); }
+    for (step = 0; step < 8; step++) {
+      long ov;
+      rig_grads(&a, step); rig_grads(&b, step);
+      a.g0[9] = b.g0[9] = 0x0003;   /* an f16 subnormal */
+      EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+      for (i = 0; i < 2; i++) {
+        amp_tensor_stats sa, sb;
+        EXPECT(stats_equal(a.o, b.o, i, &sa, &sb), "hook %d step %d tensor %zu: cpu amax %a inf %zu zero %zu sub %zu, "
+               "cuda line amax %a inf %zu zero %zu sub %zu (%s)", hook, step, i, (double)sa.amax, sa.n_nonfinite, sa.n_zero,
+               sa.n_subnormal, (double)sb.amax, sb.n_nonfinite, sb.n_zero, sb.n_subnormal, amp_last_error());
+        if (i == 0) EXPECT(sb.n_subnormal >= 1 && sb.n_zero >= 1, "step %d: the planted subnormal and the zeros: %zu, %zu", step,
+                           sb.n_subnormal, sb.n_zero);
+      }
+      ov = amp_optimizer_overflow_tensor(b.o);
+      EXPECT(ov == (step % 5 == 3 ? 0 : -1) && ov == amp_optimizer_overflow_tensor(a.o), "hook %d step %d: overflow tensor %ld (cpu %ld)",
+             hook, step, ov, amp_optimizer_overflow_tensor(a.o));
+      EXPECT(amp_scaler_update(a.s) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "update: %s", amp_last_error());
+    }
+    if (hook) {   /* a failed read: -1, the getter named, the error back from the next update */
+      amp_status st;
+      fake_fail_reads = 1;
+      EXPECT(amp_optimizer_overflow_tensor(b.o) == -1 && strstr(amp_last_error(), "amp_optimizer_overflow_tensor") &&
+             strstr(amp_last_error(), "cudaErrorIllegalAddress"), "overflow_tensor on a failed read: '%s'", amp_last_error());
+      rig_grads(&b, 0);
+      EXPECT(amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+      st = amp_scaler_update(b.s);
+      EXPECT(st == AMP_ERR_DEVICE && strstr(amp_last_error(), "amp_optimizer_overflow_tensor"), "the next update: %s '%s'",
+             amp_status_string(st), amp_last_error());
+    }
+    rig_free(&a); rig_free(&b);
+  }
+  {   /* amp_optimizer_step: inverse scale 1 */
+    rig a, b;
+    if (!rig_make(&a, amp_cpu(), &c) || !rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    for (step = 0; step < 4; step++) {
+      rig_grads_unscaled(&a, step); rig_grads_unscaled(&b, step);
+      a.g1[200] = b.g1[200] = (float)NAN;
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "amp_optimizer_step: %s", amp_last_error());
+      for (i = 0; i < 2; i++) {
+        amp_tensor_stats sa, sb;
+        EXPECT(stats_equal(a.o, b.o, i, &sa, &sb), "amp_optimizer_step %d tensor %zu: cpu amax %a inf %zu, cuda line amax %a inf %zu",
+               step, i, (double)sa.amax, sa.n_nonfinite, (double)sb.amax, sb.n_nonfinite);
+      }
+      EXPECT(amp_optimizer_overflow_tensor(b.o) == (step % 5 == 3 ? 0 : 1), "amp_optimizer_step %d: NaN planted in tensor 1 "
+             "(and in tensor 0 at step 3), named %ld", step, amp_optimizer_overflow_tensor(b.o));
+    }
+    rig_free(&a); rig_free(&b);
+  }
+}
+
 static void never_called(void *user, float *master, const float *grad, size_t n, size_t index, long step) {
   (void)user; (void)master; (void)grad; (void)n; (void)index; (void)step;
 }
@@ -563,6 +645,7 @@ int main(void) {
   RUN(the_cuda_line_refuses_what_it_cannot_run);
   RUN(amp_optimizer_step_on_the_cuda_line_gives_the_cpus_bits);
   RUN(a_failed_last_skipped_read_comes_back_from_the_next_step);
+  RUN(gradient_stats_on_the_cuda_line_equal_the_cpus);
   amp_device_close(gpu());
   TEST_END();
 }
