@@ -1,0 +1,285 @@
+/* tests/test_stats.c - gradient stats (amp_optim_config.stats): amp_optimizer_stats and
+   amp_optimizer_overflow_tensor after a scaler's unscale and after amp_optimizer_step.
+   The expected counts come from a direct count over the grads written here, on their stored bits
+   (exponent field all ones: inf/NaN; all zero with a zero mantissa: zero; all zero with a nonzero
+   mantissa: subnormal), for f32, f16 and bf16 grads; amax from the grads decoded and multiplied by
+   the scaler's inverse scale. Stats off must leave every step bit for bit as with stats on. */
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
+#include <math.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void) { rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(rng_state >> 33); }
+
+static const char *tname(amp_dtype t) { return t == AMP_F16 ? "f16" : t == AMP_BF16 ? "bf16" : "f32"; }
+
+/* The stored bits of grad i, widened to 32 bits, and the type's exponent / mantissa masks. */
+static uint32_t bits_of(const void *g, amp_dtype t, size_t i) {
+  uint32_t u;
+  if (t == AMP_F32) { memcpy(&u, (const float *)g + i, 4); return u; }
+  return ((const uint16_t *)g)[i];
+}
+static void masks(amp_dtype t, uint32_t *ex, uint32_t *man) {
+  if (t == AMP_F16) { *ex = 0x7c00u; *man = 0x03ffu; }
+  else if (t == AMP_BF16) { *ex = 0x7f80u; *man = 0x007fu; }
+  else { *ex = 0x7f800000u; *man = 0x007fffffu; }
+}
+static float decode(const void *g, amp_dtype t, size_t i) {
+  if (t == AMP_F16) return amp_f16_to_f32(((const amp_f16 *)g)[i]);
+  if (t == AMP_BF16) return amp_bf16_to_f32(((const amp_bf16 *)g)[i]);
+  return ((const float *)g)[i];
+}
+static void put_bits(void *g, amp_dtype t, size_t i, uint32_t u) {
+  if (t == AMP_F32) memcpy((float *)g + i, &u, 4);
+  else ((uint16_t *)g)[i] = (uint16_t)u;
+}
+
+/* The direct count: what amp_optimizer_stats must say for n grads of type t at inverse scale inv. */
+static amp_tensor_stats direct_count(const void *g, amp_dtype t, size_t n, float inv) {
+  amp_tensor_stats s;
+  uint32_t ex, man, u, au, ab;
+  size_t i;
+  memset(&s, 0, sizeof s);
+  masks(t, &ex, &man);
+  for (i = 0; i < n; i++) {
+    float y;
+    u = bits_of(g, t, i);
+    if ((u & ex) == ex) { s.n_nonfinite++; continue; }
+    y = decode(g, t, i) * inv;
+    memcpy(&au, &y, 4); au &= 0x7fffffffu;
+    memcpy(&ab, &s.amax, 4);
+    if (au > ab) memcpy(&s.amax, &au, 4);
+    if ((u & ex) == 0) { if (u & man) s.n_subnormal++; else s.n_zero++; }
+  }
+  return s;
+}
+
+/* Random grads of type t: normal values around scale * 1e-3, and about 1 in 8 each an exact zero
+   (either sign) or a subnormal of the type (a random nonzero mantissa). */
+static void fill(void *g, amp_dtype t, size_t n, float scale) {
+  uint32_t ex, man;
+  size_t i;
+  masks(t, &ex, &man);
+  for (i = 0; i < n; i++) {
+    uint32_t r = rnd() % 8, sign = t == AMP_F32 ? 0x80000000u : 0x8000u;
+    if (r == 0) put_bits(g, t, i, (rnd() & 1) ? sign : 0u);
+    else if (r == 1) put_bits(g, t, i, ((rnd() & 1) ? sign : 0u) | (1u + rnd() % man));
+    else {
+      float x = scale * 1e-3f * ((float)(rnd() % 2001) - 1000.0f) / 1000.0f;
+      if (x == 0.0f) x = scale * 1e-3f;
+      if (t == AMP_F16) ((amp_f16 *)g)[i] = amp_f32_to_f16(x);
+      else if (t == AMP_BF16) ((amp_bf16 *)g)[i] = amp_f32_to_bf16(x);
+      else ((float *)g)[i] = x;
+    }
+  }
+}
+
+static int same_stats(const amp_tensor_stats *a, const amp_tensor_stats *b) {
+  return memcmp(&a->amax, &b->amax, 4) == 0 && a->n_nonfinite == b->n_nonfinite && a->n_zero == b->n_zero &&
+         a->n_subnormal == b->n_subnormal;
+}
+#define SHOW(s) (double)(s).amax, (s).n_nonfinite, (s).n_zero, (s).n_subnormal
+
+enum { NT = 4 };
+static const size_t lens[NT] = {37, 1000, 3, 513};
+
+/* Counts equal the direct count for every grad type, after a scaler's unscale (scale 2^16) and
+   after amp_optimizer_step (inverse scale 1), with inf and NaN planted in one chosen tensor;
+   overflow_tensor names it, and -1 once the grads are clean again. */
+static void counts_equal_a_direct_count(void) {
+  amp_dtype ts[3] = {AMP_F32, AMP_F16, AMP_BF16};
+  int d, via, bad_t, round;
+  for (d = 0; d < 3; d++)
+    for (via = 0; via < 2; via++)
+      for (bad_t = 0; bad_t < NT; bad_t++)
+        for (round = 0; round < 2; round++) {
+          amp_dtype gt = ts[d];
+          static float w[NT][1000], g[NT][1000];   /* f16/bf16 grads use the front half */
+          amp_optimizer *o = NULL; amp_scaler *sc = NULL;
+          amp_optim_config c;
+          float scale = via == 0 ? 65536.0f : 1.0f, inv;
+          size_t i, k;
+          long ov;
+          memset(&c, 0, sizeof c);
+          c.kind = AMP_ADAM; c.stats = 1;
+          if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "create: %s", amp_last_error()); return; }
+          for (i = 0; i < NT; i++) {
+            for (k = 0; k < lens[i]; k++) w[i][k] = 0.01f * (float)k;
+            fill(g[i], gt, lens[i], gt == AMP_F16 ? (via == 0 ? 64.0f : 1.0f) : scale);
+            EXPECT(amp_optimizer_add_mixed(o, AMP_F32, w[i], gt, g[i], lens[i]) == AMP_OK, "add: %s", amp_last_error());
+          }
+          if (round == 0) {   /* plant: +inf, NaN and -inf in the chosen tensor */
+            uint32_t ex, man;
+            masks(gt, &ex, &man);
+            put_bits(g[bad_t], gt, 0, ex);
+            put_bits(g[bad_t], gt, lens[bad_t] - 1, ex | 1u);
+            if (lens[bad_t] > 3) put_bits(g[bad_t], gt, lens[bad_t] / 2, ex | (gt == AMP_F32 ? 0x80000000u : 0x8000u));
+          }
+          if (via == 0) {
+            amp_scaler_config scfg;
+            memset(&scfg, 0, sizeof scfg);
+            scfg.init_scale = scale;
+            EXPECT(amp_scaler_create(&sc, amp_cpu(), &scfg) == AMP_OK, "scaler: %s", amp_last_error());
+            EXPECT(amp_scaler_unscale(sc, o) == AMP_OK, "unscale: %s", amp_last_error());
+            inv = amp__inv_scale(amp_scaler_get_scale(sc));
+          } else {
+            EXPECT(amp_optimizer_step(o) == AMP_OK, "step: %s", amp_last_error());
+            inv = 1.0f;
+          }
+          for (i = 0; i < NT; i++) {
+            amp_tensor_stats want = direct_count(g[i], gt, lens[i], inv), got;
+            memset(&got, 0xff, sizeof got);
+            EXPECT(amp_optimizer_stats(o, i, &got) == AMP_OK, "stats: %s", amp_last_error());
+            EXPECT(same_stats(&got, &want), "%s grads, %s, tensor %zu of %zu: want amax %g inf/NaN %zu zero %zu subnormal %zu, "
+                   "got %g %zu %zu %zu", tname(gt), via == 0 ? "scaler unscale" : "amp_optimizer_step", i, lens[i], SHOW(want), SHOW(got));
+            EXPECT(lens[i] < 10 || (want.n_zero > 0 && want.n_subnormal > 0), "the test plants zeros and subnormals: %zu %zu",
+                   want.n_zero, want.n_subnormal);
+          }
+          ov = amp_optimizer_overflow_tensor(o);
+          EXPECT(ov == (round == 0 ? (long)bad_t : -1L), "%s grads, %s: inf/NaN %s tensor %d, overflow_tensor says %ld", tname(gt),
+                 via == 0 ? "scaler" : "amp_optimizer_step", round == 0 ? "planted in" : "not planted (would have been)", bad_t, ov);
+          if (via == 0) {
+            EXPECT(amp_scaler_step(sc, o) == AMP_OK && amp_scaler_update(sc) == AMP_OK, "step/update: %s", amp_last_error());
+            EXPECT(amp_scaler_last_skipped(sc) == (round == 0), "skipped %d for round %d", amp_scaler_last_skipped(sc), round);
+          } else {
+            EXPECT(amp_optimizer_last_skipped(o) == (round == 0), "skipped %d for round %d", amp_optimizer_last_skipped(o), round);
+          }
+          amp_scaler_destroy(sc); amp_optimizer_destroy(o);
+        }
+}
+
+/* The first tensor with inf/NaN is named when several have some; each unscale replaces the last
+   one's stats (a clean unscale after an overflow says -1 and 0 inf/NaN everywhere). */
+static void overflow_tensor_names_the_first_and_forgets_the_last_unscale(void) {
+  static amp_f16 w[3][64], g[3][64];
+  amp_optimizer *o; amp_scaler *sc;
+  amp_optim_config c;
+  amp_tensor_stats s;
+  int i, k;
+  memset(&c, 0, sizeof c);
+  c.stats = 1;
+  if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK || amp_scaler_create(&sc, amp_cpu(), NULL) != AMP_OK) {
+    EXPECT(0, "create: %s", amp_last_error()); return;
+  }
+  for (i = 0; i < 3; i++) {
+    for (k = 0; k < 64; k++) { w[i][k] = amp_f32_to_f16(0.5f); g[i][k] = amp_f32_to_f16(1.0f); }
+    EXPECT(amp_optimizer_add(o, AMP_F16, w[i], g[i], 64) == AMP_OK, "add: %s", amp_last_error());
+  }
+  EXPECT(amp_optimizer_overflow_tensor(o) == -1, "before any unscale: %ld", amp_optimizer_overflow_tensor(o));
+  g[2][5] = 0x7c00; g[1][63] = 0x7e00;   /* inf in tensor 2, NaN in tensor 1 */
+  EXPECT(amp_scaler_step(sc, o) == AMP_OK && amp_scaler_update(sc) == AMP_OK, "step: %s", amp_last_error());
+  EXPECT(amp_optimizer_overflow_tensor(o) == 1, "NaN in tensor 1, inf in tensor 2: named %ld", amp_optimizer_overflow_tensor(o));
+  EXPECT(amp_optimizer_stats(o, 2, &s) == AMP_OK && s.n_nonfinite == 1 && s.amax == 1.0f / 65536.0f,
+         "tensor 2: inf/NaN %zu amax %g (want 1, 2^-16)", s.n_nonfinite, (double)s.amax);
+  g[2][5] = g[1][63] = amp_f32_to_f16(1.0f);
+  EXPECT(amp_scaler_step(sc, o) == AMP_OK && amp_scaler_update(sc) == AMP_OK, "step: %s", amp_last_error());
+  EXPECT(amp_optimizer_overflow_tensor(o) == -1, "clean grads: %ld", amp_optimizer_overflow_tensor(o));
+  for (i = 0; i < 3; i++)
+    EXPECT(amp_optimizer_stats(o, (size_t)i, &s) == AMP_OK && s.n_nonfinite == 0 && s.n_zero == 0 && s.n_subnormal == 0,
+           "tensor %d after a clean unscale: %zu %zu %zu", i, s.n_nonfinite, s.n_zero, s.n_subnormal);
+  amp_scaler_destroy(sc); amp_optimizer_destroy(o);
+}
+
+/* Every byte the optimizer owns that a step may change: masters, moments, model copies, step. */
+static size_t snapshot(const amp_optimizer *o, unsigned char *buf) {
+  size_t k = 0, i;
+  for (i = 0; i < o->count; i++) {
+    size_t n = o->n[i];
+    memcpy(buf + k, o->master[i], n * 4); k += n * 4;
+    if (o->m[i]) { memcpy(buf + k, o->m[i], n * 4); k += n * 4; }
+    if (o->v[i]) { memcpy(buf + k, o->v[i], n * 4); k += n * 4; }
+    memcpy(buf + k, o->w[i], n * amp_dtype_size(o->wtype[i])); k += n * amp_dtype_size(o->wtype[i]);
+  }
+  memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step;
+  return k;
+}
+
+/* Stats on and off: the same bits after every step (model copies, masters, moments, step count,
+   grad norm, scale), for each kind, with clipping, an overflow every few steps, at every SIMD
+   level this CPU has (the stats scan is one loop; the plain scan may be a vector one). */
+static void stats_off_and_on_step_alike(void) {
+  enum { N = 777 };
+  amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
+  static unsigned char a[N * 16 + 64], b[N * 16 + 64];
+  int k, lvl, step;
+  for (k = 0; k < 3; k++)
+    for (lvl = 0; lvl <= 2; lvl++) {
+      static amp_bf16 wa[N], wb[N]; static amp_f16 g[N];
+      amp_optimizer *oa, *ob; amp_scaler *sa, *sb;
+      amp_optim_config c;
+      int i;
+      memset(&c, 0, sizeof c);
+      c.kind = kinds[k]; c.lr = 1e-2f; c.momentum = k == 0 ? 0.9f : 0.0f; c.max_grad_norm = 0.5f;
+      amp__opt_simd = lvl;
+      for (i = 0; i < N; i++) wa[i] = wb[i] = amp_f32_to_bf16(0.001f * (float)(i - 300));
+      if (amp_optimizer_create(&oa, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+      c.stats = 1;
+      if (amp_optimizer_create(&ob, amp_cpu(), &c) != AMP_OK || amp_scaler_create(&sa, amp_cpu(), NULL) != AMP_OK ||
+          amp_scaler_create(&sb, amp_cpu(), NULL) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+      EXPECT(amp_optimizer_add_mixed(oa, AMP_BF16, wa, AMP_F16, g, N) == AMP_OK &&
+             amp_optimizer_add_mixed(ob, AMP_BF16, wb, AMP_F16, g, N) == AMP_OK, "add: %s", amp_last_error());
+      for (step = 0; step < 10; step++) {
+        float s = amp_scaler_get_scale(sa);
+        for (i = 0; i < N; i++) g[i] = amp_f32_to_f16(s * 1e-4f * (float)((int)(rnd() % 201) - 100));
+        if (step % 4 == 2) g[step] = 0x7c00;
+        EXPECT(amp_scaler_step(sa, oa) == AMP_OK && amp_scaler_step(sb, ob) == AMP_OK, "step: %s", amp_last_error());
+        EXPECT(amp_scaler_update(sa) == AMP_OK && amp_scaler_update(sb) == AMP_OK, "update: %s", amp_last_error());
+        EXPECT(amp_optimizer_grad_norm(oa) == amp_optimizer_grad_norm(ob) || step % 4 == 2,
+               "%d level %d step %d: grad norm off %a on %a", k, lvl, step, (double)amp_optimizer_grad_norm(oa),
+               (double)amp_optimizer_grad_norm(ob));
+        EXPECT(snapshot(oa, a) == snapshot(ob, b) && memcmp(a, b, snapshot(oa, a)) == 0 &&
+               amp_scaler_get_scale(sa) == amp_scaler_get_scale(sb),
+               "kind %d level %d step %d: stats on changed the step (w[0] off %g on %g, scale %g %g)", k, lvl, step,
+               (double)amp_bf16_to_f32(wa[0]), (double)amp_bf16_to_f32(wb[0]), (double)amp_scaler_get_scale(sa),
+               (double)amp_scaler_get_scale(sb));
+      }
+      EXPECT(amp_optimizer_step_count(oa) == 8, "kind %d: 10 steps, 2 overflows: %ld updates", k, amp_optimizer_step_count(oa));
+      amp_optimizer_destroy(oa); amp_optimizer_destroy(ob); amp_scaler_destroy(sa); amp_scaler_destroy(sb);
+    }
+  amp__opt_simd = -1;
+}
+
+/* Bad calls: a clear error naming the function, nothing written. */
+static void bad_calls_are_refused(void) {
+  float w[4] = {0}, g[4] = {1, 2, 3, 4};
+  amp_optimizer *on, *off;
+  amp_optim_config c;
+  amp_tensor_stats s, keep;
+  amp_status st;
+  memset(&c, 0, sizeof c);
+  if (amp_optimizer_create(&off, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+  c.stats = 1;
+  if (amp_optimizer_create(&on, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+  amp_optimizer_add(on, AMP_F32, w, g, 4); amp_optimizer_add(off, AMP_F32, w, g, 4);
+  EXPECT(amp_optimizer_step(on) == AMP_OK && amp_optimizer_step(off) == AMP_OK, "step: %s", amp_last_error());
+  memset(&s, 0x5a, sizeof s); keep = s;
+  st = amp_optimizer_stats(NULL, 0, &s);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_stats") && memcmp(&s, &keep, sizeof s) == 0,
+         "o NULL: %s '%s'", amp_status_string(st), amp_last_error());
+  st = amp_optimizer_stats(on, 0, NULL);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_stats") && strstr(amp_last_error(), "out"),
+         "out NULL: %s '%s'", amp_status_string(st), amp_last_error());
+  st = amp_optimizer_stats(on, 1, &s);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_stats") && strstr(amp_last_error(), "index 1") &&
+         memcmp(&s, &keep, sizeof s) == 0, "index 1 of 1 tensor: %s '%s'", amp_status_string(st), amp_last_error());
+  st = amp_optimizer_stats(off, 0, &s);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "amp_optimizer_stats") && strstr(amp_last_error(), "stats") &&
+         memcmp(&s, &keep, sizeof s) == 0, "stats off: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(amp_optimizer_overflow_tensor(off) == -1 && strstr(amp_last_error(), "amp_optimizer_overflow_tensor") &&
+         strstr(amp_last_error(), "off"), "overflow_tensor, stats off: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_overflow_tensor(NULL) == -1 && strstr(amp_last_error(), "amp_optimizer_overflow_tensor"),
+         "overflow_tensor(NULL): '%s'", amp_last_error());
+  EXPECT(amp_optimizer_stats(on, 0, &s) == AMP_OK && s.amax == 4.0f && s.n_zero == 0 && s.n_nonfinite == 0,
+         "the good call: amax %g zero %zu", (double)s.amax, s.n_zero);
+  amp_optimizer_destroy(on); amp_optimizer_destroy(off);
+}
+
+int main(void) {
+  RUN(counts_equal_a_direct_count);
+  RUN(overflow_tensor_names_the_first_and_forgets_the_last_unscale);
+  RUN(stats_off_and_on_step_alike);
+  RUN(bad_calls_are_refused);
+  TEST_END();
+}
