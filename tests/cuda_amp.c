@@ -1060,6 +1060,92 @@ static void bad_input_on_gpu_is_refused(void) {
   amp__cu_free(gpu->cuda, w); amp__cu_free(gpu->cuda, g); amp__cu_free(gpu->cuda, w2); amp__cu_free(gpu->cuda, g2);
 }
 
+/* Gradient stats (amp_optim_config.stats) written by the unscale kernel: the CPU's exactly (counts
+   and amax), with planted zeros, subnormals of each grad type and inf/NaN in a chosen tensor, both
+   through a scaler and through amp_optimizer_step; the overflowed tensor named alike; and a GPU
+   optimizer with stats off steps bit for bit as one with stats on. */
+static void plant_stats(tens *t, int bad_tensor, int bad_kind) {
+  for (size_t i = 0; i < t->k; i++) {
+    size_t es = amp_dtype_size(t->gt[i]);
+    unsigned char *g = (unsigned char *)t->g[i];
+    uint32_t sub = 0x00000005u, negz = es == 4 ? 0x80000000u : 0x8000u;
+    if (t->n[i] < 5) continue;
+    memset(g + 1 * es, 0, es);
+    memcpy(g + 2 * es, &negz, es);            /* little-endian: the low bytes are the 16-bit value */
+    memcpy(g + 3 * es, &sub, es);
+    memcpy(g + (t->n[i] - 1) * es, &sub, es);
+  }
+  if (bad_tensor >= 0) amp__store(t->g[bad_tensor], t->gt[bad_tensor], t->n[bad_tensor] / 3,
+                                  bad_kind == 0 ? INFINITY : bad_kind == 1 ? NAN : -INFINITY);
+}
+static void gradient_stats_on_gpu_equal_the_cpus(void) {
+  tens t;
+  side c, g, goff;
+  amp_scaler *cs = NULL, *gs = NULL, *goffs = NULL;
+  amp_optim_config oc = amp_optimizer_defaults(AMP_ADAM), off;
+  amp_scaler_config sc = scfg(1024.0f, 3);
+  int steps = t_quick() ? 6 : 10;
+  oc.lr = 1e-2f; oc.max_grad_norm = 1.0f;
+  off = oc;
+  oc.stats = 1;
+  standard_tens(&t);
+  OK(side_make(&c, &t, amp_cpu(), &oc));
+  OK(side_make(&g, &t, gpu, &oc));
+  OK(side_make(&goff, &t, gpu, &off));
+  OK(amp_scaler_create(&cs, amp_cpu(), &sc));
+  OK(amp_scaler_create(&gs, gpu, &sc));
+  OK(amp_scaler_create(&goffs, gpu, &sc));
+  for (int step = 0; step < steps && !t__cur; step++) {
+    int where = step % 3 == 1 ? step % 5 : -1;
+    long oc_cpu, oc_gpu;
+    blob a, b;
+    tens_grads(&t, amp_scaler_get_scale(cs) * 0.01f, -1, 0.0f);
+    plant_stats(&t, where, step % 3);
+    side_push(&c, &t); side_push(&g, &t); side_push(&goff, &t);
+    OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_step(gs, g.o)); OK(amp_scaler_step(goffs, goff.o));
+    for (size_t i = 0; i < t.k; i++) {
+      amp_tensor_stats x, y;
+      OK(amp_optimizer_stats(c.o, i, &x));
+      OK(amp_optimizer_stats(g.o, i, &y));
+      EXPECT(memcmp(&x.amax, &y.amax, 4) == 0 && x.n_nonfinite == y.n_nonfinite && x.n_zero == y.n_zero &&
+             x.n_subnormal == y.n_subnormal && (t.n[i] < 5 || (x.n_zero >= 2 && x.n_subnormal >= 2)),
+             "step %d tensor %zu (%s grads, n %zu): cpu amax %a inf/NaN %zu zero %zu subnormal %zu, gpu %a %zu %zu %zu", step, i,
+             amp__dtype_name(t.gt[i]), t.n[i], (double)x.amax, x.n_nonfinite, x.n_zero, x.n_subnormal, (double)y.amax,
+             y.n_nonfinite, y.n_zero, y.n_subnormal);
+    }
+    oc_cpu = amp_optimizer_overflow_tensor(c.o); oc_gpu = amp_optimizer_overflow_tensor(g.o);
+    EXPECT(oc_cpu == where && oc_gpu == where, "step %d: inf/NaN planted in tensor %d: cpu names %ld, gpu %ld", step, where, oc_cpu, oc_gpu);
+    OK(amp_scaler_update(cs)); OK(amp_scaler_update(gs)); OK(amp_scaler_update(goffs));
+    a = snapshot(&g, &t); b = snapshot(&goff, &t);
+    EXPECT(blob_same(&a, &b) && amp_scaler_get_scale(gs) == amp_scaler_get_scale(goffs),
+           "step %d: the GPU step with stats on differs from the one with stats off", step);
+    free(a.p); free(b.p);
+  }
+  amp_scaler_destroy(cs); amp_scaler_destroy(gs); amp_scaler_destroy(goffs);
+  side_free(&c, &t); side_free(&g, &t); side_free(&goff, &t);
+  /* amp_optimizer_step: inverse scale 1 */
+  OK(side_make(&c, &t, amp_cpu(), &oc));
+  OK(side_make(&g, &t, gpu, &oc));
+  for (int step = 0; step < 3 && !t__cur; step++) {
+    tens_grads(&t, 0.5f, -1, 0.0f);
+    plant_stats(&t, step == 1 ? 4 : -1, 1);
+    side_push(&c, &t); side_push(&g, &t);
+    OK(amp_optimizer_step(c.o)); OK(amp_optimizer_step(g.o));
+    for (size_t i = 0; i < t.k; i++) {
+      amp_tensor_stats x, y;
+      OK(amp_optimizer_stats(c.o, i, &x));
+      OK(amp_optimizer_stats(g.o, i, &y));
+      EXPECT(memcmp(&x.amax, &y.amax, 4) == 0 && x.n_nonfinite == y.n_nonfinite && x.n_zero == y.n_zero &&
+             x.n_subnormal == y.n_subnormal, "amp_optimizer_step %d tensor %zu: cpu %a %zu %zu %zu, gpu %a %zu %zu %zu", step, i,
+             (double)x.amax, x.n_nonfinite, x.n_zero, x.n_subnormal, (double)y.amax, y.n_nonfinite, y.n_zero, y.n_subnormal);
+    }
+    EXPECT(amp_optimizer_overflow_tensor(g.o) == (step == 1 ? 4 : -1), "amp_optimizer_step %d: gpu names %ld", step,
+           amp_optimizer_overflow_tensor(g.o));
+  }
+  side_free(&c, &t); side_free(&g, &t);
+  tens_free(&t);
+}
+
 static void quiet(void *user, const char *m) { (void)user; (void)m; }   /* the floor message, expected here */
 
 int main(void) {
@@ -1089,6 +1175,7 @@ int main(void) {
   RUN(bad_input_on_gpu_is_refused);
   RUN(huge_finite_grads_give_a_finite_norm_and_the_cpu_step);
   RUN(every_finite_f16_grad_decodes_to_the_cpu_bits);
+  RUN(gradient_stats_on_gpu_equal_the_cpus);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
     RUN(captured_step_replays_with_a_changing_lr);
