@@ -752,6 +752,8 @@ typedef struct amp_optim_config {
   uint64_t seed;                         /* stochastic rounding (amp_tensor_desc.stochastic); 0 is a seed */
   int stats;                             /* 0 -> off; nonzero: the unscale records per-tensor stats
                                             (amp_optimizer_stats, amp_optimizer_overflow_tensor) */
+  float spike_norm;                      /* 0 -> off; > 0: a step whose unscaled global grad norm is
+                                            above it is skipped, the loss scale left alone (SPIKES) */
 } amp_optim_config;
 typedef amp_optim_config amp_optimizer_config;
 
@@ -916,6 +918,20 @@ typedef struct amp_tensor_stats {
 } amp_tensor_stats;
 AMPDEF amp_status amp_optimizer_stats(const amp_optimizer *o, size_t index, amp_tensor_stats *out);
 AMPDEF long       amp_optimizer_overflow_tensor(const amp_optimizer *o);
+
+/* SPIKES. amp_optim_config.spike_norm > 0: when the unscaled global L2 grad norm of a step
+   (amp_optimizer_grad_norm: the norm over this optimizer's tensors, summed over ranks with the
+   all-reduce hook) is above spike_norm and the grads hold no inf/NaN, the step is skipped: model
+   copies, masters, moments and the step count stay bit for bit as they were, and the loss scale
+   is NOT backed off (a scaler's update sees no overflow; an overflow is counted as an overflow,
+   never as a spike). The decision is this optimizer's own: other optimizers of the same scaler
+   step as usual. On CUDA it is taken on the device by the unscale kernel's last block and read by
+   the update kernel: no host synchronisation. Clipping (max_grad_norm) applies to the steps that
+   are not skipped. 0 (the default) is off; negative, NaN or infinite values are AMP_ERR_ARG at
+   create. amp_optimizer_last_skipped and amp_scaler_last_skipped keep reporting overflows only.
+   amp_optimizer_spike_skips: the number of steps skipped for a spike since create (not saved in
+   checkpoints); 0 for o NULL; -1 when a device read fails (see DEVICE ERRORS AND GETTERS). */
+AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
 /* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
    writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
@@ -1120,6 +1136,12 @@ static inline AMP_HD void amp__gstat_add(amp__gstat *a, float g, float y, amp_dt
   if (ay > a->amax_bits) a->amax_bits = ay;
   if (c == AMP__G_ZERO) a->zero++;
   else if (c == AMP__G_SUBNORMAL) a->subnormal++;
+}
+/* The spike decision (amp_optim_config.spike_norm): a step with clean grads whose unscaled global
+   norm is above spike_norm (> 0) is skipped without touching the scale. An overflow is not a
+   spike (it skips as an overflow). */
+static inline AMP_HD int amp__spike_skip(float norm, float spike_norm, int found_inf) {
+  return !found_inf && spike_norm > 0.0f && norm > spike_norm;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -3324,6 +3346,8 @@ struct amp_optimizer {
   int found_inf;                 /* this optimizer's grads held inf/NaN at the last unscale */
   float inv;                     /* the inverse scale of the last unscale */
   float grad_norm;               /* the unscaled global L2 norm of the last unscale */
+  int spike;                     /* the last unscale's spike decision (amp__spike_skip): the step skips */
+  long spike_skips;              /* steps skipped for a spike (amp_optimizer_spike_skips) */
   double dp[2];                  /* data-parallel: this rank's {found_inf, sumsq}, then their sums */
   int frozen;                    /* the device took the whole table (optim_ready): no add after */
   int driver;                    /* AMP__BY_*: a scaler (amp_scaler_unscale/step) or amp_optimizer_step */
@@ -3358,6 +3382,7 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   if (amp__is_zero(c->beta2)) c->beta2 = 0.0f;
   if (amp__is_zero(c->eps)) c->eps = 0.0f;
   if (amp__is_zero(c->max_grad_norm)) c->max_grad_norm = 0.0f;
+  if (amp__is_zero(c->spike_norm)) c->spike_norm = 0.0f;
   if (!(c->lr >= 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be >= 0 and finite", fn, (double)c->lr);
   if (!(c->weight_decay >= 0.0f) || !amp__finite(c->weight_decay))
     return amp__fail(AMP_ERR_ARG, "%s: weight_decay %g must be >= 0 and finite", fn, (double)c->weight_decay);
@@ -3376,6 +3401,8 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
                      "(0 divides 0 by 0 where a grad and its moments are 0, and the weight becomes NaN)", fn);
   if (!(c->max_grad_norm >= 0.0f) || !amp__finite(c->max_grad_norm))
     return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn, (double)c->max_grad_norm);
+  if (!(c->spike_norm >= 0.0f) || !amp__finite(c->spike_norm))
+    return amp__fail(AMP_ERR_ARG, "%s: spike_norm %g must be >= 0 and finite (0: off)", fn, (double)c->spike_norm);
   if (c->kind == AMP_CUSTOM && !c->custom_step)
     return amp__fail(AMP_ERR_ARG, "%s: kind AMP_CUSTOM needs custom_step", fn);
   c->nesterov = c->nesterov != 0;
@@ -3758,6 +3785,7 @@ static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_co
 static void amp__cpu_decide(amp_optimizer *o, amp_scaler *s, int bad, double sumsq) {
   o->found_inf = bad; o->inv = s ? amp__scaler_inv(s) : 1.0f;
   o->grad_norm = (float)sqrt(sumsq);
+  o->spike = amp__spike_skip(o->grad_norm, o->cfg.spike_norm, bad);
   if (s) s->found_inf |= bad;
 }
 static amp_status amp__cpu_optim_unscale(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap) {
@@ -3787,7 +3815,10 @@ static amp_status amp__cpu_optim_unscale_finish(amp_optimizer *o, amp_scaler *s,
 static amp_status amp__cpu_optim_step(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap) {
   (void)msg; (void)cap;
   /* any inf/NaN seen so far in this iteration skips; no scaler: this optimizer's own unscale */
-  if (s ? !s->found_inf : !o->found_inf) amp__o_apply(o);
+  if (s ? !s->found_inf : !o->found_inf) {
+    if (o->spike) o->spike_skips++;   /* a spike: nothing changes, the scale is left alone */
+    else amp__o_apply(o);
+  }
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_set_step(amp_optimizer *o, long step, char *msg, size_t cap) {
@@ -3843,6 +3874,10 @@ AMPDEF amp_status amp_optimizer_step(amp_optimizer *o) {
 AMPDEF int amp_optimizer_last_skipped(const amp_optimizer *o) {
   if (!o || !o->stepped) return 0;
   return amp__o_pull("amp_optimizer_last_skipped", o, 1) == AMP_OK ? o->found_inf != 0 : 0;
+}
+AMPDEF long amp_optimizer_spike_skips(const amp_optimizer *o) {
+  if (!o) return 0;
+  return amp__o_pull("amp_optimizer_spike_skips", o, 1) == AMP_OK ? o->spike_skips : -1;
 }
 
 /* The host copy of the stats refreshed from o's device (nothing to move on the CPU). */
@@ -5798,6 +5833,7 @@ static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
   if (!o->cu) return AMP_OK;   /* nothing ran yet: the host fields are the state */
   if ((st = amp__cu_optim_read(o->dev->cuda, o->cu, &info, m, cap)) != AMP_OK) return st;
   o->step = (long)info.t; o->grad_norm = info.norm; o->found_inf = info.skip;
+  o->spike = info.spike; o->spike_skips = (long)info.spike_skips;
   return AMP_OK;
 }
 static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {

@@ -287,6 +287,8 @@ struct amp__cu_optim_dev {
   float norm, clip, mul;  // the last unscale's results
   int32_t found_inf;      // OR-ed by this optimizer's unscale blocks; moved to skip by the last block
   int32_t skip;
+  int32_t spike, pad_;    // the last unscale's spike decision (amp__spike_skip): the step skips, no back-off
+  long long spike_skips;  // steps skipped for a spike
   unsigned int done_unscale, done_step;  // "last block" counters; each launch leaves them at 0
 };
 
@@ -452,6 +454,7 @@ __device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp
   float clip = amp__clip_coef(norm, o->h.max_grad_norm);
   o->norm = norm; o->clip = clip; o->mul = inv * clip;
   o->skip = found;
+  o->spike = amp__spike_skip(norm, o->h.spike_norm, found);
   if (found && sc) atomicOr(&sc->found_inf, 1);
 }
 
@@ -594,7 +597,7 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   __shared__ amp_step_coefs s_c;
   __shared__ uint64_t s_key;
   __shared__ float s_mul;
-  __shared__ int s_skip;
+  __shared__ int s_skip, s_spike;
   if (threadIdx.x == 0) {
     // Every block reads t and the flags before it counts itself done below (with a fence between),
     // and only the last block writes t + 1 or clears the scaler's flag, so no block can see either
@@ -603,7 +606,8 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     // The coefficients of this block's tensor's param group: the lr from the device config (so a
     // graph replay follows set_lr), the group's lr_scale and weight decay from the tensor table.
     s_skip = o->skip || (sc && *(volatile int32_t *)&sc->found_inf);
-    if (!s_skip) {
+    s_spike = !s_skip && o->spike;   // a spike: skipped too, counted apart, the scale rule not told
+    if (!s_skip && !s_spike) {
       const int ti = chunks[blockIdx.x].tensor;
       const amp__cu_tdev *td = &tensors[ti];
       s_c = amp__group_coefs(&o->h, o->t + 1, td->group, td->lr_scale, td->weight_decay);
@@ -612,8 +616,8 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     }
   }
   __syncthreads();
-  const int skip = s_skip;
-  if (!skip) {   // overflow: weights, master, moments and t stay bit-identical
+  const int skip = s_skip, spike = s_spike;
+  if (!skip && !spike) {   // overflow or spike: weights, master, moments and t stay bit-identical
     const amp__cu_chunk ch = chunks[blockIdx.x];
     const amp__cu_tdev t = tensors[ch.tensor];
     const amp_step_coefs c = s_c;
@@ -626,7 +630,7 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   if (threadIdx.x == 0) {
     __threadfence();   // our reads of t and of the flags are done before we count ourselves
     if (atomicAdd(&o->done_step, 1u) == gridDim.x - 1) {
-      if (skip) o->skipped += 1; else o->t += 1;
+      if (skip) o->skipped += 1; else if (spike) o->spike_skips += 1; else o->t += 1;
       if (rule && sc) amp__cu_scale_rule_dev(sc, -1);
       o->done_step = 0;   // ready for the next launch (and graph replay)
     }
@@ -1032,7 +1036,7 @@ extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_
   AMP__CU_CHECK(cudaMemcpyAsync(&hb, o->dev, sizeof hb, cudaMemcpyDeviceToHost, st->stream));
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   info->t = hb.t; info->skipped = hb.skipped; info->norm = hb.norm; info->clip = hb.clip;
-  info->mul = hb.mul; info->skip = hb.skip;
+  info->mul = hb.mul; info->skip = hb.skip; info->spike = hb.spike; info->spike_skips = hb.spike_skips;
   return AMP_OK;
 }
 

@@ -55,6 +55,8 @@ typedef struct amp_cu_optim_info {
   float norm, clip;             /* last unscale: L2 norm of the unscaled grads, clip coefficient */
   float mul;                    /* inv_scale * clip: the factor the update applies to each grad */
   int32_t skip;                 /* the last unscale found inf/NaN: the next step skips */
+  int32_t spike;                /* the last unscale saw a spike (amp__spike_skip): the next step skips */
+  int64_t spike_skips;          /* steps skipped for a spike */
 } amp_cu_optim_info;
 
 /* Device scaler: one small block in device memory (scale state, rule parameters, inverse scale,

@@ -90,6 +90,7 @@ typedef struct fake_optim {
   amp_optim_config h; size_t k; amp_cu_tensor *t; float **p, **m, **v;
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
+  int32_t spike; int64_t spike_skips;
 } fake_optim;
 
 amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n, const amp_optim_config *h,
@@ -147,6 +148,7 @@ static void fake_decide(fake_optim *o, fake_scaler *sc, int found, double ss) {
   float inv = sc ? sc->inv : 1.0f;
   o->norm = (float)sqrt(ss); o->clip = amp__clip_coef(o->norm, o->h.max_grad_norm); o->mul = inv * o->clip;
   o->skip = found;
+  o->spike = amp__spike_skip(o->norm, o->h.spike_norm, found);
   if (found && sc) sc->found = 1;
 }
 amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap) {
@@ -177,6 +179,7 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
   size_t i;
   (void)state; (void)update_scaler; (void)msg; (void)cap;
   if (o->skip || (sc && sc->found)) { o->skipped++; return AMP_OK; }
+  if (o->spike) { o->spike_skips++; return AMP_OK; }
   {
     for (i = 0; i < o->k; i++) {   /* each tensor's group, as the step kernel reads it from the table */
       amp_step_coefs c = amp__group_coefs(&o->h, o->t_done + 1, o->t[i].group, o->t[i].lr_scale, o->t[i].weight_decay);
@@ -193,7 +196,7 @@ amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info 
   (void)state;
   if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(optimizer block)"); }
   info->t = o->t_done; info->skipped = o->skipped; info->norm = o->norm; info->clip = o->clip; info->mul = o->mul;
-  info->skip = o->skip;
+  info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips;
   return AMP_OK;
 }
 amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n, char *msg, size_t cap) {

@@ -276,10 +276,92 @@ static void bad_calls_are_refused(void) {
   amp_optimizer_destroy(on); amp_optimizer_destroy(off);
 }
 
+/* spike_norm: a step whose unscaled grad norm is above it is skipped (masters, moments, model
+   copies, step count bit for bit unchanged), the loss scale follows exactly the rule of a run
+   without the spike (no back-off), the count is kept apart from overflows; an overflow with a
+   huge norm is an overflow. Through a scaler (dynamic scale, short growth interval) and through
+   amp_optimizer_step. */
+static void spikes_skip_without_touching_the_scale(void) {
+  enum { N = 300 };
+  static unsigned char before[N * 16 + 64], after[N * 16 + 64];
+  int via, k;
+  for (via = 0; via < 2; via++)
+    for (k = 0; k < 3; k++) {
+      amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
+      static amp_bf16 wa[N], wb[N]; static float g[N];
+      amp_optimizer *oa, *ob; amp_scaler *sa = NULL, *sb = NULL;
+      amp_scaler_config scfg = amp_scaler_preset(AMP_PRESET_PYTORCH);
+      amp_optim_config c;
+      int i, step, spikes = 0, overflows = 0;
+      memset(&c, 0, sizeof c);
+      c.kind = kinds[k]; c.lr = 1e-2f; c.momentum = k == 0 ? 0.9f : 0.0f;
+      scfg.init_scale = 256.0f; scfg.growth_interval = 2;
+      for (i = 0; i < N; i++) wa[i] = wb[i] = amp_f32_to_bf16(0.002f * (float)(i - 150));
+      if (amp_optimizer_create(&ob, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+      c.spike_norm = 10.0f;
+      if (amp_optimizer_create(&oa, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+      if (via == 0 && (amp_scaler_create(&sa, amp_cpu(), &scfg) != AMP_OK || amp_scaler_create(&sb, amp_cpu(), &scfg) != AMP_OK)) {
+        EXPECT(0, "%s", amp_last_error()); return;
+      }
+      EXPECT(amp_optimizer_add_mixed(oa, AMP_BF16, wa, AMP_F32, g, N) == AMP_OK &&
+             amp_optimizer_add_mixed(ob, AMP_BF16, wb, AMP_F32, g, N) == AMP_OK, "add: %s", amp_last_error());
+      for (step = 0; step < 12; step++) {
+        int spike = step % 4 == 1, overflow = step == 6 || step == 10;   /* 10: huge and inf */
+        float scale = via == 0 ? amp_scaler_get_scale(sa) : 1.0f;
+        size_t len;
+        for (i = 0; i < N; i++) g[i] = scale * 0.01f * (float)((int)(rnd() % 201) - 100) / 100.0f;
+        if (spike) for (i = 0; i < N; i++) g[i] *= 3000.0f;   /* norm about 0.01 * sqrt(N / 3) * 3000 = 300 */
+        if (overflow) g[7] = INFINITY;
+        len = snapshot(oa, before);
+        if (via == 0) {
+          EXPECT(amp_scaler_step(sa, oa) == AMP_OK && amp_scaler_update(sa) == AMP_OK, "step: %s", amp_last_error());
+          if (!spike) EXPECT(amp_scaler_step(sb, ob) == AMP_OK && amp_scaler_update(sb) == AMP_OK, "step: %s", amp_last_error());
+          else EXPECT(amp_scaler_update_found_inf(sb, 0) == AMP_OK, "update: %s", amp_last_error());   /* the reference: a clean iteration */
+          EXPECT(amp_scaler_get_scale(sa) == amp_scaler_get_scale(sb), "via scaler, kind %d, step %d (spike %d, overflow %d): "
+                 "scale %g, the rule without the spike gives %g", k, step, spike, overflow, (double)amp_scaler_get_scale(sa),
+                 (double)amp_scaler_get_scale(sb));
+          EXPECT(amp_scaler_last_skipped(sa) == overflow, "step %d: scaler last_skipped %d (overflow %d)", step,
+                 amp_scaler_last_skipped(sa), overflow);
+        } else {
+          EXPECT(amp_optimizer_step(oa) == AMP_OK, "step: %s", amp_last_error());
+          if (!spike) EXPECT(amp_optimizer_step(ob) == AMP_OK, "step: %s", amp_last_error());
+        }
+        spikes += spike && !overflow; overflows += overflow;
+        EXPECT(spike && !overflow ? amp_optimizer_grad_norm(oa) > 10.0f : 1, "step %d: the planted spike's norm %g", step,
+               (double)amp_optimizer_grad_norm(oa));
+        if (spike || overflow)
+          EXPECT(snapshot(oa, after) == len && memcmp(before, after, len) == 0, "%s kind %d step %d: a skipped step (spike %d, "
+                 "overflow %d) changed the optimizer", via == 0 ? "scaler" : "amp_optimizer_step", k, step, spike, overflow);
+        EXPECT(amp_optimizer_spike_skips(oa) == spikes, "step %d: spike_skips %ld, want %d", step, amp_optimizer_spike_skips(oa), spikes);
+        EXPECT(snapshot(oa, before) == snapshot(ob, after) && memcmp(before, after, len) == 0,
+               "%s kind %d step %d: the run with spikes skipped differs from the run that never saw them", via == 0 ? "scaler" : "step",
+               k, step);
+      }
+      EXPECT(spikes == 3 && overflows == 2 && amp_optimizer_step_count(oa) == 12 - 3 - 2 && amp_optimizer_spike_skips(ob) == 0,
+             "spikes %d overflows %d steps %ld spike_skips(off) %ld", spikes, overflows, amp_optimizer_step_count(oa),
+             amp_optimizer_spike_skips(ob));
+      amp_optimizer_destroy(oa); amp_optimizer_destroy(ob); amp_scaler_destroy(sa); amp_scaler_destroy(sb);
+    }
+  {   /* bad values: refused at create, naming the field */
+    float bad[3] = {-1.0f, (float)NAN, (float)INFINITY};
+    for (k = 0; k < 3; k++) {
+      amp_optim_config c;
+      amp_optimizer *o = NULL;
+      amp_status st;
+      memset(&c, 0, sizeof c);
+      c.spike_norm = bad[k];
+      st = amp_optimizer_create(&o, amp_cpu(), &c);
+      EXPECT(st == AMP_ERR_ARG && o == NULL && strstr(amp_last_error(), "amp_optimizer_create") && strstr(amp_last_error(), "spike_norm"),
+             "spike_norm %g: %s '%s'", (double)bad[k], amp_status_string(st), amp_last_error());
+    }
+  }
+}
+
 int main(void) {
   RUN(counts_equal_a_direct_count);
   RUN(overflow_tensor_names_the_first_and_forgets_the_last_unscale);
   RUN(stats_off_and_on_step_alike);
   RUN(bad_calls_are_refused);
+  RUN(spikes_skip_without_touching_the_scale);
   TEST_END();
 }
