@@ -1146,6 +1146,53 @@ static void gradient_stats_on_gpu_equal_the_cpus(void) {
   tens_free(&t);
 }
 
+/* spike_norm on the GPU: a spike step (the grads 1000 times larger, finite) leaves the device state
+   bit for bit as it was and the scale as the rule of a clean iteration sets it (the CPU's scaler
+   beside it), counted in amp_optimizer_spike_skips as on the CPU; through a scaler and through
+   amp_optimizer_step (the decision stays on the device: no read between the launches). */
+static void spike_skips_on_gpu_change_nothing_and_keep_the_scale(void) {
+  tens t;
+  side c, g;
+  amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);
+  amp_scaler_config sc = scfg(1024.0f, 2);
+  oc.lr = 1e-2f; oc.spike_norm = 50.0f;
+  standard_tens(&t);
+  for (int via = 0; via < 2 && !t__cur; via++) {
+    amp_scaler *cs = NULL, *gs = NULL;
+    int spikes = 0;
+    OK(side_make(&c, &t, amp_cpu(), &oc));
+    OK(side_make(&g, &t, gpu, &oc));
+    if (via == 0) { OK(amp_scaler_create(&cs, amp_cpu(), &sc)); OK(amp_scaler_create(&gs, gpu, &sc)); }
+    for (int step = 0; step < 8 && !t__cur; step++) {
+      int spike = step % 3 == 1;
+      float s = via == 0 ? amp_scaler_get_scale(cs) : 1.0f;
+      blob before, after;
+      tens_grads(&t, s * 0.01f * (spike ? 1000.0f : 1.0f), -1, 0.0f);
+      if (spike && via == 0) for (size_t i = 0; i < t.k; i++) if (t.gt[i] == AMP_F16) memset(t.g[i], 0, t.n[i] * 2);   /* f16: no overflow */
+      side_push(&c, &t); side_push(&g, &t);
+      before = snapshot(&g, &t);
+      if (via == 0) { OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_step(gs, g.o)); OK(amp_scaler_update(cs)); OK(amp_scaler_update(gs)); }
+      else { OK(amp_optimizer_step(c.o)); OK(amp_optimizer_step(g.o)); }
+      after = snapshot(&g, &t);
+      spikes += spike;
+      if (spike) EXPECT(blob_same(&before, &after), "via %d step %d: the spike-skipped step changed the device state", via, step);
+      EXPECT(amp_optimizer_spike_skips(g.o) == spikes && amp_optimizer_spike_skips(c.o) == spikes &&
+             amp_optimizer_step_count(g.o) == step + 1 - spikes,
+             "via %d step %d: spike_skips gpu %ld cpu %ld (want %d), steps %ld", via, step, amp_optimizer_spike_skips(g.o),
+             amp_optimizer_spike_skips(c.o), spikes, amp_optimizer_step_count(g.o));
+      if (via == 0)
+        EXPECT(amp_scaler_get_scale(gs) == amp_scaler_get_scale(cs) && amp_scaler_skipped_steps(gs) == 0,
+               "step %d: gpu scale %g, cpu %g, overflows %ld", step, (double)amp_scaler_get_scale(gs), (double)amp_scaler_get_scale(cs),
+               amp_scaler_skipped_steps(gs));
+      free(before.p); free(after.p);
+    }
+    compare_sides("spike_norm", &c, &g, &t, 8 - spikes);
+    amp_scaler_destroy(cs); amp_scaler_destroy(gs);
+    side_free(&c, &t); side_free(&g, &t);
+  }
+  tens_free(&t);
+}
+
 static void quiet(void *user, const char *m) { (void)user; (void)m; }   /* the floor message, expected here */
 
 int main(void) {
@@ -1176,6 +1223,7 @@ int main(void) {
   RUN(huge_finite_grads_give_a_finite_norm_and_the_cpu_step);
   RUN(every_finite_f16_grad_decodes_to_the_cpu_bits);
   RUN(gradient_stats_on_gpu_equal_the_cpus);
+  RUN(spike_skips_on_gpu_change_nothing_and_keep_the_scale);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
     RUN(captured_step_replays_with_a_changing_lr);

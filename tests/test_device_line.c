@@ -620,6 +620,39 @@ static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
   }
 }
 
+/* spike_norm on the CUDA line: the same skips, counts, scales and bits as the CPU, through a
+   scaler and through amp_optimizer_step. */
+static void spikes_on_the_cuda_line_equal_the_cpus(void) {
+  amp_optim_config c;
+  int via, step, i;
+  memset(&c, 0, sizeof c);
+  c.kind = AMP_OPTIM_ADAM; c.lr = 1e-2f; c.spike_norm = 0.5f;
+  for (via = 0; via < 2; via++) {
+    rig a, b;
+    if (!rig_make(&a, amp_cpu(), &c) || !rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    for (step = 0; step < 10; step++) {
+      if (via == 0) { rig_grads(&a, step); rig_grads(&b, step); } else { rig_grads_unscaled(&a, step); rig_grads_unscaled(&b, step); }
+      if (step % 3 == 1)   /* a spike: the f32 grads 100 times larger */
+        for (i = 0; i < N1; i++) { a.g1[i] *= 100.0f; b.g1[i] *= 100.0f; }
+      if (via == 0) {
+        EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+        EXPECT(amp_scaler_update(a.s) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "update: %s", amp_last_error());
+      } else {
+        EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+      }
+      EXPECT(memcmp(a.w0, b.w0, sizeof a.w0) == 0 && memcmp(a.w1, b.w1, sizeof a.w1) == 0 &&
+             amp_optimizer_step_count(a.o) == amp_optimizer_step_count(b.o) &&
+             amp_optimizer_spike_skips(a.o) == amp_optimizer_spike_skips(b.o) && amp_scaler_get_scale(a.s) == amp_scaler_get_scale(b.s),
+             "via %d step %d: cpu steps %ld spikes %ld scale %g, cuda line %ld %ld %g (or the weights differ)", via, step,
+             amp_optimizer_step_count(a.o), amp_optimizer_spike_skips(a.o), (double)amp_scaler_get_scale(a.s),
+             amp_optimizer_step_count(b.o), amp_optimizer_spike_skips(b.o), (double)amp_scaler_get_scale(b.s));
+    }
+    EXPECT(amp_optimizer_spike_skips(b.o) == 3, "via %d: %ld spike skips, want the 3 planted (steps 1, 4, 7)", via,
+           amp_optimizer_spike_skips(b.o));
+    rig_free(&a); rig_free(&b);
+  }
+}
+
 static void never_called(void *user, float *master, const float *grad, size_t n, size_t index, long step) {
   (void)user; (void)master; (void)grad; (void)n; (void)index; (void)step;
 }
@@ -649,6 +682,7 @@ int main(void) {
   RUN(amp_optimizer_step_on_the_cuda_line_gives_the_cpus_bits);
   RUN(a_failed_last_skipped_read_comes_back_from_the_next_step);
   RUN(gradient_stats_on_the_cuda_line_equal_the_cpus);
+  RUN(spikes_on_the_cuda_line_equal_the_cpus);
   amp_device_close(gpu());
   TEST_END();
 }
