@@ -19,6 +19,10 @@
       TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
                                    a float model copy rounded to bf16/f16, stochastic rounding,
                                    memory per parameter
+      GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
+                                   inf/NaN, zero and subnormal counts), the tensor that overflowed
+      SPIKES                       amp_optim_config.spike_norm: skip a loss-spike step without
+                                   backing off the scale; amp_optimizer_spike_skips
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -94,9 +98,10 @@
 
       On a CUDA device the getters that return a value rather than a status (amp_scaler_get_scale,
       _last_skipped, _skipped_steps, _at_floor, amp_optimizer_grad_norm, _step_count,
-      _last_skipped) read the device (they wait for the stream) into the object's host copy and
-      return from it. When that read fails they return 0 (get_scale, the two last_skipped,
-      skipped_steps, at_floor), NaN (grad_norm) or -1 (step_count), amp_last_error() names the
+      _last_skipped, _spike_skips, _overflow_tensor) read the device (they wait for the stream)
+      into the object's host copy and return from it. When that read fails they return 0
+      (get_scale, the two last_skipped, skipped_steps, at_floor), NaN (grad_norm) or -1
+      (step_count, spike_skips, overflow_tensor), amp_last_error() names the
       getter and the CUDA call, and the error is kept on the device: the next amp_scaler_update /
       amp_scaler_update_found_inf on a scaler of that device, amp_optimizer_step on an optimizer of
       that device, or amp_device_sync, returns it (AMP_ERR_DEVICE) before doing anything else.
@@ -108,7 +113,10 @@
                            amp_optimizer_add_tensor (a seeded fp32 master, round_to, stochastic
                            rounding of a bf16 copy; amp_optim_config.seed);
                            amp_optimizer_add / _add_mixed are its wrappers and their errors
-                           name themselves.
+                           name themselves; gradient stats (amp_optim_config.stats,
+                           amp_optimizer_stats, amp_optimizer_overflow_tensor) recorded by the
+                           unscale pass; spike skipping (amp_optim_config.spike_norm,
+                           amp_optimizer_spike_skips).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
