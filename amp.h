@@ -911,6 +911,7 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    Each unscale replaces the previous one's stats; before the first they are all 0. On a CUDA
    device the unscale kernel writes them into device counters (integer atomics: the same counts
    on every run), and the read waits for the device's stream (see DEVICE ERRORS AND GETTERS).
+   With the data-parallel hook (amp_scaler_set_allreduce) the stats are this rank's own grads.
    With stats 0 (the default) nothing is recorded and the step is the same code as without stats.
    amp_optimizer_stats: tensor index's stats into *out. Errors, nothing written: o or out NULL,
    index >= amp_optimizer_count(o) (AMP_ERR_ARG), stats off (AMP_ERR_STATE); a failed device
