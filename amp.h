@@ -913,6 +913,9 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    on every run), and the read waits for the device's stream (see DEVICE ERRORS AND GETTERS).
    With the data-parallel hook (amp_scaler_set_allreduce) the stats are this rank's own grads.
    With stats 0 (the default) nothing is recorded and the step is the same code as without stats.
+   Cost on the CPU: the scan with stats is a portable loop (there is no AVX2/AVX-512 variant of it
+   yet), so with stats on the unscale runs at the plain loop's speed rather than the vector scan's:
+   turn stats on for diagnosis, not for every step of a long CPU run.
    amp_optimizer_stats: tensor index's stats into *out. Errors, nothing written: o or out NULL,
    index >= amp_optimizer_count(o) (AMP_ERR_ARG), stats off (AMP_ERR_STATE); a failed device
    read is AMP_ERR_DEVICE.
