@@ -5054,6 +5054,9 @@ static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float
     }
     _mm512_mask_storeu_epi16(cr, m, (__m512i)_mm512_cvtne2ps_pbh(t1, t0));
   }
+  /* GCC emits no vzeroupper for this function (its 512-bit arguments): without one the caller's
+     later SSE code (libm's tanhf in a trainer's GELU, say) ran at half speed after a bf16 product */
+  _mm256_zeroupper();
 }
 
 /* A finished 8 x 32 tile (buf, row by row) into C through out: one loop per type of C, so that

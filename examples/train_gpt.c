@@ -691,16 +691,26 @@ static amp_scaler_config f16_scaler_config(float f16_init_scale) {
   return s;
 }
 
-/* AdamW over every tensor of the model copy, with one global clip over all of their grads.
-   GPT-2 decays only the matrices (param_is_matrix); with one optimizer, whose clip must see every
-   grad, the weight decay here applies to every tensor alike. */
+/* AdamW over every tensor of the model copy, with one global clip over all of their grads. GPT-2
+   decays only the matrices (param_is_matrix): the 1-D tensors (norm gains and biases) go into a
+   second param group with no weight decay and the same lr, so one optimizer, and one clip norm,
+   still sees every grad. */
 static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o) {
   amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);   /* every default; a 0 written below is 0 */
-  int p;
+  int p, no_decay;
   oc.lr = o->lr; oc.beta1 = 0.9f; oc.beta2 = 0.95f; oc.eps = 1e-8f;
-  oc.weight_decay = o->weight_decay; oc.max_grad_norm = o->clip;
+  oc.weight_decay = o->weight_decay; oc.max_grad_norm = o->clip;   /* group 0: the matrices */
   CHECK(amp_optimizer_create(opt, amp_cpu(), &oc));
-  for (p = 0; p < NPARAM; p++) CHECK(amp_optimizer_add(*opt, m->t.low, P(m, p), G(m, p), m->n[p]));
+  CHECK(amp_optimizer_add_group(*opt, 1.0f, 0.0f, &no_decay));
+  for (p = 0; p < NPARAM; p++) {
+    amp_tensor_desc t;
+    memset(&t, 0, sizeof t);
+    t.weights = P(m, p); t.dtype = m->t.low;
+    t.grads = G(m, p); t.grad_dtype = m->t.low;
+    t.n = m->n[p];
+    t.group = param_is_matrix[p] ? 0 : no_decay;
+    CHECK(amp_optimizer_add_tensor(*opt, &t));
+  }
 }
 
 static void train(const char *name, amp_dtype low, const text *tx, const float *w0, const options *o, result *r) {
@@ -969,7 +979,7 @@ static int train_gpt_main(int argc, char **argv) {
   if (!do_bench) printf("GPT: vocabulary %d (bytes), context %d, width %d, %d layers, %d heads: %zu parameters\n",
          o.c.V, o.c.T, o.c.C, o.c.L, o.c.H, total);
   if (!do_bench)
-    printf("AdamW lr %g (warmup %d, cosine to %g), betas 0.9 0.95, weight decay %g, clip %g; batch %d x %d tokens, %d steps, seed %d\n\n",
+    printf("AdamW lr %g (warmup %d, cosine to %g), betas 0.9 0.95, weight decay %g (matrices only), clip %g; batch %d x %d tokens, %d steps, seed %d\n\n",
            (double)o.lr, o.warmup, (double)o.min_lr, (double)o.weight_decay, (double)o.clip, o.B, o.c.T, o.steps, (int)o.seed);
   else
     printf("GPT %zu parameters (make gpt's model), batch %d x %d tokens, 10 steps per precision; ms per training step, one thread\n",
