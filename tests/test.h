@@ -46,4 +46,21 @@ static inline void t_no_gpu(const char *what, const char *why) {
   else printf("skipped: %s (%s)\n", what, why);
 }
 
+#ifdef AMP_IMPLEMENTATION
+/* Every byte a CPU optimizer owns that a step may change: masters, moments, model copies, step
+   (for tests that check a skipped step changed nothing). buf must hold all of them. */
+static inline size_t t_optim_snapshot(const amp_optimizer *o, unsigned char *buf) {
+  size_t k = 0, i;
+  for (i = 0; i < o->count; i++) {
+    size_t n = o->n[i];
+    memcpy(buf + k, o->master[i], n * 4); k += n * 4;
+    if (o->m[i]) { memcpy(buf + k, o->m[i], n * 4); k += n * 4; }
+    if (o->v[i]) { memcpy(buf + k, o->v[i], n * 4); k += n * 4; }
+    memcpy(buf + k, o->w[i], n * amp_dtype_size(o->wtype[i])); k += n * amp_dtype_size(o->wtype[i]);
+  }
+  memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step;
+  return k;
+}
+#endif
+
 #endif

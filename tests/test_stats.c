@@ -186,20 +186,6 @@ static void overflow_tensor_names_the_first_and_forgets_the_last_unscale(void) {
   amp_scaler_destroy(sc); amp_optimizer_destroy(o);
 }
 
-/* Every byte the optimizer owns that a step may change: masters, moments, model copies, step. */
-static size_t snapshot(const amp_optimizer *o, unsigned char *buf) {
-  size_t k = 0, i;
-  for (i = 0; i < o->count; i++) {
-    size_t n = o->n[i];
-    memcpy(buf + k, o->master[i], n * 4); k += n * 4;
-    if (o->m[i]) { memcpy(buf + k, o->m[i], n * 4); k += n * 4; }
-    if (o->v[i]) { memcpy(buf + k, o->v[i], n * 4); k += n * 4; }
-    memcpy(buf + k, o->w[i], n * amp_dtype_size(o->wtype[i])); k += n * amp_dtype_size(o->wtype[i]);
-  }
-  memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step;
-  return k;
-}
-
 /* Stats on and off: the same bits after every step (model copies, masters, moments, step count,
    grad norm, scale), for each kind, with clipping, an overflow every few steps, at every SIMD
    level this CPU has (the stats scan is one loop; the plain scan may be a vector one). */
@@ -233,7 +219,7 @@ static void stats_off_and_on_step_alike(void) {
         EXPECT(amp_optimizer_grad_norm(oa) == amp_optimizer_grad_norm(ob) || step % 4 == 2,
                "%d level %d step %d: grad norm off %a on %a", k, lvl, step, (double)amp_optimizer_grad_norm(oa),
                (double)amp_optimizer_grad_norm(ob));
-        EXPECT(snapshot(oa, a) == snapshot(ob, b) && memcmp(a, b, snapshot(oa, a)) == 0 &&
+        EXPECT(t_optim_snapshot(oa, a) == t_optim_snapshot(ob, b) && memcmp(a, b, t_optim_snapshot(oa, a)) == 0 &&
                amp_scaler_get_scale(sa) == amp_scaler_get_scale(sb),
                "kind %d level %d step %d: stats on changed the step (w[0] off %g on %g, scale %g %g)", k, lvl, step,
                (double)amp_bf16_to_f32(wa[0]), (double)amp_bf16_to_f32(wb[0]), (double)amp_scaler_get_scale(sa),
@@ -316,7 +302,7 @@ static void spikes_skip_without_touching_the_scale(void) {
         for (i = 0; i < N; i++) g[i] = scale * 0.01f * (float)((int)(rnd() % 201) - 100) / 100.0f;
         if (spike) for (i = 0; i < N; i++) g[i] *= 3000.0f;   /* norm about 0.01 * sqrt(N / 3) * 3000 = 300 */
         if (overflow) g[7] = INFINITY;
-        len = snapshot(oa, before);
+        len = t_optim_snapshot(oa, before);
         if (via == 0) {
           EXPECT(amp_scaler_step(sa, oa) == AMP_OK && amp_scaler_update(sa) == AMP_OK, "step: %s", amp_last_error());
           if (!spike) EXPECT(amp_scaler_step(sb, ob) == AMP_OK && amp_scaler_update(sb) == AMP_OK, "step: %s", amp_last_error());
@@ -334,10 +320,10 @@ static void spikes_skip_without_touching_the_scale(void) {
         EXPECT(spike && !overflow ? amp_optimizer_grad_norm(oa) > 10.0f : 1, "step %d: the planted spike's norm %g", step,
                (double)amp_optimizer_grad_norm(oa));
         if (spike || overflow)
-          EXPECT(snapshot(oa, after) == len && memcmp(before, after, len) == 0, "%s kind %d step %d: a skipped step (spike %d, "
+          EXPECT(t_optim_snapshot(oa, after) == len && memcmp(before, after, len) == 0, "%s kind %d step %d: a skipped step (spike %d, "
                  "overflow %d) changed the optimizer", via == 0 ? "scaler" : "amp_optimizer_step", k, step, spike, overflow);
         EXPECT(amp_optimizer_spike_skips(oa) == spikes, "step %d: spike_skips %ld, want %d", step, amp_optimizer_spike_skips(oa), spikes);
-        EXPECT(snapshot(oa, before) == snapshot(ob, after) && memcmp(before, after, len) == 0,
+        EXPECT(t_optim_snapshot(oa, before) == t_optim_snapshot(ob, after) && memcmp(before, after, len) == 0,
                "%s kind %d step %d: the run with spikes skipped differs from the run that never saw them", via == 0 ? "scaler" : "step",
                k, step);
       }

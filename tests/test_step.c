@@ -27,20 +27,6 @@ static int nonfinite(float x) { uint32_t u; memcpy(&u, &x, 4); return (u & 0x7f8
 static const char *tname(amp_dtype t) { return t == AMP_F16 ? "f16" : t == AMP_BF16 ? "bf16" : "f32"; }
 static const char *kname(amp_optim_kind k) { return k == AMP_SGD ? "SGD" : k == AMP_ADAM ? "Adam" : "AdamW"; }
 
-/* Every byte the optimizer owns that a step may change: masters, moments, model copies, step. */
-static size_t snapshot(const amp_optimizer *o, unsigned char *buf) {
-  size_t k = 0, i;
-  for (i = 0; i < o->count; i++) {
-    size_t n = o->n[i];
-    memcpy(buf + k, o->master[i], n * 4); k += n * 4;
-    if (o->m[i]) { memcpy(buf + k, o->m[i], n * 4); k += n * 4; }
-    if (o->v[i]) { memcpy(buf + k, o->v[i], n * 4); k += n * 4; }
-    memcpy(buf + k, o->w[i], n * amp_dtype_size(o->wtype[i])); k += n * amp_dtype_size(o->wtype[i]);
-  }
-  memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step;
-  return k;
-}
-
 /* ---- the same bits as a scaler fixed at 1 ------------------------------------------------------- */
 
 /* Two optimizers on copies of the same weights and grads: one stepped by amp_optimizer_step, one
@@ -79,7 +65,7 @@ static void step_equals_a_scaler_fixed_at_1(void) {
         sb = amp_scaler_step(sc, ob); amp_scaler_update(sc);
         EXPECT(sa == AMP_OK && sb == AMP_OK, "%s %s/%s step %d: %s", kname(kinds[k]), tname(wt), tname(gt), s, amp_last_error());
         na_norm = amp_optimizer_grad_norm(oa); nb_norm = amp_optimizer_grad_norm(ob);
-        na = snapshot(oa, a); nb = snapshot(ob, b);
+        na = t_optim_snapshot(oa, a); nb = t_optim_snapshot(ob, b);
         EXPECT(na == nb && memcmp(a, b, na) == 0, "%s w %s g %s step %d: amp_optimizer_step differs from a scaler fixed at 1",
                kname(kinds[k]), tname(wt), tname(gt), s);
         EXPECT(memcmp(&na_norm, &nb_norm, 4) == 0, "step %d: grad norm %.9g, with the scaler %.9g", s, (double)na_norm, (double)nb_norm);
@@ -132,9 +118,9 @@ static void skipped_step_changes_nothing(void) {
           long count = amp_optimizer_step_count(oa);
           size_t nb, na;
           store(g, gt, where, x);
-          nb = snapshot(oa, before);
+          nb = t_optim_snapshot(oa, before);
           EXPECT(amp_optimizer_step(oa) == AMP_OK, "%s", amp_last_error());
-          na = snapshot(oa, after);
+          na = t_optim_snapshot(oa, after);
           EXPECT(na == nb && memcmp(before, after, na) == 0, "%s, %s grads, %s at %zu: the skipped step changed the state",
                  kname(kinds[k]), tname(gt), kind == 0 ? "+inf" : kind == 1 ? "-inf" : "NaN", where);
           EXPECT(amp_optimizer_last_skipped(oa) == 1, "%s at %zu: last_skipped %d", tname(gt), where, amp_optimizer_last_skipped(oa));
@@ -480,9 +466,9 @@ static void mixing_with_a_scaler_is_refused(void) {
   amp_optimizer_add(o, AMP_F32, w, g, N);
   EXPECT(amp_optimizer_last_skipped(o) == 0, "before any step: last_skipped %d", amp_optimizer_last_skipped(o));
   EXPECT(amp_optimizer_step(o) == AMP_OK, "%s", amp_last_error());
-  nb = snapshot(o, before);
+  nb = t_optim_snapshot(o, before);
   st = amp_scaler_step(s, o);
-  na = snapshot(o, after);
+  na = t_optim_snapshot(o, after);
   EXPECT(st == AMP_ERR_STATE && msg_has("amp_scaler_step", "without a scaler"), "scaler step after amp_optimizer_step: %s '%s'",
          amp_status_string(st), amp_last_error());
   EXPECT(na == nb && memcmp(before, after, na) == 0, "the refused scaler step changed the optimizer");
@@ -494,9 +480,9 @@ static void mixing_with_a_scaler_is_refused(void) {
   amp_optimizer_create(&o, amp_cpu(), &c);
   amp_optimizer_add(o, AMP_F32, w, g, N);
   EXPECT(amp_scaler_unscale(s, o) == AMP_OK, "%s", amp_last_error());   /* the first call decides: a scaler */
-  nb = snapshot(o, before);
+  nb = t_optim_snapshot(o, before);
   st = amp_optimizer_step(o);
-  na = snapshot(o, after);
+  na = t_optim_snapshot(o, after);
   EXPECT(st == AMP_ERR_STATE && msg_has("amp_optimizer_step", "stepped by a scaler"), "amp_optimizer_step after unscale: %s '%s'",
          amp_status_string(st), amp_last_error());
   EXPECT(na == nb && memcmp(before, after, na) == 0, "the refused amp_optimizer_step changed the optimizer");
@@ -572,7 +558,7 @@ static void checkpoint_keeps_zero_values_and_the_step(void) {
     for (i = 0; i < N; i++) g[i] = rndn();
     amp_optimizer_step(oa); amp_optimizer_step(ob);
   }
-  na = snapshot(oa, a); nb = snapshot(ob, b);
+  na = t_optim_snapshot(oa, a); nb = t_optim_snapshot(ob, b);
   EXPECT(na == nb && memcmp(a, b, na) == 0, "the loaded optimizer continues differently");
   amp_optimizer_destroy(oa); amp_optimizer_destroy(ob);
   remove(path);
