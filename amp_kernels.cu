@@ -640,26 +640,33 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
 __global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_optim_config h) { o->h = h; }
 __global__ void amp__cu_set_step_kernel(amp__cu_optim_dev *o, long long t) { o->t = t; }
 
-// ---- casts (and the in-place multiply by the scale): grid-stride, 8 elements per access
+// ---- casts (and the in-place multiply by the scale): grid-stride, V elements per access
+//
+// V is 8, or 4 when the cast widens (16-bit to f32): then each thread loads 8 bytes and stores 16, so
+// a warp's store covers 512 contiguous bytes. With 8 (16 bytes in, two 16-byte stores out) each
+// store instruction writes every other half of the warp's 32-byte sectors.
+
+__host__ __device__ constexpr int amp__cu_cast_width(int sd, int dd) { return dd == AMP_F32 && sd != AMP_F32 ? 4 : 8; }
 
 template <int SD, int DD> __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_cast_kernel(void *dst, const void *src, long long n, const float *mul, int vec) {
+  constexpr int V = amp__cu_cast_width(SD, DD);
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const float k = mul ? *mul : 1.0f;
   long long i0 = 0;
   if (vec) {
-    long long nv = n / 8;
+    long long nv = n / V;
     for (long long j = tid; j < nv; j += stride) {
-      float x[8];
-      amp__cu_ldv<SD, 8>(src, j * 8, x);
+      float x[V];
+      amp__cu_ldv<SD, V>(src, j * V, x);
       if (mul) {   // a multiply would quieten NaN payloads, so only when asked
 #pragma unroll
-        for (int e = 0; e < 8; e++) x[e] *= k;
+        for (int e = 0; e < V; e++) x[e] *= k;
       }
-      amp__cu_stv<DD, 8>(dst, j * 8, x);
+      amp__cu_stv<DD, V>(dst, j * V, x);
     }
-    i0 = nv * 8;
+    i0 = nv * V;
   }
   for (long long i = i0 + tid; i < n; i += stride) {
     float x = amp__load(src, (amp_dtype)SD, (size_t)i);
@@ -674,7 +681,8 @@ template <int SD> static void amp__cu_cast_launch_dst(int dd, int grid, cudaStre
   else amp__cu_cast_kernel<SD, AMP_F32><<<grid, AMP__CU_THREADS, 0, s>>>(dst, src, n, mul, vec);
 }
 static void amp__cu_cast_launch(amp__cu_state *st, void *dst, int dd, const void *src, int sd, size_t n, const float *mul) {
-  long long need = ((long long)n + 8LL * AMP__CU_THREADS - 1) / (8LL * AMP__CU_THREADS);
+  const long long v = amp__cu_cast_width(sd, dd);
+  long long need = ((long long)n + v * AMP__CU_THREADS - 1) / (v * AMP__CU_THREADS);
   long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;   // enough in flight to fill HBM
   int grid = (int)(need < most ? (need > 0 ? need : 1) : most);
   int vec = ((uintptr_t)dst % 16 == 0) && ((uintptr_t)src % 16 == 0);

@@ -20,7 +20,7 @@
 # AMP_REQUIRE_GPU=1: a GPU test that finds no usable GPU fails instead of saying "skipped".
 # AMP_TEST_SKIP_SLOW_CPU=1 (make gpu-check sets it): step 1 (the compile matrix, which needs clang),
 #   step 3 (the -Ofast, ASan+UBSan and valgrind re-runs) and step 5 (fuzzing) are left out: they
-#   are CPU only, and CI runs them on every change.
+#   are CPU only, and CI runs them on every change. Step 2 then runs its programs in parallel.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=build/test
@@ -48,7 +48,11 @@ check() {
 runtest() {
   rname=$1; shift
   "$@" >"$B/$rname.log" 2>&1
-  rc=$?
+  report "$rname" $?
+}
+# report NAME RC: adds up the RESULT line of $B/NAME.log, the output of a run that exited with RC.
+report() {
+  rname=$1; rc=$2
   line=$(grep '^RESULT ' "$B/$rname.log" | tail -n 1)
   grep -E '^(FAIL|  FAIL|skipped|SKIP)' "$B/$rname.log" | head -n 40
   if [ -z "$line" ]; then
@@ -101,13 +105,27 @@ if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; then
 fi
 
 # 2-3. the unit tests, plain, under ASan+UBSan, under valgrind -------------------------------
+# Without step 3 (make gpu-check), the plain builds and runs of step 2 go on all cores at once
+# (nproc at a time), each to its own log and exit-status file, reported below in order.
+AHEAD=0
+if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 0 ]; then
+  AHEAD=1
+  rm -f "$B"/test_*.rc
+  ls tests/test_*.c | B=$B WARN=$WARN xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh -c '
+    name=$(basename "$1" .c); libs=$(sed -n "s|^// LDLIBS: *||p" "$1" | head -n 1)
+    if gcc -std=c99 -O2 $WARN -I. "$1" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
+      "$B/$name" > "$B/$name.log" 2>&1; echo $? > "$B/$name.rc"
+    else echo build > "$B/$name.rc"; fi' _ {}
+fi
 for src in tests/test_*.c; do
   [ -e "$src" ] || continue
   name=$(basename "$src" .c)
   [ -n "$ONLY" ] && [ "$name" != "test_$ONLY" ] && [ "$name" != "$ONLY" ] && continue
   libs=$(ldlibs "$src")
   echo "== $name"
-  if gcc -std=c99 -O2 $WARN -I. "$src" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
+  if [ "$AHEAD" = 1 ] && [ "$(cat "$B/$name.rc" 2>/dev/null)" != build ]; then
+    report "$name" "$(cat "$B/$name.rc" 2>/dev/null || echo 255)"
+  elif [ "$AHEAD" = 0 ] && gcc -std=c99 -O2 $WARN -I. "$src" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
     runtest "$name" "$B/$name"
   else
     fail "$name: build"; sed 's/^/    /' "$B/$name.cc.log" | head -n 30; continue

@@ -46,6 +46,14 @@ static inline void t_no_gpu(const char *what, const char *why) {
   else printf("skipped: %s (%s)\n", what, why);
 }
 
+/* A shell command running "python3 ARGS" with a python3 that imports torch: $AMP_PYTHON, else
+   Debian's /usr/bin/python3, else the python3 on PATH (a GPU machine's PyTorch). Without one it
+   prints "missing" and exits 3. */
+static inline void t_torch_cmd(char *cmd, size_t cap, const char *args) {
+  snprintf(cmd, cap, "for py in \"${AMP_PYTHON:-/usr/bin/python3}\" python3; do "
+           "if \"$py\" -c 'import torch' 2>/dev/null; then exec \"$py\" %s; fi; done; echo missing; exit 3", args);
+}
+
 #ifdef AMP_IMPLEMENTATION
 /* Every byte a CPU optimizer owns that a step may change: masters, moments, model copies, step
    (for tests that check a skipped step changed nothing). buf must hold all of them. */

@@ -127,8 +127,12 @@ static void torch_compare(amp_optim_kind kind) {
            step, (double)amp_optimizer_grad_norm(o), (double)max_norm);
   }
   fclose(f);
-  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s %s", py, in, out);
-  EXPECT(system(cmd) == 0, "%s failed (python3-torch missing?)", cmd);
+  {
+    char args[800];
+    snprintf(args, sizeof args, "%s %s %s", py, in, out);
+    t_torch_cmd(cmd, sizeof cmd, args);
+  }
+  EXPECT(system(cmd) == 0, "%s failed (python3 with torch not found, or the script failed)", cmd);
   f = fopen(out, "rb");
   EXPECT(f != NULL, "no torch output %s", out);
   if (f) {

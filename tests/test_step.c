@@ -252,8 +252,9 @@ static void torch_agrees_on_every_case(void) {
   static int count[MAX_CASES];
   if (!script) { EXPECT(0, "no torch case was recorded"); return; }
   fclose(script); script = NULL;
-  snprintf(cmd, sizeof cmd, "for py in \"${AMP_PYTHON:-/usr/bin/python3}\" python3; do "
-           "if \"$py\" -c 'import torch' 2>/dev/null; then exec \"$py\" '%s' 2>&1; fi; done; echo missing", script_path);
+  char args[300];
+  snprintf(args, sizeof args, "'%s' 2>&1", script_path);
+  t_torch_cmd(cmd, sizeof cmd, args);
   f = popen(cmd, "r");
   EXPECT(f != NULL, "popen failed");
   if (!f) return;
