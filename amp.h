@@ -1078,6 +1078,28 @@ static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round
   else amp__store_model_rne(w, t, round_to, i, x);
 }
 
+/* The split master (AMP_MASTER_SPLIT): an fp32 master x held as its bf16 model copy hi plus a
+   16-bit remainder lo, exactly. hi = the top 16 bits of x rounded to nearest with ties AWAY from
+   zero, (u + 0x8000) >> 16 on the bits u; lo = the low 16 bits of u as they are. Decoding,
+   u = (hi << 16) + lo read as a signed 16-bit number (lo - 0x10000 when its top bit is set, the
+   case where hi was rounded up), gives x back bit for bit: subnormals, +-0 (hi +-0, lo 0), +-inf
+   (lo 0) and the finite values that round up to inf (hi inf, lo negative) included.
+   Why not ties to even: the fp32 values whose nearest-even bf16 is an even hi are 65537 (both
+   ties), one more than 16 bits can tell apart, so no 16-bit remainder beside a ties-to-even copy
+   is exact. With ties away every bf16 has 65536 values, and hi is amp_f32_to_bf16(x) everywhere
+   but at an exact tie (low 16 bits 0x8000) whose kept part is even: there hi is the other,
+   equally near neighbour. NaN: hi is amp_f32_to_bf16's quiet NaN (sign and top payload kept) and
+   lo 0, so the low 16 payload bits are not kept (an arithmetic NaN, whose low bits are 0, is). */
+static inline AMP_HD void amp__split_encode(float x, amp_bf16 *hi, uint16_t *lo) {
+  uint32_t u = amp__f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) { *hi = amp_f32_to_bf16(x); *lo = 0u; return; }
+  *hi = (amp_bf16)((u + 0x8000u) >> 16);
+  *lo = (uint16_t)(u & 0xffffu);
+}
+static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
+  return amp__bits_f32(((uint32_t)hi << 16) + (uint32_t)lo - (((uint32_t)lo & 0x8000u) << 1));
+}
+
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
 
 AMP__EXACT_BEGIN
@@ -3014,26 +3036,66 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
 
 /* Pass 2 (step): one fused pass over a tensor for SGD/Adam/AdamW: the grads read again as
    g * (inv_scale * clip), the update on the fp32 master and moments, the model copy written. */
+/* The update of k elements: masters pp, moments mm and vv (NULL where the kind keeps none), the
+   unscaled, clipped grads gb; sq is room for k roots. The element functions in the one order every
+   path keeps, whatever holds the masters (an fp32 array, or a block rebuilt from a split or
+   absent master: amp__o_step_lowmem). */
+AMP__INLINE void amp__o_update_chunk(amp_optim_kind kind, float *AMP__RESTRICT pp, float *AMP__RESTRICT mm,
+                                     float *AMP__RESTRICT vv, const float *AMP__RESTRICT gb, float *AMP__RESTRICT sq,
+                                     size_t k, const amp_step_coefs *coefs) {
+  amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
+  size_t i;
+  if (kind == AMP_SGD) {
+    if (mm) { for (i = 0; i < k; i++) amp__sgd_elem(&pp[i], &mm[i], gb[i], &c); }
+    else for (i = 0; i < k; i++) { float unused = 0.0f; amp__sgd_elem(&pp[i], &unused, gb[i], &c); }
+  } else {
+    for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
+    amp__o_sqrt(sq, vv, k);
+    for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
+  }
+}
 AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, float *AMP__RESTRICT m,
                                   float *AMP__RESTRICT v, const void *g, amp_dtype gt, void *w, amp_dtype wt,
                                   amp_dtype rt, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *coefs) {
   float gb[AMP__CHUNK], sq[AMP__CHUNK];
-  amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
-  size_t i0, i;
+  size_t i0;
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-    float *AMP__RESTRICT pp = p + i0;
     amp__o_load(gb, g, gt, i0, k, gmul);
-    if (kind == AMP_SGD) {
-      if (m) { float *AMP__RESTRICT b = m + i0; for (i = 0; i < k; i++) amp__sgd_elem(&pp[i], &b[i], gb[i], &c); }
-      else for (i = 0; i < k; i++) { float unused = 0.0f; amp__sgd_elem(&pp[i], &unused, gb[i], &c); }
-    } else {
-      float *AMP__RESTRICT mm = m + i0, *AMP__RESTRICT vv = v + i0;
-      for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
-      amp__o_sqrt(sq, vv, k);
-      for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
-    }
-    amp__o_store(w, wt, rt, sr, key, i0, pp, k);
+    amp__o_update_chunk(kind, p + i0, m ? m + i0 : NULL, v ? v + i0 : NULL, gb, sq, k, coefs);
+    amp__o_store(w, wt, rt, sr, key, i0, p + i0, k);
+  }
+}
+
+/* A tensor without an fp32 master array: the masters of elements i0 .. i0 + k - 1 decoded from
+   the bf16 model copy w and the remainder rem (AMP_MASTER_SPLIT), or the bf16 values themselves
+   (AMP_MASTER_NONE, rem NULL); and written back: split again (exact), or rounded stochastically
+   into w with the bits of key (NONE). */
+AMP__INLINE void amp__o_master_load(float *AMP__RESTRICT d, const amp_bf16 *w, const uint16_t *rem, size_t i0, size_t k) {
+  size_t i;
+  if (rem) for (i = 0; i < k; i++) d[i] = amp__split_decode(w[i0 + i], rem[i0 + i]);
+  else for (i = 0; i < k; i++) d[i] = amp_bf16_to_f32(w[i0 + i]);
+}
+AMP__INLINE void amp__o_master_store(amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *AMP__RESTRICT p,
+                                     size_t k) {
+  size_t i;
+  if (rem) for (i = 0; i < k; i++) amp__split_encode(p[i], &w[i0 + i], &rem[i0 + i]);
+  else for (i = 0; i < k; i++) amp__store_model(w, AMP_BF16, AMP_F32, 1, key, i0 + i, p[i]);
+}
+/* The step of such a tensor: per block of AMP__CHUNK elements, the masters rebuilt, updated by
+   amp__o_update_chunk (the fp32 master's element functions, so a split master stays equal to an
+   fp32 one bit for bit), written back. */
+static AMP__EXACT_FP void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, float *m, float *v,
+                                             const void *g, amp_dtype gt, uint64_t key, size_t n, float gmul,
+                                             const amp_step_coefs *c) {
+  float pb[AMP__CHUNK], gb[AMP__CHUNK], sq[AMP__CHUNK];
+  size_t i0;
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    amp__o_master_load(pb, w, rem, i0, k);
+    amp__o_load(gb, g, gt, i0, k, gmul);
+    amp__o_update_chunk(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, gb, sq, k, c);
+    amp__o_master_store(w, rem, key, i0, pb, k);
   }
 }
 
@@ -3385,6 +3447,9 @@ enum { AMP__BY_NONE = 0, AMP__BY_SCALER = 1, AMP__BY_STEP = 2 };
      group[i]            its param group (amp_optimizer_add_group; 0 the default)
      round_to[i]         a float model copy's rounding (amp_tensor_desc.round_to; else AMP_F32)
      stochastic[i]       1: the bf16 model copy is written with stochastic rounding
+     master_mode[i]      AMP_MASTER_F32, or SPLIT / NONE: then master[i] is NULL (no fp32 array; the
+                         CPU steps it with amp__o_step_lowmem) and, for SPLIT, rem[i] holds the n
+                         16-bit remainders beside the bf16 model copy (amp__split_encode)
      gstat[i]            the gradient stats of its last unscale (amp_optim_config.stats)
    The groups: lr_scale[k], weight_decay[k] for k = 1 .. n_groups - 1 (group 0 reads the config).
    stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler).
@@ -3399,8 +3464,11 @@ struct amp_optimizer {
   const void **g;
   float **master, **m, **v;
   size_t *n;
-  int *group, *stochastic;
+  int *group, *stochastic, *master_mode;
   amp_dtype *round_to;
+  uint16_t **rem;                /* AMP_MASTER_SPLIT: the remainders (else NULL) */
+  long io_step;                  /* a checkpoint load's update count, set (optim_set_step) before its
+                                    masters are written: the key of an AMP_MASTER_NONE tensor's rounding */
   amp__gstat *gstat;             /* amp_optim_config.stats: the last unscale's stats per tensor (the
                                     host copy on CUDA, refreshed by optim_stats) */
   float *lr_scale, *weight_decay;  /* per group; entry 0 unused (group 0: 1 and cfg.weight_decay) */
@@ -3510,6 +3578,7 @@ static void amp__o_free_table(amp_optimizer *o) {
   AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
   AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
   AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic); AMP_FREE(o->gstat);
+  AMP_FREE(o->master_mode); AMP_FREE((void *)o->rem);
 }
 
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
@@ -3532,8 +3601,9 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
   t.group = (int *)AMP_MALLOC(cap * sizeof *t.group); t.round_to = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.round_to);
   t.stochastic = (int *)AMP_MALLOC(cap * sizeof *t.stochastic);
   t.gstat = (amp__gstat *)AMP_MALLOC(cap * sizeof *t.gstat);
+  t.master_mode = (int *)AMP_MALLOC(cap * sizeof *t.master_mode); t.rem = (uint16_t **)AMP_MALLOC(cap * sizeof *t.rem);
   if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to || !t.stochastic ||
-      !t.gstat) {
+      !t.gstat || !t.master_mode || !t.rem) {
     amp__o_free_table(&t);
     return 0;
   }
@@ -3541,7 +3611,7 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
     t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
     t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
     t.group[i] = o->group[i]; t.round_to[i] = o->round_to[i]; t.stochastic[i] = o->stochastic[i];
-    t.gstat[i] = o->gstat[i];
+    t.gstat[i] = o->gstat[i]; t.master_mode[i] = o->master_mode[i]; t.rem[i] = o->rem[i];
   }
   memset(t.gstat + o->count, 0, (cap - o->count) * sizeof *t.gstat);   /* nothing recorded yet */
   amp__o_free_table(o);
@@ -3597,12 +3667,28 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (t->master_mode != AMP_MASTER_F32 && t->master_mode != AMP_MASTER_SPLIT && t->master_mode != AMP_MASTER_NONE)
     return amp__fail(AMP_ERR_ARG, "%s: master_mode %d is not AMP_MASTER_F32, AMP_MASTER_SPLIT or AMP_MASTER_NONE", fn,
                      t->master_mode);
-  if (t->master_mode != AMP_MASTER_F32)
-    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s is not implemented yet (use AMP_MASTER_F32)", fn,
-                     t->master_mode == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE");
   if (t->stochastic && t->dtype != AMP_BF16)
     return amp__fail(AMP_ERR_ARG, "%s: stochastic %d needs a bf16 model copy (dtype AMP_BF16); dtype is %s", fn,
                      t->stochastic, amp__dtype_name(t->dtype));
+  if (t->master_mode != AMP_MASTER_F32) {
+    const char *mode = t->master_mode == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE";
+    if (t->dtype != AMP_BF16)
+      return amp__fail(AMP_ERR_ARG, "%s: master_mode %s needs a bf16 model copy (dtype AMP_BF16); dtype is %s "
+                       "(use AMP_MASTER_F32)", fn, mode, amp__dtype_name(t->dtype));
+    if (t->master_mode == AMP_MASTER_SPLIT && t->stochastic)
+      return amp__fail(AMP_ERR_ARG, "%s: master_mode AMP_MASTER_SPLIT with stochastic %d: the split model copy is the "
+                       "master's nearest bf16 (its remainder is the rest), it cannot be rounded stochastically", fn,
+                       t->stochastic);
+    if (t->master_mode == AMP_MASTER_NONE && !t->stochastic)
+      return amp__fail(AMP_ERR_ARG, "%s: master_mode AMP_MASTER_NONE needs stochastic = 1 (without a master, rounding "
+                       "to nearest would drop every update smaller than half a bf16 step)", fn);
+    if (o->cfg.kind == AMP_CUSTOM)
+      return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s with kind AMP_CUSTOM: custom_step updates an fp32 "
+                       "master array, which this mode does not keep (use AMP_MASTER_F32)", fn, mode);
+    if (o->dev->is_cuda)
+      return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s is not implemented on a CUDA device yet (CPU only; "
+                       "use AMP_MASTER_F32 there)", fn, mode);
+  }
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
     if (amp__overlap(weights, n * ws, o->w[i], ows) || amp__overlap(weights, n * ws, o->g[i], ogs))
@@ -3615,6 +3701,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   i = o->count;   /* recorded past the end; counted once the device has taken it */
   o->wtype[i] = t->dtype; o->gtype[i] = t->grad_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
   o->group[i] = t->group; o->round_to[i] = t->round_to; o->stochastic[i] = t->stochastic != 0;
+  o->master_mode[i] = t->master_mode; o->rem[i] = NULL;
   o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL;
   if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
   o->count++;
@@ -3725,6 +3812,13 @@ AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) {
 }
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
   if (!o || index >= o->count || amp__o_ready("amp_optimizer_master", o) != AMP_OK) { if (n) *n = 0; return NULL; }
+  if (o->master_mode[index] != AMP_MASTER_F32) {
+    if (n) *n = 0;
+    amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_master: tensor %zu has master_mode %s: no fp32 master array (its "
+              "master is %s)", index, o->master_mode[index] == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE",
+              o->master_mode[index] == AMP_MASTER_SPLIT ? "the bf16 model copy plus its 16-bit remainders" : "the bf16 weights");
+    return NULL;
+  }
   if (n) *n = o->n[index];
   return o->master[index];
 }
@@ -3784,6 +3878,11 @@ static void amp__o_apply(amp_optimizer *o) {
       o->cfg.custom_step(o->cfg.custom_user, o->master[i], o->scratch, o->n[i], i, o->step + 1);
       amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, o->step + 1), 0,
                    o->master[i], o->n[i]);
+    } else if (o->master_mode[i] != AMP_MASTER_F32) {   /* SPLIT / NONE: a bf16 model copy, no fp32 array */
+      amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->group[i], amp__o_lr_scale(o, i),
+                                          amp__o_weight_decay(o, i));
+      amp__o_step_lowmem(o->cfg.kind, (amp_bf16 *)o->w[i], o->rem[i], o->m[i], o->v[i], o->g[i], o->gtype[i],
+                         amp__o_sr_key(o, i, o->step + 1), o->n[i], gmul, &c);
     } else {
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->group[i], amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
@@ -3822,6 +3921,33 @@ static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, s
   return AMP_OK;
 }
 
+/* AMP_MASTER_SPLIT / AMP_MASTER_NONE: the moments (one block, m then v; none for plain SGD) and,
+   SPLIT, the remainders; no fp32 array. The master is the bf16 model copy as it is (its remainders
+   0: exact), or seed: split into the model copy and the remainders (exact), or, NONE, rounded
+   into the model copy stochastically with the key of update 0 (the seed itself is not kept). */
+static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const float *seed, int nm, char *msg, size_t cap) {
+  size_t n = o->n[i];
+  float *mom = NULL;
+  uint16_t *rem = NULL;
+  if (nm) {
+    mom = (float *)AMP_MALLOC(n * (size_t)nm * sizeof(float));
+    if (!mom) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)nm); return AMP_ERR_NOMEM; }
+    memset(mom, 0, n * (size_t)nm * sizeof(float));
+  }
+  if (o->master_mode[i] == AMP_MASTER_SPLIT) {
+    rem = (uint16_t *)AMP_MALLOC(n * sizeof *rem);
+    if (!rem) { AMP_FREE(mom); snprintf(msg, cap, "out of memory for %zu remainders", n); return AMP_ERR_NOMEM; }
+    memset(rem, 0, n * sizeof *rem);
+  }
+  if (seed) {
+    size_t i0;
+    for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
+      amp__o_master_store((amp_bf16 *)o->w[i], rem, amp__o_sr_key(o, i, 0), i0, seed + i0,
+                          n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK);
+  }
+  o->rem[i] = rem; o->m[i] = mom; o->v[i] = nm >= 2 ? mom + n : NULL;
+  return AMP_OK;
+}
 static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap) {
   size_t n = o->n[i], k;
   int nm = amp__o_moments(&o->cfg);
@@ -3831,6 +3957,7 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
     if (!s) { snprintf(msg, cap, "out of memory for %zu floats", n); return AMP_ERR_NOMEM; }
     AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
   }
+  if (o->master_mode[i] != AMP_MASTER_F32) return amp__cpu_optim_add_lowmem(o, i, seed, nm, msg, cap);
   block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
   if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
   if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
@@ -3843,7 +3970,10 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
 }
 static void amp__cpu_optim_destroy(amp_optimizer *o) {
   size_t i;
-  for (i = 0; i < o->count; i++) AMP_FREE(o->master[i]);
+  for (i = 0; i < o->count; i++) {
+    if (o->master_mode[i] == AMP_MASTER_F32) AMP_FREE(o->master[i]);   /* the master with its moments */
+    else { AMP_FREE(o->m[i]); AMP_FREE(o->rem[i]); }
+  }
 }
 static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap) {
   (void)o; (void)c; (void)msg; (void)cap;
@@ -3890,12 +4020,25 @@ static amp_status amp__cpu_optim_step(amp_optimizer *o, amp_scaler *s, char *msg
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_set_step(amp_optimizer *o, long step, char *msg, size_t cap) {
-  (void)o; (void)step; (void)msg; (void)cap;
+  (void)msg; (void)cap;
+  o->io_step = step;   /* o->step itself is the caller's to write, once nothing can fail */
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
                                            char *msg, size_t cap) {
   float *p = which == 0 ? o->master[i] : which == 1 ? o->m[i] : o->v[i];
+  if (which == 0 && o->master_mode[i] != AMP_MASTER_F32) {
+    /* no fp32 array: the master decoded from (written into) the model copy and remainders; NONE
+       rounds a master into the model copy stochastically with the key of the update count
+       being loaded (io_step), as a stochastic F32 tensor's model copy is written at a load */
+    size_t i0, n = o->n[i];
+    for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+      size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+      if (to_device) amp__o_master_store((amp_bf16 *)o->w[i], o->rem[i], amp__o_sr_key(o, i, o->io_step), i0, host + i0, k);
+      else amp__o_master_load(host + i0, (const amp_bf16 *)o->w[i], o->rem[i], i0, k);
+    }
+    return AMP_OK;
+  }
   if (!p) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
   if (to_device) memcpy(p, host, o->n[i] * sizeof(float));
   else memcpy(host, p, o->n[i] * sizeof(float));
@@ -3903,6 +4046,7 @@ static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which
 }
 static amp_status amp__cpu_optim_write_model(amp_optimizer *o, size_t i, long step, char *msg, size_t cap) {
   (void)msg; (void)cap;
+  if (o->master_mode[i] != AMP_MASTER_F32) return AMP_OK;   /* written with the master (optim_tensor_io) */
   amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, step), 0, o->master[i], o->n[i]);
   return AMP_OK;
 }

@@ -345,10 +345,16 @@ static void bad_tensors_are_refused_and_change_nothing(void) {
   REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "round_to 1 (AMP_F16)");
   d = good; d.master_mode = 3;
   REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "master_mode 3");
-  d = good; d.master_mode = AMP_MASTER_SPLIT;
-  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_UNSUPPORTED, "amp_optimizer_add_tensor", "AMP_MASTER_SPLIT is not implemented");
-  d = good; d.master_mode = AMP_MASTER_NONE;
-  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_UNSUPPORTED, "amp_optimizer_add_tensor", "AMP_MASTER_NONE is not implemented");
+  d = good; d.master_mode = AMP_MASTER_SPLIT;   /* a float model copy */
+  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "AMP_MASTER_SPLIT needs a bf16 model copy");
+  d = good; d.weights = wl; d.dtype = AMP_F16; d.master_mode = AMP_MASTER_SPLIT;
+  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "dtype is AMP_F16");
+  d = good; d.master_mode = AMP_MASTER_NONE; d.stochastic = 0;
+  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "AMP_MASTER_NONE needs a bf16 model copy");
+  d = good; d.weights = wl; d.dtype = AMP_BF16; d.master_mode = AMP_MASTER_SPLIT; d.stochastic = 1;
+  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "AMP_MASTER_SPLIT with stochastic 1");
+  d = good; d.weights = wl; d.dtype = AMP_BF16; d.master_mode = AMP_MASTER_NONE;
+  REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "AMP_MASTER_NONE needs stochastic = 1");
   d = good; d.stochastic = 1;   /* a float model copy */
   REFUSED(amp_optimizer_add_tensor(o, &d), AMP_ERR_ARG, "amp_optimizer_add_tensor", "stochastic 1 needs a bf16 model copy");
   d = good; d.weights = wl; d.dtype = AMP_F16; d.stochastic = 1;
