@@ -18,7 +18,8 @@
       PARAM GROUPS                 per-group lr scale and weight decay, one global clip
       TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
                                    a float model copy rounded to bf16/f16, stochastic rounding,
-                                   memory per parameter
+                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), memory
+                                   per parameter of each master mode
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
                                    inf/NaN, zero and subnormal counts), the tensor that overflowed
       SPIKES                       amp_optim_config.spike_norm: skip a loss-spike step without
@@ -111,7 +112,8 @@
 
       (next)               param groups (amp_optimizer_add_group); amp_tensor_desc and
                            amp_optimizer_add_tensor (a seeded fp32 master, round_to, stochastic
-                           rounding of a bf16 copy; amp_optim_config.seed);
+                           rounding of a bf16 copy; amp_optim_config.seed; master_mode
+                           AMP_MASTER_SPLIT and AMP_MASTER_NONE, CPU only);
                            amp_optimizer_add / _add_mixed are its wrappers and their errors
                            name themselves; gradient stats (amp_optim_config.stats,
                            amp_optimizer_stats, amp_optimizer_overflow_tensor) recorded by the
@@ -774,7 +776,8 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
 AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n);
 AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr);
 AMPDEF float      amp_optimizer_grad_norm(const amp_optimizer *o);   /* unscaled L2 norm seen at the last unscale */
-AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n); /* fp32 master (device pointer on CUDA) */
+AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n); /* fp32 master (device pointer on CUDA);
+                                                  NULL for an AMP_MASTER_SPLIT / _NONE tensor, which keeps no fp32 array */
 AMPDEF void       amp_optimizer_destroy(amp_optimizer *o);
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s);
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s);
@@ -834,18 +837,56 @@ enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
                          draws nothing, and a run resumed from a checkpoint (which holds the update
                          count; the seed is the live config's, like custom_step) draws the same
                          bits as the run that saved it. The master itself stays fp32, exact.
-     master_mode         AMP_MASTER_F32 (0): an fp32 master. AMP_MASTER_SPLIT and AMP_MASTER_NONE
-                         are NOT IMPLEMENTED yet: AMP_ERR_UNSUPPORTED.
+     master_mode         AMP_MASTER_F32 (0): an fp32 master array beside the model copy.
+                         AMP_MASTER_SPLIT (dtype AMP_BF16, stochastic 0): no fp32 array; the
+                         bf16 model copy plus a 16-bit remainder per element hold the fp32
+                         master exactly (the encoding is below). Each update decodes the master,
+                         runs the element functions of AMP_MASTER_F32 and splits the result again,
+                         so the masters equal an AMP_MASTER_F32 run's bit for bit (moments too),
+                         and the model copy is the master's nearest bf16.
+                         AMP_MASTER_NONE (dtype AMP_BF16, stochastic 1 required): no master at
+                         all; each update reads the bf16 weights as f32, runs the same element
+                         functions and writes the result back with stochastic rounding (the key
+                         above), so small updates move the weights on average as they would move
+                         an fp32 master (round to nearest would drop every update below half a
+                         bf16 step, hence the requirement). A seed (master) is rounded into the
+                         weights that way at add (the key of update 0) and not kept.
+                         Both: CPU only for now (a CUDA device refuses them: AMP_ERR_UNSUPPORTED);
+                         not with kind AMP_CUSTOM (its custom_step needs an fp32 master array:
+                         AMP_ERR_UNSUPPORTED); amp_optimizer_master returns NULL for such a
+                         tensor (AMP_ERR_UNSUPPORTED in amp_last_error). Checkpoints hold the fp32
+                         master whatever the mode: SPLIT saves the decoded master and a load splits
+                         the file's master again (exact, whichever mode saved it); NONE saves the
+                         bf16 weights widened, and a load rounds the file's master into the weights
+                         stochastically with the key of the loaded update count (exact when the
+                         file came from a NONE run; from an F32 run with a stochastic copy, the
+                         weights are that run's model copy bit for bit).
+   The split encoding. With u the master's 32 bits, the model copy is hi = (u + 0x8000) >> 16,
+   the top half rounded to nearest with ties AWAY from zero, and the remainder is lo = u & 0xffff,
+   the low half as it is; decoding adds lo read as a signed 16-bit number to hi << 16 (lo's top
+   bit set means hi was rounded up). Exact for every non-NaN pattern: +-0, subnormals, +-inf and
+   the finite values that round up to inf (hi inf, lo negative). Why ties away and not ties to
+   even: 65537 fp32 values have an even bf16 as their nearest-even rounding (both ties), one more
+   than a 16-bit remainder can tell apart, so no exact split can keep ties to even. The copy is
+   therefore amp_f32_to_bf16(master) everywhere but at an exact tie (low 16 bits 0x8000) whose
+   kept half is even: there it is the other neighbour, exactly as near (about one update in 2^17
+   where the master's low bits are random; more often where they are few). A NaN master splits into amp_f32_to_bf16's quiet
+   NaN and lo 0 (the low 16 payload bits are not kept; the default NaN of arithmetic has none).
    Memory per parameter the optimizer keeps (the model copy, 2 or 4 bytes, and the grads, 2 or 4,
-   are the trainer's): AMP_MASTER_F32: the master 4 bytes plus the fp32 moments, 0 (SGD), 4 (SGD
-   with momentum) or 8 (Adam/AdamW): 4, 8 or 12 bytes. So bf16 weights + fp32 grads + AdamW is
-   2 + 4 + 12 = 18 bytes; a float model copy with round_to (no 16-bit shadow) 4 + 4 + 12 = 20.
-   Planned, not implemented: AMP_MASTER_SPLIT (a 2-byte remainder beside a bf16 model copy:
-   2 + moments) and AMP_MASTER_NONE (0 + moments).
+   are the trainer's), moments included, fp32 moments being 0 (SGD), 4 (SGD with momentum) or 8
+   (Adam/AdamW) bytes:
+                           SGD   SGD + momentum   Adam / AdamW
+     AMP_MASTER_F32         4          8              12        (fp32 master, 4 bytes)
+     AMP_MASTER_SPLIT       2          6              10        (the remainder, 2 bytes)
+     AMP_MASTER_NONE        0          4               8        (no master)
+   So bf16 weights + fp32 grads + AdamW is 2 + 4 + 12 = 18 bytes with an fp32 master, 16 split,
+   14 with none; a float model copy with round_to (no 16-bit shadow) 4 + 4 + 12 = 20.
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, stochastic with a
-   dtype other than AMP_BF16, a master_mode that is not one of the three (AMP_ERR_ARG), and
-   AMP_MASTER_SPLIT / AMP_MASTER_NONE (AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
+   dtype other than AMP_BF16, a master_mode that is not one of the three, SPLIT or NONE with a
+   dtype other than AMP_BF16, SPLIT with stochastic, NONE without (AMP_ERR_ARG), and SPLIT or NONE
+   with kind AMP_CUSTOM or on a CUDA device (AMP_ERR_UNSUPPORTED); nothing is added, nothing
+   written. */
 typedef struct amp_tensor_desc {
   void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
   const void *grads;       amp_dtype grad_dtype;  /* required; 0 -> AMP_F32 */
@@ -854,7 +895,7 @@ typedef struct amp_tensor_desc {
   const float *master;                            /* NULL -> the master starts from weights */
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
-  int         master_mode;                        /* 0 -> AMP_MASTER_F32 (SPLIT, NONE: not implemented) */
+  int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 only (CPU) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 
@@ -984,8 +1025,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    device); the file is the same, so a checkpoint moves between CPU and GPU either way. A device
    error during load (after the file was checked) may leave the device state partly written:
    AMP_ERR_DEVICE.
-   Not in the file: the param groups (amp_optimizer_add_group), each tensor's group, round_to and
-   stochastic, and the config's seed. Like the tensor list and custom_step they are the program's
+   Not in the file: the param groups (amp_optimizer_add_group), each tensor's group, round_to,
+   stochastic and master_mode (the file holds the fp32 master of every mode: see TENSOR OPTIONS),
+   and the config's seed. Like the tensor list and custom_step they are the program's
    setup, done again before a load: load into an optimizer made with the same groups, tensors and
    seed, and stochastic rounding draws the same bits as the run that saved (its key holds the
    update count, which the file has). Group 0's weight_decay is the config's, which the file
