@@ -670,6 +670,23 @@ static void the_cuda_line_refuses_what_it_cannot_run(void) {
   st = amp_gemm(gpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, AMP_F32, 2, a, AMP_F32, 2, 0.0f, cbuf, AMP_F32, 2);
   EXPECT(st == AMP_ERR_DEVICE && strncmp(amp_last_error(), "amp_gemm: cublasLtMatmul", 24) == 0, "gemm: %s '%s'",
          amp_status_string(st), amp_last_error());
+  {   /* the split and absent masters are CPU-only for now: refused at add, nothing added */
+    amp_bf16 w[4] = {0};
+    amp_tensor_desc t;
+    int mode;
+    memset(&c, 0, sizeof c);
+    EXPECT(amp_optimizer_create(&o, gpu(), &c) == AMP_OK, "%s", amp_last_error());
+    for (mode = AMP_MASTER_SPLIT; o && mode <= AMP_MASTER_NONE; mode++) {
+      memset(&t, 0, sizeof t);
+      t.weights = w; t.dtype = AMP_BF16; t.grads = a; t.grad_dtype = AMP_F32; t.n = 4; t.master_mode = mode;
+      t.stochastic = mode == AMP_MASTER_NONE;
+      st = amp_optimizer_add_tensor(o, &t);
+      EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_optimizer_add_tensor") &&
+             strstr(amp_last_error(), "CUDA device") && amp_optimizer_count(o) == 0,
+             "master_mode %d on the CUDA line: %s '%s'", mode, amp_status_string(st), amp_last_error());
+    }
+    amp_optimizer_destroy(o);
+  }
 }
 
 int main(void) {
