@@ -3038,10 +3038,21 @@ AMP__INLINE void amp__o_store(void *dst, amp_dtype t, amp_dtype rt, int sr, uint
 }
 AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT s, size_t k) {
   size_t i = 0;
+#if defined(AMP__OPT_SSE) && defined(__clang__)
+  /* Clang under -ffast-math turns _mm_sqrt_ps and sqrtf into a reciprocal-root estimate (not
+     IEEE), whatever the pragmas say: the instructions themselves, in asm */
+  for (; i + 4 <= k; i += 4) {
+    __m128 x = _mm_loadu_ps(s + i);
+    __asm__("sqrtps %1, %0" : "=x"(x) : "x"(x));
+    _mm_storeu_ps(d + i, x);
+  }
+  for (; i < k; i++) { float x = s[i]; __asm__("sqrtss %1, %0" : "=x"(x) : "x"(x)); d[i] = x; }
+#else
 #ifdef AMP__OPT_SSE
   for (; i + 4 <= k; i += 4) _mm_storeu_ps(d + i, _mm_sqrt_ps(_mm_loadu_ps(s + i)));  /* IEEE sqrt, = sqrtf */
 #endif
   for (; i < k; i++) d[i] = sqrtf(s[i]);
+#endif
 }
 
 #define AMP__CHUNK 512   /* elements per block: the fp32 grads and roots of a block stay in L1 */
@@ -3078,34 +3089,26 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
 
 /* Pass 2 (step): one fused pass over a tensor for SGD/Adam/AdamW: the grads read again as
    g * (inv_scale * clip), the update on the fp32 master and moments, the model copy written. */
-/* The update of k elements: masters pp, moments mm and vv (NULL where the kind keeps none), the
-   unscaled, clipped grads gb; sq is room for k roots. The element functions in the one order every
-   path keeps, whatever holds the masters (an fp32 array, or a block rebuilt from a split or
-   absent master: amp__o_step_lowmem). */
-AMP__INLINE void amp__o_update_chunk(amp_optim_kind kind, float *AMP__RESTRICT pp, float *AMP__RESTRICT mm,
-                                     float *AMP__RESTRICT vv, const float *AMP__RESTRICT gb, float *AMP__RESTRICT sq,
-                                     size_t k, const amp_step_coefs *coefs) {
-  amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
-  size_t i;
-  if (kind == AMP_SGD) {
-    if (mm) { for (i = 0; i < k; i++) amp__sgd_elem(&pp[i], &mm[i], gb[i], &c); }
-    else for (i = 0; i < k; i++) { float unused = 0.0f; amp__sgd_elem(&pp[i], &unused, gb[i], &c); }
-  } else {
-    for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
-    amp__o_sqrt(sq, vv, k);
-    for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
-  }
-}
 AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, float *AMP__RESTRICT m,
                                   float *AMP__RESTRICT v, const void *g, amp_dtype gt, void *w, amp_dtype wt,
                                   amp_dtype rt, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *coefs) {
   float gb[AMP__CHUNK], sq[AMP__CHUNK];
-  size_t i0;
+  amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
+  size_t i0, i;
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    float *AMP__RESTRICT pp = p + i0;
     amp__o_load(gb, g, gt, i0, k, gmul);
-    amp__o_update_chunk(kind, p + i0, m ? m + i0 : NULL, v ? v + i0 : NULL, gb, sq, k, coefs);
-    amp__o_store(w, wt, rt, sr, key, i0, p + i0, k);
+    if (kind == AMP_SGD) {
+      if (m) { float *AMP__RESTRICT b = m + i0; for (i = 0; i < k; i++) amp__sgd_elem(&pp[i], &b[i], gb[i], &c); }
+      else for (i = 0; i < k; i++) { float unused = 0.0f; amp__sgd_elem(&pp[i], &unused, gb[i], &c); }
+    } else {
+      float *AMP__RESTRICT mm = m + i0, *AMP__RESTRICT vv = v + i0;
+      for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
+      amp__o_sqrt(sq, vv, k);
+      for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
+    }
+    amp__o_store(w, wt, rt, sr, key, i0, pp, k);
   }
 }
 
@@ -3124,23 +3127,6 @@ AMP__INLINE void amp__o_master_store(amp_bf16 *w, uint16_t *rem, uint64_t key, s
   if (rem) for (i = 0; i < k; i++) amp__split_encode(p[i], &w[i0 + i], &rem[i0 + i]);
   else for (i = 0; i < k; i++) amp__store_model(w, AMP_BF16, AMP_F32, 1, key, i0 + i, p[i]);
 }
-/* The step of such a tensor: per block of AMP__CHUNK elements, the masters rebuilt, updated by
-   amp__o_update_chunk (the fp32 master's element functions, so a split master stays equal to an
-   fp32 one bit for bit), written back. */
-static AMP__EXACT_FP void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, float *m, float *v,
-                                             const void *g, amp_dtype gt, uint64_t key, size_t n, float gmul,
-                                             const amp_step_coefs *c) {
-  float pb[AMP__CHUNK], gb[AMP__CHUNK], sq[AMP__CHUNK];
-  size_t i0;
-  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
-    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-    amp__o_master_load(pb, w, rem, i0, k);
-    amp__o_load(gb, g, gt, i0, k, gmul);
-    amp__o_update_chunk(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, gb, sq, k, c);
-    amp__o_master_store(w, rem, key, i0, pb, k);
-  }
-}
-
 static AMP__EXACT_FP void amp__o_scan_plain(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
   amp__o_scan_body(g, t, n, inv, sumsq, bad);
 }
@@ -3173,6 +3159,24 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
                                             void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n,
                                             float gmul, const amp_step_coefs *c) {
   amp__o_step_body(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
+}
+
+/* The step of such a tensor: per block of AMP__CHUNK elements, the masters rebuilt into pb, updated
+   by amp__o_step_plain itself (the loop an fp32 master steps in, writing the block's result to a
+   float scratch instead of a model copy), written back. So a split master stays equal to an fp32
+   master bit for bit. */
+static AMP__EXACT_FP void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, float *m, float *v,
+                                             const void *g, amp_dtype gt, uint64_t key, size_t n, float gmul,
+                                             const amp_step_coefs *c) {
+  float pb[AMP__CHUNK], out[AMP__CHUNK];
+  size_t i0, gs = amp_dtype_size(gt);
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    amp__o_master_load(pb, w, rem, i0, k);
+    amp__o_step_plain(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32,
+                      AMP_F32, 0, 0u, k, gmul, c);
+    amp__o_master_store(w, rem, key, i0, out, k);
+  }
 }
 
 #ifdef AMP__X86_SIMD
@@ -3210,6 +3214,12 @@ AMP__AVX512_INLINE __m512 amp__div16(__m512 a, __m512 b) { return _mm512_div_ps(
 AMP__AVX512_INLINE __m512 amp__sqrt16(__m512 a) { return _mm512_sqrt_ps(a); }
 #endif
 AMP__AVX2_INLINE __m256 amp__mul8(__m256 a, __m256 b) { __m256 p = _mm256_mul_ps(a, b); AMP__FP_BARRIER(p); return p; }
+/* The IEEE root: clang under -ffast-math turns _mm256_sqrt_ps into an estimate (as amp__o_sqrt says). */
+#if defined(__clang__)
+AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { __asm__("vsqrtps %1, %0" : "=x"(a) : "x"(a)); return a; }
+#else
+AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
+#endif
 
 /* AVX-512: 16 elements at p[0..16) etc. under the lane mask k. */
 #define AMP__STEP16_BODY \
@@ -3262,7 +3272,7 @@ AMP__AVX512_INLINE void amp__o_step16(int adam, float *p, float *m, float *v, co
     if (has_wd) x = _mm256_add_ps(x, amp__mul8(wd, w0)); \
     mv = _mm256_add_ps(amp__mul8(b1, mv), amp__mul8(omb1, x)); \
     vv = _mm256_add_ps(amp__mul8(b2, vv), amp__mul8(amp__mul8(omb2, x), x)); \
-    den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps); \
+    den = _mm256_add_ps(_mm256_div_ps(amp__sqrt8(vv), bc2), eps); \
     w0 = _mm256_sub_ps(w0, amp__mul8(ss, _mm256_div_ps(mv, den))); \
     _mm256_storeu_ps(m, mv); _mm256_storeu_ps(v, vv); \
   } else { \
