@@ -3737,9 +3737,6 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
     if (o->cfg.kind == AMP_CUSTOM)
       return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s with kind AMP_CUSTOM: custom_step updates an fp32 "
                        "master array, which this mode does not keep (use AMP_MASTER_F32)", fn, mode);
-    if (o->dev->is_cuda)
-      return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s is not implemented on a CUDA device yet (CPU only; "
-                       "use AMP_MASTER_F32 there)", fn, mode);
   }
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
@@ -6030,13 +6027,62 @@ static amp_status amp__cuda_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, 
   return amp__cu_scale_buffer(s->dev->cuda, s->cu, buf, (int32_t)t, n, m, cap);
 }
 
+/* AMP_MASTER_SPLIT / _NONE on CUDA. A tensor's master as host floats from its bf16 model copy (and
+   remainders), or host floats written into them (NONE: rounded stochastically with key), through
+   host copies and the CPU's own element functions (amp__o_master_load / _store): checkpoints and
+   the start of a seeded split master, nothing per step. rem is the device remainders (NULL: NONE). */
+static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem, float *host, int to_device, uint64_t key,
+                                      char *m, size_t cap) {
+  size_t n = o->n[i], i0;
+  amp_bf16 *hw = (amp_bf16 *)AMP_MALLOC(n * sizeof *hw);
+  uint16_t *hr = rem ? (uint16_t *)AMP_MALLOC(n * sizeof *hr) : NULL;
+  amp_status st = AMP_OK;
+  if (!hw || (rem && !hr)) { AMP_FREE(hw); AMP_FREE(hr); snprintf(m, cap, "out of memory for %zu elements", n); return AMP_ERR_NOMEM; }
+  if (!to_device) {
+    st = amp__cu_copy(o->dev->cuda, hw, o->w[i], n * sizeof *hw, 1, m, cap);
+    if (st == AMP_OK && rem) st = amp__cu_copy(o->dev->cuda, hr, rem, n * sizeof *hr, 1, m, cap);
+  }
+  for (i0 = 0; st == AMP_OK && i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    if (to_device) amp__o_master_store(hw, hr, key, i0, host + i0, k);
+    else amp__o_master_load(host + i0, hw, hr, i0, k);
+  }
+  if (st == AMP_OK && to_device) {
+    st = amp__cu_copy(o->dev->cuda, o->w[i], hw, n * sizeof *hw, 0, m, cap);
+    if (st == AMP_OK && rem) st = amp__cu_copy(o->dev->cuda, rem, hr, n * sizeof *hr, 0, m, cap);
+    if (st == AMP_OK) st = amp__cu_sync(o->dev->cuda, m, cap);   /* the host buffers are freed below */
+  }
+  AMP_FREE(hw); AMP_FREE(hr);
+  return st;
+}
 static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
-  amp_status st = amp__cu_malloc(o->dev->cuda, &p, o->n[i] * sizeof(float), m, cap);
+  amp_status st;
+  if (o->master_mode[i] == AMP_MASTER_NONE)   /* no master: a seed is rounded into the weights now (key of update 0) */
+    return seed ? amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)AMP_BF16, (int32_t)AMP_F32, 1, amp__o_sr_key(o, i, 0),
+                                      seed, o->n[i], m, cap) : AMP_OK;
+  if (o->master_mode[i] == AMP_MASTER_SPLIT && !seed) return AMP_OK;   /* the model copy as it is, remainders 0 */
+  /* an fp32 master, or a split master's seed: kept in a buffer of its own until optim_ready */
+  st = amp__cu_malloc(o->dev->cuda, &p, o->n[i] * sizeof(float), m, cap);
   if (st != AMP_OK) return st;
   if (seed) st = amp__cu_copy(o->dev->cuda, p, seed, o->n[i] * sizeof(float), 2, m, cap);   /* bit for bit */
   else st = amp__cu_cast(o->dev->cuda, p, AMP_F32, o->w[i], (int32_t)o->wtype[i], o->n[i], m, cap);
-  if (st == AMP_OK && (seed || o->round_to[i] != AMP_F32 || o->stochastic[i]))
+  if (st == AMP_OK && o->master_mode[i] == AMP_MASTER_SPLIT) {
+    /* the model copy written from the seed now, as on the CPU (its hi halves; optim_ready writes the
+       remainders, when the device buffer for them exists) */
+    size_t n = o->n[i], k;
+    float *h = (float *)AMP_MALLOC(n * sizeof *h);
+    amp_bf16 *hw = (amp_bf16 *)AMP_MALLOC(n * sizeof *hw);
+    if (!h || !hw) { snprintf(m, cap, "out of memory for %zu elements", n); st = AMP_ERR_NOMEM; }
+    if (st == AMP_OK) st = amp__cu_copy(o->dev->cuda, h, p, n * sizeof *h, 1, m, cap);
+    if (st == AMP_OK) {
+      for (k = 0; k < n; k++) { uint16_t lo; amp__split_encode(h[k], &hw[k], &lo); }
+      st = amp__cu_copy(o->dev->cuda, o->w[i], hw, n * sizeof *hw, 0, m, cap);
+      if (st == AMP_OK) st = amp__cu_sync(o->dev->cuda, m, cap);
+    }
+    AMP_FREE(h); AMP_FREE(hw);
+  }
+  if (st == AMP_OK && o->master_mode[i] == AMP_MASTER_F32 && (seed || o->round_to[i] != AMP_F32 || o->stochastic[i]))
     st = amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->stochastic[i],
                              amp__o_sr_key(o, i, 0), (const float *)p, o->n[i], m, cap);
   if (st != AMP_OK) {
@@ -6060,12 +6106,23 @@ static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
     t[i].group = o->group[i]; t[i].round_to = (int32_t)o->round_to[i]; t[i].stochastic = o->stochastic[i];
     t[i].lr_scale = o->group[i] ? o->lr_scale[o->group[i]] : 1.0f;
     t[i].weight_decay = o->group[i] ? o->weight_decay[o->group[i]] : 0.0f;   /* group 0: the config's, on the device */
+    t[i].master_mode = (int32_t)o->master_mode[i];
   }
   st = amp__cu_optim_create(state, &o->cu, t, o->count, &o->cfg, m, cap);
   AMP_FREE(t);
   if (st != AMP_OK) { o->cu = NULL; return st; }
-  for (i = 0; i < o->count && st == AMP_OK; i++)   /* the masters taken at add, in stream order */
-    st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->master[i], o->n[i] * sizeof(float), 2, m, cap);
+  for (i = 0; i < o->count && st == AMP_OK; i++) {   /* the masters taken at add, in stream order */
+    if (!o->master[i]) continue;   /* SPLIT without a seed, NONE: nothing was taken */
+    if (o->master_mode[i] == AMP_MASTER_SPLIT) {   /* the seed split into the model copy and the remainders */
+      float *h = (float *)AMP_MALLOC(o->n[i] * sizeof *h);
+      if (!h) { snprintf(m, cap, "out of memory for %zu floats", o->n[i]); st = AMP_ERR_NOMEM; break; }
+      st = amp__cu_copy(state, h, o->master[i], o->n[i] * sizeof *h, 1, m, cap);
+      if (st == AMP_OK) st = amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), h, 1, 0u, m, cap);
+      AMP_FREE(h);
+    } else {
+      st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->master[i], o->n[i] * sizeof(float), 2, m, cap);
+    }
+  }
   if (st != AMP_OK) { amp__cu_optim_destroy(state, o->cu); o->cu = NULL; return st; }
   for (i = 0; i < o->count; i++) {
     amp__cu_free(state, o->master[i]);
@@ -6108,13 +6165,17 @@ static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {
   return amp__cu_optim_stats_read(o->dev->cuda, o->cu, o->gstat, o->count, m, cap);
 }
 static amp_status amp__cuda_optim_set_step(amp_optimizer *o, long step, char *m, size_t cap) {
+  o->io_step = step;   /* the key of a NONE tensor's rounding at a load (optim_tensor_io) */
   return amp__cu_optim_set_step(o->dev->cuda, o->cu, (int64_t)step, m, cap);
 }
 static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
                                             char *m, size_t cap) {
+  if (which == 0 && o->master_mode[i] != AMP_MASTER_F32)   /* no fp32 array: decoded / written on the host */
+    return amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), host, to_device, amp__o_sr_key(o, i, o->io_step), m, cap);
   return amp__cu_optim_state_io(o->dev->cuda, o->cu, i, which, host, to_device, m, cap);
 }
 static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, long step, char *m, size_t cap) {
+  if (o->master_mode[i] != AMP_MASTER_F32) return AMP_OK;   /* written with the master (optim_tensor_io) */
   return amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->stochastic[i],
                              amp__o_sr_key(o, i, step), o->master[i], o->n[i], m, cap);
 }

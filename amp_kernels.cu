@@ -265,7 +265,9 @@ static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the stats counter
 struct amp__cu_tdev {
   const void *grad;
   void *model;
-  float *master, *m, *v;  // m: SGD momentum buffer or Adam's first moment; NULL when not kept
+  float *master, *m, *v;  // m: SGD momentum buffer or Adam's first moment; NULL when not kept;
+                          // master NULL: AMP_MASTER_SPLIT (rem) or AMP_MASTER_NONE, the model copy is bf16
+  uint16_t *rem;          // AMP_MASTER_SPLIT: the remainders beside the bf16 model copy (else NULL)
   long long n;
   int32_t dtype;          // the model copy's
   int32_t gdtype;         // the grads' (amp_optimizer_add_mixed: e.g. bf16 weights, f32 grads)
@@ -300,10 +302,12 @@ struct amp__cu_optim {
   double *partials;       // one sum of squares per chunk (double: finite grads near 1.8e19 square past FLT_MAX)
   double *reduce;         // data-parallel: this rank's {found_inf, sumsq}, all-reduced by the trainer
   amp__gstat *stats;      // amp_optim_config.stats: per-tensor gradient stats (NULL when off)
-  float *slab;            // master | m | v, each `total` floats
-  size_t n_tensors, total;
+  float *slab;            // masters (`mtotal` floats: AMP_MASTER_F32 tensors only) | m | v (each `total` floats)
+  uint16_t *rem;          // the remainders of the AMP_MASTER_SPLIT tensors, `rtotal` of them
+  size_t n_tensors, total, mtotal, rtotal;
   int n_chunks, kind, has_m, has_v;
-  size_t *offset, *n;     // host: each tensor's place in the slab and its length
+  size_t *offset, *n;     // host: each tensor's place in the moment regions and its length
+  size_t *moffset, *roffset;  // host: its place among the masters / the remainders (SIZE_MAX: none)
 };
 
 static amp_status amp__cu_arg(char *msg, size_t cap, const char *fmt, ...) {
@@ -540,9 +544,25 @@ template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step
                                                                                        uint64_t key) {
   const void *g = (const typename amp__cu_elem<GD>::T *)t.grad + start;
   void *w = (typename amp__cu_elem<WD>::T *)t.model + start;
-  float *p = t.master + start;
   float *m = t.m ? t.m + start : NULL, *v = t.v ? t.v + start : NULL;
   const int use_m = m != NULL && (KIND == 1 || c.momentum != 0.0f);
+  if (WD == AMP_BF16 && !t.master) {
+    // AMP_MASTER_SPLIT / _NONE: the master decoded from the bf16 copy (and the remainder), the same
+    // update, written back split (exact) or stochastically (NONE), as amp__o_step_lowmem on the CPU
+    amp_bf16 *wb = (amp_bf16 *)t.model;
+    for (int i = (int)threadIdx.x; i < len; i += blockDim.x) {
+      const long long e = start + i;
+      float pe = t.rem ? amp__split_decode(wb[e], t.rem[e]) : amp_bf16_to_f32(wb[e]);
+      float me = use_m ? m[i] : 0.0f, ve = KIND == 1 ? v[i] : 0.0f;
+      amp__cu_update<KIND>(pe, me, ve, amp__cu_ld_grad<GD>(g, i) * mul, c);
+      if (use_m) m[i] = me;
+      if (KIND == 1) v[i] = ve;
+      if (t.rem) amp__split_encode(pe, &wb[e], &t.rem[e]);
+      else amp__store_model(wb, AMP_BF16, AMP_F32, 1, key, (size_t)e, pe);
+    }
+    return;
+  }
+  float *p = t.master + start;
   int i0 = 0;
   if (t.vec) {  // 4 elements: float4 for master and moments, 8 or 16 bytes of grad and model
     int nv = len / 4;
@@ -842,8 +862,8 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
 static void amp__cu_optim_release(amp__cu_optim *o) {
   if (!o) return;
   cudaFree(o->dev); cudaFree(o->tensors); cudaFree(o->chunks); cudaFree(o->partials); cudaFree(o->reduce); cudaFree(o->slab);
-  cudaFree(o->stats);
-  free(o->offset); free(o->n); free(o);
+  cudaFree(o->stats); cudaFree(o->rem);
+  free(o->offset); free(o->n); free(o->moffset); free(o->roffset); free(o);
 }
 
 // Allocates and fills everything; on failure the caller releases what was made.
@@ -860,12 +880,18 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     AMP__CU_CHECK(cudaMalloc(&o->stats, o->n_tensors * sizeof *o->stats));
     AMP__CU_CHECK(cudaMemsetAsync(o->stats, 0, o->n_tensors * sizeof *o->stats, st->stream));
   }
-  AMP__CU_CHECK(cudaMalloc(&o->slab, (size_t)slots * o->total * sizeof(float)));
-  float *mbase = o->has_m ? o->slab + o->total : NULL;
-  float *vbase = o->has_v ? o->slab + (size_t)(1 + o->has_m) * o->total : NULL;
+  const size_t slab_floats = o->mtotal + (size_t)(slots - 1) * o->total;
+  if (slab_floats) AMP__CU_CHECK(cudaMalloc(&o->slab, slab_floats * sizeof(float)));   // none: AMP_MASTER_NONE + plain SGD
+  if (o->rtotal) {
+    AMP__CU_CHECK(cudaMalloc(&o->rem, o->rtotal * sizeof *o->rem));
+    AMP__CU_CHECK(cudaMemsetAsync(o->rem, 0, o->rtotal * sizeof *o->rem, st->stream));   // the bf16 copy is exact
+  }
+  float *mbase = o->has_m ? o->slab + o->mtotal : NULL;
+  float *vbase = o->has_v ? o->slab + o->mtotal + (size_t)o->has_m * o->total : NULL;
   for (size_t i = 0; i < o->n_tensors; i++) {
     ht[i].grad = ts[i].grad; ht[i].model = ts[i].model;
-    ht[i].master = o->slab + o->offset[i];
+    ht[i].master = ts[i].master_mode == AMP_MASTER_F32 ? o->slab + o->moffset[i] : NULL;
+    ht[i].rem = ts[i].master_mode == AMP_MASTER_SPLIT ? o->rem + o->roffset[i] : NULL;
     ht[i].m = mbase ? mbase + o->offset[i] : NULL;
     ht[i].v = vbase ? vbase + o->offset[i] : NULL;
     ht[i].n = (long long)ts[i].n; ht[i].dtype = ts[i].dtype; ht[i].gdtype = ts[i].grad_dtype;
@@ -885,8 +911,9 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   AMP__CU_CHECK(cudaMemsetAsync(o->reduce, 0, 2 * sizeof(double), st->stream));
   AMP__CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
   AMP__CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
-  if (slots > 1) AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->total, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
+  if (slots > 1) AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
   for (size_t i = 0; i < o->n_tensors; i++) {   // the master starts as the model copy, exactly
+    if (!ht[i].master) continue;
     amp__cu_cast_launch(st, ht[i].master, AMP_F32, ts[i].model, ts[i].dtype, ts[i].n, NULL);
     AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (master from model)");
   }
@@ -912,6 +939,11 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: round_to %d with dtype %d", i, (int)ts[i].round_to, (int)ts[i].dtype);
     if (ts[i].stochastic && ts[i].dtype != AMP_BF16)
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: stochastic with dtype %d (bf16 only)", i, (int)ts[i].dtype);
+    if ((ts[i].master_mode != AMP_MASTER_F32 && ts[i].master_mode != AMP_MASTER_SPLIT && ts[i].master_mode != AMP_MASTER_NONE) ||
+        (ts[i].master_mode != AMP_MASTER_F32 && ts[i].dtype != AMP_BF16) ||
+        (ts[i].master_mode == AMP_MASTER_SPLIT && ts[i].stochastic) || (ts[i].master_mode == AMP_MASTER_NONE && !ts[i].stochastic))
+      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: master_mode %d with dtype %d, stochastic %d", i,
+                         (int)ts[i].master_mode, (int)ts[i].dtype, (int)ts[i].stochastic);
     if (ts[i].group < 0 || !(ts[i].lr_scale >= 0.0f) || !(ts[i].weight_decay >= 0.0f))
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d, lr_scale %g, weight_decay %g", i,
                          (int)ts[i].group, (double)ts[i].lr_scale, (double)ts[i].weight_decay);
@@ -923,8 +955,11 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
   amp__cu_optim *o = (amp__cu_optim *)calloc(1, sizeof *o);
   amp__cu_tdev *ht = (amp__cu_tdev *)calloc(n_tensors, sizeof *ht);
   amp__cu_chunk *hc = (amp__cu_chunk *)calloc(chunks, sizeof *hc);
-  if (o) { o->offset = (size_t *)calloc(n_tensors, sizeof(size_t)); o->n = (size_t *)calloc(n_tensors, sizeof(size_t)); }
-  if (!o || !ht || !hc || !o->offset || !o->n) {
+  if (o) {
+    o->offset = (size_t *)calloc(n_tensors, sizeof(size_t)); o->n = (size_t *)calloc(n_tensors, sizeof(size_t));
+    o->moffset = (size_t *)calloc(n_tensors, sizeof(size_t)); o->roffset = (size_t *)calloc(n_tensors, sizeof(size_t));
+  }
+  if (!o || !ht || !hc || !o->offset || !o->n || !o->moffset || !o->roffset) {
     amp__cu_optim_release(o); free(ht); free(hc);
     if (msg && cap) snprintf(msg, cap, "amp__cu_optim_create: out of host memory for %zu tensors", n_tensors);
     return AMP_ERR_NOMEM;
@@ -933,8 +968,12 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
   o->has_m = h->kind != AMP_SGD || h->momentum != 0.0f;
   o->has_v = h->kind != AMP_SGD;
   for (size_t i = 0; i < n_tensors; i++) {   // each tensor 256-byte aligned in the slab: float4 access
+    const size_t padded = (ts[i].n + 63) / 64 * 64;
     o->offset[i] = o->total; o->n[i] = ts[i].n;
-    o->total += (ts[i].n + 63) / 64 * 64;
+    o->total += padded;
+    o->moffset[i] = o->roffset[i] = SIZE_MAX;
+    if (ts[i].master_mode == AMP_MASTER_F32) { o->moffset[i] = o->mtotal; o->mtotal += padded; }
+    else if (ts[i].master_mode == AMP_MASTER_SPLIT) { o->roffset[i] = o->rtotal; o->rtotal += padded; }
   }
   amp_status s = amp__cu_optim_build(st, o, ts, h, ht, hc, msg, cap);
   free(ht); free(hc);
@@ -980,9 +1019,14 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
 
 extern "C" float *amp__cu_optim_master(void *optim, size_t index, size_t *n) {
   amp__cu_optim *o = (amp__cu_optim *)optim;
-  if (!o || index >= o->n_tensors) { if (n) *n = 0; return NULL; }
+  if (!o || index >= o->n_tensors || o->moffset[index] == SIZE_MAX) { if (n) *n = 0; return NULL; }
   if (n) *n = o->n[index];
-  return o->slab + o->offset[index];
+  return o->slab + o->moffset[index];
+}
+extern "C" uint16_t *amp__cu_optim_rem(void *optim, size_t index) {
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!o || index >= o->n_tensors || o->roffset[index] == SIZE_MAX) return NULL;
+  return o->rem + o->roffset[index];
 }
 
 extern "C" amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap) {
@@ -1068,10 +1112,12 @@ extern "C" amp_status amp__cu_optim_state_io(void *state, void *optim, size_t in
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o || !host) return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: %s is NULL", !st ? "state" : !o ? "optim" : "host");
   if (index >= o->n_tensors) return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: index %zu but %zu tensors", index, o->n_tensors);
-  if (which < 0 || which > 2 || (which == 1 && !o->has_m) || (which == 2 && !o->has_v))
-    return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: which %d is not kept by this optimizer", which);
+  if (which < 0 || which > 2 || (which == 1 && !o->has_m) || (which == 2 && !o->has_v) ||
+      (which == 0 && o->moffset[index] == SIZE_MAX))
+    return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: which %d is not kept by this optimizer for tensor %zu", which, index);
   AMP__CU_ON(st);
-  float *d = o->slab + (size_t)(which == 0 ? 0 : which == 1 ? 1 : 1 + o->has_m) * o->total + o->offset[index];
+  float *d = which == 0 ? o->slab + o->moffset[index]
+                        : o->slab + o->mtotal + (size_t)(which == 1 ? 0 : o->has_m) * o->total + o->offset[index];
   size_t bytes = o->n[index] * sizeof(float);
   if (to_device) AMP__CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, st->stream));
   else AMP__CU_CHECK(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, st->stream));

@@ -40,6 +40,9 @@ typedef struct amp_cu_tensor {
   int32_t round_to;   /* a float model copy's rounding (amp__store_model); AMP_F32 otherwise */
   int32_t stochastic; /* 1: the bf16 model copy is written with stochastic rounding (key: h->seed, t, index) */
   float lr_scale, weight_decay;   /* its group's (groups 1, 2, ...) */
+  int32_t master_mode; /* AMP_MASTER_F32: an fp32 master in the slab; AMP_MASTER_SPLIT (bf16 model): no fp32
+                          master, a 16-bit remainder per element (amp__split_encode), zeroed at create (the
+                          model copy as it is, exactly); AMP_MASTER_NONE (bf16, stochastic): neither */
 } amp_cu_tensor;
 
 /* What a device scaler / optimizer holds besides the scale state, read back by a [sync] call. */
@@ -91,8 +94,11 @@ extern amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_t
 extern void       amp__cu_optim_destroy(void *state, void *optim);
 /* [step] new hyperparameters (the kind must stay the same). */
 extern amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap);
-/* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range. */
+/* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range
+   or the tensor keeps no fp32 master (AMP_MASTER_SPLIT / _NONE). */
 extern float     *amp__cu_optim_master(void *optim, size_t index, size_t *n);
+/* The remainders of an AMP_MASTER_SPLIT tensor (device pointer, n uint16); NULL for any other. */
+extern uint16_t  *amp__cu_optim_rem(void *optim, size_t index);
 /* [step] unscale + inf/NaN check + sum of squares over every grad in one launch; its last block
    takes the norm, the clip coefficient and the skip decision, and ORs an overflow into the scaler's
    flag (scaler NULL: inverse scale 1, no flag). Grads are read, never written. */
@@ -118,7 +124,8 @@ extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_opti
 extern amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n_tensors,
                                            char *msg, size_t cap);
 /* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
-   (to_device 0) or from host (to_device 1); a moment the kind does not keep is AMP_ERR_ARG. */
+   (to_device 0) or from host (to_device 1); a moment the kind does not keep, or the master of a
+   tensor that keeps none (AMP_MASTER_SPLIT / _NONE: amp.h decodes those itself), is AMP_ERR_ARG. */
 extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
                                          int to_device, char *msg, size_t cap);
 /* [step] set the step count (checkpoint load). */

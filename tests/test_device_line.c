@@ -88,6 +88,7 @@ amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int3
 
 typedef struct fake_optim {
   amp_optim_config h; size_t k; amp_cu_tensor *t; float **p, **m, **v;
+  uint16_t **rem;      /* AMP_MASTER_SPLIT tensors' remainders (p NULL for SPLIT and NONE, as the slab has none) */
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
   int32_t spike; int64_t spike_skips;
@@ -103,11 +104,15 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *
   o->h = *h; o->k = n;
   o->t = (amp_cu_tensor *)calloc(n, sizeof *o->t); o->p = (float **)calloc(n, sizeof *o->p);
   o->m = (float **)calloc(n, sizeof *o->m); o->v = (float **)calloc(n, sizeof *o->v);
+  o->rem = (uint16_t **)calloc(n, sizeof *o->rem);
   if (h->stats) o->stats = (amp__gstat *)calloc(n, sizeof *o->stats);
   for (i = 0; i < n; i++) {
     o->t[i] = ts[i];
-    o->p[i] = (float *)malloc(ts[i].n * 4);
-    for (j = 0; j < ts[i].n; j++) o->p[i][j] = amp__load(ts[i].model, (amp_dtype)ts[i].dtype, j);
+    if (ts[i].master_mode == AMP_MASTER_SPLIT) o->rem[i] = (uint16_t *)calloc(ts[i].n, 2);   /* zeroed, as the kernel's memset */
+    if (ts[i].master_mode == AMP_MASTER_F32) {
+      o->p[i] = (float *)malloc(ts[i].n * 4);
+      for (j = 0; j < ts[i].n; j++) o->p[i][j] = amp__load(ts[i].model, (amp_dtype)ts[i].dtype, j);
+    }
     if (nm >= 1) o->m[i] = (float *)calloc(ts[i].n, 4);
     if (nm >= 2) o->v[i] = (float *)calloc(ts[i].n, 4);
   }
@@ -118,8 +123,8 @@ void amp__cu_optim_destroy(void *state, void *optim) {
   fake_optim *o = (fake_optim *)optim;
   size_t i;
   (void)state;
-  for (i = 0; i < o->k; i++) { free(o->p[i]); free(o->m[i]); free(o->v[i]); }
-  free(o->t); free(o->p); free(o->m); free(o->v); free(o->stats); free(o);
+  for (i = 0; i < o->k; i++) { free(o->p[i]); free(o->m[i]); free(o->v[i]); free(o->rem[i]); }
+  free(o->t); free(o->p); free(o->m); free(o->v); free(o->rem); free(o->stats); free(o);
 }
 amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)optim;
@@ -130,9 +135,13 @@ amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_c
 }
 float *amp__cu_optim_master(void *optim, size_t index, size_t *n) {
   fake_optim *o = (fake_optim *)optim;
-  if (index >= o->k) { if (n) *n = 0; return NULL; }
+  if (index >= o->k || !o->p[index]) { if (n) *n = 0; return NULL; }
   if (n) *n = o->t[index].n;
   return o->p[index];
+}
+uint16_t *amp__cu_optim_rem(void *optim, size_t index) {
+  fake_optim *o = (fake_optim *)optim;
+  return index < o->k ? o->rem[index] : NULL;
 }
 /* The unscale kernel: with stats, the counters cleared first (the launcher's memset), then every
    grad through amp__gstat_add, as the kernel's stats loop does. */
@@ -184,6 +193,11 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
     for (i = 0; i < o->k; i++) {   /* each tensor's group, as the step kernel reads it from the table */
       amp_step_coefs c = amp__group_coefs(&o->h, o->t_done + 1, o->t[i].group, o->t[i].lr_scale, o->t[i].weight_decay);
       uint64_t key = o->t[i].stochastic ? amp__sr_key(o->h.seed, o->t_done + 1, (uint64_t)i) : 0u;
+      if (!o->p[i]) {   /* the kernel's AMP_MASTER_SPLIT / _NONE branch */
+        amp__o_step_lowmem(o->h.kind, (amp_bf16 *)o->t[i].model, o->rem[i], o->m[i], o->v[i], o->t[i].grad,
+                           (amp_dtype)o->t[i].grad_dtype, key, o->t[i].n, o->mul, &c);
+        continue;
+      }
       amp__o_step(o->h.kind, o->p[i], o->m[i], o->v[i], o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].model,
                   (amp_dtype)o->t[i].dtype, (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, o->t[i].n, o->mul, &c);
     }
@@ -670,22 +684,74 @@ static void the_cuda_line_refuses_what_it_cannot_run(void) {
   st = amp_gemm(gpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, AMP_F32, 2, a, AMP_F32, 2, 0.0f, cbuf, AMP_F32, 2);
   EXPECT(st == AMP_ERR_DEVICE && strncmp(amp_last_error(), "amp_gemm: cublasLtMatmul", 24) == 0, "gemm: %s '%s'",
          amp_status_string(st), amp_last_error());
-  {   /* the split and absent masters are CPU-only for now: refused at add, nothing added */
-    amp_bf16 w[4] = {0};
-    amp_tensor_desc t;
-    int mode;
-    memset(&c, 0, sizeof c);
-    EXPECT(amp_optimizer_create(&o, gpu(), &c) == AMP_OK, "%s", amp_last_error());
-    for (mode = AMP_MASTER_SPLIT; o && mode <= AMP_MASTER_NONE; mode++) {
-      memset(&t, 0, sizeof t);
-      t.weights = w; t.dtype = AMP_BF16; t.grads = a; t.grad_dtype = AMP_F32; t.n = 4; t.master_mode = mode;
-      t.stochastic = mode == AMP_MASTER_NONE;
-      st = amp_optimizer_add_tensor(o, &t);
-      EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_optimizer_add_tensor") &&
-             strstr(amp_last_error(), "CUDA device") && amp_optimizer_count(o) == 0,
-             "master_mode %d on the CUDA line: %s '%s'", mode, amp_status_string(st), amp_last_error());
+}
+
+/* AMP_MASTER_SPLIT and AMP_MASTER_NONE on the CUDA line: the device table carries each tensor's
+   mode (no fp32 master in the slab for them, the remainders beside it), the step kernel's branch
+   for them gives the CPU's bits (model copies, remainders, moments), a seed reaches the model copy
+   at add, a skipped step changes nothing, and a checkpoint moves between the CPU and the CUDA line. */
+typedef struct mrig { amp_bf16 wa[70], wb[45], wc[33]; float wd[20], ga[70], gb[45], gc[33], gd[20]; amp_optimizer *o; } mrig;
+static int mrig_make(mrig *r, amp_device *d, amp_optim_kind kind) {
+  amp_optim_config c = amp_optimizer_defaults(kind);
+  amp_tensor_desc t;
+  float seed[45];
+  int i;
+  memset(r, 0, sizeof *r);
+  c.lr = 0.01f; c.weight_decay = 0.05f; c.momentum = kind == AMP_SGD ? 0.9f : 0.0f; c.seed = 5;
+  for (i = 0; i < 70; i++) r->wa[i] = amp_f32_to_bf16(0.02f * (float)(i - 35));
+  for (i = 0; i < 45; i++) seed[i] = (1.0f + (float)(i + 3) * 0x1p-19f) * (i % 3 ? 0.7f : -0.3f);
+  for (i = 0; i < 33; i++) r->wc[i] = amp_f32_to_bf16(0.5f - 0.01f * (float)i);
+  for (i = 0; i < 20; i++) r->wd[i] = 0.1f * (float)i;
+  if (amp_optimizer_create(&r->o, d, &c) != AMP_OK) return 0;
+  memset(&t, 0, sizeof t);
+  t.dtype = AMP_BF16; t.grad_dtype = AMP_F32;
+  t.weights = r->wa; t.grads = r->ga; t.n = 70; t.master_mode = AMP_MASTER_SPLIT;
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  t.weights = r->wb; t.grads = r->gb; t.n = 45; t.master = seed;   /* a seeded split master */
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  t.weights = r->wc; t.grads = r->gc; t.n = 33; t.master = NULL; t.master_mode = AMP_MASTER_NONE; t.stochastic = 1;
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  return amp_optimizer_add(r->o, AMP_F32, r->wd, r->gd, 20) == AMP_OK;
+}
+static int mrig_same(const mrig *a, const mrig *b) {
+  uint16_t *rb0 = amp__cu_optim_rem(b->o->cu, 0), *rb1 = amp__cu_optim_rem(b->o->cu, 1);
+  return memcmp(a->wa, b->wa, sizeof a->wa) == 0 && memcmp(a->wb, b->wb, sizeof a->wb) == 0 &&
+         memcmp(a->wc, b->wc, sizeof a->wc) == 0 && memcmp(a->wd, b->wd, sizeof a->wd) == 0 &&
+         rb0 && rb1 && memcmp(a->o->rem[0], rb0, 70 * 2) == 0 && memcmp(a->o->rem[1], rb1, 45 * 2) == 0 &&
+         (!a->o->m[0] || memcmp(a->o->m[0], ((fake_optim *)b->o->cu)->m[0], 70 * 4) == 0);
+}
+static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
+  static const amp_optim_kind kinds[2] = {AMP_SGD, AMP_ADAMW};
+  int k, step, i;
+  for (k = 0; k < 2; k++) {
+    static mrig a, b;
+    static mrig before;
+    if (!mrig_make(&a, amp_cpu(), kinds[k]) || !mrig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    EXPECT(memcmp(a.wb, b.wb, sizeof a.wb) == 0, "kind %d: the model copies written from the seed at add differ", k);
+    EXPECT(amp_optimizer_master(b.o, 0, NULL) == NULL && amp_optimizer_master(b.o, 3, NULL) != NULL,
+           "kind %d: a split tensor has an fp32 master on the device, or the fp32 one has none", k);
+    for (step = 0; step < 9; step++) {
+      for (i = 0; i < 70; i++) a.ga[i] = b.ga[i] = 0.03f * (float)((i * 7 + step) % 9 - 4);
+      for (i = 0; i < 45; i++) a.gb[i] = b.gb[i] = 0.02f * (float)((i * 3 + step) % 7 - 3);
+      for (i = 0; i < 33; i++) a.gc[i] = b.gc[i] = 0.01f * (float)((i * 5 + step) % 11 - 5);
+      for (i = 0; i < 20; i++) a.gd[i] = b.gd[i] = 0.05f * (float)((i + step) % 5 - 2);
+      if (step == 4) a.gc[7] = b.gc[7] = (float)NAN;
+      before = b;
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+      if (step == 4)
+        EXPECT(memcmp(before.wa, b.wa, sizeof b.wa) == 0 && memcmp(before.wc, b.wc, sizeof b.wc) == 0,
+               "kind %d: a skipped step changed a split or in-place model copy", k);
+      EXPECT(mrig_same(&a, &b), "kind %d step %d: model copies, remainders or moments differ (split elem 0: cpu %04x/%04x, "
+             "cuda line %04x/%04x)", k, step, a.wa[0], a.o->rem[0][0], b.wa[0], amp__cu_optim_rem(b.o->cu, 0)[0]);
     }
-    amp_optimizer_destroy(o);
+    /* a checkpoint saved on the CUDA line and loaded on the CPU, and back */
+    EXPECT(amp_checkpoint_save(CKPT, b.o, NULL) == AMP_OK && amp_checkpoint_load(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
+    EXPECT(mrig_same(&a, &b), "kind %d: the CUDA line's checkpoint loaded on the CPU differs", k);
+    for (i = 0; i < 70; i++) a.ga[i] = b.ga[i] = 0.01f * (float)(i % 5);
+    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+    EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK && amp_checkpoint_load(CKPT, b.o, NULL) == AMP_OK, "%s", amp_last_error());
+    EXPECT(mrig_same(&a, &b), "kind %d: after a step and the CPU's checkpoint loaded on the CUDA line, they differ", k);
+    amp_optimizer_destroy(a.o); amp_optimizer_destroy(b.o);
   }
 }
 
@@ -700,6 +766,7 @@ int main(void) {
   RUN(a_failed_last_skipped_read_comes_back_from_the_next_step);
   RUN(gradient_stats_on_the_cuda_line_equal_the_cpus);
   RUN(spikes_on_the_cuda_line_equal_the_cpus);
+  RUN(master_modes_on_the_cuda_line_give_the_cpus_bits);
   amp_device_close(gpu());
   TEST_END();
 }
