@@ -113,7 +113,7 @@
       (next)               param groups (amp_optimizer_add_group); amp_tensor_desc and
                            amp_optimizer_add_tensor (a seeded fp32 master, round_to, stochastic
                            rounding of a bf16 copy; amp_optim_config.seed; master_mode
-                           AMP_MASTER_SPLIT and AMP_MASTER_NONE, CPU only);
+                           AMP_MASTER_SPLIT and AMP_MASTER_NONE);
                            amp_optimizer_add / _add_mixed are its wrappers and their errors
                            name themselves; gradient stats (amp_optim_config.stats,
                            amp_optimizer_stats, amp_optimizer_overflow_tensor) recorded by the
@@ -851,8 +851,9 @@ enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
                          an fp32 master (round to nearest would drop every update below half a
                          bf16 step, hence the requirement). A seed (master) is rounded into the
                          weights that way at add (the key of update 0) and not kept.
-                         Both: CPU only for now (a CUDA device refuses them: AMP_ERR_UNSUPPORTED);
-                         not with kind AMP_CUSTOM (its custom_step needs an fp32 master array:
+                         Both on every device (on CUDA the step kernel decodes, updates and
+                         splits in registers: no fp32 array in device memory either); not with
+                         kind AMP_CUSTOM (its custom_step needs an fp32 master array:
                          AMP_ERR_UNSUPPORTED); amp_optimizer_master returns NULL for such a
                          tensor (AMP_ERR_UNSUPPORTED in amp_last_error). Checkpoints hold the fp32
                          master whatever the mode: SPLIT saves the decoded master and a load splits
@@ -885,8 +886,7 @@ enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, stochastic with a
    dtype other than AMP_BF16, a master_mode that is not one of the three, SPLIT or NONE with a
    dtype other than AMP_BF16, SPLIT with stochastic, NONE without (AMP_ERR_ARG), and SPLIT or NONE
-   with kind AMP_CUSTOM or on a CUDA device (AMP_ERR_UNSUPPORTED); nothing is added, nothing
-   written. */
+   with kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
 typedef struct amp_tensor_desc {
   void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
   const void *grads;       amp_dtype grad_dtype;  /* required; 0 -> AMP_F32 */
@@ -895,7 +895,7 @@ typedef struct amp_tensor_desc {
   const float *master;                            /* NULL -> the master starts from weights */
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
-  int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 only (CPU) */
+  int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 
@@ -3500,8 +3500,9 @@ enum { AMP__BY_NONE = 0, AMP__BY_SCALER = 1, AMP__BY_STEP = 2 };
      round_to[i]         a float model copy's rounding (amp_tensor_desc.round_to; else AMP_F32)
      stochastic[i]       1: the bf16 model copy is written with stochastic rounding
      master_mode[i]      AMP_MASTER_F32, or SPLIT / NONE: then master[i] is NULL (no fp32 array; the
-                         CPU steps it with amp__o_step_lowmem) and, for SPLIT, rem[i] holds the n
-                         16-bit remainders beside the bf16 model copy (amp__split_encode)
+                         CPU steps it with amp__o_step_lowmem, CUDA in the step kernel's branch)
+                         and, for SPLIT, rem[i] holds the n 16-bit remainders beside the bf16
+                         model copy on the CPU (amp__split_encode; CUDA: amp__cu_optim_rem)
      gstat[i]            the gradient stats of its last unscale (amp_optim_config.stats)
    The groups: lr_scale[k], weight_decay[k] for k = 1 .. n_groups - 1 (group 0 reads the config).
    stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler).

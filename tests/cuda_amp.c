@@ -1193,6 +1193,90 @@ static void spike_skips_on_gpu_change_nothing_and_keep_the_scale(void) {
   tens_free(&t);
 }
 
+/* AMP_MASTER_SPLIT and AMP_MASTER_NONE on the GPU. One optimizer holds the same bf16 weights three
+   times: with an fp32 master (A), split (B) and in place (C), each with its own copy of the same
+   grads. B's decoded master must equal A's master bit for bit after every step (the kernel runs the
+   same element functions on both; skipped steps included), B's model copy the split rule's nearest
+   bf16 of it; C must follow A's mean (unbiased stochastic rounding). A checkpoint of the GPU optimizer loads on the CPU into the same layout exactly. */
+static void master_modes_on_gpu(void) {
+  enum { N = 3000 };
+  amp_optim_kind kinds[2] = {AMP_SGD, AMP_ADAMW};
+  for (int k = 0; k < 2; k++) {
+    amp_optim_config oc = amp_optimizer_defaults(kinds[k]);
+    amp_optimizer *o = NULL, *oc_cpu = NULL;
+    amp_bf16 *hw = (amp_bf16 *)xmalloc(N * 2), *hb = (amp_bf16 *)xmalloc(N * 2), *hc = (amp_bf16 *)xmalloc(N * 2);
+    amp_bf16 *cw[3];
+    uint16_t *hr = (uint16_t *)xmalloc(N * 2);
+    float *hm = (float *)xmalloc(N * 4), *hg = (float *)xmalloc(N * 4), *seed = (float *)xmalloc(N * 4);
+    float *cg = (float *)xmalloc(3 * N * 4), *cm = (float *)xmalloc(N * 4);
+    void *dw[3], *dg[3], *dseed = dmalloc(N * 4);
+    const char *kn = kinds[k] == AMP_SGD ? "SGD" : "AdamW";
+    amp_tensor_desc t;
+    double mean_a = 0, mean_c = 0;
+    int steps = t_quick() ? 30 : 200, bad = 0;
+    oc.lr = 1e-4f; oc.seed = 77;
+    if (kinds[k] == AMP_SGD) oc.momentum = 0.9f; else oc.weight_decay = 0.1f;
+    for (size_t j = 0; j < N; j++) { seed[j] = 0.9f + 0.05f * srand1(); hw[j] = amp_f32_to_bf16(seed[j]); }
+    up(dseed, seed, N * 4);
+    for (int i = 0; i < 3; i++) { dw[i] = dmalloc(N * 2); dg[i] = dmalloc(N * 4); up(dw[i], hw, N * 2); }
+    OK(amp_optimizer_create(&o, gpu, &oc));
+    memset(&t, 0, sizeof t);
+    t.dtype = AMP_BF16; t.grad_dtype = AMP_F32; t.n = N;
+    t.weights = dw[0]; t.grads = dg[0]; t.master = dseed; OK(amp_optimizer_add_tensor(o, &t));
+    t.weights = dw[1]; t.grads = dg[1]; t.master_mode = AMP_MASTER_SPLIT; OK(amp_optimizer_add_tensor(o, &t));
+    t.weights = dw[2]; t.grads = dg[2]; t.master = NULL; t.master_mode = AMP_MASTER_NONE; t.stochastic = 1;
+    OK(amp_optimizer_add_tensor(o, &t));
+    for (int step = 1; step <= steps && !t__cur; step++) {
+      for (size_t j = 0; j < N; j++) hg[j] = 0.25f + 0.5f * (float)(rnd() & 0xffff) / 65536.0f;
+      if (step % 37 == 5) { hg[step % N] = NAN; bad++; }
+      for (int i = 0; i < 3; i++) up(dg[i], hg, N * 4);
+      OK(amp_optimizer_step(o));
+      down(hm, amp_optimizer_master(o, 0, NULL), N * 4);
+      down(hb, dw[1], N * 2);
+      down(hr, amp__cu_optim_rem(o->cu, 1), N * 2);
+      for (size_t j = 0; j < N; j++) {
+        float y = amp__split_decode(hb[j], hr[j]);
+        uint32_t u = amp__f32_bits(hm[j]);
+        if (amp__f32_bits(y) != u || hb[j] != (amp_bf16)((u + 0x8000u) >> 16)) {
+          EXPECT(0, "%s step %d elem %zu: split master %08x copy %04x, fp32 master %08x", kn, step, j,
+                 amp__f32_bits(y), hb[j], u);
+          break;
+        }
+      }
+    }
+    down(hc, dw[2], N * 2);
+    for (size_t j = 0; j < N; j++) { mean_a += hm[j]; mean_c += amp_bf16_to_f32(hc[j]); }
+    mean_a /= N; mean_c /= N;
+    {
+      double sigma = sqrt((double)steps * 0x1p-16 / 4.0 / N);
+      printf("  %s: fp32-master mean %.6f, in-place mean %.6f (sigma %.2g), %d skipped\n", kn,
+             mean_a, mean_c, sigma, bad);
+      EXPECT(fabs(mean_c - mean_a) < 5.0 * sigma, "in-place mean %.7f, fp32 mean %.7f", mean_c, mean_a);
+    }
+    /* the GPU checkpoint on the CPU: the same layout, host buffers */
+    for (int i = 0; i < 3; i++) { cw[i] = (amp_bf16 *)xmalloc(N * 2); memcpy(cw[i], hw, N * 2); }
+    OK(amp_optimizer_create(&oc_cpu, amp_cpu(), &oc));
+    memset(&t, 0, sizeof t);
+    t.dtype = AMP_BF16; t.grad_dtype = AMP_F32; t.n = N;
+    t.weights = cw[0]; t.grads = cg; OK(amp_optimizer_add_tensor(oc_cpu, &t));
+    t.weights = cw[1]; t.grads = cg + N; t.master_mode = AMP_MASTER_SPLIT; OK(amp_optimizer_add_tensor(oc_cpu, &t));
+    t.weights = cw[2]; t.grads = cg + 2 * N; t.master_mode = AMP_MASTER_NONE; t.stochastic = 1; OK(amp_optimizer_add_tensor(oc_cpu, &t));
+    OK(amp_checkpoint_save("build/test/cuda_master_modes.ckpt", o, NULL));
+    OK(amp_checkpoint_load("build/test/cuda_master_modes.ckpt", oc_cpu, NULL));
+    EXPECT(memcmp(cw[1], hb, N * 2) == 0 && memcmp(oc_cpu->rem[1], hr, N * 2) == 0 && memcmp(cw[2], hc, N * 2) == 0,
+           "%s: the GPU's split / in-place state loaded on the CPU differs", kn);
+    {
+      char m2[AMP__MSG] = "";
+      EXPECT(amp__be(oc_cpu->dev)->optim_tensor_io(oc_cpu, 1, 0, cm, 0, m2, sizeof m2) == AMP_OK && memcmp(cm, hm, N * 4) == 0,
+             "%s: the CPU's decoded split master is not the GPU's fp32 master", kn);
+    }
+    amp_optimizer_destroy(o); amp_optimizer_destroy(oc_cpu);
+    for (int i = 0; i < 3; i++) { amp__cu_free(gpu->cuda, dw[i]); amp__cu_free(gpu->cuda, dg[i]); free(cw[i]); }
+    amp__cu_free(gpu->cuda, dseed);
+    free(hw); free(hb); free(hc); free(hr); free(hm); free(hg); free(seed); free(cg); free(cm);
+  }
+}
+
 static void quiet(void *user, const char *m) { (void)user; (void)m; }   /* the floor message, expected here */
 
 int main(void) {
@@ -1224,6 +1308,7 @@ int main(void) {
   RUN(every_finite_f16_grad_decodes_to_the_cpu_bits);
   RUN(gradient_stats_on_gpu_equal_the_cpus);
   RUN(spike_skips_on_gpu_change_nothing_and_keep_the_scale);
+  RUN(master_modes_on_gpu);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
     RUN(captured_step_replays_with_a_changing_lr);
