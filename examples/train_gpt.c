@@ -28,11 +28,14 @@
    10% is the validation split; the validation loss is measured every --eval-every steps.
 
    Build:  cc -std=c99 -O2 -march=native -I. examples/train_gpt.c -o train_gpt -lm
-   Run:    ./train_gpt [--precision fp32|bf16|f16|all] [--steps N] [--seed N] [--svg FILE]
+   Run:    ./train_gpt [--precision fp32|bf16|f16|bf16-split|bf16-none|all] [--steps N] [--seed N] [--svg FILE]
                        [--layers N] [--dim N] [--heads N] [--ctx N] [--batch N] [--lr X]
                        [--eval-every N] [--data FILE|DIR|builtin] [--init-scale S] [--max-gap PCT]
            ./train_gpt --gradcheck     finite differences against the backward (fp32, tiny model)
            ./train_gpt --bench         ms per step, fp32 against bf16 and f16 (for make bench)
+   bf16-split and bf16-none are bf16 with less memory for the master: a 2-byte remainder beside the
+   bf16 weights that together hold the fp32 master exactly (AMP_MASTER_SPLIT), or no master at all,
+   the bf16 weights updated in place with stochastic rounding (AMP_MASTER_NONE).
    --max-gap PCT: exit 2 when a bf16 or f16 validation loss differs from fp32's by more than PCT
    percent (the test suite uses 2). Any NaN or inf loss exits 3. --init-scale S: f16's first loss
    scale (default 65536, PyTorch's); a large one makes the scaler back off at the start.
@@ -710,10 +713,11 @@ static amp_scaler_config f16_scaler_config(float f16_init_scale) {
    decays only the matrices (param_is_matrix): the 1-D tensors (norm gains and biases) go into a
    second param group with no weight decay and the same lr, so one optimizer, and one clip norm,
    still sees every grad. */
-static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o) {
+static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o, int master_mode) {
   amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);   /* every default; a 0 written below is 0 */
   int p, no_decay;
   oc.lr = o->lr; oc.beta1 = 0.9f; oc.beta2 = 0.95f; oc.eps = 1e-8f;
+  oc.seed = o->seed;                                          /* AMP_MASTER_NONE's stochastic rounding */
   oc.weight_decay = o->weight_decay; oc.max_grad_norm = o->clip;   /* group 0: the matrices */
   CHECK(amp_optimizer_create(opt, amp_cpu(), &oc));
   CHECK(amp_optimizer_add_group(*opt, 1.0f, 0.0f, &no_decay));
@@ -724,11 +728,14 @@ static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o) {
     t.grads = G(m, p); t.grad_dtype = m->t.low;
     t.n = m->n[p];
     t.group = param_is_matrix[p] ? 0 : no_decay;
+    t.master_mode = master_mode;   /* AMP_MASTER_F32, or (bf16 only) SPLIT or NONE */
+    t.stochastic = master_mode == AMP_MASTER_NONE;   /* NONE rounds every update stochastically */
     CHECK(amp_optimizer_add_tensor(*opt, &t));
   }
 }
 
-static void train(const char *name, amp_dtype low, const text *tx, const float *w0, const options *o, result *r) {
+static void train(const char *name, amp_dtype low, int master_mode, const text *tx, const float *w0, const options *o,
+                  result *r) {
   gpt_types types = gpt_decide(low);
   amp_scaler_config scfg = f16_scaler_config(o->f16_init_scale);
   amp_scaler *sc = NULL;   /* f16 only */
@@ -745,10 +752,12 @@ static void train(const char *name, amp_dtype low, const text *tx, const float *
   r->val_step = (int *)xcalloc((size_t)o->steps / (size_t)o->eval_every + 2, sizeof(int));
   gpt_init(&m, &o->c, &types, o->B, w0);
   if (low == AMP_F16) CHECK(amp_scaler_create(&sc, amp_cpu(), &scfg));
-  optimizer_create(&opt, &m, o);
+  optimizer_create(&opt, &m, o, master_mode);
   if (!o->quiet)
-    printf("%-5s matmuls %s, layer norms/softmax/loss/residual f32; %s\n", name, dtype_name(types.lin),
-           sc ? "dynamic loss scale (PyTorch preset)" : "no loss scale (amp_optimizer_step)");
+    printf("%-5s matmuls %s, layer norms/softmax/loss/residual f32; %s%s\n", name, dtype_name(types.lin),
+           sc ? "dynamic loss scale (PyTorch preset)" : "no loss scale (amp_optimizer_step)",
+           master_mode == AMP_MASTER_SPLIT ? "; split master (bf16 weights + 2-byte remainder)"
+           : master_mode == AMP_MASTER_NONE ? "; no master (bf16 updated in place, stochastic rounding)" : "");
   for (step = 0; step <= o->steps; step++) {
     double t0, loss;
     float scale;
@@ -801,7 +810,8 @@ static void train(const char *name, amp_dtype low, const text *tx, const float *
   r->updates = amp_optimizer_step_count(opt);
   r->final_scale = sc ? amp_scaler_get_scale(sc) : 0.0f;   /* 0: no scaler */
   r->b_copy = amp_dtype_size(low);
-  r->b_master = sizeof(float);          /* amp.h keeps an fp32 master of every tensor */
+  /* the fp32 master: 4 bytes; split: the 2-byte remainder beside the bf16 weights; none: 0 */
+  r->b_master = master_mode == AMP_MASTER_SPLIT ? 2 : master_mode == AMP_MASTER_NONE ? 0 : sizeof(float);
   r->b_moments = 2 * sizeof(float);     /* AdamW's two moments, fp32 */
   amp_optimizer_destroy(opt);
   amp_scaler_destroy(sc);
@@ -824,7 +834,7 @@ static double train_mean(const result *r, int i, int win) {
    from 5.5 so fast that a full axis would hide the gaps between the precisions): what is above
    runs off the top of the plot. */
 static void write_svg(const char *path, const result *rs, int nr, int steps, const char *data_name) {
-  static const char *colors[] = { "#222222", "#1f77b4", "#d62728" };
+  static const char *colors[] = { "#222222", "#1f77b4", "#d62728", "#2ca02c", "#9467bd" };
   FILE *f = fopen(path, "w");
   const double W = 720, H = 420, x0 = 60, y0 = 30, pw = 620, ph = 320;
   double lo = 1e30, hi = -1e30;
@@ -858,12 +868,12 @@ static void write_svg(const char *path, const result *rs, int nr, int steps, con
   fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">step</text>\n", x0 + pw / 2, y0 + ph + 34);
   fprintf(f, "<g clip-path=\"url(#plot)\">\n");
   for (k = 0; k < nr; k++) {
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-opacity=\"0.4\" stroke-width=\"1\" points=\"", colors[k % 3]);
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-opacity=\"0.4\" stroke-width=\"1\" points=\"", colors[k % 5]);
     for (i = 0; i + win <= steps; i += win) {
       double v = train_mean(&rs[k], i, win);
       if (isfinite(v)) fprintf(f, "%.1f,%.1f ", x0 + pw * (i + win) / steps, y0 + ph - ph * (v - lo) / (hi - lo));
     }
-    fprintf(f, "\"/>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\" points=\"", colors[k % 3]);
+    fprintf(f, "\"/>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\" points=\"", colors[k % 5]);
     for (i = 0; i < rs[k].n_val; i++)
       if (isfinite(rs[k].val[i]))
         fprintf(f, "%.1f,%.1f ", x0 + pw * rs[k].val_step[i] / steps, y0 + ph - ph * (rs[k].val[i] - lo) / (hi - lo));
@@ -872,7 +882,7 @@ static void write_svg(const char *path, const result *rs, int nr, int steps, con
   fprintf(f, "</g>\n");
   for (k = 0; k < nr; k++)
     fprintf(f, "<text x=\"%g\" y=\"%g\" fill=\"%s\">%s: validation loss %.4f</text>\n",
-            x0 + pw - 200, y0 + 20 + 16 * k, colors[k % 3], rs[k].name, rs[k].val_loss);
+            x0 + pw - 200, y0 + 20 + 16 * k, colors[k % 5], rs[k].name, rs[k].val_loss);
   fprintf(f, "</svg>\n");
   fclose(f);
 }
@@ -936,10 +946,12 @@ static int gradcheck(const text *tx, uint64_t seed) {
 static int train_gpt_main(int argc, char **argv) {
   options o;
   const char *precision = "all", *svg = "train_gpt.svg", *data = NULL;
-  static const struct { const char *name; amp_dtype t; } runs[3] = { { "fp32", AMP_F32 }, { "bf16", AMP_BF16 }, { "f16", AMP_F16 } };
+  static const struct { const char *name; amp_dtype t; int master_mode; } runs[5] = {
+    { "fp32", AMP_F32, AMP_MASTER_F32 }, { "bf16", AMP_BF16, AMP_MASTER_F32 }, { "f16", AMP_F16, AMP_MASTER_F32 },
+    { "bf16-split", AMP_BF16, AMP_MASTER_SPLIT }, { "bf16-none", AMP_BF16, AMP_MASTER_NONE } };
   double max_gap = -1.0;
   int i, nr = 0, status = 0, do_gradcheck = 0, do_bench = 0;
-  result rs[3];
+  result rs[5];
   text tx;
   float *w0;
   size_t total;
@@ -973,8 +985,8 @@ static int train_gpt_main(int argc, char **argv) {
   if (o.steps < 1 || o.c.L < 1 || o.c.H < 1 || o.c.C < o.c.H || o.c.C % o.c.H || o.c.T < 2 || o.c.T > 1024 ||
       o.B < 1 || o.B > 512 || o.eval_every < 1 || !(o.lr > 0))
     die("need --steps >= 1, --layers >= 1, --dim a multiple of --heads, 2 <= --ctx <= 1024, 1 <= --batch <= 512, --eval-every >= 1, --lr > 0");
-  if (strcmp(precision, "all") && strcmp(precision, "fp32") && strcmp(precision, "f16") && strcmp(precision, "bf16"))
-    die("--precision must be fp32, bf16, f16 or all");
+  for (i = 0; i < 5 && strcmp(precision, "all") && strcmp(precision, runs[i].name); i++) {}
+  if (i == 5) die("--precision must be fp32, bf16, f16, bf16-split, bf16-none or all");
   o.warmup = o.steps / 20 > 0 ? o.steps / 20 : 1;
   o.min_lr = o.lr / 10;
 
@@ -1000,9 +1012,9 @@ static int train_gpt_main(int argc, char **argv) {
     printf("GPT %zu parameters (make gpt's model), batch %d x %d tokens, 10 steps per precision; ms per training step, one thread\n",
            total, o.B, o.c.T);
 
-  for (i = 0; i < 3; i++) {
+  for (i = 0; i < 5; i++) {
     if (strcmp(precision, "all") && strcmp(precision, runs[i].name)) continue;
-    train(runs[i].name, runs[i].t, &tx, w0, &o, &rs[nr]);
+    train(runs[i].name, runs[i].t, runs[i].master_mode, &tx, w0, &o, &rs[nr]);
     nr++;
   }
 
@@ -1015,14 +1027,14 @@ static int train_gpt_main(int argc, char **argv) {
       else printf("%-44s %10.2f %10s %8s  %s\n", label, rs[i].ms_per_step, "-", "-", "ms per step");
     }
   } else {
-    printf("%-9s %9s %8s %8s %12s %10s   %s\n", "precision", "val loss", "vs fp32", "skipped", "final scale", "ms / step",
+    printf("%-10s %9s %8s %8s %12s %10s   %s\n", "precision", "val loss", "vs fp32", "skipped", "final scale", "ms / step",
            "bytes / param (copy + master + moments)");
     for (i = 0; i < nr; i++) {
       char gap[32] = "";
       if (i > 0 && !strcmp(rs[0].name, "fp32")) snprintf(gap, sizeof gap, "%+.2f%%", 100.0 * (rs[i].val_loss / rs[0].val_loss - 1.0));
       char scale[32] = "none";
       if (rs[i].final_scale > 0.0f) snprintf(scale, sizeof scale, "%g", (double)rs[i].final_scale);
-      printf("%-9s %9.4f %8s %8ld %12s %10.1f   %zu + %zu + %zu = %zu\n", rs[i].name, rs[i].val_loss, gap, rs[i].skipped,
+      printf("%-10s %9.4f %8s %8ld %12s %10.1f   %zu + %zu + %zu = %zu\n", rs[i].name, rs[i].val_loss, gap, rs[i].skipped,
              scale, rs[i].ms_per_step, rs[i].b_copy, rs[i].b_master, rs[i].b_moments,
              rs[i].b_copy + rs[i].b_master + rs[i].b_moments);
     }
