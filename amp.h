@@ -21,8 +21,8 @@
                                    memory per parameter
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
                                    inf/NaN, zero and subnormal counts), the tensor that overflowed
-      SPIKES                       amp_optim_config.spike_norm: skip a loss-spike step without
-                                   backing off the scale; amp_optimizer_spike_skips
+      SPIKES                       amp_optim_config.spike_norm / spike_zscore: skip a loss-spike
+                                   step without backing off the scale; amp_optimizer_spike_skips
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -115,8 +115,8 @@
                            amp_optimizer_add / _add_mixed are its wrappers and their errors
                            name themselves; gradient stats (amp_optim_config.stats,
                            amp_optimizer_stats, amp_optimizer_overflow_tensor) recorded by the
-                           unscale pass; spike skipping (amp_optim_config.spike_norm,
-                           amp_optimizer_spike_skips).
+                           unscale pass; spike skipping (amp_optim_config.spike_norm and
+                           spike_zscore, amp_optimizer_spike_skips).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -762,6 +762,9 @@ typedef struct amp_optim_config {
                                             (amp_optimizer_stats, amp_optimizer_overflow_tensor) */
   float spike_norm;                      /* 0 -> off; > 0: a step whose unscaled global grad norm is
                                             above it is skipped, the loss scale left alone (SPIKES) */
+  float spike_zscore;                    /* 0 -> off; > 0: a step whose norm is that many standard
+                                            deviations above the mean of the last 100 clean steps'
+                                            norms is skipped likewise (SPIKES) */
 } amp_optim_config;
 typedef amp_optim_config amp_optimizer_config;
 
@@ -941,8 +944,22 @@ AMPDEF long       amp_optimizer_overflow_tensor(const amp_optimizer *o);
    the update kernel: no host synchronisation. Clipping (max_grad_norm) applies to the steps that
    are not skipped. 0 (the default) is off; negative, NaN or infinite values are AMP_ERR_ARG at
    create. amp_optimizer_last_skipped and amp_scaler_last_skipped keep reporting overflows only.
-   amp_optimizer_spike_skips: the number of steps skipped for a spike since create (not saved in
-   checkpoints); 0 for o NULL; -1 when a device read fails (see DEVICE ERRORS AND GETTERS). */
+   amp_optim_config.spike_zscore > 0 skips the same way (and counts in the same counter) a step
+   with clean grads whose norm is more than spike_zscore standard deviations above the mean of
+   the norms of the last 100 clean steps: the optimizer keeps a window of the norms of the steps
+   that updated (neither an overflow nor a spike, nor skipped for another optimizer's overflow;
+   a norm that overflows f32 is not kept), the newest 100 of them. The step is a spike when
+     the window holds n >= 20 norms and  norm - mean > spike_zscore * sd,
+   mean and sd the window's mean and population standard deviation (divided by n), computed in
+   double, the same bits on the CPU and on CUDA. Before 20 clean steps no step is a z-score spike
+   (the first steps' norms fall fast and 20 values are the fewest whose deviation means much);
+   an infinite norm of finite grads is one once the window decides. A window of equal norms has
+   sd 0: any larger norm is then a spike. The window is kept whether spike_zscore is on or not.
+   On CUDA it lives in the optimizer's device memory: the unscale kernel decides, the step kernel
+   pushes, no host synchronisation. Both rules may be on together; spike_norm is checked first.
+   amp_optimizer_spike_skips: the number of steps skipped for a spike (either rule) since create
+   (not saved in checkpoints); 0 for o NULL; -1 when a device read fails (see DEVICE ERRORS AND
+   GETTERS). */
 AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
 /* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
@@ -1149,12 +1166,6 @@ static inline AMP_HD void amp__gstat_add(amp__gstat *a, float g, float y, amp_dt
   if (c == AMP__G_ZERO) a->zero++;
   else if (c == AMP__G_SUBNORMAL) a->subnormal++;
 }
-/* The spike decision (amp_optim_config.spike_norm): a step with clean grads whose unscaled global
-   norm is above spike_norm (> 0) is skipped without touching the scale. An overflow is not a
-   spike (it skips as an overflow). */
-static inline AMP_HD int amp__spike_skip(float norm, float spike_norm, int found_inf) {
-  return !found_inf && spike_norm > 0.0f && norm > spike_norm;
-}
 
 /* ------------------------------------------------------------------------------------------
    Tensor Core matrix product (cblas conventions)
@@ -1283,6 +1294,63 @@ static inline AMP_HD float amp__act(float x, int act) {
 #else
 #define AMP__ROUNDED(x) ((void)0)
 #endif
+/* The spike window (amp_optim_config.spike_zscore): the unscaled global norms of the last
+   AMP__SPIKE_WINDOW clean steps (steps that updated: neither an overflow nor a spike), a ring.
+   On the CPU a field of the optimizer; on CUDA in the optimizer's device block, pushed by the
+   step kernel and read by the unscale kernel, so no host ever waits for it. Saved in checkpoints
+   (format version 2). */
+#define AMP__SPIKE_WINDOW 100
+#define AMP__SPIKE_MIN 20        /* z-score skips start once the window holds this many norms */
+typedef struct amp__spike_window {
+  float norm[AMP__SPIKE_WINDOW]; /* slots 0 .. count-1 hold norms (0 beyond) */
+  int32_t count;                 /* norms held, 0 .. AMP__SPIKE_WINDOW */
+  int32_t next;                  /* the slot the next norm goes to (== count until the ring is full) */
+} amp__spike_window;
+
+/* A product of doubles rounded on its own, never fused into the add that follows (the GPU would
+   contract it by default, the CPU under -ffp-contract=fast): the decision below must be the same
+   bits on both sides. */
+static inline AMP_HD double amp__dmul_rounded(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  double p = a * b;
+  AMP__ROUNDED(p);
+  return p;
+#endif
+}
+AMP__EXACT_BEGIN
+/* The spike decision, one function for the CPU and the CUDA kernels: a step with clean grads
+   (found_inf 0) is a spike when
+     spike_norm > 0 and norm > spike_norm, or
+     spike_zscore > 0, the window holds count >= AMP__SPIKE_MIN norms, and
+       norm - mean > spike_zscore * sd,
+   mean and sd the population mean and standard deviation (divided by count) of the held norms,
+   computed in double in slot order (two passes), every product rounded on its own. An overflow is
+   never a spike (it skips as an overflow). */
+static inline AMP_HD AMP__EXACT_FP int amp__spike_skip(float norm, float spike_norm, float spike_zscore,
+                                                      const amp__spike_window *w, int found_inf) {
+  double mean = 0.0, ss = 0.0, sd;
+  int32_t i, n = w->count;
+  if (found_inf) return 0;
+  if (spike_norm > 0.0f && norm > spike_norm) return 1;
+  if (!(spike_zscore > 0.0f) || n < AMP__SPIKE_MIN) return 0;
+  if (!amp__finite(norm)) return 1;   /* finite grads whose norm overflowed f32: above any mean */
+  for (i = 0; i < n; i++) mean += (double)w->norm[i];
+  mean /= (double)n;
+  for (i = 0; i < n; i++) { double d = (double)w->norm[i] - mean; ss += amp__dmul_rounded(d, d); }
+  sd = sqrt(ss / (double)n);
+  return (double)norm - mean > amp__dmul_rounded((double)spike_zscore, sd);
+}
+/* A clean step's norm into the window (the oldest one out once it is full); a norm that is not
+   finite (the sum of squares overflowed f32) is not kept. */
+static inline AMP_HD void amp__spike_window_push(amp__spike_window *w, float norm) {
+  if (!amp__finite(norm)) return;
+  w->norm[w->next] = norm;
+  w->next = w->next + 1 == AMP__SPIKE_WINDOW ? 0 : w->next + 1;
+  if (w->count < AMP__SPIKE_WINDOW) w->count++;
+}
+AMP__EXACT_END
 /* alpha * acc + beta * c, each product rounded before the add; beta 0 does not read c (BLAS: C
    may hold NaN or garbage). */
 static inline AMP_HD float amp__gemm_blend(float acc, float alpha, float beta, float c) {
@@ -3416,6 +3484,7 @@ struct amp_optimizer {
   float grad_norm;               /* the unscaled global L2 norm of the last unscale */
   int spike;                     /* the last unscale's spike decision (amp__spike_skip): the step skips */
   long spike_skips;              /* steps skipped for a spike (amp_optimizer_spike_skips) */
+  amp__spike_window spike_win;   /* the last clean steps' norms (spike_zscore); the host mirror on CUDA */
   double dp[2];                  /* data-parallel: this rank's {found_inf, sumsq}, then their sums */
   int frozen;                    /* the device took the whole table (optim_ready): no add after */
   int driver;                    /* AMP__BY_*: a scaler (amp_scaler_unscale/step) or amp_optimizer_step */
@@ -3451,6 +3520,7 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   if (amp__is_zero(c->eps)) c->eps = 0.0f;
   if (amp__is_zero(c->max_grad_norm)) c->max_grad_norm = 0.0f;
   if (amp__is_zero(c->spike_norm)) c->spike_norm = 0.0f;
+  if (amp__is_zero(c->spike_zscore)) c->spike_zscore = 0.0f;
   if (!(c->lr >= 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be >= 0 and finite", fn, (double)c->lr);
   if (!(c->weight_decay >= 0.0f) || !amp__finite(c->weight_decay))
     return amp__fail(AMP_ERR_ARG, "%s: weight_decay %g must be >= 0 and finite", fn, (double)c->weight_decay);
@@ -3471,6 +3541,8 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
     return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn, (double)c->max_grad_norm);
   if (!(c->spike_norm >= 0.0f) || !amp__finite(c->spike_norm))
     return amp__fail(AMP_ERR_ARG, "%s: spike_norm %g must be >= 0 and finite (0: off)", fn, (double)c->spike_norm);
+  if (!(c->spike_zscore >= 0.0f) || !amp__finite(c->spike_zscore))
+    return amp__fail(AMP_ERR_ARG, "%s: spike_zscore %g must be >= 0 and finite (0: off)", fn, (double)c->spike_zscore);
   if (c->kind == AMP_CUSTOM && !c->custom_step)
     return amp__fail(AMP_ERR_ARG, "%s: kind AMP_CUSTOM needs custom_step", fn);
   c->nesterov = c->nesterov != 0;
@@ -3853,7 +3925,7 @@ static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_co
 static void amp__cpu_decide(amp_optimizer *o, amp_scaler *s, int bad, double sumsq) {
   o->found_inf = bad; o->inv = s ? amp__scaler_inv(s) : 1.0f;
   o->grad_norm = (float)sqrt(sumsq);
-  o->spike = amp__spike_skip(o->grad_norm, o->cfg.spike_norm, bad);
+  o->spike = amp__spike_skip(o->grad_norm, o->cfg.spike_norm, o->cfg.spike_zscore, &o->spike_win, bad);
   if (s) s->found_inf |= bad;
 }
 static amp_status amp__cpu_optim_unscale(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap) {
@@ -3885,7 +3957,7 @@ static amp_status amp__cpu_optim_step(amp_optimizer *o, amp_scaler *s, char *msg
   /* any inf/NaN seen so far in this iteration skips; no scaler: this optimizer's own unscale */
   if (s ? !s->found_inf : !o->found_inf) {
     if (o->spike) o->spike_skips++;   /* a spike: nothing changes, the scale is left alone */
-    else amp__o_apply(o);
+    else { amp__spike_window_push(&o->spike_win, o->grad_norm); amp__o_apply(o); }
   }
   return AMP_OK;
 }
@@ -5904,7 +5976,7 @@ static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
   if (!o->cu) return AMP_OK;   /* nothing ran yet: the host fields are the state */
   if ((st = amp__cu_optim_read(o->dev->cuda, o->cu, &info, m, cap)) != AMP_OK) return st;
   o->step = (long)info.t; o->grad_norm = info.norm; o->found_inf = info.skip;
-  o->spike = info.spike; o->spike_skips = (long)info.spike_skips;
+  o->spike = info.spike; o->spike_skips = (long)info.spike_skips; o->spike_win = info.window;
   return AMP_OK;
 }
 static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {

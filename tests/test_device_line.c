@@ -91,6 +91,7 @@ typedef struct fake_optim {
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
   int32_t spike; int64_t spike_skips;
+  amp__spike_window win;   /* the step kernel's last block pushes a clean step's norm */
 } fake_optim;
 
 amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n, const amp_optim_config *h,
@@ -148,7 +149,7 @@ static void fake_decide(fake_optim *o, fake_scaler *sc, int found, double ss) {
   float inv = sc ? sc->inv : 1.0f;
   o->norm = (float)sqrt(ss); o->clip = amp__clip_coef(o->norm, o->h.max_grad_norm); o->mul = inv * o->clip;
   o->skip = found;
-  o->spike = amp__spike_skip(o->norm, o->h.spike_norm, found);
+  o->spike = amp__spike_skip(o->norm, o->h.spike_norm, o->h.spike_zscore, &o->win, found);
   if (found && sc) sc->found = 1;
 }
 amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap) {
@@ -188,6 +189,7 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
                   (amp_dtype)o->t[i].dtype, (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, o->t[i].n, o->mul, &c);
     }
   }
+  amp__spike_window_push(&o->win, o->norm);
   o->t_done++;
   return AMP_OK;
 }
@@ -196,7 +198,7 @@ amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info 
   (void)state;
   if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(optimizer block)"); }
   info->t = o->t_done; info->skipped = o->skipped; info->norm = o->norm; info->clip = o->clip; info->mul = o->mul;
-  info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips;
+  info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips; info->window = o->win;
   return AMP_OK;
 }
 amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n, char *msg, size_t cap) {
@@ -219,6 +221,12 @@ amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int wh
 amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap) {
   (void)state; (void)msg; (void)cap;
   ((fake_optim *)optim)->t_done = t;
+  return AMP_OK;
+}
+amp_status amp__cu_optim_set_spike(void *state, void *optim, int64_t spike_skips, const amp__spike_window *w,
+                                   char *msg, size_t cap) {
+  (void)state; (void)msg; (void)cap;
+  ((fake_optim *)optim)->spike_skips = spike_skips; ((fake_optim *)optim)->win = *w;
   return AMP_OK;
 }
 amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type, size_t n,
@@ -620,37 +628,51 @@ static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
   }
 }
 
-/* spike_norm on the CUDA line: the same skips, counts, scales and bits as the CPU, through a
-   scaler and through amp_optimizer_step. */
+/* spike_norm and spike_zscore on the CUDA line: the same skips, counts, scales, spike windows and
+   bits as the CPU, through a scaler and through amp_optimizer_step. spike_norm: 10 steps, a spike
+   (the f32 grads 100 times larger) at steps 1, 4, 7. spike_zscore 3: 40 steps, spikes planted at
+   steps 9 (before 20 clean steps: not skipped), 30, 31 and 36 (after 20 clean steps also where
+   steps 3, 8, ... overflow), each skipped. */
 static void spikes_on_the_cuda_line_equal_the_cpus(void) {
   amp_optim_config c;
-  int via, step, i;
-  memset(&c, 0, sizeof c);
-  c.kind = AMP_OPTIM_ADAM; c.lr = 1e-2f; c.spike_norm = 0.5f;
-  for (via = 0; via < 2; via++) {
-    rig a, b;
-    if (!rig_make(&a, amp_cpu(), &c) || !rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
-    for (step = 0; step < 10; step++) {
-      if (via == 0) { rig_grads(&a, step); rig_grads(&b, step); } else { rig_grads_unscaled(&a, step); rig_grads_unscaled(&b, step); }
-      if (step % 3 == 1)   /* a spike: the f32 grads 100 times larger */
-        for (i = 0; i < N1; i++) { a.g1[i] *= 100.0f; b.g1[i] *= 100.0f; }
-      if (via == 0) {
-        EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
-        EXPECT(amp_scaler_update(a.s) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "update: %s", amp_last_error());
-      } else {
-        EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+  int via, step, i, rule;
+  for (rule = 0; rule < 2; rule++)
+    for (via = 0; via < 2; via++) {
+      rig a, b;
+      int steps = rule == 0 ? 10 : 40, planted_skipped = 0;
+      long before = 0;
+      memset(&c, 0, sizeof c);
+      c.kind = AMP_OPTIM_ADAM; c.lr = 1e-2f;
+      if (rule == 0) c.spike_norm = 0.5f; else c.spike_zscore = 3.0f;
+      if (!rig_make(&a, amp_cpu(), &c) || !rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+      for (step = 0; step < steps; step++) {
+        int planted = rule == 0 ? step % 3 == 1 : step == 9 || step == 30 || step == 31 || step == 36;
+        if (via == 0) { rig_grads(&a, step); rig_grads(&b, step); } else { rig_grads_unscaled(&a, step); rig_grads_unscaled(&b, step); }
+        if (planted)   /* a spike: the f32 grads 100 times larger */
+          for (i = 0; i < N1; i++) { a.g1[i] *= 100.0f; b.g1[i] *= 100.0f; }
+        if (via == 0) {
+          EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+          EXPECT(amp_scaler_update(a.s) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "update: %s", amp_last_error());
+        } else {
+          EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+        }
+        EXPECT(memcmp(a.w0, b.w0, sizeof a.w0) == 0 && memcmp(a.w1, b.w1, sizeof a.w1) == 0 &&
+               amp_optimizer_step_count(a.o) == amp_optimizer_step_count(b.o) &&
+               amp_optimizer_spike_skips(a.o) == amp_optimizer_spike_skips(b.o) && amp_scaler_get_scale(a.s) == amp_scaler_get_scale(b.s),
+               "rule %d via %d step %d: cpu steps %ld spikes %ld scale %g, cuda line %ld %ld %g (or the weights differ)", rule, via,
+               step, amp_optimizer_step_count(a.o), amp_optimizer_spike_skips(a.o), (double)amp_scaler_get_scale(a.s),
+               amp_optimizer_step_count(b.o), amp_optimizer_spike_skips(b.o), (double)amp_scaler_get_scale(b.s));
+        EXPECT(memcmp(&a.o->spike_win, &b.o->spike_win, sizeof a.o->spike_win) == 0, "rule %d via %d step %d: the spike windows differ "
+               "(count %d / %d)", rule, via, step, (int)a.o->spike_win.count, (int)b.o->spike_win.count);
+        if (planted && amp_optimizer_spike_skips(b.o) > before) planted_skipped++;
+        if (rule == 1 && step == 9) EXPECT(amp_optimizer_spike_skips(b.o) == before, "via %d: step 9 skipped with %d clean norms", via,
+                                           (int)b.o->spike_win.count);
+        before = amp_optimizer_spike_skips(b.o);
       }
-      EXPECT(memcmp(a.w0, b.w0, sizeof a.w0) == 0 && memcmp(a.w1, b.w1, sizeof a.w1) == 0 &&
-             amp_optimizer_step_count(a.o) == amp_optimizer_step_count(b.o) &&
-             amp_optimizer_spike_skips(a.o) == amp_optimizer_spike_skips(b.o) && amp_scaler_get_scale(a.s) == amp_scaler_get_scale(b.s),
-             "via %d step %d: cpu steps %ld spikes %ld scale %g, cuda line %ld %ld %g (or the weights differ)", via, step,
-             amp_optimizer_step_count(a.o), amp_optimizer_spike_skips(a.o), (double)amp_scaler_get_scale(a.s),
-             amp_optimizer_step_count(b.o), amp_optimizer_spike_skips(b.o), (double)amp_scaler_get_scale(b.s));
+      EXPECT(amp_optimizer_spike_skips(b.o) == 3 && planted_skipped == 3, "rule %d via %d: %ld spike skips, %d of them planted; want "
+             "the 3 planted (%s)", rule, via, amp_optimizer_spike_skips(b.o), planted_skipped, rule == 0 ? "steps 1, 4, 7" : "30, 31, 36");
+      rig_free(&a); rig_free(&b);
     }
-    EXPECT(amp_optimizer_spike_skips(b.o) == 3, "via %d: %ld spike skips, want the 3 planted (steps 1, 4, 7)", via,
-           amp_optimizer_spike_skips(b.o));
-    rig_free(&a); rig_free(&b);
-  }
 }
 
 static void never_called(void *user, float *master, const float *grad, size_t n, size_t index, long step) {
