@@ -957,22 +957,29 @@ AMPDEF long       amp_optimizer_overflow_tensor(const amp_optimizer *o);
    sd 0: any larger norm is then a spike. The window is kept whether spike_zscore is on or not.
    On CUDA it lives in the optimizer's device memory: the unscale kernel decides, the step kernel
    pushes, no host synchronisation. Both rules may be on together; spike_norm is checked first.
-   amp_optimizer_spike_skips: the number of steps skipped for a spike (either rule) since create
-   (not saved in checkpoints); 0 for o NULL; -1 when a device read fails (see DEVICE ERRORS AND
-   GETTERS). */
+   amp_optimizer_spike_skips: the number of steps skipped for a spike (either rule) since create;
+   0 for o NULL; -1 when a device read fails (see DEVICE ERRORS AND GETTERS). The count and the
+   window are saved in checkpoints (format version 2) and restored by a load, so a resumed run
+   takes the same next decision; a version-1 file loads them as zero (an empty window). */
 AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
-/* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
+/* Checkpoint file (amp_checkpoint_save/load), format version 2, all integers and floats in the
    writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
-     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark
+     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (2), u32 endianness mark
        0x01020304, u32 header size (32), u32 flags (1: scaler present, 2: optimizer present),
        u64 payload bytes; then the payload, then u32 CRC-32 (IEEE, as zlib's crc32) of everything
        before it.
      scaler (72 bytes): f32 growth, backoff, floor, cap; i32 interval, hysteresis, mode, fixed,
        late_growth; f32 init_scale, scale; i32 tracker, hyst, at_floor, last_skipped,
        floor_logged; u64 skipped count (the resolved amp_scale_params, amp_scale_state and counts);
-     optimizer (56 bytes, then the tensors): u32 kind; f32 lr, weight_decay, momentum, dampening;
-       i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count, tensor count; then per
+     optimizer (56 bytes, then the spike state, then the tensors): u32 kind; f32 lr, weight_decay,
+       momentum, dampening; i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count,
+       tensor count;
+     spike state (416 bytes, version 2 only): u64 spike skip count (amp_optimizer_spike_skips);
+       i32 window count (0 .. 100), i32 next slot (== count until the window is full); f32
+       window[100] (the norms of the last clean steps, spike_zscore's window; slots from count on
+       are 0);
+     then per
        tensor u64 n, u32 weight dtype, u32 grad dtype, f32 master[n], then the moments it has (SGD
        with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
    save writes a new file beside path under a name unique to the process and call
@@ -992,9 +999,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    flag other than 0 or 1, a 0 the scaler replaces by a default are refused; the optimizer's fields
    are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must fit its
    parameters (scale within [floor, cap], counters within range), then the CRC, kind, tensor count,
-   sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes. It restores
-   the optimizer's config (lr included; custom_step stays the live one), step count, masters and
-   moments, writes every model copy from its restored master (rounded to its round_to, or
+   sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes (the spike
+   state too: a count beyond long, a window count or slot out of range, a held norm NaN or
+   negative). It restores the optimizer's config (lr included; custom_step stays the live one),
+   step count, spike skip count and window, masters and moments, writes every model copy from its restored master (rounded to its round_to, or
    stochastically with the restored update count's bits), and restores the scaler's parameters
    and state; both start a new iteration (no unscale/step recorded). On a CUDA device save reads
    the device state back and load writes it (the model copies cast from the restored masters on the
@@ -1007,7 +1015,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    seed, and stochastic rounding draws the same bits as the run that saved (its key holds the
    update count, which the file has). Group 0's weight_decay is the config's, which the file
    holds; every other group keeps the live lr_scale and weight_decay (so a resumed run may change
-   them on purpose). The format stays version 1.
+   them on purpose). Nor are the config's stats, spike_norm and spike_zscore (the live ones stay).
+   Versions: 1 (amp.h 0.2 and before) had no spike state; load reads version 1 and 2 files (a
+   version-1 file leaves the spike skip count 0 and the window empty), save writes version 2.
    The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
    Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
    elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
@@ -2620,9 +2630,11 @@ typedef struct amp__backend {
   /* the update, or nothing but the skipped count when an unscale of this iteration found inf/NaN
      (s NULL: when this optimizer's last unscale did) */
   amp_status (*optim_step)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
-  amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, o->grad_norm, o->found_inf */
+  amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, grad_norm, found_inf, spike state */
   amp_status (*optim_stats)(amp_optimizer *o, char *msg, size_t cap);  /* o->gstat (cfg.stats on) */
   amp_status (*optim_set_step)(amp_optimizer *o, long step, char *msg, size_t cap);
+  /* checkpoint load: the spike skip count and window (CPU: nothing, the host fields are the state) */
+  amp_status (*optim_set_spike)(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap);
   /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it
      (1); then, for a load, the model copy written from the master (optim_write_model) */
   amp_status (*optim_tensor_io)(amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, size_t cap);
@@ -3965,6 +3977,10 @@ static amp_status amp__cpu_optim_set_step(amp_optimizer *o, long step, char *msg
   (void)o; (void)step; (void)msg; (void)cap;
   return AMP_OK;
 }
+static amp_status amp__cpu_optim_set_spike(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap) {
+  (void)o; (void)spike_skips; (void)w; (void)msg; (void)cap;
+  return AMP_OK;
+}
 static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
                                            char *msg, size_t cap) {
   float *p = which == 0 ? o->master[i] : which == 1 ? o->m[i] : o->v[i];
@@ -4340,7 +4356,7 @@ static void amp__rfile_close(amp__rfile *r) {
 /* -- the checkpoint format: each record one list of fields, read and written by one function ---- */
 
 #define AMP__CKPT_MAGIC "AMPCKPT1"
-#define AMP__CKPT_VERSION 1u
+#define AMP__CKPT_VERSION 2u      /* written; version 1 (no spike record) is read too */
 #define AMP__CKPT_ENDIAN 0x01020304u
 
 /* X(type, name) for each field, in file order; each is stored in the writer's byte order. */
@@ -4356,6 +4372,8 @@ static void amp__rfile_close(amp__rfile *r) {
   X(uint32_t, kind) X(float, lr) X(float, weight_decay) X(float, momentum) X(float, dampening) X(int32_t, nesterov) \
   X(float, beta1) X(float, beta2) X(float, eps) X(float, max_grad_norm) X(uint64_t, step) X(uint64_t, count)
 #define AMP__CKPT_TENSOR_FIELDS(X) X(uint64_t, n) X(uint32_t, wtype) X(uint32_t, gtype)
+/* version 2: after the optimizer record, the spike state: these fields, then f32 window[100] */
+#define AMP__CKPT_SPIKE_FIELDS(X) X(uint64_t, spike_skips) X(int32_t, window_count) X(int32_t, window_next)
 /* flags: which sections the payload holds, in this order; each tensor record is followed by its
    floats: the master, then the moments the kind has (amp__o_moments). */
 #define AMP__CKPT_HAS_SCALER 1u
@@ -4367,11 +4385,13 @@ typedef struct amp__ckpt_head { AMP__CKPT_HEAD_FIELDS(AMP__CKPT_DECLARE) } amp__
 typedef struct amp__ckpt_scaler { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_scaler;
 typedef struct amp__ckpt_optim { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_optim;
 typedef struct amp__ckpt_tensor { AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_tensor;
-/* each record's bytes in the file (32, 72, 56, 16) */
+typedef struct amp__ckpt_spike { AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_DECLARE) float window[AMP__SPIKE_WINDOW]; } amp__ckpt_spike;
+/* each record's bytes in the file (32, 72, 56, 16, 416) */
 #define AMP__CKPT_HEAD_BYTES (0 AMP__CKPT_HEAD_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_SCALER_BYTES (0 AMP__CKPT_SCALER_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_OPTIM_BYTES (0 AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_TENSOR_BYTES (0 AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_SIZEOF))
+#define AMP__CKPT_SPIKE_BYTES (0 AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_SIZEOF) + 4 * AMP__SPIKE_WINDOW)
 
 /* Where records go to or come from. Writing: through a buffer into the temporary file, with the
    running CRC and the first failure. Reading: a file image in memory. */
@@ -4410,6 +4430,11 @@ static int amp__ckpt_head_io(amp__ckpt_io *io, amp__ckpt_head *r) { int ok = 1; 
 static int amp__ckpt_scaler_io(amp__ckpt_io *io, amp__ckpt_scaler *r) { int ok = 1; AMP__CKPT_SCALER_FIELDS(AMP__CKPT_TRANSFER) return ok; }
 static int amp__ckpt_optim_io(amp__ckpt_io *io, amp__ckpt_optim *r) { int ok = 1; AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_TRANSFER) return ok; }
 static int amp__ckpt_tensor_io(amp__ckpt_io *io, amp__ckpt_tensor *r) { int ok = 1; AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_spike_io(amp__ckpt_io *io, amp__ckpt_spike *r) {
+  int ok = 1;
+  AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_TRANSFER)
+  return amp__ckpt_bytes(io, r->window, sizeof r->window) && ok;
+}
 /* The name of the first field whose bytes differ between two records (NULL: none). */
 #define AMP__CKPT_DIFFER(type, name) if (memcmp(&a->name, &b->name, sizeof a->name) != 0) return #name;
 static const char *amp__ckpt_scaler_differ(const amp__ckpt_scaler *a, const amp__ckpt_scaler *b) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DIFFER) return NULL; }
@@ -4432,6 +4457,33 @@ static amp__ckpt_optim amp__ckpt_optim_of(const amp_optim_config *c, long step, 
   r.dampening = c->dampening; r.nesterov = c->nesterov; r.beta1 = c->beta1; r.beta2 = c->beta2; r.eps = c->eps;
   r.max_grad_norm = c->max_grad_norm; r.step = (uint64_t)step; r.count = (uint64_t)count;
   return r;
+}
+
+static amp__ckpt_spike amp__ckpt_spike_of(const amp_optimizer *o) {
+  amp__ckpt_spike r;
+  r.spike_skips = (uint64_t)o->spike_skips; r.window_count = o->spike_win.count; r.window_next = o->spike_win.next;
+  memcpy(r.window, o->spike_win.norm, sizeof r.window);
+  return r;
+}
+/* The file's spike record: a count within range and a window as amp__spike_window_push leaves it
+   (count 0 .. 100, next == count until it is full, held norms finite and >= 0, the rest +0). */
+static amp_status amp__ckpt_spike_check(const amp__ckpt_spike *r, long *skips, amp__spike_window *w) {
+  const char *fn = "amp_checkpoint_load";
+  int32_t i;
+  if (r->spike_skips > (uint64_t)LONG_MAX)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the spike skip count %llu in the file is out of range (at most %ld here)", fn,
+                     (unsigned long long)r->spike_skips, LONG_MAX);
+  if (r->window_count < 0 || r->window_count > AMP__SPIKE_WINDOW || r->window_next < 0 || r->window_next >= AMP__SPIKE_WINDOW ||
+      (r->window_count < AMP__SPIKE_WINDOW && r->window_next != r->window_count))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the spike window's count %d and next slot %d in the file are not a window's (count 0 .. %d, "
+                     "next == count until it is full)", fn, (int)r->window_count, (int)r->window_next, AMP__SPIKE_WINDOW);
+  for (i = 0; i < AMP__SPIKE_WINDOW; i++)
+    if (i < r->window_count ? !(amp__finite(r->window[i]) && r->window[i] >= 0.0f) : amp__f32_bits(r->window[i]) != 0u)
+      return amp__fail(AMP_ERR_CORRUPT, "%s: the spike window's slot %d in the file holds %g (held norms are finite and >= 0, "
+                       "unused slots 0)", fn, (int)i, (double)r->window[i]);
+  *skips = (long)r->spike_skips;
+  memcpy(w->norm, r->window, sizeof w->norm); w->count = r->window_count; w->next = r->window_next;
+  return AMP_OK;
 }
 
 /* A message of a validator (create's own) given again as the file's fault. */
@@ -4519,6 +4571,8 @@ typedef struct amp__ckpt_image {
   amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged, skipped) */
   amp_optim_config cfg;            /* the optimizer's checked config */
   long step;
+  long spike_skips;                /* the spike state (version 2; zero from a version-1 file) */
+  amp__spike_window spike_win;
   const unsigned char *tensors;    /* the first tensor record */
 } amp__ckpt_image;
 
@@ -4532,7 +4586,7 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
   amp__ckpt_io io;
   amp__ckpt_head h;
   amp__crc crc;
-  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES];   /* room for any one record */
+  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES];   /* room for any one record */
   uint64_t size = 0, at, end, first_tensor = 0;
   uint32_t crc_file;
   amp_status st;
@@ -4554,7 +4608,10 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
   if (memcmp(&h.magic, AMP__CKPT_MAGIC, 8) != 0) { amp__fail(st, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path); goto refused; }
   if (h.endian == 0x04030201u) { amp__fail(st, "%s: written on a machine of the other byte order", fn); goto refused; }
   if (h.endian != AMP__CKPT_ENDIAN) { amp__fail(st, "%s: bad endianness mark 0x%08x", fn, (unsigned)h.endian); goto refused; }
-  if (h.version != AMP__CKPT_VERSION) { amp__fail(st, "%s: format version %u, this amp.h reads %u", fn, (unsigned)h.version, AMP__CKPT_VERSION); goto refused; }
+  if (h.version != 1u && h.version != AMP__CKPT_VERSION) {
+    amp__fail(st, "%s: format version %u, this amp.h reads 1 and %u", fn, (unsigned)h.version, AMP__CKPT_VERSION);
+    goto refused;
+  }
   if (h.header_bytes != AMP__CKPT_HEAD_BYTES) {
     amp__fail(st, "%s: header size %u, expected %u", fn, (unsigned)h.header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
     goto refused;
@@ -4590,6 +4647,16 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
     st = AMP_ERR_CORRUPT;
     im->step = (long)r.step;
     at += AMP__CKPT_OPTIM_BYTES;
+    if (h.version >= 2u) {   /* the spike state; a version-1 file has none (zero) */
+      amp__ckpt_spike sp;
+      if (end - at < AMP__CKPT_SPIKE_BYTES) { amp__fail(st, "%s: spike section truncated", fn); goto refused; }
+      if ((st = amp__rfile_read(&f, rec, AMP__CKPT_SPIKE_BYTES)) != AMP_OK) goto refused;
+      io.p = rec; io.left = AMP__CKPT_SPIKE_BYTES;
+      amp__ckpt_spike_io(&io, &sp);
+      if ((st = amp__ckpt_spike_check(&sp, &im->spike_skips, &im->spike_win)) != AMP_OK) goto refused;
+      st = AMP_ERR_CORRUPT;
+      at += AMP__CKPT_SPIKE_BYTES;
+    }
     first_tensor = at;
     for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
       amp__ckpt_tensor t;
@@ -4700,14 +4767,16 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   h.payload_bytes = s ? AMP__CKPT_SCALER_BYTES : 0;
   if (o) {
     nm = amp__o_moments(&o->cfg);
-    h.payload_bytes += AMP__CKPT_OPTIM_BYTES;
+    h.payload_bytes += AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES;
     for (i = 0; i < o->count; i++) h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + nm);
   }
   amp__ckpt_head_io(&io, &h);
   if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
   if (o) {
     amp__ckpt_optim r = amp__ckpt_optim_of(&o->cfg, o->step, o->count);
+    amp__ckpt_spike sp = amp__ckpt_spike_of(o);
     amp__ckpt_optim_io(&io, &r);
+    amp__ckpt_spike_io(&io, &sp);
     for (i = 0; i < o->count && io.st == AMP_OK && dev_st == AMP_OK; i++) {
       amp__ckpt_tensor t;
       t.n = (uint64_t)o->n[i]; t.wtype = (uint32_t)o->wtype[i]; t.gtype = (uint32_t)o->gtype[i];
@@ -4744,6 +4813,7 @@ static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckp
     if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) return st;
     if ((st = be->optim_set_config(o, &im->cfg, m, sizeof m)) != AMP_OK) goto fail;
     if ((st = be->optim_set_step(o, im->step, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = be->optim_set_spike(o, im->spike_skips, &im->spike_win, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
       p += AMP__CKPT_TENSOR_BYTES;
       for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float))
@@ -4774,6 +4844,7 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
   }
   if (o && im.has_optim) {
     o->cfg = im.cfg; o->step = im.step;   /* masters, moments and model copies: pushed above */
+    o->spike_skips = im.spike_skips; o->spike_win = im.spike_win; o->spike = 0;
     o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0; o->stepped = 0;
   }
   AMP_FREE(im.buf);
@@ -5870,7 +5941,7 @@ static const amp__backend amp__cpu_ops = {
   amp__cpu_scale_ptr, amp__cpu_scale_buffer,
   amp__cpu_optim_add, amp__cpu_nothing_o, amp__cpu_optim_destroy, amp__cpu_optim_set_config,
   amp__cpu_optim_unscale, amp__cpu_optim_unscale_finish, amp__cpu_optim_step, amp__cpu_nothing_o, amp__cpu_nothing_o,
-  amp__cpu_optim_set_step, amp__cpu_optim_tensor_io, amp__cpu_optim_write_model,
+  amp__cpu_optim_set_step, amp__cpu_optim_set_spike, amp__cpu_optim_tensor_io, amp__cpu_optim_write_model,
   amp__cpu_gemm
 };
 
@@ -5986,6 +6057,9 @@ static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {
 static amp_status amp__cuda_optim_set_step(amp_optimizer *o, long step, char *m, size_t cap) {
   return amp__cu_optim_set_step(o->dev->cuda, o->cu, (int64_t)step, m, cap);
 }
+static amp_status amp__cuda_optim_set_spike(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *m, size_t cap) {
+  return amp__cu_optim_set_spike(o->dev->cuda, o->cu, (int64_t)spike_skips, w, m, cap);
+}
 static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
                                             char *m, size_t cap) {
   return amp__cu_optim_state_io(o->dev->cuda, o->cu, i, which, host, to_device, m, cap);
@@ -6009,7 +6083,7 @@ static const amp__backend amp__cuda_ops = {
   amp__cuda_optim_add, amp__cuda_optim_ready, amp__cuda_optim_destroy, amp__cuda_optim_set_config,
   amp__cuda_optim_unscale, amp__cuda_optim_unscale_finish, amp__cuda_optim_step, amp__cuda_optim_pull,
   amp__cuda_optim_stats,
-  amp__cuda_optim_set_step, amp__cuda_optim_tensor_io, amp__cuda_optim_write_model,
+  amp__cuda_optim_set_step, amp__cuda_optim_set_spike, amp__cuda_optim_tensor_io, amp__cuda_optim_write_model,
   amp__cuda_gemm
 };
 

@@ -338,23 +338,30 @@ static void a_run_on_the_cuda_line_gives_the_cpus_bits(void) {
 }
 
 /* A checkpoint saved on the CUDA line restores a CPU optimizer to the same masters, moments, step
-   count and scaler, and the other way round; the model copies are written from the masters. */
+   count, spike state (skip count and window: a spike planted at step 1) and scaler, and the other
+   way round; the model copies are written from the masters. */
 static void a_checkpoint_moves_between_the_cpu_and_the_cuda_line(void) {
   amp_optim_config c;
   rig a, b;
   size_t i, n0 = 0, n1 = 0;
   int step, dir;
-  memset(&c, 0, sizeof c); c.kind = AMP_OPTIM_ADAMW; c.lr = 1e-2f; c.weight_decay = 0.01f;
+  memset(&c, 0, sizeof c); c.kind = AMP_OPTIM_ADAMW; c.lr = 1e-2f; c.weight_decay = 0.01f; c.spike_norm = 0.5f;
   for (dir = 0; dir < 2; dir++) {
     amp_device *from = dir ? amp_cpu() : gpu(), *to = dir ? gpu() : amp_cpu();
     if (!rig_make(&a, from, &c) || !rig_make(&b, to, &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
     for (step = 0; step < 4; step++) {
       rig_grads(&a, step);
+      if (step == 1) for (i = 0; i < N1; i++) a.g1[i] *= 100.0f;   /* a spike */
       EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_update(a.s) == AMP_OK, "step: %s", amp_last_error());
     }
     EXPECT(amp_checkpoint_save(CKPT, a.o, a.s) == AMP_OK, "save: %s", amp_last_error());
     EXPECT(amp_checkpoint_load(CKPT, b.o, b.s) == AMP_OK, "load: %s", amp_last_error());
-    EXPECT(amp_optimizer_step_count(b.o) == 3 && amp_scaler_get_scale(b.s) == amp_scaler_get_scale(a.s) &&
+    EXPECT(amp_optimizer_spike_skips(a.o) == 1 && amp_optimizer_spike_skips(b.o) == 1 && a.o->spike_win.count == 2 &&
+           memcmp(&a.o->spike_win, &b.o->spike_win, sizeof a.o->spike_win) == 0,
+           "dir %d: spike_skips %ld -> %ld (want 1), window count %d -> %d (want 2), the windows %s", dir, amp_optimizer_spike_skips(a.o),
+           amp_optimizer_spike_skips(b.o), (int)a.o->spike_win.count, (int)b.o->spike_win.count,
+           memcmp(&a.o->spike_win, &b.o->spike_win, sizeof a.o->spike_win) == 0 ? "equal" : "differ");
+    EXPECT(amp_optimizer_step_count(b.o) == 2 && amp_scaler_get_scale(b.s) == amp_scaler_get_scale(a.s) &&
            amp_scaler_skipped_steps(b.s) == 1, "dir %d: steps %ld scale %g/%g skipped %ld", dir,
            amp_optimizer_step_count(b.o), (double)amp_scaler_get_scale(b.s), (double)amp_scaler_get_scale(a.s),
            amp_scaler_skipped_steps(b.s));
