@@ -20,7 +20,8 @@
                                    a float model copy rounded to bf16/f16, stochastic rounding,
                                    memory per parameter
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
-                                   inf/NaN, zero and subnormal counts), the tensor that overflowed
+                                   inf/NaN, zero and subnormal counts), the tensor that overflowed,
+                                   the overflow log line naming it (amp_tensor_desc.name)
       SPIKES                       amp_optim_config.spike_norm / spike_zscore: skip a loss-spike
                                    step without backing off the scale; amp_optimizer_spike_skips
       VERSION HISTORY
@@ -115,8 +116,10 @@
                            amp_optimizer_add / _add_mixed are its wrappers and their errors
                            name themselves; gradient stats (amp_optim_config.stats,
                            amp_optimizer_stats, amp_optimizer_overflow_tensor) recorded by the
-                           unscale pass; spike skipping (amp_optim_config.spike_norm and
-                           spike_zscore, amp_optimizer_spike_skips).
+                           unscale pass; tensor names (amp_tensor_desc.name) in the overflow
+                           log line; spike skipping (amp_optim_config.spike_norm and
+                           spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
+                           (format version 2; version 1 still loads).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -625,7 +628,8 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
 typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *stream);
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
 
-/* The log hook: amp.h's few warnings (the scale stuck at its floor) go to fn(user, msg); the
+/* The log hook: amp.h's few warnings (the scale stuck at its floor; with gradient stats on, each
+   overflow's line, see THE OVERFLOW LINE) go to fn(user, msg); the
    default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. Safe to call
    while other threads log (with gcc, clang and compilers that have their atomics; elsewhere set it
    before any other thread uses amp.h): each message goes to one hook with that hook's own user
@@ -854,6 +858,9 @@ typedef struct amp_tensor_desc {
   const void *grads;       amp_dtype grad_dtype;  /* required; 0 -> AMP_F32 */
   size_t      n;                                  /* required, > 0 */
   int         group;                              /* 0 -> the default group */
+  const char *name;                               /* NULL -> unnamed; copied at add, at most 63 bytes
+                                                     (longer: AMP_ERR_ARG, nothing added); the
+                                                     overflow log line names the tensor by it */
   const float *master;                            /* NULL -> the master starts from weights */
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
@@ -924,7 +931,19 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    read is AMP_ERR_DEVICE.
    amp_optimizer_overflow_tensor: the index of the first tensor (in add order) with n_nonfinite > 0
    at the last unscale, -1 when none; also -1 when o is NULL or stats are off (amp_last_error says
-   which), or when the device read fails (the error kept, as for the other getters). */
+   which), or when the device read fails (the error kept, as for the other getters).
+   THE OVERFLOW LINE. With stats on, an unscale pass that finds inf/NaN in this optimizer's grads
+   writes one line through the log hook (amp_set_log), naming the first such tensor by its
+   amp_tensor_desc.name (unnamed: by index), e.g.
+     overflow in 'wte' (tensor 0): 3 inf/NaN of 4096, amax 1.1e+05 at scale 65536; 1 more tensor overflowed
+   (its n_nonfinite, its size, its amax, the loss scale the pass divided by, 1 without a scaler;
+   the last part only when other tensors overflowed too). inf and NaN are counted together, as in
+   n_nonfinite. On the CPU the line is written by the unscale itself; on a CUDA device, which the
+   step never waits for, by the host's first read of the optimizer after the overflow (any getter
+   such as amp_optimizer_last_skipped, amp_optimizer_stats, amp_optimizer_overflow_tensor, a
+   checkpoint save), once per pass, and only for the last pass (an earlier overflow that no read
+   saw is not logged). An overflow found only on another rank (data-parallel) names no tensor
+   here and writes nothing. Stats off: no line. */
 typedef struct amp_tensor_stats {
   float  amax;          /* max |g| after unscaling, over the finite values */
   size_t n_nonfinite;   /* inf or NaN grads */
@@ -2662,6 +2681,7 @@ static const amp__backend *amp__be(const amp_device *d);   /* at the end: after 
 
 /* The message buffer of an operation, and the public caller's name put before it on failure. */
 #define AMP__MSG 400
+#define AMP__NAME_MAX 63   /* bytes of a tensor's name (amp_tensor_desc.name) */
 /* An operation leaves msg empty when it has set amp_last_error itself (the CPU's, which share
    amp.h's own helpers). */
 static amp_status amp__op_fail(const char *fn, amp_status st, const char *msg) {
@@ -3483,6 +3503,10 @@ struct amp_optimizer {
   amp_dtype *round_to;
   amp__gstat *gstat;             /* amp_optim_config.stats: the last unscale's stats per tensor (the
                                     host copy on CUDA, refreshed by optim_stats) */
+  char **name;                   /* amp_tensor_desc.name, copied (NULL: unnamed) */
+  unsigned long unscales;        /* unscale passes run (amp__o_unscale) */
+  unsigned long overflow_noted;  /* the pass whose overflow line was logged (amp__o_overflow_note) */
+  float unscale_scale;           /* the loss scale the last unscale divided by (1 without a scaler) */
   float *lr_scale, *weight_decay;  /* per group; entry 0 unused (group 0: 1 and cfg.weight_decay) */
   int n_groups, groups_cap;
   float *scratch;                /* AMP_CUSTOM: the unscaled, clipped fp32 grads of one tensor */
@@ -3593,12 +3617,14 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
 static void amp__o_free_table(amp_optimizer *o) {
   AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
   AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
-  AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic); AMP_FREE(o->gstat);
+  AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic); AMP_FREE(o->gstat); AMP_FREE(o->name);
 }
 
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
+  size_t i;
   if (!o) return;
   amp__be(o->dev)->optim_destroy(o);   /* the masters and moments, wherever they live */
+  for (i = 0; i < o->count; i++) AMP_FREE(o->name[i]);
   amp__o_free_table(o);
   AMP_FREE(o->lr_scale); AMP_FREE(o->weight_decay);
   AMP_FREE(o->scratch);
@@ -3616,8 +3642,9 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
   t.group = (int *)AMP_MALLOC(cap * sizeof *t.group); t.round_to = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.round_to);
   t.stochastic = (int *)AMP_MALLOC(cap * sizeof *t.stochastic);
   t.gstat = (amp__gstat *)AMP_MALLOC(cap * sizeof *t.gstat);
+  t.name = (char **)AMP_MALLOC(cap * sizeof *t.name);
   if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to || !t.stochastic ||
-      !t.gstat) {
+      !t.gstat || !t.name) {
     amp__o_free_table(&t);
     return 0;
   }
@@ -3625,7 +3652,7 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
     t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
     t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
     t.group[i] = o->group[i]; t.round_to[i] = o->round_to[i]; t.stochastic[i] = o->stochastic[i];
-    t.gstat[i] = o->gstat[i];
+    t.gstat[i] = o->gstat[i]; t.name[i] = o->name[i];
   }
   memset(t.gstat + o->count, 0, (cap - o->count) * sizeof *t.gstat);   /* nothing recorded yet */
   amp__o_free_table(o);
@@ -3643,7 +3670,8 @@ static int amp__overlap(const void *a, size_t an, const void *b, size_t bn) {
    given, else from the model copy as it is then; weights changed after add (loaded from a file,
    say) are not seen by the optimizer; add after. fn names the function the user called. */
 static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_desc *t) {
-  size_t ws, gs, n, i;
+  size_t ws, gs, n, i, name_len = 0;
+  char *name = NULL;
   void *weights;
   const void *grads;
   char m[AMP__MSG] = "";
@@ -3687,6 +3715,8 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (t->stochastic && t->dtype != AMP_BF16)
     return amp__fail(AMP_ERR_ARG, "%s: stochastic %d needs a bf16 model copy (dtype AMP_BF16); dtype is %s", fn,
                      t->stochastic, amp__dtype_name(t->dtype));
+  if (t->name && (name_len = strlen(t->name)) > AMP__NAME_MAX)
+    return amp__fail(AMP_ERR_ARG, "%s: name '%.32s...' is %zu bytes long, at most %d", fn, t->name, name_len, AMP__NAME_MAX);
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
     if (amp__overlap(weights, n * ws, o->w[i], ows) || amp__overlap(weights, n * ws, o->g[i], ogs))
@@ -3696,11 +3726,13 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   }
   if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
     return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  if (t->name && (name = (char *)AMP_MALLOC(name_len + 1)) == NULL) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  if (name) memcpy(name, t->name, name_len + 1);
   i = o->count;   /* recorded past the end; counted once the device has taken it */
   o->wtype[i] = t->dtype; o->gtype[i] = t->grad_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
   o->group[i] = t->group; o->round_to[i] = t->round_to; o->stochastic[i] = t->stochastic != 0;
-  o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL;
-  if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+  o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL; o->name[i] = name;
+  if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) { AMP_FREE(name); return amp__op_fail(fn, st, m); }
   o->count++;
   return AMP_OK;
 }
@@ -3773,18 +3805,44 @@ static amp_status amp__o_ready(const char *fn, const amp_optimizer *co) {
   return amp__op_fail(fn, amp__be(o->dev)->optim_ready(o, m, sizeof m), m);
 }
 
+/* The overflow line (amp_optim_config.stats on): once per unscale pass that found inf/NaN, the
+   first tensor with inf/NaN by name, its count, its largest finite |g| after unscaling, the scale,
+   and how many other tensors overflowed. An overflow seen only on another rank (data-parallel)
+   names no tensor here and is not logged. */
+static void amp__o_overflow_note(amp_optimizer *o) {
+  size_t i, first = o->count, more = 0;
+  char who[AMP__NAME_MAX + 32], also[64] = "";
+  if (!o->cfg.stats || !o->found_inf || o->overflow_noted == o->unscales) return;
+  o->overflow_noted = o->unscales;
+  for (i = 0; i < o->count; i++)
+    if (o->gstat[i].nonfinite) { if (first == o->count) first = i; else more++; }
+  if (first == o->count) return;
+  if (o->name[first]) snprintf(who, sizeof who, "'%s' (tensor %zu)", o->name[first], first);
+  else snprintf(who, sizeof who, "tensor %zu", first);
+  if (more) snprintf(also, sizeof also, "; %zu more tensor%s overflowed", more, more == 1 ? "" : "s");
+  amp__log("overflow in %s: %llu inf/NaN of %zu, amax %.3g at scale %g%s", who, (unsigned long long)o->gstat[first].nonfinite,
+           o->n[first], (double)amp__bits_f32(o->gstat[first].amax_bits), (double)o->unscale_scale, also);
+}
+
 /* The one refresh of the optimizer's mirror (step, grad_norm, found_inf), for every getter and
    the checkpoint. */
-static amp_status amp__o_pull(const char *fn, const amp_optimizer *co, int getter) {
+static amp_status amp__o_pull_with(const char *fn, const amp_optimizer *co, int getter, int stats) {
   amp_optimizer *o = (amp_optimizer *)(uintptr_t)co;
   char m[AMP__MSG] = "";
   amp_status st = amp__be(o->dev)->optim_pull(o, m, sizeof m);
+  /* a device's stats: read when asked for (amp__o_stats_pull) or for the overflow line, once the
+     host reads after an overflow */
+  if (st == AMP_OK && !amp__be(o->dev)->host_update && o->cfg.stats && (stats || (o->found_inf && o->overflow_noted != o->unscales)))
+    st = amp__be(o->dev)->optim_stats(o, m, sizeof m);
   if (st != AMP_OK) {
     amp__op_fail(fn, st, m);
     if (getter) amp__dev_keep_error(o->dev, st);   /* a getter cannot return the status */
+    return st;
   }
+  amp__o_overflow_note(o);
   return st;
 }
+static amp_status amp__o_pull(const char *fn, const amp_optimizer *co, int getter) { return amp__o_pull_with(fn, co, getter, 0); }
 
 AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
   amp_optim_config c;
@@ -3829,6 +3887,14 @@ static amp_status amp__hook_fail(const char *fn, int raw) {
                    amp_status_string(st), why[0] ? ": " : "", why);
 }
 
+/* After an unscale pass: counted, its scale kept (a device's is refreshed by its pull), and on a
+   host device the overflow line now (a device's comes when the host next reads it). */
+static void amp__o_unscaled(amp_optimizer *o, const amp_scaler *s) {
+  o->unscales++;
+  o->unscale_scale = s ? s->st.scale : 1.0f;
+  if (amp__be(o->dev)->host_update) amp__o_overflow_note(o);
+}
+
 /* Pass 1 over every tensor of o and the decision (norm, clip, skip), on o's device; with the
    data-parallel hook, this rank's {found_inf, sumsq} first, the hook's sum over ranks, then the
    decision from the sums. Records the call order in o and s. A failure (the hook's included)
@@ -3840,7 +3906,11 @@ static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o
   double *buf = NULL;
   amp_status st;
   if ((st = amp__o_ready(fn, o)) != AMP_OK) return st;
-  if (!s) return amp__op_fail(fn, be->optim_unscale(o, NULL, NULL, m, sizeof m), m);
+  if (!s) {
+    if ((st = be->optim_unscale(o, NULL, NULL, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+    amp__o_unscaled(o, NULL);
+    return AMP_OK;
+  }
   if (!s->allreduce) {
     if ((st = be->optim_unscale(o, s, NULL, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
   } else {
@@ -3853,6 +3923,7 @@ static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o
   o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
   o->driver = AMP__BY_SCALER;
   s->recorded++;
+  amp__o_unscaled(o, s);
   return AMP_OK;
 }
 
@@ -4043,6 +4114,7 @@ static amp_status amp__o_stats_pull(const char *fn, const amp_optimizer *co) {
   if (!o->cfg.stats)
     return amp__fail(AMP_ERR_STATE, "%s: gradient stats are off for this optimizer (set amp_optim_config.stats = 1 "
                      "at amp_optimizer_create)", fn);
+  if (!amp__be(o->dev)->host_update) return amp__o_pull_with(fn, o, 0, 1);   /* a device: its stats with the rest (and the overflow line) */
   return amp__op_fail(fn, amp__be(o->dev)->optim_stats(o, m, sizeof m), m);
 }
 AMPDEF amp_status amp_optimizer_stats(const amp_optimizer *o, size_t index, amp_tensor_stats *out) {
@@ -6048,6 +6120,7 @@ static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
   if ((st = amp__cu_optim_read(o->dev->cuda, o->cu, &info, m, cap)) != AMP_OK) return st;
   o->step = (long)info.t; o->grad_norm = info.norm; o->found_inf = info.skip;
   o->spike = info.spike; o->spike_skips = (long)info.spike_skips; o->spike_win = info.window;
+  o->unscale_scale = info.scale;
   return AMP_OK;
 }
 static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {

@@ -287,7 +287,8 @@ struct amp__cu_optim_dev {
   float norm, clip, mul;  // the last unscale's results
   int32_t found_inf;      // OR-ed by this optimizer's unscale blocks; moved to skip by the last block
   int32_t skip;
-  int32_t spike, pad_;    // the last unscale's spike decision (amp__spike_skip): the step skips, no back-off
+  int32_t spike;          // the last unscale's spike decision (amp__spike_skip): the step skips, no back-off
+  float scale;            // the loss scale the last unscale divided by (1 without a scaler; the overflow log line)
   long long spike_skips;  // steps skipped for a spike
   amp__spike_window win;  // the last clean steps' norms: pushed by the step kernel's last block, read by the decision
   unsigned int done_unscale, done_step;  // "last block" counters; each launch leaves them at 0
@@ -454,6 +455,7 @@ __device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp
   float norm = (float)sqrt(s);
   float clip = amp__clip_coef(norm, o->h.max_grad_norm);
   o->norm = norm; o->clip = clip; o->mul = inv * clip;
+  o->scale = sc ? sc->st.scale : 1.0f;
   o->skip = found;
   o->spike = amp__spike_skip(norm, o->h.spike_norm, o->h.spike_zscore, &o->win, found);
   if (found && sc) atomicOr(&sc->found_inf, 1);
@@ -886,7 +888,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   }
   memset(&hb, 0, sizeof hb);
   hb.h = *h;
-  hb.norm = 0.0f; hb.clip = 1.0f; hb.mul = 1.0f;
+  hb.norm = 0.0f; hb.clip = 1.0f; hb.mul = 1.0f; hb.scale = 1.0f;
   AMP__CU_CHECK(cudaMemcpyAsync(o->dev, &hb, sizeof hb, cudaMemcpyHostToDevice, st->stream));
   AMP__CU_CHECK(cudaMemsetAsync(o->reduce, 0, 2 * sizeof(double), st->stream));
   AMP__CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
@@ -1051,7 +1053,7 @@ extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   info->t = hb.t; info->skipped = hb.skipped; info->norm = hb.norm; info->clip = hb.clip;
   info->mul = hb.mul; info->skip = hb.skip; info->spike = hb.spike; info->spike_skips = hb.spike_skips;
-  info->window = hb.win;
+  info->window = hb.win; info->scale = hb.scale;
   return AMP_OK;
 }
 

@@ -58,6 +58,7 @@ typedef struct amp_cu_optim_info {
   int32_t spike;                /* the last unscale saw a spike (amp__spike_skip): the next step skips */
   int64_t spike_skips;          /* steps skipped for a spike */
   amp__spike_window window;     /* the last clean steps' norms (amp__spike_skip's spike_zscore window) */
+  float scale;                  /* the loss scale the last unscale divided by (1 without a scaler) */
 } amp_cu_optim_info;
 
 /* Device scaler: one small block in device memory (scale state, rule parameters, inverse scale,

@@ -1078,6 +1078,15 @@ static void plant_stats(tens *t, int bad_tensor, int bad_kind) {
   if (bad_tensor >= 0) amp__store(t->g[bad_tensor], t->gt[bad_tensor], t->n[bad_tensor] / 3,
                                   bad_kind == 0 ? INFINITY : bad_kind == 1 ? NAN : -INFINITY);
 }
+static char ov_log[4][256];
+static int ov_n;
+static void ov_catch(void *user, const char *msg) {
+  (void)user;
+  if (ov_n < 4) snprintf(ov_log[ov_n], sizeof ov_log[0], "%s", msg);
+  ov_n++;
+}
+/* (and the overflow log line: the CPU's at its unscale, the GPU's at the host's first read after
+   the overflow, the same text, once each) */
 static void gradient_stats_on_gpu_equal_the_cpus(void) {
   tens t;
   side c, g, goff;
@@ -1102,6 +1111,8 @@ static void gradient_stats_on_gpu_equal_the_cpus(void) {
     tens_grads(&t, amp_scaler_get_scale(cs) * 0.01f, -1, 0.0f);
     plant_stats(&t, where, step % 3);
     side_push(&c, &t); side_push(&g, &t); side_push(&goff, &t);
+    ov_n = 0;
+    amp_set_log(ov_catch, NULL);
     OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_step(gs, g.o)); OK(amp_scaler_step(goffs, goff.o));
     for (size_t i = 0; i < t.k; i++) {
       amp_tensor_stats x, y;
@@ -1113,6 +1124,10 @@ static void gradient_stats_on_gpu_equal_the_cpus(void) {
              amp__dtype_name(t.gt[i]), t.n[i], (double)x.amax, x.n_nonfinite, x.n_zero, x.n_subnormal, (double)y.amax,
              y.n_nonfinite, y.n_zero, y.n_subnormal);
     }
+    amp_set_log(NULL, NULL);
+    EXPECT(where >= 0 ? ov_n == 2 && strcmp(ov_log[0], ov_log[1]) == 0 && strstr(ov_log[0], "overflow in tensor ") : ov_n == 0,
+           "step %d (inf/NaN in tensor %d): %d lines: cpu '%s' gpu '%s'", step, where, ov_n, ov_n > 0 ? ov_log[0] : "",
+           ov_n > 1 ? ov_log[1] : "");
     oc_cpu = amp_optimizer_overflow_tensor(c.o); oc_gpu = amp_optimizer_overflow_tensor(g.o);
     EXPECT(oc_cpu == where && oc_gpu == where, "step %d: inf/NaN planted in tensor %d: cpu names %ld, gpu %ld", step, where, oc_cpu, oc_gpu);
     OK(amp_scaler_update(cs)); OK(amp_scaler_update(gs)); OK(amp_scaler_update(goffs));

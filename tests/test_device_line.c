@@ -92,6 +92,7 @@ typedef struct fake_optim {
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
   int32_t spike; int64_t spike_skips;
   amp__spike_window win;   /* the step kernel's last block pushes a clean step's norm */
+  float scale;             /* the scale the last unscale divided by */
 } fake_optim;
 
 amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n, const amp_optim_config *h,
@@ -148,6 +149,7 @@ static void fake_scan(fake_optim *o, const fake_scaler *sc, int *bad, double *ss
 static void fake_decide(fake_optim *o, fake_scaler *sc, int found, double ss) {
   float inv = sc ? sc->inv : 1.0f;
   o->norm = (float)sqrt(ss); o->clip = amp__clip_coef(o->norm, o->h.max_grad_norm); o->mul = inv * o->clip;
+  o->scale = sc ? sc->st.scale : 1.0f;
   o->skip = found;
   o->spike = amp__spike_skip(o->norm, o->h.spike_norm, o->h.spike_zscore, &o->win, found);
   if (found && sc) sc->found = 1;
@@ -198,7 +200,7 @@ amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info 
   (void)state;
   if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(optimizer block)"); }
   info->t = o->t_done; info->skipped = o->skipped; info->norm = o->norm; info->clip = o->clip; info->mul = o->mul;
-  info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips; info->window = o->win;
+  info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips; info->window = o->win; info->scale = o->scale;
   return AMP_OK;
 }
 amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n, char *msg, size_t cap) {
@@ -575,6 +577,15 @@ static int stats_equal(const amp_optimizer *a, const amp_optimizer *b, size_t i,
   if (amp_optimizer_stats(a, i, sa) != AMP_OK || amp_optimizer_stats(b, i, sb) != AMP_OK) return 0;
   return sa->amax == sb->amax && sa->n_nonfinite == sb->n_nonfinite && sa->n_zero == sb->n_zero && sa->n_subnormal == sb->n_subnormal;
 }
+static char line_log[4][256];
+static int line_n;
+static void line_catch(void *user, const char *msg) {
+  (void)user;
+  if (line_n < 4) snprintf(line_log[line_n], sizeof line_log[0], "%s", msg);
+  line_n++;
+}
+/* (and the overflow log line: the CPU's at its unscale, the CUDA line's at the first read after
+   it, the same text, once each) */
 static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
   amp_optim_config c;
   int hook, step;
@@ -589,7 +600,10 @@ static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
       long ov;
       rig_grads(&a, step); rig_grads(&b, step);
       a.g0[9] = b.g0[9] = 0x0003;   /* an f16 subnormal */
+      line_n = 0;
+      amp_set_log(line_catch, NULL);
       EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+      EXPECT(line_n == (step % 5 == 3), "hook %d step %d: %d lines logged before the host read the CUDA line", hook, step, line_n);
       for (i = 0; i < 2; i++) {
         amp_tensor_stats sa, sb;
         EXPECT(stats_equal(a.o, b.o, i, &sa, &sb), "hook %d step %d tensor %zu: cpu amax %a inf %zu zero %zu sub %zu, "
@@ -598,6 +612,10 @@ static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
         if (i == 0) EXPECT(sb.n_subnormal >= 1 && sb.n_zero >= 1, "step %d: the planted subnormal and the zeros: %zu, %zu", step,
                            sb.n_subnormal, sb.n_zero);
       }
+      amp_set_log(NULL, NULL);
+      EXPECT(step % 5 == 3 ? line_n == 2 && strcmp(line_log[0], line_log[1]) == 0 && strstr(line_log[0], "overflow in tensor 0: 1 inf/NaN of 37")
+                           : line_n == 0, "hook %d step %d: %d lines: '%s' / '%s'", hook, step, line_n, line_n > 0 ? line_log[0] : "",
+             line_n > 1 ? line_log[1] : "");
       ov = amp_optimizer_overflow_tensor(b.o);
       EXPECT(ov == (step % 5 == 3 ? 0 : -1) && ov == amp_optimizer_overflow_tensor(a.o), "hook %d step %d: overflow tensor %ld (cpu %ld)",
              hook, step, ov, amp_optimizer_overflow_tensor(a.o));
