@@ -55,9 +55,12 @@ bench: $(BENCH_CPU)
 
 # GPU benchmarks: bench/torch_ref.py measures PyTorch first (build/torch_ref.txt), then every
 # bench/gpu_*.c runs and prints its figures against those and against a device copy.
-BENCH_GPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/gpu_*.c))
+# A bench/gpu_*.cu holds kernels of its own (nvcc; amp.h's implementation compiled there as C++).
+BENCH_GPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/gpu_*.c)) $(patsubst bench/%.cu,$(B)/%,$(wildcard bench/gpu_*.cu))
 $(B)/gpu_%: bench/gpu_%.c amp.h $(B)/amp_kernels.o | $(B)
 	$(CC) $(WARN) -O2 -DAMP_CUDA -I. $< $(B)/amp_kernels.o -o $@ $(CUDA_LIBS) -lm -lpthread
+$(B)/gpu_%: bench/gpu_%.cu amp.h $(B)/amp_kernels.o | $(B)
+	$(NVCC) $(NVCC_FLAGS) -I. $< $(B)/amp_kernels.o -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublasLt -lcublas
 
 bench-gpu: $(BENCH_GPU)
 	@if [ -f bench/torch_ref.py ]; then python3 bench/torch_ref.py > $(B)/torch_ref.txt || echo "PyTorch reference failed"; fi

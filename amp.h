@@ -1615,6 +1615,50 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
   }
 }
 
+/* What the x86 CPU and its OS support, asked once (CPUID and XGETBV): the one place every SIMD
+   path (conversions, optimizer loops, the matrix product's kernels) learns it. */
+#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define AMP__X86_CPUID 1
+#define AMP__CPU_AVX2 1u        /* AVX2, the OS saving YMM state */
+#define AMP__CPU_F16C 2u
+#define AMP__CPU_FMA 4u
+#define AMP__CPU_AVX512 8u      /* AVX-512 F/BW/VL/DQ with AVX2, the OS saving opmask and ZMM state */
+#define AMP__CPU_AVX512BF16 16u /* AVX512_BF16 with AVX512 */
+static void amp__cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+}
+static unsigned amp__cpu_features(void) {
+  static int cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
+  int v = AMP__ALOAD(&cache);
+  if (v < 0) {
+    unsigned r[4], lo, hi, xcr0, f = 0;
+    amp__cpuid(0, 0, r);
+    if (r[0] >= 7) {
+      amp__cpuid(1, 0, r);
+      if (r[2] & (1u << 29)) f |= AMP__CPU_F16C;   /* leaf 1 ECX bit 29 F16C, 12 FMA */
+      if (r[2] & (1u << 12)) f |= AMP__CPU_FMA;
+      /* ECX bit 27 OSXSAVE (xgetbv usable), 28 AVX */
+      if ((r[2] & (3u << 27)) == (3u << 27)) {
+        __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
+        xcr0 = lo | (hi & 0u);   /* the low 32 bits are the ones asked about */
+        amp__cpuid(7, 0, r);
+        /* XCR0 bits 1-2: XMM and YMM state; leaf 7 EBX bit 5: AVX2 */
+        if ((xcr0 & 6u) == 6u && (r[1] & (1u << 5))) f |= AMP__CPU_AVX2;
+        /* XCR0 bits 5-7: opmask and ZMM state; EBX bits 16 F, 17 DQ, 30 BW, 31 VL */
+        if ((f & AMP__CPU_AVX2) && (xcr0 & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) {
+          f |= AMP__CPU_AVX512;
+          amp__cpuid(7, 1, r);
+          if (r[0] & (1u << 5)) f |= AMP__CPU_AVX512BF16;   /* leaf 7 subleaf 1 EAX bit 5 */
+        }
+      }
+    }
+    v = (int)f;
+    AMP__ASTORE(&cache, v);
+  }
+  return (unsigned)v;
+}
+#endif
+
 /* The x86 SIMD paths: x86-64 with GCC or Clang. Each kernel carries a target attribute, so the
    rest of the file needs no -m flags, and runs only after CPUID said the CPU and the OS (XSAVE of
    the YMM/ZMM registers) support it. Levels: 1 = AVX2 + F16C, 2 = AVX-512 F/BW/VL/DQ. Every
@@ -1649,33 +1693,11 @@ extern "C" {
 #define AMP__AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"))) AMP__EXACT_FP
 #define AMP__AVX512_INLINE static inline __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) AMP__EXACT_FP
 
-static void amp__cpuid(unsigned leaf, unsigned r[4]) {   /* subleaf 0 */
-  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(0u));
-}
-/* The CPU's best level, asked once: 0 none, 1 AVX2 + F16C, 2 AVX-512 F/BW/VL/DQ. */
+/* The CPU's best level: 0 none, 1 AVX2 + F16C, 2 that and AVX-512 F/BW/VL/DQ. */
 static int amp__cpu_level(void) {
-  static int known_cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
-  int known = AMP__ALOAD(&known_cache);
-  if (known < 0) {
-    unsigned r[4], lo, hi;
-    amp__cpuid(0, r);
-    known = 0;
-    if (r[0] >= 7) {
-      amp__cpuid(1, r);
-      /* ECX bit 27 OSXSAVE (xgetbv usable), 28 AVX, 29 F16C */
-      if ((r[2] & (7u << 27)) == (7u << 27)) {
-        __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
-        (void)hi;
-        amp__cpuid(7, r);
-        /* XCR0 bits 1-2: the OS saves XMM and YMM state; leaf 7 EBX bit 5: AVX2 */
-        if ((lo & 6u) == 6u && (r[1] & (1u << 5)) != 0) known = 1;
-        /* XCR0 bits 5-7: opmask and ZMM state; EBX bits 16 F, 17 DQ, 30 BW, 31 VL */
-        if (known && (lo & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) known = 2;
-      }
-    }
-    AMP__ASTORE(&known_cache, known);
-  }
-  return known;
+  unsigned f = amp__cpu_features();
+  if ((f & (AMP__CPU_AVX2 | AMP__CPU_F16C)) != (AMP__CPU_AVX2 | AMP__CPU_F16C)) return 0;
+  return (f & AMP__CPU_AVX512) ? 2 : 1;
 }
 static int amp__cpu_has_f16c(void) { return amp__cpu_level() >= 1; }
 /* The highest level the SIMD paths may use (tests lower it to run the AVX2 kernels on an AVX-512
@@ -5164,33 +5186,14 @@ static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
 /* Tests lower this (to AMP__GEMM_ISA_FMA, or 0) to run the other paths on an AVX-512 CPU. */
 static int amp__gemm_isa_allowed = 7;
 
+/* (AVX-512 includes DQ: the epilogue stores through amp_convert's AVX-512 code, built for it.) */
 static int amp__gemm_isa(void) {
-  static int cache = -1;   /* a relaxed atomic: threads may ask at once (same answer) */
-  int v = AMP__ALOAD(&cache);
-  if (v < 0) {
-    unsigned r[4], lo = 0, hi = 0, ecx1;
-    v = 0;
-    amp__cpuid(0, r);
-    if (r[0] >= 7) {
-      amp__cpuid(1, r);
-      ecx1 = r[2];
-      /* ECX bit 12 FMA, 27 OSXSAVE, 28 AVX */
-      if ((ecx1 & (1u << 12)) && (ecx1 & (3u << 27)) == (3u << 27)) {
-        __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
-        (void)hi;
-        amp__cpuid(7, r);
-        if ((lo & 6u) == 6u && (r[1] & (1u << 5))) v |= AMP__GEMM_ISA_FMA;
-        /* XCR0 bits 5-7: opmask and ZMM state; leaf 7 EBX bits 16 F, 17 DQ, 30 BW, 31 VL (DQ:
-           the epilogue stores through amp_convert's AVX-512 code, which is built for it) */
-        if ((v & AMP__GEMM_ISA_FMA) && (lo & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) {
-          unsigned s[4];
-          v |= AMP__GEMM_ISA_512;
-          __asm__ __volatile__("cpuid" : "=a"(s[0]), "=b"(s[1]), "=c"(s[2]), "=d"(s[3]) : "a"(7u), "c"(1u));
-          if (s[0] & (1u << 5)) v |= AMP__GEMM_ISA_BF16;   /* leaf 7 subleaf 1 EAX bit 5 */
-        }
-      }
-    }
-    AMP__ASTORE(&cache, v);
+  unsigned f = amp__cpu_features();
+  int v = 0;
+  if ((f & (AMP__CPU_FMA | AMP__CPU_AVX2)) == (AMP__CPU_FMA | AMP__CPU_AVX2)) {
+    v = AMP__GEMM_ISA_FMA;
+    if (f & AMP__CPU_AVX512) v |= AMP__GEMM_ISA_512;
+    if (f & AMP__CPU_AVX512BF16) v |= AMP__GEMM_ISA_BF16;   /* set only with AVX512 */
   }
   return v & amp__gemm_isa_allowed;
 }
@@ -5647,12 +5650,7 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
 #endif
   (void)in; (void)reference;
 #ifdef AMP__GEMM_AVX2
-  {
-    static int has_cache = -1;   /* a relaxed atomic: threads may run their first product at once */
-    int has = AMP__ALOAD(&has_cache);
-    if (has < 0) { __builtin_cpu_init(); has = __builtin_cpu_supports("avx2") ? 1 : 0; AMP__ASTORE(&has_cache, has); }
-    if (has) return &amp__gemm_reference_kernel_avx2;
-  }
+  if (amp__cpu_features() & AMP__CPU_AVX2) return &amp__gemm_reference_kernel_avx2;
 #endif
   return &amp__gemm_reference_kernel;
 }

@@ -3,7 +3,8 @@
 
 Prints `key value` lines on stdout (build/torch_ref.txt), which bench/bench.h's bench_ref(key)
 reads. One function per benchmark group; main() runs every function in GROUPS. Without torch or
-without a CUDA device it prints nothing and exits 0.
+without a CUDA device it prints nothing and exits 0. `--serve-matmul` instead answers
+bench/gpu_gemm.c's requests one by one (serve_matmul).
 """
 import statistics
 import sys
@@ -29,21 +30,35 @@ def cuda_time(fn, min_seconds=0.02, reps=7, warmup=3):
     return statistics.median(times)
 
 
-def gemm_group(out):
-    """torch.matmul, row-major C = A B in f16 and bf16: TFLOP/s (bench/gpu_gemm.c's shapes)."""
-    import torch
-    shapes = [("1024", 1024, 1024, 1024), ("4096", 4096, 4096, 4096),
-              ("8192", 8192, 8192, 8192), ("16x4096x4096", 16, 4096, 4096),
-              ("256x256x16384", 256, 256, 16384)]
-    for dname, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
-        for name, m, n, k in shapes:
+def serve_matmul():
+    """`torch_ref.py --serve-matmul`: bench/gpu_gemm.c's peer, run beside it. Reads lines
+    `f16|bf16 m n k` on stdin; for each, times torch.matmul(a, b, out=c) row-major in that dtype
+    (cuda_time: warm-up, then the median of 7 timed batches) and prints one line, its TFLOP/s
+    (0 without torch or a CUDA device). gpu_gemm alternates its own figure and this one, round
+    after round, so that both sides see the GPU in the same state."""
+    try:
+        import torch
+        ok = torch.cuda.is_available()
+    except Exception:
+        ok = False
+    cache = {}
+    for line in sys.stdin:
+        parts = line.split()
+        if len(parts) != 4 or not ok:
+            print(0, flush=True)
+            continue
+        dname, m, n, k = parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+        dtype = torch.float16 if dname == "f16" else torch.bfloat16
+        key = (dname, m, n, k)
+        if key not in cache:
+            cache.clear()
+            torch.cuda.empty_cache()
             a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
             b = torch.rand(k, n, device="cuda", dtype=dtype) * 2 - 1
-            c = torch.empty(m, n, device="cuda", dtype=dtype)
-            sec = cuda_time(lambda: torch.matmul(a, b, out=c))
-            out(f"torch_matmul_{dname}_{name}", 2.0 * m * n * k / sec * 1e-12)
-            del a, b, c
-    torch.cuda.empty_cache()
+            cache[key] = (a, b, torch.empty(m, n, device="cuda", dtype=dtype))
+        a, b, c = cache[key]
+        sec = cuda_time(lambda: torch.matmul(a, b, out=c))
+        print(f"{2.0 * m * n * k / sec * 1e-12:.6g}", flush=True)
 
 
 def _time(torch, fn, iters):
@@ -126,7 +141,7 @@ def optim_group(out):
 
 
 # Other groups append their function here.
-GROUPS = [gemm_group, optim_group]
+GROUPS = [optim_group]
 
 
 def main():
@@ -149,4 +164,7 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve-matmul"]:
+        serve_matmul()
+        sys.exit(0)
     sys.exit(main())

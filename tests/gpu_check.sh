@@ -71,7 +71,7 @@ run_step() {
 
 # 1. build ----------------------------------------------------------------------------------------
 run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
-  'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o build/train_mlp_cuda $(ls bench/gpu_*.c | sed "s|bench/\(.*\)\.c|build/\1|")'
+  'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o build/train_mlp_cuda $(ls bench/gpu_*.c bench/gpu_*.cu 2>/dev/null | sed "s|bench/\(.*\)\.cu*$|build/\1|")'
 
 # 2. the tests, a GPU required --------------------------------------------------------------------
 run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_SKIP_SLOW_CPU=1 make test
