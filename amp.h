@@ -21,9 +21,10 @@
                                    split and absent masters (AMP_MASTER_SPLIT / _NONE), memory
                                    per parameter of each master mode
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
-                                   inf/NaN, zero and subnormal counts), the tensor that overflowed
-      SPIKES                       amp_optim_config.spike_norm: skip a loss-spike step without
-                                   backing off the scale; amp_optimizer_spike_skips
+                                   inf/NaN, zero and subnormal counts), the tensor that overflowed,
+                                   the overflow log line naming it (amp_tensor_desc.name)
+      SPIKES                       amp_optim_config.spike_norm / spike_zscore: skip a loss-spike
+                                   step without backing off the scale; amp_optimizer_spike_skips
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -117,8 +118,10 @@
                            amp_optimizer_add / _add_mixed are its wrappers and their errors
                            name themselves; gradient stats (amp_optim_config.stats,
                            amp_optimizer_stats, amp_optimizer_overflow_tensor) recorded by the
-                           unscale pass; spike skipping (amp_optim_config.spike_norm,
-                           amp_optimizer_spike_skips).
+                           unscale pass; tensor names (amp_tensor_desc.name) in the overflow
+                           log line; spike skipping (amp_optim_config.spike_norm and
+                           spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
+                           (format version 2; version 1 still loads).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -627,7 +630,8 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
 typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *stream);
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
 
-/* The log hook: amp.h's few warnings (the scale stuck at its floor) go to fn(user, msg); the
+/* The log hook: amp.h's few warnings (the scale stuck at its floor; with gradient stats on, each
+   overflow's line, see THE OVERFLOW LINE) go to fn(user, msg); the
    default writes "amp.h: msg" to stderr; fn NULL restores the default. Process-wide. Safe to call
    while other threads log (with gcc, clang and compilers that have their atomics; elsewhere set it
    before any other thread uses amp.h): each message goes to one hook with that hook's own user
@@ -764,6 +768,9 @@ typedef struct amp_optim_config {
                                             (amp_optimizer_stats, amp_optimizer_overflow_tensor) */
   float spike_norm;                      /* 0 -> off; > 0: a step whose unscaled global grad norm is
                                             above it is skipped, the loss scale left alone (SPIKES) */
+  float spike_zscore;                    /* 0 -> off; > 0: a step whose norm is that many standard
+                                            deviations above the mean of the last 100 clean steps'
+                                            norms is skipped likewise (SPIKES) */
 } amp_optim_config;
 typedef amp_optim_config amp_optimizer_config;
 
@@ -892,6 +899,9 @@ typedef struct amp_tensor_desc {
   const void *grads;       amp_dtype grad_dtype;  /* required; 0 -> AMP_F32 */
   size_t      n;                                  /* required, > 0 */
   int         group;                              /* 0 -> the default group */
+  const char *name;                               /* NULL -> unnamed; copied at add, at most 63 bytes
+                                                     (longer: AMP_ERR_ARG, nothing added); the
+                                                     overflow log line names the tensor by it */
   const float *master;                            /* NULL -> the master starts from weights */
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
@@ -962,7 +972,19 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    read is AMP_ERR_DEVICE.
    amp_optimizer_overflow_tensor: the index of the first tensor (in add order) with n_nonfinite > 0
    at the last unscale, -1 when none; also -1 when o is NULL or stats are off (amp_last_error says
-   which), or when the device read fails (the error kept, as for the other getters). */
+   which), or when the device read fails (the error kept, as for the other getters).
+   THE OVERFLOW LINE. With stats on, an unscale pass that finds inf/NaN in this optimizer's grads
+   writes one line through the log hook (amp_set_log), naming the first such tensor by its
+   amp_tensor_desc.name (unnamed: by index), e.g.
+     overflow in 'wte' (tensor 0): 3 inf/NaN of 4096, amax 1.1e+05 at scale 65536; 1 more tensor overflowed
+   (its n_nonfinite, its size, its amax, the loss scale the pass divided by, 1 without a scaler;
+   the last part only when other tensors overflowed too). inf and NaN are counted together, as in
+   n_nonfinite. On the CPU the line is written by the unscale itself; on a CUDA device, which the
+   step never waits for, by the host's first read of the optimizer after the overflow (any getter
+   such as amp_optimizer_last_skipped, amp_optimizer_stats, amp_optimizer_overflow_tensor, a
+   checkpoint save), once per pass, and only for the last pass (an earlier overflow that no read
+   saw is not logged). An overflow found only on another rank (data-parallel) names no tensor
+   here and writes nothing. Stats off: no line. */
 typedef struct amp_tensor_stats {
   float  amax;          /* max |g| after unscaling, over the finite values */
   size_t n_nonfinite;   /* inf or NaN grads */
@@ -982,21 +1004,42 @@ AMPDEF long       amp_optimizer_overflow_tensor(const amp_optimizer *o);
    the update kernel: no host synchronisation. Clipping (max_grad_norm) applies to the steps that
    are not skipped. 0 (the default) is off; negative, NaN or infinite values are AMP_ERR_ARG at
    create. amp_optimizer_last_skipped and amp_scaler_last_skipped keep reporting overflows only.
-   amp_optimizer_spike_skips: the number of steps skipped for a spike since create (not saved in
-   checkpoints); 0 for o NULL; -1 when a device read fails (see DEVICE ERRORS AND GETTERS). */
+   amp_optim_config.spike_zscore > 0 skips the same way (and counts in the same counter) a step
+   with clean grads whose norm is more than spike_zscore standard deviations above the mean of
+   the norms of the last 100 clean steps: the optimizer keeps a window of the norms of the steps
+   that updated (neither an overflow nor a spike, nor skipped for another optimizer's overflow;
+   a norm that overflows f32 is not kept), the newest 100 of them. The step is a spike when
+     the window holds n >= 20 norms and  norm - mean > spike_zscore * sd,
+   mean and sd the window's mean and population standard deviation (divided by n), computed in
+   double, the same bits on the CPU and on CUDA. Before 20 clean steps no step is a z-score spike
+   (the first steps' norms fall fast and 20 values are the fewest whose deviation means much);
+   an infinite norm of finite grads is one once the window decides. A window of equal norms has
+   sd 0: any larger norm is then a spike. The window is kept whether spike_zscore is on or not.
+   On CUDA it lives in the optimizer's device memory: the unscale kernel decides, the step kernel
+   pushes, no host synchronisation. Both rules may be on together; spike_norm is checked first.
+   amp_optimizer_spike_skips: the number of steps skipped for a spike (either rule) since create;
+   0 for o NULL; -1 when a device read fails (see DEVICE ERRORS AND GETTERS). The count and the
+   window are saved in checkpoints (format version 2) and restored by a load, so a resumed run
+   takes the same next decision; a version-1 file loads them as zero (an empty window). */
 AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
-/* Checkpoint file (amp_checkpoint_save/load), format version 1, all integers and floats in the
+/* Checkpoint file (amp_checkpoint_save/load), format version 2, all integers and floats in the
    writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
-     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (1), u32 endianness mark
+     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (2), u32 endianness mark
        0x01020304, u32 header size (32), u32 flags (1: scaler present, 2: optimizer present),
        u64 payload bytes; then the payload, then u32 CRC-32 (IEEE, as zlib's crc32) of everything
        before it.
      scaler (72 bytes): f32 growth, backoff, floor, cap; i32 interval, hysteresis, mode, fixed,
        late_growth; f32 init_scale, scale; i32 tracker, hyst, at_floor, last_skipped,
        floor_logged; u64 skipped count (the resolved amp_scale_params, amp_scale_state and counts);
-     optimizer (56 bytes, then the tensors): u32 kind; f32 lr, weight_decay, momentum, dampening;
-       i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count, tensor count; then per
+     optimizer (56 bytes, then the spike state, then the tensors): u32 kind; f32 lr, weight_decay,
+       momentum, dampening; i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count,
+       tensor count;
+     spike state (416 bytes, version 2 only): u64 spike skip count (amp_optimizer_spike_skips);
+       i32 window count (0 .. 100), i32 next slot (== count until the window is full); f32
+       window[100] (the norms of the last clean steps, spike_zscore's window; slots from count on
+       are 0);
+     then per
        tensor u64 n, u32 weight dtype, u32 grad dtype, f32 master[n], then the moments it has (SGD
        with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
    save writes a new file beside path under a name unique to the process and call
@@ -1016,9 +1059,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    flag other than 0 or 1, a 0 the scaler replaces by a default are refused; the optimizer's fields
    are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must fit its
    parameters (scale within [floor, cap], counters within range), then the CRC, kind, tensor count,
-   sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes. It restores
-   the optimizer's config (lr included; custom_step stays the live one), step count, masters and
-   moments, writes every model copy from its restored master (rounded to its round_to, or
+   sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes (the spike
+   state too: a count beyond long, a window count or slot out of range, a held norm NaN or
+   negative). It restores the optimizer's config (lr included; custom_step stays the live one),
+   step count, spike skip count and window, masters and moments, writes every model copy from its restored master (rounded to its round_to, or
    stochastically with the restored update count's bits), and restores the scaler's parameters
    and state; both start a new iteration (no unscale/step recorded). On a CUDA device save reads
    the device state back and load writes it (the model copies cast from the restored masters on the
@@ -1032,7 +1076,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    seed, and stochastic rounding draws the same bits as the run that saved (its key holds the
    update count, which the file has). Group 0's weight_decay is the config's, which the file
    holds; every other group keeps the live lr_scale and weight_decay (so a resumed run may change
-   them on purpose). The format stays version 1.
+   them on purpose). Nor are the config's stats, spike_norm and spike_zscore (the live ones stay).
+   Versions: 1 (amp.h 0.2 and before) had no spike state; load reads version 1 and 2 files (a
+   version-1 file leaves the spike skip count 0 and the window empty), save writes version 2.
    The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
    Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
    elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
@@ -1213,12 +1259,6 @@ static inline AMP_HD void amp__gstat_add(amp__gstat *a, float g, float y, amp_dt
   if (c == AMP__G_ZERO) a->zero++;
   else if (c == AMP__G_SUBNORMAL) a->subnormal++;
 }
-/* The spike decision (amp_optim_config.spike_norm): a step with clean grads whose unscaled global
-   norm is above spike_norm (> 0) is skipped without touching the scale. An overflow is not a
-   spike (it skips as an overflow). */
-static inline AMP_HD int amp__spike_skip(float norm, float spike_norm, int found_inf) {
-  return !found_inf && spike_norm > 0.0f && norm > spike_norm;
-}
 
 /* ------------------------------------------------------------------------------------------
    Tensor Core matrix product (cblas conventions)
@@ -1347,6 +1387,63 @@ static inline AMP_HD float amp__act(float x, int act) {
 #else
 #define AMP__ROUNDED(x) ((void)0)
 #endif
+/* The spike window (amp_optim_config.spike_zscore): the unscaled global norms of the last
+   AMP__SPIKE_WINDOW clean steps (steps that updated: neither an overflow nor a spike), a ring.
+   On the CPU a field of the optimizer; on CUDA in the optimizer's device block, pushed by the
+   step kernel and read by the unscale kernel, so no host ever waits for it. Saved in checkpoints
+   (format version 2). */
+#define AMP__SPIKE_WINDOW 100
+#define AMP__SPIKE_MIN 20        /* z-score skips start once the window holds this many norms */
+typedef struct amp__spike_window {
+  float norm[AMP__SPIKE_WINDOW]; /* slots 0 .. count-1 hold norms (0 beyond) */
+  int32_t count;                 /* norms held, 0 .. AMP__SPIKE_WINDOW */
+  int32_t next;                  /* the slot the next norm goes to (== count until the ring is full) */
+} amp__spike_window;
+
+/* A product of doubles rounded on its own, never fused into the add that follows (the GPU would
+   contract it by default, the CPU under -ffp-contract=fast): the decision below must be the same
+   bits on both sides. */
+static inline AMP_HD double amp__dmul_rounded(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  double p = a * b;
+  AMP__ROUNDED(p);
+  return p;
+#endif
+}
+AMP__EXACT_BEGIN
+/* The spike decision, one function for the CPU and the CUDA kernels: a step with clean grads
+   (found_inf 0) is a spike when
+     spike_norm > 0 and norm > spike_norm, or
+     spike_zscore > 0, the window holds count >= AMP__SPIKE_MIN norms, and
+       norm - mean > spike_zscore * sd,
+   mean and sd the population mean and standard deviation (divided by count) of the held norms,
+   computed in double in slot order (two passes), every product rounded on its own. An overflow is
+   never a spike (it skips as an overflow). */
+static inline AMP_HD AMP__EXACT_FP int amp__spike_skip(float norm, float spike_norm, float spike_zscore,
+                                                      const amp__spike_window *w, int found_inf) {
+  double mean = 0.0, ss = 0.0, sd;
+  int32_t i, n = w->count;
+  if (found_inf) return 0;
+  if (spike_norm > 0.0f && norm > spike_norm) return 1;
+  if (!(spike_zscore > 0.0f) || n < AMP__SPIKE_MIN) return 0;
+  if (!amp__finite(norm)) return 1;   /* finite grads whose norm overflowed f32: above any mean */
+  for (i = 0; i < n; i++) mean += (double)w->norm[i];
+  mean /= (double)n;
+  for (i = 0; i < n; i++) { double d = (double)w->norm[i] - mean; ss += amp__dmul_rounded(d, d); }
+  sd = sqrt(ss / (double)n);
+  return (double)norm - mean > amp__dmul_rounded((double)spike_zscore, sd);
+}
+/* A clean step's norm into the window (the oldest one out once it is full); a norm that is not
+   finite (the sum of squares overflowed f32) is not kept. */
+static inline AMP_HD void amp__spike_window_push(amp__spike_window *w, float norm) {
+  if (!amp__finite(norm)) return;
+  w->norm[w->next] = norm;
+  w->next = w->next + 1 == AMP__SPIKE_WINDOW ? 0 : w->next + 1;
+  if (w->count < AMP__SPIKE_WINDOW) w->count++;
+}
+AMP__EXACT_END
 /* alpha * acc + beta * c, each product rounded before the add; beta 0 does not read c (BLAS: C
    may hold NaN or garbage). */
 static inline AMP_HD float amp__gemm_blend(float acc, float alpha, float beta, float c) {
@@ -2638,9 +2735,11 @@ typedef struct amp__backend {
   /* the update, or nothing but the skipped count when an unscale of this iteration found inf/NaN
      (s NULL: when this optimizer's last unscale did) */
   amp_status (*optim_step)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
-  amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, o->grad_norm, o->found_inf */
+  amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, grad_norm, found_inf, spike state */
   amp_status (*optim_stats)(amp_optimizer *o, char *msg, size_t cap);  /* o->gstat (cfg.stats on) */
   amp_status (*optim_set_step)(amp_optimizer *o, long step, char *msg, size_t cap);
+  /* checkpoint load: the spike skip count and window (CPU: nothing, the host fields are the state) */
+  amp_status (*optim_set_spike)(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap);
   /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it
      (1); then, for a load, the model copy written from the master (optim_write_model) */
   amp_status (*optim_tensor_io)(amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, size_t cap);
@@ -2668,6 +2767,7 @@ static const amp__backend *amp__be(const amp_device *d);   /* at the end: after 
 
 /* The message buffer of an operation, and the public caller's name put before it on failure. */
 #define AMP__MSG 400
+#define AMP__NAME_MAX 63   /* bytes of a tensor's name (amp_tensor_desc.name) */
 /* An operation leaves msg empty when it has set amp_last_error itself (the CPU's, which share
    amp.h's own helpers). */
 static amp_status amp__op_fail(const char *fn, amp_status st, const char *msg) {
@@ -3546,6 +3646,10 @@ struct amp_optimizer {
                                     masters are written: the key of an AMP_MASTER_NONE tensor's rounding */
   amp__gstat *gstat;             /* amp_optim_config.stats: the last unscale's stats per tensor (the
                                     host copy on CUDA, refreshed by optim_stats) */
+  char **name;                   /* amp_tensor_desc.name, copied (NULL: unnamed) */
+  unsigned long unscales;        /* unscale passes run (amp__o_unscale) */
+  unsigned long overflow_noted;  /* the pass whose overflow line was logged (amp__o_overflow_note) */
+  float unscale_scale;           /* the loss scale the last unscale divided by (1 without a scaler) */
   float *lr_scale, *weight_decay;  /* per group; entry 0 unused (group 0: 1 and cfg.weight_decay) */
   int n_groups, groups_cap;
   float *scratch;                /* AMP_CUSTOM: the unscaled, clipped fp32 grads of one tensor */
@@ -3559,6 +3663,7 @@ struct amp_optimizer {
   float grad_norm;               /* the unscaled global L2 norm of the last unscale */
   int spike;                     /* the last unscale's spike decision (amp__spike_skip): the step skips */
   long spike_skips;              /* steps skipped for a spike (amp_optimizer_spike_skips) */
+  amp__spike_window spike_win;   /* the last clean steps' norms (spike_zscore); the host mirror on CUDA */
   double dp[2];                  /* data-parallel: this rank's {found_inf, sumsq}, then their sums */
   int frozen;                    /* the device took the whole table (optim_ready): no add after */
   int driver;                    /* AMP__BY_*: a scaler (amp_scaler_unscale/step) or amp_optimizer_step */
@@ -3594,6 +3699,7 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   if (amp__is_zero(c->eps)) c->eps = 0.0f;
   if (amp__is_zero(c->max_grad_norm)) c->max_grad_norm = 0.0f;
   if (amp__is_zero(c->spike_norm)) c->spike_norm = 0.0f;
+  if (amp__is_zero(c->spike_zscore)) c->spike_zscore = 0.0f;
   if (!(c->lr >= 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be >= 0 and finite", fn, (double)c->lr);
   if (!(c->weight_decay >= 0.0f) || !amp__finite(c->weight_decay))
     return amp__fail(AMP_ERR_ARG, "%s: weight_decay %g must be >= 0 and finite", fn, (double)c->weight_decay);
@@ -3614,6 +3720,8 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
     return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn, (double)c->max_grad_norm);
   if (!(c->spike_norm >= 0.0f) || !amp__finite(c->spike_norm))
     return amp__fail(AMP_ERR_ARG, "%s: spike_norm %g must be >= 0 and finite (0: off)", fn, (double)c->spike_norm);
+  if (!(c->spike_zscore >= 0.0f) || !amp__finite(c->spike_zscore))
+    return amp__fail(AMP_ERR_ARG, "%s: spike_zscore %g must be >= 0 and finite (0: off)", fn, (double)c->spike_zscore);
   if (c->kind == AMP_CUSTOM && !c->custom_step)
     return amp__fail(AMP_ERR_ARG, "%s: kind AMP_CUSTOM needs custom_step", fn);
   c->nesterov = c->nesterov != 0;
@@ -3652,13 +3760,15 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
 static void amp__o_free_table(amp_optimizer *o) {
   AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
   AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
-  AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic); AMP_FREE(o->gstat);
+  AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic); AMP_FREE(o->gstat); AMP_FREE(o->name);
   AMP_FREE(o->master_mode); AMP_FREE((void *)o->rem);
 }
 
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
+  size_t i;
   if (!o) return;
   amp__be(o->dev)->optim_destroy(o);   /* the masters and moments, wherever they live */
+  for (i = 0; i < o->count; i++) AMP_FREE(o->name[i]);
   amp__o_free_table(o);
   AMP_FREE(o->lr_scale); AMP_FREE(o->weight_decay);
   AMP_FREE(o->scratch);
@@ -3677,8 +3787,9 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
   t.stochastic = (int *)AMP_MALLOC(cap * sizeof *t.stochastic);
   t.gstat = (amp__gstat *)AMP_MALLOC(cap * sizeof *t.gstat);
   t.master_mode = (int *)AMP_MALLOC(cap * sizeof *t.master_mode); t.rem = (uint16_t **)AMP_MALLOC(cap * sizeof *t.rem);
+  t.name = (char **)AMP_MALLOC(cap * sizeof *t.name);
   if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to || !t.stochastic ||
-      !t.gstat || !t.master_mode || !t.rem) {
+      !t.gstat || !t.master_mode || !t.rem || !t.name) {
     amp__o_free_table(&t);
     return 0;
   }
@@ -3686,7 +3797,7 @@ static int amp__o_grow(amp_optimizer *o, size_t cap) {
     t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
     t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
     t.group[i] = o->group[i]; t.round_to[i] = o->round_to[i]; t.stochastic[i] = o->stochastic[i];
-    t.gstat[i] = o->gstat[i]; t.master_mode[i] = o->master_mode[i]; t.rem[i] = o->rem[i];
+    t.gstat[i] = o->gstat[i]; t.master_mode[i] = o->master_mode[i]; t.rem[i] = o->rem[i]; t.name[i] = o->name[i];
   }
   memset(t.gstat + o->count, 0, (cap - o->count) * sizeof *t.gstat);   /* nothing recorded yet */
   amp__o_free_table(o);
@@ -3704,7 +3815,8 @@ static int amp__overlap(const void *a, size_t an, const void *b, size_t bn) {
    given, else from the model copy as it is then; weights changed after add (loaded from a file,
    say) are not seen by the optimizer; add after. fn names the function the user called. */
 static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_desc *t) {
-  size_t ws, gs, n, i;
+  size_t ws, gs, n, i, name_len = 0;
+  char *name = NULL;
   void *weights;
   const void *grads;
   char m[AMP__MSG] = "";
@@ -3761,6 +3873,8 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
       return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s with kind AMP_CUSTOM: custom_step updates an fp32 "
                        "master array, which this mode does not keep (use AMP_MASTER_F32)", fn, mode);
   }
+  if (t->name && (name_len = strlen(t->name)) > AMP__NAME_MAX)
+    return amp__fail(AMP_ERR_ARG, "%s: name '%.32s...' is %zu bytes long, at most %d", fn, t->name, name_len, AMP__NAME_MAX);
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
     if (amp__overlap(weights, n * ws, o->w[i], ows) || amp__overlap(weights, n * ws, o->g[i], ogs))
@@ -3770,12 +3884,14 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   }
   if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
     return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  if (t->name && (name = (char *)AMP_MALLOC(name_len + 1)) == NULL) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  if (name) memcpy(name, t->name, name_len + 1);
   i = o->count;   /* recorded past the end; counted once the device has taken it */
   o->wtype[i] = t->dtype; o->gtype[i] = t->grad_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
   o->group[i] = t->group; o->round_to[i] = t->round_to; o->stochastic[i] = t->stochastic != 0;
   o->master_mode[i] = t->master_mode; o->rem[i] = NULL;
-  o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL;
-  if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+  o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL; o->name[i] = name;
+  if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) { AMP_FREE(name); return amp__op_fail(fn, st, m); }
   o->count++;
   return AMP_OK;
 }
@@ -3848,18 +3964,44 @@ static amp_status amp__o_ready(const char *fn, const amp_optimizer *co) {
   return amp__op_fail(fn, amp__be(o->dev)->optim_ready(o, m, sizeof m), m);
 }
 
+/* The overflow line (amp_optim_config.stats on): once per unscale pass that found inf/NaN, the
+   first tensor with inf/NaN by name, its count, its largest finite |g| after unscaling, the scale,
+   and how many other tensors overflowed. An overflow seen only on another rank (data-parallel)
+   names no tensor here and is not logged. */
+static void amp__o_overflow_note(amp_optimizer *o) {
+  size_t i, first = o->count, more = 0;
+  char who[AMP__NAME_MAX + 32], also[64] = "";
+  if (!o->cfg.stats || !o->found_inf || o->overflow_noted == o->unscales) return;
+  o->overflow_noted = o->unscales;
+  for (i = 0; i < o->count; i++)
+    if (o->gstat[i].nonfinite) { if (first == o->count) first = i; else more++; }
+  if (first == o->count) return;
+  if (o->name[first]) snprintf(who, sizeof who, "'%s' (tensor %zu)", o->name[first], first);
+  else snprintf(who, sizeof who, "tensor %zu", first);
+  if (more) snprintf(also, sizeof also, "; %zu more tensor%s overflowed", more, more == 1 ? "" : "s");
+  amp__log("overflow in %s: %llu inf/NaN of %zu, amax %.3g at scale %g%s", who, (unsigned long long)o->gstat[first].nonfinite,
+           o->n[first], (double)amp__bits_f32(o->gstat[first].amax_bits), (double)o->unscale_scale, also);
+}
+
 /* The one refresh of the optimizer's mirror (step, grad_norm, found_inf), for every getter and
    the checkpoint. */
-static amp_status amp__o_pull(const char *fn, const amp_optimizer *co, int getter) {
+static amp_status amp__o_pull_with(const char *fn, const amp_optimizer *co, int getter, int stats) {
   amp_optimizer *o = (amp_optimizer *)(uintptr_t)co;
   char m[AMP__MSG] = "";
   amp_status st = amp__be(o->dev)->optim_pull(o, m, sizeof m);
+  /* a device's stats: read when asked for (amp__o_stats_pull) or for the overflow line, once the
+     host reads after an overflow */
+  if (st == AMP_OK && !amp__be(o->dev)->host_update && o->cfg.stats && (stats || (o->found_inf && o->overflow_noted != o->unscales)))
+    st = amp__be(o->dev)->optim_stats(o, m, sizeof m);
   if (st != AMP_OK) {
     amp__op_fail(fn, st, m);
     if (getter) amp__dev_keep_error(o->dev, st);   /* a getter cannot return the status */
+    return st;
   }
+  amp__o_overflow_note(o);
   return st;
 }
+static amp_status amp__o_pull(const char *fn, const amp_optimizer *co, int getter) { return amp__o_pull_with(fn, co, getter, 0); }
 
 AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
   amp_optim_config c;
@@ -3911,6 +4053,14 @@ static amp_status amp__hook_fail(const char *fn, int raw) {
                    amp_status_string(st), why[0] ? ": " : "", why);
 }
 
+/* After an unscale pass: counted, its scale kept (a device's is refreshed by its pull), and on a
+   host device the overflow line now (a device's comes when the host next reads it). */
+static void amp__o_unscaled(amp_optimizer *o, const amp_scaler *s) {
+  o->unscales++;
+  o->unscale_scale = s ? s->st.scale : 1.0f;
+  if (amp__be(o->dev)->host_update) amp__o_overflow_note(o);
+}
+
 /* Pass 1 over every tensor of o and the decision (norm, clip, skip), on o's device; with the
    data-parallel hook, this rank's {found_inf, sumsq} first, the hook's sum over ranks, then the
    decision from the sums. Records the call order in o and s. A failure (the hook's included)
@@ -3922,7 +4072,11 @@ static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o
   double *buf = NULL;
   amp_status st;
   if ((st = amp__o_ready(fn, o)) != AMP_OK) return st;
-  if (!s) return amp__op_fail(fn, be->optim_unscale(o, NULL, NULL, m, sizeof m), m);
+  if (!s) {
+    if ((st = be->optim_unscale(o, NULL, NULL, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+    amp__o_unscaled(o, NULL);
+    return AMP_OK;
+  }
   if (!s->allreduce) {
     if ((st = be->optim_unscale(o, s, NULL, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
   } else {
@@ -3935,6 +4089,7 @@ static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o
   o->sc_id = s->id; o->sc_iter = s->iter; o->stage = AMP__UNSCALED; o->unscaled_count = o->count;
   o->driver = AMP__BY_SCALER;
   s->recorded++;
+  amp__o_unscaled(o, s);
   return AMP_OK;
 }
 
@@ -4055,7 +4210,7 @@ static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_co
 static void amp__cpu_decide(amp_optimizer *o, amp_scaler *s, int bad, double sumsq) {
   o->found_inf = bad; o->inv = s ? amp__scaler_inv(s) : 1.0f;
   o->grad_norm = (float)sqrt(sumsq);
-  o->spike = amp__spike_skip(o->grad_norm, o->cfg.spike_norm, bad);
+  o->spike = amp__spike_skip(o->grad_norm, o->cfg.spike_norm, o->cfg.spike_zscore, &o->spike_win, bad);
   if (s) s->found_inf |= bad;
 }
 static amp_status amp__cpu_optim_unscale(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap) {
@@ -4087,13 +4242,17 @@ static amp_status amp__cpu_optim_step(amp_optimizer *o, amp_scaler *s, char *msg
   /* any inf/NaN seen so far in this iteration skips; no scaler: this optimizer's own unscale */
   if (s ? !s->found_inf : !o->found_inf) {
     if (o->spike) o->spike_skips++;   /* a spike: nothing changes, the scale is left alone */
-    else amp__o_apply(o);
+    else { amp__spike_window_push(&o->spike_win, o->grad_norm); amp__o_apply(o); }
   }
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_set_step(amp_optimizer *o, long step, char *msg, size_t cap) {
   (void)msg; (void)cap;
   o->io_step = step;   /* o->step itself is the caller's to write, once nothing can fail */
+  return AMP_OK;
+}
+static amp_status amp__cpu_optim_set_spike(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap) {
+  (void)o; (void)spike_skips; (void)w; (void)msg; (void)cap;
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
@@ -4171,6 +4330,7 @@ static amp_status amp__o_stats_pull(const char *fn, const amp_optimizer *co) {
   if (!o->cfg.stats)
     return amp__fail(AMP_ERR_STATE, "%s: gradient stats are off for this optimizer (set amp_optim_config.stats = 1 "
                      "at amp_optimizer_create)", fn);
+  if (!amp__be(o->dev)->host_update) return amp__o_pull_with(fn, o, 0, 1);   /* a device: its stats with the rest (and the overflow line) */
   return amp__op_fail(fn, amp__be(o->dev)->optim_stats(o, m, sizeof m), m);
 }
 AMPDEF amp_status amp_optimizer_stats(const amp_optimizer *o, size_t index, amp_tensor_stats *out) {
@@ -4484,7 +4644,7 @@ static void amp__rfile_close(amp__rfile *r) {
 /* -- the checkpoint format: each record one list of fields, read and written by one function ---- */
 
 #define AMP__CKPT_MAGIC "AMPCKPT1"
-#define AMP__CKPT_VERSION 1u
+#define AMP__CKPT_VERSION 2u      /* written; version 1 (no spike record) is read too */
 #define AMP__CKPT_ENDIAN 0x01020304u
 
 /* X(type, name) for each field, in file order; each is stored in the writer's byte order. */
@@ -4500,6 +4660,8 @@ static void amp__rfile_close(amp__rfile *r) {
   X(uint32_t, kind) X(float, lr) X(float, weight_decay) X(float, momentum) X(float, dampening) X(int32_t, nesterov) \
   X(float, beta1) X(float, beta2) X(float, eps) X(float, max_grad_norm) X(uint64_t, step) X(uint64_t, count)
 #define AMP__CKPT_TENSOR_FIELDS(X) X(uint64_t, n) X(uint32_t, wtype) X(uint32_t, gtype)
+/* version 2: after the optimizer record, the spike state: these fields, then f32 window[100] */
+#define AMP__CKPT_SPIKE_FIELDS(X) X(uint64_t, spike_skips) X(int32_t, window_count) X(int32_t, window_next)
 /* flags: which sections the payload holds, in this order; each tensor record is followed by its
    floats: the master, then the moments the kind has (amp__o_moments). */
 #define AMP__CKPT_HAS_SCALER 1u
@@ -4511,11 +4673,13 @@ typedef struct amp__ckpt_head { AMP__CKPT_HEAD_FIELDS(AMP__CKPT_DECLARE) } amp__
 typedef struct amp__ckpt_scaler { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_scaler;
 typedef struct amp__ckpt_optim { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_optim;
 typedef struct amp__ckpt_tensor { AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_tensor;
-/* each record's bytes in the file (32, 72, 56, 16) */
+typedef struct amp__ckpt_spike { AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_DECLARE) float window[AMP__SPIKE_WINDOW]; } amp__ckpt_spike;
+/* each record's bytes in the file (32, 72, 56, 16, 416) */
 #define AMP__CKPT_HEAD_BYTES (0 AMP__CKPT_HEAD_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_SCALER_BYTES (0 AMP__CKPT_SCALER_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_OPTIM_BYTES (0 AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_TENSOR_BYTES (0 AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_SIZEOF))
+#define AMP__CKPT_SPIKE_BYTES (0 AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_SIZEOF) + 4 * AMP__SPIKE_WINDOW)
 
 /* Where records go to or come from. Writing: through a buffer into the temporary file, with the
    running CRC and the first failure. Reading: a file image in memory. */
@@ -4554,6 +4718,11 @@ static int amp__ckpt_head_io(amp__ckpt_io *io, amp__ckpt_head *r) { int ok = 1; 
 static int amp__ckpt_scaler_io(amp__ckpt_io *io, amp__ckpt_scaler *r) { int ok = 1; AMP__CKPT_SCALER_FIELDS(AMP__CKPT_TRANSFER) return ok; }
 static int amp__ckpt_optim_io(amp__ckpt_io *io, amp__ckpt_optim *r) { int ok = 1; AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_TRANSFER) return ok; }
 static int amp__ckpt_tensor_io(amp__ckpt_io *io, amp__ckpt_tensor *r) { int ok = 1; AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_spike_io(amp__ckpt_io *io, amp__ckpt_spike *r) {
+  int ok = 1;
+  AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_TRANSFER)
+  return amp__ckpt_bytes(io, r->window, sizeof r->window) && ok;
+}
 /* The name of the first field whose bytes differ between two records (NULL: none). */
 #define AMP__CKPT_DIFFER(type, name) if (memcmp(&a->name, &b->name, sizeof a->name) != 0) return #name;
 static const char *amp__ckpt_scaler_differ(const amp__ckpt_scaler *a, const amp__ckpt_scaler *b) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DIFFER) return NULL; }
@@ -4576,6 +4745,33 @@ static amp__ckpt_optim amp__ckpt_optim_of(const amp_optim_config *c, long step, 
   r.dampening = c->dampening; r.nesterov = c->nesterov; r.beta1 = c->beta1; r.beta2 = c->beta2; r.eps = c->eps;
   r.max_grad_norm = c->max_grad_norm; r.step = (uint64_t)step; r.count = (uint64_t)count;
   return r;
+}
+
+static amp__ckpt_spike amp__ckpt_spike_of(const amp_optimizer *o) {
+  amp__ckpt_spike r;
+  r.spike_skips = (uint64_t)o->spike_skips; r.window_count = o->spike_win.count; r.window_next = o->spike_win.next;
+  memcpy(r.window, o->spike_win.norm, sizeof r.window);
+  return r;
+}
+/* The file's spike record: a count within range and a window as amp__spike_window_push leaves it
+   (count 0 .. 100, next == count until it is full, held norms finite and >= 0, the rest +0). */
+static amp_status amp__ckpt_spike_check(const amp__ckpt_spike *r, long *skips, amp__spike_window *w) {
+  const char *fn = "amp_checkpoint_load";
+  int32_t i;
+  if (r->spike_skips > (uint64_t)LONG_MAX)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the spike skip count %llu in the file is out of range (at most %ld here)", fn,
+                     (unsigned long long)r->spike_skips, LONG_MAX);
+  if (r->window_count < 0 || r->window_count > AMP__SPIKE_WINDOW || r->window_next < 0 || r->window_next >= AMP__SPIKE_WINDOW ||
+      (r->window_count < AMP__SPIKE_WINDOW && r->window_next != r->window_count))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the spike window's count %d and next slot %d in the file are not a window's (count 0 .. %d, "
+                     "next == count until it is full)", fn, (int)r->window_count, (int)r->window_next, AMP__SPIKE_WINDOW);
+  for (i = 0; i < AMP__SPIKE_WINDOW; i++)
+    if (i < r->window_count ? !(amp__finite(r->window[i]) && r->window[i] >= 0.0f) : amp__f32_bits(r->window[i]) != 0u)
+      return amp__fail(AMP_ERR_CORRUPT, "%s: the spike window's slot %d in the file holds %g (held norms are finite and >= 0, "
+                       "unused slots 0)", fn, (int)i, (double)r->window[i]);
+  *skips = (long)r->spike_skips;
+  memcpy(w->norm, r->window, sizeof w->norm); w->count = r->window_count; w->next = r->window_next;
+  return AMP_OK;
 }
 
 /* A message of a validator (create's own) given again as the file's fault. */
@@ -4663,6 +4859,8 @@ typedef struct amp__ckpt_image {
   amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged, skipped) */
   amp_optim_config cfg;            /* the optimizer's checked config */
   long step;
+  long spike_skips;                /* the spike state (version 2; zero from a version-1 file) */
+  amp__spike_window spike_win;
   const unsigned char *tensors;    /* the first tensor record */
 } amp__ckpt_image;
 
@@ -4676,7 +4874,7 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
   amp__ckpt_io io;
   amp__ckpt_head h;
   amp__crc crc;
-  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES];   /* room for any one record */
+  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES];   /* room for any one record */
   uint64_t size = 0, at, end, first_tensor = 0;
   uint32_t crc_file;
   amp_status st;
@@ -4698,7 +4896,10 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
   if (memcmp(&h.magic, AMP__CKPT_MAGIC, 8) != 0) { amp__fail(st, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path); goto refused; }
   if (h.endian == 0x04030201u) { amp__fail(st, "%s: written on a machine of the other byte order", fn); goto refused; }
   if (h.endian != AMP__CKPT_ENDIAN) { amp__fail(st, "%s: bad endianness mark 0x%08x", fn, (unsigned)h.endian); goto refused; }
-  if (h.version != AMP__CKPT_VERSION) { amp__fail(st, "%s: format version %u, this amp.h reads %u", fn, (unsigned)h.version, AMP__CKPT_VERSION); goto refused; }
+  if (h.version != 1u && h.version != AMP__CKPT_VERSION) {
+    amp__fail(st, "%s: format version %u, this amp.h reads 1 and %u", fn, (unsigned)h.version, AMP__CKPT_VERSION);
+    goto refused;
+  }
   if (h.header_bytes != AMP__CKPT_HEAD_BYTES) {
     amp__fail(st, "%s: header size %u, expected %u", fn, (unsigned)h.header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
     goto refused;
@@ -4734,6 +4935,16 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
     st = AMP_ERR_CORRUPT;
     im->step = (long)r.step;
     at += AMP__CKPT_OPTIM_BYTES;
+    if (h.version >= 2u) {   /* the spike state; a version-1 file has none (zero) */
+      amp__ckpt_spike sp;
+      if (end - at < AMP__CKPT_SPIKE_BYTES) { amp__fail(st, "%s: spike section truncated", fn); goto refused; }
+      if ((st = amp__rfile_read(&f, rec, AMP__CKPT_SPIKE_BYTES)) != AMP_OK) goto refused;
+      io.p = rec; io.left = AMP__CKPT_SPIKE_BYTES;
+      amp__ckpt_spike_io(&io, &sp);
+      if ((st = amp__ckpt_spike_check(&sp, &im->spike_skips, &im->spike_win)) != AMP_OK) goto refused;
+      st = AMP_ERR_CORRUPT;
+      at += AMP__CKPT_SPIKE_BYTES;
+    }
     first_tensor = at;
     for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
       amp__ckpt_tensor t;
@@ -4844,14 +5055,16 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   h.payload_bytes = s ? AMP__CKPT_SCALER_BYTES : 0;
   if (o) {
     nm = amp__o_moments(&o->cfg);
-    h.payload_bytes += AMP__CKPT_OPTIM_BYTES;
+    h.payload_bytes += AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES;
     for (i = 0; i < o->count; i++) h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + nm);
   }
   amp__ckpt_head_io(&io, &h);
   if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
   if (o) {
     amp__ckpt_optim r = amp__ckpt_optim_of(&o->cfg, o->step, o->count);
+    amp__ckpt_spike sp = amp__ckpt_spike_of(o);
     amp__ckpt_optim_io(&io, &r);
+    amp__ckpt_spike_io(&io, &sp);
     for (i = 0; i < o->count && io.st == AMP_OK && dev_st == AMP_OK; i++) {
       amp__ckpt_tensor t;
       t.n = (uint64_t)o->n[i]; t.wtype = (uint32_t)o->wtype[i]; t.gtype = (uint32_t)o->gtype[i];
@@ -4888,6 +5101,7 @@ static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckp
     if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) return st;
     if ((st = be->optim_set_config(o, &im->cfg, m, sizeof m)) != AMP_OK) goto fail;
     if ((st = be->optim_set_step(o, im->step, m, sizeof m)) != AMP_OK) goto fail;
+    if ((st = be->optim_set_spike(o, im->spike_skips, &im->spike_win, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
       p += AMP__CKPT_TENSOR_BYTES;
       for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float))
@@ -4918,6 +5132,7 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
   }
   if (o && im.has_optim) {
     o->cfg = im.cfg; o->step = im.step;   /* masters, moments and model copies: pushed above */
+    o->spike_skips = im.spike_skips; o->spike_win = im.spike_win; o->spike = 0;
     o->stage = AMP__READY; o->sc_id = 0; o->found_inf = 0; o->stepped = 0;
   }
   AMP_FREE(im.buf);
@@ -5990,7 +6205,7 @@ static const amp__backend amp__cpu_ops = {
   amp__cpu_scale_ptr, amp__cpu_scale_buffer,
   amp__cpu_optim_add, amp__cpu_nothing_o, amp__cpu_optim_destroy, amp__cpu_optim_set_config,
   amp__cpu_optim_unscale, amp__cpu_optim_unscale_finish, amp__cpu_optim_step, amp__cpu_nothing_o, amp__cpu_nothing_o,
-  amp__cpu_optim_set_step, amp__cpu_optim_tensor_io, amp__cpu_optim_write_model,
+  amp__cpu_optim_set_step, amp__cpu_optim_set_spike, amp__cpu_optim_tensor_io, amp__cpu_optim_write_model,
   amp__cpu_gemm
 };
 
@@ -6156,7 +6371,8 @@ static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
   if (!o->cu) return AMP_OK;   /* nothing ran yet: the host fields are the state */
   if ((st = amp__cu_optim_read(o->dev->cuda, o->cu, &info, m, cap)) != AMP_OK) return st;
   o->step = (long)info.t; o->grad_norm = info.norm; o->found_inf = info.skip;
-  o->spike = info.spike; o->spike_skips = (long)info.spike_skips;
+  o->spike = info.spike; o->spike_skips = (long)info.spike_skips; o->spike_win = info.window;
+  o->unscale_scale = info.scale;
   return AMP_OK;
 }
 static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {
@@ -6166,6 +6382,9 @@ static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {
 static amp_status amp__cuda_optim_set_step(amp_optimizer *o, long step, char *m, size_t cap) {
   o->io_step = step;   /* the key of a NONE tensor's rounding at a load (optim_tensor_io) */
   return amp__cu_optim_set_step(o->dev->cuda, o->cu, (int64_t)step, m, cap);
+}
+static amp_status amp__cuda_optim_set_spike(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *m, size_t cap) {
+  return amp__cu_optim_set_spike(o->dev->cuda, o->cu, (int64_t)spike_skips, w, m, cap);
 }
 static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
                                             char *m, size_t cap) {
@@ -6193,7 +6412,7 @@ static const amp__backend amp__cuda_ops = {
   amp__cuda_optim_add, amp__cuda_optim_ready, amp__cuda_optim_destroy, amp__cuda_optim_set_config,
   amp__cuda_optim_unscale, amp__cuda_optim_unscale_finish, amp__cuda_optim_step, amp__cuda_optim_pull,
   amp__cuda_optim_stats,
-  amp__cuda_optim_set_step, amp__cuda_optim_tensor_io, amp__cuda_optim_write_model,
+  amp__cuda_optim_set_step, amp__cuda_optim_set_spike, amp__cuda_optim_tensor_io, amp__cuda_optim_write_model,
   amp__cuda_gemm
 };
 

@@ -289,8 +289,10 @@ struct amp__cu_optim_dev {
   float norm, clip, mul;  // the last unscale's results
   int32_t found_inf;      // OR-ed by this optimizer's unscale blocks; moved to skip by the last block
   int32_t skip;
-  int32_t spike, pad_;    // the last unscale's spike decision (amp__spike_skip): the step skips, no back-off
+  int32_t spike;          // the last unscale's spike decision (amp__spike_skip): the step skips, no back-off
+  float scale;            // the loss scale the last unscale divided by (1 without a scaler; the overflow log line)
   long long spike_skips;  // steps skipped for a spike
+  amp__spike_window win;  // the last clean steps' norms: pushed by the step kernel's last block, read by the decision
   unsigned int done_unscale, done_step;  // "last block" counters; each launch leaves them at 0
 };
 
@@ -457,8 +459,9 @@ __device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp
   float norm = (float)sqrt(s);
   float clip = amp__clip_coef(norm, o->h.max_grad_norm);
   o->norm = norm; o->clip = clip; o->mul = inv * clip;
+  o->scale = sc ? sc->st.scale : 1.0f;
   o->skip = found;
-  o->spike = amp__spike_skip(norm, o->h.spike_norm, found);
+  o->spike = amp__spike_skip(norm, o->h.spike_norm, o->h.spike_zscore, &o->win, found);
   if (found && sc) atomicOr(&sc->found_inf, 1);
 }
 
@@ -650,7 +653,9 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   if (threadIdx.x == 0) {
     __threadfence();   // our reads of t and of the flags are done before we count ourselves
     if (atomicAdd(&o->done_step, 1u) == gridDim.x - 1) {
-      if (skip) o->skipped += 1; else if (spike) o->spike_skips += 1; else o->t += 1;
+      if (skip) o->skipped += 1;
+      else if (spike) o->spike_skips += 1;
+      else { o->t += 1; amp__spike_window_push(&o->win, o->norm); }   // a clean step: its norm into the window
       if (rule && sc) amp__cu_scale_rule_dev(sc, -1);
       o->done_step = 0;   // ready for the next launch (and graph replay)
     }
@@ -659,6 +664,9 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
 
 __global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_optim_config h) { o->h = h; }
 __global__ void amp__cu_set_step_kernel(amp__cu_optim_dev *o, long long t) { o->t = t; }
+__global__ void amp__cu_set_spike_kernel(amp__cu_optim_dev *o, long long skips, amp__spike_window w) {
+  o->spike_skips = skips; o->win = w;
+}
 
 // ---- casts (and the in-place multiply by the scale): grid-stride, V elements per access
 //
@@ -906,7 +914,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   }
   memset(&hb, 0, sizeof hb);
   hb.h = *h;
-  hb.norm = 0.0f; hb.clip = 1.0f; hb.mul = 1.0f;
+  hb.norm = 0.0f; hb.clip = 1.0f; hb.mul = 1.0f; hb.scale = 1.0f;
   AMP__CU_CHECK(cudaMemcpyAsync(o->dev, &hb, sizeof hb, cudaMemcpyHostToDevice, st->stream));
   AMP__CU_CHECK(cudaMemsetAsync(o->reduce, 0, 2 * sizeof(double), st->stream));
   AMP__CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
@@ -1089,6 +1097,7 @@ extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   info->t = hb.t; info->skipped = hb.skipped; info->norm = hb.norm; info->clip = hb.clip;
   info->mul = hb.mul; info->skip = hb.skip; info->spike = hb.spike; info->spike_skips = hb.spike_skips;
+  info->window = hb.win; info->scale = hb.scale;
   return AMP_OK;
 }
 
@@ -1133,6 +1142,20 @@ extern "C" amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t
   AMP__CU_ON(st);
   amp__cu_set_step_kernel<<<1, 1, 0, st->stream>>>(o->dev, (long long)t);
   AMP__CU_CHECK_LAUNCH("amp__cu_set_step_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_optim_set_spike(void *state, void *optim, int64_t spike_skips, const amp__spike_window *w,
+                                              char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o || !w) return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: %s is NULL", !st ? "state" : !o ? "optim" : "w");
+  if (spike_skips < 0) return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: spike_skips %lld must be >= 0", (long long)spike_skips);
+  if (w->count < 0 || w->count > AMP__SPIKE_WINDOW || w->next < 0 || w->next >= AMP__SPIKE_WINDOW)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: window count %d / next %d out of range", (int)w->count, (int)w->next);
+  AMP__CU_ON(st);
+  amp__cu_set_spike_kernel<<<1, 1, 0, st->stream>>>(o->dev, (long long)spike_skips, *w);
+  AMP__CU_CHECK_LAUNCH("amp__cu_set_spike_kernel<<<1, 1>>>");
   return AMP_OK;
 }
 

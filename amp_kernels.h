@@ -60,6 +60,8 @@ typedef struct amp_cu_optim_info {
   int32_t skip;                 /* the last unscale found inf/NaN: the next step skips */
   int32_t spike;                /* the last unscale saw a spike (amp__spike_skip): the next step skips */
   int64_t spike_skips;          /* steps skipped for a spike */
+  amp__spike_window window;     /* the last clean steps' norms (amp__spike_skip's spike_zscore window) */
+  float scale;                  /* the loss scale the last unscale divided by (1 without a scaler) */
 } amp_cu_optim_info;
 
 /* Device scaler: one small block in device memory (scale state, rule parameters, inverse scale,
@@ -130,6 +132,10 @@ extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index,
                                          int to_device, char *msg, size_t cap);
 /* [step] set the step count (checkpoint load). */
 extern amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap);
+/* [step] set the spike skip count and the spike window (checkpoint load). 1 launch, the window
+   passed by value (nothing read from host memory). */
+extern amp_status amp__cu_optim_set_spike(void *state, void *optim, int64_t spike_skips, const amp__spike_window *w,
+                                          char *msg, size_t cap);
 /* The per-step coefficients the device computes for update number t (t >= 1), on the host: the
    same source compiled for both sides. */
 extern void       amp__cu_step_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale, float weight_decay,

@@ -13,9 +13,15 @@
    scaler picks S for you: it starts high (65536) and halves whenever something overflows.
    Here the scaler is fed this batch's overflow test until it settles.
 
+   The same question answered by amp.h itself: with amp_optim_config.stats on, the unscale pass
+   counts, per tensor, the gradients that are exactly 0 and the subnormal ones in their stored
+   type (amp_optimizer_stats), in the pass it makes anyway. Here the f16 gradients go through it
+   at scale 1 and at the scaler's scale; its counts must equal the direct count above.
+
    Writes loss_scaling.svg (a histogram of the gradients' exponents at scale 1 and at the
    scaler's scale) into the directory given as argv[1], or the current directory.
-   Exits 1 if scaling does not reduce the share of gradients lost in f16.
+   Exits 1 if scaling does not reduce the share of gradients lost in f16, or if amp.h's counts
+   differ from the direct ones.
 
    Build:  cc -std=c99 -O2 -I. examples/03_loss_scaling.c -o 03_loss_scaling -lm */
 #define AMP_IMPLEMENTATION
@@ -117,6 +123,32 @@ static census count(const float *g, size_t n, float scale) {
   return c;
 }
 
+/* What amp.h's unscale pass says about the gradients stored in f16 at `scale`: one optimizer with
+   stats on, one tensor holding them, a scaler fixed at that scale; the unscale fills
+   amp_optimizer_stats (no step is taken). *zeros and *subnormal get its counts. */
+static int stats_at(const float *g, size_t n, float scale, size_t *zeros, size_t *subnormal) {
+  amp_f16 *w = (amp_f16 *)calloc(n, sizeof *w), *gh = (amp_f16 *)malloc(n * sizeof *gh);
+  amp_optim_config oc;
+  amp_scaler_config scc;
+  amp_optimizer *o = NULL;
+  amp_scaler *s = NULL;
+  amp_tensor_stats st;
+  size_t i;
+  int ok;
+  memset(&oc, 0, sizeof oc); oc.stats = 1;
+  memset(&scc, 0, sizeof scc); scc.fixed = 1; scc.init_scale = scale;
+  if (!w || !gh) { free(w); free(gh); return 0; }
+  for (i = 0; i < n; i++) gh[i] = amp_f32_to_f16(g[i] * scale);   /* the backward pass of the scaled loss, in f16 */
+  ok = amp_optimizer_create(&o, amp_cpu(), &oc) == AMP_OK && amp_scaler_create(&s, amp_cpu(), &scc) == AMP_OK &&
+       amp_optimizer_add(o, AMP_F16, w, gh, n) == AMP_OK && amp_scaler_unscale(s, o) == AMP_OK &&
+       amp_optimizer_stats(o, 0, &st) == AMP_OK;
+  if (!ok) printf("amp.h: %s\n", amp_last_error());
+  else { *zeros = st.n_zero; *subnormal = st.n_subnormal; }
+  amp_optimizer_destroy(o); amp_scaler_destroy(s);
+  free(w); free(gh);
+  return ok;
+}
+
 static void svg_panel(FILE *f, double top, const census *c, const char *title, const char *color) {
   const double x0 = 60, pw = 700, ph = 150, bw = pw / NBIN;
   int i, mx = 1;
@@ -201,9 +233,24 @@ int main(int argc, char **argv) {
   printf("histogram: %s\n\n", path);
 
   {
-    int ok = c1.lost > 0 && cs.lost < c1.lost && cs.overflow == 0;
+    int ok = c1.lost > 0 && cs.lost < c1.lost && cs.overflow == 0, agree;
+    size_t z1 = 0, s1 = 0, zs = 0, ss = 0, exact_zeros = n - c1.nonzero;
     printf("  %s at scale 1, f16 loses %.2f%% of this network's gradients; at scale %g it loses %.2f%%\n",
            ok ? "[ok]" : "[WRONG]", 100.0 * c1.lost / c1.nonzero, scale, 100.0 * cs.lost / cs.nonzero);
-    return ok ? 0 : 1;
+    /* amp.h's unscale pass counts the same thing (zeros include the gradients that were 0 in f32:
+       ReLU's dead units) */
+    if (!stats_at(g, n, 1.0f, &z1, &s1) || !stats_at(g, n, scale, &zs, &ss)) return 1;
+    printf("\namp_optimizer_stats of the %zu f16 gradients (amp_optim_config.stats = 1; shares of all of them,\n"
+           "the table above counts shares of the nonzero ones):\n", n);
+    printf("  %-24s %14s %14s\n", "share of the gradients", "scale 1", "scale S");
+    printf("  %-24s %13.2f%% %13.2f%%\n", "zero in f16", 100.0 * z1 / n, 100.0 * zs / n);
+    printf("  %-24s %13.2f%% %13.2f%%\n", "subnormal in f16", 100.0 * s1 / n, 100.0 * ss / n);
+    printf("  %-24s %13.2f%% %13.2f%%\n\n", "zero or subnormal", 100.0 * (z1 + s1) / n, 100.0 * (zs + ss) / n);
+    agree = z1 == exact_zeros + c1.lost && zs == exact_zeros + cs.lost && s1 == c1.subnormal && ss == cs.subnormal;
+    printf("  %s amp_optimizer_stats counts what the direct count counts: zeros %zu / %zu (%zu exact zeros + the lost), "
+           "subnormals %zu / %zu\n", agree ? "[ok]" : "[WRONG]", z1, zs, exact_zeros, s1, ss);
+    printf("  %s the share of zero or subnormal f16 gradients falls from %.2f%% at scale 1 to %.2f%% at scale %g\n",
+           z1 + s1 > zs + ss ? "[ok]" : "[WRONG]", 100.0 * (z1 + s1) / n, 100.0 * (zs + ss) / n, scale);
+    return ok && agree && z1 + s1 > zs + ss ? 0 : 1;
   }
 }

@@ -12,7 +12,14 @@
                            the scale grows, so a second overflow later backs off; floor 1
 
    Here both scalers see the same planted overflows (no network: amp_scaler_update_found_inf
-   is the entry point for trainers that test their gradients themselves). Writes
+   is the entry point for trainers that test their gradients themselves).
+
+   A loss spike is another matter: the gradients are finite but far larger than usual (a bad
+   batch), and applying them can throw training off. Backing off the scale would not help (the
+   next step is fine); amp.h can skip such a step without touching the scale: with
+   amp_optim_config.spike_zscore = z a step whose gradient norm is more than z standard
+   deviations above the mean of the last 100 clean steps' norms is skipped (spike_norm: above
+   a fixed bound). The last part plants one such spike among 60 ordinary steps. Writes
    dynamic_scaler.svg (log2 of the scale over the steps) into argv[1] or the current
    directory. Exits 1 if a rule stated below does not hold.
 
@@ -22,6 +29,8 @@
 #include <stdio.h>
 
 #define STEPS 6000
+
+#define SPIKE_STEP 45
 
 static int failures = 0;
 static void claim(int holds, const char *what) {
@@ -114,6 +123,42 @@ int main(int argc, char **argv) {
   }
   fclose(f);
   printf("\nplot: %s\n", path);
+  {   /* a loss spike, skipped without back-off */
+    enum { N = 256 };
+    static float w[N], g[N], before[N];
+    amp_scaler_config c = amp_scaler_preset(AMP_PRESET_PYTORCH);
+    amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);
+    amp_scaler *s;
+    amp_optimizer *o;
+    float scale_before = 0.0f, scale_after = 0.0f, norm_spike = 0.0f, norm_sum = 0.0f;
+    int spike_skipped = 0, weights_kept = 0;
+    oc.spike_zscore = 4.0f;
+    for (i = 0; i < N; i++) w[i] = 0.01f * (float)(i % 17);
+    if (amp_scaler_create(&s, amp_cpu(), &c) != AMP_OK || amp_optimizer_create(&o, amp_cpu(), &oc) != AMP_OK ||
+        amp_optimizer_add(o, AMP_F32, w, g, N) != AMP_OK) { printf("amp.h: %s\n", amp_last_error()); return 1; }
+    printf("\nA loss spike: 60 steps of AdamW with spike_zscore = 4, the gradients 10x larger at step %d.\n", SPIKE_STEP);
+    for (t = 0; t < 60; t++) {
+      float k = amp_scaler_get_scale(s), size = 0.05f * (1.0f + 0.1f * (float)((t * 7) % 5)) * (t == SPIKE_STEP ? 10.0f : 1.0f);
+      long skips = amp_optimizer_spike_skips(o);
+      for (i = 0; i < N; i++) g[i] = k * size * (float)((i * 13 + t) % 9 - 4) / 4.0f;   /* the scaled loss's gradients */
+      if (t == SPIKE_STEP) { memcpy(before, w, sizeof w); scale_before = k; }
+      if (amp_scaler_step(s, o) != AMP_OK || amp_scaler_update(s) != AMP_OK) { printf("amp.h: %s\n", amp_last_error()); return 1; }
+      if (t == SPIKE_STEP) {
+        norm_spike = amp_optimizer_grad_norm(o);
+        spike_skipped = amp_optimizer_spike_skips(o) == skips + 1;
+        weights_kept = memcmp(before, w, sizeof w) == 0;
+        scale_after = amp_scaler_get_scale(s);
+      } else if (t >= 20 && t < SPIKE_STEP) norm_sum += amp_optimizer_grad_norm(o);
+    }
+    printf("  gradient norm at step %d: %.3g (steps 20..%d: %.3g on average)\n", SPIKE_STEP, norm_spike, SPIKE_STEP - 1,
+           norm_sum / (SPIKE_STEP - 20));
+    claim(spike_skipped && amp_optimizer_spike_skips(o) == 1, "the planted spike is skipped, and only it (amp_optimizer_spike_skips 1)");
+    claim(weights_kept, "the skipped step leaves every weight as it was");
+    claim(scale_after == scale_before && amp_scaler_skipped_steps(s) == 0,
+          "the spike does not back off the scale (an overflow would have halved it)");
+    claim(amp_optimizer_step_count(o) == 59, "the other 59 steps update");
+    amp_optimizer_destroy(o); amp_scaler_destroy(s);
+  }
   if (failures) { printf("\n%d claim(s) did not hold\n", failures); return 1; }
   return 0;
 }

@@ -1078,6 +1078,15 @@ static void plant_stats(tens *t, int bad_tensor, int bad_kind) {
   if (bad_tensor >= 0) amp__store(t->g[bad_tensor], t->gt[bad_tensor], t->n[bad_tensor] / 3,
                                   bad_kind == 0 ? INFINITY : bad_kind == 1 ? NAN : -INFINITY);
 }
+static char ov_log[4][256];
+static int ov_n;
+static void ov_catch(void *user, const char *msg) {
+  (void)user;
+  if (ov_n < 4) snprintf(ov_log[ov_n], sizeof ov_log[0], "%s", msg);
+  ov_n++;
+}
+/* (and the overflow log line: the CPU's at its unscale, the GPU's at the host's first read after
+   the overflow, the same text, once each) */
 static void gradient_stats_on_gpu_equal_the_cpus(void) {
   tens t;
   side c, g, goff;
@@ -1102,6 +1111,8 @@ static void gradient_stats_on_gpu_equal_the_cpus(void) {
     tens_grads(&t, amp_scaler_get_scale(cs) * 0.01f, -1, 0.0f);
     plant_stats(&t, where, step % 3);
     side_push(&c, &t); side_push(&g, &t); side_push(&goff, &t);
+    ov_n = 0;
+    amp_set_log(ov_catch, NULL);
     OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_step(gs, g.o)); OK(amp_scaler_step(goffs, goff.o));
     for (size_t i = 0; i < t.k; i++) {
       amp_tensor_stats x, y;
@@ -1113,6 +1124,10 @@ static void gradient_stats_on_gpu_equal_the_cpus(void) {
              amp__dtype_name(t.gt[i]), t.n[i], (double)x.amax, x.n_nonfinite, x.n_zero, x.n_subnormal, (double)y.amax,
              y.n_nonfinite, y.n_zero, y.n_subnormal);
     }
+    amp_set_log(NULL, NULL);
+    EXPECT(where >= 0 ? ov_n == 2 && strcmp(ov_log[0], ov_log[1]) == 0 && strstr(ov_log[0], "overflow in tensor ") : ov_n == 0,
+           "step %d (inf/NaN in tensor %d): %d lines: cpu '%s' gpu '%s'", step, where, ov_n, ov_n > 0 ? ov_log[0] : "",
+           ov_n > 1 ? ov_log[1] : "");
     oc_cpu = amp_optimizer_overflow_tensor(c.o); oc_gpu = amp_optimizer_overflow_tensor(g.o);
     EXPECT(oc_cpu == where && oc_gpu == where, "step %d: inf/NaN planted in tensor %d: cpu names %ld, gpu %ld", step, where, oc_cpu, oc_gpu);
     OK(amp_scaler_update(cs)); OK(amp_scaler_update(gs)); OK(amp_scaler_update(goffs));
@@ -1277,6 +1292,68 @@ static void master_modes_on_gpu(void) {
   }
 }
 
+/* spike_zscore on the GPU against the CPU: 40 steps of grads whose size wanders (up to 12%), four
+   planted spikes (the grads 2x: steps 8, 26, 27, 35; step 8 comes before 20 clean steps and must
+   not skip). At every step the GPU and the CPU skip alike (spike_skips, step counts), their
+   windows hold the same count and slot with norms equal within 1e-6 relative (the GPU's sum of
+   squares adds in another order), a skipped step leaves the device state bit for bit and the
+   scale follows the CPU's. The window is read by the getters' one read (amp_optimizer_spike_skips
+   pulls the block): no read happens between the launches of a step. */
+static void zscore_spikes_on_gpu_equal_the_cpus(void) {
+  tens t;
+  side c, g;
+  amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);
+  amp_scaler_config sc = scfg(1024.0f, 5);
+  oc.lr = 1e-3f; oc.spike_zscore = 3.0f;
+  standard_tens(&t);
+  for (int via = 0; via < 2 && !t__cur; via++) {
+    amp_scaler *cs = NULL, *gs = NULL;
+    long skips = 0;
+    OK(side_make(&c, &t, amp_cpu(), &oc));
+    OK(side_make(&g, &t, gpu, &oc));
+    if (via == 0) { OK(amp_scaler_create(&cs, amp_cpu(), &sc)); OK(amp_scaler_create(&gs, gpu, &sc)); }
+    for (int step = 0; step < 40 && !t__cur; step++) {
+      int planted = step == 8 || step == 26 || step == 27 || step == 35;
+      float s = via == 0 ? amp_scaler_get_scale(cs) : 1.0f;
+      blob before, after;
+      tens_grads(&t, s * 0.01f * (1.0f + 0.02f * (float)(step % 7)) * (planted ? 2.0f : 1.0f), -1, 0.0f);
+      side_push(&c, &t); side_push(&g, &t);
+      before = snapshot(&g, &t);
+      if (via == 0) { OK(amp_scaler_step(cs, c.o)); OK(amp_scaler_step(gs, g.o)); OK(amp_scaler_update(cs)); OK(amp_scaler_update(gs)); }
+      else { OK(amp_optimizer_step(c.o)); OK(amp_optimizer_step(g.o)); }
+      after = snapshot(&g, &t);
+      long gk = amp_optimizer_spike_skips(g.o), ck = amp_optimizer_spike_skips(c.o);
+      int skipped = gk > skips;
+      EXPECT(gk == ck && amp_optimizer_step_count(g.o) == amp_optimizer_step_count(c.o),
+             "via %d step %d: spike_skips gpu %ld cpu %ld, steps gpu %ld cpu %ld", via, step, gk, ck,
+             amp_optimizer_step_count(g.o), amp_optimizer_step_count(c.o));
+      EXPECT(skipped == (planted && step != 8), "via %d step %d (planted %d): skipped %d", via, step, planted, skipped);
+      if (skipped) EXPECT(blob_same(&before, &after), "via %d step %d: the z-score-skipped step changed the device state", via, step);
+      skips = gk;
+      EXPECT(g.o->spike_win.count == c.o->spike_win.count && g.o->spike_win.next == c.o->spike_win.next,
+             "via %d step %d: window count/next gpu %d/%d cpu %d/%d", via, step, (int)g.o->spike_win.count,
+             (int)g.o->spike_win.next, (int)c.o->spike_win.count, (int)c.o->spike_win.next);
+      for (int i = 0; i < AMP__SPIKE_WINDOW; i++) {
+        float a = c.o->spike_win.norm[i], b = g.o->spike_win.norm[i];
+        if (!(fabsf(a - b) <= 1e-6f * fabsf(a))) {
+          EXPECT(0, "via %d step %d: window slot %d gpu %.9g cpu %.9g", via, step, i, (double)b, (double)a);
+          break;
+        }
+      }
+      if (via == 0)
+        EXPECT(amp_scaler_get_scale(gs) == amp_scaler_get_scale(cs) && amp_scaler_skipped_steps(gs) == 0,
+               "step %d: gpu scale %g, cpu %g, overflows %ld", step, (double)amp_scaler_get_scale(gs), (double)amp_scaler_get_scale(cs),
+               amp_scaler_skipped_steps(gs));
+      free(before.p); free(after.p);
+    }
+    EXPECT(skips == 3, "via %d: %ld z-score skips, want 3 (steps 26, 27, 35)", via, skips);
+    compare_sides("spike_zscore", &c, &g, &t, 40 - 3);
+    amp_scaler_destroy(cs); amp_scaler_destroy(gs);
+    side_free(&c, &t); side_free(&g, &t);
+  }
+  tens_free(&t);
+}
+
 static void quiet(void *user, const char *m) { (void)user; (void)m; }   /* the floor message, expected here */
 
 int main(void) {
@@ -1309,6 +1386,7 @@ int main(void) {
   RUN(gradient_stats_on_gpu_equal_the_cpus);
   RUN(spike_skips_on_gpu_change_nothing_and_keep_the_scale);
   RUN(master_modes_on_gpu);
+  RUN(zscore_spikes_on_gpu_equal_the_cpus);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
     RUN(captured_step_replays_with_a_changing_lr);

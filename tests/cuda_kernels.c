@@ -680,6 +680,27 @@ static void optimizer_state_round_trips_through_host(void) {
   OK(amp__cu_optim_step(ST, o, NULL, 0, msg, sizeof msg));
   OK(amp__cu_optim_read(ST, o, &info, msg, sizeof msg));
   EXPECT(info.t == 42 && info.mul == 1.0f, "after set_step(41) and a step: t %lld mul %g, want 42 1", (long long)info.t, (double)info.mul);
+  {   /* set_spike: the count and window as given; the clean step after it pushes its norm into slot next */
+    amp__spike_window w;
+    float norm0;
+    memset(&w, 0, sizeof w);
+    for (int j = 0; j < 37; j++) w.norm[j] = 1.0f + 0.01f * (float)j;
+    w.count = 37; w.next = 37;
+    OK(amp__cu_optim_set_spike(ST, o, 5, &w, msg, sizeof msg));
+    OK(amp__cu_optim_read(ST, o, &info, msg, sizeof msg));
+    EXPECT(info.spike_skips == 5 && memcmp(&info.window, &w, sizeof w) == 0, "after set_spike(5, 37 norms): spike_skips %lld, the "
+           "window %s", (long long)info.spike_skips, memcmp(&info.window, &w, sizeof w) == 0 ? "equal" : "differs");
+    norm0 = info.norm;
+    OK(amp__cu_optim_unscale(ST, o, NULL, msg, sizeof msg));
+    OK(amp__cu_optim_step(ST, o, NULL, 0, msg, sizeof msg));
+    OK(amp__cu_optim_read(ST, o, &info, msg, sizeof msg));
+    EXPECT(info.window.count == 38 && info.window.next == 38 && info.window.norm[37] == info.norm && info.spike_skips == 5 &&
+           info.t == 43, "a clean step after set_spike: count %d next %d slot 37 %g (norm %g, before %g), spike_skips %lld, t %lld",
+           (int)info.window.count, (int)info.window.next, (double)info.window.norm[37], (double)info.norm, (double)norm0,
+           (long long)info.spike_skips, (long long)info.t);
+    w.count = 101;
+    expect_arg(amp__cu_optim_set_spike(ST, o, 0, &w, msg, sizeof msg), "count 101", "window count 101");
+  }
   expect_arg(amp__cu_optim_state_io(ST, o, 2, 0, a, 0, msg, sizeof msg), "index 2", "index 2");
   {
     amp_optim_config h2 = h;

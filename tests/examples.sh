@@ -20,9 +20,17 @@ ex_build ex03 examples/03_loss_scaling.c
 check "example 03: loss scaling reduces the gradients f16 loses, writes its SVG" \
   sh -c "'$B/ex03' '$B/examples' && grep -q '</svg>' '$B/examples/loss_scaling.svg'"
 
+check "example 03: amp_optimizer_stats' zero/subnormal counts at scale 1 and at the scaler's equal the direct count" \
+  sh -c "'$B/ex03' '$B/examples' > '$B/ex03.log' 2>&1; rc=\$?; cat '$B/ex03.log'; [ \$rc -eq 0 ] &&
+    grep -q '\\[ok\\] amp_optimizer_stats counts what the direct count counts' '$B/ex03.log' &&
+    grep -q '\\[ok\\] the share of zero or subnormal f16 gradients falls' '$B/ex03.log'"
+
 ex_build ex04 examples/04_dynamic_scaler.c
 check "example 04: PyTorch and DeepSpeed scale histories as stated, writes its SVG" \
   sh -c "'$B/ex04' '$B/examples' && grep -q '</svg>' '$B/examples/dynamic_scaler.svg'"
+check "example 04: a planted loss spike (spike_zscore) is skipped, weights kept, the scale not backed off" \
+  sh -c "'$B/ex04' '$B/examples' > '$B/ex04.log' 2>&1; rc=\$?; cat '$B/ex04.log'; [ \$rc -eq 0 ] &&
+    grep -q '\\[ok\\] the planted spike is skipped' '$B/ex04.log' && grep -q '\\[ok\\] the spike does not back off the scale' '$B/ex04.log'"
 
 ex_build ex05 examples/05_policy.c
 check "example 05: policy decisions for MLP and transformer block, MIXED/PURE/mixlist" "$B/ex05" examples/mixlist.json

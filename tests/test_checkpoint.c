@@ -1,6 +1,6 @@
 /* tests/test_checkpoint.c - resume bit for bit; damaged, truncated and mismatched checkpoints are
    refused and change nothing; I/O errors name the path and the system's reason; the version-1
-   layout of the manual; fields a create would refuse; 64-bit counts; concurrent forked writers,
+   and version-2 layouts of the manual (version 2: the spike state); fields a create would refuse; 64-bit counts; concurrent forked writers,
    planted symlinks, sparse 4 GB files, FIFOs. */
 #define _POSIX_C_SOURCE 200809L   /* fork, symlink, mkfifo, ftruncate, clock_gettime (the tests only) */
 #define AMP_IMPLEMENTATION
@@ -160,7 +160,7 @@ static void every_byte_flip_and_truncation_is_refused_and_changes_nothing(void) 
   SNAP(before);
   file = read_all(path, &n);
   if (!file) { EXPECT(0, "cannot read %s", path); return; }
-  EXPECT(n < 400, "the small checkpoint is %zu bytes", n);
+  EXPECT(n < 800, "the small checkpoint is %zu bytes", n);
   bad = (unsigned char *)malloc(n);
   for (i = 0; i < n; i++) {
     size_t m;
@@ -221,12 +221,12 @@ static void other_kind_shape_dtype_or_version_is_refused(void) {
   amp_optimizer_destroy(o);
   file = read_all(path, &n);
   if (file) {   /* another version, with a valid CRC: the version check must say so */
-    amp__crc crc; uint32_t v = 2, cv;
+    amp__crc crc; uint32_t v = 3, cv;
     memcpy(file + 8, &v, 4);
     amp__crc_init(&crc); amp__crc_add(&crc, file, n - 4); cv = amp__crc_value(&crc); memcpy(file + n - 4, &cv, 4);
     write_all(path, file, n);
     st = amp_checkpoint_load(path, x->o, x->s);
-    EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "version 2"), "version 2: %s '%s'", amp_status_string(st), amp_last_error());
+    EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "version 3"), "version 3: %s '%s'", amp_status_string(st), amp_last_error());
     free(file);
   }
   st = amp_checkpoint_load("build/test/no/such/file.bin", x->o, x->s);
@@ -237,7 +237,7 @@ static void other_kind_shape_dtype_or_version_is_refused(void) {
   remove(path);
 }
 
-/* ---- the format, written here field by field from the manual's layout (the version-1 file) ---- */
+/* ---- the format, written here field by field from the manual's layout (versions 1 and 2) ---- */
 
 typedef struct { unsigned char *p; size_t n, cap; } bytes_t;
 static void bput(bytes_t *b, const void *p, size_t n) {
@@ -259,14 +259,16 @@ static void recrc(unsigned char *file, size_t n) {   /* the CRC of an edited fil
   memcpy(file + n - 4, b.p + n - 4, 4); free(b.p);
 }
 
-/* A version-1 checkpoint of the live objects, written the way the first amp.h wrote it: the
-   header, the scaler's 17 fields, the optimizer's 12, then per tensor n, dtypes, master, moments. */
-static bytes_t v1_file_of(const amp_optimizer *o, const amp_scaler *s) {
+/* A checkpoint of the live objects written from the manual's layout: the header, the scaler's
+   17 fields, the optimizer's 12, (version 2:) the spike state (u64 count, i32 window count, i32
+   next slot, f32 window[100]), then per tensor n, dtypes, master, moments. Version 1 is the file
+   the first amp.h wrote (no spike state). */
+static bytes_t file_of(const amp_optimizer *o, const amp_scaler *s, uint32_t version) {
   bytes_t b = {NULL, 0, 0};
   size_t i, payload = 0, nm = o ? (size_t)amp__o_moments(&o->cfg) : 0;
   if (s) payload += 72;
-  if (o) { payload += 56; for (i = 0; i < o->count; i++) payload += 16 + 4 * o->n[i] * (1 + nm); }
-  bput(&b, "AMPCKPT1", 8); bu32(&b, 1); bu32(&b, 0x01020304u); bu32(&b, 32); bu32(&b, (s ? 1u : 0u) | (o ? 2u : 0u)); bu64(&b, payload);
+  if (o) { payload += 56 + (version >= 2 ? 416 : 0); for (i = 0; i < o->count; i++) payload += 16 + 4 * o->n[i] * (1 + nm); }
+  bput(&b, "AMPCKPT1", 8); bu32(&b, version); bu32(&b, 0x01020304u); bu32(&b, 32); bu32(&b, (s ? 1u : 0u) | (o ? 2u : 0u)); bu64(&b, payload);
   if (s) {
     bf32(&b, s->pr.growth); bf32(&b, s->pr.backoff); bf32(&b, s->pr.floor); bf32(&b, s->pr.cap);
     bi32(&b, s->pr.interval); bi32(&b, s->pr.hysteresis); bi32(&b, s->pr.mode); bi32(&b, s->pr.fixed); bi32(&b, s->pr.late_growth);
@@ -278,6 +280,10 @@ static bytes_t v1_file_of(const amp_optimizer *o, const amp_scaler *s) {
     bu32(&b, (uint32_t)c->kind); bf32(&b, c->lr); bf32(&b, c->weight_decay); bf32(&b, c->momentum); bf32(&b, c->dampening);
     bi32(&b, c->nesterov); bf32(&b, c->beta1); bf32(&b, c->beta2); bf32(&b, c->eps); bf32(&b, c->max_grad_norm);
     bu64(&b, (uint64_t)o->step); bu64(&b, (uint64_t)o->count);
+    if (version >= 2) {
+      bu64(&b, (uint64_t)o->spike_skips); bi32(&b, o->spike_win.count); bi32(&b, o->spike_win.next);
+      for (i = 0; i < 100; i++) bf32(&b, o->spike_win.norm[i]);
+    }
     for (i = 0; i < o->count; i++) {
       bu64(&b, o->n[i]); bu32(&b, (uint32_t)o->wtype[i]); bu32(&b, (uint32_t)o->gtype[i]);
       bput(&b, o->master[i], 4 * o->n[i]);
@@ -289,30 +295,91 @@ static bytes_t v1_file_of(const amp_optimizer *o, const amp_scaler *s) {
   return b;
 }
 
-static void version_1_files_are_written_and_read_as_the_manual_lays_them_out(void) {
+static void version_1_and_2_files_are_written_and_read_as_the_manual_lays_them_out(void) {
   amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
   int k;
   for (k = 0; k < 3; k++) {
     run_t *x = (run_t *)calloc(1, sizeof *x), *y = (run_t *)calloc(1, sizeof *y);
     static unsigned char a[20000], b2[20000];
-    bytes_t v1;
+    bytes_t v1, v2;
     unsigned char *file;
     size_t n = 0, na, nb;
     run_init(x, kinds[k]); run_steps(x, 0, 30);
+    x->o->spike_skips = 3;   /* a count to be written (the window holds the clean steps' norms) */
     EXPECT(amp_checkpoint_save(path, x->o, x->s) == AMP_OK, "save: %s", amp_last_error());
     file = read_all(path, &n);
-    v1 = v1_file_of(x->o, x->s);
-    EXPECT(file && n == v1.n && memcmp(file, v1.p, n) == 0, "kind %d: the saved file (%zu bytes) is not the version-1 layout (%zu bytes)",
-           (int)kinds[k], n, v1.n);
-    /* a version-1 file made by the old writer's sequence loads and restores everything */
+    v1 = file_of(x->o, x->s, 1); v2 = file_of(x->o, x->s, 2);
+    EXPECT(x->o->spike_win.count > 20, "kind %d: the window holds %d norms after 30 steps", (int)kinds[k], (int)x->o->spike_win.count);
+    EXPECT(file && n == v2.n && memcmp(file, v2.p, n) == 0, "kind %d: the saved file (%zu bytes) is not the version-2 layout (%zu bytes)",
+           (int)kinds[k], n, v2.n);
+    /* a version-1 file made by the old writer's sequence loads and restores everything; the spike
+       state, which it does not hold, is zero (y's own, from its steps, is gone) */
     write_all(path, v1.p, v1.n);
-    run_init(y, kinds[k]);
+    run_init(y, kinds[k]); run_steps(y, 0, 10);
+    y->o->spike_skips = 9;
     EXPECT(amp_checkpoint_load(path, y->o, y->s) == AMP_OK, "load of the version-1 file: %s", amp_last_error());
     na = state_bytes(x, a); nb = state_bytes(y, b2);
     EXPECT(na == nb && memcmp(a, b2, na) == 0, "kind %d: the version-1 file restored another state", (int)kinds[k]);
-    free(file); free(v1.p);
+    EXPECT(amp_optimizer_spike_skips(y->o) == 0 && y->o->spike_win.count == 0 && y->o->spike_win.next == 0,
+           "kind %d: after a version-1 load spike_skips %ld, window count %d next %d (want 0, 0, 0)", (int)kinds[k],
+           amp_optimizer_spike_skips(y->o), (int)y->o->spike_win.count, (int)y->o->spike_win.next);
+    free(file); free(v1.p); free(v2.p);
     run_free(x); run_free(y); free(x); free(y);
   }
+  remove(path);
+}
+
+/* The spike state round trip: an optimizer with spike_zscore, 130 steps (the window has wrapped)
+   with planted spikes, saved; loaded into a fresh one the count and the window are the same bytes,
+   and 40 more steps (planted spikes among them, and a norm near the threshold) take the same
+   decisions and give the same bits as the run that never stopped. */
+#define SPN 48
+static void spike_state_round_trips_and_decides_the_same_next(void) {
+  static float wx[SPN], wy[SPN], g[SPN];
+  amp_optimizer *ox, *oy;
+  amp_optim_config c;
+  static unsigned char a[SPN * 16 + 64], b[SPN * 16 + 64];
+  int i, step, near = 0;
+  memset(&c, 0, sizeof c);
+  c.kind = AMP_ADAMW; c.lr = 1e-3f; c.spike_zscore = 3.0f;
+  for (i = 0; i < SPN; i++) wx[i] = wy[i] = 0.01f * (float)i;
+  if (amp_optimizer_create(&ox, amp_cpu(), &c) || amp_optimizer_create(&oy, amp_cpu(), &c) ||
+      amp_optimizer_add(ox, AMP_F32, wx, g, SPN) || amp_optimizer_add(oy, AMP_F32, wy, g, SPN)) {
+    EXPECT(0, "setup: %s", amp_last_error()); return;
+  }
+  rng_state = 5;
+  for (step = 0; step < 170; step++) {
+    float f = 1.0f + 0.1f * rndf();
+    if (step == 60 || step == 125 || step == 140 || step == 141) f *= 3.0f;
+    if (step == 150) {   /* a norm just above the threshold the window gives now */
+      double mean = 0, ss = 0, sd; int n = ox->spike_win.count;
+      for (i = 0; i < n; i++) mean += ox->spike_win.norm[i];
+      mean /= n;
+      for (i = 0; i < n; i++) ss += (ox->spike_win.norm[i] - mean) * (ox->spike_win.norm[i] - mean);
+      sd = sqrt(ss / n);
+      f = (float)((mean + 3.0 * sd) * 1.0001);
+      near = 1;
+    }
+    for (i = 0; i < SPN; i++) g[i] = f * (float)(1 - 2 * (i & 1)) / sqrtf((float)SPN);   /* norm f */
+    if (step < 130) { EXPECT(amp_optimizer_step(ox) == AMP_OK, "step: %s", amp_last_error()); continue; }
+    if (step == 130) {
+      EXPECT(amp_optimizer_spike_skips(ox) == 2 && ox->spike_win.count == 100, "before the save: spike_skips %ld (want 2), window %d",
+             amp_optimizer_spike_skips(ox), (int)ox->spike_win.count);
+      EXPECT(amp_checkpoint_save(path, ox, NULL) == AMP_OK, "save: %s", amp_last_error());
+      EXPECT(amp_checkpoint_load(path, oy, NULL) == AMP_OK, "load: %s", amp_last_error());
+      EXPECT(amp_optimizer_spike_skips(oy) == 2 && memcmp(&ox->spike_win, &oy->spike_win, sizeof ox->spike_win) == 0,
+             "after the load: spike_skips %ld (want 2), the windows %s", amp_optimizer_spike_skips(oy),
+             memcmp(&ox->spike_win, &oy->spike_win, sizeof ox->spike_win) == 0 ? "equal" : "differ");
+    }
+    EXPECT(amp_optimizer_step(ox) == AMP_OK && amp_optimizer_step(oy) == AMP_OK, "step: %s", amp_last_error());
+    EXPECT(amp_optimizer_spike_skips(ox) == amp_optimizer_spike_skips(oy) && t_optim_snapshot(ox, a) == t_optim_snapshot(oy, b) &&
+           memcmp(a, b, t_optim_snapshot(ox, a)) == 0 && memcmp(&ox->spike_win, &oy->spike_win, sizeof ox->spike_win) == 0,
+           "step %d: the resumed run differs (spike_skips %ld / %ld)", step, amp_optimizer_spike_skips(ox), amp_optimizer_spike_skips(oy));
+    if (step == 150) EXPECT(amp_optimizer_spike_skips(oy) == 5, "step 150, just above the threshold: spike_skips %ld, want 5",
+                            amp_optimizer_spike_skips(oy));
+  }
+  EXPECT(near && amp_optimizer_spike_skips(oy) == 5, "spike_skips %ld, want 5 (steps 60, 125, 140, 141, 150)", amp_optimizer_spike_skips(oy));
+  amp_optimizer_destroy(ox); amp_optimizer_destroy(oy);
   remove(path);
 }
 
@@ -321,7 +388,8 @@ static void version_1_files_are_written_and_read_as_the_manual_lays_them_out(voi
 /* Offsets in the manual's layout: the scaler's fields from byte 32, the optimizer's from 104. */
 enum { S_GROWTH = 32, S_FLOOR = 40, S_CAP = 44, S_MODE = 56, S_FIXED = 60, S_LATE = 64, S_INIT = 68, S_SCALE = 72,
        S_TRACKER = 76, S_HYST = 80, S_AT_FLOOR = 84, S_LAST_SKIPPED = 88, S_FLOOR_LOGGED = 92, S_SKIPPED = 96,
-       O_KIND = 104, O_LR = 108, O_WD = 112, O_NESTEROV = 124, O_BETA1 = 128, O_EPS = 136, O_STEP = 144 };
+       O_KIND = 104, O_LR = 108, O_WD = 112, O_NESTEROV = 124, O_BETA1 = 128, O_EPS = 136, O_STEP = 144,
+       P_SKIPS = 160, P_COUNT = 168, P_NEXT = 172, P_WIN = 176, P_WIN_LAST = 176 + 99 * 4 };
 
 static void fields_edited_with_a_recomputed_crc_are_refused(void) {
   struct { const char *what; int at; int size; float f; int64_t i; amp_status want; } cases[] = {
@@ -352,6 +420,15 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
     {"growth tracker beyond the interval", S_TRACKER, -4, 0, 1000, AMP_ERR_CORRUPT},
     {"growth tracker -2", S_TRACKER, -4, 0, -2, AMP_ERR_CORRUPT},
     {"hysteresis count -1", S_HYST, -4, 0, -1, AMP_ERR_CORRUPT},
+    {"spike skip count -1", P_SKIPS, -8, 0, -1, AMP_ERR_CORRUPT},
+    {"spike window count 101", P_COUNT, -4, 0, 101, AMP_ERR_CORRUPT},
+    {"spike window count -1", P_COUNT, -4, 0, -1, AMP_ERR_CORRUPT},
+    {"spike window next slot 100", P_NEXT, -4, 0, 100, AMP_ERR_CORRUPT},
+    {"spike window next slot 0 with fewer than 100 held", P_NEXT, -4, 0, 0, AMP_ERR_CORRUPT},
+    {"spike window norm NaN", P_WIN, 4, NAN, 0, AMP_ERR_CORRUPT},
+    {"spike window norm -1", P_WIN, 4, -1.0f, 0, AMP_ERR_CORRUPT},
+    {"spike window: an unused slot not 0", P_WIN_LAST, 4, 1.0f, 0, AMP_ERR_CORRUPT},
+    {"spike window norm 2.5 (valid)", P_WIN, 4, 2.5f, 0, AMP_OK},
     /* controls: other valid values load and are restored */
     {"lr 0.25 (valid)", O_LR, 4, 0.25f, 0, AMP_OK},
     {"lr 0 (valid: set_lr(0))", O_LR, 4, 0.0f, 0, AMP_OK},
@@ -390,6 +467,8 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
       EXPECT(memcmp(&x->o->cfg.lr, &cases[c].f, 4) == 0, "%s: lr restored as %g", cases[c].what, (double)x->o->cfg.lr);
     else if (cases[c].at == O_BETA1)
       EXPECT(memcmp(&x->o->cfg.beta1, &cases[c].f, 4) == 0, "%s: beta1 restored as %g", cases[c].what, (double)x->o->cfg.beta1);
+    else if (cases[c].at == P_WIN)
+      EXPECT(x->o->spike_win.norm[0] == cases[c].f, "%s: window slot 0 restored as %g", cases[c].what, (double)x->o->spike_win.norm[0]);
     else
       EXPECT(amp_scaler_get_scale(x->s) == cases[c].f, "%s: scale restored as %g", cases[c].what, (double)amp_scaler_get_scale(x->s));
   }
@@ -635,7 +714,8 @@ int main(void) {
   RUN(save_and_load_of_one_half);
   RUN(every_byte_flip_and_truncation_is_refused_and_changes_nothing);
   RUN(other_kind_shape_dtype_or_version_is_refused);
-  RUN(version_1_files_are_written_and_read_as_the_manual_lays_them_out);
+  RUN(version_1_and_2_files_are_written_and_read_as_the_manual_lays_them_out);
+  RUN(spike_state_round_trips_and_decides_the_same_next);
   RUN(fields_edited_with_a_recomputed_crc_are_refused);
   RUN(step_and_skip_counts_beyond_2_31_round_trip);
   RUN(empty_or_unusable_paths_are_refused_and_touch_nothing);

@@ -92,6 +92,8 @@ typedef struct fake_optim {
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
   int32_t spike; int64_t spike_skips;
+  amp__spike_window win;   /* the step kernel's last block pushes a clean step's norm */
+  float scale;             /* the scale the last unscale divided by */
 } fake_optim;
 
 amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n, const amp_optim_config *h,
@@ -156,8 +158,9 @@ static void fake_scan(fake_optim *o, const fake_scaler *sc, int *bad, double *ss
 static void fake_decide(fake_optim *o, fake_scaler *sc, int found, double ss) {
   float inv = sc ? sc->inv : 1.0f;
   o->norm = (float)sqrt(ss); o->clip = amp__clip_coef(o->norm, o->h.max_grad_norm); o->mul = inv * o->clip;
+  o->scale = sc ? sc->st.scale : 1.0f;
   o->skip = found;
-  o->spike = amp__spike_skip(o->norm, o->h.spike_norm, found);
+  o->spike = amp__spike_skip(o->norm, o->h.spike_norm, o->h.spike_zscore, &o->win, found);
   if (found && sc) sc->found = 1;
 }
 amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap) {
@@ -202,6 +205,7 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
                   (amp_dtype)o->t[i].dtype, (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, o->t[i].n, o->mul, &c);
     }
   }
+  amp__spike_window_push(&o->win, o->norm);
   o->t_done++;
   return AMP_OK;
 }
@@ -210,7 +214,7 @@ amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info 
   (void)state;
   if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(optimizer block)"); }
   info->t = o->t_done; info->skipped = o->skipped; info->norm = o->norm; info->clip = o->clip; info->mul = o->mul;
-  info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips;
+  info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips; info->window = o->win; info->scale = o->scale;
   return AMP_OK;
 }
 amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n, char *msg, size_t cap) {
@@ -233,6 +237,12 @@ amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int wh
 amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap) {
   (void)state; (void)msg; (void)cap;
   ((fake_optim *)optim)->t_done = t;
+  return AMP_OK;
+}
+amp_status amp__cu_optim_set_spike(void *state, void *optim, int64_t spike_skips, const amp__spike_window *w,
+                                   char *msg, size_t cap) {
+  (void)state; (void)msg; (void)cap;
+  ((fake_optim *)optim)->spike_skips = spike_skips; ((fake_optim *)optim)->win = *w;
   return AMP_OK;
 }
 amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type, size_t n,
@@ -344,23 +354,30 @@ static void a_run_on_the_cuda_line_gives_the_cpus_bits(void) {
 }
 
 /* A checkpoint saved on the CUDA line restores a CPU optimizer to the same masters, moments, step
-   count and scaler, and the other way round; the model copies are written from the masters. */
+   count, spike state (skip count and window: a spike planted at step 1) and scaler, and the other
+   way round; the model copies are written from the masters. */
 static void a_checkpoint_moves_between_the_cpu_and_the_cuda_line(void) {
   amp_optim_config c;
   rig a, b;
   size_t i, n0 = 0, n1 = 0;
   int step, dir;
-  memset(&c, 0, sizeof c); c.kind = AMP_OPTIM_ADAMW; c.lr = 1e-2f; c.weight_decay = 0.01f;
+  memset(&c, 0, sizeof c); c.kind = AMP_OPTIM_ADAMW; c.lr = 1e-2f; c.weight_decay = 0.01f; c.spike_norm = 0.5f;
   for (dir = 0; dir < 2; dir++) {
     amp_device *from = dir ? amp_cpu() : gpu(), *to = dir ? gpu() : amp_cpu();
     if (!rig_make(&a, from, &c) || !rig_make(&b, to, &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
     for (step = 0; step < 4; step++) {
       rig_grads(&a, step);
+      if (step == 1) for (i = 0; i < N1; i++) a.g1[i] *= 100.0f;   /* a spike */
       EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_update(a.s) == AMP_OK, "step: %s", amp_last_error());
     }
     EXPECT(amp_checkpoint_save(CKPT, a.o, a.s) == AMP_OK, "save: %s", amp_last_error());
     EXPECT(amp_checkpoint_load(CKPT, b.o, b.s) == AMP_OK, "load: %s", amp_last_error());
-    EXPECT(amp_optimizer_step_count(b.o) == 3 && amp_scaler_get_scale(b.s) == amp_scaler_get_scale(a.s) &&
+    EXPECT(amp_optimizer_spike_skips(a.o) == 1 && amp_optimizer_spike_skips(b.o) == 1 && a.o->spike_win.count == 2 &&
+           memcmp(&a.o->spike_win, &b.o->spike_win, sizeof a.o->spike_win) == 0,
+           "dir %d: spike_skips %ld -> %ld (want 1), window count %d -> %d (want 2), the windows %s", dir, amp_optimizer_spike_skips(a.o),
+           amp_optimizer_spike_skips(b.o), (int)a.o->spike_win.count, (int)b.o->spike_win.count,
+           memcmp(&a.o->spike_win, &b.o->spike_win, sizeof a.o->spike_win) == 0 ? "equal" : "differ");
+    EXPECT(amp_optimizer_step_count(b.o) == 2 && amp_scaler_get_scale(b.s) == amp_scaler_get_scale(a.s) &&
            amp_scaler_skipped_steps(b.s) == 1, "dir %d: steps %ld scale %g/%g skipped %ld", dir,
            amp_optimizer_step_count(b.o), (double)amp_scaler_get_scale(b.s), (double)amp_scaler_get_scale(a.s),
            amp_scaler_skipped_steps(b.s));
@@ -574,6 +591,15 @@ static int stats_equal(const amp_optimizer *a, const amp_optimizer *b, size_t i,
   if (amp_optimizer_stats(a, i, sa) != AMP_OK || amp_optimizer_stats(b, i, sb) != AMP_OK) return 0;
   return sa->amax == sb->amax && sa->n_nonfinite == sb->n_nonfinite && sa->n_zero == sb->n_zero && sa->n_subnormal == sb->n_subnormal;
 }
+static char line_log[4][256];
+static int line_n;
+static void line_catch(void *user, const char *msg) {
+  (void)user;
+  if (line_n < 4) snprintf(line_log[line_n], sizeof line_log[0], "%s", msg);
+  line_n++;
+}
+/* (and the overflow log line: the CPU's at its unscale, the CUDA line's at the first read after
+   it, the same text, once each) */
 static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
   amp_optim_config c;
   int hook, step;
@@ -588,7 +614,10 @@ static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
       long ov;
       rig_grads(&a, step); rig_grads(&b, step);
       a.g0[9] = b.g0[9] = 0x0003;   /* an f16 subnormal */
+      line_n = 0;
+      amp_set_log(line_catch, NULL);
       EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+      EXPECT(line_n == (step % 5 == 3), "hook %d step %d: %d lines logged before the host read the CUDA line", hook, step, line_n);
       for (i = 0; i < 2; i++) {
         amp_tensor_stats sa, sb;
         EXPECT(stats_equal(a.o, b.o, i, &sa, &sb), "hook %d step %d tensor %zu: cpu amax %a inf %zu zero %zu sub %zu, "
@@ -597,6 +626,10 @@ static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
         if (i == 0) EXPECT(sb.n_subnormal >= 1 && sb.n_zero >= 1, "step %d: the planted subnormal and the zeros: %zu, %zu", step,
                            sb.n_subnormal, sb.n_zero);
       }
+      amp_set_log(NULL, NULL);
+      EXPECT(step % 5 == 3 ? line_n == 2 && strcmp(line_log[0], line_log[1]) == 0 && strstr(line_log[0], "overflow in tensor 0: 1 inf/NaN of 37")
+                           : line_n == 0, "hook %d step %d: %d lines: '%s' / '%s'", hook, step, line_n, line_n > 0 ? line_log[0] : "",
+             line_n > 1 ? line_log[1] : "");
       ov = amp_optimizer_overflow_tensor(b.o);
       EXPECT(ov == (step % 5 == 3 ? 0 : -1) && ov == amp_optimizer_overflow_tensor(a.o), "hook %d step %d: overflow tensor %ld (cpu %ld)",
              hook, step, ov, amp_optimizer_overflow_tensor(a.o));
@@ -634,37 +667,51 @@ static void gradient_stats_on_the_cuda_line_equal_the_cpus(void) {
   }
 }
 
-/* spike_norm on the CUDA line: the same skips, counts, scales and bits as the CPU, through a
-   scaler and through amp_optimizer_step. */
+/* spike_norm and spike_zscore on the CUDA line: the same skips, counts, scales, spike windows and
+   bits as the CPU, through a scaler and through amp_optimizer_step. spike_norm: 10 steps, a spike
+   (the f32 grads 100 times larger) at steps 1, 4, 7. spike_zscore 3: 40 steps, spikes planted at
+   steps 9 (before 20 clean steps: not skipped), 30, 31 and 36 (after 20 clean steps also where
+   steps 3, 8, ... overflow), each skipped. */
 static void spikes_on_the_cuda_line_equal_the_cpus(void) {
   amp_optim_config c;
-  int via, step, i;
-  memset(&c, 0, sizeof c);
-  c.kind = AMP_OPTIM_ADAM; c.lr = 1e-2f; c.spike_norm = 0.5f;
-  for (via = 0; via < 2; via++) {
-    rig a, b;
-    if (!rig_make(&a, amp_cpu(), &c) || !rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
-    for (step = 0; step < 10; step++) {
-      if (via == 0) { rig_grads(&a, step); rig_grads(&b, step); } else { rig_grads_unscaled(&a, step); rig_grads_unscaled(&b, step); }
-      if (step % 3 == 1)   /* a spike: the f32 grads 100 times larger */
-        for (i = 0; i < N1; i++) { a.g1[i] *= 100.0f; b.g1[i] *= 100.0f; }
-      if (via == 0) {
-        EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
-        EXPECT(amp_scaler_update(a.s) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "update: %s", amp_last_error());
-      } else {
-        EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+  int via, step, i, rule;
+  for (rule = 0; rule < 2; rule++)
+    for (via = 0; via < 2; via++) {
+      rig a, b;
+      int steps = rule == 0 ? 10 : 40, planted_skipped = 0;
+      long before = 0;
+      memset(&c, 0, sizeof c);
+      c.kind = AMP_OPTIM_ADAM; c.lr = 1e-2f;
+      if (rule == 0) c.spike_norm = 0.5f; else c.spike_zscore = 3.0f;
+      if (!rig_make(&a, amp_cpu(), &c) || !rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+      for (step = 0; step < steps; step++) {
+        int planted = rule == 0 ? step % 3 == 1 : step == 9 || step == 30 || step == 31 || step == 36;
+        if (via == 0) { rig_grads(&a, step); rig_grads(&b, step); } else { rig_grads_unscaled(&a, step); rig_grads_unscaled(&b, step); }
+        if (planted)   /* a spike: the f32 grads 100 times larger */
+          for (i = 0; i < N1; i++) { a.g1[i] *= 100.0f; b.g1[i] *= 100.0f; }
+        if (via == 0) {
+          EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_step(b.s, b.o) == AMP_OK, "step: %s", amp_last_error());
+          EXPECT(amp_scaler_update(a.s) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "update: %s", amp_last_error());
+        } else {
+          EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+        }
+        EXPECT(memcmp(a.w0, b.w0, sizeof a.w0) == 0 && memcmp(a.w1, b.w1, sizeof a.w1) == 0 &&
+               amp_optimizer_step_count(a.o) == amp_optimizer_step_count(b.o) &&
+               amp_optimizer_spike_skips(a.o) == amp_optimizer_spike_skips(b.o) && amp_scaler_get_scale(a.s) == amp_scaler_get_scale(b.s),
+               "rule %d via %d step %d: cpu steps %ld spikes %ld scale %g, cuda line %ld %ld %g (or the weights differ)", rule, via,
+               step, amp_optimizer_step_count(a.o), amp_optimizer_spike_skips(a.o), (double)amp_scaler_get_scale(a.s),
+               amp_optimizer_step_count(b.o), amp_optimizer_spike_skips(b.o), (double)amp_scaler_get_scale(b.s));
+        EXPECT(memcmp(&a.o->spike_win, &b.o->spike_win, sizeof a.o->spike_win) == 0, "rule %d via %d step %d: the spike windows differ "
+               "(count %d / %d)", rule, via, step, (int)a.o->spike_win.count, (int)b.o->spike_win.count);
+        if (planted && amp_optimizer_spike_skips(b.o) > before) planted_skipped++;
+        if (rule == 1 && step == 9) EXPECT(amp_optimizer_spike_skips(b.o) == before, "via %d: step 9 skipped with %d clean norms", via,
+                                           (int)b.o->spike_win.count);
+        before = amp_optimizer_spike_skips(b.o);
       }
-      EXPECT(memcmp(a.w0, b.w0, sizeof a.w0) == 0 && memcmp(a.w1, b.w1, sizeof a.w1) == 0 &&
-             amp_optimizer_step_count(a.o) == amp_optimizer_step_count(b.o) &&
-             amp_optimizer_spike_skips(a.o) == amp_optimizer_spike_skips(b.o) && amp_scaler_get_scale(a.s) == amp_scaler_get_scale(b.s),
-             "via %d step %d: cpu steps %ld spikes %ld scale %g, cuda line %ld %ld %g (or the weights differ)", via, step,
-             amp_optimizer_step_count(a.o), amp_optimizer_spike_skips(a.o), (double)amp_scaler_get_scale(a.s),
-             amp_optimizer_step_count(b.o), amp_optimizer_spike_skips(b.o), (double)amp_scaler_get_scale(b.s));
+      EXPECT(amp_optimizer_spike_skips(b.o) == 3 && planted_skipped == 3, "rule %d via %d: %ld spike skips, %d of them planted; want "
+             "the 3 planted (%s)", rule, via, amp_optimizer_spike_skips(b.o), planted_skipped, rule == 0 ? "steps 1, 4, 7" : "30, 31, 36");
+      rig_free(&a); rig_free(&b);
     }
-    EXPECT(amp_optimizer_spike_skips(b.o) == 3, "via %d: %ld spike skips, want the 3 planted (steps 1, 4, 7)", via,
-           amp_optimizer_spike_skips(b.o));
-    rig_free(&a); rig_free(&b);
-  }
 }
 
 static void never_called(void *user, float *master, const float *grad, size_t n, size_t index, long step) {

@@ -139,6 +139,7 @@ static int scenario(amp_optim_kind kind) {
         amp_tensor_desc d;
         memset(&d, 0, sizeof d);
         d.weights = w + 3 * i; d.grads = g + 3 * i; d.n = 3; d.group = o->n_groups - 1; d.master = seed;
+        d.name = "seeded";   /* its copy is one more allocation */
         st = amp_optimizer_add_tensor(o, &d);
       } else {
         st = i % 2 ? amp_optimizer_add(o, AMP_F16, h + 5 * i, hg + 5 * i, 5) : amp_optimizer_add_mixed(o, AMP_F32, w + 3 * i, AMP_F32, g + 3 * i, 3);

@@ -347,11 +347,102 @@ static void spikes_skip_without_touching_the_scale(void) {
   }
 }
 
+/* The overflow log line (stats on): one line per unscale that found inf/NaN, naming the first such
+   tensor by its amp_tensor_desc.name (copied at add), its inf/NaN count and size, its largest
+   finite |g| after unscaling and the scale; nothing on clean steps or with stats off. Names longer
+   than 63 bytes are refused. */
+static char logged[8][256];
+static int n_logged;
+static void catch_log(void *user, const char *msg) {
+  (void)user;
+  if (n_logged < 8) snprintf(logged[n_logged], sizeof logged[0], "%s", msg);
+  n_logged++;
+}
+static void the_overflow_line_names_the_tensor(void) {
+  enum { NW = 64, NU = 32, NH = 16 };
+  static float ww[NW], gw[NW], wu[NU], gu[NU];
+  static amp_f16 wh[NH], gh[NH];
+  char name[80];
+  amp_optimizer *o, *off;
+  amp_scaler *s;
+  amp_scaler_config sc = amp_scaler_preset(AMP_PRESET_PYTORCH);
+  amp_optim_config c;
+  amp_tensor_desc d;
+  int i, step, stats;
+  const char *want[3] = {
+    "overflow in 'wte' (tensor 0): 3 inf/NaN of 64, amax 1.1e+05 at scale 65536",
+    "overflow in tensor 1: 1 inf/NaN of 32, amax 0.25 at scale 32768; 1 more tensor overflowed",
+    "overflow in 'lm_head' (tensor 2): 2 inf/NaN of 16, amax 0.5 at scale 1"};
+  sc.init_scale = 65536.0f;
+  for (stats = 1; stats >= 0; stats--) {
+    memset(&c, 0, sizeof c);
+    c.kind = AMP_ADAM; c.stats = stats;
+    if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK || amp_scaler_create(&s, amp_cpu(), &sc) != AMP_OK) {
+      EXPECT(0, "%s", amp_last_error()); return;
+    }
+    memset(&d, 0, sizeof d);
+    strcpy(name, "wte");
+    d.weights = ww; d.dtype = AMP_F32; d.grads = gw; d.grad_dtype = AMP_F32; d.n = NW; d.name = name;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add wte: %s", amp_last_error());
+    strcpy(name, "XXXXXXXX");   /* the name was copied */
+    d.weights = wu; d.grads = gu; d.n = NU; d.name = NULL;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add unnamed: %s", amp_last_error());
+    d.weights = wh; d.dtype = AMP_F16; d.grads = gh; d.grad_dtype = AMP_F16; d.n = NH; d.name = "lm_head";
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add lm_head: %s", amp_last_error());
+    n_logged = 0;
+    amp_set_log(catch_log, NULL);
+    for (step = 0; step < 4; step++) {   /* 0: wte overflows; 1: clean; 2: tensors 1 and 2; 3: clean */
+      float k = amp_scaler_get_scale(s);
+      for (i = 0; i < NW; i++) gw[i] = k * 0.001f * (float)(i % 7);
+      for (i = 0; i < NU; i++) gu[i] = k * 0.25f * (float)(i % 2);
+      for (i = 0; i < NH; i++) gh[i] = amp_f32_to_f16(0.001f * (float)(i % 3));
+      if (step == 0) { gw[5] = INFINITY; gw[9] = -INFINITY; gw[10] = NAN; gw[11] = k * 110000.0f; }
+      if (step == 2) { gu[3] = NAN; gh[1] = 0x7c00; }
+      EXPECT(amp_scaler_step(s, o) == AMP_OK && amp_scaler_update(s) == AMP_OK, "step %d: %s", step, amp_last_error());
+      EXPECT(n_logged == (stats ? (step >= 2 ? 2 : 1) : 0), "stats %d step %d: %d lines logged", stats, step, n_logged);
+    }
+    /* without a scaler (scale 1), on a fresh optimizer: lm_head's 2 infs */
+    amp_optimizer_destroy(o); amp_scaler_destroy(s);
+    if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+    d.weights = ww; d.dtype = AMP_F32; d.grads = gw; d.grad_dtype = AMP_F32; d.n = NW; d.name = NULL;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add: %s", amp_last_error());
+    d.weights = wu; d.grads = gu; d.n = NU;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add: %s", amp_last_error());
+    d.weights = wh; d.dtype = AMP_F16; d.grads = gh; d.grad_dtype = AMP_F16; d.n = NH; d.name = "lm_head";
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add: %s", amp_last_error());
+    for (i = 0; i < NW; i++) gw[i] = 0.01f;
+    for (i = 0; i < NU; i++) gu[i] = 0.01f;
+    for (i = 0; i < NH; i++) gh[i] = amp_f32_to_f16(i == 4 ? 0.5f : 0.125f);
+    gh[2] = 0xfc00; gh[7] = 0x7e00;
+    EXPECT(amp_optimizer_step(o) == AMP_OK && amp_optimizer_last_skipped(o) == 1, "amp_optimizer_step: %s", amp_last_error());
+    EXPECT(amp_optimizer_overflow_tensor(o) == (stats ? 2 : -1), "overflow tensor %ld", amp_optimizer_overflow_tensor(o));
+    amp_set_log(NULL, NULL);
+    EXPECT(n_logged == (stats ? 3 : 0), "stats %d: %d lines in all (want %d)", stats, n_logged, stats ? 3 : 0);
+    for (i = 0; stats && i < 3 && i < n_logged; i++)
+      EXPECT(strcmp(logged[i], want[i]) == 0, "line %d:\n    got  '%s'\n    want '%s'", i, logged[i], want[i]);
+    amp_optimizer_destroy(o);
+  }
+  {   /* names: 63 bytes are kept, 64 refused naming the function and the length; nothing added */
+    memset(&c, 0, sizeof c);
+    if (amp_optimizer_create(&off, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+    memset(name, 'a', 64); name[64] = 0;
+    memset(&d, 0, sizeof d);
+    d.weights = ww; d.dtype = AMP_F32; d.grads = gw; d.grad_dtype = AMP_F32; d.n = NW; d.name = name;
+    EXPECT(amp_optimizer_add_tensor(off, &d) == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") &&
+           strstr(amp_last_error(), "64 bytes") && amp_optimizer_count(off) == 0, "a 64-byte name: '%s', count %zu", amp_last_error(),
+           amp_optimizer_count(off));
+    name[63] = 0;
+    EXPECT(amp_optimizer_add_tensor(off, &d) == AMP_OK && amp_optimizer_count(off) == 1, "a 63-byte name: %s", amp_last_error());
+    amp_optimizer_destroy(off);
+  }
+}
+
 int main(void) {
   RUN(counts_equal_a_direct_count);
   RUN(overflow_tensor_names_the_first_and_forgets_the_last_unscale);
   RUN(stats_off_and_on_step_alike);
   RUN(bad_calls_are_refused);
   RUN(spikes_skip_without_touching_the_scale);
+  RUN(the_overflow_line_names_the_tensor);
   TEST_END();
 }
