@@ -1260,6 +1260,30 @@ static inline AMP_HD void amp__gstat_add(amp__gstat *a, float g, float y, amp_dt
   else if (c == AMP__G_SUBNORMAL) a->subnormal++;
 }
 
+/* One tensor of an optimizer: the record amp_optimizer_add_tensor fills and validates, once, on
+   the host. The optimizer keeps them as one table, o->t[i] for the i-th add; the CUDA side reads
+   the same records (amp__cu_optim_create builds its device copy, amp__cu_tdev, from them).
+   A new per-tensor option: its field here, its line of checks in amp__o_add, and its reader. */
+typedef struct amp__tensor {
+  void *w;               /* the model copy (the trainer's weights), n elements of wtype */
+  const void *g;         /* its grads, n elements of gtype */
+  size_t n;              /* elements */
+  amp_dtype wtype, gtype;
+  amp_dtype round_to;    /* a float model copy's rounding (amp_tensor_desc.round_to); else AMP_F32 */
+  int group;             /* its param group (amp_optimizer_add_group; 0 the default) */
+  int stochastic;        /* 1: the bf16 model copy is written with stochastic rounding */
+  int master_mode;       /* AMP_MASTER_F32, or SPLIT / NONE: then master is NULL (no fp32 array; the CPU
+                            steps it with amp__o_step_lowmem, CUDA in the step kernel's branch) */
+  float *master;         /* the fp32 master, n floats (CPU: one allocation with the moments after it;
+                            CUDA: device memory) */
+  float *m, *v;          /* SGD: m the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg, exp_avg_sq
+                            (CPU; on CUDA the moments live in the device slab) */
+  uint16_t *rem;         /* AMP_MASTER_SPLIT: the n 16-bit remainders beside the bf16 model copy on the CPU
+                            (amp__split_encode; CUDA: amp__cu_optim_rem); else NULL */
+  amp__gstat gstat;      /* the gradient stats of its last unscale (amp_optim_config.stats) */
+  char *name;            /* amp_tensor_desc.name, copied (NULL: unnamed) */
+} amp__tensor;
+
 /* ------------------------------------------------------------------------------------------
    Tensor Core matrix product (cblas conventions)
    C = alpha * op(A) * op(B) + beta * C, fp32 accumulation.
@@ -2716,7 +2740,7 @@ typedef struct amp__backend {
   amp_status (*scaler_rule)(amp_scaler *s, int found_inf, char *msg, size_t cap);
   float     *(*scale_ptr)(amp_scaler *s);
   amp_status (*scale_buffer)(amp_scaler *s, void *buf, amp_dtype t, size_t n, char *msg, size_t cap);
-  /* optimizer: tensor i was recorded in the table (o->w/g/n/wtype/gtype/group/round_to[i]): take its
+  /* optimizer: tensor i was recorded in the table (o->t[i]: w, g, n, wtype, gtype, ...): take its
      fp32 master now, from seed (n floats on the device, bit for bit) or, seed NULL, from the model
      copy, and zeroed moments; with a seed or a round_to, write the model copy from the master */
   amp_status (*optim_add)(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap);
@@ -2736,7 +2760,7 @@ typedef struct amp__backend {
      (s NULL: when this optimizer's last unscale did) */
   amp_status (*optim_step)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
   amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, grad_norm, found_inf, spike state */
-  amp_status (*optim_stats)(amp_optimizer *o, char *msg, size_t cap);  /* o->gstat (cfg.stats on) */
+  amp_status (*optim_stats)(amp_optimizer *o, char *msg, size_t cap);  /* o->t[i].gstat (cfg.stats on) */
   amp_status (*optim_set_step)(amp_optimizer *o, long step, char *msg, size_t cap);
   /* checkpoint load: the spike skip count and window (CPU: nothing, the host fields are the state) */
   amp_status (*optim_set_spike)(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap);
@@ -3609,23 +3633,7 @@ enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
 /* What steps an optimizer, decided by its first unscale or step and kept for its life. */
 enum { AMP__BY_NONE = 0, AMP__BY_SCALER = 1, AMP__BY_STEP = 2 };
 
-/* The optimizer. Its tensors are a table of plain arrays, entry i for the i-th amp_optimizer_add,
-   so a device can take them as they are:
-     wtype[i], w[i]      the model copy (the trainer's weights) and its dtype
-     gtype[i], g[i]      its grads and their dtype
-     master[i]           the fp32 master, n[i] floats (CPU: one allocation with the moments after it;
-                         CUDA: device memory)
-     m[i]                SGD: the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg
-     v[i]                Adam/AdamW: exp_avg_sq (NULL otherwise)
-     n[i]                elements
-     group[i]            its param group (amp_optimizer_add_group; 0 the default)
-     round_to[i]         a float model copy's rounding (amp_tensor_desc.round_to; else AMP_F32)
-     stochastic[i]       1: the bf16 model copy is written with stochastic rounding
-     master_mode[i]      AMP_MASTER_F32, or SPLIT / NONE: then master[i] is NULL (no fp32 array; the
-                         CPU steps it with amp__o_step_lowmem, CUDA in the step kernel's branch)
-                         and, for SPLIT, rem[i] holds the n 16-bit remainders beside the bf16
-                         model copy on the CPU (amp__split_encode; CUDA: amp__cu_optim_rem)
-     gstat[i]            the gradient stats of its last unscale (amp_optim_config.stats)
+/* The optimizer. Its tensors are one table of records (amp__tensor), t[i] for the i-th add.
    The groups: lr_scale[k], weight_decay[k] for k = 1 .. n_groups - 1 (group 0 reads the config).
    stage/sc_id/sc_iter are the call-order state of the current scaler iteration (amp_scaler).
    step, found_inf and grad_norm are the host mirror: a device that keeps them in its own memory
@@ -3634,19 +3642,9 @@ struct amp_optimizer {
   amp_device *dev;
   amp_optim_config cfg;          /* resolved: defaults filled in */
   size_t count, cap;
-  amp_dtype *wtype, *gtype;
-  void **w;
-  const void **g;
-  float **master, **m, **v;
-  size_t *n;
-  int *group, *stochastic, *master_mode;
-  amp_dtype *round_to;
-  uint16_t **rem;                /* AMP_MASTER_SPLIT: the remainders (else NULL) */
+  amp__tensor *t;                /* the tensors, count of them (room for cap) */
   long io_step;                  /* a checkpoint load's update count, set (optim_set_step) before its
                                     masters are written: the key of an AMP_MASTER_NONE tensor's rounding */
-  amp__gstat *gstat;             /* amp_optim_config.stats: the last unscale's stats per tensor (the
-                                    host copy on CUDA, refreshed by optim_stats) */
-  char **name;                   /* amp_tensor_desc.name, copied (NULL: unnamed) */
   unsigned long unscales;        /* unscale passes run (amp__o_unscale) */
   unsigned long overflow_noted;  /* the pass whose overflow line was logged (amp__o_overflow_note) */
   float unscale_scale;           /* the loss scale the last unscale divided by (1 without a scaler) */
@@ -3757,19 +3755,12 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
   return AMP_OK;
 }
 
-static void amp__o_free_table(amp_optimizer *o) {
-  AMP_FREE(o->wtype); AMP_FREE(o->gtype); AMP_FREE((void *)o->w); AMP_FREE((void *)o->g);
-  AMP_FREE(o->master); AMP_FREE(o->m); AMP_FREE(o->v); AMP_FREE(o->n);
-  AMP_FREE(o->group); AMP_FREE(o->round_to); AMP_FREE(o->stochastic); AMP_FREE(o->gstat); AMP_FREE(o->name);
-  AMP_FREE(o->master_mode); AMP_FREE((void *)o->rem);
-}
-
 AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
   size_t i;
   if (!o) return;
   amp__be(o->dev)->optim_destroy(o);   /* the masters and moments, wherever they live */
-  for (i = 0; i < o->count; i++) AMP_FREE(o->name[i]);
-  amp__o_free_table(o);
+  for (i = 0; i < o->count; i++) AMP_FREE(o->t[i].name);
+  AMP_FREE(o->t);
   AMP_FREE(o->lr_scale); AMP_FREE(o->weight_decay);
   AMP_FREE(o->scratch);
   AMP_FREE(o);
@@ -3777,32 +3768,11 @@ AMPDEF void amp_optimizer_destroy(amp_optimizer *o) {
 
 /* Grows the table to hold cap entries; all-or-nothing. */
 static int amp__o_grow(amp_optimizer *o, size_t cap) {
-  amp_optimizer t = *o;
-  size_t i;
-  t.wtype = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.wtype); t.gtype = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.gtype);
-  t.w = (void **)AMP_MALLOC(cap * sizeof *t.w); t.g = (const void **)AMP_MALLOC(cap * sizeof *t.g);
-  t.master = (float **)AMP_MALLOC(cap * sizeof *t.master); t.m = (float **)AMP_MALLOC(cap * sizeof *t.m);
-  t.v = (float **)AMP_MALLOC(cap * sizeof *t.v); t.n = (size_t *)AMP_MALLOC(cap * sizeof *t.n);
-  t.group = (int *)AMP_MALLOC(cap * sizeof *t.group); t.round_to = (amp_dtype *)AMP_MALLOC(cap * sizeof *t.round_to);
-  t.stochastic = (int *)AMP_MALLOC(cap * sizeof *t.stochastic);
-  t.gstat = (amp__gstat *)AMP_MALLOC(cap * sizeof *t.gstat);
-  t.master_mode = (int *)AMP_MALLOC(cap * sizeof *t.master_mode); t.rem = (uint16_t **)AMP_MALLOC(cap * sizeof *t.rem);
-  t.name = (char **)AMP_MALLOC(cap * sizeof *t.name);
-  if (!t.wtype || !t.gtype || !t.w || !t.g || !t.master || !t.m || !t.v || !t.n || !t.group || !t.round_to || !t.stochastic ||
-      !t.gstat || !t.master_mode || !t.rem || !t.name) {
-    amp__o_free_table(&t);
-    return 0;
-  }
-  for (i = 0; i < o->count; i++) {
-    t.wtype[i] = o->wtype[i]; t.gtype[i] = o->gtype[i]; t.w[i] = o->w[i]; t.g[i] = o->g[i];
-    t.master[i] = o->master[i]; t.m[i] = o->m[i]; t.v[i] = o->v[i]; t.n[i] = o->n[i];
-    t.group[i] = o->group[i]; t.round_to[i] = o->round_to[i]; t.stochastic[i] = o->stochastic[i];
-    t.gstat[i] = o->gstat[i]; t.master_mode[i] = o->master_mode[i]; t.rem[i] = o->rem[i]; t.name[i] = o->name[i];
-  }
-  memset(t.gstat + o->count, 0, (cap - o->count) * sizeof *t.gstat);   /* nothing recorded yet */
-  amp__o_free_table(o);
-  t.cap = cap;
-  *o = t;
+  amp__tensor *t = (amp__tensor *)AMP_MALLOC(cap * sizeof *t);
+  if (!t) return 0;
+  if (o->count) memcpy(t, o->t, o->count * sizeof *t);
+  AMP_FREE(o->t);
+  o->t = t; o->cap = cap;
   return 1;
 }
 
@@ -3876,10 +3846,10 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (t->name && (name_len = strlen(t->name)) > AMP__NAME_MAX)
     return amp__fail(AMP_ERR_ARG, "%s: name '%.32s...' is %zu bytes long, at most %d", fn, t->name, name_len, AMP__NAME_MAX);
   for (i = 0; i < o->count; i++) {
-    size_t ows = amp_dtype_size(o->wtype[i]) * o->n[i], ogs = amp_dtype_size(o->gtype[i]) * o->n[i];
-    if (amp__overlap(weights, n * ws, o->w[i], ows) || amp__overlap(weights, n * ws, o->g[i], ogs))
+    size_t ows = amp_dtype_size(o->t[i].wtype) * o->t[i].n, ogs = amp_dtype_size(o->t[i].gtype) * o->t[i].n;
+    if (amp__overlap(weights, n * ws, o->t[i].w, ows) || amp__overlap(weights, n * ws, o->t[i].g, ogs))
       return amp__fail(AMP_ERR_ARG, "%s: weights %p overlap a buffer of tensor %zu already added", fn, weights, i);
-    if (amp__overlap(grads, n * gs, o->w[i], ows) || amp__overlap(grads, n * gs, o->g[i], ogs))
+    if (amp__overlap(grads, n * gs, o->t[i].w, ows) || amp__overlap(grads, n * gs, o->t[i].g, ogs))
       return amp__fail(AMP_ERR_ARG, "%s: grads %p overlap a buffer of tensor %zu already added", fn, grads, i);
   }
   if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
@@ -3887,10 +3857,10 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (t->name && (name = (char *)AMP_MALLOC(name_len + 1)) == NULL) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
   if (name) memcpy(name, t->name, name_len + 1);
   i = o->count;   /* recorded past the end; counted once the device has taken it */
-  o->wtype[i] = t->dtype; o->gtype[i] = t->grad_dtype; o->w[i] = weights; o->g[i] = grads; o->n[i] = n;
-  o->group[i] = t->group; o->round_to[i] = t->round_to; o->stochastic[i] = t->stochastic != 0;
-  o->master_mode[i] = t->master_mode; o->rem[i] = NULL;
-  o->master[i] = NULL; o->m[i] = NULL; o->v[i] = NULL; o->name[i] = name;
+  memset(&o->t[i], 0, sizeof o->t[i]);   /* no master, moments, remainders or stats yet */
+  o->t[i].w = weights; o->t[i].g = grads; o->t[i].n = n; o->t[i].wtype = t->dtype; o->t[i].gtype = t->grad_dtype;
+  o->t[i].round_to = t->round_to; o->t[i].group = t->group; o->t[i].stochastic = t->stochastic != 0;
+  o->t[i].master_mode = t->master_mode; o->t[i].name = name;
   if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) { AMP_FREE(name); return amp__op_fail(fn, st, m); }
   o->count++;
   return AMP_OK;
@@ -3945,13 +3915,13 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 
 /* The stochastic-rounding key of tensor i's model-copy write after update number step (0: at add). */
 static uint64_t amp__o_sr_key(const amp_optimizer *o, size_t i, long step) {
-  return o->stochastic[i] ? amp__sr_key(o->cfg.seed, (int64_t)step, (uint64_t)i) : 0u;
+  return o->t[i].stochastic ? amp__sr_key(o->cfg.seed, (int64_t)step, (uint64_t)i) : 0u;
 }
 
 /* Tensor i's group values: lr_scale and weight_decay as amp__group_coefs reads them. */
-static float amp__o_lr_scale(const amp_optimizer *o, size_t i) { return o->group[i] ? o->lr_scale[o->group[i]] : 1.0f; }
+static float amp__o_lr_scale(const amp_optimizer *o, size_t i) { return o->t[i].group ? o->lr_scale[o->t[i].group] : 1.0f; }
 static float amp__o_weight_decay(const amp_optimizer *o, size_t i) {
-  return o->group[i] ? o->weight_decay[o->group[i]] : o->cfg.weight_decay;
+  return o->t[i].group ? o->weight_decay[o->t[i].group] : o->cfg.weight_decay;
 }
 
 /* The table is complete: a device that builds its optimizer from the whole table (CUDA: one
@@ -3974,13 +3944,13 @@ static void amp__o_overflow_note(amp_optimizer *o) {
   if (!o->cfg.stats || !o->found_inf || o->overflow_noted == o->unscales) return;
   o->overflow_noted = o->unscales;
   for (i = 0; i < o->count; i++)
-    if (o->gstat[i].nonfinite) { if (first == o->count) first = i; else more++; }
+    if (o->t[i].gstat.nonfinite) { if (first == o->count) first = i; else more++; }
   if (first == o->count) return;
-  if (o->name[first]) snprintf(who, sizeof who, "'%s' (tensor %zu)", o->name[first], first);
+  if (o->t[first].name) snprintf(who, sizeof who, "'%s' (tensor %zu)", o->t[first].name, first);
   else snprintf(who, sizeof who, "tensor %zu", first);
   if (more) snprintf(also, sizeof also, "; %zu more tensor%s overflowed", more, more == 1 ? "" : "s");
-  amp__log("overflow in %s: %llu inf/NaN of %zu, amax %.3g at scale %g%s", who, (unsigned long long)o->gstat[first].nonfinite,
-           o->n[first], (double)amp__bits_f32(o->gstat[first].amax_bits), (double)o->unscale_scale, also);
+  amp__log("overflow in %s: %llu inf/NaN of %zu, amax %.3g at scale %g%s", who, (unsigned long long)o->t[first].gstat.nonfinite,
+           o->t[first].n, (double)amp__bits_f32(o->t[first].gstat.amax_bits), (double)o->unscale_scale, also);
 }
 
 /* The one refresh of the optimizer's mirror (step, grad_norm, found_inf), for every getter and
@@ -4026,15 +3996,15 @@ AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) {
 }
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
   if (!o || index >= o->count || amp__o_ready("amp_optimizer_master", o) != AMP_OK) { if (n) *n = 0; return NULL; }
-  if (o->master_mode[index] != AMP_MASTER_F32) {
+  if (o->t[index].master_mode != AMP_MASTER_F32) {
     if (n) *n = 0;
     amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_master: tensor %zu has master_mode %s: no fp32 master array (its "
-              "master is %s)", index, o->master_mode[index] == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE",
-              o->master_mode[index] == AMP_MASTER_SPLIT ? "the bf16 model copy plus its 16-bit remainders" : "the bf16 weights");
+              "master is %s)", index, o->t[index].master_mode == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE",
+              o->t[index].master_mode == AMP_MASTER_SPLIT ? "the bf16 model copy plus its 16-bit remainders" : "the bf16 weights");
     return NULL;
   }
-  if (n) *n = o->n[index];
-  return o->master[index];
+  if (n) *n = o->t[index].n;
+  return o->t[index].master;
 }
 
 /* The call-order stage of o in s's current iteration. */
@@ -4101,20 +4071,20 @@ static void amp__o_apply(amp_optimizer *o) {
   size_t i;
   for (i = 0; i < o->count; i++) {
     if (o->cfg.kind == AMP_CUSTOM) {
-      amp__o_load(o->scratch, o->g[i], o->gtype[i], 0, o->n[i], gmul);
-      o->cfg.custom_step(o->cfg.custom_user, o->master[i], o->scratch, o->n[i], i, o->step + 1);
-      amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, o->step + 1), 0,
-                   o->master[i], o->n[i]);
-    } else if (o->master_mode[i] != AMP_MASTER_F32) {   /* SPLIT / NONE: a bf16 model copy, no fp32 array */
-      amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->group[i], amp__o_lr_scale(o, i),
+      amp__o_load(o->scratch, o->t[i].g, o->t[i].gtype, 0, o->t[i].n, gmul);
+      o->cfg.custom_step(o->cfg.custom_user, o->t[i].master, o->scratch, o->t[i].n, i, o->step + 1);
+      amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, o->step + 1), 0,
+                   o->t[i].master, o->t[i].n);
+    } else if (o->t[i].master_mode != AMP_MASTER_F32) {   /* SPLIT / NONE: a bf16 model copy, no fp32 array */
+      amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
-      amp__o_step_lowmem(o->cfg.kind, (amp_bf16 *)o->w[i], o->rem[i], o->m[i], o->v[i], o->g[i], o->gtype[i],
-                         amp__o_sr_key(o, i, o->step + 1), o->n[i], gmul, &c);
+      amp__o_step_lowmem(o->cfg.kind, (amp_bf16 *)o->t[i].w, o->t[i].rem, o->t[i].m, o->t[i].v, o->t[i].g, o->t[i].gtype,
+                         amp__o_sr_key(o, i, o->step + 1), o->t[i].n, gmul, &c);
     } else {
-      amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->group[i], amp__o_lr_scale(o, i),
+      amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
-      amp__o_step(o->cfg.kind, o->master[i], o->m[i], o->v[i], o->g[i], o->gtype[i], o->w[i], o->wtype[i],
-                  o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, o->step + 1), o->n[i], gmul, &c);
+      amp__o_step(o->cfg.kind, o->t[i].master, o->t[i].m, o->t[i].v, o->t[i].g, o->t[i].gtype, o->t[i].w, o->t[i].wtype,
+                  o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, o->step + 1), o->t[i].n, gmul, &c);
     }
   }
   o->step++;
@@ -4153,7 +4123,7 @@ static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, s
    0: exact), or seed: split into the model copy and the remainders (exact), or, NONE, rounded
    into the model copy stochastically with the key of update 0 (the seed itself is not kept). */
 static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const float *seed, int nm, char *msg, size_t cap) {
-  size_t n = o->n[i];
+  size_t n = o->t[i].n;
   float *mom = NULL;
   uint16_t *rem = NULL;
   if (nm) {
@@ -4161,7 +4131,7 @@ static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const fl
     if (!mom) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)nm); return AMP_ERR_NOMEM; }
     memset(mom, 0, n * (size_t)nm * sizeof(float));
   }
-  if (o->master_mode[i] == AMP_MASTER_SPLIT) {
+  if (o->t[i].master_mode == AMP_MASTER_SPLIT) {
     rem = (uint16_t *)AMP_MALLOC(n * sizeof *rem);
     if (!rem) { AMP_FREE(mom); snprintf(msg, cap, "out of memory for %zu remainders", n); return AMP_ERR_NOMEM; }
     memset(rem, 0, n * sizeof *rem);
@@ -4169,14 +4139,14 @@ static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const fl
   if (seed) {
     size_t i0;
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
-      amp__o_master_store((amp_bf16 *)o->w[i], rem, amp__o_sr_key(o, i, 0), i0, seed + i0,
+      amp__o_master_store((amp_bf16 *)o->t[i].w, rem, amp__o_sr_key(o, i, 0), i0, seed + i0,
                           n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK);
   }
-  o->rem[i] = rem; o->m[i] = mom; o->v[i] = nm >= 2 ? mom + n : NULL;
+  o->t[i].rem = rem; o->t[i].m = mom; o->t[i].v = nm >= 2 ? mom + n : NULL;
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap) {
-  size_t n = o->n[i], k;
+  size_t n = o->t[i].n, k;
   int nm = amp__o_moments(&o->cfg);
   float *block;
   if (o->cfg.kind == AMP_CUSTOM && n > o->scratch_n) {
@@ -4184,22 +4154,22 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
     if (!s) { snprintf(msg, cap, "out of memory for %zu floats", n); return AMP_ERR_NOMEM; }
     AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
   }
-  if (o->master_mode[i] != AMP_MASTER_F32) return amp__cpu_optim_add_lowmem(o, i, seed, nm, msg, cap);
+  if (o->t[i].master_mode != AMP_MASTER_F32) return amp__cpu_optim_add_lowmem(o, i, seed, nm, msg, cap);
   block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
   if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
   if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
-  else for (k = 0; k < n; k++) block[k] = amp__load(o->w[i], o->wtype[i], k);   /* exact: every dtype fits f32 */
-  if (seed || o->round_to[i] != AMP_F32 || o->stochastic[i])
-    amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, 0), 0, block, n);
+  else for (k = 0; k < n; k++) block[k] = amp__load(o->t[i].w, o->t[i].wtype, k);   /* exact: every dtype fits f32 */
+  if (seed || o->t[i].round_to != AMP_F32 || o->t[i].stochastic)
+    amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, 0), 0, block, n);
   if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
-  o->master[i] = block; o->m[i] = nm >= 1 ? block + n : NULL; o->v[i] = nm >= 2 ? block + 2 * n : NULL;
+  o->t[i].master = block; o->t[i].m = nm >= 1 ? block + n : NULL; o->t[i].v = nm >= 2 ? block + 2 * n : NULL;
   return AMP_OK;
 }
 static void amp__cpu_optim_destroy(amp_optimizer *o) {
   size_t i;
   for (i = 0; i < o->count; i++) {
-    if (o->master_mode[i] == AMP_MASTER_F32) AMP_FREE(o->master[i]);   /* the master with its moments */
-    else { AMP_FREE(o->m[i]); AMP_FREE(o->rem[i]); }
+    if (o->t[i].master_mode == AMP_MASTER_F32) AMP_FREE(o->t[i].master);   /* the master with its moments */
+    else { AMP_FREE(o->t[i].m); AMP_FREE(o->t[i].rem); }
   }
 }
 static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap) {
@@ -4220,10 +4190,12 @@ static amp_status amp__cpu_optim_unscale(amp_optimizer *o, amp_scaler *s, double
   size_t i;
   (void)msg; (void)cap;
   if (o->cfg.stats) {
-    memset(o->gstat, 0, o->count * sizeof *o->gstat);
-    for (i = 0; i < o->count; i++) amp__o_scan_with_stats(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad, &o->gstat[i]);
+    for (i = 0; i < o->count; i++) {
+      memset(&o->t[i].gstat, 0, sizeof o->t[i].gstat);
+      amp__o_scan_with_stats(o->t[i].g, o->t[i].gtype, o->t[i].n, inv, &sumsq, &bad, &o->t[i].gstat);
+    }
   } else {
-    for (i = 0; i < o->count; i++) amp__o_scan(o->g[i], o->gtype[i], o->n[i], inv, &sumsq, &bad);
+    for (i = 0; i < o->count; i++) amp__o_scan(o->t[i].g, o->t[i].gtype, o->t[i].n, inv, &sumsq, &bad);
   }
   if (!dp) { amp__cpu_decide(o, s, bad, sumsq); return AMP_OK; }
   o->dp[0] = bad ? 1.0 : 0.0; o->dp[1] = sumsq;
@@ -4257,28 +4229,28 @@ static amp_status amp__cpu_optim_set_spike(amp_optimizer *o, long spike_skips, c
 }
 static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
                                            char *msg, size_t cap) {
-  float *p = which == 0 ? o->master[i] : which == 1 ? o->m[i] : o->v[i];
-  if (which == 0 && o->master_mode[i] != AMP_MASTER_F32) {
+  float *p = which == 0 ? o->t[i].master : which == 1 ? o->t[i].m : o->t[i].v;
+  if (which == 0 && o->t[i].master_mode != AMP_MASTER_F32) {
     /* no fp32 array: the master decoded from (written into) the model copy and remainders; NONE
        rounds a master into the model copy stochastically with the key of the update count
        being loaded (io_step), as a stochastic F32 tensor's model copy is written at a load */
-    size_t i0, n = o->n[i];
+    size_t i0, n = o->t[i].n;
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-      if (to_device) amp__o_master_store((amp_bf16 *)o->w[i], o->rem[i], amp__o_sr_key(o, i, o->io_step), i0, host + i0, k);
-      else amp__o_master_load(host + i0, (const amp_bf16 *)o->w[i], o->rem[i], i0, k);
+      if (to_device) amp__o_master_store((amp_bf16 *)o->t[i].w, o->t[i].rem, amp__o_sr_key(o, i, o->io_step), i0, host + i0, k);
+      else amp__o_master_load(host + i0, (const amp_bf16 *)o->t[i].w, o->t[i].rem, i0, k);
     }
     return AMP_OK;
   }
   if (!p) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
-  if (to_device) memcpy(p, host, o->n[i] * sizeof(float));
-  else memcpy(host, p, o->n[i] * sizeof(float));
+  if (to_device) memcpy(p, host, o->t[i].n * sizeof(float));
+  else memcpy(host, p, o->t[i].n * sizeof(float));
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_write_model(amp_optimizer *o, size_t i, long step, char *msg, size_t cap) {
   (void)msg; (void)cap;
-  if (o->master_mode[i] != AMP_MASTER_F32) return AMP_OK;   /* written with the master (optim_tensor_io) */
-  amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, step), 0, o->master[i], o->n[i]);
+  if (o->t[i].master_mode != AMP_MASTER_F32) return AMP_OK;   /* written with the master (optim_tensor_io) */
+  amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, step), 0, o->t[i].master, o->t[i].n);
   return AMP_OK;
 }
 
@@ -4342,7 +4314,7 @@ AMPDEF amp_status amp_optimizer_stats(const amp_optimizer *o, size_t index, amp_
   if (index >= o->count)
     return amp__fail(AMP_ERR_ARG, "%s: index %zu is out of range (the optimizer has %zu tensors)", fn, index, o->count);
   if ((st = amp__o_stats_pull(fn, o)) != AMP_OK) return st;
-  g = &o->gstat[index];
+  g = &o->t[index].gstat;
   out->amax = amp__bits_f32(g->amax_bits);
   out->n_nonfinite = (size_t)g->nonfinite; out->n_zero = (size_t)g->zero; out->n_subnormal = (size_t)g->subnormal;
   return AMP_OK;
@@ -4357,7 +4329,7 @@ AMPDEF long amp_optimizer_overflow_tensor(const amp_optimizer *o) {
     return -1;
   }
   for (i = 0; i < o->count; i++)
-    if (o->gstat[i].nonfinite) return (long)i;
+    if (o->t[i].gstat.nonfinite) return (long)i;
   return -1;
 }
 
@@ -4647,28 +4619,40 @@ static void amp__rfile_close(amp__rfile *r) {
 #define AMP__CKPT_VERSION 2u      /* written; version 1 (no spike record) is read too */
 #define AMP__CKPT_ENDIAN 0x01020304u
 
-/* X(type, name) for each field, in file order; each is stored in the writer's byte order. */
+/* X(type, name, live) for each field, in file order: its type in the file (stored in the writer's
+   byte order), its name, and the member of the live object it is saved from and loaded into (the
+   header has none: live is its own name). A scalar field is one line here: its record, size, reader,
+   writer and live copy all follow (a new field in the file is a new format version). */
 #define AMP__CKPT_HEAD_FIELDS(X) \
-  X(uint64_t, magic) X(uint32_t, version) X(uint32_t, endian) X(uint32_t, header_bytes) X(uint32_t, flags) \
-  X(uint64_t, payload_bytes)
+  X(uint64_t, magic, magic) X(uint32_t, version, version) X(uint32_t, endian, endian) \
+  X(uint32_t, header_bytes, header_bytes) X(uint32_t, flags, flags) X(uint64_t, payload_bytes, payload_bytes)
+/* live: amp_scaler (its parameters pr are checked as amp_scaler_create checks a config) */
 #define AMP__CKPT_SCALER_FIELDS(X) \
-  X(float, growth) X(float, backoff) X(float, floor) X(float, cap) \
-  X(int32_t, interval) X(int32_t, hysteresis) X(int32_t, mode) X(int32_t, fixed) X(int32_t, late_growth) \
-  X(float, init_scale) X(float, scale) X(int32_t, tracker) X(int32_t, hyst) X(int32_t, at_floor) \
-  X(int32_t, last_skipped) X(int32_t, floor_logged) X(uint64_t, skipped)
+  X(float, growth, pr.growth) X(float, backoff, pr.backoff) X(float, floor, pr.floor) X(float, cap, pr.cap) \
+  X(int32_t, interval, pr.interval) X(int32_t, hysteresis, pr.hysteresis) X(int32_t, mode, pr.mode) \
+  X(int32_t, fixed, pr.fixed) X(int32_t, late_growth, pr.late_growth) X(float, init_scale, init_scale) \
+  X(float, scale, st.scale) X(int32_t, tracker, st.tracker) X(int32_t, hyst, st.hyst) X(int32_t, at_floor, st.at_floor) \
+  X(int32_t, last_skipped, last_skipped) X(int32_t, floor_logged, floor_logged) X(uint64_t, skipped, skipped)
+/* live: amp_optimizer; the hyperparameters, cfg.*, are checked as amp_optimizer_create checks a config */
 #define AMP__CKPT_OPTIM_FIELDS(X) \
-  X(uint32_t, kind) X(float, lr) X(float, weight_decay) X(float, momentum) X(float, dampening) X(int32_t, nesterov) \
-  X(float, beta1) X(float, beta2) X(float, eps) X(float, max_grad_norm) X(uint64_t, step) X(uint64_t, count)
-#define AMP__CKPT_TENSOR_FIELDS(X) X(uint64_t, n) X(uint32_t, wtype) X(uint32_t, gtype)
-/* version 2: after the optimizer record, the spike state: these fields, then f32 window[100] */
-#define AMP__CKPT_SPIKE_FIELDS(X) X(uint64_t, spike_skips) X(int32_t, window_count) X(int32_t, window_next)
+  X(uint32_t, kind, cfg.kind) AMP__CKPT_HPARAM_FIELDS(X) X(uint64_t, step, step) X(uint64_t, count, count)
+#define AMP__CKPT_HPARAM_FIELDS(X) \
+  X(float, lr, cfg.lr) X(float, weight_decay, cfg.weight_decay) X(float, momentum, cfg.momentum) \
+  X(float, dampening, cfg.dampening) X(int32_t, nesterov, cfg.nesterov) X(float, beta1, cfg.beta1) \
+  X(float, beta2, cfg.beta2) X(float, eps, cfg.eps) X(float, max_grad_norm, cfg.max_grad_norm)
+/* live: amp__tensor (the optimizer's record of the tensor) */
+#define AMP__CKPT_TENSOR_FIELDS(X) X(uint64_t, n, n) X(uint32_t, wtype, wtype) X(uint32_t, gtype, gtype)
+/* version 2: after the optimizer record, the spike state (live: amp_optimizer): these fields, then
+   f32 window[100] */
+#define AMP__CKPT_SPIKE_FIELDS(X) \
+  X(uint64_t, spike_skips, spike_skips) X(int32_t, window_count, spike_win.count) X(int32_t, window_next, spike_win.next)
 /* flags: which sections the payload holds, in this order; each tensor record is followed by its
    floats: the master, then the moments the kind has (amp__o_moments). */
 #define AMP__CKPT_HAS_SCALER 1u
 #define AMP__CKPT_HAS_OPTIM 2u
 
-#define AMP__CKPT_DECLARE(type, name) type name;
-#define AMP__CKPT_SIZEOF(type, name) + sizeof(type)
+#define AMP__CKPT_DECLARE(type, name, live) type name;
+#define AMP__CKPT_SIZEOF(type, name, live) + sizeof(type)
 typedef struct amp__ckpt_head { AMP__CKPT_HEAD_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_head;
 typedef struct amp__ckpt_scaler { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_scaler;
 typedef struct amp__ckpt_optim { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_optim;
@@ -4713,7 +4697,7 @@ static int amp__ckpt_bytes(amp__ckpt_io *io, void *p, size_t n) {
   return io->st == AMP_OK;
 }
 /* The one place each record is read and written. */
-#define AMP__CKPT_TRANSFER(type, name) ok = amp__ckpt_bytes(io, &r->name, sizeof r->name) && ok;
+#define AMP__CKPT_TRANSFER(type, name, live) ok = amp__ckpt_bytes(io, &r->name, sizeof r->name) && ok;
 static int amp__ckpt_head_io(amp__ckpt_io *io, amp__ckpt_head *r) { int ok = 1; AMP__CKPT_HEAD_FIELDS(AMP__CKPT_TRANSFER) return ok; }
 static int amp__ckpt_scaler_io(amp__ckpt_io *io, amp__ckpt_scaler *r) { int ok = 1; AMP__CKPT_SCALER_FIELDS(AMP__CKPT_TRANSFER) return ok; }
 static int amp__ckpt_optim_io(amp__ckpt_io *io, amp__ckpt_optim *r) { int ok = 1; AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_TRANSFER) return ok; }
@@ -4724,38 +4708,57 @@ static int amp__ckpt_spike_io(amp__ckpt_io *io, amp__ckpt_spike *r) {
   return amp__ckpt_bytes(io, r->window, sizeof r->window) && ok;
 }
 /* The name of the first field whose bytes differ between two records (NULL: none). */
-#define AMP__CKPT_DIFFER(type, name) if (memcmp(&a->name, &b->name, sizeof a->name) != 0) return #name;
+#define AMP__CKPT_DIFFER(type, name, live) if (memcmp(&a->name, &b->name, sizeof a->name) != 0) return #name;
 static const char *amp__ckpt_scaler_differ(const amp__ckpt_scaler *a, const amp__ckpt_scaler *b) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DIFFER) return NULL; }
 static const char *amp__ckpt_optim_differ(const amp__ckpt_optim *a, const amp__ckpt_optim *b) { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DIFFER) return NULL; }
 
-/* The records of the live objects (a scaler's host fields, refreshed from the device first by
-   amp__s_pull on CUDA). */
-static amp__ckpt_scaler amp__ckpt_scaler_of(const amp_scaler *s) {
-  amp__ckpt_scaler r;
-  r.growth = s->pr.growth; r.backoff = s->pr.backoff; r.floor = s->pr.floor; r.cap = s->pr.cap;
-  r.interval = s->pr.interval; r.hysteresis = s->pr.hysteresis; r.mode = s->pr.mode; r.fixed = s->pr.fixed;
-  r.late_growth = s->pr.late_growth; r.init_scale = s->init_scale;
-  r.scale = s->st.scale; r.tracker = s->st.tracker; r.hyst = s->st.hyst; r.at_floor = s->st.at_floor;
-  r.last_skipped = s->last_skipped; r.floor_logged = s->floor_logged; r.skipped = (uint64_t)s->skipped;
-  return r;
-}
-static amp__ckpt_optim amp__ckpt_optim_of(const amp_optim_config *c, long step, size_t count) {
-  amp__ckpt_optim r;
-  r.kind = (uint32_t)c->kind; r.lr = c->lr; r.weight_decay = c->weight_decay; r.momentum = c->momentum;
-  r.dampening = c->dampening; r.nesterov = c->nesterov; r.beta1 = c->beta1; r.beta2 = c->beta2; r.eps = c->eps;
-  r.max_grad_norm = c->max_grad_norm; r.step = (uint64_t)step; r.count = (uint64_t)count;
-  return r;
-}
+/* A checkpoint read and checked, nothing live touched yet. */
+typedef struct amp__ckpt_image {
+  unsigned char *buf;              /* the whole file (with an optimizer to restore; else a chunk) */
+  int has_scaler, has_optim;       /* the sections to restore */
+  amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged, skipped) */
+  amp_optim_config cfg;            /* the optimizer's checked config */
+  long step;
+  long spike_skips;                /* the spike state (version 2; zero from a version-1 file) */
+  amp__spike_window spike_win;
+  const unsigned char *tensors;    /* the first tensor record */
+} amp__ckpt_image;
 
-static amp__ckpt_spike amp__ckpt_spike_of(const amp_optimizer *o) {
-  amp__ckpt_spike r;
-  r.spike_skips = (uint64_t)o->spike_skips; r.window_count = o->spike_win.count; r.window_next = o->spike_win.next;
-  memcpy(r.window, o->spike_win.norm, sizeof r.window);
+/* The records of the live objects (a scaler's host fields, refreshed from the device first by
+   amp__s_pull on CUDA), and a record's fields copied into a live object: x is the live object. */
+#define AMP__CKPT_SAVE(type, name, live) r.name = (type)x->live;
+#define AMP__CKPT_LOAD(type, name, live) x->live = r->name;
+static amp__ckpt_scaler amp__ckpt_scaler_of(const amp_scaler *x) {
+  amp__ckpt_scaler r;
+  AMP__CKPT_SCALER_FIELDS(AMP__CKPT_SAVE)
   return r;
+}
+static amp__ckpt_optim amp__ckpt_optim_of(const amp_optimizer *x) {
+  amp__ckpt_optim r;
+  AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_SAVE)
+  return r;
+}
+static amp__ckpt_tensor amp__ckpt_tensor_of(const amp__tensor *x) {
+  amp__ckpt_tensor r;
+  AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_SAVE)
+  return r;
+}
+static amp__ckpt_spike amp__ckpt_spike_of(const amp_optimizer *x) {
+  amp__ckpt_spike r;
+  AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_SAVE)
+  memcpy(r.window, x->spike_win.norm, sizeof r.window);
+  return r;
+}
+/* The casts back (the checks below then compare the live value with the file's). */
+static void amp__ckpt_scaler_load(const amp__ckpt_scaler *r, amp_scaler *x) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_LOAD) }
+static void amp__ckpt_hparams_load(const amp__ckpt_optim *r, amp_optimizer *x) { AMP__CKPT_HPARAM_FIELDS(AMP__CKPT_LOAD) }
+static void amp__ckpt_spike_load(const amp__ckpt_spike *r, amp__ckpt_image *x) {
+  AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_LOAD)
+  memcpy(x->spike_win.norm, r->window, sizeof x->spike_win.norm);
 }
 /* The file's spike record: a count within range and a window as amp__spike_window_push leaves it
    (count 0 .. 100, next == count until it is full, held norms finite and >= 0, the rest +0). */
-static amp_status amp__ckpt_spike_check(const amp__ckpt_spike *r, long *skips, amp__spike_window *w) {
+static amp_status amp__ckpt_spike_check(const amp__ckpt_spike *r, amp__ckpt_image *x) {
   const char *fn = "amp_checkpoint_load";
   int32_t i;
   if (r->spike_skips > (uint64_t)LONG_MAX)
@@ -4769,8 +4772,7 @@ static amp_status amp__ckpt_spike_check(const amp__ckpt_spike *r, long *skips, a
     if (i < r->window_count ? !(amp__finite(r->window[i]) && r->window[i] >= 0.0f) : amp__f32_bits(r->window[i]) != 0u)
       return amp__fail(AMP_ERR_CORRUPT, "%s: the spike window's slot %d in the file holds %g (held norms are finite and >= 0, "
                        "unused slots 0)", fn, (int)i, (double)r->window[i]);
-  *skips = (long)r->spike_skips;
-  memcpy(w->norm, r->window, sizeof w->norm); w->count = r->window_count; w->next = r->window_next;
+  amp__ckpt_spike_load(r, x);
   return AMP_OK;
 }
 
@@ -4789,14 +4791,13 @@ static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *
   amp__ckpt_scaler again;
   const char *bad;
   const char *fn = "amp_checkpoint_load";
-  memset(&c, 0, sizeof c);
-  c.init_scale = r->init_scale; c.growth_factor = r->growth; c.backoff_factor = r->backoff; c.growth_interval = r->interval;
-  c.hysteresis = r->hysteresis; c.hysteresis_mode = r->mode; c.min_scale = r->floor; c.max_scale = r->cap;
-  c.fixed = r->fixed; c.late_growth = r->late_growth;
   memset(out, 0, sizeof *out);
+  amp__ckpt_scaler_load(r, out);   /* every field as the file holds it; the parameters resolved again below */
+  memset(&c, 0, sizeof c);
+  c.init_scale = out->init_scale; c.growth_factor = out->pr.growth; c.backoff_factor = out->pr.backoff;
+  c.growth_interval = out->pr.interval; c.hysteresis = out->pr.hysteresis; c.hysteresis_mode = out->pr.mode;
+  c.min_scale = out->pr.floor; c.max_scale = out->pr.cap; c.fixed = out->pr.fixed; c.late_growth = out->pr.late_growth;
   if (amp__scaler_resolve(fn, &c, &out->pr, &out->init_scale) != AMP_OK) return amp__ckpt_refuse_as_corrupt();
-  out->st.scale = r->scale; out->st.tracker = r->tracker; out->st.hyst = r->hyst; out->st.at_floor = r->at_floor;
-  out->last_skipped = r->last_skipped; out->floor_logged = r->floor_logged;
   again = amp__ckpt_scaler_of(out);
   again.skipped = r->skipped;
   if ((bad = amp__ckpt_scaler_differ(r, &again)) != NULL)
@@ -4817,7 +4818,6 @@ static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *
   if (r->skipped > (uint64_t)LONG_MAX)
     return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's skipped count %llu in the file is out of range (at most %ld here)", fn,
                      (unsigned long long)r->skipped, LONG_MAX);
-  out->skipped = (long)r->skipped;
   return AMP_OK;
 }
 
@@ -4825,18 +4825,18 @@ static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *
    set (the same rule: it must resolve to itself; a 0 is a 0) and against the live
    optimizer o; *out gets the config to install (o's custom_step and custom_user). */
 static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_optimizer *o, amp_optim_config *out) {
-  amp_optim_config c;
+  amp_optimizer x;   /* the file's hyperparameters over the live config */
   amp__ckpt_optim again;
   const char *bad;
   const char *fn = "amp_checkpoint_load";
   if (r->kind != (uint32_t)o->cfg.kind)
     return amp__fail(AMP_ERR_CORRUPT, "%s: optimizer kind %u in the file, the live one is %d", fn, (unsigned)r->kind, (int)o->cfg.kind);
-  c = o->cfg;   /* resolved: zero_is_zero is set, so a 0 in the file is a 0 (lr 0, beta1 0 ...) */
-  c.lr = r->lr;
-  c.weight_decay = r->weight_decay; c.momentum = r->momentum; c.dampening = r->dampening; c.nesterov = r->nesterov;
-  c.beta1 = r->beta1; c.beta2 = r->beta2; c.eps = r->eps; c.max_grad_norm = r->max_grad_norm;
-  if (amp__optim_resolve(fn, &c, out) != AMP_OK) return amp__ckpt_refuse_as_corrupt();
-  again = amp__ckpt_optim_of(out, 0, 0);
+  memset(&x, 0, sizeof x);
+  x.cfg = o->cfg;   /* resolved: zero_is_zero is set, so a 0 in the file is a 0 (lr 0, beta1 0 ...) */
+  amp__ckpt_hparams_load(r, &x);
+  if (amp__optim_resolve(fn, &x.cfg, out) != AMP_OK) return amp__ckpt_refuse_as_corrupt();
+  x.cfg = *out;
+  again = amp__ckpt_optim_of(&x);
   again.step = r->step; again.count = r->count;
   if ((bad = amp__ckpt_optim_differ(r, &again)) != NULL)
     return amp__fail(AMP_ERR_CORRUPT, "%s: the optimizer's %s in the file is a value amp_optimizer_create does not keep "
@@ -4852,17 +4852,139 @@ static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_opti
   return AMP_OK;
 }
 
-/* A checkpoint read and checked, nothing live touched yet. */
-typedef struct amp__ckpt_image {
-  unsigned char *buf;              /* the whole file (with an optimizer to restore; else a chunk) */
-  int has_scaler, has_optim;       /* the sections to restore */
-  amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged, skipped) */
-  amp_optim_config cfg;            /* the optimizer's checked config */
-  long step;
-  long spike_skips;                /* the spike state (version 2; zero from a version-1 file) */
-  amp__spike_window spike_win;
-  const unsigned char *tensors;    /* the first tensor record */
-} amp__ckpt_image;
+/* One checkpoint being read: the file, where the next record starts and where the CRC starts. */
+typedef struct amp__ckpt_reader {
+  amp__rfile f;
+  uint64_t at, end;
+  amp__ckpt_io io;                 /* the record just read, for its *_io function */
+  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES];   /* room for any one */
+} amp__ckpt_reader;
+
+/* The one read of a record: the next `bytes` of the file into rd->io, or the refusal naming the
+   record ("<what> truncated") when the payload ends first. what is a format: index fills a %zu. */
+static amp_status amp__ckpt_next(amp__ckpt_reader *rd, size_t bytes, const char *what, size_t index) {
+  char name[64];
+  amp_status st;
+  if (rd->end - rd->at < bytes) {
+    snprintf(name, sizeof name, what, index);
+    return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %s truncated", name);
+  }
+  if ((st = amp__rfile_seek(&rd->f, rd->at)) != AMP_OK || (st = amp__rfile_read(&rd->f, rd->rec, bytes)) != AMP_OK) return st;
+  memset(&rd->io, 0, sizeof rd->io);
+  rd->io.p = rd->rec; rd->io.left = bytes;
+  rd->at += bytes;
+  return AMP_OK;
+}
+
+/* The header, against the file's size and the objects asked for. */
+static amp_status amp__ckpt_head_check(const amp__ckpt_head *h, const char *path, const amp__ckpt_reader *rd,
+                                       const amp_optimizer *o, const amp_scaler *s) {
+  const char *fn = "amp_checkpoint_load";
+  const amp_status bad = AMP_ERR_CORRUPT;
+  if (memcmp(&h->magic, AMP__CKPT_MAGIC, 8) != 0) return amp__fail(bad, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path);
+  if (h->endian == 0x04030201u) return amp__fail(bad, "%s: written on a machine of the other byte order", fn);
+  if (h->endian != AMP__CKPT_ENDIAN) return amp__fail(bad, "%s: bad endianness mark 0x%08x", fn, (unsigned)h->endian);
+  if (h->version != 1u && h->version != AMP__CKPT_VERSION)
+    return amp__fail(bad, "%s: format version %u, this amp.h reads 1 and %u", fn, (unsigned)h->version, AMP__CKPT_VERSION);
+  if (h->header_bytes != AMP__CKPT_HEAD_BYTES)
+    return amp__fail(bad, "%s: header size %u, expected %u", fn, (unsigned)h->header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
+  if (h->payload_bytes != rd->end - AMP__CKPT_HEAD_BYTES)
+    return amp__fail(bad, "%s: truncated or padded: payload %llu bytes, the file holds %llu", fn,
+                     (unsigned long long)h->payload_bytes, (unsigned long long)(rd->end - AMP__CKPT_HEAD_BYTES));
+  if (h->flags & ~(AMP__CKPT_HAS_SCALER | AMP__CKPT_HAS_OPTIM)) return amp__fail(bad, "%s: unknown flags 0x%x", fn, (unsigned)h->flags);
+  if (s && !(h->flags & AMP__CKPT_HAS_SCALER)) return amp__fail(bad, "%s: the file holds no scaler state", fn);
+  if (o && !(h->flags & AMP__CKPT_HAS_OPTIM)) return amp__fail(bad, "%s: the file holds no optimizer state", fn);
+  return AMP_OK;
+}
+
+/* A tensor record against the live tensor i. */
+static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__tensor *live, size_t i) {
+  const char *fn = "amp_checkpoint_load";
+  if (t->n != (uint64_t)live->n)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu has %llu elements in the file, %zu live", fn, i,
+                     (unsigned long long)t->n, live->n);
+  if (t->wtype != (uint32_t)live->wtype || t->gtype != (uint32_t)live->gtype)
+    return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)", fn, i,
+                     (unsigned)t->wtype, (unsigned)t->gtype, amp__dtype_name(live->wtype), amp__dtype_name(live->gtype));
+  return AMP_OK;
+}
+
+/* Every record after the header, each read by amp__ckpt_next and checked by its own check. */
+static amp_status amp__ckpt_records(amp__ckpt_reader *rd, uint32_t version, uint32_t flags, const amp_optimizer *o,
+                                    const amp_scaler *s, amp__ckpt_image *im, uint64_t *first_tensor) {
+  const char *fn = "amp_checkpoint_load";
+  amp_status st;
+  size_t i;
+  if (flags & AMP__CKPT_HAS_SCALER) {
+    amp__ckpt_scaler r;
+    if ((st = amp__ckpt_next(rd, AMP__CKPT_SCALER_BYTES, "scaler section", 0)) != AMP_OK) return st;
+    amp__ckpt_scaler_io(&rd->io, &r);
+    if ((st = amp__ckpt_scaler_check(&r, &im->sc)) != AMP_OK) return st;
+    im->has_scaler = s != NULL;
+  }
+  if (!(flags & AMP__CKPT_HAS_OPTIM) || !o) {
+    if (!(flags & AMP__CKPT_HAS_OPTIM) && rd->at != rd->end)
+      return amp__fail(AMP_ERR_CORRUPT, "%s: %llu bytes left over after the scaler section", fn,
+                       (unsigned long long)(rd->end - rd->at));
+    return AMP_OK;
+  }
+  {
+    amp__ckpt_optim r;
+    uint64_t floats = (uint64_t)(1 + amp__o_moments(&o->cfg));   /* per element: master and moments */
+    if ((st = amp__ckpt_next(rd, AMP__CKPT_OPTIM_BYTES, "optimizer section", 0)) != AMP_OK) return st;
+    amp__ckpt_optim_io(&rd->io, &r);
+    if ((st = amp__ckpt_optim_check(&r, o, &im->cfg)) != AMP_OK) return st;
+    im->step = (long)r.step;
+    if (version >= 2u) {   /* the spike state; a version-1 file has none (zero) */
+      amp__ckpt_spike sp;
+      if ((st = amp__ckpt_next(rd, AMP__CKPT_SPIKE_BYTES, "spike section", 0)) != AMP_OK) return st;
+      amp__ckpt_spike_io(&rd->io, &sp);
+      if ((st = amp__ckpt_spike_check(&sp, im)) != AMP_OK) return st;
+    }
+    *first_tensor = rd->at;
+    for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
+      amp__ckpt_tensor t;
+      memset(&t, 0, sizeof t);   /* every field is read from the record; this keeps gcc 13's -Wmaybe-uninitialized quiet */
+      if ((st = amp__ckpt_next(rd, AMP__CKPT_TENSOR_BYTES, "tensor %zu", i)) != AMP_OK) return st;
+      amp__ckpt_tensor_io(&rd->io, &t);
+      if ((st = amp__ckpt_tensor_check(&t, &o->t[i], i)) != AMP_OK) return st;
+      if ((rd->end - rd->at) / 4 / floats < t.n) return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu data truncated", fn, i);
+      rd->at += 4 * t.n * floats;
+    }
+    if (rd->at != rd->end)
+      return amp__fail(AMP_ERR_CORRUPT, "%s: %llu bytes left over after the optimizer section", fn,
+                       (unsigned long long)(rd->end - rd->at));
+  }
+  return AMP_OK;
+}
+
+/* The CRC over every byte before it. With an optimizer to restore, the file is now known to be
+   exactly the size that optimizer needs, and is held whole in im->buf; without, it is streamed. */
+static amp_status amp__ckpt_crc_check(amp__ckpt_reader *rd, const char *path, const amp_optimizer *o, uint64_t size,
+                                      amp__ckpt_image *im) {
+  const char *fn = "amp_checkpoint_load";
+  amp__crc crc;
+  uint32_t crc_file;
+  uint64_t at;
+  amp_status st;
+  if ((st = amp__rfile_seek(&rd->f, 0)) != AMP_OK) return st;
+  amp__crc_init(&crc);
+  if (o && size > (uint64_t)(size_t)-1) return amp__fail(AMP_ERR_NOMEM, "%s: '%s' is larger than this machine's memory", fn, path);
+  im->buf = (unsigned char *)AMP_MALLOC(o ? (size_t)size : AMP__CKPT_BUF);
+  if (!im->buf) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for '%s'", fn, path);
+  for (at = 0; at < rd->end; ) {
+    size_t chunk = o ? (size_t)rd->end : (rd->end - at < AMP__CKPT_BUF ? (size_t)(rd->end - at) : AMP__CKPT_BUF);
+    unsigned char *dst = im->buf + (o ? at : 0);
+    if ((st = amp__rfile_read(&rd->f, dst, chunk)) != AMP_OK) return st;
+    amp__crc_add(&crc, dst, chunk);
+    at += chunk;
+  }
+  if ((st = amp__rfile_read(&rd->f, &crc_file, 4)) != AMP_OK) return st;
+  if (crc_file != amp__crc_value(&crc))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", fn, (unsigned)crc_file,
+                     (unsigned)amp__crc_value(&crc));
+  return AMP_OK;
+}
 
 /* Reads path and checks everything against the live objects before any payload is held: the
    header against the file's size, then each record (read one by one; the tensor floats are
@@ -4870,136 +4992,33 @@ typedef struct amp__ckpt_image {
    whole; then the CRC over every byte. */
 static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const amp_scaler *s, amp__ckpt_image *im) {
   const char *fn = "amp_checkpoint_load";
-  amp__rfile f;
-  amp__ckpt_io io;
+  amp__ckpt_reader rd;
   amp__ckpt_head h;
-  amp__crc crc;
-  unsigned char rec[AMP__CKPT_SCALER_BYTES + AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES];   /* room for any one record */
-  uint64_t size = 0, at, end, first_tensor = 0;
-  uint32_t crc_file;
+  uint64_t size = 0, first_tensor = 0;
   amp_status st;
-  size_t i;
   memset(im, 0, sizeof *im);
-  memset(&io, 0, sizeof io);
-  if ((st = amp__rfile_open(&f, fn, path, &size)) != AMP_OK) return st;
-  st = AMP_ERR_CORRUPT;
+  memset(&rd, 0, sizeof rd);
+  if ((st = amp__rfile_open(&rd.f, fn, path, &size)) != AMP_OK) return st;
   if (size < AMP__CKPT_HEAD_BYTES + 4) {
-    amp__fail(st, "%s: '%s' holds %llu bytes, too few for a checkpoint (header and CRC: %u)", fn, path,
-              (unsigned long long)size, (unsigned)(AMP__CKPT_HEAD_BYTES + 4));
-    goto refused;
-  }
-  if ((st = amp__rfile_read(&f, rec, AMP__CKPT_HEAD_BYTES)) != AMP_OK) goto refused;
-  io.p = rec; io.left = AMP__CKPT_HEAD_BYTES;
-  amp__ckpt_head_io(&io, &h);
-  st = AMP_ERR_CORRUPT;
-  end = size - 4;   /* where the CRC starts */
-  if (memcmp(&h.magic, AMP__CKPT_MAGIC, 8) != 0) { amp__fail(st, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path); goto refused; }
-  if (h.endian == 0x04030201u) { amp__fail(st, "%s: written on a machine of the other byte order", fn); goto refused; }
-  if (h.endian != AMP__CKPT_ENDIAN) { amp__fail(st, "%s: bad endianness mark 0x%08x", fn, (unsigned)h.endian); goto refused; }
-  if (h.version != 1u && h.version != AMP__CKPT_VERSION) {
-    amp__fail(st, "%s: format version %u, this amp.h reads 1 and %u", fn, (unsigned)h.version, AMP__CKPT_VERSION);
-    goto refused;
-  }
-  if (h.header_bytes != AMP__CKPT_HEAD_BYTES) {
-    amp__fail(st, "%s: header size %u, expected %u", fn, (unsigned)h.header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
-    goto refused;
-  }
-  if (h.payload_bytes != end - AMP__CKPT_HEAD_BYTES) {
-    amp__fail(st, "%s: truncated or padded: payload %llu bytes, the file holds %llu", fn,
-              (unsigned long long)h.payload_bytes, (unsigned long long)(end - AMP__CKPT_HEAD_BYTES));
-    goto refused;
-  }
-  if (h.flags & ~(AMP__CKPT_HAS_SCALER | AMP__CKPT_HAS_OPTIM)) { amp__fail(st, "%s: unknown flags 0x%x", fn, (unsigned)h.flags); goto refused; }
-  if (s && !(h.flags & AMP__CKPT_HAS_SCALER)) { amp__fail(st, "%s: the file holds no scaler state", fn); goto refused; }
-  if (o && !(h.flags & AMP__CKPT_HAS_OPTIM)) { amp__fail(st, "%s: the file holds no optimizer state", fn); goto refused; }
-  at = AMP__CKPT_HEAD_BYTES;
-  if (h.flags & AMP__CKPT_HAS_SCALER) {
-    amp__ckpt_scaler r;
-    if (end - at < AMP__CKPT_SCALER_BYTES) { amp__fail(st, "%s: scaler section truncated", fn); goto refused; }
-    if ((st = amp__rfile_read(&f, rec, AMP__CKPT_SCALER_BYTES)) != AMP_OK) goto refused;
-    io.p = rec; io.left = AMP__CKPT_SCALER_BYTES;
-    amp__ckpt_scaler_io(&io, &r);
-    if ((st = amp__ckpt_scaler_check(&r, &im->sc)) != AMP_OK) goto refused;
-    st = AMP_ERR_CORRUPT;
-    at += AMP__CKPT_SCALER_BYTES;
-    im->has_scaler = s != NULL;
-  }
-  if ((h.flags & AMP__CKPT_HAS_OPTIM) && o) {
-    amp__ckpt_optim r;
-    uint64_t floats = (uint64_t)(1 + amp__o_moments(&o->cfg));   /* per element: master and moments */
-    if (end - at < AMP__CKPT_OPTIM_BYTES) { amp__fail(st, "%s: optimizer section truncated", fn); goto refused; }
-    if ((st = amp__rfile_read(&f, rec, AMP__CKPT_OPTIM_BYTES)) != AMP_OK) goto refused;
-    io.p = rec; io.left = AMP__CKPT_OPTIM_BYTES;
-    amp__ckpt_optim_io(&io, &r);
-    if ((st = amp__ckpt_optim_check(&r, o, &im->cfg)) != AMP_OK) goto refused;
-    st = AMP_ERR_CORRUPT;
-    im->step = (long)r.step;
-    at += AMP__CKPT_OPTIM_BYTES;
-    if (h.version >= 2u) {   /* the spike state; a version-1 file has none (zero) */
-      amp__ckpt_spike sp;
-      if (end - at < AMP__CKPT_SPIKE_BYTES) { amp__fail(st, "%s: spike section truncated", fn); goto refused; }
-      if ((st = amp__rfile_read(&f, rec, AMP__CKPT_SPIKE_BYTES)) != AMP_OK) goto refused;
-      io.p = rec; io.left = AMP__CKPT_SPIKE_BYTES;
-      amp__ckpt_spike_io(&io, &sp);
-      if ((st = amp__ckpt_spike_check(&sp, &im->spike_skips, &im->spike_win)) != AMP_OK) goto refused;
-      st = AMP_ERR_CORRUPT;
-      at += AMP__CKPT_SPIKE_BYTES;
+    st = amp__fail(AMP_ERR_CORRUPT, "%s: '%s' holds %llu bytes, too few for a checkpoint (header and CRC: %u)", fn, path,
+                   (unsigned long long)size, (unsigned)(AMP__CKPT_HEAD_BYTES + 4));
+  } else {
+    rd.end = size - 4;   /* where the CRC starts */
+    if ((st = amp__ckpt_next(&rd, AMP__CKPT_HEAD_BYTES, "header", 0)) == AMP_OK) {
+      amp__ckpt_head_io(&rd.io, &h);
+      if ((st = amp__ckpt_head_check(&h, path, &rd, o, s)) == AMP_OK &&
+          (st = amp__ckpt_records(&rd, h.version, h.flags, o, s, im, &first_tensor)) == AMP_OK)
+        st = amp__ckpt_crc_check(&rd, path, o, size, im);
     }
-    first_tensor = at;
-    for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
-      amp__ckpt_tensor t;
-      memset(&t, 0, sizeof t);   /* every field is read from the record; this keeps gcc 13's -Wmaybe-uninitialized quiet */
-      if (end - at < AMP__CKPT_TENSOR_BYTES) { amp__fail(st, "%s: tensor %zu truncated", fn, i); goto refused; }
-      if ((st = amp__rfile_seek(&f, at)) != AMP_OK || (st = amp__rfile_read(&f, rec, AMP__CKPT_TENSOR_BYTES)) != AMP_OK) goto refused;
-      st = AMP_ERR_CORRUPT;
-      io.p = rec; io.left = AMP__CKPT_TENSOR_BYTES;
-      amp__ckpt_tensor_io(&io, &t);
-      if (t.n != (uint64_t)o->n[i]) {
-        amp__fail(st, "%s: tensor %zu has %llu elements in the file, %zu live", fn, i, (unsigned long long)t.n, o->n[i]);
-        goto refused;
-      }
-      if (t.wtype != (uint32_t)o->wtype[i] || t.gtype != (uint32_t)o->gtype[i]) {
-        amp__fail(st, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)", fn, i, (unsigned)t.wtype,
-                  (unsigned)t.gtype, amp__dtype_name(o->wtype[i]), amp__dtype_name(o->gtype[i]));
-        goto refused;
-      }
-      at += AMP__CKPT_TENSOR_BYTES;
-      if ((end - at) / 4 / floats < t.n) { amp__fail(st, "%s: tensor %zu data truncated", fn, i); goto refused; }
-      at += 4 * t.n * floats;
-    }
-    if (at != end) { amp__fail(st, "%s: %llu bytes left over after the optimizer section", fn, (unsigned long long)(end - at)); goto refused; }
-  } else if (!(h.flags & AMP__CKPT_HAS_OPTIM) && at != end) {
-    amp__fail(st, "%s: %llu bytes left over after the scaler section", fn, (unsigned long long)(end - at));
-    goto refused;
   }
-  /* The CRC over every byte before it. With an optimizer to restore, the file is now known to be
-     exactly the size that optimizer needs, and is held whole; without, it is streamed. */
-  if ((st = amp__rfile_seek(&f, 0)) != AMP_OK) goto refused;
-  amp__crc_init(&crc);
-  if (o && size > (uint64_t)(size_t)-1) { amp__fail(st = AMP_ERR_NOMEM, "%s: '%s' is larger than this machine's memory", fn, path); goto refused; }
-  im->buf = (unsigned char *)AMP_MALLOC(o ? (size_t)size : AMP__CKPT_BUF);
-  if (!im->buf) { amp__fail(st = AMP_ERR_NOMEM, "%s: out of memory for '%s'", fn, path); goto refused; }
-  for (at = 0; at < end; ) {
-    size_t chunk = o ? (size_t)end : (end - at < AMP__CKPT_BUF ? (size_t)(end - at) : AMP__CKPT_BUF);
-    unsigned char *dst = im->buf + (o ? at : 0);
-    if ((st = amp__rfile_read(&f, dst, chunk)) != AMP_OK) goto refused;
-    amp__crc_add(&crc, dst, chunk);
-    at += chunk;
+  amp__rfile_close(&rd.f);
+  if (st != AMP_OK) {
+    AMP_FREE(im->buf); im->buf = NULL;
+    im->has_scaler = im->has_optim = 0;
+    return st;
   }
-  if ((st = amp__rfile_read(&f, &crc_file, 4)) != AMP_OK) goto refused;
-  st = AMP_ERR_CORRUPT;
-  if (crc_file != amp__crc_value(&crc)) {
-    amp__fail(st, "%s: CRC-32 mismatch (file 0x%08x, computed 0x%08x)", fn, (unsigned)crc_file, (unsigned)amp__crc_value(&crc));
-    goto refused;
-  }
-  amp__rfile_close(&f);
   if (o) { im->tensors = im->buf + first_tensor; im->has_optim = 1; }
   return AMP_OK;
-refused:
-  amp__rfile_close(&f);
-  AMP_FREE(im->buf); im->buf = NULL;
-  im->has_scaler = im->has_optim = 0;
-  return st;
 }
 
 /* Before a save: the mirrors refreshed from the device (scale state, skip counts, step count),
@@ -5013,7 +5032,7 @@ static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, fl
   if (o && o->count > 0) {
     if ((st = amp__o_ready("amp_checkpoint_save", o)) != AMP_OK) return st;
     if ((st = amp__o_pull("amp_checkpoint_save", o, 0)) != AMP_OK) return st;
-    for (i = 0; i < o->count; i++) if (o->n[i] > most) most = o->n[i];
+    for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
     *floats = (float *)AMP_MALLOC(most * sizeof(float));
     if (!*floats) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
   }
@@ -5056,23 +5075,22 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   if (o) {
     nm = amp__o_moments(&o->cfg);
     h.payload_bytes += AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES;
-    for (i = 0; i < o->count; i++) h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->n[i] * (uint64_t)(1 + nm);
+    for (i = 0; i < o->count; i++) h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->t[i].n * (uint64_t)(1 + nm);
   }
   amp__ckpt_head_io(&io, &h);
   if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
   if (o) {
-    amp__ckpt_optim r = amp__ckpt_optim_of(&o->cfg, o->step, o->count);
+    amp__ckpt_optim r = amp__ckpt_optim_of(o);
     amp__ckpt_spike sp = amp__ckpt_spike_of(o);
     amp__ckpt_optim_io(&io, &r);
     amp__ckpt_spike_io(&io, &sp);
     for (i = 0; i < o->count && io.st == AMP_OK && dev_st == AMP_OK; i++) {
-      amp__ckpt_tensor t;
-      t.n = (uint64_t)o->n[i]; t.wtype = (uint32_t)o->wtype[i]; t.gtype = (uint32_t)o->gtype[i];
+      amp__ckpt_tensor t = amp__ckpt_tensor_of(&o->t[i]);
       amp__ckpt_tensor_io(&io, &t);
       for (k = 0; k <= nm; k++) {   /* the master, then the moments, read from the device */
         dev_st = amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, floats, 0, dev_msg, sizeof dev_msg);
         if (dev_st != AMP_OK) break;
-        amp__ckpt_bytes(&io, floats, o->n[i] * sizeof(float));
+        amp__ckpt_bytes(&io, floats, o->t[i].n * sizeof(float));
       }
     }
   }
@@ -5104,7 +5122,7 @@ static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckp
     if ((st = be->optim_set_spike(o, im->spike_skips, &im->spike_win, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
       p += AMP__CKPT_TENSOR_BYTES;
-      for (k = 0; k <= nm; k++, p += o->n[i] * sizeof(float))
+      for (k = 0; k <= nm; k++, p += o->t[i].n * sizeof(float))
         if ((st = be->optim_tensor_io(o, i, k, (float *)(uintptr_t)p, 1, m, sizeof m)) != AMP_OK) goto fail;
       if ((st = be->optim_write_model(o, i, im->step, m, sizeof m)) != AMP_OK) goto fail;
     }
@@ -6214,7 +6232,7 @@ static const amp__backend amp__cpu_ops = {
    and skip counts live in a device block (s->cu); the optimizer's masters and moments in a device
    slab (o->cu) built from the whole table at optim_ready. Until then each tensor's master, taken
    at add (a cast of the model copy on the device's stream), waits in a device buffer of its own
-   (o->master[i]); optim_ready copies them into the slab and frees them. */
+   (o->t[i].master); optim_ready copies them into the slab and frees them. */
 static amp_status amp__cuda_sync(amp_device *d, char *m, size_t cap) { return amp__cu_sync(d->cuda, m, cap); }
 static void amp__cuda_close(amp_device *d) { amp__cu_close(d->cuda); }
 static amp_status amp__cuda_scaler_create(amp_scaler *s, char *m, size_t cap) {
@@ -6247,13 +6265,13 @@ static amp_status amp__cuda_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, 
    the start of a seeded split master, nothing per step. rem is the device remainders (NULL: NONE). */
 static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem, float *host, int to_device, uint64_t key,
                                       char *m, size_t cap) {
-  size_t n = o->n[i], i0;
+  size_t n = o->t[i].n, i0;
   amp_bf16 *hw = (amp_bf16 *)AMP_MALLOC(n * sizeof *hw);
   uint16_t *hr = rem ? (uint16_t *)AMP_MALLOC(n * sizeof *hr) : NULL;
   amp_status st = AMP_OK;
   if (!hw || (rem && !hr)) { AMP_FREE(hw); AMP_FREE(hr); snprintf(m, cap, "out of memory for %zu elements", n); return AMP_ERR_NOMEM; }
   if (!to_device) {
-    st = amp__cu_copy(o->dev->cuda, hw, o->w[i], n * sizeof *hw, 1, m, cap);
+    st = amp__cu_copy(o->dev->cuda, hw, o->t[i].w, n * sizeof *hw, 1, m, cap);
     if (st == AMP_OK && rem) st = amp__cu_copy(o->dev->cuda, hr, rem, n * sizeof *hr, 1, m, cap);
   }
   for (i0 = 0; st == AMP_OK && i0 < n; i0 += AMP__CHUNK) {
@@ -6262,7 +6280,7 @@ static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem,
     else amp__o_master_load(host + i0, hw, hr, i0, k);
   }
   if (st == AMP_OK && to_device) {
-    st = amp__cu_copy(o->dev->cuda, o->w[i], hw, n * sizeof *hw, 0, m, cap);
+    st = amp__cu_copy(o->dev->cuda, o->t[i].w, hw, n * sizeof *hw, 0, m, cap);
     if (st == AMP_OK && rem) st = amp__cu_copy(o->dev->cuda, rem, hr, n * sizeof *hr, 0, m, cap);
     if (st == AMP_OK) st = amp__cu_sync(o->dev->cuda, m, cap);   /* the host buffers are freed below */
   }
@@ -6272,75 +6290,64 @@ static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem,
 static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
   amp_status st;
-  if (o->master_mode[i] == AMP_MASTER_NONE)   /* no master: a seed is rounded into the weights now (key of update 0) */
-    return seed ? amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)AMP_BF16, (int32_t)AMP_F32, 1, amp__o_sr_key(o, i, 0),
-                                      seed, o->n[i], m, cap) : AMP_OK;
-  if (o->master_mode[i] == AMP_MASTER_SPLIT && !seed) return AMP_OK;   /* the model copy as it is, remainders 0 */
+  if (o->t[i].master_mode == AMP_MASTER_NONE)   /* no master: a seed is rounded into the weights now (key of update 0) */
+    return seed ? amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)AMP_BF16, (int32_t)AMP_F32, 1, amp__o_sr_key(o, i, 0),
+                                      seed, o->t[i].n, m, cap) : AMP_OK;
+  if (o->t[i].master_mode == AMP_MASTER_SPLIT && !seed) return AMP_OK;   /* the model copy as it is, remainders 0 */
   /* an fp32 master, or a split master's seed: kept in a buffer of its own until optim_ready */
-  st = amp__cu_malloc(o->dev->cuda, &p, o->n[i] * sizeof(float), m, cap);
+  st = amp__cu_malloc(o->dev->cuda, &p, o->t[i].n * sizeof(float), m, cap);
   if (st != AMP_OK) return st;
-  if (seed) st = amp__cu_copy(o->dev->cuda, p, seed, o->n[i] * sizeof(float), 2, m, cap);   /* bit for bit */
-  else st = amp__cu_cast(o->dev->cuda, p, AMP_F32, o->w[i], (int32_t)o->wtype[i], o->n[i], m, cap);
-  if (st == AMP_OK && o->master_mode[i] == AMP_MASTER_SPLIT) {
+  if (seed) st = amp__cu_copy(o->dev->cuda, p, seed, o->t[i].n * sizeof(float), 2, m, cap);   /* bit for bit */
+  else st = amp__cu_cast(o->dev->cuda, p, AMP_F32, o->t[i].w, (int32_t)o->t[i].wtype, o->t[i].n, m, cap);
+  if (st == AMP_OK && o->t[i].master_mode == AMP_MASTER_SPLIT) {
     /* the model copy written from the seed now, as on the CPU (its hi halves; optim_ready writes the
        remainders, when the device buffer for them exists) */
-    size_t n = o->n[i], k;
+    size_t n = o->t[i].n, k;
     float *h = (float *)AMP_MALLOC(n * sizeof *h);
     amp_bf16 *hw = (amp_bf16 *)AMP_MALLOC(n * sizeof *hw);
     if (!h || !hw) { snprintf(m, cap, "out of memory for %zu elements", n); st = AMP_ERR_NOMEM; }
     if (st == AMP_OK) st = amp__cu_copy(o->dev->cuda, h, p, n * sizeof *h, 1, m, cap);
     if (st == AMP_OK) {
       for (k = 0; k < n; k++) { uint16_t lo; amp__split_encode(h[k], &hw[k], &lo); }
-      st = amp__cu_copy(o->dev->cuda, o->w[i], hw, n * sizeof *hw, 0, m, cap);
+      st = amp__cu_copy(o->dev->cuda, o->t[i].w, hw, n * sizeof *hw, 0, m, cap);
       if (st == AMP_OK) st = amp__cu_sync(o->dev->cuda, m, cap);
     }
     AMP_FREE(h); AMP_FREE(hw);
   }
-  if (st == AMP_OK && o->master_mode[i] == AMP_MASTER_F32 && (seed || o->round_to[i] != AMP_F32 || o->stochastic[i]))
-    st = amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->stochastic[i],
-                             amp__o_sr_key(o, i, 0), (const float *)p, o->n[i], m, cap);
+  if (st == AMP_OK && o->t[i].master_mode == AMP_MASTER_F32 && (seed || o->t[i].round_to != AMP_F32 || o->t[i].stochastic))
+    st = amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)o->t[i].wtype, (int32_t)o->t[i].round_to, o->t[i].stochastic,
+                             amp__o_sr_key(o, i, 0), (const float *)p, o->t[i].n, m, cap);
   if (st != AMP_OK) {
     amp__cu_free(o->dev->cuda, p);
     return st;
   }
-  o->master[i] = (float *)p;
+  o->t[i].master = (float *)p;
   return AMP_OK;
 }
 static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
   void *state = o->dev->cuda;
-  amp_cu_tensor *t;
   amp_status st;
   size_t i;
   if (o->cu) return AMP_OK;
-  t = (amp_cu_tensor *)AMP_MALLOC(o->count * sizeof *t);
-  if (!t) { snprintf(m, cap, "out of memory for a table of %zu tensors", o->count); return AMP_ERR_NOMEM; }
-  for (i = 0; i < o->count; i++) {
-    t[i].grad = o->g[i]; t[i].model = o->w[i]; t[i].n = o->n[i];
-    t[i].dtype = (int32_t)o->wtype[i]; t[i].grad_dtype = (int32_t)o->gtype[i];
-    t[i].group = o->group[i]; t[i].round_to = (int32_t)o->round_to[i]; t[i].stochastic = o->stochastic[i];
-    t[i].lr_scale = o->group[i] ? o->lr_scale[o->group[i]] : 1.0f;
-    t[i].weight_decay = o->group[i] ? o->weight_decay[o->group[i]] : 0.0f;   /* group 0: the config's, on the device */
-    t[i].master_mode = (int32_t)o->master_mode[i];
-  }
-  st = amp__cu_optim_create(state, &o->cu, t, o->count, &o->cfg, m, cap);
-  AMP_FREE(t);
+  /* the records as they are; the groups' values beside them (group 0: the config's, on the device) */
+  st = amp__cu_optim_create(state, &o->cu, o->t, o->count, o->lr_scale, o->weight_decay, &o->cfg, m, cap);
   if (st != AMP_OK) { o->cu = NULL; return st; }
   for (i = 0; i < o->count && st == AMP_OK; i++) {   /* the masters taken at add, in stream order */
-    if (!o->master[i]) continue;   /* SPLIT without a seed, NONE: nothing was taken */
-    if (o->master_mode[i] == AMP_MASTER_SPLIT) {   /* the seed split into the model copy and the remainders */
-      float *h = (float *)AMP_MALLOC(o->n[i] * sizeof *h);
-      if (!h) { snprintf(m, cap, "out of memory for %zu floats", o->n[i]); st = AMP_ERR_NOMEM; break; }
-      st = amp__cu_copy(state, h, o->master[i], o->n[i] * sizeof *h, 1, m, cap);
+    if (!o->t[i].master) continue;   /* SPLIT without a seed, NONE: nothing was taken */
+    if (o->t[i].master_mode == AMP_MASTER_SPLIT) {   /* the seed split into the model copy and the remainders */
+      float *h = (float *)AMP_MALLOC(o->t[i].n * sizeof *h);
+      if (!h) { snprintf(m, cap, "out of memory for %zu floats", o->t[i].n); st = AMP_ERR_NOMEM; break; }
+      st = amp__cu_copy(state, h, o->t[i].master, o->t[i].n * sizeof *h, 1, m, cap);
       if (st == AMP_OK) st = amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), h, 1, 0u, m, cap);
       AMP_FREE(h);
     } else {
-      st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->master[i], o->n[i] * sizeof(float), 2, m, cap);
+      st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->t[i].master, o->t[i].n * sizeof(float), 2, m, cap);
     }
   }
   if (st != AMP_OK) { amp__cu_optim_destroy(state, o->cu); o->cu = NULL; return st; }
   for (i = 0; i < o->count; i++) {
-    amp__cu_free(state, o->master[i]);
-    o->master[i] = amp__cu_optim_master(o->cu, i, NULL);
+    amp__cu_free(state, o->t[i].master);
+    o->t[i].master = amp__cu_optim_master(o->cu, i, NULL);
   }
   o->frozen = 1;
   return AMP_OK;
@@ -6348,7 +6355,7 @@ static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
 static void amp__cuda_optim_destroy(amp_optimizer *o) {
   size_t i;
   if (o->cu) { amp__cu_optim_destroy(o->dev->cuda, o->cu); return; }
-  for (i = 0; i < o->count; i++) amp__cu_free(o->dev->cuda, o->master[i]);   /* not built: the add buffers */
+  for (i = 0; i < o->count; i++) amp__cu_free(o->dev->cuda, o->t[i].master);   /* not built: the add buffers */
 }
 static amp_status amp__cuda_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *m, size_t cap) {
   return o->cu ? amp__cu_optim_set_hparams(o->dev->cuda, o->cu, c, m, cap) : AMP_OK;   /* else: read at optim_ready */
@@ -6377,7 +6384,7 @@ static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
 }
 static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {
   if (!o->cu) return AMP_OK;   /* no unscale ran yet: the host copy (zeros) is the state */
-  return amp__cu_optim_stats_read(o->dev->cuda, o->cu, o->gstat, o->count, m, cap);
+  return amp__cu_optim_stats_read(o->dev->cuda, o->cu, o->t, o->count, m, cap);
 }
 static amp_status amp__cuda_optim_set_step(amp_optimizer *o, long step, char *m, size_t cap) {
   o->io_step = step;   /* the key of a NONE tensor's rounding at a load (optim_tensor_io) */
@@ -6388,14 +6395,14 @@ static amp_status amp__cuda_optim_set_spike(amp_optimizer *o, long spike_skips, 
 }
 static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
                                             char *m, size_t cap) {
-  if (which == 0 && o->master_mode[i] != AMP_MASTER_F32)   /* no fp32 array: decoded / written on the host */
+  if (which == 0 && o->t[i].master_mode != AMP_MASTER_F32)   /* no fp32 array: decoded / written on the host */
     return amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), host, to_device, amp__o_sr_key(o, i, o->io_step), m, cap);
   return amp__cu_optim_state_io(o->dev->cuda, o->cu, i, which, host, to_device, m, cap);
 }
 static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, long step, char *m, size_t cap) {
-  if (o->master_mode[i] != AMP_MASTER_F32) return AMP_OK;   /* written with the master (optim_tensor_io) */
-  return amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->stochastic[i],
-                             amp__o_sr_key(o, i, step), o->master[i], o->n[i], m, cap);
+  if (o->t[i].master_mode != AMP_MASTER_F32) return AMP_OK;   /* written with the master (optim_tensor_io) */
+  return amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)o->t[i].wtype, (int32_t)o->t[i].round_to, o->t[i].stochastic,
+                             amp__o_sr_key(o, i, step), o->t[i].master, o->t[i].n, m, cap);
 }
 static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                  float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,

@@ -875,8 +875,9 @@ static void amp__cu_optim_release(amp__cu_optim *o) {
 }
 
 // Allocates and fills everything; on failure the caller releases what was made.
-static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const amp_cu_tensor *ts,
-                                      const amp_optim_config *h, amp__cu_tdev *ht, amp__cu_chunk *hc, char *msg, size_t cap) {
+static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const amp__tensor *ts, const float *lr_scale,
+                                      const float *weight_decay, const amp_optim_config *h, amp__cu_tdev *ht,
+                                      amp__cu_chunk *hc, char *msg, size_t cap) {
   int slots = 1 + o->has_m + o->has_v, c = 0;
   amp__cu_optim_dev hb;
   AMP__CU_CHECK(cudaMalloc(&o->dev, sizeof *o->dev));
@@ -896,17 +897,18 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   }
   float *mbase = o->has_m ? o->slab + o->mtotal : NULL;
   float *vbase = o->has_v ? o->slab + o->mtotal + (size_t)o->has_m * o->total : NULL;
-  for (size_t i = 0; i < o->n_tensors; i++) {
-    ht[i].grad = ts[i].grad; ht[i].model = ts[i].model;
+  for (size_t i = 0; i < o->n_tensors; i++) {   // the device copy of each record, made here only
+    ht[i].grad = ts[i].g; ht[i].model = ts[i].w;
     ht[i].master = ts[i].master_mode == AMP_MASTER_F32 ? o->slab + o->moffset[i] : NULL;
     ht[i].rem = ts[i].master_mode == AMP_MASTER_SPLIT ? o->rem + o->roffset[i] : NULL;
     ht[i].m = mbase ? mbase + o->offset[i] : NULL;
     ht[i].v = vbase ? vbase + o->offset[i] : NULL;
-    ht[i].n = (long long)ts[i].n; ht[i].dtype = ts[i].dtype; ht[i].gdtype = ts[i].grad_dtype;
-    ht[i].group = ts[i].group; ht[i].round_to = ts[i].round_to; ht[i].stochastic = ts[i].stochastic != 0;
-    ht[i].lr_scale = ts[i].lr_scale; ht[i].weight_decay = ts[i].weight_decay;
-    ht[i].gvec = (uintptr_t)ts[i].grad % 16 == 0;
-    ht[i].vec = ht[i].gvec && ((uintptr_t)ts[i].model % 16 == 0);
+    ht[i].n = (long long)ts[i].n; ht[i].dtype = (int32_t)ts[i].wtype; ht[i].gdtype = (int32_t)ts[i].gtype;
+    ht[i].group = ts[i].group; ht[i].round_to = (int32_t)ts[i].round_to; ht[i].stochastic = ts[i].stochastic != 0;
+    ht[i].lr_scale = ts[i].group ? lr_scale[ts[i].group] : 1.0f;
+    ht[i].weight_decay = ts[i].group ? weight_decay[ts[i].group] : 0.0f;   // group 0: the config's, read on the device
+    ht[i].gvec = (uintptr_t)ts[i].g % 16 == 0;
+    ht[i].vec = ht[i].gvec && ((uintptr_t)ts[i].w % 16 == 0);
     for (size_t s = 0; s < ts[i].n; s += AMP__CU_CHUNK, c++) {
       hc[c].start = (long long)s; hc[c].tensor = (int32_t)i;
       hc[c].len = (int32_t)(ts[i].n - s < AMP__CU_CHUNK ? ts[i].n - s : AMP__CU_CHUNK);
@@ -922,39 +924,26 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   if (slots > 1) AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
   for (size_t i = 0; i < o->n_tensors; i++) {   // the master starts as the model copy, exactly
     if (!ht[i].master) continue;
-    amp__cu_cast_launch(st, ht[i].master, AMP_F32, ts[i].model, ts[i].dtype, ts[i].n, NULL);
+    amp__cu_cast_launch(st, ht[i].master, AMP_F32, ts[i].w, (int32_t)ts[i].wtype, ts[i].n, NULL);
     AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (master from model)");
   }
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));  // the host tables are freed on return
   return AMP_OK;
 }
 
-extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n_tensors,
-                                           const amp_optim_config *h, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts, size_t n_tensors,
+                                           const float *lr_scale, const float *weight_decay, const amp_optim_config *h,
+                                           char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   size_t chunks = 0;
   if (!optim || !ts || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %s is NULL", !optim ? "optim" : !ts ? "tensors" : "h");
   if (n_tensors == 0 || n_tensors > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: n_tensors %zu must be in 1..2^31-1", n_tensors);
   if (h->kind != AMP_SGD && h->kind != AMP_ADAM && h->kind != AMP_ADAMW)
     return amp__cu_arg(msg, cap, "amp__cu_optim_create: kind %d must be AMP_SGD, AMP_ADAM or AMP_ADAMW", (int)h->kind);
+  // the records were validated once, by amp_optimizer_add_tensor; only the group table is read here
   for (size_t i = 0; i < n_tensors; i++) {
-    if (!amp__cu_dtype_ok(ts[i].dtype)) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: dtype %d is not a dtype", i, (int)ts[i].dtype);
-    if (!amp__cu_dtype_ok(ts[i].grad_dtype))
-      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: grad_dtype %d is not a dtype", i, (int)ts[i].grad_dtype);
-    if (ts[i].n == 0) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: n is 0", i);
-    if (!ts[i].grad || !ts[i].model) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: %s is NULL", i, ts[i].grad ? "model" : "grad");
-    if (!amp__cu_dtype_ok(ts[i].round_to) || (ts[i].round_to != AMP_F32 && ts[i].dtype != AMP_F32))
-      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: round_to %d with dtype %d", i, (int)ts[i].round_to, (int)ts[i].dtype);
-    if (ts[i].stochastic && ts[i].dtype != AMP_BF16)
-      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: stochastic with dtype %d (bf16 only)", i, (int)ts[i].dtype);
-    if ((ts[i].master_mode != AMP_MASTER_F32 && ts[i].master_mode != AMP_MASTER_SPLIT && ts[i].master_mode != AMP_MASTER_NONE) ||
-        (ts[i].master_mode != AMP_MASTER_F32 && ts[i].dtype != AMP_BF16) ||
-        (ts[i].master_mode == AMP_MASTER_SPLIT && ts[i].stochastic) || (ts[i].master_mode == AMP_MASTER_NONE && !ts[i].stochastic))
-      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: master_mode %d with dtype %d, stochastic %d", i,
-                         (int)ts[i].master_mode, (int)ts[i].dtype, (int)ts[i].stochastic);
-    if (ts[i].group < 0 || !(ts[i].lr_scale >= 0.0f) || !(ts[i].weight_decay >= 0.0f))
-      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d, lr_scale %g, weight_decay %g", i,
-                         (int)ts[i].group, (double)ts[i].lr_scale, (double)ts[i].weight_decay);
+    if (ts[i].group && (!lr_scale || !weight_decay))
+      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d without the groups' values", i, ts[i].group);
     chunks += (ts[i].n + AMP__CU_CHUNK - 1) / AMP__CU_CHUNK;
   }
   if (chunks > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %zu chunks exceed a grid", chunks);
@@ -983,7 +972,7 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
     if (ts[i].master_mode == AMP_MASTER_F32) { o->moffset[i] = o->mtotal; o->mtotal += padded; }
     else if (ts[i].master_mode == AMP_MASTER_SPLIT) { o->roffset[i] = o->rtotal; o->rtotal += padded; }
   }
-  amp_status s = amp__cu_optim_build(st, o, ts, h, ht, hc, msg, cap);
+  amp_status s = amp__cu_optim_build(st, o, ts, lr_scale, weight_decay, h, ht, hc, msg, cap);
   free(ht); free(hc);
   if (s != AMP_OK) { cudaStreamSynchronize(st->stream); amp__cu_optim_release(o); return s; }
   *optim = o;
@@ -1101,16 +1090,18 @@ extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_
   return AMP_OK;
 }
 
-extern "C" amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n_tensors,
+extern "C" amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__tensor *ts, size_t n_tensors,
                                                char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   const amp__cu_optim *o = (const amp__cu_optim *)optim;
-  if (!st || !o || !host) return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: %s is NULL", !st ? "state" : !o ? "optim" : "host");
+  if (!st || !o || !ts) return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: %s is NULL", !st ? "state" : !o ? "optim" : "tensors");
   if (!o->stats) return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: the optimizer was made with stats off");
   if (n_tensors != o->n_tensors)
     return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: n_tensors %zu but the optimizer has %zu", n_tensors, o->n_tensors);
   AMP__CU_ON(st);
-  AMP__CU_CHECK(cudaMemcpyAsync(host, o->stats, n_tensors * sizeof *host, cudaMemcpyDeviceToHost, st->stream));
+  // one row per tensor: each device entry into its record's gstat
+  AMP__CU_CHECK(cudaMemcpy2DAsync(&ts[0].gstat, sizeof *ts, o->stats, sizeof *o->stats, sizeof *o->stats, n_tensors,
+                                  cudaMemcpyDeviceToHost, st->stream));
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   return AMP_OK;
 }

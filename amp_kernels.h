@@ -28,23 +28,6 @@ extern amp_status amp__cu_open(int ordinal, void *stream, void **state, char *ms
 extern void       amp__cu_close(void *state);
 extern amp_status amp__cu_sync(void *state, char *msg, size_t cap);
 
-/* One tensor of an optimizer (dtypes AMP_F32/F16/BF16; grad_dtype may differ from dtype, as with
-   amp_optimizer_add_mixed). */
-typedef struct amp_cu_tensor {
-  const void *grad;   /* device pointer, n elements of grad_dtype */
-  void *model;        /* device pointer, n elements of dtype: the model copy, rewritten rounded after each update */
-  size_t n;
-  int32_t dtype;      /* the model copy's */
-  int32_t grad_dtype; /* the grads' */
-  int32_t group;      /* its param group: 0 reads lr_scale 1 and weight_decay from the device config */
-  int32_t round_to;   /* a float model copy's rounding (amp__store_model); AMP_F32 otherwise */
-  int32_t stochastic; /* 1: the bf16 model copy is written with stochastic rounding (key: h->seed, t, index) */
-  float lr_scale, weight_decay;   /* its group's (groups 1, 2, ...) */
-  int32_t master_mode; /* AMP_MASTER_F32: an fp32 master in the slab; AMP_MASTER_SPLIT (bf16 model): no fp32
-                          master, a 16-bit remainder per element (amp__split_encode), zeroed at create (the
-                          model copy as it is, exactly); AMP_MASTER_NONE (bf16, stochastic): neither */
-} amp_cu_tensor;
-
 /* What a device scaler / optimizer holds besides the scale state, read back by a [sync] call. */
 typedef struct amp_cu_scaler_info {
   float inv_scale;              /* amp__inv_scale(scale): what the next unscale multiplies by */
@@ -90,9 +73,14 @@ extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *bu
                                        char *msg, size_t cap);
 
 /* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 master
-   (initialised from the model copies), the moments (zeroed) and the per-step block. */
-extern amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *tensors, size_t n_tensors,
-                                       const amp_optim_config *h, char *msg, size_t cap);
+   (initialised from the model copies), the moments (zeroed) and the per-step block. tensors: the
+   optimizer's records (amp__tensor, amp.h), as amp_optimizer_add_tensor validated them; read:
+   w, g (device pointers), n, wtype, gtype, group, round_to, stochastic, master_mode. lr_scale and
+   weight_decay: the groups' values, indexed by group (entry 0 unused: group 0 takes lr_scale 1 and
+   the config's weight_decay); NULL when every tensor is in group 0. */
+extern amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *tensors, size_t n_tensors,
+                                       const float *lr_scale, const float *weight_decay, const amp_optim_config *h,
+                                       char *msg, size_t cap);
 extern void       amp__cu_optim_destroy(void *state, void *optim);
 /* [step] new hyperparameters (the kind must stay the same). */
 extern amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap);
@@ -120,10 +108,10 @@ extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *s
 extern amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap);
 /* [sync] the step count, norm, clip and skip state. */
 extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap);
-/* [sync] the gradient stats of the last unscale (amp_optim_config.stats on at create), n_tensors
-   entries into host; stats off: AMP_ERR_ARG. Each unscale clears them on the stream first
-   (cudaMemsetAsync) and its kernel adds into them: no pass of its own. */
-extern amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n_tensors,
+/* [sync] the gradient stats of the last unscale (amp_optim_config.stats on at create) into the
+   records' gstat, n_tensors of them (host memory); stats off: AMP_ERR_ARG. Each unscale clears
+   them on the stream first (cudaMemsetAsync) and its kernel adds into them: no pass of its own. */
+extern amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__tensor *tensors, size_t n_tensors,
                                            char *msg, size_t cap);
 /* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
    (to_device 0) or from host (to_device 1); a moment the kind does not keep, or the master of a

@@ -45,7 +45,7 @@ static void run_graph(void *g) { CK(amp__cu_graph_launch(ST, g, msg, sizeof msg)
 
 /* k tensors of n elements each: finite grads (so no step is skipped) and model copies; the model
    copies `off` elements past a 16-byte boundary (off 1: the step's scalar path). */
-static void make_tensors_off(amp_cu_tensor *t, int k, size_t n, int dtype, size_t off) {
+static void make_tensors_off(amp__tensor *t, int k, size_t n, int dtype, size_t off) {
   size_t es = amp_dtype_size((amp_dtype)dtype);
   float *f = (float *)malloc(n * 4);
   void *h = malloc(n * es);
@@ -54,21 +54,21 @@ static void make_tensors_off(amp_cu_tensor *t, int k, size_t n, int dtype, size_
   amp_convert(h, (amp_dtype)dtype, f, AMP_F32, n);
   for (int i = 0; i < k; i++) {
     memset(&t[i], 0, sizeof t[i]);   /* group 0, round_to AMP_F32 */
-    t[i].grad = dmalloc(n * es); t[i].model = (char *)dmalloc((n + off) * es) + off * es;
-    t[i].n = n; t[i].dtype = dtype; t[i].grad_dtype = dtype;
-    CK(amp__cu_copy(ST, (void *)t[i].grad, h, n * es, 0, msg, sizeof msg));
-    CK(amp__cu_copy(ST, t[i].model, h, n * es, 0, msg, sizeof msg));
+    t[i].g = dmalloc(n * es); t[i].w = (char *)dmalloc((n + off) * es) + off * es;
+    t[i].n = n; t[i].wtype = dtype; t[i].gtype = dtype;
+    CK(amp__cu_copy(ST, (void *)t[i].g, h, n * es, 0, msg, sizeof msg));
+    CK(amp__cu_copy(ST, t[i].w, h, n * es, 0, msg, sizeof msg));
   }
   free(f); free(h);
 }
-static void make_tensors(amp_cu_tensor *t, int k, size_t n, int dtype) { make_tensors_off(t, k, n, dtype, 0); }
-static void free_tensors_off(amp_cu_tensor *t, int k, size_t off) {
+static void make_tensors(amp__tensor *t, int k, size_t n, int dtype) { make_tensors_off(t, k, n, dtype, 0); }
+static void free_tensors_off(amp__tensor *t, int k, size_t off) {
   for (int i = 0; i < k; i++) {
-    amp__cu_free(ST, (void *)t[i].grad);
-    amp__cu_free(ST, (char *)t[i].model - off * amp_dtype_size((amp_dtype)t[i].dtype));
+    amp__cu_free(ST, (void *)t[i].g);
+    amp__cu_free(ST, (char *)t[i].w - off * amp_dtype_size((amp_dtype)t[i].wtype));
   }
 }
-static void free_tensors(amp_cu_tensor *t, int k) { free_tensors_off(t, k, 0); }
+static void free_tensors(amp__tensor *t, int k) { free_tensors_off(t, k, 0); }
 
 int main(void) {
   amp_device *dev;
@@ -96,12 +96,12 @@ int main(void) {
     amp__cu_free(ST, (void *)c.src); amp__cu_free(ST, c.dst);
   }
   { /* unscale + inf/NaN check + sum of squares, f16 grads: 2 B/element read */
-    amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);
+    amp__tensor *t = (amp__tensor *)calloc(K, sizeof *t);
     amp_optim_config h;
     step_arg a;
     memset(&h, 0, sizeof h); h.kind = AMP_SGD; h.lr = 1e-3f;
     make_tensors(t, K, N, AMP_F16);
-    CK(amp__cu_optim_create(ST, &a.o, t, K, &h, msg, sizeof msg));
+    CK(amp__cu_optim_create(ST, &a.o, t, K, NULL, NULL, &h, msg, sizeof msg));
     a.sc = sc; a.what = 0;
     double gbps = 2.0 * (double)TOTAL / timeit(run_step, &a, 20) / 1e9;
     bench_line("unscale+check+norm f16 256M/256 vs copy", gbps, copy_gbps, "GB/s");
@@ -110,13 +110,13 @@ int main(void) {
     free_tensors(t, K); free(t);
   }
   { /* AdamW: grad 2 + master 4+4 + m 4+4 + v 4+4 + model 2 = 28 B/param */
-    amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);
+    amp__tensor *t = (amp__tensor *)calloc(K, sizeof *t);
     amp_optim_config h;
     step_arg a;
     memset(&h, 0, sizeof h); h.kind = AMP_ADAMW; h.lr = 1e-3f; h.weight_decay = 1e-2f;
     h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f; h.max_grad_norm = 1.0f;
     make_tensors(t, K, N, AMP_F16);
-    CK(amp__cu_optim_create(ST, &a.o, t, K, &h, msg, sizeof msg));
+    CK(amp__cu_optim_create(ST, &a.o, t, K, NULL, NULL, &h, msg, sizeof msg));
     a.sc = sc; a.what = 0; run_step(&a);
     a.what = 1;
     double gbps = 28.0 * (double)TOTAL / timeit(run_step, &a, 10) / 1e9;
@@ -129,9 +129,9 @@ int main(void) {
     /* The same with every model copy 2 bytes off 16: the step takes its scalar path (no 16-byte
        loads of grads, master or moments); the unscale reads only the grads and keeps its vectors.
        A first-run lead: how much the scalar path costs. */
-    t = (amp_cu_tensor *)calloc(K, sizeof *t);
+    t = (amp__tensor *)calloc(K, sizeof *t);
     make_tensors_off(t, K, N, AMP_F16, 1);
-    CK(amp__cu_optim_create(ST, &a.o, t, K, &h, msg, sizeof msg));
+    CK(amp__cu_optim_create(ST, &a.o, t, K, NULL, NULL, &h, msg, sizeof msg));
     a.what = 0; run_step(&a);
     a.what = 1;
     bench_line("adamw step f16, model copy misaligned vs aligned", 28.0 * (double)TOTAL / timeit(run_step, &a, 10) / 1e9, gbps, "GB/s");
@@ -141,12 +141,12 @@ int main(void) {
     free_tensors_off(t, K, 1); free(t);
   }
   { /* SGD momentum: grad 2 + master 4+4 + buf 4+4 + model 2 = 20 B/param */
-    amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);
+    amp__tensor *t = (amp__tensor *)calloc(K, sizeof *t);
     amp_optim_config h;
     step_arg a;
     memset(&h, 0, sizeof h); h.kind = AMP_SGD; h.lr = 1e-3f; h.momentum = 0.9f;
     make_tensors(t, K, N, AMP_F16);
-    CK(amp__cu_optim_create(ST, &a.o, t, K, &h, msg, sizeof msg));
+    CK(amp__cu_optim_create(ST, &a.o, t, K, NULL, NULL, &h, msg, sizeof msg));
     a.sc = sc; a.what = 0; run_step(&a);
     a.what = 1;
     double gbps = 20.0 * (double)TOTAL / timeit(run_step, &a, 10) / 1e9;
@@ -170,7 +170,7 @@ int main(void) {
   }
   if (stream) { /* 500 small tensors: launches per step, and the time of one step */
     enum { S = 500 };
-    amp_cu_tensor t[S];
+    amp__tensor t[S];
     amp_optim_config h;
     step_arg a;
     void *g = NULL;
@@ -178,7 +178,7 @@ int main(void) {
     memset(&h, 0, sizeof h); h.kind = AMP_ADAMW; h.lr = 1e-3f; h.weight_decay = 1e-2f;
     h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f; h.max_grad_norm = 1.0f;
     make_tensors(t, S, 4096, AMP_F16);
-    CK(amp__cu_optim_create(ST, &a.o, t, S, &h, msg, sizeof msg));
+    CK(amp__cu_optim_create(ST, &a.o, t, S, NULL, NULL, &h, msg, sizeof msg));
     a.sc = sc; a.what = 2;
     CK(amp__cu_capture_begin(ST, msg, sizeof msg));
     run_step(&a);

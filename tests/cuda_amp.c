@@ -257,9 +257,9 @@ static int side_state(const side *s, size_t i, int which, float *out) {
     }
     return amp__cu_optim_state_io(gpu->cuda, s->o->cu, i, which, out, 0, msg, sizeof msg) == AMP_OK;
   }
-  p = which == 0 ? amp_optimizer_master(s->o, i, &n) : which == 1 ? s->o->m[i] : s->o->v[i];
+  p = which == 0 ? amp_optimizer_master(s->o, i, &n) : which == 1 ? s->o->t[i].m : s->o->t[i].v;
   if (!p) return 0;
-  memcpy(out, p, s->o->n[i] * 4);
+  memcpy(out, p, s->o->t[i].n * 4);
   return 1;
 }
 static void side_model(const side *s, const tens *t, size_t i, void *out) {
@@ -317,8 +317,8 @@ static void compare_sides(const char *name, const side *c, const side *g, const 
     side_state(g, i, 0, b);
     side_model(g, t, i, model);
     for (size_t j = 0; j < n; j++) {
-      float want = amp__round_to(amp__round_to(b[j], g->o->round_to[i]), t->wt[i]), got = amp__load(model, t->wt[i], j);
-      if (g->o->stochastic[i])   /* the bits of the last update's key, as the CPU draws them */
+      float want = amp__round_to(amp__round_to(b[j], g->o->t[i].round_to), t->wt[i]), got = amp__load(model, t->wt[i], j);
+      if (g->o->t[i].stochastic)   /* the bits of the last update's key, as the CPU draws them */
         want = amp_bf16_to_f32(amp__f32_to_bf16_sr(b[j], amp__sr_bits16(amp__sr_key(g->o->cfg.seed,
                                  (int64_t)amp_optimizer_step_count(g->o), (uint64_t)i), (uint64_t)j)));
       if (amp__f32_bits(want) != amp__f32_bits(got)) {
@@ -1278,7 +1278,7 @@ static void master_modes_on_gpu(void) {
     t.weights = cw[2]; t.grads = cg + 2 * N; t.master_mode = AMP_MASTER_NONE; t.stochastic = 1; OK(amp_optimizer_add_tensor(oc_cpu, &t));
     OK(amp_checkpoint_save("build/test/cuda_master_modes.ckpt", o, NULL));
     OK(amp_checkpoint_load("build/test/cuda_master_modes.ckpt", oc_cpu, NULL));
-    EXPECT(memcmp(cw[1], hb, N * 2) == 0 && memcmp(oc_cpu->rem[1], hr, N * 2) == 0 && memcmp(cw[2], hc, N * 2) == 0,
+    EXPECT(memcmp(cw[1], hb, N * 2) == 0 && memcmp(oc_cpu->t[1].rem, hr, N * 2) == 0 && memcmp(cw[2], hc, N * 2) == 0,
            "%s: the GPU's split / in-place state loaded on the CPU differs", kn);
     {
       char m2[AMP__MSG] = "";

@@ -65,30 +65,41 @@ static void expect_arg(amp_status s, const char *needle, const char *what) {
 }
 
 static void launchers_reject_bad_arguments(void) {
-  amp_cu_tensor t[2];
+  amp__tensor t[2];
   amp_optim_config h;
   void *o = NULL, *fake = (void *)(uintptr_t)4096;
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(65536, &pr);
   memset(&h, 0, sizeof h); h.kind = AMP_ADAMW; h.lr = 1e-3f; h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f;
   memset(t, 0, sizeof t);   /* group 0, round_to AMP_F32 */
-  t[0].grad = fake; t[0].model = fake; t[0].n = 10; t[0].dtype = AMP_F16; t[0].grad_dtype = AMP_F16;
+  t[0].g = fake; t[0].w = fake; t[0].n = 10; t[0].wtype = AMP_F16; t[0].gtype = AMP_F16;
   t[1] = t[0];
-  expect_arg(amp__cu_optim_create(ST, NULL, t, 2, &h, msg, sizeof msg), "optim is NULL", "optim NULL");
-  expect_arg(amp__cu_optim_create(ST, &o, NULL, 2, &h, msg, sizeof msg), "tensors is NULL", "tensors NULL");
-  expect_arg(amp__cu_optim_create(ST, &o, t, 0, &h, msg, sizeof msg), "n_tensors 0", "no tensors");
-  t[1].n = 0;
-  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "tensor 1: n is 0", "n = 0");
-  t[1].n = 10; t[1].dtype = 7;
-  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "dtype 7", "bad dtype");
-  t[1].dtype = AMP_BF16; t[1].grad_dtype = 5;
-  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "grad_dtype 5", "bad grad dtype");
-  t[1].grad_dtype = AMP_F32; t[1].grad = NULL;
-  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "tensor 1: grad is NULL", "grad NULL");
-  t[1].grad = fake; h.kind = AMP_CUSTOM;
-  expect_arg(amp__cu_optim_create(ST, &o, t, 2, &h, msg, sizeof msg), "kind 3", "custom kind");
+  expect_arg(amp__cu_optim_create(ST, NULL, t, 2, NULL, NULL, &h, msg, sizeof msg), "optim is NULL", "optim NULL");
+  expect_arg(amp__cu_optim_create(ST, &o, NULL, 2, NULL, NULL, &h, msg, sizeof msg), "tensors is NULL", "tensors NULL");
+  expect_arg(amp__cu_optim_create(ST, &o, t, 0, NULL, NULL, &h, msg, sizeof msg), "n_tensors 0", "no tensors");
+  {   /* a record's fields are validated once, where it is made (amp_optimizer_add_tensor, any device) */
+    amp_optimizer *ho = NULL;
+    uint16_t hw[10], hg[10];
+    amp_status hs;
+    if (amp_optimizer_create(&ho, amp_cpu(), &h) != AMP_OK) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    hs = amp_optimizer_add_mixed(ho, AMP_F16, hw, AMP_F16, hg, 0);
+    snprintf(msg, sizeof msg, "%s", amp_last_error());
+    expect_arg(hs, "n is 0", "n = 0");
+    hs = amp_optimizer_add_mixed(ho, (amp_dtype)7, hw, AMP_F16, hg, 10);
+    snprintf(msg, sizeof msg, "%s", amp_last_error());
+    expect_arg(hs, "dtype 7", "bad dtype");
+    hs = amp_optimizer_add_mixed(ho, AMP_BF16, hw, (amp_dtype)5, hg, 10);
+    snprintf(msg, sizeof msg, "%s", amp_last_error());
+    expect_arg(hs, "dtype 5", "bad grad dtype");
+    hs = amp_optimizer_add_mixed(ho, AMP_BF16, hw, AMP_F32, NULL, 10);
+    snprintf(msg, sizeof msg, "%s", amp_last_error());
+    expect_arg(hs, "grads is NULL", "grad NULL");
+    amp_optimizer_destroy(ho);
+  }
+  h.kind = AMP_CUSTOM;
+  expect_arg(amp__cu_optim_create(ST, &o, t, 2, NULL, NULL, &h, msg, sizeof msg), "kind 3", "custom kind");
   h.kind = AMP_ADAMW;
-  expect_arg(amp__cu_optim_create(NULL, &o, t, 2, &h, msg, sizeof msg), "state is NULL", "state NULL");
+  expect_arg(amp__cu_optim_create(NULL, &o, t, 2, NULL, NULL, &h, msg, sizeof msg), "state is NULL", "state NULL");
   EXPECT(o == NULL, "a failed create wrote the handle %p", o);
   expect_arg(amp__cu_optim_unscale(ST, NULL, NULL, msg, sizeof msg), "amp__cu_optim_unscale", "unscale NULL optim");
   expect_arg(amp__cu_optim_step(ST, NULL, NULL, 0, msg, sizeof msg), "amp__cu_optim_step", "step NULL optim");
@@ -231,8 +242,8 @@ static void scale_rule_on_device_follows_host_exactly(void) {
 /* A set of tensors on the device with host copies: grads (random, times gscale) and model copies. */
 typedef struct tset {
   size_t k;
-  amp_cu_tensor t[8];
-  void *gbase[8], *mbase[8];   /* allocations (t[i].grad/model may sit one element in) */
+  amp__tensor t[8];
+  void *gbase[8], *mbase[8];   /* allocations (t[i].g/w may sit one element in) */
   void *hg[8], *hm[8];         /* host copies */
 } tset;
 
@@ -247,23 +258,23 @@ static void tset_make(tset *s, size_t k, const size_t *n, const int32_t *dt, con
       amp__store(s->hg[i], (amp_dtype)dt[i], j, srand1() * gscale);
       amp__store(s->hm[i], (amp_dtype)dt[i], j, srand1());
     }
-    s->t[i].grad = (char *)s->gbase[i] + off; s->t[i].model = (char *)s->mbase[i] + off;
-    s->t[i].n = n[i]; s->t[i].dtype = dt[i]; s->t[i].grad_dtype = dt[i];
-    up((void *)s->t[i].grad, s->hg[i], n[i] * es);
-    up(s->t[i].model, s->hm[i], n[i] * es);
+    s->t[i].g = (char *)s->gbase[i] + off; s->t[i].w = (char *)s->mbase[i] + off;
+    s->t[i].n = n[i]; s->t[i].wtype = dt[i]; s->t[i].gtype = dt[i];
+    up((void *)s->t[i].g, s->hg[i], n[i] * es);
+    up(s->t[i].w, s->hm[i], n[i] * es);
   }
 }
 static void tset_new_grads(tset *s, float gscale) {
   for (size_t i = 0; i < s->k; i++) {
-    for (size_t j = 0; j < s->t[i].n; j++) amp__store(s->hg[i], (amp_dtype)s->t[i].dtype, j, srand1() * gscale);
-    up((void *)s->t[i].grad, s->hg[i], s->t[i].n * amp_dtype_size((amp_dtype)s->t[i].dtype));
+    for (size_t j = 0; j < s->t[i].n; j++) amp__store(s->hg[i], (amp_dtype)s->t[i].wtype, j, srand1() * gscale);
+    up((void *)s->t[i].g, s->hg[i], s->t[i].n * amp_dtype_size((amp_dtype)s->t[i].wtype));
   }
 }
 /* Writes one grad element on the device (and in the host copy). */
 static void tset_poke(tset *s, size_t i, size_t j, float x) {
-  size_t es = amp_dtype_size((amp_dtype)s->t[i].dtype);
-  amp__store(s->hg[i], (amp_dtype)s->t[i].dtype, j, x);
-  up((char *)s->t[i].grad + j * es, (char *)s->hg[i] + j * es, es);
+  size_t es = amp_dtype_size((amp_dtype)s->t[i].wtype);
+  amp__store(s->hg[i], (amp_dtype)s->t[i].wtype, j, x);
+  up((char *)s->t[i].g + j * es, (char *)s->hg[i] + j * es, es);
 }
 static void tset_free(tset *s) {
   for (size_t i = 0; i < s->k; i++) { amp__cu_free(ST, s->gbase[i]); amp__cu_free(ST, s->mbase[i]); free(s->hg[i]); free(s->hm[i]); }
@@ -293,7 +304,7 @@ static void unscale_finds_norm_and_overflow_of_mixed_tensors(void) {
   if (t_quick()) n[6] = 3001;
   tset_make(&s, 7, n, dt, mis, 1024.0f);
   OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
-  OK(amp__cu_optim_create(ST, &o, s.t, s.k, &h, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, s.t, s.k, NULL, NULL, &h, msg, sizeof msg));
   for (size_t i = 0; i < s.k; i++)
     for (size_t j = 0; j < n[i]; j++) { double y = (double)(amp__load(s.hg[i], (amp_dtype)dt[i], j) * inv); ref += y * y; }
   ref = sqrt(ref);
@@ -354,7 +365,7 @@ static void run_optimizer_against_host(const char *name, amp_optim_config h, int
   if (t_quick()) n[3] = 3001;
   tset_make(&s, 5, n, dt, mis, 256.0f * gscale);
   OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
-  OK(amp__cu_optim_create(ST, &o, s.t, s.k, &h, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, s.t, s.k, NULL, NULL, &h, msg, sizeof msg));
   for (size_t i = 0; i < s.k; i++) {
     pm[i] = (float *)xmalloc(n[i] * 4); mm[i] = (float *)calloc(n[i], 4); vm[i] = (float *)calloc(n[i], 4);
     for (size_t j = 0; j < n[i]; j++) pm[i][j] = amp__load(s.hm[i], (amp_dtype)dt[i], j);
@@ -386,7 +397,7 @@ static void run_optimizer_against_host(const char *name, amp_optim_config h, int
     OK(amp__cu_optim_state_io(ST, o, i, 0, dev_p, 0, msg, sizeof msg));
     if (has_m) OK(amp__cu_optim_state_io(ST, o, i, 1, dev_m, 0, msg, sizeof msg));
     if (has_v) OK(amp__cu_optim_state_io(ST, o, i, 2, dev_v, 0, msg, sizeof msg));
-    down(model, s.t[i].model, n[i] * es);
+    down(model, s.t[i].w, n[i] * es);
     for (int w = 0; w < 1 + has_m + has_v; w++) {
       int k = w == 0 ? 0 : (w == 1 && has_m) ? 1 : 2;
       double rms = 0;
@@ -424,14 +435,14 @@ static void optimizers_match_host_reference(void) {
 
 typedef struct snap { float *p[3]; void *model; amp_cu_optim_info info; } snap;
 static void take(snap *z, void *o, const tset *s, size_t i) {
-  size_t n = s->t[i].n, es = amp_dtype_size((amp_dtype)s->t[i].dtype);
+  size_t n = s->t[i].n, es = amp_dtype_size((amp_dtype)s->t[i].wtype);
   for (int w = 0; w < 3; w++) { z->p[w] = (float *)xmalloc(n * 4); amp__cu_optim_state_io(ST, o, i, w, z->p[w], 0, msg, sizeof msg); }
   z->model = xmalloc(n * es);
-  down(z->model, s->t[i].model, n * es);
+  down(z->model, s->t[i].w, n * es);
   amp__cu_optim_read(ST, o, &z->info, msg, sizeof msg);
 }
 static int same(const snap *a, const snap *b, const tset *s, size_t i) {
-  size_t n = s->t[i].n, es = amp_dtype_size((amp_dtype)s->t[i].dtype);
+  size_t n = s->t[i].n, es = amp_dtype_size((amp_dtype)s->t[i].wtype);
   for (int w = 0; w < 3; w++) if (memcmp(a->p[w], b->p[w], n * 4)) return 0;
   return !memcmp(a->model, b->model, n * es) && a->info.t == b->info.t;
 }
@@ -449,7 +460,7 @@ static void overflowing_step_leaves_state_bit_identical(void) {
   amp_cu_scaler_info si;
   tset_make(&s, 3, n, dt, mis, 4096.0f);
   OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
-  OK(amp__cu_optim_create(ST, &o, s.t, s.k, &h, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, s.t, s.k, NULL, NULL, &h, msg, sizeof msg));
   for (int k = 0; k < 2; k++) { OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg)); OK(amp__cu_optim_step(ST, o, sc, 1, msg, sizeof msg)); }
   for (int f = 0; f < 3; f++) {   /* +inf in f16, NaN in bf16, -inf in f32 */
     snap before[3], after[3];
@@ -493,7 +504,7 @@ static void captured_step_replays_like_eager(void) {
   int mis[3] = {0, 1, 0};
   tset s;
   void *oa = NULL, *ob = NULL, *sa = NULL, *sb = NULL, *g = NULL, *modelb[3];
-  amp_cu_tensor tb[3];
+  amp__tensor tb[3];
   amp_scale_params pr = params(2, 0.5f, 2, 1, 0, 0, 0, 0);   /* interval 2: the scale grows inside the replays */
   amp_scale_state s0 = state0(1024.0f, &pr), ga, gb;
   amp_optim_config h = hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 2.0f);
@@ -503,12 +514,12 @@ static void captured_step_replays_like_eager(void) {
     size_t es = amp_dtype_size((amp_dtype)dt[i]);
     modelb[i] = dmalloc(n[i] * es);
     up(modelb[i], s.hm[i], n[i] * es);
-    tb[i] = s.t[i]; tb[i].model = modelb[i];
+    tb[i] = s.t[i]; tb[i].w = modelb[i];
   }
   OK(amp__cu_scaler_create(ST, &sa, &s0, &pr, msg, sizeof msg));
   OK(amp__cu_scaler_create(ST, &sb, &s0, &pr, msg, sizeof msg));
-  OK(amp__cu_optim_create(ST, &oa, s.t, 3, &h, msg, sizeof msg));
-  OK(amp__cu_optim_create(ST, &ob, tb, 3, &h, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &oa, s.t, 3, NULL, NULL, &h, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &ob, tb, 3, NULL, NULL, &h, msg, sizeof msg));
   OK(amp__cu_capture_begin(ST, msg, sizeof msg));
   amp__cu_optim_unscale(ST, ob, sb, msg, sizeof msg);
   amp__cu_optim_step(ST, ob, sb, 1, msg, sizeof msg);
@@ -525,7 +536,7 @@ static void captured_step_replays_like_eager(void) {
   for (size_t i = 0; i < 3; i++) {
     snap a, b;
     tset sbv = s;
-    sbv.t[i].model = modelb[i];
+    sbv.t[i].w = modelb[i];
     take(&a, oa, &s, i); take(&b, ob, &sbv, i);
     EXPECT(same(&a, &b, &s, i), "tensor %zu: graph replay differs from eager (t %lld vs %lld)", i, (long long)b.info.t, (long long)a.info.t);
     EXPECT(a.info.t == 5 && a.info.skipped == 1, "eager: t %lld skipped %lld, want 5 1", (long long)a.info.t, (long long)a.info.skipped);
@@ -543,7 +554,7 @@ static void captured_step_replays_like_eager(void) {
 
 static void step_over_500_small_tensors_is_two_or_three_launches(void) {
   enum { K = 500 };
-  amp_cu_tensor *t = (amp_cu_tensor *)calloc(K, sizeof *t);   /* zero: group 0, round_to AMP_F32 */
+  amp__tensor *t = (amp__tensor *)calloc(K, sizeof *t);   /* zero: group 0, round_to AMP_F32 */
   void *mem[2 * K], *o = NULL, *sc = NULL, *g = NULL;
   amp_scale_params pr = params(2, 0.5f, 2000, 1, 0, 0, 0, 0);
   amp_scale_state s0 = state0(65536.0f, &pr);
@@ -556,10 +567,10 @@ static void step_over_500_small_tensors_is_two_or_three_launches(void) {
     mem[2 * i] = dmalloc(n * 2); mem[2 * i + 1] = dmalloc(n * 2);
     up(mem[2 * i], z, n * 2); up(mem[2 * i + 1], z, n * 2);
     free(z);
-    t[i].grad = mem[2 * i]; t[i].model = mem[2 * i + 1]; t[i].n = n; t[i].dtype = i % 2 ? AMP_BF16 : AMP_F16; t[i].grad_dtype = t[i].dtype;
+    t[i].g = mem[2 * i]; t[i].w = mem[2 * i + 1]; t[i].n = n; t[i].wtype = i % 2 ? AMP_BF16 : AMP_F16; t[i].gtype = t[i].wtype;
   }
   OK(amp__cu_scaler_create(ST, &sc, &s0, &pr, msg, sizeof msg));
-  OK(amp__cu_optim_create(ST, &o, t, K, &h, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, t, K, NULL, NULL, &h, msg, sizeof msg));
   OK(amp__cu_capture_begin(ST, msg, sizeof msg));
   amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg);
   amp__cu_optim_step(ST, o, sc, 1, msg, sizeof msg);
@@ -663,7 +674,7 @@ static void optimizer_state_round_trips_through_host(void) {
   float *a = (float *)xmalloc(5000 * 4), *b = (float *)xmalloc(5000 * 4);
   size_t len = 0;
   tset_make(&s, 2, n, dt, mis, 1.0f);
-  OK(amp__cu_optim_create(ST, &o, s.t, 2, &h, msg, sizeof msg));
+  OK(amp__cu_optim_create(ST, &o, s.t, 2, NULL, NULL, &h, msg, sizeof msg));
   EXPECT(amp__cu_optim_master(o, 1, &len) != NULL && len == 5000, "master(1): len %zu", len);
   EXPECT(amp__cu_optim_master(o, 2, &len) == NULL && len == 0, "master(2) of 2 tensors is not NULL");
   OK(amp__cu_optim_state_io(ST, o, 0, 0, a, 0, msg, sizeof msg));

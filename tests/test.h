@@ -60,11 +60,11 @@ static inline void t_torch_cmd(char *cmd, size_t cap, const char *args) {
 static inline size_t t_optim_snapshot(const amp_optimizer *o, unsigned char *buf) {
   size_t k = 0, i;
   for (i = 0; i < o->count; i++) {
-    size_t n = o->n[i];
-    memcpy(buf + k, o->master[i], n * 4); k += n * 4;
-    if (o->m[i]) { memcpy(buf + k, o->m[i], n * 4); k += n * 4; }
-    if (o->v[i]) { memcpy(buf + k, o->v[i], n * 4); k += n * 4; }
-    memcpy(buf + k, o->w[i], n * amp_dtype_size(o->wtype[i])); k += n * amp_dtype_size(o->wtype[i]);
+    size_t n = o->t[i].n;
+    memcpy(buf + k, o->t[i].master, n * 4); k += n * 4;
+    if (o->t[i].m) { memcpy(buf + k, o->t[i].m, n * 4); k += n * 4; }
+    if (o->t[i].v) { memcpy(buf + k, o->t[i].v, n * 4); k += n * 4; }
+    memcpy(buf + k, o->t[i].w, n * amp_dtype_size(o->t[i].wtype)); k += n * amp_dtype_size(o->t[i].wtype);
   }
   memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step;
   return k;

@@ -56,11 +56,11 @@ static snap take_(const amp_optimizer *o, const amp_scaler *s, int calls) {
       snap_put(&z, &o->inv, sizeof o->inv); snap_put(&z, &o->grad_norm, sizeof o->grad_norm);
     }
     for (i = 0; i < o->count; i++) {
-      snap_put(&z, &o->n[i], sizeof o->n[i]); snap_put(&z, &o->wtype[i], sizeof o->wtype[i]); snap_put(&z, &o->gtype[i], sizeof o->gtype[i]);
-      snap_put(&z, o->master[i], o->n[i] * 4);
-      if (nm >= 1) snap_put(&z, o->m[i], o->n[i] * 4);
-      if (nm >= 2) snap_put(&z, o->v[i], o->n[i] * 4);
-      snap_put(&z, o->w[i], o->n[i] * amp_dtype_size(o->wtype[i]));
+      snap_put(&z, &o->t[i].n, sizeof o->t[i].n); snap_put(&z, &o->t[i].wtype, sizeof o->t[i].wtype); snap_put(&z, &o->t[i].gtype, sizeof o->t[i].gtype);
+      snap_put(&z, o->t[i].master, o->t[i].n * 4);
+      if (nm >= 1) snap_put(&z, o->t[i].m, o->t[i].n * 4);
+      if (nm >= 2) snap_put(&z, o->t[i].v, o->t[i].n * 4);
+      snap_put(&z, o->t[i].w, o->t[i].n * amp_dtype_size(o->t[i].wtype));
     }
   }
   return z;

@@ -64,8 +64,8 @@ static size_t state_bytes(const run_t *r, unsigned char *buf) {
   memcpy(buf + k, &sk, sizeof sk); k += sizeof sk;
   memcpy(buf + k, &steps, sizeof steps); k += sizeof steps;
   for (i = 0; i < r->o->count; i++) {
-    size_t bytes = r->o->n[i] * 4 * (size_t)(1 + amp__o_moments(&r->o->cfg));
-    memcpy(buf + k, r->o->master[i], bytes); k += bytes;
+    size_t bytes = r->o->t[i].n * 4 * (size_t)(1 + amp__o_moments(&r->o->cfg));
+    memcpy(buf + k, r->o->t[i].master, bytes); k += bytes;
   }
   memcpy(buf + k, r->wa, sizeof r->wa); k += sizeof r->wa;
   memcpy(buf + k, r->wb, sizeof r->wb); k += sizeof r->wb;
@@ -152,7 +152,7 @@ static void every_byte_flip_and_truncation_is_refused_and_changes_nothing(void) 
     amp_scaler_step(s, o); amp_scaler_update(s);
     if (it == 3) amp_checkpoint_save(path, o, s);   /* the live objects then move on */
   }
-#define SNAP(buf) do { k = 0; memcpy(buf + k, o->master[0], 3 * 12); k += 36; memcpy(buf + k, o->master[1], 4 * 12); k += 48; \
+#define SNAP(buf) do { k = 0; memcpy(buf + k, o->t[0].master, 3 * 12); k += 36; memcpy(buf + k, o->t[1].master, 4 * 12); k += 48; \
     memcpy(buf + k, w1, sizeof w1); k += sizeof w1; memcpy(buf + k, w2, sizeof w2); k += sizeof w2; \
     memcpy(buf + k, &s->st, sizeof s->st); k += sizeof s->st; memcpy(buf + k, &s->pr, sizeof s->pr); k += sizeof s->pr; \
     memcpy(buf + k, &s->skipped, sizeof s->skipped); k += sizeof s->skipped; memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step; \
@@ -267,7 +267,7 @@ static bytes_t file_of(const amp_optimizer *o, const amp_scaler *s, uint32_t ver
   bytes_t b = {NULL, 0, 0};
   size_t i, payload = 0, nm = o ? (size_t)amp__o_moments(&o->cfg) : 0;
   if (s) payload += 72;
-  if (o) { payload += 56 + (version >= 2 ? 416 : 0); for (i = 0; i < o->count; i++) payload += 16 + 4 * o->n[i] * (1 + nm); }
+  if (o) { payload += 56 + (version >= 2 ? 416 : 0); for (i = 0; i < o->count; i++) payload += 16 + 4 * o->t[i].n * (1 + nm); }
   bput(&b, "AMPCKPT1", 8); bu32(&b, version); bu32(&b, 0x01020304u); bu32(&b, 32); bu32(&b, (s ? 1u : 0u) | (o ? 2u : 0u)); bu64(&b, payload);
   if (s) {
     bf32(&b, s->pr.growth); bf32(&b, s->pr.backoff); bf32(&b, s->pr.floor); bf32(&b, s->pr.cap);
@@ -285,10 +285,10 @@ static bytes_t file_of(const amp_optimizer *o, const amp_scaler *s, uint32_t ver
       for (i = 0; i < 100; i++) bf32(&b, o->spike_win.norm[i]);
     }
     for (i = 0; i < o->count; i++) {
-      bu64(&b, o->n[i]); bu32(&b, (uint32_t)o->wtype[i]); bu32(&b, (uint32_t)o->gtype[i]);
-      bput(&b, o->master[i], 4 * o->n[i]);
-      if (nm >= 1) bput(&b, o->m[i], 4 * o->n[i]);
-      if (nm >= 2) bput(&b, o->v[i], 4 * o->n[i]);
+      bu64(&b, o->t[i].n); bu32(&b, (uint32_t)o->t[i].wtype); bu32(&b, (uint32_t)o->t[i].gtype);
+      bput(&b, o->t[i].master, 4 * o->t[i].n);
+      if (nm >= 1) bput(&b, o->t[i].m, 4 * o->t[i].n);
+      if (nm >= 2) bput(&b, o->t[i].v, 4 * o->t[i].n);
     }
   }
   bcrc(&b);
@@ -684,7 +684,7 @@ static void forked_concurrent_writers_leave_one_complete_checkpoint(void) {
     if (st == AMP_OK) {
       size_t i; float v = lw[0];
       int consistent = v >= 1.0f && v <= (float)writers && reader->cfg.lr == v / 1000.0f;
-      for (i = 0; i < CW_N && consistent; i++) consistent = reader->master[0][i] == v && lw[i] == v;
+      for (i = 0; i < CW_N && consistent; i++) consistent = reader->t[0].master[i] == v && lw[i] == v;
       loads++;
       if (!consistent) { bad_loads++; EXPECT(0, "load %d: a mix of writers (first element %g, lr %g)", loads, (double)v, (double)reader->cfg.lr); }
     } else if (!(st == AMP_ERR_IO && strstr(amp_last_error(), strerror(ENOENT)))) {

@@ -87,7 +87,8 @@ amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int3
 }
 
 typedef struct fake_optim {
-  amp_optim_config h; size_t k; amp_cu_tensor *t; float **p, **m, **v;
+  amp_optim_config h; size_t k; amp__tensor *t; float **p, **m, **v;
+  float *ls, *wd;      /* each tensor's group values, as the kernel's table holds them */
   uint16_t **rem;      /* AMP_MASTER_SPLIT tensors' remainders (p NULL for SPLIT and NONE, as the slab has none) */
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
@@ -96,24 +97,26 @@ typedef struct fake_optim {
   float scale;             /* the scale the last unscale divided by */
 } fake_optim;
 
-amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *ts, size_t n, const amp_optim_config *h,
-                                char *msg, size_t cap) {
+amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts, size_t n, const float *lr_scale,
+                                const float *weight_decay, const amp_optim_config *h, char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)calloc(1, sizeof *o);
   int nm = amp__o_moments(h);
   size_t i, j;
   (void)state;
   if (!o) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
   o->h = *h; o->k = n;
-  o->t = (amp_cu_tensor *)calloc(n, sizeof *o->t); o->p = (float **)calloc(n, sizeof *o->p);
+  o->t = (amp__tensor *)calloc(n, sizeof *o->t); o->p = (float **)calloc(n, sizeof *o->p);
+  o->ls = (float *)calloc(n, sizeof *o->ls); o->wd = (float *)calloc(n, sizeof *o->wd);
   o->m = (float **)calloc(n, sizeof *o->m); o->v = (float **)calloc(n, sizeof *o->v);
   o->rem = (uint16_t **)calloc(n, sizeof *o->rem);
   if (h->stats) o->stats = (amp__gstat *)calloc(n, sizeof *o->stats);
   for (i = 0; i < n; i++) {
     o->t[i] = ts[i];
+    o->ls[i] = ts[i].group ? lr_scale[ts[i].group] : 1.0f; o->wd[i] = ts[i].group ? weight_decay[ts[i].group] : 0.0f;
     if (ts[i].master_mode == AMP_MASTER_SPLIT) o->rem[i] = (uint16_t *)calloc(ts[i].n, 2);   /* zeroed, as the kernel's memset */
     if (ts[i].master_mode == AMP_MASTER_F32) {
       o->p[i] = (float *)malloc(ts[i].n * 4);
-      for (j = 0; j < ts[i].n; j++) o->p[i][j] = amp__load(ts[i].model, (amp_dtype)ts[i].dtype, j);
+      for (j = 0; j < ts[i].n; j++) o->p[i][j] = amp__load(ts[i].w, (amp_dtype)ts[i].wtype, j);
     }
     if (nm >= 1) o->m[i] = (float *)calloc(ts[i].n, 4);
     if (nm >= 2) o->v[i] = (float *)calloc(ts[i].n, 4);
@@ -126,7 +129,7 @@ void amp__cu_optim_destroy(void *state, void *optim) {
   size_t i;
   (void)state;
   for (i = 0; i < o->k; i++) { free(o->p[i]); free(o->m[i]); free(o->v[i]); free(o->rem[i]); }
-  free(o->t); free(o->p); free(o->m); free(o->v); free(o->rem); free(o->stats); free(o);
+  free(o->t); free(o->ls); free(o->wd); free(o->p); free(o->m); free(o->v); free(o->rem); free(o->stats); free(o);
 }
 amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)optim;
@@ -151,8 +154,8 @@ static void fake_scan(fake_optim *o, const fake_scaler *sc, int *bad, double *ss
   size_t i;
   if (o->stats) memset(o->stats, 0, o->k * sizeof *o->stats);
   for (i = 0; i < o->k; i++) {
-    if (o->stats) amp__o_scan_stats(o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].n, sc ? sc->inv : 1.0f, ss, bad, &o->stats[i]);
-    else amp__o_scan(o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].n, sc ? sc->inv : 1.0f, ss, bad);
+    if (o->stats) amp__o_scan_stats(o->t[i].g, (amp_dtype)o->t[i].gtype, o->t[i].n, sc ? sc->inv : 1.0f, ss, bad, &o->stats[i]);
+    else amp__o_scan(o->t[i].g, (amp_dtype)o->t[i].gtype, o->t[i].n, sc ? sc->inv : 1.0f, ss, bad);
   }
 }
 static void fake_decide(fake_optim *o, fake_scaler *sc, int found, double ss) {
@@ -194,15 +197,15 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
   if (o->spike) { o->spike_skips++; return AMP_OK; }
   {
     for (i = 0; i < o->k; i++) {   /* each tensor's group, as the step kernel reads it from the table */
-      amp_step_coefs c = amp__group_coefs(&o->h, o->t_done + 1, o->t[i].group, o->t[i].lr_scale, o->t[i].weight_decay);
+      amp_step_coefs c = amp__group_coefs(&o->h, o->t_done + 1, o->t[i].group, o->ls[i], o->wd[i]);
       uint64_t key = o->t[i].stochastic ? amp__sr_key(o->h.seed, o->t_done + 1, (uint64_t)i) : 0u;
       if (!o->p[i]) {   /* the kernel's AMP_MASTER_SPLIT / _NONE branch */
-        amp__o_step_lowmem(o->h.kind, (amp_bf16 *)o->t[i].model, o->rem[i], o->m[i], o->v[i], o->t[i].grad,
-                           (amp_dtype)o->t[i].grad_dtype, key, o->t[i].n, o->mul, &c);
+        amp__o_step_lowmem(o->h.kind, (amp_bf16 *)o->t[i].w, o->rem[i], o->m[i], o->v[i], o->t[i].g,
+                           (amp_dtype)o->t[i].gtype, key, o->t[i].n, o->mul, &c);
         continue;
       }
-      amp__o_step(o->h.kind, o->p[i], o->m[i], o->v[i], o->t[i].grad, (amp_dtype)o->t[i].grad_dtype, o->t[i].model,
-                  (amp_dtype)o->t[i].dtype, (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, o->t[i].n, o->mul, &c);
+      amp__o_step(o->h.kind, o->p[i], o->m[i], o->v[i], o->t[i].g, (amp_dtype)o->t[i].gtype, o->t[i].w,
+                  (amp_dtype)o->t[i].wtype, (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, o->t[i].n, o->mul, &c);
     }
   }
   amp__spike_window_push(&o->win, o->norm);
@@ -217,12 +220,13 @@ amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info 
   info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips; info->window = o->win; info->scale = o->scale;
   return AMP_OK;
 }
-amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__gstat *host, size_t n, char *msg, size_t cap) {
+amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__tensor *ts, size_t n, char *msg, size_t cap) {
   const fake_optim *o = (const fake_optim *)optim;
+  size_t i;
   (void)state;
   if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(gradient stats)"); }
   if (!o->stats || n != o->k) { snprintf(msg, cap, "amp__cu_optim_stats_read: stats off or n %zu", n); return AMP_ERR_ARG; }
-  memcpy(host, o->stats, n * sizeof *host);
+  for (i = 0; i < n; i++) ts[i].gstat = o->stats[i];
   return AMP_OK;
 }
 amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host, int to_device,
@@ -764,8 +768,8 @@ static int mrig_same(const mrig *a, const mrig *b) {
   uint16_t *rb0 = amp__cu_optim_rem(b->o->cu, 0), *rb1 = amp__cu_optim_rem(b->o->cu, 1);
   return memcmp(a->wa, b->wa, sizeof a->wa) == 0 && memcmp(a->wb, b->wb, sizeof a->wb) == 0 &&
          memcmp(a->wc, b->wc, sizeof a->wc) == 0 && memcmp(a->wd, b->wd, sizeof a->wd) == 0 &&
-         rb0 && rb1 && memcmp(a->o->rem[0], rb0, 70 * 2) == 0 && memcmp(a->o->rem[1], rb1, 45 * 2) == 0 &&
-         (!a->o->m[0] || memcmp(a->o->m[0], ((fake_optim *)b->o->cu)->m[0], 70 * 4) == 0);
+         rb0 && rb1 && memcmp(a->o->t[0].rem, rb0, 70 * 2) == 0 && memcmp(a->o->t[1].rem, rb1, 45 * 2) == 0 &&
+         (!a->o->t[0].m || memcmp(a->o->t[0].m, ((fake_optim *)b->o->cu)->m[0], 70 * 4) == 0);
 }
 static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
   static const amp_optim_kind kinds[2] = {AMP_SGD, AMP_ADAMW};
@@ -789,7 +793,7 @@ static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
         EXPECT(memcmp(before.wa, b.wa, sizeof b.wa) == 0 && memcmp(before.wc, b.wc, sizeof b.wc) == 0,
                "kind %d: a skipped step changed a split or in-place model copy", k);
       EXPECT(mrig_same(&a, &b), "kind %d step %d: model copies, remainders or moments differ (split elem 0: cpu %04x/%04x, "
-             "cuda line %04x/%04x)", k, step, a.wa[0], a.o->rem[0][0], b.wa[0], amp__cu_optim_rem(b.o->cu, 0)[0]);
+             "cuda line %04x/%04x)", k, step, a.wa[0], a.o->t[0].rem[0], b.wa[0], amp__cu_optim_rem(b.o->cu, 0)[0]);
     }
     /* a checkpoint saved on the CUDA line and loaded on the CPU, and back */
     EXPECT(amp_checkpoint_save(CKPT, b.o, NULL) == AMP_OK && amp_checkpoint_load(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());

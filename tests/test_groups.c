@@ -439,10 +439,10 @@ static size_t gsetup_state(const gsetup *s, uint32_t *out) {
   for (i = 0; i < 30; i++) out[k++] = s->b1[i];
   for (i = 0; i < 20; i++) out[k++] = bits(s->w2[i]);
   for (t = 0; t < s->o->count; t++)
-    for (i = 0; i < s->o->n[t]; i++) {
-      out[k++] = bits(s->o->master[t][i]);
-      if (s->o->m[t]) out[k++] = bits(s->o->m[t][i]);
-      if (s->o->v[t]) out[k++] = bits(s->o->v[t][i]);
+    for (i = 0; i < s->o->t[t].n; i++) {
+      out[k++] = bits(s->o->t[t].master[i]);
+      if (s->o->t[t].m) out[k++] = bits(s->o->t[t].m[i]);
+      if (s->o->t[t].v) out[k++] = bits(s->o->t[t].v[i]);
     }
   return k;
 }
@@ -502,8 +502,8 @@ static void groups_continue_bit_for_bit_across_a_checkpoint(void) {
   if (!b.o) return;
   EXPECT(amp_checkpoint_load(path, b.o, scb) == AMP_OK, "%s", amp_last_error());
   for (i = 0; i < 20; i++)
-    EXPECT(bits(b.w2[i]) == bits(amp_bf16_to_f32(amp_f32_to_bf16(b.o->master[2][i]))), "after load elem %zu: %a, master %a",
-           i, (double)b.w2[i], (double)b.o->master[2][i]);
+    EXPECT(bits(b.w2[i]) == bits(amp_bf16_to_f32(amp_f32_to_bf16(b.o->t[2].master[i]))), "after load elem %zu: %a, master %a",
+           i, (double)b.w2[i], (double)b.o->t[2].master[i]);
   for (step = 3; step < 6; step++) {
     gsetup_grads(&b, 300 + (uint64_t)step);
     EXPECT(amp_scaler_step(scb, b.o) == AMP_OK && amp_scaler_update(scb) == AMP_OK, "%s", amp_last_error());

@@ -137,23 +137,23 @@ static unsigned long split_run(const split_case *sc, int steps) {
       amp__store(g, sc->gt, where, s % 12 == 4 ? NAN : -INFINITY);
       memcpy(before_w, wb, sizeof wb);
       for (t = 0; t < 2; t++) {
-        memcpy(before_r + (t ? N0 : 0), ob->rem[t], ob->n[t] * 2);
-        if (nm) memcpy(before_m + (t ? 2 * N0 : 0), ob->m[t], ob->n[t] * 4 * (size_t)nm);
+        memcpy(before_r + (t ? N0 : 0), ob->t[t].rem, ob->t[t].n * 2);
+        if (nm) memcpy(before_m + (t ? 2 * N0 : 0), ob->t[t].m, ob->t[t].n * 4 * (size_t)nm);
       }
       EXPECT(amp_optimizer_step(ob) == AMP_OK && amp_optimizer_last_skipped(ob) == 1, "%s", amp_last_error());
       EXPECT(memcmp(before_w, wb, sizeof wb) == 0, "%s step %d: a skipped step changed the split model copy", kname(sc->kind), s);
       for (t = 0; t < 2; t++) {
-        EXPECT(memcmp(before_r + (t ? N0 : 0), ob->rem[t], ob->n[t] * 2) == 0, "step %d: a skipped step changed remainders", s);
-        if (nm) EXPECT(memcmp(before_m + (t ? 2 * N0 : 0), ob->m[t], ob->n[t] * 4 * (size_t)nm) == 0,
+        EXPECT(memcmp(before_r + (t ? N0 : 0), ob->t[t].rem, ob->t[t].n * 2) == 0, "step %d: a skipped step changed remainders", s);
+        if (nm) EXPECT(memcmp(before_m + (t ? 2 * N0 : 0), ob->t[t].m, ob->t[t].n * 4 * (size_t)nm) == 0,
                        "step %d: a skipped step changed moments", s);
       }
       continue;
     }
     EXPECT(amp_optimizer_step(oa) == AMP_OK && amp_optimizer_step(ob) == AMP_OK, "%s", amp_last_error());
     for (t = 0; t < 2; t++) {
-      size_t off = t ? N0 : 0, n = ob->n[t];
+      size_t off = t ? N0 : 0, n = ob->t[t].n;
       int fails = 0;
-      memcpy(ma, oa->master[t], n * 4);
+      memcpy(ma, oa->t[t].master, n * 4);
       EXPECT(read_master(ob, t, mb), "%s", amp_last_error());
       for (i = 0; i < n && fails < 3; i++) {
         uint32_t ua = bits(ma[i]);
@@ -169,7 +169,7 @@ static unsigned long split_run(const split_case *sc, int steps) {
                                  wb[off + i], want, ua); }
         }
       }
-      if (nm && memcmp(oa->m[t], ob->m[t], n * 4 * (size_t)nm) != 0)
+      if (nm && memcmp(oa->t[t].m, ob->t[t].m, n * 4 * (size_t)nm) != 0)
         EXPECT(0, "%s step %d tensor %zu: the moments differ", kname(sc->kind), s, t);
     }
   }
@@ -248,24 +248,24 @@ static void checkpoints_move_between_fp32_split_and_none(void) {
   EXPECT(amp_optimizer_step_count(ob) == 9, "split: step count %ld after the load, want 9", amp_optimizer_step_count(ob));
   EXPECT(read_master(ob, 0, mb), "%s", amp_last_error());
   for (i = 0; i < N; i++) {
-    uint32_t u = bits(oa->master[0][i]);
+    uint32_t u = bits(oa->t[0].master[i]);
     if (bits(mb[i]) != u || wb[i] != (amp_bf16)((u + 0x8000u) >> 16)) {
       EXPECT(0, "elem %zu: loaded split master %08x copy %04x, saved master %08x", i, bits(mb[i]), wb[i], u);
       break;
     }
   }
-  EXPECT(memcmp(oa->m[0], ob->m[0], 2 * N * 4) == 0, "the loaded moments differ");
+  EXPECT(memcmp(oa->t[0].m, ob->t[0].m, 2 * N * 4) == 0, "the loaded moments differ");
   for (s = 0; s < 5; s++) {   /* and they go on together */
     for (i = 0; i < N; i++) g[i] = rndn();
     EXPECT(amp_optimizer_step(oa) == AMP_OK && amp_optimizer_step(ob) == AMP_OK, "%s", amp_last_error());
   }
-  EXPECT(read_master(ob, 0, mb) && memcmp(mb, oa->master[0], N * 4) == 0, "5 steps after the load: the masters differ");
+  EXPECT(read_master(ob, 0, mb) && memcmp(mb, oa->t[0].master, N * 4) == 0, "5 steps after the load: the masters differ");
   /* split -> fp32: the file holds the decoded master */
   EXPECT(amp_checkpoint_save(CKPT, ob, NULL) == AMP_OK, "%s", amp_last_error());
-  memcpy(ma, oa->master[0], sizeof ma);
-  for (i = 0; i < N; i++) oa->master[0][i] = 0.0f;
+  memcpy(ma, oa->t[0].master, sizeof ma);
+  for (i = 0; i < N; i++) oa->t[0].master[i] = 0.0f;
   EXPECT(amp_checkpoint_load(CKPT, oa, NULL) == AMP_OK, "%s", amp_last_error());
-  EXPECT(memcmp(ma, oa->master[0], N * 4) == 0, "split -> fp32: the master changed on the way");
+  EXPECT(memcmp(ma, oa->t[0].master, N * 4) == 0, "split -> fp32: the master changed on the way");
   /* fp32 with a stochastic copy -> none: the weights are that run's stochastic copy, bit for bit
      (the same key: seed, update count 9, tensor 0) */
   EXPECT(amp_checkpoint_save(CKPT, oc, NULL) == AMP_OK, "%s", amp_last_error());
@@ -317,9 +317,9 @@ static void none_follows_the_fp32_trajectory_on_average(void) {
       if (s % 50 == 17) {   /* a NaN grad: NONE skips, nothing changes */
         float keep = g[s % M];
         g[s % M] = NAN;
-        memcpy(before, wn, sizeof wn); memcpy(before_m, on->m[0], (size_t)nm * M * 4);
+        memcpy(before, wn, sizeof wn); memcpy(before_m, on->t[0].m, (size_t)nm * M * 4);
         EXPECT(amp_optimizer_step(on) == AMP_OK && amp_optimizer_last_skipped(on) == 1, "%s", amp_last_error());
-        EXPECT(memcmp(before, wn, sizeof wn) == 0 && memcmp(before_m, on->m[0], (size_t)nm * M * 4) == 0,
+        EXPECT(memcmp(before, wn, sizeof wn) == 0 && memcmp(before_m, on->t[0].m, (size_t)nm * M * 4) == 0,
                "%s step %d: a skipped step changed the weights or moments", kname(kinds[k]), s);
         g[s % M] = keep;
       }
@@ -327,7 +327,7 @@ static void none_follows_the_fp32_trajectory_on_average(void) {
              amp_optimizer_step(oo) == AMP_OK, "%s", amp_last_error());
     }
     for (i = 0; i < M; i++) {
-      mean0 += amp_bf16_to_f32(w0[i]); meanf += of->master[0][i]; meann += amp_bf16_to_f32(wn[i]);
+      mean0 += amp_bf16_to_f32(w0[i]); meanf += of->t[0].master[i]; meann += amp_bf16_to_f32(wn[i]);
     }
     mean0 /= M; meanf /= M; meann /= M;
     /* each rounding adds an error of mean 0 and variance <= ulp^2 / 4; the mean of M elements */

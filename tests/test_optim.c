@@ -147,7 +147,7 @@ static void snapshot(const amp_optimizer *o, unsigned char *buf, const void *w, 
   size_t i, k = 0;
   for (i = 0; i < o->count; i++) {
     int nm = amp__o_moments(&o->cfg);
-    memcpy(buf + k, o->master[i], o->n[i] * 4 * (size_t)(1 + nm)); k += o->n[i] * 4 * (size_t)(1 + nm);
+    memcpy(buf + k, o->t[i].master, o->t[i].n * 4 * (size_t)(1 + nm)); k += o->t[i].n * 4 * (size_t)(1 + nm);
   }
   memcpy(buf + k, w, wbytes); k += wbytes;
   memcpy(buf + k, &o->step, sizeof o->step);
@@ -341,9 +341,9 @@ static void sp_one(sp_run *r, const amp_optim_config *c, amp_dtype wt, amp_dtype
     r->norm[st] = amp_optimizer_grad_norm(o);
   }
   for (j = 0, at = 0; j < SP_NT; j++, at += len[j - 1]) {
-    memcpy(r->master + at, o->master[j], len[j] * 4);
-    if (o->m[j]) memcpy(r->m + at, o->m[j], len[j] * 4);
-    if (o->v[j]) memcpy(r->v + at, o->v[j], len[j] * 4);
+    memcpy(r->master + at, o->t[j].master, len[j] * 4);
+    if (o->t[j].m) memcpy(r->m + at, o->t[j].m, len[j] * 4);
+    if (o->t[j].v) memcpy(r->v + at, o->t[j].v, len[j] * 4);
   }
   memcpy(r->w, w, sizeof r->w);
   amp__opt_simd = -1;

@@ -45,16 +45,16 @@ static unsigned char *optim_bytes(const amp_optimizer *o, size_t *len) {
   size_t i, k = 0, total = sizeof o->count + sizeof o->step;
   int nm = amp__o_moments(&o->cfg);
   unsigned char *b;
-  for (i = 0; i < o->count; i++) total += o->n[i] * (4u * (size_t)(1 + nm) + amp_dtype_size(o->wtype[i]));
+  for (i = 0; i < o->count; i++) total += o->t[i].n * (4u * (size_t)(1 + nm) + amp_dtype_size(o->t[i].wtype));
   b = (unsigned char *)malloc(total);
   if (!b) { *len = 0; return NULL; }
   memcpy(b + k, &o->count, sizeof o->count); k += sizeof o->count;
   memcpy(b + k, &o->step, sizeof o->step); k += sizeof o->step;
   for (i = 0; i < o->count; i++) {
-    memcpy(b + k, o->master[i], o->n[i] * 4); k += o->n[i] * 4;
-    if (nm >= 1) { memcpy(b + k, o->m[i], o->n[i] * 4); k += o->n[i] * 4; }
-    if (nm >= 2) { memcpy(b + k, o->v[i], o->n[i] * 4); k += o->n[i] * 4; }
-    memcpy(b + k, o->w[i], o->n[i] * amp_dtype_size(o->wtype[i])); k += o->n[i] * amp_dtype_size(o->wtype[i]);
+    memcpy(b + k, o->t[i].master, o->t[i].n * 4); k += o->t[i].n * 4;
+    if (nm >= 1) { memcpy(b + k, o->t[i].m, o->t[i].n * 4); k += o->t[i].n * 4; }
+    if (nm >= 2) { memcpy(b + k, o->t[i].v, o->t[i].n * 4); k += o->t[i].n * 4; }
+    memcpy(b + k, o->t[i].w, o->t[i].n * amp_dtype_size(o->t[i].wtype)); k += o->t[i].n * amp_dtype_size(o->t[i].wtype);
   }
   *len = k;
   return b;

@@ -133,7 +133,7 @@ static void skipped_step_changes_nothing(void) {
         EXPECT(amp_optimizer_last_skipped(oa) == 0, "step %d: a clean step after a skip reported skipped", s);
       }
       EXPECT(nskip == steps / 5, "%d bad steps", nskip);
-      EXPECT(memcmp(wa, wb, sizeof wa) == 0 && memcmp(oa->master[1], ob->master[1], N1 * 4) == 0,
+      EXPECT(memcmp(wa, wb, sizeof wa) == 0 && memcmp(oa->t[1].master, ob->t[1].master, N1 * 4) == 0,
              "%s, %s grads: the run with %d skipped steps differs from the run without them", kname(kinds[k]), tname(gt), nskip);
       EXPECT(amp_optimizer_step_count(oa) == amp_optimizer_step_count(ob), "step counts %ld and %ld",
              amp_optimizer_step_count(oa), amp_optimizer_step_count(ob));
@@ -234,8 +234,8 @@ static void torch_case(const char *what, amp_optim_config c, int steps, int with
   tc->nm = c.kind == AMP_SGD ? (c.momentum != 0.0f) : 2;
   tc->tol = tol;
   for (j = 0; j <= tc->nm; j++) {
-    float **b = j == 0 ? o->master : j == 1 ? o->m : o->v;
-    memcpy(tc->mine + j * TN, b[0], TN0 * 4); memcpy(tc->mine + j * TN + TN0, b[1], TN1 * 4);
+    memcpy(tc->mine + j * TN, j == 0 ? o->t[0].master : j == 1 ? o->t[0].m : o->t[0].v, TN0 * 4);
+    memcpy(tc->mine + j * TN + TN0, j == 0 ? o->t[1].master : j == 1 ? o->t[1].m : o->t[1].v, TN1 * 4);
   }
   if (p_out) memcpy(p_out, tc->mine, TN * 4);
   torch_script(n_cases, &c, w0, g, steps);
@@ -353,9 +353,9 @@ static void lr_zero_keeps_the_masters_and_advances_the_moments(void) {
       for (i = 0; i < N; i++) g[i] = rndn();
       amp_optimizer_step(o);
     }
-    EXPECT(memcmp(w, w0, sizeof w) == 0 && memcmp(o->master[0], w0, sizeof w0) == 0, "%s lr 0: the weights moved", kname(kinds[k]));
+    EXPECT(memcmp(w, w0, sizeof w) == 0 && memcmp(o->t[0].master, w0, sizeof w0) == 0, "%s lr 0: the weights moved", kname(kinds[k]));
     EXPECT(amp_optimizer_step_count(o) == 5, "%s lr 0: step count %ld", kname(kinds[k]), amp_optimizer_step_count(o));
-    EXPECT(o->m[0] && o->m[0][0] != 0.0f, "%s lr 0: the moments did not advance", kname(kinds[k]));
+    EXPECT(o->t[0].m && o->t[0].m[0] != 0.0f, "%s lr 0: the moments did not advance", kname(kinds[k]));
     amp_optimizer_destroy(o);
     snprintf(what, sizeof what, "%s lr 0", kname(kinds[k]));
     torch_case(what, c, 5, 0, 1e-6, NULL);   /* weights (unchanged in torch too) and moments */
