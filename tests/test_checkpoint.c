@@ -478,6 +478,48 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
 
 /* ---- step counts of 2^31 and more ------------------------------------------------------------ */
 
+/* Each record read by the one reader: a file cut at every record boundary and inside every record,
+   its header's payload size and CRC made to agree, is refused naming the record cut short. */
+static void a_file_cut_at_any_record_is_refused_naming_it(void) {
+  run_t r;
+  unsigned char *file, *cut;
+  size_t n = 0, k, at;
+  struct { size_t bytes; const char *name; } rec[8];
+  size_t nrec = 0;
+  run_init(&r, AMP_ADAMW);
+  run_steps(&r, 0, 3);
+  EXPECT(amp_checkpoint_save(path, r.o, r.s) == AMP_OK, "save: %s", amp_last_error());
+  file = read_all(path, &n);
+  if (!file) { EXPECT(0, "cannot read %s back", path); run_free(&r); return; }
+  rec[nrec].bytes = 72; rec[nrec++].name = "scaler section truncated";
+  rec[nrec].bytes = 56; rec[nrec++].name = "optimizer section truncated";
+  rec[nrec].bytes = 416; rec[nrec++].name = "spike section truncated";
+  rec[nrec].bytes = 16; rec[nrec++].name = "tensor 0 truncated";
+  rec[nrec].bytes = NA * 12; rec[nrec++].name = "tensor 0 data truncated";
+  rec[nrec].bytes = 16; rec[nrec++].name = "tensor 1 truncated";
+  rec[nrec].bytes = NB * 12; rec[nrec++].name = "tensor 1 data truncated";
+  for (at = 32, k = 0; k < nrec; at += rec[k].bytes, k++) {
+    size_t cuts[3], c;
+    cuts[0] = at; cuts[1] = at + 1; cuts[2] = at + rec[k].bytes - 1;   /* at the boundary, just after, the last byte short */
+    for (c = 0; c < 3; c++) {
+      uint64_t payload = (uint64_t)cuts[c] - 32;
+      cut = (unsigned char *)malloc(cuts[c] + 4);
+      memcpy(cut, file, cuts[c]);
+      memcpy(cut + 24, &payload, 8);   /* the header agrees with the cut file */
+      recrc(cut, cuts[c] + 4);
+      write_all(path, cut, cuts[c] + 4);
+      free(cut);
+      EXPECT(amp_checkpoint_load(path, r.o, r.s) == AMP_ERR_CORRUPT && strstr(amp_last_error(), rec[k].name),
+             "cut at byte %zu: want AMP_ERR_CORRUPT naming '%s', got '%s'", cuts[c], rec[k].name, amp_last_error());
+    }
+  }
+  EXPECT(at + 4 == n, "the records add up to %zu bytes, the file holds %zu", at + 4, n);
+  write_all(path, file, n);
+  EXPECT(amp_checkpoint_load(path, r.o, r.s) == AMP_OK, "the whole file: %s", amp_last_error());
+  free(file);
+  run_free(&r);
+}
+
 static void step_and_skip_counts_beyond_2_31_round_trip(void) {
   run_t *x = (run_t *)calloc(1, sizeof *x), *y = (run_t *)calloc(1, sizeof *y);
   static unsigned char a[20000], b[20000];
@@ -717,6 +759,7 @@ int main(void) {
   RUN(version_1_and_2_files_are_written_and_read_as_the_manual_lays_them_out);
   RUN(spike_state_round_trips_and_decides_the_same_next);
   RUN(fields_edited_with_a_recomputed_crc_are_refused);
+  RUN(a_file_cut_at_any_record_is_refused_naming_it);
   RUN(step_and_skip_counts_beyond_2_31_round_trip);
   RUN(empty_or_unusable_paths_are_refused_and_touch_nothing);
   RUN(a_symlink_planted_at_the_temporary_is_not_followed);
