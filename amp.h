@@ -2722,57 +2722,67 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
    in its *_pull operation, which the public getters call in one place (amp__s_pull, amp__o_pull).
    ------------------------------------------------------------------------------------------ */
 
+/* The device operations, one list: X(return type, name, (parameters)) with each one's contract.
+   It makes the members of amp__backend and fills each backend's table by name (amp__cpu_<name>,
+   amp__cuda_<name>), so no slot is counted. */
+#define AMP__BACKEND_OPS(X) \
+  X(amp_status, sync, (amp_device *d, char *msg, size_t cap)) \
+  X(void, close, (amp_device *d)) \
+  /* scaler: s->pr, s->st, s->init_scale are resolved before create */ \
+  X(amp_status, scaler_create, (amp_scaler *s, char *msg, size_t cap)) \
+  X(void, scaler_destroy, (amp_scaler *s)) \
+  /* the mirror: s->st, s->last_skipped, s->skipped from the device (pull), or from's parameters, \
+     state and counts to it, the found-inf flag cleared (push: a checkpoint load, before the host \
+     fields are written) */ \
+  X(amp_status, scaler_pull, (amp_scaler *s, char *msg, size_t cap)) \
+  X(amp_status, scaler_push, (amp_scaler *s, const amp_scaler *from, char *msg, size_t cap)) \
+  /* the scale rule, closing an iteration: found_inf 1 an overflow whatever was recorded, 0 what \
+     the unscales of this iteration recorded */ \
+  X(amp_status, scaler_rule, (amp_scaler *s, int found_inf, char *msg, size_t cap)) \
+  X(float *, scale_ptr, (amp_scaler *s)) \
+  X(amp_status, scale_buffer, (amp_scaler *s, void *buf, amp_dtype t, size_t n, char *msg, size_t cap)) \
+  /* optimizer: tensor i was recorded in the table (o->t[i]: w, g, n, wtype, gtype, ...): take its \
+     fp32 master now, from seed (n floats on the device, bit for bit) or, seed NULL, from the model \
+     copy, and zeroed moments; with a seed or a round_to, write the model copy from the master */ \
+  X(amp_status, optim_add, (amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap)) \
+  /* the table is complete (first unscale, amp_optimizer_master, a checkpoint): a device that \
+     takes it whole builds its optimizer now and sets o->frozen */ \
+  X(amp_status, optim_ready, (amp_optimizer *o, char *msg, size_t cap)) \
+  X(void, optim_destroy, (amp_optimizer *o)) \
+  X(amp_status, optim_set_config, (amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap)) \
+  /* unscale + inf/NaN check + sum of squares of every grad, and the decision (norm, clip, skip; \
+     an overflow ORed into the scaler). s NULL (amp_optimizer_step): the inverse scale is 1 and \
+     the decision is the optimizer's alone (o->found_inf); dp is then NULL. \
+     dp non-NULL (data-parallel): only this rank's {found_inf, sumsq} into a buffer of 2 \
+     doubles, *dp, for the all-reduce hook, deciding nothing; then optim_unscale_finish decides \
+     from the buffer as reduced. */ \
+  X(amp_status, optim_unscale, (amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap)) \
+  X(amp_status, optim_unscale_finish, (amp_optimizer *o, amp_scaler *s, char *msg, size_t cap)) \
+  /* the update, or nothing but the skipped count when an unscale of this iteration found inf/NaN \
+     (s NULL: when this optimizer's last unscale did) */ \
+  X(amp_status, optim_step, (amp_optimizer *o, amp_scaler *s, char *msg, size_t cap)) \
+  /* o->step, grad_norm, found_inf, spike state */ \
+  X(amp_status, optim_pull, (amp_optimizer *o, char *msg, size_t cap)) \
+  X(amp_status, optim_stats, (amp_optimizer *o, char *msg, size_t cap))   /* o->t[i].gstat (cfg.stats on) */ \
+  X(amp_status, optim_set_step, (amp_optimizer *o, long step, char *msg, size_t cap)) \
+  /* checkpoint load: the spike skip count and window (CPU: nothing, the host fields are the state) */ \
+  X(amp_status, optim_set_spike, (amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap)) \
+  /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it \
+     (1); then, for a load, the model copy written from the master (optim_write_model) */ \
+  X(amp_status, optim_tensor_io, (amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, \
+                                  size_t cap)) \
+  /* step: the update count the copy is written after (stochastic rounding's key) */ \
+  X(amp_status, optim_write_model, (amp_optimizer *o, size_t i, long step, char *msg, size_t cap)) \
+  /* the matrix product, its arguments checked */ \
+  X(amp_status, gemm, (amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha, \
+                       const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb, float beta, \
+                       void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts, char *msg, size_t cap))
+
+#define AMP__BACKEND_MEMBER(ret, name, args) ret (*name) args;
 typedef struct amp__backend {
   const char *name;        /* "CPU" or "CUDA", for messages */
   int host_update;         /* the update runs on the host: AMP_CUSTOM's custom_step can be called */
-  amp_status (*sync)(amp_device *d, char *msg, size_t cap);
-  void       (*close)(amp_device *d);
-  /* scaler: s->pr, s->st, s->init_scale are resolved before create */
-  amp_status (*scaler_create)(amp_scaler *s, char *msg, size_t cap);
-  void       (*scaler_destroy)(amp_scaler *s);
-  /* the mirror: s->st, s->last_skipped, s->skipped from the device (pull), or from's parameters,
-     state and counts to it, the found-inf flag cleared (push: a checkpoint load, before the host
-     fields are written) */
-  amp_status (*scaler_pull)(amp_scaler *s, char *msg, size_t cap);
-  amp_status (*scaler_push)(amp_scaler *s, const amp_scaler *from, char *msg, size_t cap);
-  /* the scale rule, closing an iteration: found_inf 1 an overflow whatever was recorded, 0 what
-     the unscales of this iteration recorded */
-  amp_status (*scaler_rule)(amp_scaler *s, int found_inf, char *msg, size_t cap);
-  float     *(*scale_ptr)(amp_scaler *s);
-  amp_status (*scale_buffer)(amp_scaler *s, void *buf, amp_dtype t, size_t n, char *msg, size_t cap);
-  /* optimizer: tensor i was recorded in the table (o->t[i]: w, g, n, wtype, gtype, ...): take its
-     fp32 master now, from seed (n floats on the device, bit for bit) or, seed NULL, from the model
-     copy, and zeroed moments; with a seed or a round_to, write the model copy from the master */
-  amp_status (*optim_add)(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap);
-  /* the table is complete (first unscale, amp_optimizer_master, a checkpoint): a device that
-     takes it whole builds its optimizer now and sets o->frozen */
-  amp_status (*optim_ready)(amp_optimizer *o, char *msg, size_t cap);
-  void       (*optim_destroy)(amp_optimizer *o);
-  amp_status (*optim_set_config)(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap);
-  /* unscale + inf/NaN check + sum of squares of every grad, and the decision (norm, clip, skip;
-     an overflow ORed into the scaler). s NULL (amp_optimizer_step): the inverse scale is 1 and
-     the decision is the optimizer's alone (o->found_inf); dp is then NULL.
-     dp non-NULL (data-parallel): only this rank's {found_inf, sumsq} into a buffer of 2
-     doubles, *dp, for the all-reduce hook, deciding nothing; then optim_unscale_finish decides from the buffer as reduced. */
-  amp_status (*optim_unscale)(amp_optimizer *o, amp_scaler *s, double **dp, char *msg, size_t cap);
-  amp_status (*optim_unscale_finish)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
-  /* the update, or nothing but the skipped count when an unscale of this iteration found inf/NaN
-     (s NULL: when this optimizer's last unscale did) */
-  amp_status (*optim_step)(amp_optimizer *o, amp_scaler *s, char *msg, size_t cap);
-  amp_status (*optim_pull)(amp_optimizer *o, char *msg, size_t cap);   /* o->step, grad_norm, found_inf, spike state */
-  amp_status (*optim_stats)(amp_optimizer *o, char *msg, size_t cap);  /* o->t[i].gstat (cfg.stats on) */
-  amp_status (*optim_set_step)(amp_optimizer *o, long step, char *msg, size_t cap);
-  /* checkpoint load: the spike skip count and window (CPU: nothing, the host fields are the state) */
-  amp_status (*optim_set_spike)(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap);
-  /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it
-     (1); then, for a load, the model copy written from the master (optim_write_model) */
-  amp_status (*optim_tensor_io)(amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, size_t cap);
-  amp_status (*optim_write_model)(amp_optimizer *o, size_t i, long step, char *msg, size_t cap);   /* step: the
-                                    update count the copy is written after (stochastic rounding's key) */
-  /* the matrix product, its arguments checked */
-  amp_status (*gemm)(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
-                     const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
-                     float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts, char *msg, size_t cap);
+  AMP__BACKEND_OPS(AMP__BACKEND_MEMBER)
 } amp__backend;
 
 struct amp_device {
@@ -6212,20 +6222,23 @@ AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_t
 
 /* ------------------------------------------------------------------------------------------
    Implementation: the device line's two tables
-   To add a device operation: a member of amp__backend (its contract written beside it), its CPU
-   function (amp__cpu_*), its CUDA function below (a call of a launcher declared in amp_kernels.h
-   and defined in amp_kernels.cu), an entry in each table, and the public function that calls it.
+   To add a device operation: its line in AMP__BACKEND_OPS (its contract written beside it), its
+   CPU function amp__cpu_<name> (beside the code it shares), its CUDA function amp__cuda_<name>
+   below (a call of a launcher declared in amp_kernels.h and defined in amp_kernels.cu), and the
+   public function that calls it. Each table is filled from the list by name; a backend without
+   an operation defines amp__<backend>_<name> as AMP__OP_NONE (a NULL slot the caller refuses),
+   so it is never left out by accident: a missing name does not compile.
    ------------------------------------------------------------------------------------------ */
 
-static const amp__backend amp__cpu_ops = {
-  "CPU", 1, amp__cpu_sync, amp__cpu_close,
-  amp__cpu_nothing_s, amp__cpu_scaler_destroy, amp__cpu_nothing_s, amp__cpu_scaler_push, amp__cpu_scaler_rule,
-  amp__cpu_scale_ptr, amp__cpu_scale_buffer,
-  amp__cpu_optim_add, amp__cpu_nothing_o, amp__cpu_optim_destroy, amp__cpu_optim_set_config,
-  amp__cpu_optim_unscale, amp__cpu_optim_unscale_finish, amp__cpu_optim_step, amp__cpu_nothing_o, amp__cpu_nothing_o,
-  amp__cpu_optim_set_step, amp__cpu_optim_set_spike, amp__cpu_optim_tensor_io, amp__cpu_optim_write_model,
-  amp__cpu_gemm
-};
+#define AMP__OP_NONE NULL
+/* The CPU keeps its state in the host fields: these have nothing to do. */
+#define amp__cpu_scaler_create amp__cpu_nothing_s
+#define amp__cpu_scaler_pull amp__cpu_nothing_s
+#define amp__cpu_optim_ready amp__cpu_nothing_o
+#define amp__cpu_optim_pull amp__cpu_nothing_o
+#define amp__cpu_optim_stats amp__cpu_nothing_o
+#define AMP__CPU_OP(ret, name, args) amp__cpu_##name,
+static const amp__backend amp__cpu_ops = { "CPU", 1, AMP__BACKEND_OPS(AMP__CPU_OP) };
 
 #ifdef AMP_CUDA
 /* CUDA: each operation one call of a launcher (amp_kernels.h). The scaler's state, found-inf flag
@@ -6412,16 +6425,8 @@ static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta,
                       msg, cap);
 }
 
-static const amp__backend amp__cuda_ops = {
-  "CUDA", 0, amp__cuda_sync, amp__cuda_close,
-  amp__cuda_scaler_create, amp__cuda_scaler_destroy, amp__cuda_scaler_pull, amp__cuda_scaler_push, amp__cuda_scaler_rule,
-  amp__cuda_scale_ptr, amp__cuda_scale_buffer,
-  amp__cuda_optim_add, amp__cuda_optim_ready, amp__cuda_optim_destroy, amp__cuda_optim_set_config,
-  amp__cuda_optim_unscale, amp__cuda_optim_unscale_finish, amp__cuda_optim_step, amp__cuda_optim_pull,
-  amp__cuda_optim_stats,
-  amp__cuda_optim_set_step, amp__cuda_optim_set_spike, amp__cuda_optim_tensor_io, amp__cuda_optim_write_model,
-  amp__cuda_gemm
-};
+#define AMP__CUDA_OP(ret, name, args) amp__cuda_##name,
+static const amp__backend amp__cuda_ops = { "CUDA", 0, AMP__BACKEND_OPS(AMP__CUDA_OP) };
 
 AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
   amp_device *d;

@@ -806,7 +806,27 @@ static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
   }
 }
 
+/* Both operation tables are filled from one list (AMP__BACKEND_OPS) by name: every member of
+   amp__backend after its name and flag is an operation of the list, and neither the CPU, which
+   runs everything, nor the CUDA line leaves one NULL. */
+static void every_operation_is_in_both_tables(void) {
+  size_t ops = 0;
+#define T_CHECK_OP(ret, name, args) ops++; \
+  EXPECT(amp__cpu_ops.name != NULL, "the CPU table's %s is NULL", #name); \
+  EXPECT(amp__cuda_ops.name != NULL, "the CUDA table's %s is NULL", #name);
+  AMP__BACKEND_OPS(T_CHECK_OP)
+#undef T_CHECK_OP
+  EXPECT(ops >= 23 && (sizeof(amp__backend) - offsetof(amp__backend, sync)) == ops * sizeof(void (*)(void)),
+         "amp__backend holds %zu bytes of operations, the list %zu of them", sizeof(amp__backend) - offsetof(amp__backend, sync), ops);
+  EXPECT(strcmp(amp__cpu_ops.name, "CPU") == 0 && amp__cpu_ops.host_update == 1 && strcmp(amp__cuda_ops.name, "CUDA") == 0 &&
+         amp__cuda_ops.host_update == 0, "names %s/%s, host_update %d/%d", amp__cpu_ops.name, amp__cuda_ops.name,
+         amp__cpu_ops.host_update, amp__cuda_ops.host_update);
+  EXPECT(amp__cpu_ops.optim_step == amp__cpu_optim_step && amp__cuda_ops.optim_step == amp__cuda_optim_step &&
+         amp__cpu_ops.gemm == amp__cpu_gemm && amp__cuda_ops.gemm == amp__cuda_gemm, "a slot holds another operation");
+}
+
 int main(void) {
+  RUN(every_operation_is_in_both_tables);
   RUN(a_run_on_the_cuda_line_gives_the_cpus_bits);
   RUN(a_checkpoint_moves_between_the_cpu_and_the_cuda_line);
   RUN(the_cuda_line_takes_the_master_at_add);
