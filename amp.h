@@ -189,18 +189,22 @@ extern "C" {
    Errors
    ------------------------------------------------------------------------------------------ */
 
-typedef enum amp_status {
-  AMP_OK = 0,
-  AMP_ERR_ARG,          /* a bad argument: NULL, out of range, wrong type */
-  AMP_ERR_NOMEM,        /* an allocation failed */
-  AMP_ERR_PARSE,        /* malformed input text (mixlist JSON) */
-  AMP_ERR_STATE,        /* a call out of order (unscale twice, step after step, ...) */
-  AMP_ERR_IO,           /* a file could not be read or written */
-  AMP_ERR_CORRUPT,      /* a checkpoint that is damaged or does not match */
-  AMP_ERR_UNSUPPORTED,  /* not built in (CUDA without AMP_CUDA) or no device present (a driver that is
-                           present but too old, or any other CUDA failure, is AMP_ERR_DEVICE) */
-  AMP_ERR_DEVICE        /* a CUDA / cuBLAS error */
-} amp_status;
+/* Enums written as one list each, X(name, value): the list makes the enum and its names
+   (amp_status_string and the private amp__*_name), so a new value is one line. */
+#define AMP__ENUM_ITEM(name, value) name = value,
+#define AMP__ENUM_CASE(name, value) case name: return #name;
+#define AMP__STATUS_LIST(X) \
+  X(AMP_OK, 0) \
+  X(AMP_ERR_ARG, 1)          /* a bad argument: NULL, out of range, wrong type */ \
+  X(AMP_ERR_NOMEM, 2)        /* an allocation failed */ \
+  X(AMP_ERR_PARSE, 3)        /* malformed input text (mixlist JSON) */ \
+  X(AMP_ERR_STATE, 4)        /* a call out of order (unscale twice, step after step, ...) */ \
+  X(AMP_ERR_IO, 5)           /* a file could not be read or written */ \
+  X(AMP_ERR_CORRUPT, 6)      /* a checkpoint that is damaged or does not match */ \
+  X(AMP_ERR_UNSUPPORTED, 7)  /* not built in (CUDA without AMP_CUDA) or no device present (a driver that is \
+                                present but too old, or any other CUDA failure, is AMP_ERR_DEVICE) */ \
+  X(AMP_ERR_DEVICE, 8)       /* a CUDA / cuBLAS error */
+typedef enum amp_status { AMP__STATUS_LIST(AMP__ENUM_ITEM) } amp_status;
 
 AMPDEF const char *amp_status_string(amp_status s);
 /* The message of the last failing call on this thread, "" if none. */
@@ -404,15 +408,20 @@ static inline AMP_HD float amp__round_to(float x, amp_dtype t) {
    caller keeps readers out while they run.
    ------------------------------------------------------------------------------------------ */
 
-typedef enum amp_list { AMP_LIST_NONE = 0, AMP_LIST_WHITE, AMP_LIST_BLACK, AMP_LIST_GRAY } amp_list;
-typedef enum amp_mode {
-  AMP_MODE_MIXED = 0,   /* white->low, black->f32, gray->follow inputs  (PyTorch autocast, Paddle O1, Ascend allow_mix_precision) */
-  AMP_MODE_PURE,        /* everything low except black and norms        (Paddle O2, apex O2 keep_batchnorm_fp32) */
-  AMP_MODE_WHITE_ONLY,  /* only white low, all else f32                 (Paddle OD, Ascend allow_fp32_to_fp16) */
-  AMP_MODE_FORCE_LOW,   /* every op low                                 (Ascend force_fp16) */
-  AMP_MODE_FORCE_F32,   /* every op f32                                 (Ascend force_fp32) */
-  AMP_MODE_KEEP         /* every op keeps its inputs' dtype             (Ascend must_keep_origin_dtype) */
-} amp_mode;
+/* X(name, value, label): amp_list_name gives the label */
+#define AMP__LIST_LIST(X) \
+  X(AMP_LIST_NONE, 0, none) X(AMP_LIST_WHITE, 1, white) X(AMP_LIST_BLACK, 2, black) X(AMP_LIST_GRAY, 3, gray)
+#define AMP__LABEL_ITEM(name, value, label) name = value,
+#define AMP__LABEL_CASE(name, value, label) case name: return #label;
+typedef enum amp_list { AMP__LIST_LIST(AMP__LABEL_ITEM) } amp_list;
+#define AMP__MODE_LIST(X) \
+  X(AMP_MODE_MIXED, 0)       /* white->low, black->f32, gray->follow inputs  (PyTorch autocast, Paddle O1, Ascend allow_mix_precision) */ \
+  X(AMP_MODE_PURE, 1)        /* everything low except black and norms        (Paddle O2, apex O2 keep_batchnorm_fp32) */ \
+  X(AMP_MODE_WHITE_ONLY, 2)  /* only white low, all else f32                 (Paddle OD, Ascend allow_fp32_to_fp16) */ \
+  X(AMP_MODE_FORCE_LOW, 3)   /* every op low                                 (Ascend force_fp16) */ \
+  X(AMP_MODE_FORCE_F32, 4)   /* every op f32                                 (Ascend force_fp32) */ \
+  X(AMP_MODE_KEEP, 5)        /* every op keeps its inputs' dtype             (Ascend must_keep_origin_dtype) */
+typedef enum amp_mode { AMP__MODE_LIST(AMP__ENUM_ITEM) } amp_mode;
 typedef struct amp_policy amp_policy;
 
 AMPDEF amp_status amp_policy_create(amp_policy **out, amp_mode mode, amp_dtype low);
@@ -816,7 +825,8 @@ AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, v
 AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, float weight_decay, int *group);
 
 /* The master kinds of amp_tensor_desc.master_mode. */
-enum { AMP_MASTER_F32 = 0, AMP_MASTER_SPLIT = 1, AMP_MASTER_NONE = 2 };
+#define AMP__MASTER_LIST(X) X(AMP_MASTER_F32, 0) X(AMP_MASTER_SPLIT, 1) X(AMP_MASTER_NONE, 2)
+enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
 
 /* TENSOR OPTIONS. One tensor, every option in one zero-initialisable description; zero is the
    default of each field:
@@ -1604,18 +1614,13 @@ static amp_status amp__fail(amp_status s, const char *fmt, ...) {
 }
 
 AMPDEF const char *amp_status_string(amp_status s) {
-  switch (s) {
-    case AMP_OK: return "AMP_OK";
-    case AMP_ERR_ARG: return "AMP_ERR_ARG";
-    case AMP_ERR_NOMEM: return "AMP_ERR_NOMEM";
-    case AMP_ERR_PARSE: return "AMP_ERR_PARSE";
-    case AMP_ERR_STATE: return "AMP_ERR_STATE";
-    case AMP_ERR_IO: return "AMP_ERR_IO";
-    case AMP_ERR_CORRUPT: return "AMP_ERR_CORRUPT";
-    case AMP_ERR_UNSUPPORTED: return "AMP_ERR_UNSUPPORTED";
-    case AMP_ERR_DEVICE: return "AMP_ERR_DEVICE";
-  }
+  switch (s) { AMP__STATUS_LIST(AMP__ENUM_CASE) }
   return "AMP_ERR_UNKNOWN";
+}
+/* A master mode's name (amp_tensor_desc.master_mode), "unknown" for any other value. */
+static const char *amp__master_mode_name(int m) {
+  switch (m) { AMP__MASTER_LIST(AMP__ENUM_CASE) }
+  return "unknown";
 }
 
 AMPDEF const char *amp_last_error(void) { return amp__err_buf; }
@@ -2112,24 +2117,12 @@ static char *amp__strdup(const char *s) {
 }
 
 static const char *amp__mode_name(amp_mode m) {
-  switch (m) {
-    case AMP_MODE_MIXED: return "AMP_MODE_MIXED";
-    case AMP_MODE_PURE: return "AMP_MODE_PURE";
-    case AMP_MODE_WHITE_ONLY: return "AMP_MODE_WHITE_ONLY";
-    case AMP_MODE_FORCE_LOW: return "AMP_MODE_FORCE_LOW";
-    case AMP_MODE_FORCE_F32: return "AMP_MODE_FORCE_F32";
-    case AMP_MODE_KEEP: return "AMP_MODE_KEEP";
-  }
+  switch (m) { AMP__MODE_LIST(AMP__ENUM_CASE) }
   return "unknown";
 }
 
 AMPDEF const char *amp_list_name(amp_list l) {
-  switch (l) {
-    case AMP_LIST_NONE: return "none";
-    case AMP_LIST_WHITE: return "white";
-    case AMP_LIST_BLACK: return "black";
-    case AMP_LIST_GRAY: return "gray";
-  }
+  switch (l) { AMP__LIST_LIST(AMP__LABEL_CASE) }
   return NULL;
 }
 
@@ -3838,7 +3831,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
     return amp__fail(AMP_ERR_ARG, "%s: stochastic %d needs a bf16 model copy (dtype AMP_BF16); dtype is %s", fn,
                      t->stochastic, amp__dtype_name(t->dtype));
   if (t->master_mode != AMP_MASTER_F32) {
-    const char *mode = t->master_mode == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE";
+    const char *mode = amp__master_mode_name(t->master_mode);
     if (t->dtype != AMP_BF16)
       return amp__fail(AMP_ERR_ARG, "%s: master_mode %s needs a bf16 model copy (dtype AMP_BF16); dtype is %s "
                        "(use AMP_MASTER_F32)", fn, mode, amp__dtype_name(t->dtype));
@@ -4009,7 +4002,7 @@ AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, s
   if (o->t[index].master_mode != AMP_MASTER_F32) {
     if (n) *n = 0;
     amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_master: tensor %zu has master_mode %s: no fp32 master array (its "
-              "master is %s)", index, o->t[index].master_mode == AMP_MASTER_SPLIT ? "AMP_MASTER_SPLIT" : "AMP_MASTER_NONE",
+              "master is %s)", index, amp__master_mode_name(o->t[index].master_mode),
               o->t[index].master_mode == AMP_MASTER_SPLIT ? "the bf16 model copy plus its 16-bit remainders" : "the bf16 weights");
     return NULL;
   }

@@ -557,7 +557,38 @@ static void the_implementation_built_with_ofast_skips_overflowing_steps(void) {
   for (i = 0; i < 5; i++) EXPECT(r[i] == 1, "built with -Ofast, %s: expected 1, got %d", what[i], r[i]);
 }
 
+/* The enums made from one list each keep the contract's values (../shared/API.md), and each name
+   function names every value and nothing else. */
+static void enum_values_and_names_come_from_one_list(void) {
+  static const char *status[] = {"AMP_OK", "AMP_ERR_ARG", "AMP_ERR_NOMEM", "AMP_ERR_PARSE", "AMP_ERR_STATE", "AMP_ERR_IO",
+                                 "AMP_ERR_CORRUPT", "AMP_ERR_UNSUPPORTED", "AMP_ERR_DEVICE"};
+  static const char *modes[] = {"AMP_MODE_MIXED", "AMP_MODE_PURE", "AMP_MODE_WHITE_ONLY", "AMP_MODE_FORCE_LOW",
+                                "AMP_MODE_FORCE_F32", "AMP_MODE_KEEP"};
+  static const char *lists[] = {"none", "white", "black", "gray"};
+  static const char *masters[] = {"AMP_MASTER_F32", "AMP_MASTER_SPLIT", "AMP_MASTER_NONE"};
+  int i;
+  EXPECT(AMP_OK == 0 && AMP_ERR_ARG == 1 && AMP_ERR_NOMEM == 2 && AMP_ERR_PARSE == 3 && AMP_ERR_STATE == 4 && AMP_ERR_IO == 5 &&
+         AMP_ERR_CORRUPT == 6 && AMP_ERR_UNSUPPORTED == 7 && AMP_ERR_DEVICE == 8, "amp_status values moved");
+  EXPECT(AMP_MODE_MIXED == 0 && AMP_MODE_PURE == 1 && AMP_MODE_WHITE_ONLY == 2 && AMP_MODE_FORCE_LOW == 3 &&
+         AMP_MODE_FORCE_F32 == 4 && AMP_MODE_KEEP == 5, "amp_mode values moved");
+  EXPECT(AMP_LIST_NONE == 0 && AMP_LIST_WHITE == 1 && AMP_LIST_BLACK == 2 && AMP_LIST_GRAY == 3, "amp_list values moved");
+  EXPECT(AMP_MASTER_F32 == 0 && AMP_MASTER_SPLIT == 1 && AMP_MASTER_NONE == 2, "master mode values moved");
+  for (i = 0; i < 9; i++)
+    EXPECT(strcmp(amp_status_string((amp_status)i), status[i]) == 0, "status %d: %s", i, amp_status_string((amp_status)i));
+  EXPECT(strcmp(amp_status_string((amp_status)9), "AMP_ERR_UNKNOWN") == 0 &&
+         strcmp(amp_status_string((amp_status)-1), "AMP_ERR_UNKNOWN") == 0, "an unknown status has a name");
+  for (i = 0; i < 6; i++) EXPECT(strcmp(amp__mode_name((amp_mode)i), modes[i]) == 0, "mode %d: %s", i, amp__mode_name((amp_mode)i));
+  EXPECT(strcmp(amp__mode_name((amp_mode)6), "unknown") == 0, "mode 6 has a name");
+  for (i = 0; i < 4; i++)
+    EXPECT(amp_list_name((amp_list)i) && strcmp(amp_list_name((amp_list)i), lists[i]) == 0, "list %d: %s", i,
+           amp_list_name((amp_list)i) ? amp_list_name((amp_list)i) : "NULL");
+  EXPECT(amp_list_name((amp_list)4) == NULL, "list 4 has a name");
+  for (i = 0; i < 3; i++) EXPECT(strcmp(amp__master_mode_name(i), masters[i]) == 0, "master mode %d: %s", i, amp__master_mode_name(i));
+  EXPECT(strcmp(amp__master_mode_name(3), "unknown") == 0, "master mode 3 has a name");
+}
+
 int main(void) {
+  RUN(enum_values_and_names_come_from_one_list);
   RUN(checkpoint_load_of_a_directory_is_an_io_error_naming_the_path);
   RUN(checkpoint_save_that_cannot_write_keeps_the_previous_file);
   RUN(every_bad_scaler_field_is_refused_naming_it);
