@@ -415,8 +415,10 @@ static inline AMP_HD float amp__round_to(float x, amp_dtype t) {
 #define AMP__LABEL_CASE(name, value, label) case name: return #label;
 typedef enum amp_list { AMP__LIST_LIST(AMP__LABEL_ITEM) } amp_list;
 #define AMP__MODE_LIST(X) \
-  X(AMP_MODE_MIXED, 0)       /* white->low, black->f32, gray->follow inputs  (PyTorch autocast, Paddle O1, Ascend allow_mix_precision) */ \
-  X(AMP_MODE_PURE, 1)        /* everything low except black and norms        (Paddle O2, apex O2 keep_batchnorm_fp32) */ \
+  X(AMP_MODE_MIXED, 0)       /* white->low, black->f32, gray->follow inputs  (PyTorch autocast, Paddle O1, \
+                                Ascend allow_mix_precision) */ \
+  X(AMP_MODE_PURE, 1)        /* everything low except black and norms        (Paddle O2, apex O2 \
+                                keep_batchnorm_fp32) */ \
   X(AMP_MODE_WHITE_ONLY, 2)  /* only white low, all else f32                 (Paddle OD, Ascend allow_fp32_to_fp16) */ \
   X(AMP_MODE_FORCE_LOW, 3)   /* every op low                                 (Ascend force_fp16) */ \
   X(AMP_MODE_FORCE_F32, 4)   /* every op f32                                 (Ascend force_fp32) */ \
@@ -2759,7 +2761,8 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
   X(amp_status, optim_stats, (amp_optimizer *o, char *msg, size_t cap))   /* o->t[i].gstat (cfg.stats on) */ \
   X(amp_status, optim_set_step, (amp_optimizer *o, long step, char *msg, size_t cap)) \
   /* checkpoint load: the spike skip count and window (CPU: nothing, the host fields are the state) */ \
-  X(amp_status, optim_set_spike, (amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap)) \
+  X(amp_status, optim_set_spike, (amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, \
+                                  size_t cap)) \
   /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it \
      (1); then, for a load, the model copy written from the master (optim_write_model) */ \
   X(amp_status, optim_tensor_io, (amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, \
@@ -3922,7 +3925,9 @@ static uint64_t amp__o_sr_key(const amp_optimizer *o, size_t i, long step) {
 }
 
 /* Tensor i's group values: lr_scale and weight_decay as amp__group_coefs reads them. */
-static float amp__o_lr_scale(const amp_optimizer *o, size_t i) { return o->t[i].group ? o->lr_scale[o->t[i].group] : 1.0f; }
+static float amp__o_lr_scale(const amp_optimizer *o, size_t i) {
+  return o->t[i].group ? o->lr_scale[o->t[i].group] : 1.0f;
+}
 static float amp__o_weight_decay(const amp_optimizer *o, size_t i) {
   return o->t[i].group ? o->weight_decay[o->t[i].group] : o->cfg.weight_decay;
 }
@@ -3952,7 +3957,8 @@ static void amp__o_overflow_note(amp_optimizer *o) {
   if (o->t[first].name) snprintf(who, sizeof who, "'%s' (tensor %zu)", o->t[first].name, first);
   else snprintf(who, sizeof who, "tensor %zu", first);
   if (more) snprintf(also, sizeof also, "; %zu more tensor%s overflowed", more, more == 1 ? "" : "s");
-  amp__log("overflow in %s: %llu inf/NaN of %zu, amax %.3g at scale %g%s", who, (unsigned long long)o->t[first].gstat.nonfinite,
+  amp__log("overflow in %s: %llu inf/NaN of %zu, amax %.3g at scale %g%s", who,
+           (unsigned long long)o->t[first].gstat.nonfinite,
            o->t[first].n, (double)amp__bits_f32(o->t[first].gstat.amax_bits), (double)o->unscale_scale, also);
 }
 
@@ -4003,7 +4009,8 @@ AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, s
     if (n) *n = 0;
     amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_master: tensor %zu has master_mode %s: no fp32 master array (its "
               "master is %s)", index, amp__master_mode_name(o->t[index].master_mode),
-              o->t[index].master_mode == AMP_MASTER_SPLIT ? "the bf16 model copy plus its 16-bit remainders" : "the bf16 weights");
+              o->t[index].master_mode == AMP_MASTER_SPLIT ? "the bf16 model copy plus its 16-bit remainders"
+                                                           : "the bf16 weights");
     return NULL;
   }
   if (n) *n = o->t[index].n;
@@ -4081,8 +4088,8 @@ static void amp__o_apply(amp_optimizer *o) {
     } else if (o->t[i].master_mode != AMP_MASTER_F32) {   /* SPLIT / NONE: a bf16 model copy, no fp32 array */
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
-      amp__o_step_lowmem(o->cfg.kind, (amp_bf16 *)o->t[i].w, o->t[i].rem, o->t[i].m, o->t[i].v, o->t[i].g, o->t[i].gtype,
-                         amp__o_sr_key(o, i, o->step + 1), o->t[i].n, gmul, &c);
+      amp__o_step_lowmem(o->cfg.kind, (amp_bf16 *)o->t[i].w, o->t[i].rem, o->t[i].m, o->t[i].v, o->t[i].g,
+                         o->t[i].gtype, amp__o_sr_key(o, i, o->step + 1), o->t[i].n, gmul, &c);
     } else {
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
@@ -4240,7 +4247,8 @@ static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which
     size_t i0, n = o->t[i].n;
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-      if (to_device) amp__o_master_store((amp_bf16 *)o->t[i].w, o->t[i].rem, amp__o_sr_key(o, i, o->io_step), i0, host + i0, k);
+      if (to_device)
+        amp__o_master_store((amp_bf16 *)o->t[i].w, o->t[i].rem, amp__o_sr_key(o, i, o->io_step), i0, host + i0, k);
       else amp__o_master_load(host + i0, (const amp_bf16 *)o->t[i].w, o->t[i].rem, i0, k);
     }
     return AMP_OK;
@@ -4253,7 +4261,8 @@ static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which
 static amp_status amp__cpu_optim_write_model(amp_optimizer *o, size_t i, long step, char *msg, size_t cap) {
   (void)msg; (void)cap;
   if (o->t[i].master_mode != AMP_MASTER_F32) return AMP_OK;   /* written with the master (optim_tensor_io) */
-  amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, step), 0, o->t[i].master, o->t[i].n);
+  amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, step), 0,
+               o->t[i].master, o->t[i].n);
   return AMP_OK;
 }
 
@@ -4634,7 +4643,8 @@ static void amp__rfile_close(amp__rfile *r) {
   X(float, growth, pr.growth) X(float, backoff, pr.backoff) X(float, floor, pr.floor) X(float, cap, pr.cap) \
   X(int32_t, interval, pr.interval) X(int32_t, hysteresis, pr.hysteresis) X(int32_t, mode, pr.mode) \
   X(int32_t, fixed, pr.fixed) X(int32_t, late_growth, pr.late_growth) X(float, init_scale, init_scale) \
-  X(float, scale, st.scale) X(int32_t, tracker, st.tracker) X(int32_t, hyst, st.hyst) X(int32_t, at_floor, st.at_floor) \
+  X(float, scale, st.scale) X(int32_t, tracker, st.tracker) X(int32_t, hyst, st.hyst) \
+  X(int32_t, at_floor, st.at_floor) \
   X(int32_t, last_skipped, last_skipped) X(int32_t, floor_logged, floor_logged) X(uint64_t, skipped, skipped)
 /* live: amp_optimizer; the hyperparameters, cfg.*, are checked as amp_optimizer_create checks a config */
 #define AMP__CKPT_OPTIM_FIELDS(X) \
@@ -4648,7 +4658,8 @@ static void amp__rfile_close(amp__rfile *r) {
 /* version 2: after the optimizer record, the spike state (live: amp_optimizer): these fields, then
    f32 window[100] */
 #define AMP__CKPT_SPIKE_FIELDS(X) \
-  X(uint64_t, spike_skips, spike_skips) X(int32_t, window_count, spike_win.count) X(int32_t, window_next, spike_win.next)
+  X(uint64_t, spike_skips, spike_skips) X(int32_t, window_count, spike_win.count) \
+  X(int32_t, window_next, spike_win.next)
 /* flags: which sections the payload holds, in this order; each tensor record is followed by its
    floats: the master, then the moments the kind has (amp__o_moments). */
 #define AMP__CKPT_HAS_SCALER 1u
@@ -4719,7 +4730,8 @@ static const char *amp__ckpt_optim_differ(const amp__ckpt_optim *a, const amp__c
 typedef struct amp__ckpt_image {
   unsigned char *buf;              /* the whole file (with an optimizer to restore; else a chunk) */
   int has_scaler, has_optim;       /* the sections to restore */
-  amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged, skipped) */
+  amp_scaler sc;                   /* the scaler's checked fields (pr, init_scale, st, last_skipped, floor_logged,
+                                      skipped) */
   amp_optim_config cfg;            /* the optimizer's checked config */
   long step;
   long spike_skips;                /* the spike state (version 2; zero from a version-1 file) */
@@ -4753,8 +4765,12 @@ static amp__ckpt_spike amp__ckpt_spike_of(const amp_optimizer *x) {
   return r;
 }
 /* The casts back (the checks below then compare the live value with the file's). */
-static void amp__ckpt_scaler_load(const amp__ckpt_scaler *r, amp_scaler *x) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_LOAD) }
-static void amp__ckpt_hparams_load(const amp__ckpt_optim *r, amp_optimizer *x) { AMP__CKPT_HPARAM_FIELDS(AMP__CKPT_LOAD) }
+static void amp__ckpt_scaler_load(const amp__ckpt_scaler *r, amp_scaler *x) {
+  AMP__CKPT_SCALER_FIELDS(AMP__CKPT_LOAD)
+}
+static void amp__ckpt_hparams_load(const amp__ckpt_optim *r, amp_optimizer *x) {
+  AMP__CKPT_HPARAM_FIELDS(AMP__CKPT_LOAD)
+}
 static void amp__ckpt_spike_load(const amp__ckpt_spike *r, amp__ckpt_image *x) {
   AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_LOAD)
   memcpy(x->spike_win.norm, r->window, sizeof x->spike_win.norm);
@@ -4872,7 +4888,8 @@ static amp_status amp__ckpt_next(amp__ckpt_reader *rd, size_t bytes, const char 
     snprintf(name, sizeof name, what, index);
     return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: %s truncated", name);
   }
-  if ((st = amp__rfile_seek(&rd->f, rd->at)) != AMP_OK || (st = amp__rfile_read(&rd->f, rd->rec, bytes)) != AMP_OK) return st;
+  if ((st = amp__rfile_seek(&rd->f, rd->at)) != AMP_OK) return st;
+  if ((st = amp__rfile_read(&rd->f, rd->rec, bytes)) != AMP_OK) return st;
   memset(&rd->io, 0, sizeof rd->io);
   rd->io.p = rd->rec; rd->io.left = bytes;
   rd->at += bytes;
@@ -4884,17 +4901,21 @@ static amp_status amp__ckpt_head_check(const amp__ckpt_head *h, const char *path
                                        const amp_optimizer *o, const amp_scaler *s) {
   const char *fn = "amp_checkpoint_load";
   const amp_status bad = AMP_ERR_CORRUPT;
-  if (memcmp(&h->magic, AMP__CKPT_MAGIC, 8) != 0) return amp__fail(bad, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path);
+  if (memcmp(&h->magic, AMP__CKPT_MAGIC, 8) != 0)
+    return amp__fail(bad, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path);
   if (h->endian == 0x04030201u) return amp__fail(bad, "%s: written on a machine of the other byte order", fn);
   if (h->endian != AMP__CKPT_ENDIAN) return amp__fail(bad, "%s: bad endianness mark 0x%08x", fn, (unsigned)h->endian);
   if (h->version != 1u && h->version != AMP__CKPT_VERSION)
-    return amp__fail(bad, "%s: format version %u, this amp.h reads 1 and %u", fn, (unsigned)h->version, AMP__CKPT_VERSION);
+    return amp__fail(bad, "%s: format version %u, this amp.h reads 1 and %u", fn, (unsigned)h->version,
+                     AMP__CKPT_VERSION);
   if (h->header_bytes != AMP__CKPT_HEAD_BYTES)
-    return amp__fail(bad, "%s: header size %u, expected %u", fn, (unsigned)h->header_bytes, (unsigned)AMP__CKPT_HEAD_BYTES);
+    return amp__fail(bad, "%s: header size %u, expected %u", fn, (unsigned)h->header_bytes,
+                     (unsigned)AMP__CKPT_HEAD_BYTES);
   if (h->payload_bytes != rd->end - AMP__CKPT_HEAD_BYTES)
     return amp__fail(bad, "%s: truncated or padded: payload %llu bytes, the file holds %llu", fn,
                      (unsigned long long)h->payload_bytes, (unsigned long long)(rd->end - AMP__CKPT_HEAD_BYTES));
-  if (h->flags & ~(AMP__CKPT_HAS_SCALER | AMP__CKPT_HAS_OPTIM)) return amp__fail(bad, "%s: unknown flags 0x%x", fn, (unsigned)h->flags);
+  if (h->flags & ~(AMP__CKPT_HAS_SCALER | AMP__CKPT_HAS_OPTIM))
+    return amp__fail(bad, "%s: unknown flags 0x%x", fn, (unsigned)h->flags);
   if (s && !(h->flags & AMP__CKPT_HAS_SCALER)) return amp__fail(bad, "%s: the file holds no scaler state", fn);
   if (o && !(h->flags & AMP__CKPT_HAS_OPTIM)) return amp__fail(bad, "%s: the file holds no optimizer state", fn);
   return AMP_OK;
@@ -4907,8 +4928,9 @@ static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__t
     return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu has %llu elements in the file, %zu live", fn, i,
                      (unsigned long long)t->n, live->n);
   if (t->wtype != (uint32_t)live->wtype || t->gtype != (uint32_t)live->gtype)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)", fn, i,
-                     (unsigned)t->wtype, (unsigned)t->gtype, amp__dtype_name(live->wtype), amp__dtype_name(live->gtype));
+    return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)",
+                     fn, i, (unsigned)t->wtype, (unsigned)t->gtype, amp__dtype_name(live->wtype),
+                     amp__dtype_name(live->gtype));
   return AMP_OK;
 }
 
@@ -4951,7 +4973,8 @@ static amp_status amp__ckpt_records(amp__ckpt_reader *rd, uint32_t version, uint
       if ((st = amp__ckpt_next(rd, AMP__CKPT_TENSOR_BYTES, "tensor %zu", i)) != AMP_OK) return st;
       amp__ckpt_tensor_io(&rd->io, &t);
       if ((st = amp__ckpt_tensor_check(&t, &o->t[i], i)) != AMP_OK) return st;
-      if ((rd->end - rd->at) / 4 / floats < t.n) return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu data truncated", fn, i);
+      if ((rd->end - rd->at) / 4 / floats < t.n)
+        return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu data truncated", fn, i);
       rd->at += 4 * t.n * floats;
     }
     if (rd->at != rd->end)
@@ -4972,7 +4995,8 @@ static amp_status amp__ckpt_crc_check(amp__ckpt_reader *rd, const char *path, co
   amp_status st;
   if ((st = amp__rfile_seek(&rd->f, 0)) != AMP_OK) return st;
   amp__crc_init(&crc);
-  if (o && size > (uint64_t)(size_t)-1) return amp__fail(AMP_ERR_NOMEM, "%s: '%s' is larger than this machine's memory", fn, path);
+  if (o && size > (uint64_t)(size_t)-1)
+    return amp__fail(AMP_ERR_NOMEM, "%s: '%s' is larger than this machine's memory", fn, path);
   im->buf = (unsigned char *)AMP_MALLOC(o ? (size_t)size : AMP__CKPT_BUF);
   if (!im->buf) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for '%s'", fn, path);
   for (at = 0; at < rd->end; ) {
@@ -5003,8 +5027,8 @@ static amp_status amp__ckpt_read(const char *path, const amp_optimizer *o, const
   memset(&rd, 0, sizeof rd);
   if ((st = amp__rfile_open(&rd.f, fn, path, &size)) != AMP_OK) return st;
   if (size < AMP__CKPT_HEAD_BYTES + 4) {
-    st = amp__fail(AMP_ERR_CORRUPT, "%s: '%s' holds %llu bytes, too few for a checkpoint (header and CRC: %u)", fn, path,
-                   (unsigned long long)size, (unsigned)(AMP__CKPT_HEAD_BYTES + 4));
+    st = amp__fail(AMP_ERR_CORRUPT, "%s: '%s' holds %llu bytes, too few for a checkpoint (header and CRC: %u)", fn,
+                   path, (unsigned long long)size, (unsigned)(AMP__CKPT_HEAD_BYTES + 4));
   } else {
     rd.end = size - 4;   /* where the CRC starts */
     if ((st = amp__ckpt_next(&rd, AMP__CKPT_HEAD_BYTES, "header", 0)) == AMP_OK) {
@@ -5078,7 +5102,8 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   if (o) {
     nm = amp__o_moments(&o->cfg);
     h.payload_bytes += AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES;
-    for (i = 0; i < o->count; i++) h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->t[i].n * (uint64_t)(1 + nm);
+    for (i = 0; i < o->count; i++)
+      h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->t[i].n * (uint64_t)(1 + nm);
   }
   amp__ckpt_head_io(&io, &h);
   if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
@@ -6296,9 +6321,10 @@ static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem,
 static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
   amp_status st;
-  if (o->t[i].master_mode == AMP_MASTER_NONE)   /* no master: a seed is rounded into the weights now (key of update 0) */
-    return seed ? amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)AMP_BF16, (int32_t)AMP_F32, 1, amp__o_sr_key(o, i, 0),
-                                      seed, o->t[i].n, m, cap) : AMP_OK;
+  /* no master: a seed is rounded into the weights now (key of update 0) */
+  if (o->t[i].master_mode == AMP_MASTER_NONE)
+    return seed ? amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)AMP_BF16, (int32_t)AMP_F32, 1,
+                                      amp__o_sr_key(o, i, 0), seed, o->t[i].n, m, cap) : AMP_OK;
   if (o->t[i].master_mode == AMP_MASTER_SPLIT && !seed) return AMP_OK;   /* the model copy as it is, remainders 0 */
   /* an fp32 master, or a split master's seed: kept in a buffer of its own until optim_ready */
   st = amp__cu_malloc(o->dev->cuda, &p, o->t[i].n * sizeof(float), m, cap);
@@ -6320,9 +6346,10 @@ static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *s
     }
     AMP_FREE(h); AMP_FREE(hw);
   }
-  if (st == AMP_OK && o->t[i].master_mode == AMP_MASTER_F32 && (seed || o->t[i].round_to != AMP_F32 || o->t[i].stochastic))
-    st = amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)o->t[i].wtype, (int32_t)o->t[i].round_to, o->t[i].stochastic,
-                             amp__o_sr_key(o, i, 0), (const float *)p, o->t[i].n, m, cap);
+  if (st == AMP_OK && o->t[i].master_mode == AMP_MASTER_F32 &&
+      (seed || o->t[i].round_to != AMP_F32 || o->t[i].stochastic))
+    st = amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)o->t[i].wtype, (int32_t)o->t[i].round_to,
+                             o->t[i].stochastic, amp__o_sr_key(o, i, 0), (const float *)p, o->t[i].n, m, cap);
   if (st != AMP_OK) {
     amp__cu_free(o->dev->cuda, p);
     return st;
@@ -6347,7 +6374,8 @@ static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
       if (st == AMP_OK) st = amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), h, 1, 0u, m, cap);
       AMP_FREE(h);
     } else {
-      st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->t[i].master, o->t[i].n * sizeof(float), 2, m, cap);
+      st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->t[i].master, o->t[i].n * sizeof(float), 2, m,
+                        cap);
     }
   }
   if (st != AMP_OK) { amp__cu_optim_destroy(state, o->cu); o->cu = NULL; return st; }
@@ -6407,8 +6435,8 @@ static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int whic
 }
 static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, long step, char *m, size_t cap) {
   if (o->t[i].master_mode != AMP_MASTER_F32) return AMP_OK;   /* written with the master (optim_tensor_io) */
-  return amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)o->t[i].wtype, (int32_t)o->t[i].round_to, o->t[i].stochastic,
-                             amp__o_sr_key(o, i, step), o->t[i].master, o->t[i].n, m, cap);
+  return amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)o->t[i].wtype, (int32_t)o->t[i].round_to,
+                             o->t[i].stochastic, amp__o_sr_key(o, i, step), o->t[i].master, o->t[i].n, m, cap);
 }
 static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                  float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,

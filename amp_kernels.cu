@@ -943,7 +943,8 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
   // the records were validated once, by amp_optimizer_add_tensor; only the group table is read here
   for (size_t i = 0; i < n_tensors; i++) {
     if (ts[i].group && (!lr_scale || !weight_decay))
-      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d without the groups' values", i, ts[i].group);
+      return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d without the groups' values", i,
+                         ts[i].group);
     chunks += (ts[i].n + AMP__CU_CHUNK - 1) / AMP__CU_CHUNK;
   }
   if (chunks > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %zu chunks exceed a grid", chunks);
@@ -1094,7 +1095,8 @@ extern "C" amp_status amp__cu_optim_stats_read(void *state, const void *optim, a
                                                char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   const amp__cu_optim *o = (const amp__cu_optim *)optim;
-  if (!st || !o || !ts) return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: %s is NULL", !st ? "state" : !o ? "optim" : "tensors");
+  if (!st || !o || !ts)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: %s is NULL", !st ? "state" : !o ? "optim" : "tensors");
   if (!o->stats) return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: the optimizer was made with stats off");
   if (n_tensors != o->n_tensors)
     return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: n_tensors %zu but the optimizer has %zu", n_tensors, o->n_tensors);
