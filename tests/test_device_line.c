@@ -311,13 +311,14 @@ static amp_status identity(void *user, double *buf, int n, void *stream) { (void
 /* Every step of a run, on amp_cpu() and on the emulated CUDA device: the same weights (bits), step
    counts, scales, skip counts and grad norms, for each kind, with and without the all-reduce hook. */
 static void a_run_on_the_cuda_line_gives_the_cpus_bits(void) {
-  amp_optim_config c[3];
+  amp_optim_config c[4];
   int k, hook;
   memset(c, 0, sizeof c);
   c[0].kind = AMP_OPTIM_SGD; c[0].lr = 0.1f; c[0].momentum = 0.9f; c[0].weight_decay = 1e-3f;
   c[1].kind = AMP_OPTIM_ADAM; c[1].lr = 1e-2f; c[1].max_grad_norm = 0.05f;
   c[2].kind = AMP_OPTIM_ADAMW; c[2].lr = 1e-2f; c[2].weight_decay = 0.1f;
-  for (k = 0; k < 3; k++)
+  c[3].kind = AMP_OPTIM_LION; c[3].lr = 1e-3f; c[3].weight_decay = 0.1f; c[3].max_grad_norm = 0.05f;
+  for (k = 0; k < 4; k++)
     for (hook = 0; hook < 2; hook++) {
       rig a, b;
       int step;
@@ -446,9 +447,9 @@ static int grig_make(grig *r, amp_device *d, amp_optim_kind kind) {
   return amp_optimizer_add_tensor(r->o, &t) == AMP_OK;
 }
 static void groups_on_the_cuda_line_give_the_cpus_bits(void) {
-  static const amp_optim_kind kinds[2] = {AMP_OPTIM_SGD, AMP_OPTIM_ADAMW};
+  static const amp_optim_kind kinds[3] = {AMP_OPTIM_SGD, AMP_OPTIM_ADAMW, AMP_OPTIM_LION};
   int k, step, i, grp = -1;
-  for (k = 0; k < 2; k++) {
+  for (k = 0; k < 3; k++) {
     static grig a, b;
     if (!grig_make(&a, amp_cpu(), kinds[k]) || !grig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
     EXPECT(memcmp(a.wc, b.wc, sizeof a.wc) == 0, "kind %d: the model copies written from the seed differ", k);
@@ -516,12 +517,13 @@ static void rig_grads_unscaled(rig *r, int step) {
   if (step % 7 == 6) r->g1[N1 - 1] = -INFINITY;  /* and an inf in the f32 grads */
 }
 static void amp_optimizer_step_on_the_cuda_line_gives_the_cpus_bits(void) {
-  amp_optim_config c[3];
+  amp_optim_config c[4];
   int k;
   c[0] = amp_optimizer_defaults(AMP_OPTIM_SGD); c[0].lr = 0.1f; c[0].momentum = 0.9f; c[0].weight_decay = 1e-3f;
   c[1] = amp_optimizer_defaults(AMP_OPTIM_ADAM); c[1].lr = 1e-2f; c[1].max_grad_norm = 0.05f; c[1].beta1 = 0.0f;
   c[2] = amp_optimizer_defaults(AMP_OPTIM_ADAMW); c[2].lr = 1e-2f; c[2].weight_decay = 0.1f;
-  for (k = 0; k < 3; k++) {
+  c[3] = amp_optimizer_defaults(AMP_OPTIM_LION); c[3].weight_decay = 0.1f;
+  for (k = 0; k < 4; k++) {
     rig a, b;
     int step, skipped = 0;
     if (!rig_make(&a, amp_cpu(), &c[k]) || !rig_make(&b, gpu(), &c[k])) { EXPECT(0, "kind %d: setup: %s", k, amp_last_error()); return; }
@@ -768,9 +770,9 @@ static int mrig_same(const mrig *a, const mrig *b) {
          (!a->o->m[0] || memcmp(a->o->m[0], ((fake_optim *)b->o->cu)->m[0], 70 * 4) == 0);
 }
 static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
-  static const amp_optim_kind kinds[2] = {AMP_SGD, AMP_ADAMW};
+  static const amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAMW, AMP_LION};
   int k, step, i;
-  for (k = 0; k < 2; k++) {
+  for (k = 0; k < 3; k++) {
     static mrig a, b;
     static mrig before;
     if (!mrig_make(&a, amp_cpu(), kinds[k]) || !mrig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
