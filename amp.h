@@ -1167,6 +1167,12 @@ static inline const char *amp__kind_name(amp_optim_kind kind) {
   switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_NAME) default: return NULL; }
 }
 #undef AMP__KIND_NAME
+/* The fp32 moment buffers per element of c's kind (the row's `moments`); -1: not a kind. */
+#define AMP__KIND_MOMENTS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return (nm);
+static inline int amp__o_moments(const amp_optim_config *c) {
+  switch (c->kind) { AMP__OPTIM_KINDS(AMP__KIND_MOMENTS) default: return -1; }
+}
+#undef AMP__KIND_MOMENTS
 /* 1 for a kind of the list whose update is its element function (every device), else 0. */
 #define AMP__KIND_DEVICE(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return dev;
 static inline AMP_HD int amp__kind_on_device(amp_optim_kind kind) {
@@ -3802,12 +3808,6 @@ struct amp_optimizer {
                                     optim_ready); NULL on the CPU */
 };
 
-/* The fp32 moment buffers per element of c's kind (the kind list's `moments`); -1: not a kind. */
-#define AMP__KIND_MOMENTS(kd, name, nm, lr, b1, b2, coefs, elem, dev) case kd: return (nm);
-static int amp__o_moments(const amp_optim_config *c) {
-  switch (c->kind) { AMP__OPTIM_KINDS(AMP__KIND_MOMENTS) default: return -1; }
-}
-#undef AMP__KIND_MOMENTS
 /* The defaults of kind (the kind list's lr, beta1, beta2; eps 1e-8 for all) into the fields of c
    that are 0, or into every one of them (all); 0 when kind is not in the list. */
 #define AMP__KIND_DEFAULTS(kd, name, nm, dlr, db1, db2, coefs, elem, dev) \
@@ -6359,7 +6359,8 @@ static const amp__backend amp__cpu_ops = {
    and skip counts live in a device block (s->cu); the optimizer's masters and moments in a device
    slab (o->cu) built from the whole table at optim_ready. Until then each tensor's master, taken
    at add (a cast of the model copy on the device's stream), waits in a device buffer of its own
-   (o->master[i]); optim_ready copies them into the slab and frees them. */
+   (o->master[i]); optim_ready hands them to amp__cu_optim_create (amp_cu_tensor.master), which
+   copies (or, SPLIT, splits) them into the slab in stream order, and frees them. */
 static amp_status amp__cuda_sync(amp_device *d, char *m, size_t cap) { return amp__cu_sync(d->cuda, m, cap); }
 static void amp__cuda_close(amp_device *d) { amp__cu_close(d->cuda); }
 static amp_status amp__cuda_scaler_create(amp_scaler *s, char *m, size_t cap) {
@@ -6466,23 +6467,11 @@ static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
     t[i].lr_scale = o->group[i] ? o->lr_scale[o->group[i]] : 1.0f;
     t[i].weight_decay = o->group[i] ? o->weight_decay[o->group[i]] : 0.0f;   /* group 0: the config's, on the device */
     t[i].master_mode = (int32_t)o->master_mode[i];
+    t[i].master = o->master[i];   /* the master taken at add (NULL: SPLIT without a seed, NONE): the slab's, once */
   }
   st = amp__cu_optim_create(state, &o->cu, t, o->count, &o->cfg, m, cap);
   AMP_FREE(t);
   if (st != AMP_OK) { o->cu = NULL; return st; }
-  for (i = 0; i < o->count && st == AMP_OK; i++) {   /* the masters taken at add, in stream order */
-    if (!o->master[i]) continue;   /* SPLIT without a seed, NONE: nothing was taken */
-    if (o->master_mode[i] == AMP_MASTER_SPLIT) {   /* the seed split into the model copy and the remainders */
-      float *h = (float *)AMP_MALLOC(o->n[i] * sizeof *h);
-      if (!h) { snprintf(m, cap, "out of memory for %zu floats", o->n[i]); st = AMP_ERR_NOMEM; break; }
-      st = amp__cu_copy(state, h, o->master[i], o->n[i] * sizeof *h, 1, m, cap);
-      if (st == AMP_OK) st = amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), h, 1, 0u, m, cap);
-      AMP_FREE(h);
-    } else {
-      st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->master[i], o->n[i] * sizeof(float), 2, m, cap);
-    }
-  }
-  if (st != AMP_OK) { amp__cu_optim_destroy(state, o->cu); o->cu = NULL; return st; }
   for (i = 0; i < o->count; i++) {
     amp__cu_free(state, o->master[i]);
     o->master[i] = amp__cu_optim_master(o->cu, i, NULL);

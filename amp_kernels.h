@@ -43,6 +43,10 @@ typedef struct amp_cu_tensor {
   int32_t master_mode; /* AMP_MASTER_F32: an fp32 master in the slab; AMP_MASTER_SPLIT (bf16 model): no fp32
                           master, a 16-bit remainder per element (amp__split_encode), zeroed at create (the
                           model copy as it is, exactly); AMP_MASTER_NONE (bf16, stochastic): neither */
+  const float *master; /* NULL, or n fp32 values on the device, the master as amp.h took it at add: F32 copies
+                          them into the slab bit for bit, SPLIT splits them into the model copy and the
+                          remainders (NONE: must be NULL). NULL: F32 takes the model copy (exact), SPLIT keeps
+                          the model copy with zero remainders. Read once, at create; not kept. */
 } amp_cu_tensor;
 
 /* What a device scaler / optimizer holds besides the scale state, read back by a [sync] call. */
@@ -69,8 +73,6 @@ typedef struct amp_cu_optim_info {
 extern amp_status amp__cu_scaler_create(void *state, void **scaler, const amp_scale_state *st,
                                         const amp_scale_params *pr, char *msg, size_t cap);
 extern void       amp__cu_scaler_destroy(void *state, void *scaler);
-/* [step] replaces the scale state (checkpoint load) and refreshes the inverse scale. */
-extern amp_status amp__cu_scaler_set(void *state, void *scaler, const amp_scale_state *st, char *msg, size_t cap);
 /* [step] the whole block (checkpoint load): state, parameters, the inverse scale the unscale uses
    (1/init_scale for fixed scaling), skip counts; the found-inf flag cleared. 1 launch. */
 extern amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_scale_state *st,
@@ -89,8 +91,10 @@ extern amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf
 extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n,
                                        char *msg, size_t cap);
 
-/* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 master
-   (initialised from the model copies), the moments (zeroed) and the per-step block. */
+/* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 masters
+   (each taken once: from the tensor's master, else from its model copy), the moments (zeroed) and
+   the per-step block. h->kind must be a kind of amp.h's list whose update runs on the device (its
+   element function: not AMP_CUSTOM); anything else is AMP_ERR_ARG naming the kind. */
 extern amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *tensors, size_t n_tensors,
                                        const amp_optim_config *h, char *msg, size_t cap);
 extern void       amp__cu_optim_destroy(void *state, void *optim);

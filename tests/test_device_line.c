@@ -102,6 +102,7 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *
   int nm = amp__o_moments(h);
   size_t i, j;
   (void)state;
+  if (!amp__kind_on_device(h->kind)) { free(o); snprintf(msg, cap, "amp__cu_optim_create: kind %d has no device update", (int)h->kind); return AMP_ERR_ARG; }
   if (!o) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
   o->h = *h; o->k = n;
   o->t = (amp_cu_tensor *)calloc(n, sizeof *o->t); o->p = (float **)calloc(n, sizeof *o->p);
@@ -110,10 +111,16 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp_cu_tensor *
   if (h->stats) o->stats = (amp__gstat *)calloc(n, sizeof *o->stats);
   for (i = 0; i < n; i++) {
     o->t[i] = ts[i];
-    if (ts[i].master_mode == AMP_MASTER_SPLIT) o->rem[i] = (uint16_t *)calloc(ts[i].n, 2);   /* zeroed, as the kernel's memset */
-    if (ts[i].master_mode == AMP_MASTER_F32) {
+    o->t[i].master = NULL;   /* read once, here: not kept */
+    if (ts[i].master_mode == AMP_MASTER_NONE && ts[i].master) { snprintf(msg, cap, "tensor %zu: NONE with a master", i); return AMP_ERR_ARG; }
+    if (ts[i].master_mode == AMP_MASTER_SPLIT) {
+      o->rem[i] = (uint16_t *)calloc(ts[i].n, 2);   /* zeroed, as the kernel's memset */
+      if (ts[i].master)   /* a seed: split into the model copy and the remainders (amp__cu_split_kernel) */
+        for (j = 0; j < ts[i].n; j++) amp__split_encode(ts[i].master[j], &((amp_bf16 *)ts[i].model)[j], &o->rem[i][j]);
+    }
+    if (ts[i].master_mode == AMP_MASTER_F32) {   /* the master given (bit for bit), else the model copy */
       o->p[i] = (float *)malloc(ts[i].n * 4);
-      for (j = 0; j < ts[i].n; j++) o->p[i][j] = amp__load(ts[i].model, (amp_dtype)ts[i].dtype, j);
+      for (j = 0; j < ts[i].n; j++) o->p[i][j] = ts[i].master ? ts[i].master[j] : amp__load(ts[i].model, (amp_dtype)ts[i].dtype, j);
     }
     if (nm >= 1) o->m[i] = (float *)calloc(ts[i].n, 4);
     if (nm >= 2) o->v[i] = (float *)calloc(ts[i].n, 4);
