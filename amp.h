@@ -121,7 +121,9 @@
                            unscale pass; tensor names (amp_tensor_desc.name) in the overflow
                            log line; spike skipping (amp_optim_config.spike_norm and
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
-                           (format version 2; version 1 still loads).
+                           (format version 2; version 1 still loads); the Lion optimizer
+                           (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
+                           and an unknown kind is refused everywhere (AMP_ERR_ARG at create).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
