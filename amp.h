@@ -1119,7 +1119,9 @@ typedef struct amp_step_coefs {
    every field from the config, wd the group's weight decay on the grad, decay 1, step_size lr,
    bc2_sqrt 1 (what SGD reads). Bias corrections in double, rounded once to float, as PyTorch
    computes them; a decoupled decay's factor likewise, (float)(1 - (double)lr * (double)wd). */
-static inline AMP_HD void amp__no_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) { (void)c; (void)h; (void)t; }
+static inline AMP_HD void amp__no_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  (void)c; (void)h; (void)t;
+}
 static inline AMP_HD void amp__decoupled_decay(amp_step_coefs *c) {
   c->decay = (float)(1.0 - (double)c->lr * (double)c->wd);
   c->wd = 0.0f;   /* the weight decays, not the grad */
@@ -1156,7 +1158,7 @@ static inline AMP_HD void amp__lion_coefs(amp_step_coefs *c, const amp_optim_con
    (and, if it needs more than amp_step_coefs holds, a field there and a coefs function above);
    optionally a vector body. */
 #define AMP__OPTIM_KINDS(X) \
-  /*  kind              name          moments              lr     beta1 beta2   coefs             elem           device */ \
+  /*  kind            name          moments              lr     beta1 beta2   coefs             elem          device */ \
   X(AMP_OPTIM_SGD,    "AMP_SGD",    c->momentum != 0.0f, 1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__sgd_elem,    1) \
   X(AMP_OPTIM_ADAM,   "AMP_ADAM",   2,                   1e-3f, 0.9f, 0.999f, amp__adam_coefs,  amp__adam_elem,   1) \
   X(AMP_OPTIM_ADAMW,  "AMP_ADAMW",  2,                   1e-3f, 0.9f, 0.999f, amp__adamw_coefs, amp__adam_elem,   1) \
@@ -3321,8 +3323,8 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
    `elem`; an unknown kind, which create refuses, changes nothing). */
 #define AMP__KIND_ELEMS(kd, name, nm, lr, b1, b2, coefs, elem, dev) \
   case kd: for (i = 0; i < k; i++) elem(&pp[i], &mm[i], &vv[i], gb[i], c); return;
-AMP__INLINE void amp__o_elems(amp_optim_kind kind, float *AMP__RESTRICT pp, float *AMP__RESTRICT mm, float *AMP__RESTRICT vv,
-                              const float *AMP__RESTRICT gb, size_t k, const amp_step_coefs *c) {
+AMP__INLINE void amp__o_elems(amp_optim_kind kind, float *AMP__RESTRICT pp, float *AMP__RESTRICT mm,
+                              float *AMP__RESTRICT vv, const float *AMP__RESTRICT gb, size_t k, const amp_step_coefs *c) {
   size_t i;
   switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_ELEMS) default: return; }
 }
@@ -3584,8 +3586,9 @@ AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float
   else if (gt == AMP_BF16 && wt == AMP_F32) return FN(kind, p, m, v, g, AMP_BF16, w, AMP_F32, n, gmul, c); \
   else if (gt == AMP_F16) return FN(kind, p, m, v, g, AMP_F16, w, AMP_BF16, n, gmul, c); \
   else return FN(kind, p, m, v, g, AMP_BF16, w, AMP_F16, n, gmul, c)
-static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                          void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                          amp_dtype gt, void *w, amp_dtype wt, size_t n, float gmul,
+                                          const amp_step_coefs *c) {
   AMP__STEP_CASES(amp__o_step16);
 }
 static AMP__AVX2 int amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
@@ -3831,7 +3834,7 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   if (!amp__kind_name(c->kind))
     return amp__fail(AMP_ERR_ARG, "%s: kind %d is not an optimizer kind (AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM or "
                      "AMP_LION)", fn, (int)c->kind);
-  if (!c->zero_is_zero) amp__kind_defaults(c, 0);   /* a zero-initialised config: 0 means the default beside the field */
+  if (!c->zero_is_zero) amp__kind_defaults(c, 0);   /* a zero-initialised config: 0 means the default */
   c->zero_is_zero = 1;   /* resolved: every field holds its value (resolving again changes nothing) */
   /* -0 is 0 (the update's arithmetic then gives torch's bits, whose zeros are +0) */
   if (amp__is_zero(c->lr)) c->lr = 0.0f;

@@ -493,8 +493,9 @@ template <int DT, bool STATS> struct amp__cu_unscale_op {
   }
 };
 // One chunk of grads of type DT: 8 halves or 4 floats (16 bytes) per access where aligned.
-template <int DT, bool STATS> __device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv,
-                                                                                    double &ss, int &bad, amp__gstat &a) {
+template <int DT, bool STATS>
+__device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv, double &ss, int &bad,
+                                                      amp__gstat &a) {
   amp__cu_unscale_op<DT, STATS> op = {grad, inv, ss, bad, a};
   amp__cu_walk<16 / (int)sizeof(typename amp__cu_elem<DT>::T)>(op, len, vec);
   ss = op.ss; bad = op.bad; a = op.a;
@@ -622,7 +623,8 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
       if ((WD == AMP_F32 && t.round_to != AMP_F32) || (WD == AMP_BF16 && t.stochastic)) {
 #pragma unroll   // a float copy holding bf16/f16 values, or a bf16 copy rounded stochastically
         for (int k = 0; k < V; k++)
-          amp__store_model((W *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key, (size_t)(e + k), p[k]);
+          amp__store_model((W *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key, (size_t)(e + k),
+                           p[k]);
       } else {
         amp__cu_stv<WD, V>(t.model, e, p);
       }
@@ -637,9 +639,9 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
 };
 // One chunk: 4 elements per access where grad and model copy are 16-byte aligned (16 bytes of master
 // and moments, 8 or 16 of grad and model copy), one at a time otherwise.
-template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start,
-                                                                                       int len, float mul, const amp_step_coefs &c,
-                                                                                       uint64_t key) {
+template <int KIND, int GD, int WD>
+__device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start, int len, float mul,
+                                                   const amp_step_coefs &c, uint64_t key) {
   amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key};
   amp__cu_walk<4>(op, len, t.vec);
 }
@@ -702,7 +704,8 @@ template <int KIND, int DEVICE> struct amp__cu_step_launch {
   }
 };
 template <int KIND> struct amp__cu_step_launch<KIND, 0> {
-  static int go(int, cudaStream_t, amp__cu_optim_dev *, amp__cu_scaler_dev *, int, const amp__cu_tdev *, const amp__cu_chunk *) {
+  static int go(int, cudaStream_t, amp__cu_optim_dev *, amp__cu_scaler_dev *, int, const amp__cu_tdev *,
+                const amp__cu_chunk *) {
     return 0;
   }
 };
@@ -804,8 +807,8 @@ extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype,
     return amp__cu_arg(msg, cap, "amp__cu_write_model: stochastic with dtype %d (bf16 only)", (int)dtype);
   if (round_to == AMP_F32 && !stochastic) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
   AMP__CU_ON(st);
-  amp__cu_write_model_kernel<<<amp__cu_grid(st, n), AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, stochastic != 0, key, master,
-                                                                       (long long)n);
+  amp__cu_write_model_kernel<<<amp__cu_grid(st, n), AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, stochastic != 0,
+                                                                                      key, master, (long long)n);
   AMP__CU_CHECK_LAUNCH("amp__cu_write_model_kernel<<<>>>");
   return AMP_OK;
 }
@@ -960,13 +963,14 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   if (slots > 1) AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
   for (size_t i = 0; i < o->n_tensors; i++) {   // each master taken once: as given, else the model copy (exact)
     if (ht[i].master && ts[i].master) {
-      AMP__CU_CHECK(cudaMemcpyAsync(ht[i].master, ts[i].master, ts[i].n * sizeof(float), cudaMemcpyDeviceToDevice, st->stream));
+      AMP__CU_CHECK(cudaMemcpyAsync(ht[i].master, ts[i].master, ts[i].n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    st->stream));
     } else if (ht[i].master) {
       amp__cu_cast_launch(st, ht[i].master, AMP_F32, ts[i].model, ts[i].dtype, ts[i].n, NULL);
       AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (master from model)");
     } else if (ht[i].rem && ts[i].master) {   // a split master's seed: the model copy and the remainders
-      amp__cu_split_kernel<<<amp__cu_grid(st, ts[i].n), AMP__CU_THREADS, 0, st->stream>>>((amp_bf16 *)ts[i].model, ht[i].rem,
-                                                                                           ts[i].master, (long long)ts[i].n);
+      amp__cu_split_kernel<<<amp__cu_grid(st, ts[i].n), AMP__CU_THREADS, 0, st->stream>>>(
+          (amp_bf16 *)ts[i].model, ht[i].rem, ts[i].master, (long long)ts[i].n);
       AMP__CU_CHECK_LAUNCH("amp__cu_split_kernel<<<>>>");
     }
   }
@@ -995,8 +999,8 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: stochastic with dtype %d (bf16 only)", i, (int)ts[i].dtype);
     if ((ts[i].master_mode != AMP_MASTER_F32 && ts[i].master_mode != AMP_MASTER_SPLIT && ts[i].master_mode != AMP_MASTER_NONE) ||
         (ts[i].master_mode != AMP_MASTER_F32 && ts[i].dtype != AMP_BF16) ||
-        (ts[i].master_mode == AMP_MASTER_SPLIT && ts[i].stochastic) || (ts[i].master_mode == AMP_MASTER_NONE && !ts[i].stochastic) ||
-        (ts[i].master_mode == AMP_MASTER_NONE && ts[i].master))
+        (ts[i].master_mode == AMP_MASTER_SPLIT && ts[i].stochastic) ||
+        (ts[i].master_mode == AMP_MASTER_NONE && (!ts[i].stochastic || ts[i].master)))
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: master_mode %d with dtype %d, stochastic %d", i,
                          (int)ts[i].master_mode, (int)ts[i].dtype, (int)ts[i].stochastic);
     if (ts[i].group < 0 || !(ts[i].lr_scale >= 0.0f) || !(ts[i].weight_decay >= 0.0f))
@@ -1051,8 +1055,8 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
   if (!st || !o || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %s is NULL", !st ? "state" : !o ? "optim" : "h");
   if (h->kind != o->kind) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: kind %d differs from the optimizer's %d", (int)h->kind, o->kind);
   if (amp__o_moments(h) > o->has_m + o->has_v)
-    return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %d moment buffers needed (momentum %g) but the optimizer was made with %d",
-                       amp__o_moments(h), (double)h->momentum, o->has_m + o->has_v);
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %d moment buffers needed (momentum %g) but the optimizer "
+                       "was made with %d", amp__o_moments(h), (double)h->momentum, o->has_m + o->has_v);
   AMP__CU_ON(st);
   // The step reads the hyperparameters from device memory when it runs, so a graph replays with
   // whatever the last set before the replay wrote. Captured, this write would itself be replayed,
@@ -1130,7 +1134,8 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   amp__cu_scaler_dev *sc = (amp__cu_scaler_dev *)scaler;
   int rule = update_scaler != 0, launched = 0;
 #define AMP__CU_STEP_CASE(K, NAME, NM, LR, B1, B2, COEFS, ELEM, DEV) \
-  case K: launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks); break;
+  case K: launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks); \
+          break;
   switch ((amp_optim_kind)o->kind) { AMP__OPTIM_KINDS(AMP__CU_STEP_CASE) default: break; }
 #undef AMP__CU_STEP_CASE
   if (!launched) return amp__cu_arg(msg, cap, "amp__cu_optim_step: kind %d has no step kernel", o->kind);
