@@ -3469,7 +3469,7 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
 /* The update of one vector, per kind, written once for both widths: VT the vector type and the
    width's operations (AMP__V16_OPS, AMP__V8_OPS) as arguments; x holds the grads (g * gmul), w0
    the masters, m and v the moments at this vector. A kind without a body here runs its element
-   function's plain loop at every SIMD level (amp__o_vstep returns 0). */
+   function's plain loop at every SIMD level (amp__o_step16 / amp__o_step8 return 0). */
 #define AMP__VSGD(VT, ADD, SUB, MUL, DIV, SQRT, LDF, STF, ZERO) { \
     if (has_wd) x = ADD(x, MUL(wd, w0)); \
     if (has_mom) { \
