@@ -121,7 +121,9 @@
                            unscale pass; tensor names (amp_tensor_desc.name) in the overflow
                            log line; spike skipping (amp_optim_config.spike_norm and
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
-                           (format version 2; version 1 still loads).
+                           (format version 2; version 1 still loads); the Lion optimizer
+                           (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
+                           and an unknown kind is refused everywhere (AMP_ERR_ARG at create).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -736,11 +738,26 @@ static inline AMP_HD float amp__inv_scale(float scale) { return (float)(1.0 / (d
    Master-copy optimizers
    ------------------------------------------------------------------------------------------ */
 
-/* The optimizer kinds, AMP_OPTIM_*; the short names AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM are
-   the same values. */
+/* The optimizer kinds, AMP_OPTIM_*; the short names AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM,
+   AMP_LION are the same values.
+     AMP_OPTIM_SGD     torch.optim.SGD: momentum, dampening, nesterov, L2 weight decay
+     AMP_OPTIM_ADAM    torch.optim.Adam: L2 weight decay on the grad
+     AMP_OPTIM_ADAMW   torch.optim.AdamW: decoupled decay, w = w * (1 - lr*wd) first
+     AMP_OPTIM_CUSTOM  the trainer's own fp32 update (custom_step), CPU only
+     AMP_OPTIM_LION    Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms",
+                       Algorithm 2): one moment m (zero at the start); per step, g the unscaled,
+                       clipped grad:  w = w * (1 - lr*wd)  (decoupled, the factor computed as
+                       AdamW's), u = beta1*m + (1-beta1)*g,  w = w - lr * sign(u),
+                       m = beta2*m + (1-beta2)*g.  sign(0) = 0 (the weight is left as it is) and
+                       sign(NaN) = NaN (as torch.sign: a NaN moment shows in the weight). eps,
+                       momentum, dampening and nesterov are not read. Defaults lr 1e-4,
+                       beta1 0.9, beta2 0.99 (optax, lion-pytorch); use an lr 3-10x smaller and a
+                       weight_decay 3-10x larger than AdamW's (the paper's advice).
+   An unknown value is refused by amp_optimizer_create (AMP_ERR_ARG naming it). */
 typedef enum amp_optim_kind {
-  AMP_OPTIM_SGD = 0, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW, AMP_OPTIM_CUSTOM,
-  AMP_SGD = AMP_OPTIM_SGD, AMP_ADAM = AMP_OPTIM_ADAM, AMP_ADAMW = AMP_OPTIM_ADAMW, AMP_CUSTOM = AMP_OPTIM_CUSTOM
+  AMP_OPTIM_SGD = 0, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW, AMP_OPTIM_CUSTOM, AMP_OPTIM_LION,
+  AMP_SGD = AMP_OPTIM_SGD, AMP_ADAM = AMP_OPTIM_ADAM, AMP_ADAMW = AMP_OPTIM_ADAMW, AMP_CUSTOM = AMP_OPTIM_CUSTOM,
+  AMP_LION = AMP_OPTIM_LION
 } amp_optim_kind;
 /* amp_optimizer_config (amp_optim_config is the same type): the config of amp_optimizer_create.
    ZEROS. A zero-initialised config means every default, so in it 0 means the default written
@@ -750,10 +767,11 @@ typedef enum amp_optim_kind {
        amp_optim_config c = amp_optimizer_defaults(AMP_ADAM);
        c.beta1 = 0.0f;                        // torch.optim.Adam(betas=(0, 0.999))
    (or set zero_is_zero = 1 yourself and write every field). How each zero is written:
-     lr            0 is the default 1e-3; with zero_is_zero 0 is lr 0 (the masters stay as they are,
+     lr            0 is the default 1e-3 (Lion: 1e-4); with zero_is_zero 0 is lr 0 (the masters stay as they are,
                    the moments and the step count advance, as torch.optim with lr=0).
                    amp_optimizer_set_lr(o, 0) is lr 0 always.
-     beta1, beta2  0 is the default 0.9 / 0.999; with zero_is_zero 0 is 0 (legal: [0, 1)).
+     beta1, beta2  0 is the default 0.9 / 0.999 (Lion: 0.9 / 0.99); with zero_is_zero 0 is 0
+                   (legal: [0, 1)).
      eps           0 is the default 1e-8; with zero_is_zero, eps 0 for Adam/AdamW is an error
                    (AMP_ERR_ARG naming eps): 0/0 is NaN where a grad and its moments are 0.
      weight_decay, momentum, dampening
@@ -764,10 +782,10 @@ typedef enum amp_optim_kind {
    meaning hangs on the sign). Negative, NaN or infinite values are errors naming the field. */
 typedef struct amp_optim_config {
   amp_optim_kind kind;                   /* 0 -> AMP_SGD */
-  float lr;                              /* 0 -> 1e-3 (see ZEROS above) */
-  float weight_decay;                    /* 0 -> none. L2 for SGD/Adam, decoupled for AdamW */
+  float lr;                              /* 0 -> 1e-3, Lion 1e-4 (see ZEROS above) */
+  float weight_decay;                    /* 0 -> none. L2 for SGD/Adam, decoupled for AdamW and Lion */
   float momentum, dampening; int nesterov;  /* SGD; 0 -> plain SGD. nesterov needs momentum > 0, dampening 0 */
-  float beta1, beta2, eps;               /* 0 -> 0.9, 0.999, 1e-8 (see ZEROS above) */
+  float beta1, beta2, eps;               /* 0 -> 0.9, 0.999, 1e-8; Lion 0.9, 0.99 (see ZEROS above) */
   float max_grad_norm;                   /* 0 -> no clipping; global L2 norm of the unscaled grads */
   /* AMP_CUSTOM: the trainer's own fp32 update, run on each master tensor with unscaled fp32 grads */
   void (*custom_step)(void *user, float *master, const float *grad, size_t n, size_t index, long step);
@@ -786,8 +804,9 @@ typedef struct amp_optim_config {
 typedef amp_optim_config amp_optimizer_config;
 
 /* Every default of kind filled in (lr 1e-3, betas 0.9 / 0.999, eps 1e-8, no decay, no momentum, no
-   clipping) with zero_is_zero set, so that any field changed after it is taken as written, 0
-   included. An unknown kind is kept, and amp_optimizer_create refuses it. */
+   clipping; Lion: lr 1e-4, betas 0.9 / 0.99) with zero_is_zero set, so that any field changed
+   after it is taken as written, 0 included. An unknown kind is kept (with the defaults of SGD), and
+   amp_optimizer_create refuses it. */
 AMPDEF amp_optim_config amp_optimizer_defaults(amp_optim_kind kind);
 
 AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg);
@@ -893,12 +912,12 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
    where the master's low bits are random; more often where they are few). A NaN master splits into amp_f32_to_bf16's quiet
    NaN and lo 0 (the low 16 payload bits are not kept; the default NaN of arithmetic has none).
    Memory per parameter the optimizer keeps (the model copy, 2 or 4 bytes, and the grads, 2 or 4,
-   are the trainer's), moments included, fp32 moments being 0 (SGD), 4 (SGD with momentum) or 8
-   (Adam/AdamW) bytes:
-                           SGD   SGD + momentum   Adam / AdamW
-     AMP_MASTER_F32         4          8              12        (fp32 master, 4 bytes)
-     AMP_MASTER_SPLIT       2          6              10        (the remainder, 2 bytes)
-     AMP_MASTER_NONE        0          4               8        (no master)
+   are the trainer's), moments included, fp32 moments being 0 (SGD), 4 (SGD with momentum, Lion)
+   or 8 (Adam/AdamW) bytes:
+                           SGD   SGD + momentum   Adam / AdamW   Lion
+     AMP_MASTER_F32         4          8              12          8     (fp32 master, 4 bytes)
+     AMP_MASTER_SPLIT       2          6              10          6     (the remainder, 2 bytes)
+     AMP_MASTER_NONE        0          4               8          4     (no master)
    So bf16 weights + fp32 grads + AdamW is 2 + 4 + 12 = 18 bytes with an fp32 master, 16 split,
    14 with none; a float model copy with round_to (no 16-bit shadow) 4 + 4 + 12 = 20.
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
@@ -1053,7 +1072,7 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
        are 0);
      then per
        tensor u64 n, u32 weight dtype, u32 grad dtype, f32 master[n], then the moments it has (SGD
-       with momentum: buf[n]; Adam/AdamW: m[n], v[n]).
+       with momentum: buf[n]; Adam/AdamW: m[n], v[n]; Lion: m[n]).
    save writes a new file beside path under a name unique to the process and call
    (path.tmp.<pid>.<n>), created exclusively (never through an existing file or symlink), flushes
    it to disk (fsync), renames it over path and flushes the directory: a crash or a failed save
@@ -1099,37 +1118,102 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 /* Per-step coefficients of an update, computed once per step (on the host, or by one device
    thread) and read by every element. */
 typedef struct amp_step_coefs {
-  float lr, wd;              /* learning rate, weight decay */
+  float lr, wd;              /* learning rate, weight decay on the grad (L2; 0 where the decay is decoupled) */
   float momentum, dampening; /* SGD */
   int32_t nesterov, first;   /* SGD: nesterov flag; first step of the momentum buffer */
-  float beta1, beta2, eps;   /* Adam/AdamW */
+  float beta1, beta2, eps;   /* Adam/AdamW, Lion (beta1, beta2) */
   float step_size;           /* Adam: lr / (1 - beta1^t) */
   float bc2_sqrt;            /* Adam: sqrt(1 - beta2^t) */
-  float decay;               /* AdamW: 1 - lr * wd, applied to the weight first */
+  float decay;               /* AdamW, Lion: 1 - lr * wd, applied to the weight first; else 1 */
 } amp_step_coefs;
+
+/* Each kind's part of the coefficients (its row's `coefs`), on c as amp__step_coefs starts it:
+   every field from the config, wd the group's weight decay on the grad, decay 1, step_size lr,
+   bc2_sqrt 1 (what SGD reads). Bias corrections in double, rounded once to float, as PyTorch
+   computes them; a decoupled decay's factor likewise, (float)(1 - (double)lr * (double)wd). */
+static inline AMP_HD void amp__no_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  (void)c; (void)h; (void)t;
+}
+static inline AMP_HD void amp__decoupled_decay(amp_step_coefs *c) {
+  c->decay = (float)(1.0 - (double)c->lr * (double)c->wd);
+  c->wd = 0.0f;   /* the weight decays, not the grad */
+}
+static inline AMP_HD void amp__adam_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  c->step_size = (float)((double)c->lr / (1.0 - pow((double)h->beta1, (double)t)));
+  c->bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
+}
+static inline AMP_HD void amp__adamw_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  amp__decoupled_decay(c);
+  amp__adam_coefs(c, h, t);
+}
+static inline AMP_HD void amp__lion_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  (void)h; (void)t;
+  amp__decoupled_decay(c);
+}
+
+/* THE OPTIMIZER KINDS, one row each; every dispatch on a kind (defaults, moment buffers, names in
+   messages, coefficients, the CPU loops, the step kernel) is a switch generated from this list,
+   whose default refuses a kind the list lacks. Columns:
+     kind     its amp_optim_kind value
+     name     for messages
+     moments  fp32 moment buffers per element, an expression of the config c (SGD: 1 with momentum)
+     lr, beta1, beta2   what a 0 in the config (and amp_optimizer_defaults) means
+     coefs    its part of amp_step_coefs (above)
+     elem     the AMP_HD element update (p, m, v, g, c): the master *p, moments *m, *v (a scratch
+              where the kind keeps none), g the unscaled clipped grad; the CPU's plain loop and the
+              step kernel call it (AMP__EXACT_FP: the same bits on both)
+     device   1: elem is the update (any device); 0: the update is a host function (AMP_CUSTOM)
+   The CPU's vector loops (AVX2, AVX-512) have bodies for SGD and Adam/AdamW (amp__o_step16/8, a
+   switch whose default returns to the plain loop); any other kind runs elem's plain loop at every
+   SIMD level: the same bits, slower.
+   To add a kind: its AMP_OPTIM_* value, a row here, its element function beside amp__lion_elem
+   (and, if it needs more than amp_step_coefs holds, a field there and a coefs function above);
+   optionally a vector body. */
+#define AMP__OPTIM_KINDS(X) \
+  /*  kind            name          moments              lr     beta1 beta2   coefs             elem          device */ \
+  X(AMP_OPTIM_SGD,    "AMP_SGD",    c->momentum != 0.0f, 1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__sgd_elem,    1) \
+  X(AMP_OPTIM_ADAM,   "AMP_ADAM",   2,                   1e-3f, 0.9f, 0.999f, amp__adam_coefs,  amp__adam_elem,   1) \
+  X(AMP_OPTIM_ADAMW,  "AMP_ADAMW",  2,                   1e-3f, 0.9f, 0.999f, amp__adamw_coefs, amp__adam_elem,   1) \
+  X(AMP_OPTIM_CUSTOM, "AMP_CUSTOM", 0,                   1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__custom_elem, 0) \
+  X(AMP_OPTIM_LION,   "AMP_LION",   1,                   1e-4f, 0.9f, 0.99f,  amp__lion_coefs,  amp__lion_elem,   1)
+
+/* The list's columns as functions (the switch defaults: an unknown kind). */
+#define AMP__KIND_NAME(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return name;
+static inline const char *amp__kind_name(amp_optim_kind kind) {
+  switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_NAME) default: return NULL; }
+}
+#undef AMP__KIND_NAME
+/* The fp32 moment buffers per element of c's kind (the row's `moments`); -1: not a kind. */
+#define AMP__KIND_MOMENTS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return (nm);
+static inline int amp__o_moments(const amp_optim_config *c) {
+  switch (c->kind) { AMP__OPTIM_KINDS(AMP__KIND_MOMENTS) default: return -1; }
+}
+#undef AMP__KIND_MOMENTS
+/* 1 for a kind of the list whose update is its element function (every device), else 0. */
+#define AMP__KIND_DEVICE(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return dev;
+static inline AMP_HD int amp__kind_on_device(amp_optim_kind kind) {
+  switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_DEVICE) default: return 0; }
+}
+#undef AMP__KIND_DEVICE
 
 /* The coefficients of update number t (t >= 1) for the tensors of one param group, from the
    resolved config and the group's lr_scale and weight_decay (group 0: 1 and h->weight_decay, see
    amp__group_coefs): the one function the CPU step and the CUDA step kernel (one thread per
-   block) both call. The group's lr is h->lr * lr_scale, one f32 multiply (exact for 1). Bias
-   corrections in double, rounded once to float, as PyTorch computes them. SGD reads lr, wd,
-   momentum, dampening, nesterov and first; its step_size is lr and bc2_sqrt 1 (no bias
-   correction). */
+   block) both call. The group's lr is h->lr * lr_scale, one f32 multiply (exact for 1); the
+   kind's row adds its part. An unknown kind gets the common part only (create refuses it). */
+#define AMP__KIND_COEFS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: coefs(&c, h, t); break;
 static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, int64_t t, float lr_scale, float weight_decay) {
   amp_step_coefs c;
-  int adamw = h->kind == AMP_ADAMW;
   float lr = h->lr * lr_scale;
-  c.lr = lr;
-  c.wd = adamw ? 0.0f : weight_decay;             /* AdamW decays the weight, not the grad */
+  c.lr = lr; c.wd = weight_decay;
   c.momentum = h->momentum; c.dampening = h->dampening;
   c.nesterov = h->nesterov != 0; c.first = t == 1;   /* torch.optim.SGD: the buffer starts as the grad */
   c.beta1 = h->beta1; c.beta2 = h->beta2; c.eps = h->eps;
-  c.decay = adamw ? (float)(1.0 - (double)lr * (double)weight_decay) : 1.0f;
-  if (h->kind == AMP_SGD) { c.step_size = lr; c.bc2_sqrt = 1.0f; return c; }
-  c.step_size = (float)((double)lr / (1.0 - pow((double)h->beta1, (double)t)));
-  c.bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
+  c.decay = 1.0f; c.step_size = lr; c.bc2_sqrt = 1.0f;
+  switch (h->kind) { AMP__OPTIM_KINDS(AMP__KIND_COEFS) default: break; }
   return c;
 }
+#undef AMP__KIND_COEFS
 
 /* The coefficients of a tensor in param group `group`: group 0 takes lr_scale 1 and the config's
    weight_decay (so set_lr and a checkpoint's config reach it), any other group its own values. */
@@ -1203,13 +1287,16 @@ static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
 
 AMP__EXACT_BEGIN
-/* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD). */
-static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *buf, float g, const amp_step_coefs *c) {
+/* The element updates: (p, m, v, g, c) as the kind list's `elem` column says. */
+/* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD); m is the momentum
+   buffer (read only with momentum), v unused. */
+static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   float w = *p;
+  (void)v;
   if (c->wd != 0.0f) g = g + c->wd * w;
   if (c->momentum != 0.0f) {
-    float b = c->first ? g : c->momentum * *buf + (1.0f - c->dampening) * g;
-    *buf = b;
+    float b = c->first ? g : c->momentum * *m + (1.0f - c->dampening) * g;
+    *m = b;
     g = c->nesterov ? g + c->momentum * b : b;
   }
   *p = w - c->lr * g;
@@ -1235,6 +1322,30 @@ static inline AMP_HD AMP__EXACT_FP void amp__adam_apply(float *p, float m, float
 static inline AMP_HD AMP__EXACT_FP void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   amp__adam_moments(p, m, v, g, c);
   amp__adam_apply(p, *m, sqrtf(*v), c);
+}
+
+/* sign(u) for Lion, on the bits (so -ffast-math cannot fold it): +1 or -1, 0 for +-0, and u itself
+   for NaN (as torch.sign). */
+static inline AMP_HD float amp__sign(float u) {
+  uint32_t a = amp__f32_bits(u) & 0x7fffffffu;
+  if (a == 0u) return 0.0f;
+  if (a > 0x7f800000u) return u;
+  return (amp__f32_bits(u) >> 31) ? -1.0f : 1.0f;
+}
+/* Lion (Chen et al. 2023, Algorithm 2): the decoupled decay first (c->decay = 1 - lr*wd, as
+   AdamW's), then w - lr * sign(beta1*m + (1-beta1)*g), then m = beta2*m + (1-beta2)*g; v unused. */
+static inline AMP_HD AMP__EXACT_FP void amp__lion_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+  float w = *p * c->decay;
+  float u = c->beta1 * *m + (1.0f - c->beta1) * g;
+  (void)v;
+  *p = w - c->lr * amp__sign(u);
+  *m = c->beta2 * *m + (1.0f - c->beta2) * g;
+}
+
+/* AMP_CUSTOM's row: its update is custom_step, a host function the CPU step calls itself
+   (amp__o_apply); this is never called, and the step kernel refuses the kind at create. */
+static inline AMP_HD void amp__custom_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+  (void)p; (void)m; (void)v; (void)g; (void)c;
 }
 
 AMP__EXACT_END
@@ -2705,11 +2816,10 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
    and one for CUDA (amp__cuda_ops, each entry one call of a launcher of amp_kernels.cu, declared
    in amp_kernels.h); both tables are at the end of the implementation. Nothing above the line asks
    which device it runs on; what truly differs sits below it.
-   To add an optimizer kind: its AMP_OPTIM_* value, its fields in amp_optim_config (resolved in
-   amp__optim_resolve), its coefficients in amp__step_coefs, its element update as an AMP_HD
-   function beside amp__sgd_elem, called by the CPU loop (amp__o_step_body) and the step kernel
-   (amp__cu_update), and its moment count in amp__o_moments. To add a device operation: see the
-   tables.
+   To add an optimizer kind: its AMP_OPTIM_* value and a row in THE OPTIMIZER KINDS
+   (AMP__OPTIM_KINDS: name, moments, defaults, coefficients, element function); the CPU loops,
+   the step kernel, create, checkpoints and messages all read that list. To add a device
+   operation: see the tables.
 
    An operation fills msg[cap] on failure (the public caller prefixes its own name) and returns
    the status; a failing operation changes nothing the caller can see. Objects hold their state in
@@ -3239,26 +3349,39 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
   amp__o_scan_finish(lanes, sumsq, bad);
 }
 
-/* Pass 2 (step): one fused pass over a tensor for SGD/Adam/AdamW: the grads read again as
-   g * (inv_scale * clip), the update on the fp32 master and moments, the model copy written. */
+/* The element function of kind over one block: pp, mm, vv, gb of k elements (the kind list's
+   `elem`; an unknown kind, which create refuses, changes nothing). */
+#define AMP__KIND_ELEMS(kd, name, nm, lr, b1, b2, coefs, elem, dev) \
+  case kd: for (i = 0; i < k; i++) elem(&pp[i], &mm[i], &vv[i], gb[i], c); return;
+AMP__INLINE void amp__o_elems(amp_optim_kind kind, float *AMP__RESTRICT pp, float *AMP__RESTRICT mm,
+                              float *AMP__RESTRICT vv, const float *AMP__RESTRICT gb, size_t k, const amp_step_coefs *c) {
+  size_t i;
+  switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_ELEMS) default: return; }
+}
+#undef AMP__KIND_ELEMS
+
+/* Pass 2 (step): one fused pass over a tensor: the grads read again as g * (inv_scale * clip),
+   the update on the fp32 master and moments (a zeroed scratch block for a moment the kind does
+   not keep), the model copy written. */
 AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, float *AMP__RESTRICT m,
                                   float *AMP__RESTRICT v, const void *g, amp_dtype gt, void *w, amp_dtype wt,
                                   amp_dtype rt, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *coefs) {
-  float gb[AMP__CHUNK], sq[AMP__CHUNK];
+  float gb[AMP__CHUNK], sq[AMP__CHUNK], zm[AMP__CHUNK], zv[AMP__CHUNK];
   amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
   size_t i0, i;
+  if (!m) memset(zm, 0, sizeof zm);
+  if (!v) memset(zv, 0, sizeof zv);
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-    float *AMP__RESTRICT pp = p + i0;
+    float *AMP__RESTRICT pp = p + i0, *AMP__RESTRICT mm = m ? m + i0 : zm, *AMP__RESTRICT vv = v ? v + i0 : zv;
     amp__o_load(gb, g, gt, i0, k, gmul);
-    if (kind == AMP_SGD) {
-      if (m) { float *AMP__RESTRICT b = m + i0; for (i = 0; i < k; i++) amp__sgd_elem(&pp[i], &b[i], gb[i], &c); }
-      else for (i = 0; i < k; i++) { float unused = 0.0f; amp__sgd_elem(&pp[i], &unused, gb[i], &c); }
-    } else {
-      float *AMP__RESTRICT mm = m + i0, *AMP__RESTRICT vv = v + i0;
-      for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
-      amp__o_sqrt(sq, vv, k);
-      for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
+    switch (kind) {
+      case AMP_OPTIM_ADAM: case AMP_OPTIM_ADAMW:   /* amp__adam_elem in its halves, the block's roots at once */
+        for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
+        amp__o_sqrt(sq, vv, k);
+        for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
+        break;
+      default: amp__o_elems(kind, pp, mm, vv, gb, k, &c); break;   /* every other kind: its element function */
     }
     amp__o_store(w, wt, rt, sr, key, i0, pp, k);
   }
@@ -3373,117 +3496,133 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { __asm__("vsqrtps %1, %0" : "=x"(a
 AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
 #endif
 
-/* AVX-512: 16 elements at p[0..16) etc. under the lane mask k. */
-#define AMP__STEP16_BODY \
-  __m512 x = amp__mul16(amp__ld16(gt, g, k), gm), w0 = amp__ld16f(p, k); \
-  if (adam) { \
-    __m512 mv = amp__ld16f(m, k), vv = amp__ld16f(v, k), den; \
-    w0 = amp__mul16(w0, decay); \
-    if (has_wd) x = amp__add16(x, amp__mul16(wd, w0)); \
-    mv = amp__add16(amp__mul16(b1, mv), amp__mul16(omb1, x)); \
-    vv = amp__add16(amp__mul16(b2, vv), amp__mul16(amp__mul16(omb2, x), x)); \
-    den = amp__add16(amp__div16(amp__sqrt16(vv), bc2), eps); \
-    w0 = amp__sub16(w0, amp__mul16(ss, amp__div16(mv, den))); \
-    amp__st16f(m, mv, k); amp__st16f(v, vv, k); \
-  } else { \
-    if (has_wd) x = amp__add16(x, amp__mul16(wd, w0)); \
+/* The update of one vector, per kind, written once for both widths: VT the vector type and the
+   width's operations (AMP__V16_OPS, AMP__V8_OPS) as arguments; x holds the grads (g * gmul), w0
+   the masters, m and v the moments at this vector. A kind without a body here runs its element
+   function's plain loop at every SIMD level (amp__o_step16 / amp__o_step8 return 0). */
+#define AMP__VSGD(VT, ADD, SUB, MUL, DIV, SQRT, LDF, STF, ZERO) { \
+    if (has_wd) x = ADD(x, MUL(wd, w0)); \
     if (has_mom) { \
-      __m512 b = first ? x : amp__add16(amp__mul16(mom, m ? amp__ld16f(m, k) : _mm512_setzero_ps()), \
-                                           amp__mul16(omd, x)); \
-      if (m) amp__st16f(m, b, k); \
-      x = nest ? amp__add16(x, amp__mul16(mom, b)) : b; \
+      VT b = first ? x : ADD(MUL(mom, m ? LDF(m) : ZERO), MUL(omd, x)); \
+      if (m) STF(m, b); \
+      x = nest ? ADD(x, MUL(mom, b)) : b; \
     } \
-    w0 = amp__sub16(w0, amp__mul16(lr, x)); \
-  } \
-  amp__st16f(p, w0, k); \
-  amp__st16(wt, w, w0, k, 0)
+    w0 = SUB(w0, MUL(lr, x)); }
+#define AMP__VADAM(VT, ADD, SUB, MUL, DIV, SQRT, LDF, STF, ZERO) { \
+    VT mv = LDF(m), vv = LDF(v); \
+    w0 = MUL(w0, decay); \
+    if (has_wd) x = ADD(x, MUL(wd, w0)); \
+    mv = ADD(MUL(b1, mv), MUL(omb1, x)); \
+    vv = ADD(MUL(b2, vv), MUL(MUL(omb2, x), x)); \
+    w0 = SUB(w0, MUL(ss, DIV(mv, ADD(DIV(SQRT(vv), bc2), eps)))); \
+    STF(m, mv); STF(v, vv); }
+#define AMP__VAPPLY(body, ops) body ops
 
-AMP__AVX512_INLINE void amp__o_step16(int adam, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w,
-                                      amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+/* AVX-512: 16 elements at p[0..16) etc. under the lane mask k. */
+#define AMP__LD16F(q) amp__ld16f(q, k)
+#define AMP__ST16F(q, x) amp__st16f(q, x, k)
+#define AMP__V16_OPS (__m512, amp__add16, amp__sub16, amp__mul16, amp__div16, amp__sqrt16, AMP__LD16F, AMP__ST16F, \
+                      _mm512_setzero_ps())
+#define AMP__STEP16(BODY) { \
+    __m512 x = amp__mul16(amp__ld16(gt, g, k), gm), w0 = amp__ld16f(p, k); \
+    AMP__VAPPLY(BODY, AMP__V16_OPS); \
+    amp__st16f(p, w0, k); \
+    amp__st16(wt, w, w0, k, 0); }
+#define AMP__STEP16_LOOP(BODY) \
+  for (i = 0; i + 16 <= n; i += 16, p += 16, m = m ? m + 16 : m, v = v ? v + 16 : v, gc += 16 * gs, wc += 16 * ws) { \
+    const __mmask16 k = 0xffff;   /* a constant: plain loads and stores */ \
+    g = gc; w = wc; \
+    AMP__STEP16(BODY) \
+  } \
+  if (i < n) { \
+    __mmask16 k = amp__mask16(n - i); \
+    g = gc; w = wc; \
+    AMP__STEP16(BODY) \
+  }
+AMP__AVX512_INLINE int amp__o_step16(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                     void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
   size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
   const char *gc = (const char *)g;
   char *wc = (char *)w;
   AMP__VCOEFS(__m512, _mm512_set1_ps);
-  for (i = 0; i + 16 <= n; i += 16, p += 16, m = m ? m + 16 : m, v = v ? v + 16 : v, gc += 16 * gs, wc += 16 * ws) {
-    const __mmask16 k = 0xffff;   /* a constant: plain loads and stores */
-    g = gc; w = wc;
-    { AMP__STEP16_BODY; }
-  }
-  if (i < n) {
-    __mmask16 k = amp__mask16(n - i);
-    g = gc; w = wc;
-    { AMP__STEP16_BODY; }
+  switch (kind) {
+    case AMP_OPTIM_SGD: AMP__STEP16_LOOP(AMP__VSGD) return 1;
+    case AMP_OPTIM_ADAM: case AMP_OPTIM_ADAMW: AMP__STEP16_LOOP(AMP__VADAM) return 1;
+    default: return 0;   /* no vector body: the plain loop */
   }
 }
 /* AVX2: 8 elements; a tail through buffers of 8. */
-#define AMP__STEP8_BODY \
-  __m256 x = amp__mul8(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
-  if (adam) { \
-    __m256 mv = _mm256_loadu_ps(m), vv = _mm256_loadu_ps(v), den; \
-    w0 = amp__mul8(w0, decay); \
-    if (has_wd) x = _mm256_add_ps(x, amp__mul8(wd, w0)); \
-    mv = _mm256_add_ps(amp__mul8(b1, mv), amp__mul8(omb1, x)); \
-    vv = _mm256_add_ps(amp__mul8(b2, vv), amp__mul8(amp__mul8(omb2, x), x)); \
-    den = _mm256_add_ps(_mm256_div_ps(amp__sqrt8(vv), bc2), eps); \
-    w0 = _mm256_sub_ps(w0, amp__mul8(ss, _mm256_div_ps(mv, den))); \
-    _mm256_storeu_ps(m, mv); _mm256_storeu_ps(v, vv); \
-  } else { \
-    if (has_wd) x = _mm256_add_ps(x, amp__mul8(wd, w0)); \
-    if (has_mom) { \
-      __m256 b = first ? x : _mm256_add_ps(amp__mul8(mom, m ? _mm256_loadu_ps(m) : _mm256_setzero_ps()), \
-                                           amp__mul8(omd, x)); \
-      if (m) _mm256_storeu_ps(m, b); \
-      x = nest ? _mm256_add_ps(x, amp__mul8(mom, b)) : b; \
-    } \
-    w0 = _mm256_sub_ps(w0, amp__mul8(lr, x)); \
+#define AMP__LD8F(q) _mm256_loadu_ps(q)
+#define AMP__ST8F(q, x) _mm256_storeu_ps(q, x)
+#define AMP__V8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, _mm256_div_ps, amp__sqrt8, AMP__LD8F, AMP__ST8F, \
+                     _mm256_setzero_ps())
+#define AMP__STEP8(BODY) { \
+    __m256 x = amp__mul8(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
+    AMP__VAPPLY(BODY, AMP__V8_OPS); \
+    _mm256_storeu_ps(p, w0); \
+    amp__st8(wt, w, w0, 0); }
+#define AMP__STEP8_LOOP(BODY) \
+  for (i = 0; i + 8 <= n; i += 8, p += 8, m = m ? m + 8 : m, v = v ? v + 8 : v, gc += 8 * gs, wc += 8 * ws) { \
+    g = gc; w = wc; \
+    AMP__STEP8(BODY) \
   } \
-  _mm256_storeu_ps(p, w0); \
-  amp__st8(wt, w, w0, 0)
-
-AMP__AVX2_INLINE void amp__o_step8(int adam, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w,
-                                   amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  if (i < n) { \
+    size_t k = n - i; \
+    float bp[8] = {0}, bm[8] = {0}, bv[8] = {0}, bg[8] = {0}, bw[8]; \
+    float *tp = p, *tm = m, *tv = v; \
+    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4); \
+    memcpy(bg, gc, k * gs); \
+    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw; \
+    AMP__STEP8(BODY) \
+    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4); \
+    memcpy(wc, bw, k * ws); \
+  }
+AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                  void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
   size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
   const char *gc = (const char *)g;
   char *wc = (char *)w;
   AMP__VCOEFS(__m256, _mm256_set1_ps);
-  for (i = 0; i + 8 <= n; i += 8, p += 8, m = m ? m + 8 : m, v = v ? v + 8 : v, gc += 8 * gs, wc += 8 * ws) {
-    g = gc; w = wc;
-    { AMP__STEP8_BODY; }
-  }
-  if (i < n) {
-    size_t k = n - i;
-    float bp[8] = {0}, bm[8] = {0}, bv[8] = {0}, bg[8] = {0}, bw[8];
-    float *tp = p, *tm = m, *tv = v;
-    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4);
-    memcpy(bg, gc, k * gs);
-    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw;
-    { AMP__STEP8_BODY; }
-    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4);
-    memcpy(wc, bw, k * ws);
+  switch (kind) {
+    case AMP_OPTIM_SGD: AMP__STEP8_LOOP(AMP__VSGD) return 1;
+    case AMP_OPTIM_ADAM: case AMP_OPTIM_ADAMW: AMP__STEP8_LOOP(AMP__VADAM) return 1;
+    default: return 0;   /* no vector body: the plain loop */
   }
 }
-#undef AMP__STEP8_BODY
-#undef AMP__STEP16_BODY
+#undef AMP__STEP8_LOOP
+#undef AMP__STEP8
+#undef AMP__V8_OPS
+#undef AMP__ST8F
+#undef AMP__LD8F
+#undef AMP__STEP16_LOOP
+#undef AMP__STEP16
+#undef AMP__V16_OPS
+#undef AMP__ST16F
+#undef AMP__LD16F
+#undef AMP__VAPPLY
+#undef AMP__VADAM
+#undef AMP__VSGD
 #undef AMP__VCOEFS
 
-/* One instance per (kind, grad type, model type): the types are constants in each. */
+/* One instance per (grad type, model type): the types are constants in each. 1: done; 0: the kind
+   has no vector body. */
 #define AMP__STEP_CASES(FN) \
-  int adam = kind != AMP_SGD; \
-  if (gt == AMP_F16 && wt == AMP_F16) FN(adam, p, m, v, g, AMP_F16, w, AMP_F16, n, gmul, c); \
-  else if (gt == AMP_BF16 && wt == AMP_BF16) FN(adam, p, m, v, g, AMP_BF16, w, AMP_BF16, n, gmul, c); \
-  else if (gt == AMP_F32 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_F32, w, AMP_F32, n, gmul, c); \
-  else if (gt == AMP_F32 && wt == AMP_F16) FN(adam, p, m, v, g, AMP_F32, w, AMP_F16, n, gmul, c); \
-  else if (gt == AMP_F32 && wt == AMP_BF16) FN(adam, p, m, v, g, AMP_F32, w, AMP_BF16, n, gmul, c); \
-  else if (gt == AMP_F16 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_F16, w, AMP_F32, n, gmul, c); \
-  else if (gt == AMP_BF16 && wt == AMP_F32) FN(adam, p, m, v, g, AMP_BF16, w, AMP_F32, n, gmul, c); \
-  else if (gt == AMP_F16) FN(adam, p, m, v, g, AMP_F16, w, AMP_BF16, n, gmul, c); \
-  else FN(adam, p, m, v, g, AMP_BF16, w, AMP_F16, n, gmul, c)
-static AMP__AVX512 void amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                           void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  if (gt == AMP_F16 && wt == AMP_F16) return FN(kind, p, m, v, g, AMP_F16, w, AMP_F16, n, gmul, c); \
+  else if (gt == AMP_BF16 && wt == AMP_BF16) return FN(kind, p, m, v, g, AMP_BF16, w, AMP_BF16, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_F32) return FN(kind, p, m, v, g, AMP_F32, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_F16) return FN(kind, p, m, v, g, AMP_F32, w, AMP_F16, n, gmul, c); \
+  else if (gt == AMP_F32 && wt == AMP_BF16) return FN(kind, p, m, v, g, AMP_F32, w, AMP_BF16, n, gmul, c); \
+  else if (gt == AMP_F16 && wt == AMP_F32) return FN(kind, p, m, v, g, AMP_F16, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_BF16 && wt == AMP_F32) return FN(kind, p, m, v, g, AMP_BF16, w, AMP_F32, n, gmul, c); \
+  else if (gt == AMP_F16) return FN(kind, p, m, v, g, AMP_F16, w, AMP_BF16, n, gmul, c); \
+  else return FN(kind, p, m, v, g, AMP_BF16, w, AMP_F16, n, gmul, c)
+static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                          amp_dtype gt, void *w, amp_dtype wt, size_t n, float gmul,
+                                          const amp_step_coefs *c) {
   AMP__STEP_CASES(amp__o_step16);
 }
-static AMP__AVX2 void amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                       void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+static AMP__AVX2 int amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                      void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
   AMP__STEP_CASES(amp__o_step8);
 }
 #undef AMP__STEP_CASES
@@ -3621,14 +3760,15 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
 /* rt: the model copy's round_to (AMP_F32 but for a float copy holding bf16/f16 values); sr: a bf16
-   copy written with stochastic rounding, the bits from key. Either is written by the plain loop. */
+   copy written with stochastic rounding, the bits from key. Either is written by the plain loop,
+   and so is every kind the vector loops have no body for (amp__o_step16 / amp__o_step8). */
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                         void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
                         const amp_step_coefs *c) {
 #ifdef AMP__X86_SIMD
   int l = rt == AMP_F32 && !sr ? amp__opt_level() : 0;
-  if (l >= 2) { amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
-  if (l == 1) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
+  if (l >= 2 && amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c)) return;
+  if (l == 1 && amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c)) return;
 #endif
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
@@ -3677,21 +3817,28 @@ struct amp_optimizer {
                                     optim_ready); NULL on the CPU */
 };
 
-static int amp__o_moments(const amp_optim_config *c) {
-  return c->kind == AMP_SGD ? (c->momentum != 0.0f) : (c->kind == AMP_ADAM || c->kind == AMP_ADAMW) ? 2 : 0;
+/* The defaults of kind (the kind list's lr, beta1, beta2; eps 1e-8 for all) into the fields of c
+   that are 0, or into every one of them (all); 0 when kind is not in the list. */
+#define AMP__KIND_DEFAULTS(kd, name, nm, dlr, db1, db2, coefs, elem, dev) \
+  case kd: lr = dlr; b1 = db1; b2 = db2; break;
+static int amp__kind_defaults(amp_optim_config *c, int all) {
+  float lr, b1, b2;
+  switch (c->kind) { AMP__OPTIM_KINDS(AMP__KIND_DEFAULTS) default: return 0; }
+  if (all || amp__is_zero(c->lr)) c->lr = lr;
+  if (all || amp__is_zero(c->beta1)) c->beta1 = b1;
+  if (all || amp__is_zero(c->beta2)) c->beta2 = b2;
+  if (all || amp__is_zero(c->eps)) c->eps = 1e-8f;
+  return 1;
 }
+#undef AMP__KIND_DEFAULTS
 
 /* Defaults filled in and every field checked; fn names the calling function in messages. */
 static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in, amp_optim_config *c) {
   *c = *in;
-  if ((int)c->kind < AMP_SGD || (int)c->kind > AMP_CUSTOM)
-    return amp__fail(AMP_ERR_ARG, "%s: kind %d must be AMP_SGD, AMP_ADAM, AMP_ADAMW or AMP_CUSTOM", fn, (int)c->kind);
-  if (!c->zero_is_zero) {   /* a zero-initialised config: 0 means the default written beside the field */
-    if (amp__is_zero(c->lr)) c->lr = 1e-3f;
-    if (amp__is_zero(c->beta1)) c->beta1 = 0.9f;
-    if (amp__is_zero(c->beta2)) c->beta2 = 0.999f;
-    if (amp__is_zero(c->eps)) c->eps = 1e-8f;
-  }
+  if (!amp__kind_name(c->kind))
+    return amp__fail(AMP_ERR_ARG, "%s: kind %d is not an optimizer kind (AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM or "
+                     "AMP_LION)", fn, (int)c->kind);
+  if (!c->zero_is_zero) amp__kind_defaults(c, 0);   /* a zero-initialised config: 0 means the default */
   c->zero_is_zero = 1;   /* resolved: every field holds its value (resolving again changes nothing) */
   /* -0 is 0 (the update's arithmetic then gives torch's bits, whose zeros are +0) */
   if (amp__is_zero(c->lr)) c->lr = 0.0f;
@@ -3735,7 +3882,10 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
 AMPDEF amp_optim_config amp_optimizer_defaults(amp_optim_kind kind) {
   amp_optim_config c;
   memset(&c, 0, sizeof c);
-  c.kind = kind; c.lr = 1e-3f; c.beta1 = 0.9f; c.beta2 = 0.999f; c.eps = 1e-8f;
+  c.kind = AMP_OPTIM_SGD;
+  amp__kind_defaults(&c, 1);   /* an unknown kind keeps SGD's (and create refuses it) */
+  c.kind = kind;
+  amp__kind_defaults(&c, 1);
   c.zero_is_zero = 1;
   return c;
 }
@@ -3749,10 +3899,10 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_optimizer_create: device is NULL (use amp_cpu())");
   memset(&zero, 0, sizeof zero);
   if ((st = amp__optim_resolve("amp_optimizer_create", cfg ? cfg : &zero, &c)) != AMP_OK) return st;
-  if (c.kind == AMP_CUSTOM && !amp__be(d)->host_update)
-    return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_create: kind AMP_CUSTOM calls a host function on every master "
-                     "tensor, which a %s device cannot run; use AMP_SGD, AMP_ADAM or AMP_ADAMW there, or keep the "
-                     "optimizer on amp_cpu()", amp__be(d)->name);
+  if (!amp__kind_on_device(c.kind) && !amp__be(d)->host_update)
+    return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_create: kind %s calls a host function on every master "
+                     "tensor, which a %s device cannot run; use AMP_SGD, AMP_ADAM, AMP_ADAMW or AMP_LION there, or "
+                     "keep the optimizer on amp_cpu()", amp__kind_name(c.kind), amp__be(d)->name);
   o = (amp_optimizer *)AMP_MALLOC(sizeof *o);
   if (!o) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_create: out of memory");
   memset(o, 0, sizeof *o);
@@ -4080,7 +4230,7 @@ static void amp__o_apply(amp_optimizer *o) {
   float gmul = o->inv * amp__clip_coef(o->grad_norm, o->cfg.max_grad_norm);
   size_t i;
   for (i = 0; i < o->count; i++) {
-    if (o->cfg.kind == AMP_CUSTOM) {
+    if (!amp__kind_on_device(o->cfg.kind)) {   /* AMP_CUSTOM: the trainer's host function */
       amp__o_load(o->scratch, o->t[i].g, o->t[i].gtype, 0, o->t[i].n, gmul);
       o->cfg.custom_step(o->cfg.custom_user, o->t[i].master, o->scratch, o->t[i].n, i, o->step + 1);
       amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, o->step + 1), 0,
@@ -4159,7 +4309,7 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
   size_t n = o->t[i].n, k;
   int nm = amp__o_moments(&o->cfg);
   float *block;
-  if (o->cfg.kind == AMP_CUSTOM && n > o->scratch_n) {
+  if (!amp__kind_on_device(o->cfg.kind) && n > o->scratch_n) {
     float *s = (float *)AMP_MALLOC(n * sizeof(float));
     if (!s) { snprintf(msg, cap, "out of memory for %zu floats", n); return AMP_ERR_NOMEM; }
     AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
@@ -6263,7 +6413,8 @@ static const amp__backend amp__cpu_ops = { "CPU", 1, AMP__BACKEND_OPS(AMP__CPU_O
    and skip counts live in a device block (s->cu); the optimizer's masters and moments in a device
    slab (o->cu) built from the whole table at optim_ready. Until then each tensor's master, taken
    at add (a cast of the model copy on the device's stream), waits in a device buffer of its own
-   (o->t[i].master); optim_ready copies them into the slab and frees them. */
+   (o->t[i].master); optim_ready hands the records to amp__cu_optim_create, which takes each master
+   once (copies it, or for SPLIT splits it, into the slab in stream order); then they are freed. */
 static amp_status amp__cuda_sync(amp_device *d, char *m, size_t cap) { return amp__cu_sync(d->cuda, m, cap); }
 static void amp__cuda_close(amp_device *d) { amp__cu_close(d->cuda); }
 static amp_status amp__cuda_scaler_create(amp_scaler *s, char *m, size_t cap) {
@@ -6362,23 +6513,10 @@ static amp_status amp__cuda_optim_ready(amp_optimizer *o, char *m, size_t cap) {
   amp_status st;
   size_t i;
   if (o->cu) return AMP_OK;
-  /* the records as they are; the groups' values beside them (group 0: the config's, on the device) */
+  /* the records as they are (each master taken at add read once, by create); the groups' values
+     beside them (group 0: the config's, on the device) */
   st = amp__cu_optim_create(state, &o->cu, o->t, o->count, o->lr_scale, o->weight_decay, &o->cfg, m, cap);
   if (st != AMP_OK) { o->cu = NULL; return st; }
-  for (i = 0; i < o->count && st == AMP_OK; i++) {   /* the masters taken at add, in stream order */
-    if (!o->t[i].master) continue;   /* SPLIT without a seed, NONE: nothing was taken */
-    if (o->t[i].master_mode == AMP_MASTER_SPLIT) {   /* the seed split into the model copy and the remainders */
-      float *h = (float *)AMP_MALLOC(o->t[i].n * sizeof *h);
-      if (!h) { snprintf(m, cap, "out of memory for %zu floats", o->t[i].n); st = AMP_ERR_NOMEM; break; }
-      st = amp__cu_copy(state, h, o->t[i].master, o->t[i].n * sizeof *h, 1, m, cap);
-      if (st == AMP_OK) st = amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), h, 1, 0u, m, cap);
-      AMP_FREE(h);
-    } else {
-      st = amp__cu_copy(state, amp__cu_optim_master(o->cu, i, NULL), o->t[i].master, o->t[i].n * sizeof(float), 2, m,
-                        cap);
-    }
-  }
-  if (st != AMP_OK) { amp__cu_optim_destroy(state, o->cu); o->cu = NULL; return st; }
   for (i = 0; i < o->count; i++) {
     amp__cu_free(state, o->t[i].master);
     o->t[i].master = amp__cu_optim_master(o->cu, i, NULL);

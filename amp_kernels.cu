@@ -226,7 +226,8 @@ extern "C" amp_status amp__cu_sync(void *state, char *msg, size_t cap) {
 //                           scaler's flag. Data-parallel: the last block only writes this rank's
 //                           {found_inf, sum of squares} (doubles) for the trainer's all-reduce, and
 //                           amp__cu_optim_unscale_finish (1 thread) decides from the reduced pair.
-//   amp__cu_optim_step      1 launch: the fused SGD/Adam/AdamW update over the same chunk table;
+//   amp__cu_optim_step      1 launch: the fused update of the optimizer's kind (one kernel per row
+//                           of amp.h's kind list, AMP__OPTIM_KINDS) over the same chunk table;
 //                           every block returns at once when this optimizer's unscale or any other
 //                           unscale into the same scaler since its last rule found inf/NaN (the
 //                           scaler's OR-ed flag: optimizers sharing a scaler skip together). It
@@ -323,6 +324,13 @@ static amp_status amp__cu_arg(char *msg, size_t cap, const char *fmt, ...) {
 #define AMP__CU_CHECK_LAUNCH(what) do { cudaError_t e_ = cudaGetLastError(); \
     if (e_ != cudaSuccess) return amp__cu_fail(msg, cap, what, cudaGetErrorName(e_), __FILE__, __LINE__); } while (0)
 
+// A grid-stride launch's grid for n elements: enough blocks to fill the device, no more.
+static int amp__cu_grid(const amp__cu_state *st, size_t n) {
+  long long need = ((long long)n + AMP__CU_THREADS - 1) / AMP__CU_THREADS;
+  long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;
+  return (int)(need < most ? need : most);
+}
+
 static int amp__cu_dtype_ok(int32_t t) { return t == AMP_F32 || t == AMP_F16 || t == AMP_BF16; }
 
 // ---- element access: N elements of dtype DT through one 8-, 16- or 32-byte access
@@ -341,9 +349,14 @@ template <int DT> __device__ __forceinline__ float amp__cu_ld_grad(const void *b
 }
 
 // GRAD: decode as amp__cu_ld_grad (the grads of the unscale and the step); else as amp__load.
+// N 1: one element, a plain access.
 template <int DT, int N, bool GRAD = false> __device__ __forceinline__ void amp__cu_ldv(const void *base, long long i, float *x) {
   typedef typename amp__cu_elem<DT>::T T;
   constexpr int B = N * (int)sizeof(T);
+  if constexpr (N == 1) {
+    x[0] = GRAD ? amp__cu_ld_grad<DT>(base, i) : amp__load(base, (amp_dtype)DT, (size_t)i);
+    return;
+  } else {
   static_assert(B == 8 || B == 16 || B == 32, "8, 16 or 32 bytes");
   __align__(16) T e[N];
   const T *p = (const T *)base + i;
@@ -362,10 +375,14 @@ template <int DT, int N, bool GRAD = false> __device__ __forceinline__ void amp_
 #pragma unroll
     for (int k = 0; k < N; k++) x[k] = amp__load(e, (amp_dtype)DT, (size_t)k);
   }
+  }
 }
 template <int DT, int N> __device__ __forceinline__ void amp__cu_stv(void *base, long long i, const float *x) {
   typedef typename amp__cu_elem<DT>::T T;
   constexpr int B = N * (int)sizeof(T);
+  if constexpr (N == 1) {
+    amp__store(base, (amp_dtype)DT, (size_t)i, x[0]);
+  } else {
   static_assert(B == 8 || B == 16 || B == 32, "8, 16 or 32 bytes");
   __align__(16) T e[N];
 #pragma unroll
@@ -376,6 +393,40 @@ template <int DT, int N> __device__ __forceinline__ void amp__cu_stv(void *base,
 #pragma unroll
     for (int k = 0; k < B / 16; k++) ((uint4 *)p)[k] = ((const uint4 *)e)[k];
   }
+  }
+}
+
+// ---- the multi-tensor walk (apex's multi_tensor_apply)
+//
+// Every multi-tensor launch has one block per chunk (amp__cu_chunk: at most AMP__CU_CHUNK elements of
+// one tensor). Within its chunk a block calls op.elems<V>(i) for elements i .. i+V-1: V at a time
+// (16-byte accesses) where the tensor's buffers are 16-byte aligned (vec), then one at a time for the
+// rest. op is the per-element operation (the unscale's, the step's), written apart from the walk.
+template <int V, typename Op> __device__ __forceinline__ void amp__cu_walk(Op &op, int len, int vec) {
+  int i0 = 0;
+  if (vec) {
+    const int nv = len / V;
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) op.template elems<V>(j * V);
+    i0 = nv * V;
+  }
+  for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) op.template elems<1>(i);
+}
+
+// The last-block protocol, written once. Every thread of every block calls it once its block's
+// writes (a partial, a flag) are done; it returns 1 in the block that arrives last, to which every
+// other block's writes are then visible, and 0 in the others. The counter *done is left at 0 for the
+// next launch (and a graph replay).
+__device__ __forceinline__ int amp__cu_last_block(unsigned int *done) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();                               // this block's writes visible before it counts itself
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+    if (last) *done = 0;                           // every other block has counted itself already
+  }
+  __syncthreads();
+  if (last) __threadfence();                       // then read what the others wrote (past L1: __ldcg)
+  return last;
 }
 
 
@@ -416,40 +467,38 @@ __device__ void amp__cu_scale_rule_dev(amp__cu_scaler_dev *sc, int found) {
 
 __global__ void amp__cu_scale_rule_kernel(amp__cu_scaler_dev *sc, int found) { amp__cu_scale_rule_dev(sc, found); }
 
-__global__ void amp__cu_scaler_set_kernel(amp__cu_scaler_dev *sc, amp_scale_state st) {
-  sc->st = st;
-  sc->inv_scale = amp__inv_scale(st.scale);
-}
 // The whole block (checkpoint load): by value, so nothing is read from host memory (capturable).
 __global__ void amp__cu_scaler_load_kernel(amp__cu_scaler_dev *sc, amp__cu_scaler_dev v) { *sc = v; }
 
 // ---- unscale + inf/NaN check + sum of squares, one block per chunk
 
-// ss: this thread's sum of squares, in double (each square too: |y| above 1.8e19 squares past FLT_MAX).
-// STATS: each grad also into this thread's gradient stats a (amp__gstat_add, amp.h's own function).
-template <int DT, bool STATS> __device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv,
-                                                                                    double &ss, int &bad, amp__gstat &a) {
-  constexpr int V = 16 / (int)sizeof(typename amp__cu_elem<DT>::T);  // 8 halves or 4 floats per load
-  int i0 = 0;
-  if (vec) {
-    int nv = len / V;
-#pragma unroll 4
-    for (int j = threadIdx.x; j < nv; j += blockDim.x) {
-      float x[V];
-      amp__cu_ldv<DT, V, true>(grad, (long long)j * V, x);
+// The unscale's per-element operation: each grad y = g * inv checked for inf/NaN and its square
+// added, in double, to this thread's sum ss (|y| above 1.8e19 squares past FLT_MAX). STATS: each grad
+// also into this thread's gradient stats a (amp__gstat_add, amp.h's own function).
+template <int DT, bool STATS> struct amp__cu_unscale_op {
+  const void *grad;   // the chunk's first grad
+  float inv;
+  double ss;
+  int bad;
+  amp__gstat a;
+  template <int V> __device__ __forceinline__ void elems(int i) {
+    float x[V];
+    amp__cu_ldv<DT, V, true>(grad, i, x);
 #pragma unroll
-      for (int k = 0; k < V; k++) {
-        float y = x[k] * inv; bad |= !amp__finite(y); ss += (double)y * (double)y;
-        if constexpr (STATS) amp__gstat_add(&a, x[k], y, (amp_dtype)DT);
-      }
+    for (int k = 0; k < V; k++) {
+      float y = x[k] * inv;
+      bad |= !amp__finite(y); ss += (double)y * (double)y;
+      if constexpr (STATS) amp__gstat_add(&a, x[k], y, (amp_dtype)DT);
     }
-    i0 = nv * V;
   }
-  for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) {
-    float g = amp__cu_ld_grad<DT>(grad, i), y = g * inv;
-    bad |= !amp__finite(y); ss += (double)y * (double)y;
-    if constexpr (STATS) amp__gstat_add(&a, g, y, (amp_dtype)DT);
-  }
+};
+// One chunk of grads of type DT: 8 halves or 4 floats (16 bytes) per access where aligned.
+template <int DT, bool STATS>
+__device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv, double &ss, int &bad,
+                                                      amp__gstat &a) {
+  amp__cu_unscale_op<DT, STATS> op = {grad, inv, ss, bad, a};
+  amp__cu_walk<16 / (int)sizeof(typename amp__cu_elem<DT>::T)>(op, len, vec);
+  ss = op.ss; bad = op.bad; a = op.a;
 }
 
 // The decision from {found_inf, sum of squares}: shared by the one-rank path (the last unscale block)
@@ -471,7 +520,6 @@ __device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp
 __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__cu_tdev *tensors,
                        const amp__cu_chunk *chunks, double *partials, double *red, amp__gstat *stats) {
-  __shared__ int last;
   const amp__cu_chunk ch = chunks[blockIdx.x];
   const amp__cu_tdev t = tensors[ch.tensor];
   const float inv = sc ? sc->inv_scale : 1.0f;   // a multiply by 1 changes no finite value
@@ -510,13 +558,9 @@ amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__
   if (threadIdx.x == 0) {
     partials[blockIdx.x] = bsum;
     if (bad) atomicOr(&o->found_inf, 1);
-    __threadfence();                               // partial and flag visible before we count ourselves done
-    last = atomicAdd(&o->done_unscale, 1u) == gridDim.x - 1;
   }
-  __syncthreads();
-  if (!last) return;
+  if (!amp__cu_last_block(&o->done_unscale)) return;
   // The last block: every other block's partial is written. Read them past L1 (__ldcg), in order.
-  __threadfence();
   double s = 0.0;
   for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) s += __ldcg(&partials[i]);
   s = amp__cu_block_sum(s);
@@ -524,7 +568,6 @@ amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__
     int found = atomicExch(&o->found_inf, 0) != 0;
     if (red) { red[0] = found ? 1.0 : 0.0; red[1] = s; }
     else amp__cu_unscale_decide(o, sc, found, s);
-    o->done_unscale = 0;                           // ready for the next launch (and graph replay)
   }
 }
 
@@ -536,74 +579,71 @@ __global__ void amp__cu_unscale_finish_kernel(amp__cu_optim_dev *o, amp__cu_scal
 
 // ---- the fused update
 
-// KIND 0: SGD (momentum buffer in m when kept); KIND 1: Adam/AdamW (the coefficients differ).
-template <int KIND> __device__ __forceinline__ void amp__cu_update(float &p, float &m, float &v, float g, const amp_step_coefs &c) {
-  if (KIND == 0) amp__sgd_elem(&p, &m, g, &c);
-  else amp__adam_elem(&p, &m, &v, g, &c);
-}
+// The update of one element, per kind: the row's AMP_HD element function in amp.h's kind list
+// (AMP__OPTIM_KINDS), the code the CPU's plain loop runs. One specialisation per row.
+template <int KIND> struct amp__cu_kind;
+#define AMP__CU_KIND_UPDATE(k, name, nm, lr, b1, b2, coefs, elem, dev) \
+  template <> struct amp__cu_kind<k> { \
+    static __device__ __forceinline__ void update(float &p, float &m, float &v, float g, const amp_step_coefs &c) { \
+      elem(&p, &m, &v, g, &c); \
+    } \
+  };
+AMP__OPTIM_KINDS(AMP__CU_KIND_UPDATE)
+#undef AMP__CU_KIND_UPDATE
 
-template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start,
-                                                                                       int len, float mul, const amp_step_coefs &c,
-                                                                                       uint64_t key) {
-  const void *g = (const typename amp__cu_elem<GD>::T *)t.grad + start;
-  void *w = (typename amp__cu_elem<WD>::T *)t.model + start;
-  float *m = t.m ? t.m + start : NULL, *v = t.v ? t.v + start : NULL;
-  const int use_m = m != NULL && (KIND == 1 || c.momentum != 0.0f);
-  if (WD == AMP_BF16 && !t.master) {
-    // AMP_MASTER_SPLIT / _NONE: the master decoded from the bf16 copy (and the remainder), the same
-    // update, written back split (exact) or stochastically (NONE), as amp__o_step_lowmem on the CPU
-    amp_bf16 *wb = (amp_bf16 *)t.model;
-    for (int i = (int)threadIdx.x; i < len; i += blockDim.x) {
-      const long long e = start + i;
-      float pe = t.rem ? amp__split_decode(wb[e], t.rem[e]) : amp_bf16_to_f32(wb[e]);
-      float me = use_m ? m[i] : 0.0f, ve = KIND == 1 ? v[i] : 0.0f;
-      amp__cu_update<KIND>(pe, me, ve, amp__cu_ld_grad<GD>(g, i) * mul, c);
-      if (use_m) m[i] = me;
-      if (KIND == 1) v[i] = ve;
-      if (t.rem) amp__split_encode(pe, &wb[e], &t.rem[e]);
-      else amp__store_model(wb, AMP_BF16, AMP_F32, 1, key, (size_t)e, pe);
+// The step's per-element operation on V elements at i .. i+V-1 of a chunk, top to bottom: read the
+// grads (times inv_scale * clip), the master (or decode it from the bf16 copy: AMP_MASTER_SPLIT /
+// _NONE) and the moments the kind keeps; update; write them back and the model copy (rounded to
+// nearest, to round_to, stochastically, or split again), as amp__o_step / amp__o_step_lowmem do.
+template <int KIND, int GD, int WD> struct amp__cu_step_op {
+  amp__cu_tdev t;
+  long long start;    // the chunk's first element in its tensor
+  float mul;
+  amp_step_coefs c;
+  uint64_t key;       // stochastic rounding's key (amp__sr_key) of this tensor and update
+  template <int V> __device__ __forceinline__ void elems(int i) {
+    typedef typename amp__cu_elem<WD>::T W;
+    const long long e = start + i;
+    float g[V], p[V] = {}, m[V] = {}, v[V] = {};
+    amp__cu_ldv<GD, V, true>(t.grad, e, g);
+    if (t.master) amp__cu_ldv<AMP_F32, V>(t.master, e, p);
+    else if constexpr (WD == AMP_BF16) {
+#pragma unroll
+      for (int k = 0; k < V; k++) p[k] = t.rem ? amp__split_decode(((amp_bf16 *)t.model)[e + k], t.rem[e + k])
+                                               : amp_bf16_to_f32(((amp_bf16 *)t.model)[e + k]);
     }
-    return;
-  }
-  float *p = t.master + start;
-  int i0 = 0;
-  if (t.vec) {  // 4 elements: float4 for master and moments, 8 or 16 bytes of grad and model
-    int nv = len / 4;
-#pragma unroll 2
-    for (int j = threadIdx.x; j < nv; j += blockDim.x) {
-      float gx[4], pa[4], ma[4] = {0, 0, 0, 0}, va[4] = {0, 0, 0, 0};
-      amp__cu_ldv<GD, 4, true>(g, (long long)j * 4, gx);
-      float4 pp = ((const float4 *)p)[j];
-      pa[0] = pp.x; pa[1] = pp.y; pa[2] = pp.z; pa[3] = pp.w;
-      if (use_m) { float4 q = ((const float4 *)m)[j]; ma[0] = q.x; ma[1] = q.y; ma[2] = q.z; ma[3] = q.w; }
-      if (KIND == 1) { float4 q = ((const float4 *)v)[j]; va[0] = q.x; va[1] = q.y; va[2] = q.z; va[3] = q.w; }
+    if (t.m) amp__cu_ldv<AMP_F32, V>(t.m, e, m);
+    if (t.v) amp__cu_ldv<AMP_F32, V>(t.v, e, v);
 #pragma unroll
-      for (int k = 0; k < 4; k++) amp__cu_update<KIND>(pa[k], ma[k], va[k], gx[k] * mul, c);
-      ((float4 *)p)[j] = make_float4(pa[0], pa[1], pa[2], pa[3]);
-      if (use_m) ((float4 *)m)[j] = make_float4(ma[0], ma[1], ma[2], ma[3]);
-      if (KIND == 1) ((float4 *)v)[j] = make_float4(va[0], va[1], va[2], va[3]);
+    for (int k = 0; k < V; k++) amp__cu_kind<KIND>::update(p[k], m[k], v[k], g[k] * mul, c);
+    if (t.m) amp__cu_stv<AMP_F32, V>(t.m, e, m);
+    if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
+    if (t.master) {
+      amp__cu_stv<AMP_F32, V>(t.master, e, p);
       if ((WD == AMP_F32 && t.round_to != AMP_F32) || (WD == AMP_BF16 && t.stochastic)) {
-        // a float model copy holding bf16/f16 values, or a bf16 copy rounded stochastically (the
-        // bits keyed by the element's index in its tensor)
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-          amp__store_model((typename amp__cu_elem<WD>::T *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key,
-                           (size_t)(start + (long long)j * 4 + k), pa[k]);
+#pragma unroll   // a float copy holding bf16/f16 values, or a bf16 copy rounded stochastically
+        for (int k = 0; k < V; k++)
+          amp__store_model((W *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key, (size_t)(e + k),
+                           p[k]);
       } else {
-        amp__cu_stv<WD, 4>(w, (long long)j * 4, pa);
+        amp__cu_stv<WD, V>(t.model, e, p);
+      }
+    } else if constexpr (WD == AMP_BF16) {
+#pragma unroll   // split again (exact), or rounded stochastically into the copy (NONE)
+      for (int k = 0; k < V; k++) {
+        if (t.rem) amp__split_encode(p[k], &((amp_bf16 *)t.model)[e + k], &t.rem[e + k]);
+        else amp__store_model(t.model, AMP_BF16, AMP_F32, 1, key, (size_t)(e + k), p[k]);
       }
     }
-    i0 = nv * 4;
   }
-  for (int i = i0 + (int)threadIdx.x; i < len; i += blockDim.x) {
-    float pe = p[i], me = use_m ? m[i] : 0.0f, ve = KIND == 1 ? v[i] : 0.0f;
-    amp__cu_update<KIND>(pe, me, ve, amp__cu_ld_grad<GD>(g, i) * mul, c);
-    p[i] = pe;
-    if (use_m) m[i] = me;
-    if (KIND == 1) v[i] = ve;
-    amp__store_model((typename amp__cu_elem<WD>::T *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key,
-                     (size_t)(start + i), pe);
-  }
+};
+// One chunk: 4 elements per access where grad and model copy are 16-byte aligned (16 bytes of master
+// and moments, 8 or 16 of grad and model copy), one at a time otherwise.
+template <int KIND, int GD, int WD>
+__device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start, int len, float mul,
+                                                   const amp_step_coefs &c, uint64_t key) {
+  amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key};
+  amp__cu_walk<4>(op, len, t.vec);
 }
 template <int KIND, int GD> __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len,
                                                                                 float mul, const amp_step_coefs &c, uint64_t key) {
@@ -622,12 +662,11 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   __shared__ float s_mul;
   __shared__ int s_skip, s_spike;
   if (threadIdx.x == 0) {
-    // Every block reads t and the flags before it counts itself done below (with a fence between),
-    // and only the last block writes t + 1 or clears the scaler's flag, so no block can see either
-    // change. Each block computes the coefficients itself (a few hundred cycles) rather than
-    // waiting for one block to publish them.
-    // The coefficients of this block's tensor's param group: the lr from the device config (so a
-    // graph replay follows set_lr), the group's lr_scale and weight decay from the tensor table.
+    // Every block reads t and the flags before it counts itself done (amp__cu_last_block), and only
+    // the last block writes t + 1 or clears the scaler's flag, so no block can see either change.
+    // Each block computes the coefficients itself (a few hundred cycles) rather than waiting for
+    // one block to publish them: those of its tensor's param group, the lr from the device config
+    // (so a graph replay follows set_lr), the group's lr_scale and weight decay from the table.
     s_skip = o->skip || (sc && *(volatile int32_t *)&sc->found_inf);
     s_spike = !s_skip && o->spike;   // a spike: skipped too, counted apart, the scale rule not told
     if (!s_skip && !s_spike) {
@@ -643,24 +682,33 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   if (!skip && !spike) {   // overflow or spike: weights, master, moments and t stay bit-identical
     const amp__cu_chunk ch = chunks[blockIdx.x];
     const amp__cu_tdev t = tensors[ch.tensor];
-    const amp_step_coefs c = s_c;
-    const uint64_t key = s_key;
-    const float mul = s_mul;
-    if (t.gdtype == AMP_F16) amp__cu_step_chunk_w<KIND, AMP_F16>(t, ch.start, ch.len, mul, c, key);
-    else if (t.gdtype == AMP_BF16) amp__cu_step_chunk_w<KIND, AMP_BF16>(t, ch.start, ch.len, mul, c, key);
-    else amp__cu_step_chunk_w<KIND, AMP_F32>(t, ch.start, ch.len, mul, c, key);
+    if (t.gdtype == AMP_F16) amp__cu_step_chunk_w<KIND, AMP_F16>(t, ch.start, ch.len, s_mul, s_c, s_key);
+    else if (t.gdtype == AMP_BF16) amp__cu_step_chunk_w<KIND, AMP_BF16>(t, ch.start, ch.len, s_mul, s_c, s_key);
+    else amp__cu_step_chunk_w<KIND, AMP_F32>(t, ch.start, ch.len, s_mul, s_c, s_key);
   }
-  if (threadIdx.x == 0) {
-    __threadfence();   // our reads of t and of the flags are done before we count ourselves
-    if (atomicAdd(&o->done_step, 1u) == gridDim.x - 1) {
-      if (skip) o->skipped += 1;
-      else if (spike) o->spike_skips += 1;
-      else { o->t += 1; amp__spike_window_push(&o->win, o->norm); }   // a clean step: its norm into the window
-      if (rule && sc) amp__cu_scale_rule_dev(sc, -1);
-      o->done_step = 0;   // ready for the next launch (and graph replay)
-    }
+  if (amp__cu_last_block(&o->done_step) && threadIdx.x == 0) {
+    if (skip) o->skipped += 1;
+    else if (spike) o->spike_skips += 1;
+    else { o->t += 1; amp__spike_window_push(&o->win, o->norm); }   // a clean step: its norm into the window
+    if (rule && sc) amp__cu_scale_rule_dev(sc, -1);
   }
 }
+
+// The launch of kind KIND's step kernel; DEVICE 0 (a row whose update is a host function, AMP_CUSTOM):
+// no kernel, refused.
+template <int KIND, int DEVICE> struct amp__cu_step_launch {
+  static int go(int grid, cudaStream_t s, amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, const amp__cu_tdev *t,
+                const amp__cu_chunk *ch) {
+    amp__cu_step_kernel<KIND><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch);
+    return 1;
+  }
+};
+template <int KIND> struct amp__cu_step_launch<KIND, 0> {
+  static int go(int, cudaStream_t, amp__cu_optim_dev *, amp__cu_scaler_dev *, int, const amp__cu_tdev *,
+                const amp__cu_chunk *) {
+    return 0;
+  }
+};
 
 __global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_optim_config h) { o->h = h; }
 __global__ void amp__cu_set_step_kernel(amp__cu_optim_dev *o, long long t) { o->t = t; }
@@ -759,11 +807,8 @@ extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype,
     return amp__cu_arg(msg, cap, "amp__cu_write_model: stochastic with dtype %d (bf16 only)", (int)dtype);
   if (round_to == AMP_F32 && !stochastic) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
   AMP__CU_ON(st);
-  long long need = ((long long)n + AMP__CU_THREADS - 1) / AMP__CU_THREADS;
-  long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;
-  int grid = (int)(need < most ? need : most);
-  amp__cu_write_model_kernel<<<grid, AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, stochastic != 0, key, master,
-                                                                       (long long)n);
+  amp__cu_write_model_kernel<<<amp__cu_grid(st, n), AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, stochastic != 0,
+                                                                                      key, master, (long long)n);
   AMP__CU_CHECK_LAUNCH("amp__cu_write_model_kernel<<<>>>");
   return AMP_OK;
 }
@@ -795,17 +840,6 @@ extern "C" void amp__cu_scaler_destroy(void *state, void *scaler) {
   AMP__CU_ON_VOID(st);
   cudaStreamSynchronize(st->stream);   // a kernel may still be using it
   cudaFree(scaler);
-}
-
-extern "C" amp_status amp__cu_scaler_set(void *state, void *scaler, const amp_scale_state *s, char *msg, size_t cap) {
-  amp__cu_state *st = (amp__cu_state *)state;
-  if (!st || !scaler || !s) return amp__cu_arg(msg, cap, "amp__cu_scaler_set: %s is NULL", !st ? "state" : !scaler ? "scaler" : "st");
-  if (!(s->scale > 0.0f) || !amp__finite(s->scale))
-    return amp__cu_arg(msg, cap, "amp__cu_scaler_set: scale %g must be positive and finite", (double)s->scale);
-  AMP__CU_ON(st);
-  amp__cu_scaler_set_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, *s);
-  AMP__CU_CHECK_LAUNCH("amp__cu_scaler_set_kernel<<<1, 1>>>");
-  return AMP_OK;
 }
 
 extern "C" amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_scale_state *s, const amp_scale_params *pr,
@@ -867,6 +901,13 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
 
 // ---- device optimizer
 
+// An AMP_MASTER_SPLIT tensor's seed split into its bf16 model copy and remainders (amp__split_encode).
+__global__ void __launch_bounds__(AMP__CU_THREADS)
+amp__cu_split_kernel(amp_bf16 *model, uint16_t *rem, const float *master, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    amp__split_encode(master[i], &model[i], &rem[i]);
+}
+
 static void amp__cu_optim_release(amp__cu_optim *o) {
   if (!o) return;
   cudaFree(o->dev); cudaFree(o->tensors); cudaFree(o->chunks); cudaFree(o->partials); cudaFree(o->reduce); cudaFree(o->slab);
@@ -922,10 +963,18 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   AMP__CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
   AMP__CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
   if (slots > 1) AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
-  for (size_t i = 0; i < o->n_tensors; i++) {   // the master starts as the model copy, exactly
-    if (!ht[i].master) continue;
-    amp__cu_cast_launch(st, ht[i].master, AMP_F32, ts[i].w, (int32_t)ts[i].wtype, ts[i].n, NULL);
-    AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (master from model)");
+  for (size_t i = 0; i < o->n_tensors; i++) {   // each master taken once: as given, else the model copy (exact)
+    if (ht[i].master && ts[i].master) {
+      AMP__CU_CHECK(cudaMemcpyAsync(ht[i].master, ts[i].master, ts[i].n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    st->stream));
+    } else if (ht[i].master) {
+      amp__cu_cast_launch(st, ht[i].master, AMP_F32, ts[i].w, (int32_t)ts[i].wtype, ts[i].n, NULL);
+      AMP__CU_CHECK_LAUNCH("amp__cu_cast_kernel<<<>>> (master from model)");
+    } else if (ht[i].rem && ts[i].master) {   // a split master's seed: the model copy and the remainders
+      amp__cu_split_kernel<<<amp__cu_grid(st, ts[i].n), AMP__CU_THREADS, 0, st->stream>>>(
+          (amp_bf16 *)ts[i].w, ht[i].rem, ts[i].master, (long long)ts[i].n);
+      AMP__CU_CHECK_LAUNCH("amp__cu_split_kernel<<<>>>");
+    }
   }
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));  // the host tables are freed on return
   return AMP_OK;
@@ -938,8 +987,9 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
   size_t chunks = 0;
   if (!optim || !ts || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %s is NULL", !optim ? "optim" : !ts ? "tensors" : "h");
   if (n_tensors == 0 || n_tensors > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: n_tensors %zu must be in 1..2^31-1", n_tensors);
-  if (h->kind != AMP_SGD && h->kind != AMP_ADAM && h->kind != AMP_ADAMW)
-    return amp__cu_arg(msg, cap, "amp__cu_optim_create: kind %d must be AMP_SGD, AMP_ADAM or AMP_ADAMW", (int)h->kind);
+  if (!amp__kind_on_device(h->kind))   // not in amp.h's kind list, or its update is a host function (AMP_CUSTOM)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_create: kind %d (%s) has no device update", (int)h->kind,
+                       amp__kind_name(h->kind) ? amp__kind_name(h->kind) : "not an optimizer kind");
   // the records were validated once, by amp_optimizer_add_tensor; only the group table is read here
   for (size_t i = 0; i < n_tensors; i++) {
     if (ts[i].group && (!lr_scale || !weight_decay))
@@ -963,8 +1013,8 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
     return AMP_ERR_NOMEM;
   }
   o->n_tensors = n_tensors; o->n_chunks = (int)chunks; o->kind = h->kind;
-  o->has_m = h->kind != AMP_SGD || h->momentum != 0.0f;
-  o->has_v = h->kind != AMP_SGD;
+  o->has_m = amp__o_moments(h) >= 1;   // the moments of the kind's row in amp.h's list
+  o->has_v = amp__o_moments(h) >= 2;
   for (size_t i = 0; i < n_tensors; i++) {   // each tensor 256-byte aligned in the slab: float4 access
     const size_t padded = (ts[i].n + 63) / 64 * 64;
     o->offset[i] = o->total; o->n[i] = ts[i].n;
@@ -993,8 +1043,9 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %s is NULL", !st ? "state" : !o ? "optim" : "h");
   if (h->kind != o->kind) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: kind %d differs from the optimizer's %d", (int)h->kind, o->kind);
-  if (h->kind == AMP_SGD && h->momentum != 0.0f && !o->has_m)
-    return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: momentum %g but the optimizer was made without a momentum buffer", (double)h->momentum);
+  if (amp__o_moments(h) > o->has_m + o->has_v)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %d moment buffers needed (momentum %g) but the optimizer "
+                       "was made with %d", amp__o_moments(h), (double)h->momentum, o->has_m + o->has_v);
   AMP__CU_ON(st);
   // The step reads the hyperparameters from device memory when it runs, so a graph replays with
   // whatever the last set before the replay wrote. Captured, this write would itself be replayed,
@@ -1070,9 +1121,13 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   if (update_scaler && !scaler) return amp__cu_arg(msg, cap, "amp__cu_optim_step: update_scaler %d with scaler NULL", update_scaler);
   AMP__CU_ON(st);
   amp__cu_scaler_dev *sc = (amp__cu_scaler_dev *)scaler;
-  int rule = update_scaler != 0;
-  if (o->kind == AMP_SGD) amp__cu_step_kernel<0><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, rule, o->tensors, o->chunks);
-  else amp__cu_step_kernel<1><<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, sc, rule, o->tensors, o->chunks);
+  int rule = update_scaler != 0, launched = 0;
+#define AMP__CU_STEP_CASE(K, NAME, NM, LR, B1, B2, COEFS, ELEM, DEV) \
+  case K: launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks); \
+          break;
+  switch ((amp_optim_kind)o->kind) { AMP__OPTIM_KINDS(AMP__CU_STEP_CASE) default: break; }
+#undef AMP__CU_STEP_CASE
+  if (!launched) return amp__cu_arg(msg, cap, "amp__cu_optim_step: kind %d has no step kernel", o->kind);
   AMP__CU_CHECK_LAUNCH("amp__cu_step_kernel<<<>>>");
   return AMP_OK;
 }

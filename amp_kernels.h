@@ -52,8 +52,6 @@ typedef struct amp_cu_optim_info {
 extern amp_status amp__cu_scaler_create(void *state, void **scaler, const amp_scale_state *st,
                                         const amp_scale_params *pr, char *msg, size_t cap);
 extern void       amp__cu_scaler_destroy(void *state, void *scaler);
-/* [step] replaces the scale state (checkpoint load) and refreshes the inverse scale. */
-extern amp_status amp__cu_scaler_set(void *state, void *scaler, const amp_scale_state *st, char *msg, size_t cap);
 /* [step] the whole block (checkpoint load): state, parameters, the inverse scale the unscale uses
    (1/init_scale for fixed scaling), skip counts; the found-inf flag cleared. 1 launch. */
 extern amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_scale_state *st,
@@ -72,12 +70,15 @@ extern amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf
 extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int32_t dtype, size_t n,
                                        char *msg, size_t cap);
 
-/* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 master
-   (initialised from the model copies), the moments (zeroed) and the per-step block. tensors: the
-   optimizer's records (amp__tensor, amp.h), as amp_optimizer_add_tensor validated them; read:
-   w, g (device pointers), n, wtype, gtype, group, round_to, stochastic, master_mode. lr_scale and
-   weight_decay: the groups' values, indexed by group (entry 0 unused: group 0 takes lr_scale 1 and
-   the config's weight_decay); NULL when every tensor is in group 0. */
+/* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 masters
+   (each taken once: from the record's master, the buffer amp.h filled at add, else from its model
+   copy; a SPLIT record's master is split into the model copy and its remainders), the moments
+   (zeroed) and the per-step block. tensors: the optimizer's records (amp__tensor, amp.h), as
+   amp_optimizer_add_tensor validated them; read: w, g (device pointers), n, wtype, gtype, group,
+   round_to, stochastic, master_mode, master. lr_scale and weight_decay: the groups' values, indexed
+   by group (entry 0 unused: group 0 takes lr_scale 1 and the config's weight_decay); NULL when every
+   tensor is in group 0. h->kind must be a kind of amp.h's list whose update runs on the device (its
+   element function: not AMP_CUSTOM); anything else is AMP_ERR_ARG naming the kind. */
 extern amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *tensors, size_t n_tensors,
                                        const float *lr_scale, const float *weight_decay, const amp_optim_config *h,
                                        char *msg, size_t cap);

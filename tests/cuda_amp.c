@@ -400,6 +400,7 @@ static void groups_on_gpu_match_the_cpu(void) {
   side_groups = 1;
   run_against_cpu("groups sgd momentum", ocfg(AMP_SGD, 0.05f, 1e-2f, 0.9f, 0, 0, 1.0f), steps);
   run_against_cpu("groups adamw clipped", ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f), steps);
+  run_against_cpu("groups lion clipped", ocfg(AMP_LION, 1e-3f, 0.1f, 0, 0, 0, 1.0f), steps);
   side_groups = 0;
 }
 /* The seeded master on the GPU: bit for bit the seed, and the model copy the seed rounded. */
@@ -437,6 +438,7 @@ static void optimizers_on_gpu_match_the_cpu(void) {
   run_against_cpu("sgd nesterov", ocfg(AMP_SGD, 0.05f, 0, 0.9f, 0, 1, 0), steps);
   run_against_cpu("adam l2", ocfg(AMP_ADAM, 1e-2f, 1e-2f, 0, 0, 0, 0), steps);
   run_against_cpu("adamw clipped", ocfg(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f), steps);
+  run_against_cpu("lion clipped", ocfg(AMP_LION, 1e-3f, 0.1f, 0, 0, 0, 1.0f), steps);
 }
 
 /* ---- GPU: skipped steps ----------------------------------------------------------------------- */
@@ -1215,8 +1217,8 @@ static void spike_skips_on_gpu_change_nothing_and_keep_the_scale(void) {
    bf16 of it; C must follow A's mean (unbiased stochastic rounding). A checkpoint of the GPU optimizer loads on the CPU into the same layout exactly. */
 static void master_modes_on_gpu(void) {
   enum { N = 3000 };
-  amp_optim_kind kinds[2] = {AMP_SGD, AMP_ADAMW};
-  for (int k = 0; k < 2; k++) {
+  amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAMW, AMP_LION};
+  for (int k = 0; k < 3; k++) {
     amp_optim_config oc = amp_optimizer_defaults(kinds[k]);
     amp_optimizer *o = NULL, *oc_cpu = NULL;
     amp_bf16 *hw = (amp_bf16 *)xmalloc(N * 2), *hb = (amp_bf16 *)xmalloc(N * 2), *hc = (amp_bf16 *)xmalloc(N * 2);
@@ -1225,7 +1227,7 @@ static void master_modes_on_gpu(void) {
     float *hm = (float *)xmalloc(N * 4), *hg = (float *)xmalloc(N * 4), *seed = (float *)xmalloc(N * 4);
     float *cg = (float *)xmalloc(3 * N * 4), *cm = (float *)xmalloc(N * 4);
     void *dw[3], *dg[3], *dseed = dmalloc(N * 4);
-    const char *kn = kinds[k] == AMP_SGD ? "SGD" : "AdamW";
+    const char *kn = amp__kind_name(kinds[k]);
     amp_tensor_desc t;
     double mean_a = 0, mean_c = 0;
     int steps = t_quick() ? 30 : 200, bad = 0;

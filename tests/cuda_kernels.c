@@ -98,6 +98,8 @@ static void launchers_reject_bad_arguments(void) {
   }
   h.kind = AMP_CUSTOM;
   expect_arg(amp__cu_optim_create(ST, &o, t, 2, NULL, NULL, &h, msg, sizeof msg), "kind 3", "custom kind");
+  h.kind = (amp_optim_kind)99;
+  expect_arg(amp__cu_optim_create(ST, &o, t, 2, NULL, NULL, &h, msg, sizeof msg), "kind 99", "unknown kind");
   h.kind = AMP_ADAMW;
   expect_arg(amp__cu_optim_create(NULL, &o, t, 2, NULL, NULL, &h, msg, sizeof msg), "state is NULL", "state NULL");
   EXPECT(o == NULL, "a failed create wrote the handle %p", o);
@@ -123,7 +125,6 @@ static void launchers_reject_bad_arguments(void) {
       amp_scale_state sb = s0;
       sb.scale = bad[b];
       expect_arg(amp__cu_scaler_create(fake, &sc, &sb, &pr, msg, sizeof msg), "must be positive and finite", "create: scale inf/NaN");
-      expect_arg(amp__cu_scaler_set(fake, fake, &sb, msg, sizeof msg), "must be positive and finite", "set: scale inf/NaN");
       expect_arg(amp__cu_scaler_load(fake, fake, &sb, &pr, 1.0f, 0, 0, msg, sizeof msg), "must be positive and finite", "load: scale inf/NaN");
       expect_arg(amp__cu_scaler_load(fake, fake, &s0, &pr, bad[b], 0, 0, msg, sizeof msg), "must be positive and finite", "load: inv_scale inf/NaN");
     }
@@ -338,7 +339,7 @@ static void unscale_finds_norm_and_overflow_of_mixed_tensors(void) {
   {
     amp_scale_state tiny = state0(1e-30f, &pr);
     float keep = amp__load(s.hg[6], AMP_F32, 3);
-    OK(amp__cu_scaler_set(ST, sc, &tiny, msg, sizeof msg));
+    OK(amp__cu_scaler_load(ST, sc, &tiny, &pr, amp__inv_scale(tiny.scale), 0, 0, msg, sizeof msg));
     tset_poke(&s, 6, 3, 1e20f);
     OK(amp__cu_optim_unscale(ST, o, sc, msg, sizeof msg));
     OK(amp__cu_optim_read(ST, o, &a, msg, sizeof msg));
@@ -382,7 +383,8 @@ static void run_optimizer_against_host(const char *name, amp_optim_config h, int
     for (size_t i = 0; i < s.k; i++)   /* the host takes the device's factor: the norm's own check is above */
       for (size_t j = 0; j < n[i]; j++) {
         float g = amp__load(s.hg[i], (amp_dtype)dt[i], j) * info.mul;
-        if (h.kind == AMP_SGD) amp__sgd_elem(&pm[i][j], &mm[i][j], g, &c);
+        if (h.kind == AMP_SGD) amp__sgd_elem(&pm[i][j], &mm[i][j], &vm[i][j], g, &c);
+        else if (h.kind == AMP_LION) amp__lion_elem(&pm[i][j], &mm[i][j], &vm[i][j], g, &c);
         else amp__adam_elem(&pm[i][j], &mm[i][j], &vm[i][j], g, &c);
       }
   }
@@ -429,6 +431,11 @@ static void optimizers_match_host_reference(void) {
   run_optimizer_against_host("sgd nesterov", hp(AMP_SGD, 0.05f, 0, 0.9f, 0, 1, 0), steps, 1.0f);
   run_optimizer_against_host("adam l2", hp(AMP_ADAM, 1e-2f, 1e-2f, 0, 0, 0, 0), steps, 1.0f);
   run_optimizer_against_host("adamw clipped", hp(AMP_ADAMW, 1e-2f, 1e-2f, 0, 0, 0, 1.0f), steps, 4.0f);
+  {
+    amp_optim_config lion = hp(AMP_LION, 1e-3f, 0.1f, 0, 0, 0, 1.0f);
+    lion.beta2 = 0.99f;
+    run_optimizer_against_host("lion clipped", lion, steps, 4.0f);
+  }
 }
 
 /* ---- GPU: skipped steps ---------------------------------------------------------------------- */

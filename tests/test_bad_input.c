@@ -206,7 +206,7 @@ static void every_bad_optimizer_field_is_refused_naming_it(void) {
     {"beta2", 0, 0, 0, 0, 0, 1.0f, 0, 0, 1}, {"beta2", 0, 0, 0, 0, 0, NAN, 0, 0, 2},
     {"eps", 0, 0, 0, 0, 0, 0, NAN, 0, 1}, {"eps", 0, 0, 0, 0, 0, 0, INFINITY, 0, 2},
     {"max_grad_norm", 0, 0, 0, 0, 0, 0, 0, NAN, 0}, {"max_grad_norm", 0, 0, 0, 0, 0, 0, 0, INFINITY, 1},
-    {"kind", 0, 0, 0, 0, 0, 0, 0, 0, -1}, {"kind", 0, 0, 0, 0, 0, 0, 0, 0, 4},
+    {"kind", 0, 0, 0, 0, 0, 0, 0, 0, -1}, {"kind", 0, 0, 0, 0, 0, 0, 0, 0, 5},
   };
   size_t i;
   amp_optimizer *o;

@@ -103,6 +103,7 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
   int nm = amp__o_moments(h);
   size_t i, j;
   (void)state;
+  if (!amp__kind_on_device(h->kind)) { free(o); snprintf(msg, cap, "amp__cu_optim_create: kind %d has no device update", (int)h->kind); return AMP_ERR_ARG; }
   if (!o) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
   o->h = *h; o->k = n;
   o->t = (amp__tensor *)calloc(n, sizeof *o->t); o->p = (float **)calloc(n, sizeof *o->p);
@@ -112,11 +113,17 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
   if (h->stats) o->stats = (amp__gstat *)calloc(n, sizeof *o->stats);
   for (i = 0; i < n; i++) {
     o->t[i] = ts[i];
+    o->t[i].master = NULL;   /* read once, here: not kept */
     o->ls[i] = ts[i].group ? lr_scale[ts[i].group] : 1.0f; o->wd[i] = ts[i].group ? weight_decay[ts[i].group] : 0.0f;
-    if (ts[i].master_mode == AMP_MASTER_SPLIT) o->rem[i] = (uint16_t *)calloc(ts[i].n, 2);   /* zeroed, as the kernel's memset */
-    if (ts[i].master_mode == AMP_MASTER_F32) {
+    if (ts[i].master_mode == AMP_MASTER_NONE && ts[i].master) { snprintf(msg, cap, "tensor %zu: NONE with a master", i); return AMP_ERR_ARG; }
+    if (ts[i].master_mode == AMP_MASTER_SPLIT) {
+      o->rem[i] = (uint16_t *)calloc(ts[i].n, 2);   /* zeroed, as the kernel's memset */
+      if (ts[i].master)   /* a seed: split into the model copy and the remainders (amp__cu_split_kernel) */
+        for (j = 0; j < ts[i].n; j++) amp__split_encode(ts[i].master[j], &((amp_bf16 *)ts[i].w)[j], &o->rem[i][j]);
+    }
+    if (ts[i].master_mode == AMP_MASTER_F32) {   /* the master given (bit for bit), else the model copy */
       o->p[i] = (float *)malloc(ts[i].n * 4);
-      for (j = 0; j < ts[i].n; j++) o->p[i][j] = amp__load(ts[i].w, (amp_dtype)ts[i].wtype, j);
+      for (j = 0; j < ts[i].n; j++) o->p[i][j] = ts[i].master ? ts[i].master[j] : amp__load(ts[i].w, (amp_dtype)ts[i].wtype, j);
     }
     if (nm >= 1) o->m[i] = (float *)calloc(ts[i].n, 4);
     if (nm >= 2) o->v[i] = (float *)calloc(ts[i].n, 4);
@@ -315,13 +322,14 @@ static amp_status identity(void *user, double *buf, int n, void *stream) { (void
 /* Every step of a run, on amp_cpu() and on the emulated CUDA device: the same weights (bits), step
    counts, scales, skip counts and grad norms, for each kind, with and without the all-reduce hook. */
 static void a_run_on_the_cuda_line_gives_the_cpus_bits(void) {
-  amp_optim_config c[3];
+  amp_optim_config c[4];
   int k, hook;
   memset(c, 0, sizeof c);
   c[0].kind = AMP_OPTIM_SGD; c[0].lr = 0.1f; c[0].momentum = 0.9f; c[0].weight_decay = 1e-3f;
   c[1].kind = AMP_OPTIM_ADAM; c[1].lr = 1e-2f; c[1].max_grad_norm = 0.05f;
   c[2].kind = AMP_OPTIM_ADAMW; c[2].lr = 1e-2f; c[2].weight_decay = 0.1f;
-  for (k = 0; k < 3; k++)
+  c[3].kind = AMP_OPTIM_LION; c[3].lr = 1e-3f; c[3].weight_decay = 0.1f; c[3].max_grad_norm = 0.05f;
+  for (k = 0; k < 4; k++)
     for (hook = 0; hook < 2; hook++) {
       rig a, b;
       int step;
@@ -450,9 +458,9 @@ static int grig_make(grig *r, amp_device *d, amp_optim_kind kind) {
   return amp_optimizer_add_tensor(r->o, &t) == AMP_OK;
 }
 static void groups_on_the_cuda_line_give_the_cpus_bits(void) {
-  static const amp_optim_kind kinds[2] = {AMP_OPTIM_SGD, AMP_OPTIM_ADAMW};
+  static const amp_optim_kind kinds[3] = {AMP_OPTIM_SGD, AMP_OPTIM_ADAMW, AMP_OPTIM_LION};
   int k, step, i, grp = -1;
-  for (k = 0; k < 2; k++) {
+  for (k = 0; k < 3; k++) {
     static grig a, b;
     if (!grig_make(&a, amp_cpu(), kinds[k]) || !grig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
     EXPECT(memcmp(a.wc, b.wc, sizeof a.wc) == 0, "kind %d: the model copies written from the seed differ", k);
@@ -520,12 +528,13 @@ static void rig_grads_unscaled(rig *r, int step) {
   if (step % 7 == 6) r->g1[N1 - 1] = -INFINITY;  /* and an inf in the f32 grads */
 }
 static void amp_optimizer_step_on_the_cuda_line_gives_the_cpus_bits(void) {
-  amp_optim_config c[3];
+  amp_optim_config c[4];
   int k;
   c[0] = amp_optimizer_defaults(AMP_OPTIM_SGD); c[0].lr = 0.1f; c[0].momentum = 0.9f; c[0].weight_decay = 1e-3f;
   c[1] = amp_optimizer_defaults(AMP_OPTIM_ADAM); c[1].lr = 1e-2f; c[1].max_grad_norm = 0.05f; c[1].beta1 = 0.0f;
   c[2] = amp_optimizer_defaults(AMP_OPTIM_ADAMW); c[2].lr = 1e-2f; c[2].weight_decay = 0.1f;
-  for (k = 0; k < 3; k++) {
+  c[3] = amp_optimizer_defaults(AMP_OPTIM_LION); c[3].weight_decay = 0.1f;
+  for (k = 0; k < 4; k++) {
     rig a, b;
     int step, skipped = 0;
     if (!rig_make(&a, amp_cpu(), &c[k]) || !rig_make(&b, gpu(), &c[k])) { EXPECT(0, "kind %d: setup: %s", k, amp_last_error()); return; }
@@ -772,9 +781,9 @@ static int mrig_same(const mrig *a, const mrig *b) {
          (!a->o->t[0].m || memcmp(a->o->t[0].m, ((fake_optim *)b->o->cu)->m[0], 70 * 4) == 0);
 }
 static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
-  static const amp_optim_kind kinds[2] = {AMP_SGD, AMP_ADAMW};
+  static const amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAMW, AMP_LION};
   int k, step, i;
-  for (k = 0; k < 2; k++) {
+  for (k = 0; k < 3; k++) {
     static mrig a, b;
     static mrig before;
     if (!mrig_make(&a, amp_cpu(), kinds[k]) || !mrig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
