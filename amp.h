@@ -1179,6 +1179,9 @@ static inline AMP_HD amp_step_coefs amp__group_coefs(const amp_optim_config *h, 
 /* The model copy's value of master value x, rounded to nearest: rounded to round_to (AMP_F32: x
    itself; a float model copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as
    the copy's dtype. */
+/* 1 when round_to rt is set: a float model copy holding values rounded to a narrower format (the
+   default, AMP_F32, holds the master's value). */
+static inline AMP_HD int amp__round_to_set(amp_dtype rt) { return rt != AMP_F32; }
 static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype round_to, size_t i, float x) {
   amp__store(w, t, i, amp__round_to(x, round_to));
 }
@@ -3255,7 +3258,7 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
 AMP__INLINE void amp__o_store(void *dst, amp_dtype t, amp_dtype rt, int sr, uint64_t key, size_t i0,
                               const float *AMP__RESTRICT p, size_t k) {
   size_t i;
-  if (sr || (t == AMP_F32 && rt != AMP_F32)) {
+  if (sr || (t == AMP_F32 && amp__round_to_set(rt))) {
     for (i = 0; i < k; i++) amp__store_model(dst, t, rt, sr, key, i0 + i, p[i]);
   } else {
     amp__from_f32((char *)dst + i0 * amp_dtype_size(t), t, p, k);
@@ -3708,7 +3711,7 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
                         void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
                         const amp_step_coefs *c) {
 #ifdef AMP__X86_SIMD
-  int l = rt == AMP_F32 && !sr && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) ? amp__opt_level() : 0;
+  int l = !amp__round_to_set(rt) && !sr && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) ? amp__opt_level() : 0;
   if (l >= 2) { amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
   if (l == 1) { amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c); return; }
 #endif
@@ -3958,7 +3961,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
     return amp__fail(AMP_ERR_ARG, "%s: group %d is not a group of this optimizer (0..%d; amp_optimizer_add_group makes more)",
                      fn, t->group, o->n_groups - 1);
   if (!amp_dtype_size(t->round_to)) return amp__dtype_check(fn, "round_to", t->round_to);
-  if (t->round_to != AMP_F32 && t->dtype != AMP_F32)
+  if (amp__round_to_set(t->round_to) && t->dtype != AMP_F32)
     return amp__fail(AMP_ERR_ARG, "%s: round_to %d (%s) is for a float model copy (dtype AMP_F32) only; dtype is %s, "
                      "which rounds by itself (leave round_to 0)", fn, (int)t->round_to, amp__dtype_name(t->round_to),
                      amp__dtype_name(t->dtype));
@@ -4300,7 +4303,7 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
   if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
   if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
   else for (k = 0; k < n; k++) block[k] = amp__load(o->w[i], o->wtype[i], k);   /* exact: every dtype fits f32 */
-  if (seed || o->round_to[i] != AMP_F32 || o->stochastic[i])
+  if (seed || amp__round_to_set(o->round_to[i]) || o->stochastic[i])
     amp__o_store(o->w[i], o->wtype[i], o->round_to[i], o->stochastic[i], amp__o_sr_key(o, i, 0), 0, block, n);
   if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
   o->master[i] = block; o->m[i] = nm >= 1 ? block + n : NULL; o->v[i] = nm >= 2 ? block + 2 * n : NULL;
@@ -5687,18 +5690,30 @@ static AMP__T512BF void amp__gemm_micro_bf16_rb(int kc, const float *af, const u
 }
 
 /* Up to 16 elements of type t at p (n of them; the rest read as 0) as 16 f32 lanes, exactly. */
-static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
-  __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-  if (t == AMP_F32) return _mm512_maskz_loadu_ps(m, p);
-  if (t == AMP_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+static inline AMP__T512 __m512 amp__gemm_ld16_f32(const void *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline AMP__T512 __m512 amp__gemm_ld16_f16(const void *p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+static inline AMP__T512 __m512 amp__gemm_ld16_bf16(const void *p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
+static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
+  __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+#define AMP__V_(E, N, T, S) return amp__gemm_ld16_##N(p, m);
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  return _mm512_setzero_ps();
+}
 
-/* 8 elements of type t at p as 8 f32 lanes, exactly. */
-static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
-  if (t == AMP_F32) return _mm256_loadu_ps((const float *)p);
-  if (t == AMP_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+/* 8 elements of type t at p as 8 f32 lanes, exactly (the AVX2 loads, here under the gemm's target). */
+static inline AMP__T512 __m256 amp__gemm_ld8_f32(const void *p) { return _mm256_loadu_ps((const float *)p); }
+static inline AMP__T512 __m256 amp__gemm_ld8_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
+#define AMP__V_(E, N, T, S) return amp__gemm_ld8_##N(p);
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  return _mm256_setzero_ps();
 }
 /* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
    moves bf16 pairs (32-bit words) as well as floats. */
@@ -5967,10 +5982,11 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
   int i, j, tc, has_bias = o->bias != NULL, mr = K->mr, nr = K->nr;
   int tiles_n = (nb + nr - 1) / nr;
   float acc[AMP__GEMM_NC], cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
+  const int c32 = ct == AMP_F32;   /* C of f32: written in place, no conversion */
   /* the bias, converted once (amp_convert gives the bits of amp__load) */
   if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
 #ifdef AMP__GEMM_FAST
-  if (K->vec_store && ccs == 1 && ct == AMP_F32 && o->act != AMP_ACT_GELU) {
+  if (K->vec_store && ccs == 1 && c32 && o->act != AMP_ACT_GELU) {
     /* f32 rows straight from the tiles, tile by tile (the buffer is read in order) */
     int tr, r;
     for (tr = 0; tr * mr < mb; tr++)
@@ -5992,20 +6008,20 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
       /* a contiguous row: f16/bf16 C is read (beta != 0) and written with the bulk conversion,
          which gives the same bits as amp__load/amp__store, element math unchanged */
       void *crow = (char *)C + ((size_t)(i0 + i) * crs + (size_t)j0) * amp_dtype_size(ct);
-      float *cf = ct == AMP_F32 ? (float *)crow : cr;
+      float *cf = c32 ? (float *)crow : cr;
 #ifdef AMP__GEMM_FAST
       if (K->vec_store && o->act != AMP_ACT_GELU) {
-        if (ct != AMP_F32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+        if (!c32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
         amp__gemm_row_512(cf, acc, nb, alpha, beta, has_bias ? br : NULL, (int)o->act);
-        if (ct != AMP_F32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+        if (!c32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
         continue;
       }
 #endif
-      if (ct != AMP_F32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+      if (!c32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
       for (j = 0; j < nb; j++)
         cf[j] = amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, beta != 0.0f ? cf[j] : 0.0f), has_bias,
                               has_bias ? br[j] : 0.0f, (int)o->act);
-      if (ct != AMP_F32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+      if (!c32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
       continue;
     }
     for (j = 0; j < nb; j++) {
@@ -6407,7 +6423,7 @@ static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *s
     }
     AMP_FREE(h); AMP_FREE(hw);
   }
-  if (st == AMP_OK && o->master_mode[i] == AMP_MASTER_F32 && (seed || o->round_to[i] != AMP_F32 || o->stochastic[i]))
+  if (st == AMP_OK && o->master_mode[i] == AMP_MASTER_F32 && (seed || amp__round_to_set(o->round_to[i]) || o->stochastic[i]))
     st = amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->stochastic[i],
                              amp__o_sr_key(o, i, 0), (const float *)p, o->n[i], m, cap);
   if (st != AMP_OK) {

@@ -615,7 +615,7 @@ template <int KIND, int GD, int WD> __device__ __forceinline__ void amp__cu_step
       ((float4 *)p)[j] = make_float4(pa[0], pa[1], pa[2], pa[3]);
       if (use_m) ((float4 *)m)[j] = make_float4(ma[0], ma[1], ma[2], ma[3]);
       if (KIND == 1) ((float4 *)v)[j] = make_float4(va[0], va[1], va[2], va[3]);
-      if ((WD == AMP_F32 && t.round_to != AMP_F32) || (WD == AMP_BF16 && t.stochastic)) {
+      if ((WD == AMP_F32 && amp__round_to_set((amp_dtype)t.round_to)) || (WD == AMP_BF16 && t.stochastic)) {
         // a float model copy holding bf16/f16 values, or a bf16 copy rounded stochastically (the
         // bits keyed by the element's index in its tensor)
 #pragma unroll
@@ -784,7 +784,7 @@ extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype,
   if (!dst || !master) return amp__cu_arg(msg, cap, "amp__cu_write_model: %s is NULL with n = %zu", dst ? "master" : "dst", n);
   if (stochastic && dtype != AMP_BF16)
     return amp__cu_arg(msg, cap, "amp__cu_write_model: stochastic with dtype %d (bf16 only)", (int)dtype);
-  if (round_to == AMP_F32 && !stochastic) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
+  if (!amp__round_to_set((amp_dtype)round_to) && !stochastic) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
   AMP__CU_ON(st);
   long long need = ((long long)n + AMP__CU_THREADS - 1) / AMP__CU_THREADS;
   long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;
@@ -970,7 +970,7 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: grad_dtype %d is not a dtype", i, (int)ts[i].grad_dtype);
     if (ts[i].n == 0) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: n is 0", i);
     if (!ts[i].grad || !ts[i].model) return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: %s is NULL", i, ts[i].grad ? "model" : "grad");
-    if (!amp__cu_dtype_ok(ts[i].round_to) || (ts[i].round_to != AMP_F32 && ts[i].dtype != AMP_F32))
+    if (!amp__cu_dtype_ok(ts[i].round_to) || (amp__round_to_set((amp_dtype)ts[i].round_to) && ts[i].dtype != AMP_F32))
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: round_to %d with dtype %d", i, (int)ts[i].round_to, (int)ts[i].dtype);
     if (ts[i].stochastic && ts[i].dtype != AMP_BF16)
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: stochastic with dtype %d (bf16 only)", i, (int)ts[i].dtype);
