@@ -2015,26 +2015,22 @@ AMP__AVX512_INLINE void amp__cvt_loop16(amp_dtype dt, void *dst, amp_dtype st, c
 
 /* One kernel per level, a case per (dst, src) pair of formats with a vector path: the pair is a
    constant in each, so the dtype tests of the inline loops fold away. */
-AMP__AVX2_INLINE void amp__cvt_to8(amp_dtype dt, void *d, amp_dtype st, const void *s, size_t n) {
-#define AMP__C_(E, N, T, S) amp__cvt_loop8(E, d, st, s, n); break;
-  AMP__DTYPE_VSWITCH(dt, AMP__C_)
-#undef AMP__C_
-}
-static AMP__AVX2 void amp__cvt_avx2(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) {
-#define AMP__C_(E, N, T, S) amp__cvt_to8(dt, d, E, s, n); break;
-  AMP__DTYPE_VSWITCH(st, AMP__C_)
-#undef AMP__C_
-}
-AMP__AVX512_INLINE void amp__cvt_to16(amp_dtype dt, void *d, amp_dtype st, const void *s, size_t n) {
-#define AMP__C_(E, N, T, S) amp__cvt_loop16(E, d, st, s, n); break;
-  AMP__DTYPE_VSWITCH(dt, AMP__C_)
-#undef AMP__C_
-}
-static AMP__AVX512 void amp__cvt_avx512(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) {
-#define AMP__C_(E, N, T, S) amp__cvt_to16(dt, d, E, s, n); break;
-  AMP__DTYPE_VSWITCH(st, AMP__C_)
-#undef AMP__C_
-}
+#define AMP__CVT_D8_(E, N, T, S) amp__cvt_loop8(E, d, st, s, n); break;
+#define AMP__CVT_S8_(E, N, T, S) amp__cvt_to8(dt, d, E, s, n); break;
+#define AMP__CVT_D16_(E, N, T, S) amp__cvt_loop16(E, d, st, s, n); break;
+#define AMP__CVT_S16_(E, N, T, S) amp__cvt_to16(dt, d, E, s, n); break;
+#define AMP__CVT_LEVEL(W, INLINE, TARGET, NAME) \
+  INLINE void amp__cvt_to##W(amp_dtype dt, void *d, amp_dtype st, const void *s, size_t n) { \
+    AMP__DTYPE_VSWITCH(dt, AMP__CVT_D##W##_) \
+  } \
+  static TARGET void NAME(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) { AMP__DTYPE_VSWITCH(st, AMP__CVT_S##W##_) }
+AMP__CVT_LEVEL(8, AMP__AVX2_INLINE, AMP__AVX2, amp__cvt_avx2)
+AMP__CVT_LEVEL(16, AMP__AVX512_INLINE, AMP__AVX512, amp__cvt_avx512)
+#undef AMP__CVT_LEVEL
+#undef AMP__CVT_D8_
+#undef AMP__CVT_S8_
+#undef AMP__CVT_D16_
+#undef AMP__CVT_S16_
 
 /* Both formats with a CPU vector path (amp__dtype_cpu_vec). */
 static void amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
