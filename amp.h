@@ -1736,7 +1736,7 @@ static void amp__f16_to_f32_portable(float *AMP__RESTRICT d, const amp_f16 *AMP_
   static void amp__##N##_from_f32(void *AMP__RESTRICT d, const float *AMP__RESTRICT s, size_t n) { \
     size_t i; for (i = 0; i < n; i++) amp__st_##N(d, i, s[i]); }
 AMP__DT_BULK_LOOPS(bf16)
-static void amp__f32_to_f32(float *d, const void *s, size_t n) { memmove(d, s, n * sizeof(float)); }   /* the bits as they are */
+static void amp__f32_to_f32(float *d, const void *s, size_t n) { memmove(d, s, n * sizeof(float)); }   /* the bits */
 static void amp__f32_from_f32(void *d, const float *s, size_t n) { memmove(d, s, n * sizeof(float)); }
 static void amp__f16_to_f32(float *d, const void *s, size_t n) { amp__f16_to_f32_portable(d, (const amp_f16 *)s, n); }
 static void amp__f16_from_f32(void *d, const float *s, size_t n) { amp__f32_to_f16_portable((amp_f16 *)d, s, n); }
@@ -1892,7 +1892,9 @@ AMP__AVX2_INLINE void amp__st8h(void *p, __m128i h, int nt) {   /* 8 16-bit elem
   AMP__IN_REG(h);
   if (nt) _mm_stream_si128((__m128i *)p, h); else _mm_storeu_si128((__m128i *)p, h);
 }
-AMP__AVX2_INLINE void amp__st8_f16(void *p, __m256 x, int nt) { amp__st8h(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT), nt); }
+AMP__AVX2_INLINE void amp__st8_f16(void *p, __m256 x, int nt) {
+  amp__st8h(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT), nt);
+}
 AMP__AVX2_INLINE void amp__st8_bf16(void *p, __m256 x, int nt) {
   __m256i r = amp__bf16_round8(_mm256_castps_si256(x));   /* values <= 0xffff: packus keeps them */
   amp__st8h(p, _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)), nt);
@@ -1908,7 +1910,9 @@ AMP__AVX2_INLINE void amp__st8(amp_dtype t, void *p, __m256 x, int nt) {
 AMP__AVX512_INLINE __m256i amp__ld16h(const void *p, __mmask16 k) {
   return k == 0xffff ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(k, p);
 }
-AMP__AVX512_INLINE __m512 amp__ld16_f32(const void *p, __mmask16 k) { return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p); }
+AMP__AVX512_INLINE __m512 amp__ld16_f32(const void *p, __mmask16 k) {
+  return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
+}
 AMP__AVX512_INLINE __m512 amp__ld16_f16(const void *p, __mmask16 k) { return _mm512_cvtph_ps(amp__ld16h(p, k)); }
 AMP__AVX512_INLINE __m512 amp__ld16_bf16(const void *p, __mmask16 k) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(amp__ld16h(p, k)), 16));
@@ -2023,7 +2027,9 @@ AMP__AVX512_INLINE void amp__cvt_loop16(amp_dtype dt, void *dst, amp_dtype st, c
   INLINE void amp__cvt_to##W(amp_dtype dt, void *d, amp_dtype st, const void *s, size_t n) { \
     AMP__DTYPE_VSWITCH(dt, AMP__CVT_D##W##_) \
   } \
-  static TARGET void NAME(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) { AMP__DTYPE_VSWITCH(st, AMP__CVT_S##W##_) }
+  static TARGET void NAME(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) { \
+    AMP__DTYPE_VSWITCH(st, AMP__CVT_S##W##_) \
+  }
 AMP__CVT_LEVEL(8, AMP__AVX2_INLINE, AMP__AVX2, amp__cvt_avx2)
 AMP__CVT_LEVEL(16, AMP__AVX512_INLINE, AMP__AVX512, amp__cvt_avx512)
 #undef AMP__CVT_LEVEL
@@ -2054,7 +2060,10 @@ AMPDEF void amp_simd_enable(int on) { AMP__ASTORE(&amp__simd_on, on ? amp__cpu_h
 
 static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
 #ifdef AMP__X86_SIMD
-  if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st)) { amp__convert_simd(dst, dt, src, st, n); return; }
+  if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st)) {
+    amp__convert_simd(dst, dt, src, st, n);
+    return;
+  }
 #endif
   if ((uintptr_t)dst % amp_dtype_size(dt) || (uintptr_t)src % amp_dtype_size(st)) {
     /* an address the C loops may not use as an element pointer (an odd one, say): through
@@ -3375,7 +3384,7 @@ AMP__INLINE void amp__o_scan_stats_body(const void *g, amp_dtype t, size_t n, fl
 }
 static AMP__EXACT_FP void amp__o_scan_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
                                             amp__gstat *st) {
-#define AMP__B_(E, N, T, S) amp__o_scan_stats_body(g, E, n, inv, sumsq, bad, st); break;   /* the type a constant in each */
+#define AMP__B_(E, N, T, S) amp__o_scan_stats_body(g, E, n, inv, sumsq, bad, st); break;   /* the type a constant */
   AMP__DTYPE_SWITCH(t, AMP__B_)
 #undef AMP__B_
 }
@@ -3687,7 +3696,10 @@ static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, flo
 /* With gradient stats: the AVX-512 loop where the CPU has it, else the portable one (the same bits). */
 static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad, amp__gstat *st) {
 #ifdef AMP__X86_SIMD
-  if (amp__opt_level() >= 2 && amp__dtype_cpu_vec(t)) { amp__o_scan_stats_avx512(g, t, n, inv, sumsq, bad, st); return; }
+  if (amp__opt_level() >= 2 && amp__dtype_cpu_vec(t)) {
+    amp__o_scan_stats_avx512(g, t, n, inv, sumsq, bad, st);
+    return;
+  }
 #endif
   amp__o_scan_stats(g, t, n, inv, sumsq, bad, st);
 }
@@ -5434,7 +5446,7 @@ static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx
 /* dst[i * ds] = src[i * ss] as f32, for i < n (ss, ds in elements). */
 static void amp__gemm_gather(float *dst, size_t ds, const void *src, amp_dtype t, size_t ss, int n) {
   int i;
-  if (ss == 1 && amp_dtype_size(t) < sizeof(float)) {   /* a contiguous narrow run: the bulk (F16C) conversion, same bits */
+  if (ss == 1 && amp_dtype_size(t) < sizeof(float)) {   /* a contiguous narrow run: the bulk (F16C) conversion */
     float tmp[256];
     int j, k;
     if (ds == 1) { amp_convert(dst, AMP_F32, src, t, (size_t)n); return; }
@@ -5687,7 +5699,9 @@ static AMP__T512BF void amp__gemm_micro_bf16_rb(int kc, const float *af, const u
 
 /* Up to 16 elements of type t at p (n of them; the rest read as 0) as 16 f32 lanes, exactly. */
 static inline AMP__T512 __m512 amp__gemm_ld16_f32(const void *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-static inline AMP__T512 __m512 amp__gemm_ld16_f16(const void *p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+static inline AMP__T512 __m512 amp__gemm_ld16_f16(const void *p, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
 static inline AMP__T512 __m512 amp__gemm_ld16_bf16(const void *p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
@@ -5701,7 +5715,9 @@ static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n)
 
 /* 8 elements of type t at p as 8 f32 lanes, exactly (the AVX2 loads, here under the gemm's target). */
 static inline AMP__T512 __m256 amp__gemm_ld8_f32(const void *p) { return _mm256_loadu_ps((const float *)p); }
-static inline AMP__T512 __m256 amp__gemm_ld8_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline AMP__T512 __m256 amp__gemm_ld8_f16(const void *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
 static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
@@ -6419,7 +6435,8 @@ static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *s
     }
     AMP_FREE(h); AMP_FREE(hw);
   }
-  if (st == AMP_OK && o->master_mode[i] == AMP_MASTER_F32 && (seed || amp__round_to_set(o->round_to[i]) || o->stochastic[i]))
+  if (st == AMP_OK && o->master_mode[i] == AMP_MASTER_F32 &&
+      (seed || amp__round_to_set(o->round_to[i]) || o->stochastic[i]))
     st = amp__cu_write_model(o->dev->cuda, o->w[i], (int32_t)o->wtype[i], (int32_t)o->round_to[i], o->stochastic[i],
                              amp__o_sr_key(o, i, 0), (const float *)p, o->n[i], m, cap);
   if (st != AMP_OK) {

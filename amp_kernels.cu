@@ -513,11 +513,13 @@ amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__
   amp__gstat a = {0u, 0u, 0ull, 0ull, 0ull};
   if (!stats) {   // stats off: the loop as it always was
     amp__cu_dtype_visit(t.gdtype, [&](auto gd) {
-      amp__cu_unscale_chunk<gd.value, false>((const typename amp__cu_elem<gd.value>::T *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+      const void *g = (const typename amp__cu_elem<gd.value>::T *)t.grad + ch.start;
+      amp__cu_unscale_chunk<gd.value, false>(g, ch.len, t.gvec, inv, ss, bad, a);
     });
   } else {
     amp__cu_dtype_visit(t.gdtype, [&](auto gd) {
-      amp__cu_unscale_chunk<gd.value, true>((const typename amp__cu_elem<gd.value>::T *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+      const void *g = (const typename amp__cu_elem<gd.value>::T *)t.grad + ch.start;
+      amp__cu_unscale_chunk<gd.value, true>(g, ch.len, t.gvec, inv, ss, bad, a);
     });
     // the block's stats in shared memory, then one set of integer atomics per block into the
     // tensor's counters (cleared on the stream before the launch); integer: the same on every run
@@ -677,7 +679,9 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     const amp_step_coefs c = s_c;
     const uint64_t key = s_key;
     const float mul = s_mul;
-    amp__cu_dtype_visit(t.gdtype, [&](auto gd) { amp__cu_step_chunk_w<KIND, gd.value>(t, ch.start, ch.len, mul, c, key); });
+    amp__cu_dtype_visit(t.gdtype, [&](auto gd) {
+      amp__cu_step_chunk_w<KIND, gd.value>(t, ch.start, ch.len, mul, c, key);
+    });
   }
   if (threadIdx.x == 0) {
     __threadfence();   // our reads of t and of the flags are done before we count ourselves
@@ -756,7 +760,8 @@ extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, con
   if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_cast: %s is NULL with n = %zu", dst ? "src" : "dst", n);
   AMP__CU_ON(st);
   if (dst_type == src_type) {
-    AMP__CU_CHECK(cudaMemcpyAsync(dst, src, n * (size_t)amp__cu_dtype_bytes(dst_type), cudaMemcpyDeviceToDevice, st->stream));
+    const size_t bytes = n * (size_t)amp__cu_dtype_bytes(dst_type);
+    AMP__CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st->stream));
     return AMP_OK;
   }
   amp__cu_cast_launch(st, dst, dst_type, src, src_type, n, NULL);
@@ -784,7 +789,8 @@ extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype,
   if (!dst || !master) return amp__cu_arg(msg, cap, "amp__cu_write_model: %s is NULL with n = %zu", dst ? "master" : "dst", n);
   if (stochastic && dtype != AMP_BF16)
     return amp__cu_arg(msg, cap, "amp__cu_write_model: stochastic with dtype %d (bf16 only)", (int)dtype);
-  if (!amp__round_to_set((amp_dtype)round_to) && !stochastic) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
+  if (!amp__round_to_set((amp_dtype)round_to) && !stochastic)   // the vector cast
+    return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);
   AMP__CU_ON(st);
   long long need = ((long long)n + AMP__CU_THREADS - 1) / AMP__CU_THREADS;
   long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;
