@@ -502,9 +502,9 @@ static void convert_rejects_an_unknown_dtype_and_names_it(void) {
    classes as normal and the float below it as subnormal). */
 static void traits_table_rows_hold_the_known_values(void) {
   static const struct { amp_dtype t; const char *name; size_t size; float max, min_normal; } want[] = {
-    { AMP_F32, "AMP_F32", 4, 3.40282347e38f, 0x1p-126f },
-    { AMP_F16, "AMP_F16", 2, 65504.0f, 0x1p-14f },
-    { AMP_BF16, "AMP_BF16", 2, 3.38953139e38f, 0x1p-126f },
+    { AMP_F32, "AMP_F32", 4, 3.40282347e38f, 1.17549435e-38f },
+    { AMP_F16, "AMP_F16", 2, 65504.0f, 6.10351562e-05f },
+    { AMP_BF16, "AMP_BF16", 2, 3.38953139e38f, 1.17549435e-38f },
   };
   size_t i;
   EXPECT(AMP__DTYPE_COUNT == 3, "the table has %d rows, expected 3", (int)AMP__DTYPE_COUNT);
