@@ -221,9 +221,11 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
      kernels take it; 0: the portable loops), GPU vector path (1: the kernels' 4-wide accesses),
      cuBLAS type, NCCL type.
    To add a format: append a row (the enum value is its position: never reorder, checkpoints hold
-   it), write its amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N) writes them from the
-   element functions), and, only if its vector column is 1, its cases in amp__ld8/st8/ld16/st16 and
-   the kernels' element access. Nothing else names a format's size or value. */
+   it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
+   writes those from the element functions). With CPU column 1, also its vector loads/stores
+   amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N, amp__gemm_ld8_N (with 0 the
+   portable loops run it). The kernels take any row as it is (amp__cu_elem from the C type column).
+   Nothing else names a format's size or values. */
 #define AMP__DTYPES(X, A) \
   X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,  ncclFloat)    /* 2^-126 */ \
   X(A, AMP_F16,  f16,  amp_f16,  2, 0x477fe000u, 0x38800000u, 1, 1, CUDA_R_16F,  ncclHalf)     /* 65504, 2^-14 */ \
@@ -233,10 +235,9 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
 typedef enum amp_dtype { AMP__DTYPES(AMP__DT_ENUM_, ~) } amp_dtype;   /* AMP_F32 = 0, AMP_F16, AMP_BF16 */
 enum { AMP__DTYPE_COUNT = 0 AMP__DTYPES(AMP__DT_COUNT_, ~) };
 /* switch (t) with one `case E: B(E, N, T, S)` per row (E the enum constant, N the suffix, T the C
-   type, S the size): a
-   body with the type a compile-time constant, so the loops it calls vectorise. B ends with break
-   or return; an unknown t falls to the default (callers have refused it before). VSWITCH: only the
-   rows with a CPU vector path. */
+   type, S the size): a body with the type a compile-time constant, so the loops it calls
+   vectorise. B ends with break or return; an unknown t falls to the default (callers have refused
+   it before). VSWITCH: only the rows with a CPU vector path. */
 #define AMP__DT_CASE_(B, E, N, T, S, ...) case E: B(E, N, T, S)
 #define AMP__DT_IF_0(x)
 #define AMP__DT_IF_1(x) x
@@ -1176,12 +1177,12 @@ static inline AMP_HD amp_step_coefs amp__group_coefs(const amp_optim_config *h, 
   return group == 0 ? amp__step_coefs(h, t, 1.0f, h->weight_decay) : amp__step_coefs(h, t, lr_scale, weight_decay);
 }
 
-/* The model copy's value of master value x, rounded to nearest: rounded to round_to (AMP_F32: x
-   itself; a float model copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as
-   the copy's dtype. */
 /* 1 when round_to rt is set: a float model copy holding values rounded to a narrower format (the
    default, AMP_F32, holds the master's value). */
 static inline AMP_HD int amp__round_to_set(amp_dtype rt) { return rt != AMP_F32; }
+/* The model copy's value of master value x, rounded to nearest: rounded to round_to (AMP_F32: x
+   itself; a float model copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as
+   the copy's dtype. */
 static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype round_to, size_t i, float x) {
   amp__store(w, t, i, amp__round_to(x, round_to));
 }
