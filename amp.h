@@ -218,7 +218,38 @@ AMPDEF const char *amp_last_error(void);
 
 typedef uint16_t amp_f16;   /* IEEE 754 binary16 bits */
 typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32 */
-typedef enum amp_dtype { AMP_F32 = 0, AMP_F16, AMP_BF16 } amp_dtype;
+/* The number formats, one row each (ggml's type_traits[]): every dtype dispatch, size, name, range,
+   validation message and vector-path choice in amp.h and amp_kernels.cu is generated from this list
+   or reads the table made from it (amp__dtype_table). Columns:
+     enum name, suffix N (of the element functions amp__ld_N / amp__st_N, AMP_HD, and the bulk loops
+     amp__N_to_f32 / amp__N_from_f32), C storage type, size in bytes, largest finite value and
+     smallest normal (as f32 bits), CPU vector path (1: amp__ld8/st8/ld16/st16 and the F16C/AVX-512
+     kernels take it; 0: the portable loops), GPU vector path (1: the kernels' 4-wide accesses),
+     cuBLAS type, NCCL type.
+   To add a format: append a row (the enum value is its position: never reorder, checkpoints hold
+   it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
+   writes those from the element functions). With CPU column 1, also its vector loads/stores
+   amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N, amp__gemm_ld8_N (with 0 the
+   portable loops run it). The kernels take any row as it is (amp__cu_elem from the C type column).
+   Nothing else names a format's size or values. */
+#define AMP__DTYPES(X, A) \
+  X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,  ncclFloat)    /* 2^-126 */ \
+  X(A, AMP_F16,  f16,  amp_f16,  2, 0x477fe000u, 0x38800000u, 1, 1, CUDA_R_16F,  ncclHalf)     /* 65504, 2^-14 */ \
+  X(A, AMP_BF16, bf16, amp_bf16, 2, 0x7f7f0000u, 0x00800000u, 1, 1, CUDA_R_16BF, ncclBfloat16) /* 2^-126 */
+#define AMP__DT_ENUM_(A, E, ...) E,
+#define AMP__DT_COUNT_(A, E, ...) + 1
+typedef enum amp_dtype { AMP__DTYPES(AMP__DT_ENUM_, ~) } amp_dtype;   /* AMP_F32 = 0, AMP_F16, AMP_BF16 */
+enum { AMP__DTYPE_COUNT = 0 AMP__DTYPES(AMP__DT_COUNT_, ~) };
+/* switch (t) with one `case E: B(E, N, T, S)` per row (E the enum constant, N the suffix, T the C
+   type, S the size): a body with the type a compile-time constant, so the loops it calls
+   vectorise. B ends with break or return; an unknown t falls to the default (callers have refused
+   it before). VSWITCH: only the rows with a CPU vector path. */
+#define AMP__DT_CASE_(B, E, N, T, S, ...) case E: B(E, N, T, S)
+#define AMP__DT_IF_0(x)
+#define AMP__DT_IF_1(x) x
+#define AMP__DT_VCASE_(B, E, N, T, S, MX, MN, CV, ...) AMP__DT_IF_##CV(case E: B(E, N, T, S))
+#define AMP__DTYPE_SWITCH(t, B) switch (t) { AMP__DTYPES(AMP__DT_CASE_, B) default: break; }
+#define AMP__DTYPE_VSWITCH(t, B) switch (t) { AMP__DTYPES(AMP__DT_VCASE_, B) default: break; }
 
 /* Bulk host conversion between any two of F32/F16/BF16 (same type: a copy). AVX-512 or AVX2+F16C
    vector loops where the running CPU has them (decided once, by CPUID), a portable loop elsewhere;
@@ -321,20 +352,40 @@ static inline AMP_HD amp_bf16 amp_f32_to_bf16(float x) {
 /* bf16 -> f32: exact, the bits shifted up. */
 static inline AMP_HD float amp_bf16_to_f32(amp_bf16 h) { return amp__bits_f32((uint32_t)h << 16); }
 
-/* One element of any of the three types, as f32 / from f32 (the kernels' and loops' loads/stores). */
+/* The element functions of each format (the AMP__DTYPES columns' N): element i at p as f32, and x
+   rounded to the format into element i. */
+static inline AMP_HD float amp__ld_f32(const void *p, size_t i) { return ((const float *)p)[i]; }
+static inline AMP_HD void amp__st_f32(void *p, size_t i, float x) { ((float *)p)[i] = x; }
+static inline AMP_HD float amp__ld_f16(const void *p, size_t i) { return amp_f16_to_f32(((const amp_f16 *)p)[i]); }
+static inline AMP_HD void amp__st_f16(void *p, size_t i, float x) { ((amp_f16 *)p)[i] = amp_f32_to_f16(x); }
+static inline AMP_HD float amp__ld_bf16(const void *p, size_t i) { return amp_bf16_to_f32(((const amp_bf16 *)p)[i]); }
+static inline AMP_HD void amp__st_bf16(void *p, size_t i, float x) { ((amp_bf16 *)p)[i] = amp_f32_to_bf16(x); }
+
+/* One element of any format, as f32 / from f32 (the kernels' and loops' loads/stores). */
+#define AMP__LD_(E, N, T, S) return amp__ld_##N(p, i);
+#define AMP__ST_(E, N, T, S) amp__st_##N(p, i, x); break;
 static inline AMP_HD float amp__load(const void *p, amp_dtype t, size_t i) {
-  return t == AMP_F16 ? amp_f16_to_f32(((const amp_f16 *)p)[i])
-       : t == AMP_BF16 ? amp_bf16_to_f32(((const amp_bf16 *)p)[i]) : ((const float *)p)[i];
+  AMP__DTYPE_SWITCH(t, AMP__LD_)
+  return 0.0f;
 }
 static inline AMP_HD void amp__store(void *p, amp_dtype t, size_t i, float x) {
-  if (t == AMP_F16) ((amp_f16 *)p)[i] = amp_f32_to_f16(x);
-  else if (t == AMP_BF16) ((amp_bf16 *)p)[i] = amp_f32_to_bf16(x);
-  else ((float *)p)[i] = x;
+  AMP__DTYPE_SWITCH(t, AMP__ST_)
 }
+#undef AMP__LD_
+#undef AMP__ST_
 /* x rounded to the type t and back: what a model copy of type t holds for master value x. */
 static inline AMP_HD float amp__round_to(float x, amp_dtype t) {
-  return t == AMP_F16 ? amp_f16_to_f32(amp_f32_to_f16(x))
-       : t == AMP_BF16 ? amp_bf16_to_f32(amp_f32_to_bf16(x)) : x;
+#define AMP__RT_(E, N, T, S) { T r_; amp__st_##N(&r_, 0, x); return amp__ld_##N(&r_, 0); }   /* f32: x itself */
+  AMP__DTYPE_SWITCH(t, AMP__RT_)
+#undef AMP__RT_
+  return x;
+}
+/* The smallest normal of format t as f32 bits (the gradient stats' subnormal class); 0 unknown. */
+static inline AMP_HD uint32_t amp__dtype_min_normal_bits(amp_dtype t) {
+#define AMP__MN_(A, E, N, T, S, MX, MN, ...) case E: return MN;
+  switch (t) { AMP__DTYPES(AMP__MN_, ~) default: break; }
+#undef AMP__MN_
+  return 0u;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -1222,6 +1273,9 @@ static inline AMP_HD amp_step_coefs amp__group_coefs(const amp_optim_config *h, 
   return group == 0 ? amp__step_coefs(h, t, 1.0f, h->weight_decay) : amp__step_coefs(h, t, lr_scale, weight_decay);
 }
 
+/* 1 when round_to rt is set: a float model copy holding values rounded to a narrower format (the
+   default, AMP_F32, holds the master's value). */
+static inline AMP_HD int amp__round_to_set(amp_dtype rt) { return rt != AMP_F32; }
 /* The model copy's value of master value x, rounded to nearest: rounded to round_to (AMP_F32: x
    itself; a float model copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as
    the copy's dtype. */
@@ -1371,7 +1425,7 @@ static inline AMP_HD int amp__grad_class(float g, float y, amp_dtype t) {
   uint32_t a = amp__f32_bits(g) & 0x7fffffffu;
   if (!amp__finite(y)) return AMP__G_NONFINITE;
   if (a == 0u) return AMP__G_ZERO;
-  return a < (t == AMP_F16 ? 0x38800000u : 0x00800000u) ? AMP__G_SUBNORMAL : AMP__G_NORMAL;  /* 2^-14, 2^-126 */
+  return a < amp__dtype_min_normal_bits(t) ? AMP__G_SUBNORMAL : AMP__G_NORMAL;  /* f16 2^-14, f32/bf16 2^-126 */
 }
 /* One grad into a (thread's or tensor's) accumulator. */
 static inline AMP_HD void amp__gstat_add(amp__gstat *a, float g, float y, amp_dtype t) {
@@ -1738,17 +1792,38 @@ static const char *amp__master_mode_name(int m) {
 
 AMPDEF const char *amp_last_error(void) { return amp__err_buf; }
 
-static const char *amp__dtype_name(amp_dtype t) {
-  return t == AMP_F32 ? "AMP_F32" : t == AMP_F16 ? "AMP_F16" : t == AMP_BF16 ? "AMP_BF16" : "unknown";
+/* The traits table: one row per AMP__DTYPES row, in enum order (row t is dtype t). */
+typedef struct amp__dtype_traits {
+  const char *name;                   /* "AMP_F32" */
+  size_t size;                        /* bytes per element */
+  uint32_t max_bits, min_normal_bits; /* largest finite value, smallest normal, as f32 bits */
+  int cpu_vec, gpu_vec;               /* a CPU (AVX2+F16C / AVX-512) and a GPU vector path */
+} amp__dtype_traits;
+#define AMP__DT_ROW_(A, E, N, T, S, MX, MN, CV, GV, ...) {#E, S, MX, MN, CV, GV},
+static const amp__dtype_traits amp__dtype_table[] = { AMP__DTYPES(AMP__DT_ROW_, ~) };
+#undef AMP__DT_ROW_
+/* Row t, or NULL for a value that is not a format. */
+static inline const amp__dtype_traits *amp__dtype_row(amp_dtype t) {
+  return (unsigned)t < (unsigned)AMP__DTYPE_COUNT ? &amp__dtype_table[(unsigned)t] : NULL;
+}
+static const char *amp__dtype_name(amp_dtype t) { return amp__dtype_row(t) ? amp__dtype_row(t)->name : "unknown"; }
+static inline int amp__dtype_cpu_vec(amp_dtype t) { return amp__dtype_row(t) && amp__dtype_row(t)->cpu_vec; }
+/* AMP_OK for a format; else AMP_ERR_ARG with "fn: what N is not a number format (AMP_F32, ...)". */
+static amp_status amp__dtype_check(const char *fn, const char *what, amp_dtype t) {
+  char list[256];
+  size_t i, at = 0;
+  if (amp__dtype_row(t)) return AMP_OK;
+  list[0] = '\0';
+  for (i = 0; i < (size_t)AMP__DTYPE_COUNT && at < sizeof list; i++)
+    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", amp__dtype_table[i].name);
+  return amp__fail(AMP_ERR_ARG, "%s: %s %d is not a number format (%s)", fn, what, (int)t, list);
 }
 
 /* ------------------------------------------------------------------------------------------
    Implementation: number formats
    ------------------------------------------------------------------------------------------ */
 
-AMPDEF size_t amp_dtype_size(amp_dtype t) {
-  return t == AMP_F32 ? 4u : (t == AMP_F16 || t == AMP_BF16) ? 2u : 0u;
-}
+AMPDEF size_t amp_dtype_size(amp_dtype t) { return amp__dtype_row(t) ? amp__dtype_row(t)->size : 0u; }
 
 /* C99's restrict, spelled so C++ compilers take it too. */
 #if defined(__cplusplus) || defined(_MSC_VER)
@@ -1795,28 +1870,42 @@ static void amp__f16_to_f32_portable(float *AMP__RESTRICT d, const amp_f16 *AMP_
   size_t i;
   for (i = 0; i < n; i++) d[i] = amp_f16_to_f32(s[i]);
 }
+/* The bulk loops of each format (the AMP__DTYPES columns' N): n elements to f32 / from f32, the
+   element functions' bits. AMP__DT_BULK_LOOPS(N) writes them from amp__ld_N / amp__st_N; f16 has
+   its own (above). */
+#define AMP__DT_BULK_LOOPS(N) \
+  static void amp__##N##_to_f32(float *AMP__RESTRICT d, const void *AMP__RESTRICT s, size_t n) { \
+    size_t i; for (i = 0; i < n; i++) d[i] = amp__ld_##N(s, i); } \
+  static void amp__##N##_from_f32(void *AMP__RESTRICT d, const float *AMP__RESTRICT s, size_t n) { \
+    size_t i; for (i = 0; i < n; i++) amp__st_##N(d, i, s[i]); }
+AMP__DT_BULK_LOOPS(bf16)
+static void amp__f32_to_f32(float *d, const void *s, size_t n) { memmove(d, s, n * sizeof(float)); }   /* the bits */
+static void amp__f32_from_f32(void *d, const float *s, size_t n) { memmove(d, s, n * sizeof(float)); }
+static void amp__f16_to_f32(float *d, const void *s, size_t n) { amp__f16_to_f32_portable(d, (const amp_f16 *)s, n); }
+static void amp__f16_from_f32(void *d, const float *s, size_t n) { amp__f32_to_f16_portable((amp_f16 *)d, s, n); }
+/* n elements of type t to f32 / from f32 (t a format: callers have checked it). */
+static void amp__to_f32(float *d, const void *s, amp_dtype t, size_t n) {
+#define AMP__TO_(E, N, T, S) amp__##N##_to_f32(d, s, n); break;
+  AMP__DTYPE_SWITCH(t, AMP__TO_)
+#undef AMP__TO_
+}
+static void amp__from_f32(void *d, amp_dtype t, const float *s, size_t n) {
+#define AMP__FROM_(E, N, T, S) amp__##N##_from_f32(d, s, n); break;
+  AMP__DTYPE_SWITCH(t, AMP__FROM_)
+#undef AMP__FROM_
+}
 static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
   size_t i;
   if (dt == st) { memmove(dst, src, n * amp_dtype_size(dt)); return; }
-  if (st == AMP_F32) {
-    const float *s = (const float *)src;
-    if (dt == AMP_F16) amp__f32_to_f16_portable((amp_f16 *)dst, s, n);
-    else { amp_bf16 *d = (amp_bf16 *)dst; for (i = 0; i < n; i++) d[i] = amp_f32_to_bf16(s[i]); }
-  } else if (dt == AMP_F32) {
-    if (st == AMP_F16) amp__f16_to_f32_portable((float *)dst, (const amp_f16 *)src, n);
-    else { float *d = (float *)dst; const amp_bf16 *s = (const amp_bf16 *)src; for (i = 0; i < n; i++) d[i] = amp_bf16_to_f32(s[i]); }
-  } else { /* f16 <-> bf16 through f32, a chunk at a time; each chunk is read before it is written,
-              so dst == src is safe */
+  if (st == AMP_F32) amp__from_f32(dst, dt, (const float *)src, n);   /* f32 the pivot: one loop */
+  else if (dt == AMP_F32) amp__to_f32((float *)dst, src, st, n);
+  else { /* through f32, a chunk at a time; each chunk is read before it is written, so dst == src is safe */
     float tmp[256];
+    size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
     for (i = 0; i < n; i += 256) {
-      size_t k = n - i < 256 ? n - i : 256, j;
-      if (st == AMP_F16) {
-        amp__f16_to_f32_portable(tmp, (const amp_f16 *)src + i, k);
-        for (j = 0; j < k; j++) ((amp_bf16 *)dst)[i + j] = amp_f32_to_bf16(tmp[j]);
-      } else {
-        for (j = 0; j < k; j++) tmp[j] = amp_bf16_to_f32(((const amp_bf16 *)src)[i + j]);
-        amp__f32_to_f16_portable((amp_f16 *)dst + i, tmp, k);
-      }
+      size_t k = n - i < 256 ? n - i : 256;
+      amp__to_f32(tmp, (const char *)src + i * ss, st, k);
+      amp__from_f32((char *)dst + i * ds, dt, tmp, k);
     }
   }
 }
@@ -1918,11 +2007,16 @@ static int amp__isa(void) { int l = amp__cpu_level(); return l < amp__isa_cap ? 
 /* ---- 8 lanes (AVX2 + F16C) ----
    amp__ld8: 8 elements of type t as f32 (exact widening); amp__st8: 8 f32 rounded to type t by the
    scalar functions' rules, streamed (non-temporal) when nt (then p is 16/32-byte aligned). */
+AMP__AVX2_INLINE __m256 amp__ld8_f32(const void *p) { return _mm256_loadu_ps((const float *)p); }
+AMP__AVX2_INLINE __m256 amp__ld8_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+AMP__AVX2_INLINE __m256 amp__ld8_bf16(const void *p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
 AMP__AVX2_INLINE __m256 amp__ld8(amp_dtype t, const void *p) {
-  if (t == AMP_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-  if (t == AMP_BF16)
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-  return _mm256_loadu_ps((const float *)p);
+#define AMP__V_(E, N, T, S) return amp__ld8_##N(p);
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  return _mm256_setzero_ps();
 }
 /* 8 f32 bit patterns -> 8 bf16 in the low halves of the lanes: amp_f32_to_bf16 on each lane. */
 AMP__AVX2_INLINE __m256i amp__bf16_round8(__m256i u) {
@@ -1934,19 +2028,24 @@ AMP__AVX2_INLINE __m256i amp__bf16_round8(__m256i u) {
                                    _mm256_set1_epi32(0x7f800000));
   return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
 }
-AMP__AVX2_INLINE void amp__st8(amp_dtype t, void *p, __m256 x, int nt) {
-  __m128i h;
-  if (t == AMP_F32) {
-    if (nt) _mm256_stream_ps((float *)p, x); else _mm256_storeu_ps((float *)p, x);
-    return;
-  }
-  if (t == AMP_F16) h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
-  else {
-    __m256i r = amp__bf16_round8(_mm256_castps_si256(x));   /* values <= 0xffff: packus keeps them */
-    h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-  }
+AMP__AVX2_INLINE void amp__st8_f32(void *p, __m256 x, int nt) {
+  if (nt) _mm256_stream_ps((float *)p, x); else _mm256_storeu_ps((float *)p, x);
+}
+AMP__AVX2_INLINE void amp__st8h(void *p, __m128i h, int nt) {   /* 8 16-bit elements */
   AMP__IN_REG(h);
   if (nt) _mm_stream_si128((__m128i *)p, h); else _mm_storeu_si128((__m128i *)p, h);
+}
+AMP__AVX2_INLINE void amp__st8_f16(void *p, __m256 x, int nt) {
+  amp__st8h(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT), nt);
+}
+AMP__AVX2_INLINE void amp__st8_bf16(void *p, __m256 x, int nt) {
+  __m256i r = amp__bf16_round8(_mm256_castps_si256(x));   /* values <= 0xffff: packus keeps them */
+  amp__st8h(p, _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)), nt);
+}
+AMP__AVX2_INLINE void amp__st8(amp_dtype t, void *p, __m256 x, int nt) {
+#define AMP__V_(E, N, T, S) amp__st8_##N(p, x, nt); break;
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
 }
 
 /* ---- 16 lanes (AVX-512) ----
@@ -1954,10 +2053,18 @@ AMP__AVX2_INLINE void amp__st8(amp_dtype t, void *p, __m256 x, int nt) {
 AMP__AVX512_INLINE __m256i amp__ld16h(const void *p, __mmask16 k) {
   return k == 0xffff ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(k, p);
 }
-AMP__AVX512_INLINE __m512 amp__ld16(amp_dtype t, const void *p, __mmask16 k) {
-  if (t == AMP_F16) return _mm512_cvtph_ps(amp__ld16h(p, k));
-  if (t == AMP_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(amp__ld16h(p, k)), 16));
+AMP__AVX512_INLINE __m512 amp__ld16_f32(const void *p, __mmask16 k) {
   return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
+}
+AMP__AVX512_INLINE __m512 amp__ld16_f16(const void *p, __mmask16 k) { return _mm512_cvtph_ps(amp__ld16h(p, k)); }
+AMP__AVX512_INLINE __m512 amp__ld16_bf16(const void *p, __mmask16 k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(amp__ld16h(p, k)), 16));
+}
+AMP__AVX512_INLINE __m512 amp__ld16(amp_dtype t, const void *p, __mmask16 k) {
+#define AMP__V_(E, N, T, S) return amp__ld16_##N(p, k);
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  return _mm512_setzero_ps();
 }
 AMP__AVX512_INLINE __m512 amp__ld16f(const float *p, __mmask16 k) { return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p); }
 AMP__AVX512_INLINE void amp__st16f(float *p, __m512 x, __mmask16 k) { if (k == 0xffff) _mm512_storeu_ps(p, x); else _mm512_mask_storeu_ps(p, k, x); }
@@ -1968,17 +2075,26 @@ AMP__AVX512_INLINE __m256i amp__bf16_round16(__m512i u) {
   __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40)));
 }
-AMP__AVX512_INLINE void amp__st16(amp_dtype t, void *p, __m512 x, __mmask16 k, int nt) {
-  __m256i h;
-  if (t == AMP_F32) {
-    if (nt) _mm512_stream_ps((float *)p, x); else amp__st16f((float *)p, x, k);
-    return;
-  }
-  if (t == AMP_F16) { h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); AMP__IN_REG(h); }
-  else h = amp__bf16_round16(_mm512_castps_si512(x));
+AMP__AVX512_INLINE void amp__st16_f32(void *p, __m512 x, __mmask16 k, int nt) {
+  if (nt) _mm512_stream_ps((float *)p, x); else amp__st16f((float *)p, x, k);
+}
+AMP__AVX512_INLINE void amp__st16h(void *p, __m256i h, __mmask16 k, int nt) {   /* 16 16-bit elements */
   if (nt) _mm256_stream_si256((__m256i *)p, h);
   else if (k == 0xffff) _mm256_storeu_si256((__m256i *)p, h);
   else _mm256_mask_storeu_epi16(p, k, h);
+}
+AMP__AVX512_INLINE void amp__st16_f16(void *p, __m512 x, __mmask16 k, int nt) {
+  __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+  AMP__IN_REG(h);
+  amp__st16h(p, h, k, nt);
+}
+AMP__AVX512_INLINE void amp__st16_bf16(void *p, __m512 x, __mmask16 k, int nt) {
+  amp__st16h(p, amp__bf16_round16(_mm512_castps_si512(x)), k, nt);
+}
+AMP__AVX512_INLINE void amp__st16(amp_dtype t, void *p, __m512 x, __mmask16 k, int nt) {
+#define AMP__V_(E, N, T, S) amp__st16_##N(p, x, k, nt); break;
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
 }
 AMP__AVX512_INLINE __mmask16 amp__mask16(size_t k) { return (__mmask16)(k >= 16 ? 0xffffu : (1u << k) - 1u); }
 
@@ -2044,28 +2160,32 @@ AMP__AVX512_INLINE void amp__cvt_loop16(amp_dtype dt, void *dst, amp_dtype st, c
   for (; i < n; i += 32) amp__cvt_block16(dt, d + i * ds, st, s + i * ss, n - i < 32 ? n - i : 32, 0);
 }
 
-/* One kernel per (dst, src) pair and level: the pair is a constant in each, so the dtype tests of
-   the inline loops fold away. */
-#define AMP__CVT_KERNELS(DT, ST, NAME) \
-  static AMP__AVX2 void amp__cvt_##NAME##_avx2(void *d, const void *s, size_t n) { amp__cvt_loop8(DT, d, ST, s, n); } \
-  static AMP__AVX512 void amp__cvt_##NAME##_avx512(void *d, const void *s, size_t n) { amp__cvt_loop16(DT, d, ST, s, n); }
-AMP__CVT_KERNELS(AMP_F16, AMP_F32, f32_to_f16)
-AMP__CVT_KERNELS(AMP_BF16, AMP_F32, f32_to_bf16)
-AMP__CVT_KERNELS(AMP_F32, AMP_F16, f16_to_f32)
-AMP__CVT_KERNELS(AMP_F32, AMP_BF16, bf16_to_f32)
-AMP__CVT_KERNELS(AMP_BF16, AMP_F16, f16_to_bf16)
-AMP__CVT_KERNELS(AMP_F16, AMP_BF16, bf16_to_f16)
-#undef AMP__CVT_KERNELS
+/* One kernel per level, a case per (dst, src) pair of formats with a vector path: the pair is a
+   constant in each, so the dtype tests of the inline loops fold away. */
+#define AMP__CVT_D8_(E, N, T, S) amp__cvt_loop8(E, d, st, s, n); break;
+#define AMP__CVT_S8_(E, N, T, S) amp__cvt_to8(dt, d, E, s, n); break;
+#define AMP__CVT_D16_(E, N, T, S) amp__cvt_loop16(E, d, st, s, n); break;
+#define AMP__CVT_S16_(E, N, T, S) amp__cvt_to16(dt, d, E, s, n); break;
+#define AMP__CVT_LEVEL(W, INLINE, TARGET, NAME) \
+  INLINE void amp__cvt_to##W(amp_dtype dt, void *d, amp_dtype st, const void *s, size_t n) { \
+    AMP__DTYPE_VSWITCH(dt, AMP__CVT_D##W##_) \
+  } \
+  static TARGET void NAME(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) { \
+    AMP__DTYPE_VSWITCH(st, AMP__CVT_S##W##_) \
+  }
+AMP__CVT_LEVEL(8, AMP__AVX2_INLINE, AMP__AVX2, amp__cvt_avx2)
+AMP__CVT_LEVEL(16, AMP__AVX512_INLINE, AMP__AVX512, amp__cvt_avx512)
+#undef AMP__CVT_LEVEL
+#undef AMP__CVT_D8_
+#undef AMP__CVT_S8_
+#undef AMP__CVT_D16_
+#undef AMP__CVT_S16_
 
+/* Both formats with a CPU vector path (amp__dtype_cpu_vec). */
 static void amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
-  int z = amp__isa() >= 2;
   if (dt == st) memmove(dst, src, n * amp_dtype_size(dt));
-  else if (st == AMP_F32 && dt == AMP_F16) (z ? amp__cvt_f32_to_f16_avx512 : amp__cvt_f32_to_f16_avx2)(dst, src, n);
-  else if (st == AMP_F32) (z ? amp__cvt_f32_to_bf16_avx512 : amp__cvt_f32_to_bf16_avx2)(dst, src, n);
-  else if (dt == AMP_F32 && st == AMP_F16) (z ? amp__cvt_f16_to_f32_avx512 : amp__cvt_f16_to_f32_avx2)(dst, src, n);
-  else if (dt == AMP_F32) (z ? amp__cvt_bf16_to_f32_avx512 : amp__cvt_bf16_to_f32_avx2)(dst, src, n);
-  else if (st == AMP_F16) (z ? amp__cvt_f16_to_bf16_avx512 : amp__cvt_f16_to_bf16_avx2)(dst, src, n);
-  else (z ? amp__cvt_bf16_to_f16_avx512 : amp__cvt_bf16_to_f16_avx2)(dst, src, n);
+  else if (amp__isa() >= 2) amp__cvt_avx512(dst, dt, src, st, n);
+  else amp__cvt_avx2(dst, dt, src, st, n);
 }
 AMP__EXACT_END
 #else
@@ -2083,7 +2203,10 @@ AMPDEF void amp_simd_enable(int on) { AMP__ASTORE(&amp__simd_on, on ? amp__cpu_h
 
 static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
 #ifdef AMP__X86_SIMD
-  if (amp_simd_active()) { amp__convert_simd(dst, dt, src, st, n); return; }
+  if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st)) {
+    amp__convert_simd(dst, dt, src, st, n);
+    return;
+  }
 #endif
   if ((uintptr_t)dst % amp_dtype_size(dt) || (uintptr_t)src % amp_dtype_size(st)) {
     /* an address the C loops may not use as an element pointer (an odd one, say): through
@@ -2104,8 +2227,8 @@ static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype
 AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, amp_dtype src_type, size_t n) {
   size_t ds = amp_dtype_size(dst_type), ss = amp_dtype_size(src_type);
   uintptr_t d0 = (uintptr_t)dst, s0 = (uintptr_t)src;
-  if (!ds) return amp__fail(AMP_ERR_ARG, "amp_convert: dst_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)dst_type);
-  if (!ss) return amp__fail(AMP_ERR_ARG, "amp_convert: src_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)src_type);
+  if (!ds) return amp__dtype_check("amp_convert", "dst_type", dst_type);
+  if (!ss) return amp__dtype_check("amp_convert", "src_type", src_type);
   if (n == 0) return AMP_OK;
   if (!dst) return amp__fail(AMP_ERR_ARG, "amp_convert: dst is NULL with n = %zu", n);
   if (!src) return amp__fail(AMP_ERR_ARG, "amp_convert: src is NULL with n = %zu", n);
@@ -2378,9 +2501,9 @@ AMPDEF amp_status amp_policy_customize(amp_policy *p, const char *const *white, 
 }
 
 AMPDEF amp_dtype amp_policy_decide(const amp_policy *p, const char *op, const amp_dtype *inputs, size_t n_inputs) {
-  size_t i, k, n_f16 = 0, n_bf16 = 0, n_f32 = 0;
+  size_t i, k, n_f32 = 0;
   amp_list list = AMP_LIST_NONE;
-  int found;
+  int found, mixed = 0;
   if (!p) { amp__fail(AMP_ERR_ARG, "amp_policy_decide: p is NULL (answering AMP_F32)"); return AMP_F32; }
   if (!op || !*op) { amp__fail(AMP_ERR_ARG, "amp_policy_decide: op is %s (answering AMP_F32)", op ? "empty" : "NULL"); return AMP_F32; }
   if (!inputs && n_inputs) {
@@ -2388,20 +2511,18 @@ AMPDEF amp_dtype amp_policy_decide(const amp_policy *p, const char *op, const am
     return AMP_F32;
   }
   for (i = 0; i < n_inputs; i++) {
-    if (inputs[i] == AMP_F16) n_f16++;
-    else if (inputs[i] == AMP_BF16) n_bf16++;
-    else if (inputs[i] == AMP_F32) n_f32++;
-    else {
+    if (!amp__dtype_row(inputs[i])) {
       amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs[%zu] = %d is not an amp_dtype (answering AMP_F32)", op, i, (int)inputs[i]);
       return AMP_F32;
     }
+    n_f32 += inputs[i] == AMP_F32;
+    mixed |= inputs[i] != inputs[0];
   }
   switch (p->mode) {
     case AMP_MODE_FORCE_LOW: return p->low;
     case AMP_MODE_FORCE_F32: return AMP_F32;
     case AMP_MODE_KEEP:
-      if (n_inputs == 0 || n_f32 || (n_f16 && n_bf16)) return AMP_F32;
-      return n_f16 ? AMP_F16 : AMP_BF16;
+      return n_inputs == 0 || mixed ? AMP_F32 : inputs[0];   /* all one type: that type; mixed: f32 */
     default: break;
   }
   k = amp__policy_find(p, op, &found);
@@ -2967,7 +3088,7 @@ AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void 
                                            int average, int in_f32) {
   if (!d || !d->is_cuda) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: d is %s (a CUDA device is needed)", d ? "the CPU" : "NULL");
   if (!nccl_comm) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: nccl_comm is NULL");
-  if (!amp_dtype_size(t)) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)t);
+  if (!amp_dtype_size(t)) return amp__dtype_check("amp_nccl_allreduce_grads", "dtype", t);
   if (n == 0) return AMP_OK;
   if (!grads) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: grads is NULL with n = %zu", n);
   return amp__cu_nccl_grads(d->cuda, nccl_comm, grads, (int32_t)t, n, average != 0, in_f32 != 0,
@@ -3193,7 +3314,7 @@ AMPDEF float *amp_scaler_scale_ptr(amp_scaler *s) {
 AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, size_t n) {
   char m[AMP__MSG] = "";
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: s is NULL");
-  if (!amp_dtype_size(t)) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", (int)t);
+  if (!amp_dtype_size(t)) return amp__dtype_check("amp_scaler_scale_buffer", "dtype", t);
   if (n == 0) return AMP_OK;
   if (!buf) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: buf is NULL with n %zu", n);
   return amp__op_fail("amp_scaler_scale_buffer", amp__be(s->dev)->scale_buffer(s, buf, t, n, m, sizeof m), m);
@@ -3271,31 +3392,22 @@ static int amp__opt_level(void) {
 /* d[i] = src[i0 + i] * mul, src of type t; one plain loop per type. */
 AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype t, size_t i0, size_t k, float mul) {
   size_t i;
-  if (t == AMP_F16) {
-    const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
-    for (i = 0; i < k; i++) d[i] = amp_f16_to_f32(s[i]) * mul;
-  } else if (t == AMP_BF16) {
-    const uint16_t *AMP__RESTRICT s = (const uint16_t *)src + i0;
-    for (i = 0; i < k; i++) d[i] = amp_bf16_to_f32(s[i]) * mul;
-  } else {
-    const float *AMP__RESTRICT s = (const float *)src + i0;
-    for (i = 0; i < k; i++) d[i] = s[i] * mul;
-  }
+#define AMP__OL_(E, N, T, S) { \
+    const T *AMP__RESTRICT s = (const T *)src + i0; \
+    for (i = 0; i < k; i++) d[i] = amp__ld_##N(s, i) * mul; \
+  } break;
+  AMP__DTYPE_SWITCH(t, AMP__OL_)
+#undef AMP__OL_
 }
 /* dst[i0 + i] = p[i] rounded to the type t; a float model copy with round_to rt != AMP_F32, or a
    bf16 copy rounded stochastically (sr, with the bits of key), through amp__store_model. */
 AMP__INLINE void amp__o_store(void *dst, amp_dtype t, amp_dtype rt, int sr, uint64_t key, size_t i0,
                               const float *AMP__RESTRICT p, size_t k) {
   size_t i;
-  if (sr || (t == AMP_F32 && rt != AMP_F32)) {
+  if (sr || (t == AMP_F32 && amp__round_to_set(rt))) {
     for (i = 0; i < k; i++) amp__store_model(dst, t, rt, sr, key, i0 + i, p[i]);
-  } else if (t == AMP_F16) {
-    amp__f32_to_f16_portable((amp_f16 *)dst + i0, p, k);
-  } else if (t == AMP_BF16) {
-    uint16_t *AMP__RESTRICT d = (uint16_t *)dst + i0;
-    for (i = 0; i < k; i++) d[i] = amp_f32_to_bf16(p[i]);
   } else {
-    memcpy((float *)dst + i0, p, k * sizeof(float));
+    amp__from_f32((char *)dst + i0 * amp_dtype_size(t), t, p, k);
   }
 }
 AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT s, size_t k) {
@@ -3426,9 +3538,9 @@ AMP__INLINE void amp__o_scan_stats_body(const void *g, amp_dtype t, size_t n, fl
 }
 static AMP__EXACT_FP void amp__o_scan_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
                                             amp__gstat *st) {
-  if (t == AMP_F16) amp__o_scan_stats_body(g, AMP_F16, n, inv, sumsq, bad, st);   /* the type a constant in each */
-  else if (t == AMP_BF16) amp__o_scan_stats_body(g, AMP_BF16, n, inv, sumsq, bad, st);
-  else amp__o_scan_stats_body(g, AMP_F32, n, inv, sumsq, bad, st);
+#define AMP__B_(E, N, T, S) amp__o_scan_stats_body(g, E, n, inv, sumsq, bad, st); break;   /* the type a constant */
+  AMP__DTYPE_SWITCH(t, AMP__B_)
+#undef AMP__B_
 }
 static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                                             void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n,
@@ -3604,28 +3716,38 @@ AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float
 #undef AMP__VSGD
 #undef AMP__VCOEFS
 
-/* One instance per (grad type, model type): the types are constants in each. 1: done; 0: the kind
-   has no vector body. */
-#define AMP__STEP_CASES(FN) \
-  if (gt == AMP_F16 && wt == AMP_F16) return FN(kind, p, m, v, g, AMP_F16, w, AMP_F16, n, gmul, c); \
-  else if (gt == AMP_BF16 && wt == AMP_BF16) return FN(kind, p, m, v, g, AMP_BF16, w, AMP_BF16, n, gmul, c); \
-  else if (gt == AMP_F32 && wt == AMP_F32) return FN(kind, p, m, v, g, AMP_F32, w, AMP_F32, n, gmul, c); \
-  else if (gt == AMP_F32 && wt == AMP_F16) return FN(kind, p, m, v, g, AMP_F32, w, AMP_F16, n, gmul, c); \
-  else if (gt == AMP_F32 && wt == AMP_BF16) return FN(kind, p, m, v, g, AMP_F32, w, AMP_BF16, n, gmul, c); \
-  else if (gt == AMP_F16 && wt == AMP_F32) return FN(kind, p, m, v, g, AMP_F16, w, AMP_F32, n, gmul, c); \
-  else if (gt == AMP_BF16 && wt == AMP_F32) return FN(kind, p, m, v, g, AMP_BF16, w, AMP_F32, n, gmul, c); \
-  else if (gt == AMP_F16) return FN(kind, p, m, v, g, AMP_F16, w, AMP_BF16, n, gmul, c); \
-  else return FN(kind, p, m, v, g, AMP_BF16, w, AMP_F16, n, gmul, c)
-static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
-                                          amp_dtype gt, void *w, amp_dtype wt, size_t n, float gmul,
-                                          const amp_step_coefs *c) {
-  AMP__STEP_CASES(amp__o_step16);
+/* One instance per (kind, grad type, model type): the types are constants in each (the grad type's
+   case here, the model type's in the inline _w functions, each a switch generated from AMP__DTYPES).
+   1: done; 0: the kind has no vector body (the plain loop runs it). */
+AMP__AVX512_INLINE int amp__o_step16_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                       void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+#define AMP__W_(E, N, T, S) return amp__o_step16(kind, p, m, v, g, gt, w, E, n, gmul, c);
+  AMP__DTYPE_VSWITCH(wt, AMP__W_)
+#undef AMP__W_
+  return 0;
+}
+AMP__AVX2_INLINE int amp__o_step8_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                    void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+#define AMP__W_(E, N, T, S) return amp__o_step8(kind, p, m, v, g, gt, w, E, n, gmul, c);
+  AMP__DTYPE_VSWITCH(wt, AMP__W_)
+#undef AMP__W_
+  return 0;
+}
+#define AMP__STEP_G16_(E, N, T, S) return amp__o_step16_w(kind, p, m, v, g, E, w, wt, n, gmul, c);
+#define AMP__STEP_G8_(E, N, T, S) return amp__o_step8_w(kind, p, m, v, g, E, w, wt, n, gmul, c);
+static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                          void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+  AMP__DTYPE_VSWITCH(gt, AMP__STEP_G16_)
+  return 0;
 }
 static AMP__AVX2 int amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                                       void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
-  AMP__STEP_CASES(amp__o_step8);
+  AMP__DTYPE_VSWITCH(gt, AMP__STEP_G8_)
+  return 0;
 }
 #undef AMP__STEP_CASES
+#undef AMP__STEP_G16_
+#undef AMP__STEP_G8_
 
 /* The scan on vectors: lanes 0..31 as four (AVX-512) or eight (AVX2) double accumulators. */
 /* a + x[0..8)^2 and a + x[8..16)^2 lane-wise in double. A fused multiply-add gives the same bits
@@ -3688,7 +3810,7 @@ AMP__AVX2_INLINE void amp__o_scan8(const void *g, amp_dtype t, size_t n, float i
 AMP__AVX512_INLINE void amp__o_stat16(__m512 gv, __m512 y, __mmask16 m, amp_dtype t, __m512i *amax, uint64_t *nf,
                                        uint64_t *nz, uint64_t *ns) {
   const __m512i ab = _mm512_set1_epi32(0x7fffffff), ex = _mm512_set1_epi32(0x7f800000);
-  const __m512i thr = _mm512_set1_epi32(t == AMP_F16 ? 0x38800000 : 0x00800000);   /* 2^-14, 2^-126 */
+  const __m512i thr = _mm512_set1_epi32((int)amp__dtype_min_normal_bits(t));   /* f16 2^-14, f32/bf16 2^-126 */
   __m512i yb = _mm512_castps_si512(y), ga = _mm512_and_si512(_mm512_castps_si512(gv), ab);
   __mmask16 fm = _mm512_mask_cmpneq_epi32_mask(m, _mm512_and_si512(yb, ex), ex);   /* live lanes with a finite y */
   __mmask16 zm = _mm512_mask_cmpeq_epi32_mask(fm, ga, _mm512_setzero_si512());
@@ -3726,32 +3848,35 @@ AMP__AVX512_INLINE void amp__o_scan16s(const void *g, amp_dtype t, size_t n, flo
 }
 static AMP__AVX512 void amp__o_scan_stats_avx512(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
                                                  amp__gstat *st) {
-  if (t == AMP_F16) amp__o_scan16s(g, AMP_F16, n, inv, sumsq, bad, st);
-  else if (t == AMP_BF16) amp__o_scan16s(g, AMP_BF16, n, inv, sumsq, bad, st);
-  else amp__o_scan16s(g, AMP_F32, n, inv, sumsq, bad, st);
+#define AMP__B_(E, N, T, S) amp__o_scan16s(g, E, n, inv, sumsq, bad, st); break;
+  AMP__DTYPE_VSWITCH(t, AMP__B_)
+#undef AMP__B_
 }
 static AMP__AVX512 void amp__o_scan_avx512(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
-  if (t == AMP_F16) amp__o_scan16(g, AMP_F16, n, inv, sumsq, bad);
-  else if (t == AMP_BF16) amp__o_scan16(g, AMP_BF16, n, inv, sumsq, bad);
-  else amp__o_scan16(g, AMP_F32, n, inv, sumsq, bad);
+#define AMP__B_(E, N, T, S) amp__o_scan16(g, E, n, inv, sumsq, bad); break;
+  AMP__DTYPE_VSWITCH(t, AMP__B_)
+#undef AMP__B_
 }
 static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
-  if (t == AMP_F16) amp__o_scan8(g, AMP_F16, n, inv, sumsq, bad);
-  else if (t == AMP_BF16) amp__o_scan8(g, AMP_BF16, n, inv, sumsq, bad);
-  else amp__o_scan8(g, AMP_F32, n, inv, sumsq, bad);
+#define AMP__B_(E, N, T, S) amp__o_scan8(g, E, n, inv, sumsq, bad); break;
+  AMP__DTYPE_VSWITCH(t, AMP__B_)
+#undef AMP__B_
 }
 #endif
 
 /* With gradient stats: the AVX-512 loop where the CPU has it, else the portable one (the same bits). */
 static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad, amp__gstat *st) {
 #ifdef AMP__X86_SIMD
-  if (amp__opt_level() >= 2) { amp__o_scan_stats_avx512(g, t, n, inv, sumsq, bad, st); return; }
+  if (amp__opt_level() >= 2 && amp__dtype_cpu_vec(t)) {
+    amp__o_scan_stats_avx512(g, t, n, inv, sumsq, bad, st);
+    return;
+  }
 #endif
   amp__o_scan_stats(g, t, n, inv, sumsq, bad, st);
 }
 static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
 #ifdef AMP__X86_SIMD
-  int l = amp__opt_level();
+  int l = amp__dtype_cpu_vec(t) ? amp__opt_level() : 0;
   if (l >= 2) { amp__o_scan_avx512(g, t, n, inv, sumsq, bad); return; }
   if (l == 1) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
 #else
@@ -3766,7 +3891,7 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
                         void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
                         const amp_step_coefs *c) {
 #ifdef AMP__X86_SIMD
-  int l = rt == AMP_F32 && !sr ? amp__opt_level() : 0;
+  int l = !amp__round_to_set(rt) && !sr && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) ? amp__opt_level() : 0;
   if (l >= 2 && amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c)) return;
   if (l == 1 && amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c)) return;
 #endif
@@ -3959,8 +4084,8 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
                      "the optimizer's step count, Adam's t, is shared by all its tensors", fn, o->step);
   ws = amp_dtype_size(t->dtype); gs = amp_dtype_size(t->grad_dtype); n = t->n;
   weights = t->weights; grads = t->grads;
-  if (!ws) return amp__fail(AMP_ERR_ARG, "%s: weights dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", fn, (int)t->dtype);
-  if (!gs) return amp__fail(AMP_ERR_ARG, "%s: grads dtype %d is not AMP_F32, AMP_F16 or AMP_BF16", fn, (int)t->grad_dtype);
+  if (!ws) return amp__dtype_check(fn, "weights dtype", t->dtype);
+  if (!gs) return amp__dtype_check(fn, "grads dtype", t->grad_dtype);
   if (!weights) return amp__fail(AMP_ERR_ARG, "%s: weights is NULL", fn);
   if (!grads) return amp__fail(AMP_ERR_ARG, "%s: grads is NULL", fn);
   if (n == 0) return amp__fail(AMP_ERR_ARG, "%s: n is 0", fn);
@@ -3971,9 +4096,8 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (t->group < 0 || t->group >= o->n_groups)
     return amp__fail(AMP_ERR_ARG, "%s: group %d is not a group of this optimizer (0..%d; amp_optimizer_add_group makes more)",
                      fn, t->group, o->n_groups - 1);
-  if (!amp_dtype_size(t->round_to))
-    return amp__fail(AMP_ERR_ARG, "%s: round_to %d is not AMP_F32, AMP_F16 or AMP_BF16", fn, (int)t->round_to);
-  if (t->round_to != AMP_F32 && t->dtype != AMP_F32)
+  if (!amp_dtype_size(t->round_to)) return amp__dtype_check(fn, "round_to", t->round_to);
+  if (amp__round_to_set(t->round_to) && t->dtype != AMP_F32)
     return amp__fail(AMP_ERR_ARG, "%s: round_to %d (%s) is for a float model copy (dtype AMP_F32) only; dtype is %s, "
                      "which rounds by itself (leave round_to 0)", fn, (int)t->round_to, amp__dtype_name(t->round_to),
                      amp__dtype_name(t->dtype));
@@ -4319,7 +4443,7 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
   if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
   if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
   else for (k = 0; k < n; k++) block[k] = amp__load(o->t[i].w, o->t[i].wtype, k);   /* exact: every dtype fits f32 */
-  if (seed || o->t[i].round_to != AMP_F32 || o->t[i].stochastic)
+  if (seed || amp__round_to_set(o->t[i].round_to) || o->t[i].stochastic)
     amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, 0), 0, block, n);
   if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
   o->t[i].master = block; o->t[i].m = nm >= 1 ? block + n : NULL; o->t[i].v = nm >= 2 ? block + 2 * n : NULL;
@@ -5520,20 +5644,20 @@ static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx
 /* dst[i * ds] = src[i * ss] as f32, for i < n (ss, ds in elements). */
 static void amp__gemm_gather(float *dst, size_t ds, const void *src, amp_dtype t, size_t ss, int n) {
   int i;
-  if (t != AMP_F32 && ss == 1) {   /* a contiguous f16/bf16 run: the bulk (F16C) conversion, same bits */
+  if (ss == 1 && amp_dtype_size(t) < sizeof(float)) {   /* a contiguous narrow run: the bulk (F16C) conversion */
     float tmp[256];
     int j, k;
     if (ds == 1) { amp_convert(dst, AMP_F32, src, t, (size_t)n); return; }
     for (i = 0; i < n; i += k) {
       k = n - i < 256 ? n - i : 256;
-      amp_convert(tmp, AMP_F32, (const uint16_t *)src + i, t, (size_t)k);
+      amp_convert(tmp, AMP_F32, (const char *)src + (size_t)i * amp_dtype_size(t), t, (size_t)k);
       for (j = 0; j < k; j++) dst[(size_t)(i + j) * ds] = tmp[j];
     }
     return;
   }
-  if (t == AMP_F32) { const float *s = (const float *)src; for (i = 0; i < n; i++) dst[i * ds] = s[i * ss]; }
-  else if (t == AMP_F16) { const amp_f16 *s = (const amp_f16 *)src; for (i = 0; i < n; i++) dst[i * ds] = amp_f16_to_f32(s[i * ss]); }
-  else { const amp_bf16 *s = (const amp_bf16 *)src; for (i = 0; i < n; i++) dst[i * ds] = amp_bf16_to_f32(s[i * ss]); }
+#define AMP__G_(E, N, T, S) for (i = 0; i < n; i++) dst[i * ds] = amp__ld_##N(src, i * ss); break;
+  AMP__DTYPE_SWITCH(t, AMP__G_)
+#undef AMP__G_
 }
 
 /* Packs the rows x cols block of a strided matrix X (element (r, c) at x[r*rs + c*cs], of type t)
@@ -5682,9 +5806,9 @@ static AMP__T512 void amp__gemm_put(const amp__gemm_out *out, const float *buf) 
     if (m1) amp__gemm_out16(cr + 16 * (es), T, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act); \
   }
   if (out->ct == AMP_BF16 && out->bf16_hw) { amp__gemm_put_bf16(out, buf, m0, m1, va, vb); return; }
-  if (out->ct == AMP_F32) { AMP__GEMM_PUT_ROWS(AMP_F32, 4) }
-  else if (out->ct == AMP_F16) { AMP__GEMM_PUT_ROWS(AMP_F16, 2) }
-  else { AMP__GEMM_PUT_ROWS(AMP_BF16, 2) }
+#define AMP__GEMM_PUT_(E, N, T, S) AMP__GEMM_PUT_ROWS(E, S) break;
+  AMP__DTYPE_VSWITCH(out->ct, AMP__GEMM_PUT_)
+#undef AMP__GEMM_PUT_
 #undef AMP__GEMM_PUT_ROWS
 }
 
@@ -5772,18 +5896,34 @@ static AMP__T512BF void amp__gemm_micro_bf16_rb(int kc, const float *af, const u
 }
 
 /* Up to 16 elements of type t at p (n of them; the rest read as 0) as 16 f32 lanes, exactly. */
-static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
-  __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-  if (t == AMP_F32) return _mm512_maskz_loadu_ps(m, p);
-  if (t == AMP_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+static inline AMP__T512 __m512 amp__gemm_ld16_f32(const void *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline AMP__T512 __m512 amp__gemm_ld16_f16(const void *p, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+static inline AMP__T512 __m512 amp__gemm_ld16_bf16(const void *p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
+static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
+  __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+#define AMP__V_(E, N, T, S) return amp__gemm_ld16_##N(p, m);
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  return _mm512_setzero_ps();
+}
 
-/* 8 elements of type t at p as 8 f32 lanes, exactly. */
-static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
-  if (t == AMP_F32) return _mm256_loadu_ps((const float *)p);
-  if (t == AMP_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+/* 8 elements of type t at p as 8 f32 lanes, exactly (the AVX2 loads, here under the gemm's target). */
+static inline AMP__T512 __m256 amp__gemm_ld8_f32(const void *p) { return _mm256_loadu_ps((const float *)p); }
+static inline AMP__T512 __m256 amp__gemm_ld8_f16(const void *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
+#define AMP__V_(E, N, T, S) return amp__gemm_ld8_##N(p);
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  return _mm256_setzero_ps();
 }
 /* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
    moves bf16 pairs (32-bit words) as well as floats. */
@@ -6052,10 +6192,11 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
   int i, j, tc, has_bias = o->bias != NULL, mr = K->mr, nr = K->nr;
   int tiles_n = (nb + nr - 1) / nr;
   float acc[AMP__GEMM_NC], cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
+  const int c32 = ct == AMP_F32;   /* C of f32: written in place, no conversion */
   /* the bias, converted once (amp_convert gives the bits of amp__load) */
   if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
 #ifdef AMP__GEMM_FAST
-  if (K->vec_store && ccs == 1 && ct == AMP_F32 && o->act != AMP_ACT_GELU) {
+  if (K->vec_store && ccs == 1 && c32 && o->act != AMP_ACT_GELU) {
     /* f32 rows straight from the tiles, tile by tile (the buffer is read in order) */
     int tr, r;
     for (tr = 0; tr * mr < mb; tr++)
@@ -6077,20 +6218,20 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
       /* a contiguous row: f16/bf16 C is read (beta != 0) and written with the bulk conversion,
          which gives the same bits as amp__load/amp__store, element math unchanged */
       void *crow = (char *)C + ((size_t)(i0 + i) * crs + (size_t)j0) * amp_dtype_size(ct);
-      float *cf = ct == AMP_F32 ? (float *)crow : cr;
+      float *cf = c32 ? (float *)crow : cr;
 #ifdef AMP__GEMM_FAST
       if (K->vec_store && o->act != AMP_ACT_GELU) {
-        if (ct != AMP_F32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+        if (!c32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
         amp__gemm_row_512(cf, acc, nb, alpha, beta, has_bias ? br : NULL, (int)o->act);
-        if (ct != AMP_F32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+        if (!c32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
         continue;
       }
 #endif
-      if (ct != AMP_F32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
+      if (!c32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
       for (j = 0; j < nb; j++)
         cf[j] = amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, beta != 0.0f ? cf[j] : 0.0f), has_bias,
                               has_bias ? br[j] : 0.0f, (int)o->act);
-      if (ct != AMP_F32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
+      if (!c32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
       continue;
     }
     for (j = 0; j < nb; j++) {
@@ -6335,12 +6476,12 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (m < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: m %d must be >= 0", m);
   if (n < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: n %d must be >= 0", n);
   if (k < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: k %d must be >= 0", k);
-  if (!amp_dtype_size(a_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: a_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)a_type);
-  if (!amp_dtype_size(b_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: b_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)b_type);
+  if (!amp_dtype_size(a_type)) return amp__dtype_check("amp_gemm", "a_type", a_type);
+  if (!amp_dtype_size(b_type)) return amp__dtype_check("amp_gemm", "b_type", b_type);
   if (a_type != b_type)
     return amp__fail(AMP_ERR_ARG, "amp_gemm: a_type %s and b_type %s differ (A and B must have the same type)",
                      amp__dtype_name(a_type), amp__dtype_name(b_type));
-  if (!amp_dtype_size(c_type)) return amp__fail(AMP_ERR_ARG, "amp_gemm: c_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)c_type);
+  if (!amp_dtype_size(c_type)) return amp__dtype_check("amp_gemm", "c_type", c_type);
   if (lda < (min_lda > 1 ? min_lda : 1))
     return amp__fail(AMP_ERR_ARG, "amp_gemm: lda %d is less than %d, the length of a %s of A (%s, %s)", lda,
                      min_lda > 1 ? min_lda : 1, row ? "row" : "column", row ? "row-major" : "col-major", amp__trans_name(ta));
@@ -6354,7 +6495,7 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (m > 0 && n > 0 && k > 0 && !A) return amp__fail(AMP_ERR_ARG, "amp_gemm: A is NULL with m %d, k %d", m, k);
   if (m > 0 && n > 0 && k > 0 && !B) return amp__fail(AMP_ERR_ARG, "amp_gemm: B is NULL with k %d, n %d", k, n);
   if (o->bias && !amp_dtype_size(o->bias_type))
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->bias_type %d is not a dtype (AMP_F32, AMP_F16, AMP_BF16)", (int)o->bias_type);
+    return amp__dtype_check("amp_gemm_ex", "opts->bias_type", o->bias_type);
   if (o->act != AMP_ACT_NONE && o->act != AMP_ACT_RELU && o->act != AMP_ACT_GELU)
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU", (int)o->act);
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE && o->algo != AMP_GEMM_REFERENCE)
@@ -6498,7 +6639,7 @@ static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *s
     AMP_FREE(h); AMP_FREE(hw);
   }
   if (st == AMP_OK && o->t[i].master_mode == AMP_MASTER_F32 &&
-      (seed || o->t[i].round_to != AMP_F32 || o->t[i].stochastic))
+      (seed || amp__round_to_set(o->t[i].round_to) || o->t[i].stochastic))
     st = amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)o->t[i].wtype, (int32_t)o->t[i].round_to,
                              o->t[i].stochastic, amp__o_sr_key(o, i, 0), (const float *)p, o->t[i].n, m, cap);
   if (st != AMP_OK) {

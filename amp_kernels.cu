@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <new>
+#include <type_traits>
 #include <mutex>
 
 // ------------------------------------------------------------------------------------------------
@@ -331,13 +332,59 @@ static int amp__cu_grid(const amp__cu_state *st, size_t n) {
   return (int)(need < most ? need : most);
 }
 
-static int amp__cu_dtype_ok(int32_t t) { return t == AMP_F32 || t == AMP_F16 || t == AMP_BF16; }
+// ---- the number formats: amp.h's AMP__DTYPES list, read here as templates and switches
 
-// ---- element access: N elements of dtype DT through one 8-, 16- or 32-byte access
+// Bytes per element of format t (0: not a format), a compile-time constant for a constant t.
+__host__ __device__ constexpr int amp__cu_dtype_bytes(int t) {
+  switch (t) {
+#define AMP__CU_BYTES_(A, E, N, CT, S, ...) case E: return S;
+    AMP__DTYPES(AMP__CU_BYTES_, ~)
+#undef AMP__CU_BYTES_
+    default: return 0;
+  }
+}
+static int amp__cu_dtype_ok(int32_t t) { return amp__cu_dtype_bytes(t) != 0; }
+// Whether the kernels take the format's vector path (AMP__DTYPES's GPU column).
+static int amp__cu_dtype_vec(int32_t t) {
+  switch (t) {
+#define AMP__CU_VEC_(A, E, N, CT, S, MX, MN, CV, GV, ...) case E: return GV;
+    AMP__DTYPES(AMP__CU_VEC_, ~)
+#undef AMP__CU_VEC_
+    default: return 0;
+  }
+}
+// f(std::integral_constant<int, E>()) for the format E of t: every dtype fan of the kernels and the
+// launchers, the type a template argument in each case. An unknown t (refused before) calls nothing.
+#pragma nv_exec_check_disable
+template <class F> __host__ __device__ __forceinline__ void amp__cu_dtype_visit(int t, F &&f) {
+  switch (t) {
+#define AMP__CU_VISIT_(A, E, ...) case E: f(std::integral_constant<int, E>()); break;
+    AMP__DTYPES(AMP__CU_VISIT_, ~)
+#undef AMP__CU_VISIT_
+    default: break;
+  }
+}
 
-template <int DT> struct amp__cu_elem { typedef float T; };
-template <> struct amp__cu_elem<AMP_F16> { typedef amp_f16 T; };
-template <> struct amp__cu_elem<AMP_BF16> { typedef amp_bf16 T; };
+// ---- element access: N elements of dtype DT through 4-, 8- or 16-byte accesses
+
+template <int DT> struct amp__cu_elem;   // T: the storage type of format DT
+#define AMP__CU_ELEM_(A, E, N, CT, ...) template <> struct amp__cu_elem<E> { typedef CT T; };
+AMP__DTYPES(AMP__CU_ELEM_, ~)
+#undef AMP__CU_ELEM_
+// B bytes from src to dst in the widest accesses (16, 8 or 4 bytes) that divide B; both aligned to it.
+template <int B> __device__ __forceinline__ void amp__cu_copy_bytes(void *dst, const void *src) {
+  static_assert(B % 4 == 0 && B <= 64, "a multiple of 4 bytes, at most 64");
+  if constexpr (B % 16 == 0) {
+#pragma unroll
+    for (int k = 0; k < B / 16; k++) ((uint4 *)dst)[k] = ((const uint4 *)src)[k];
+  } else if constexpr (B % 8 == 0) {
+#pragma unroll
+    for (int k = 0; k < B / 8; k++) ((uint2 *)dst)[k] = ((const uint2 *)src)[k];
+  } else {
+#pragma unroll
+    for (int k = 0; k < B / 4; k++) ((uint32_t *)dst)[k] = ((const uint32_t *)src)[k];
+  }
+}
 
 // One element of the grads as the unscale and the step read them: f16 through the hardware
 // conversion (cvt.f32.f16: exact, so the same bits as amp.h's software decode for every finite
@@ -352,19 +399,12 @@ template <int DT> __device__ __forceinline__ float amp__cu_ld_grad(const void *b
 // N 1: one element, a plain access.
 template <int DT, int N, bool GRAD = false> __device__ __forceinline__ void amp__cu_ldv(const void *base, long long i, float *x) {
   typedef typename amp__cu_elem<DT>::T T;
-  constexpr int B = N * (int)sizeof(T);
   if constexpr (N == 1) {
     x[0] = GRAD ? amp__cu_ld_grad<DT>(base, i) : amp__load(base, (amp_dtype)DT, (size_t)i);
     return;
   } else {
-  static_assert(B == 8 || B == 16 || B == 32, "8, 16 or 32 bytes");
   __align__(16) T e[N];
-  const T *p = (const T *)base + i;
-  if constexpr (B == 8) *(uint2 *)e = *(const uint2 *)p;
-  else {
-#pragma unroll
-    for (int k = 0; k < B / 16; k++) ((uint4 *)e)[k] = ((const uint4 *)p)[k];
-  }
+  amp__cu_copy_bytes<N * (int)sizeof(T)>(e, (const T *)base + i);
   if constexpr (GRAD && DT == AMP_F16) {
 #pragma unroll
     for (int k = 0; k < N; k += 2) {   // two halves per conversion
@@ -379,20 +419,13 @@ template <int DT, int N, bool GRAD = false> __device__ __forceinline__ void amp_
 }
 template <int DT, int N> __device__ __forceinline__ void amp__cu_stv(void *base, long long i, const float *x) {
   typedef typename amp__cu_elem<DT>::T T;
-  constexpr int B = N * (int)sizeof(T);
   if constexpr (N == 1) {
     amp__store(base, (amp_dtype)DT, (size_t)i, x[0]);
   } else {
-  static_assert(B == 8 || B == 16 || B == 32, "8, 16 or 32 bytes");
   __align__(16) T e[N];
 #pragma unroll
   for (int k = 0; k < N; k++) amp__store(e, (amp_dtype)DT, (size_t)k, x[k]);
-  T *p = (T *)base + i;
-  if constexpr (B == 8) *(uint2 *)p = *(const uint2 *)e;
-  else {
-#pragma unroll
-    for (int k = 0; k < B / 16; k++) ((uint4 *)p)[k] = ((const uint4 *)e)[k];
-  }
+  amp__cu_copy_bytes<N * (int)sizeof(T)>((T *)base + i, e);
   }
 }
 
@@ -527,13 +560,15 @@ amp__cu_unscale_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, const amp__
   int bad = 0;
   amp__gstat a = {0u, 0u, 0ull, 0ull, 0ull};
   if (!stats) {   // stats off: the loop as it always was
-    if (t.gdtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16, false>((const amp_f16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
-    else if (t.gdtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16, false>((const amp_bf16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
-    else amp__cu_unscale_chunk<AMP_F32, false>((const float *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+    amp__cu_dtype_visit(t.gdtype, [&](auto gd) {
+      const void *g = (const typename amp__cu_elem<gd.value>::T *)t.grad + ch.start;
+      amp__cu_unscale_chunk<gd.value, false>(g, ch.len, t.gvec, inv, ss, bad, a);
+    });
   } else {
-    if (t.gdtype == AMP_F16) amp__cu_unscale_chunk<AMP_F16, true>((const amp_f16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
-    else if (t.gdtype == AMP_BF16) amp__cu_unscale_chunk<AMP_BF16, true>((const amp_bf16 *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
-    else amp__cu_unscale_chunk<AMP_F32, true>((const float *)t.grad + ch.start, ch.len, t.gvec, inv, ss, bad, a);
+    amp__cu_dtype_visit(t.gdtype, [&](auto gd) {
+      const void *g = (const typename amp__cu_elem<gd.value>::T *)t.grad + ch.start;
+      amp__cu_unscale_chunk<gd.value, true>(g, ch.len, t.gvec, inv, ss, bad, a);
+    });
     // the block's stats in shared memory, then one set of integer atomics per block into the
     // tensor's counters (cleared on the stream before the launch); integer: the same on every run
     __shared__ unsigned long long cnt[3];
@@ -620,7 +655,7 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
     if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
     if (t.master) {
       amp__cu_stv<AMP_F32, V>(t.master, e, p);
-      if ((WD == AMP_F32 && t.round_to != AMP_F32) || (WD == AMP_BF16 && t.stochastic)) {
+      if ((WD == AMP_F32 && amp__round_to_set((amp_dtype)t.round_to)) || (WD == AMP_BF16 && t.stochastic)) {
 #pragma unroll   // a float copy holding bf16/f16 values, or a bf16 copy rounded stochastically
         for (int k = 0; k < V; k++)
           amp__store_model((W *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key, (size_t)(e + k),
@@ -647,9 +682,7 @@ __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long l
 }
 template <int KIND, int GD> __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len,
                                                                                 float mul, const amp_step_coefs &c, uint64_t key) {
-  if (t.dtype == AMP_F16) amp__cu_step_chunk<KIND, GD, AMP_F16>(t, start, len, mul, c, key);
-  else if (t.dtype == AMP_BF16) amp__cu_step_chunk<KIND, GD, AMP_BF16>(t, start, len, mul, c, key);
-  else amp__cu_step_chunk<KIND, GD, AMP_F32>(t, start, len, mul, c, key);
+  amp__cu_dtype_visit(t.dtype, [&](auto wd) { amp__cu_step_chunk<KIND, GD, wd.value>(t, start, len, mul, c, key); });
 }
 
 // sc: the scaler whose OR-ed flag also skips the step (NULL: only this optimizer's own unscale
@@ -682,9 +715,10 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   if (!skip && !spike) {   // overflow or spike: weights, master, moments and t stay bit-identical
     const amp__cu_chunk ch = chunks[blockIdx.x];
     const amp__cu_tdev t = tensors[ch.tensor];
-    if (t.gdtype == AMP_F16) amp__cu_step_chunk_w<KIND, AMP_F16>(t, ch.start, ch.len, s_mul, s_c, s_key);
-    else if (t.gdtype == AMP_BF16) amp__cu_step_chunk_w<KIND, AMP_BF16>(t, ch.start, ch.len, s_mul, s_c, s_key);
-    else amp__cu_step_chunk_w<KIND, AMP_F32>(t, ch.start, ch.len, s_mul, s_c, s_key);
+    const amp_step_coefs c = s_c;
+    const uint64_t key = s_key;
+    const float mul = s_mul;
+    amp__cu_dtype_visit(t.gdtype, [&](auto gd) { amp__cu_step_chunk_w<KIND, gd.value>(t, ch.start, ch.len, mul, c, key); });
   }
   if (amp__cu_last_block(&o->done_step) && threadIdx.x == 0) {
     if (skip) o->skipped += 1;
@@ -722,7 +756,9 @@ __global__ void amp__cu_set_spike_kernel(amp__cu_optim_dev *o, long long skips, 
 // a warp's store covers 512 contiguous bytes. With 8 (16 bytes in, two 16-byte stores out) each
 // store instruction writes every other half of the warp's 32-byte sectors.
 
-__host__ __device__ constexpr int amp__cu_cast_width(int sd, int dd) { return dd == AMP_F32 && sd != AMP_F32 ? 4 : 8; }
+__host__ __device__ constexpr int amp__cu_cast_width(int sd, int dd) {
+  return amp__cu_dtype_bytes(dd) > amp__cu_dtype_bytes(sd) ? 4 : 8;   // widening: 4
+}
 
 template <int SD, int DD> __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_cast_kernel(void *dst, const void *src, long long n, const float *mul, int vec) {
@@ -750,21 +786,17 @@ amp__cu_cast_kernel(void *dst, const void *src, long long n, const float *mul, i
   }
 }
 
-template <int SD> static void amp__cu_cast_launch_dst(int dd, int grid, cudaStream_t s, void *dst, const void *src,
-                                                      long long n, const float *mul, int vec) {
-  if (dd == AMP_F16) amp__cu_cast_kernel<SD, AMP_F16><<<grid, AMP__CU_THREADS, 0, s>>>(dst, src, n, mul, vec);
-  else if (dd == AMP_BF16) amp__cu_cast_kernel<SD, AMP_BF16><<<grid, AMP__CU_THREADS, 0, s>>>(dst, src, n, mul, vec);
-  else amp__cu_cast_kernel<SD, AMP_F32><<<grid, AMP__CU_THREADS, 0, s>>>(dst, src, n, mul, vec);
-}
 static void amp__cu_cast_launch(amp__cu_state *st, void *dst, int dd, const void *src, int sd, size_t n, const float *mul) {
   const long long v = amp__cu_cast_width(sd, dd);
   long long need = ((long long)n + v * AMP__CU_THREADS - 1) / (v * AMP__CU_THREADS);
   long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;   // enough in flight to fill HBM
   int grid = (int)(need < most ? (need > 0 ? need : 1) : most);
-  int vec = ((uintptr_t)dst % 16 == 0) && ((uintptr_t)src % 16 == 0);
-  if (sd == AMP_F16) amp__cu_cast_launch_dst<AMP_F16>(dd, grid, st->stream, dst, src, (long long)n, mul, vec);
-  else if (sd == AMP_BF16) amp__cu_cast_launch_dst<AMP_BF16>(dd, grid, st->stream, dst, src, (long long)n, mul, vec);
-  else amp__cu_cast_launch_dst<AMP_F32>(dd, grid, st->stream, dst, src, (long long)n, mul, vec);
+  int vec = ((uintptr_t)dst % 16 == 0) && ((uintptr_t)src % 16 == 0) && amp__cu_dtype_vec(sd) && amp__cu_dtype_vec(dd);
+  amp__cu_dtype_visit(sd, [&](auto s) {
+    amp__cu_dtype_visit(dd, [&](auto d) {
+      amp__cu_cast_kernel<s.value, d.value><<<grid, AMP__CU_THREADS, 0, st->stream>>>(dst, src, (long long)n, mul, vec);
+    });
+  });
 }
 
 extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
@@ -777,7 +809,8 @@ extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, con
   if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_cast: %s is NULL with n = %zu", dst ? "src" : "dst", n);
   AMP__CU_ON(st);
   if (dst_type == src_type) {
-    AMP__CU_CHECK(cudaMemcpyAsync(dst, src, n * (dst_type == AMP_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, st->stream));
+    const size_t bytes = n * (size_t)amp__cu_dtype_bytes(dst_type);
+    AMP__CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st->stream));
     return AMP_OK;
   }
   amp__cu_cast_launch(st, dst, dst_type, src, src_type, n, NULL);
@@ -805,7 +838,8 @@ extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype,
   if (!dst || !master) return amp__cu_arg(msg, cap, "amp__cu_write_model: %s is NULL with n = %zu", dst ? "master" : "dst", n);
   if (stochastic && dtype != AMP_BF16)
     return amp__cu_arg(msg, cap, "amp__cu_write_model: stochastic with dtype %d (bf16 only)", (int)dtype);
-  if (round_to == AMP_F32 && !stochastic) return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);   // the vector cast
+  if (!amp__round_to_set((amp_dtype)round_to) && !stochastic)   // the vector cast
+    return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);
   AMP__CU_ON(st);
   amp__cu_write_model_kernel<<<amp__cu_grid(st, n), AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, stochastic != 0,
                                                                                       key, master, (long long)n);
@@ -948,8 +982,8 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].group = ts[i].group; ht[i].round_to = (int32_t)ts[i].round_to; ht[i].stochastic = ts[i].stochastic != 0;
     ht[i].lr_scale = ts[i].group ? lr_scale[ts[i].group] : 1.0f;
     ht[i].weight_decay = ts[i].group ? weight_decay[ts[i].group] : 0.0f;   // group 0: the config's, read on the device
-    ht[i].gvec = (uintptr_t)ts[i].g % 16 == 0;
-    ht[i].vec = ht[i].gvec && ((uintptr_t)ts[i].w % 16 == 0);
+    ht[i].gvec = (uintptr_t)ts[i].g % 16 == 0 && amp__cu_dtype_vec((int32_t)ts[i].gtype);
+    ht[i].vec = ht[i].gvec && ((uintptr_t)ts[i].w % 16 == 0) && amp__cu_dtype_vec((int32_t)ts[i].wtype);
     for (size_t s = 0; s < ts[i].n; s += AMP__CU_CHUNK, c++) {
       hc[c].start = (long long)s; hc[c].tensor = (int32_t)i;
       hc[c].len = (int32_t)(ts[i].n - s < AMP__CU_CHUNK ? ts[i].n - s : AMP__CU_CHUNK);
@@ -1624,7 +1658,12 @@ static int amp__align_of(const void *ptr) {
 }
 
 static cudaDataType_t amp__cuda_type(amp_dtype t) {
-  return t == AMP_F16 ? CUDA_R_16F : t == AMP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  switch (t) {
+#define AMP__CU_R_(A, E, N, CT, S, MX, MN, CV, GV, CR, ...) case E: return CR;
+    AMP__DTYPES(AMP__CU_R_, ~)
+#undef AMP__CU_R_
+    default: return CUDA_R_32F;
+  }
 }
 
 // Whether cuBLASLt can add our bias: its bias runs along D's rows (ours does for row-major calls),
@@ -1874,7 +1913,13 @@ extern "C" amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, i
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_nccl_grads: state is NULL");
   AMP__CU_ON(st);
   if (dtype == AMP_F32 || !in_f32) {   // in the grads' own type: one collective, in place
-    ncclDataType_t nt = dtype == AMP_F32 ? ncclFloat : dtype == AMP_F16 ? ncclHalf : ncclBfloat16;
+    ncclDataType_t nt = ncclFloat;
+    switch (dtype) {
+#define AMP__CU_NCCL_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT) case E: nt = NT; break;
+      AMP__DTYPES(AMP__CU_NCCL_, ~)
+#undef AMP__CU_NCCL_
+      default: break;
+    }
     AMP__NCCL_CHECK(ncclAllReduce(grads, grads, n, nt, average ? ncclAvg : ncclSum, c, st->stream), c);
     return AMP_OK;
   }

@@ -496,6 +496,90 @@ static void convert_rejects_an_unknown_dtype_and_names_it(void) {
   EXPECT(amp_dtype_size((amp_dtype)3) == 0, "amp_dtype_size(3): expected 0 got %zu", amp_dtype_size((amp_dtype)3));
 }
 
+/* The traits table (AMP__DTYPES): one row per format, in enum order, with the known size, name,
+   largest finite value and smallest normal; each row's values agree with its own element functions
+   (max and min normal survive a store/load, the value above max rounds to inf, the smallest normal
+   classes as normal and the float below it as subnormal). */
+static void traits_table_rows_hold_the_known_values(void) {
+  static const struct { amp_dtype t; const char *name; size_t size; float max, min_normal; } want[] = {
+    { AMP_F32, "AMP_F32", 4, 3.40282347e38f, 1.17549435e-38f },
+    { AMP_F16, "AMP_F16", 2, 65504.0f, 6.10351562e-05f },
+    { AMP_BF16, "AMP_BF16", 2, 3.38953139e38f, 1.17549435e-38f },
+  };
+  size_t i;
+  EXPECT(AMP__DTYPE_COUNT == 3, "the table has %d rows, expected 3", (int)AMP__DTYPE_COUNT);
+  EXPECT(sizeof amp__dtype_table / sizeof *amp__dtype_table == (size_t)AMP__DTYPE_COUNT, "table rows %zu",
+         sizeof amp__dtype_table / sizeof *amp__dtype_table);
+  for (i = 0; i < sizeof want / sizeof *want; i++) {
+    const amp__dtype_traits *r = amp__dtype_row(want[i].t);
+    float max, mn, up;
+    EXPECT(r != NULL && r == &amp__dtype_table[(int)want[i].t], "%s: no row", want[i].name);
+    if (!r) continue;
+    max = amp__bits_f32(r->max_bits); mn = amp__bits_f32(r->min_normal_bits);
+    EXPECT(strcmp(r->name, want[i].name) == 0 && strcmp(amp__dtype_name(want[i].t), want[i].name) == 0,
+           "row %d: name %s, expected %s", (int)want[i].t, r->name, want[i].name);
+    EXPECT(r->size == want[i].size && amp_dtype_size(want[i].t) == want[i].size, "%s: size %zu / %zu, expected %zu",
+           want[i].name, r->size, amp_dtype_size(want[i].t), want[i].size);
+    EXPECT(max == want[i].max, "%s: max %.9g, expected %.9g", want[i].name, (double)max, (double)want[i].max);
+    EXPECT(mn == want[i].min_normal, "%s: min normal %.9g, expected %.9g", want[i].name, (double)mn, (double)want[i].min_normal);
+    EXPECT(amp__dtype_min_normal_bits(want[i].t) == r->min_normal_bits, "%s: amp__dtype_min_normal_bits", want[i].name);
+    EXPECT(r->cpu_vec == 1 && r->gpu_vec == 1, "%s: vector paths %d %d, expected 1 1", want[i].name, r->cpu_vec, r->gpu_vec);
+    EXPECT(amp__round_to(max, want[i].t) == max && amp__round_to(-max, want[i].t) == -max, "%s: max does not round to itself",
+           want[i].name);
+    EXPECT(amp__round_to(mn, want[i].t) == mn, "%s: min normal does not round to itself", want[i].name);
+    /* the next value up (one ulp of the format above max) rounds to inf: max is the largest finite */
+    up = amp__bits_f32(r->max_bits + (want[i].size == 4 ? 1u : want[i].t == AMP_F16 ? 0x2000u : 0x10000u));
+    EXPECT(!amp__finite(amp__round_to(up, want[i].t)) || want[i].size == 4, "%s: %.9g above max stays finite", want[i].name,
+           (double)up);
+    EXPECT(amp__grad_class(mn, mn, want[i].t) == AMP__G_NORMAL, "%s: min normal is not normal", want[i].name);
+    EXPECT(amp__grad_class(amp__bits_f32(r->min_normal_bits - 1u), 1.0f, want[i].t) == AMP__G_SUBNORMAL,
+           "%s: the float below min normal is not subnormal", want[i].name);
+  }
+  EXPECT(amp__dtype_row((amp_dtype)AMP__DTYPE_COUNT) == NULL && amp__dtype_row((amp_dtype)-1) == NULL, "a row past the table");
+  EXPECT(strcmp(amp__dtype_name((amp_dtype)AMP__DTYPE_COUNT), "unknown") == 0, "name past the table: %s",
+         amp__dtype_name((amp_dtype)AMP__DTYPE_COUNT));
+}
+
+/* A dtype the table lacks (the first value past it, and -1) is refused by every entry point that
+   takes one, with AMP_ERR_ARG, the function and the value named and the formats listed. */
+static void a_dtype_outside_the_table_is_refused_everywhere(void) {
+  const int bad[2] = { (int)AMP__DTYPE_COUNT, -1 };
+  float w[8] = { 1.0f }, g[8] = { 0.0f }, a[4] = { 1.0f }, b[4] = { 1.0f }, c[4] = { 0.0f };
+  char what[32];
+  int k;
+  for (k = 0; k < 2; k++) {
+    amp_dtype t = (amp_dtype)bad[k];
+    amp_optimizer *o = NULL;
+    amp_tensor_desc d;
+    amp_status rc;
+    EXPECT(amp_dtype_size(t) == 0, "amp_dtype_size(%d) = %zu", bad[k], amp_dtype_size(t));
+    rc = amp_convert(c, t, a, AMP_F32, 4);
+    snprintf(what, sizeof what, "dst_type %d", bad[k]);
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "amp_convert") && strstr(amp_last_error(), what) &&
+           strstr(amp_last_error(), "AMP_F32, AMP_F16, AMP_BF16"), "amp_convert %s: %s '%s'", what, amp_status_string(rc),
+           amp_last_error());
+    rc = amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, AMP_F32, 2, b, t, 2, 0.0f, c, AMP_F32, 2);
+    snprintf(what, sizeof what, "b_type %d", bad[k]);
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "amp_gemm") && strstr(amp_last_error(), what),
+           "amp_gemm %s: %s '%s'", what, amp_status_string(rc), amp_last_error());
+    EXPECT(amp_optimizer_create(&o, amp_cpu(), NULL) == AMP_OK, "%s", amp_last_error());
+    if (!o) continue;
+    memset(&d, 0, sizeof d);
+    d.weights = w; d.dtype = t; d.grads = g; d.grad_dtype = AMP_F32; d.n = 8;
+    rc = amp_optimizer_add_tensor(o, &d);
+    snprintf(what, sizeof what, "weights dtype %d", bad[k]);
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") && strstr(amp_last_error(), what),
+           "add_tensor %s: %s '%s'", what, amp_status_string(rc), amp_last_error());
+    d.dtype = AMP_F32; d.grad_dtype = t;
+    rc = amp_optimizer_add_tensor(o, &d);
+    snprintf(what, sizeof what, "grads dtype %d", bad[k]);
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") && strstr(amp_last_error(), what),
+           "add_tensor %s: %s '%s'", what, amp_status_string(rc), amp_last_error());
+    EXPECT(amp_optimizer_count(o) == 0, "a refused tensor was added");
+    amp_optimizer_destroy(o);
+  }
+}
+
 /* f32 <-> 16-bit sharing any byte is refused, in either direction, and nothing is written. */
 static void convert_rejects_overlap_of_different_element_sizes(void) {
   unsigned char buf[4 * 64];
@@ -574,5 +658,7 @@ int main(void) {
   RUN(convert_rejects_an_unknown_dtype_and_names_it);
   RUN(convert_rejects_overlap_of_different_element_sizes);
   RUN(convert_with_n_zero_accepts_null_pointers);
+  RUN(traits_table_rows_hold_the_known_values);
+  RUN(a_dtype_outside_the_table_is_refused_everywhere);
   TEST_END();
 }

@@ -86,12 +86,12 @@ static void *sweep(void *arg) {
 #ifdef AMP__X86_SIMD
       /* each level's kernels, called directly (amp_convert runs only the CPU's best) */
       if (amp__cpu_level() >= 1) {
-        amp__cvt_f32_to_f16_avx2(buf[V16], in, n); amp__cvt_f32_to_bf16_avx2(buf[VBF], in, n);
+        amp__cvt_avx2(buf[V16], AMP_F16, in, AMP_F32, n); amp__cvt_avx2(buf[VBF], AMP_BF16, in, AMP_F32, n);
         compare(j, in, buf[SC16], buf[V16], n, "AVX2+F16C kernel f32->f16 vs amp_f32_to_f16");
         compare(j, in, buf[SCBF], buf[VBF], n, "AVX2 kernel f32->bf16 vs amp_f32_to_bf16");
       }
       if (amp__cpu_level() >= 2) {
-        amp__cvt_f32_to_f16_avx512(buf[V16], in, n); amp__cvt_f32_to_bf16_avx512(buf[VBF], in, n);
+        amp__cvt_avx512(buf[V16], AMP_F16, in, AMP_F32, n); amp__cvt_avx512(buf[VBF], AMP_BF16, in, AMP_F32, n);
         compare(j, in, buf[SC16], buf[V16], n, "AVX-512 kernel f32->f16 vs amp_f32_to_f16");
         compare(j, in, buf[SCBF], buf[VBF], n, "AVX-512 kernel f32->bf16 vs amp_f32_to_bf16");
       }
