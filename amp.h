@@ -296,7 +296,9 @@ static inline AMP_HD int amp__is_zero(float x) { return (amp__f32_bits(x) << 1) 
    127-15 = 112 and add 0xfff plus the lowest kept bit: a carry out of the 13 cut bits is
    round-to-nearest-even, and it may carry into the exponent. (The portable bulk loop runs this on
    every element and redoes the rest with amp_f32_to_f16.) */
-static inline AMP_HD uint32_t amp__f16_normal(uint32_t a) { return (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13; }
+static inline AMP_HD uint32_t amp__f16_normal(uint32_t a) {
+  return (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+}
 static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
   uint32_t f = amp__f32_bits(x);
   uint32_t sign = (f >> 16) & 0x8000u;
@@ -351,42 +353,6 @@ static inline AMP_HD amp_bf16 amp_f32_to_bf16(float x) {
 
 /* bf16 -> f32: exact, the bits shifted up. */
 static inline AMP_HD float amp_bf16_to_f32(amp_bf16 h) { return amp__bits_f32((uint32_t)h << 16); }
-
-/* The element functions of each format (the AMP__DTYPES columns' N): element i at p as f32, and x
-   rounded to the format into element i. */
-static inline AMP_HD float amp__ld_f32(const void *p, size_t i) { return ((const float *)p)[i]; }
-static inline AMP_HD void amp__st_f32(void *p, size_t i, float x) { ((float *)p)[i] = x; }
-static inline AMP_HD float amp__ld_f16(const void *p, size_t i) { return amp_f16_to_f32(((const amp_f16 *)p)[i]); }
-static inline AMP_HD void amp__st_f16(void *p, size_t i, float x) { ((amp_f16 *)p)[i] = amp_f32_to_f16(x); }
-static inline AMP_HD float amp__ld_bf16(const void *p, size_t i) { return amp_bf16_to_f32(((const amp_bf16 *)p)[i]); }
-static inline AMP_HD void amp__st_bf16(void *p, size_t i, float x) { ((amp_bf16 *)p)[i] = amp_f32_to_bf16(x); }
-
-/* One element of any format, as f32 / from f32 (the kernels' and loops' loads/stores). */
-#define AMP__LD_(E, N, T, S) return amp__ld_##N(p, i);
-#define AMP__ST_(E, N, T, S) amp__st_##N(p, i, x); break;
-static inline AMP_HD float amp__load(const void *p, amp_dtype t, size_t i) {
-  AMP__DTYPE_SWITCH(t, AMP__LD_)
-  return 0.0f;
-}
-static inline AMP_HD void amp__store(void *p, amp_dtype t, size_t i, float x) {
-  AMP__DTYPE_SWITCH(t, AMP__ST_)
-}
-#undef AMP__LD_
-#undef AMP__ST_
-/* x rounded to the type t and back: what a model copy of type t holds for master value x. */
-static inline AMP_HD float amp__round_to(float x, amp_dtype t) {
-#define AMP__RT_(E, N, T, S) { T r_; amp__st_##N(&r_, 0, x); return amp__ld_##N(&r_, 0); }   /* f32: x itself */
-  AMP__DTYPE_SWITCH(t, AMP__RT_)
-#undef AMP__RT_
-  return x;
-}
-/* The smallest normal of format t as f32 bits (the gradient stats' subnormal class); 0 unknown. */
-static inline AMP_HD uint32_t amp__dtype_min_normal_bits(amp_dtype t) {
-#define AMP__MN_(A, E, N, T, S, MX, MN, ...) case E: return MN;
-  switch (t) { AMP__DTYPES(AMP__MN_, ~) default: break; }
-#undef AMP__MN_
-  return 0u;
-}
 
 /* ------------------------------------------------------------------------------------------
    Op-list policy
@@ -607,7 +573,7 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p);
    > 1, backoff_factor in (0, 1), growth_interval >= 1, hysteresis >= 1, hysteresis_mode 0..2,
    min_scale >= 0 and finite, max_scale 0 or >= min_scale, init_scale finite, >= FLT_MIN and within
    [min_scale, max_scale], and given (not 0) when fixed is set. */
-AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg /* NULL = defaults */);
+AMPDEF amp_status amp_scaler_create(amp_scaler **out, amp_device *d, const amp_scaler_config *cfg /* NULL: defaults */);
 AMPDEF void       amp_scaler_destroy(amp_scaler *s);
 AMPDEF float      amp_scaler_get_scale(amp_scaler *s);               /* on CUDA this waits for the stream */
 /* Call order (PyTorch's GradScaler, per optimizer; update() starts a new iteration for all):
@@ -629,11 +595,13 @@ AMPDEF float      amp_scaler_get_scale(amp_scaler *s);               /* on CUDA 
    into the grads, then unscale/step/update once. The scaler and the optimizer must live on the
    same device (AMP_ERR_ARG otherwise). */
 AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o); /* optional, at most once per step */
-AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o);    /* unscale if needed, skip on inf/NaN, else update */
+/* unscale if needed, skip on inf/NaN, else update */
+AMPDEF amp_status amp_scaler_step(amp_scaler *s, amp_optimizer *o);
 AMPDEF amp_status amp_scaler_update(amp_scaler *s);                    /* the scale rule; call once per iteration */
 /* The rule with found_inf = (found_inf != 0) OR whatever unscale/step recorded in this iteration;
    needs no prior unscale/step. Closes the iteration like update(). */
-AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf); /* for trainers that check grads themselves */
+/* for trainers that check grads themselves */
+AMPDEF amp_status amp_scaler_update_found_inf(amp_scaler *s, int found_inf);
 /* 1 when the iteration closed by the last update saw inf/NaN (its steps were skipped), else 0. */
 AMPDEF int        amp_scaler_last_skipped(const amp_scaler *s);
 /* Iterations with inf/NaN since create (restored by amp_checkpoint_load): for LR schedules. */
@@ -722,80 +690,17 @@ typedef struct amp_scale_params {
 /* The rule's state and resolved parameters (a copy; on CUDA this waits for the stream). */
 AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params);
 
-/* The state a fresh scaler starts from: hysteresis counts full (N for the refill flavours, 0
-   overflows seen for CONSECUTIVE), tracker 0 (-1 with late_growth, DeepSpeed's
-   last_overflow_iter = -1). */
-static inline AMP_HD amp_scale_state amp__scale_init(float init_scale, const amp_scale_params *pr) {
-  amp_scale_state st;
-  st.scale = init_scale;
-  st.tracker = pr->late_growth ? -1 : 0;
-  st.hyst = pr->mode == AMP_HYSTERESIS_CONSECUTIVE ? 0 : pr->hysteresis;
-  st.at_floor = 0;
-  return st;
-}
-
-/* The scale rule, once per iteration. Multiplications are done in double and
-   rounded once to float, as PyTorch's and apex's kernels do (their factors are doubles); for
-   Paddle's float*float the result is the same (the exact product fits a double). Checked against
-   the anchors' code:
-   - CONSECUTIVE is Paddle's update_loss_scaling: bad += 1, back off when bad == N, then bad = 0;
-     a clean step sets bad = 0.
-   - CLEAN_REFILL is apex's update_scale_hysteresis: the count is decremented (apex lets it go
-     negative; stopping at 0 gives the same decisions), back-off once it is <= 0, refilled to N
-     after every clean step; DeepSpeed with consecutive_hysteresis is the same.
-   - GROWTH_REFILL is DeepSpeed's default: refilled only when the scale grows.
-   - Every overflow, absorbed by hysteresis or not, restarts the growth window (DeepSpeed's
-     last_overflow_iter). late_growth is DeepSpeed's older FP16_Optimizer window,
-     stable_interval = (iter - last_overflow_iter) - 1: the first clean step after it is not counted.
-   - Floor: max(scale * backoff, floor) (Paddle, DeepSpeed, Keras); cap: min(scale * growth, cap)
-     (apex amp); a growth to inf leaves the scale as it was (PyTorch, apex, Paddle). */
-static inline AMP_HD void amp__scale_rule(amp_scale_state *st, const amp_scale_params *pr, int found_inf) {
-  if (pr->fixed) return;
-  if (found_inf) {
-    int back_off;
-    st->tracker = pr->late_growth ? -1 : 0;
-    if (pr->mode == AMP_HYSTERESIS_CONSECUTIVE) {
-      st->hyst += 1;
-      back_off = st->hyst >= pr->hysteresis;
-      if (back_off) st->hyst = 0;
-    } else {
-      if (st->hyst > 0) st->hyst -= 1;     /* once run out it stays out: each overflow backs off */
-      back_off = st->hyst <= 0;
-    }
-    if (back_off) {
-      float s = (float)((double)st->scale * (double)pr->backoff);
-      st->at_floor = !(s >= pr->floor) || !amp__finite(s);   /* NaN too, on the bits */
-      st->scale = st->at_floor ? pr->floor : s;
-    }
-  } else {
-    if (pr->mode == AMP_HYSTERESIS_CONSECUTIVE) st->hyst = 0;
-    else if (pr->mode == AMP_HYSTERESIS_CLEAN_REFILL) st->hyst = pr->hysteresis;
-    st->at_floor = 0;
-    st->tracker += 1;
-    if (st->tracker >= pr->interval) {
-      float s = (float)((double)st->scale * (double)pr->growth);
-      if (pr->cap > 0.0f && s > pr->cap) s = pr->cap;
-      if (amp__finite(s)) st->scale = s;   /* a growth to inf leaves the scale as it was */
-      st->tracker = 0;
-      if (pr->mode == AMP_HYSTERESIS_GROWTH_REFILL) st->hyst = pr->hysteresis;
-    }
-  }
-}
-
-/* The inverse scale used for unscaling: a multiply, never a divide (PyTorch). */
-static inline AMP_HD float amp__inv_scale(float scale) { return (float)(1.0 / (double)scale); }
-
 /* ------------------------------------------------------------------------------------------
    Master-copy optimizers
    ------------------------------------------------------------------------------------------ */
 
-/* The optimizer kinds, AMP_OPTIM_*; the short names AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM,
-   AMP_LION are the same values.
-     AMP_OPTIM_SGD     torch.optim.SGD: momentum, dampening, nesterov, L2 weight decay
-     AMP_OPTIM_ADAM    torch.optim.Adam: L2 weight decay on the grad
-     AMP_OPTIM_ADAMW   torch.optim.AdamW: decoupled decay, w = w * (1 - lr*wd) first
-     AMP_OPTIM_CUSTOM  the trainer's own fp32 update (custom_step), CPU only
-     AMP_OPTIM_LION    Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms",
+/* The optimizer kinds. (AMP_OPTIM_SGD, _ADAM, _ADAMW, _CUSTOM and _LION are the same values under
+   the names amp.h 0.2 added; the manual and the examples use the short ones.)
+     AMP_SGD           torch.optim.SGD: momentum, dampening, nesterov, L2 weight decay
+     AMP_ADAM          torch.optim.Adam: L2 weight decay on the grad
+     AMP_ADAMW         torch.optim.AdamW: decoupled decay, w = w * (1 - lr*wd) first
+     AMP_CUSTOM        the trainer's own fp32 update (custom_step), CPU only
+     AMP_LION          Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms",
                        Algorithm 2): one moment m (zero at the start); per step, g the unscaled,
                        clipped grad:  w = w * (1 - lr*wd)  (decoupled, the factor computed as
                        AdamW's), u = beta1*m + (1-beta1)*g,  w = w - lr * sign(u),
@@ -806,11 +711,12 @@ static inline AMP_HD float amp__inv_scale(float scale) { return (float)(1.0 / (d
                        weight_decay 3-10x larger than AdamW's (the paper's advice).
    An unknown value is refused by amp_optimizer_create (AMP_ERR_ARG naming it). */
 typedef enum amp_optim_kind {
-  AMP_OPTIM_SGD = 0, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW, AMP_OPTIM_CUSTOM, AMP_OPTIM_LION,
-  AMP_SGD = AMP_OPTIM_SGD, AMP_ADAM = AMP_OPTIM_ADAM, AMP_ADAMW = AMP_OPTIM_ADAMW, AMP_CUSTOM = AMP_OPTIM_CUSTOM,
-  AMP_LION = AMP_OPTIM_LION
+  AMP_SGD = 0, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM, AMP_LION,
+  AMP_OPTIM_SGD = AMP_SGD, AMP_OPTIM_ADAM = AMP_ADAM, AMP_OPTIM_ADAMW = AMP_ADAMW, AMP_OPTIM_CUSTOM = AMP_CUSTOM,
+  AMP_OPTIM_LION = AMP_LION
 } amp_optim_kind;
-/* amp_optimizer_config (amp_optim_config is the same type): the config of amp_optimizer_create.
+/* amp_optim_config: the config of amp_optimizer_create (amp_optimizer_config, added in 0.2, is the
+   same type).
    ZEROS. A zero-initialised config means every default, so in it 0 means the default written
    beside each field ("0 -> 1e-3"). To write an exact 0 where 0 means a default (Adam with
    beta1 = 0, an optimizer created with lr = 0), start from amp_optimizer_defaults(kind), which
@@ -864,8 +770,9 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
 AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n);
 AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr);
 AMPDEF float      amp_optimizer_grad_norm(const amp_optimizer *o);   /* unscaled L2 norm seen at the last unscale */
-AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n); /* fp32 master (device pointer on CUDA);
-                                                  NULL for an AMP_MASTER_SPLIT / _NONE tensor, which keeps no fp32 array */
+/* The fp32 master of tensor index (a device pointer on CUDA); NULL for an AMP_MASTER_SPLIT / _NONE
+   tensor, which keeps no fp32 array. */
+AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n);
 AMPDEF void       amp_optimizer_destroy(amp_optimizer *o);
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s);
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s);
@@ -960,7 +867,8 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
    than a 16-bit remainder can tell apart, so no exact split can keep ties to even. The copy is
    therefore amp_f32_to_bf16(master) everywhere but at an exact tie (low 16 bits 0x8000) whose
    kept half is even: there it is the other neighbour, exactly as near (about one update in 2^17
-   where the master's low bits are random; more often where they are few). A NaN master splits into amp_f32_to_bf16's quiet
+   where the master's low bits are random; more often where they are few). A NaN master splits into amp_f32_to_bf16's
+   quiet
    NaN and lo 0 (the low 16 payload bits are not kept; the default NaN of arithmetic has none).
    Memory per parameter the optimizer keeps (the model copy, 2 or 4 bytes, and the grads, 2 or 4,
    are the trainer's), moments included, fp32 moments being 0 (SGD), 4 (SGD with momentum, Lion)
@@ -1144,7 +1052,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes (the spike
    state too: a count beyond long, a window count or slot out of range, a held norm NaN or
    negative). It restores the optimizer's config (lr included; custom_step stays the live one),
-   step count, spike skip count and window, masters and moments, writes every model copy from its restored master (rounded to its round_to, or
+   step count, spike skip count and window, masters and moments, writes every model copy from its restored master
+   (rounded to its round_to, or
    stochastically with the restored update count's bits), and restores the scaler's parameters
    and state; both start a new iteration (no unscale/step recorded). On a CUDA device save reads
    the device state back and load writes it (the model copies cast from the restored masters on the
@@ -1165,301 +1074,6 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
    elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
    disk, the old file is removed just before the rename, and load reads whatever fopen opens. */
-
-/* Per-step coefficients of an update, computed once per step (on the host, or by one device
-   thread) and read by every element. */
-typedef struct amp_step_coefs {
-  float lr, wd;              /* learning rate, weight decay on the grad (L2; 0 where the decay is decoupled) */
-  float momentum, dampening; /* SGD */
-  int32_t nesterov, first;   /* SGD: nesterov flag; first step of the momentum buffer */
-  float beta1, beta2, eps;   /* Adam/AdamW, Lion (beta1, beta2) */
-  float step_size;           /* Adam: lr / (1 - beta1^t) */
-  float bc2_sqrt;            /* Adam: sqrt(1 - beta2^t) */
-  float decay;               /* AdamW, Lion: 1 - lr * wd, applied to the weight first; else 1 */
-} amp_step_coefs;
-
-/* Each kind's part of the coefficients (its row's `coefs`), on c as amp__step_coefs starts it:
-   every field from the config, wd the group's weight decay on the grad, decay 1, step_size lr,
-   bc2_sqrt 1 (what SGD reads). Bias corrections in double, rounded once to float, as PyTorch
-   computes them; a decoupled decay's factor likewise, (float)(1 - (double)lr * (double)wd). */
-static inline AMP_HD void amp__no_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
-  (void)c; (void)h; (void)t;
-}
-static inline AMP_HD void amp__decoupled_decay(amp_step_coefs *c) {
-  c->decay = (float)(1.0 - (double)c->lr * (double)c->wd);
-  c->wd = 0.0f;   /* the weight decays, not the grad */
-}
-static inline AMP_HD void amp__adam_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
-  c->step_size = (float)((double)c->lr / (1.0 - pow((double)h->beta1, (double)t)));
-  c->bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
-}
-static inline AMP_HD void amp__adamw_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
-  amp__decoupled_decay(c);
-  amp__adam_coefs(c, h, t);
-}
-static inline AMP_HD void amp__lion_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
-  (void)h; (void)t;
-  amp__decoupled_decay(c);
-}
-
-/* THE OPTIMIZER KINDS, one row each; every dispatch on a kind (defaults, moment buffers, names in
-   messages, coefficients, the CPU loops, the step kernel) is a switch generated from this list,
-   whose default refuses a kind the list lacks. Columns:
-     kind     its amp_optim_kind value
-     name     for messages
-     moments  fp32 moment buffers per element, an expression of the config c (SGD: 1 with momentum)
-     lr, beta1, beta2   what a 0 in the config (and amp_optimizer_defaults) means
-     coefs    its part of amp_step_coefs (above)
-     elem     the AMP_HD element update (p, m, v, g, c): the master *p, moments *m, *v (a scratch
-              where the kind keeps none), g the unscaled clipped grad; the CPU's plain loop and the
-              step kernel call it (AMP__EXACT_FP: the same bits on both)
-     device   1: elem is the update (any device); 0: the update is a host function (AMP_CUSTOM)
-   The CPU's vector loops (AVX2, AVX-512) have bodies for SGD and Adam/AdamW (amp__o_step16/8, a
-   switch whose default returns to the plain loop); any other kind runs elem's plain loop at every
-   SIMD level: the same bits, slower.
-   To add a kind: its AMP_OPTIM_* value, a row here, its element function beside amp__lion_elem
-   (and, if it needs more than amp_step_coefs holds, a field there and a coefs function above);
-   optionally a vector body. */
-#define AMP__OPTIM_KINDS(X) \
-  /*  kind            name          moments              lr     beta1 beta2   coefs             elem          device */ \
-  X(AMP_OPTIM_SGD,    "AMP_SGD",    c->momentum != 0.0f, 1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__sgd_elem,    1) \
-  X(AMP_OPTIM_ADAM,   "AMP_ADAM",   2,                   1e-3f, 0.9f, 0.999f, amp__adam_coefs,  amp__adam_elem,   1) \
-  X(AMP_OPTIM_ADAMW,  "AMP_ADAMW",  2,                   1e-3f, 0.9f, 0.999f, amp__adamw_coefs, amp__adam_elem,   1) \
-  X(AMP_OPTIM_CUSTOM, "AMP_CUSTOM", 0,                   1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__custom_elem, 0) \
-  X(AMP_OPTIM_LION,   "AMP_LION",   1,                   1e-4f, 0.9f, 0.99f,  amp__lion_coefs,  amp__lion_elem,   1)
-
-/* The list's columns as functions (the switch defaults: an unknown kind). */
-#define AMP__KIND_NAME(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return name;
-static inline const char *amp__kind_name(amp_optim_kind kind) {
-  switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_NAME) default: return NULL; }
-}
-#undef AMP__KIND_NAME
-/* The fp32 moment buffers per element of c's kind (the row's `moments`); -1: not a kind. */
-#define AMP__KIND_MOMENTS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return (nm);
-static inline int amp__o_moments(const amp_optim_config *c) {
-  switch (c->kind) { AMP__OPTIM_KINDS(AMP__KIND_MOMENTS) default: return -1; }
-}
-#undef AMP__KIND_MOMENTS
-/* 1 for a kind of the list whose update is its element function (every device), else 0. */
-#define AMP__KIND_DEVICE(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return dev;
-static inline AMP_HD int amp__kind_on_device(amp_optim_kind kind) {
-  switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_DEVICE) default: return 0; }
-}
-#undef AMP__KIND_DEVICE
-
-/* The coefficients of update number t (t >= 1) for the tensors of one param group, from the
-   resolved config and the group's lr_scale and weight_decay (group 0: 1 and h->weight_decay, see
-   amp__group_coefs): the one function the CPU step and the CUDA step kernel (one thread per
-   block) both call. The group's lr is h->lr * lr_scale, one f32 multiply (exact for 1); the
-   kind's row adds its part. An unknown kind gets the common part only (create refuses it). */
-#define AMP__KIND_COEFS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: coefs(&c, h, t); break;
-static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, int64_t t, float lr_scale, float weight_decay) {
-  amp_step_coefs c;
-  float lr = h->lr * lr_scale;
-  c.lr = lr; c.wd = weight_decay;
-  c.momentum = h->momentum; c.dampening = h->dampening;
-  c.nesterov = h->nesterov != 0; c.first = t == 1;   /* torch.optim.SGD: the buffer starts as the grad */
-  c.beta1 = h->beta1; c.beta2 = h->beta2; c.eps = h->eps;
-  c.decay = 1.0f; c.step_size = lr; c.bc2_sqrt = 1.0f;
-  switch (h->kind) { AMP__OPTIM_KINDS(AMP__KIND_COEFS) default: break; }
-  return c;
-}
-#undef AMP__KIND_COEFS
-
-/* The coefficients of a tensor in param group `group`: group 0 takes lr_scale 1 and the config's
-   weight_decay (so set_lr and a checkpoint's config reach it), any other group its own values. */
-static inline AMP_HD amp_step_coefs amp__group_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale,
-                                                     float weight_decay) {
-  return group == 0 ? amp__step_coefs(h, t, 1.0f, h->weight_decay) : amp__step_coefs(h, t, lr_scale, weight_decay);
-}
-
-/* 1 when round_to rt is set: a float model copy holding values rounded to a narrower format (the
-   default, AMP_F32, holds the master's value). */
-static inline AMP_HD int amp__round_to_set(amp_dtype rt) { return rt != AMP_F32; }
-/* The model copy's value of master value x, rounded to nearest: rounded to round_to (AMP_F32: x
-   itself; a float model copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as
-   the copy's dtype. */
-static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype round_to, size_t i, float x) {
-  amp__store(w, t, i, amp__round_to(x, round_to));
-}
-
-/* Stochastic rounding. The random bits come from a counter-based generator: a 64-bit mix
-   (splitmix64's finaliser) of the key (seed, update number, tensor index) and the element index,
-   so the same seed gives the same bits on the CPU and in the kernels, whatever the order in which
-   elements are written, and a run resumed from a checkpoint (which holds the update count) draws
-   the same bits again. */
-static inline AMP_HD uint64_t amp__mix64(uint64_t z) {
-  z ^= z >> 30; z *= 0xbf58476d1ce4e5b9ull;
-  z ^= z >> 27; z *= 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t tensor) {
-  return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + 0x9e3779b97f4a7c15ull)) ^ (tensor * 0xd1b54a32d192ed03ull));
-}
-static inline AMP_HD uint32_t amp__sr_bits16(uint64_t key, uint64_t i) {
-  return (uint32_t)(amp__mix64(key + (i + 1u) * 0x9e3779b97f4a7c15ull) >> 48);
-}
-/* f32 -> bf16 rounded stochastically: r (16 uniform bits) added below the kept bits carries into
-   them with probability (cut bits) / 2^16, so the expected value is x (the magnitude rounds up
-   with the probability of its distance from the lower neighbour). A value within one bf16 step of
-   FLT_MAX may round to inf, as a round up would. NaN: as amp_f32_to_bf16. */
-static inline AMP_HD amp_bf16 amp__f32_to_bf16_sr(float x, uint32_t r) {
-  uint32_t u = amp__f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return amp_f32_to_bf16(x);
-  return (amp_bf16)((u + (r & 0xffffu)) >> 16);
-}
-/* The model copy's element i from master value x: stochastic (sr, a bf16 copy) with the bits of
-   key, else amp__store_model_rne. The one write-back of the CPU loops, the step kernel and the
-   model-copy writes at add and load. */
-static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round_to, int sr, uint64_t key, size_t i, float x) {
-  if (sr) ((amp_bf16 *)w)[i] = amp__f32_to_bf16_sr(x, amp__sr_bits16(key, (uint64_t)i));
-  else amp__store_model_rne(w, t, round_to, i, x);
-}
-
-/* The split master (AMP_MASTER_SPLIT): an fp32 master x held as its bf16 model copy hi plus a
-   16-bit remainder lo, exactly. hi = the top 16 bits of x rounded to nearest with ties AWAY from
-   zero, (u + 0x8000) >> 16 on the bits u; lo = the low 16 bits of u as they are. Decoding,
-   u = (hi << 16) + lo read as a signed 16-bit number (lo - 0x10000 when its top bit is set, the
-   case where hi was rounded up), gives x back bit for bit: subnormals, +-0 (hi +-0, lo 0), +-inf
-   (lo 0) and the finite values that round up to inf (hi inf, lo negative) included.
-   Why not ties to even: the fp32 values whose nearest-even bf16 is an even hi are 65537 (both
-   ties), one more than 16 bits can tell apart, so no 16-bit remainder beside a ties-to-even copy
-   is exact. With ties away every bf16 has 65536 values, and hi is amp_f32_to_bf16(x) everywhere
-   but at an exact tie (low 16 bits 0x8000) whose kept part is even: there hi is the other,
-   equally near neighbour. NaN: hi is amp_f32_to_bf16's quiet NaN (sign and top payload kept) and
-   lo 0, so the low 16 payload bits are not kept (an arithmetic NaN, whose low bits are 0, is). */
-static inline AMP_HD void amp__split_encode(float x, amp_bf16 *hi, uint16_t *lo) {
-  uint32_t u = amp__f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) { *hi = amp_f32_to_bf16(x); *lo = 0u; return; }
-  *hi = (amp_bf16)((u + 0x8000u) >> 16);
-  *lo = (uint16_t)(u & 0xffffu);
-}
-static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
-  return amp__bits_f32(((uint32_t)hi << 16) + (uint32_t)lo - (((uint32_t)lo & 0x8000u) << 1));
-}
-
-/* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
-
-AMP__EXACT_BEGIN
-/* The element updates: (p, m, v, g, c) as the kind list's `elem` column says. */
-/* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD); m is the momentum
-   buffer (read only with momentum), v unused. */
-static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
-  float w = *p;
-  (void)v;
-  if (c->wd != 0.0f) g = g + c->wd * w;
-  if (c->momentum != 0.0f) {
-    float b = c->first ? g : c->momentum * *m + (1.0f - c->dampening) * g;
-    *m = b;
-    g = c->nesterov ? g + c->momentum * b : b;
-  }
-  *p = w - c->lr * g;
-}
-
-/* Adam (wd = L2 on the grad) and AdamW (decay = 1 - lr*wd on the weight, wd 0 on the grad),
-   torch.optim.Adam/AdamW's formulas with t counted from 1. Written as two halves around the
-   square root, so a CPU loop can take the roots of a whole block at once (sqrtf, which may set
-   errno, keeps compilers from vectorising a loop that calls it): amp__adam_elem is exactly the
-   two halves in a row. The first leaves the decayed weight in *p and the new moments in *m, *v. */
-static inline AMP_HD AMP__EXACT_FP void amp__adam_moments(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
-  float w = *p * c->decay;
-  if (c->wd != 0.0f) g = g + c->wd * w;
-  *m = c->beta1 * *m + (1.0f - c->beta1) * g;
-  *v = c->beta2 * *v + (1.0f - c->beta2) * g * g;
-  *p = w;
-}
-/* The second half: sqrt_v = sqrtf(*v) as the first half left it. */
-static inline AMP_HD AMP__EXACT_FP void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
-  float denom = sqrt_v / c->bc2_sqrt + c->eps;
-  *p = *p - c->step_size * (m / denom);
-}
-static inline AMP_HD AMP__EXACT_FP void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
-  amp__adam_moments(p, m, v, g, c);
-  amp__adam_apply(p, *m, sqrtf(*v), c);
-}
-
-/* sign(u) for Lion, on the bits (so -ffast-math cannot fold it): +1 or -1, 0 for +-0, and u itself
-   for NaN (as torch.sign). */
-static inline AMP_HD float amp__sign(float u) {
-  uint32_t a = amp__f32_bits(u) & 0x7fffffffu;
-  if (a == 0u) return 0.0f;
-  if (a > 0x7f800000u) return u;
-  return (amp__f32_bits(u) >> 31) ? -1.0f : 1.0f;
-}
-/* Lion (Chen et al. 2023, Algorithm 2): the decoupled decay first (c->decay = 1 - lr*wd, as
-   AdamW's), then w - lr * sign(beta1*m + (1-beta1)*g), then m = beta2*m + (1-beta2)*g; v unused. */
-static inline AMP_HD AMP__EXACT_FP void amp__lion_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
-  float w = *p * c->decay;
-  float u = c->beta1 * *m + (1.0f - c->beta1) * g;
-  (void)v;
-  *p = w - c->lr * amp__sign(u);
-  *m = c->beta2 * *m + (1.0f - c->beta2) * g;
-}
-
-/* AMP_CUSTOM's row: its update is custom_step, a host function the CPU step calls itself
-   (amp__o_apply); this is never called, and the step kernel refuses the kind at create. */
-static inline AMP_HD void amp__custom_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
-  (void)p; (void)m; (void)v; (void)g; (void)c;
-}
-
-AMP__EXACT_END
-/* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)). */
-static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
-  float c;
-  if (max_norm <= 0.0f) return 1.0f;
-  c = max_norm / (norm + 1e-6f);
-  return c < 1.0f ? c : 1.0f;
-}
-
-/* Gradient stats of one tensor (amp_optim_config.stats): the accumulator kept per tensor, on the
-   host (CPU) and in device memory (CUDA, updated with integer atomics). amax_bits: the bits of
-   the largest finite |y| (non-negative floats order as their bits). */
-typedef struct amp__gstat {
-  uint32_t amax_bits, pad_;
-  uint64_t nonfinite, zero, subnormal;
-} amp__gstat;
-enum { AMP__G_NORMAL = 0, AMP__G_ZERO, AMP__G_SUBNORMAL, AMP__G_NONFINITE };
-/* The class of one grad: g as decoded (exactly) from its stored type t, y = g * inv its unscaled
-   value. On the bits, so -ffast-math and flush-to-zero cannot change it. */
-static inline AMP_HD int amp__grad_class(float g, float y, amp_dtype t) {
-  uint32_t a = amp__f32_bits(g) & 0x7fffffffu;
-  if (!amp__finite(y)) return AMP__G_NONFINITE;
-  if (a == 0u) return AMP__G_ZERO;
-  return a < amp__dtype_min_normal_bits(t) ? AMP__G_SUBNORMAL : AMP__G_NORMAL;  /* f16 2^-14, f32/bf16 2^-126 */
-}
-/* One grad into a (thread's or tensor's) accumulator. */
-static inline AMP_HD void amp__gstat_add(amp__gstat *a, float g, float y, amp_dtype t) {
-  int c = amp__grad_class(g, y, t);
-  uint32_t ay = amp__f32_bits(y) & 0x7fffffffu;
-  if (c == AMP__G_NONFINITE) { a->nonfinite++; return; }
-  if (ay > a->amax_bits) a->amax_bits = ay;
-  if (c == AMP__G_ZERO) a->zero++;
-  else if (c == AMP__G_SUBNORMAL) a->subnormal++;
-}
-
-/* One tensor of an optimizer: the record amp_optimizer_add_tensor fills and validates, once, on
-   the host. The optimizer keeps them as one table, o->t[i] for the i-th add; the CUDA side reads
-   the same records (amp__cu_optim_create builds its device copy, amp__cu_tdev, from them).
-   A new per-tensor option: its field here, its line of checks in amp__o_add, and its reader. */
-typedef struct amp__tensor {
-  void *w;               /* the model copy (the trainer's weights), n elements of wtype */
-  const void *g;         /* its grads, n elements of gtype */
-  size_t n;              /* elements */
-  amp_dtype wtype, gtype;
-  amp_dtype round_to;    /* a float model copy's rounding (amp_tensor_desc.round_to); else AMP_F32 */
-  int group;             /* its param group (amp_optimizer_add_group; 0 the default) */
-  int stochastic;        /* 1: the bf16 model copy is written with stochastic rounding */
-  int master_mode;       /* AMP_MASTER_F32, or SPLIT / NONE: then master is NULL (no fp32 array; the CPU
-                            steps it with amp__o_step_lowmem, CUDA in the step kernel's branch) */
-  float *master;         /* the fp32 master, n floats (CPU: one allocation with the moments after it;
-                            CUDA: device memory) */
-  float *m, *v;          /* SGD: m the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg, exp_avg_sq
-                            (CPU; on CUDA the moments live in the device slab) */
-  uint16_t *rem;         /* AMP_MASTER_SPLIT: the n 16-bit remainders beside the bf16 model copy on the CPU
-                            (amp__split_encode; CUDA: amp__cu_optim_rem); else NULL */
-  amp__gstat gstat;      /* the gradient stats of its last unscale (amp_optim_config.stats) */
-  char *name;            /* amp_tensor_desc.name, copied (NULL: unnamed) */
-} amp__tensor;
 
 /* ------------------------------------------------------------------------------------------
    Tensor Core matrix product (cblas conventions)
@@ -1567,6 +1181,410 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
                               float beta, void *C, amp_dtype c_type, int ldc,
                               const amp_gemm_opts *opts /* NULL = none */);
 
+/* ------------------------------------------------------------------------------------------
+   Private (not the API): the element math and the records that the implementation below and
+   amp_kernels.cu share, each written once as AMP_HD code. Names start with amp__ (amp_step_coefs
+   too is private); none of it is promised to stay.
+   ------------------------------------------------------------------------------------------ */
+
+/* The element functions of each format (the AMP__DTYPES columns' N): element i at p as f32, and x
+   rounded to the format into element i. */
+static inline AMP_HD float amp__ld_f32(const void *p, size_t i) { return ((const float *)p)[i]; }
+static inline AMP_HD void amp__st_f32(void *p, size_t i, float x) { ((float *)p)[i] = x; }
+static inline AMP_HD float amp__ld_f16(const void *p, size_t i) { return amp_f16_to_f32(((const amp_f16 *)p)[i]); }
+static inline AMP_HD void amp__st_f16(void *p, size_t i, float x) { ((amp_f16 *)p)[i] = amp_f32_to_f16(x); }
+static inline AMP_HD float amp__ld_bf16(const void *p, size_t i) { return amp_bf16_to_f32(((const amp_bf16 *)p)[i]); }
+static inline AMP_HD void amp__st_bf16(void *p, size_t i, float x) { ((amp_bf16 *)p)[i] = amp_f32_to_bf16(x); }
+
+/* One element of any format, as f32 / from f32 (the kernels' and loops' loads/stores). */
+#define AMP__LD_(E, N, T, S) return amp__ld_##N(p, i);
+#define AMP__ST_(E, N, T, S) amp__st_##N(p, i, x); break;
+static inline AMP_HD float amp__load(const void *p, amp_dtype t, size_t i) {
+  AMP__DTYPE_SWITCH(t, AMP__LD_)
+  return 0.0f;
+}
+static inline AMP_HD void amp__store(void *p, amp_dtype t, size_t i, float x) {
+  AMP__DTYPE_SWITCH(t, AMP__ST_)
+}
+#undef AMP__LD_
+#undef AMP__ST_
+/* x rounded to the type t and back: what a model copy of type t holds for master value x. */
+static inline AMP_HD float amp__round_to(float x, amp_dtype t) {
+#define AMP__RT_(E, N, T, S) { T r_; amp__st_##N(&r_, 0, x); return amp__ld_##N(&r_, 0); }   /* f32: x itself */
+  AMP__DTYPE_SWITCH(t, AMP__RT_)
+#undef AMP__RT_
+  return x;
+}
+/* The smallest normal of format t as f32 bits (the gradient stats' subnormal class); 0 unknown. */
+static inline AMP_HD uint32_t amp__dtype_min_normal_bits(amp_dtype t) {
+#define AMP__MN_(A, E, N, T, S, MX, MN, ...) case E: return MN;
+  switch (t) { AMP__DTYPES(AMP__MN_, ~) default: break; }
+#undef AMP__MN_
+  return 0u;
+}
+
+/* The state a fresh scaler starts from: hysteresis counts full (N for the refill flavours, 0
+   overflows seen for CONSECUTIVE), tracker 0 (-1 with late_growth, DeepSpeed's
+   last_overflow_iter = -1). */
+static inline AMP_HD amp_scale_state amp__scale_init(float init_scale, const amp_scale_params *pr) {
+  amp_scale_state st;
+  st.scale = init_scale;
+  st.tracker = pr->late_growth ? -1 : 0;
+  st.hyst = pr->mode == AMP_HYSTERESIS_CONSECUTIVE ? 0 : pr->hysteresis;
+  st.at_floor = 0;
+  return st;
+}
+
+/* The scale rule, once per iteration. Multiplications are done in double and
+   rounded once to float, as PyTorch's and apex's kernels do (their factors are doubles); for
+   Paddle's float*float the result is the same (the exact product fits a double). Checked against
+   the anchors' code:
+   - CONSECUTIVE is Paddle's update_loss_scaling: bad += 1, back off when bad == N, then bad = 0;
+     a clean step sets bad = 0.
+   - CLEAN_REFILL is apex's update_scale_hysteresis: the count is decremented (apex lets it go
+     negative; stopping at 0 gives the same decisions), back-off once it is <= 0, refilled to N
+     after every clean step; DeepSpeed with consecutive_hysteresis is the same.
+   - GROWTH_REFILL is DeepSpeed's default: refilled only when the scale grows.
+   - Every overflow, absorbed by hysteresis or not, restarts the growth window (DeepSpeed's
+     last_overflow_iter). late_growth is DeepSpeed's older FP16_Optimizer window,
+     stable_interval = (iter - last_overflow_iter) - 1: the first clean step after it is not counted.
+   - Floor: max(scale * backoff, floor) (Paddle, DeepSpeed, Keras); cap: min(scale * growth, cap)
+     (apex amp); a growth to inf leaves the scale as it was (PyTorch, apex, Paddle). */
+static inline AMP_HD void amp__scale_rule(amp_scale_state *st, const amp_scale_params *pr, int found_inf) {
+  if (pr->fixed) return;
+  if (found_inf) {
+    int back_off;
+    st->tracker = pr->late_growth ? -1 : 0;
+    if (pr->mode == AMP_HYSTERESIS_CONSECUTIVE) {
+      st->hyst += 1;
+      back_off = st->hyst >= pr->hysteresis;
+      if (back_off) st->hyst = 0;
+    } else {
+      if (st->hyst > 0) st->hyst -= 1;     /* once run out it stays out: each overflow backs off */
+      back_off = st->hyst <= 0;
+    }
+    if (back_off) {
+      float s = (float)((double)st->scale * (double)pr->backoff);
+      st->at_floor = !(s >= pr->floor) || !amp__finite(s);   /* NaN too, on the bits */
+      st->scale = st->at_floor ? pr->floor : s;
+    }
+  } else {
+    if (pr->mode == AMP_HYSTERESIS_CONSECUTIVE) st->hyst = 0;
+    else if (pr->mode == AMP_HYSTERESIS_CLEAN_REFILL) st->hyst = pr->hysteresis;
+    st->at_floor = 0;
+    st->tracker += 1;
+    if (st->tracker >= pr->interval) {
+      float s = (float)((double)st->scale * (double)pr->growth);
+      if (pr->cap > 0.0f && s > pr->cap) s = pr->cap;
+      if (amp__finite(s)) st->scale = s;   /* a growth to inf leaves the scale as it was */
+      st->tracker = 0;
+      if (pr->mode == AMP_HYSTERESIS_GROWTH_REFILL) st->hyst = pr->hysteresis;
+    }
+  }
+}
+
+/* The inverse scale used for unscaling: a multiply, never a divide (PyTorch). */
+static inline AMP_HD float amp__inv_scale(float scale) { return (float)(1.0 / (double)scale); }
+
+/* Per-step coefficients of an update, computed once per step (on the host, or by one device
+   thread) and read by every element. */
+typedef struct amp_step_coefs {
+  float lr, wd;              /* learning rate, weight decay on the grad (L2; 0 where the decay is decoupled) */
+  float momentum, dampening; /* SGD */
+  int32_t nesterov, first;   /* SGD: nesterov flag; first step of the momentum buffer */
+  float beta1, beta2, eps;   /* Adam/AdamW, Lion (beta1, beta2) */
+  float step_size;           /* Adam: lr / (1 - beta1^t) */
+  float bc2_sqrt;            /* Adam: sqrt(1 - beta2^t) */
+  float decay;               /* AdamW, Lion: 1 - lr * wd, applied to the weight first; else 1 */
+} amp_step_coefs;
+
+/* Each kind's part of the coefficients (its row's `coefs`), on c as amp__step_coefs starts it:
+   every field from the config, wd the group's weight decay on the grad, decay 1, step_size lr,
+   bc2_sqrt 1 (what SGD reads). Bias corrections in double, rounded once to float, as PyTorch
+   computes them; a decoupled decay's factor likewise, (float)(1 - (double)lr * (double)wd). */
+static inline AMP_HD void amp__no_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  (void)c; (void)h; (void)t;
+}
+static inline AMP_HD void amp__decoupled_decay(amp_step_coefs *c) {
+  c->decay = (float)(1.0 - (double)c->lr * (double)c->wd);
+  c->wd = 0.0f;   /* the weight decays, not the grad */
+}
+static inline AMP_HD void amp__adam_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  c->step_size = (float)((double)c->lr / (1.0 - pow((double)h->beta1, (double)t)));
+  c->bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
+}
+static inline AMP_HD void amp__adamw_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  amp__decoupled_decay(c);
+  amp__adam_coefs(c, h, t);
+}
+static inline AMP_HD void amp__lion_coefs(amp_step_coefs *c, const amp_optim_config *h, int64_t t) {
+  (void)h; (void)t;
+  amp__decoupled_decay(c);
+}
+
+/* THE OPTIMIZER KINDS, one row each; every dispatch on a kind (defaults, moment buffers, names in
+   messages, coefficients, the CPU loops, the step kernel) is a switch generated from this list,
+   whose default refuses a kind the list lacks. Columns:
+     kind     its amp_optim_kind value
+     name     for messages
+     moments  fp32 moment buffers per element, an expression of the config c (SGD: 1 with momentum)
+     lr, beta1, beta2   what a 0 in the config (and amp_optimizer_defaults) means
+     coefs    its part of amp_step_coefs (above)
+     elem     the AMP_HD element update (p, m, v, g, c): the master *p, moments *m, *v (a scratch
+              where the kind keeps none), g the unscaled clipped grad; the CPU's plain loop and the
+              step kernel call it (AMP__EXACT_FP: the same bits on both)
+     device   1: elem is the update (any device); 0: the update is a host function (AMP_CUSTOM)
+   The CPU's vector loops (AVX2, AVX-512) have bodies for SGD and Adam/AdamW (amp__o_step16/8, a
+   switch whose default returns to the plain loop); any other kind runs elem's plain loop at every
+   SIMD level: the same bits, slower.
+   To add a kind: its AMP_* value, a row here, its element function beside amp__lion_elem
+   (and, if it needs more than amp_step_coefs holds, a field there and a coefs function above);
+   optionally a vector body. */
+#define AMP__OPTIM_KINDS(X) \
+  /* kind            name          moments              lr     beta1 beta2   coefs             elem        device */ \
+  X(AMP_SGD,    "AMP_SGD",    c->momentum != 0.0f, 1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__sgd_elem,    1) \
+  X(AMP_ADAM,   "AMP_ADAM",   2,                   1e-3f, 0.9f, 0.999f, amp__adam_coefs,  amp__adam_elem,   1) \
+  X(AMP_ADAMW,  "AMP_ADAMW",  2,                   1e-3f, 0.9f, 0.999f, amp__adamw_coefs, amp__adam_elem,   1) \
+  X(AMP_CUSTOM, "AMP_CUSTOM", 0,                   1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__custom_elem, 0) \
+  X(AMP_LION,   "AMP_LION",   1,                   1e-4f, 0.9f, 0.99f,  amp__lion_coefs,  amp__lion_elem,   1)
+
+/* The list's columns as functions (the switch defaults: an unknown kind). */
+#define AMP__KIND_NAME(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return name;
+static inline const char *amp__kind_name(amp_optim_kind kind) {
+  switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_NAME) default: return NULL; }
+}
+#undef AMP__KIND_NAME
+/* The fp32 moment buffers per element of c's kind (the row's `moments`); -1: not a kind. */
+#define AMP__KIND_MOMENTS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return (nm);
+static inline int amp__o_moments(const amp_optim_config *c) {
+  switch (c->kind) { AMP__OPTIM_KINDS(AMP__KIND_MOMENTS) default: return -1; }
+}
+#undef AMP__KIND_MOMENTS
+/* 1 for a kind of the list whose update is its element function (every device), else 0. */
+#define AMP__KIND_DEVICE(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return dev;
+static inline AMP_HD int amp__kind_on_device(amp_optim_kind kind) {
+  switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_DEVICE) default: return 0; }
+}
+#undef AMP__KIND_DEVICE
+
+/* The coefficients of update number t (t >= 1) for the tensors of one param group, from the
+   resolved config and the group's lr_scale and weight_decay (group 0: 1 and h->weight_decay, see
+   amp__group_coefs): the one function the CPU step and the CUDA step kernel (one thread per
+   block) both call. The group's lr is h->lr * lr_scale, one f32 multiply (exact for 1); the
+   kind's row adds its part. An unknown kind gets the common part only (create refuses it). */
+#define AMP__KIND_COEFS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: coefs(&c, h, t); break;
+static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, int64_t t, float lr_scale,
+                                                    float weight_decay) {
+  amp_step_coefs c;
+  float lr = h->lr * lr_scale;
+  c.lr = lr; c.wd = weight_decay;
+  c.momentum = h->momentum; c.dampening = h->dampening;
+  c.nesterov = h->nesterov != 0; c.first = t == 1;   /* torch.optim.SGD: the buffer starts as the grad */
+  c.beta1 = h->beta1; c.beta2 = h->beta2; c.eps = h->eps;
+  c.decay = 1.0f; c.step_size = lr; c.bc2_sqrt = 1.0f;
+  switch (h->kind) { AMP__OPTIM_KINDS(AMP__KIND_COEFS) default: break; }
+  return c;
+}
+#undef AMP__KIND_COEFS
+
+/* The coefficients of a tensor in param group `group`: group 0 takes lr_scale 1 and the config's
+   weight_decay (so set_lr and a checkpoint's config reach it), any other group its own values. */
+static inline AMP_HD amp_step_coefs amp__group_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale,
+                                                     float weight_decay) {
+  return group == 0 ? amp__step_coefs(h, t, 1.0f, h->weight_decay) : amp__step_coefs(h, t, lr_scale, weight_decay);
+}
+
+/* 1 when round_to rt is set: a float model copy holding values rounded to a narrower format (the
+   default, AMP_F32, holds the master's value). */
+static inline AMP_HD int amp__round_to_set(amp_dtype rt) { return rt != AMP_F32; }
+/* The model copy's value of master value x, rounded to nearest: rounded to round_to (AMP_F32: x
+   itself; a float model copy may hold bf16/f16 values, amp_tensor_desc.round_to), then stored as
+   the copy's dtype. */
+static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype round_to, size_t i, float x) {
+  amp__store(w, t, i, amp__round_to(x, round_to));
+}
+
+/* Stochastic rounding. The random bits come from a counter-based generator: a 64-bit mix
+   (splitmix64's finaliser) of the key (seed, update number, tensor index) and the element index,
+   so the same seed gives the same bits on the CPU and in the kernels, whatever the order in which
+   elements are written, and a run resumed from a checkpoint (which holds the update count) draws
+   the same bits again. */
+static inline AMP_HD uint64_t amp__mix64(uint64_t z) {
+  z ^= z >> 30; z *= 0xbf58476d1ce4e5b9ull;
+  z ^= z >> 27; z *= 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t tensor) {
+  return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + 0x9e3779b97f4a7c15ull)) ^
+                    (tensor * 0xd1b54a32d192ed03ull));
+}
+static inline AMP_HD uint32_t amp__sr_bits16(uint64_t key, uint64_t i) {
+  return (uint32_t)(amp__mix64(key + (i + 1u) * 0x9e3779b97f4a7c15ull) >> 48);
+}
+/* f32 -> bf16 rounded stochastically: r (16 uniform bits) added below the kept bits carries into
+   them with probability (cut bits) / 2^16, so the expected value is x (the magnitude rounds up
+   with the probability of its distance from the lower neighbour). A value within one bf16 step of
+   FLT_MAX may round to inf, as a round up would. NaN: as amp_f32_to_bf16. */
+static inline AMP_HD amp_bf16 amp__f32_to_bf16_sr(float x, uint32_t r) {
+  uint32_t u = amp__f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return amp_f32_to_bf16(x);
+  return (amp_bf16)((u + (r & 0xffffu)) >> 16);
+}
+/* The model copy's element i from master value x: stochastic (sr, a bf16 copy) with the bits of
+   key, else amp__store_model_rne. The one write-back of the CPU loops, the step kernel and the
+   model-copy writes at add and load. */
+static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round_to, int sr, uint64_t key, size_t i,
+                                           float x) {
+  if (sr) ((amp_bf16 *)w)[i] = amp__f32_to_bf16_sr(x, amp__sr_bits16(key, (uint64_t)i));
+  else amp__store_model_rne(w, t, round_to, i, x);
+}
+
+/* The split master (AMP_MASTER_SPLIT): an fp32 master x held as its bf16 model copy hi plus a
+   16-bit remainder lo, exactly. hi = the top 16 bits of x rounded to nearest with ties AWAY from
+   zero, (u + 0x8000) >> 16 on the bits u; lo = the low 16 bits of u as they are. Decoding,
+   u = (hi << 16) + lo read as a signed 16-bit number (lo - 0x10000 when its top bit is set, the
+   case where hi was rounded up), gives x back bit for bit: subnormals, +-0 (hi +-0, lo 0), +-inf
+   (lo 0) and the finite values that round up to inf (hi inf, lo negative) included.
+   Why not ties to even: the fp32 values whose nearest-even bf16 is an even hi are 65537 (both
+   ties), one more than 16 bits can tell apart, so no 16-bit remainder beside a ties-to-even copy
+   is exact. With ties away every bf16 has 65536 values, and hi is amp_f32_to_bf16(x) everywhere
+   but at an exact tie (low 16 bits 0x8000) whose kept part is even: there hi is the other,
+   equally near neighbour. NaN: hi is amp_f32_to_bf16's quiet NaN (sign and top payload kept) and
+   lo 0, so the low 16 payload bits are not kept (an arithmetic NaN, whose low bits are 0, is). */
+static inline AMP_HD void amp__split_encode(float x, amp_bf16 *hi, uint16_t *lo) {
+  uint32_t u = amp__f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) { *hi = amp_f32_to_bf16(x); *lo = 0u; return; }
+  *hi = (amp_bf16)((u + 0x8000u) >> 16);
+  *lo = (uint16_t)(u & 0xffffu);
+}
+static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
+  return amp__bits_f32(((uint32_t)hi << 16) + (uint32_t)lo - (((uint32_t)lo & 0x8000u) << 1));
+}
+
+/* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
+
+AMP__EXACT_BEGIN
+/* The element updates: (p, m, v, g, c) as the kind list's `elem` column says. */
+/* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD); m is the momentum
+   buffer (read only with momentum), v unused. */
+static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+  float w = *p;
+  (void)v;
+  if (c->wd != 0.0f) g = g + c->wd * w;
+  if (c->momentum != 0.0f) {
+    float b = c->first ? g : c->momentum * *m + (1.0f - c->dampening) * g;
+    *m = b;
+    g = c->nesterov ? g + c->momentum * b : b;
+  }
+  *p = w - c->lr * g;
+}
+
+/* Adam (wd = L2 on the grad) and AdamW (decay = 1 - lr*wd on the weight, wd 0 on the grad),
+   torch.optim.Adam/AdamW's formulas with t counted from 1. Written as two halves around the
+   square root, so a CPU loop can take the roots of a whole block at once (sqrtf, which may set
+   errno, keeps compilers from vectorising a loop that calls it): amp__adam_elem is exactly the
+   two halves in a row. The first leaves the decayed weight in *p and the new moments in *m, *v. */
+static inline AMP_HD AMP__EXACT_FP void amp__adam_moments(float *p, float *m, float *v, float g,
+                                                          const amp_step_coefs *c) {
+  float w = *p * c->decay;
+  if (c->wd != 0.0f) g = g + c->wd * w;
+  *m = c->beta1 * *m + (1.0f - c->beta1) * g;
+  *v = c->beta2 * *v + (1.0f - c->beta2) * g * g;
+  *p = w;
+}
+/* The second half: sqrt_v = sqrtf(*v) as the first half left it. */
+static inline AMP_HD AMP__EXACT_FP void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
+  float denom = sqrt_v / c->bc2_sqrt + c->eps;
+  *p = *p - c->step_size * (m / denom);
+}
+static inline AMP_HD AMP__EXACT_FP void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+  amp__adam_moments(p, m, v, g, c);
+  amp__adam_apply(p, *m, sqrtf(*v), c);
+}
+
+/* sign(u) for Lion, on the bits (so -ffast-math cannot fold it): +1 or -1, 0 for +-0, and u itself
+   for NaN (as torch.sign). */
+static inline AMP_HD float amp__sign(float u) {
+  uint32_t a = amp__f32_bits(u) & 0x7fffffffu;
+  if (a == 0u) return 0.0f;
+  if (a > 0x7f800000u) return u;
+  return (amp__f32_bits(u) >> 31) ? -1.0f : 1.0f;
+}
+/* Lion (Chen et al. 2023, Algorithm 2): the decoupled decay first (c->decay = 1 - lr*wd, as
+   AdamW's), then w - lr * sign(beta1*m + (1-beta1)*g), then m = beta2*m + (1-beta2)*g; v unused. */
+static inline AMP_HD AMP__EXACT_FP void amp__lion_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+  float w = *p * c->decay;
+  float u = c->beta1 * *m + (1.0f - c->beta1) * g;
+  (void)v;
+  *p = w - c->lr * amp__sign(u);
+  *m = c->beta2 * *m + (1.0f - c->beta2) * g;
+}
+
+/* AMP_CUSTOM's row: its update is custom_step, a host function the CPU step calls itself
+   (amp__o_apply); this is never called, and the step kernel refuses the kind at create. */
+static inline AMP_HD void amp__custom_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
+  (void)p; (void)m; (void)v; (void)g; (void)c;
+}
+
+AMP__EXACT_END
+/* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)). */
+static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
+  float c;
+  if (max_norm <= 0.0f) return 1.0f;
+  c = max_norm / (norm + 1e-6f);
+  return c < 1.0f ? c : 1.0f;
+}
+
+/* Gradient stats of one tensor (amp_optim_config.stats): the accumulator kept per tensor, on the
+   host (CPU) and in device memory (CUDA, updated with integer atomics). amax_bits: the bits of
+   the largest finite |y| (non-negative floats order as their bits). */
+typedef struct amp__gstat {
+  uint32_t amax_bits, pad_;
+  uint64_t nonfinite, zero, subnormal;
+} amp__gstat;
+enum { AMP__G_NORMAL = 0, AMP__G_ZERO, AMP__G_SUBNORMAL, AMP__G_NONFINITE };
+/* The class of one grad: g as decoded (exactly) from its stored type t, y = g * inv its unscaled
+   value. On the bits, so -ffast-math and flush-to-zero cannot change it. */
+static inline AMP_HD int amp__grad_class(float g, float y, amp_dtype t) {
+  uint32_t a = amp__f32_bits(g) & 0x7fffffffu;
+  if (!amp__finite(y)) return AMP__G_NONFINITE;
+  if (a == 0u) return AMP__G_ZERO;
+  return a < amp__dtype_min_normal_bits(t) ? AMP__G_SUBNORMAL : AMP__G_NORMAL;  /* f16 2^-14, f32/bf16 2^-126 */
+}
+/* One grad into a (thread's or tensor's) accumulator. */
+static inline AMP_HD void amp__gstat_add(amp__gstat *a, float g, float y, amp_dtype t) {
+  int c = amp__grad_class(g, y, t);
+  uint32_t ay = amp__f32_bits(y) & 0x7fffffffu;
+  if (c == AMP__G_NONFINITE) { a->nonfinite++; return; }
+  if (ay > a->amax_bits) a->amax_bits = ay;
+  if (c == AMP__G_ZERO) a->zero++;
+  else if (c == AMP__G_SUBNORMAL) a->subnormal++;
+}
+
+/* One tensor of an optimizer: the record amp_optimizer_add_tensor fills and validates, once, on
+   the host. The optimizer keeps them as one table, o->t[i] for the i-th add; the CUDA side reads
+   the same records (amp__cu_optim_create builds its device copy, amp__cu_tdev, from them).
+   A new per-tensor option: its field here, its line of checks in amp__o_add, and its reader. */
+typedef struct amp__tensor {
+  void *w;               /* the model copy (the trainer's weights), n elements of wtype */
+  const void *g;         /* its grads, n elements of gtype */
+  size_t n;              /* elements */
+  amp_dtype wtype, gtype;
+  amp_dtype round_to;    /* a float model copy's rounding (amp_tensor_desc.round_to); else AMP_F32 */
+  int group;             /* its param group (amp_optimizer_add_group; 0 the default) */
+  int stochastic;        /* 1: the bf16 model copy is written with stochastic rounding */
+  int master_mode;       /* AMP_MASTER_F32, or SPLIT / NONE: then master is NULL (no fp32 array; the CPU
+                            steps it with amp__o_step_lowmem, CUDA in the step kernel's branch) */
+  float *master;         /* the fp32 master, n floats (CPU: one allocation with the moments after it;
+                            CUDA: device memory) */
+  float *m, *v;          /* SGD: m the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg, exp_avg_sq
+                            (CPU; on CUDA the moments live in the device slab) */
+  uint16_t *rem;         /* AMP_MASTER_SPLIT: the n 16-bit remainders beside the bf16 model copy on the CPU
+                            (amp__split_encode; CUDA: amp__cu_optim_rem); else NULL */
+  amp__gstat gstat;      /* the gradient stats of its last unscale (amp_optim_config.stats) */
+  char *name;            /* amp_tensor_desc.name, copied (NULL: unnamed) */
+} amp__tensor;
+
 /* The element math of the product's epilogue, shared by the CPU reference and every CUDA path. */
 static inline AMP_HD float amp__gelu_tanh(float x) {
   const float k0 = 0.7978845608028654f;   /* sqrt(2/pi) */
@@ -1581,7 +1599,8 @@ static inline AMP_HD float amp__act(float x, int act) {
 /* On the CPU a value passed through AMP__ROUNDED is a rounded f32 that no compiler can fuse into
    a following add (an empty asm takes it as an operand; -ffp-contract=fast ignores pragmas). The
    GPU's bound allows FMA, so device code has no barrier. */
-#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
 #define AMP__ROUNDED(x) __asm__("" : "+x"(x))
 #elif !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
 #define AMP__ROUNDED(x) __asm__("" : "+w"(x))
@@ -1986,7 +2005,8 @@ extern "C" {
 #define AMP__AVX2 __attribute__((target("avx2,f16c"))) AMP__EXACT_FP
 #define AMP__AVX2_INLINE static inline __attribute__((target("avx2,f16c"), always_inline)) AMP__EXACT_FP
 #define AMP__AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"))) AMP__EXACT_FP
-#define AMP__AVX512_INLINE static inline __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) AMP__EXACT_FP
+#define AMP__AVX512_INLINE \
+  static inline __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) AMP__EXACT_FP
 
 /* The CPU's best level: 0 none, 1 AVX2 + F16C, 2 that and AVX-512 F/BW/VL/DQ. */
 static int amp__cpu_level(void) {
@@ -2066,13 +2086,19 @@ AMP__AVX512_INLINE __m512 amp__ld16(amp_dtype t, const void *p, __mmask16 k) {
 #undef AMP__V_
   return _mm512_setzero_ps();
 }
-AMP__AVX512_INLINE __m512 amp__ld16f(const float *p, __mmask16 k) { return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p); }
-AMP__AVX512_INLINE void amp__st16f(float *p, __m512 x, __mmask16 k) { if (k == 0xffff) _mm512_storeu_ps(p, x); else _mm512_mask_storeu_ps(p, k, x); }
+AMP__AVX512_INLINE __m512 amp__ld16f(const float *p, __mmask16 k) {
+  return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
+}
+AMP__AVX512_INLINE void amp__st16f(float *p, __m512 x, __mmask16 k) {
+  if (k == 0xffff) _mm512_storeu_ps(p, x);
+  else _mm512_mask_storeu_ps(p, k, x);
+}
 AMP__AVX512_INLINE __m256i amp__bf16_round16(__m512i u) {
   __m512i hi = _mm512_srli_epi32(u, 16);
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
                                                  _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
-  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40)));
 }
 AMP__AVX512_INLINE void amp__st16_f32(void *p, __m512 x, __mmask16 k, int nt) {
@@ -2115,8 +2141,12 @@ static size_t amp__nt_head(const void *dst, size_t ds, size_t n, int *nt) {
 /* 32 elements, 4 x 8 lanes; every load before the stores. */
 AMP__AVX2_INLINE void amp__cvt_block8(amp_dtype dt, char *d, amp_dtype st, const char *s, int nt) {
   size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
-  __m256 a = amp__ld8(st, s), b = amp__ld8(st, s + 8 * ss), c = amp__ld8(st, s + 16 * ss), e = amp__ld8(st, s + 24 * ss);
-  amp__st8(dt, d, a, nt); amp__st8(dt, d + 8 * ds, b, nt); amp__st8(dt, d + 16 * ds, c, nt); amp__st8(dt, d + 24 * ds, e, nt);
+  __m256 a = amp__ld8(st, s), b = amp__ld8(st, s + 8 * ss), c = amp__ld8(st, s + 16 * ss),
+         e = amp__ld8(st, s + 24 * ss);
+  amp__st8(dt, d, a, nt);
+  amp__st8(dt, d + 8 * ds, b, nt);
+  amp__st8(dt, d + 16 * ds, c, nt);
+  amp__st8(dt, d + 24 * ds, e, nt);
 }
 /* k < 32 elements through a buffer. */
 AMP__AVX2_INLINE void amp__cvt_part8(amp_dtype dt, char *d, amp_dtype st, const char *s, size_t k) {
@@ -2432,9 +2462,11 @@ AMPDEF amp_status amp_policy_create(amp_policy **out, amp_mode mode, amp_dtype l
   size_t i, n = 0;
   if (!out) return amp__fail(AMP_ERR_ARG, "amp_policy_create: out is NULL");
   if ((int)mode < (int)AMP_MODE_MIXED || (int)mode > (int)AMP_MODE_KEEP)
-    return amp__fail(AMP_ERR_ARG, "amp_policy_create: mode %d is not an amp_mode (AMP_MODE_MIXED .. AMP_MODE_KEEP)", (int)mode);
+    return amp__fail(AMP_ERR_ARG, "amp_policy_create: mode %d is not an amp_mode (AMP_MODE_MIXED .. AMP_MODE_KEEP)",
+                     (int)mode);
   if (low != AMP_F16 && low != AMP_BF16)
-    return amp__fail(AMP_ERR_ARG, "amp_policy_create: low %d (%s) must be AMP_F16 or AMP_BF16", (int)low, amp__dtype_name(low));
+    return amp__fail(AMP_ERR_ARG, "amp_policy_create: low %d (%s) must be AMP_F16 or AMP_BF16", (int)low,
+                     amp__dtype_name(low));
   p = (amp_policy *)AMP_MALLOC(sizeof *p);
   ch = (amp__change *)AMP_MALLOC((nw + nb + ng) * sizeof *ch);
   if (!p || !ch) {
@@ -2467,7 +2499,9 @@ AMPDEF amp_status amp_policy_set(amp_policy *p, const char *op, amp_list list) {
   if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_set: p is NULL");
   if (!op || !*op) return amp__fail(AMP_ERR_ARG, "amp_policy_set: op is %s", op ? "empty" : "NULL");
   if (!amp_list_name(list))
-    return amp__fail(AMP_ERR_ARG, "amp_policy_set: list %d for \"%.64s\" is not an amp_list (AMP_LIST_NONE .. AMP_LIST_GRAY)", (int)list, op);
+    return amp__fail(AMP_ERR_ARG,
+                     "amp_policy_set: list %d for \"%.64s\" is not an amp_list (AMP_LIST_NONE .. AMP_LIST_GRAY)",
+                     (int)list, op);
   ch.name = op; ch.list = list;
   return amp__policy_apply(p, &ch, 1, "amp_policy_set");
 }
@@ -2478,17 +2512,22 @@ AMPDEF amp_status amp_policy_customize(amp_policy *p, const char *const *white, 
   amp_status st;
   size_t i, j;
   if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: p is NULL");
-  if (!white && n_white) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: white is NULL with n_white = %zu", n_white);
-  if (!black && n_black) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: black is NULL with n_black = %zu", n_black);
+  if (!white && n_white)
+    return amp__fail(AMP_ERR_ARG, "amp_policy_customize: white is NULL with n_white = %zu", n_white);
+  if (!black && n_black)
+    return amp__fail(AMP_ERR_ARG, "amp_policy_customize: black is NULL with n_black = %zu", n_black);
   for (i = 0; i < n_white; i++)
-    if (!white[i] || !*white[i]) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: white[%zu] is %s", i, white[i] ? "empty" : "NULL");
+    if (!white[i] || !*white[i])
+      return amp__fail(AMP_ERR_ARG, "amp_policy_customize: white[%zu] is %s", i, white[i] ? "empty" : "NULL");
   for (i = 0; i < n_black; i++)
-    if (!black[i] || !*black[i]) return amp__fail(AMP_ERR_ARG, "amp_policy_customize: black[%zu] is %s", i, black[i] ? "empty" : "NULL");
+    if (!black[i] || !*black[i])
+      return amp__fail(AMP_ERR_ARG, "amp_policy_customize: black[%zu] is %s", i, black[i] ? "empty" : "NULL");
   /* Paddle: "The given custom_white_list overlaps custom_black_list with < op >!" */
   for (i = 0; i < n_white; i++)
     for (j = 0; j < n_black; j++)
       if (amp__name_cmp(white[i], black[j]) == 0)
-        return amp__fail(AMP_ERR_ARG, "amp_policy_customize: \"%.64s\" is in both custom lists (white[%zu] and black[%zu])",
+        return amp__fail(AMP_ERR_ARG,
+                         "amp_policy_customize: \"%.64s\" is in both custom lists (white[%zu] and black[%zu])",
                          white[i], i, j);
   if (n_white + n_black == 0) return AMP_OK;
   ch = (amp__change *)AMP_MALLOC((n_white + n_black) * sizeof *ch);
@@ -2505,14 +2544,19 @@ AMPDEF amp_dtype amp_policy_decide(const amp_policy *p, const char *op, const am
   amp_list list = AMP_LIST_NONE;
   int found, mixed = 0;
   if (!p) { amp__fail(AMP_ERR_ARG, "amp_policy_decide: p is NULL (answering AMP_F32)"); return AMP_F32; }
-  if (!op || !*op) { amp__fail(AMP_ERR_ARG, "amp_policy_decide: op is %s (answering AMP_F32)", op ? "empty" : "NULL"); return AMP_F32; }
+  if (!op || !*op) {
+    amp__fail(AMP_ERR_ARG, "amp_policy_decide: op is %s (answering AMP_F32)", op ? "empty" : "NULL");
+    return AMP_F32;
+  }
   if (!inputs && n_inputs) {
-    amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs is NULL with n_inputs = %zu (answering AMP_F32)", op, n_inputs);
+    amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs is NULL with n_inputs = %zu (answering AMP_F32)", op,
+              n_inputs);
     return AMP_F32;
   }
   for (i = 0; i < n_inputs; i++) {
     if (!amp__dtype_row(inputs[i])) {
-      amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs[%zu] = %d is not an amp_dtype (answering AMP_F32)", op, i, (int)inputs[i]);
+      amp__fail(AMP_ERR_ARG, "amp_policy_decide(\"%.64s\"): inputs[%zu] = %d is not an amp_dtype (answering AMP_F32)",
+                op, i, (int)inputs[i]);
       return AMP_F32;
     }
     n_f32 += inputs[i] == AMP_F32;
@@ -2552,7 +2596,9 @@ static size_t amp__policy_text(const amp_policy *p, char *buf, size_t cap) {
                    amp__mode_name(p->mode), amp__dtype_name(p->low), p->n);
   amp__text_put(buf, cap, &len, head, (size_t)k);
   for (i = 0; i < p->n; i++) {
-    const char *ln = p->ops[i].list == AMP_LIST_WHITE ? "white " : p->ops[i].list == AMP_LIST_BLACK ? "black " : "gray  ";
+    const char *ln = p->ops[i].list == AMP_LIST_WHITE   ? "white "
+                     : p->ops[i].list == AMP_LIST_BLACK ? "black "
+                                                        : "gray  ";
     const char *c;
     amp__text_put(buf, cap, &len, ln, 6);
     /* One op a line: a control byte or backslash in a name (a JSON escape can put one there) is
@@ -2563,8 +2609,10 @@ static size_t amp__policy_text(const amp_policy *p, char *buf, size_t cap) {
       if (u == '\\') amp__text_put(buf, cap, &len, "\\\\", 2);
       else if (u == '\n') amp__text_put(buf, cap, &len, "\\n", 2);
       else if (u == '\t') amp__text_put(buf, cap, &len, "\\t", 2);
-      else if (u < 0x20 || u == 0x7f) { snprintf(esc, sizeof esc, "\\u%04x", u); amp__text_put(buf, cap, &len, esc, 6); }
-      else amp__text_put(buf, cap, &len, c, 1);
+      else if (u < 0x20 || u == 0x7f) {
+        snprintf(esc, sizeof esc, "\\u%04x", u);
+        amp__text_put(buf, cap, &len, esc, 6);
+      } else amp__text_put(buf, cap, &len, c, 1);
     }
     amp__text_put(buf, cap, &len, "\n", 1);
   }
@@ -2578,7 +2626,8 @@ AMPDEF amp_status amp_policy_dump(const amp_policy *p, char *buf, size_t cap, si
   len = amp__policy_text(p, NULL, 0);
   if (needed) *needed = len + 1;
   if (!buf) return AMP_OK;
-  if (cap < len + 1) return amp__fail(AMP_ERR_ARG, "amp_policy_dump: cap %zu is smaller than the %zu bytes needed", cap, len + 1);
+  if (cap < len + 1)
+    return amp__fail(AMP_ERR_ARG, "amp_policy_dump: cap %zu is smaller than the %zu bytes needed", cap, len + 1);
   amp__policy_text(p, buf, cap);
   buf[len] = '\0';
   return AMP_OK;
@@ -2590,7 +2639,8 @@ AMPDEF amp_status amp_policy_print(const amp_policy *p, void *file) {
   char *buf;
   if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_print: p is NULL");
   len = amp__policy_text(p, NULL, 0);
-  if (!(buf = (char *)AMP_MALLOC(len + 1))) return amp__fail(AMP_ERR_NOMEM, "amp_policy_print: out of memory for %zu bytes", len + 1);
+  if (!(buf = (char *)AMP_MALLOC(len + 1)))
+    return amp__fail(AMP_ERR_NOMEM, "amp_policy_print: out of memory for %zu bytes", len + 1);
   amp__policy_text(p, buf, len + 1);
   if (fwrite(buf, 1, len, f) != len || fflush(f) != 0) {
     AMP_FREE(buf);
@@ -2739,7 +2789,8 @@ static int amp__jp_string(amp__jp *jp, const char **out, const char *what) {
       if (jp->n - jp->i < 6 || !amp__jp_hex4(jp->s + jp->i + 2, &cp))
         return amp__jp_fail(jp, at, "\\u must be followed by four hex digits");
       jp->i += 6;
-      if (cp >= 0xdc00 && cp <= 0xdfff) return amp__jp_fail(jp, at, "\\u%04X is a low surrogate without a high one before it", cp);
+      if (cp >= 0xdc00 && cp <= 0xdfff)
+        return amp__jp_fail(jp, at, "\\u%04X is a low surrogate without a high one before it", cp);
       if (cp >= 0xd800 && cp <= 0xdbff) {
         if (jp->n - jp->i < 6 || jp->s[jp->i] != '\\' || jp->s[jp->i + 1] != 'u' ||
             !amp__jp_hex4(jp->s + jp->i + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
@@ -2749,10 +2800,17 @@ static int amp__jp_string(amp__jp *jp, const char **out, const char *what) {
       }
       if (cp == 0) return amp__jp_fail(jp, at, "\\u0000 cannot be part of an op name");
       if (cp < 0x80) *d++ = (char)cp;
-      else if (cp < 0x800) { *d++ = (char)(0xc0 | (cp >> 6)); *d++ = (char)(0x80 | (cp & 0x3f)); }
-      else if (cp < 0x10000) { *d++ = (char)(0xe0 | (cp >> 12)); *d++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *d++ = (char)(0x80 | (cp & 0x3f)); }
-      else { *d++ = (char)(0xf0 | (cp >> 18)); *d++ = (char)(0x80 | ((cp >> 12) & 0x3f));
-             *d++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *d++ = (char)(0x80 | (cp & 0x3f)); }
+      else if (cp < 0x800) { *d++ = (char)(0xc0 | (cp >> 6)); *d++ = (char)(0x80 | (cp & 0x3f));
+      } else if (cp < 0x10000) {
+        *d++ = (char)(0xe0 | (cp >> 12));
+        *d++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *d++ = (char)(0x80 | (cp & 0x3f));
+      } else {
+        *d++ = (char)(0xf0 | (cp >> 18));
+        *d++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+        *d++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *d++ = (char)(0x80 | (cp & 0x3f));
+      }
     }
   }
   *d++ = '\0';
@@ -2798,7 +2856,8 @@ static int amp__jp_object(amp__jp *jp, int level, int list) {
   const char *const *keys = level == 1 ? top : sub;
   int seen = 0;
   if (!amp__jp_peek(jp, '{'))
-    return amp__jp_expected(jp, level == 1 ? "'{' (the mixlist object)" : "'{' (an object with \"to-add\" / \"to-remove\")");
+    return amp__jp_expected(
+        jp, level == 1 ? "'{' (the mixlist object)" : "'{' (an object with \"to-add\" / \"to-remove\")");
   jp->i++;
   if (amp__jp_ws(jp)) return -1;
   if (amp__jp_peek(jp, '}')) { jp->i++; return 0; }
@@ -2843,7 +2902,8 @@ static amp_status amp__load_mixlist(amp_policy *p, const char *json, size_t len,
   amp_status st = AMP_OK;
   memset(&jp, 0, sizeof jp);
   jp.s = (const unsigned char *)json; jp.n = len; jp.fn = fn; jp.path = path;
-  if (!(jp.buf = (char *)AMP_MALLOC(len + 1))) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for %zu bytes", fn, len + 1);
+  if (!(jp.buf = (char *)AMP_MALLOC(len + 1)))
+    return amp__fail(AMP_ERR_NOMEM, "%s: out of memory for %zu bytes", fn, len + 1);
   if (len >= 3 && jp.s[0] == 0xef && jp.s[1] == 0xbb && jp.s[2] == 0xbf) jp.i = 3;   /* UTF-8 BOM */
   if (amp__jp_ws(&jp) || amp__jp_object(&jp, 1, 0) || amp__jp_ws(&jp)) goto done;
   if (jp.i < jp.n) { amp__jp_fail(&jp, jp.i, "unexpected text after the closing '}'"); goto done; }
@@ -2857,21 +2917,25 @@ static amp_status amp__load_mixlist(amp_policy *p, const char *json, size_t len,
     size_t k;
     for (j = i; j < jp.nn && amp__name_cmp(jp.names[j].name, jp.names[i].name) == 0; j++) {
       const amp__mxname *e = &jp.names[j];
-      int other = e->kind == AMP__MX_BLACK_ADD ? AMP__MX_WHITE_ADD : e->kind == AMP__MX_WHITE_ADD ? AMP__MX_BLACK_ADD : -1;
+      int other = e->kind == AMP__MX_BLACK_ADD   ? AMP__MX_WHITE_ADD
+                  : e->kind == AMP__MX_WHITE_ADD ? AMP__MX_BLACK_ADD
+                                                 : -1;
       int pair = e->kind ^ 1;   /* add <-> remove of the same list */
       has[e->kind] = 1;
       if (other >= 0 && has[other]) {
         amp__jp_fail(&jp, e->pos, "\"%.64s\" is in both black-list to-add and white-list to-add", e->name); goto done;
       }
       if (has[pair]) {
-        amp__jp_fail(&jp, e->pos, "\"%.64s\" is in both %s and %s", e->name, amp__mx_what[pair], amp__mx_what[e->kind]); goto done;
+        amp__jp_fail(&jp, e->pos, "\"%.64s\" is in both %s and %s", e->name, amp__mx_what[pair], amp__mx_what[e->kind]);
+        goto done;
       }
     }
     k = amp__policy_find(p, jp.names[i].name, &found);
     if (found) cur = p->ops[k].list;
     if (has[AMP__MX_BLACK_ADD]) to = AMP_LIST_BLACK;
     else if (has[AMP__MX_WHITE_ADD]) to = AMP_LIST_WHITE;
-    else if ((has[AMP__MX_BLACK_REMOVE] && cur == AMP_LIST_BLACK) || (has[AMP__MX_WHITE_REMOVE] && cur == AMP_LIST_WHITE))
+    else if ((has[AMP__MX_BLACK_REMOVE] && cur == AMP_LIST_BLACK) ||
+             (has[AMP__MX_WHITE_REMOVE] && cur == AMP_LIST_WHITE))
       to = AMP_LIST_GRAY;
     if (to != AMP_LIST_NONE && to != cur) { ch[nch].name = jp.names[i].name; ch[nch++].list = to; }
   }
@@ -2896,7 +2960,8 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
   size_t len = 0, cap = 0, k;
   amp_status st;
   if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: p is NULL");
-  if (!path || !*path) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: path is %s", path ? "empty" : "NULL");
+  if (!path || !*path)
+    return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: path is %s", path ? "empty" : "NULL");
   if (!(f = fopen(path, "rb")))
     return amp__fail(AMP_ERR_IO, "amp_policy_load_mixlist_file: cannot open \"%s\": %s", path, strerror(errno));
   while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) {
@@ -2937,7 +3002,7 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
    and one for CUDA (amp__cuda_ops, each entry one call of a launcher of amp_kernels.cu, declared
    in amp_kernels.h); both tables are at the end of the implementation. Nothing above the line asks
    which device it runs on; what truly differs sits below it.
-   To add an optimizer kind: its AMP_OPTIM_* value and a row in THE OPTIMIZER KINDS
+   To add an optimizer kind: its AMP_* value and a row in THE OPTIMIZER KINDS
    (AMP__OPTIM_KINDS: name, moments, defaults, coefficients, element function); the CPU loops,
    the step kernel, create, checkpoints and messages all read that list. To add a device
    operation: see the tables.
@@ -3079,14 +3144,18 @@ AMPDEF amp_status amp_device_sync(amp_device *d) {
 #if defined(AMP_CUDA) && defined(AMP_NCCL)
 
 AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, void *stream) {
-  if (!nccl_comm) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: nccl_comm is NULL (pass the ncclComm_t as the hook's user)");
+  if (!nccl_comm)
+    return amp__fail(AMP_ERR_ARG,
+                     "amp_nccl_allreduce_hook: nccl_comm is NULL (pass the ncclComm_t as the hook's user)");
   if (!buf) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: buf is NULL");
   if (n < 1) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: n %d must be >= 1", n);
   return amp__cu_nccl_allreduce(nccl_comm, buf, n, stream, amp__err_buf, sizeof amp__err_buf);
 }
 AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void *grads, amp_dtype t, size_t n,
                                            int average, int in_f32) {
-  if (!d || !d->is_cuda) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: d is %s (a CUDA device is needed)", d ? "the CPU" : "NULL");
+  if (!d || !d->is_cuda)
+    return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: d is %s (a CUDA device is needed)",
+                     d ? "the CPU" : "NULL");
   if (!nccl_comm) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: nccl_comm is NULL");
   if (!amp_dtype_size(t)) return amp__dtype_check("amp_nccl_allreduce_grads", "dtype", t);
   if (n == 0) return AMP_OK;
@@ -3097,14 +3166,20 @@ AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void 
 #else
 AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, void *stream) {
   (void)nccl_comm; (void)buf; (void)stream;
-  return amp__fail(AMP_ERR_UNSUPPORTED, "amp_nccl_allreduce_hook(n %d): amp.h was built without NCCL; define AMP_CUDA "
-                   "and AMP_NCCL in the implementation unit, compile amp_kernels.cu with nvcc -DAMP_NCCL and link -lnccl", n);
+  return amp__fail(
+      AMP_ERR_UNSUPPORTED,
+      "amp_nccl_allreduce_hook(n %d): amp.h was built without NCCL; define AMP_CUDA "
+      "and AMP_NCCL in the implementation unit, compile amp_kernels.cu with nvcc -DAMP_NCCL and link -lnccl",
+      n);
 }
 AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void *grads, amp_dtype t, size_t n,
                                            int average, int in_f32) {
   (void)d; (void)nccl_comm; (void)grads; (void)t; (void)average; (void)in_f32;
-  return amp__fail(AMP_ERR_UNSUPPORTED, "amp_nccl_allreduce_grads(n %zu): amp.h was built without NCCL; define AMP_CUDA "
-                   "and AMP_NCCL in the implementation unit, compile amp_kernels.cu with nvcc -DAMP_NCCL and link -lnccl", n);
+  return amp__fail(
+      AMP_ERR_UNSUPPORTED,
+      "amp_nccl_allreduce_grads(n %zu): amp.h was built without NCCL; define AMP_CUDA "
+      "and AMP_NCCL in the implementation unit, compile amp_kernels.cu with nvcc -DAMP_NCCL and link -lnccl",
+      n);
 }
 #endif
 
@@ -3188,9 +3263,11 @@ static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *c
   amp_scaler_config c;
   if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
   if (c.fixed && amp__is_zero(c.init_scale))
-    return amp__fail(AMP_ERR_ARG, "%s: fixed = %d with init_scale 0: fixed scaling keeps the scale given, so write it "
-                     "(init_scale = 1 for none; or step without a scaler: amp_optimizer_step); 0 would be the default 65536",
-                     fn, c.fixed);
+    return amp__fail(
+        AMP_ERR_ARG,
+        "%s: fixed = %d with init_scale 0: fixed scaling keeps the scale given, so write it "
+        "(init_scale = 1 for none; or step without a scaler: amp_optimizer_step); 0 would be the default 65536",
+        fn, c.fixed);
   if (amp__is_zero(c.init_scale)) c.init_scale = 65536.0f;
   if (amp__is_zero(c.growth_factor)) c.growth_factor = 2.0f;
   if (amp__is_zero(c.backoff_factor)) c.backoff_factor = 0.5f;
@@ -3209,15 +3286,18 @@ static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *c
                      "(AMP_HYSTERESIS_CONSECUTIVE, _CLEAN_REFILL, _GROWTH_REFILL)", fn, c.hysteresis_mode);
   if (!(c.min_scale >= 0.0f) || !amp__finite(c.min_scale))
     return amp__fail(AMP_ERR_ARG, "%s: min_scale %g must be >= 0 and finite", fn, (double)c.min_scale);
-  if (!(amp__is_zero(c.max_scale) || (c.max_scale >= c.min_scale && c.max_scale >= FLT_MIN)) || !amp__finite(c.max_scale))
+  if (!(amp__is_zero(c.max_scale) || (c.max_scale >= c.min_scale && c.max_scale >= FLT_MIN)) ||
+      !amp__finite(c.max_scale))
     return amp__fail(AMP_ERR_ARG, "%s: max_scale %g must be 0 (no cap) or finite and >= min_scale %g", fn,
                      (double)c.max_scale, (double)c.min_scale);
   if (!(c.init_scale >= FLT_MIN) || !amp__finite(c.init_scale))
     return amp__fail(AMP_ERR_ARG, "%s: init_scale %g must be finite and >= FLT_MIN", fn, (double)c.init_scale);
   if (c.init_scale < c.min_scale)
-    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is below min_scale %g", fn, (double)c.init_scale, (double)c.min_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is below min_scale %g", fn, (double)c.init_scale,
+                     (double)c.min_scale);
   if (c.max_scale > 0.0f && c.init_scale > c.max_scale)
-    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is above max_scale %g", fn, (double)c.init_scale, (double)c.max_scale);
+    return amp__fail(AMP_ERR_ARG, "%s: init_scale %g is above max_scale %g", fn, (double)c.init_scale,
+                     (double)c.max_scale);
   pr->growth = c.growth_factor; pr->backoff = c.backoff_factor;
   pr->floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;  /* never 0 or subnormal: 1/scale stays finite */
   pr->cap = c.max_scale;
@@ -3466,7 +3546,8 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
 #define AMP__KIND_ELEMS(kd, name, nm, lr, b1, b2, coefs, elem, dev) \
   case kd: for (i = 0; i < k; i++) elem(&pp[i], &mm[i], &vv[i], gb[i], c); return;
 AMP__INLINE void amp__o_elems(amp_optim_kind kind, float *AMP__RESTRICT pp, float *AMP__RESTRICT mm,
-                              float *AMP__RESTRICT vv, const float *AMP__RESTRICT gb, size_t k, const amp_step_coefs *c) {
+                              float *AMP__RESTRICT vv, const float *AMP__RESTRICT gb, size_t k,
+                              const amp_step_coefs *c) {
   size_t i;
   switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_ELEMS) default: return; }
 }
@@ -3477,7 +3558,8 @@ AMP__INLINE void amp__o_elems(amp_optim_kind kind, float *AMP__RESTRICT pp, floa
    not keep), the model copy written. */
 AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, float *AMP__RESTRICT m,
                                   float *AMP__RESTRICT v, const void *g, amp_dtype gt, void *w, amp_dtype wt,
-                                  amp_dtype rt, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *coefs) {
+                                  amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
+                                  const amp_step_coefs *coefs) {
   float gb[AMP__CHUNK], sq[AMP__CHUNK], zm[AMP__CHUNK], zv[AMP__CHUNK];
   amp_step_coefs c = *coefs;   /* a local copy: the stores below cannot alias it */
   size_t i0, i;
@@ -3488,7 +3570,7 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
     float *AMP__RESTRICT pp = p + i0, *AMP__RESTRICT mm = m ? m + i0 : zm, *AMP__RESTRICT vv = v ? v + i0 : zv;
     amp__o_load(gb, g, gt, i0, k, gmul);
     switch (kind) {
-      case AMP_OPTIM_ADAM: case AMP_OPTIM_ADAMW:   /* amp__adam_elem in its halves, the block's roots at once */
+      case AMP_ADAM: case AMP_ADAMW:   /* amp__adam_elem in its halves, the block's roots at once */
         for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
         amp__o_sqrt(sq, vv, k);
         for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
@@ -3503,7 +3585,8 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
    the bf16 model copy w and the remainder rem (AMP_MASTER_SPLIT), or the bf16 values themselves
    (AMP_MASTER_NONE, rem NULL); and written back: split again (exact), or rounded stochastically
    into w with the bits of key (NONE). */
-AMP__INLINE void amp__o_master_load(float *AMP__RESTRICT d, const amp_bf16 *w, const uint16_t *rem, size_t i0, size_t k) {
+AMP__INLINE void amp__o_master_load(float *AMP__RESTRICT d, const amp_bf16 *w, const uint16_t *rem, size_t i0,
+                                    size_t k) {
   size_t i;
   if (rem) for (i = 0; i < k; i++) d[i] = amp__split_decode(w[i0 + i], rem[i0 + i]);
   else for (i = 0; i < k; i++) d[i] = amp_bf16_to_f32(w[i0 + i]);
@@ -3542,9 +3625,9 @@ static AMP__EXACT_FP void amp__o_scan_stats(const void *g, amp_dtype t, size_t n
   AMP__DTYPE_SWITCH(t, AMP__B_)
 #undef AMP__B_
 }
-static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                            void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n,
-                                            float gmul, const amp_step_coefs *c) {
+static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                            amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key,
+                                            size_t n, float gmul, const amp_step_coefs *c) {
   amp__o_step_body(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
 
@@ -3658,8 +3741,8 @@ AMP__AVX512_INLINE int amp__o_step16(amp_optim_kind kind, float *p, float *m, fl
   char *wc = (char *)w;
   AMP__VCOEFS(__m512, _mm512_set1_ps);
   switch (kind) {
-    case AMP_OPTIM_SGD: AMP__STEP16_LOOP(AMP__VSGD) return 1;
-    case AMP_OPTIM_ADAM: case AMP_OPTIM_ADAMW: AMP__STEP16_LOOP(AMP__VADAM) return 1;
+    case AMP_SGD: AMP__STEP16_LOOP(AMP__VSGD) return 1;
+    case AMP_ADAM: case AMP_ADAMW: AMP__STEP16_LOOP(AMP__VADAM) return 1;
     default: return 0;   /* no vector body: the plain loop */
   }
 }
@@ -3696,8 +3779,8 @@ AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float
   char *wc = (char *)w;
   AMP__VCOEFS(__m256, _mm256_set1_ps);
   switch (kind) {
-    case AMP_OPTIM_SGD: AMP__STEP8_LOOP(AMP__VSGD) return 1;
-    case AMP_OPTIM_ADAM: case AMP_OPTIM_ADAMW: AMP__STEP8_LOOP(AMP__VADAM) return 1;
+    case AMP_SGD: AMP__STEP8_LOOP(AMP__VSGD) return 1;
+    case AMP_ADAM: case AMP_ADAMW: AMP__STEP8_LOOP(AMP__VADAM) return 1;
     default: return 0;   /* no vector body: the plain loop */
   }
 }
@@ -3735,8 +3818,9 @@ AMP__AVX2_INLINE int amp__o_step8_w(amp_optim_kind kind, float *p, float *m, flo
 }
 #define AMP__STEP_G16_(E, N, T, S) return amp__o_step16_w(kind, p, m, v, g, E, w, wt, n, gmul, c);
 #define AMP__STEP_G8_(E, N, T, S) return amp__o_step8_w(kind, p, m, v, g, E, w, wt, n, gmul, c);
-static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                          void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                          amp_dtype gt, void *w, amp_dtype wt, size_t n, float gmul,
+                                          const amp_step_coefs *c) {
   AMP__DTYPE_VSWITCH(gt, AMP__STEP_G16_)
   return 0;
 }
@@ -3752,7 +3836,10 @@ static AMP__AVX2 int amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, f
 /* The scan on vectors: lanes 0..31 as four (AVX-512) or eight (AVX2) double accumulators. */
 /* a + x[0..8)^2 and a + x[8..16)^2 lane-wise in double. A fused multiply-add gives the same bits
    as the separate ones here: the square of a float is exact in double. */
-AMP__AVX512_INLINE __m512d amp__sq_lo(__m512d a, __m512 x) { __m512d d = _mm512_cvtps_pd(_mm512_castps512_ps256(x)); return _mm512_fmadd_pd(d, d, a); }
+AMP__AVX512_INLINE __m512d amp__sq_lo(__m512d a, __m512 x) {
+  __m512d d = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  return _mm512_fmadd_pd(d, d, a);
+}
 AMP__AVX512_INLINE __m512d amp__sq_hi(__m512d a, __m512 x) {
   __m512d d = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
   return _mm512_fmadd_pd(d, d, a);
@@ -3764,7 +3851,8 @@ AMP__AVX512_INLINE void amp__o_scan16(const void *g, amp_dtype t, size_t n, floa
   size_t es = amp_dtype_size(t), i;
   const char *s = (const char *)g;
   for (i = 0; i + 32 <= n; i += 32) {
-    __m512 x0 = _mm512_mul_ps(amp__ld16(t, s + i * es, 0xffff), vi), x1 = _mm512_mul_ps(amp__ld16(t, s + (i + 16) * es, 0xffff), vi);
+    __m512 x0 = _mm512_mul_ps(amp__ld16(t, s + i * es, 0xffff), vi),
+           x1 = _mm512_mul_ps(amp__ld16(t, s + (i + 16) * es, 0xffff), vi);
     a0 = amp__sq_lo(a0, x0); a1 = amp__sq_hi(a1, x0); a2 = amp__sq_lo(a2, x1); a3 = amp__sq_hi(a3, x1);
   }
   if (i < n) {   /* masked-off lanes load 0 and add +0, which leaves a lane (never -0) as it was */
@@ -3773,7 +3861,10 @@ AMP__AVX512_INLINE void amp__o_scan16(const void *g, amp_dtype t, size_t n, floa
     __m512 x1 = _mm512_mul_ps(amp__ld16(t, s + (i + 16) * es, amp__mask16(k > 16 ? k - 16 : 0)), vi);
     a0 = amp__sq_lo(a0, x0); a1 = amp__sq_hi(a1, x0); a2 = amp__sq_lo(a2, x1); a3 = amp__sq_hi(a3, x1);
   }
-  _mm512_storeu_pd(lanes, a0); _mm512_storeu_pd(lanes + 8, a1); _mm512_storeu_pd(lanes + 16, a2); _mm512_storeu_pd(lanes + 24, a3);
+  _mm512_storeu_pd(lanes, a0);
+  _mm512_storeu_pd(lanes + 8, a1);
+  _mm512_storeu_pd(lanes + 16, a2);
+  _mm512_storeu_pd(lanes + 24, a3);
   amp__o_scan_finish(lanes, sumsq, bad);
 }
 AMP__AVX2_INLINE void amp__o_scan32x8(const char *s, amp_dtype t, size_t es, __m256 vi, __m256d *a) {
@@ -3840,14 +3931,17 @@ AMP__AVX512_INLINE void amp__o_scan16s(const void *g, amp_dtype t, size_t n, flo
     amp__o_stat16(g0, x0, m0, t, &amax, &nf, &nz, &ns);
     amp__o_stat16(g1, x1, m1, t, &amax, &nf, &nz, &ns);
   }
-  _mm512_storeu_pd(lanes, a0); _mm512_storeu_pd(lanes + 8, a1); _mm512_storeu_pd(lanes + 16, a2); _mm512_storeu_pd(lanes + 24, a3);
+  _mm512_storeu_pd(lanes, a0);
+  _mm512_storeu_pd(lanes + 8, a1);
+  _mm512_storeu_pd(lanes + 16, a2);
+  _mm512_storeu_pd(lanes + 24, a3);
   _mm512_storeu_si512((void *)am, amax);
   for (j = 0; j < 16; j++) if (am[j] > st->amax_bits) st->amax_bits = am[j];
   st->nonfinite += nf; st->zero += nz; st->subnormal += ns;
   amp__o_scan_finish(lanes, sumsq, bad);
 }
-static AMP__AVX512 void amp__o_scan_stats_avx512(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
-                                                 amp__gstat *st) {
+static AMP__AVX512 void amp__o_scan_stats_avx512(const void *g, amp_dtype t, size_t n, float inv, double *sumsq,
+                                                 int *bad, amp__gstat *st) {
 #define AMP__B_(E, N, T, S) amp__o_scan16s(g, E, n, inv, sumsq, bad, st); break;
   AMP__DTYPE_VSWITCH(t, AMP__B_)
 #undef AMP__B_
@@ -3865,7 +3959,8 @@ static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, flo
 #endif
 
 /* With gradient stats: the AVX-512 loop where the CPU has it, else the portable one (the same bits). */
-static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad, amp__gstat *st) {
+static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
+                                   amp__gstat *st) {
 #ifdef AMP__X86_SIMD
   if (amp__opt_level() >= 2 && amp__dtype_cpu_vec(t)) {
     amp__o_scan_stats_avx512(g, t, n, inv, sumsq, bad, st);
@@ -3976,7 +4071,8 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   if (amp__is_zero(c->max_grad_norm)) c->max_grad_norm = 0.0f;
   if (amp__is_zero(c->spike_norm)) c->spike_norm = 0.0f;
   if (amp__is_zero(c->spike_zscore)) c->spike_zscore = 0.0f;
-  if (!(c->lr >= 0.0f) || !amp__finite(c->lr)) return amp__fail(AMP_ERR_ARG, "%s: lr %g must be >= 0 and finite", fn, (double)c->lr);
+  if (!(c->lr >= 0.0f) || !amp__finite(c->lr))
+    return amp__fail(AMP_ERR_ARG, "%s: lr %g must be >= 0 and finite", fn, (double)c->lr);
   if (!(c->weight_decay >= 0.0f) || !amp__finite(c->weight_decay))
     return amp__fail(AMP_ERR_ARG, "%s: weight_decay %g must be >= 0 and finite", fn, (double)c->weight_decay);
   if (!(c->momentum >= 0.0f) || !amp__finite(c->momentum))
@@ -3986,14 +4082,18 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
   if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
     return amp__fail(AMP_ERR_ARG, "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
                      fn, (double)c->momentum, (double)c->dampening);
-  if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !amp__finite(c->beta1)) return amp__fail(AMP_ERR_ARG, "%s: beta1 %g must be in [0, 1)", fn, (double)c->beta1);
-  if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f) || !amp__finite(c->beta2)) return amp__fail(AMP_ERR_ARG, "%s: beta2 %g must be in [0, 1)", fn, (double)c->beta2);
-  if (!(c->eps >= 0.0f) || !amp__finite(c->eps)) return amp__fail(AMP_ERR_ARG, "%s: eps %g must be > 0 and finite", fn, (double)c->eps);
+  if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !amp__finite(c->beta1))
+    return amp__fail(AMP_ERR_ARG, "%s: beta1 %g must be in [0, 1)", fn, (double)c->beta1);
+  if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f) || !amp__finite(c->beta2))
+    return amp__fail(AMP_ERR_ARG, "%s: beta2 %g must be in [0, 1)", fn, (double)c->beta2);
+  if (!(c->eps >= 0.0f) || !amp__finite(c->eps))
+    return amp__fail(AMP_ERR_ARG, "%s: eps %g must be > 0 and finite", fn, (double)c->eps);
   if ((c->kind == AMP_ADAM || c->kind == AMP_ADAMW) && amp__is_zero(c->eps))   /* only zero_is_zero gets here */
     return amp__fail(AMP_ERR_ARG, "%s: eps 0 (zero_is_zero set) is not allowed for Adam/AdamW: it must be > 0 "
                      "(0 divides 0 by 0 where a grad and its moments are 0, and the weight becomes NaN)", fn);
   if (!(c->max_grad_norm >= 0.0f) || !amp__finite(c->max_grad_norm))
-    return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn, (double)c->max_grad_norm);
+    return amp__fail(AMP_ERR_ARG, "%s: max_grad_norm %g must be >= 0 and finite (0: no clipping)", fn,
+                     (double)c->max_grad_norm);
   if (!(c->spike_norm >= 0.0f) || !amp__finite(c->spike_norm))
     return amp__fail(AMP_ERR_ARG, "%s: spike_norm %g must be >= 0 and finite (0: off)", fn, (double)c->spike_norm);
   if (!(c->spike_zscore >= 0.0f) || !amp__finite(c->spike_zscore))
@@ -4007,7 +4107,7 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
 AMPDEF amp_optim_config amp_optimizer_defaults(amp_optim_kind kind) {
   amp_optim_config c;
   memset(&c, 0, sizeof c);
-  c.kind = AMP_OPTIM_SGD;
+  c.kind = AMP_SGD;
   amp__kind_defaults(&c, 1);   /* an unknown kind keeps SGD's (and create refuses it) */
   c.kind = kind;
   amp__kind_defaults(&c, 1);
@@ -4094,8 +4194,9 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (amp__overlap(weights, n * ws, grads, n * gs))
     return amp__fail(AMP_ERR_ARG, "%s: grads %p overlap weights %p (n %zu)", fn, grads, weights, n);
   if (t->group < 0 || t->group >= o->n_groups)
-    return amp__fail(AMP_ERR_ARG, "%s: group %d is not a group of this optimizer (0..%d; amp_optimizer_add_group makes more)",
-                     fn, t->group, o->n_groups - 1);
+    return amp__fail(AMP_ERR_ARG,
+                     "%s: group %d is not a group of this optimizer (0..%d; amp_optimizer_add_group makes more)", fn,
+                     t->group, o->n_groups - 1);
   if (!amp_dtype_size(t->round_to)) return amp__dtype_check(fn, "round_to", t->round_to);
   if (amp__round_to_set(t->round_to) && t->dtype != AMP_F32)
     return amp__fail(AMP_ERR_ARG, "%s: round_to %d (%s) is for a float model copy (dtype AMP_F32) only; dtype is %s, "
@@ -4124,7 +4225,8 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
                        "master array, which this mode does not keep (use AMP_MASTER_F32)", fn, mode);
   }
   if (t->name && (name_len = strlen(t->name)) > AMP__NAME_MAX)
-    return amp__fail(AMP_ERR_ARG, "%s: name '%.32s...' is %zu bytes long, at most %d", fn, t->name, name_len, AMP__NAME_MAX);
+    return amp__fail(AMP_ERR_ARG, "%s: name '%.32s...' is %zu bytes long, at most %d", fn, t->name, name_len,
+                     AMP__NAME_MAX);
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->t[i].wtype) * o->t[i].n, ogs = amp_dtype_size(o->t[i].gtype) * o->t[i].n;
     if (amp__overlap(weights, n * ws, o->t[i].w, ows) || amp__overlap(weights, n * ws, o->t[i].g, ogs))
@@ -4134,14 +4236,18 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   }
   if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
     return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
-  if (t->name && (name = (char *)AMP_MALLOC(name_len + 1)) == NULL) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  if (t->name && (name = (char *)AMP_MALLOC(name_len + 1)) == NULL)
+    return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
   if (name) memcpy(name, t->name, name_len + 1);
   i = o->count;   /* recorded past the end; counted once the device has taken it */
   memset(&o->t[i], 0, sizeof o->t[i]);   /* no master, moments, remainders or stats yet */
   o->t[i].w = weights; o->t[i].g = grads; o->t[i].n = n; o->t[i].wtype = t->dtype; o->t[i].gtype = t->grad_dtype;
   o->t[i].round_to = t->round_to; o->t[i].group = t->group; o->t[i].stochastic = t->stochastic != 0;
   o->t[i].master_mode = t->master_mode; o->t[i].name = name;
-  if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) { AMP_FREE(name); return amp__op_fail(fn, st, m); }
+  if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) {
+    AMP_FREE(name);
+    return amp__op_fail(fn, st, m);
+  }
   o->count++;
   return AMP_OK;
 }
@@ -4169,7 +4275,8 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
   if (!(lr_scale >= 0.0f) || !amp__finite(lr_scale))
     return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: lr_scale %g must be >= 0 and finite", (double)lr_scale);
   if (!(weight_decay >= 0.0f) || !amp__finite(weight_decay))
-    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: weight_decay %g must be >= 0 and finite", (double)weight_decay);
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: weight_decay %g must be >= 0 and finite",
+                     (double)weight_decay);
   if (o->cfg.kind == AMP_CUSTOM)
     return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_add_group: kind AMP_CUSTOM runs the trainer's own update, "
                      "which no group's lr_scale or weight_decay reaches");
@@ -4177,12 +4284,18 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
     return amp__fail(AMP_ERR_STATE, "amp_optimizer_add_group: add groups before the first step on a %s device "
                      "(the device optimizer was built with %d groups)", amp__be(o->dev)->name, o->n_groups);
   if (o->step > 0)
-    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add_group: add groups before the first update (%ld applied)", o->step);
-  if (o->n_groups == 0x7fffffff) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: %d groups already", o->n_groups);
+    return amp__fail(AMP_ERR_STATE, "amp_optimizer_add_group: add groups before the first update (%ld applied)",
+                     o->step);
+  if (o->n_groups == 0x7fffffff)
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: %d groups already", o->n_groups);
   if (o->n_groups >= o->groups_cap) {   /* group 0 needs no entry: the first add allocates */
     int cap = o->groups_cap ? (o->groups_cap < 0x3fffffff ? 2 * o->groups_cap : 0x7fffffff) : 4, k;
     float *ls = (float *)AMP_MALLOC((size_t)cap * sizeof *ls), *wd = (float *)AMP_MALLOC((size_t)cap * sizeof *wd);
-    if (!ls || !wd) { AMP_FREE(ls); AMP_FREE(wd); return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add_group: out of memory"); }
+    if (!ls || !wd) {
+      AMP_FREE(ls);
+      AMP_FREE(wd);
+      return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_add_group: out of memory");
+    }
     ls[0] = 1.0f; wd[0] = 0.0f;   /* unused: group 0 reads the config */
     for (k = 1; k < o->n_groups; k++) { ls[k] = o->lr_scale[k]; wd[k] = o->weight_decay[k]; }
     AMP_FREE(o->lr_scale); AMP_FREE(o->weight_decay);
@@ -4212,7 +4325,8 @@ static amp_status amp__o_ready(const char *fn, const amp_optimizer *co) {
   amp_optimizer *o = (amp_optimizer *)(uintptr_t)co;   /* never const where it was made: a cache fill */
   char m[AMP__MSG] = "";
   if (o->count == 0)
-    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
+    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)",
+                     fn);
   return amp__op_fail(fn, amp__be(o->dev)->optim_ready(o, m, sizeof m), m);
 }
 
@@ -4244,7 +4358,8 @@ static amp_status amp__o_pull_with(const char *fn, const amp_optimizer *co, int 
   amp_status st = amp__be(o->dev)->optim_pull(o, m, sizeof m);
   /* a device's stats: read when asked for (amp__o_stats_pull) or for the overflow line, once the
      host reads after an overflow */
-  if (st == AMP_OK && !amp__be(o->dev)->host_update && o->cfg.stats && (stats || (o->found_inf && o->overflow_noted != o->unscales)))
+  if (st == AMP_OK && !amp__be(o->dev)->host_update && o->cfg.stats &&
+      (stats || (o->found_inf && o->overflow_noted != o->unscales)))
     st = amp__be(o->dev)->optim_stats(o, m, sizeof m);
   if (st != AMP_OK) {
     amp__op_fail(fn, st, m);
@@ -4254,17 +4369,21 @@ static amp_status amp__o_pull_with(const char *fn, const amp_optimizer *co, int 
   amp__o_overflow_note(o);
   return st;
 }
-static amp_status amp__o_pull(const char *fn, const amp_optimizer *co, int getter) { return amp__o_pull_with(fn, co, getter, 0); }
+static amp_status amp__o_pull(const char *fn, const amp_optimizer *co, int getter) {
+  return amp__o_pull_with(fn, co, getter, 0);
+}
 
 AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
   amp_optim_config c;
   char m[AMP__MSG] = "";
   amp_status st;
   if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: o is NULL");
-  if (!(lr >= 0.0f) || !amp__finite(lr)) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g must be >= 0 and finite", (double)lr);
+  if (!(lr >= 0.0f) || !amp__finite(lr))
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g must be >= 0 and finite", (double)lr);
   c = o->cfg;
   c.lr = lr;
-  if ((st = amp__be(o->dev)->optim_set_config(o, &c, m, sizeof m)) != AMP_OK) return amp__op_fail("amp_optimizer_set_lr", st, m);
+  if ((st = amp__be(o->dev)->optim_set_config(o, &c, m, sizeof m)) != AMP_OK)
+    return amp__op_fail("amp_optimizer_set_lr", st, m);
   o->cfg.lr = lr;
   return AMP_OK;
 }
@@ -4376,8 +4495,18 @@ static void amp__o_apply(amp_optimizer *o) {
 
 /* The CPU keeps every state in the host fields themselves: its pulls and pushes have nothing to
    move, and nothing here can fail but an allocation. */
-static amp_status amp__cpu_nothing_s(amp_scaler *s, char *msg, size_t cap) { (void)s; (void)msg; (void)cap; return AMP_OK; }
-static amp_status amp__cpu_nothing_o(amp_optimizer *o, char *msg, size_t cap) { (void)o; (void)msg; (void)cap; return AMP_OK; }
+static amp_status amp__cpu_nothing_s(amp_scaler *s, char *msg, size_t cap) {
+  (void)s;
+  (void)msg;
+  (void)cap;
+  return AMP_OK;
+}
+static amp_status amp__cpu_nothing_o(amp_optimizer *o, char *msg, size_t cap) {
+  (void)o;
+  (void)msg;
+  (void)cap;
+  return AMP_OK;
+}
 static amp_status amp__cpu_sync(amp_device *d, char *msg, size_t cap) { (void)d; (void)msg; (void)cap; return AMP_OK; }
 static void amp__cpu_close(amp_device *d) { (void)d; }
 static void amp__cpu_scaler_destroy(amp_scaler *s) { (void)s; }
@@ -4406,7 +4535,8 @@ static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, s
    SPLIT, the remainders; no fp32 array. The master is the bf16 model copy as it is (its remainders
    0: exact), or seed: split into the model copy and the remainders (exact), or, NONE, rounded
    into the model copy stochastically with the key of update 0 (the seed itself is not kept). */
-static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const float *seed, int nm, char *msg, size_t cap) {
+static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const float *seed, int nm, char *msg,
+                                            size_t cap) {
   size_t n = o->t[i].n;
   float *mom = NULL;
   uint16_t *rem = NULL;
@@ -4507,7 +4637,8 @@ static amp_status amp__cpu_optim_set_step(amp_optimizer *o, long step, char *msg
   o->io_step = step;   /* o->step itself is the caller's to write, once nothing can fail */
   return AMP_OK;
 }
-static amp_status amp__cpu_optim_set_spike(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, size_t cap) {
+static amp_status amp__cpu_optim_set_spike(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg,
+                                           size_t cap) {
   (void)o; (void)spike_skips; (void)w; (void)msg; (void)cap;
   return AMP_OK;
 }
@@ -4547,10 +4678,13 @@ static amp_status amp__check_pair(const char *fn, amp_scaler *s, amp_optimizer *
     return amp__fail(AMP_ERR_ARG, "%s: the scaler (%s) and the optimizer (%s) are on different devices", fn,
                      amp__be(s->dev)->name, amp__be(o->dev)->name);
   if (o->count == 0)   /* as torch.optim refuses an empty parameter list; the same on CPU and CUDA */
-    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
+    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)",
+                     fn);
   if (o->driver == AMP__BY_STEP)
-    return amp__fail(AMP_ERR_STATE, "%s: this optimizer is stepped without a scaler (amp_optimizer_step was called on it); "
-                     "an optimizer is stepped by a scaler or by amp_optimizer_step for its whole life", fn);
+    return amp__fail(AMP_ERR_STATE,
+                     "%s: this optimizer is stepped without a scaler (amp_optimizer_step was called on it); "
+                     "an optimizer is stepped by a scaler or by amp_optimizer_step for its whole life",
+                     fn);
   return AMP_OK;
 }
 
@@ -4560,10 +4694,14 @@ AMPDEF amp_status amp_optimizer_step(amp_optimizer *o) {
   amp_status st;
   if (!o) return amp__fail(AMP_ERR_ARG, "%s: o is NULL", fn);
   if (o->count == 0)
-    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)", fn);
+    return amp__fail(AMP_ERR_STATE, "%s: the optimizer has no tensors (amp_optimizer_add them before the first step)",
+                     fn);
   if (o->driver == AMP__BY_SCALER)
-    return amp__fail(AMP_ERR_STATE, "%s: this optimizer is stepped by a scaler (amp_scaler_unscale or amp_scaler_step "
-                     "was called on it); an optimizer is stepped by a scaler or by amp_optimizer_step for its whole life", fn);
+    return amp__fail(
+        AMP_ERR_STATE,
+        "%s: this optimizer is stepped by a scaler (amp_scaler_unscale or amp_scaler_step "
+        "was called on it); an optimizer is stepped by a scaler or by amp_optimizer_step for its whole life",
+        fn);
   if ((st = amp__dev_take_error(fn, o->dev)) != AMP_OK) return st;   /* a getter's failed read, kept */
   /* pass 1 with inverse scale 1: inf/NaN and the norm (clip); pass 2 skips itself on inf/NaN */
   if ((st = amp__o_unscale(fn, NULL, o)) != AMP_OK) return st;
@@ -4588,7 +4726,8 @@ static amp_status amp__o_stats_pull(const char *fn, const amp_optimizer *co) {
   if (!o->cfg.stats)
     return amp__fail(AMP_ERR_STATE, "%s: gradient stats are off for this optimizer (set amp_optim_config.stats = 1 "
                      "at amp_optimizer_create)", fn);
-  if (!amp__be(o->dev)->host_update) return amp__o_pull_with(fn, o, 0, 1);   /* a device: its stats with the rest (and the overflow line) */
+  /* a device: its stats with the rest (and the overflow line) */
+  if (!amp__be(o->dev)->host_update) return amp__o_pull_with(fn, o, 0, 1);
   return amp__op_fail(fn, amp__be(o->dev)->optim_stats(o, m, sizeof m), m);
 }
 AMPDEF amp_status amp_optimizer_stats(const amp_optimizer *o, size_t index, amp_tensor_stats *out) {
@@ -4625,7 +4764,8 @@ AMPDEF amp_status amp_scaler_unscale(amp_scaler *s, amp_optimizer *o) {
   if (st != AMP_OK) return st;
   stage = amp__o_stage(o, s);
   if (stage == AMP__UNSCALED)
-    return amp__fail(AMP_ERR_STATE, "amp_scaler_unscale: unscale() has already been called on this optimizer since the last update()");
+    return amp__fail(AMP_ERR_STATE,
+                     "amp_scaler_unscale: unscale() has already been called on this optimizer since the last update()");
   if (stage == AMP__STEPPED)
     return amp__fail(AMP_ERR_STATE, "amp_scaler_unscale: unscale() is being called after step()");
   return amp__o_unscale("amp_scaler_unscale", s, o);
@@ -4741,7 +4881,8 @@ static amp_status amp__wfile_open(amp__wfile *w, const char *fn, const char *pat
     break;
 #endif
   }
-  st = amp__fail(AMP_ERR_IO, "%s: cannot create the temporary file '%s' beside '%s': %s", fn, w->tmp, path, strerror(e));
+  st =
+      amp__fail(AMP_ERR_IO, "%s: cannot create the temporary file '%s' beside '%s': %s", fn, w->tmp, path, strerror(e));
   AMP_FREE(w->tmp); w->tmp = NULL;
   return st;
 }
@@ -4753,11 +4894,13 @@ static amp_status amp__wfile_write(amp__wfile *w, const void *data, size_t n) {
     ssize_t k = write(w->fd, p, n < ((size_t)1 << 30) ? n : ((size_t)1 << 30));
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0)
-      return amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, k < 0 ? strerror(errno) : "no byte written");
+      return amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp,
+                       k < 0 ? strerror(errno) : "no byte written");
     p += k; n -= (size_t)k;
   }
 #else
-  if (n > 0 && fwrite(data, 1, n, w->f) != n) return amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, strerror(errno));
+  if (n > 0 && fwrite(data, 1, n, w->f) != n)
+    return amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, strerror(errno));
 #endif
   return AMP_OK;
 }
@@ -4785,7 +4928,11 @@ static amp_status amp__wfile_commit(amp__wfile *w) {
   }
   e = close(w->fd) != 0 ? errno : 0;
   w->fd = -1;
-  if (e) { st = amp__fail(AMP_ERR_IO, "%s: closing '%s' failed: %s", w->fn, w->tmp, strerror(e)); amp__wfile_abort(w); return st; }
+  if (e) {
+    st = amp__fail(AMP_ERR_IO, "%s: closing '%s' failed: %s", w->fn, w->tmp, strerror(e));
+    amp__wfile_abort(w);
+    return st;
+  }
   if (rename(w->tmp, w->path) != 0) {
     e = errno; st = amp__fail(AMP_ERR_IO, "%s: cannot rename '%s' to '%s': %s", w->fn, w->tmp, w->path, strerror(e));
     amp__wfile_abort(w); return st;
@@ -4807,7 +4954,11 @@ static amp_status amp__wfile_commit(amp__wfile *w) {
   if (fflush(w->f) != 0) e = errno;
   if (fclose(w->f) != 0 && !e) e = errno ? errno : EIO;
   w->f = NULL;
-  if (e) { st = amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, strerror(e)); amp__wfile_abort(w); return st; }
+  if (e) {
+    st = amp__fail(AMP_ERR_IO, "%s: writing '%s' failed: %s", w->fn, w->tmp, strerror(e));
+    amp__wfile_abort(w);
+    return st;
+  }
   if (rename(w->tmp, w->path) != 0) {   /* Windows' rename does not replace: remove, then rename */
     remove(w->path);
     if (rename(w->tmp, w->path) != 0) {
@@ -4839,7 +4990,11 @@ static amp_status amp__rfile_open(amp__rfile *r, const char *fn, const char *pat
   r->fn = fn; r->path = path;
   r->fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | AMP__O_CLOEXEC);
   if (r->fd < 0) { e = errno; return amp__fail(AMP_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(e)); }
-  if (fstat(r->fd, &sb) != 0) { e = errno; close(r->fd); return amp__fail(AMP_ERR_IO, "%s: cannot stat '%s': %s", fn, path, strerror(e)); }
+  if (fstat(r->fd, &sb) != 0) {
+    e = errno;
+    close(r->fd);
+    return amp__fail(AMP_ERR_IO, "%s: cannot stat '%s': %s", fn, path, strerror(e));
+  }
   if (!S_ISREG(sb.st_mode)) {
     close(r->fd);
     return amp__fail(AMP_ERR_IO, "%s: '%s' is not a regular file (it is a %s)", fn, path,
@@ -4855,7 +5010,8 @@ static amp_status amp__rfile_open(amp__rfile *r, const char *fn, const char *pat
   r->fn = fn; r->path = path;
   r->f = fopen(path, "rb");
   if (!r->f) { e = errno; return amp__fail(AMP_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(e)); }
-  if ((getc(r->f) == EOF && ferror(r->f)) || fseek(r->f, 0, SEEK_END) != 0 || (len = ftell(r->f)) < 0 || fseek(r->f, 0, SEEK_SET) != 0) {
+  if ((getc(r->f) == EOF && ferror(r->f)) || fseek(r->f, 0, SEEK_END) != 0 || (len = ftell(r->f)) < 0 ||
+      fseek(r->f, 0, SEEK_SET) != 0) {
     e = errno; fclose(r->f); return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", fn, path, strerror(e));
   }
   *size = (uint64_t)len;
@@ -4876,7 +5032,8 @@ static amp_status amp__rfile_read(amp__rfile *r, void *dst, size_t n) {
   }
 #else
   if (n > 0 && fread(dst, 1, n, r->f) != n)
-    return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", r->fn, r->path, ferror(r->f) ? strerror(errno) : "it ended early");
+    return amp__fail(AMP_ERR_IO, "%s: cannot read '%s': %s", r->fn, r->path,
+                     ferror(r->f) ? strerror(errno) : "it ended early");
 #endif
   return AMP_OK;
 }
@@ -4945,7 +5102,9 @@ typedef struct amp__ckpt_head { AMP__CKPT_HEAD_FIELDS(AMP__CKPT_DECLARE) } amp__
 typedef struct amp__ckpt_scaler { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_scaler;
 typedef struct amp__ckpt_optim { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_optim;
 typedef struct amp__ckpt_tensor { AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_tensor;
-typedef struct amp__ckpt_spike { AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_DECLARE) float window[AMP__SPIKE_WINDOW]; } amp__ckpt_spike;
+typedef struct amp__ckpt_spike {
+  AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_DECLARE) float window[AMP__SPIKE_WINDOW];
+} amp__ckpt_spike;
 /* each record's bytes in the file (32, 72, 56, 16, 416) */
 #define AMP__CKPT_HEAD_BYTES (0 AMP__CKPT_HEAD_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_SCALER_BYTES (0 AMP__CKPT_SCALER_FIELDS(AMP__CKPT_SIZEOF))
@@ -4986,10 +5145,22 @@ static int amp__ckpt_bytes(amp__ckpt_io *io, void *p, size_t n) {
 }
 /* The one place each record is read and written. */
 #define AMP__CKPT_TRANSFER(type, name, live) ok = amp__ckpt_bytes(io, &r->name, sizeof r->name) && ok;
-static int amp__ckpt_head_io(amp__ckpt_io *io, amp__ckpt_head *r) { int ok = 1; AMP__CKPT_HEAD_FIELDS(AMP__CKPT_TRANSFER) return ok; }
-static int amp__ckpt_scaler_io(amp__ckpt_io *io, amp__ckpt_scaler *r) { int ok = 1; AMP__CKPT_SCALER_FIELDS(AMP__CKPT_TRANSFER) return ok; }
-static int amp__ckpt_optim_io(amp__ckpt_io *io, amp__ckpt_optim *r) { int ok = 1; AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_TRANSFER) return ok; }
-static int amp__ckpt_tensor_io(amp__ckpt_io *io, amp__ckpt_tensor *r) { int ok = 1; AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_TRANSFER) return ok; }
+static int amp__ckpt_head_io(amp__ckpt_io *io, amp__ckpt_head *r) {
+  int ok = 1;
+  AMP__CKPT_HEAD_FIELDS(AMP__CKPT_TRANSFER) return ok;
+}
+static int amp__ckpt_scaler_io(amp__ckpt_io *io, amp__ckpt_scaler *r) {
+  int ok = 1;
+  AMP__CKPT_SCALER_FIELDS(AMP__CKPT_TRANSFER) return ok;
+}
+static int amp__ckpt_optim_io(amp__ckpt_io *io, amp__ckpt_optim *r) {
+  int ok = 1;
+  AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_TRANSFER) return ok;
+}
+static int amp__ckpt_tensor_io(amp__ckpt_io *io, amp__ckpt_tensor *r) {
+  int ok = 1;
+  AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_TRANSFER) return ok;
+}
 static int amp__ckpt_spike_io(amp__ckpt_io *io, amp__ckpt_spike *r) {
   int ok = 1;
   AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_TRANSFER)
@@ -4997,8 +5168,12 @@ static int amp__ckpt_spike_io(amp__ckpt_io *io, amp__ckpt_spike *r) {
 }
 /* The name of the first field whose bytes differ between two records (NULL: none). */
 #define AMP__CKPT_DIFFER(type, name, live) if (memcmp(&a->name, &b->name, sizeof a->name) != 0) return #name;
-static const char *amp__ckpt_scaler_differ(const amp__ckpt_scaler *a, const amp__ckpt_scaler *b) { AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DIFFER) return NULL; }
-static const char *amp__ckpt_optim_differ(const amp__ckpt_optim *a, const amp__ckpt_optim *b) { AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DIFFER) return NULL; }
+static const char *amp__ckpt_scaler_differ(const amp__ckpt_scaler *a, const amp__ckpt_scaler *b) {
+  AMP__CKPT_SCALER_FIELDS(AMP__CKPT_DIFFER) return NULL;
+}
+static const char *amp__ckpt_optim_differ(const amp__ckpt_optim *a, const amp__ckpt_optim *b) {
+  AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_DIFFER) return NULL;
+}
 
 /* A checkpoint read and checked, nothing live touched yet. */
 typedef struct amp__ckpt_image {
@@ -5055,16 +5230,20 @@ static amp_status amp__ckpt_spike_check(const amp__ckpt_spike *r, amp__ckpt_imag
   const char *fn = "amp_checkpoint_load";
   int32_t i;
   if (r->spike_skips > (uint64_t)LONG_MAX)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the spike skip count %llu in the file is out of range (at most %ld here)", fn,
-                     (unsigned long long)r->spike_skips, LONG_MAX);
-  if (r->window_count < 0 || r->window_count > AMP__SPIKE_WINDOW || r->window_next < 0 || r->window_next >= AMP__SPIKE_WINDOW ||
-      (r->window_count < AMP__SPIKE_WINDOW && r->window_next != r->window_count))
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the spike window's count %d and next slot %d in the file are not a window's (count 0 .. %d, "
-                     "next == count until it is full)", fn, (int)r->window_count, (int)r->window_next, AMP__SPIKE_WINDOW);
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the spike skip count %llu in the file is out of range (at most %ld here)",
+                     fn, (unsigned long long)r->spike_skips, LONG_MAX);
+  if (r->window_count < 0 || r->window_count > AMP__SPIKE_WINDOW || r->window_next < 0 ||
+      r->window_next >= AMP__SPIKE_WINDOW || (r->window_count < AMP__SPIKE_WINDOW && r->window_next != r->window_count))
+    return amp__fail(AMP_ERR_CORRUPT,
+                     "%s: the spike window's count %d and next slot %d in the file are not a window's (count 0 .. %d, "
+                     "next == count until it is full)",
+                     fn, (int)r->window_count, (int)r->window_next, AMP__SPIKE_WINDOW);
   for (i = 0; i < AMP__SPIKE_WINDOW; i++)
     if (i < r->window_count ? !(amp__finite(r->window[i]) && r->window[i] >= 0.0f) : amp__f32_bits(r->window[i]) != 0u)
-      return amp__fail(AMP_ERR_CORRUPT, "%s: the spike window's slot %d in the file holds %g (held norms are finite and >= 0, "
-                       "unused slots 0)", fn, (int)i, (double)r->window[i]);
+      return amp__fail(AMP_ERR_CORRUPT,
+                       "%s: the spike window's slot %d in the file holds %g (held norms are finite and >= 0, "
+                       "unused slots 0)",
+                       fn, (int)i, (double)r->window[i]);
   amp__ckpt_spike_load(r, x);
   return AMP_OK;
 }
@@ -5097,19 +5276,24 @@ static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *
     return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's %s in the file is a value amp_scaler_create does not keep "
                      "(a 0 it replaces by a default, or a flag other than 0 or 1)", fn, bad);
   if (!amp__finite(r->scale) || !(r->scale >= out->pr.floor) || (out->pr.cap > 0.0f && r->scale > out->pr.cap))
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's scale %g in the file is outside [floor %g, cap %g] (cap 0: none)", fn,
+    return amp__fail(AMP_ERR_CORRUPT,
+                     "%s: the scaler's scale %g in the file is outside [floor %g, cap %g] (cap 0: none)", fn,
                      (double)r->scale, (double)out->pr.floor, (double)out->pr.cap);
   if (r->tracker < (out->pr.late_growth ? -1 : 0) || r->tracker > out->pr.interval)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's growth tracker %d in the file is outside [%d, growth_interval %d]", fn,
+    return amp__fail(AMP_ERR_CORRUPT,
+                     "%s: the scaler's growth tracker %d in the file is outside [%d, growth_interval %d]", fn,
                      (int)r->tracker, out->pr.late_growth ? -1 : 0, (int)out->pr.interval);
   if (r->hyst < 0 || r->hyst > out->pr.hysteresis)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's hysteresis count %d in the file is outside [0, hysteresis %d]", fn,
-                     (int)r->hyst, (int)out->pr.hysteresis);
+    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's hysteresis count %d in the file is outside [0, hysteresis %d]",
+                     fn, (int)r->hyst, (int)out->pr.hysteresis);
   if ((r->at_floor | r->last_skipped | r->floor_logged) & ~1)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's flags in the file (at_floor %d, last_skipped %d, floor_logged %d) must be 0 or 1",
-                     fn, (int)r->at_floor, (int)r->last_skipped, (int)r->floor_logged);
+    return amp__fail(
+        AMP_ERR_CORRUPT,
+        "%s: the scaler's flags in the file (at_floor %d, last_skipped %d, floor_logged %d) must be 0 or 1", fn,
+        (int)r->at_floor, (int)r->last_skipped, (int)r->floor_logged);
   if (r->skipped > (uint64_t)LONG_MAX)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's skipped count %llu in the file is out of range (at most %ld here)", fn,
+    return amp__fail(AMP_ERR_CORRUPT,
+                     "%s: the scaler's skipped count %llu in the file is out of range (at most %ld here)", fn,
                      (unsigned long long)r->skipped, LONG_MAX);
   return AMP_OK;
 }
@@ -5123,7 +5307,8 @@ static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_opti
   const char *bad;
   const char *fn = "amp_checkpoint_load";
   if (r->kind != (uint32_t)o->cfg.kind)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: optimizer kind %u in the file, the live one is %d", fn, (unsigned)r->kind, (int)o->cfg.kind);
+    return amp__fail(AMP_ERR_CORRUPT, "%s: optimizer kind %u in the file, the live one is %d", fn, (unsigned)r->kind,
+                     (int)o->cfg.kind);
   memset(&x, 0, sizeof x);
   x.cfg = o->cfg;   /* resolved: zero_is_zero is set, so a 0 in the file is a 0 (lr 0, beta1 0 ...) */
   amp__ckpt_hparams_load(r, &x);
@@ -5132,13 +5317,16 @@ static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_opti
   again = amp__ckpt_optim_of(&x);
   again.step = r->step; again.count = r->count;
   if ((bad = amp__ckpt_optim_differ(r, &again)) != NULL)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the optimizer's %s in the file is a value amp_optimizer_create does not keep "
-                     "(a -0, or a flag other than 0 or 1)", fn, bad);
+    return amp__fail(AMP_ERR_CORRUPT,
+                     "%s: the optimizer's %s in the file is a value amp_optimizer_create does not keep "
+                     "(a -0, or a flag other than 0 or 1)",
+                     fn, bad);
   if (amp__o_moments(out) != amp__o_moments(&o->cfg))
     return amp__fail(AMP_ERR_CORRUPT, "%s: the file's optimizer has %d moment buffers per tensor, the live one %d", fn,
                      amp__o_moments(out), amp__o_moments(&o->cfg));
   if (r->count != (uint64_t)o->count)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: %llu tensors in the file, %zu in the optimizer", fn, (unsigned long long)r->count, o->count);
+    return amp__fail(AMP_ERR_CORRUPT, "%s: %llu tensors in the file, %zu in the optimizer", fn,
+                     (unsigned long long)r->count, o->count);
   if (r->step > (uint64_t)LONG_MAX)
     return amp__fail(AMP_ERR_CORRUPT, "%s: step count %llu in the file is out of range (at most %ld here)", fn,
                      (unsigned long long)r->step, LONG_MAX);
@@ -5243,7 +5431,8 @@ static amp_status amp__ckpt_records(amp__ckpt_reader *rd, uint32_t version, uint
     *first_tensor = rd->at;
     for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
       amp__ckpt_tensor t;
-      memset(&t, 0, sizeof t);   /* every field is read from the record; this keeps gcc 13's -Wmaybe-uninitialized quiet */
+      /* every field is read from the record; this keeps gcc 13's -Wmaybe-uninitialized quiet */
+      memset(&t, 0, sizeof t);
       if ((st = amp__ckpt_next(rd, AMP__CKPT_TENSOR_BYTES, "tensor %zu", i)) != AMP_OK) return st;
       amp__ckpt_tensor_io(&rd->io, &t);
       if ((st = amp__ckpt_tensor_check(&t, &o->t[i], i)) != AMP_OK) return st;
@@ -5356,7 +5545,8 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   if (!path) return amp__fail(AMP_ERR_ARG, "%s: path is NULL", fn);
   if (!*path) return amp__fail(AMP_ERR_ARG, "%s: path is empty", fn);
   plen = strlen(path);
-  if (path[plen - 1] == '/') return amp__fail(AMP_ERR_ARG, "%s: path '%s' ends in '/' (it names a directory, not a file)", fn, path);
+  if (path[plen - 1] == '/')
+    return amp__fail(AMP_ERR_ARG, "%s: path '%s' ends in '/' (it names a directory, not a file)", fn, path);
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "%s: both the optimizer and the scaler are NULL", fn);
   if ((dev_st = amp__ckpt_pull(o, s, &floats)) != AMP_OK) { AMP_FREE(floats); return dev_st; }
   memset(&io, 0, sizeof io);
@@ -5390,7 +5580,8 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
       amp__ckpt_tensor t = amp__ckpt_tensor_of(&o->t[i]);
       amp__ckpt_tensor_io(&io, &t);
       for (k = 0; k <= nm; k++) {   /* the master, then the moments, read from the device */
-        dev_st = amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, floats, 0, dev_msg, sizeof dev_msg);
+        dev_st =
+            amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, floats, 0, dev_msg, sizeof dev_msg);
         if (dev_st != AMP_OK) break;
         amp__ckpt_bytes(&io, floats, o->t[i].n * sizeof(float));
       }
@@ -5598,17 +5789,19 @@ typedef struct amp__gemm_out {
 
 /* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). out NULL:
    the tile goes to `tile`; else (kernels with vec_store only) to C through out, not to `tile`. */
-typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc, const amp__gemm_out *out);
+typedef void (*amp__gemm_micro_fn)(int kc, const float *a, const float *b, float *tile, int acc,
+                                   const amp__gemm_out *out);
 /* Packs the rows x cols block of X (element (r, c) at x[r*rs + c*cs], type t) into W-row slivers. */
-typedef void (*amp__gemm_pack_fn)(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols);
+typedef void (*amp__gemm_pack_fn)(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
+                                  int cols);
 
 /* One micro-kernel with its packing and block sizes. kpair 2: k is packed in pairs of bf16 (one
    32-bit word holds a(i, 2q) and a(i, 2q+1)); kc is then even, so slices start on a pair. */
 /* A micro-kernel that reads op(B) unpacked: bf16 rows p of op(B) contiguous along j, ldb elements
    apart (b: element (2 * first pair, j0)), ncols of the tile's columns present (the rest read as
    0), kc pairs; otherwise as amp__gemm_micro_fn. */
-typedef void (*amp__gemm_micro_rb_fn)(int kc, const float *a, const uint16_t *b, size_t ldb, int ncols, float *tile, int acc,
-                                      const amp__gemm_out *out);
+typedef void (*amp__gemm_micro_rb_fn)(int kc, const float *a, const uint16_t *b, size_t ldb, int ncols, float *tile,
+                                      int acc, const amp__gemm_out *out);
 
 typedef struct amp__gemm_kernel {
   amp__gemm_micro_fn micro;
@@ -5630,9 +5823,9 @@ static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float
 /* The same kernel compiled for AVX2, chosen at run time where the CPU has it (same bits: no FMA). */
 #if defined(AMP__GEMM_VEC) && (defined(__x86_64__) || defined(__i386__))
 #define AMP__GEMM_AVX2 1
-static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx2(int kc, const float *a, const float *b,
-                                                                                 float *tile, int acc,
-                                                                                 const amp__gemm_out *out) {
+static AMP__NO_CONTRACT __attribute__((target("avx2"))) void amp__gemm_micro_avx2(int kc, const float *a,
+                                                                                  const float *b, float *tile, int acc,
+                                                                                  const amp__gemm_out *out) {
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
@@ -5684,7 +5877,8 @@ static const amp__gemm_kernel amp__gemm_reference_kernel = {
   amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL};
 #ifdef AMP__GEMM_AVX2
 static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
-  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL};
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL
+};
 #endif
 
 /* ---- the fast kernels (x86-64, GCC/Clang): FMA in order, AVX2 or AVX-512, AVX512_BF16 ---- */
@@ -5750,8 +5944,8 @@ static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b
    (+ beta c) (+ bias)), the element math of amp__gemm_blend and amp__gemm_epi (ReLU: max(x, 0)
    gives 0 for NaN and -0, as x > 0 ? x : 0 does), rounded once to ct by amp_convert's own 16-lane
    load and store (amp__ld16, amp__st16: the same bits). act is NONE or RELU. */
-static inline AMP__T512 __m512 amp__gemm_epi16(const void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
-                                               __m512 vb, const float *bias, int act) {
+static inline AMP__T512 __m512 amp__gemm_epi16(const void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va,
+                                               float beta, __m512 vb, const float *bias, int act) {
   __m512 t = _mm512_mul_ps(va, acc);
   if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, amp__ld16(ct, c, m)));
   if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias));
@@ -5767,8 +5961,8 @@ static inline AMP__T512 void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, 
    amp_convert's bits (round to nearest even, NaN kept quiet: checked on every class of input)
    except for f32 subnormals, which it flushes to 0: a row with one is rounded by amp_convert's
    own code (amp__st16) instead. */
-static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float *buf, __mmask16 m0, __mmask16 m1, __m512 va,
-                                           __m512 vb) {
+static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float *buf, __mmask16 m0, __mmask16 m1,
+                                           __m512 va, __m512 vb) {
   const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
   const float *bias1 = out->bias ? out->bias + 16 : NULL;
   __mmask32 m = (__mmask32)m0 | (__mmask32)m1 << 16;
@@ -5776,7 +5970,8 @@ static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float
   for (r = 0; r < out->rows; r++) {
     uint16_t *cr = (uint16_t *)out->c + (size_t)r * out->ldc;
     __m512 t0 = amp__gemm_epi16(cr, AMP_BF16, _mm512_load_ps(buf + r * 32), m0, va, out->beta, vb, out->bias, out->act);
-    __m512 t1 = amp__gemm_epi16(cr + 16, AMP_BF16, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act);
+    __m512 t1 =
+        amp__gemm_epi16(cr + 16, AMP_BF16, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act);
     __m512i u0 = _mm512_castps_si512(t0), u1 = _mm512_castps_si512(t1);
     if ((_mm512_testn_epi32_mask(u0, expo) & _mm512_test_epi32_mask(u0, mant)) |
         (_mm512_testn_epi32_mask(u1, expo) & _mm512_test_epi32_mask(u1, mant))) {
@@ -5799,11 +5994,12 @@ static AMP__T512 void amp__gemm_put(const amp__gemm_out *out, const float *buf) 
   __mmask16 m1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1u) : (__mmask16)0;
   __m512 va = _mm512_set1_ps(out->alpha), vb = _mm512_set1_ps(out->beta);
   const float *bias1 = out->bias ? out->bias + 16 : NULL;
-#define AMP__GEMM_PUT_ROWS(T, es)                                                                              \
-  for (r = 0; r < out->rows; r++) {                                                                          \
-    char *cr = (char *)out->c + (size_t)r * out->ldc * (es);                                                 \
-    amp__gemm_out16(cr, T, _mm512_load_ps(buf + r * 32), m0, va, out->beta, vb, out->bias, out->act);        \
-    if (m1) amp__gemm_out16(cr + 16 * (es), T, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act); \
+#define AMP__GEMM_PUT_ROWS(T, es) \
+  for (r = 0; r < out->rows; r++) { \
+    char *cr = (char *)out->c + (size_t)r * out->ldc * (es); \
+    amp__gemm_out16(cr, T, _mm512_load_ps(buf + r * 32), m0, va, out->beta, vb, out->bias, out->act); \
+    if (m1) \
+      amp__gemm_out16(cr + 16 * (es), T, _mm512_load_ps(buf + r * 32 + 16), m1, va, out->beta, vb, bias1, out->act); \
   }
   if (out->ct == AMP_BF16 && out->bf16_hw) { amp__gemm_put_bf16(out, buf, m0, m1, va, vb); return; }
 #define AMP__GEMM_PUT_(E, N, T, S) AMP__GEMM_PUT_ROWS(E, S) break;
@@ -5854,7 +6050,8 @@ static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const floa
   int p;
   if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
   for (p = 0; p < kc; p++) {
-    __m512i b0 = _mm512_load_si512((const void *)(bf + (size_t)p * 32)), b1 = _mm512_load_si512((const void *)(bf + (size_t)p * 32 + 16));
+    __m512i b0 = _mm512_load_si512((const void *)(bf + (size_t)p * 32)),
+            b1 = _mm512_load_si512((const void *)(bf + (size_t)p * 32 + 16));
     const int *ap = a + (size_t)p * 8;
     AMP__GEMM_ROWS8(AMP__GEMM_DPBF)
   }
@@ -5867,12 +6064,16 @@ static AMP__T512BF void amp__gemm_micro_bf16(int kc, const float *af, const floa
    64) packing B cost a fifth of the time. Each vdpbf16ps gets the same two pairs of operands as
    the packed kernel's, so the bits are the same. The accumulators hold the columns in that
    order; tiles in memory and C are in column order (RB_IN, RB_OUT). */
-#define AMP__GEMM_RB_IN(r) { __m512 n0 = _mm512_load_ps(tile + (r) * 32), n1 = _mm512_load_ps(tile + (r) * 32 + 16); \
-                             c##r##0 = _mm512_permutex2var_ps(n0, to_lo, n1); c##r##1 = _mm512_permutex2var_ps(n0, to_hi, n1); }
+#define AMP__GEMM_RB_IN(r) \
+  { \
+    __m512 n0 = _mm512_load_ps(tile + (r)*32), n1 = _mm512_load_ps(tile + (r)*32 + 16); \
+    c##r##0 = _mm512_permutex2var_ps(n0, to_lo, n1); \
+    c##r##1 = _mm512_permutex2var_ps(n0, to_hi, n1); \
+  }
 #define AMP__GEMM_RB_OUT(r) { __m512 l = c##r##0; c##r##0 = _mm512_permutex2var_ps(l, from0, c##r##1); \
                               c##r##1 = _mm512_permutex2var_ps(l, from1, c##r##1); }
-static AMP__T512BF void amp__gemm_micro_bf16_rb(int kc, const float *af, const uint16_t *b, size_t ldb, int ncols, float *tile,
-                                                int acc, const amp__gemm_out *out) {
+static AMP__T512BF void amp__gemm_micro_bf16_rb(int kc, const float *af, const uint16_t *b, size_t ldb, int ncols,
+                                                float *tile, int acc, const amp__gemm_out *out) {
   const int *a = (const int *)(const void *)af;
   const __m512i from0 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
   const __m512i from1 = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
@@ -5943,7 +6144,8 @@ static inline AMP__T512 void amp__gemm_tr8(__m256 *r) {
 }
 
 /* amp__gemm_pack's layout (f32 slivers), with AVX-512 loads and conversions. */
-static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
+static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
+                                         int cols) {
   size_t es = amp_dtype_size(t);
   int s, r, c, ns = (rows + W - 1) / W;
   if (rs != 1 && cs != 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
@@ -6039,7 +6241,8 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
 
 /* bf16 pairs: word q of row r of a sliver is a(r, 2q) | a(r, 2q+1) << 16 (the element past an odd
    `cols` is 0), stored dst32[s*W*kq + q*W + r] with kq = ceil(cols / 2). */
-static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows, int cols) {
+static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
+                                           int rows, int cols) {
   uint32_t *dst = (uint32_t *)(void *)dstf;
   const uint16_t *xh = (const uint16_t *)x;
   int s, r, q, ns = (rows + W - 1) / W, kq = (cols + 1) / 2;
@@ -6127,16 +6330,22 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
       for (r = 0; r < r8; r += 8)   /* 8 rows x 8 pairs: the float transpose moves the words */
         for (q = 0; q < q8; q += 8) {
           __m256 v[8];
-          for (l = 0; l < 8; l++) v[l] = _mm256_loadu_ps((const float *)(const void *)(xs + (size_t)(r + l) * rs + 2 * (size_t)q));
+          for (l = 0; l < 8; l++)
+            v[l] = _mm256_loadu_ps((const float *)(const void *)(xs + (size_t)(r + l) * rs + 2 * (size_t)q));
           amp__gemm_tr8(v);
           for (l = 0; l < 8; l++) _mm256_storeu_ps((float *)(void *)(d + (size_t)(q + l) * W + r), v[l]);
         }
       for (r = 0; r < h; r++) {
         const uint16_t *xr = xs + (size_t)r * rs;
         if (cs == 1) {
-          for (q = r < r8 ? q8 : 0; q < cols / 2; q++) { uint32_t w; memcpy(&w, xr + 2 * q, 4); d[(size_t)q * W + r] = w; }
+          for (q = r < r8 ? q8 : 0; q < cols / 2; q++) {
+            uint32_t w;
+            memcpy(&w, xr + 2 * q, 4);
+            d[(size_t)q * W + r] = w;
+          }
         } else {
-          for (q = 0; q < cols / 2; q++) d[(size_t)q * W + r] = (uint32_t)xr[(size_t)(2 * q) * cs] | (uint32_t)xr[(size_t)(2 * q + 1) * cs] << 16;
+          for (q = 0; q < cols / 2; q++)
+            d[(size_t)q * W + r] = (uint32_t)xr[(size_t)(2 * q) * cs] | (uint32_t)xr[(size_t)(2 * q + 1) * cs] << 16;
         }
         if (cols & 1) d[(size_t)(kq - 1) * W + r] = xr[(size_t)(cols - 1) * cs];
       }
@@ -6147,7 +6356,8 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
 
 /* An f32 row of C from its accumulators: c[j] = act(alpha acc[j] (+ beta c[j]) (+ bias[j])),
    amp__gemm_out16 16 lanes at a time. act is NONE or RELU. */
-static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float alpha, float beta, const float *bias, int act) {
+static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float alpha, float beta, const float *bias,
+                                        int act) {
   int j;
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (j = 0; j < n; j += 16) {
@@ -6194,7 +6404,9 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
   float acc[AMP__GEMM_NC], cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
   const int c32 = ct == AMP_F32;   /* C of f32: written in place, no conversion */
   /* the bias, converted once (amp_convert gives the bits of amp__load) */
-  if (has_bias) amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type, (size_t)nb);
+  if (has_bias)
+    amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type,
+                (size_t)nb);
 #ifdef AMP__GEMM_FAST
   if (K->vec_store && ccs == 1 && c32 && o->act != AMP_ACT_GELU) {
     /* f32 rows straight from the tiles, tile by tile (the buffer is read in order) */
@@ -6204,8 +6416,8 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
         const float *tile = accbuf + ((size_t)tr * tiles_n + tc) * mr * nr;
         int w = nb - tc * nr < nr ? nb - tc * nr : nr;
         for (r = 0; r < mr && tr * mr + r < mb; r++)
-          amp__gemm_row_512((float *)C + (size_t)(i0 + tr * mr + r) * crs + (size_t)(j0 + tc * nr), tile + (size_t)r * nr, w,
-                            alpha, beta, has_bias ? br + tc * nr : NULL, (int)o->act);
+          amp__gemm_row_512((float *)C + (size_t)(i0 + tr * mr + r) * crs + (size_t)(j0 + tc * nr),
+                            tile + (size_t)r * nr, w, alpha, beta, has_bias ? br + tc * nr : NULL, (int)o->act);
       }
     return;
   }
@@ -6213,7 +6425,8 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
   for (i = 0; i < mb; i++) {
     const float *row = accbuf + ((size_t)(i / mr) * tiles_n * mr + (size_t)(i % mr)) * nr;
     for (tc = 0; tc < tiles_n; tc++)
-      memcpy(acc + tc * nr, row + (size_t)tc * mr * nr, sizeof(float) * (size_t)(nb - tc * nr < nr ? nb - tc * nr : nr));
+      memcpy(acc + tc * nr, row + (size_t)tc * mr * nr,
+             sizeof(float) * (size_t)(nb - tc * nr < nr ? nb - tc * nr : nr));
     if (ccs == 1) {
       /* a contiguous row: f16/bf16 C is read (beta != 0) and written with the bulk conversion,
          which gives the same bits as amp__load/amp__store, element math unchanged */
@@ -6237,7 +6450,9 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
     for (j = 0; j < nb; j++) {
       size_t at = (size_t)(i0 + i) * crs + (size_t)(j0 + j) * ccs;
       float c = beta != 0.0f ? amp__load(C, ct, at) : 0.0f;
-      amp__store(C, ct, at, amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, c), has_bias, has_bias ? br[j] : 0.0f, (int)o->act));
+      amp__store(
+          C, ct, at,
+          amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, c), has_bias, has_bias ? br[j] : 0.0f, (int)o->act));
     }
   }
 }
@@ -6346,7 +6561,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
     int ncb = n - jc < K->nc ? n - jc : K->nc;
     int tiles_n = (ncb + nr - 1) / nr, b0, ib, pc;
     if (direct && o->bias)
-      amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)jc * amp_dtype_size(o->bias_type), o->bias_type, (size_t)ncb);
+      amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)jc * amp_dtype_size(o->bias_type), o->bias_type,
+                  (size_t)ncb);
     for (b0 = 0; b0 < nblk; b0 += chunk) {
       int nbc = nblk - b0 < chunk ? nblk - b0 : chunk;
       for (pc = 0; pc < k; pc += K->kc) {
@@ -6389,8 +6605,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
               }
             if (pc + K->kc >= k && !direct)
               for (tr = 0; tr < tiles_m; tr++)
-                amp__gemm_store_block(K, acc + (size_t)tr * tiles_n * mr * nr, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb,
-                                      ic + tr * mr, jc, alpha, beta, C, ct, crs, ccs, o);
+                amp__gemm_store_block(K, acc + (size_t)tr * tiles_n * mr * nr, mcb - tr * mr < mr ? mcb - tr * mr : mr,
+                                      ncb, ic + tr * mr, jc, alpha, beta, C, ct, crs, ccs, o);
           } else if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
             for (tc = 0; tc < tiles_n; tc++)
               for (tr = 0; tr < tiles_m; tr++)
@@ -6416,7 +6632,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
             for (tr = 0; tr < tiles_m; tr++) {
               float *row = acc + (size_t)tr * tiles_n * mr * nr;
               for (tc = 0; tc < tiles_n; tc++)
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0, NULL);
+                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr,
+                         pc > 0, NULL);
               amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
                                     C, ct, crs, ccs, o);
             }
@@ -6455,9 +6672,9 @@ static const char *amp__trans_name(amp_trans t) { return t == AMP_NO_TRANS ? "AM
    (col-major) of `len` elements each, `ld` apart. */
 static size_t amp__gemm_span(int lines, int len, int ld) { return (size_t)(lines - 1) * (size_t)ld + (size_t)len; }
 
-AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
-                              const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
-                              float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
+AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
+                              float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
+                              int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
   static const amp_gemm_opts none = {NULL, AMP_F32, AMP_ACT_NONE, AMP_GEMM_AUTO, 0};
   const amp_gemm_opts *o = opts ? opts : &none;
   int row = layout == AMP_ROW_MAJOR;
@@ -6471,8 +6688,10 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (!d) return amp__fail(AMP_ERR_ARG, "amp_gemm: d is NULL (use amp_cpu())");
   if (layout != AMP_ROW_MAJOR && layout != AMP_COL_MAJOR)
     return amp__fail(AMP_ERR_ARG, "amp_gemm: layout %d is not AMP_ROW_MAJOR or AMP_COL_MAJOR", (int)layout);
-  if (ta != AMP_NO_TRANS && ta != AMP_TRANS) return amp__fail(AMP_ERR_ARG, "amp_gemm: ta %d is not AMP_NO_TRANS or AMP_TRANS", (int)ta);
-  if (tb != AMP_NO_TRANS && tb != AMP_TRANS) return amp__fail(AMP_ERR_ARG, "amp_gemm: tb %d is not AMP_NO_TRANS or AMP_TRANS", (int)tb);
+  if (ta != AMP_NO_TRANS && ta != AMP_TRANS)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: ta %d is not AMP_NO_TRANS or AMP_TRANS", (int)ta);
+  if (tb != AMP_NO_TRANS && tb != AMP_TRANS)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm: tb %d is not AMP_NO_TRANS or AMP_TRANS", (int)tb);
   if (m < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: m %d must be >= 0", m);
   if (n < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: n %d must be >= 0", n);
   if (k < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: k %d must be >= 0", k);
@@ -6484,10 +6703,12 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (!amp_dtype_size(c_type)) return amp__dtype_check("amp_gemm", "c_type", c_type);
   if (lda < (min_lda > 1 ? min_lda : 1))
     return amp__fail(AMP_ERR_ARG, "amp_gemm: lda %d is less than %d, the length of a %s of A (%s, %s)", lda,
-                     min_lda > 1 ? min_lda : 1, row ? "row" : "column", row ? "row-major" : "col-major", amp__trans_name(ta));
+                     min_lda > 1 ? min_lda : 1, row ? "row" : "column", row ? "row-major" : "col-major",
+                     amp__trans_name(ta));
   if (ldb < (min_ldb > 1 ? min_ldb : 1))
     return amp__fail(AMP_ERR_ARG, "amp_gemm: ldb %d is less than %d, the length of a %s of B (%s, %s)", ldb,
-                     min_ldb > 1 ? min_ldb : 1, row ? "row" : "column", row ? "row-major" : "col-major", amp__trans_name(tb));
+                     min_ldb > 1 ? min_ldb : 1, row ? "row" : "column", row ? "row-major" : "col-major",
+                     amp__trans_name(tb));
   if (ldc < (min_ldc > 1 ? min_ldc : 1))
     return amp__fail(AMP_ERR_ARG, "amp_gemm: ldc %d is less than %d, the length of a %s of C (%s)", ldc,
                      min_ldc > 1 ? min_ldc : 1, row ? "row" : "column", row ? "row-major" : "col-major");
@@ -6497,25 +6718,36 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (o->bias && !amp_dtype_size(o->bias_type))
     return amp__dtype_check("amp_gemm_ex", "opts->bias_type", o->bias_type);
   if (o->act != AMP_ACT_NONE && o->act != AMP_ACT_RELU && o->act != AMP_ACT_GELU)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU", (int)o->act);
-  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE && o->algo != AMP_GEMM_REFERENCE)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE", (int)o->algo);
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU",
+                     (int)o->act);
+  if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE &&
+      o->algo != AMP_GEMM_REFERENCE)
+    return amp__fail(
+        AMP_ERR_ARG,
+        "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE",
+        (int)o->algo);
   if (o->algo == AMP_GEMM_REFERENCE && amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_REFERENCE runs on the CPU, and d is a CUDA device");
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
                      o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
   if (o->algo == AMP_GEMM_WMMA && a_type == AMP_F32)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
+    return amp__fail(AMP_ERR_ARG,
+                     "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
   if (m == 0 || n == 0) return AMP_OK;
   {   /* C must not overlap what the product reads (compared as spans from first to last element) */
     size_t cb = amp__gemm_span(row ? m : n, row ? n : m, ldc) * amp_dtype_size(c_type);
-    if (k > 0 && amp__overlap(C, cb, A, amp__gemm_span(row ? a_rows : a_cols, row ? a_cols : a_rows, lda) * amp_dtype_size(a_type)))
+    if (k > 0 &&
+        amp__overlap(C, cb, A,
+                     amp__gemm_span(row ? a_rows : a_cols, row ? a_cols : a_rows, lda) * amp_dtype_size(a_type)))
       return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps A %p", C, m, n, ldc, A);
-    if (k > 0 && amp__overlap(C, cb, B, amp__gemm_span(row ? b_rows : b_cols, row ? b_cols : b_rows, ldb) * amp_dtype_size(b_type)))
+    if (k > 0 &&
+        amp__overlap(C, cb, B,
+                     amp__gemm_span(row ? b_rows : b_cols, row ? b_cols : b_rows, ldb) * amp_dtype_size(b_type)))
       return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps B %p", C, m, n, ldc, B);
     if (o->bias && amp__overlap(C, cb, o->bias, (size_t)n * amp_dtype_size(o->bias_type)))
-      return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: C %p (%d x %d, ldc %d) overlaps opts->bias %p", C, m, n, ldc, o->bias);
+      return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: C %p (%d x %d, ldc %d) overlaps opts->bias %p", C, m, n, ldc,
+                       o->bias);
   }
   /* a device failure names amp_gemm, as every other public call's does */
   st = amp__be(d)->gemm(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
@@ -6523,9 +6755,9 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   return amp__op_fail("amp_gemm", st, msg);
 }
 
-AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
-                           const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
-                           float beta, void *C, amp_dtype c_type, int ldc) {
+AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
+                           float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
+                           int ldb, float beta, void *C, amp_dtype c_type, int ldc) {
   return amp_gemm_ex(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, NULL);
 }
 
@@ -6586,13 +6818,18 @@ static amp_status amp__cuda_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, 
    remainders), or host floats written into them (NONE: rounded stochastically with key), through
    host copies and the CPU's own element functions (amp__o_master_load / _store): checkpoints and
    the start of a seeded split master, nothing per step. rem is the device remainders (NULL: NONE). */
-static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem, float *host, int to_device, uint64_t key,
-                                      char *m, size_t cap) {
+static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem, float *host, int to_device,
+                                      uint64_t key, char *m, size_t cap) {
   size_t n = o->t[i].n, i0;
   amp_bf16 *hw = (amp_bf16 *)AMP_MALLOC(n * sizeof *hw);
   uint16_t *hr = rem ? (uint16_t *)AMP_MALLOC(n * sizeof *hr) : NULL;
   amp_status st = AMP_OK;
-  if (!hw || (rem && !hr)) { AMP_FREE(hw); AMP_FREE(hr); snprintf(m, cap, "out of memory for %zu elements", n); return AMP_ERR_NOMEM; }
+  if (!hw || (rem && !hr)) {
+    AMP_FREE(hw);
+    AMP_FREE(hr);
+    snprintf(m, cap, "out of memory for %zu elements", n);
+    return AMP_ERR_NOMEM;
+  }
   if (!to_device) {
     st = amp__cu_copy(o->dev->cuda, hw, o->t[i].w, n * sizeof *hw, 1, m, cap);
     if (st == AMP_OK && rem) st = amp__cu_copy(o->dev->cuda, hr, rem, n * sizeof *hr, 1, m, cap);
@@ -6703,13 +6940,15 @@ static amp_status amp__cuda_optim_set_step(amp_optimizer *o, long step, char *m,
   o->io_step = step;   /* the key of a NONE tensor's rounding at a load (optim_tensor_io) */
   return amp__cu_optim_set_step(o->dev->cuda, o->cu, (int64_t)step, m, cap);
 }
-static amp_status amp__cuda_optim_set_spike(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *m, size_t cap) {
+static amp_status amp__cuda_optim_set_spike(amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *m,
+                                            size_t cap) {
   return amp__cu_optim_set_spike(o->dev->cuda, o->cu, (int64_t)spike_skips, w, m, cap);
 }
 static amp_status amp__cuda_optim_tensor_io(amp_optimizer *o, size_t i, int which, float *host, int to_device,
                                             char *m, size_t cap) {
   if (which == 0 && o->t[i].master_mode != AMP_MASTER_F32)   /* no fp32 array: decoded / written on the host */
-    return amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), host, to_device, amp__o_sr_key(o, i, o->io_step), m, cap);
+    return amp__cuda_lowmem_io(o, i, amp__cu_optim_rem(o->cu, i), host, to_device, amp__o_sr_key(o, i, o->io_step), m,
+                               cap);
   return amp__cu_optim_state_io(o->dev->cuda, o->cu, i, which, host, to_device, m, cap);
 }
 static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, long step, char *m, size_t cap) {

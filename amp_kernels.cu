@@ -48,8 +48,12 @@ static const char *amp__cublas_status_name(cublasStatus_t s) {
   }
 }
 // AMP__LT_CHECK(call): the same for cuBLAS / cuBLASLt calls.
-#define AMP__LT_CHECK(call) do { cublasStatus_t s_ = (call); \
-    if (s_ != CUBLAS_STATUS_SUCCESS) return amp__cu_fail(msg, cap, #call, amp__cublas_status_name(s_), __FILE__, __LINE__); } while (0)
+#define AMP__LT_CHECK(call) \
+  do { \
+    cublasStatus_t s_ = (call); \
+    if (s_ != CUBLAS_STATUS_SUCCESS) \
+      return amp__cu_fail(msg, cap, #call, amp__cublas_status_name(s_), __FILE__, __LINE__); \
+  } while (0)
 
 // ------------------------------------------------------------------------------------------------
 // Devices
@@ -85,7 +89,8 @@ static const amp__cu_driver &amp__cu_drv(void) {
     void *g = NULL, *s = NULL;
     cudaDriverEntryPointQueryResult qg = cudaDriverEntryPointSymbolNotFound, qs = cudaDriverEntryPointSymbolNotFound;
     r.err = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &g, 4000, cudaEnableDefault, &qg);
-    if (r.err == cudaSuccess) r.err = cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &s, 4000, cudaEnableDefault, &qs);
+    if (r.err == cudaSuccess)
+      r.err = cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &s, 4000, cudaEnableDefault, &qs);
     if (r.err == cudaSuccess && (qg != cudaDriverEntryPointSuccess || qs != cudaDriverEntryPointSuccess || !g || !s))
       r.err = cudaErrorSymbolNotFound;
     if (r.err == cudaSuccess) { r.get = (amp__cu_ctx_get_fn)g; r.set = (amp__cu_ctx_set_fn)s; }
@@ -115,13 +120,18 @@ struct amp__cu_scope {
 };
 static amp_status amp__cu_scope_fail(char *msg, size_t cap, int r, const char *file, int line) {
   char why[128];
-  if (r < 0) snprintf(why, sizeof why, "cuCtxGetCurrent/cuCtxSetCurrent not found (%s)", cudaGetErrorName(amp__cu_drv().err));
+  if (r < 0)
+    snprintf(why, sizeof why, "cuCtxGetCurrent/cuCtxSetCurrent not found (%s)", cudaGetErrorName(amp__cu_drv().err));
   else snprintf(why, sizeof why, "CUresult %d", r);
   return amp__cu_fail(msg, cap, "cuCtxSetCurrent(the device's context)", why, file, line);
 }
 // AMP__CU_ON(st): the rest of the calling function runs on st's device (msg/cap in scope).
-#define AMP__CU_ON(st) amp__cu_scope on_device_; \
-  do { int r_ = on_device_.enter((st)->ctx); if (r_) return amp__cu_scope_fail(msg, cap, r_, __FILE__, __LINE__); } while (0)
+#define AMP__CU_ON(st) \
+  amp__cu_scope on_device_; \
+  do { \
+    int r_ = on_device_.enter((st)->ctx); \
+    if (r_) return amp__cu_scope_fail(msg, cap, r_, __FILE__, __LINE__); \
+  } while (0)
 // The same for functions that cannot report a failure (destroy, close, free).
 #define AMP__CU_ON_VOID(st) amp__cu_scope on_device_; (void)on_device_.enter((st)->ctx)
 
@@ -138,16 +148,19 @@ extern "C" amp_status amp__cu_count_status(int err, int count, int driver_versio
   if (e == cudaSuccess || e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && driver_version == 0)) {
     if (msg && cap)
       snprintf(msg, cap, "amp_cuda_open(ordinal %d): no CUDA device is present (cudaGetDeviceCount: %s%s)", ordinal,
-               e == cudaSuccess ? "0 devices" : cudaGetErrorName(e), e == cudaErrorInsufficientDriver ? ", no CUDA driver installed" : "");
+               e == cudaSuccess ? "0 devices" : cudaGetErrorName(e),
+               e == cudaErrorInsufficientDriver ? ", no CUDA driver installed" : "");
     return AMP_ERR_UNSUPPORTED;
   }
   if (msg && cap) {
     if (e == cudaErrorInsufficientDriver)
-      snprintf(msg, cap, "amp_cuda_open(ordinal %d): cudaGetDeviceCount failed: %s: the CUDA driver (version %d) is older "
-               "than the runtime amp_kernels.cu was built with (version %d); update the driver", ordinal,
-               cudaGetErrorName(e), driver_version, runtime_version);
-    else snprintf(msg, cap, "amp_cuda_open(ordinal %d): cudaGetDeviceCount failed: %s (%s)", ordinal, cudaGetErrorName(e),
-                  cudaGetErrorString(e));
+      snprintf(msg, cap,
+               "amp_cuda_open(ordinal %d): cudaGetDeviceCount failed: %s: the CUDA driver (version %d) is older "
+               "than the runtime amp_kernels.cu was built with (version %d); update the driver",
+               ordinal, cudaGetErrorName(e), driver_version, runtime_version);
+    else
+      snprintf(msg, cap, "amp_cuda_open(ordinal %d): cudaGetDeviceCount failed: %s (%s)", ordinal, cudaGetErrorName(e),
+               cudaGetErrorString(e));
   }
   return AMP_ERR_DEVICE;
 }
@@ -167,7 +180,8 @@ extern "C" amp_status amp__cu_open(int ordinal, void *stream, void **state, char
   AMP__CU_CHECK(cudaSetDevice(ordinal));   // creates the primary context and makes it current
   CUcontext ctx = NULL;
   CUresult cr = amp__cu_drv().get(&ctx);
-  if (cr != CUDA_SUCCESS || !ctx) return amp__cu_scope_fail(msg, cap, cr != CUDA_SUCCESS ? (int)cr : -1, __FILE__, __LINE__);
+  if (cr != CUDA_SUCCESS || !ctx)
+    return amp__cu_scope_fail(msg, cap, cr != CUDA_SUCCESS ? (int)cr : -1, __FILE__, __LINE__);
   cudaDeviceProp prop;
   AMP__CU_CHECK(cudaGetDeviceProperties(&prop, ordinal));
   amp__cu_state *st = new (std::nothrow) amp__cu_state();
@@ -397,7 +411,8 @@ template <int DT> __device__ __forceinline__ float amp__cu_ld_grad(const void *b
 
 // GRAD: decode as amp__cu_ld_grad (the grads of the unscale and the step); else as amp__load.
 // N 1: one element, a plain access.
-template <int DT, int N, bool GRAD = false> __device__ __forceinline__ void amp__cu_ldv(const void *base, long long i, float *x) {
+template <int DT, int N, bool GRAD = false>
+__device__ __forceinline__ void amp__cu_ldv(const void *base, long long i, float *x) {
   typedef typename amp__cu_elem<DT>::T T;
   if constexpr (N == 1) {
     x[0] = GRAD ? amp__cu_ld_grad<DT>(base, i) : amp__load(base, (amp_dtype)DT, (size_t)i);
@@ -527,8 +542,8 @@ template <int DT, bool STATS> struct amp__cu_unscale_op {
 };
 // One chunk of grads of type DT: 8 halves or 4 floats (16 bytes) per access where aligned.
 template <int DT, bool STATS>
-__device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv, double &ss, int &bad,
-                                                      amp__gstat &a) {
+__device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len, int vec, float inv, double &ss,
+                                                      int &bad, amp__gstat &a) {
   amp__cu_unscale_op<DT, STATS> op = {grad, inv, ss, bad, a};
   amp__cu_walk<16 / (int)sizeof(typename amp__cu_elem<DT>::T)>(op, len, vec);
   ss = op.ss; bad = op.bad; a = op.a;
@@ -536,7 +551,8 @@ __device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len,
 
 // The decision from {found_inf, sum of squares}: shared by the one-rank path (the last unscale block)
 // and the data-parallel finish kernel, so one rank with an identity all-reduce gives the same bits.
-__device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int found, double s) {
+__device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int found,
+                                                       double s) {
   const float inv = sc ? sc->inv_scale : 1.0f;
   float norm = (float)sqrt(s);
   float clip = amp__clip_coef(norm, o->h.max_grad_norm);
@@ -680,8 +696,9 @@ __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long l
   amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key};
   amp__cu_walk<4>(op, len, t.vec);
 }
-template <int KIND, int GD> __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len,
-                                                                                float mul, const amp_step_coefs &c, uint64_t key) {
+template <int KIND, int GD>
+__device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len, float mul,
+                                                     const amp_step_coefs &c, uint64_t key) {
   amp__cu_dtype_visit(t.dtype, [&](auto wd) { amp__cu_step_chunk<KIND, GD, wd.value>(t, start, len, mul, c, key); });
 }
 
@@ -718,7 +735,8 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     const amp_step_coefs c = s_c;
     const uint64_t key = s_key;
     const float mul = s_mul;
-    amp__cu_dtype_visit(t.gdtype, [&](auto gd) { amp__cu_step_chunk_w<KIND, gd.value>(t, ch.start, ch.len, mul, c, key); });
+    amp__cu_dtype_visit(t.gdtype,
+                        [&](auto gd) { amp__cu_step_chunk_w<KIND, gd.value>(t, ch.start, ch.len, mul, c, key); });
   }
   if (amp__cu_last_block(&o->done_step) && threadIdx.x == 0) {
     if (skip) o->skipped += 1;
@@ -786,7 +804,8 @@ amp__cu_cast_kernel(void *dst, const void *src, long long n, const float *mul, i
   }
 }
 
-static void amp__cu_cast_launch(amp__cu_state *st, void *dst, int dd, const void *src, int sd, size_t n, const float *mul) {
+static void amp__cu_cast_launch(amp__cu_state *st, void *dst, int dd, const void *src, int sd, size_t n,
+                                const float *mul) {
   const long long v = amp__cu_cast_width(sd, dd);
   long long need = ((long long)n + v * AMP__CU_THREADS - 1) / (v * AMP__CU_THREADS);
   long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;   // enough in flight to fill HBM
@@ -803,8 +822,10 @@ extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, con
                                    size_t n, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_cast: state is NULL");
-  if (!amp__cu_dtype_ok(dst_type)) return amp__cu_arg(msg, cap, "amp__cu_cast: dst_type %d is not a dtype", (int)dst_type);
-  if (!amp__cu_dtype_ok(src_type)) return amp__cu_arg(msg, cap, "amp__cu_cast: src_type %d is not a dtype", (int)src_type);
+  if (!amp__cu_dtype_ok(dst_type))
+    return amp__cu_arg(msg, cap, "amp__cu_cast: dst_type %d is not a dtype", (int)dst_type);
+  if (!amp__cu_dtype_ok(src_type))
+    return amp__cu_arg(msg, cap, "amp__cu_cast: src_type %d is not a dtype", (int)src_type);
   if (n == 0) return AMP_OK;
   if (!dst || !src) return amp__cu_arg(msg, cap, "amp__cu_cast: %s is NULL with n = %zu", dst ? "src" : "dst", n);
   AMP__CU_ON(st);
@@ -832,17 +853,20 @@ extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype,
                                           uint64_t key, const float *master, size_t n, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_write_model: state is NULL");
-  if (!amp__cu_dtype_ok(dtype)) return amp__cu_arg(msg, cap, "amp__cu_write_model: dtype %d is not a dtype", (int)dtype);
-  if (!amp__cu_dtype_ok(round_to)) return amp__cu_arg(msg, cap, "amp__cu_write_model: round_to %d is not a dtype", (int)round_to);
+  if (!amp__cu_dtype_ok(dtype))
+    return amp__cu_arg(msg, cap, "amp__cu_write_model: dtype %d is not a dtype", (int)dtype);
+  if (!amp__cu_dtype_ok(round_to))
+    return amp__cu_arg(msg, cap, "amp__cu_write_model: round_to %d is not a dtype", (int)round_to);
   if (n == 0) return AMP_OK;
-  if (!dst || !master) return amp__cu_arg(msg, cap, "amp__cu_write_model: %s is NULL with n = %zu", dst ? "master" : "dst", n);
+  if (!dst || !master)
+    return amp__cu_arg(msg, cap, "amp__cu_write_model: %s is NULL with n = %zu", dst ? "master" : "dst", n);
   if (stochastic && dtype != AMP_BF16)
     return amp__cu_arg(msg, cap, "amp__cu_write_model: stochastic with dtype %d (bf16 only)", (int)dtype);
   if (!amp__round_to_set((amp_dtype)round_to) && !stochastic)   // the vector cast
     return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);
   AMP__CU_ON(st);
-  amp__cu_write_model_kernel<<<amp__cu_grid(st, n), AMP__CU_THREADS, 0, st->stream>>>(dst, dtype, round_to, stochastic != 0,
-                                                                                      key, master, (long long)n);
+  amp__cu_write_model_kernel<<<amp__cu_grid(st, n), AMP__CU_THREADS, 0, st->stream>>>(
+      dst, dtype, round_to, stochastic != 0, key, master, (long long)n);
   AMP__CU_CHECK_LAUNCH("amp__cu_write_model_kernel<<<>>>");
   return AMP_OK;
 }
@@ -854,7 +878,8 @@ extern "C" amp_status amp__cu_scaler_create(void *state, void **scaler, const am
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_scaler_dev h, *d = NULL;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_scaler_create: state is NULL");
-  if (!scaler || !s0 || !pr) return amp__cu_arg(msg, cap, "amp__cu_scaler_create: %s is NULL", !scaler ? "scaler" : !s0 ? "st" : "pr");
+  if (!scaler || !s0 || !pr)
+    return amp__cu_arg(msg, cap, "amp__cu_scaler_create: %s is NULL", !scaler ? "scaler" : !s0 ? "st" : "pr");
   if (!(s0->scale > 0.0f) || !amp__finite(s0->scale))
     return amp__cu_arg(msg, cap, "amp__cu_scaler_create: scale %g must be positive and finite", (double)s0->scale);
   memset(&h, 0, sizeof h);
@@ -863,7 +888,10 @@ extern "C" amp_status amp__cu_scaler_create(void *state, void **scaler, const am
   AMP__CU_CHECK(cudaMalloc(&d, sizeof *d));
   cudaError_t e = cudaMemcpyAsync(d, &h, sizeof h, cudaMemcpyHostToDevice, st->stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);   // h lives on this stack
-  if (e != cudaSuccess) { cudaFree(d); return amp__cu_fail(msg, cap, "cudaMemcpyAsync(scaler block)", cudaGetErrorName(e), __FILE__, __LINE__); }
+  if (e != cudaSuccess) {
+    cudaFree(d);
+    return amp__cu_fail(msg, cap, "cudaMemcpyAsync(scaler block)", cudaGetErrorName(e), __FILE__, __LINE__);
+  }
   *scaler = d;
   return AMP_OK;
 }
@@ -876,14 +904,20 @@ extern "C" void amp__cu_scaler_destroy(void *state, void *scaler) {
   cudaFree(scaler);
 }
 
-extern "C" amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_scale_state *s, const amp_scale_params *pr,
-                                          float inv_scale, int last_skipped, int64_t skipped, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_scaler_load(void *state, void *scaler, const amp_scale_state *s,
+                                          const amp_scale_params *pr, float inv_scale, int last_skipped,
+                                          int64_t skipped, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_scaler_dev v;
   if (!st || !scaler || !s || !pr)
-    return amp__cu_arg(msg, cap, "amp__cu_scaler_load: %s is NULL", !st ? "state" : !scaler ? "scaler" : !s ? "st" : "pr");
+    return amp__cu_arg(msg, cap, "amp__cu_scaler_load: %s is NULL",
+                       !st       ? "state"
+                       : !scaler ? "scaler"
+                       : !s      ? "st"
+                                 : "pr");
   if (!(s->scale > 0.0f) || !amp__finite(s->scale) || !(inv_scale > 0.0f) || !amp__finite(inv_scale))
-    return amp__cu_arg(msg, cap, "amp__cu_scaler_load: scale %g / inv_scale %g must be positive and finite", (double)s->scale, (double)inv_scale);
+    return amp__cu_arg(msg, cap, "amp__cu_scaler_load: scale %g / inv_scale %g must be positive and finite",
+                       (double)s->scale, (double)inv_scale);
   AMP__CU_ON(st);
   memset(&v, 0, sizeof v);
   v.st = *s; v.pr = *pr; v.inv_scale = inv_scale; v.found_inf = 0;
@@ -902,7 +936,12 @@ extern "C" amp_status amp__cu_scaler_read(void *state, const void *scaler, amp_s
   AMP__CU_CHECK(cudaMemcpyAsync(&h, scaler, sizeof h, cudaMemcpyDeviceToHost, st->stream));
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   if (s) *s = h.st;
-  if (info) { info->inv_scale = h.inv_scale; info->found_inf = h.found_inf; info->last_skipped = h.last_skipped; info->skipped = h.skipped; }
+  if (info) {
+    info->inv_scale = h.inv_scale;
+    info->found_inf = h.found_inf;
+    info->last_skipped = h.last_skipped;
+    info->skipped = h.skipped;
+  }
   return AMP_OK;
 }
 
@@ -913,7 +952,8 @@ extern "C" float *amp__cu_scaler_scale_ptr(void *scaler) {
 extern "C" amp_status amp__cu_scaler_update(void *state, void *scaler, int found_inf, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st || !scaler) return amp__cu_arg(msg, cap, "amp__cu_scaler_update: %s is NULL", !st ? "state" : "scaler");
-  if (found_inf < -1 || found_inf > 1) return amp__cu_arg(msg, cap, "amp__cu_scaler_update: found_inf %d must be -1, 0 or 1", found_inf);
+  if (found_inf < -1 || found_inf > 1)
+    return amp__cu_arg(msg, cap, "amp__cu_scaler_update: found_inf %d must be -1, 0 or 1", found_inf);
   AMP__CU_ON(st);
   amp__cu_scale_rule_kernel<<<1, 1, 0, st->stream>>>((amp__cu_scaler_dev *)scaler, found_inf);
   AMP__CU_CHECK_LAUNCH("amp__cu_scale_rule_kernel<<<1, 1>>>");
@@ -924,7 +964,8 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
                                            char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st || !scaler) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: %s is NULL", !st ? "state" : "scaler");
-  if (!amp__cu_dtype_ok(dtype)) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: dtype %d is not a dtype", (int)dtype);
+  if (!amp__cu_dtype_ok(dtype))
+    return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: dtype %d is not a dtype", (int)dtype);
   if (n == 0) return AMP_OK;
   if (!buf) return amp__cu_arg(msg, cap, "amp__cu_scale_buffer: buf is NULL with n = %zu", n);
   AMP__CU_ON(st);
@@ -944,7 +985,12 @@ amp__cu_split_kernel(amp_bf16 *model, uint16_t *rem, const float *master, long l
 
 static void amp__cu_optim_release(amp__cu_optim *o) {
   if (!o) return;
-  cudaFree(o->dev); cudaFree(o->tensors); cudaFree(o->chunks); cudaFree(o->partials); cudaFree(o->reduce); cudaFree(o->slab);
+  cudaFree(o->dev);
+  cudaFree(o->tensors);
+  cudaFree(o->chunks);
+  cudaFree(o->partials);
+  cudaFree(o->reduce);
+  cudaFree(o->slab);
   cudaFree(o->stats); cudaFree(o->rem);
   free(o->offset); free(o->n); free(o->moffset); free(o->roffset); free(o);
 }
@@ -965,7 +1011,8 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     AMP__CU_CHECK(cudaMemsetAsync(o->stats, 0, o->n_tensors * sizeof *o->stats, st->stream));
   }
   const size_t slab_floats = o->mtotal + (size_t)(slots - 1) * o->total;
-  if (slab_floats) AMP__CU_CHECK(cudaMalloc(&o->slab, slab_floats * sizeof(float)));   // none: AMP_MASTER_NONE + plain SGD
+  if (slab_floats)
+    AMP__CU_CHECK(cudaMalloc(&o->slab, slab_floats * sizeof(float))); // none: AMP_MASTER_NONE + plain SGD
   if (o->rtotal) {
     AMP__CU_CHECK(cudaMalloc(&o->rem, o->rtotal * sizeof *o->rem));
     AMP__CU_CHECK(cudaMemsetAsync(o->rem, 0, o->rtotal * sizeof *o->rem, st->stream));   // the bf16 copy is exact
@@ -996,7 +1043,8 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   AMP__CU_CHECK(cudaMemsetAsync(o->reduce, 0, 2 * sizeof(double), st->stream));
   AMP__CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
   AMP__CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
-  if (slots > 1) AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
+  if (slots > 1)
+    AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
   for (size_t i = 0; i < o->n_tensors; i++) {   // each master taken once: as given, else the model copy (exact)
     if (ht[i].master && ts[i].master) {
       AMP__CU_CHECK(cudaMemcpyAsync(ht[i].master, ts[i].master, ts[i].n * sizeof(float), cudaMemcpyDeviceToDevice,
@@ -1019,8 +1067,10 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
                                            char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   size_t chunks = 0;
-  if (!optim || !ts || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %s is NULL", !optim ? "optim" : !ts ? "tensors" : "h");
-  if (n_tensors == 0 || n_tensors > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: n_tensors %zu must be in 1..2^31-1", n_tensors);
+  if (!optim || !ts || !h)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_create: %s is NULL", !optim ? "optim" : !ts ? "tensors" : "h");
+  if (n_tensors == 0 || n_tensors > 0x7fffffff)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_create: n_tensors %zu must be in 1..2^31-1", n_tensors);
   if (!amp__kind_on_device(h->kind))   // not in amp.h's kind list, or its update is a host function (AMP_CUSTOM)
     return amp__cu_arg(msg, cap, "amp__cu_optim_create: kind %d (%s) has no device update", (int)h->kind,
                        amp__kind_name(h->kind) ? amp__kind_name(h->kind) : "not an optimizer kind");
@@ -1072,11 +1122,15 @@ extern "C" void amp__cu_optim_destroy(void *state, void *optim) {
   amp__cu_optim_release((amp__cu_optim *)optim);
 }
 
-extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg,
+                                                size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
-  if (!st || !o || !h) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %s is NULL", !st ? "state" : !o ? "optim" : "h");
-  if (h->kind != o->kind) return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: kind %d differs from the optimizer's %d", (int)h->kind, o->kind);
+  if (!st || !o || !h)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %s is NULL", !st ? "state" : !o ? "optim" : "h");
+  if (h->kind != o->kind)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: kind %d differs from the optimizer's %d", (int)h->kind,
+                       o->kind);
   if (amp__o_moments(h) > o->has_m + o->has_v)
     return amp__cu_arg(msg, cap, "amp__cu_optim_set_hparams: %d moment buffers needed (momentum %g) but the optimizer "
                        "was made with %d", amp__o_moments(h), (double)h->momentum, o->has_m + o->has_v);
@@ -1090,7 +1144,8 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
     AMP__CU_CHECK(cudaStreamIsCapturing(st->stream, &cs));
     if (cs != cudaStreamCaptureStatusNone) {
       if (msg && cap)
-        snprintf(msg, cap, "the device's stream is capturing a CUDA graph; a captured lr would be replayed unchanged by "
+        snprintf(msg, cap,
+                 "the device's stream is capturing a CUDA graph; a captured lr would be replayed unchanged by "
                  "every launch: set it before each launch of the graph instead (the step reads it when it runs)");
       return AMP_ERR_STATE;
     }
@@ -1118,16 +1173,18 @@ extern "C" amp_status amp__cu_optim_unscale(void *state, void *optim, void *scal
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale: %s is NULL", !st ? "state" : "optim");
   AMP__CU_ON(st);
   if (o->stats) AMP__CU_CHECK(cudaMemsetAsync(o->stats, 0, o->n_tensors * sizeof *o->stats, st->stream));
-  amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
-                                                                          o->tensors, o->chunks, o->partials, NULL, o->stats);
+  amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(
+      o->dev, (amp__cu_scaler_dev *)scaler, o->tensors, o->chunks, o->partials, NULL, o->stats);
   AMP__CU_CHECK_LAUNCH("amp__cu_unscale_kernel<<<>>>");
   return AMP_OK;
 }
 
-extern "C" amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg,
+                                                  size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
-  if (!st || !o || !buf) return amp__cu_arg(msg, cap, "amp__cu_optim_unscale_local: %s is NULL", !st ? "state" : !o ? "optim" : "buf");
+  if (!st || !o || !buf)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_unscale_local: %s is NULL", !st ? "state" : !o ? "optim" : "buf");
   AMP__CU_ON(st);
   if (o->stats) AMP__CU_CHECK(cudaMemsetAsync(o->stats, 0, o->n_tensors * sizeof *o->stats, st->stream));
   amp__cu_unscale_kernel<<<o->n_chunks, AMP__CU_THREADS, 0, st->stream>>>(o->dev, (amp__cu_scaler_dev *)scaler,
@@ -1148,17 +1205,20 @@ extern "C" amp_status amp__cu_optim_unscale_finish(void *state, void *optim, voi
   return AMP_OK;
 }
 
-extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg,
+                                         size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
   if (!st || !o) return amp__cu_arg(msg, cap, "amp__cu_optim_step: %s is NULL", !st ? "state" : "optim");
-  if (update_scaler && !scaler) return amp__cu_arg(msg, cap, "amp__cu_optim_step: update_scaler %d with scaler NULL", update_scaler);
+  if (update_scaler && !scaler)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_step: update_scaler %d with scaler NULL", update_scaler);
   AMP__CU_ON(st);
   amp__cu_scaler_dev *sc = (amp__cu_scaler_dev *)scaler;
   int rule = update_scaler != 0, launched = 0;
 #define AMP__CU_STEP_CASE(K, NAME, NM, LR, B1, B2, COEFS, ELEM, DEV) \
-  case K: launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks); \
-          break;
+  case K: \
+    launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks); \
+    break;
   switch ((amp_optim_kind)o->kind) { AMP__OPTIM_KINDS(AMP__CU_STEP_CASE) default: break; }
 #undef AMP__CU_STEP_CASE
   if (!launched) return amp__cu_arg(msg, cap, "amp__cu_optim_step: kind %d has no step kernel", o->kind);
@@ -1166,11 +1226,13 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   return AMP_OK;
 }
 
-extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg,
+                                         size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   const amp__cu_optim *o = (const amp__cu_optim *)optim;
   amp__cu_optim_dev hb;
-  if (!st || !o || !info) return amp__cu_arg(msg, cap, "amp__cu_optim_read: %s is NULL", !st ? "state" : !o ? "optim" : "info");
+  if (!st || !o || !info)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_read: %s is NULL", !st ? "state" : !o ? "optim" : "info");
   AMP__CU_ON(st);
   AMP__CU_CHECK(cudaMemcpyAsync(&hb, o->dev, sizeof hb, cudaMemcpyDeviceToHost, st->stream));
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
@@ -1188,7 +1250,8 @@ extern "C" amp_status amp__cu_optim_stats_read(void *state, const void *optim, a
     return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: %s is NULL", !st ? "state" : !o ? "optim" : "tensors");
   if (!o->stats) return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: the optimizer was made with stats off");
   if (n_tensors != o->n_tensors)
-    return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: n_tensors %zu but the optimizer has %zu", n_tensors, o->n_tensors);
+    return amp__cu_arg(msg, cap, "amp__cu_optim_stats_read: n_tensors %zu but the optimizer has %zu", n_tensors,
+                       o->n_tensors);
   AMP__CU_ON(st);
   // one row per tensor: each device entry into its record's gstat
   AMP__CU_CHECK(cudaMemcpy2DAsync(&ts[0].gstat, sizeof *ts, o->stats, sizeof *o->stats, sizeof *o->stats, n_tensors,
@@ -1201,11 +1264,14 @@ extern "C" amp_status amp__cu_optim_state_io(void *state, void *optim, size_t in
                                              int to_device, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
-  if (!st || !o || !host) return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: %s is NULL", !st ? "state" : !o ? "optim" : "host");
-  if (index >= o->n_tensors) return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: index %zu but %zu tensors", index, o->n_tensors);
+  if (!st || !o || !host)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: %s is NULL", !st ? "state" : !o ? "optim" : "host");
+  if (index >= o->n_tensors)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: index %zu but %zu tensors", index, o->n_tensors);
   if (which < 0 || which > 2 || (which == 1 && !o->has_m) || (which == 2 && !o->has_v) ||
       (which == 0 && o->moffset[index] == SIZE_MAX))
-    return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: which %d is not kept by this optimizer for tensor %zu", which, index);
+    return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: which %d is not kept by this optimizer for tensor %zu", which,
+                       index);
   AMP__CU_ON(st);
   float *d = which == 0 ? o->slab + o->moffset[index]
                         : o->slab + o->mtotal + (size_t)(which == 1 ? 0 : o->has_m) * o->total + o->offset[index];
@@ -1231,10 +1297,13 @@ extern "C" amp_status amp__cu_optim_set_spike(void *state, void *optim, int64_t 
                                               char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   amp__cu_optim *o = (amp__cu_optim *)optim;
-  if (!st || !o || !w) return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: %s is NULL", !st ? "state" : !o ? "optim" : "w");
-  if (spike_skips < 0) return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: spike_skips %lld must be >= 0", (long long)spike_skips);
+  if (!st || !o || !w)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: %s is NULL", !st ? "state" : !o ? "optim" : "w");
+  if (spike_skips < 0)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: spike_skips %lld must be >= 0", (long long)spike_skips);
   if (w->count < 0 || w->count > AMP__SPIKE_WINDOW || w->next < 0 || w->next >= AMP__SPIKE_WINDOW)
-    return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: window count %d / next %d out of range", (int)w->count, (int)w->next);
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_spike: window count %d / next %d out of range", (int)w->count,
+                       (int)w->next);
   AMP__CU_ON(st);
   amp__cu_set_spike_kernel<<<1, 1, 0, st->stream>>>(o->dev, (long long)spike_skips, *w);
   AMP__CU_CHECK_LAUNCH("amp__cu_set_spike_kernel<<<1, 1>>>");
@@ -1258,7 +1327,8 @@ extern "C" void amp__cu_free(void *state, void *p) {
   cudaStreamSynchronize(st->stream);
   cudaFree(p);
 }
-extern "C" amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap) {
+extern "C" amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg,
+                                   size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   static const cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_copy: state is NULL");
@@ -1289,7 +1359,10 @@ struct amp__cu_graph { cudaGraph_t g; cudaGraphExec_t e; };
 extern "C" amp_status amp__cu_capture_begin(void *state, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_capture_begin: state is NULL");
-  if (!st->stream) return amp__cu_arg(msg, cap, "amp__cu_capture_begin: the device uses the legacy default stream, which cannot be captured; open it with a stream of its own");
+  if (!st->stream)
+    return amp__cu_arg(msg, cap,
+                       "amp__cu_capture_begin: the device uses the legacy default stream, which cannot be captured; "
+                       "open it with a stream of its own");
   AMP__CU_ON(st);
   AMP__CU_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
   return AMP_OK;
@@ -1420,7 +1493,8 @@ __global__ void amp__k_gemm_simple(amp__gemm_prob p) {
   if (i >= p.m) return;
   for (int j = blockIdx.y; j < p.n; j += gridDim.y) {
     float acc = 0.0f;
-    for (int q = 0; q < p.k; q++) acc += amp__load(p.a, p.in, amp__ga(p, i, q)) * amp__load(p.b, p.in, amp__gb(p, q, j));
+    for (int q = 0; q < p.k; q++)
+      acc += amp__load(p.a, p.in, amp__ga(p, i, q)) * amp__load(p.b, p.in, amp__gb(p, q, j));
     size_t at = (size_t)j * p.ldc + i;
     float c = p.beta != 0.0f ? amp__load(p.c, p.out, at) : 0.0f;
     amp__gemm_put(p, i, j, amp__gemm_blend(acc, p.alpha, p.beta, c));
@@ -1480,8 +1554,8 @@ namespace wmma = nvcuda::wmma;
 // Copies an R x W tile whose W index is contiguous in global memory (element (r, c) at
 // g[r * ld + c], tile origin (r0, c0)) into shared memory s[r * sld + c], writing zeros outside
 // r < r_end, c < c_end. vec: g and ld allow 16-byte loads (8 halves at once), the fast path.
-static __device__ __forceinline__ void amp__wmma_copy_tile(uint16_t *s, int sld, int R, int W, const uint16_t *g, int ld,
-                                                           int r0, int c0, int r_end, int c_end, int vec) {
+static __device__ __forceinline__ void amp__wmma_copy_tile(uint16_t *s, int sld, int R, int W, const uint16_t *g,
+                                                           int ld, int r0, int c0, int r_end, int c_end, int vec) {
   const int per_row = W / 8;
   for (int v = threadIdx.x; v < R * per_row; v += blockDim.x) {
     int r = v / per_row, c = (v % per_row) * 8;     // consecutive threads read consecutive 16 bytes
@@ -1699,7 +1773,8 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
   cublasLtMatmulHeuristicResult_t res;
   int count = 0;
   memset(&res, 0, sizeof res);
-  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->lc, pl->lc, pref, 1, &res, &count);
+  cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->lc, pl->lc, pref, 1, &res, &count);
   // amp.h has checked the arguments, so a refusal here means cuBLASLt has no kernel for this
   // combination of types, epilogue and alignment (e.g. f32 inputs with an f16 output)
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) return AMP_OK;
@@ -1710,7 +1785,8 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
 
 // Builds the descriptors and picks the algorithm. On failure pl may hold some handles: the caller
 // destroys it.
-static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, const amp__gemm_prob &p, char *msg, size_t cap) {
+static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, const amp__gemm_prob &p, char *msg,
+                                       size_t cap) {
   const amp__gemm_key &k = pl->key;
   cublasComputeType_t ct = (p.in == AMP_F32 && k.tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   cudaDataType_t it = amp__cuda_type(p.in), ot = amp__cuda_type(p.out);
@@ -1727,18 +1803,26 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
   AMP__LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = st->workspace_size;
   uint32_t al[4] = {(uint32_t)k.align_a, (uint32_t)k.align_b, (uint32_t)k.align_c, (uint32_t)k.align_c};
-  cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4);
+  cublasStatus_t s =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4);
   // split-k may add its partial sums in the output type: for an f16/bf16 output that would be a
   // second, low-precision accumulation. Only f32 partials (COMPUTE_TYPE) keep fp32 accumulation.
-  uint32_t schemes = p.out == AMP_F32 ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, 4);
+  uint32_t schemes =
+      p.out == AMP_F32 ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, 4);
   if (s != CUBLAS_STATUS_SUCCESS) {
     cublasLtMatmulPreferenceDestroy(pref);
-    return amp__cu_fail(msg, cap, "cublasLtMatmulPreferenceSetAttribute", amp__cublas_status_name(s), __FILE__, __LINE__);
+    return amp__cu_fail(msg, cap, "cublasLtMatmulPreferenceSetAttribute", amp__cublas_status_name(s), __FILE__,
+                        __LINE__);
   }
   // the fused epilogue first (not for a bias cuBLASLt cannot add: one per column of D, or of
   // another type than D); then the bare product followed by our epilogue kernel; then, with no
@@ -1795,12 +1879,13 @@ static amp_status amp__gemm_plan_get(amp__cu_state *st, const amp__gemm_prob &p,
 }
 
 extern "C" amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
-                                   float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
-                                   int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts,
-                                   char *msg, size_t cap) {
+                                   float alpha, const void *A, amp_dtype a_type, int lda, const void *B,
+                                   amp_dtype b_type, int ldb, float beta, void *C, amp_dtype c_type, int ldc,
+                                   const amp_gemm_opts *opts, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   (void)b_type;   // == a_type, checked by amp.h
-  amp__gemm_prob p = amp__gemm_canon(layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, ldb, beta, C, c_type, ldc, opts);
+  amp__gemm_prob p =
+      amp__gemm_canon(layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, ldb, beta, C, c_type, ldc, opts);
   if (!st) { if (msg && cap) snprintf(msg, cap, "amp__cu_gemm: state is NULL"); return AMP_ERR_ARG; }
   AMP__CU_ON(st);
   if (k == 0 || alpha == 0.0f) return amp__gemm_launch_elementwise(st, p, 0, 0, msg, cap);   // C = beta C
@@ -1820,9 +1905,10 @@ extern "C" amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta,
     lt_bias = (pl->epi & CUBLASLT_EPILOGUE_BIAS) != 0;
     if (kind != AMP__PLAN_SIMPLE) {
       if (lt_bias)   // this call's bias (same alignment as the plan's)
-        AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
-      AMP__LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &p.alpha, p.a, pl->la, p.b, pl->lb, &p.beta, p.c, pl->lc, p.c, pl->lc,
-                              &pl->algo, st->workspace, st->workspace_size, st->stream));
+        AMP__LT_CHECK(
+            cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
+      AMP__LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &p.alpha, p.a, pl->la, p.b, pl->lb, &p.beta, p.c, pl->lc, p.c,
+                                   pl->lc, &pl->algo, st->workspace, st->workspace_size, st->stream));
     }
   }
   if (kind == AMP__PLAN_SIMPLE) return amp__gemm_launch_elementwise(st, p, 1, 0, msg, cap);
@@ -1876,15 +1962,19 @@ extern "C" amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, voi
   // A CPU scaler: host memory, which NCCL cannot read, goes through the device, and the host waits.
   double *dev = NULL;
   cudaError_t e = cudaMalloc((void **)&dev, (size_t)n * sizeof(double));
-  if (e != cudaSuccess) return amp__cu_fail(msg, cap, "cudaMalloc(hook buffer)", cudaGetErrorName(e), __FILE__, __LINE__);
+  if (e != cudaSuccess)
+    return amp__cu_fail(msg, cap, "cudaMalloc(hook buffer)", cudaGetErrorName(e), __FILE__, __LINE__);
   amp_status r = AMP_OK;
   const char *what = NULL;
-  if ((e = cudaMemcpyAsync(dev, buf, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, s)) != cudaSuccess) what = "cudaMemcpyAsync(to device)";
+  if ((e = cudaMemcpyAsync(dev, buf, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, s)) != cudaSuccess)
+    what = "cudaMemcpyAsync(to device)";
   else {
     ncclResult_t nr = ncclAllReduce(dev, dev, (size_t)n, ncclDouble, ncclSum, c, s);
-    if (nr != ncclSuccess) r = amp__nccl_fail(msg, cap, "ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm, stream)", nr, c,
-                                              __FILE__, __LINE__);
-    else if ((e = cudaMemcpyAsync(buf, dev, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, s)) != cudaSuccess) what = "cudaMemcpyAsync(to host)";
+    if (nr != ncclSuccess)
+      r = amp__nccl_fail(msg, cap, "ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm, stream)", nr, c, __FILE__,
+                         __LINE__);
+    else if ((e = cudaMemcpyAsync(buf, dev, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, s)) != cudaSuccess)
+      what = "cudaMemcpyAsync(to host)";
     else if ((e = cudaStreamSynchronize(s)) != cudaSuccess) what = "cudaStreamSynchronize(stream)";
   }
   if (what) r = amp__cu_fail(msg, cap, what, cudaGetErrorName(e), __FILE__, __LINE__);
@@ -1939,10 +2029,14 @@ extern "C" amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, i
     char *base = (char *)grads + off * 2;   // f16 / bf16: 2 bytes an element
     amp__nccl_widen<<<grid, threads, 0, st->stream>>>(tmp, base, dtype, (long long)k);
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) { r = amp__cu_fail(msg, cap, "amp__nccl_widen<<<>>>", cudaGetErrorName(e), __FILE__, __LINE__); break; }
+    if (e != cudaSuccess) {
+      r = amp__cu_fail(msg, cap, "amp__nccl_widen<<<>>>", cudaGetErrorName(e), __FILE__, __LINE__);
+      break;
+    }
     ncclResult_t nr = ncclAllReduce(tmp, tmp, k, ncclFloat, ncclSum, c, st->stream);
     if (nr != ncclSuccess) {
-      r = amp__nccl_fail(msg, cap, "ncclAllReduce(tmp, tmp, k, ncclFloat, ncclSum, comm, stream)", nr, c, __FILE__, __LINE__);
+      r = amp__nccl_fail(msg, cap, "ncclAllReduce(tmp, tmp, k, ncclFloat, ncclSum, comm, stream)", nr, c, __FILE__,
+                         __LINE__);
       break;
     }
     amp__nccl_narrow<<<grid, threads, 0, st->stream>>>(base, dtype, tmp, (long long)k, mul);

@@ -100,7 +100,8 @@ extern amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, 
    (1 launch, 1 thread): norm, clip, skip from the buffer as reduced (the SUM over ranks); an
    overflow is ORed into the scaler's flag. With an identity reduce the result equals
    amp__cu_optim_unscale's bit for bit. */
-extern amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg, size_t cap);
+extern amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg,
+                                              size_t cap);
 extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap);
 /* [step] the fused update in one launch; it changes nothing but the skipped count when this
    optimizer's last unscale or, scaler given, any unscale into that scaler since its last rule found
@@ -127,8 +128,8 @@ extern amp_status amp__cu_optim_set_spike(void *state, void *optim, int64_t spik
                                           char *msg, size_t cap);
 /* The per-step coefficients the device computes for update number t (t >= 1), on the host: the
    same source compiled for both sides. */
-extern void       amp__cu_step_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale, float weight_decay,
-                                     amp_step_coefs *c);
+extern void amp__cu_step_coefs(const amp_optim_config *h, int64_t t, int group, float lr_scale, float weight_decay,
+                               amp_step_coefs *c);
 
 /* [step] the model copy written from a master: amp__store_model(dst, dtype, round_to, stochastic, key, i,
    master[i]). 1 launch. */
