@@ -68,6 +68,9 @@
       AMPDEF               linkage of the public functions (default: extern)
       AMP_MALLOC(sz) / AMP_FREE(p)
                            replace malloc/free; define both, or neither
+      AMP_THREAD_LOCAL     the compiler's thread-local storage keyword for amp_last_error()'s
+                           buffer (default: C11 _Thread_local, C++11 thread_local, __thread, MSVC's
+                           __declspec(thread); empty under tcc, which has none: one buffer then)
       AMP_NO_SIMD          never use the x86 vector loops (AVX2+F16C, AVX-512) of amp_convert and
                            the CPU optimizer (the portable C loops only), nor amp_gemm's fast
                            kernels (the reference product only)
@@ -84,7 +87,8 @@
       nvcc -O3 -arch=sm_90 -c amp_kernels.cu -o amp_kernels.o     (sm_80 for Ampere;
                                          amp_kernels.h, its private header, sits beside amp.h)
       cc -O2 -DAMP_CUDA -c my_trainer.c       (my_trainer.c defines AMP_IMPLEMENTATION)
-      cc my_trainer.o amp_kernels.o -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lcublas -lstdc++ -lm
+      cc my_trainer.o amp_kernels.o -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+         -lcudart -lcublasLt -lcublas -lstdc++ -lm
 
    CONVENTIONS
 
@@ -172,8 +176,11 @@
 #define AMP__EXACT_FP
 #endif
 /* Clang takes pragmas instead, around the code they cover (its intrinsics follow the state in
-   which <immintrin.h> was first read). */
-#if defined(__clang__) && !defined(__CUDACC__)
+   which <immintrin.h> was first read). Clang supports float_control only on x86 (elsewhere it
+   warns and ignores it), and its backend may still fuse under -ffp-contract=fast: the element
+   functions therefore round each operation through AMP__KEEP (below), on every target; the pragmas
+   only keep the x86 intrinsic loops exact. */
+#if defined(__clang__) && !defined(__CUDACC__) && (defined(__x86_64__) || defined(__i386__))
 #define AMP__EXACT_BEGIN _Pragma("float_control(precise, on, push)") _Pragma("clang fp contract(off)")
 #define AMP__EXACT_END _Pragma("float_control(pop)")
 #else
@@ -1527,12 +1534,16 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP__POSIX_FILES 0
 #endif
 
-#if defined(__cplusplus) && __cplusplus >= 201103L
+#if defined(AMP_THREAD_LOCAL)
+#define AMP__TLS AMP_THREAD_LOCAL
+#elif defined(__cplusplus) && __cplusplus >= 201103L
 #define AMP__TLS thread_local
 #elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
 #define AMP__TLS _Thread_local
 #elif defined(_MSC_VER)
 #define AMP__TLS __declspec(thread)
+#elif defined(__TINYC__)
+#define AMP__TLS   /* tcc has no thread-local storage: amp_last_error() is then one buffer for all threads */
 #else
 #define AMP__TLS __thread
 #endif
