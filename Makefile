@@ -70,8 +70,11 @@ bench-gpu: $(BENCH_GPU)
 # Where zlib's header is missing it builds without zlib and reads the data through gzip -dc.
 HAVE_ZLIB := $(shell $(CC) -E -include zlib.h -x c /dev/null >/dev/null 2>&1 && echo 1)
 MLP_ZLIB   = $(if $(HAVE_ZLIB),-lz,-DTRAIN_MLP_NO_ZLIB)
+# The host CPU's own instructions where the compiler takes a flag for them: -march=native (gcc, and
+# clang on x86), -mcpu=native (clang on AArch64 and Apple's, which refuse -march=native), else none.
+NATIVE := $(shell for f in -march=native -mcpu=native; do $(CC) $$f -x c -c /dev/null -o /dev/null 2>/dev/null && echo $$f && break; done)
 $(B)/train_mlp: examples/train_mlp.c amp.h | $(B)
-	$(CC) $(WARN) -O2 -march=native -I. $< -o $@ $(MLP_ZLIB) -lm
+	$(CC) $(WARN) -O2 $(NATIVE) -I. $< -o $@ $(MLP_ZLIB) -lm
 
 demo: $(B)/train_mlp
 	$(B)/train_mlp
@@ -85,7 +88,7 @@ demo-gpu: $(B)/train_mlp_cuda
 
 # The capstone: a byte-level GPT on the fortunes (or the licence texts, or a built-in text).
 $(B)/train_gpt: examples/train_gpt.c amp.h | $(B)
-	$(CC) $(WARN) -O2 -march=native -I. $< -o $@ -lm
+	$(CC) $(WARN) -O2 $(NATIVE) -I. $< -o $@ -lm
 
 gpt: $(B)/train_gpt
 	$(B)/train_gpt

@@ -68,6 +68,9 @@
       AMPDEF               linkage of the public functions (default: extern)
       AMP_MALLOC(sz) / AMP_FREE(p)
                            replace malloc/free; define both, or neither
+      AMP_THREAD_LOCAL     the compiler's thread-local storage keyword for amp_last_error()'s
+                           buffer (default: C11 _Thread_local, C++11 thread_local, __thread, MSVC's
+                           __declspec(thread); empty under tcc, which has none: one buffer then)
       AMP_NO_SIMD          never use the x86 vector loops (AVX2+F16C, AVX-512) of amp_convert and
                            the CPU optimizer (the portable C loops only), nor amp_gemm's fast
                            kernels (the reference product only)
@@ -84,7 +87,8 @@
       nvcc -O3 -arch=sm_90 -c amp_kernels.cu -o amp_kernels.o     (sm_80 for Ampere;
                                          amp_kernels.h, its private header, sits beside amp.h)
       cc -O2 -DAMP_CUDA -c my_trainer.c       (my_trainer.c defines AMP_IMPLEMENTATION)
-      cc my_trainer.o amp_kernels.o -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lcublas -lstdc++ -lm
+      cc my_trainer.o amp_kernels.o -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+         -lcudart -lcublasLt -lcublas -lstdc++ -lm
 
    CONVENTIONS
 
@@ -174,8 +178,11 @@
 #define AMP__EXACT_FP
 #endif
 /* Clang takes pragmas instead, around the code they cover (its intrinsics follow the state in
-   which <immintrin.h> was first read). */
-#if defined(__clang__) && !defined(__CUDACC__)
+   which <immintrin.h> was first read). Clang supports float_control only on x86 (elsewhere it
+   warns and ignores it), and its backend may still fuse under -ffp-contract=fast: the element
+   functions therefore round each operation through AMP__KEEP (below), on every target; the pragmas
+   only keep the x86 intrinsic loops exact. */
+#if defined(__clang__) && !defined(__CUDACC__) && (defined(__x86_64__) || defined(__i386__))
 #define AMP__EXACT_BEGIN _Pragma("float_control(precise, on, push)") _Pragma("clang fp contract(off)")
 #define AMP__EXACT_END _Pragma("float_control(pop)")
 #else
@@ -281,12 +288,6 @@ static inline AMP_HD float amp__bits_f32(uint32_t u) {
   float x; memcpy(&x, &u, sizeof x); return x;
 #endif
 }
-/* 1 for a finite x, 0 for +-inf and NaN: an integer test of the exponent field, which
-   -ffinite-math-only / -ffast-math cannot fold away (they may fold x - x == 0 and x == x to 1). */
-static inline AMP_HD int amp__finite(float x) { return (amp__f32_bits(x) & 0x7f800000u) != 0x7f800000u; }
-/* 1 for +0 and -0 only (a config field's "default"): under -ffinite-math-only x == 0 may hold for
-   a NaN, and with the denormals-are-zero mode -Ofast sets, for a subnormal. */
-static inline AMP_HD int amp__is_zero(float x) { return (amp__f32_bits(x) << 1) == 0u; }
 
 /* f32 -> f16, round to nearest even, integer arithmetic only (no dependence on the FPU's mode).
    NaN keeps its sign and the top 10 bits of its payload with the quiet bit set, exactly as the
@@ -889,8 +890,10 @@ typedef struct amp_tensor_desc {
   const void *grads;       amp_dtype grad_dtype;  /* required; 0 -> AMP_F32 */
   size_t      n;                                  /* required, > 0 */
   int         group;                              /* 0 -> the default group */
-  const char *name;                               /* NULL -> unnamed; copied at add, at most 63 bytes
-                                                     (longer: AMP_ERR_ARG, nothing added); the
+  const char *name;                               /* NULL -> unnamed; copied at add, at most 63 bytes,
+                                                     no control bytes (< 0x20, 0x7f: a name cannot
+                                                     break the log line; else AMP_ERR_ARG, nothing
+                                                     added); the
                                                      overflow log line names the tensor by it */
   const float *master;                            /* NULL -> the master starts from weights */
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
@@ -1038,8 +1041,11 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    never destroys the old checkpoint, and saves to one path from several threads or processes at
    once leave one of them whole. An empty path, or one ending in '/', is AMP_ERR_ARG and nothing is
    created; an I/O failure is AMP_ERR_IO naming the path and the system's reason (strerror), with
-   the temporary removed. Counts are 64-bit in the file; a count beyond this platform's long is
-   refused at load. o or s may be NULL to save/load only the other.
+   the temporary removed. (Where path's file name is too long for the suffix, the temporary keeps
+   its first bytes; only a path within 40 bytes of the system's PATH_MAX with a shorter file name
+   cannot be saved.) Counts are 64-bit in the file; a count above LONG_MAX / 2 (step, skipped
+   steps, spike skips) is refused at load, so that a loaded count never overflows in the steps
+   that follow and every save loads again. o or s may be NULL to save/load only the other.
    load reads only a regular file (a FIFO, device or directory is AMP_ERR_IO at once, never a
    wait). It checks the header against the file's size, then every record, read one by one,
    before it reads the payload: the file must be exactly the size the live optimizer needs before
@@ -1048,11 +1054,14 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    amp_scaler_create and amp_optimizer_create and must be a value they keep (Adam's eps 0, a -0, a
    flag other than 0 or 1, a 0 the scaler replaces by a default are refused; the optimizer's fields
    are read as with zero_is_zero, so lr 0 or beta1 0 load as 0), the scaler's state must fit its
-   parameters (scale within [floor, cap], counters within range), then the CRC, kind, tensor count,
-   sizes and dtypes: AMP_ERR_CORRUPT with what did not match, before anything changes (the spike
-   state too: a count beyond long, a window count or slot out of range, a held norm NaN or
-   negative). It restores the optimizer's config (lr included; custom_step stays the live one),
-   step count, spike skip count and window, masters and moments, writes every model copy from its restored master
+   parameters and be one the scale rule can leave (scale within [floor, cap]; the growth tracker
+   below growth_interval; CONSECUTIVE's overflow count below hysteresis; at_floor only with the
+   scale at the floor; a fixed scaler at its init_scale with a fresh state), then the CRC, kind,
+   tensor count, sizes and dtypes, and the moments (none NaN, Adam's exp_avg_sq >= 0):
+   AMP_ERR_CORRUPT with what did not match, before anything changes (the spike state too: a count
+   out of range, a window count or slot out of range, a held norm NaN or negative). It restores
+   the optimizer's config (lr included; custom_step stays the live one), step count, spike skip
+   count and window, masters and moments, writes every model copy from its restored master
    (rounded to its round_to, or
    stochastically with the restored update count's bits), and restores the scaler's parameters
    and state; both start a new iteration (no unscale/step recorded). On a CUDA device save reads
@@ -1186,6 +1195,19 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
    amp_kernels.cu share, each written once as AMP_HD code. Names start with amp__ (amp_step_coefs
    too is private); none of it is promised to stay.
    ------------------------------------------------------------------------------------------ */
+
+/* 1 for a finite x, 0 for +-inf and NaN: an integer test of the exponent field, which
+   -ffinite-math-only / -ffast-math cannot fold away (they may fold x - x == 0 and x == x to 1). */
+static inline AMP_HD int amp__finite(float x) { return (amp__f32_bits(x) & 0x7f800000u) != 0x7f800000u; }
+/* 1 for +0 and -0 only (a config field's "default"): under -ffinite-math-only x == 0 may hold for
+   a NaN, and with the denormals-are-zero mode -Ofast sets, for a subnormal. */
+static inline AMP_HD int amp__is_zero(float x) { return (amp__f32_bits(x) << 1) == 0u; }
+/* 1 for a subnormal x (not 0): a -Ofast build's denormals-are-zero mode reads one as 0, so a config
+   value is refused on these bits, the same in every build. */
+static inline AMP_HD int amp__subnormal(float x) {
+  uint32_t a = amp__f32_bits(x) & 0x7fffffffu;
+  return a != 0u && a < 0x00800000u;
+}
 
 /* The element functions of each format (the AMP__DTYPES columns' N): element i at p as f32, and x
    rounded to the format into element i. */
@@ -1734,12 +1756,16 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
 #define AMP__POSIX_FILES 0
 #endif
 
-#if defined(__cplusplus) && __cplusplus >= 201103L
+#if defined(AMP_THREAD_LOCAL)
+#define AMP__TLS AMP_THREAD_LOCAL
+#elif defined(__cplusplus) && __cplusplus >= 201103L
 #define AMP__TLS thread_local
 #elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
 #define AMP__TLS _Thread_local
 #elif defined(_MSC_VER)
 #define AMP__TLS __declspec(thread)
+#elif defined(__TINYC__)
+#define AMP__TLS   /* tcc has no thread-local storage: amp_last_error() is then one buffer for all threads */
 #else
 #define AMP__TLS __thread
 #endif
@@ -2954,42 +2980,22 @@ AMPDEF amp_status amp_policy_load_mixlist(amp_policy *p, const char *json, size_
   return amp__load_mixlist(p, json, len, "amp_policy_load_mixlist", NULL);
 }
 
+/* A whole regular file of at most cap bytes, read into a new buffer (checkpoint section, below). */
+static amp_status amp__read_small_file(const char *fn, const char *path, uint64_t cap, const char *what, char **text,
+                                       size_t *len);
+#define AMP__MIXLIST_MAX ((uint64_t)16 << 20)   /* 16 MiB: Ascend's own lists are a few KiB */
+
 AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) {
-  FILE *f;
-  char *text = NULL, chunk[4096];
-  size_t len = 0, cap = 0, k;
+  char *text = NULL;
+  size_t len = 0;
   amp_status st;
   if (!p) return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: p is NULL");
   if (!path || !*path)
     return amp__fail(AMP_ERR_ARG, "amp_policy_load_mixlist_file: path is %s", path ? "empty" : "NULL");
-  if (!(f = fopen(path, "rb")))
-    return amp__fail(AMP_ERR_IO, "amp_policy_load_mixlist_file: cannot open \"%s\": %s", path, strerror(errno));
-  while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    if (len + k > cap) {
-      size_t ncap = cap ? cap * 2 : sizeof chunk;
-      char *t;
-      while (ncap < len + k) ncap *= 2;
-      if (!(t = (char *)AMP_MALLOC(ncap))) {
-        if (text) AMP_FREE(text);
-        fclose(f);
-        return amp__fail(AMP_ERR_NOMEM, "amp_policy_load_mixlist_file: out of memory reading \"%s\"", path);
-      }
-      if (len) memcpy(t, text, len);
-      if (text) AMP_FREE(text);
-      text = t; cap = ncap;
-    }
-    memcpy(text + len, chunk, k);
-    len += k;
-  }
-  if (ferror(f)) {   /* a directory opens on POSIX but cannot be read */
-    int e = errno;
-    if (text) AMP_FREE(text);
-    fclose(f);
-    return amp__fail(AMP_ERR_IO, "amp_policy_load_mixlist_file: cannot read \"%s\": %s", path, strerror(e));
-  }
-  fclose(f);
-  st = amp__load_mixlist(p, text ? text : "", len, "amp_policy_load_mixlist_file", path);
-  if (text) AMP_FREE(text);
+  st = amp__read_small_file("amp_policy_load_mixlist_file", path, AMP__MIXLIST_MAX, "a mixlist", &text, &len);
+  if (st != AMP_OK) return st;
+  st = amp__load_mixlist(p, text, len, "amp_policy_load_mixlist_file", path);
+  AMP_FREE(text);
   return st;
 }
 
@@ -3262,6 +3268,16 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
 static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
   amp_scaler_config c;
   if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
+  {
+    const char *name[5] = {"init_scale", "growth_factor", "backoff_factor", "min_scale", "max_scale"};
+    float v[5];
+    int k;
+    v[0] = c.init_scale; v[1] = c.growth_factor; v[2] = c.backoff_factor; v[3] = c.min_scale; v[4] = c.max_scale;
+    for (k = 0; k < 5; k++)
+      if (amp__subnormal(v[k]))
+        return amp__fail(AMP_ERR_ARG, "%s: %s %g is subnormal (a build with denormals flushed would read it as 0)", fn, name[k],
+                         (double)v[k]);
+  }
   if (c.fixed && amp__is_zero(c.init_scale))
     return amp__fail(
         AMP_ERR_ARG,
@@ -4059,6 +4075,18 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
     return amp__fail(AMP_ERR_ARG, "%s: kind %d is not an optimizer kind (AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM or "
                      "AMP_LION)", fn, (int)c->kind);
   if (!c->zero_is_zero) amp__kind_defaults(c, 0);   /* a zero-initialised config: 0 means the default */
+  {
+    const char *name[10] = {"lr", "weight_decay", "momentum", "dampening", "beta1", "beta2", "eps", "max_grad_norm",
+                            "spike_norm", "spike_zscore"};
+    float v[10];
+    int k;
+    v[0] = c->lr; v[1] = c->weight_decay; v[2] = c->momentum; v[3] = c->dampening; v[4] = c->beta1; v[5] = c->beta2;
+    v[6] = c->eps; v[7] = c->max_grad_norm; v[8] = c->spike_norm; v[9] = c->spike_zscore;
+    for (k = 0; k < 10; k++)
+      if (amp__subnormal(v[k]))
+        return amp__fail(AMP_ERR_ARG, "%s: %s %g is subnormal (a build with denormals flushed would read it as 0)", fn,
+                         name[k], (double)v[k]);
+  }
   c->zero_is_zero = 1;   /* resolved: every field holds its value (resolving again changes nothing) */
   /* -0 is 0 (the update's arithmetic then gives torch's bits, whose zeros are +0) */
   if (amp__is_zero(c->lr)) c->lr = 0.0f;
@@ -4166,7 +4194,7 @@ static int amp__overlap(const void *a, size_t an, const void *b, size_t bn) {
    given, else from the model copy as it is then; weights changed after add (loaded from a file,
    say) are not seen by the optimizer; add after. fn names the function the user called. */
 static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_desc *t) {
-  size_t ws, gs, n, i, name_len = 0;
+  size_t ws, gs, n, i, k, name_len = 0;
   char *name = NULL;
   void *weights;
   const void *grads;
@@ -4227,6 +4255,10 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (t->name && (name_len = strlen(t->name)) > AMP__NAME_MAX)
     return amp__fail(AMP_ERR_ARG, "%s: name '%.32s...' is %zu bytes long, at most %d", fn, t->name, name_len,
                      AMP__NAME_MAX);
+  for (k = 0; k < name_len; k++)   /* a name goes into one log line: no line breaks, escapes or other controls */
+    if ((unsigned char)t->name[k] < 0x20u || t->name[k] == 0x7f)
+      return amp__fail(AMP_ERR_ARG, "%s: name holds the control byte 0x%02x at %zu (names are printable: they go into "
+                       "one log line)", fn, (unsigned)(unsigned char)t->name[k], k);
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->t[i].wtype) * o->t[i].n, ogs = amp_dtype_size(o->t[i].gtype) * o->t[i].n;
     if (amp__overlap(weights, n * ws, o->t[i].w, ows) || amp__overlap(weights, n * ws, o->t[i].g, ogs))
@@ -4277,6 +4309,10 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
   if (!(weight_decay >= 0.0f) || !amp__finite(weight_decay))
     return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: weight_decay %g must be >= 0 and finite",
                      (double)weight_decay);
+  if (amp__subnormal(lr_scale) || amp__subnormal(weight_decay))
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: %s %g is subnormal (a build with denormals flushed would "
+                     "read it as 0)", amp__subnormal(lr_scale) ? "lr_scale" : "weight_decay",
+                     (double)(amp__subnormal(lr_scale) ? lr_scale : weight_decay));
   if (o->cfg.kind == AMP_CUSTOM)
     return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_add_group: kind AMP_CUSTOM runs the trainer's own update, "
                      "which no group's lr_scale or weight_decay reaches");
@@ -4380,6 +4416,9 @@ AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
   if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: o is NULL");
   if (!(lr >= 0.0f) || !amp__finite(lr))
     return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g must be >= 0 and finite", (double)lr);
+  if (amp__subnormal(lr))
+    return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g is subnormal (a build with denormals flushed would read "
+                     "it as 0)", (double)lr);
   c = o->cfg;
   c.lr = lr;
   if ((st = amp__be(o->dev)->optim_set_config(o, &c, m, sizeof m)) != AMP_OK)
@@ -4845,15 +4884,26 @@ typedef struct amp__wfile {
 
 static unsigned long amp__tmp_seq = 0;   /* temporaries named by this process (a relaxed atomic) */
 
-/* The temporary's name for sequence number seq: "<path>.tmp.<process id>.<seq>". */
+/* The temporary's name for sequence number seq: "<path>.tmp.<process id>.<seq>", in path's
+   directory. A file name may have at most 255 bytes (NAME_MAX on every common file system): where
+   path's own file name leaves no room for the suffix, its first bytes are kept, so that every path
+   that can be created can be saved (the temporary's whole path is at most as long as path plus
+   the suffix's 40 bytes: only a path within 40 bytes of the system's PATH_MAX, 4096 on Linux, with
+   a file name shorter than 215 bytes, cannot be). */
+#define AMP__NAME_BYTES 255
 static void amp__tmp_name(char *buf, size_t cap, const char *path, unsigned long seq) {
+  char suffix[64];
+  const char *base = strrchr(path, '/');
+  size_t dir = base ? (size_t)(base + 1 - path) : 0, keep = strlen(path) - dir;
 #if AMP__POSIX_FILES
-  snprintf(buf, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), seq);
+  snprintf(suffix, sizeof suffix, ".tmp.%ld.%lu", (long)getpid(), seq);
 #elif defined(_WIN32)
-  snprintf(buf, cap, "%s.tmp.%d.%lu", path, _getpid(), seq);
+  snprintf(suffix, sizeof suffix, ".tmp.%d.%lu", _getpid(), seq);
 #else   /* no process id in C: the time and the processor time, which two processes rarely share */
-  snprintf(buf, cap, "%s.tmp.%lx.%lu", path, (unsigned long)time(NULL) ^ ((unsigned long)clock() << 12), seq);
+  snprintf(suffix, sizeof suffix, ".tmp.%lx.%lu", (unsigned long)time(NULL) ^ ((unsigned long)clock() << 12), seq);
 #endif
+  if (keep + strlen(suffix) > AMP__NAME_BYTES) keep = AMP__NAME_BYTES - strlen(suffix);
+  snprintf(buf, cap, "%.*s%s", (int)(dir + keep), path, suffix);
 }
 
 static amp_status amp__wfile_open(amp__wfile *w, const char *fn, const char *path) {
@@ -5056,6 +5106,30 @@ static void amp__rfile_close(amp__rfile *r) {
 #endif
 }
 
+static amp_status amp__read_small_file(const char *fn, const char *path, uint64_t cap, const char *what, char **text,
+                                       size_t *len) {
+  amp__rfile f;
+  uint64_t size;
+  amp_status st;
+  *text = NULL; *len = 0;
+  if ((st = amp__rfile_open(&f, fn, path, &size)) != AMP_OK) return st;
+  if (size > cap) {
+    amp__rfile_close(&f);
+    return amp__fail(AMP_ERR_IO, "%s: '%s' is %llu bytes, more than %s may be (%llu)", fn, path, (unsigned long long)size,
+                     what, (unsigned long long)cap);
+  }
+  if (!(*text = (char *)AMP_MALLOC((size_t)size + 1))) {
+    amp__rfile_close(&f);
+    return amp__fail(AMP_ERR_NOMEM, "%s: out of memory reading '%s'", fn, path);
+  }
+  st = amp__rfile_read(&f, *text, (size_t)size);
+  amp__rfile_close(&f);
+  if (st != AMP_OK) { AMP_FREE(*text); *text = NULL; return st; }
+  (*text)[size] = '\0';
+  *len = (size_t)size;
+  return AMP_OK;
+}
+
 /* -- the checkpoint format: each record one list of fields, read and written by one function ---- */
 
 #define AMP__CKPT_MAGIC "AMPCKPT1"
@@ -5224,14 +5298,19 @@ static void amp__ckpt_spike_load(const amp__ckpt_spike *r, amp__ckpt_image *x) {
   AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_LOAD)
   memcpy(x->spike_win.norm, r->window, sizeof x->spike_win.norm);
 }
+/* The largest count (update steps, skipped steps, spike skips) a checkpoint may hold: half of
+   LONG_MAX, so that a loaded count can grow for another LONG_MAX / 2 steps (2^62 on LP64) without
+   overflowing, and an object's own next save always loads. */
+#define AMP__COUNT_MAX (LONG_MAX / 2)
+
 /* The file's spike record: a count within range and a window as amp__spike_window_push leaves it
    (count 0 .. 100, next == count until it is full, held norms finite and >= 0, the rest +0). */
 static amp_status amp__ckpt_spike_check(const amp__ckpt_spike *r, amp__ckpt_image *x) {
   const char *fn = "amp_checkpoint_load";
   int32_t i;
-  if (r->spike_skips > (uint64_t)LONG_MAX)
+  if (r->spike_skips > (uint64_t)AMP__COUNT_MAX)
     return amp__fail(AMP_ERR_CORRUPT, "%s: the spike skip count %llu in the file is out of range (at most %ld here)",
-                     fn, (unsigned long long)r->spike_skips, LONG_MAX);
+                     fn, (unsigned long long)r->spike_skips, (long)AMP__COUNT_MAX);
   if (r->window_count < 0 || r->window_count > AMP__SPIKE_WINDOW || r->window_next < 0 ||
       r->window_next >= AMP__SPIKE_WINDOW || (r->window_count < AMP__SPIKE_WINDOW && r->window_next != r->window_count))
     return amp__fail(AMP_ERR_CORRUPT,
@@ -5279,22 +5358,39 @@ static amp_status amp__ckpt_scaler_check(const amp__ckpt_scaler *r, amp_scaler *
     return amp__fail(AMP_ERR_CORRUPT,
                      "%s: the scaler's scale %g in the file is outside [floor %g, cap %g] (cap 0: none)", fn,
                      (double)r->scale, (double)out->pr.floor, (double)out->pr.cap);
-  if (r->tracker < (out->pr.late_growth ? -1 : 0) || r->tracker > out->pr.interval)
+  /* the states the rule can leave: a clean step that reaches the interval grows and restarts the
+     tracker, so it rests below the interval; CONSECUTIVE's count of overflows in a row backs off
+     and restarts at the hysteresis, so it rests below it (the refill counts lie in [0, N]) */
+  if (r->tracker < (out->pr.late_growth ? -1 : 0) || r->tracker >= out->pr.interval)
     return amp__fail(AMP_ERR_CORRUPT,
-                     "%s: the scaler's growth tracker %d in the file is outside [%d, growth_interval %d]", fn,
+                     "%s: the scaler's growth tracker %d in the file is outside [%d, growth_interval %d - 1]", fn,
                      (int)r->tracker, out->pr.late_growth ? -1 : 0, (int)out->pr.interval);
-  if (r->hyst < 0 || r->hyst > out->pr.hysteresis)
-    return amp__fail(AMP_ERR_CORRUPT, "%s: the scaler's hysteresis count %d in the file is outside [0, hysteresis %d]",
-                     fn, (int)r->hyst, (int)out->pr.hysteresis);
+  if (r->hyst < 0 || r->hyst > out->pr.hysteresis - (out->pr.mode == AMP_HYSTERESIS_CONSECUTIVE))
+    return amp__fail(AMP_ERR_CORRUPT,
+                     "%s: the scaler's hysteresis count %d in the file is outside [0, %d] (hysteresis %d, mode %d)", fn,
+                     (int)r->hyst, (int)(out->pr.hysteresis - (out->pr.mode == AMP_HYSTERESIS_CONSECUTIVE)),
+                     (int)out->pr.hysteresis, (int)out->pr.mode);
   if ((r->at_floor | r->last_skipped | r->floor_logged) & ~1)
     return amp__fail(
         AMP_ERR_CORRUPT,
         "%s: the scaler's flags in the file (at_floor %d, last_skipped %d, floor_logged %d) must be 0 or 1", fn,
         (int)r->at_floor, (int)r->last_skipped, (int)r->floor_logged);
-  if (r->skipped > (uint64_t)LONG_MAX)
+  if (r->at_floor && amp__f32_bits(r->scale) != amp__f32_bits(out->pr.floor))
+    return amp__fail(AMP_ERR_CORRUPT,
+                     "%s: the scaler in the file is at its floor (at_floor 1) with the scale %g, not the floor %g", fn,
+                     (double)r->scale, (double)out->pr.floor);
+  if (out->pr.fixed) {   /* the rule never runs: the state is a fresh scaler's */
+    amp_scale_state st0 = amp__scale_init(out->init_scale, &out->pr);
+    if (amp__f32_bits(r->scale) != amp__f32_bits(st0.scale) || r->tracker != st0.tracker || r->hyst != st0.hyst ||
+        r->at_floor)
+      return amp__fail(AMP_ERR_CORRUPT, "%s: the fixed scaler in the file has the scale %g (tracker %d, hysteresis "
+                       "count %d, at_floor %d); a fixed scaler keeps its init_scale %g and a fresh state", fn,
+                       (double)r->scale, (int)r->tracker, (int)r->hyst, (int)r->at_floor, (double)out->init_scale);
+  }
+  if (r->skipped > (uint64_t)AMP__COUNT_MAX)
     return amp__fail(AMP_ERR_CORRUPT,
                      "%s: the scaler's skipped count %llu in the file is out of range (at most %ld here)", fn,
-                     (unsigned long long)r->skipped, LONG_MAX);
+                     (unsigned long long)r->skipped, (long)AMP__COUNT_MAX);
   return AMP_OK;
 }
 
@@ -5327,9 +5423,9 @@ static amp_status amp__ckpt_optim_check(const amp__ckpt_optim *r, const amp_opti
   if (r->count != (uint64_t)o->count)
     return amp__fail(AMP_ERR_CORRUPT, "%s: %llu tensors in the file, %zu in the optimizer", fn,
                      (unsigned long long)r->count, o->count);
-  if (r->step > (uint64_t)LONG_MAX)
+  if (r->step > (uint64_t)AMP__COUNT_MAX)
     return amp__fail(AMP_ERR_CORRUPT, "%s: step count %llu in the file is out of range (at most %ld here)", fn,
-                     (unsigned long long)r->step, LONG_MAX);
+                     (unsigned long long)r->step, (long)AMP__COUNT_MAX);
   return AMP_OK;
 }
 
@@ -5626,6 +5722,32 @@ fail:
   return amp__op_fail("amp_checkpoint_load", st, m);
 }
 
+/* Moments no update can produce: NaN in any moment (a NaN grad skips its step), and a negative
+   second moment (Adam/AdamW's exp_avg_sq is a sum of squares). The masters may hold anything an
+   update can leave (inf, NaN after an overflow of the weights themselves). */
+static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckpt_image *im) {
+  const unsigned char *p = im->tensors;
+  int nm = amp__o_moments(&o->cfg), k;
+  size_t i, j;
+  for (i = 0; i < o->count; i++) {
+    p += AMP__CKPT_TENSOR_BYTES + o->t[i].n * sizeof(float);   /* the record and the master */
+    for (k = 1; k <= nm; k++, p += o->t[i].n * sizeof(float)) {
+      int sq = k == 2 && (o->cfg.kind == AMP_ADAM || o->cfg.kind == AMP_ADAMW);
+      for (j = 0; j < o->t[i].n; j++) {
+        float x;
+        uint32_t b;
+        memcpy(&x, p + j * sizeof(float), sizeof x);
+        b = amp__f32_bits(x);
+        if ((b & 0x7fffffffu) > 0x7f800000u || (sq && (b >> 31) && (b << 1)))
+          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu's %s holds %g at element %zu, a value no update "
+                           "leaves (%s)", i, sq ? "exp_avg_sq" : k == 1 ? "first moment" : "moment", (double)x, j,
+                           sq ? "a sum of squares is >= 0" : "a NaN grad skips its step");
+      }
+    }
+  }
+  return AMP_OK;
+}
+
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s) {
   amp__ckpt_image im;
   amp_status st;
@@ -5633,6 +5755,7 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
   if (!*path) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: path is empty");
   if (!o && !s) return amp__fail(AMP_ERR_ARG, "amp_checkpoint_load: both the optimizer and the scaler are NULL");
   if ((st = amp__ckpt_read(path, o, s, &im)) != AMP_OK) return st;
+  if (o && im.has_optim && (st = amp__ckpt_moments_check(o, &im)) != AMP_OK) { AMP_FREE(im.buf); return st; }
   /* The device state first: a device error then leaves every host field as it was. */
   if ((st = amp__ckpt_push(o, s, &im)) != AMP_OK) { AMP_FREE(im.buf); return st; }
   /* Everything checked and pushed: the host fields. */

@@ -179,6 +179,8 @@ static void every_bad_scaler_field_is_refused_naming_it(void) {
     {"max_scale", 0, 0, 0, 0, -1, 0, 0, 0}, {"max_scale", 0, 0, 0, 0, 1e-40f, 0, 0, 0},
     {"init_scale", NAN, 0, 0, 0, 0, 0, 0, 0}, {"init_scale", -INFINITY, 0, 0, 0, 0, 0, 0, 0},
     {"init_scale", FLT_MIN / 2, 0, 0, 0, 0, 0, 0, 0}, {"init_scale", 4, 0, 0, 0, 2, 0, 0, 0},
+    /* subnormal values: an -O2 build and an -Ofast one (denormals read as 0) must agree */
+    {"backoff_factor", 0, 0, 1e-45f, 0, 0, 0, 0, 0}, {"min_scale", 0, 0, 0, 1e-40f, 0, 0, 0, 0},
   };
   size_t i;
   for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -207,6 +209,8 @@ static void every_bad_optimizer_field_is_refused_naming_it(void) {
     {"eps", 0, 0, 0, 0, 0, 0, NAN, 0, 1}, {"eps", 0, 0, 0, 0, 0, 0, INFINITY, 0, 2},
     {"max_grad_norm", 0, 0, 0, 0, 0, 0, 0, NAN, 0}, {"max_grad_norm", 0, 0, 0, 0, 0, 0, 0, INFINITY, 1},
     {"kind", 0, 0, 0, 0, 0, 0, 0, 0, -1}, {"kind", 0, 0, 0, 0, 0, 0, 0, 0, 5},
+    {"lr", 1e-40f, 0, 0, 0, 0, 0, 0, 0, 2}, {"weight_decay", 0, 1e-42f, 0, 0, 0, 0, 0, 0, 0},
+    {"max_grad_norm", 0, 0, 0, 0, 0, 0, 0, 1e-45f, 1}, {"eps", 0, 0, 0, 0, 0, 0, 1e-39f, 0, 1},
   };
   size_t i;
   amp_optimizer *o;
@@ -231,7 +235,35 @@ static void every_bad_optimizer_field_is_refused_naming_it(void) {
          "set_lr(NaN): '%s'", amp_last_error());
   EXPECT(amp_optimizer_set_lr(o, INFINITY) == AMP_ERR_ARG && strstr(amp_last_error(), "inf"), "set_lr(inf): '%s'", amp_last_error());
   EXPECT(amp_optimizer_set_lr(NULL, 0.1f) == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_set_lr"), "set_lr(NULL): '%s'", amp_last_error());
+  EXPECT(amp_optimizer_set_lr(o, 1e-40f) == AMP_ERR_ARG && strstr(amp_last_error(), "subnormal"), "set_lr(1e-40): '%s'",
+         amp_last_error());
   EXPECT(o->cfg.lr == 0.5f, "lr after refused set_lr calls: expected 0.5, got %g", (double)o->cfg.lr);
+  amp_optimizer_destroy(o);
+}
+
+/* A tensor's name goes into one log line: a line break, an escape or any other control byte in it
+   could forge lines, so it is refused at add, nothing added. */
+static void tensor_names_with_control_bytes_are_refused(void) {
+  const char *bad[] = {"w\nWARNING: checkpoint corrupt, delete it", "w\r", "\x1b[31mred", "tab\there", "del\x7f"};
+  const char *good = "layer.0/weight (bf16) #1";
+  float w[4] = {1, 2, 3, 4}, g[4] = {0};
+  amp_optimizer *o = NULL;
+  amp_tensor_desc t;
+  size_t i;
+  amp_status st;
+  if (amp_optimizer_create(&o, amp_cpu(), NULL) != AMP_OK) { EXPECT(0, "create: %s", amp_last_error()); return; }
+  memset(&t, 0, sizeof t);
+  t.weights = w; t.grads = g; t.n = 4;
+  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    t.name = bad[i];
+    st = amp_optimizer_add_tensor(o, &t);
+    EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") && strstr(amp_last_error(), "control byte"),
+           "name %zu: expected AMP_ERR_ARG naming the control byte, got %s '%s'", i, amp_status_string(st), amp_last_error());
+    EXPECT(amp_optimizer_count(o) == 0, "name %zu: a tensor was added", i);
+  }
+  t.name = good;
+  st = amp_optimizer_add_tensor(o, &t);
+  EXPECT(st == AMP_OK && amp_optimizer_count(o) == 1, "a printable name: %s '%s'", amp_status_string(st), amp_last_error());
   amp_optimizer_destroy(o);
 }
 
@@ -600,6 +632,7 @@ int main(void) {
   RUN(a_tensor_added_after_an_update_is_refused_or_gets_its_own_first_step);
   RUN(gemm_leading_dimension_minimums_follow_cblas);
   RUN(stepping_an_empty_optimizer_is_a_state_error);
+  RUN(tensor_names_with_control_bytes_are_refused);
   RUN(the_implementation_built_with_ofast_skips_overflowing_steps);
   TEST_END();
 }

@@ -389,7 +389,8 @@ static void spike_state_round_trips_and_decides_the_same_next(void) {
 enum { S_GROWTH = 32, S_FLOOR = 40, S_CAP = 44, S_MODE = 56, S_FIXED = 60, S_LATE = 64, S_INIT = 68, S_SCALE = 72,
        S_TRACKER = 76, S_HYST = 80, S_AT_FLOOR = 84, S_LAST_SKIPPED = 88, S_FLOOR_LOGGED = 92, S_SKIPPED = 96,
        O_KIND = 104, O_LR = 108, O_WD = 112, O_NESTEROV = 124, O_BETA1 = 128, O_EPS = 136, O_STEP = 144,
-       P_SKIPS = 160, P_COUNT = 168, P_NEXT = 172, P_WIN = 176, P_WIN_LAST = 176 + 99 * 4 };
+       P_SKIPS = 160, P_COUNT = 168, P_NEXT = 172, P_WIN = 176, P_WIN_LAST = 176 + 99 * 4,
+       T0_MASTER = 576 + 16, T0_M = T0_MASTER + 4 * NA, T0_V = T0_M + 4 * NA };   /* Adam's first tensor */
 
 static void fields_edited_with_a_recomputed_crc_are_refused(void) {
   struct { const char *what; int at; int size; float f; int64_t i; amp_status want; } cases[] = {
@@ -429,6 +430,18 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
     {"spike window norm -1", P_WIN, 4, -1.0f, 0, AMP_ERR_CORRUPT},
     {"spike window: an unused slot not 0", P_WIN_LAST, 4, 1.0f, 0, AMP_ERR_CORRUPT},
     {"spike window norm 2.5 (valid)", P_WIN, 4, 2.5f, 0, AMP_OK},
+    /* states no run reaches: a count the next steps would overflow, a rule state the rule never leaves */
+    {"step count LONG_MAX (the next update would overflow it)", O_STEP, -8, 0, LONG_MAX, AMP_ERR_CORRUPT},
+    {"step count above LONG_MAX / 2", O_STEP, -8, 0, LONG_MAX / 2 + 1, AMP_ERR_CORRUPT},
+    {"skipped count LONG_MAX", S_SKIPPED, -8, 0, LONG_MAX, AMP_ERR_CORRUPT},
+    {"spike skip count LONG_MAX", P_SKIPS, -8, 0, LONG_MAX, AMP_ERR_CORRUPT},
+    {"growth tracker at the interval (a growth restarts it there)", S_TRACKER, -4, 0, 7, AMP_ERR_CORRUPT},
+    {"at_floor 1 with the scale above the floor", S_AT_FLOOR, -4, 0, 1, AMP_ERR_CORRUPT},
+    {"exp_avg_sq -1", T0_V + 8, 4, -1.0f, 0, AMP_ERR_CORRUPT},
+    {"exp_avg_sq NaN", T0_V, 4, NAN, 0, AMP_ERR_CORRUPT},
+    {"exp_avg NaN", T0_M + 4, 4, NAN, 0, AMP_ERR_CORRUPT},
+    {"exp_avg_sq +inf (valid: a grad's square overflows)", T0_V, 4, INFINITY, 0, AMP_OK},
+    {"exp_avg -3 (valid)", T0_M, 4, -3.0f, 0, AMP_OK},
     /* controls: other valid values load and are restored */
     {"lr 0.25 (valid)", O_LR, 4, 0.25f, 0, AMP_OK},
     {"lr 0 (valid: set_lr(0))", O_LR, 4, 0.0f, 0, AMP_OK},
@@ -467,6 +480,8 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
       EXPECT(memcmp(&x->o->cfg.lr, &cases[c].f, 4) == 0, "%s: lr restored as %g", cases[c].what, (double)x->o->cfg.lr);
     else if (cases[c].at == O_BETA1)
       EXPECT(memcmp(&x->o->cfg.beta1, &cases[c].f, 4) == 0, "%s: beta1 restored as %g", cases[c].what, (double)x->o->cfg.beta1);
+    else if (cases[c].at == T0_V || cases[c].at == T0_M)
+      EXPECT(memcmp(cases[c].at == T0_V ? &x->o->t[0].v[0] : &x->o->t[0].m[0], &cases[c].f, 4) == 0, "%s: not restored", cases[c].what);
     else if (cases[c].at == P_WIN)
       EXPECT(x->o->spike_win.norm[0] == cases[c].f, "%s: window slot 0 restored as %g", cases[c].what, (double)x->o->spike_win.norm[0]);
     else
@@ -474,6 +489,72 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
   }
   free(file); free(bad); run_free(x); free(x);
   remove(path); remove(bpath);
+}
+
+/* A scaler state edited into a scaler-only file (CRC recomputed): want is the load's status. */
+static amp_status load_scaler_edited(amp_scaler *s, int at, int32_t v, int is_float, float f) {
+  const char *bpath = "build/test/ckpt_scaler_edit.bin";
+  unsigned char *file;
+  size_t n = 0;
+  amp_status st;
+  if (amp_checkpoint_save(bpath, NULL, s) != AMP_OK || !(file = read_all(bpath, &n))) return AMP_ERR_IO;
+  if (is_float) memcpy(file + at, &f, 4); else memcpy(file + at, &v, 4);
+  recrc(file, n);
+  write_all(bpath, file, n);
+  free(file);
+  st = amp_checkpoint_load(bpath, NULL, s);
+  remove(bpath);
+  return st;
+}
+
+/* The scale rule's states: a load takes only those the rule can leave, so the next update can
+   neither overflow a counter nor act on parameters that say something else than the state. */
+static void scaler_states_the_rule_cannot_reach_are_refused(void) {
+  amp_scaler_config c;
+  amp_scaler *s = NULL;
+  amp_status st;
+  int i;
+  /* CONSECUTIVE, hysteresis 3: the count of overflows in a row rests in 0..2 */
+  memset(&c, 0, sizeof c); c.hysteresis = 3; c.hysteresis_mode = AMP_HYSTERESIS_CONSECUTIVE;
+  amp_scaler_create(&s, amp_cpu(), &c);
+  st = load_scaler_edited(s, S_HYST, 3, 0, 0);
+  EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "hysteresis count 3"), "consecutive count 3 of 3: %s '%s'",
+         amp_status_string(st), amp_last_error());
+  st = load_scaler_edited(s, S_HYST, 2, 0, 0);
+  EXPECT(st == AMP_OK, "consecutive count 2 of 3 (valid): %s '%s'", amp_status_string(st), amp_last_error());
+  amp_scaler_destroy(s);
+  /* the growth tracker and the interval at INT_MAX: tracker + 1 would overflow */
+  memset(&c, 0, sizeof c); c.growth_interval = INT_MAX;
+  amp_scaler_create(&s, amp_cpu(), &c);
+  st = load_scaler_edited(s, S_TRACKER, INT_MAX, 0, 0);
+  EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "growth tracker"), "tracker INT_MAX: %s '%s'", amp_status_string(st),
+         amp_last_error());
+  st = load_scaler_edited(s, S_TRACKER, INT_MAX - 1, 0, 0);
+  EXPECT(st == AMP_OK, "tracker INT_MAX - 1 (valid): %s '%s'", amp_status_string(st), amp_last_error());
+  amp_scaler_update_found_inf(s, 0);   /* grows: no overflow (UBSan would say) */
+  EXPECT(amp_scaler_get_scale(s) == 131072.0f, "the growth at the interval: scale %g", (double)amp_scaler_get_scale(s));
+  amp_scaler_destroy(s);
+  /* a dynamic scaler backed off to 8192, then `fixed` set in the file: the scale would say 8192
+     while a fixed scaler unscales by its init_scale */
+  memset(&c, 0, sizeof c);
+  amp_scaler_create(&s, amp_cpu(), &c);
+  for (i = 0; i < 3; i++) amp_scaler_update_found_inf(s, 1);
+  EXPECT(amp_scaler_get_scale(s) == 8192.0f, "setup: scale %g", (double)amp_scaler_get_scale(s));
+  st = load_scaler_edited(s, S_FIXED, 1, 0, 0);
+  EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "fixed"), "fixed set on a backed-off scaler: %s '%s'",
+         amp_status_string(st), amp_last_error());
+  EXPECT(amp_scaler_get_scale(s) == 8192.0f, "the refused load changed the scale to %g", (double)amp_scaler_get_scale(s));
+  amp_scaler_destroy(s);
+  /* a fixed scaler: its state is a fresh one's */
+  memset(&c, 0, sizeof c); c.fixed = 1; c.init_scale = 1024.0f;
+  amp_scaler_create(&s, amp_cpu(), &c);
+  st = load_scaler_edited(s, S_SCALE, 0, 1, 2048.0f);
+  EXPECT(st == AMP_ERR_CORRUPT, "fixed scaler with scale 2048: %s '%s'", amp_status_string(st), amp_last_error());
+  st = load_scaler_edited(s, S_TRACKER, 5, 0, 0);
+  EXPECT(st == AMP_ERR_CORRUPT, "fixed scaler with tracker 5: %s '%s'", amp_status_string(st), amp_last_error());
+  st = load_scaler_edited(s, S_LAST_SKIPPED, 1, 0, 0);
+  EXPECT(st == AMP_OK, "fixed scaler whose last step was skipped (valid): %s '%s'", amp_status_string(st), amp_last_error());
+  amp_scaler_destroy(s);
 }
 
 /* ---- step counts of 2^31 and more ------------------------------------------------------------ */
@@ -569,6 +650,29 @@ static void empty_or_unusable_paths_are_refused_and_touch_nothing(void) {
 }
 
 static int count_files(const char *prefix) { return t_count_files("build/test", prefix); }
+
+/* A file name of 250 bytes (255 is the most a name may have): the temporary beside it keeps a
+   shorter prefix of it, so the save works and leaves no temporary. */
+static void a_file_name_too_long_for_the_suffix_still_saves(void) {
+  run_t *x = (run_t *)calloc(1, sizeof *x);
+  char p[300];
+  amp_status st;
+  FILE *f;
+  memcpy(p, "build/test/", 11);
+  memset(p + 11, 'k', 250);
+  p[261] = '\0';
+  run_init(x, AMP_SGD);
+  st = amp_checkpoint_save(p, x->o, x->s);
+  EXPECT(st == AMP_OK, "save to a 250-byte file name: %s '%s'", amp_status_string(st), amp_last_error());
+  f = fopen(p, "rb");
+  EXPECT(f != NULL, "the file is not there");
+  if (f) fclose(f);
+  st = amp_checkpoint_load(p, x->o, x->s);
+  EXPECT(st == AMP_OK, "load: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(count_files("kkkkkkkkkk") == 1, "%d files named kkk... (a temporary left?)", count_files("kkkkkkkkkk"));
+  remove(p);
+  run_free(x); free(x);
+}
 
 /* A symlink planted at the temporary names a save will use (the old fixed "path.tmp" and the
    next unique names) is never followed: its target is untouched and the save still succeeds. */
@@ -760,7 +864,9 @@ int main(void) {
   RUN(spike_state_round_trips_and_decides_the_same_next);
   RUN(fields_edited_with_a_recomputed_crc_are_refused);
   RUN(a_file_cut_at_any_record_is_refused_naming_it);
+  RUN(scaler_states_the_rule_cannot_reach_are_refused);
   RUN(step_and_skip_counts_beyond_2_31_round_trip);
+  RUN(a_file_name_too_long_for_the_suffix_still_saves);
   RUN(empty_or_unusable_paths_are_refused_and_touch_nothing);
   RUN(a_symlink_planted_at_the_temporary_is_not_followed);
   RUN(a_sparse_multi_gb_file_is_refused_quickly);

@@ -641,7 +641,20 @@ static void mixlist_file_loads_and_reports_path_and_position(void) {
   st = amp_policy_load_mixlist_file(p, "/nonexistent_dir/ops_info.json");
   EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), "/nonexistent_dir/ops_info.json"), "missing file: got %s \"%s\"", amp_status_string(st), amp_last_error());
   st = amp_policy_load_mixlist_file(p, "/tmp");
-  EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), "\"/tmp\""), "a directory: got %s \"%s\"", amp_status_string(st), amp_last_error());
+  EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), "'/tmp'") && strstr(amp_last_error(), "not a regular file"),
+         "a directory: got %s \"%s\"", amp_status_string(st), amp_last_error());
+  /* a device or a FIFO is refused at once (no read until memory runs out, no wait for a writer) */
+  st = amp_policy_load_mixlist_file(p, "/dev/zero");
+  EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), "not a regular file"), "/dev/zero: got %s \"%s\"", amp_status_string(st),
+         amp_last_error());
+  {   /* a file above the 16 MiB cap (sparse: nothing is read) */
+    FILE *f = fopen("build/test/mixlist_big.json", "wb");
+    if (f) { fseek(f, 16L << 20, SEEK_SET); fputc(' ', f); fclose(f); }
+    st = amp_policy_load_mixlist_file(p, "build/test/mixlist_big.json");
+    EXPECT(st == AMP_ERR_IO && strstr(amp_last_error(), "16777217 bytes"), "a 16 MiB + 1 file: got %s \"%s\"",
+           amp_status_string(st), amp_last_error());
+    remove("build/test/mixlist_big.json");
+  }
   free(after);
   after = dump(p);
   EXPECT(strcmp(before, after) == 0, "IO errors: the policy changed");
