@@ -315,6 +315,96 @@ static inline AMP_HD amp_bf16 amp_f32_to_bf16(float x) {
 /* bf16 -> f32: exact, the bits shifted up. */
 static inline AMP_HD float amp_bf16_to_f32(amp_bf16 h) { return amp__bits_f32((uint32_t)h << 16); }
 
+/* ---- fp8 (OCP 8-bit floating point): E4M3 "fn" and E5M2, and the E8M0 block scale ----
+   The manual's FP8 FORMATS says what the formats hold. The conversions below are the CUDA
+   toolkit's (cuda_fp8.h's __nv_cvt_float_to_fp8 and the GPU's cvt.rn.satfinite) bit for bit, on
+   every f32 input (tests/test_fp8_exhaustive.c checks all 2^32): integer arithmetic only, so the
+   FPU's rounding mode, flush-to-zero and -ffast-math change nothing; written as selects (no early
+   return) so that loops over them vectorise. The dtype rows (AMP_E4M3, AMP_E5M2 in amp_dtype and
+   amp_convert) come with the number-format table. */
+typedef uint8_t amp_fp8;
+
+/* The rounding both formats share. a: |x| bits, finite; M mantissa bits, B the exponent bias.
+   Returns the magnitude code rounded to nearest, ties to even (meaningless where a is beyond the
+   format's overflow bound: the callers replace those lanes). */
+static inline AMP_HD uint32_t amp__fp8_round(uint32_t a, uint32_t M, uint32_t B) {
+  uint32_t cut = 23u - M;
+  /* a normal result: rebias the exponent (127 - B) and add half an ulp less one plus the lowest
+     kept bit, so that the cut bits carry exactly when they are above half, or at half with an odd
+     kept part (the carry may run into the exponent: the next binade, right as bits) */
+  uint32_t normal = (a - ((127u - B) << 23) + (1u << (cut - 1u)) - 1u + ((a >> cut) & 1u)) >> cut;
+  /* a subnormal result: a = m * 2^(e - 150) with m the significand and its implicit bit, in units
+     of the smallest subnormal 2^(1 - B - M) that is m >> (151 - B - M - e), rounded by the same
+     carry; shifts above 31 (the unsigned difference wraps for large e, whose lanes take `normal`)
+     become 31, which takes every m < 2^24 to 0 (f32 subnormals included: they are far below) */
+  uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+  uint32_t sh = 151u - B - M - e;
+  sh = sh < 31u ? sh : 31u;
+  {
+    uint32_t sub = (m + (1u << (sh - 1u)) - 1u + ((m >> sh) & 1u)) >> sh;  /* 2^M: the smallest normal, right too */
+    uint32_t is_sub = 0u - (uint32_t)(a < ((128u - B) << 23));   /* all ones below the smallest normal 2^(1-B) */
+    return (sub & is_sub) | (normal & ~is_sub);
+  }
+}
+
+/* f32 -> E4M3, round to nearest even (subnormal results too). |x| above 464 (448 plus half an ulp;
+   464 itself ties to 448) and +-inf: +-448 when saturate, else NaN (E4M3 has no inf). NaN -> 0x7f,
+   the NaN the toolkit and the GPU write (its sign dropped; an overflow's NaN keeps the sign: 0xff). */
+static inline AMP_HD amp_fp8 amp_f32_to_e4m3(float x, int saturate) {
+  uint32_t u = amp__f32_bits(x), a = u & 0x7fffffffu;
+  uint32_t r = amp__fp8_round(a, 3u, 7u);
+  uint32_t over = 0u - (uint32_t)(a > 0x43e80000u);   /* > 464, inf and NaN included */
+  uint32_t nan = 0u - (uint32_t)(a > 0x7f800000u);
+  r = ((saturate ? 0x7eu : 0x7fu) & over) | (r & ~over);
+  r |= (u >> 24) & 0x80u;   /* the sign */
+  return (amp_fp8)((0x7fu & nan) | (r & ~nan));
+}
+
+/* f32 -> E5M2, round to nearest even. |x| >= 61440 (57344 plus half an ulp: the tie rounds to the
+   even code, inf) and +-inf: +-57344 when saturate, else +-inf. NaN -> 0x7f, as the toolkit. */
+static inline AMP_HD amp_fp8 amp_f32_to_e5m2(float x, int saturate) {
+  uint32_t u = amp__f32_bits(x), a = u & 0x7fffffffu;
+  uint32_t r = amp__fp8_round(a, 2u, 15u);
+  uint32_t over = 0u - (uint32_t)(a >= 0x47700000u);   /* >= 61440, inf and NaN included */
+  uint32_t nan = 0u - (uint32_t)(a > 0x7f800000u);
+  r = ((saturate ? 0x7bu : 0x7cu) & over) | (r & ~over);
+  r |= (u >> 24) & 0x80u;
+  return (amp_fp8)((0x7fu & nan) | (r & ~nan));
+}
+
+/* E4M3 -> f32: exact for all 256 codes. Normals by rebiasing (the exponent field lands in the f32
+   exponent's low bits: add 127 - 7); subnormals as m * 2^-9, an exact int-to-float conversion and
+   an exact multiply on normal floats (nothing for flush-to-zero or -ffast-math to change). The
+   NaN codes 0x7f / 0xff give a quiet NaN of that sign (0x7fc00000 | sign). */
+static inline AMP_HD float amp_e4m3_to_f32(amp_fp8 c) {
+  uint32_t a = (uint32_t)c & 0x7fu, sign = ((uint32_t)c & 0x80u) << 24;
+  uint32_t normal = (a << 20) + (120u << 23);
+  uint32_t sub = amp__f32_bits((float)(int)(a & 7u) * 0.001953125f);   /* m * 2^-9; 0 for code 0 */
+  uint32_t is_sub = 0u - (uint32_t)(a < 8u), nan = 0u - (uint32_t)(a == 0x7fu);
+  uint32_t r = (sub & is_sub) | (normal & ~is_sub);
+  return amp__bits_f32(sign | (0x7fc00000u & nan) | (r & ~nan));
+}
+
+/* E5M2 -> f32: exact. E5M2 is the upper byte of an f16 (same exponent, two of its mantissa bits),
+   so this is amp_f16_to_f32 of the code shifted up: inf is inf; a NaN keeps its sign and payload
+   and comes out quiet, as there. */
+static inline AMP_HD float amp_e5m2_to_f32(amp_fp8 c) { return amp_f16_to_f32((amp_f16)((uint32_t)c << 8)); }
+
+/* f32 -> E8M0, the MX block scale 2^(e - 127) of |x| (e in 0..254; 0xff is NaN; no sign, no zero).
+   round_up nonzero: the smallest such power >= |x|, as cuda_fp8.h's
+   __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf): e is the exponent field, plus one
+   when a mantissa bit is set, except at |x| <= 2^-127 (the f32 subnormals up to half the smallest
+   normal), which 2^-127 (e = 0) already covers. round_up 0: the exponent field (OCP's floor;
+   cudaRoundZero). Both saturate as __NV_SATFINITE: inf and anything above 2^127 give 254;
+   0 and subnormals give 0 (2^-127); NaN gives 0xff. */
+static inline AMP_HD uint8_t amp_f32_to_e8m0(float x, int round_up) {
+  uint32_t a = amp__f32_bits(x) & 0x7fffffffu;
+  uint32_t e = a >> 23;
+  e += (uint32_t)(round_up != 0) & (uint32_t)((a & 0x7fffffu) != 0u) & (uint32_t)(a > 0x00400000u) & (uint32_t)(a < 0x7f800000u);
+  e -= (uint32_t)(e == 255u) & (uint32_t)(a <= 0x7f800000u);   /* inf, or a round up past 254: 254 */
+  return (uint8_t)e;
+}
+
 /* One element of any of the three types, as f32 / from f32 (the kernels' and loops' loads/stores). */
 static inline AMP_HD float amp__load(const void *p, amp_dtype t, size_t i) {
   return t == AMP_F16 ? amp_f16_to_f32(((const amp_f16 *)p)[i])
