@@ -2080,6 +2080,233 @@ AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, am
   return AMP_OK;
 }
 
+/* ---- fp8 bulk loops (host): f32 -> E4M3/E5M2 saturating, as amp_convert will cast into fp8
+   (TransformerEngine and torchao cast so), and back; f16/bf16 <-> fp8 through f32 blocks (f16 and
+   bf16 widen exactly, so that is the f32 conversion of the same value; fp8 -> f16/bf16 is exact).
+   AVX-512 and AVX2 kernels chosen as amp_convert chooses (amp_simd_active, amp__isa), the portable
+   loops elsewhere; all give the scalar functions' bits (tests/test_fp8_exhaustive.c checks every
+   f32 input at every level). Any addresses work; dst and src must not overlap. Not yet reachable
+   from amp_convert: the dtype rows come with the number-format table. */
+#if defined(__GNUC__) || defined(__clang__)
+#define AMP__FP8_UNUSED __attribute__((unused))
+#else
+#define AMP__FP8_UNUSED
+#endif
+/* The portable loops: the scalar functions per element (branch-free: they vectorise where the
+   target has variable shifts); elements read and written through memcpy, so any address works. */
+static void amp__f32_to_fp8_portable(amp_fp8 *d, const void *s, size_t n, int e5m2) {
+  size_t i;
+  const char *p = (const char *)s;
+  if (e5m2) for (i = 0; i < n; i++) { float x; memcpy(&x, p + 4 * i, 4); d[i] = amp_f32_to_e5m2(x, 1); }
+  else for (i = 0; i < n; i++) { float x; memcpy(&x, p + 4 * i, 4); d[i] = amp_f32_to_e4m3(x, 1); }
+}
+static void amp__fp8_to_f32_portable(void *d, const amp_fp8 *s, size_t n, int e5m2) {
+  size_t i;
+  char *p = (char *)d;
+  if (e5m2) for (i = 0; i < n; i++) { float x = amp_e5m2_to_f32(s[i]); memcpy(p + 4 * i, &x, 4); }
+  else for (i = 0; i < n; i++) { float x = amp_e4m3_to_f32(s[i]); memcpy(p + 4 * i, &x, 4); }
+}
+
+#ifdef AMP__X86_SIMD
+AMP__EXACT_BEGIN
+/* 8 lanes of f32 bits -> 8 fp8 codes in the low bytes of the lanes: amp_f32_to_e4m3 (M 3, B 7,
+   overflow above 0x43e80000, max 0x7e) or amp_f32_to_e5m2 (M 2, B 15, from 0x47700000, max 0x7b)
+   with saturate 1, lane by lane (the same integer steps; signed compares are right as both sides
+   are below 2^31). */
+AMP__AVX2_INLINE __m256i amp__fp8_enc8(__m256i u, int e5m2) {
+  const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M;
+  const __m256i one = _mm256_set1_epi32(1);
+  __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  __m256i normal = _mm256_srli_epi32(_mm256_add_epi32(_mm256_sub_epi32(a, _mm256_set1_epi32((127 - B) << 23)),
+      _mm256_add_epi32(_mm256_set1_epi32((1 << (cut - 1)) - 1), _mm256_and_si256(_mm256_srli_epi32(a, cut), one))), cut);
+  __m256i m = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0x7fffff)), _mm256_set1_epi32(0x800000));
+  __m256i sh = _mm256_min_epu32(_mm256_sub_epi32(_mm256_set1_epi32(151 - B - M), _mm256_srli_epi32(a, 23)), _mm256_set1_epi32(31));
+  __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(sh, one));
+  __m256i sub = _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(m, _mm256_sub_epi32(half, one)),
+                                                   _mm256_and_si256(_mm256_srlv_epi32(m, sh), one)), sh);
+  __m256i r = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32((128 - B) << 23), a));
+  __m256i over = e5m2 ? _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x476fffff)) : _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43e80000));
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(e5m2 ? 0x7b : 0x7e), over);
+  r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7f), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
+}
+/* 32 f32 -> 32 fp8: four 8-lane encodes packed to bytes (values <= 0xff, so the unsigned
+   saturating packs keep them); the packs interleave 128-bit halves, the permute restores order. */
+AMP__AVX2_INLINE void amp__fp8_enc32(amp_fp8 *d, const char *s, int e5m2) {
+  __m256i r0 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)s), e5m2);
+  __m256i r1 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 32)), e5m2);
+  __m256i r2 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 64)), e5m2);
+  __m256i r3 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 96)), e5m2);
+  __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r0, r1), _mm256_packus_epi32(r2, r3));
+  _mm256_storeu_si256((__m256i *)d, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+AMP__AVX2_INLINE void amp__f32_to_fp8_loop8(amp_fp8 *d, const void *src, size_t n, int e5m2) {
+  const char *s = (const char *)src;
+  size_t i;
+  for (i = 0; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, e5m2);
+  if (i < n) { /* the tail through a buffer */
+    char bs[128];
+    amp_fp8 bd[32];
+    memset(bs, 0, sizeof bs);
+    memcpy(bs, s + 4 * i, (n - i) * 4);
+    amp__fp8_enc32(bd, bs, e5m2);
+    memcpy(d + i, bd, n - i);
+  }
+}
+/* 8 fp8 codes (in the low bytes of 8 lanes, zero above) -> 8 f32: amp_e4m3_to_f32 lane by lane;
+   E5M2 is vcvtph2ps of the code shifted up, which amp_f16_to_f32 (so amp_e5m2_to_f32) matches. */
+AMP__AVX2_INLINE __m256 amp__e4m3_dec8(__m256i c) {
+  __m256i a = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+  __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(a, 20), _mm256_set1_epi32(120 << 23));
+  __m256i sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(a, _mm256_set1_epi32(7))),
+                                                  _mm256_set1_ps(0.001953125f)));
+  __m256i r = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(8), a));
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(a, _mm256_set1_epi32(0x7f)));
+  return _mm256_castsi256_ps(_mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24)));
+}
+AMP__AVX2_INLINE __m256 amp__fp8_dec8(const amp_fp8 *s, int e5m2) {
+  __m128i b = _mm_loadl_epi64((const __m128i *)s);
+  if (e5m2) return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(b), 8));
+  return amp__e4m3_dec8(_mm256_cvtepu8_epi32(b));
+}
+AMP__AVX2_INLINE void amp__fp8_dec32(char *d, const amp_fp8 *s, int e5m2) {
+  __m256 a = amp__fp8_dec8(s, e5m2), b = amp__fp8_dec8(s + 8, e5m2), c = amp__fp8_dec8(s + 16, e5m2), e = amp__fp8_dec8(s + 24, e5m2);
+  _mm256_storeu_ps((float *)d, a); _mm256_storeu_ps((float *)(d + 32), b);
+  _mm256_storeu_ps((float *)(d + 64), c); _mm256_storeu_ps((float *)(d + 96), e);
+}
+AMP__AVX2_INLINE void amp__fp8_to_f32_loop8(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
+  char *d = (char *)dst;
+  size_t i;
+  for (i = 0; i + 32 <= n; i += 32) amp__fp8_dec32(d + 4 * i, s + i, e5m2);
+  if (i < n) {
+    amp_fp8 bs[32];
+    char bd[128];
+    memset(bs, 0, sizeof bs);
+    memcpy(bs, s + i, n - i);
+    amp__fp8_dec32(bd, bs, e5m2);
+    memcpy(d + 4 * i, bd, (n - i) * 4);
+  }
+}
+
+/* 16 lanes (AVX-512), the same steps with mask registers; tails under a lane mask. */
+AMP__AVX512_INLINE __m128i amp__fp8_enc16(__m512i u, int e5m2) {
+  const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M;
+  const __m512i one = _mm512_set1_epi32(1);
+  __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  __m512i normal = _mm512_srli_epi32(_mm512_add_epi32(_mm512_sub_epi32(a, _mm512_set1_epi32((127 - B) << 23)),
+      _mm512_add_epi32(_mm512_set1_epi32((1 << (cut - 1)) - 1), _mm512_and_si512(_mm512_srli_epi32(a, cut), one))), cut);
+  __m512i m = _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x800000));
+  __m512i sh = _mm512_min_epu32(_mm512_sub_epi32(_mm512_set1_epi32(151 - B - M), _mm512_srli_epi32(a, 23)), _mm512_set1_epi32(31));
+  __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one));
+  __m512i sub = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_add_epi32(m, _mm512_sub_epi32(half, one)),
+                                                   _mm512_and_si512(_mm512_srlv_epi32(m, sh), one)), sh);
+  __m512i r = _mm512_mask_mov_epi32(normal, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32((128 - B) << 23)), sub);
+  __mmask16 over = e5m2 ? _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x47700000))
+                        : _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x43e80000));
+  r = _mm512_mask_mov_epi32(r, over, _mm512_set1_epi32(e5m2 ? 0x7b : 0x7e));
+  r = _mm512_or_si512(r, _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f));
+  return _mm512_cvtepi32_epi8(r);
+}
+AMP__AVX512_INLINE void amp__f32_to_fp8_loop16(amp_fp8 *d, const void *src, size_t n, int e5m2) {
+  const float *s = (const float *)src;   /* only loaded through loadu intrinsics: any address */
+  size_t i;
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m128i a = amp__fp8_enc16(_mm512_castps_si512(_mm512_loadu_ps(s + i)), e5m2);
+    __m128i b = amp__fp8_enc16(_mm512_castps_si512(_mm512_loadu_ps(s + i + 16)), e5m2);
+    _mm_storeu_si128((__m128i *)(d + i), a); _mm_storeu_si128((__m128i *)(d + i + 16), b);
+  }
+  for (; i < n; i += 16) {
+    __mmask16 k = amp__mask16(n - i);
+    _mm_mask_storeu_epi8(d + i, k, amp__fp8_enc16(_mm512_castps_si512(_mm512_maskz_loadu_ps(k, s + i)), e5m2));
+  }
+}
+AMP__AVX512_INLINE __m512 amp__fp8_dec16(const amp_fp8 *s, __mmask16 k, int e5m2) {
+  __m128i b = k == 0xffff ? _mm_loadu_si128((const __m128i *)s) : _mm_maskz_loadu_epi8(k, s);
+  __m512i c, a, normal, sub, r;
+  if (e5m2) return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+  c = _mm512_cvtepu8_epi32(b);
+  a = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+  normal = _mm512_add_epi32(_mm512_slli_epi32(a, 20), _mm512_set1_epi32(120 << 23));
+  sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(a, _mm512_set1_epi32(7))),
+                                          _mm512_set1_ps(0.001953125f)));
+  r = _mm512_mask_mov_epi32(normal, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(8)), sub);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epu32_mask(a, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7fc00000));
+  return _mm512_castsi512_ps(_mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24)));
+}
+AMP__AVX512_INLINE void amp__fp8_to_f32_loop16(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
+  float *d = (float *)dst;   /* only stored through storeu intrinsics */
+  size_t i;
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m512 a = amp__fp8_dec16(s + i, 0xffff, e5m2), b = amp__fp8_dec16(s + i + 16, 0xffff, e5m2);
+    _mm512_storeu_ps(d + i, a); _mm512_storeu_ps(d + i + 16, b);
+  }
+  for (; i < n; i += 16) {
+    __mmask16 k = amp__mask16(n - i);
+    amp__st16f(d + i, amp__fp8_dec16(s + i, k, e5m2), k);
+  }
+}
+
+/* One kernel per direction, format and level (the format a constant in each). */
+#define AMP__FP8_KERNELS(NAME, E5M2) \
+  static AMP__AVX2 void amp__cvt_f32_to_##NAME##_avx2(amp_fp8 *d, const void *s, size_t n) { amp__f32_to_fp8_loop8(d, s, n, E5M2); } \
+  static AMP__AVX512 void amp__cvt_f32_to_##NAME##_avx512(amp_fp8 *d, const void *s, size_t n) { amp__f32_to_fp8_loop16(d, s, n, E5M2); } \
+  static AMP__AVX2 void amp__cvt_##NAME##_to_f32_avx2(void *d, const amp_fp8 *s, size_t n) { amp__fp8_to_f32_loop8(d, s, n, E5M2); } \
+  static AMP__AVX512 void amp__cvt_##NAME##_to_f32_avx512(void *d, const amp_fp8 *s, size_t n) { amp__fp8_to_f32_loop16(d, s, n, E5M2); }
+AMP__FP8_KERNELS(e4m3, 0)
+AMP__FP8_KERNELS(e5m2, 1)
+#undef AMP__FP8_KERNELS
+AMP__EXACT_END
+#endif
+
+/* f32 (any address) -> fp8, saturating; e5m2 0: E4M3, 1: E5M2. */
+static void amp__f32_to_fp8(amp_fp8 *d, const void *s, size_t n, int e5m2) {
+#ifdef AMP__X86_SIMD
+  if (amp_simd_active()) {
+    int z = amp__isa() >= 2;
+    if (e5m2) (z ? amp__cvt_f32_to_e5m2_avx512 : amp__cvt_f32_to_e5m2_avx2)(d, s, n);
+    else (z ? amp__cvt_f32_to_e4m3_avx512 : amp__cvt_f32_to_e4m3_avx2)(d, s, n);
+    return;
+  }
+#endif
+  amp__f32_to_fp8_portable(d, s, n, e5m2);
+}
+/* fp8 -> f32 (any address), exact. */
+static void amp__fp8_to_f32(void *d, const amp_fp8 *s, size_t n, int e5m2) {
+#ifdef AMP__X86_SIMD
+  if (amp_simd_active()) {
+    int z = amp__isa() >= 2;
+    if (e5m2) (z ? amp__cvt_e5m2_to_f32_avx512 : amp__cvt_e5m2_to_f32_avx2)(d, s, n);
+    else (z ? amp__cvt_e4m3_to_f32_avx512 : amp__cvt_e4m3_to_f32_avx2)(d, s, n);
+    return;
+  }
+#endif
+  amp__fp8_to_f32_portable(d, s, n, e5m2);
+}
+/* Any of F32/F16/BF16 (st) -> fp8, saturating: F32 directly, the others widened to f32 a block at
+   a time. What amp_convert will run into fp8. */
+static AMP__FP8_UNUSED void amp__convert_to_fp8(amp_fp8 *dst, int e5m2, const void *src, amp_dtype st, size_t n) {
+  float tmp[256];
+  size_t i, ss = amp_dtype_size(st);
+  if (st == AMP_F32) { amp__f32_to_fp8(dst, src, n, e5m2); return; }
+  for (i = 0; i < n; i += 256) {
+    size_t k = n - i < 256 ? n - i : 256;
+    amp__convert_any(tmp, AMP_F32, (const char *)src + i * ss, st, k);
+    amp__f32_to_fp8(dst + i, tmp, k, e5m2);
+  }
+}
+/* fp8 -> any of F32/F16/BF16 (dt), exact (every fp8 value is an f16 and a bf16 value). */
+static AMP__FP8_UNUSED void amp__convert_from_fp8(void *dst, amp_dtype dt, const amp_fp8 *src, int e5m2, size_t n) {
+  float tmp[256];
+  size_t i, ds = amp_dtype_size(dt);
+  if (dt == AMP_F32) { amp__fp8_to_f32(dst, src, n, e5m2); return; }
+  for (i = 0; i < n; i += 256) {
+    size_t k = n - i < 256 ? n - i : 256;
+    amp__fp8_to_f32(tmp, src + i, k, e5m2);
+    amp__convert_any((char *)dst + i * ds, dt, tmp, AMP_F32, k);
+  }
+}
+
 /* ------------------------------------------------------------------------------------------
    Implementation: op-list policy
    ------------------------------------------------------------------------------------------ */
