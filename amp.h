@@ -335,11 +335,12 @@ static inline AMP_HD uint32_t amp__fp8_round(uint32_t a, uint32_t M, uint32_t B)
   uint32_t normal = (a - ((127u - B) << 23) + (1u << (cut - 1u)) - 1u + ((a >> cut) & 1u)) >> cut;
   /* a subnormal result: a = m * 2^(e - 150) with m the significand and its implicit bit, in units
      of the smallest subnormal 2^(1 - B - M) that is m >> (151 - B - M - e), rounded by the same
-     carry; shifts above 31 (the unsigned difference wraps for large e, whose lanes take `normal`)
-     become 31, which takes every m < 2^24 to 0 (f32 subnormals included: they are far below) */
+     carry; shifts outside 1..30 become 31: above 30 that takes every m < 2^24 to 0, as it should
+     (f32 subnormals included: they are far below), and 0 or a wrapped difference only happen for
+     large e, whose lanes take `normal` (31 keeps every shift defined) */
   uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
   uint32_t sh = 151u - B - M - e;
-  sh = sh < 31u ? sh : 31u;
+  sh = sh - 1u < 30u ? sh : 31u;
   {
     uint32_t sub = (m + (1u << (sh - 1u)) - 1u + ((m >> sh) & 1u)) >> sh;  /* 2^M: the smallest normal, right too */
     uint32_t is_sub = 0u - (uint32_t)(a < ((128u - B) << 23));   /* all ones below the smallest normal 2^(1-B) */
