@@ -25,6 +25,8 @@
                                    the overflow log line naming it (amp_tensor_desc.name)
       SPIKES                       amp_optim_config.spike_norm / spike_zscore: skip a loss-spike
                                    step without backing off the scale; amp_optimizer_spike_skips
+      FP8 FORMATS                  E4M3 and E5M2 (amp_fp8), their rounding and saturation, the
+                                   E8M0 block scale; amp_f32_to_e4m3 / _e5m2 / _e8m0 and back
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -108,6 +110,45 @@
       amp_scaler_update_found_inf on a scaler of that device, amp_optimizer_step on an optimizer of
       that device, or amp_device_sync, returns it (AMP_ERR_DEVICE) before doing anything else.
       On the CPU these getters cannot fail.
+
+   FP8 FORMATS
+
+      An fp8 number is one byte: a sign, an exponent field and a mantissa. The OCP standard (and
+      the GPUs from Hopper on) has two of them, which spend the seven other bits differently:
+
+        E4M3 ("fn")  4 exponent bits (bias 7), 3 mantissa bits. Largest 448 (0x7e), smallest normal
+                     2^-6, smallest subnormal 2^-9. No infinities: the top exponent holds numbers
+                     too, and only S.1111.111 (0x7f, 0xff) is NaN. About 2 significant digits.
+        E5M2         5 exponent bits (bias 15), 2 mantissa bits: IEEE-like, the upper byte of an
+                     f16. Largest 57344 (0x7b), smallest normal 2^-14, smallest subnormal 2^-16,
+                     inf 0x7c / 0xfc, NaN 0x7d-0x7f (and signed).
+
+      Forward tensors (weights, activations) need precision more than range, so they take E4M3;
+      gradients spread over many more binades and need the range, so they take E5M2
+      (TransformerEngine's HYBRID recipe). Either way a tensor is multiplied by a scale before the
+      cast, so that its largest value lands near the format's largest (the scaling recipes); the
+      cast itself is what this section describes.
+
+      f32 -> fp8 (amp_f32_to_e4m3 / amp_f32_to_e5m2 (x, saturate)) rounds to nearest, ties to even,
+      subnormal results included: for E4M3, exactly 2^-10 (half the smallest subnormal) gives 0
+      and anything above it 2^-9. Past the largest value the saturate flag decides. saturate 1
+      ("satfinite", what TransformerEngine and torchao cast with, and what the bulk casts do): a
+      finite or infinite |x| past it gives +-max (+-448, +-57344). saturate 0: E4M3 gives NaN (it
+      has no inf), E5M2 +-inf. "Past" means beyond max plus half an ulp: E4M3's 464 still rounds
+      to 448 (the tie goes to the even code), anything above does not; E5M2's tie, 61440, rounds
+      to the even code, which is inf. A NaN gives NaN in either mode, as 0x7f (its sign dropped):
+      these are the bits of the CUDA toolkit's cuda_fp8.h for all 2^32 inputs, and of the GPU's
+      cvt.rn.satfinite. -0 stays -0. fp8 -> f32 (amp_e4m3_to_f32, amp_e5m2_to_f32) is exact: every
+      fp8 number is an f32 (and an f16, and a bf16) number. All of them are integer arithmetic on
+      the bits, so -ffast-math, flush-to-zero and the FPU's rounding mode change nothing; they
+      are AMP_HD, so the CUDA kernels run the same functions.
+
+      E8M0 is the MX formats' block scale: no sign, no mantissa; the byte e stands for 2^(e-127),
+      e in 0..254, and 0xff is NaN. There is no zero. amp_f32_to_e8m0(x, round_up) gives a scale
+      for |x|. round_up 1 (NVIDIA's rule, cuda_fp8.h's cudaRoundPosInf): the smallest power of two
+      >= |x|. round_up 0 (OCP's): the largest power of two <= |x|, i.e. the exponent field. Both
+      stop at 2^127 (254, inf included) and at 2^-127 (0: zero and the f32 subnormals land there;
+      rounding up, every |x| <= 2^-127 gives 0, as in cuda_fp8.h).
 
    VERSION HISTORY
 
