@@ -2230,122 +2230,81 @@ AMP__AVX2_INLINE void amp__fp8_to_f32_loop8(void *dst, const amp_fp8 *s, size_t 
   }
 }
 
-/* 16 lanes (AVX-512), the same steps with mask registers; tails under a lane mask. */
-AMP__AVX512_INLINE __m128i amp__fp8_enc16(__m512i u, int e5m2) {
-  const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M;
-  const __m512i one = _mm512_set1_epi32(1);
-  __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __m512i normal = _mm512_srli_epi32(_mm512_add_epi32(_mm512_sub_epi32(a, _mm512_set1_epi32((127 - B) << 23)),
-      _mm512_add_epi32(_mm512_set1_epi32((1 << (cut - 1)) - 1), _mm512_and_si512(_mm512_srli_epi32(a, cut), one))), cut);
-  __m512i m = _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x800000));
-  __m512i sh = _mm512_min_epu32(_mm512_sub_epi32(_mm512_set1_epi32(151 - B - M), _mm512_srli_epi32(a, 23)), _mm512_set1_epi32(31));
-  __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one));
-  __m512i sub = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_add_epi32(m, _mm512_sub_epi32(half, one)),
-                                                   _mm512_and_si512(_mm512_srlv_epi32(m, sh), one)), sh);
-  __m512i r = _mm512_mask_mov_epi32(normal, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32((128 - B) << 23)), sub);
-  __mmask16 over = e5m2 ? _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x47700000))
-                        : _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x43e80000));
-  r = _mm512_mask_mov_epi32(r, over, _mm512_set1_epi32(e5m2 ? 0x7b : 0x7e));
-  r = _mm512_or_si512(r, _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f));
-  return _mm512_cvtepi32_epi8(r);
+/* 16 lanes (AVX-512): the 8-lane steps above on the two halves of a 512-bit register (the same
+   code, so the same bits; their EVEX forms here), the loads and stores 16 wide, and the tails
+   under a lane mask instead of through a buffer. */
+AMP__AVX512_INLINE __m128i amp__fp8_enc16(__m512 x, int e5m2) {
+  __m512i u = _mm512_castps_si512(x);
+  __m256i lo = amp__fp8_enc8(_mm512_castsi512_si256(u), e5m2), hi = amp__fp8_enc8(_mm512_extracti64x4_epi64(u, 1), e5m2);
+  return _mm512_cvtepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));   /* codes <= 0xff */
 }
 AMP__AVX512_INLINE void amp__f32_to_fp8_loop16(amp_fp8 *d, const void *src, size_t n, int e5m2) {
   const float *s = (const float *)src;   /* only loaded through loadu intrinsics: any address */
   size_t i;
-  for (i = 0; i + 32 <= n; i += 32) {
-    __m128i a = amp__fp8_enc16(_mm512_castps_si512(_mm512_loadu_ps(s + i)), e5m2);
-    __m128i b = amp__fp8_enc16(_mm512_castps_si512(_mm512_loadu_ps(s + i + 16)), e5m2);
-    _mm_storeu_si128((__m128i *)(d + i), a); _mm_storeu_si128((__m128i *)(d + i + 16), b);
-  }
-  for (; i < n; i += 16) {
+  for (i = 0; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i *)(d + i), amp__fp8_enc16(_mm512_loadu_ps(s + i), e5m2));
+  if (i < n) {
     __mmask16 k = amp__mask16(n - i);
-    _mm_mask_storeu_epi8(d + i, k, amp__fp8_enc16(_mm512_castps_si512(_mm512_maskz_loadu_ps(k, s + i)), e5m2));
+    _mm_mask_storeu_epi8(d + i, k, amp__fp8_enc16(_mm512_maskz_loadu_ps(k, s + i), e5m2));
   }
 }
-AMP__AVX512_INLINE __m512 amp__fp8_dec16(const amp_fp8 *s, __mmask16 k, int e5m2) {
-  __m128i b = k == 0xffff ? _mm_loadu_si128((const __m128i *)s) : _mm_maskz_loadu_epi8(k, s);
-  __m512i c, a, normal, sub, r;
+AMP__AVX512_INLINE __m512 amp__fp8_dec16(__m128i b, int e5m2) {
+  __m256 lo, hi;
   if (e5m2) return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
-  c = _mm512_cvtepu8_epi32(b);
-  a = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
-  normal = _mm512_add_epi32(_mm512_slli_epi32(a, 20), _mm512_set1_epi32(120 << 23));
-  sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(a, _mm512_set1_epi32(7))),
-                                          _mm512_set1_ps(0.001953125f)));
-  r = _mm512_mask_mov_epi32(normal, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(8)), sub);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epu32_mask(a, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7fc00000));
-  return _mm512_castsi512_ps(_mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24)));
+  lo = amp__e4m3_dec8(_mm256_cvtepu8_epi32(b));
+  hi = amp__e4m3_dec8(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
 AMP__AVX512_INLINE void amp__fp8_to_f32_loop16(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
   float *d = (float *)dst;   /* only stored through storeu intrinsics */
   size_t i;
-  for (i = 0; i + 32 <= n; i += 32) {
-    __m512 a = amp__fp8_dec16(s + i, 0xffff, e5m2), b = amp__fp8_dec16(s + i + 16, 0xffff, e5m2);
-    _mm512_storeu_ps(d + i, a); _mm512_storeu_ps(d + i + 16, b);
-  }
-  for (; i < n; i += 16) {
+  for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(s + i)), e5m2));
+  if (i < n) {
     __mmask16 k = amp__mask16(n - i);
-    amp__st16f(d + i, amp__fp8_dec16(s + i, k, e5m2), k);
+    amp__st16f(d + i, amp__fp8_dec16(_mm_maskz_loadu_epi8(k, s + i), e5m2), k);
   }
 }
 
 /* One kernel per direction, format and level (the format a constant in each). */
 #define AMP__FP8_KERNELS(NAME, E5M2) \
-  static AMP__AVX2 void amp__cvt_f32_to_##NAME##_avx2(amp_fp8 *d, const void *s, size_t n) { amp__f32_to_fp8_loop8(d, s, n, E5M2); } \
-  static AMP__AVX512 void amp__cvt_f32_to_##NAME##_avx512(amp_fp8 *d, const void *s, size_t n) { amp__f32_to_fp8_loop16(d, s, n, E5M2); } \
-  static AMP__AVX2 void amp__cvt_##NAME##_to_f32_avx2(void *d, const amp_fp8 *s, size_t n) { amp__fp8_to_f32_loop8(d, s, n, E5M2); } \
-  static AMP__AVX512 void amp__cvt_##NAME##_to_f32_avx512(void *d, const amp_fp8 *s, size_t n) { amp__fp8_to_f32_loop16(d, s, n, E5M2); }
+  static AMP__AVX2 void amp__cvt_f32_to_##NAME##_avx2(void *d, const void *s, size_t n) { amp__f32_to_fp8_loop8((amp_fp8 *)d, s, n, E5M2); } \
+  static AMP__AVX512 void amp__cvt_f32_to_##NAME##_avx512(void *d, const void *s, size_t n) { amp__f32_to_fp8_loop16((amp_fp8 *)d, s, n, E5M2); } \
+  static AMP__AVX2 void amp__cvt_##NAME##_to_f32_avx2(void *d, const void *s, size_t n) { amp__fp8_to_f32_loop8(d, (const amp_fp8 *)s, n, E5M2); } \
+  static AMP__AVX512 void amp__cvt_##NAME##_to_f32_avx512(void *d, const void *s, size_t n) { amp__fp8_to_f32_loop16(d, (const amp_fp8 *)s, n, E5M2); }
 AMP__FP8_KERNELS(e4m3, 0)
 AMP__FP8_KERNELS(e5m2, 1)
 #undef AMP__FP8_KERNELS
 AMP__EXACT_END
 #endif
 
-/* f32 (any address) -> fp8, saturating; e5m2 0: E4M3, 1: E5M2. */
-static void amp__f32_to_fp8(amp_fp8 *d, const void *s, size_t n, int e5m2) {
+/* decode 0: f32 -> fp8, saturating; decode 1: fp8 -> f32, exact. e5m2 0: E4M3, 1: E5M2. Any
+   addresses. */
+static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode) {
 #ifdef AMP__X86_SIMD
-  if (amp_simd_active()) {
-    int z = amp__isa() >= 2;
-    if (e5m2) (z ? amp__cvt_f32_to_e5m2_avx512 : amp__cvt_f32_to_e5m2_avx2)(d, s, n);
-    else (z ? amp__cvt_f32_to_e4m3_avx512 : amp__cvt_f32_to_e4m3_avx2)(d, s, n);
-    return;
-  }
+  typedef void (*kernel)(void *, const void *, size_t);
+  static const kernel k[2][2][2] = {   /* [decode][e5m2][AVX-512] */
+    { { amp__cvt_f32_to_e4m3_avx2, amp__cvt_f32_to_e4m3_avx512 }, { amp__cvt_f32_to_e5m2_avx2, amp__cvt_f32_to_e5m2_avx512 } },
+    { { amp__cvt_e4m3_to_f32_avx2, amp__cvt_e4m3_to_f32_avx512 }, { amp__cvt_e5m2_to_f32_avx2, amp__cvt_e5m2_to_f32_avx512 } } };
+  if (amp_simd_active()) { k[decode != 0][e5m2 != 0][amp__isa() >= 2](d, s, n); return; }
 #endif
-  amp__f32_to_fp8_portable(d, s, n, e5m2);
+  if (decode) amp__fp8_to_f32_portable(d, (const amp_fp8 *)s, n, e5m2);
+  else amp__f32_to_fp8_portable((amp_fp8 *)d, s, n, e5m2);
 }
-/* fp8 -> f32 (any address), exact. */
-static void amp__fp8_to_f32(void *d, const amp_fp8 *s, size_t n, int e5m2) {
-#ifdef AMP__X86_SIMD
-  if (amp_simd_active()) {
-    int z = amp__isa() >= 2;
-    if (e5m2) (z ? amp__cvt_e5m2_to_f32_avx512 : amp__cvt_e5m2_to_f32_avx2)(d, s, n);
-    else (z ? amp__cvt_e4m3_to_f32_avx512 : amp__cvt_e4m3_to_f32_avx2)(d, s, n);
-    return;
-  }
-#endif
-  amp__fp8_to_f32_portable(d, s, n, e5m2);
-}
-/* Any of F32/F16/BF16 (st) -> fp8, saturating: F32 directly, the others widened to f32 a block at
-   a time. What amp_convert will run into fp8. */
-static AMP__FP8_UNUSED void amp__convert_to_fp8(amp_fp8 *dst, int e5m2, const void *src, amp_dtype st, size_t n) {
+/* Between fp8 and t (F32, F16 or BF16), what amp_convert will run: decode 0: t -> fp8, saturating;
+   decode 1: fp8 -> t, exact (every fp8 value is an f16 and a bf16 value). F16 and BF16 go through
+   f32 a block at a time (they widen exactly, so that is the f32 conversion of the same value). */
+static AMP__FP8_UNUSED void amp__convert_fp8(void *dst, const void *src, size_t n, amp_dtype t, int e5m2, int decode) {
   float tmp[256];
-  size_t i, ss = amp_dtype_size(st);
-  if (st == AMP_F32) { amp__f32_to_fp8(dst, src, n, e5m2); return; }
+  size_t i, ts = amp_dtype_size(t);
+  if (t == AMP_F32) { amp__fp8_bulk(dst, src, n, e5m2, decode); return; }
   for (i = 0; i < n; i += 256) {
     size_t k = n - i < 256 ? n - i : 256;
-    amp__convert_any(tmp, AMP_F32, (const char *)src + i * ss, st, k);
-    amp__f32_to_fp8(dst + i, tmp, k, e5m2);
-  }
-}
-/* fp8 -> any of F32/F16/BF16 (dt), exact (every fp8 value is an f16 and a bf16 value). */
-static AMP__FP8_UNUSED void amp__convert_from_fp8(void *dst, amp_dtype dt, const amp_fp8 *src, int e5m2, size_t n) {
-  float tmp[256];
-  size_t i, ds = amp_dtype_size(dt);
-  if (dt == AMP_F32) { amp__fp8_to_f32(dst, src, n, e5m2); return; }
-  for (i = 0; i < n; i += 256) {
-    size_t k = n - i < 256 ? n - i : 256;
-    amp__fp8_to_f32(tmp, src + i, k, e5m2);
-    amp__convert_any((char *)dst + i * ds, dt, tmp, AMP_F32, k);
+    if (decode) {
+      amp__fp8_bulk(tmp, (const amp_fp8 *)src + i, k, e5m2, 1);
+      amp__convert_any((char *)dst + i * ts, t, tmp, AMP_F32, k);
+    } else {
+      amp__convert_any(tmp, AMP_F32, (const char *)src + i * ts, t, k);
+      amp__fp8_bulk((amp_fp8 *)dst + i, tmp, k, e5m2, 0);
+    }
   }
 }
 

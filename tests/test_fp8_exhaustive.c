@@ -10,7 +10,7 @@
    include directory ($CUDA_HOME/include) on the path. Without the header (or built as C) the
    oracle comparisons say "skipped" and the rest runs.
    Threads: one per core (at most 16), the 512 binades (sign, exponent field) dealt out in turn.
-   AMP_TEST_QUICK=1 samples every 8191st mantissa of each binade.
+   AMP_TEST_QUICK=1 samples every 8191st mantissa of each binade, and those at and beside its ties.
    The edge cases by name are in tests/test_fp8.c. */
 // LANG: c++
 #define _POSIX_C_SOURCE 200809L
@@ -41,23 +41,26 @@ static inline float f32_of(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 static inline int nan_bits(float x) { return (bits_of(x) & 0x7fffffffu) > 0x7f800000u; }
 static inline int inf_bits(float x) { return (bits_of(x) & 0x7fffffffu) == 0x7f800000u; }
 
-typedef struct fail_rec { uint32_t in; unsigned want, got; const char *what; } fail_rec;
+/* A thread's share: binades tid, tid + nthreads, ...; what it checked and the first NFAIL
+   mismatches, written out as messages. */
 typedef struct job {
   int tid, nthreads, level;
   uint32_t step;
   unsigned long long checked, nfail;
-  fail_rec fails[NFAIL];
+  char msg[NFAIL][160];
 } job;
 
 static void note(job *j, uint32_t in, unsigned want, unsigned got, const char *what) {
-  if (j->nfail < NFAIL) { fail_rec r; r.in = in; r.want = want; r.got = got; r.what = what; j->fails[j->nfail] = r; }
+  if (j->nfail < NFAIL)
+    snprintf(j->msg[j->nfail], sizeof j->msg[0], "%s: in 0x%08x (%.9g) expected 0x%02x got 0x%02x", what, in,
+             (double)f32_of(in), want, got);
   j->nfail++;
 }
-/* Every differing element of two arrays of codes is noted. */
+/* want against got, n codes: every difference noted. */
 static void compare(job *j, const float *in, const uint8_t *want, const uint8_t *got, size_t n, const char *what) {
   size_t i;
-  if (memcmp(want, got, n) == 0) return;
-  for (i = 0; i < n; i++) if (want[i] != got[i]) note(j, bits_of(in[i]), want[i], got[i], what);
+  if (memcmp(want, got, n) != 0)
+    for (i = 0; i < n; i++) if (want[i] != got[i]) note(j, bits_of(in[i]), want[i], got[i], what);
 }
 
 /* E8M0 rounded down, from frexp: |x| = f 2^k with f in [0.5, 1) lies in [2^(k-1), 2^k), so its
@@ -108,9 +111,16 @@ static void *sweep(void *arg) {
   for (k = 0; k < NCASE; k++) { got[k] = (uint8_t *)malloc(CHUNK); want[k] = (uint8_t *)malloc(CHUNK); }
   for (blk = (unsigned)j->tid; blk < 512; blk += (unsigned)j->nthreads) {
     uint32_t sign = (blk >> 8) << 31, E = blk & 255, m = 0;
+    int ties = j->step > 1;   /* sampling: first the mantissas at and beside every tie of both formats */
     while (m < (1u << 23)) {
       size_t n = 0, i;
-      for (; n < CHUNK && m < (1u << 23); n++, m += j->step) in[n] = f32_of(sign | (E << 23) | m);
+      if (ties) { /* multiples of 2^16 and their neighbours: the ties (a half ulp) of every fp8
+                     result, normal or subnormal, sit on such multiples */
+        uint32_t t;
+        for (t = 0; t < 128u * 3u; t++) in[n++] = f32_of(sign | (E << 23) | (((t / 3u) << 16) + t % 3u - 1u) % (1u << 23));
+        ties = 0;
+      } else
+        for (; n < CHUNK && m < (1u << 23); n++, m += j->step) in[n] = f32_of(sign | (E << 23) | m);
       /* one loop for the six (the compiler shares what the calls of a format have in common) */
       for (i = 0; i < n; i++) {
         float x = in[i];
@@ -176,10 +186,7 @@ static void every_f32_pattern_like_cuda_fp8_h(void) {
     unsigned long long k;
     pthread_join(th[t], NULL);
     checked += jobs[t].checked;
-    for (k = 0; k < jobs[t].nfail && k < NFAIL; k++) {
-      fail_rec r = jobs[t].fails[k];
-      EXPECT(0, "%s: in 0x%08x (%.9g) expected 0x%02x got 0x%02x", r.what, r.in, (double)f32_of(r.in), r.want, r.got);
-    }
+    for (k = 0; k < jobs[t].nfail && k < NFAIL; k++) EXPECT(0, "%s", jobs[t].msg[k]);
     EXPECT(jobs[t].nfail == 0, "thread %d: %llu mismatches in all", t, jobs[t].nfail);
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
