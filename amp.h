@@ -2154,7 +2154,8 @@ AMP__EXACT_BEGIN
 /* 8 lanes of f32 bits -> 8 fp8 codes in the low bytes of the lanes: amp_f32_to_e4m3 (M 3, B 7,
    overflow above 0x43e80000, max 0x7e) or amp_f32_to_e5m2 (M 2, B 15, from 0x47700000, max 0x7b)
    with saturate 1, lane by lane (the same integer steps; signed compares are right as both sides
-   are below 2^31). */
+   are below 2^31; a shift count of 0 or a wrapped one occurs only in lanes that take `normal`,
+   and vector shifts by 32 or more give 0, so min(sh, 31) is all the clamp needed here). */
 AMP__AVX2_INLINE __m256i amp__fp8_enc8(__m256i u, int e5m2) {
   const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M;
   const __m256i one = _mm256_set1_epi32(1);
