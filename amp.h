@@ -25,6 +25,8 @@
                                    the overflow log line naming it (amp_tensor_desc.name)
       SPIKES                       amp_optim_config.spike_norm / spike_zscore: skip a loss-spike
                                    step without backing off the scale; amp_optimizer_spike_skips
+      FP8 FORMATS                  E4M3 and E5M2 (amp_fp8), their rounding and saturation, the
+                                   E8M0 block scale; amp_f32_to_e4m3 / _e5m2 / _e8m0 and back
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -112,6 +114,45 @@
       amp_scaler_update_found_inf on a scaler of that device, amp_optimizer_step on an optimizer of
       that device, or amp_device_sync, returns it (AMP_ERR_DEVICE) before doing anything else.
       On the CPU these getters cannot fail.
+
+   FP8 FORMATS
+
+      An fp8 number is one byte: a sign, an exponent field and a mantissa. The OCP standard (and
+      the GPUs from Hopper on) has two of them, which spend the seven other bits differently:
+
+        E4M3 ("fn")  4 exponent bits (bias 7), 3 mantissa bits. Largest 448 (0x7e), smallest normal
+                     2^-6, smallest subnormal 2^-9. No infinities: the top exponent holds numbers
+                     too, and only S.1111.111 (0x7f, 0xff) is NaN. About 2 significant digits.
+        E5M2         5 exponent bits (bias 15), 2 mantissa bits: IEEE-like, the upper byte of an
+                     f16. Largest 57344 (0x7b), smallest normal 2^-14, smallest subnormal 2^-16,
+                     inf 0x7c / 0xfc, NaN 0x7d-0x7f (and signed).
+
+      Forward tensors (weights, activations) need precision more than range, so they take E4M3;
+      gradients spread over many more binades and need the range, so they take E5M2
+      (TransformerEngine's HYBRID recipe). Either way a tensor is multiplied by a scale before the
+      cast, so that its largest value lands near the format's largest (the scaling recipes); the
+      cast itself is what this section describes.
+
+      f32 -> fp8 (amp_f32_to_e4m3 / amp_f32_to_e5m2 (x, saturate)) rounds to nearest, ties to even,
+      subnormal results included: for E4M3, exactly 2^-10 (half the smallest subnormal) gives 0
+      and anything above it 2^-9. Past the largest value the saturate flag decides. saturate 1
+      ("satfinite", what TransformerEngine and torchao cast with, and what the bulk casts do): a
+      finite or infinite |x| past it gives +-max (+-448, +-57344). saturate 0: E4M3 gives NaN (it
+      has no inf), E5M2 +-inf. "Past" means beyond max plus half an ulp: E4M3's 464 still rounds
+      to 448 (the tie goes to the even code), anything above does not; E5M2's tie, 61440, rounds
+      to the even code, which is inf. A NaN gives NaN in either mode, as 0x7f (its sign dropped):
+      these are the bits of the CUDA toolkit's cuda_fp8.h for all 2^32 inputs, and of the GPU's
+      cvt.rn.satfinite. -0 stays -0. fp8 -> f32 (amp_e4m3_to_f32, amp_e5m2_to_f32) is exact: every
+      fp8 number is an f32 (and an f16, and a bf16) number. All of them are integer arithmetic on
+      the bits, so -ffast-math, flush-to-zero and the FPU's rounding mode change nothing; they
+      are AMP_HD, so the CUDA kernels run the same functions.
+
+      E8M0 is the MX formats' block scale: no sign, no mantissa; the byte e stands for 2^(e-127),
+      e in 0..254, and 0xff is NaN. There is no zero. amp_f32_to_e8m0(x, round_up) gives a scale
+      for |x|. round_up 1 (NVIDIA's rule, cuda_fp8.h's cudaRoundPosInf): the smallest power of two
+      >= |x|. round_up 0 (OCP's): the largest power of two <= |x|, i.e. the exponent field. Both
+      stop at 2^127 (254, inf included) and at 2^-127 (0: zero and the f32 subnormals land there;
+      rounding up, every |x| <= 2^-127 gives 0, as in cuda_fp8.h).
 
    VERSION HISTORY
 
@@ -354,6 +395,98 @@ static inline AMP_HD amp_bf16 amp_f32_to_bf16(float x) {
 
 /* bf16 -> f32: exact, the bits shifted up. */
 static inline AMP_HD float amp_bf16_to_f32(amp_bf16 h) { return amp__bits_f32((uint32_t)h << 16); }
+
+/* ---- fp8 (OCP 8-bit floating point): E4M3 "fn" and E5M2, and the E8M0 block scale ----
+   The manual's FP8 FORMATS says what the formats hold. The conversions below are the CUDA
+   toolkit's (cuda_fp8.h's __nv_cvt_float_to_fp8 and the GPU's cvt.rn.satfinite) bit for bit, on
+   every f32 input (tests/test_fp8_exhaustive.c checks all 2^32): integer arithmetic only, so the
+   FPU's rounding mode, flush-to-zero and -ffast-math change nothing; written as selects (no early
+   return) so that loops over them vectorise. The dtype rows (AMP_E4M3, AMP_E5M2 in amp_dtype and
+   amp_convert) come with the number-format table. */
+typedef uint8_t amp_fp8;
+
+/* The rounding both formats share. a: |x| bits, finite; M mantissa bits, B the exponent bias.
+   Returns the magnitude code rounded to nearest, ties to even (meaningless where a is beyond the
+   format's overflow bound: the callers replace those lanes). */
+static inline AMP_HD uint32_t amp__fp8_round(uint32_t a, uint32_t M, uint32_t B) {
+  uint32_t cut = 23u - M;
+  /* a normal result: rebias the exponent (127 - B) and add half an ulp less one plus the lowest
+     kept bit, so that the cut bits carry exactly when they are above half, or at half with an odd
+     kept part (the carry may run into the exponent: the next binade, right as bits) */
+  uint32_t normal = (a - ((127u - B) << 23) + (1u << (cut - 1u)) - 1u + ((a >> cut) & 1u)) >> cut;
+  /* a subnormal result: a = m * 2^(e - 150) with m the significand and its implicit bit, in units
+     of the smallest subnormal 2^(1 - B - M) that is m >> (151 - B - M - e), rounded by the same
+     carry; shifts outside 1..30 become 31: above 30 that takes every m < 2^24 to 0, as it should
+     (f32 subnormals included: they are far below), and 0 or a wrapped difference only happen for
+     large e, whose lanes take `normal` (31 keeps every shift defined) */
+  uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+  uint32_t sh = 151u - B - M - e;
+  sh = sh - 1u < 30u ? sh : 31u;
+  {
+    uint32_t sub = (m + (1u << (sh - 1u)) - 1u + ((m >> sh) & 1u)) >> sh;  /* 2^M: the smallest normal, right too */
+    uint32_t is_sub = 0u - (uint32_t)(a < ((128u - B) << 23));   /* all ones below the smallest normal 2^(1-B) */
+    return (sub & is_sub) | (normal & ~is_sub);
+  }
+}
+
+/* f32 -> E4M3, round to nearest even (subnormal results too). |x| above 464 (448 plus half an ulp;
+   464 itself ties to 448) and +-inf: +-448 when saturate, else NaN (E4M3 has no inf). NaN -> 0x7f,
+   the NaN the toolkit and the GPU write (its sign dropped; an overflow's NaN keeps the sign: 0xff). */
+static inline AMP_HD amp_fp8 amp_f32_to_e4m3(float x, int saturate) {
+  uint32_t u = amp__f32_bits(x), a = u & 0x7fffffffu;
+  uint32_t r = amp__fp8_round(a, 3u, 7u);
+  uint32_t over = 0u - (uint32_t)(a > 0x43e80000u);   /* > 464, inf and NaN included */
+  uint32_t nan = 0u - (uint32_t)(a > 0x7f800000u);
+  r = ((saturate ? 0x7eu : 0x7fu) & over) | (r & ~over);
+  r |= (u >> 24) & 0x80u;   /* the sign */
+  return (amp_fp8)((0x7fu & nan) | (r & ~nan));
+}
+
+/* f32 -> E5M2, round to nearest even. |x| >= 61440 (57344 plus half an ulp: the tie rounds to the
+   even code, inf) and +-inf: +-57344 when saturate, else +-inf. NaN -> 0x7f, as the toolkit. */
+static inline AMP_HD amp_fp8 amp_f32_to_e5m2(float x, int saturate) {
+  uint32_t u = amp__f32_bits(x), a = u & 0x7fffffffu;
+  uint32_t r = amp__fp8_round(a, 2u, 15u);
+  uint32_t over = 0u - (uint32_t)(a >= 0x47700000u);   /* >= 61440, inf and NaN included */
+  uint32_t nan = 0u - (uint32_t)(a > 0x7f800000u);
+  r = ((saturate ? 0x7bu : 0x7cu) & over) | (r & ~over);
+  r |= (u >> 24) & 0x80u;
+  return (amp_fp8)((0x7fu & nan) | (r & ~nan));
+}
+
+/* E4M3 -> f32: exact for all 256 codes. Normals by rebiasing (the exponent field lands in the f32
+   exponent's low bits: add 127 - 7); subnormals as m * 2^-9, an exact int-to-float conversion and
+   an exact multiply on normal floats (nothing for flush-to-zero or -ffast-math to change). The
+   NaN codes 0x7f / 0xff give a quiet NaN of that sign (0x7fc00000 | sign). */
+static inline AMP_HD float amp_e4m3_to_f32(amp_fp8 c) {
+  uint32_t a = (uint32_t)c & 0x7fu, sign = ((uint32_t)c & 0x80u) << 24;
+  uint32_t normal = (a << 20) + (120u << 23);
+  uint32_t sub = amp__f32_bits((float)(int)(a & 7u) * 0.001953125f);   /* m * 2^-9; 0 for code 0 */
+  uint32_t is_sub = 0u - (uint32_t)(a < 8u), nan = 0u - (uint32_t)(a == 0x7fu);
+  uint32_t r = (sub & is_sub) | (normal & ~is_sub);
+  return amp__bits_f32(sign | (0x7fc00000u & nan) | (r & ~nan));
+}
+
+/* E5M2 -> f32: exact. E5M2 is the upper byte of an f16 (same exponent, two of its mantissa bits),
+   so this is amp_f16_to_f32 of the code shifted up: inf is inf; a NaN keeps its sign and payload
+   and comes out quiet, as there. */
+static inline AMP_HD float amp_e5m2_to_f32(amp_fp8 c) { return amp_f16_to_f32((amp_f16)((uint32_t)c << 8)); }
+
+/* f32 -> E8M0, the MX block scale 2^(e - 127) of |x| (e in 0..254; 0xff is NaN; no sign, no zero).
+   round_up nonzero: the smallest such power >= |x|, as cuda_fp8.h's
+   __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf): e is the exponent field, plus one
+   when a mantissa bit is set, except at |x| <= 2^-127 (the f32 subnormals up to half the smallest
+   normal), which 2^-127 (e = 0) already covers. round_up 0: the exponent field (OCP's floor;
+   cudaRoundZero). Both saturate as __NV_SATFINITE: inf and anything above 2^127 give 254;
+   0 and subnormals give 0 (2^-127); NaN gives 0xff. */
+static inline AMP_HD uint8_t amp_f32_to_e8m0(float x, int round_up) {
+  uint32_t a = amp__f32_bits(x) & 0x7fffffffu;
+  uint32_t e = a >> 23;
+  e += (uint32_t)(round_up != 0) & (uint32_t)((a & 0x7fffffu) != 0u) & (uint32_t)(a > 0x00400000u) &
+       (uint32_t)(a < 0x7f800000u);
+  e -= (uint32_t)(e == 255u) & (uint32_t)(a <= 0x7f800000u);   /* inf, or a round up past 254: 254 */
+  return (uint8_t)e;
+}
 
 /* ------------------------------------------------------------------------------------------
    Op-list policy
@@ -2311,6 +2444,212 @@ AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, am
   return AMP_OK;
 }
 
+/* ---- fp8 bulk loops (host): f32 -> E4M3/E5M2 saturating, as amp_convert will cast into fp8
+   (TransformerEngine and torchao cast so), and back; f16/bf16 <-> fp8 through f32 blocks (f16 and
+   bf16 widen exactly, so that is the f32 conversion of the same value; fp8 -> f16/bf16 is exact).
+   AVX-512 and AVX2 kernels chosen as amp_convert chooses (amp_simd_active, amp__isa), the portable
+   loops elsewhere; all give the scalar functions' bits (tests/test_fp8_exhaustive.c checks every
+   f32 input at every level). Any addresses work; dst and src must not overlap. Not yet reachable
+   from amp_convert: the dtype rows come with the number-format table. */
+#if defined(__GNUC__) || defined(__clang__)
+#define AMP__FP8_UNUSED __attribute__((unused))
+#else
+#define AMP__FP8_UNUSED
+#endif
+/* The portable loops: the scalar functions per element (branch-free: they vectorise where the
+   target has variable shifts); elements read and written through memcpy, so any address works. */
+static void amp__f32_to_fp8_portable(amp_fp8 *d, const void *s, size_t n, int e5m2) {
+  size_t i;
+  const char *p = (const char *)s;
+  if (e5m2) for (i = 0; i < n; i++) { float x; memcpy(&x, p + 4 * i, 4); d[i] = amp_f32_to_e5m2(x, 1); }
+  else for (i = 0; i < n; i++) { float x; memcpy(&x, p + 4 * i, 4); d[i] = amp_f32_to_e4m3(x, 1); }
+}
+static void amp__fp8_to_f32_portable(void *d, const amp_fp8 *s, size_t n, int e5m2) {
+  size_t i;
+  char *p = (char *)d;
+  if (e5m2) for (i = 0; i < n; i++) { float x = amp_e5m2_to_f32(s[i]); memcpy(p + 4 * i, &x, 4); }
+  else for (i = 0; i < n; i++) { float x = amp_e4m3_to_f32(s[i]); memcpy(p + 4 * i, &x, 4); }
+}
+
+#ifdef AMP__X86_SIMD
+AMP__EXACT_BEGIN
+/* 8 lanes of f32 bits -> 8 fp8 codes in the low bytes of the lanes: amp_f32_to_e4m3 (M 3, B 7,
+   overflow above 0x43e80000, max 0x7e) or amp_f32_to_e5m2 (M 2, B 15, from 0x47700000, max 0x7b)
+   with saturate 1, lane by lane (the same integer steps; signed compares are right as both sides
+   are below 2^31; a shift count of 0 or a wrapped one occurs only in lanes that take `normal`,
+   and vector shifts by 32 or more give 0, so min(sh, 31) is all the clamp needed here). */
+AMP__AVX2_INLINE __m256i amp__fp8_enc8(__m256i u, int e5m2) {
+  const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M;
+  const __m256i one = _mm256_set1_epi32(1);
+  __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  __m256i normal = _mm256_srli_epi32(
+      _mm256_add_epi32(
+          _mm256_sub_epi32(a, _mm256_set1_epi32((127 - B) << 23)),
+          _mm256_add_epi32(_mm256_set1_epi32((1 << (cut - 1)) - 1), _mm256_and_si256(_mm256_srli_epi32(a, cut), one))),
+      cut);
+  __m256i m = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0x7fffff)), _mm256_set1_epi32(0x800000));
+  __m256i sh = _mm256_min_epu32(_mm256_sub_epi32(_mm256_set1_epi32(151 - B - M), _mm256_srli_epi32(a, 23)),
+                                _mm256_set1_epi32(31));
+  __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(sh, one));
+  __m256i sub = _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(m, _mm256_sub_epi32(half, one)),
+                                                   _mm256_and_si256(_mm256_srlv_epi32(m, sh), one)), sh);
+  __m256i r = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32((128 - B) << 23), a));
+  __m256i over = e5m2 ? _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x476fffff))
+                      : _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43e80000));
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(e5m2 ? 0x7b : 0x7e), over);
+  r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7f), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
+}
+/* 32 f32 -> 32 fp8: four 8-lane encodes packed to bytes (values <= 0xff, so the unsigned
+   saturating packs keep them); the packs interleave 128-bit halves, the permute restores order. */
+AMP__AVX2_INLINE void amp__fp8_enc32(amp_fp8 *d, const char *s, int e5m2) {
+  __m256i r0 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)s), e5m2);
+  __m256i r1 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 32)), e5m2);
+  __m256i r2 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 64)), e5m2);
+  __m256i r3 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 96)), e5m2);
+  __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r0, r1), _mm256_packus_epi32(r2, r3));
+  _mm256_storeu_si256((__m256i *)d, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+AMP__AVX2_INLINE void amp__f32_to_fp8_loop8(amp_fp8 *d, const void *src, size_t n, int e5m2) {
+  const char *s = (const char *)src;
+  size_t i;
+  for (i = 0; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, e5m2);
+  if (i < n) { /* the tail through a buffer */
+    char bs[128];
+    amp_fp8 bd[32];
+    memset(bs, 0, sizeof bs);
+    memcpy(bs, s + 4 * i, (n - i) * 4);
+    amp__fp8_enc32(bd, bs, e5m2);
+    memcpy(d + i, bd, n - i);
+  }
+}
+/* 8 fp8 codes (in the low bytes of 8 lanes, zero above) -> 8 f32: amp_e4m3_to_f32 lane by lane;
+   E5M2 is vcvtph2ps of the code shifted up, which amp_f16_to_f32 (so amp_e5m2_to_f32) matches. */
+AMP__AVX2_INLINE __m256 amp__e4m3_dec8(__m256i c) {
+  __m256i a = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+  __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(a, 20), _mm256_set1_epi32(120 << 23));
+  __m256i sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(a, _mm256_set1_epi32(7))),
+                                                  _mm256_set1_ps(0.001953125f)));
+  __m256i r = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(8), a));
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(a, _mm256_set1_epi32(0x7f)));
+  return _mm256_castsi256_ps(_mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24)));
+}
+AMP__AVX2_INLINE __m256 amp__fp8_dec8(const amp_fp8 *s, int e5m2) {
+  __m128i b = _mm_loadl_epi64((const __m128i *)s);
+  if (e5m2) return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(b), 8));
+  return amp__e4m3_dec8(_mm256_cvtepu8_epi32(b));
+}
+AMP__AVX2_INLINE void amp__fp8_dec32(char *d, const amp_fp8 *s, int e5m2) {
+  __m256 a = amp__fp8_dec8(s, e5m2), b = amp__fp8_dec8(s + 8, e5m2), c = amp__fp8_dec8(s + 16, e5m2),
+         e = amp__fp8_dec8(s + 24, e5m2);
+  _mm256_storeu_ps((float *)d, a); _mm256_storeu_ps((float *)(d + 32), b);
+  _mm256_storeu_ps((float *)(d + 64), c); _mm256_storeu_ps((float *)(d + 96), e);
+}
+AMP__AVX2_INLINE void amp__fp8_to_f32_loop8(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
+  char *d = (char *)dst;
+  size_t i;
+  for (i = 0; i + 32 <= n; i += 32) amp__fp8_dec32(d + 4 * i, s + i, e5m2);
+  if (i < n) {
+    amp_fp8 bs[32];
+    char bd[128];
+    memset(bs, 0, sizeof bs);
+    memcpy(bs, s + i, n - i);
+    amp__fp8_dec32(bd, bs, e5m2);
+    memcpy(d + 4 * i, bd, (n - i) * 4);
+  }
+}
+
+/* 16 lanes (AVX-512): the 8-lane steps above on the two halves of a 512-bit register (the same
+   code, so the same bits; their EVEX forms here), the loads and stores 16 wide, and the tails
+   under a lane mask instead of through a buffer. */
+AMP__AVX512_INLINE __m128i amp__fp8_enc16(__m512 x, int e5m2) {
+  __m512i u = _mm512_castps_si512(x);
+  __m256i lo = amp__fp8_enc8(_mm512_castsi512_si256(u), e5m2),
+          hi = amp__fp8_enc8(_mm512_extracti64x4_epi64(u, 1), e5m2);
+  return _mm512_cvtepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));   /* codes <= 0xff */
+}
+AMP__AVX512_INLINE void amp__f32_to_fp8_loop16(amp_fp8 *d, const void *src, size_t n, int e5m2) {
+  const float *s = (const float *)src;   /* only loaded through loadu intrinsics: any address */
+  size_t i;
+  for (i = 0; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i *)(d + i), amp__fp8_enc16(_mm512_loadu_ps(s + i), e5m2));
+  if (i < n) {
+    __mmask16 k = amp__mask16(n - i);
+    _mm_mask_storeu_epi8(d + i, k, amp__fp8_enc16(_mm512_maskz_loadu_ps(k, s + i), e5m2));
+  }
+}
+AMP__AVX512_INLINE __m512 amp__fp8_dec16(__m128i b, int e5m2) {
+  __m256 lo, hi;
+  if (e5m2) return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+  lo = amp__e4m3_dec8(_mm256_cvtepu8_epi32(b));
+  hi = amp__e4m3_dec8(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+AMP__AVX512_INLINE void amp__fp8_to_f32_loop16(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
+  float *d = (float *)dst;   /* only stored through storeu intrinsics */
+  size_t i;
+  for (i = 0; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(d + i, amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(s + i)), e5m2));
+  if (i < n) {
+    __mmask16 k = amp__mask16(n - i);
+    amp__st16f(d + i, amp__fp8_dec16(_mm_maskz_loadu_epi8(k, s + i), e5m2), k);
+  }
+}
+
+/* One kernel per direction, format and level (the format a constant in each). */
+#define AMP__FP8_KERNELS(NAME, E5M2) \
+  static AMP__AVX2 void amp__cvt_f32_to_##NAME##_avx2(void *d, const void *s, size_t n) { \
+    amp__f32_to_fp8_loop8((amp_fp8 *)d, s, n, E5M2); \
+  } \
+  static AMP__AVX512 void amp__cvt_f32_to_##NAME##_avx512(void *d, const void *s, size_t n) { \
+    amp__f32_to_fp8_loop16((amp_fp8 *)d, s, n, E5M2); \
+  } \
+  static AMP__AVX2 void amp__cvt_##NAME##_to_f32_avx2(void *d, const void *s, size_t n) { \
+    amp__fp8_to_f32_loop8(d, (const amp_fp8 *)s, n, E5M2); \
+  } \
+  static AMP__AVX512 void amp__cvt_##NAME##_to_f32_avx512(void *d, const void *s, size_t n) { \
+    amp__fp8_to_f32_loop16(d, (const amp_fp8 *)s, n, E5M2); \
+  }
+AMP__FP8_KERNELS(e4m3, 0)
+AMP__FP8_KERNELS(e5m2, 1)
+#undef AMP__FP8_KERNELS
+AMP__EXACT_END
+#endif
+
+/* decode 0: f32 -> fp8, saturating; decode 1: fp8 -> f32, exact. e5m2 0: E4M3, 1: E5M2. Any
+   addresses. */
+static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode) {
+#ifdef AMP__X86_SIMD
+  typedef void (*kernel)(void *, const void *, size_t);
+  static const kernel k[2][2][2] = { /* [decode][e5m2][AVX-512] */
+                                     { { amp__cvt_f32_to_e4m3_avx2, amp__cvt_f32_to_e4m3_avx512 },
+                                       { amp__cvt_f32_to_e5m2_avx2, amp__cvt_f32_to_e5m2_avx512 } },
+                                     { { amp__cvt_e4m3_to_f32_avx2, amp__cvt_e4m3_to_f32_avx512 },
+                                       { amp__cvt_e5m2_to_f32_avx2, amp__cvt_e5m2_to_f32_avx512 } }
+  };
+  if (amp_simd_active()) { k[decode != 0][e5m2 != 0][amp__isa() >= 2](d, s, n); return; }
+#endif
+  if (decode) amp__fp8_to_f32_portable(d, (const amp_fp8 *)s, n, e5m2);
+  else amp__f32_to_fp8_portable((amp_fp8 *)d, s, n, e5m2);
+}
+/* Between fp8 and t (F32, F16 or BF16), what amp_convert will run: decode 0: t -> fp8, saturating;
+   decode 1: fp8 -> t, exact (every fp8 value is an f16 and a bf16 value). F16 and BF16 go through
+   f32 a block at a time (they widen exactly, so that is the f32 conversion of the same value). */
+static AMP__FP8_UNUSED void amp__convert_fp8(void *dst, const void *src, size_t n, amp_dtype t, int e5m2, int decode) {
+  float tmp[256];
+  size_t i, ts = amp_dtype_size(t);
+  if (t == AMP_F32) { amp__fp8_bulk(dst, src, n, e5m2, decode); return; }
+  for (i = 0; i < n; i += 256) {
+    size_t k = n - i < 256 ? n - i : 256;
+    if (decode) {
+      amp__fp8_bulk(tmp, (const amp_fp8 *)src + i, k, e5m2, 1);
+      amp__convert_any((char *)dst + i * ts, t, tmp, AMP_F32, k);
+    } else {
+      amp__convert_any(tmp, AMP_F32, (const char *)src + i * ts, t, k);
+      amp__fp8_bulk((amp_fp8 *)dst + i, tmp, k, e5m2, 0);
+    }
+  }
+}
+
 /* ------------------------------------------------------------------------------------------
    Implementation: op-list policy
    ------------------------------------------------------------------------------------------ */
@@ -3275,8 +3614,8 @@ static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *c
     v[0] = c.init_scale; v[1] = c.growth_factor; v[2] = c.backoff_factor; v[3] = c.min_scale; v[4] = c.max_scale;
     for (k = 0; k < 5; k++)
       if (amp__subnormal(v[k]))
-        return amp__fail(AMP_ERR_ARG, "%s: %s %g is subnormal (a build with denormals flushed would read it as 0)", fn, name[k],
-                         (double)v[k]);
+        return amp__fail(AMP_ERR_ARG, "%s: %s %g is subnormal (a build with denormals flushed would read it as 0)", fn,
+                         name[k], (double)v[k]);
   }
   if (c.fixed && amp__is_zero(c.init_scale))
     return amp__fail(
@@ -5115,8 +5454,8 @@ static amp_status amp__read_small_file(const char *fn, const char *path, uint64_
   if ((st = amp__rfile_open(&f, fn, path, &size)) != AMP_OK) return st;
   if (size > cap) {
     amp__rfile_close(&f);
-    return amp__fail(AMP_ERR_IO, "%s: '%s' is %llu bytes, more than %s may be (%llu)", fn, path, (unsigned long long)size,
-                     what, (unsigned long long)cap);
+    return amp__fail(AMP_ERR_IO, "%s: '%s' is %llu bytes, more than %s may be (%llu)", fn, path,
+                     (unsigned long long)size, what, (unsigned long long)cap);
   }
   if (!(*text = (char *)AMP_MALLOC((size_t)size + 1))) {
     amp__rfile_close(&f);
@@ -5739,9 +6078,14 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
         memcpy(&x, p + j * sizeof(float), sizeof x);
         b = amp__f32_bits(x);
         if ((b & 0x7fffffffu) > 0x7f800000u || (sq && (b >> 31) && (b << 1)))
-          return amp__fail(AMP_ERR_CORRUPT, "amp_checkpoint_load: tensor %zu's %s holds %g at element %zu, a value no update "
-                           "leaves (%s)", i, sq ? "exp_avg_sq" : k == 1 ? "first moment" : "moment", (double)x, j,
-                           sq ? "a sum of squares is >= 0" : "a NaN grad skips its step");
+          return amp__fail(AMP_ERR_CORRUPT,
+                           "amp_checkpoint_load: tensor %zu's %s holds %g at element %zu, a value no update "
+                           "leaves (%s)",
+                           i,
+                           sq       ? "exp_avg_sq"
+                           : k == 1 ? "first moment"
+                                    : "moment",
+                           (double)x, j, sq ? "a sum of squares is >= 0" : "a NaN grad skips its step");
       }
     }
   }

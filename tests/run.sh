@@ -14,7 +14,10 @@
 #   5. the libFuzzer targets in tests/fuzz/ for a bounded time each;
 #   6. tests/examples.sh, when present (the examples, run and their claims checked).
 #
-# A test file may carry a line `// LDLIBS: -lz` naming extra libraries to link.
+# A test file may carry a line `// LDLIBS: -lz` naming extra libraries to link, and a line
+# `// LANG: c++` to be built as C++ (g++ -x c++ / clang++ -x c++, -std=c++11) with the CUDA
+# toolkit's headers ($CUDA_HOME/include, no nvcc needed) on the include path: the fp8 test compares
+# with the toolkit's host code in cuda_fp8.h, which is C++.
 # Set AMP_TEST_ONLY=name to run only tests/test_name.c (no compile matrix, fuzz or CUDA);
 # AMP_TEST_ONLY=cuda runs step 4 alone.
 # AMP_REQUIRE_GPU=1: a GPU test that finds no usable GPU fails instead of saying "skipped".
@@ -66,6 +69,9 @@ report() {
   echo "---- $rname: $p passed, $f failed"
 }
 ldlibs() { sed -n 's|^// LDLIBS: *||p' "$1" | head -n 1; }
+# gcc_for / clang_for SRC: the compiler and language options a test file is built with.
+gcc_for() { if grep -q '^// LANG: c++' "$1"; then echo "g++ -x c++ -std=c++11 -isystem $CUDA_HOME/include"; else echo "gcc -std=c99"; fi; }
+clang_for() { if grep -q '^// LANG: c++' "$1"; then echo "clang++ -x c++ -std=c++11 -isystem $CUDA_HOME/include"; else echo "clang -std=c11"; fi; }
 
 ONLY=${AMP_TEST_ONLY:-}
 
@@ -111,9 +117,10 @@ AHEAD=0
 if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 0 ]; then
   AHEAD=1
   rm -f "$B"/test_*.rc
-  ls tests/test_*.c | B=$B WARN=$WARN xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh -c '
+  ls tests/test_*.c | B=$B WARN=$WARN CUDA_HOME=$CUDA_HOME xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh -c '
     name=$(basename "$1" .c); libs=$(sed -n "s|^// LDLIBS: *||p" "$1" | head -n 1)
-    if gcc -std=c99 -O2 $WARN -I. "$1" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
+    cc="gcc -std=c99"; grep -q "^// LANG: c++" "$1" && cc="g++ -x c++ -std=c++11 -isystem $CUDA_HOME/include"
+    if $cc -O2 $WARN -I. "$1" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
       "$B/$name" > "$B/$name.log" 2>&1; echo $? > "$B/$name.rc"
     else echo build > "$B/$name.rc"; fi' _ {}
 fi
@@ -122,17 +129,18 @@ for src in tests/test_*.c; do
   name=$(basename "$src" .c)
   [ -n "$ONLY" ] && [ "$name" != "test_$ONLY" ] && [ "$name" != "$ONLY" ] && continue
   libs=$(ldlibs "$src")
+  gcc_src=$(gcc_for "$src"); clang_src=$(clang_for "$src")
   echo "== $name"
   if [ "$AHEAD" = 1 ] && [ "$(cat "$B/$name.rc" 2>/dev/null)" != build ]; then
     report "$name" "$(cat "$B/$name.rc" 2>/dev/null || echo 255)"
-  elif [ "$AHEAD" = 0 ] && gcc -std=c99 -O2 $WARN -I. "$src" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
+  elif [ "$AHEAD" = 0 ] && $gcc_src -O2 $WARN -I. "$src" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
     runtest "$name" "$B/$name"
   else
     fail "$name: build"; sed 's/^/    /' "$B/$name.cc.log" | head -n 30; continue
   fi
   [ "$SLOW_CPU" = 1 ] || continue
   # built with -Ofast as llm.c-style trainers build everything (sampled, AMP_TEST_QUICK=1)
-  if gcc -std=c99 -Ofast $WARN -I. "$src" -o "$B/$name.ofast" $libs -lm -lpthread 2>"$B/$name.ofast.cc.log"; then
+  if $gcc_src -Ofast $WARN -I. "$src" -o "$B/$name.ofast" $libs -lm -lpthread 2>"$B/$name.ofast.cc.log"; then
     runtest "$name.ofast" env AMP_TEST_QUICK=1 "$B/$name.ofast"
   else
     fail "$name: -Ofast build"; sed 's/^/    /' "$B/$name.ofast.cc.log" | head -n 30
@@ -153,14 +161,14 @@ for src in tests/test_*.c; do
       fail "$name: -fopenmp build"; sed 's/^/    /' "$B/$name.openmp.cc.log" | head -n 30
     fi
   fi
-  if clang -std=c11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+  if $clang_src -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
        $WARN -I. "$src" -o "$B/$name.asan" $libs -lm -lpthread 2>"$B/$name.asan.cc.log"; then
     check "$name under ASan+UBSan" env AMP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 "$B/$name.asan"
   else
     fail "$name: ASan build"; sed 's/^/    /' "$B/$name.asan.cc.log" | head -n 30
   fi
   if grep -q '^// TSAN: yes' "$src"; then
-    if clang -std=c11 -O1 -g -fsanitize=thread -fno-omit-frame-pointer $WARN -I. "$src" -o "$B/$name.tsan" $libs -lm -lpthread \
+    if $clang_src -O1 -g -fsanitize=thread -fno-omit-frame-pointer $WARN -I. "$src" -o "$B/$name.tsan" $libs -lm -lpthread \
          2>"$B/$name.tsan.cc.log"; then
       # without address randomisation where setarch can turn it off: clang 14's TSan refuses the
       # memory layout of kernels with more mmap randomisation bits than it knows
@@ -171,7 +179,7 @@ for src in tests/test_*.c; do
     fi
   fi
   if command -v valgrind >/dev/null 2>&1; then
-    if gcc -std=c99 -O1 -g $WARN -I. "$src" -o "$B/$name.vg" $libs -lm -lpthread 2>/dev/null; then
+    if $gcc_src -O1 -g $WARN -I. "$src" -o "$B/$name.vg" $libs -lm -lpthread 2>/dev/null; then
       check "$name under valgrind" env AMP_TEST_QUICK=1 valgrind -q --error-exitcode=99 --leak-check=full \
         --errors-for-leak-kinds=definite,indirect "$B/$name.vg"
     else
