@@ -168,7 +168,12 @@
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
                            (format version 2; version 1 still loads); the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
-                           and an unknown kind is refused everywhere (AMP_ERR_ARG at create).
+                           and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
+                           the number formats are one list (a dtype outside it is refused by
+                           every call); the fp8 conversions (amp_f32_to_e4m3 / _e5m2 / _e8m0 and
+                           back); the element math rounds each operation itself, so clang at
+                           -Ofast on any target, and nvcc, give the promised bits; a checkpoint
+                           loads only states the objects can reach; AMP_THREAD_LOCAL (tcc).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -211,8 +216,9 @@
 /* The optimizer's element functions and the CPU loops run exactly the IEEE single operations they
    are written with, also in a -ffast-math / -Ofast build: GCC would otherwise re-associate them,
    contract a * b + c into an FMA where the target has one, and rewrite divisions, so that the
-   plain loops, the vector loops and the CUDA kernels would disagree. (Clang contracts only within
-   one expression and only where FMA is enabled: the element functions never meet one.) */
+   plain loops, the vector loops and the CUDA kernels would disagree. Clang ignores this attribute
+   and, under -ffp-contract=fast (which -Ofast sets), its pragmas too: for it and for nvcc the
+   element functions round each operation explicitly (amp__fmul and its kin, in the private part). */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define AMP__EXACT_FP __attribute__((optimize("no-fast-math", "fp-contract=off")))
 #else
@@ -1237,7 +1243,11 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    flag set of GCC and Clang (-O0 to -Ofast, -march=native, -ffp-contract=fast: an empty asm
    statement keeps each product rounded, which the contraction pragmas alone do not under Clang's
    -ffp-contract=fast). Other compilers: flags that allow contraction (MSVC /fp:fast or
-   /fp:contract) may fuse a product into its add.
+   /fp:contract) may fuse a product into its add. The GELU epilogue calls the C library's tanhf,
+   whose last bit differs between C libraries (glibc on x86-64 and on AArch64 disagree on a few
+   hundred of a million inputs): with AMP_ACT_GELU the bits are those of the platform's tanhf.
+   x87 (32-bit x86 without -msse2 -mfpmath=sse) keeps excess precision: build such targets with
+   those flags for the promised bits.
 
    The CPU default (AMP_GEMM_AUTO, zero options) is the fast kernel for the CPU, chosen by CPUID
    at run time (build with plain `cc -O2`: each kernel carries its own target attribute):
@@ -1618,6 +1628,73 @@ static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
 
 /* Unscaled, clipped gradient of one element: g * (inv_scale * clip) folded into one multiply. */
 
+/* The element functions below are written in these: one IEEE single operation each, rounded on
+   its own, never fused with a neighbour nor regrouped, so that every loop that runs them computes
+   the same bits: the CPU's plain loops under any flags and any compiler named here, and the CUDA
+   kernels. On the device the _rn intrinsics, which nvcc never contracts (it fuses a * b + c into an
+   FMA by default). Under clang an empty asm takes each operand (clang's -ffp-contract=fast, which
+   -Ofast sets, fuses across statements whatever the pragmas say, and outside x86 it ignores
+   float_control altogether); on x86 without SSE2 and on other targets the operand goes through
+   memory, which also drops x87's excess precision. GCC honours AMP__EXACT_FP's optimize
+   attribute, so under GCC the operations are plain and its loops still vectorise. */
+#if !defined(__CUDA_ARCH__) && defined(__clang__) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+#define AMP__KEEP(x) __asm__("" : "+x"(x))
+#elif !defined(__CUDA_ARCH__) && defined(__clang__) && defined(__aarch64__)
+#define AMP__KEEP(x) __asm__("" : "+w"(x))
+#elif !defined(__CUDA_ARCH__) && (defined(__clang__) || (defined(__GNUC__) && defined(__i386__) && !defined(__SSE2__)))
+#define AMP__KEEP(x) __asm__("" : "+m"(x))
+#else
+#define AMP__KEEP(x) ((void)0)
+#endif
+static inline AMP_HD float amp__fmul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  AMP__KEEP(a); AMP__KEEP(b);
+  return a * b;
+#endif
+}
+static inline AMP_HD float amp__fadd(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  AMP__KEEP(a); AMP__KEEP(b);
+  return a + b;
+#endif
+}
+static inline AMP_HD float amp__fsub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  AMP__KEEP(a); AMP__KEEP(b);
+  return a - b;
+#endif
+}
+static inline AMP_HD float amp__fdiv(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  AMP__KEEP(a); AMP__KEEP(b);
+  return a / b;
+#endif
+}
+/* The IEEE square root (clang under -ffast-math may otherwise take a reciprocal-root estimate). */
+static inline AMP_HD float amp__fsqrt(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#elif defined(__clang__) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+  float r;
+  __asm__("sqrtss %1, %0" : "=x"(r) : "x"(a));
+  return r;
+#elif defined(__clang__) && defined(__aarch64__)
+  float r;
+  __asm__("fsqrt %s0, %s1" : "=w"(r) : "w"(a));
+  return r;
+#else
+  return sqrtf(a);
+#endif
+}
+
 AMP__EXACT_BEGIN
 /* The element updates: (p, m, v, g, c) as the kind list's `elem` column says. */
 /* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD); m is the momentum
@@ -1625,13 +1702,13 @@ AMP__EXACT_BEGIN
 static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   float w = *p;
   (void)v;
-  if (c->wd != 0.0f) g = g + c->wd * w;
+  if (c->wd != 0.0f) g = amp__fadd(g, amp__fmul(c->wd, w));
   if (c->momentum != 0.0f) {
-    float b = c->first ? g : c->momentum * *m + (1.0f - c->dampening) * g;
+    float b = c->first ? g : amp__fadd(amp__fmul(c->momentum, *m), amp__fmul(amp__fsub(1.0f, c->dampening), g));
     *m = b;
-    g = c->nesterov ? g + c->momentum * b : b;
+    g = c->nesterov ? amp__fadd(g, amp__fmul(c->momentum, b)) : b;
   }
-  *p = w - c->lr * g;
+  *p = amp__fsub(w, amp__fmul(c->lr, g));
 }
 
 /* Adam (wd = L2 on the grad) and AdamW (decay = 1 - lr*wd on the weight, wd 0 on the grad),
@@ -1641,20 +1718,20 @@ static inline AMP_HD AMP__EXACT_FP void amp__sgd_elem(float *p, float *m, float 
    two halves in a row. The first leaves the decayed weight in *p and the new moments in *m, *v. */
 static inline AMP_HD AMP__EXACT_FP void amp__adam_moments(float *p, float *m, float *v, float g,
                                                           const amp_step_coefs *c) {
-  float w = *p * c->decay;
-  if (c->wd != 0.0f) g = g + c->wd * w;
-  *m = c->beta1 * *m + (1.0f - c->beta1) * g;
-  *v = c->beta2 * *v + (1.0f - c->beta2) * g * g;
+  float w = amp__fmul(*p, c->decay);
+  if (c->wd != 0.0f) g = amp__fadd(g, amp__fmul(c->wd, w));
+  *m = amp__fadd(amp__fmul(c->beta1, *m), amp__fmul(amp__fsub(1.0f, c->beta1), g));
+  *v = amp__fadd(amp__fmul(c->beta2, *v), amp__fmul(amp__fmul(amp__fsub(1.0f, c->beta2), g), g));
   *p = w;
 }
 /* The second half: sqrt_v = sqrtf(*v) as the first half left it. */
 static inline AMP_HD AMP__EXACT_FP void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
-  float denom = sqrt_v / c->bc2_sqrt + c->eps;
-  *p = *p - c->step_size * (m / denom);
+  float denom = amp__fadd(amp__fdiv(sqrt_v, c->bc2_sqrt), c->eps);
+  *p = amp__fsub(*p, amp__fmul(c->step_size, amp__fdiv(m, denom)));
 }
 static inline AMP_HD AMP__EXACT_FP void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   amp__adam_moments(p, m, v, g, c);
-  amp__adam_apply(p, *m, sqrtf(*v), c);
+  amp__adam_apply(p, *m, amp__fsqrt(*v), c);
 }
 
 /* sign(u) for Lion, on the bits (so -ffast-math cannot fold it): +1 or -1, 0 for +-0, and u itself
@@ -1668,11 +1745,11 @@ static inline AMP_HD float amp__sign(float u) {
 /* Lion (Chen et al. 2023, Algorithm 2): the decoupled decay first (c->decay = 1 - lr*wd, as
    AdamW's), then w - lr * sign(beta1*m + (1-beta1)*g), then m = beta2*m + (1-beta2)*g; v unused. */
 static inline AMP_HD AMP__EXACT_FP void amp__lion_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
-  float w = *p * c->decay;
-  float u = c->beta1 * *m + (1.0f - c->beta1) * g;
+  float w = amp__fmul(*p, c->decay);
+  float u = amp__fadd(amp__fmul(c->beta1, *m), amp__fmul(amp__fsub(1.0f, c->beta1), g));
   (void)v;
-  *p = w - c->lr * amp__sign(u);
-  *m = c->beta2 * *m + (1.0f - c->beta2) * g;
+  *p = amp__fsub(w, amp__fmul(c->lr, amp__sign(u)));
+  *m = amp__fadd(amp__fmul(c->beta2, *m), amp__fmul(amp__fsub(1.0f, c->beta2), g));
 }
 
 /* AMP_CUSTOM's row: its update is custom_step, a host function the CPU step calls itself
@@ -1686,7 +1763,7 @@ AMP__EXACT_END
 static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
   float c;
   if (max_norm <= 0.0f) return 1.0f;
-  c = max_norm / (norm + 1e-6f);
+  c = amp__fdiv(max_norm, amp__fadd(norm, 1e-6f));
   return c < 1.0f ? c : 1.0f;
 }
 
@@ -1741,10 +1818,11 @@ typedef struct amp__tensor {
 } amp__tensor;
 
 /* The element math of the product's epilogue, shared by the CPU reference and every CUDA path. */
-static inline AMP_HD float amp__gelu_tanh(float x) {
+static inline AMP_HD AMP__EXACT_FP float amp__gelu_tanh(float x) {
   const float k0 = 0.7978845608028654f;   /* sqrt(2/pi) */
   const float k1 = 0.044715f;
-  return 0.5f * x * (1.0f + tanhf(k0 * (x + k1 * x * x * x)));
+  float u = amp__fadd(x, amp__fmul(amp__fmul(amp__fmul(k1, x), x), x));
+  return amp__fmul(amp__fmul(0.5f, x), amp__fadd(1.0f, tanhf(amp__fmul(k0, u))));
 }
 static inline AMP_HD float amp__act(float x, int act) {
   if (act == AMP_ACT_RELU) return x > 0.0f ? x : 0.0f;

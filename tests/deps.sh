@@ -15,6 +15,9 @@
 set -u
 NEEDED=${AMP_DEPS_NEEDED-"make gcc g++ clang libclang-rt-14-dev valgrind zlib1g-dev python3 python3-numpy python3-torch"}
 DATA=${AMP_DEPS_DATA-"dataset-fashion-mnist fortunes-min"}
+# OTHER: other compilers and targets (tcc; AArch64 cross compilers and qemu-user): installed with the
+# data, not required (make test says which of its steps it left out without them)
+OTHER=${AMP_DEPS_OTHER-"tcc qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross"}
 SLOW_CPU_ONLY="clang libclang-rt-14-dev valgrind"
 
 tmp=$(mktemp -d 2>/dev/null || echo "/tmp/amp-deps.$$")
@@ -26,7 +29,10 @@ pymod() { python3 -c "import $1" || /usr/bin/python3 -c "import $1"; }
 # present PACKAGE: 0 when what the package provides is here
 present() {
   case $1 in
-    make|gcc|g++|clang|valgrind|python3) command -v "$1" ;;
+    make|gcc|g++|clang|valgrind|python3|tcc) command -v "$1" ;;
+    qemu-user) command -v qemu-aarch64 ;;
+    gcc-aarch64-linux-gnu) command -v aarch64-linux-gnu-gcc ;;
+    libc6-dev-arm64-cross) [ -f /usr/aarch64-linux-gnu/include/stdio.h ] ;;
     libclang-rt-*) printf 'int main(void) { return 0; }\n' > "$tmp/rt.c" &&
                    clang -fsanitize=address,undefined "$tmp/rt.c" -o "$tmp/rt" ;;
     zlib1g-dev) ${CC:-cc} -E -include zlib.h -x c /dev/null ;;
@@ -48,12 +54,16 @@ missing() { # the packages of $* that are not present
 
 need=$(missing $NEEDED)
 data=$(missing $DATA)
+other=$(missing $OTHER)
 s=""; [ "$(id -u)" -ne 0 ] && s="sudo "
 
 case "${1:-check}" in
 check)
   if [ -n "$data" ]; then
     echo "deps: optional data not installed:$data (the examples use built-in data instead; make deps installs it)"
+  fi
+  if [ -n "$other" ]; then
+    echo "deps: optional compilers not installed:$other (make test leaves out the tcc and AArch64 checks; make deps installs them)"
   fi
   if ! { command -v "${NVCC:-nvcc}" || [ -x /usr/local/cuda/bin/nvcc ]; } >/dev/null 2>&1; then
     echo "deps: nvcc not found: the CUDA build checks of make test will fail (install the CUDA toolkit in /usr/local/cuda, or set NVCC=)"
@@ -66,7 +76,7 @@ check)
   fi
   ;;
 install)
-  all="$need$data"
+  all="$need$data$other"
   [ -z "$all" ] && { echo "deps: everything make test needs is installed"; exit 0; }
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "deps: no apt-get here (not Debian): install the equivalents of:$all" >&2; exit 1
@@ -77,6 +87,11 @@ install)
   ${s}apt-get update -q || exit 1
   if [ -n "$need" ]; then
     ${s}env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $need || exit 1
+  fi
+  # the other compilers are optional too: make test says which checks it left out without them
+  if [ -n "$other" ]; then
+    ${s}env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $other ||
+      echo "deps: optional compilers not installed:$other"
   fi
   # the data are optional: where a package cannot be had, the examples use their built-in data
   if [ -n "$data" ]; then

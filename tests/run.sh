@@ -147,8 +147,17 @@ for src in tests/test_*.c; do
   fi
   # test_gemm: the reference's no-FMA promise under the flags most likely to break it (-Ofast
   # -march=native lets both compilers fuse a * b + c), and the product built with OpenMP
+  # clang -Ofast -march=native (llm.c's flags with CC=clang): clang fuses across statements under
+  # -ffp-contract=fast whatever the pragmas say, so every test also runs built so (sampled)
+  clang_ofast=$(clang_for "$src" | sed 's/-std=c11/-std=c99/')
+  if $clang_ofast -Ofast -march=native $WARN -I. "$src" -o "$B/$name.clang-ofast" $libs -lm -lpthread \
+       2>"$B/$name.clang-ofast.cc.log"; then
+    runtest "$name.clang-ofast" env AMP_TEST_QUICK=1 "$B/$name.clang-ofast"
+  else
+    fail "$name: clang -Ofast -march=native build"; sed 's/^/    /' "$B/$name.clang-ofast.cc.log" | head -n 30
+  fi
   if [ "$name" = test_gemm ]; then
-    for cc in gcc clang; do
+    for cc in gcc; do
       if $cc -std=c99 -Ofast -march=native $WARN -I. "$src" -o "$B/$name.native.$cc" $libs -lm -lpthread 2>"$B/$name.native.cc.log"; then
         runtest "$name.native.$cc" env AMP_TEST_QUICK=1 "$B/$name.native.$cc"
       else
@@ -196,6 +205,14 @@ if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ]; then
   if [ -x "$NVCC" ] || command -v "$NVCC" >/dev/null 2>&1; then
     [ -n "$NVCC_FLAGS" ] || fail "make -s print-nvcc-flags printed nothing"
     if check "nvcc: amp_kernels.cu ($NVCC_FLAGS)" "$NVCC" $NVCC_FLAGS -I. -c amp_kernels.cu -o "$B/amp_kernels.o"; then
+      # nvcc fuses a * b + c into an FMA by default: the element functions use the _rn intrinsics so
+      # that every loop of the step and unscale kernels rounds as the CPU does. Their PTX must hold
+      # no f32 FMA (an FMA there is a product some code left to the compiler).
+      check "nvcc: the step and unscale kernels' PTX holds no contracted f32 FMA" sh -c '
+        "$1" -O3 -std=c++17 -arch=compute_90 -ptx -I. amp_kernels.cu -o "$2/amp_kernels.ptx" || exit 1
+        awk "/^[.a-z ]*\\.entry /{ on = /amp__cu_step_kernel|amp__cu_unscale_kernel/; if (on) k++ }
+             on && /fma\\.rn\\.f32/ { n++ } END { print k \" kernels, \" n + 0 \" f32 FMA\"; exit !(k >= 2 && n == 0) }" \
+          "$2/amp_kernels.ptx"' _ "$NVCC" "$B"
       for src in tests/cuda_*.c; do
         [ -e "$src" ] || continue
         name=$(basename "$src" .c)
@@ -241,6 +258,40 @@ fi
 if [ -z "$ONLY" ] && [ -f tests/examples.sh ]; then
   echo "== examples"
   . tests/examples.sh
+fi
+
+# 7. other compilers and targets ---------------------------------------------------------------
+# tcc (no thread-local storage: AMP_THREAD_LOCAL), and AArch64 as a Mac or Grace builds it: every
+# unit test cross-built with gcc -O2 and with clang -Ofast, run under qemu-user (sampled: qemu is
+# slow). Each test checks the promised bits itself (every SIMD level against the scalar loop, the
+# split master against the fp32 master, the references). Where the tools are missing (not
+# Debian; `make deps` installs them) the step says so and the rest of make test still runs.
+if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
+  echo "== other compilers and targets"
+  if command -v tcc >/dev/null 2>&1; then
+    check "tcc: the implementation builds and test_scaler runs" sh -c "tcc -I. tests/test_scaler.c -o $B/test_scaler.tcc -lm -lpthread && $B/test_scaler.tcc"
+  else
+    echo "skipped: tcc (not installed)"
+  fi
+  arm_sysroot=/usr/aarch64-linux-gnu
+  if command -v qemu-aarch64 >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && [ -d "$arm_sysroot" ]; then
+    for src in tests/test_*.c; do
+      name=$(basename "$src" .c)
+      grep -q '^// LANG: c++' "$src" && continue   # the toolkit's fp8 oracle: x86 host code only
+      libs=$(ldlibs "$src")
+      case "$libs" in *-lz*) continue ;; esac       # zlib: no AArch64 zlib in the cross sysroot
+      for build in "gcc-O2:aarch64-linux-gnu-gcc -std=c99 -O2" "clang-Ofast:clang --target=aarch64-linux-gnu -std=c99 -Ofast"; do
+        tag=${build%%:*}; cc=${build#*:}
+        if $cc $WARN -I. "$src" -o "$B/$name.arm-$tag" $libs -lm -lpthread 2>"$B/$name.arm-$tag.cc.log"; then
+          runtest "$name.aarch64-$tag" env AMP_TEST_QUICK=1 QEMU_LD_PREFIX=$arm_sysroot qemu-aarch64 "$B/$name.arm-$tag"
+        else
+          fail "$name: AArch64 $tag build"; sed 's/^/    /' "$B/$name.arm-$tag.cc.log" | head -n 30
+        fi
+      done
+    done
+  else
+    echo "skipped: AArch64 under qemu-user (install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
+  fi
 fi
 
 echo

@@ -20,18 +20,20 @@ static uint32_t bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 /* ---- the reference, from the paper (Algorithm 2, decoupled weight decay) ---------------------- */
 
 AMP__EXACT_BEGIN
+/* x rounded to float and stored: a product passed through it is never fused into the add after it. */
+static float rd(float x) { volatile float v = x; return v; }
 /* One Lion step of n elements: w and m in fp32, g the unscaled, clipped grads. The decay factor as
    AdamW's (torch: param.mul_(1 - lr * weight_decay) with Python floats, rounded once). */
 static AMP__EXACT_FP void ref_lion(float *w, float *m, const float *g, size_t n, float lr, float wd, float beta1,
                                    float beta2) {
   float decay = (float)(1.0 - (double)lr * (double)wd);
   size_t i;
-  for (i = 0; i < n; i++) {
-    float c = beta1 * m[i] + (1.0f - beta1) * g[i];          /* interpolate */
+  for (i = 0; i < n; i++) {   /* every product through rd: no compiler may fuse it into the add (clang -Ofast would) */
+    float c = rd(beta1 * m[i]) + rd((1.0f - beta1) * g[i]);  /* interpolate */
     float s = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : 0.0f;     /* sign, sign(0) = 0 */
-    w[i] = w[i] * decay;                                     /* decoupled weight decay */
-    w[i] = w[i] - lr * s;                                    /* update */
-    m[i] = beta2 * m[i] + (1.0f - beta2) * g[i];             /* momentum */
+    w[i] = rd(w[i] * decay);                                 /* decoupled weight decay */
+    w[i] = w[i] - rd(lr * s);                                /* update */
+    m[i] = rd(beta2 * m[i]) + rd((1.0f - beta2) * g[i]);     /* momentum */
   }
 }
 /* torch.nn.utils.clip_grad_norm_'s coefficient from the total norm. */
