@@ -772,8 +772,11 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
    amp_optimizer_grad_norm and amp_optimizer_step_count. A step is skipped on the device exactly
    when the CPU would skip it: when this optimizer's grads or those of any optimizer unscaled into
    the same scaler earlier in the iteration held inf/NaN. Differences from the CPU: the scale rule
-   is bit for bit the CPU's; the update of master and moments may differ by FMA contraction (a few
-   ulp per step, see tests/cuda_kernels.c); the grad norm by float summation order (about 1e-7
+   is bit for bit the CPU's; the element updates round every operation as the CPU's do (no FMA
+   contraction: the step kernels' PTX is checked for it), so the same grads and coefficients give
+   the CPU's masters, moments and model copies, stochastic bits included; Adam's bias corrections
+   come from the device's pow (within 2 ulp in double, where the host's is correctly rounded), which
+   can move a step size's last bit; the grad norm differs by float summation order (about 1e-7
    relative), so a clipped update can differ by as much. The floor message is given by the first
    read (get_scale, the one a normal step makes) that sees the scale at its floor.
    A device failure is AMP_ERR_DEVICE with the public function's name, the CUDA call and its error.

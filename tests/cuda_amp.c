@@ -6,7 +6,7 @@
    How close GPU and CPU must be (tests/cuda_kernels.c says why):
    - the scale, the scale rule's whole state, skip counts, step counts: exactly;
    - masters and moments after k steps: |gpu - cpu| <= 4 k FLT_EPSILON (|cpu| + rms), rms the
-     tensor's root mean square of that quantity (FMA contraction on the device; with clipping also
+     tensor's root mean square of that quantity (the device's pow in Adam's bias corrections; with clipping also
      the grad norm's summation order, about 1e-7 relative, inside the same bound);
    - the model copy: exactly the device master rounded to the model's dtype;
    - GPU against GPU (graph replay, the identity all-reduce hook, skipped steps): bit for bit. */
@@ -1301,6 +1301,64 @@ static void master_modes_on_gpu(void) {
    squares adds in another order), a skipped step leaves the device state bit for bit and the
    scale follows the CPU's. The window is read by the getters' one read (amp_optimizer_spike_skips
    pulls the block): no read happens between the launches of a step. */
+/* The element functions round every operation on the device as on the CPU (the _rn intrinsics), so
+   without clipping (no grad norm, whose summation order differs) a step is the same bits on both,
+   in every loop of the step kernel: L2 decay, momentum, 70001 elements (past 65,536, an odd tail),
+   buffers one element off 16-byte alignment (the one-at-a-time loop), every master mode, and the
+   exact stochastic bits of AMP_MASTER_NONE. */
+static void every_master_mode_on_gpu_is_the_cpus_bits(void) {
+  enum { N = 70001, STEPS = 12 };
+  struct { amp_optim_kind kind; float wd, momentum; } cases[4] = {
+      {AMP_SGD, 1e-2f, 0.9f}, {AMP_ADAM, 1e-2f, 0.0f}, {AMP_ADAMW, 0.1f, 0.0f}, {AMP_LION, 0.1f, 0.0f}};
+  amp_bf16 *w0 = (amp_bf16 *)xmalloc(N * 2), *hw = (amp_bf16 *)xmalloc(N * 2), *cw = (amp_bf16 *)xmalloc((N + 1) * 2);
+  float *g = (float *)xmalloc(N * 4), *cg = (float *)xmalloc((N + 1) * 4), *hm = (float *)xmalloc(N * 4);
+  for (size_t j = 0; j < N; j++) w0[j] = amp_f32_to_bf16(0.5f * srand1());
+  for (int k = 0; k < 4 && !t__cur; k++) {
+    for (int mode = AMP_MASTER_F32; mode <= AMP_MASTER_NONE && !t__cur; mode++) {
+      amp_optim_config oc = amp_optimizer_defaults(cases[k].kind);
+      amp_optimizer *og = NULL, *ocpu = NULL;
+      amp_tensor_desc t;
+      char *dw = (char *)dmalloc((N + 1) * 2), *dg = (char *)dmalloc((N + 1) * 4);
+      oc.lr = 1e-3f; oc.weight_decay = cases[k].wd; oc.momentum = cases[k].momentum; oc.seed = 1234;
+      memset(&t, 0, sizeof t);
+      t.dtype = AMP_BF16; t.grad_dtype = AMP_F32; t.n = N; t.master_mode = mode; t.stochastic = mode == AMP_MASTER_NONE;
+      up(dw + 2, w0, N * 2);   /* one element in: neither buffer is 16-byte aligned */
+      memcpy(cw + 1, w0, N * 2);
+      OK(amp_optimizer_create(&og, gpu, &oc));
+      OK(amp_optimizer_create(&ocpu, amp_cpu(), &oc));
+      t.weights = dw + 2; t.grads = dg + 4; OK(amp_optimizer_add_tensor(og, &t));
+      t.weights = cw + 1; t.grads = cg + 1; OK(amp_optimizer_add_tensor(ocpu, &t));
+      for (int step = 0; step < STEPS; step++) {
+        for (size_t j = 0; j < N; j++) g[j] = 1e-2f * srand1();
+        up(dg + 4, g, N * 4);
+        memcpy(cg + 1, g, N * 4);
+        OK(amp_optimizer_step(og));
+        OK(amp_optimizer_step(ocpu));
+      }
+      down(hw, dw + 2, N * 2);
+      for (size_t j = 0; j < N; j++)
+        if (hw[j] != cw[1 + j]) {
+          EXPECT(0, "%s, master mode %d: element %zu of the model copy: GPU %04x, CPU %04x", amp__kind_name(cases[k].kind),
+                 mode, j, hw[j], cw[1 + j]);
+          break;
+        }
+      if (mode == AMP_MASTER_F32) {
+        const float *cm = amp_optimizer_master(ocpu, 0, NULL);
+        down(hm, amp_optimizer_master(og, 0, NULL), N * 4);
+        for (size_t j = 0; j < N; j++)
+          if (amp__f32_bits(hm[j]) != amp__f32_bits(cm[j])) {
+            EXPECT(0, "%s: element %zu of the master: GPU %a, CPU %a", amp__kind_name(cases[k].kind), j, (double)hm[j],
+                   (double)cm[j]);
+            break;
+          }
+      }
+      amp_optimizer_destroy(og); amp_optimizer_destroy(ocpu);
+      amp__cu_free(gpu->cuda, dw); amp__cu_free(gpu->cuda, dg);
+    }
+  }
+  free(w0); free(hw); free(cw); free(g); free(cg); free(hm);
+}
+
 static void zscore_spikes_on_gpu_equal_the_cpus(void) {
   tens t;
   side c, g;
@@ -1388,6 +1446,7 @@ int main(void) {
   RUN(gradient_stats_on_gpu_equal_the_cpus);
   RUN(spike_skips_on_gpu_change_nothing_and_keep_the_scale);
   RUN(master_modes_on_gpu);
+  RUN(every_master_mode_on_gpu_is_the_cpus_bits);
   RUN(zscore_spikes_on_gpu_equal_the_cpus);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
