@@ -1649,38 +1649,17 @@ static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
 #else
 #define AMP__KEEP(x) ((void)0)
 #endif
-static inline AMP_HD float amp__fmul(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
+#define AMP__FOP(name, op, rn) static inline AMP_HD float name(float a, float b) { return rn(a, b); }
 #else
-  AMP__KEEP(a); AMP__KEEP(b);
-  return a * b;
+#define AMP__FOP(name, op, rn) \
+  static inline AMP_HD float name(float a, float b) { AMP__KEEP(a); AMP__KEEP(b); return a op b; }
 #endif
-}
-static inline AMP_HD float amp__fadd(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  AMP__KEEP(a); AMP__KEEP(b);
-  return a + b;
-#endif
-}
-static inline AMP_HD float amp__fsub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  AMP__KEEP(a); AMP__KEEP(b);
-  return a - b;
-#endif
-}
-static inline AMP_HD float amp__fdiv(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  AMP__KEEP(a); AMP__KEEP(b);
-  return a / b;
-#endif
-}
+AMP__FOP(amp__fmul, *, __fmul_rn)
+AMP__FOP(amp__fadd, +, __fadd_rn)
+AMP__FOP(amp__fsub, -, __fsub_rn)
+AMP__FOP(amp__fdiv, /, __fdiv_rn)
+#undef AMP__FOP
 /* The IEEE square root (clang under -ffast-math may otherwise take a reciprocal-root estimate). */
 static inline AMP_HD float amp__fsqrt(float a) {
 #if defined(__CUDA_ARCH__)
@@ -4238,20 +4217,19 @@ AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float
 /* One instance per (kind, grad type, model type): the types are constants in each (the grad type's
    case here, the model type's in the inline _w functions, each a switch generated from AMP__DTYPES).
    1: done; 0: the kind has no vector body (the plain loop runs it). */
-AMP__AVX512_INLINE int amp__o_step16_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                       void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
-#define AMP__W_(E, N, T, S) return amp__o_step16(kind, p, m, v, g, gt, w, E, n, gmul, c);
-  AMP__DTYPE_VSWITCH(wt, AMP__W_)
-#undef AMP__W_
-  return 0;
-}
-AMP__AVX2_INLINE int amp__o_step8_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                    void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
-#define AMP__W_(E, N, T, S) return amp__o_step8(kind, p, m, v, g, gt, w, E, n, gmul, c);
-  AMP__DTYPE_VSWITCH(wt, AMP__W_)
-#undef AMP__W_
-  return 0;
-}
+#define AMP__STEP_W(W, ATTR) \
+  ATTR int amp__o_step##W##_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w, \
+                              amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) { \
+    AMP__DTYPE_VSWITCH(wt, AMP__W_##W) \
+    return 0; \
+  }
+#define AMP__W_16(E, N, T, S) return amp__o_step16(kind, p, m, v, g, gt, w, E, n, gmul, c);
+#define AMP__W_8(E, N, T, S) return amp__o_step8(kind, p, m, v, g, gt, w, E, n, gmul, c);
+AMP__STEP_W(16, AMP__AVX512_INLINE)
+AMP__STEP_W(8, AMP__AVX2_INLINE)
+#undef AMP__W_16
+#undef AMP__W_8
+#undef AMP__STEP_W
 #define AMP__STEP_G16_(E, N, T, S) return amp__o_step16_w(kind, p, m, v, g, E, w, wt, n, gmul, c);
 #define AMP__STEP_G8_(E, N, T, S) return amp__o_step8_w(kind, p, m, v, g, E, w, wt, n, gmul, c);
 static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
@@ -5639,22 +5617,16 @@ static int amp__ckpt_bytes(amp__ckpt_io *io, void *p, size_t n) {
 }
 /* The one place each record is read and written. */
 #define AMP__CKPT_TRANSFER(type, name, live) ok = amp__ckpt_bytes(io, &r->name, sizeof r->name) && ok;
-static int amp__ckpt_head_io(amp__ckpt_io *io, amp__ckpt_head *r) {
-  int ok = 1;
-  AMP__CKPT_HEAD_FIELDS(AMP__CKPT_TRANSFER) return ok;
-}
-static int amp__ckpt_scaler_io(amp__ckpt_io *io, amp__ckpt_scaler *r) {
-  int ok = 1;
-  AMP__CKPT_SCALER_FIELDS(AMP__CKPT_TRANSFER) return ok;
-}
-static int amp__ckpt_optim_io(amp__ckpt_io *io, amp__ckpt_optim *r) {
-  int ok = 1;
-  AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_TRANSFER) return ok;
-}
-static int amp__ckpt_tensor_io(amp__ckpt_io *io, amp__ckpt_tensor *r) {
-  int ok = 1;
-  AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_TRANSFER) return ok;
-}
+#define AMP__CKPT_IO_FN(rec, FIELDS) \
+  static int amp__ckpt_##rec##_io(amp__ckpt_io *io, amp__ckpt_##rec *r) { \
+    int ok = 1; \
+    FIELDS(AMP__CKPT_TRANSFER) return ok; \
+  }
+AMP__CKPT_IO_FN(head, AMP__CKPT_HEAD_FIELDS)
+AMP__CKPT_IO_FN(scaler, AMP__CKPT_SCALER_FIELDS)
+AMP__CKPT_IO_FN(optim, AMP__CKPT_OPTIM_FIELDS)
+AMP__CKPT_IO_FN(tensor, AMP__CKPT_TENSOR_FIELDS)
+#undef AMP__CKPT_IO_FN
 static int amp__ckpt_spike_io(amp__ckpt_io *io, amp__ckpt_spike *r) {
   int ok = 1;
   AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_TRANSFER)
