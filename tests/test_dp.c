@@ -280,7 +280,9 @@ static void ref_free(ref *F) {
   free(F->w); free(F->gr); free(F->log);
 }
 
-static int same_norm(float a, float b) { return (a != a && b != b) || a == b; }
+/* NaN on the bits: a build with -ffast-math (clang -Ofast) may fold a != a to 0 */
+static int nan_bits(float x) { uint32_t u; memcpy(&u, &x, sizeof u); return (u & 0x7fffffffu) > 0x7f800000u; }
+static int same_norm(float a, float b) { return (nan_bits(a) && nan_bits(b)) || a == b; }
 static int same_log(const step_log *a, const step_log *b) {
   return a->st.scale == b->st.scale && a->st.tracker == b->st.tracker && a->st.hyst == b->st.hyst &&
          a->st.at_floor == b->st.at_floor && a->skipped == b->skipped && same_norm(a->norm, b->norm) &&
