@@ -589,7 +589,8 @@ static void the_implementation_built_with_ofast_skips_overflowing_steps(void) {
   for (i = 0; i < 5; i++) EXPECT(r[i] == 1, "built with -Ofast, %s: expected 1, got %d", what[i], r[i]);
 }
 
-/* The enums made from one list each keep the contract's values (../shared/API.md), and each name
+/* The enums made from one list each keep the values the header has always given them (a checkpoint
+   or a trainer built against an earlier amp.h stores them), and each name
    function names every value and nothing else. */
 static void enum_values_and_names_come_from_one_list(void) {
   static const char *status[] = {"AMP_OK", "AMP_ERR_ARG", "AMP_ERR_NOMEM", "AMP_ERR_PARSE", "AMP_ERR_STATE", "AMP_ERR_IO",
