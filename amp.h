@@ -1640,14 +1640,29 @@ static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
    float_control altogether); on x86 without SSE2 and on other targets the operand goes through
    memory, which also drops x87's excess precision. GCC honours AMP__EXACT_FP's optimize
    attribute, so under GCC the operations are plain and its loops still vectorise. */
-#if !defined(__CUDA_ARCH__) && defined(__clang__) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
-#define AMP__KEEP(x) __asm__("" : "+x"(x))
-#elif !defined(__CUDA_ARCH__) && defined(__clang__) && defined(__aarch64__)
-#define AMP__KEEP(x) __asm__("" : "+w"(x))
-#elif !defined(__CUDA_ARCH__) && (defined(__clang__) || (defined(__GNUC__) && defined(__i386__) && !defined(__SSE2__)))
-#define AMP__KEEP(x) __asm__("" : "+m"(x))
+#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+#define AMP__BARRIER(x) __asm__("" : "+x"(x))   /* the value in an SSE register, as rounded */
+#define AMP__BARRIER_IN_REG 1
+#elif defined(__aarch64__)
+#define AMP__BARRIER(x) __asm__("" : "+w"(x))
+#define AMP__BARRIER_IN_REG 1
+#else
+#define AMP__BARRIER(x) __asm__("" : "+m"(x))   /* through memory: also drops x87's excess precision */
+#endif
+#endif
+#if defined(AMP__BARRIER) && (defined(__clang__) || (defined(__i386__) && !defined(__SSE2__)))
+#define AMP__KEEP(x) AMP__BARRIER(x)
 #else
 #define AMP__KEEP(x) ((void)0)
+#endif
+/* On the CPU a value passed through AMP__ROUNDED is a rounded f32 (or f64) that no compiler,
+   GCC included, can fuse into a following add (an empty asm takes it as an operand;
+   -ffp-contract=fast ignores pragmas). The GPU's bound allows FMA, so device code has no barrier. */
+#if defined(AMP__BARRIER_IN_REG)
+#define AMP__ROUNDED(x) AMP__BARRIER(x)
+#else
+#define AMP__ROUNDED(x) ((void)0)
 #endif
 #if defined(__CUDA_ARCH__)
 #define AMP__FOP(name, op, rn) static inline AMP_HD float name(float a, float b) { return rn(a, b); }
@@ -1811,17 +1826,6 @@ static inline AMP_HD float amp__act(float x, int act) {
   if (act == AMP_ACT_GELU) return amp__gelu_tanh(x);
   return x;
 }
-/* On the CPU a value passed through AMP__ROUNDED is a rounded f32 that no compiler can fuse into
-   a following add (an empty asm takes it as an operand; -ffp-contract=fast ignores pragmas). The
-   GPU's bound allows FMA, so device code has no barrier. */
-#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && \
-    (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
-#define AMP__ROUNDED(x) __asm__("" : "+x"(x))
-#elif !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
-#define AMP__ROUNDED(x) __asm__("" : "+w"(x))
-#else
-#define AMP__ROUNDED(x) ((void)0)
-#endif
 /* The spike window (amp_optim_config.spike_zscore): the unscaled global norms of the last
    AMP__SPIKE_WINDOW clean steps (steps that updated: neither an overflow nor a spike), a ring.
    On the CPU a field of the optimizer; on CUDA in the optimizer's device block, pushed by the
@@ -3664,6 +3668,12 @@ AMPDEF amp_scaler_config amp_scaler_preset(amp_preset p) {
 
 /* Defaults filled in and every field checked; *init gets the initial scale; fn names the calling
    function in messages (create, and checkpoint load, which checks a file's parameters with it). */
+/* AMP_ERR_ARG naming fn, the field and its value for a subnormal x (amp__subnormal), else AMP_OK. */
+static amp_status amp__refuse_subnormal(const char *fn, const char *field, float x) {
+  if (!amp__subnormal(x)) return AMP_OK;
+  return amp__fail(AMP_ERR_ARG, "%s: %s %g is subnormal (a build with denormals flushed would read it as 0)", fn, field,
+                   (double)x);
+}
 static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *cfg, amp_scale_params *pr, float *init) {
   amp_scaler_config c;
   if (cfg) c = *cfg; else memset(&c, 0, sizeof c);
@@ -3673,9 +3683,7 @@ static amp_status amp__scaler_resolve(const char *fn, const amp_scaler_config *c
     int k;
     v[0] = c.init_scale; v[1] = c.growth_factor; v[2] = c.backoff_factor; v[3] = c.min_scale; v[4] = c.max_scale;
     for (k = 0; k < 5; k++)
-      if (amp__subnormal(v[k]))
-        return amp__fail(AMP_ERR_ARG, "%s: %s %g is subnormal (a build with denormals flushed would read it as 0)", fn,
-                         name[k], (double)v[k]);
+      if (amp__refuse_subnormal(fn, name[k], v[k]) != AMP_OK) return AMP_ERR_ARG;
   }
   if (c.fixed && amp__is_zero(c.init_scale))
     return amp__fail(
@@ -4481,9 +4489,7 @@ static amp_status amp__optim_resolve(const char *fn, const amp_optim_config *in,
     v[0] = c->lr; v[1] = c->weight_decay; v[2] = c->momentum; v[3] = c->dampening; v[4] = c->beta1; v[5] = c->beta2;
     v[6] = c->eps; v[7] = c->max_grad_norm; v[8] = c->spike_norm; v[9] = c->spike_zscore;
     for (k = 0; k < 10; k++)
-      if (amp__subnormal(v[k]))
-        return amp__fail(AMP_ERR_ARG, "%s: %s %g is subnormal (a build with denormals flushed would read it as 0)", fn,
-                         name[k], (double)v[k]);
+      if (amp__refuse_subnormal(fn, name[k], v[k]) != AMP_OK) return AMP_ERR_ARG;
   }
   c->zero_is_zero = 1;   /* resolved: every field holds its value (resolving again changes nothing) */
   /* -0 is 0 (the update's arithmetic then gives torch's bits, whose zeros are +0) */
@@ -4700,6 +4706,7 @@ AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *wei
 }
 
 AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, float weight_decay, int *group) {
+  amp_status st;
   if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: o is NULL");
   if (!group) return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: group is NULL");
   if (!(lr_scale >= 0.0f) || !amp__finite(lr_scale))
@@ -4707,10 +4714,9 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
   if (!(weight_decay >= 0.0f) || !amp__finite(weight_decay))
     return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: weight_decay %g must be >= 0 and finite",
                      (double)weight_decay);
-  if (amp__subnormal(lr_scale) || amp__subnormal(weight_decay))
-    return amp__fail(AMP_ERR_ARG, "amp_optimizer_add_group: %s %g is subnormal (a build with denormals flushed would "
-                     "read it as 0)", amp__subnormal(lr_scale) ? "lr_scale" : "weight_decay",
-                     (double)(amp__subnormal(lr_scale) ? lr_scale : weight_decay));
+  if ((st = amp__refuse_subnormal("amp_optimizer_add_group", "lr_scale", lr_scale)) != AMP_OK ||
+      (st = amp__refuse_subnormal("amp_optimizer_add_group", "weight_decay", weight_decay)) != AMP_OK)
+    return st;
   if (o->cfg.kind == AMP_CUSTOM)
     return amp__fail(AMP_ERR_UNSUPPORTED, "amp_optimizer_add_group: kind AMP_CUSTOM runs the trainer's own update, "
                      "which no group's lr_scale or weight_decay reaches");
@@ -4814,9 +4820,7 @@ AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr) {
   if (!o) return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: o is NULL");
   if (!(lr >= 0.0f) || !amp__finite(lr))
     return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g must be >= 0 and finite", (double)lr);
-  if (amp__subnormal(lr))
-    return amp__fail(AMP_ERR_ARG, "amp_optimizer_set_lr: lr %g is subnormal (a build with denormals flushed would read "
-                     "it as 0)", (double)lr);
+  if ((st = amp__refuse_subnormal("amp_optimizer_set_lr", "lr", lr)) != AMP_OK) return st;
   c = o->cfg;
   c.lr = lr;
   if ((st = amp__be(o->dev)->optim_set_config(o, &c, m, sizeof m)) != AMP_OK)
