@@ -4,26 +4,29 @@
 #   1. the header compiles clean with gcc -std=c99, clang -std=c11, g++ and clang++ (-Werror),
 #      with and without AMP_STATIC, and two translation units link;
 #   2. every tests/test_*.c built with gcc -O2 and run (its RESULT line counts);
-#   3. each of them again built with -Ofast, under clang ASan+UBSan and under valgrind
-#      (AMP_TEST_QUICK=1: sampled); a test file with a line `// TSAN: yes` also under clang's
-#      ThreadSanitizer (any report fails it; the longest access history, so a race is never left
-#      unreported because the earlier access fell out of it);
+#   3. each of them again built with -Ofast, with clang -Ofast -march=native, under clang ASan+UBSan
+#      and under valgrind (AMP_TEST_QUICK=1: sampled); a test file with a line `// TSAN: yes` also
+#      under clang's ThreadSanitizer (any report fails it; the longest access history, so a race is
+#      never left unreported because the earlier access fell out of it); and cross-built for AArch64
+#      (gcc -O2, clang -Ofast) and run under qemu-user where those tools are installed. Steps 2-3
+#      run the test files nproc at a time (AMP_TEST_JOBS=N), each file's builds in order;
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
 #      PTX, warnings as errors), every tests/cuda_*.c linked against it and run (they report
 #      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
 #   5. the libFuzzer targets in tests/fuzz/ for a bounded time each;
-#   6. tests/examples.sh, when present (the examples, run and their claims checked).
+#   6. tests/examples.sh, when present (the examples, run and their claims checked);
+#   7. tcc builds the implementation (no thread-local storage).
 #
 # A test file may carry a line `// LDLIBS: -lz` naming extra libraries to link, and a line
 # `// LANG: c++` to be built as C++ (g++ -x c++ / clang++ -x c++, -std=c++11) with the CUDA
 # toolkit's headers ($CUDA_HOME/include, no nvcc needed) on the include path: the fp8 test compares
 # with the toolkit's host code in cuda_fp8.h, which is C++.
 # Set AMP_TEST_ONLY=name to run only tests/test_name.c (no compile matrix, fuzz or CUDA);
-# AMP_TEST_ONLY=cuda runs step 4 alone.
+# AMP_TEST_ONLY=cuda runs step 4 alone; AMP_TEST_ONLY=other the AArch64 builds and tcc alone.
 # AMP_REQUIRE_GPU=1: a GPU test that finds no usable GPU fails instead of saying "skipped".
 # AMP_TEST_SKIP_SLOW_CPU=1 (make gpu-check sets it): step 1 (the compile matrix, which needs clang),
 #   step 3 (the -Ofast, ASan+UBSan and valgrind re-runs) and step 5 (fuzzing) are left out: they
-#   are CPU only, and CI runs them on every change. Step 2 then runs its programs in parallel.
+#   are CPU only, and CI runs them on every change.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=build/test
@@ -36,6 +39,7 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 SLOW_CPU=1
+LAST="$B/last.log"
 [ -n "${AMP_TEST_SKIP_SLOW_CPU:-}" ] && [ "${AMP_TEST_SKIP_SLOW_CPU}" != 0 ] && SLOW_CPU=0
 # The nvcc flags: the Makefile's NVCC_FLAGS, the one place they are defined.
 NVCC_FLAGS=$(make -s --no-print-directory print-nvcc-flags 2>/dev/null) || NVCC_FLAGS=""
@@ -45,7 +49,7 @@ fail() { FAIL=$((FAIL + 1)); FAILED="$FAILED $1"; echo "FAIL $1"; }
 # check NAME CMD...: one pass/fail from the command's exit status; its output is shown on failure.
 check() {
   cname=$1; shift
-  if "$@" >"$B/last.log" 2>&1; then pass "$cname"; else fail "$cname"; sed 's/^/    /' "$B/last.log" | tail -n 40; fi
+  if "$@" >"$LAST" 2>&1; then pass "$cname"; else fail "$cname"; sed 's/^/    /' "$LAST" | tail -n 40; fi
 }
 # runtest NAME CMD...: runs a test program, adds up its RESULT line.
 runtest() {
@@ -110,35 +114,29 @@ if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; then
   check "compile: AMP_MALLOC alone is refused" sh -c "! gcc -std=c99 -I. -D'AMP_MALLOC(s)=malloc(s)' -c $B/impl.c -o $B/impl.o 2>/dev/null"
 fi
 
-# 2-3. the unit tests, plain, under ASan+UBSan, under valgrind -------------------------------
-# Without step 3 (make gpu-check), the plain builds and runs of step 2 go on all cores at once
-# (nproc at a time), each to its own log and exit-status file, reported below in order.
-AHEAD=0
-if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 0 ]; then
-  AHEAD=1
-  rm -f "$B"/test_*.rc
-  ls tests/test_*.c | B=$B WARN=$WARN CUDA_HOME=$CUDA_HOME xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh -c '
-    name=$(basename "$1" .c); libs=$(sed -n "s|^// LDLIBS: *||p" "$1" | head -n 1)
-    cc="gcc -std=c99"; grep -q "^// LANG: c++" "$1" && cc="g++ -x c++ -std=c++11 -isystem $CUDA_HOME/include"
-    if $cc -O2 $WARN -I. "$1" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
-      "$B/$name" > "$B/$name.log" 2>&1; echo $? > "$B/$name.rc"
-    else echo build > "$B/$name.rc"; fi' _ {}
-fi
-for src in tests/test_*.c; do
-  [ -e "$src" ] || continue
+# 2-3. the unit tests, plain, under ASan+UBSan, under valgrind (and step 7's AArch64 builds) --------
+# matrix SRC: every build and run of one test file, in order. make test runs the matrices of the test
+# files nproc at a time (AMP_TEST_JOBS=N sets how many), each in a child `sh tests/run.sh` with
+# AMP__MATRIX=SRC writing its own log, and shows the logs in order once all are done. One test's
+# builds run one after the other: they share the files the test writes under build/test.
+matrix() {
+  src=$1
   name=$(basename "$src" .c)
-  [ -n "$ONLY" ] && [ "$name" != "test_$ONLY" ] && [ "$name" != "$ONLY" ] && continue
   libs=$(ldlibs "$src")
   gcc_src=$(gcc_for "$src"); clang_src=$(clang_for "$src")
   echo "== $name"
-  if [ "$AHEAD" = 1 ] && [ "$(cat "$B/$name.rc" 2>/dev/null)" != build ]; then
-    report "$name" "$(cat "$B/$name.rc" 2>/dev/null || echo 255)"
-  elif [ "$AHEAD" = 0 ] && $gcc_src -O2 $WARN -I. "$src" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
-    runtest "$name" "$B/$name"
-  else
-    fail "$name: build"; sed 's/^/    /' "$B/$name.cc.log" | head -n 30; continue
+  if [ "$ONLY" != other ]; then
+    if $gcc_src -O2 $WARN -I. "$src" -o "$B/$name" $libs -lm -lpthread 2>"$B/$name.cc.log"; then
+      runtest "$name" "$B/$name"
+    else
+      fail "$name: build"; sed 's/^/    /' "$B/$name.cc.log" | head -n 30; return
+    fi
   fi
-  [ "$SLOW_CPU" = 1 ] || continue
+  [ "$SLOW_CPU" = 1 ] || return
+  [ "$ONLY" = other ] || matrix_x86 "$src"
+  matrix_aarch64 "$src"
+}
+matrix_x86() {
   # built with -Ofast as llm.c-style trainers build everything (sampled, AMP_TEST_QUICK=1)
   if $gcc_src -Ofast $WARN -I. "$src" -o "$B/$name.ofast" $libs -lm -lpthread 2>"$B/$name.ofast.cc.log"; then
     runtest "$name.ofast" env AMP_TEST_QUICK=1 "$B/$name.ofast"
@@ -196,7 +194,62 @@ for src in tests/test_*.c; do
   else
     fail "$name under valgrind: valgrind is not installed"
   fi
-done
+}
+# matrix_aarch64 SRC (step 7): AArch64 as a Mac or Grace builds it: the test cross-built with gcc -O2
+# and with clang -Ofast, run under qemu-user (sampled: qemu is slow). Each test checks the promised
+# bits itself (every SIMD level against the scalar loop, the split master against the fp32 master,
+# the references). Where the tools are missing (not Debian; `make deps` installs them) make test
+# says so once and the rest still runs.
+arm_sysroot=/usr/aarch64-linux-gnu
+HAVE_ARM=0
+command -v qemu-aarch64 >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && [ -d "$arm_sysroot" ] && HAVE_ARM=1
+matrix_aarch64() {
+  [ "$HAVE_ARM" = 1 ] || return 0
+  grep -q '^// LANG: c++' "$src" && return   # the toolkit's fp8 oracle: x86 host code only
+  case "$libs" in *-lz*) return ;; esac       # zlib: no AArch64 zlib in the cross sysroot
+  for build in "gcc-O2:aarch64-linux-gnu-gcc -std=c99 -O2" "clang-Ofast:clang --target=aarch64-linux-gnu -std=c99 -Ofast"; do
+    tag=${build%%:*}; cc=${build#*:}
+    if $cc $WARN -I. "$src" -o "$B/$name.arm-$tag" $libs -lm -lpthread 2>"$B/$name.arm-$tag.cc.log"; then
+      runtest "$name.aarch64-$tag" env AMP_TEST_QUICK=1 QEMU_LD_PREFIX=$arm_sysroot qemu-aarch64 "$B/$name.arm-$tag"
+    else
+      fail "$name: AArch64 $tag build"; sed 's/^/    /' "$B/$name.arm-$tag.cc.log" | head -n 30
+    fi
+  done
+}
+
+if [ -n "${AMP__MATRIX:-}" ]; then   # a child: one test file's matrix, then its counts for the parent
+  LAST="$B/$(basename "$AMP__MATRIX" .c).last.log"
+  matrix "$AMP__MATRIX"
+  echo "MATRIX $PASS $FAIL$FAILED"
+  exit 0
+fi
+
+if [ -z "$ONLY" ] || [ "$ONLY" = other ]; then
+  [ "$ONLY" = other ] && echo "== other compilers and targets: AArch64 under qemu-user"
+  [ "$SLOW_CPU" = 1 ] && [ "$HAVE_ARM" = 0 ] &&
+    echo "skipped: AArch64 under qemu-user (install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
+  JOBS=${AMP_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+  echo "== the unit tests, $JOBS at a time (each test's log is shown when all are done)"
+  ls tests/test_*.c | B=$B AMP_TEST_ONLY=$ONLY xargs -P "$JOBS" -I{} sh -c '
+    n=$(basename "$1" .c); t0=$(date +%s)
+    AMP__MATRIX=$1 sh tests/run.sh > "$B/$n.matrix.log" 2>&1
+    echo "   done $n in $(( $(date +%s) - t0 )) s"' _ {}
+  for src in tests/test_*.c; do
+    log="$B/$(basename "$src" .c).matrix.log"
+    grep -v '^MATRIX ' "$log"
+    counts=$(grep '^MATRIX ' "$log" | tail -n 1)
+    if [ -z "$counts" ]; then fail "$(basename "$src" .c): its matrix ended without counts"; continue; fi
+    set -- $counts
+    PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); shift 3
+    for f in "$@"; do FAILED="$FAILED $f"; done
+  done
+else
+  for src in tests/test_*.c; do
+    name=$(basename "$src" .c)
+    [ "$name" != "test_$ONLY" ] && [ "$name" != "$ONLY" ] && continue
+    matrix "$src"
+  done
+fi
 
 # 4. CUDA: build for sm_80 and sm_90, link, run where a GPU is present ------------------------
 if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ]; then
@@ -259,37 +312,14 @@ if [ -z "$ONLY" ] && [ -f tests/examples.sh ]; then
   . tests/examples.sh
 fi
 
-# 7. other compilers and targets ---------------------------------------------------------------
-# tcc (no thread-local storage: AMP_THREAD_LOCAL), and AArch64 as a Mac or Grace builds it: every
-# unit test cross-built with gcc -O2 and with clang -Ofast, run under qemu-user (sampled: qemu is
-# slow). Each test checks the promised bits itself (every SIMD level against the scalar loop, the
-# split master against the fp32 master, the references). Where the tools are missing (not
-# Debian; `make deps` installs them) the step says so and the rest of make test still runs.
+# 7. other compilers ---------------------------------------------------------------------------
+# tcc (no thread-local storage: AMP_THREAD_LOCAL). (AArch64 under qemu-user: each test's matrix above.)
 if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
-  echo "== other compilers and targets"
+  echo "== other compilers: tcc"
   if command -v tcc >/dev/null 2>&1; then
     check "tcc: the implementation builds and test_scaler runs" sh -c "tcc -I. tests/test_scaler.c -o $B/test_scaler.tcc -lm -lpthread && $B/test_scaler.tcc"
   else
     echo "skipped: tcc (not installed)"
-  fi
-  arm_sysroot=/usr/aarch64-linux-gnu
-  if command -v qemu-aarch64 >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && [ -d "$arm_sysroot" ]; then
-    for src in tests/test_*.c; do
-      name=$(basename "$src" .c)
-      grep -q '^// LANG: c++' "$src" && continue   # the toolkit's fp8 oracle: x86 host code only
-      libs=$(ldlibs "$src")
-      case "$libs" in *-lz*) continue ;; esac       # zlib: no AArch64 zlib in the cross sysroot
-      for build in "gcc-O2:aarch64-linux-gnu-gcc -std=c99 -O2" "clang-Ofast:clang --target=aarch64-linux-gnu -std=c99 -Ofast"; do
-        tag=${build%%:*}; cc=${build#*:}
-        if $cc $WARN -I. "$src" -o "$B/$name.arm-$tag" $libs -lm -lpthread 2>"$B/$name.arm-$tag.cc.log"; then
-          runtest "$name.aarch64-$tag" env AMP_TEST_QUICK=1 QEMU_LD_PREFIX=$arm_sysroot qemu-aarch64 "$B/$name.arm-$tag"
-        else
-          fail "$name: AArch64 $tag build"; sed 's/^/    /' "$B/$name.arm-$tag.cc.log" | head -n 30
-        fi
-      done
-    done
-  else
-    echo "skipped: AArch64 under qemu-user (install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
   fi
 fi
 
