@@ -1502,34 +1502,34 @@ static inline AMP_HD void amp__lion_coefs(amp_step_coefs *c, const amp_optim_con
               where the kind keeps none), g the unscaled clipped grad; the CPU's plain loop and the
               step kernel call it (AMP__EXACT_FP: the same bits on both)
      device   1: elem is the update (any device); 0: the update is a host function (AMP_CUSTOM)
-   The CPU's vector loops (AVX2, AVX-512) have bodies for SGD and Adam/AdamW (amp__o_step16/8, a
-   switch whose default returns to the plain loop); any other kind runs elem's plain loop at every
-   SIMD level: the same bits, slower.
+     vec      the CPU vector loops' body (AVX2, AVX-512): AMP__V_<vec>, elem written on vectors
+              operation for operation (amp__o_step16/8); NONE: no vector body, so the kind runs
+              elem's plain loop at every SIMD level (the same bits, slower)
    To add a kind: its AMP_* value, a row here, its element function beside amp__lion_elem
    (and, if it needs more than amp_step_coefs holds, a field there and a coefs function above);
-   optionally a vector body. */
+   optionally a vector body (vec NONE until then). */
 #define AMP__OPTIM_KINDS(X) \
-  /* kind            name          moments              lr     beta1 beta2   coefs             elem        device */ \
-  X(AMP_SGD,    "AMP_SGD",    c->momentum != 0.0f, 1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__sgd_elem,    1) \
-  X(AMP_ADAM,   "AMP_ADAM",   2,                   1e-3f, 0.9f, 0.999f, amp__adam_coefs,  amp__adam_elem,   1) \
-  X(AMP_ADAMW,  "AMP_ADAMW",  2,                   1e-3f, 0.9f, 0.999f, amp__adamw_coefs, amp__adam_elem,   1) \
-  X(AMP_CUSTOM, "AMP_CUSTOM", 0,                   1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__custom_elem, 0) \
-  X(AMP_LION,   "AMP_LION",   1,                   1e-4f, 0.9f, 0.99f,  amp__lion_coefs,  amp__lion_elem,   1)
+  /* kind            name          moments              lr     beta1 beta2   coefs             elem      device vec */ \
+  X(AMP_SGD,    "AMP_SGD",    c->momentum != 0.0f, 1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__sgd_elem,    1, SGD) \
+  X(AMP_ADAM,   "AMP_ADAM",   2,                   1e-3f, 0.9f, 0.999f, amp__adam_coefs,  amp__adam_elem,   1, ADAM) \
+  X(AMP_ADAMW,  "AMP_ADAMW",  2,                   1e-3f, 0.9f, 0.999f, amp__adamw_coefs, amp__adam_elem,   1, ADAM) \
+  X(AMP_CUSTOM, "AMP_CUSTOM", 0,                   1e-3f, 0.9f, 0.999f, amp__no_coefs,    amp__custom_elem, 0, NONE) \
+  X(AMP_LION,   "AMP_LION",   1,                   1e-4f, 0.9f, 0.99f,  amp__lion_coefs,  amp__lion_elem,   1, LION)
 
 /* The list's columns as functions (the switch defaults: an unknown kind). */
-#define AMP__KIND_NAME(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return name;
+#define AMP__KIND_NAME(k, name, nm, lr, b1, b2, coefs, elem, dev, vec) case k: return name;
 static inline const char *amp__kind_name(amp_optim_kind kind) {
   switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_NAME) default: return NULL; }
 }
 #undef AMP__KIND_NAME
 /* The fp32 moment buffers per element of c's kind (the row's `moments`); -1: not a kind. */
-#define AMP__KIND_MOMENTS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return (nm);
+#define AMP__KIND_MOMENTS(k, name, nm, lr, b1, b2, coefs, elem, dev, vec) case k: return (nm);
 static inline int amp__o_moments(const amp_optim_config *c) {
   switch (c->kind) { AMP__OPTIM_KINDS(AMP__KIND_MOMENTS) default: return -1; }
 }
 #undef AMP__KIND_MOMENTS
 /* 1 for a kind of the list whose update is its element function (every device), else 0. */
-#define AMP__KIND_DEVICE(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: return dev;
+#define AMP__KIND_DEVICE(k, name, nm, lr, b1, b2, coefs, elem, dev, vec) case k: return dev;
 static inline AMP_HD int amp__kind_on_device(amp_optim_kind kind) {
   switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_DEVICE) default: return 0; }
 }
@@ -1540,7 +1540,7 @@ static inline AMP_HD int amp__kind_on_device(amp_optim_kind kind) {
    amp__group_coefs): the one function the CPU step and the CUDA step kernel (one thread per
    block) both call. The group's lr is h->lr * lr_scale, one f32 multiply (exact for 1); the
    kind's row adds its part. An unknown kind gets the common part only (create refuses it). */
-#define AMP__KIND_COEFS(k, name, nm, lr, b1, b2, coefs, elem, dev) case k: coefs(&c, h, t); break;
+#define AMP__KIND_COEFS(k, name, nm, lr, b1, b2, coefs, elem, dev, vec) case k: coefs(&c, h, t); break;
 static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, int64_t t, float lr_scale,
                                                     float weight_decay) {
   amp_step_coefs c;
@@ -3966,7 +3966,7 @@ AMP__INLINE void amp__o_scan_body(const void *g, amp_dtype t, size_t n, float in
 
 /* The element function of kind over one block: pp, mm, vv, gb of k elements (the kind list's
    `elem`; an unknown kind, which create refuses, changes nothing). */
-#define AMP__KIND_ELEMS(kd, name, nm, lr, b1, b2, coefs, elem, dev) \
+#define AMP__KIND_ELEMS(kd, name, nm, lr, b1, b2, coefs, elem, dev, vec) \
   case kd: for (i = 0; i < k; i++) elem(&pp[i], &mm[i], &vv[i], gb[i], c); return;
 AMP__INLINE void amp__o_elems(amp_optim_kind kind, float *AMP__RESTRICT pp, float *AMP__RESTRICT mm,
                               float *AMP__RESTRICT vv, const float *AMP__RESTRICT gb, size_t k,
@@ -4054,24 +4054,6 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
   amp__o_step_body(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
 
-/* The step of such a tensor: per block of AMP__CHUNK elements, the masters rebuilt into pb, updated
-   by amp__o_step_plain itself (the loop an fp32 master steps in, writing the block's result to a
-   float scratch instead of a model copy), written back. So a split master stays equal to an fp32
-   master bit for bit. */
-static AMP__EXACT_FP void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, float *m, float *v,
-                                             const void *g, amp_dtype gt, uint64_t key, size_t n, float gmul,
-                                             const amp_step_coefs *c) {
-  float pb[AMP__CHUNK], out[AMP__CHUNK];
-  size_t i0, gs = amp_dtype_size(gt);
-  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
-    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-    amp__o_master_load(pb, w, rem, i0, k);
-    amp__o_step_plain(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32,
-                      AMP_F32, 0, 0u, k, gmul, c);
-    amp__o_master_store(w, rem, key, i0, out, k);
-  }
-}
-
 #ifdef AMP__X86_SIMD
 /* The vector loops: the element functions above written on vectors, operation for operation
    (amp__sgd_elem, amp__adam_moments + amp__adam_apply, amp__o_load's g * gmul, amp__o_store's
@@ -4118,7 +4100,7 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
    width's operations (AMP__V16_OPS, AMP__V8_OPS) as arguments; x holds the grads (g * gmul), w0
    the masters, m and v the moments at this vector. A kind without a body here runs its element
    function's plain loop at every SIMD level (amp__o_step16 / amp__o_step8 return 0). */
-#define AMP__VSGD(VT, ADD, SUB, MUL, DIV, SQRT, LDF, STF, ZERO) { \
+#define AMP__V_SGD(VT, ADD, SUB, MUL, DIV, SQRT, SIGN, LDF, STF, ZERO) { \
     if (has_wd) x = ADD(x, MUL(wd, w0)); \
     if (has_mom) { \
       VT b = first ? x : ADD(MUL(mom, m ? LDF(m) : ZERO), MUL(omd, x)); \
@@ -4126,7 +4108,7 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
       x = nest ? ADD(x, MUL(mom, b)) : b; \
     } \
     w0 = SUB(w0, MUL(lr, x)); }
-#define AMP__VADAM(VT, ADD, SUB, MUL, DIV, SQRT, LDF, STF, ZERO) { \
+#define AMP__V_ADAM(VT, ADD, SUB, MUL, DIV, SQRT, SIGN, LDF, STF, ZERO) { \
     VT mv = LDF(m), vv = LDF(v); \
     w0 = MUL(w0, decay); \
     if (has_wd) x = ADD(x, MUL(wd, w0)); \
@@ -4134,18 +4116,68 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
     vv = ADD(MUL(b2, vv), MUL(MUL(omb2, x), x)); \
     w0 = SUB(w0, MUL(ss, DIV(mv, ADD(DIV(SQRT(vv), bc2), eps)))); \
     STF(m, mv); STF(v, vv); }
+#define AMP__V_LION(VT, ADD, SUB, MUL, DIV, SQRT, SIGN, LDF, STF, ZERO) { \
+    VT mv = LDF(m); \
+    VT u = ADD(MUL(b1, mv), MUL(omb1, x)); \
+    w0 = SUB(MUL(w0, decay), MUL(lr, SIGN(u))); \
+    STF(m, ADD(MUL(b2, mv), MUL(omb2, x))); }
+#define AMP__V_NONE(VT, ADD, SUB, MUL, DIV, SQRT, SIGN, LDF, STF, ZERO) { (void)x; }
+#define AMP__VHAS_SGD 1
+#define AMP__VHAS_ADAM 1
+#define AMP__VHAS_LION 1
+#define AMP__VHAS_NONE 0
+/* 1 when kind has a vector body (the kind list's vec column). */
+#define AMP__KIND_VEC(k, name, nm, lr, b1, b2, coefs, elem, dev, vec) case k: return AMP__VHAS_##vec;
+static int amp__kind_vec(amp_optim_kind kind) {
+  switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_VEC) default: return 0; }
+}
+#undef AMP__KIND_VEC
+/* amp__sign on lanes, on the bits: +-1 with u's sign, +0 for +-0, u itself for NaN. */
+AMP__AVX512_INLINE __m512 amp__sign16(__m512 u) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+  __m512i b = _mm512_castps_si512(u), a = _mm512_and_si512(b, abs);
+  __m512i r = _mm512_or_si512(_mm512_andnot_si512(abs, b), _mm512_set1_epi32(0x3f800000));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512()), _mm512_setzero_si512());
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), b);
+  return _mm512_castsi512_ps(r);
+}
+AMP__AVX2_INLINE __m256 amp__sign8(__m256 u) {
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+  __m256i b = _mm256_castps_si256(u), a = _mm256_and_si256(b, abs);
+  __m256i r = _mm256_or_si256(_mm256_andnot_si256(abs, b), _mm256_set1_epi32(0x3f800000));
+  r = _mm256_andnot_si256(_mm256_cmpeq_epi32(a, _mm256_setzero_si256()), r);
+  r = _mm256_blendv_epi8(r, b, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
+  return _mm256_castsi256_ps(r);
+}
+/* amp__round_to on lanes: x rounded to format t (a row with a vector path) and widened back, by
+   the same stores and loads as a model copy of type t (AMP_F32: x itself). */
+AMP__AVX512_INLINE __m512 amp__rt16(amp_dtype t, __m512 x) {
+  uint32_t buf[16];
+  amp__st16(t, buf, x, 0xffff, 0);
+  return amp__ld16(t, buf, 0xffff);
+}
+AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
+  uint32_t buf[8];
+  amp__st8(t, buf, x, 0);
+  return amp__ld8(t, buf);
+}
 #define AMP__VAPPLY(body, ops) body ops
 
-/* AVX-512: 16 elements at p[0..16) etc. under the lane mask k. */
+/* One case per row of the kind list: its vector body's loop, or 0 (NONE: the plain loop). */
+#define AMP__KIND_STEP16(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
+  case kd: if (!AMP__VHAS_##vec) return 0; AMP__STEP16_LOOP(AMP__V_##vec) return 1;
+#define AMP__KIND_STEP8(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
+  case kd: if (!AMP__VHAS_##vec) return 0; AMP__STEP8_LOOP(AMP__V_##vec) return 1;
+/* AVX-512: 16 elements at p[0..16) etc. under the lane mask k; the model copy rounded to rt. */
 #define AMP__LD16F(q) amp__ld16f(q, k)
 #define AMP__ST16F(q, x) amp__st16f(q, x, k)
-#define AMP__V16_OPS (__m512, amp__add16, amp__sub16, amp__mul16, amp__div16, amp__sqrt16, AMP__LD16F, AMP__ST16F, \
-                      _mm512_setzero_ps())
+#define AMP__V16_OPS (__m512, amp__add16, amp__sub16, amp__mul16, amp__div16, amp__sqrt16, amp__sign16, AMP__LD16F, \
+                      AMP__ST16F, _mm512_setzero_ps())
 #define AMP__STEP16(BODY) { \
     __m512 x = amp__mul16(amp__ld16(gt, g, k), gm), w0 = amp__ld16f(p, k); \
     AMP__VAPPLY(BODY, AMP__V16_OPS); \
     amp__st16f(p, w0, k); \
-    amp__st16(wt, w, w0, k, 0); }
+    amp__st16(wt, w, rts ? amp__rt16(rt, w0) : w0, k, 0); }
 #define AMP__STEP16_LOOP(BODY) \
   for (i = 0; i + 16 <= n; i += 16, p += 16, m = m ? m + 16 : m, v = v ? v + 16 : v, gc += 16 * gs, wc += 16 * ws) { \
     const __mmask16 k = 0xffff;   /* a constant: plain loads and stores */ \
@@ -4158,27 +4190,28 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
     AMP__STEP16(BODY) \
   }
 AMP__AVX512_INLINE int amp__o_step16(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                     void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+                                     void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                     const amp_step_coefs *c) {
   size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
   const char *gc = (const char *)g;
   char *wc = (char *)w;
+  int rts = amp__round_to_set(rt);
   AMP__VCOEFS(__m512, _mm512_set1_ps);
   switch (kind) {
-    case AMP_SGD: AMP__STEP16_LOOP(AMP__VSGD) return 1;
-    case AMP_ADAM: case AMP_ADAMW: AMP__STEP16_LOOP(AMP__VADAM) return 1;
+    AMP__OPTIM_KINDS(AMP__KIND_STEP16)
     default: return 0;   /* no vector body: the plain loop */
   }
 }
 /* AVX2: 8 elements; a tail through buffers of 8. */
 #define AMP__LD8F(q) _mm256_loadu_ps(q)
 #define AMP__ST8F(q, x) _mm256_storeu_ps(q, x)
-#define AMP__V8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, _mm256_div_ps, amp__sqrt8, AMP__LD8F, AMP__ST8F, \
-                     _mm256_setzero_ps())
+#define AMP__V8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, _mm256_div_ps, amp__sqrt8, amp__sign8, AMP__LD8F, \
+                     AMP__ST8F, _mm256_setzero_ps())
 #define AMP__STEP8(BODY) { \
     __m256 x = amp__mul8(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
     AMP__VAPPLY(BODY, AMP__V8_OPS); \
     _mm256_storeu_ps(p, w0); \
-    amp__st8(wt, w, w0, 0); }
+    amp__st8(wt, w, rts ? amp__rt8(rt, w0) : w0, 0); }
 #define AMP__STEP8_LOOP(BODY) \
   for (i = 0; i + 8 <= n; i += 8, p += 8, m = m ? m + 8 : m, v = v ? v + 8 : v, gc += 8 * gs, wc += 8 * ws) { \
     g = gc; w = wc; \
@@ -4196,14 +4229,15 @@ AMP__AVX512_INLINE int amp__o_step16(amp_optim_kind kind, float *p, float *m, fl
     memcpy(wc, bw, k * ws); \
   }
 AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                  void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+                                  void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                  const amp_step_coefs *c) {
   size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
   const char *gc = (const char *)g;
   char *wc = (char *)w;
+  int rts = amp__round_to_set(rt);
   AMP__VCOEFS(__m256, _mm256_set1_ps);
   switch (kind) {
-    case AMP_SGD: AMP__STEP8_LOOP(AMP__VSGD) return 1;
-    case AMP_ADAM: case AMP_ADAMW: AMP__STEP8_LOOP(AMP__VADAM) return 1;
+    AMP__OPTIM_KINDS(AMP__KIND_STEP8)
     default: return 0;   /* no vector body: the plain loop */
   }
 }
@@ -4217,9 +4251,13 @@ AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float
 #undef AMP__V16_OPS
 #undef AMP__ST16F
 #undef AMP__LD16F
+#undef AMP__KIND_STEP8
+#undef AMP__KIND_STEP16
 #undef AMP__VAPPLY
-#undef AMP__VADAM
-#undef AMP__VSGD
+#undef AMP__V_NONE
+#undef AMP__V_LION
+#undef AMP__V_ADAM
+#undef AMP__V_SGD
 #undef AMP__VCOEFS
 
 /* One instance per (kind, grad type, model type): the types are constants in each (the grad type's
@@ -4227,29 +4265,124 @@ AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float
    1: done; 0: the kind has no vector body (the plain loop runs it). */
 #define AMP__STEP_W(W, ATTR) \
   ATTR int amp__o_step##W##_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w, \
-                              amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) { \
+                              amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) { \
     AMP__DTYPE_VSWITCH(wt, AMP__W_##W) \
     return 0; \
   }
-#define AMP__W_16(E, N, T, S) return amp__o_step16(kind, p, m, v, g, gt, w, E, n, gmul, c);
-#define AMP__W_8(E, N, T, S) return amp__o_step8(kind, p, m, v, g, gt, w, E, n, gmul, c);
+#define AMP__W_16(E, N, T, S) return amp__o_step16(kind, p, m, v, g, gt, w, E, rt, n, gmul, c);
+#define AMP__W_8(E, N, T, S) return amp__o_step8(kind, p, m, v, g, gt, w, E, rt, n, gmul, c);
 AMP__STEP_W(16, AMP__AVX512_INLINE)
 AMP__STEP_W(8, AMP__AVX2_INLINE)
 #undef AMP__W_16
 #undef AMP__W_8
 #undef AMP__STEP_W
-#define AMP__STEP_G16_(E, N, T, S) return amp__o_step16_w(kind, p, m, v, g, E, w, wt, n, gmul, c);
-#define AMP__STEP_G8_(E, N, T, S) return amp__o_step8_w(kind, p, m, v, g, E, w, wt, n, gmul, c);
+#define AMP__STEP_G16_(E, N, T, S) return amp__o_step16_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c);
+#define AMP__STEP_G8_(E, N, T, S) return amp__o_step8_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c);
 static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
-                                          amp_dtype gt, void *w, amp_dtype wt, size_t n, float gmul,
+                                          amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
                                           const amp_step_coefs *c) {
   AMP__DTYPE_VSWITCH(gt, AMP__STEP_G16_)
   return 0;
 }
 static AMP__AVX2 int amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                      void *w, amp_dtype wt, size_t n, float gmul, const amp_step_coefs *c) {
+                                      void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                      const amp_step_coefs *c) {
   AMP__DTYPE_VSWITCH(gt, AMP__STEP_G8_)
   return 0;
+}
+/* The step on the vector loops of level l (1 AVX2, 2 AVX-512); 0: no vector body for kind. */
+static int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                           void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) {
+  return l >= 2 ? amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c)
+                : amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c);
+}
+
+/* The 16-bit stores the step writes outside the update, on 8 lanes (AVX2; the AVX-512 level runs
+   them too): amp__o_master_load / amp__o_master_store and the stochastic rounding of a bf16 copy,
+   the same bits. The counter hash amp__sr_bits16 on 4 64-bit lanes: AVX2 has no 64-bit multiply,
+   so the low 64 bits of each product are put together from three 32 x 32 -> 64 ones. */
+AMP__AVX2_INLINE __m256i amp__mul64x4(__m256i a, __m256i b) {
+  __m256i lo = _mm256_mul_epu32(a, b);
+  __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                   _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+  return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+}
+AMP__AVX2_INLINE __m256i amp__mix64x4(__m256i z) {   /* amp__mix64 */
+  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 30));
+  z = amp__mul64x4(z, _mm256_set1_epi64x((long long)0xbf58476d1ce4e5b9ull));
+  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 27));
+  z = amp__mul64x4(z, _mm256_set1_epi64x((long long)0x94d049bb133111ebull));
+  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+}
+/* amp__sr_bits16(key, i + j) in lane j = 0..7 */
+AMP__AVX2_INLINE __m256i amp__sr_bits8(uint64_t key, uint64_t i) {
+  const uint64_t step = 0x9e3779b97f4a7c15ull;
+  uint64_t b = key + (i + 1u) * step;
+  const __m256i low32 = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  __m256i lo = _mm256_setr_epi64x((long long)b, (long long)(b + step), (long long)(b + 2u * step),
+                                  (long long)(b + 3u * step));
+  __m256i hi = _mm256_add_epi64(lo, _mm256_set1_epi64x((long long)(4u * step)));
+  lo = _mm256_permutevar8x32_epi32(_mm256_srli_epi64(amp__mix64x4(lo), 48), low32);
+  hi = _mm256_permutevar8x32_epi32(_mm256_srli_epi64(amp__mix64x4(hi), 48), low32);
+  return _mm256_blend_epi32(lo, hi, 0xf0);
+}
+AMP__AVX2_INLINE __m256i amp__nan8(__m256i u) {   /* all ones in the NaN lanes */
+  return _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+}
+AMP__AVX2_INLINE __m128i amp__pack8(__m256i r) {   /* 8 lanes <= 0xffff to 8 16-bit elements */
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+AMP__AVX2_INLINE __m256i amp__widen8(const uint16_t *p) {
+  return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+/* 8 masters: amp__split_decode(w, rem), or the bf16 values themselves (rem NULL) */
+AMP__AVX2_INLINE __m256 amp__master_ld8(const amp_bf16 *w, const uint16_t *rem) {
+  __m256i u = _mm256_slli_epi32(amp__widen8(w), 16);
+  if (rem) {
+    __m256i lo = amp__widen8(rem);
+    u = _mm256_sub_epi32(_mm256_add_epi32(u, lo), _mm256_slli_epi32(_mm256_and_si256(lo, _mm256_set1_epi32(0x8000)), 1));
+  }
+  return _mm256_castsi256_ps(u);
+}
+/* 8 masters x written back: amp__split_encode into w, rem; or (rem NULL) rounded stochastically
+   into w with the bits of key at elements i .. i + 7 (amp__f32_to_bf16_sr) */
+AMP__AVX2_INLINE void amp__master_st8(amp_bf16 *w, uint16_t *rem, uint64_t key, uint64_t i, __m256 x) {
+  __m256i u = _mm256_castps_si256(x), nan = amp__nan8(u), hi;
+  if (rem) {
+    hi = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x8000)), 16);
+    _mm_storeu_si128((__m128i *)rem, amp__pack8(_mm256_andnot_si256(nan, _mm256_and_si256(u, _mm256_set1_epi32(0xffff)))));
+  } else {
+    hi = _mm256_srli_epi32(_mm256_add_epi32(u, amp__sr_bits8(key, i)), 16);
+  }
+  _mm_storeu_si128((__m128i *)w, amp__pack8(_mm256_blendv_epi8(hi, amp__bf16_round8(u), nan)));
+}
+static AMP__AVX2 void amp__o_master_load_avx2(float *d, const amp_bf16 *w, const uint16_t *rem, size_t i0, size_t k) {
+  size_t i;
+  for (i = 0; i + 8 <= k; i += 8) _mm256_storeu_ps(d + i, amp__master_ld8(w + i0 + i, rem ? rem + i0 + i : NULL));
+  if (i < k) {   /* the tail through buffers of 8 */
+    amp_bf16 bw[8] = {0};
+    uint16_t br[8] = {0};
+    float bd[8];
+    memcpy(bw, w + i0 + i, (k - i) * 2);
+    if (rem) memcpy(br, rem + i0 + i, (k - i) * 2);
+    _mm256_storeu_ps(bd, amp__master_ld8(bw, rem ? br : NULL));
+    memcpy(d + i, bd, (k - i) * 4);
+  }
+}
+static AMP__AVX2 void amp__o_master_store_avx2(amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *p,
+                                               size_t k) {
+  size_t i;
+  for (i = 0; i + 8 <= k; i += 8)
+    amp__master_st8(w + i0 + i, rem ? rem + i0 + i : NULL, key, (uint64_t)(i0 + i), _mm256_loadu_ps(p + i));
+  if (i < k) {
+    float bp[8] = {0};
+    amp_bf16 bw[8];
+    uint16_t br[8];
+    memcpy(bp, p + i, (k - i) * 4);
+    amp__master_st8(bw, rem ? br : NULL, key, (uint64_t)(i0 + i), _mm256_loadu_ps(bp));
+    memcpy(w + i0 + i, bw, (k - i) * 2);
+    if (rem) memcpy(rem + i0 + i, br, (k - i) * 2);
+  }
 }
 #undef AMP__STEP_CASES
 #undef AMP__STEP_G16_
@@ -4401,18 +4534,60 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
 #endif
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
-/* rt: the model copy's round_to (AMP_F32 but for a float copy holding bf16/f16 values); sr: a bf16
-   copy written with stochastic rounding, the bits from key. Either is written by the plain loop,
-   and so is every kind the vector loops have no body for (amp__o_step16 / amp__o_step8). */
+/* The step of one tensor with an fp32 master p. rt: the model copy's round_to (AMP_F32 but for a
+   float copy holding bf16/f16 values); sr: a bf16 copy written with stochastic rounding, the bits
+   from key. The vector loops run every kind with a vector body (the kind list's vec column) on
+   grad, model and round_to types with a vector path (the format table's cpu_vec); a bf16 copy
+   rounded stochastically is stepped per block into a float block, then rounded from it. Anything
+   else runs the plain loop: the same bits. */
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                         void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
                         const amp_step_coefs *c) {
 #ifdef AMP__X86_SIMD
-  int l = !amp__round_to_set(rt) && !sr && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) ? amp__opt_level() : 0;
-  if (l >= 2 && amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, n, gmul, c)) return;
-  if (l == 1 && amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, n, gmul, c)) return;
+  int l = amp__kind_vec(kind) && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) && amp__dtype_cpu_vec(rt)
+              ? amp__opt_level() : 0;
+  if (l && sr) {
+    float out[AMP__CHUNK];
+    size_t i0, gs = amp_dtype_size(gt);
+    for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+      size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+      amp__o_step_vec(l, kind, p + i0, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32,
+                      AMP_F32, k, gmul, c);
+      amp__o_master_store_avx2((amp_bf16 *)w, NULL, key, i0, out, k);
+    }
+    return;
+  }
+  if (l && !sr && amp__o_step_vec(l, kind, p, m, v, g, gt, w, wt, rt, n, gmul, c)) return;
 #endif
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
+}
+
+/* The step of a tensor without an fp32 master array (AMP_MASTER_SPLIT, _NONE): per block of
+   AMP__CHUNK elements, the masters rebuilt into pb, updated by amp__o_step itself (the loops an
+   fp32 master steps in, writing the block's result to a float scratch instead of a model copy),
+   written back. So a split master stays equal to an fp32 master bit for bit. */
+static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, float *m, float *v, const void *g,
+                               amp_dtype gt, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
+  float pb[AMP__CHUNK], out[AMP__CHUNK];
+  size_t i0, gs = amp_dtype_size(gt);
+  int l = 0;
+#ifdef AMP__X86_SIMD
+  l = amp__opt_level();
+#endif
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+#ifdef AMP__X86_SIMD
+    if (l) amp__o_master_load_avx2(pb, w, rem, i0, k); else
+#endif
+    amp__o_master_load(pb, w, rem, i0, k);
+    amp__o_step(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0,
+                0u, k, gmul, c);
+#ifdef AMP__X86_SIMD
+    if (l) amp__o_master_store_avx2(w, rem, key, i0, out, k); else
+#endif
+    amp__o_master_store(w, rem, key, i0, out, k);
+  }
+  (void)l;
 }
 
 AMP__EXACT_END
@@ -4461,7 +4636,7 @@ struct amp_optimizer {
 
 /* The defaults of kind (the kind list's lr, beta1, beta2; eps 1e-8 for all) into the fields of c
    that are 0, or into every one of them (all); 0 when kind is not in the list. */
-#define AMP__KIND_DEFAULTS(kd, name, nm, dlr, db1, db2, coefs, elem, dev) \
+#define AMP__KIND_DEFAULTS(kd, name, nm, dlr, db1, db2, coefs, elem, dev, vec) \
   case kd: lr = dlr; b1 = db1; b2 = db2; break;
 static int amp__kind_defaults(amp_optim_config *c, int all) {
   float lr, b1, b2;

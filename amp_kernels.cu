@@ -633,7 +633,7 @@ __global__ void amp__cu_unscale_finish_kernel(amp__cu_optim_dev *o, amp__cu_scal
 // The update of one element, per kind: the row's AMP_HD element function in amp.h's kind list
 // (AMP__OPTIM_KINDS), the code the CPU's plain loop runs. One specialisation per row.
 template <int KIND> struct amp__cu_kind;
-#define AMP__CU_KIND_UPDATE(k, name, nm, lr, b1, b2, coefs, elem, dev) \
+#define AMP__CU_KIND_UPDATE(k, name, nm, lr, b1, b2, coefs, elem, dev, vec) \
   template <> struct amp__cu_kind<k> { \
     static __device__ __forceinline__ void update(float &p, float &m, float &v, float g, const amp_step_coefs &c) { \
       elem(&p, &m, &v, g, &c); \
@@ -1215,7 +1215,7 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   AMP__CU_ON(st);
   amp__cu_scaler_dev *sc = (amp__cu_scaler_dev *)scaler;
   int rule = update_scaler != 0, launched = 0;
-#define AMP__CU_STEP_CASE(K, NAME, NM, LR, B1, B2, COEFS, ELEM, DEV) \
+#define AMP__CU_STEP_CASE(K, NAME, NM, LR, B1, B2, COEFS, ELEM, DEV, VEC) \
   case K: \
     launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks); \
     break;

@@ -160,6 +160,112 @@ static double ref_sumsq(const amp_f16 *g, size_t n) {
   return ref_sumsq_c(g, n);
 }
 
+/* ---- every master mode and model copy (one thread) ----
+   Each mode: one optimizer over one tensor of N params (AdamW unless named), stepped as a trainer
+   steps it (amp_optimizer_step; amp_scaler_step + update where "scaler"), against llm.c's plain
+   fp32 AdamW loop (ref_adamw_c, built with the same -O2) on the same N in cache, and against
+   memcpy of the same bytes out of cache. Bytes moved per param: the grads read twice (the scan
+   pass and the update), the master read and written (f32: 8; split: the bf16 copy and the
+   remainder, 8; none: the bf16 copy, 4), each fp32 moment read and written (8), the model copy
+   written (f32 master only: its size). */
+typedef struct mode { const char *name; amp_optim_kind kind; amp_dtype wt, gt, rt; int master_mode, sr, scaler; } mode;
+static const mode modes[] = {
+  {"adamw f32 copy, f32 grads",                  AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_F32,  AMP_MASTER_F32,   0, 0},
+  {"adamw f32 copy round_to bf16, f32 grads",    AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_BF16, AMP_MASTER_F32,   0, 0},
+  {"adamw f32 copy round_to f16, scaler",        AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_F16,  AMP_MASTER_F32,   0, 1},
+  {"adamw bf16 copy, bf16 grads",                AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0},
+  {"adamw f16 copy, f16 grads, scaler",          AMP_ADAMW, AMP_F16,  AMP_F16,  AMP_F32,  AMP_MASTER_F32,   0, 1},
+  {"adamw bf16 copy stochastic",                 AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   1, 0},
+  {"adamw bf16 AMP_MASTER_SPLIT",                AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_SPLIT, 0, 0},
+  {"adamw bf16 AMP_MASTER_NONE",                 AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_NONE,  1, 0},
+  {"sgd-momentum bf16 copy",                     AMP_SGD,   AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0},
+  {"lion bf16 copy",                             AMP_LION,  AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0},
+  {"lion f32 copy round_to bf16",                AMP_LION,  AMP_F32,  AMP_F32,  AMP_BF16, AMP_MASTER_F32,   0, 0},
+};
+typedef struct mrig { void *w, *g; amp_optimizer *o; amp_scaler *s; size_t n; } mrig;
+static double mode_bytes(const mode *md) {
+  double gs = (double)amp_dtype_size(md->gt), ws = (double)amp_dtype_size(md->wt);
+  double master = md->master_mode == AMP_MASTER_NONE ? 4 : 8;
+  int nm = md->kind == AMP_SGD || md->kind == AMP_LION ? 1 : 2;
+  return 2 * gs + master + 8.0 * nm + (md->master_mode == AMP_MASTER_F32 ? ws : 0);
+}
+static int mrig_init(mrig *R, const mode *md, size_t n) {
+  amp_optim_config oc = amp_optimizer_defaults(md->kind);
+  amp_tensor_desc t;
+  size_t i;
+  memset(R, 0, sizeof *R);
+  R->n = n;
+  R->w = malloc(n * amp_dtype_size(md->wt)); R->g = malloc(n * amp_dtype_size(md->gt));
+  oc.weight_decay = 0.01f;
+  if (md->kind == AMP_SGD) oc.momentum = 0.9f;
+  for (i = 0; i < n; i++) {
+    amp__store(R->w, md->wt, i, 0.01f * (float)(i % 97));
+    amp__store(R->g, md->gt, i, (0.5f * (float)(i % 13) - 3.0f) * (md->scaler ? 1024.0f : 1.0f));
+  }
+  memset(&t, 0, sizeof t);
+  t.weights = R->w; t.dtype = md->wt; t.grads = R->g; t.grad_dtype = md->gt; t.n = n;
+  t.round_to = md->rt; t.stochastic = md->sr; t.master_mode = md->master_mode;
+  if (amp_optimizer_create(&R->o, amp_cpu(), &oc) || amp_optimizer_add_tensor(R->o, &t)) return 0;
+  if (md->scaler) {
+    amp_scaler_config sc;
+    memset(&sc, 0, sizeof sc); sc.init_scale = 1024.0f;
+    if (amp_scaler_create(&R->s, amp_cpu(), &sc)) return 0;
+  }
+  return 1;
+}
+static void mrig_step(mrig *R) {
+  if (R->s) { amp_scaler_step(R->s, R->o); amp_scaler_update(R->s); }
+  else amp_optimizer_step(R->o);
+}
+static void mrig_free(mrig *R) { amp_optimizer_destroy(R->o); amp_scaler_destroy(R->s); free(R->w); free(R->g); }
+static void bench_modes(size_t n_cache, size_t n_big) {
+  size_t k, i;
+  int r;
+  for (k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+    const mode *md = &modes[k];
+    mrig R;
+    ref_adamw F;
+    double to[REPS], tr[REPS], tm[REPS];
+    char name[128];
+    const char *only = getenv("BENCH_OPTIM_MODES");
+    if (only && *only && strcmp(only, "1") && !strstr(md->name, only)) continue;
+    /* in cache: against llm.c's fp32 AdamW loop on the same n, taking turns */
+    if (!mrig_init(&R, md, n_cache)) { printf("%s: setup failed: %s\n", md->name, amp_last_error()); exit(0); }
+    F.n = n_cache; F.t = 0;
+    F.p = (float *)malloc(n_cache * 4); F.g = (float *)malloc(n_cache * 4); F.m = (float *)calloc(n_cache, 4); F.v = (float *)calloc(n_cache, 4);
+    for (i = 0; i < n_cache; i++) { F.p[i] = 0.01f * (float)(i % 97); F.g[i] = 0.5f * (float)(i % 13) - 3.0f; }
+    mrig_step(&R); ref_adamw_c(&F);
+    for (r = 0; r < REPS; r++) {
+      double t0 = bench_now();
+      mrig_step(&R); to[r] = bench_now() - t0;
+      t0 = bench_now(); ref_adamw_c(&F); tr[r] = bench_now() - t0;
+    }
+    snprintf(name, sizeof name, "%zuk: %s", n_cache / 1000, md->name);
+    bench_line(name, 1e6 * bench_median(to, REPS), 1e6 * bench_median(tr, REPS), "us vs llm.c fp32 AdamW loop, lower is better");
+    free(F.p); free(F.g); free(F.m); free(F.v);
+    mrig_free(&R);
+    /* out of cache: bytes moved per second against memcpy of the same bytes, taking turns */
+    if (!mrig_init(&R, md, n_big)) { printf("%s: setup failed: %s\n", md->name, amp_last_error()); exit(0); }
+    mc_bytes = (size_t)(mode_bytes(md) * (double)n_big);
+    mc_a = (char *)malloc(mc_bytes / 2); mc_b = (char *)malloc(mc_bytes / 2);
+    memset(mc_a, 1, mc_bytes / 2); memset(mc_b, 2, mc_bytes / 2);
+    mrig_step(&R);
+    for (r = 0; r < REPS; r++) {
+      double t0;
+      tm[r] = memcpy_once();
+      t0 = bench_now(); mrig_step(&R); to[r] = bench_now() - t0;
+    }
+    snprintf(name, sizeof name, "%zuM: %s", n_big >> 20, md->name);
+    {
+      char unit[64];
+      snprintf(unit, sizeof unit, "GB/s vs memcpy, at %g B/param", mode_bytes(md));
+      bench_line(name, (double)mc_bytes / bench_median(to, REPS) / 1e9, (double)mc_bytes / bench_median(tm, REPS) / 1e9, unit);
+    }
+    free(mc_a); free(mc_b);
+    mrig_free(&R);
+  }
+}
+
 int main(void) {
   double t_torch = 0, sink = 0;
   model M;
@@ -170,6 +276,7 @@ int main(void) {
   mc_a = (char *)malloc(mc_bytes / 2); mc_b = (char *)malloc(mc_bytes / 2);
   memset(mc_a, 1, mc_bytes / 2); memset(mc_b, 2, mc_bytes / 2);
   printf("bench_optim: one thread, built without -march; loops: %s; medians of %d\n", level_name(l), REPS);
+  if (getenv("BENCH_OPTIM_MODES")) { bench_modes(834000, (size_t)16 << 20); return 0; }
 
   /* 16M params: ours (taking turns with memcpy), then PyTorch's step in a subprocess */
   model_init(&M, AMP_ADAMW, NPARAM, 0);

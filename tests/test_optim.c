@@ -318,14 +318,24 @@ static void custom_step_gets_unscaled_fp32_grads_and_writes_the_model(void) {
 }
 
 /* One optimizer over tensors of every length 1..40 and one of 1031 (every tail of the 8- and
-   16-lane loops and of the scan's 32 lanes), each starting at a different element offset, run for
-   12 steps (one of them with an inf grad: skipped) with the plain loops and with each SIMD level
-   the CPU has: masters, moments, model copies and grad norms must be bit-identical. */
+   16-lane loops, of the scan's 32 lanes and of the 512-element blocks a split or absent master and
+   a stochastic copy step in), each starting at a different element offset, run for 12 steps (one
+   of them with an inf grad: skipped) with the plain loops and with each SIMD level the CPU has:
+   masters (for a split master its remainders), moments, model copies and grad norms must be
+   bit-identical. Every kind of the list with every model copy the step writes: f16/bf16/f32
+   copies, a float copy rounded to bf16 or f16 (round_to), a bf16 copy rounded stochastically, the
+   split master and no master. */
 enum { SP_NT = 41, SP_TOT = 40 * 41 / 2 + 1031 + 4 * SP_NT };
-typedef struct sp_run { float master[SP_TOT], m[SP_TOT], v[SP_TOT], norm[12]; unsigned char w[SP_TOT * 4]; } sp_run;
-static void sp_one(sp_run *r, const amp_optim_config *c, amp_dtype wt, amp_dtype gt, int level) {
+typedef struct sp_run {
+  float master[SP_TOT], m[SP_TOT], v[SP_TOT], norm[12];
+  uint16_t rem[SP_TOT];
+  unsigned char w[SP_TOT * 4];
+} sp_run;
+typedef struct sp_mode { amp_dtype wt, rt; int sr, master_mode; const char *name; } sp_mode;
+static void sp_one(sp_run *r, const amp_optim_config *c, const sp_mode *md, amp_dtype gt, int level) {
   static unsigned char w[SP_TOT * 4], g[SP_TOT * 4];
   size_t off[SP_NT], len[SP_NT], i, j, at = 0;
+  amp_dtype wt = md->wt;
   amp_optimizer *o; amp_scaler *s; int st;
   rng_state = 1234;
   memset(r, 0, sizeof *r);
@@ -333,15 +343,22 @@ static void sp_one(sp_run *r, const amp_optim_config *c, amp_dtype wt, amp_dtype
   for (i = 0; i < SP_TOT; i++) amp__store(w, wt, i, (float)rndn());
   amp__opt_simd = level;
   amp_optimizer_create(&o, amp_cpu(), c); amp_scaler_create(&s, amp_cpu(), NULL);
-  for (j = 0; j < SP_NT; j++) amp_optimizer_add_mixed(o, wt, w + off[j] * dsize(wt), gt, g + off[j] * dsize(gt), len[j]);
+  for (j = 0; j < SP_NT; j++) {
+    amp_tensor_desc t;
+    memset(&t, 0, sizeof t);
+    t.weights = w + off[j] * dsize(wt); t.dtype = wt; t.grads = g + off[j] * dsize(gt); t.grad_dtype = gt; t.n = len[j];
+    t.round_to = md->rt; t.stochastic = md->sr; t.master_mode = md->master_mode;
+    if (amp_optimizer_add_tensor(o, &t) != AMP_OK) { EXPECT(0, "%s: add: %s", md->name, amp_last_error()); break; }
+  }
   for (st = 0; st < 12; st++) {
     for (i = 0; i < SP_TOT; i++) amp__store(g, gt, i, (float)(rndn() * 65536.0 * (st % 3 ? 0.01 : 3.0)));
     if (st == 5) amp__store(g, gt, off[17] + 3, INFINITY);
     amp_scaler_step(s, o); amp_scaler_update(s);
     r->norm[st] = amp_optimizer_grad_norm(o);
   }
-  for (j = 0, at = 0; j < SP_NT; j++, at += len[j - 1]) {
-    memcpy(r->master + at, o->t[j].master, len[j] * 4);
+  for (j = 0, at = 0; j < amp_optimizer_count(o); j++, at += len[j - 1]) {
+    if (o->t[j].master) memcpy(r->master + at, o->t[j].master, len[j] * 4);
+    if (o->t[j].rem) memcpy(r->rem + at, o->t[j].rem, len[j] * 2);
     if (o->t[j].m) memcpy(r->m + at, o->t[j].m, len[j] * 4);
     if (o->t[j].v) memcpy(r->v + at, o->t[j].v, len[j] * 4);
   }
@@ -351,35 +368,122 @@ static void sp_one(sp_run *r, const amp_optim_config *c, amp_dtype wt, amp_dtype
 }
 static void simd_and_plain_loops_give_the_same_bits(void) {
   static sp_run plain, simd;
+  static const sp_mode modes[] = {
+    {AMP_F16, AMP_F32, 0, AMP_MASTER_F32, "f16 copy"}, {AMP_BF16, AMP_F32, 0, AMP_MASTER_F32, "bf16 copy"},
+    {AMP_F32, AMP_F32, 0, AMP_MASTER_F32, "f32 copy"}, {AMP_F32, AMP_BF16, 0, AMP_MASTER_F32, "f32 copy round_to bf16"},
+    {AMP_F32, AMP_F16, 0, AMP_MASTER_F32, "f32 copy round_to f16"},
+    {AMP_BF16, AMP_F32, 1, AMP_MASTER_F32, "bf16 copy stochastic"},
+    {AMP_BF16, AMP_F32, 0, AMP_MASTER_SPLIT, "bf16 AMP_MASTER_SPLIT"},
+    {AMP_BF16, AMP_F32, 1, AMP_MASTER_NONE, "bf16 AMP_MASTER_NONE"},
+  };
   amp_dtype types[3] = {AMP_F16, AMP_BF16, AMP_F32};
-  int k, a, b, level, levels = 0;
+  int k, b, level, levels = 0;
+  size_t a;
 #ifdef AMP__X86_SIMD
   levels = amp__cpu_level();
 #endif
   if (!levels) { printf("skipped: no SIMD loops here (the plain loops only)\n"); return; }
-  for (k = 0; k < 6; k++) for (a = 0; a < 3; a++) for (b = 0; b < 3; b++) {
+  for (k = 0; k < 8; k++) for (a = 0; a < sizeof modes / sizeof modes[0]; a++) for (b = 0; b < 3; b++) {
     amp_optim_config c;
+    const sp_mode *md = &modes[a];
     memset(&c, 0, sizeof c); c.lr = 0.01f;
     if (k == 0) c.kind = AMP_SGD;
     else if (k == 1) { c.kind = AMP_SGD; c.momentum = 0.9f; c.weight_decay = 0.01f; c.dampening = 0.1f; }
     else if (k == 2) { c.kind = AMP_SGD; c.momentum = 0.9f; c.nesterov = 1; c.max_grad_norm = 50.0f; }
     else if (k == 3) { c.kind = AMP_ADAM; c.weight_decay = 0.01f; }
     else if (k == 4) { c.kind = AMP_ADAMW; c.weight_decay = 0.1f; c.max_grad_norm = 20.0f; }
-    else { c.kind = AMP_ADAM; c.beta1 = 0.8f; c.beta2 = 0.99f; c.eps = 1e-6f; }
-    sp_one(&plain, &c, types[a], types[b], 0);
+    else if (k == 5) { c.kind = AMP_ADAM; c.beta1 = 0.8f; c.beta2 = 0.99f; c.eps = 1e-6f; }
+    else if (k == 6) { c.kind = AMP_LION; c.lr = 1e-3f; }
+    else { c.kind = AMP_LION; c.lr = 3e-3f; c.weight_decay = 0.1f; c.beta1 = 0.95f; c.beta2 = 0.98f; c.max_grad_norm = 30.0f; }
+    if (t_quick() && (k + (int)a + b) % 3) continue;   /* AMP_TEST_QUICK: a third of the cases */
+    sp_one(&plain, &c, md, types[b], 0);
     for (level = 1; level <= levels; level++) {
       size_t i;
-      sp_one(&simd, &c, types[a], types[b], level);
+      sp_one(&simd, &c, md, types[b], level);
       for (i = 0; i < SP_TOT; i++)
-        if (memcmp(&plain.master[i], &simd.master[i], 4) || memcmp(&plain.m[i], &simd.m[i], 4) || memcmp(&plain.v[i], &simd.v[i], 4)) break;
-      EXPECT(i == SP_TOT, "config %d model %s grads %s level %d: element %zu: master %a/%a m %a/%a v %a/%a (plain/simd)", k,
-             tname(types[a]), tname(types[b]), level, i, i < SP_TOT ? (double)plain.master[i] : 0.0, i < SP_TOT ? (double)simd.master[i] : 0.0,
-             i < SP_TOT ? (double)plain.m[i] : 0.0, i < SP_TOT ? (double)simd.m[i] : 0.0, i < SP_TOT ? (double)plain.v[i] : 0.0, i < SP_TOT ? (double)simd.v[i] : 0.0);
-      EXPECT(memcmp(plain.w, simd.w, sizeof plain.w) == 0, "config %d model %s grads %s level %d: the model copies differ", k, tname(types[a]), tname(types[b]), level);
-      EXPECT(memcmp(plain.norm, simd.norm, sizeof plain.norm) == 0, "config %d model %s grads %s level %d: grad norms differ: step 0 %a/%a, step 11 %a/%a", k,
-             tname(types[a]), tname(types[b]), level, (double)plain.norm[0], (double)simd.norm[0], (double)plain.norm[11], (double)simd.norm[11]);
+        if (memcmp(&plain.master[i], &simd.master[i], 4) || memcmp(&plain.m[i], &simd.m[i], 4) || memcmp(&plain.v[i], &simd.v[i], 4) ||
+            plain.rem[i] != simd.rem[i]) break;
+      EXPECT(i == SP_TOT, "config %d %s grads %s level %d: element %zu: master %a/%a m %a/%a v %a/%a rem %04x/%04x (plain/simd)", k,
+             md->name, tname(types[b]), level, i, i < SP_TOT ? (double)plain.master[i] : 0.0, i < SP_TOT ? (double)simd.master[i] : 0.0,
+             i < SP_TOT ? (double)plain.m[i] : 0.0, i < SP_TOT ? (double)simd.m[i] : 0.0, i < SP_TOT ? (double)plain.v[i] : 0.0,
+             i < SP_TOT ? (double)simd.v[i] : 0.0, i < SP_TOT ? plain.rem[i] : 0u, i < SP_TOT ? simd.rem[i] : 0u);
+      for (i = 0; i < SP_TOT * dsize(md->wt) && plain.w[i] == simd.w[i]; i++) continue;
+      EXPECT(i == SP_TOT * dsize(md->wt), "config %d %s grads %s level %d: the model copies differ at byte %zu", k, md->name,
+             tname(types[b]), level, i);
+      EXPECT(memcmp(plain.norm, simd.norm, sizeof plain.norm) == 0, "config %d %s grads %s level %d: grad norms differ: step 0 %a/%a, step 11 %a/%a", k,
+             md->name, tname(types[b]), level, (double)plain.norm[0], (double)simd.norm[0], (double)plain.norm[11], (double)simd.norm[11]);
     }
   }
+}
+
+/* The vector helpers the step's extra stores use, on the values a step cannot reach with a finite
+   loss (NaN with payloads, inf, subnormals, the split's ties and round-ups to inf) and random bits:
+   the split master's encode/decode, the stochastic rounding and Lion's sign, each against its
+   scalar function, at every SIMD level the CPU has. */
+#ifdef AMP__X86_SIMD
+static AMP__AVX2 void sign8_of(const float *x, float *out) { _mm256_storeu_ps(out, amp__sign8(_mm256_loadu_ps(x))); }
+static AMP__AVX512 void sign16_of(const float *x, float *out) { _mm512_storeu_ps(out, amp__sign16(_mm512_loadu_ps(x))); }
+#endif
+static void vector_helpers_equal_the_scalar_functions_on_special_values(void) {
+#ifdef AMP__X86_SIMD
+  enum { N = 4096 + 5 };
+  static float x[N], back_s[N], back_v[N];
+  static amp_bf16 ws[N], wv[N];
+  static uint16_t rs[N], rv[N];
+  static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+                                     0x7f800001u, 0x7fffffffu, 0xffffffffu, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+                                     0xff7fffffu, 0x7f7f8000u, 0x3f808000u, 0x3f818000u, 0xbf808000u, 0x00008000u,
+                                     0x3f80ffffu, 0x3f807fffu, 0x7f7f7fffu};
+  uint64_t key = 0x0123456789abcdefull;
+  size_t i, ns = sizeof special / sizeof special[0];
+  int level, levels = amp__cpu_level();
+  if (!levels) { printf("skipped: no SIMD loops here\n"); return; }
+  rng_state = 99;
+  for (i = 0; i < N; i++) {
+    uint32_t u = i < ns ? special[i] : (rnd() << 16) ^ rnd();
+    memcpy(&x[i], &u, 4);
+  }
+  for (level = 1; level <= levels; level++) {
+    size_t k;
+    for (k = 1; k <= N; k = k < 40 ? k + 1 : k * 3 + 1) {   /* every tail of the 8-lane loops */
+      size_t i0 = k % 7;
+      if (i0 + k > N) continue;
+      amp__o_master_store(ws, rs, key, i0, x, k);
+      amp__o_master_store_avx2(wv, rv, key, i0, x, k);
+      EXPECT(memcmp(ws + i0, wv + i0, k * 2) == 0 && memcmp(rs + i0, rv + i0, k * 2) == 0, "split encode, %zu at %zu: differs", k, i0);
+      amp__o_master_load(back_s, ws, rs, i0, k);
+      amp__o_master_load_avx2(back_v, ws, rs, i0, k);
+      EXPECT(memcmp(back_s, back_v, k * 4) == 0, "split decode, %zu at %zu: differs", k, i0);
+      for (i = 0; i < k; i++) {   /* the split is exact: every non-NaN value comes back */
+        uint32_t a, b;
+        memcpy(&a, &x[i], 4); memcpy(&b, &back_v[i], 4);
+        if ((a & 0x7fffffffu) <= 0x7f800000u && a != b) break;
+      }
+      EXPECT(i == k, "split round trip, %zu at %zu: element %zu %08x", k, i0, i, i < k ? (unsigned)amp_f32_to_bf16(x[i]) : 0u);
+      amp__o_master_store(ws, NULL, key + k, i0, x, k);
+      amp__o_master_store_avx2(wv, NULL, key + k, i0, x, k);
+      EXPECT(memcmp(ws + i0, wv + i0, k * 2) == 0, "stochastic rounding, %zu at %zu: differs", k, i0);
+      amp__o_master_load(back_s, ws, NULL, i0, k);
+      amp__o_master_load_avx2(back_v, ws, NULL, i0, k);
+      EXPECT(memcmp(back_s, back_v, k * 4) == 0, "bf16 widening, %zu at %zu: differs", k, i0);
+    }
+    for (i = 0; i + 16 <= N; i += 16) {
+      float s8[8], s16[16];
+      size_t j;
+      if (level == 1) {
+        sign8_of(x + i, s8);
+        for (j = 0; j < 8; j++) { float e = amp__sign(x[i + j]); if (memcmp(&e, &s8[j], 4)) break; }
+        EXPECT(j == 8, "sign8 at %zu", i + j);
+      } else {
+        sign16_of(x + i, s16);
+        for (j = 0; j < 16; j++) { float e = amp__sign(x[i + j]); if (memcmp(&e, &s16[j], 4)) break; }
+        EXPECT(j == 16, "sign16 at %zu", i + j);
+      }
+    }
+  }
+#else
+  printf("skipped: no SIMD loops here\n");
+#endif
 }
 
 static void bad_input_is_refused_and_changes_nothing(void) {
@@ -460,6 +564,7 @@ int main(void) {
   RUN(gradient_accumulation_unscales_once_at_a_fixed_scale);
   RUN(custom_step_gets_unscaled_fp32_grads_and_writes_the_model);
   RUN(simd_and_plain_loops_give_the_same_bits);
+  RUN(vector_helpers_equal_the_scalar_functions_on_special_values);
   RUN(bad_input_is_refused_and_changes_nothing);
   RUN(the_master_is_taken_at_add);
   TEST_END();
