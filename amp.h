@@ -292,7 +292,9 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
   X(A, AMP_BF16, bf16, amp_bf16, 2, 0x7f7f0000u, 0x00800000u, 1, 1, CUDA_R_16BF, ncclBfloat16) /* 2^-126 */
 #define AMP__DT_ENUM_(A, E, ...) E,
 #define AMP__DT_COUNT_(A, E, ...) + 1
-typedef enum amp_dtype { AMP__DTYPES(AMP__DT_ENUM_, ~) } amp_dtype;   /* AMP_F32 = 0, AMP_F16, AMP_BF16 */
+/* AMP_F32 = 0, AMP_F16, AMP_BF16; AMP_GRAD_F32 is no format: amp_tensor_desc.grad_dtype's way to say
+   f32 grads beside a 16-bit model copy (where 0 would be ambiguous), AMP_F32 anywhere else */
+typedef enum amp_dtype { AMP__DTYPES(AMP__DT_ENUM_, ~) AMP_GRAD_F32 = 0x100 } amp_dtype;
 enum { AMP__DTYPE_COUNT = 0 AMP__DTYPES(AMP__DT_COUNT_, ~) };
 /* switch (t) with one `case E: B(E, N, T, S)` per row (E the enum constant, N the suffix, T the C
    type, S the size): a body with the type a compile-time constant, so the loops it calls
@@ -953,7 +955,15 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
 /* TENSOR OPTIONS. One tensor, every option in one zero-initialisable description; zero is the
    default of each field:
      weights, dtype      the model copy the trainer computes with (required); dtype 0 is AMP_F32
-     grads, grad_dtype   its grads in their own type (required; 0 is AMP_F32: fp32 accumulation)
+     grads, grad_dtype   its grads in their own type. grad_dtype 0 (AMP_F32) is taken only beside a
+                         float model copy (dtype AMP_F32); beside a 16-bit one it is refused as
+                         ambiguous (AMP_ERR_ARG), so a description left zero never reads bf16 grads
+                         as floats: write AMP_BF16 / AMP_F16 for 16-bit grads, AMP_GRAD_F32 for f32
+                         grads (fp32 accumulation). grads NULL: the grads come later (a trainer
+                         that makes them in its first backward, as llm.c does): the master is taken
+                         and the model copy rounded (round_to) at add as usual, and the grads are
+                         given with amp_optimizer_set_grads before the first step; a step or
+                         unscale while a tensor has none is AMP_ERR_STATE and changes nothing.
      n                   elements (required, > 0)
      group               0 (the default group) or a number from amp_optimizer_add_group
      master              NULL: the fp32 master starts from weights (exact: every dtype fits f32).
@@ -965,8 +975,7 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
                          type (exactly amp_bf16_to_f32(amp_f32_to_bf16(master)), resp. f16), written
                          at add and after every update and load: a trainer whose kernels read float
                          (llm.c's CPU path) computes with bf16/f16 values and keeps no 16-bit shadow.
-                         With another dtype it must be 0. (On the CPU such a tensor steps in the
-                         portable loop, not the AVX2/AVX-512 ones: the same bits, more time.)
+                         With another dtype it must be 0.
      stochastic          0: the model copy is the master rounded to nearest even. Nonzero (dtype
                          AMP_BF16 only): written with stochastic rounding, unbiased (a master value
                          between two bf16 neighbours becomes the upper one with the probability of
@@ -1029,7 +1038,8 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
    with kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
 typedef struct amp_tensor_desc {
   void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
-  const void *grads;       amp_dtype grad_dtype;  /* required; 0 -> AMP_F32 */
+  const void *grads;       amp_dtype grad_dtype;  /* NULL: set later; 0: AMP_F32 beside an f32 copy only
+                                                     (else AMP_GRAD_F32, AMP_BF16, AMP_F16) */
   size_t      n;                                  /* required, > 0 */
   int         group;                              /* 0 -> the default group */
   const char *name;                               /* NULL -> unnamed; copied at add, at most 63 bytes,
@@ -1043,6 +1053,13 @@ typedef struct amp_tensor_desc {
   int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
+/* The grads of tensor index (0 = the first added), for a tensor added with grads NULL, or to move
+   a tensor's grads to another buffer: n elements of the grad_dtype given at add, checked as add
+   checks them (not NULL, not overlapping the weights or any other tensor's buffers). On CUDA a
+   device pointer; once the device optimizer is built the device table is rewritten on the
+   stream (AMP_ERR_STATE while the stream is being captured: a graph keeps the pointers it saw).
+   Refused, nothing changed: o NULL, index out of range, grads NULL or overlapping (AMP_ERR_ARG). */
+AMPDEF amp_status amp_optimizer_set_grads(amp_optimizer *o, size_t index, const void *grads);
 
 /* When the fp32 master is taken, on every device: at amp_optimizer_add, from the model copy as it
    is then (exactly: every dtype fits f32). Weights written after add (initialised, loaded from a
@@ -3450,6 +3467,9 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
   X(amp_status, optim_ready, (amp_optimizer *o, char *msg, size_t cap)) \
   X(void, optim_destroy, (amp_optimizer *o)) \
   X(amp_status, optim_set_config, (amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap)) \
+  /* tensor i's grads pointer o->t[i].g was set (amp_optimizer_set_grads): a device that took the \
+     table whole (o->frozen) rewrites its record */ \
+  X(amp_status, optim_set_grads, (amp_optimizer *o, size_t i, char *msg, size_t cap)) \
   /* unscale + inf/NaN check + sum of squares of every grad, and the decision (norm, clip, skip; \
      an overflow ORed into the scaler). s NULL (amp_optimizer_step): the inverse scale is 1 and \
      the decision is the optimizer's alone (o->found_inf); dp is then NULL. \
@@ -4772,11 +4792,30 @@ static int amp__overlap(const void *a, size_t an, const void *b, size_t bn) {
 /* The fp32 master is taken at add, on every device (the rule of the manual): from t->master when
    given, else from the model copy as it is then; weights changed after add (loaded from a file,
    say) are not seen by the optimizer; add after. fn names the function the user called. */
-static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_desc *t) {
+/* Checks grads (n elements of type gt) against the buffers of every tensor but `self` and its own
+   weights w (ws bytes each); fn names the function the user called. */
+static amp_status amp__o_grads_check(const char *fn, const amp_optimizer *o, size_t self, const void *w, size_t ws,
+                                     const void *grads, size_t gs, size_t n) {
+  size_t i;
+  if (grads == (const void *)w) return amp__fail(AMP_ERR_ARG, "%s: grads %p is the weights buffer", fn, grads);
+  if (amp__overlap(w, n * ws, grads, n * gs))
+    return amp__fail(AMP_ERR_ARG, "%s: grads %p overlap weights %p (n %zu)", fn, grads, w, n);
+  for (i = 0; i < o->count; i++) {
+    size_t ows = amp_dtype_size(o->t[i].wtype) * o->t[i].n, ogs = amp_dtype_size(o->t[i].gtype) * o->t[i].n;
+    if (i == self) continue;
+    if (amp__overlap(grads, n * gs, o->t[i].w, ows) || (o->t[i].g && amp__overlap(grads, n * gs, o->t[i].g, ogs)))
+      return amp__fail(AMP_ERR_ARG, "%s: grads %p overlap a buffer of tensor %zu already added", fn, grads, i);
+  }
+  return AMP_OK;
+}
+
+/* grads_late: the grads may be NULL (amp_optimizer_add_tensor: given later by amp_optimizer_set_grads). */
+static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_desc *t, int grads_late) {
   size_t ws, gs, n, i, k, name_len = 0;
   char *name = NULL;
   void *weights;
   const void *grads;
+  amp_dtype gtype;
   char m[AMP__MSG] = "";
   amp_status st;
   if (!o) return amp__fail(AMP_ERR_ARG, "%s: o is NULL", fn);
@@ -4789,17 +4828,18 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (o->step > 0)
     return amp__fail(AMP_ERR_STATE, "%s: add every tensor before the first update (%ld applied): "
                      "the optimizer's step count, Adam's t, is shared by all its tensors", fn, o->step);
-  ws = amp_dtype_size(t->dtype); gs = amp_dtype_size(t->grad_dtype); n = t->n;
+  gtype = t->grad_dtype == AMP_GRAD_F32 ? AMP_F32 : t->grad_dtype;
+  ws = amp_dtype_size(t->dtype); gs = amp_dtype_size(gtype); n = t->n;
   weights = t->weights; grads = t->grads;
   if (!ws) return amp__dtype_check(fn, "weights dtype", t->dtype);
   if (!gs) return amp__dtype_check(fn, "grads dtype", t->grad_dtype);
   if (!weights) return amp__fail(AMP_ERR_ARG, "%s: weights is NULL", fn);
-  if (!grads) return amp__fail(AMP_ERR_ARG, "%s: grads is NULL", fn);
+  if (!grads && !grads_late)
+    return amp__fail(AMP_ERR_ARG, "%s: grads is NULL (grads made later: amp_optimizer_add_tensor with grads NULL, then "
+                     "amp_optimizer_set_grads)", fn);
   if (n == 0) return amp__fail(AMP_ERR_ARG, "%s: n is 0", fn);
   if (n > ((size_t)-1) / 16) return amp__fail(AMP_ERR_ARG, "%s: n %zu is too large", fn, n);
-  if ((const void *)weights == grads) return amp__fail(AMP_ERR_ARG, "%s: grads %p is the weights buffer", fn, grads);
-  if (amp__overlap(weights, n * ws, grads, n * gs))
-    return amp__fail(AMP_ERR_ARG, "%s: grads %p overlap weights %p (n %zu)", fn, grads, weights, n);
+  if (grads && (st = amp__o_grads_check(fn, o, o->count, weights, ws, grads, gs, n)) != AMP_OK) return st;
   if (t->group < 0 || t->group >= o->n_groups)
     return amp__fail(AMP_ERR_ARG,
                      "%s: group %d is not a group of this optimizer (0..%d; amp_optimizer_add_group makes more)", fn,
@@ -4840,10 +4880,8 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
                        "one log line)", fn, (unsigned)(unsigned char)t->name[k], k);
   for (i = 0; i < o->count; i++) {
     size_t ows = amp_dtype_size(o->t[i].wtype) * o->t[i].n, ogs = amp_dtype_size(o->t[i].gtype) * o->t[i].n;
-    if (amp__overlap(weights, n * ws, o->t[i].w, ows) || amp__overlap(weights, n * ws, o->t[i].g, ogs))
+    if (amp__overlap(weights, n * ws, o->t[i].w, ows) || (o->t[i].g && amp__overlap(weights, n * ws, o->t[i].g, ogs)))
       return amp__fail(AMP_ERR_ARG, "%s: weights %p overlap a buffer of tensor %zu already added", fn, weights, i);
-    if (amp__overlap(grads, n * gs, o->t[i].w, ows) || amp__overlap(grads, n * gs, o->t[i].g, ogs))
-      return amp__fail(AMP_ERR_ARG, "%s: grads %p overlap a buffer of tensor %zu already added", fn, grads, i);
   }
   if (o->count == o->cap && !amp__o_grow(o, o->cap ? 2 * o->cap : 8))
     return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
@@ -4852,7 +4890,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (name) memcpy(name, t->name, name_len + 1);
   i = o->count;   /* recorded past the end; counted once the device has taken it */
   memset(&o->t[i], 0, sizeof o->t[i]);   /* no master, moments, remainders or stats yet */
-  o->t[i].w = weights; o->t[i].g = grads; o->t[i].n = n; o->t[i].wtype = t->dtype; o->t[i].gtype = t->grad_dtype;
+  o->t[i].w = weights; o->t[i].g = grads; o->t[i].n = n; o->t[i].wtype = t->dtype; o->t[i].gtype = gtype;
   o->t[i].round_to = t->round_to; o->t[i].group = t->group; o->t[i].stochastic = t->stochastic != 0;
   o->t[i].master_mode = t->master_mode; o->t[i].name = name;
   if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) {
@@ -4864,20 +4902,46 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
 }
 
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t) {
-  return amp__o_add("amp_optimizer_add_tensor", o, t);
+  const char *fn = "amp_optimizer_add_tensor";
+  if (t && t->grad_dtype == AMP_F32 && amp_dtype_size(t->dtype) && t->dtype != AMP_F32)
+    return amp__fail(AMP_ERR_ARG, "%s: grad_dtype is 0 (AMP_F32) while dtype is %s: say which type the grads are, "
+                     "%s, or AMP_GRAD_F32 for f32 grads (a description left zero must not read one type as another)",
+                     fn, amp__dtype_name(t->dtype), amp__dtype_name(t->dtype));
+  return amp__o_add(fn, o, t, 1);
+}
+
+AMPDEF amp_status amp_optimizer_set_grads(amp_optimizer *o, size_t index, const void *grads) {
+  const char *fn = "amp_optimizer_set_grads";
+  char m[AMP__MSG] = "";
+  const void *was;
+  amp_status st;
+  if (!o) return amp__fail(AMP_ERR_ARG, "%s: o is NULL", fn);
+  if (index >= o->count)
+    return amp__fail(AMP_ERR_ARG, "%s: index %zu is not a tensor of this optimizer (%zu added)", fn, index, o->count);
+  if (!grads) return amp__fail(AMP_ERR_ARG, "%s: grads is NULL (tensor %zu)", fn, index);
+  if ((st = amp__o_grads_check(fn, o, index, o->t[index].w, amp_dtype_size(o->t[index].wtype), grads,
+                               amp_dtype_size(o->t[index].gtype), o->t[index].n)) != AMP_OK)
+    return st;
+  was = o->t[index].g;
+  o->t[index].g = grads;
+  if ((st = amp__be(o->dev)->optim_set_grads(o, index, m, sizeof m)) != AMP_OK) {
+    o->t[index].g = was;
+    return amp__op_fail(fn, st, m);
+  }
+  return AMP_OK;
 }
 AMPDEF amp_status amp_optimizer_add_mixed(amp_optimizer *o, amp_dtype w_dtype, void *weights,
                                           amp_dtype g_dtype, const void *grads, size_t n) {
   amp_tensor_desc t;
   memset(&t, 0, sizeof t);
   t.weights = weights; t.dtype = w_dtype; t.grads = grads; t.grad_dtype = g_dtype; t.n = n;
-  return amp__o_add("amp_optimizer_add_mixed", o, &t);
+  return amp__o_add("amp_optimizer_add_mixed", o, &t, 0);
 }
 AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n) {
   amp_tensor_desc t;
   memset(&t, 0, sizeof t);
   t.weights = weights; t.dtype = dtype; t.grads = grads; t.grad_dtype = dtype; t.n = n;
-  return amp__o_add("amp_optimizer_add", o, &t);
+  return amp__o_add("amp_optimizer_add", o, &t, 0);
 }
 
 AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, float weight_decay, int *group) {
@@ -5060,6 +5124,12 @@ static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o
   char m[AMP__MSG] = "";
   double *buf = NULL;
   amp_status st;
+  size_t i;
+  for (i = 0; i < o->count; i++)
+    if (!o->t[i].g)
+      return amp__fail(AMP_ERR_STATE, "%s: tensor %zu%s%s%s has no grads yet (added with grads NULL): give them with "
+                       "amp_optimizer_set_grads before the first step; nothing was changed", fn, i,
+                       o->t[i].name ? " ('" : "", o->t[i].name ? o->t[i].name : "", o->t[i].name ? "')" : "");
   if ((st = amp__o_ready(fn, o)) != AMP_OK) return st;
   if (!s) {
     if ((st = be->optim_unscale(o, NULL, NULL, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
@@ -5204,6 +5274,10 @@ static void amp__cpu_optim_destroy(amp_optimizer *o) {
 }
 static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap) {
   (void)o; (void)c; (void)msg; (void)cap;
+  return AMP_OK;
+}
+static amp_status amp__cpu_optim_set_grads(amp_optimizer *o, size_t i, char *msg, size_t cap) {
+  (void)o; (void)i; (void)msg; (void)cap;   /* the loops read o->t[i].g itself */
   return AMP_OK;
 }
 /* The decision from {found_inf, sumsq} (this rank's, or the sums over the ranks). */
@@ -7608,6 +7682,9 @@ static void amp__cuda_optim_destroy(amp_optimizer *o) {
 }
 static amp_status amp__cuda_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *m, size_t cap) {
   return o->cu ? amp__cu_optim_set_hparams(o->dev->cuda, o->cu, c, m, cap) : AMP_OK;   /* else: read at optim_ready */
+}
+static amp_status amp__cuda_optim_set_grads(amp_optimizer *o, size_t i, char *m, size_t cap) {
+  return o->cu ? amp__cu_optim_set_grads(o->dev->cuda, o->cu, i, o->t[i].g, m, cap) : AMP_OK;   /* else: at optim_ready */
 }
 static amp_status amp__cuda_optim_unscale(amp_optimizer *o, amp_scaler *s, double **dp, char *m, size_t cap) {
   void *sc = s ? s->cu : NULL;   /* NULL (amp_optimizer_step): inverse scale 1, no scaler flag */

@@ -326,6 +326,7 @@ struct amp__cu_optim {
   int n_chunks, kind, has_m, has_v;
   size_t *offset, *n;     // host: each tensor's place in the moment regions and its length
   size_t *moffset, *roffset;  // host: its place among the masters / the remainders (SIZE_MAX: none)
+  amp__cu_tdev *host;     // host: the table as uploaded (amp__cu_optim_set_grads rewrites a record)
 };
 
 static amp_status amp__cu_arg(char *msg, size_t cap, const char *fmt, ...) {
@@ -992,7 +993,14 @@ static void amp__cu_optim_release(amp__cu_optim *o) {
   cudaFree(o->reduce);
   cudaFree(o->slab);
   cudaFree(o->stats); cudaFree(o->rem);
-  free(o->offset); free(o->n); free(o->moffset); free(o->roffset); free(o);
+  free(o->offset); free(o->n); free(o->moffset); free(o->roffset); free(o->host); free(o);
+}
+
+// A record's grads and the vector-path flags that follow from their alignment (model and types set).
+static void amp__cu_tdev_grads(amp__cu_tdev *r, const void *grads) {
+  r->grad = grads;
+  r->gvec = (uintptr_t)grads % 16 == 0 && amp__cu_dtype_vec(r->gdtype);
+  r->vec = r->gvec && ((uintptr_t)r->model % 16 == 0) && amp__cu_dtype_vec(r->dtype);
 }
 
 // Allocates and fills everything; on failure the caller releases what was made.
@@ -1020,7 +1028,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   float *mbase = o->has_m ? o->slab + o->mtotal : NULL;
   float *vbase = o->has_v ? o->slab + o->mtotal + (size_t)o->has_m * o->total : NULL;
   for (size_t i = 0; i < o->n_tensors; i++) {   // the device copy of each record, made here only
-    ht[i].grad = ts[i].g; ht[i].model = ts[i].w;
+    ht[i].model = ts[i].w;
     ht[i].master = ts[i].master_mode == AMP_MASTER_F32 ? o->slab + o->moffset[i] : NULL;
     ht[i].rem = ts[i].master_mode == AMP_MASTER_SPLIT ? o->rem + o->roffset[i] : NULL;
     ht[i].m = mbase ? mbase + o->offset[i] : NULL;
@@ -1029,8 +1037,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].group = ts[i].group; ht[i].round_to = (int32_t)ts[i].round_to; ht[i].stochastic = ts[i].stochastic != 0;
     ht[i].lr_scale = ts[i].group ? lr_scale[ts[i].group] : 1.0f;
     ht[i].weight_decay = ts[i].group ? weight_decay[ts[i].group] : 0.0f;   // group 0: the config's, read on the device
-    ht[i].gvec = (uintptr_t)ts[i].g % 16 == 0 && amp__cu_dtype_vec((int32_t)ts[i].gtype);
-    ht[i].vec = ht[i].gvec && ((uintptr_t)ts[i].w % 16 == 0) && amp__cu_dtype_vec((int32_t)ts[i].wtype);
+    amp__cu_tdev_grads(&ht[i], ts[i].g);
     for (size_t s = 0; s < ts[i].n; s += AMP__CU_CHUNK, c++) {
       hc[c].start = (long long)s; hc[c].tensor = (int32_t)i;
       hc[c].len = (int32_t)(ts[i].n - s < AMP__CU_CHUNK ? ts[i].n - s : AMP__CU_CHUNK);
@@ -1108,7 +1115,8 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
     else if (ts[i].master_mode == AMP_MASTER_SPLIT) { o->roffset[i] = o->rtotal; o->rtotal += padded; }
   }
   amp_status s = amp__cu_optim_build(st, o, ts, lr_scale, weight_decay, h, ht, hc, msg, cap);
-  free(ht); free(hc);
+  o->host = ht;   // kept (released with o)
+  free(hc);
   if (s != AMP_OK) { cudaStreamSynchronize(st->stream); amp__cu_optim_release(o); return s; }
   *optim = o;
   return AMP_OK;
@@ -1152,6 +1160,31 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
   }
   amp__cu_set_hparams_kernel<<<1, 1, 0, st->stream>>>(o->dev, *h);
   AMP__CU_CHECK_LAUNCH("amp__cu_set_hparams_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
+// A tensor's grads moved (amp_optimizer_set_grads): its record, with the grads' alignment flags
+// recomputed as the build computes them, uploaded again in stream order.
+extern "C" amp_status amp__cu_optim_set_grads(void *state, void *optim, size_t index, const void *grads, char *msg,
+                                              size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_optim *o = (amp__cu_optim *)optim;
+  if (!st || !o || !grads)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_grads: %s is NULL", !st ? "state" : !o ? "optim" : "grads");
+  if (index >= o->n_tensors)
+    return amp__cu_arg(msg, cap, "amp__cu_optim_set_grads: index %zu of %zu tensors", index, o->n_tensors);
+  AMP__CU_ON(st);
+  if (st->stream) {   // a captured upload would replay this pointer at every launch, whatever came after
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    AMP__CU_CHECK(cudaStreamIsCapturing(st->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone) {
+      if (msg && cap) snprintf(msg, cap, "the device's stream is capturing a CUDA graph: set the grads before capture");
+      return AMP_ERR_STATE;
+    }
+  }
+  amp__cu_tdev *r = &o->host[index];
+  amp__cu_tdev_grads(r, grads);
+  AMP__CU_CHECK(cudaMemcpyAsync(o->tensors + index, r, sizeof *r, cudaMemcpyHostToDevice, st->stream));
   return AMP_OK;
 }
 

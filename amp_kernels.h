@@ -85,6 +85,11 @@ extern amp_status amp__cu_optim_create(void *state, void **optim, const amp__ten
 extern void       amp__cu_optim_destroy(void *state, void *optim);
 /* [step] new hyperparameters (the kind must stay the same). */
 extern amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap);
+/* [step] tensor index's grads moved to grads (device pointer; amp_optimizer_set_grads checked it):
+   its record in the device table rewritten on the stream. AMP_ERR_STATE while the stream is being
+   captured. */
+extern amp_status amp__cu_optim_set_grads(void *state, void *optim, size_t index, const void *grads, char *msg,
+                                          size_t cap);
 /* The fp32 master of tensor index (device pointer) and its length; NULL when index is out of range
    or the tensor keeps no fp32 master (AMP_MASTER_SPLIT / _NONE). */
 extern float     *amp__cu_optim_master(void *optim, size_t index, size_t *n);

@@ -194,7 +194,7 @@ static amp_status side_add(side *s, const tens *t, size_t i, int g1, int g2) {
   amp_status st;
   if (!side_groups) return amp_optimizer_add_mixed(s->o, t->wt[i], s->w[i], t->gt[i], s->g[i], t->n[i]);
   memset(&d, 0, sizeof d);
-  d.weights = s->w[i]; d.dtype = t->wt[i]; d.grads = s->g[i]; d.grad_dtype = t->gt[i]; d.n = t->n[i];
+  d.weights = s->w[i]; d.dtype = t->wt[i]; d.grads = s->g[i]; d.grad_dtype = t->gt[i] == AMP_F32 ? AMP_GRAD_F32 : t->gt[i]; d.n = t->n[i];
   d.group = i % 3 == 0 ? 0 : i % 3 == 1 ? g1 : g2;
   if (t->wt[i] == AMP_F32) d.round_to = AMP_BF16;
   if (t->wt[i] == AMP_BF16) d.stochastic = 1;
@@ -1238,7 +1238,7 @@ static void master_modes_on_gpu(void) {
     for (int i = 0; i < 3; i++) { dw[i] = dmalloc(N * 2); dg[i] = dmalloc(N * 4); up(dw[i], hw, N * 2); }
     OK(amp_optimizer_create(&o, gpu, &oc));
     memset(&t, 0, sizeof t);
-    t.dtype = AMP_BF16; t.grad_dtype = AMP_F32; t.n = N;
+    t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.n = N;
     t.weights = dw[0]; t.grads = dg[0]; t.master = dseed; OK(amp_optimizer_add_tensor(o, &t));
     t.weights = dw[1]; t.grads = dg[1]; t.master_mode = AMP_MASTER_SPLIT; OK(amp_optimizer_add_tensor(o, &t));
     t.weights = dw[2]; t.grads = dg[2]; t.master = NULL; t.master_mode = AMP_MASTER_NONE; t.stochastic = 1;
@@ -1274,7 +1274,7 @@ static void master_modes_on_gpu(void) {
     for (int i = 0; i < 3; i++) { cw[i] = (amp_bf16 *)xmalloc(N * 2); memcpy(cw[i], hw, N * 2); }
     OK(amp_optimizer_create(&oc_cpu, amp_cpu(), &oc));
     memset(&t, 0, sizeof t);
-    t.dtype = AMP_BF16; t.grad_dtype = AMP_F32; t.n = N;
+    t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.n = N;
     t.weights = cw[0]; t.grads = cg; OK(amp_optimizer_add_tensor(oc_cpu, &t));
     t.weights = cw[1]; t.grads = cg + N; t.master_mode = AMP_MASTER_SPLIT; OK(amp_optimizer_add_tensor(oc_cpu, &t));
     t.weights = cw[2]; t.grads = cg + 2 * N; t.master_mode = AMP_MASTER_NONE; t.stochastic = 1; OK(amp_optimizer_add_tensor(oc_cpu, &t));
@@ -1321,7 +1321,7 @@ static void every_master_mode_on_gpu_is_the_cpus_bits(void) {
       char *dw = (char *)dmalloc((N + 1) * 2), *dg = (char *)dmalloc((N + 1) * 4);
       oc.lr = 1e-3f; oc.weight_decay = cases[k].wd; oc.momentum = cases[k].momentum; oc.seed = 1234;
       memset(&t, 0, sizeof t);
-      t.dtype = AMP_BF16; t.grad_dtype = AMP_F32; t.n = N; t.master_mode = mode; t.stochastic = mode == AMP_MASTER_NONE;
+      t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.n = N; t.master_mode = mode; t.stochastic = mode == AMP_MASTER_NONE;
       up(dw + 2, w0, N * 2);   /* one element in: neither buffer is 16-byte aligned */
       memcpy(cw + 1, w0, N * 2);
       OK(amp_optimizer_create(&og, gpu, &oc));

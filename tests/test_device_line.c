@@ -145,6 +145,13 @@ amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_c
   o->h = *h;
   return AMP_OK;
 }
+amp_status amp__cu_optim_set_grads(void *state, void *optim, size_t index, const void *grads, char *msg, size_t cap) {
+  fake_optim *o = (fake_optim *)optim;
+  (void)state;
+  if (index >= o->k || !grads) { snprintf(msg, cap, "amp__cu_optim_set_grads: index %zu", index); return AMP_ERR_ARG; }
+  o->t[index].g = grads;   /* the record of the device table */
+  return AMP_OK;
+}
 float *amp__cu_optim_master(void *optim, size_t index, size_t *n) {
   fake_optim *o = (fake_optim *)optim;
   if (index >= o->k || !o->p[index]) { if (n) *n = 0; return NULL; }
@@ -450,7 +457,7 @@ static int grig_make(grig *r, amp_device *d, amp_optim_kind kind) {
       amp_optimizer_add_group(r->o, 0.5f, 0.0f, &g1) != AMP_OK || amp_optimizer_add_group(r->o, 2.0f, 0.3f, &g2) != AMP_OK ||
       amp_optimizer_add(r->o, AMP_F32, r->wa, r->ga, 64) != AMP_OK) return 0;
   memset(&t, 0, sizeof t);
-  t.weights = r->wb; t.dtype = AMP_BF16; t.grads = r->gb; t.grad_dtype = AMP_F32; t.n = 50; t.group = g1;
+  t.weights = r->wb; t.dtype = AMP_BF16; t.grads = r->gb; t.grad_dtype = AMP_GRAD_F32; t.n = 50; t.group = g1;
   t.stochastic = 1;   /* the device draws the CPU's bits: the same key (seed, update, tensor, element) */
   if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
   memset(&t, 0, sizeof t);
@@ -764,7 +771,7 @@ static int mrig_make(mrig *r, amp_device *d, amp_optim_kind kind) {
   for (i = 0; i < 20; i++) r->wd[i] = 0.1f * (float)i;
   if (amp_optimizer_create(&r->o, d, &c) != AMP_OK) return 0;
   memset(&t, 0, sizeof t);
-  t.dtype = AMP_BF16; t.grad_dtype = AMP_F32;
+  t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32;
   t.weights = r->wa; t.grads = r->ga; t.n = 70; t.master_mode = AMP_MASTER_SPLIT;
   if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
   t.weights = r->wb; t.grads = r->gb; t.n = 45; t.master = seed;   /* a seeded split master */
@@ -818,6 +825,40 @@ static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
 /* Both operation tables are filled from one list (AMP__BACKEND_OPS) by name: every member of
    amp__backend after its name and flag is an operation of the list, and neither the CPU, which
    runs everything, nor the CUDA line leaves one NULL. */
+/* Grads given after the device optimizer was built (amp_optimizer_master builds it): the device's
+   table is rewritten (optim_set_grads) and the run gives the CPU's bits; a step before is refused. */
+static void grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits(void) {
+  static amp_bf16 wa[64], wb[64];
+  static float ga[64], gb[64];
+  amp_optimizer *oa = NULL, *ob = NULL;
+  amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+  amp_tensor_desc t;
+  amp_status st;
+  int i, step;
+  for (i = 0; i < 64; i++) wa[i] = wb[i] = amp_f32_to_bf16(0.25f - 0.01f * (float)i);
+  c.lr = 0.01f;
+  if (amp_optimizer_create(&oa, amp_cpu(), &c) != AMP_OK || amp_optimizer_create(&ob, gpu(), &c) != AMP_OK) {
+    EXPECT(0, "setup: %s", amp_last_error()); return;
+  }
+  memset(&t, 0, sizeof t);
+  t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.n = 64;
+  t.weights = wa; t.grads = ga;
+  EXPECT(amp_optimizer_add_tensor(oa, &t) == AMP_OK, "cpu add: %s", amp_last_error());
+  t.weights = wb; t.grads = NULL;
+  EXPECT(amp_optimizer_add_tensor(ob, &t) == AMP_OK, "cuda add, grads NULL: %s", amp_last_error());
+  EXPECT(amp_optimizer_master(ob, 0, NULL) != NULL && ob->frozen, "the device optimizer was not built: %s", amp_last_error());
+  st = amp_optimizer_step(ob);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "amp_optimizer_set_grads"), "a step before the grads: %s '%s'",
+         amp_status_string(st), amp_last_error());
+  EXPECT(amp_optimizer_set_grads(ob, 0, gb) == AMP_OK, "set_grads on the built device optimizer: %s", amp_last_error());
+  for (step = 0; step < 5; step++) {
+    for (i = 0; i < 64; i++) ga[i] = gb[i] = 0.03f * (float)((i * 3 + step) % 9) - 0.12f;
+    EXPECT(amp_optimizer_step(oa) == AMP_OK && amp_optimizer_step(ob) == AMP_OK, "step %d: %s", step, amp_last_error());
+  }
+  EXPECT(memcmp(wa, wb, sizeof wa) == 0 && wa[3] != amp_f32_to_bf16(0.25f - 0.03f), "the late grads' run differs from the CPU's");
+  amp_optimizer_destroy(oa); amp_optimizer_destroy(ob);
+}
+
 static void every_operation_is_in_both_tables(void) {
   size_t ops = 0;
 #define T_CHECK_OP(ret, name, args) ops++; \
@@ -847,6 +888,7 @@ int main(void) {
   RUN(gradient_stats_on_the_cuda_line_equal_the_cpus);
   RUN(spikes_on_the_cuda_line_equal_the_cpus);
   RUN(master_modes_on_the_cuda_line_give_the_cpus_bits);
+  RUN(grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits);
   amp_device_close(gpu());
   TEST_END();
 }

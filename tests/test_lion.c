@@ -80,7 +80,7 @@ static int rig_make(rig *r, int with_scaler, int master_mode) {
   for (i = 0; i < NT; i++) {
     amp_tensor_desc t;
     memset(&t, 0, sizeof t);
-    t.weights = r->w[i]; t.dtype = WT[i]; t.grads = r->g[i]; t.grad_dtype = GT[i]; t.n = LEN[i]; t.group = groups[i];
+    t.weights = r->w[i]; t.dtype = WT[i]; t.grads = r->g[i]; t.grad_dtype = GT[i] == AMP_F32 ? AMP_GRAD_F32 : GT[i]; t.n = LEN[i]; t.group = groups[i];
     if (i == 1) { t.master = r->seed; t.master_mode = master_mode; }
     if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
   }
@@ -229,7 +229,7 @@ static void lion_without_a_master_is_reproducible_and_follows_the_reference(void
   for (j = 0; j < N; j++) { master[j] = 1.0f + (float)j / N; w1[j] = w2[j] = amp_f32_to_bf16(master[j]); mm[j] = 0.0f; }
   for (j = 0; j < N; j++) master[j] = amp_bf16_to_f32(w1[j]);
   memset(&t, 0, sizeof t);
-  t.dtype = AMP_BF16; t.grad_dtype = AMP_F32; t.grads = g; t.n = N; t.stochastic = 1; t.master_mode = AMP_MASTER_NONE;
+  t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.grads = g; t.n = N; t.stochastic = 1; t.master_mode = AMP_MASTER_NONE;
   if (amp_optimizer_create(&o1, amp_cpu(), &c) != AMP_OK || amp_optimizer_create(&o2, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "create: %s", amp_last_error()); return; }
   t.weights = w1; EXPECT(amp_optimizer_add_tensor(o1, &t) == AMP_OK, "add: %s", amp_last_error());
   t.weights = w2; EXPECT(amp_optimizer_add_tensor(o2, &t) == AMP_OK, "add: %s", amp_last_error());

@@ -121,7 +121,7 @@ static unsigned long split_run(const split_case *sc, int steps) {
   for (t = 0; t < 2; t++) {   /* tensor 0 in group 1 (no decay, half the lr), tensor 1 in group 0 */
     size_t off = t ? N0 : 0, n = t ? N1 : N0;
     memset(&d, 0, sizeof d);
-    d.dtype = AMP_BF16; d.grad_dtype = sc->gt; d.grads = (char *)g + off * gs; d.n = n; d.group = t ? 0 : grp;
+    d.dtype = AMP_BF16; d.grad_dtype = sc->gt == AMP_F32 ? AMP_GRAD_F32 : sc->gt; d.grads = (char *)g + off * gs; d.n = n; d.group = t ? 0 : grp;
     d.master = sc->seeded ? seed + off : NULL;
     d.weights = wa + off;
     EXPECT(amp_optimizer_add_tensor(oa, &d) == AMP_OK, "%s", amp_last_error());
@@ -216,7 +216,7 @@ static amp_optimizer *make_one(amp_optim_config *c, amp_bf16 *w, const float *g,
   amp_tensor_desc d;
   if (amp_optimizer_create(&o, amp_cpu(), c) != AMP_OK) return NULL;
   memset(&d, 0, sizeof d);
-  d.weights = w; d.dtype = AMP_BF16; d.grads = g; d.grad_dtype = AMP_F32; d.n = N; d.master_mode = mode; d.stochastic = stochastic;
+  d.weights = w; d.dtype = AMP_BF16; d.grads = g; d.grad_dtype = AMP_GRAD_F32; d.n = N; d.master_mode = mode; d.stochastic = stochastic;
   if (amp_optimizer_add_tensor(o, &d) != AMP_OK) { amp_optimizer_destroy(o); return NULL; }
   return o;
 }
@@ -307,7 +307,7 @@ static void none_follows_the_fp32_trajectory_on_average(void) {
     EXPECT(of && on && orr && oo, "%s", amp_last_error());
     if (!of || !on || !orr || !oo) goto next;
     memset(&d, 0, sizeof d);
-    d.dtype = AMP_BF16; d.grads = g; d.grad_dtype = AMP_F32; d.n = M;
+    d.dtype = AMP_BF16; d.grads = g; d.grad_dtype = AMP_GRAD_F32; d.n = M;
     d.weights = wf; EXPECT(amp_optimizer_add_tensor(of, &d) == AMP_OK, "%s", amp_last_error());
     d.master_mode = AMP_MASTER_NONE; d.stochastic = 1;
     d.weights = wn; EXPECT(amp_optimizer_add_tensor(on, &d) == AMP_OK, "%s", amp_last_error());
@@ -360,7 +360,7 @@ static void none_takes_a_seed_as_a_stochastic_copy(void) {
   for (i = 0; i < N; i++) { seed[i] = rndn(); g[i] = 0.0f; }
   amp_optimizer_create(&oa, amp_cpu(), &c); amp_optimizer_create(&ob, amp_cpu(), &c);
   memset(&d, 0, sizeof d);
-  d.dtype = AMP_BF16; d.grads = g; d.n = N; d.master = seed; d.stochastic = 1;
+  d.dtype = AMP_BF16; d.grads = g; d.grad_dtype = AMP_GRAD_F32; d.n = N; d.master = seed; d.stochastic = 1;
   d.weights = wa; EXPECT(amp_optimizer_add_tensor(oa, &d) == AMP_OK, "%s", amp_last_error());
   d.weights = wb; d.master_mode = AMP_MASTER_NONE;
   EXPECT(amp_optimizer_add_tensor(ob, &d) == AMP_OK, "%s", amp_last_error());
@@ -384,7 +384,7 @@ static void what_the_modes_refuse(void) {
   amp_tensor_desc d;
   size_t n = 99;
   memset(&d, 0, sizeof d);
-  d.weights = w; d.dtype = AMP_BF16; d.grads = g; d.n = 8; d.master_mode = AMP_MASTER_SPLIT;
+  d.weights = w; d.dtype = AMP_BF16; d.grads = g; d.grad_dtype = AMP_GRAD_F32; d.n = 8; d.master_mode = AMP_MASTER_SPLIT;
   amp_optimizer_create(&o, amp_cpu(), NULL);
   EXPECT(o && amp_optimizer_add_tensor(o, &d) == AMP_OK, "%s", amp_last_error());
   if (o) {

@@ -346,7 +346,7 @@ static void sp_one(sp_run *r, const amp_optim_config *c, const sp_mode *md, amp_
   for (j = 0; j < SP_NT; j++) {
     amp_tensor_desc t;
     memset(&t, 0, sizeof t);
-    t.weights = w + off[j] * dsize(wt); t.dtype = wt; t.grads = g + off[j] * dsize(gt); t.grad_dtype = gt; t.n = len[j];
+    t.weights = w + off[j] * dsize(wt); t.dtype = wt; t.grads = g + off[j] * dsize(gt); t.grad_dtype = gt == AMP_F32 ? AMP_GRAD_F32 : gt; t.n = len[j];
     t.round_to = md->rt; t.stochastic = md->sr; t.master_mode = md->master_mode;
     if (amp_optimizer_add_tensor(o, &t) != AMP_OK) { EXPECT(0, "%s: add: %s", md->name, amp_last_error()); break; }
   }
@@ -486,6 +486,106 @@ static void vector_helpers_equal_the_scalar_functions_on_special_values(void) {
 #endif
 }
 
+/* Grads given after add (llm.c makes its grads in the first backward): a float copy with round_to
+   bf16 and a bf16 copy added with grads NULL are rounded and mastered at add; a step before the
+   grads exist is AMP_ERR_STATE and changes nothing; once amp_optimizer_set_grads gives them, every
+   step equals a run whose grads were given at add, bit for bit. set_grads refuses what add
+   refuses. */
+enum { LG_A = 37, LG_B = 50 };
+typedef struct lg_rig { float wa[LG_A], ga[LG_A], pad[64]; amp_bf16 wb[LG_B]; float gb[LG_B]; amp_optimizer *o; } lg_rig;
+static int lg_make(lg_rig *r, int late) {
+  amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+  amp_tensor_desc t;
+  int i;
+  memset(r->wa, 0, sizeof r->wa); memset(r->ga, 0, sizeof r->ga); memset(r->gb, 0, sizeof r->gb);
+  for (i = 0; i < LG_A; i++) r->wa[i] = 0.3f + 0.0123f * (float)i;
+  for (i = 0; i < LG_B; i++) r->wb[i] = amp_f32_to_bf16(-0.2f + 0.01f * (float)i);
+  c.weight_decay = 0.1f;
+  if (amp_optimizer_create(&r->o, amp_cpu(), &c) != AMP_OK) return 0;
+  memset(&t, 0, sizeof t);
+  t.weights = r->wa; t.dtype = AMP_F32; t.grads = late ? NULL : r->ga; t.n = LG_A; t.round_to = AMP_BF16;
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  t.weights = r->wb; t.dtype = AMP_BF16; t.grads = late ? NULL : r->gb; t.grad_dtype = AMP_GRAD_F32; t.n = LG_B;
+  t.round_to = AMP_F32;
+  return amp_optimizer_add_tensor(r->o, &t) == AMP_OK;
+}
+static void lg_grads(lg_rig *r, int step) {
+  int i;
+  for (i = 0; i < LG_A; i++) r->ga[i] = 0.05f * (float)((i * 7 + step * 3) % 11) - 0.25f;
+  for (i = 0; i < LG_B; i++) r->gb[i] = 0.04f * (float)((i * 5 + step) % 13) - 0.2f;
+}
+static void grads_given_after_add_step_as_grads_given_at_add(void) {
+  static lg_rig a, b;
+  static float wa0[LG_A];
+  static amp_bf16 wb0[LG_B];
+  float other[LG_A];
+  int step, i;
+  amp_status st;
+  if (!lg_make(&a, 0) || !lg_make(&b, 1)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  for (i = 0; i < LG_A; i++) EXPECT(b.wa[i] == amp_bf16_to_f32(amp_f32_to_bf16(0.3f + 0.0123f * (float)i)), "element %d not rounded at add", i);
+  memcpy(wa0, b.wa, sizeof wa0); memcpy(wb0, b.wb, sizeof wb0);
+  st = amp_optimizer_step(b.o);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "amp_optimizer_step") && strstr(amp_last_error(), "tensor 0") &&
+         strstr(amp_last_error(), "amp_optimizer_set_grads"), "a step before the grads: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(amp_optimizer_step_count(b.o) == 0 && memcmp(wa0, b.wa, sizeof wa0) == 0 && memcmp(wb0, b.wb, sizeof wb0) == 0,
+         "the refused step changed something");
+  EXPECT(amp_optimizer_set_grads(b.o, 0, b.ga) == AMP_OK, "set_grads 0: %s", amp_last_error());
+  st = amp_optimizer_step(b.o);
+  EXPECT(st == AMP_ERR_STATE && strstr(amp_last_error(), "tensor 1"), "one tensor still without grads: %s '%s'", amp_status_string(st), amp_last_error());
+  /* refusals: NULL, out of range, the weights, another tensor's buffers */
+  EXPECT(amp_optimizer_set_grads(NULL, 0, b.ga) == AMP_ERR_ARG, "o NULL");
+  EXPECT(amp_optimizer_set_grads(b.o, 2, other) == AMP_ERR_ARG && strstr(amp_last_error(), "index 2"), "index 2: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_set_grads(b.o, 1, NULL) == AMP_ERR_ARG && strstr(amp_last_error(), "NULL"), "NULL: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_set_grads(b.o, 1, b.wb) == AMP_ERR_ARG && strstr(amp_last_error(), "weights"), "its weights: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_set_grads(b.o, 1, b.ga + 3) == AMP_ERR_ARG && strstr(amp_last_error(), "tensor 0"), "tensor 0's grads: '%s'", amp_last_error());
+  EXPECT(amp_optimizer_set_grads(b.o, 1, b.wa) == AMP_ERR_ARG && strstr(amp_last_error(), "tensor 0"), "tensor 0's weights: '%s'", amp_last_error());
+  EXPECT(b.o->t[1].g == NULL, "a refused set_grads changed the tensor");
+  EXPECT(amp_optimizer_set_grads(b.o, 1, b.gb) == AMP_OK, "set_grads 1: %s", amp_last_error());
+  for (step = 0; step < 6; step++) {
+    lg_grads(&a, step); lg_grads(&b, step);
+    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step %d: %s", step, amp_last_error());
+  }
+  EXPECT(memcmp(a.wa, b.wa, sizeof a.wa) == 0 && memcmp(a.wb, b.wb, sizeof a.wb) == 0 &&
+         memcmp(a.o->t[0].master, b.o->t[0].master, LG_A * 4) == 0 && memcmp(a.o->t[1].v, b.o->t[1].v, LG_B * 4) == 0,
+         "grads given late step differently from grads given at add");
+  /* grads moved to another buffer mid-run: the step reads the new one */
+  memcpy(other, b.ga, sizeof other);
+  EXPECT(amp_optimizer_set_grads(b.o, 0, other) == AMP_OK, "moving the grads: %s", amp_last_error());
+  for (i = 0; i < LG_A; i++) b.ga[i] = NAN;   /* the old buffer: a step reading it would skip */
+  EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK && !amp_optimizer_last_skipped(b.o) &&
+         memcmp(a.wa, b.wa, sizeof a.wa) == 0, "the moved grads were not the ones read");
+  amp_optimizer_destroy(a.o); amp_optimizer_destroy(b.o);
+}
+
+/* amp_tensor_desc.grad_dtype: 0 (AMP_F32) is f32 beside a float copy, refused beside a 16-bit one
+   (so a zeroed description never reads bf16 grads as floats); AMP_GRAD_F32 says f32 anywhere. */
+static void a_zero_grad_dtype_beside_a_16_bit_copy_is_refused(void) {
+  amp_bf16 w[8], w2[8];
+  float g[8], g2[8];
+  amp_tensor_desc t;
+  amp_optimizer *o = NULL;
+  amp_status st;
+  int i;
+  amp_optim_config c = amp_optimizer_defaults(AMP_SGD);
+  for (i = 0; i < 8; i++) { w[i] = w2[i] = amp_f32_to_bf16(1.0f); g[i] = g2[i] = 0.5f; }
+  c.lr = 0.1f;
+  if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "%s", amp_last_error()); return; }
+  memset(&t, 0, sizeof t);
+  t.weights = w; t.dtype = AMP_BF16; t.grads = g; t.n = 8;
+  st = amp_optimizer_add_tensor(o, &t);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") && strstr(amp_last_error(), "grad_dtype") &&
+         strstr(amp_last_error(), "AMP_GRAD_F32"), "zero grad_dtype beside bf16: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(amp_optimizer_count(o) == 0, "a refused tensor was added");
+  t.grad_dtype = AMP_GRAD_F32;
+  EXPECT(amp_optimizer_add_tensor(o, &t) == AMP_OK && o->t[0].gtype == AMP_F32, "AMP_GRAD_F32: %s", amp_last_error());
+  EXPECT(amp_optimizer_add_mixed(o, AMP_BF16, w2, AMP_GRAD_F32, g2, 8) == AMP_OK && o->t[1].gtype == AMP_F32,
+         "AMP_GRAD_F32 in add_mixed: %s", amp_last_error());
+  EXPECT(amp_optimizer_step(o) == AMP_OK && memcmp(w, w2, sizeof w) == 0 && w[0] != amp_f32_to_bf16(1.0f),
+         "f32 grads said two ways step alike: %s", amp_last_error());
+  EXPECT(amp_dtype_size(AMP_GRAD_F32) == 0, "AMP_GRAD_F32 is no format");
+  amp_optimizer_destroy(o);
+}
+
 static void bad_input_is_refused_and_changes_nothing(void) {
   float w[8] = {0}, g[8] = {0}, w2[8] = {0};
   amp_optimizer *o = NULL;
@@ -565,6 +665,8 @@ int main(void) {
   RUN(custom_step_gets_unscaled_fp32_grads_and_writes_the_model);
   RUN(simd_and_plain_loops_give_the_same_bits);
   RUN(vector_helpers_equal_the_scalar_functions_on_special_values);
+  RUN(grads_given_after_add_step_as_grads_given_at_add);
+  RUN(a_zero_grad_dtype_beside_a_16_bit_copy_is_refused);
   RUN(bad_input_is_refused_and_changes_nothing);
   RUN(the_master_is_taken_at_add);
   TEST_END();
