@@ -1249,7 +1249,13 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
    op(A) is m x k, op(B) is k x n, C is m x n, each stored in `layout` with its leading dimension
    (row-major: the distance between rows, at least the row length; col-major: between columns).
-   A and B have the same type (f16, bf16 or f32); C any of the three. beta 0: C is not read (a NaN
+   A and B: any of f16, bf16, f32, each its own type; C any of the three. Mixed types (f32
+   activations times bf16 weights, say) are never narrowed: each operand is widened exactly to
+   their common type (the same type, else f32) while it is packed, so the result is that of the
+   product of the widened matrices by the same kernel, bit for bit, and its bound is theirs (on
+   the CPU the f32 kernel; on CUDA, where cuBLASLt takes no mixed pair, each 16-bit operand is
+   widened into a stream-ordered f32 scratch buffer first: one conversion pass and 4 bytes per
+   element of device memory for the call, freed in stream order). beta 0: C is not read (a NaN
    there does not propagate), as in BLAS. m or n 0: nothing happens. k 0 or alpha 0: C = beta * C
    (A and B are not read). C must not overlap A, B or the bias: AMP_ERR_ARG when the span of C
    (its first to its last element) meets the span of one of them.
@@ -7269,7 +7275,8 @@ static void amp__gemm_ws_put(void *p, int kept) { (void)kept; AMP_FREE(p); }
 static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
                                 const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
                                 void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
-  const amp__gemm_kernel *K = amp__gemm_pick(at, o->algo == AMP_GEMM_REFERENCE);
+  /* the kernel of the inputs' common type: mixed types take the f32 kernel, each input widened while packed */
+  const amp__gemm_kernel *K = amp__gemm_pick(at == bt ? at : AMP_F32, o->algo == AMP_GEMM_REFERENCE);
   int mr = K->mr, nr = K->nr, kp = K->kpair, nth = 1, mc, nblk, chunk;
   int nc_max = n < K->nc ? n : K->nc, kc_max = k < K->kc ? k : K->kc;
   size_t nc_pad = (size_t)(nc_max + nr - 1) / (size_t)nr * (size_t)nr;
@@ -7444,6 +7451,11 @@ static const char *amp__trans_name(amp_trans t) { return t == AMP_NO_TRANS ? "AM
 /* The elements from a stored matrix's first to its last: `lines` rows (row-major) or columns
    (col-major) of `len` elements each, `ld` apart. */
 static size_t amp__gemm_span(int lines, int len, int ld) { return (size_t)(lines - 1) * (size_t)ld + (size_t)len; }
+/* The elements from the first to the last of a stored matrix whose op() is r x c (op: t). */
+static size_t amp__gemm_op_span(int row, amp_trans t, int r, int c, int ld) {
+  int rows = t == AMP_NO_TRANS ? r : c, cols = t == AMP_NO_TRANS ? c : r;
+  return amp__gemm_span(row ? rows : cols, row ? cols : rows, ld);
+}
 
 AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                               float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
@@ -7470,9 +7482,6 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (k < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: k %d must be >= 0", k);
   if (!amp_dtype_size(a_type)) return amp__dtype_check("amp_gemm", "a_type", a_type);
   if (!amp_dtype_size(b_type)) return amp__dtype_check("amp_gemm", "b_type", b_type);
-  if (a_type != b_type)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm: a_type %s and b_type %s differ (A and B must have the same type)",
-                     amp__dtype_name(a_type), amp__dtype_name(b_type));
   if (!amp_dtype_size(c_type)) return amp__dtype_check("amp_gemm", "c_type", c_type);
   if (lda < (min_lda > 1 ? min_lda : 1))
     return amp__fail(AMP_ERR_ARG, "amp_gemm: lda %d is less than %d, the length of a %s of A (%s, %s)", lda,
@@ -7504,19 +7513,16 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
                      o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
-  if (o->algo == AMP_GEMM_WMMA && a_type == AMP_F32)
+  if (o->algo == AMP_GEMM_WMMA && (a_type == AMP_F32 || a_type != b_type))
     return amp__fail(AMP_ERR_ARG,
-                     "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes f16 or bf16 inputs, and a_type is AMP_F32");
+                     "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes A and B of one 16-bit type (f16 or bf16), and "
+                     "a_type is %s, b_type %s", amp__dtype_name(a_type), amp__dtype_name(b_type));
   if (m == 0 || n == 0) return AMP_OK;
   {   /* C must not overlap what the product reads (compared as spans from first to last element) */
     size_t cb = amp__gemm_span(row ? m : n, row ? n : m, ldc) * amp_dtype_size(c_type);
-    if (k > 0 &&
-        amp__overlap(C, cb, A,
-                     amp__gemm_span(row ? a_rows : a_cols, row ? a_cols : a_rows, lda) * amp_dtype_size(a_type)))
+    if (k > 0 && amp__overlap(C, cb, A, amp__gemm_op_span(row, ta, m, k, lda) * amp_dtype_size(a_type)))
       return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps A %p", C, m, n, ldc, A);
-    if (k > 0 &&
-        amp__overlap(C, cb, B,
-                     amp__gemm_span(row ? b_rows : b_cols, row ? b_cols : b_rows, ldb) * amp_dtype_size(b_type)))
+    if (k > 0 && amp__overlap(C, cb, B, amp__gemm_op_span(row, tb, k, n, ldb) * amp_dtype_size(b_type)))
       return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps B %p", C, m, n, ldc, B);
     if (o->bias && amp__overlap(C, cb, o->bias, (size_t)n * amp_dtype_size(o->bias_type)))
       return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: C %p (%d x %d, ldc %d) overlaps opts->bias %p", C, m, n, ldc,
@@ -7732,12 +7738,33 @@ static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, long s
   return amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)o->t[i].wtype, (int32_t)o->t[i].round_to,
                              o->t[i].stochastic, amp__o_sr_key(o, i, step), o->t[i].master, o->t[i].n, m, cap);
 }
+/* Mixed input types: cuBLASLt takes no such pair, so each 16-bit operand is widened (exactly) into
+   a stream-ordered f32 scratch of its stored span, the product runs on f32 inputs, and the scratch
+   is freed in stream order: no host wait. */
 static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                  float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                                  int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *o,
                                  char *msg, size_t cap) {
-  return amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
+  void *wide[2] = {NULL, NULL};
+  const void **op[2];
+  amp_dtype *ty[2];
+  size_t span[2];
+  amp_status st = AMP_OK;
+  int j;
+  op[0] = &A; op[1] = &B; ty[0] = &a_type; ty[1] = &b_type;
+  span[0] = amp__gemm_op_span(layout == AMP_ROW_MAJOR, ta, m, k, lda);
+  span[1] = amp__gemm_op_span(layout == AMP_ROW_MAJOR, tb, k, n, ldb);
+  for (j = 0; j < 2 && a_type != b_type && k > 0 && st == AMP_OK; j++) {
+    if (*ty[j] == AMP_F32) continue;
+    st = amp__cu_scratch_alloc(d->cuda, &wide[j], span[j] * sizeof(float), msg, cap);
+    if (st == AMP_OK) st = amp__cu_cast(d->cuda, wide[j], AMP_F32, *op[j], (int32_t)*ty[j], span[j], msg, cap);
+    if (st == AMP_OK) { *op[j] = wide[j]; *ty[j] = AMP_F32; }
+  }
+  if (st == AMP_OK)
+    st = amp__cu_gemm(d->cuda, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
                       msg, cap);
+  for (j = 0; j < 2; j++) if (wide[j]) amp__cu_scratch_free(d->cuda, wide[j]);
+  return st;
 }
 
 #define AMP__CUDA_OP(ret, name, args) amp__cuda_##name,

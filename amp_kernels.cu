@@ -1353,6 +1353,20 @@ extern "C" amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *
   AMP__CU_CHECK(cudaMalloc(p, bytes));
   return AMP_OK;
 }
+extern "C" amp_status amp__cu_scratch_alloc(void *state, void **p, size_t bytes, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st || !p) return amp__cu_arg(msg, cap, "amp__cu_scratch_alloc: %s is NULL", !st ? "state" : "p");
+  if (bytes == 0) return amp__cu_arg(msg, cap, "amp__cu_scratch_alloc: bytes is 0");
+  AMP__CU_ON(st);
+  AMP__CU_CHECK(cudaMallocAsync(p, bytes, st->stream));
+  return AMP_OK;
+}
+extern "C" void amp__cu_scratch_free(void *state, void *p) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st || !p) return;
+  AMP__CU_ON_VOID(st);
+  cudaFreeAsync(p, st->stream);
+}
 extern "C" void amp__cu_free(void *state, void *p) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!p || !st) return;

@@ -149,6 +149,9 @@ extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const v
    stream (it must not be the legacy default stream); end instantiates the graph and counts its
    kernel nodes. */
 extern amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap);
+/* [step] stream-ordered scratch (cudaMallocAsync / cudaFreeAsync on the device's stream). */
+extern amp_status amp__cu_scratch_alloc(void *state, void **p, size_t bytes, char *msg, size_t cap);
+extern void       amp__cu_scratch_free(void *state, void *p);
 extern void       amp__cu_free(void *state, void *p);
 extern amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap);
 extern amp_status amp__cu_stream_create(int ordinal, void **stream, char *msg, size_t cap);

@@ -370,6 +370,38 @@ static void two_threads_share_the_plan_cache_and_get_their_own_bias(void) {
   cudaFree(da); cudaFree(db);
 }
 
+/* Mixed input types on the GPU: each 16-bit operand widened into a stream-ordered f32 scratch, then
+   the f32 product: bit for bit the product of f32 copies widened beforehand (the same cuBLASLt
+   call), for every pair and transpose. */
+static void mixed_types_equal_the_product_of_widened_copies(void) {
+  static const amp_dtype types[3] = {AMP_F32, AMP_F16, AMP_BF16};
+  enum { M = 37, N = 45, K = 70, LD = 80, S = 80 * 80 };
+  static float hf[S], r1[S], r2[S];
+  void *da = dmalloc((size_t)S * 4), *db = dmalloc((size_t)S * 4), *wa = dmalloc((size_t)S * 4), *wb = dmalloc((size_t)S * 4);
+  float *c1 = (float *)dmalloc((size_t)S * 4), *c2 = (float *)dmalloc((size_t)S * 4), *src = (float *)dmalloc((size_t)S * 4);
+  int ia, ib, tr, i;
+  for (i = 0; i < S; i++) hf[i] = (float)((i * 37) % 101) / 50.0f - 1.0f + (float)i * 0x1p-20f;
+  up(src, hf, sizeof hf);
+  for (ia = 0; ia < 3; ia++) for (ib = 0; ib < 3; ib++) for (tr = 0; tr < 4; tr++) {
+    amp_trans ta = tr & 1 ? AMP_TRANS : AMP_NO_TRANS, tb = tr & 2 ? AMP_TRANS : AMP_NO_TRANS;
+    amp_status s1, s2;
+    char m[256] = "";
+    if (ia == ib) continue;
+    if (amp__cu_cast(dev->cuda, da, types[ia], src, AMP_F32, S, m, sizeof m) || amp__cu_cast(dev->cuda, wa, AMP_F32, da, types[ia], S, m, sizeof m) ||
+        amp__cu_cast(dev->cuda, db, types[ib], src, AMP_F32, S, m, sizeof m) || amp__cu_cast(dev->cuda, wb, AMP_F32, db, types[ib], S, m, sizeof m)) {
+      EXPECT(0, "cast: %s", m); break;
+    }
+    s1 = amp_gemm(dev, AMP_ROW_MAJOR, ta, tb, M, N, K, 1.0f, da, types[ia], LD, db, types[ib], LD, 0.0f, c1, AMP_F32, LD);
+    s2 = amp_gemm(dev, AMP_ROW_MAJOR, ta, tb, M, N, K, 1.0f, wa, AMP_F32, LD, wb, AMP_F32, LD, 0.0f, c2, AMP_F32, LD);
+    EXPECT(s1 == AMP_OK && s2 == AMP_OK, "A %d x B %d trans %d: %s", ia, ib, tr, amp_last_error());
+    amp_device_sync(dev);
+    down(r1, c1, sizeof r1); down(r2, c2, sizeof r2);
+    EXPECT(!memcmp(r1, r2, (size_t)M * LD * 4), "A %d x B %d trans %d: the mixed product differs from the widened one (C[0] %g vs %g)",
+           ia, ib, tr, (double)r1[0], (double)r2[0]);
+  }
+  cudaFree(da); cudaFree(db); cudaFree(wa); cudaFree(wb); cudaFree(c1); cudaFree(c2); cudaFree(src);
+}
+
 static void gpu_rejects_bad_input_and_leaves_c_unchanged(void) {
   float h[6] = {1, 2, 3, 4, 5, 6}, r[6];
   float *d = (float *)dmalloc(sizeof h);
@@ -382,8 +414,9 @@ static void gpu_rejects_bad_input_and_leaves_c_unchanged(void) {
   EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "AMP_GEMM_WMMA"), "WMMA with f32: got %s (%s)", amp_status_string(st), amp_last_error());
   st = amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 3, 1, 1, d, AMP_F32, 1, d, AMP_F32, 3, 0, d, AMP_F32, 2);
   EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "ldc 2"), "ldc 2 < n 3: got %s (%s)", amp_status_string(st), amp_last_error());
-  st = amp_gemm(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 3, 1, 1, d, AMP_F16, 1, d, AMP_F32, 3, 0, d, AMP_F32, 3);
-  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "differ"), "f16 x f32: got %s (%s)", amp_status_string(st), amp_last_error());
+  st = amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 3, 1, 1, d, AMP_F16, 1, d, AMP_BF16, 3, 0, d, AMP_F32, 3, &o);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "one 16-bit type"), "WMMA with f16 x bf16: got %s (%s)", amp_status_string(st),
+         amp_last_error());
   amp_device_sync(dev);
   down(r, d, sizeof r);
   EXPECT(!memcmp(r, h, sizeof h), "a refused call changed C: %g %g %g", r[0], r[1], r[2]);
@@ -407,6 +440,7 @@ int main(void) {
   RUN(gpu_follows_blas_special_cases);
   RUN(plan_cache_survives_eviction_and_repeats_bit_for_bit);
   RUN(two_threads_share_the_plan_cache_and_get_their_own_bias);
+  RUN(mixed_types_equal_the_product_of_widened_copies);
   RUN(gpu_rejects_bad_input_and_leaves_c_unchanged);
   amp_device_close(dev);
   cudaDeviceSynchronize();

@@ -21,6 +21,7 @@
 /* ---- the emulated launchers ------------------------------------------------------------------ */
 
 static int fake_fail_reads = 0;   /* > 0: that many scaler/optimizer reads fail with AMP_ERR_DEVICE */
+static int fake_gemm_fails = 0;   /* 1: the emulated cublasLtMatmul fails; else it runs the CPU reference */
 static int fake_state_tag;        /* the per-device state: only its address is used */
 
 static amp_status fake_fail(char *msg, size_t cap, const char *call) {
@@ -281,6 +282,10 @@ amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t
   return AMP_OK;
 }
 void amp__cu_free(void *state, void *p) { (void)state; free(p); }
+amp_status amp__cu_scratch_alloc(void *state, void **p, size_t bytes, char *msg, size_t cap) {
+  return amp__cu_malloc(state, p, bytes, msg, cap);
+}
+void amp__cu_scratch_free(void *state, void *p) { amp__cu_free(state, p); }
 amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, int dir, char *msg, size_t cap) {
   (void)state; (void)dir; (void)msg; (void)cap;
   memcpy(dst, src, bytes);
@@ -289,10 +294,19 @@ amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, i
 amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
                         const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
                         float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts, char *msg, size_t cap) {
-  (void)state; (void)layout; (void)ta; (void)tb; (void)m; (void)n; (void)k; (void)alpha; (void)A; (void)a_type; (void)lda;
-  (void)B; (void)b_type; (void)ldb; (void)beta; (void)C; (void)c_type; (void)ldc; (void)opts;
-  snprintf(msg, cap, "cublasLtMatmul failed: CUBLAS_STATUS_NOT_SUPPORTED (emulated)");
-  return AMP_ERR_DEVICE;
+  amp_gemm_opts ref;
+  amp_status st;
+  (void)state;
+  if (fake_gemm_fails || a_type != b_type) {   /* cuBLASLt takes no mixed pair: amp.h must widen first */
+    snprintf(msg, cap, "cublasLtMatmul failed: CUBLAS_STATUS_NOT_SUPPORTED (emulated%s)", fake_gemm_fails ? "" : ", mixed types");
+    return AMP_ERR_DEVICE;
+  }
+  memset(&ref, 0, sizeof ref);
+  if (opts) ref = *opts;
+  ref.algo = AMP_GEMM_REFERENCE;
+  st = amp_gemm_ex(amp_cpu(), layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, &ref);
+  if (st != AMP_OK) snprintf(msg, cap, "%s", amp_last_error());
+  return st;
 }
 
 /* ---- the tests ----------------------------------------------------------------------------- */
@@ -748,9 +762,42 @@ static void the_cuda_line_refuses_what_it_cannot_run(void) {
   st = amp_optimizer_create(&o, gpu(), &c);
   EXPECT(st == AMP_ERR_UNSUPPORTED && o == NULL && strstr(amp_last_error(), "CUDA device"), "AMP_CUSTOM: %s '%s'",
          amp_status_string(st), amp_last_error());
+  fake_gemm_fails = 1;
   st = amp_gemm(gpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, AMP_F32, 2, a, AMP_F32, 2, 0.0f, cbuf, AMP_F32, 2);
+  fake_gemm_fails = 0;
   EXPECT(st == AMP_ERR_DEVICE && strncmp(amp_last_error(), "amp_gemm: cublasLtMatmul", 24) == 0, "gemm: %s '%s'",
          amp_status_string(st), amp_last_error());
+}
+
+/* Mixed input types on the CUDA line: amp.h widens each 16-bit operand into a scratch buffer before
+   the (emulated) cuBLASLt call, which refuses a mixed pair; the result equals the same product of
+   the widened matrices, for every pair, both transposes and both layouts, with a leading dimension
+   above the minimum. */
+static void mixed_types_on_the_cuda_line_are_widened_first(void) {
+  static const amp_dtype types[3] = {AMP_F32, AMP_F16, AMP_BF16};
+  enum { M = 5, N = 7, K = 9, LD = 12, SA = M * LD + K * LD, SB = K * LD + N * LD, SC = M * LD + N * LD };
+  static float af[SA], bf[SB], wa[SA], wb[SB], c1[SC], c2[SC];
+  static unsigned char a[4 * SA], b[4 * SB];
+  amp_gemm_opts ref;
+  int ia, ib, tr, lay, i;
+  memset(&ref, 0, sizeof ref);
+  ref.algo = AMP_GEMM_REFERENCE;
+  for (i = 0; i < SA; i++) af[i] = 0.37f * (float)((i * 7) % 19) - 3.1f;
+  for (i = 0; i < SB; i++) bf[i] = 0.23f * (float)((i * 5) % 23) - 2.4f;
+  for (ia = 0; ia < 3; ia++) for (ib = 0; ib < 3; ib++) for (tr = 0; tr < 4; tr++) for (lay = 0; lay < 2; lay++) {
+    amp_trans ta = tr & 1 ? AMP_TRANS : AMP_NO_TRANS, tb = tr & 2 ? AMP_TRANS : AMP_NO_TRANS;
+    amp_layout L = lay ? AMP_COL_MAJOR : AMP_ROW_MAJOR;
+    amp_status s1, s2;
+    if (ia == ib) continue;
+    amp_convert(a, types[ia], af, AMP_F32, SA); amp_convert(wa, AMP_F32, a, types[ia], SA);
+    amp_convert(b, types[ib], bf, AMP_F32, SB); amp_convert(wb, AMP_F32, b, types[ib], SB);
+    for (i = 0; i < SC; i++) c1[i] = c2[i] = 0.5f;
+    s1 = amp_gemm(gpu(), L, ta, tb, M, N, K, 1.5f, a, types[ia], LD, b, types[ib], LD, 0.25f, c1, AMP_F32, LD);
+    s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, M, N, K, 1.5f, wa, AMP_F32, LD, wb, AMP_F32, LD, 0.25f, c2, AMP_F32, LD, &ref);
+    EXPECT(s1 == AMP_OK && s2 == AMP_OK, "A %d B %d trans %d layout %d: %s", ia, ib, tr, lay, amp_last_error());
+    EXPECT(memcmp(c1, c2, sizeof c1) == 0, "A %d B %d trans %d layout %d: the CUDA line's mixed product differs from the "
+           "widened one", ia, ib, tr, lay);
+  }
 }
 
 /* AMP_MASTER_SPLIT and AMP_MASTER_NONE on the CUDA line: the device table carries each tensor's
@@ -889,6 +936,7 @@ int main(void) {
   RUN(spikes_on_the_cuda_line_equal_the_cpus);
   RUN(master_modes_on_the_cuda_line_give_the_cpus_bits);
   RUN(grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits);
+  RUN(mixed_types_on_the_cuda_line_are_widened_first);
   amp_device_close(gpu());
   TEST_END();
 }
