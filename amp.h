@@ -4560,6 +4560,73 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
 #endif
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
+/* The same on 16 lanes (AVX-512: F, BW, DQ for the 64-bit multiply), tails under a lane mask. */
+AMP__AVX512_INLINE __m512i amp__mix64x8(__m512i z) {   /* amp__mix64 */
+  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
+  z = _mm512_mullo_epi64(z, _mm512_set1_epi64((long long)0xbf58476d1ce4e5b9ull));
+  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 27));
+  z = _mm512_mullo_epi64(z, _mm512_set1_epi64((long long)0x94d049bb133111ebull));
+  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+/* amp__sr_bits16(key, i + j) in lane j = 0..15; offs holds j * 0x9e3779b97f4a7c15 for j = 0..7 */
+AMP__AVX512_INLINE __m512i amp__sr_bits16x(uint64_t key, uint64_t i, __m512i offs) {
+  const uint64_t step = 0x9e3779b97f4a7c15ull;
+  __m512i lo = _mm512_add_epi64(_mm512_set1_epi64((long long)(key + (i + 1u) * step)), offs);
+  __m512i hi = _mm512_add_epi64(lo, _mm512_set1_epi64((long long)(8u * step)));
+  __m256i l32 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(amp__mix64x8(lo), 48));
+  __m256i h32 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(amp__mix64x8(hi), 48));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(l32), h32, 1);
+}
+AMP__AVX512_INLINE __m512 amp__master_ld16(const amp_bf16 *w, const uint16_t *rem, __mmask16 k) {
+  __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(amp__ld16h(w, k)), 16);
+  if (rem) {
+    __m512i lo = _mm512_cvtepu16_epi32(amp__ld16h(rem, k));
+    u = _mm512_sub_epi32(_mm512_add_epi32(u, lo), _mm512_slli_epi32(_mm512_and_si512(lo, _mm512_set1_epi32(0x8000)), 1));
+  }
+  return _mm512_castsi512_ps(u);
+}
+AMP__AVX512_INLINE void amp__master_st16(amp_bf16 *w, uint16_t *rem, uint64_t key, uint64_t i, __m512i offs, __m512 x,
+                                         __mmask16 k) {
+  __m512i u = _mm512_castps_si512(x), hi;
+  __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  if (rem) {
+    hi = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x8000)), 16);
+    amp__st16h(rem, _mm512_cvtepi32_epi16(_mm512_maskz_and_epi32((__mmask16)~nan, u, _mm512_set1_epi32(0xffff))), k, 0);
+  } else {
+    hi = _mm512_srli_epi32(_mm512_add_epi32(u, amp__sr_bits16x(key, i, offs)), 16);
+  }
+  amp__st16h(w, _mm256_mask_blend_epi16(nan, _mm512_cvtepi32_epi16(hi), amp__bf16_round16(u)), k, 0);
+}
+static AMP__AVX512 void amp__o_master_load_avx512(float *d, const amp_bf16 *w, const uint16_t *rem, size_t i0,
+                                                  size_t k) {
+  size_t i;
+  for (i = 0; i < k; i += 16) {
+    __mmask16 m = amp__mask16(k - i);
+    amp__st16f(d + i, amp__master_ld16(w + i0 + i, rem ? rem + i0 + i : NULL, m), m);
+  }
+}
+static AMP__AVX512 void amp__o_master_store_avx512(amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *p,
+                                                   size_t k) {
+  const uint64_t step = 0x9e3779b97f4a7c15ull;
+  __m512i offs = _mm512_setr_epi64(0, (long long)step, (long long)(2u * step), (long long)(3u * step),
+                                   (long long)(4u * step), (long long)(5u * step), (long long)(6u * step),
+                                   (long long)(7u * step));
+  size_t i;
+  for (i = 0; i < k; i += 16) {
+    __mmask16 m = amp__mask16(k - i);
+    amp__master_st16(w + i0 + i, rem ? rem + i0 + i : NULL, key, (uint64_t)(i0 + i), offs, amp__ld16f(p + i, m), m);
+  }
+}
+/* The masters' block load and store at level l (1 AVX2, 2 AVX-512). */
+static void amp__o_master_load_vec(int l, float *d, const amp_bf16 *w, const uint16_t *rem, size_t i0, size_t k) {
+  if (l >= 2) amp__o_master_load_avx512(d, w, rem, i0, k); else amp__o_master_load_avx2(d, w, rem, i0, k);
+}
+static void amp__o_master_store_vec(int l, amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *p,
+                                    size_t k) {
+  if (l >= 2) amp__o_master_store_avx512(w, rem, key, i0, p, k); else amp__o_master_store_avx2(w, rem, key, i0, p, k);
+}
+
 /* The step of one tensor with an fp32 master p. rt: the model copy's round_to (AMP_F32 but for a
    float copy holding bf16/f16 values); sr: a bf16 copy written with stochastic rounding, the bits
    from key. The vector loops run every kind with a vector body (the kind list's vec column) on
@@ -4579,7 +4646,7 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       amp__o_step_vec(l, kind, p + i0, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32,
                       AMP_F32, k, gmul, c);
-      amp__o_master_store_avx2((amp_bf16 *)w, NULL, key, i0, out, k);
+      amp__o_master_store_vec(l, (amp_bf16 *)w, NULL, key, i0, out, k);
     }
     return;
   }
@@ -4603,13 +4670,13 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
 #ifdef AMP__X86_SIMD
-    if (l) amp__o_master_load_avx2(pb, w, rem, i0, k); else
+    if (l) amp__o_master_load_vec(l, pb, w, rem, i0, k); else
 #endif
     amp__o_master_load(pb, w, rem, i0, k);
     amp__o_step(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0,
                 0u, k, gmul, c);
 #ifdef AMP__X86_SIMD
-    if (l) amp__o_master_store_avx2(w, rem, key, i0, out, k); else
+    if (l) amp__o_master_store_vec(l, w, rem, key, i0, out, k); else
 #endif
     amp__o_master_store(w, rem, key, i0, out, k);
   }
