@@ -45,8 +45,8 @@
           for (int i = 0; i < 4; i++) w[i] = amp_f32_to_f16(1.0f);
           amp_scaler *sc; amp_optimizer *opt;
           amp_scaler_config sconf = {0};              // zero means the defaults: PyTorch's GradScaler
-          amp_optim_config oconf = {0};               // zero means SGD, lr 1e-3
-          oconf.kind = AMP_ADAMW; oconf.weight_decay = 0.01f;
+          amp_optim_config oconf = amp_optimizer_defaults(AMP_ADAMW);   // then as written
+          oconf.weight_decay = 0.01f;
           if (amp_scaler_create(&sc, amp_cpu(), &sconf) != AMP_OK ||
               amp_optimizer_create(&opt, amp_cpu(), &oconf) != AMP_OK ||
               amp_optimizer_add(opt, AMP_F16, w, g, 4) != AMP_OK) {

@@ -8,7 +8,11 @@
      - a plain intrinsic sum-of-squares loop over the f16 grads, for the scan pass.
    AdamW: f16 grads, f32 master/m/v, f16 model copy = 28 bytes/param (grads 2, master 4+4, m 4+4,
    v 4+4, model 2: the traffic of one fused pass). SGD with momentum: 20 B/param. Each of our steps
-   is a whole amp_scaler_step (scan pass + fused update) + amp_scaler_update. Medians of REPS. */
+   is a whole amp_scaler_step (scan pass + fused update) + amp_scaler_update. Medians of REPS.
+   Then every master mode and model copy (bench_modes, below; BENCH_OPTIM_MODES=1 runs only those,
+   BENCH_OPTIM_MODES=text only the modes whose name holds text): at 834k params against llm.c's
+   plain fp32 AdamW loop as written in C (ref_adamw_c, this file's -O2 build: what a drop-in user
+   compares with), at 16M against memcpy of the bytes the mode moves. */
 #include "bench.h"   /* first: it sets _POSIX_C_SOURCE for clock_gettime and popen */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
@@ -227,7 +231,7 @@ static void bench_modes(size_t n_cache, size_t n_big) {
     ref_adamw F;
     double to[REPS], tr[REPS], tm[REPS];
     char name[128];
-    const char *only = getenv("BENCH_OPTIM_MODES");
+    const char *only = getenv("BENCH_OPTIM_MODES");   /* 1: every mode; other text: the modes naming it */
     if (only && *only && strcmp(only, "1") && !strstr(md->name, only)) continue;
     /* in cache: against llm.c's fp32 AdamW loop on the same n, taking turns */
     if (!mrig_init(&R, md, n_cache)) { printf("%s: setup failed: %s\n", md->name, amp_last_error()); exit(0); }
@@ -276,7 +280,7 @@ int main(void) {
   mc_a = (char *)malloc(mc_bytes / 2); mc_b = (char *)malloc(mc_bytes / 2);
   memset(mc_a, 1, mc_bytes / 2); memset(mc_b, 2, mc_bytes / 2);
   printf("bench_optim: one thread, built without -march; loops: %s; medians of %d\n", level_name(l), REPS);
-  if (getenv("BENCH_OPTIM_MODES")) { bench_modes(834000, (size_t)16 << 20); return 0; }
+  if (getenv("BENCH_OPTIM_MODES")) { bench_modes(834000, (size_t)16 << 20); return 0; }   /* these alone */
 
   /* 16M params: ours (taking turns with memcpy), then PyTorch's step in a subprocess */
   model_init(&M, AMP_ADAMW, NPARAM, 0);
@@ -356,6 +360,7 @@ int main(void) {
     free(R.p); free(R.g); free(R.m); free(R.v);
     model_free(&M);
   }
+  bench_modes(834000, (size_t)16 << 20);
   if (sink == 12345.678) printf("%g\n", sink);
   return 0;
 }
