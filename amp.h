@@ -154,6 +154,14 @@
       stop at 2^127 (254, inf included) and at 2^-127 (0: zero and the f32 subnormals land there;
       rounding up, every |x| <= 2^-127 gives 0, as in cuda_fp8.h).
 
+      As dtypes, AMP_E4M3 and AMP_E5M2 (one byte each, amp_fp8) are storage formats: amp_convert
+      casts between them and f32/f16/bf16 in every direction (into fp8 saturating, as above; fp8 to
+      any other format exactly; E4M3 <-> E5M2 through f32), with AVX-512/AVX2 loops for f32 <-> fp8
+      on x86-64, and the CUDA cast kernels take them (the same functions). Every entry point that
+      computes or steps in a type (model copies, grads, round_to, amp_gemm, the scaler's buffers,
+      the policy's low type) refuses them with AMP_ERR_ARG naming the argument: what a tensor in
+      fp8 needs is a scale, which the scaling recipes (to come) give.
+
    VERSION HISTORY
 
       (next)               param groups (amp_optimizer_add_group); amp_tensor_desc and
@@ -173,7 +181,11 @@
                            every call); the fp8 conversions (amp_f32_to_e4m3 / _e5m2 / _e8m0 and
                            back); the element math rounds each operation itself, so clang at
                            -Ofast on any target, and nvcc, give the promised bits; a checkpoint
-                           loads only states the objects can reach; AMP_THREAD_LOCAL (tcc).
+                           loads only states the objects can reach; AMP_THREAD_LOCAL (tcc);
+                           the dtypes AMP_E4M3 / AMP_E5M2 (amp_convert, CUDA casts); vector
+                           loops for every master mode, model copy and kind; grads given after
+                           add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
+                           refused (AMP_GRAD_F32); amp_gemm takes A and B of different types.
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -279,7 +291,9 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
      amp__N_to_f32 / amp__N_from_f32), C storage type, size in bytes, largest finite value and
      smallest normal (as f32 bits), CPU vector path (1: amp__ld8/st8/ld16/st16 and the F16C/AVX-512
      kernels take it; 0: the portable loops), GPU vector path (1: the kernels' 4-wide accesses),
-     cuBLAS type, NCCL type.
+     cuBLAS type, NCCL type, compute (1: a type the trainer computes and steps in: model copies,
+     grads, round_to, products, the scaler's buffers, the policy's low type; 0: a storage format
+     that amp_convert casts to and from, refused everywhere else by name: fp8 for now).
    To add a format: append a row (the enum value is its position: never reorder, checkpoints hold
    it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
    writes those from the element functions). With CPU column 1, also its vector loads/stores
@@ -287,13 +301,16 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
    portable loops run it). The kernels take any row as it is (amp__cu_elem from the C type column).
    Nothing else names a format's size or values. */
 #define AMP__DTYPES(X, A) \
-  X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,  ncclFloat)    /* 2^-126 */ \
-  X(A, AMP_F16,  f16,  amp_f16,  2, 0x477fe000u, 0x38800000u, 1, 1, CUDA_R_16F,  ncclHalf)     /* 65504, 2^-14 */ \
-  X(A, AMP_BF16, bf16, amp_bf16, 2, 0x7f7f0000u, 0x00800000u, 1, 1, CUDA_R_16BF, ncclBfloat16) /* 2^-126 */
+  X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,     ncclFloat,    1) /* 2^-126 */ \
+  X(A, AMP_F16,  f16,  amp_f16,  2, 0x477fe000u, 0x38800000u, 1, 1, CUDA_R_16F,     ncclHalf,     1) /* 65504, 2^-14 */ \
+  X(A, AMP_BF16, bf16, amp_bf16, 2, 0x7f7f0000u, 0x00800000u, 1, 1, CUDA_R_16BF,    ncclBfloat16, 1) /* 2^-126 */ \
+  X(A, AMP_E4M3, e4m3, amp_fp8,  1, 0x43e00000u, 0x3c800000u, 0, 0, CUDA_R_8F_E4M3, ncclUint8,    0) /* 448, 2^-6 */ \
+  X(A, AMP_E5M2, e5m2, amp_fp8,  1, 0x47600000u, 0x38800000u, 0, 0, CUDA_R_8F_E5M2, ncclUint8,    0) /* 57344, 2^-14 */
 #define AMP__DT_ENUM_(A, E, ...) E,
 #define AMP__DT_COUNT_(A, E, ...) + 1
-/* AMP_F32 = 0, AMP_F16, AMP_BF16; AMP_GRAD_F32 is no format: amp_tensor_desc.grad_dtype's way to say
-   f32 grads beside a 16-bit model copy (where 0 would be ambiguous), AMP_F32 anywhere else */
+/* AMP_F32 = 0, AMP_F16, AMP_BF16, AMP_E4M3, AMP_E5M2 (fp8: see FP8 FORMATS). AMP_GRAD_F32 is no
+   format: amp_tensor_desc.grad_dtype's way to say f32 grads beside a 16-bit model copy (where 0
+   would be ambiguous), AMP_F32 anywhere else */
 typedef enum amp_dtype { AMP__DTYPES(AMP__DT_ENUM_, ~) AMP_GRAD_F32 = 0x100 } amp_dtype;
 enum { AMP__DTYPE_COUNT = 0 AMP__DTYPES(AMP__DT_COUNT_, ~) };
 /* switch (t) with one `case E: B(E, N, T, S)` per row (E the enum constant, N the suffix, T the C
@@ -409,8 +426,8 @@ static inline AMP_HD float amp_bf16_to_f32(amp_bf16 h) { return amp__bits_f32((u
    toolkit's (cuda_fp8.h's __nv_cvt_float_to_fp8 and the GPU's cvt.rn.satfinite) bit for bit, on
    every f32 input (tests/test_fp8_exhaustive.c checks all 2^32): integer arithmetic only, so the
    FPU's rounding mode, flush-to-zero and -ffast-math change nothing; written as selects (no early
-   return) so that loops over them vectorise. The dtype rows (AMP_E4M3, AMP_E5M2 in amp_dtype and
-   amp_convert) come with the number-format table. */
+   return) so that loops over them vectorise. As dtypes they are the rows AMP_E4M3 and AMP_E5M2 of
+   the format table (amp_convert casts every pair; stores into fp8 saturate). */
 typedef uint8_t amp_fp8;
 
 /* The rounding both formats share. a: |x| bits, finite; M mantissa bits, B the exponent bias.
@@ -1386,6 +1403,11 @@ static inline AMP_HD float amp__ld_f16(const void *p, size_t i) { return amp_f16
 static inline AMP_HD void amp__st_f16(void *p, size_t i, float x) { ((amp_f16 *)p)[i] = amp_f32_to_f16(x); }
 static inline AMP_HD float amp__ld_bf16(const void *p, size_t i) { return amp_bf16_to_f32(((const amp_bf16 *)p)[i]); }
 static inline AMP_HD void amp__st_bf16(void *p, size_t i, float x) { ((amp_bf16 *)p)[i] = amp_f32_to_bf16(x); }
+/* fp8: stores saturate (+-448, +-57344), as TransformerEngine and torchao cast into fp8 */
+static inline AMP_HD float amp__ld_e4m3(const void *p, size_t i) { return amp_e4m3_to_f32(((const amp_fp8 *)p)[i]); }
+static inline AMP_HD void amp__st_e4m3(void *p, size_t i, float x) { ((amp_fp8 *)p)[i] = amp_f32_to_e4m3(x, 1); }
+static inline AMP_HD float amp__ld_e5m2(const void *p, size_t i) { return amp_e5m2_to_f32(((const amp_fp8 *)p)[i]); }
+static inline AMP_HD void amp__st_e5m2(void *p, size_t i, float x) { ((amp_fp8 *)p)[i] = amp_f32_to_e5m2(x, 1); }
 
 /* One element of any format, as f32 / from f32 (the kernels' and loops' loads/stores). */
 #define AMP__LD_(E, N, T, S) return amp__ld_##N(p, i);
@@ -2063,8 +2085,9 @@ typedef struct amp__dtype_traits {
   size_t size;                        /* bytes per element */
   uint32_t max_bits, min_normal_bits; /* largest finite value, smallest normal, as f32 bits */
   int cpu_vec, gpu_vec;               /* a CPU (AVX2+F16C / AVX-512) and a GPU vector path */
+  int compute;                        /* a type to compute and step in (else a storage format) */
 } amp__dtype_traits;
-#define AMP__DT_ROW_(A, E, N, T, S, MX, MN, CV, GV, ...) {#E, S, MX, MN, CV, GV},
+#define AMP__DT_ROW_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP) {#E, S, MX, MN, CV, GV, CMP},
 static const amp__dtype_traits amp__dtype_table[] = { AMP__DTYPES(AMP__DT_ROW_, ~) };
 #undef AMP__DT_ROW_
 /* Row t, or NULL for a value that is not a format. */
@@ -2082,6 +2105,21 @@ static amp_status amp__dtype_check(const char *fn, const char *what, amp_dtype t
   for (i = 0; i < (size_t)AMP__DTYPE_COUNT && at < sizeof list; i++)
     at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", amp__dtype_table[i].name);
   return amp__fail(AMP_ERR_ARG, "%s: %s %d is not a number format (%s)", fn, what, (int)t, list);
+}
+/* AMP_OK when t is a format to compute and step in (the compute column), else AMP_ERR_ARG naming
+   fn, what and t: not a format at all (amp__dtype_check), or a storage format (fp8). */
+static amp_status amp__dtype_compute_check(const char *fn, const char *what, amp_dtype t) {
+  const amp__dtype_traits *r = amp__dtype_row(t);
+  char list[256];
+  size_t i, at = 0;
+  if (!r) return amp__dtype_check(fn, what, t);
+  if (r->compute) return AMP_OK;
+  list[0] = '\0';
+  for (i = 0; i < (size_t)AMP__DTYPE_COUNT && at < sizeof list; i++)
+    if (amp__dtype_table[i].compute)
+      at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", amp__dtype_table[i].name);
+  return amp__fail(AMP_ERR_ARG, "%s: %s %d (%s) is a storage format, which amp_convert casts to and from; %s is "
+                   "one of %s", fn, what, (int)t, r->name, what, list);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -2144,6 +2182,12 @@ static void amp__f16_to_f32_portable(float *AMP__RESTRICT d, const amp_f16 *AMP_
   static void amp__##N##_from_f32(void *AMP__RESTRICT d, const float *AMP__RESTRICT s, size_t n) { \
     size_t i; for (i = 0; i < n; i++) amp__st_##N(d, i, s[i]); }
 AMP__DT_BULK_LOOPS(bf16)
+/* fp8: the vector kernels where the CPU has them (below, amp__fp8_bulk), else the portable loops */
+static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode);
+static void amp__e4m3_to_f32(float *d, const void *s, size_t n) { amp__fp8_bulk(d, s, n, 0, 1); }
+static void amp__e4m3_from_f32(void *d, const float *s, size_t n) { amp__fp8_bulk(d, s, n, 0, 0); }
+static void amp__e5m2_to_f32(float *d, const void *s, size_t n) { amp__fp8_bulk(d, s, n, 1, 1); }
+static void amp__e5m2_from_f32(void *d, const float *s, size_t n) { amp__fp8_bulk(d, s, n, 1, 0); }
 static void amp__f32_to_f32(float *d, const void *s, size_t n) { memmove(d, s, n * sizeof(float)); }   /* the bits */
 static void amp__f32_from_f32(void *d, const float *s, size_t n) { memmove(d, s, n * sizeof(float)); }
 static void amp__f16_to_f32(float *d, const void *s, size_t n) { amp__f16_to_f32_portable(d, (const amp_f16 *)s, n); }
@@ -2513,16 +2557,16 @@ AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, am
     return amp__fail(AMP_ERR_ARG, "amp_convert: dst %p (%s) and src %p (%s) overlap and their element sizes differ",
                      dst, amp__dtype_name(dst_type), src, amp__dtype_name(src_type));
   if (dst_type != src_type && d0 != s0 && d0 < s0 + n * ss && s0 < d0 + n * ds) {
-    /* f16 <-> bf16 between shifted, overlapping buffers: convert from a copy, one chunk at a time,
-       walking away from the side the writes move towards (as memmove does), so no element is
-       overwritten before it has been read. */
-    uint16_t tmp[1024];
-    size_t done = 0;
+    /* two formats of one size (f16 <-> bf16, E4M3 <-> E5M2) between shifted, overlapping buffers:
+       convert from a copy, one chunk at a time, walking away from the side the writes move towards
+       (as memmove does), so no element is overwritten before it has been read. */
+    float tmp[512];   /* 2048 bytes, aligned for any element */
+    size_t done = 0, room = sizeof tmp / ss;
     while (done < n) {
-      size_t k = n - done < 1024 ? n - done : 1024;
+      size_t k = n - done < room ? n - done : room;
       size_t at = d0 < s0 ? done : n - done - k;
-      memcpy(tmp, (const char *)src + at * 2, k * 2);
-      amp__convert_any((char *)dst + at * 2, dst_type, tmp, src_type, k);
+      memcpy(tmp, (const char *)src + at * ss, k * ss);
+      amp__convert_any((char *)dst + at * ds, dst_type, tmp, src_type, k);
       done += k;
     }
     return AMP_OK;
@@ -2531,18 +2575,14 @@ AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, am
   return AMP_OK;
 }
 
-/* ---- fp8 bulk loops (host): f32 -> E4M3/E5M2 saturating, as amp_convert will cast into fp8
-   (TransformerEngine and torchao cast so), and back; f16/bf16 <-> fp8 through f32 blocks (f16 and
-   bf16 widen exactly, so that is the f32 conversion of the same value; fp8 -> f16/bf16 is exact).
+/* ---- fp8 bulk loops (host): f32 -> E4M3/E5M2 saturating, as amp_convert casts into fp8
+   (TransformerEngine and torchao cast so), and back; amp_convert takes f16/bf16 <-> fp8 through f32
+   blocks (f16 and bf16 widen exactly, so that is the f32 conversion of the same value; fp8 ->
+   f16/bf16 is exact).
    AVX-512 and AVX2 kernels chosen as amp_convert chooses (amp_simd_active, amp__isa), the portable
    loops elsewhere; all give the scalar functions' bits (tests/test_fp8_exhaustive.c checks every
-   f32 input at every level). Any addresses work; dst and src must not overlap. Not yet reachable
-   from amp_convert: the dtype rows come with the number-format table. */
-#if defined(__GNUC__) || defined(__clang__)
-#define AMP__FP8_UNUSED __attribute__((unused))
-#else
-#define AMP__FP8_UNUSED
-#endif
+   f32 input at every level). Any addresses work; dst and src must not overlap. amp_convert reaches
+   them through the rows' bulk loops (amp__e4m3_to_f32 ...). */
 /* The portable loops: the scalar functions per element (branch-free: they vectorise where the
    target has variable shifts); elements read and written through memcpy, so any address works. */
 static void amp__f32_to_fp8_portable(amp_fp8 *d, const void *s, size_t n, int e5m2) {
@@ -2717,24 +2757,6 @@ static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode
 #endif
   if (decode) amp__fp8_to_f32_portable(d, (const amp_fp8 *)s, n, e5m2);
   else amp__f32_to_fp8_portable((amp_fp8 *)d, s, n, e5m2);
-}
-/* Between fp8 and t (F32, F16 or BF16), what amp_convert will run: decode 0: t -> fp8, saturating;
-   decode 1: fp8 -> t, exact (every fp8 value is an f16 and a bf16 value). F16 and BF16 go through
-   f32 a block at a time (they widen exactly, so that is the f32 conversion of the same value). */
-static AMP__FP8_UNUSED void amp__convert_fp8(void *dst, const void *src, size_t n, amp_dtype t, int e5m2, int decode) {
-  float tmp[256];
-  size_t i, ts = amp_dtype_size(t);
-  if (t == AMP_F32) { amp__fp8_bulk(dst, src, n, e5m2, decode); return; }
-  for (i = 0; i < n; i += 256) {
-    size_t k = n - i < 256 ? n - i : 256;
-    if (decode) {
-      amp__fp8_bulk(tmp, (const amp_fp8 *)src + i, k, e5m2, 1);
-      amp__convert_any((char *)dst + i * ts, t, tmp, AMP_F32, k);
-    } else {
-      amp__convert_any(tmp, AMP_F32, (const char *)src + i * ts, t, k);
-      amp__fp8_bulk((amp_fp8 *)dst + i, tmp, k, e5m2, 0);
-    }
-  }
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -3588,11 +3610,12 @@ AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, v
 }
 AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void *grads, amp_dtype t, size_t n,
                                            int average, int in_f32) {
+  amp_status st0;
   if (!d || !d->is_cuda)
     return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: d is %s (a CUDA device is needed)",
                      d ? "the CPU" : "NULL");
   if (!nccl_comm) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: nccl_comm is NULL");
-  if (!amp_dtype_size(t)) return amp__dtype_check("amp_nccl_allreduce_grads", "dtype", t);
+  if ((st0 = amp__dtype_compute_check("amp_nccl_allreduce_grads", "dtype", t)) != AMP_OK) return st0;
   if (n == 0) return AMP_OK;
   if (!grads) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_grads: grads is NULL with n = %zu", n);
   return amp__cu_nccl_grads(d->cuda, nccl_comm, grads, (int32_t)t, n, average != 0, in_f32 != 0,
@@ -3842,8 +3865,9 @@ AMPDEF float *amp_scaler_scale_ptr(amp_scaler *s) {
 
 AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, size_t n) {
   char m[AMP__MSG] = "";
+  amp_status st0;
   if (!s) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: s is NULL");
-  if (!amp_dtype_size(t)) return amp__dtype_check("amp_scaler_scale_buffer", "dtype", t);
+  if ((st0 = amp__dtype_compute_check("amp_scaler_scale_buffer", "dtype", t)) != AMP_OK) return st0;
   if (n == 0) return AMP_OK;
   if (!buf) return amp__fail(AMP_ERR_ARG, "amp_scaler_scale_buffer: buf is NULL with n %zu", n);
   return amp__op_fail("amp_scaler_scale_buffer", amp__be(s->dev)->scale_buffer(s, buf, t, n, m, sizeof m), m);
@@ -4537,29 +4561,6 @@ static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, flo
   AMP__DTYPE_VSWITCH(t, AMP__B_)
 #undef AMP__B_
 }
-#endif
-
-/* With gradient stats: the AVX-512 loop where the CPU has it, else the portable one (the same bits). */
-static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
-                                   amp__gstat *st) {
-#ifdef AMP__X86_SIMD
-  if (amp__opt_level() >= 2 && amp__dtype_cpu_vec(t)) {
-    amp__o_scan_stats_avx512(g, t, n, inv, sumsq, bad, st);
-    return;
-  }
-#endif
-  amp__o_scan_stats(g, t, n, inv, sumsq, bad, st);
-}
-static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
-#ifdef AMP__X86_SIMD
-  int l = amp__dtype_cpu_vec(t) ? amp__opt_level() : 0;
-  if (l >= 2) { amp__o_scan_avx512(g, t, n, inv, sumsq, bad); return; }
-  if (l == 1) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
-#else
-  (void)amp__opt_level;
-#endif
-  amp__o_scan_plain(g, t, n, inv, sumsq, bad);
-}
 /* The same on 16 lanes (AVX-512: F, BW, DQ for the 64-bit multiply), tails under a lane mask. */
 AMP__AVX512_INLINE __m512i amp__mix64x8(__m512i z) {   /* amp__mix64 */
   z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
@@ -4625,6 +4626,29 @@ static void amp__o_master_load_vec(int l, float *d, const amp_bf16 *w, const uin
 static void amp__o_master_store_vec(int l, amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *p,
                                     size_t k) {
   if (l >= 2) amp__o_master_store_avx512(w, rem, key, i0, p, k); else amp__o_master_store_avx2(w, rem, key, i0, p, k);
+}
+#endif
+
+/* With gradient stats: the AVX-512 loop where the CPU has it, else the portable one (the same bits). */
+static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
+                                   amp__gstat *st) {
+#ifdef AMP__X86_SIMD
+  if (amp__opt_level() >= 2 && amp__dtype_cpu_vec(t)) {
+    amp__o_scan_stats_avx512(g, t, n, inv, sumsq, bad, st);
+    return;
+  }
+#endif
+  amp__o_scan_stats(g, t, n, inv, sumsq, bad, st);
+}
+static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
+#ifdef AMP__X86_SIMD
+  int l = amp__dtype_cpu_vec(t) ? amp__opt_level() : 0;
+  if (l >= 2) { amp__o_scan_avx512(g, t, n, inv, sumsq, bad); return; }
+  if (l == 1) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
+#else
+  (void)amp__opt_level;
+#endif
+  amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
 
 /* The step of one tensor with an fp32 master p. rt: the model copy's round_to (AMP_F32 but for a
@@ -4904,8 +4928,9 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   gtype = t->grad_dtype == AMP_GRAD_F32 ? AMP_F32 : t->grad_dtype;
   ws = amp_dtype_size(t->dtype); gs = amp_dtype_size(gtype); n = t->n;
   weights = t->weights; grads = t->grads;
-  if (!ws) return amp__dtype_check(fn, "weights dtype", t->dtype);
+  if ((st = amp__dtype_compute_check(fn, "weights dtype", t->dtype)) != AMP_OK) return st;
   if (!gs) return amp__dtype_check(fn, "grads dtype", t->grad_dtype);
+  if ((st = amp__dtype_compute_check(fn, "grads dtype", gtype)) != AMP_OK) return st;
   if (!weights) return amp__fail(AMP_ERR_ARG, "%s: weights is NULL", fn);
   if (!grads && !grads_late)
     return amp__fail(AMP_ERR_ARG, "%s: grads is NULL (grads made later: amp_optimizer_add_tensor with grads NULL, then "
@@ -4917,7 +4942,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
     return amp__fail(AMP_ERR_ARG,
                      "%s: group %d is not a group of this optimizer (0..%d; amp_optimizer_add_group makes more)", fn,
                      t->group, o->n_groups - 1);
-  if (!amp_dtype_size(t->round_to)) return amp__dtype_check(fn, "round_to", t->round_to);
+  if ((st = amp__dtype_compute_check(fn, "round_to", t->round_to)) != AMP_OK) return st;
   if (amp__round_to_set(t->round_to) && t->dtype != AMP_F32)
     return amp__fail(AMP_ERR_ARG, "%s: round_to %d (%s) is for a float model copy (dtype AMP_F32) only; dtype is %s, "
                      "which rounds by itself (leave round_to 0)", fn, (int)t->round_to, amp__dtype_name(t->round_to),
@@ -7547,9 +7572,9 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (m < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: m %d must be >= 0", m);
   if (n < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: n %d must be >= 0", n);
   if (k < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: k %d must be >= 0", k);
-  if (!amp_dtype_size(a_type)) return amp__dtype_check("amp_gemm", "a_type", a_type);
-  if (!amp_dtype_size(b_type)) return amp__dtype_check("amp_gemm", "b_type", b_type);
-  if (!amp_dtype_size(c_type)) return amp__dtype_check("amp_gemm", "c_type", c_type);
+  if ((st = amp__dtype_compute_check("amp_gemm", "a_type", a_type)) != AMP_OK) return st;
+  if ((st = amp__dtype_compute_check("amp_gemm", "b_type", b_type)) != AMP_OK) return st;
+  if ((st = amp__dtype_compute_check("amp_gemm", "c_type", c_type)) != AMP_OK) return st;
   if (lda < (min_lda > 1 ? min_lda : 1))
     return amp__fail(AMP_ERR_ARG, "amp_gemm: lda %d is less than %d, the length of a %s of A (%s, %s)", lda,
                      min_lda > 1 ? min_lda : 1, row ? "row" : "column", row ? "row-major" : "col-major",
@@ -7564,8 +7589,7 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (m > 0 && n > 0 && !C) return amp__fail(AMP_ERR_ARG, "amp_gemm: C is NULL with m %d, n %d", m, n);
   if (m > 0 && n > 0 && k > 0 && !A) return amp__fail(AMP_ERR_ARG, "amp_gemm: A is NULL with m %d, k %d", m, k);
   if (m > 0 && n > 0 && k > 0 && !B) return amp__fail(AMP_ERR_ARG, "amp_gemm: B is NULL with k %d, n %d", k, n);
-  if (o->bias && !amp_dtype_size(o->bias_type))
-    return amp__dtype_check("amp_gemm_ex", "opts->bias_type", o->bias_type);
+  if (o->bias && (st = amp__dtype_compute_check("amp_gemm_ex", "opts->bias_type", o->bias_type)) != AMP_OK) return st;
   if (o->act != AMP_ACT_NONE && o->act != AMP_ACT_RELU && o->act != AMP_ACT_GELU)
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU",
                      (int)o->act);

@@ -2052,7 +2052,7 @@ extern "C" amp_status amp__cu_nccl_grads(void *state, void *comm, void *grads, i
   if (dtype == AMP_F32 || !in_f32) {   // in the grads' own type: one collective, in place
     ncclDataType_t nt = ncclFloat;
     switch (dtype) {
-#define AMP__CU_NCCL_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT) case E: nt = NT; break;
+#define AMP__CU_NCCL_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT, ...) case E: nt = NT; break;
       AMP__DTYPES(AMP__CU_NCCL_, ~)
 #undef AMP__CU_NCCL_
       default: break;

@@ -607,8 +607,8 @@ static float host_elem(const void *p, int t, size_t i) { return amp__load(p, (am
 
 static void device_casts_match_host_conversions_bit_for_bit(void) {
   size_t n = t_quick() ? 70001 : 1000003;
-  for (int sd = 0; sd < 3; sd++)
-    for (int dd = 0; dd < 3; dd++)
+  for (int sd = 0; sd < AMP__DTYPE_COUNT; sd++)   /* every pair of the format table, fp8 included */
+    for (int dd = 0; dd < AMP__DTYPE_COUNT; dd++)
       for (int mis = 0; mis < 2; mis++) {
         size_t ss = amp_dtype_size((amp_dtype)sd), ds = amp_dtype_size((amp_dtype)dd);
         unsigned char *hs = (unsigned char *)xmalloc(n * ss), *hd = (unsigned char *)xmalloc(n * ds);
@@ -616,7 +616,8 @@ static void device_casts_match_host_conversions_bit_for_bit(void) {
         void *src = ds_ + (mis ? ss : 0), *dst = dd_ + (mis ? ds : 0);
         for (size_t i = 0; i < n; i++) {   /* every bit pattern class: random bits, all halves */
           if (ss == 4) { uint32_t u = rnd() << 16 ^ rnd(); memcpy(hs + 4 * i, &u, 4); }
-          else { uint16_t u = (uint16_t)i; memcpy(hs + 2 * i, &u, 2); }
+          else if (ss == 2) { uint16_t u = (uint16_t)i; memcpy(hs + 2 * i, &u, 2); }
+          else hs[i] = (unsigned char)i;   /* every fp8 code */
         }
         unsigned char *ref = (unsigned char *)xmalloc(n * ds);   /* the host's amp_convert: same type is a copy */
         OK(amp_convert(ref, (amp_dtype)dd, hs, (amp_dtype)sd, n));

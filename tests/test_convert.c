@@ -490,10 +490,11 @@ static void convert_rejects_an_unknown_dtype_and_names_it(void) {
   rc = amp_convert(dst, AMP_F16, src, (amp_dtype)-1, 16);
   EXPECT(rc == AMP_ERR_ARG, "src_type -1: expected AMP_ERR_ARG got %s", amp_status_string(rc));
   EXPECT(strstr(amp_last_error(), "src_type -1") != NULL, "src_type -1: message should name it: \"%s\"", amp_last_error());
-  rc = amp_convert(dst, (amp_dtype)3, src, AMP_F32, 0);
-  EXPECT(rc == AMP_ERR_ARG, "dst_type 3 with n 0: expected AMP_ERR_ARG got %s", amp_status_string(rc));
+  rc = amp_convert(dst, (amp_dtype)AMP__DTYPE_COUNT, src, AMP_F32, 0);
+  EXPECT(rc == AMP_ERR_ARG, "dst_type %d with n 0: expected AMP_ERR_ARG got %s", (int)AMP__DTYPE_COUNT, amp_status_string(rc));
   EXPECT(untouched(dst, sizeof dst), "unknown dtype: dst was written: byte 0 0x%02x", dst[0]);
-  EXPECT(amp_dtype_size((amp_dtype)3) == 0, "amp_dtype_size(3): expected 0 got %zu", amp_dtype_size((amp_dtype)3));
+  EXPECT(amp_dtype_size((amp_dtype)AMP__DTYPE_COUNT) == 0 && amp_dtype_size(AMP_GRAD_F32) == 0, "amp_dtype_size past the table: %zu",
+         amp_dtype_size((amp_dtype)AMP__DTYPE_COUNT));
 }
 
 /* The traits table (AMP__DTYPES): one row per format, in enum order, with the known size, name,
@@ -505,9 +506,12 @@ static void traits_table_rows_hold_the_known_values(void) {
     { AMP_F32, "AMP_F32", 4, 3.40282347e38f, 1.17549435e-38f },
     { AMP_F16, "AMP_F16", 2, 65504.0f, 6.10351562e-05f },
     { AMP_BF16, "AMP_BF16", 2, 3.38953139e38f, 1.17549435e-38f },
+    { AMP_E4M3, "AMP_E4M3", 1, 448.0f, 0.015625f },
+    { AMP_E5M2, "AMP_E5M2", 1, 57344.0f, 6.10351562e-05f },
   };
   size_t i;
-  EXPECT(AMP__DTYPE_COUNT == 3, "the table has %d rows, expected 3", (int)AMP__DTYPE_COUNT);
+  EXPECT(AMP__DTYPE_COUNT == 5, "the table has %d rows, expected 5", (int)AMP__DTYPE_COUNT);
+  EXPECT(AMP_F32 == 0 && AMP_F16 == 1 && AMP_BF16 == 2 && AMP_E4M3 == 3 && AMP_E5M2 == 4, "the enum values moved");
   EXPECT(sizeof amp__dtype_table / sizeof *amp__dtype_table == (size_t)AMP__DTYPE_COUNT, "table rows %zu",
          sizeof amp__dtype_table / sizeof *amp__dtype_table);
   for (i = 0; i < sizeof want / sizeof *want; i++) {
@@ -523,14 +527,20 @@ static void traits_table_rows_hold_the_known_values(void) {
     EXPECT(max == want[i].max, "%s: max %.9g, expected %.9g", want[i].name, (double)max, (double)want[i].max);
     EXPECT(mn == want[i].min_normal, "%s: min normal %.9g, expected %.9g", want[i].name, (double)mn, (double)want[i].min_normal);
     EXPECT(amp__dtype_min_normal_bits(want[i].t) == r->min_normal_bits, "%s: amp__dtype_min_normal_bits", want[i].name);
-    EXPECT(r->cpu_vec == 1 && r->gpu_vec == 1, "%s: vector paths %d %d, expected 1 1", want[i].name, r->cpu_vec, r->gpu_vec);
+    EXPECT(r->size == 1 ? r->cpu_vec == 0 && r->gpu_vec == 0 && !r->compute : r->cpu_vec == 1 && r->gpu_vec == 1 && r->compute,
+           "%s: vector paths %d %d, compute %d", want[i].name, r->cpu_vec, r->gpu_vec, r->compute);
     EXPECT(amp__round_to(max, want[i].t) == max && amp__round_to(-max, want[i].t) == -max, "%s: max does not round to itself",
            want[i].name);
     EXPECT(amp__round_to(mn, want[i].t) == mn, "%s: min normal does not round to itself", want[i].name);
     /* the next value up (one ulp of the format above max) rounds to inf: max is the largest finite */
-    up = amp__bits_f32(r->max_bits + (want[i].size == 4 ? 1u : want[i].t == AMP_F16 ? 0x2000u : 0x10000u));
-    EXPECT(!amp__finite(amp__round_to(up, want[i].t)) || want[i].size == 4, "%s: %.9g above max stays finite", want[i].name,
-           (double)up);
+    up = amp__bits_f32(r->max_bits + (want[i].size == 4 ? 1u : want[i].t == AMP_F16 ? 0x2000u : want[i].t == AMP_BF16 ? 0x10000u :
+                                      want[i].t == AMP_E4M3 ? 0x100000u : 0x200000u));
+    if (want[i].size == 1)   /* fp8 stores saturate: one ulp above max (NaN / inf as a code) comes back as max */
+      EXPECT(amp__round_to(up, want[i].t) == max, "%s: %.9g above max gives %.9g, not max", want[i].name, (double)up,
+             (double)amp__round_to(up, want[i].t));
+    else
+      EXPECT(!amp__finite(amp__round_to(up, want[i].t)) || want[i].size == 4, "%s: %.9g above max stays finite", want[i].name,
+             (double)up);
     EXPECT(amp__grad_class(mn, mn, want[i].t) == AMP__G_NORMAL, "%s: min normal is not normal", want[i].name);
     EXPECT(amp__grad_class(amp__bits_f32(r->min_normal_bits - 1u), 1.0f, want[i].t) == AMP__G_SUBNORMAL,
            "%s: the float below min normal is not subnormal", want[i].name);
@@ -538,6 +548,61 @@ static void traits_table_rows_hold_the_known_values(void) {
   EXPECT(amp__dtype_row((amp_dtype)AMP__DTYPE_COUNT) == NULL && amp__dtype_row((amp_dtype)-1) == NULL, "a row past the table");
   EXPECT(strcmp(amp__dtype_name((amp_dtype)AMP__DTYPE_COUNT), "unknown") == 0, "name past the table: %s",
          amp__dtype_name((amp_dtype)AMP__DTYPE_COUNT));
+}
+
+/* fp8 is a storage format: amp_convert casts to and from it, and every entry point that computes or
+   steps in a type refuses AMP_E4M3 / AMP_E5M2 by name (AMP_ERR_ARG), changing nothing. */
+static void fp8_is_refused_where_a_compute_type_is_needed(void) {
+  static const amp_dtype f8[2] = { AMP_E4M3, AMP_E5M2 };
+  float w[8] = { 1.0f }, g[8] = { 0.0f }, a[4] = { 1.0f }, b[4] = { 1.0f }, c[4] = { 0.0f };
+  amp_fp8 q[8] = { 0 };
+  char what[48];
+  int k;
+  for (k = 0; k < 2; k++) {
+    amp_dtype t = f8[k];
+    amp_optimizer *o = NULL;
+    amp_scaler *sc = NULL;
+    amp_policy *p = NULL;
+    amp_tensor_desc d;
+    amp_gemm_opts go;
+    amp_status rc;
+    EXPECT(amp_convert(q, t, a, AMP_F32, 4) == AMP_OK && amp_convert(c, AMP_F32, q, t, 4) == AMP_OK && c[0] == 1.0f,
+           "amp_convert through %s: %s", amp__dtype_name(t), amp_last_error());
+    EXPECT(amp_optimizer_create(&o, amp_cpu(), NULL) == AMP_OK, "%s", amp_last_error());
+    if (!o) continue;
+    memset(&d, 0, sizeof d);
+    d.weights = q; d.dtype = t; d.grads = g; d.grad_dtype = AMP_GRAD_F32; d.n = 8;
+    rc = amp_optimizer_add_tensor(o, &d);
+    snprintf(what, sizeof what, "weights dtype %d (%s)", (int)t, amp__dtype_name(t));
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), what) && strstr(amp_last_error(), "storage format"), "add: %s '%s'",
+           amp_status_string(rc), amp_last_error());
+    d.weights = w; d.dtype = AMP_F32; d.grads = q; d.grad_dtype = t;
+    rc = amp_optimizer_add_tensor(o, &d);
+    snprintf(what, sizeof what, "grads dtype %d (%s)", (int)t, amp__dtype_name(t));
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), what), "add grads: %s '%s'", amp_status_string(rc), amp_last_error());
+    d.grads = g; d.grad_dtype = AMP_F32; d.round_to = t;
+    rc = amp_optimizer_add_tensor(o, &d);
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "round_to") && strstr(amp_last_error(), amp__dtype_name(t)),
+           "round_to: %s '%s'", amp_status_string(rc), amp_last_error());
+    EXPECT(amp_optimizer_count(o) == 0, "a refused tensor was added");
+    amp_optimizer_destroy(o);
+    rc = amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, q, t, 2, b, AMP_F32, 2, 0.0f, c, AMP_F32, 2);
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "a_type") && strstr(amp_last_error(), amp__dtype_name(t)), "gemm a: '%s'",
+           amp_last_error());
+    rc = amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, AMP_F32, 2, b, AMP_F32, 2, 0.0f, q, t, 2);
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "c_type"), "gemm c: '%s'", amp_last_error());
+    memset(&go, 0, sizeof go); go.bias = q; go.bias_type = t;
+    rc = amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, AMP_F32, 2, b, AMP_F32, 2, 0.0f, c, AMP_F32, 2, &go);
+    EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "bias_type"), "gemm bias: '%s'", amp_last_error());
+    if (amp_scaler_create(&sc, amp_cpu(), NULL) == AMP_OK) {
+      rc = amp_scaler_scale_buffer(sc, q, t, 8);
+      EXPECT(rc == AMP_ERR_ARG && strstr(amp_last_error(), "amp_scaler_scale_buffer") && strstr(amp_last_error(), amp__dtype_name(t)),
+             "scale_buffer: '%s'", amp_last_error());
+      amp_scaler_destroy(sc);
+    }
+    rc = amp_policy_create(&p, AMP_MODE_MIXED, t);
+    EXPECT(rc == AMP_ERR_ARG && p == NULL && strstr(amp_last_error(), amp__dtype_name(t)), "policy low: '%s'", amp_last_error());
+  }
 }
 
 /* A dtype the table lacks (the first value past it, and -1) is refused by every entry point that
@@ -660,5 +725,6 @@ int main(void) {
   RUN(convert_with_n_zero_accepts_null_pointers);
   RUN(traits_table_rows_hold_the_known_values);
   RUN(a_dtype_outside_the_table_is_refused_everywhere);
+  RUN(fp8_is_refused_where_a_compute_type_is_needed);
   TEST_END();
 }

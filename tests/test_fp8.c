@@ -204,9 +204,10 @@ static void bulk_tails_and_odd_addresses(void) {
   amp_simd_enable(1);
 }
 
-/* Every f16 and every bf16 pattern into fp8 (saturating), at every level: the f32 conversion of the
-   widened value (f16 and bf16 widen exactly). Every fp8 code out to f16 and bf16: exact, so the
-   f16/bf16 rounding of the f32 value is the value itself. The source one byte off as well. */
+/* amp_convert: every f16 and every bf16 pattern into fp8 (saturating), at every level: the f32
+   conversion of the widened value (f16 and bf16 widen exactly). Every fp8 code out to f16 and
+   bf16: exact, so the f16/bf16 rounding of the f32 value is the value itself. The source one byte
+   off as well. */
 static void f16_bf16_to_fp8_as_through_f32(void) {
   uint16_t *h = (uint16_t *)malloc(65536 * 2 + 2);
   amp_fp8 *q = (amp_fp8 *)malloc(65536), codes[256];
@@ -222,7 +223,7 @@ static void f16_bf16_to_fp8_as_through_f32(void) {
         int bad = 0, first = -1, off;
         for (off = 0; off < 2; off++) {
           if (off) { memmove((char *)h + 1, h, 65536 * 2); }
-          amp__convert_fp8(q, (char *)h + off, 65536, st, f, 0);
+          amp_convert(q, f ? AMP_E5M2 : AMP_E4M3, (char *)h + off, st, 65536);
           if (off) memmove(h, (char *)h + 1, 65536 * 2);
           for (i = 0; i < 65536; i++) {
             float x = t ? amp_bf16_to_f32((amp_bf16)i) : amp_f16_to_f32((amp_f16)i);
@@ -232,7 +233,7 @@ static void f16_bf16_to_fp8_as_through_f32(void) {
         }
         EXPECT(bad == 0, "level %d: %s -> %s: %d differ from the f32 conversion, first 0x%04x", l, t ? "bf16" : "f16",
                f ? "e5m2" : "e4m3", bad, first);
-        amp__convert_fp8(out, codes, 256, st, f, 1);
+        amp_convert(out, st, codes, f ? AMP_E5M2 : AMP_E4M3, 256);
         for (i = 0, bad = 0; i < 256; i++) {
           float x = f ? amp_e5m2_to_f32((amp_fp8)i) : amp_e4m3_to_f32((amp_fp8)i);
           uint16_t w = t ? amp_f32_to_bf16(x) : amp_f32_to_f16(x);
@@ -248,11 +249,54 @@ static void f16_bf16_to_fp8_as_through_f32(void) {
   free(h); free(q);
 }
 
+/* amp_convert between f32 and fp8 is the bulk loop (every level), and E4M3 <-> E5M2 goes through
+   f32: every code of one format to the other is the other's saturating rounding of its value;
+   into fp8 in place over a shifted overlap of one byte too (the two formats have one size). */
+static void amp_convert_takes_every_fp8_pair(void) {
+  enum { N = 4099 };
+  static float x[N];
+  static amp_fp8 a[N], b[N], codes[256], out[258];
+  int l, f, i, bad;
+  uint64_t r = 99;
+  for (i = 0; i < N; i++) {
+    uint32_t u;
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    u = (uint32_t)(r >> 32);
+    memcpy(&x[i], &u, 4);
+  }
+  for (l = 0; l < nlevels(); l++) {
+    set_level(l);
+    for (f = 0; f < 2; f++) {
+      amp_dtype t = f ? AMP_E5M2 : AMP_E4M3, o = f ? AMP_E4M3 : AMP_E5M2;
+      EXPECT(amp_convert(a, t, x, AMP_F32, N) == AMP_OK, "level %d: %s", l, amp_last_error());
+      amp__fp8_bulk(b, x, N, f, 0);
+      EXPECT(memcmp(a, b, N) == 0, "level %d: amp_convert f32 -> %s differs from the bulk loop", l, f ? "e5m2" : "e4m3");
+      for (i = 0; i < 256; i++) codes[i] = (amp_fp8)i;
+      EXPECT(amp_convert(out, o, codes, t, 256) == AMP_OK, "level %d: %s", l, amp_last_error());
+      for (i = 0, bad = 0; i < 256; i++) {
+        float v = f ? amp_e5m2_to_f32((amp_fp8)i) : amp_e4m3_to_f32((amp_fp8)i);
+        bad += out[i] != (f ? amp_f32_to_e4m3(v, 1) : amp_f32_to_e5m2(v, 1));
+      }
+      EXPECT(bad == 0, "level %d: %s -> %s: %d codes differ", l, f ? "e5m2" : "e4m3", f ? "e4m3" : "e5m2", bad);
+      for (i = 0; i < 256; i++) out[i + 1] = (amp_fp8)i;   /* in place, shifted by one */
+      EXPECT(amp_convert(out, o, out + 1, t, 256) == AMP_OK, "level %d: %s", l, amp_last_error());
+      for (i = 0, bad = 0; i < 256; i++) {
+        float v = f ? amp_e5m2_to_f32((amp_fp8)i) : amp_e4m3_to_f32((amp_fp8)i);
+        bad += out[i] != (f ? amp_f32_to_e4m3(v, 1) : amp_f32_to_e5m2(v, 1));
+      }
+      EXPECT(bad == 0, "level %d: %s -> %s over a shifted overlap: %d codes differ", l, f ? "e5m2" : "e4m3", f ? "e4m3" : "e5m2", bad);
+    }
+  }
+  set_level(2);
+  amp_simd_enable(1);
+}
+
 int main(void) {
   RUN(every_encoder_at_the_edges);
   RUN(all_codes_decode_exactly);
   RUN(round_trips);
   RUN(bulk_tails_and_odd_addresses);
   RUN(f16_bf16_to_fp8_as_through_f32);
+  RUN(amp_convert_takes_every_fp8_pair);
   TEST_END();
 }
