@@ -2527,6 +2527,19 @@ static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype
     amp__convert_simd(dst, dt, src, st, n);
     return;
   }
+  if (amp_simd_active() && dt != st && dt != AMP_F32 && st != AMP_F32 &&
+      (amp__dtype_cpu_vec(dt) || amp__dtype_cpu_vec(st))) {
+    /* a format with vector loops and one without (f16/bf16 <-> fp8): through f32 a block at a
+       time, each leg in its own loops; each block is read before it is written */
+    float tmp[256];
+    size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), i;
+    for (i = 0; i < n; i += 256) {
+      size_t k = n - i < 256 ? n - i : 256;
+      amp__convert_any(tmp, AMP_F32, (const char *)src + i * ss, st, k);
+      amp__convert_any((char *)dst + i * ds, dt, tmp, AMP_F32, k);
+    }
+    return;
+  }
 #endif
   if ((uintptr_t)dst % amp_dtype_size(dt) || (uintptr_t)src % amp_dtype_size(st)) {
     /* an address the C loops may not use as an element pointer (an odd one, say): through
