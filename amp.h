@@ -1622,17 +1622,29 @@ static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype r
    so the same seed gives the same bits on the CPU and in the kernels, whatever the order in which
    elements are written, and a run resumed from a checkpoint (which holds the update count) draws
    the same bits again. */
+#define AMP__MIX_M1 0xbf58476d1ce4e5b9ull    /* splitmix64's finaliser multipliers */
+#define AMP__MIX_M2 0x94d049bb133111ebull
+#define AMP__MIX_STEP 0x9e3779b97f4a7c15ull  /* the golden-ratio increment between counters */
+/* The finaliser's steps on any width: XOR, SHR (logical, 64-bit lanes) and MUL64 (the low 64 bits)
+   of the width, SET1 making a constant (the vector loops use it too). */
+#define AMP__MIX64_STEPS(z, XOR, SHR, MUL64, SET1) \
+  z = XOR(z, SHR(z, 30)); z = MUL64(z, SET1(AMP__MIX_M1)); \
+  z = XOR(z, SHR(z, 27)); z = MUL64(z, SET1(AMP__MIX_M2)); \
+  z = XOR(z, SHR(z, 31))
+#define AMP__MIX_XOR(a, b) ((a) ^ (b))
+#define AMP__MIX_SHR(a, k) ((a) >> (k))
+#define AMP__MIX_MUL(a, b) ((a) * (b))
+#define AMP__MIX_SET1(c) (c)
 static inline AMP_HD uint64_t amp__mix64(uint64_t z) {
-  z ^= z >> 30; z *= 0xbf58476d1ce4e5b9ull;
-  z ^= z >> 27; z *= 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  AMP__MIX64_STEPS(z, AMP__MIX_XOR, AMP__MIX_SHR, AMP__MIX_MUL, AMP__MIX_SET1);
+  return z;
 }
 static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t tensor) {
-  return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + 0x9e3779b97f4a7c15ull)) ^
+  return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + AMP__MIX_STEP)) ^
                     (tensor * 0xd1b54a32d192ed03ull));
 }
 static inline AMP_HD uint32_t amp__sr_bits16(uint64_t key, uint64_t i) {
-  return (uint32_t)(amp__mix64(key + (i + 1u) * 0x9e3779b97f4a7c15ull) >> 48);
+  return (uint32_t)(amp__mix64(key + (i + 1u) * AMP__MIX_STEP) >> 48);
 }
 /* f32 -> bf16 rounded stochastically: r (16 uniform bits) added below the kept bits carries into
    them with probability (cut bits) / 2^16, so the expected value is x (the magnitude rounds up
@@ -4370,16 +4382,15 @@ AMP__AVX2_INLINE __m256i amp__mul64x4(__m256i a, __m256i b) {
                                    _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
   return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
 }
+#define AMP__SET1X4(c) _mm256_set1_epi64x((long long)(c))
 AMP__AVX2_INLINE __m256i amp__mix64x4(__m256i z) {   /* amp__mix64 */
-  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 30));
-  z = amp__mul64x4(z, _mm256_set1_epi64x((long long)0xbf58476d1ce4e5b9ull));
-  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 27));
-  z = amp__mul64x4(z, _mm256_set1_epi64x((long long)0x94d049bb133111ebull));
-  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+  AMP__MIX64_STEPS(z, _mm256_xor_si256, _mm256_srli_epi64, amp__mul64x4, AMP__SET1X4);
+  return z;
 }
+#undef AMP__SET1X4
 /* amp__sr_bits16(key, i + j) in lane j = 0..7 */
 AMP__AVX2_INLINE __m256i amp__sr_bits8(uint64_t key, uint64_t i) {
-  const uint64_t step = 0x9e3779b97f4a7c15ull;
+  const uint64_t step = AMP__MIX_STEP;
   uint64_t b = key + (i + 1u) * step;
   const __m256i low32 = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   __m256i lo = _mm256_setr_epi64x((long long)b, (long long)(b + step), (long long)(b + 2u * step),
@@ -4575,16 +4586,15 @@ static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, flo
 #undef AMP__B_
 }
 /* The same on 16 lanes (AVX-512: F, BW, DQ for the 64-bit multiply), tails under a lane mask. */
+#define AMP__SET1X8(c) _mm512_set1_epi64((long long)(c))
 AMP__AVX512_INLINE __m512i amp__mix64x8(__m512i z) {   /* amp__mix64 */
-  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
-  z = _mm512_mullo_epi64(z, _mm512_set1_epi64((long long)0xbf58476d1ce4e5b9ull));
-  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 27));
-  z = _mm512_mullo_epi64(z, _mm512_set1_epi64((long long)0x94d049bb133111ebull));
-  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+  AMP__MIX64_STEPS(z, _mm512_xor_si512, _mm512_srli_epi64, _mm512_mullo_epi64, AMP__SET1X8);
+  return z;
 }
-/* amp__sr_bits16(key, i + j) in lane j = 0..15; offs holds j * 0x9e3779b97f4a7c15 for j = 0..7 */
+#undef AMP__SET1X8
+/* amp__sr_bits16(key, i + j) in lane j = 0..15; offs holds j * AMP__MIX_STEP for j = 0..7 */
 AMP__AVX512_INLINE __m512i amp__sr_bits16x(uint64_t key, uint64_t i, __m512i offs) {
-  const uint64_t step = 0x9e3779b97f4a7c15ull;
+  const uint64_t step = AMP__MIX_STEP;
   __m512i lo = _mm512_add_epi64(_mm512_set1_epi64((long long)(key + (i + 1u) * step)), offs);
   __m512i hi = _mm512_add_epi64(lo, _mm512_set1_epi64((long long)(8u * step)));
   __m256i l32 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(amp__mix64x8(lo), 48));
@@ -4622,7 +4632,7 @@ static AMP__AVX512 void amp__o_master_load_avx512(float *d, const amp_bf16 *w, c
 }
 static AMP__AVX512 void amp__o_master_store_avx512(amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *p,
                                                    size_t k) {
-  const uint64_t step = 0x9e3779b97f4a7c15ull;
+  const uint64_t step = AMP__MIX_STEP;
   __m512i offs = _mm512_setr_epi64(0, (long long)step, (long long)(2u * step), (long long)(3u * step),
                                    (long long)(4u * step), (long long)(5u * step), (long long)(6u * step),
                                    (long long)(7u * step));

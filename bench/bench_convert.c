@@ -1,4 +1,5 @@
-/* bench/bench_convert.c - amp_convert throughput for every pair of F32/F16/BF16 at 64M elements,
+/* bench/bench_convert.c - amp_convert throughput for every pair of F32/F16/BF16 at 64M elements
+   (and f32 into each fp8 format against f32 -> f16, the last lines),
    in GB/s counting bytes read + written, median of 7, built as users build (`cc -O2`, no -march),
    against references run on the same buffers in the same run, taking turns: the plain intrinsic
    loops (AVX2 + F16C, AVX-512, AVX512-BF16's vcvtneps2bf16 for f32->bf16, each where the CPU has
@@ -116,6 +117,10 @@ static size_t g_bytes;
 static void run_simd(void *d, const void *s, size_t n) { amp_simd_enable(1); amp_convert(d, g_dt, s, g_st, n); }
 static void run_portable(void *d, const void *s, size_t n) { amp_simd_enable(0); amp_convert(d, g_dt, s, g_st, n); amp_simd_enable(1); }
 static void run_memcpy(void *d, const void *s, size_t n) { (void)n; memcpy(d, s, g_bytes); }
+/* fp8 against the f16 cast of the same f32 input, on the same buffers (the f16 output holds either) */
+static void run_f32_e4m3(void *d, const void *s, size_t n) { amp_convert(d, AMP_E4M3, s, AMP_F32, n); }
+static void run_f32_e5m2(void *d, const void *s, size_t n) { amp_convert(d, AMP_E5M2, s, AMP_F32, n); }
+static void run_f32_f16(void *d, const void *s, size_t n) { amp_convert(d, AMP_F16, s, AMP_F32, n); }
 
 /* GB/s of each of m functions (bytes[k] moved each), median of REPS timed runs after one untimed.
    The functions take turns within each repetition so that a noisy neighbour slows all alike. */
@@ -210,6 +215,13 @@ int main(void) {
         if (tnp > 0) bench_line(name, ours, bytes / tnp / 1e9, "GB/s");
       } else printf("%s->%s vs NumPy astype: skipped (%s)\n", tn(st), tn(dt), why);
     }
+  }
+  {   /* fp8: f32 -> E4M3 / E5M2 (saturating) against f32 -> f16, taking turns, in bytes moved */
+    conv_fn f[3] = { run_f32_e4m3, run_f32_e5m2, run_f32_f16 };
+    double by[3] = { 5.0 * (double)N, 5.0 * (double)N, 6.0 * (double)N }, gbs[3];
+    rates(f, by, gbs, 3, out[1], buf[0], N);
+    bench_line("f32->e4m3 vs f32->f16 (amp_convert)", gbs[0], gbs[2], "GB/s");
+    bench_line("f32->e5m2 vs f32->f16 (amp_convert)", gbs[1], gbs[2], "GB/s");
   }
   for (a = 0; a < 3; a++) { free(buf[a]); free(out[a]); }
   return 0;
