@@ -225,6 +225,9 @@ static void mrig_free(mrig *R) { amp_optimizer_destroy(R->o); amp_scaler_destroy
 static void bench_modes(size_t n_cache, size_t n_big) {
   size_t k, i;
   int r;
+  const char *lv = getenv("BENCH_OPTIM_LEVEL");   /* 0 portable, 1 AVX2, 2 AVX-512 at most; unset: the CPU's best */
+  if (lv && *lv) amp__opt_simd = atoi(lv);
+  printf("every mode: loops %s\n", level_name(lv && *lv && atoi(lv) < level() ? atoi(lv) : level()));
   for (k = 0; k < sizeof modes / sizeof modes[0]; k++) {
     const mode *md = &modes[k];
     mrig R;
