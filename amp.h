@@ -4710,9 +4710,8 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
                                amp_dtype gt, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
   float pb[AMP__CHUNK], out[AMP__CHUNK];
   size_t i0, gs = amp_dtype_size(gt);
-  int l = 0;
 #ifdef AMP__X86_SIMD
-  l = amp__opt_level();
+  int l = amp__opt_level();
 #endif
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
@@ -4727,7 +4726,6 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
 #endif
     amp__o_master_store(w, rem, key, i0, out, k);
   }
-  (void)l;
 }
 
 AMP__EXACT_END
