@@ -2109,13 +2109,18 @@ static inline const amp__dtype_traits *amp__dtype_row(amp_dtype t) {
 static const char *amp__dtype_name(amp_dtype t) { return amp__dtype_row(t) ? amp__dtype_row(t)->name : "unknown"; }
 static inline int amp__dtype_cpu_vec(amp_dtype t) { return amp__dtype_row(t) && amp__dtype_row(t)->cpu_vec; }
 /* AMP_OK for a format; else AMP_ERR_ARG with "fn: what N is not a number format (AMP_F32, ...)". */
+/* The names of the formats, ", "-separated, into list (cap bytes): every row, or compute ones only. */
+static void amp__dtype_names(char *list, size_t cap, int compute_only) {
+  size_t i, at = 0;
+  list[0] = '\0';
+  for (i = 0; i < (size_t)AMP__DTYPE_COUNT && at < cap; i++)
+    if (!compute_only || amp__dtype_table[i].compute)
+      at += (size_t)snprintf(list + at, cap - at, "%s%s", at ? ", " : "", amp__dtype_table[i].name);
+}
 static amp_status amp__dtype_check(const char *fn, const char *what, amp_dtype t) {
   char list[256];
-  size_t i, at = 0;
   if (amp__dtype_row(t)) return AMP_OK;
-  list[0] = '\0';
-  for (i = 0; i < (size_t)AMP__DTYPE_COUNT && at < sizeof list; i++)
-    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", amp__dtype_table[i].name);
+  amp__dtype_names(list, sizeof list, 0);
   return amp__fail(AMP_ERR_ARG, "%s: %s %d is not a number format (%s)", fn, what, (int)t, list);
 }
 /* AMP_OK when t is a format to compute and step in (the compute column), else AMP_ERR_ARG naming
@@ -2123,13 +2128,9 @@ static amp_status amp__dtype_check(const char *fn, const char *what, amp_dtype t
 static amp_status amp__dtype_compute_check(const char *fn, const char *what, amp_dtype t) {
   const amp__dtype_traits *r = amp__dtype_row(t);
   char list[256];
-  size_t i, at = 0;
   if (!r) return amp__dtype_check(fn, what, t);
   if (r->compute) return AMP_OK;
-  list[0] = '\0';
-  for (i = 0; i < (size_t)AMP__DTYPE_COUNT && at < sizeof list; i++)
-    if (amp__dtype_table[i].compute)
-      at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", amp__dtype_table[i].name);
+  amp__dtype_names(list, sizeof list, 1);
   return amp__fail(AMP_ERR_ARG, "%s: %s %d (%s) is a storage format, which amp_convert casts to and from; %s is "
                    "one of %s", fn, what, (int)t, r->name, what, list);
 }
@@ -2215,18 +2216,21 @@ static void amp__from_f32(void *d, amp_dtype t, const float *s, size_t n) {
   AMP__DTYPE_SWITCH(t, AMP__FROM_)
 #undef AMP__FROM_
 }
+static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n);
 static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
   size_t i;
   if (dt == st) { memmove(dst, src, n * amp_dtype_size(dt)); return; }
   if (st == AMP_F32) amp__from_f32(dst, dt, (const float *)src, n);   /* f32 the pivot: one loop */
   else if (dt == AMP_F32) amp__to_f32((float *)dst, src, st, n);
-  else { /* through f32, a chunk at a time; each chunk is read before it is written, so dst == src is safe */
+  else { /* through f32, a chunk at a time, each leg by amp__convert_any (so a leg whose format has
+            vector loops runs in them: f16/bf16 <-> fp8); each chunk is read before it is written,
+            so dst == src is safe */
     float tmp[256];
     size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
     for (i = 0; i < n; i += 256) {
       size_t k = n - i < 256 ? n - i : 256;
-      amp__to_f32(tmp, (const char *)src + i * ss, st, k);
-      amp__from_f32((char *)dst + i * ds, dt, tmp, k);
+      amp__convert_any(tmp, AMP_F32, (const char *)src + i * ss, st, k);
+      amp__convert_any((char *)dst + i * ds, dt, tmp, AMP_F32, k);
     }
   }
 }
@@ -2341,14 +2345,16 @@ AMP__AVX2_INLINE __m256 amp__ld8(amp_dtype t, const void *p) {
   return _mm256_setzero_ps();
 }
 /* 8 f32 bit patterns -> 8 bf16 in the low halves of the lanes: amp_f32_to_bf16 on each lane. */
+/* All ones in the lanes of 8 f32 bit patterns that are NaN: |u| > inf's bits (a signed compare is
+   right since both sides are below 2^31). */
+AMP__AVX2_INLINE __m256i amp__nan8(__m256i u) {
+  return _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+}
 AMP__AVX2_INLINE __m256i amp__bf16_round8(__m256i u) {
   __m256i hi = _mm256_srli_epi32(u, 16);
   __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
                                                  _mm256_and_si256(hi, _mm256_set1_epi32(1))), 16);
-  /* |u| > inf bits is NaN: a signed compare is right since both sides are below 2^31 */
-  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                   _mm256_set1_epi32(0x7f800000));
-  return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), amp__nan8(u));
 }
 AMP__AVX2_INLINE void amp__st8_f32(void *p, __m256 x, int nt) {
   if (nt) _mm256_stream_ps((float *)p, x); else _mm256_storeu_ps((float *)p, x);
@@ -2395,13 +2401,15 @@ AMP__AVX512_INLINE void amp__st16f(float *p, __m512 x, __mmask16 k) {
   if (k == 0xffff) _mm512_storeu_ps(p, x);
   else _mm512_mask_storeu_ps(p, k, x);
 }
+/* The NaN lanes of 16 f32 bit patterns, as a mask. */
+AMP__AVX512_INLINE __mmask16 amp__nan16(__m512i u) {
+  return _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+}
 AMP__AVX512_INLINE __m256i amp__bf16_round16(__m512i u) {
   __m512i hi = _mm512_srli_epi32(u, 16);
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
                                                  _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
-  __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, amp__nan16(u), hi, _mm512_set1_epi32(0x40)));
 }
 AMP__AVX512_INLINE void amp__st16_f32(void *p, __m512 x, __mmask16 k, int nt) {
   if (nt) _mm512_stream_ps((float *)p, x); else amp__st16f((float *)p, x, k);
@@ -2537,19 +2545,6 @@ static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype
 #ifdef AMP__X86_SIMD
   if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st)) {
     amp__convert_simd(dst, dt, src, st, n);
-    return;
-  }
-  if (amp_simd_active() && dt != st && dt != AMP_F32 && st != AMP_F32 &&
-      (amp__dtype_cpu_vec(dt) || amp__dtype_cpu_vec(st))) {
-    /* a format with vector loops and one without (f16/bf16 <-> fp8): through f32 a block at a
-       time, each leg in its own loops; each block is read before it is written */
-    float tmp[256];
-    size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), i;
-    for (i = 0; i < n; i += 256) {
-      size_t k = n - i < 256 ? n - i : 256;
-      amp__convert_any(tmp, AMP_F32, (const char *)src + i * ss, st, k);
-      amp__convert_any((char *)dst + i * ds, dt, tmp, AMP_F32, k);
-    }
     return;
   }
 #endif
@@ -4400,9 +4395,6 @@ AMP__AVX2_INLINE __m256i amp__sr_bits8(uint64_t key, uint64_t i) {
   hi = _mm256_permutevar8x32_epi32(_mm256_srli_epi64(amp__mix64x4(hi), 48), low32);
   return _mm256_blend_epi32(lo, hi, 0xf0);
 }
-AMP__AVX2_INLINE __m256i amp__nan8(__m256i u) {   /* all ones in the NaN lanes */
-  return _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-}
 AMP__AVX2_INLINE __m128i amp__pack8(__m256i r) {   /* 8 lanes <= 0xffff to 8 16-bit elements */
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
@@ -4612,8 +4604,7 @@ AMP__AVX512_INLINE __m512 amp__master_ld16(const amp_bf16 *w, const uint16_t *re
 AMP__AVX512_INLINE void amp__master_st16(amp_bf16 *w, uint16_t *rem, uint64_t key, uint64_t i, __m512i offs, __m512 x,
                                          __mmask16 k) {
   __m512i u = _mm512_castps_si512(x), hi;
-  __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  __mmask16 nan = amp__nan16(u);
   if (rem) {
     hi = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x8000)), 16);
     amp__st16h(rem, _mm512_cvtepi32_epi16(_mm512_maskz_and_epi32((__mmask16)~nan, u, _mm512_set1_epi32(0xffff))), k, 0);
@@ -4642,15 +4633,26 @@ static AMP__AVX512 void amp__o_master_store_avx512(amp_bf16 *w, uint16_t *rem, u
     amp__master_st16(w + i0 + i, rem ? rem + i0 + i : NULL, key, (uint64_t)(i0 + i), offs, amp__ld16f(p + i, m), m);
   }
 }
-/* The masters' block load and store at level l (1 AVX2, 2 AVX-512). */
-static void amp__o_master_load_vec(int l, float *d, const amp_bf16 *w, const uint16_t *rem, size_t i0, size_t k) {
-  if (l >= 2) amp__o_master_load_avx512(d, w, rem, i0, k); else amp__o_master_load_avx2(d, w, rem, i0, k);
-}
-static void amp__o_master_store_vec(int l, amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *p,
-                                    size_t k) {
-  if (l >= 2) amp__o_master_store_avx512(w, rem, key, i0, p, k); else amp__o_master_store_avx2(w, rem, key, i0, p, k);
-}
 #endif
+
+/* The masters' block load and store at loop level l (0 the plain loops, 1 AVX2, 2 AVX-512). */
+static void amp__o_master_load_at(int l, float *d, const amp_bf16 *w, const uint16_t *rem, size_t i0, size_t k) {
+#ifdef AMP__X86_SIMD
+  if (l >= 2) { amp__o_master_load_avx512(d, w, rem, i0, k); return; }
+  if (l == 1) { amp__o_master_load_avx2(d, w, rem, i0, k); return; }
+#endif
+  (void)l;
+  amp__o_master_load(d, w, rem, i0, k);
+}
+static void amp__o_master_store_at(int l, amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *p,
+                                   size_t k) {
+#ifdef AMP__X86_SIMD
+  if (l >= 2) { amp__o_master_store_avx512(w, rem, key, i0, p, k); return; }
+  if (l == 1) { amp__o_master_store_avx2(w, rem, key, i0, p, k); return; }
+#endif
+  (void)l;
+  amp__o_master_store(w, rem, key, i0, p, k);
+}
 
 /* With gradient stats: the AVX-512 loop where the CPU has it, else the portable one (the same bits). */
 static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
@@ -4693,11 +4695,11 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       amp__o_step_vec(l, kind, p + i0, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32,
                       AMP_F32, k, gmul, c);
-      amp__o_master_store_vec(l, (amp_bf16 *)w, NULL, key, i0, out, k);
+      amp__o_master_store_at(l, (amp_bf16 *)w, NULL, key, i0, out, k);
     }
     return;
   }
-  if (l && !sr && amp__o_step_vec(l, kind, p, m, v, g, gt, w, wt, rt, n, gmul, c)) return;
+  if (l && amp__o_step_vec(l, kind, p, m, v, g, gt, w, wt, rt, n, gmul, c)) return;
 #endif
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
@@ -4710,21 +4712,13 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
                                amp_dtype gt, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
   float pb[AMP__CHUNK], out[AMP__CHUNK];
   size_t i0, gs = amp_dtype_size(gt);
-#ifdef AMP__X86_SIMD
   int l = amp__opt_level();
-#endif
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-#ifdef AMP__X86_SIMD
-    if (l) amp__o_master_load_vec(l, pb, w, rem, i0, k); else
-#endif
-    amp__o_master_load(pb, w, rem, i0, k);
+    amp__o_master_load_at(l, pb, w, rem, i0, k);
     amp__o_step(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0,
                 0u, k, gmul, c);
-#ifdef AMP__X86_SIMD
-    if (l) amp__o_master_store_vec(l, w, rem, key, i0, out, k); else
-#endif
-    amp__o_master_store(w, rem, key, i0, out, k);
+    amp__o_master_store_at(l, w, rem, key, i0, out, k);
   }
 }
 
@@ -4950,7 +4944,6 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   ws = amp_dtype_size(t->dtype); gs = amp_dtype_size(gtype); n = t->n;
   weights = t->weights; grads = t->grads;
   if ((st = amp__dtype_compute_check(fn, "weights dtype", t->dtype)) != AMP_OK) return st;
-  if (!gs) return amp__dtype_check(fn, "grads dtype", t->grad_dtype);
   if ((st = amp__dtype_compute_check(fn, "grads dtype", gtype)) != AMP_OK) return st;
   if (!weights) return amp__fail(AMP_ERR_ARG, "%s: weights is NULL", fn);
   if (!grads && !grads_late)
@@ -7862,11 +7855,11 @@ static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta,
   amp_dtype *ty[2];
   size_t span[2];
   amp_status st = AMP_OK;
-  int j;
+  int j, mixed = a_type != b_type && k > 0;
   op[0] = &A; op[1] = &B; ty[0] = &a_type; ty[1] = &b_type;
   span[0] = amp__gemm_op_span(layout == AMP_ROW_MAJOR, ta, m, k, lda);
   span[1] = amp__gemm_op_span(layout == AMP_ROW_MAJOR, tb, k, n, ldb);
-  for (j = 0; j < 2 && a_type != b_type && k > 0 && st == AMP_OK; j++) {
+  for (j = 0; j < 2 && mixed && st == AMP_OK; j++) {
     if (*ty[j] == AMP_F32) continue;
     st = amp__cu_scratch_alloc(d->cuda, &wide[j], span[j] * sizeof(float), msg, cap);
     if (st == AMP_OK) st = amp__cu_cast(d->cuda, wide[j], AMP_F32, *op[j], (int32_t)*ty[j], span[j], msg, cap);

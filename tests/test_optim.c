@@ -449,10 +449,10 @@ static void vector_helpers_equal_the_scalar_functions_on_special_values(void) {
       size_t i0 = k % 7;
       if (i0 + k > N) continue;
       amp__o_master_store(ws, rs, key, i0, x, k);
-      amp__o_master_store_vec(level, wv, rv, key, i0, x, k);
+      amp__o_master_store_at(level, wv, rv, key, i0, x, k);
       EXPECT(memcmp(ws + i0, wv + i0, k * 2) == 0 && memcmp(rs + i0, rv + i0, k * 2) == 0, "split encode, %zu at %zu: differs", k, i0);
       amp__o_master_load(back_s, ws, rs, i0, k);
-      amp__o_master_load_vec(level, back_v, ws, rs, i0, k);
+      amp__o_master_load_at(level, back_v, ws, rs, i0, k);
       EXPECT(memcmp(back_s, back_v, k * 4) == 0, "split decode, %zu at %zu: differs", k, i0);
       for (i = 0; i < k; i++) {   /* the split is exact: every non-NaN value comes back */
         uint32_t a, b;
@@ -461,10 +461,10 @@ static void vector_helpers_equal_the_scalar_functions_on_special_values(void) {
       }
       EXPECT(i == k, "split round trip, %zu at %zu: element %zu %08x", k, i0, i, i < k ? (unsigned)amp_f32_to_bf16(x[i]) : 0u);
       amp__o_master_store(ws, NULL, key + k, i0, x, k);
-      amp__o_master_store_vec(level, wv, NULL, key + k, i0, x, k);
+      amp__o_master_store_at(level, wv, NULL, key + k, i0, x, k);
       EXPECT(memcmp(ws + i0, wv + i0, k * 2) == 0, "stochastic rounding, %zu at %zu: differs", k, i0);
       amp__o_master_load(back_s, ws, NULL, i0, k);
-      amp__o_master_load_vec(level, back_v, ws, NULL, i0, k);
+      amp__o_master_load_at(level, back_v, ws, NULL, i0, k);
       EXPECT(memcmp(back_s, back_v, k * 4) == 0, "bf16 widening, %zu at %zu: differs", k, i0);
     }
     for (i = 0; i + 16 <= N; i += 16) {
