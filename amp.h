@@ -27,6 +27,8 @@
                                    step without backing off the scale; amp_optimizer_spike_skips
       FP8 FORMATS                  E4M3 and E5M2 (amp_fp8), their rounding and saturation, the
                                    E8M0 block scale; amp_f32_to_e4m3 / _e5m2 / _e8m0 and back
+      FP8 SCALING                  the per-tensor recipes (TE delayed and current, torchao,
+                                   MS-AMP), amp_fp8_scaler, amp_quantize (the cast and its amax)
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -160,7 +162,65 @@
       on x86-64, and the CUDA cast kernels take them (the same functions). Every entry point that
       computes or steps in a type (model copies, grads, round_to, amp_gemm, the scaler's buffers,
       the policy's low type) refuses them with AMP_ERR_ARG naming the argument: what a tensor in
-      fp8 needs is a scale, which the scaling recipes (to come) give.
+      fp8 needs is a scale, which the scaling recipes give (FP8 SCALING).
+
+   FP8 SCALING
+
+      An fp8 cast keeps about two significant digits over a short range (E4M3: 2^-9 to 448), so a
+      tensor is multiplied by a scale first, chosen so that its largest magnitude (its amax) lands
+      near the format's largest value: q = fp8(x * scale), and x ~ q * scale_inv with
+      scale_inv = 1 / scale (what the matrix product multiplies back). Choosing the scale is the
+      recipe. amp.h has the four the anchors use, each with the anchor's exact bits:
+
+        AMP_FP8_DELAYED  TransformerEngine's DelayedScaling (the default). Each tensor keeps a
+                         history of its last amaxes (history_len, 1024 by default). The scale for
+                         the next step is (fmax * 2^-margin) / amax, where amax is the largest in
+                         the history ("max") or this step's (most_recent = 1). Cheap: the amax of
+                         a cast is measured in the cast itself and used one step later, so no
+                         extra pass over the data; the price is that a sudden spike is cast with
+                         the old, too large scale once (those values saturate), and that after it
+                         the scale stays low for the whole history. An amax that is 0, inf or NaN
+                         keeps the old scale; a quotient that overflows becomes FLT_MAX.
+        AMP_FP8_CURRENT  TransformerEngine's Float8CurrentScaling: fmax / amax of the tensor being
+                         cast (so the amax is measured first: amp_quantize with q NULL, then the
+                         scale, then the cast). amax below amax_epsilon counts as amax_epsilon;
+                         0, inf or NaN gives scale 1; an overflow FLT_MAX; pow2 keeps only the
+                         sign and exponent bits (a power of two: scaling then loses no bits).
+        AMP_FP8_TORCHAO  torchao's tensorwise scaling: fmax / max(amax, 1e-12) in double, rounded
+                         to f32. At amax 0 that is 4.48e14 for E4M3, where TE says 1: the anchors
+                         disagree, and each preset keeps its own anchor's answer. inf gives 0, NaN
+                         NaN. pow2: 2^floor(log2 scale), with the exact binary exponent (torch
+                         takes log2 in f32, which rounds up to the next power when the scale is
+                         within an f32 rounding of it; amp.h does not copy that).
+        AMP_FP8_MSAMP    MS-AMP's scaling factor: the power of two 2^(floor(log2(fmax / amax)) -
+                         margin), margin an integer; amax 0, inf or NaN keeps the old scale.
+
+      fmax is 448 for E4M3 and 57344 for E5M2. TransformerEngine's HYBRID format is E4M3 for the
+      forward tensors (weights, activations) and E5M2 for the gradients; give the scaler each
+      tensor's format. The rule alone is amp_fp8_scale_from_amax(config, format, amax, prev_scale):
+      integer tests on the bits, IEEE divisions and powers of two built from their bits, so it
+      gives the same scale in every build (-Ofast included), on the CPU and in the CUDA kernel,
+      which runs the same function. A non-integer DELAYED margin takes powf (TE's std::pow): the
+      one place where the GPU may differ from the host, by an ulp of 2^-margin.
+
+      amp_fp8_scaler keeps n tensors' scales, scale_invs and histories (TE's "fp8 meta"), on the
+      CPU or on a CUDA device. One step:
+          for each tensor i:  amp_quantize(d, q_i, fmt_i, x_i, AMP_BF16, n_i,
+                                           amp_fp8_scaler_scale_ptr(f, i), amp_fp8_scaler_amax_ptr(f, i));
+          ... the products, the backward ...
+          amp_fp8_scaler_update(f);            // every tensor's next scale, histories rolled
+      amp_quantize casts x * scale into fp8 (saturating, as TE and torchao cast) and writes the
+      amax of x into slot 0 of the tensor's history in the same pass (several casts of one tensor
+      in a step: their max). update applies the recipe to every tensor, TransformerEngine's
+      amax_and_scale_update bit for bit: the amax the recipe reads (the history's max, passing over
+      NaN slots, or slot 0), then the roll (slot j takes slot j + 1, the last slot takes slot 0,
+      slot 0 is cleared for the next step), then scale and scale_inv = 1 / scale. A fresh scaler
+      has every scale 1 and every history 0, as TE's. On CUDA update is one launch that never
+      waits for the host, and the pointers are device pointers: a CUDA graph can capture a step.
+      Recipes other than DELAYED keep one slot: the amax recorded in the step gives the scale the
+      next casts use (for the anchors' current scaling, measure first as said above).
+      amp_fp8_scaler_record adds an amax measured elsewhere; get_scale, get_scale_inv and history
+      read the state (on CUDA they wait for the stream).
 
    VERSION HISTORY
 
@@ -185,7 +245,9 @@
                            the dtypes AMP_E4M3 / AMP_E5M2 (amp_convert, CUDA casts); vector
                            loops for every master mode, model copy and kind; grads given after
                            add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
-                           refused (AMP_GRAD_F32); amp_gemm takes A and B of different types.
+                           refused (AMP_GRAD_F32); amp_gemm takes A and B of different types;
+                           fp8 scaling: the four recipes (amp_fp8_scale_from_amax),
+                           amp_fp8_scaler, amp_quantize.
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -851,6 +913,97 @@ typedef struct amp_scale_params {
 
 /* The rule's state and resolved parameters (a copy; on CUDA this waits for the stream). */
 AMPDEF amp_status amp_scaler_get_state(const amp_scaler *s, amp_scale_state *state, amp_scale_params *params);
+
+/* ------------------------------------------------------------------------------------------
+   fp8 scaling: the per-tensor recipes, the fp8 scaler, the cast that measures its amax
+   (the manual's FP8 SCALING says what each recipe does and why)
+   ------------------------------------------------------------------------------------------ */
+
+/* X(name, value, label): the recipes, each an anchor's rule for a tensor's scale. */
+#define AMP__FP8_RECIPES(X) \
+  X(AMP_FP8_DELAYED, 0, delayed)   /* TransformerEngine DelayedScaling: the max (or the latest) of an amax history */ \
+  X(AMP_FP8_CURRENT, 1, current)   /* TransformerEngine Float8CurrentScaling: fmax / amax in f32 */ \
+  X(AMP_FP8_TORCHAO, 2, torchao)   /* torchao tensorwise: fmax / max(amax, 1e-12) in double */ \
+  X(AMP_FP8_MSAMP, 3, msamp)       /* MS-AMP: the power of two at or below fmax / amax, shifted by the margin */
+typedef enum amp_fp8_recipe { AMP__FP8_RECIPES(AMP__LABEL_ITEM) } amp_fp8_recipe;
+#define AMP_FP8_HISTORY_MAX 65536   /* the longest amax history an fp8 scaler keeps */
+
+/* Zero means the defaults: DELAYED, a history of 1024, "max", margin 0. */
+typedef struct amp_fp8_config {
+  amp_fp8_recipe recipe;
+  int   history_len;   /* DELAYED: 1..AMP_FP8_HISTORY_MAX amaxes kept per tensor; 0 -> 1024. Others: 0 */
+  int   most_recent;   /* DELAYED: 1 = amax_compute_algo "most_recent" (slot 0), 0 = "max" (every slot) */
+  float margin;        /* DELAYED, MSAMP (an integer there): the scale divided by 2^margin; |margin| <= 64 */
+  int   pow2;          /* CURRENT, TORCHAO: round the scale down to a power of two */
+  float amax_epsilon;  /* CURRENT: an amax below it counts as it (TE's amax_epsilon, default 0) */
+} amp_fp8_config;
+
+/* The rule alone: the next scale of a tensor cast to `format` (AMP_E4M3: fmax 448, AMP_E5M2:
+   57344), given the amax the recipe reads (DELAYED: the history's, computed by the caller) and the
+   previous scale (1 at start). The same function runs in the CPU scaler and the CUDA kernel.
+   c NULL is the defaults; a format that is not fp8 or a recipe that is not one of the list
+   gives NaN (it cannot report more: it runs on the device too; amp_fp8_scaler_create checks). */
+static inline AMP_HD float amp_fp8_scale_from_amax(const amp_fp8_config *c, amp_dtype format, float amax,
+                                                   float prev_scale);
+
+/* n tensors' formats, scales, scale_invs (1 / scale) and amax histories on a device (TE's "fp8
+   meta"): each step the casts write each tensor's amax into its slot 0 (amp_quantize with
+   amp_fp8_scaler_amax_ptr, or amp_fp8_scaler_record), and amp_fp8_scaler_update, once per step,
+   turns them into every tensor's next scale by the recipe and rolls the histories. A fresh scaler
+   has every scale 1 and every history 0 (as TE). On CUDA the state lives in device memory, update
+   is one launch with no host wait (a CUDA graph may capture it), and the pointers are device
+   pointers. formats: n entries, each AMP_E4M3 or AMP_E5M2 (HYBRID: E4M3 for the forward tensors,
+   E5M2 for the grads); NULL: all AMP_E4M3. Refused with AMP_ERR_ARG, nothing made: n 0, a format
+   that is not fp8, a history_len out of range or given to a recipe without history, a margin
+   that is NaN, infinite, above 64 in size, nonzero for CURRENT/TORCHAO or not an integer for
+   MSAMP, pow2 with DELAYED/MSAMP, a negative or NaN amax_epsilon, an unknown recipe. */
+typedef struct amp_fp8_scaler amp_fp8_scaler;
+AMPDEF amp_status amp_fp8_scaler_create(amp_fp8_scaler **out, amp_device *d, const amp_fp8_config *c, size_t n,
+                                        const amp_dtype *formats);
+AMPDEF void       amp_fp8_scaler_destroy(amp_fp8_scaler *f);
+/* Tensor i's amax this step, from the host: slot 0 becomes max(slot 0, amax) (several calls give
+   their max; a NaN is kept). amax must be >= 0 or NaN. On CUDA one launch, stream-ordered. */
+AMPDEF amp_status amp_fp8_scaler_record(amp_fp8_scaler *f, size_t i, float amax);
+/* Once per step, after every cast of the step: each tensor's next scale and scale_inv, histories
+   rolled (slot 0 cleared for the next step). */
+AMPDEF amp_status amp_fp8_scaler_update(amp_fp8_scaler *f);
+/* Tensor i's scale / scale_inv now (on CUDA these wait for the stream; a failed read gives NaN, see
+   DEVICE ERRORS AND GETTERS); NaN for a bad f or i, with amp_last_error() saying why. */
+AMPDEF float      amp_fp8_scaler_get_scale(amp_fp8_scaler *f, size_t i);
+AMPDEF float      amp_fp8_scaler_get_scale_inv(amp_fp8_scaler *f, size_t i);
+/* Tensor i's amax history, oldest-first as the rule sees it: out[j] = slot j, j < len (len at most
+   the history length; a copy, waiting for the stream on CUDA). */
+AMPDEF amp_status amp_fp8_scaler_history(amp_fp8_scaler *f, size_t i, float *out, int len);
+/* Where a cast writes tensor i's amax this step (slot 0; pass it as amp_quantize's amax_out), and
+   where its scale and scale_inv live; device pointers on CUDA, valid until destroy. NULL for a
+   bad f or i. */
+AMPDEF float       *amp_fp8_scaler_amax_ptr(amp_fp8_scaler *f, size_t i);
+AMPDEF const float *amp_fp8_scaler_scale_ptr(amp_fp8_scaler *f, size_t i);
+AMPDEF const float *amp_fp8_scaler_scale_inv_ptr(amp_fp8_scaler *f, size_t i);
+AMPDEF amp_fp8_config amp_fp8_scaler_config(const amp_fp8_scaler *f);   /* as resolved (defaults filled) */
+/* Checkpoints: the whole state (scales, scale_invs, histories, formats, the recipe's fields) in
+   its own file, written atomically and read back checked as amp_checkpoint_save/_load do (CRC,
+   sizes; AMP_ERR_CORRUPT names what is wrong; a failed load changes nothing). Load into a scaler
+   made with the same recipe, n and formats (refused otherwise); its own config stays (margin,
+   pow2, ... may change on purpose). A different history length is resized: slot 0 as it is, and
+   the newest amaxes the shorter history holds (the top slots, the newest last) moved to the top
+   slots; the older slots of a longer history start at 0, as a fresh scaler's. A resumed run then
+   casts with the scales of the run that never stopped. */
+AMPDEF amp_status amp_fp8_scaler_save(amp_fp8_scaler *f, const char *path);
+AMPDEF amp_status amp_fp8_scaler_load(amp_fp8_scaler *f, const char *path);
+AMPDEF const char *amp_fp8_recipe_name(amp_fp8_recipe r);               /* "delayed", ...; NULL: not a recipe */
+
+/* The cast with its scale and its amax in one pass over x: q[j] = sat(fl32(x[j] * *scale)) in the
+   format fp8 (AMP_E4M3 or AMP_E5M2, saturating as amp_convert), and *amax_out = max(*amax_out,
+   max_j |x[j]|) (the amax of x, before the scale; NaN in x, or a NaN already there, leaves NaN).
+   scale NULL: 1; amax_out NULL: not computed; q NULL: only the amax (n elements read, nothing
+   written). x in F32, F16 or BF16. Device pointers on CUDA (enqueued on the stream, no host wait),
+   host pointers on the CPU. Refused (AMP_ERR_ARG, nothing written): d NULL, fp8 not an fp8 format,
+   x_type not F32/F16/BF16, x NULL with n > 0, q and amax_out both NULL, q overlapping x. The
+   scale is used as it is (a recipe may give 0 or FLT_MAX; a NaN scale gives NaN codes); *amax_out
+   must hold an amax (>= 0: 0 before the step's first cast, as the scaler's slot 0 does). */
+AMPDEF amp_status amp_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
+                               const float *scale, float *amax_out);
 
 /* ------------------------------------------------------------------------------------------
    Master-copy optimizers
@@ -1749,6 +1902,114 @@ static inline AMP_HD float amp__fsqrt(float a) {
 #endif
 }
 
+/* ---- fp8 scaling: the recipes' rule, written once for the CPU scaler and the CUDA kernel ----
+   Every test on a value is on its bits (-ffinite-math-only may fold isnan and isinf away), every
+   division is an IEEE one (amp__fdiv / amp__ddiv: -Ofast may otherwise multiply by a reciprocal),
+   and powers of two are built from their bits, so the rule gives the same scale in every build. */
+
+/* The largest finite value of an fp8 format (the table's column), 0 for any other format. */
+static inline AMP_HD float amp__fp8_fmax(amp_dtype t) {
+#define AMP__FM_(A, E, N, T, S, MX, MN, CV, GV, CU, NC, COMPUTE) case E: return COMPUTE ? 0.0f : amp__bits_f32(MX);
+  switch (t) { AMP__DTYPES(AMP__FM_, ~) default: break; }
+#undef AMP__FM_
+  return 0.0f;
+}
+/* 2^k exactly: a normal for -126 <= k <= 127, a subnormal down to 2^-149, 0 below, inf above. */
+static inline AMP_HD float amp__exp2i(int k) {
+  if (k > 127) return amp__bits_f32(0x7f800000u);
+  if (k >= -126) return amp__bits_f32((uint32_t)(k + 127) << 23);
+  return k >= -149 ? amp__bits_f32(1u << (k + 149)) : 0.0f;
+}
+/* floor(log2 x) of a positive normal x: its exponent field, unbiased. */
+static inline AMP_HD int amp__ilog2(float x) { return (int)((amp__f32_bits(x) >> 23) & 0xffu) - 127; }
+/* 1 for a finite x > 0, on the bits (subnormals included; -0 and negatives not). */
+static inline AMP_HD int amp__pos_finite(float x) { return amp__f32_bits(x) - 1u < 0x7f7fffffu; }
+static inline AMP_HD double amp__ddiv(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  AMP__KEEP(a); AMP__KEEP(b);
+  return a / b;
+#endif
+}
+/* 2^-margin in f32: exact for an integer margin; powf otherwise (TransformerEngine's own
+   std::pow(2.f, -margin); the GPU's powf may differ from the host's by an ulp there). */
+static inline AMP_HD float amp__fp8_margin_factor(float margin) {
+  int k = (int)margin;
+  if ((float)k == margin) return amp__exp2i(-k);
+  return powf(2.0f, -margin);
+}
+
+/* The scale each recipe gives (the manual's FP8 SCALING). fmax is the format's largest value. */
+static inline AMP_HD AMP__EXACT_FP float amp_fp8_scale_from_amax(const amp_fp8_config *c, amp_dtype format, float amax,
+                                                                 float prev_scale) {
+  const float flt_max = amp__bits_f32(0x7f7fffffu), nan = amp__bits_f32(0x7fc00000u);
+  float fmax = amp__fp8_fmax(format), s;
+  amp_fp8_recipe r = c ? c->recipe : AMP_FP8_DELAYED;
+  if (fmax == 0.0f) return nan;
+  switch (r) {
+  case AMP_FP8_DELAYED:   /* TE: (fmax * 2^-margin) / amax for a finite amax > 0, else the old scale */
+    if (!amp__pos_finite(amax)) return prev_scale;
+    s = amp__fdiv(amp__fmul(fmax, amp__fp8_margin_factor(c ? c->margin : 0.0f)), amax);
+    return amp__finite(s) ? s : flt_max;
+  case AMP_FP8_CURRENT: {  /* TE: amax below eps is eps; inf, 0 or NaN gives 1; fmax / amax; inf -> FLT_MAX */
+    uint32_t a = amp__f32_bits(amax), e = amp__f32_bits(c->amax_epsilon);
+    if ((a & 0x7fffffffu) > 0x7f800000u) return 1.0f;                /* NaN (never below eps) */
+    if ((a >> 31) || a < e) { a = e; amax = c->amax_epsilon; }        /* below eps (-inf too): on the bits, eps >= 0 */
+    if ((a << 1) == 0u || a == 0x7f800000u) return 1.0f;             /* 0 or inf */
+    s = amp__fdiv(fmax, amax);
+    if (!amp__finite(s)) s = flt_max;
+    return c->pow2 ? amp__bits_f32(amp__f32_bits(s) & 0xff800000u) : s;
+  }
+  case AMP_FP8_TORCHAO: {  /* torchao: (float)(fmax / max((double)amax, 1e-12)); NaN stays NaN, inf gives 0 */
+    uint32_t a = amp__f32_bits(amax) & 0x7fffffffu;
+    double d = (double)amax;
+    if (a > 0x7f800000u) return nan;
+    if (!(d >= 1e-12)) d = 1e-12;   /* no NaN here: a negative amax clamps too, as torch.clamp */
+    s = (float)amp__ddiv((double)fmax, d);
+    if (!c->pow2 || amp__is_zero(s)) return s;
+    return amp__exp2i(amp__ilog2(s));   /* s is a normal here: 448 / 3.4e38 is far above FLT_MIN */
+  }
+  case AMP_FP8_MSAMP: {    /* MS-AMP: 2^(floor(log2(fmax / amax)) - margin) for a finite amax > 0 */
+    int k = (int)c->margin;
+    if (!amp__pos_finite(amax)) return prev_scale;
+    s = amp__fdiv(fmax, amax);
+    k = (amp__finite(s) ? amp__ilog2(s) : 127) - k;
+    return k < -127 ? 0.0f : amp__exp2i(k);   /* as MS-AMP's 1 / 2^-k, whose 2^-k is inf from 128 on */
+  }
+  default: return nan;
+  }
+}
+
+/* Joining amaxes: the larger magnitude, on the bits, so a NaN (above inf there) wins and stays
+   (the casts' amax and amp_fp8_scaler_record). */
+static inline AMP_HD float amp__amax_join(float acc, float a) {
+  uint32_t x = amp__f32_bits(acc) & 0x7fffffffu, y = amp__f32_bits(a) & 0x7fffffffu;
+  return amp__bits_f32(x > y ? x : y);
+}
+/* TransformerEngine's fmaxf(acc, a) over a history, from acc = 0: a NaN or a negative slot is
+   passed over. */
+static inline AMP_HD float amp__amax_pass_nan(float acc, float a) {
+  uint32_t x = amp__f32_bits(acc), y = amp__f32_bits(a);
+  return y <= 0x7f800000u && y > x ? a : acc;
+}
+/* One tensor's update (amp_fp8_scaler_update), TransformerEngine's amax_and_scale_update: the
+   amax the recipe reads (DELAYED "max": every slot; else slot 0, this step's), the history rolled
+   (slot j takes slot j + 1, the last slot takes slot 0, slot 0 is cleared for the next step), then
+   the scale and scale_inv = 1 / scale. Recipes other than DELAYED keep one slot. */
+static inline AMP_HD void amp__fp8_update_one(const amp_fp8_config *c, amp_dtype format, float *h, int len,
+                                              float *scale, float *scale_inv) {
+  float last = h[0], amax = 0.0f;
+  int j;
+  for (j = 0; j < len; j++) amax = amp__amax_pass_nan(amax, h[j]);
+  if (c->recipe != AMP_FP8_DELAYED || c->most_recent) amax = last;
+  for (j = 1; j + 1 < len; j++) h[j] = h[j + 1];
+  if (len > 1) h[len - 1] = last;
+  h[0] = 0.0f;
+  *scale = amp_fp8_scale_from_amax(c, format, amax, *scale);
+  *scale_inv = amp__fdiv(1.0f, *scale);
+}
+
 AMP__EXACT_BEGIN
 /* The element updates: (p, m, v, g, c) as the kind list's `elem` column says. */
 /* SGD with momentum, dampening, nesterov, L2 weight decay (torch.optim.SGD); m is the momentum
@@ -2110,11 +2371,11 @@ static const char *amp__dtype_name(amp_dtype t) { return amp__dtype_row(t) ? amp
 static inline int amp__dtype_cpu_vec(amp_dtype t) { return amp__dtype_row(t) && amp__dtype_row(t)->cpu_vec; }
 /* AMP_OK for a format; else AMP_ERR_ARG with "fn: what N is not a number format (AMP_F32, ...)". */
 /* The names of the formats, ", "-separated, into list (cap bytes): every row, or compute ones only. */
-static void amp__dtype_names(char *list, size_t cap, int compute_only) {
+static void amp__dtype_names(char *list, size_t cap, int which) {   /* which 0: all, 1: compute, -1: storage */
   size_t i, at = 0;
   list[0] = '\0';
   for (i = 0; i < (size_t)AMP__DTYPE_COUNT && at < cap; i++)
-    if (!compute_only || amp__dtype_table[i].compute)
+    if (!which || (which > 0) == (amp__dtype_table[i].compute != 0))
       at += (size_t)snprintf(list + at, cap - at, "%s%s", at ? ", " : "", amp__dtype_table[i].name);
 }
 static amp_status amp__dtype_check(const char *fn, const char *what, amp_dtype t) {
@@ -2133,6 +2394,16 @@ static amp_status amp__dtype_compute_check(const char *fn, const char *what, amp
   amp__dtype_names(list, sizeof list, 1);
   return amp__fail(AMP_ERR_ARG, "%s: %s %d (%s) is a storage format, which amp_convert casts to and from; %s is "
                    "one of %s", fn, what, (int)t, r->name, what, list);
+}
+
+/* AMP_OK when t is an fp8 format (a storage row), else AMP_ERR_ARG naming fn, what and t. */
+static amp_status amp__dtype_fp8_check(const char *fn, const char *what, amp_dtype t) {
+  const amp__dtype_traits *r = amp__dtype_row(t);
+  char list[256];
+  if (r && !r->compute) return AMP_OK;
+  amp__dtype_names(list, sizeof list, -1);
+  return amp__fail(AMP_ERR_ARG, "%s: %s %d%s%s%s is not an fp8 format (%s)", fn, what, (int)t, r ? " (" : "",
+                   r ? r->name : "", r ? ")" : "", list);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -2778,6 +3049,83 @@ static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode
   if (decode) amp__fp8_to_f32_portable(d, (const amp_fp8 *)s, n, e5m2);
   else amp__f32_to_fp8_portable((amp_fp8 *)d, s, n, e5m2);
 }
+
+/* amp_quantize's portable loop: x * scale cast to fp8 and the amax of x (a maximum of |x|'s bits
+   as unsigned integers: a NaN is above inf there, so it wins and stays). */
+static void amp__quantize_portable(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
+                                   float *amax) {
+  uint32_t a = 0;
+  size_t i;
+  for (i = 0; i < n; i++) {
+    float v = amp__load(x, xt, i);
+    uint32_t b = amp__f32_bits(v) & 0x7fffffffu;
+    a = b > a ? b : a;
+    if (q) q[i] = e5m2 ? amp_f32_to_e5m2(amp__fmul(v, scale), 1) : amp_f32_to_e4m3(amp__fmul(v, scale), 1);
+  }
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(a));
+}
+
+/* ---- amp_quantize's vector loops (host): the cast of x * scale into fp8 and the amax of x in one
+   pass. The same steps as amp__quantize_portable (above): one IEEE multiply, the
+   encode above (amp__fp8_enc8 / enc16), and |x|'s bits maximised as unsigned integers (a NaN is
+   above inf there, so it wins, as in the scalar loop). ---- */
+#ifdef AMP__X86_SIMD
+AMP__EXACT_BEGIN
+AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
+                                             float *amax) {
+  const size_t sz = amp_dtype_size(xt);
+  const __m512 k = _mm512_set1_ps(scale);
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+  __m512i a = _mm512_setzero_si512();
+  size_t i;
+  for (i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : amp__mask16(n - i);
+    __m512 v = amp__ld16(xt, x + i * sz, m);   /* lanes outside m load as 0 */
+    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v), abs));
+    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_enc16(_mm512_mul_ps(v, k), e5m2));
+  }
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
+}
+AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
+                                          float *amax) {
+  const size_t sz = amp_dtype_size(xt);
+  const __m256 k = _mm256_set1_ps(scale);
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+  __m256i a = _mm256_setzero_si256();
+  uint32_t lanes[8], top = 0;
+  size_t i, j;
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m256i r[4];
+    for (j = 0; j < 4; j++) {
+      __m256 v = amp__ld8(xt, x + (i + 8 * j) * sz);
+      a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v), abs));
+      r[j] = amp__fp8_enc8(_mm256_castps_si256(_mm256_mul_ps(v, k)), e5m2);
+    }
+    if (q) {   /* four lanes-of-codes packed to 32 bytes, as amp__fp8_enc32 does */
+      __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]), _mm256_packus_epi32(r[2], r[3]));
+      _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+  }
+  _mm256_storeu_si256((__m256i *)lanes, a);
+  for (j = 0; j < 8; j++) top = lanes[j] > top ? lanes[j] : top;
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(top));
+  if (i < n) amp__quantize_portable(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax);   /* the tail */
+}
+/* One kernel per level; the input type is a constant in each branch, so its loads inline. */
+static AMP__AVX512 void amp__quantize_avx512(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
+                                             float *amax) {
+#define AMP__Q_(E, N, T, S) amp__quantize_loop16(q, e5m2, (const char *)x, E, n, scale, amax); break;
+  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
+#undef AMP__Q_
+}
+static AMP__AVX2 void amp__quantize_avx2(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
+                                         float *amax) {
+#define AMP__Q_(E, N, T, S) amp__quantize_loop8(q, e5m2, (const char *)x, E, n, scale, amax); break;
+  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
+#undef AMP__Q_
+}
+AMP__EXACT_END
+#endif
 
 /* ------------------------------------------------------------------------------------------
    Implementation: op-list policy
@@ -3542,6 +3890,17 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
                                   size_t cap)) \
   /* step: the update count the copy is written after (stochastic rounding's key) */ \
   X(amp_status, optim_write_model, (amp_optimizer *o, size_t i, long step, char *msg, size_t cap)) \
+  /* fp8 scaler: f->n, len, format, cfg and the host arrays (hist 0, scales 1) are set: make the \
+     state and point f->d_hist / d_scale / d_scale_inv at where it lives (the CPU: the host arrays) */ \
+  X(amp_status, fp8_create, (amp_fp8_scaler *f, char *msg, size_t cap)) \
+  X(void, fp8_destroy, (amp_fp8_scaler *f)) \
+  X(amp_status, fp8_record, (amp_fp8_scaler *f, size_t i, float amax, char *msg, size_t cap)) \
+  X(amp_status, fp8_update, (amp_fp8_scaler *f, char *msg, size_t cap)) \
+  /* the host arrays from the state (to_device 0: the getters, a save) or the state from them (1: a load) */ \
+  X(amp_status, fp8_io, (amp_fp8_scaler *f, int to_device, char *msg, size_t cap)) \
+  /* amp_quantize, its arguments checked */ \
+  X(amp_status, quantize, (amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n, \
+                           const float *scale, float *amax_out, char *msg, size_t cap)) \
   /* the matrix product, its arguments checked */ \
   X(amp_status, gemm, (amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha, \
                        const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb, float beta, \
@@ -6536,6 +6895,424 @@ AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_sc
 }
 
 /* ------------------------------------------------------------------------------------------
+   Implementation: fp8 scaling
+   ------------------------------------------------------------------------------------------ */
+
+/* The fp8 scaler. hist, scale and scale_inv are the host arrays: the CPU's state itself, and a
+   device's mirror, refreshed by fp8_io for the getters and checkpoints. d_hist, d_scale and
+   d_scale_inv are where the state lives (the host arrays on the CPU). */
+struct amp_fp8_scaler {
+  amp_device *dev;
+  amp_fp8_config cfg;      /* resolved: the defaults filled in */
+  size_t n;                /* tensors */
+  int len;                 /* amax history slots per tensor (1 but for DELAYED) */
+  amp_dtype *format;       /* each tensor's: AMP_E4M3 or AMP_E5M2 */
+  float *hist;             /* n x len, tensor i's slots at i * len; slot 0 is this step's amax */
+  float *scale, *scale_inv;
+  float *d_hist, *d_scale, *d_scale_inv;
+  void *cu;                /* the device's own block (CUDA: amp__cu_fp8_create); NULL on the CPU */
+};
+
+AMPDEF const char *amp_fp8_recipe_name(amp_fp8_recipe r) {
+  switch (r) { AMP__FP8_RECIPES(AMP__LABEL_CASE) default: return NULL; }
+}
+
+/* The config with its defaults filled in, every field checked (fn names the public caller). */
+static amp_status amp__fp8_resolve(const char *fn, const amp_fp8_config *in, amp_fp8_config *out) {
+  amp_fp8_config c;
+  const char *name;
+  int delayed, msamp;
+  if (in) c = *in; else memset(&c, 0, sizeof c);
+  name = amp_fp8_recipe_name(c.recipe);
+  if (!name) return amp__fail(AMP_ERR_ARG, "%s: recipe %d is not an amp_fp8_recipe", fn, (int)c.recipe);
+  delayed = c.recipe == AMP_FP8_DELAYED; msamp = c.recipe == AMP_FP8_MSAMP;
+  if (delayed && c.history_len == 0) c.history_len = 1024;
+  if (delayed && (c.history_len < 1 || c.history_len > AMP_FP8_HISTORY_MAX))
+    return amp__fail(AMP_ERR_ARG, "%s: history_len %d must be in 1..%d (0: 1024)", fn, c.history_len,
+                     AMP_FP8_HISTORY_MAX);
+  if (!delayed && c.history_len != 0)
+    return amp__fail(AMP_ERR_ARG, "%s: history_len %d given to the %s recipe, which keeps no history (only "
+                     "delayed does)", fn, c.history_len, name);
+  if (!delayed && c.most_recent != 0)
+    return amp__fail(AMP_ERR_ARG, "%s: most_recent %d given to the %s recipe (only delayed reads a history)", fn,
+                     c.most_recent, name);
+  if (!amp__finite(c.margin) || c.margin > 64.0f || c.margin < -64.0f || amp__subnormal(c.margin))
+    return amp__fail(AMP_ERR_ARG, "%s: margin %g must be a number in -64..64 (not subnormal)", fn, (double)c.margin);
+  if (!delayed && !msamp && !amp__is_zero(c.margin))
+    return amp__fail(AMP_ERR_ARG, "%s: margin %g given to the %s recipe (only delayed and msamp take one)", fn,
+                     (double)c.margin, name);
+  if (msamp && (float)(int)c.margin != c.margin)
+    return amp__fail(AMP_ERR_ARG, "%s: margin %g must be an integer for the msamp recipe (a power-of-two shift)",
+                     fn, (double)c.margin);
+  if ((delayed || msamp) && c.pow2 != 0)
+    return amp__fail(AMP_ERR_ARG, "%s: pow2 %d given to the %s recipe (only current and torchao take it; msamp's "
+                     "scales are powers of two already)", fn, c.pow2, name);
+  if (c.recipe != AMP_FP8_CURRENT && !amp__is_zero(c.amax_epsilon))
+    return amp__fail(AMP_ERR_ARG, "%s: amax_epsilon %g given to the %s recipe (only current takes it)", fn,
+                     (double)c.amax_epsilon, name);
+  if (!amp__finite(c.amax_epsilon) || (amp__f32_bits(c.amax_epsilon) >> 31) || amp__subnormal(c.amax_epsilon))
+    return amp__fail(AMP_ERR_ARG, "%s: amax_epsilon %g must be finite, >= 0 and not subnormal", fn,
+                     (double)c.amax_epsilon);
+  c.pow2 = c.pow2 != 0; c.most_recent = c.most_recent != 0;
+  *out = c;
+  return AMP_OK;
+}
+
+static void amp__fp8_free(amp_fp8_scaler *f) {
+  AMP_FREE(f->format); AMP_FREE(f->hist); AMP_FREE(f->scale); AMP_FREE(f->scale_inv);
+  AMP_FREE(f);
+}
+
+AMPDEF amp_status amp_fp8_scaler_create(amp_fp8_scaler **out, amp_device *d, const amp_fp8_config *c, size_t n,
+                                        const amp_dtype *formats) {
+  const char *fn = "amp_fp8_scaler_create";
+  char m[AMP__MSG] = "", what[40];
+  amp_fp8_config cfg;
+  amp_fp8_scaler *f;
+  amp_status st;
+  size_t i;
+  if (!out) return amp__fail(AMP_ERR_ARG, "%s: out is NULL", fn);
+  *out = NULL;
+  if (!d) return amp__fail(AMP_ERR_ARG, "%s: d is NULL (amp_cpu() for the CPU)", fn);
+  if (n == 0) return amp__fail(AMP_ERR_ARG, "%s: n is 0 (the number of tensors the scaler keeps)", fn);
+  if ((st = amp__fp8_resolve(fn, c, &cfg)) != AMP_OK) return st;
+  for (i = 0; formats && i < n; i++) {
+    snprintf(what, sizeof what, "formats[%zu]", i);
+    if ((st = amp__dtype_fp8_check(fn, what, formats[i])) != AMP_OK) return st;
+  }
+  if (n > (size_t)-1 / sizeof(float) / (size_t)(cfg.history_len ? cfg.history_len : 1))
+    return amp__fail(AMP_ERR_ARG, "%s: n %zu with history_len %d is too many slots", fn, n, cfg.history_len);
+  f = (amp_fp8_scaler *)AMP_MALLOC(sizeof *f);
+  if (!f) return amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  memset(f, 0, sizeof *f);
+  f->dev = d; f->cfg = cfg; f->n = n; f->len = cfg.history_len ? cfg.history_len : 1;
+  f->format = (amp_dtype *)AMP_MALLOC(n * sizeof *f->format);
+  f->hist = (float *)AMP_MALLOC(n * (size_t)f->len * sizeof *f->hist);
+  f->scale = (float *)AMP_MALLOC(n * sizeof *f->scale);
+  f->scale_inv = (float *)AMP_MALLOC(n * sizeof *f->scale_inv);
+  if (!f->format || !f->hist || !f->scale || !f->scale_inv) {
+    amp__fp8_free(f);
+    return amp__fail(AMP_ERR_NOMEM, "%s: out of memory (%zu tensors, %d slots each)", fn, n, cfg.history_len);
+  }
+  memset(f->hist, 0, n * (size_t)f->len * sizeof *f->hist);
+  for (i = 0; i < n; i++) {
+    f->format[i] = formats ? formats[i] : AMP_E4M3;
+    f->scale[i] = 1.0f; f->scale_inv[i] = 1.0f;
+  }
+  if ((st = amp__be(d)->fp8_create(f, m, sizeof m)) != AMP_OK) {
+    amp__fp8_free(f);
+    return amp__op_fail(fn, st, m);
+  }
+  *out = f;
+  return AMP_OK;
+}
+
+AMPDEF void amp_fp8_scaler_destroy(amp_fp8_scaler *f) {
+  if (!f) return;
+  amp__be(f->dev)->fp8_destroy(f);
+  amp__fp8_free(f);
+}
+
+/* f and i checked for the public caller fn (which returns what it returns on failure). */
+static int amp__fp8_index_ok(const char *fn, const amp_fp8_scaler *f, size_t i) {
+  if (!f) { amp__fail(AMP_ERR_ARG, "%s: f is NULL", fn); return 0; }
+  if (i >= f->n) { amp__fail(AMP_ERR_ARG, "%s: tensor %zu is out of range (the scaler keeps %zu)", fn, i, f->n); return 0; }
+  return 1;
+}
+
+AMPDEF amp_status amp_fp8_scaler_record(amp_fp8_scaler *f, size_t i, float amax) {
+  const char *fn = "amp_fp8_scaler_record";
+  char m[AMP__MSG] = "";
+  uint32_t a = amp__f32_bits(amax);
+  if (!amp__fp8_index_ok(fn, f, i)) return AMP_ERR_ARG;
+  if (a > 0x80000000u && a <= 0xff800000u)   /* negative (-0 is 0; a NaN of either sign is kept) */
+    return amp__fail(AMP_ERR_ARG, "%s: amax %g of tensor %zu is negative (an amax is a largest magnitude)", fn,
+                     (double)amax, i);
+  return amp__op_fail(fn, amp__be(f->dev)->fp8_record(f, i, amax, m, sizeof m), m);
+}
+
+AMPDEF amp_status amp_fp8_scaler_update(amp_fp8_scaler *f) {
+  const char *fn = "amp_fp8_scaler_update";
+  char m[AMP__MSG] = "";
+  amp_status st;
+  if (!f) return amp__fail(AMP_ERR_ARG, "%s: f is NULL", fn);
+  if ((st = amp__dev_take_error(fn, f->dev)) != AMP_OK) return st;
+  return amp__op_fail(fn, amp__be(f->dev)->fp8_update(f, m, sizeof m), m);
+}
+
+/* The host arrays refreshed for a getter (a failed read is kept on the device, as the scaler's). */
+static amp_status amp__fp8_pull(const char *fn, amp_fp8_scaler *f, int getter) {
+  char m[AMP__MSG] = "";
+  amp_status st = amp__be(f->dev)->fp8_io(f, 0, m, sizeof m);
+  if (st != AMP_OK) {
+    amp__op_fail(fn, st, m);
+    if (getter) amp__dev_keep_error(f->dev, st);
+  }
+  return st;
+}
+
+AMPDEF float amp_fp8_scaler_get_scale(amp_fp8_scaler *f, size_t i) {
+  const char *fn = "amp_fp8_scaler_get_scale";
+  if (!amp__fp8_index_ok(fn, f, i) || amp__fp8_pull(fn, f, 1) != AMP_OK) return amp__bits_f32(0x7fc00000u);
+  return f->scale[i];
+}
+AMPDEF float amp_fp8_scaler_get_scale_inv(amp_fp8_scaler *f, size_t i) {
+  const char *fn = "amp_fp8_scaler_get_scale_inv";
+  if (!amp__fp8_index_ok(fn, f, i) || amp__fp8_pull(fn, f, 1) != AMP_OK) return amp__bits_f32(0x7fc00000u);
+  return f->scale_inv[i];
+}
+AMPDEF amp_status amp_fp8_scaler_history(amp_fp8_scaler *f, size_t i, float *out, int len) {
+  const char *fn = "amp_fp8_scaler_history";
+  amp_status st;
+  if (!amp__fp8_index_ok(fn, f, i)) return AMP_ERR_ARG;
+  if (len < 0 || len > f->len)
+    return amp__fail(AMP_ERR_ARG, "%s: len %d must be in 0..%d (the history's length)", fn, len, f->len);
+  if (len > 0 && !out) return amp__fail(AMP_ERR_ARG, "%s: out is NULL with len %d", fn, len);
+  if ((st = amp__fp8_pull(fn, f, 0)) != AMP_OK) return st;
+  if (len > 0) memcpy(out, f->hist + i * (size_t)f->len, (size_t)len * sizeof *out);
+  return AMP_OK;
+}
+AMPDEF float *amp_fp8_scaler_amax_ptr(amp_fp8_scaler *f, size_t i) {
+  return amp__fp8_index_ok("amp_fp8_scaler_amax_ptr", f, i) ? f->d_hist + i * (size_t)f->len : NULL;
+}
+AMPDEF const float *amp_fp8_scaler_scale_ptr(amp_fp8_scaler *f, size_t i) {
+  return amp__fp8_index_ok("amp_fp8_scaler_scale_ptr", f, i) ? f->d_scale + i : NULL;
+}
+AMPDEF const float *amp_fp8_scaler_scale_inv_ptr(amp_fp8_scaler *f, size_t i) {
+  return amp__fp8_index_ok("amp_fp8_scaler_scale_inv_ptr", f, i) ? f->d_scale_inv + i : NULL;
+}
+AMPDEF amp_fp8_config amp_fp8_scaler_config(const amp_fp8_scaler *f) {
+  amp_fp8_config c;
+  if (f) return f->cfg;
+  amp__fail(AMP_ERR_ARG, "amp_fp8_scaler_config: f is NULL");
+  memset(&c, 0, sizeof c);
+  return c;
+}
+
+/* The CPU's operations: the host arrays are the state. */
+static amp_status amp__cpu_fp8_create(amp_fp8_scaler *f, char *m, size_t cap) {
+  (void)m; (void)cap;
+  f->d_hist = f->hist; f->d_scale = f->scale; f->d_scale_inv = f->scale_inv;
+  return AMP_OK;
+}
+static void amp__cpu_fp8_destroy(amp_fp8_scaler *f) { (void)f; }
+static amp_status amp__cpu_fp8_record(amp_fp8_scaler *f, size_t i, float amax, char *m, size_t cap) {
+  float *slot = f->hist + i * (size_t)f->len;
+  (void)m; (void)cap;
+  *slot = amp__amax_join(*slot, amax);
+  return AMP_OK;
+}
+static amp_status amp__cpu_fp8_update(amp_fp8_scaler *f, char *m, size_t cap) {
+  size_t i;
+  (void)m; (void)cap;
+  for (i = 0; i < f->n; i++)
+    amp__fp8_update_one(&f->cfg, f->format[i], f->hist + i * (size_t)f->len, f->len, f->scale + i, f->scale_inv + i);
+  return AMP_OK;
+}
+static amp_status amp__cpu_fp8_io(amp_fp8_scaler *f, int to_device, char *m, size_t cap) {
+  (void)f; (void)to_device; (void)m; (void)cap;
+  return AMP_OK;
+}
+
+/* ---- the fp8 scaler's checkpoint: its own small file, written and read as the optimizer's ----
+   A header (the checkpoint header's fields, magic "AMPFP8S1"), the record below, then per tensor
+   its format (u32), scale, scale_inv and its len history slots (f32), then the CRC-32 of all that. */
+#define AMP__FP8_MAGIC "AMPFP8S1"
+#define AMP__FP8_VERSION 1u
+/* live: amp_fp8_scaler */
+#define AMP__CKPT_FP8_FIELDS(X) \
+  X(uint32_t, recipe, cfg.recipe) X(int32_t, history_len, cfg.history_len) X(int32_t, most_recent, cfg.most_recent) \
+  X(float, margin, cfg.margin) X(int32_t, pow2, cfg.pow2) X(float, amax_epsilon, cfg.amax_epsilon) \
+  X(uint64_t, n, n) X(int32_t, len, len)
+typedef struct amp__ckpt_fp8 { AMP__CKPT_FP8_FIELDS(AMP__CKPT_DECLARE) } amp__ckpt_fp8;
+#define AMP__CKPT_FP8_BYTES (0 AMP__CKPT_FP8_FIELDS(AMP__CKPT_SIZEOF))
+static int amp__ckpt_fp8_io(amp__ckpt_io *io, amp__ckpt_fp8 *r) {
+  int ok = 1;
+  AMP__CKPT_FP8_FIELDS(AMP__CKPT_TRANSFER)
+  return ok;
+}
+
+AMPDEF amp_status amp_fp8_scaler_save(amp_fp8_scaler *f, const char *path) {
+  const char *fn = "amp_fp8_scaler_save";
+  amp__wfile file;
+  amp__ckpt_io io;
+  amp__ckpt_head h;
+  amp__ckpt_fp8 r;
+  amp_fp8_scaler *x = f;
+  uint32_t crc;
+  size_t i;
+  amp_status st;
+  if (!f) return amp__fail(AMP_ERR_ARG, "%s: f is NULL", fn);
+  if (!path || !*path || path[strlen(path) - 1] == '/')
+    return amp__fail(AMP_ERR_ARG, "%s: path '%s' is not a file name", fn, path ? path : "(NULL)");
+  if ((st = amp__fp8_pull(fn, f, 0)) != AMP_OK) return st;
+  memset(&io, 0, sizeof io);
+  io.writing = 1; io.file = &file;
+  io.buf = (unsigned char *)AMP_MALLOC(AMP__CKPT_BUF);
+  io.st = io.buf ? amp__wfile_open(&file, fn, path) : amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  if (io.st != AMP_OK) { AMP_FREE(io.buf); return io.st; }
+  amp__crc_init(&io.crc);
+  memcpy(&h.magic, AMP__FP8_MAGIC, 8);
+  h.version = AMP__FP8_VERSION; h.endian = AMP__CKPT_ENDIAN; h.header_bytes = AMP__CKPT_HEAD_BYTES; h.flags = 0;
+  h.payload_bytes = AMP__CKPT_FP8_BYTES + (uint64_t)f->n * (12u + 4u * (uint64_t)f->len);
+  AMP__CKPT_FP8_FIELDS(AMP__CKPT_SAVE)
+  amp__ckpt_head_io(&io, &h);
+  amp__ckpt_fp8_io(&io, &r);
+  for (i = 0; i < f->n && io.st == AMP_OK; i++) {
+    uint32_t t = (uint32_t)f->format[i];
+    amp__ckpt_bytes(&io, &t, 4);
+    amp__ckpt_bytes(&io, f->scale + i, 4);
+    amp__ckpt_bytes(&io, f->scale_inv + i, 4);
+    amp__ckpt_bytes(&io, f->hist + i * (size_t)f->len, 4 * (size_t)f->len);
+  }
+  crc = amp__crc_value(&io.crc);
+  amp__ckpt_bytes(&io, &crc, 4);
+  amp__ckpt_flush(&io);
+  AMP_FREE(io.buf);
+  if (io.st != AMP_OK) { amp__wfile_abort(&file); return io.st; }
+  return amp__wfile_commit(&file);
+}
+
+/* The file's record and tensors against the live scaler; on AMP_OK hist/scale/scale_inv hold the
+   state to load, the history resized to the live length (see amp_fp8_scaler_load). */
+static amp_status amp__fp8_ckpt_parse(const char *fn, const amp_fp8_scaler *f, const unsigned char *p, size_t size,
+                                      float *hist, float *scale, float *scale_inv) {
+  const amp_status bad = AMP_ERR_CORRUPT;
+  amp__ckpt_io io;
+  amp__ckpt_head h;
+  amp__ckpt_fp8 r;
+  amp__crc crc;
+  uint32_t want;
+  size_t i, j;
+  int keep;
+  memset(&io, 0, sizeof io);
+  io.p = p; io.left = size;
+  if (size < AMP__CKPT_HEAD_BYTES + AMP__CKPT_FP8_BYTES + 4)
+    return amp__fail(bad, "%s: the file holds %zu bytes, too few for an fp8 scaler", fn, size);
+  amp__crc_init(&crc);
+  amp__crc_add(&crc, p, size - 4);
+  memcpy(&want, p + size - 4, 4);
+  amp__ckpt_head_io(&io, &h);
+  if (memcmp(&h.magic, AMP__FP8_MAGIC, 8) != 0) return amp__fail(bad, "%s: not an fp8 scaler file (bad magic)", fn);
+  if (h.endian != AMP__CKPT_ENDIAN) return amp__fail(bad, "%s: bad byte-order mark 0x%08x", fn, (unsigned)h.endian);
+  if (h.version != AMP__FP8_VERSION || h.header_bytes != AMP__CKPT_HEAD_BYTES || h.flags != 0)
+    return amp__fail(bad, "%s: format version %u (this amp.h reads %u), header %u bytes, flags %u", fn,
+                     (unsigned)h.version, AMP__FP8_VERSION, (unsigned)h.header_bytes, (unsigned)h.flags);
+  if (h.payload_bytes != size - 4 - AMP__CKPT_HEAD_BYTES)
+    return amp__fail(bad, "%s: truncated or padded: a payload of %llu bytes in a file of %zu", fn,
+                     (unsigned long long)h.payload_bytes, size);
+  if (amp__crc_value(&crc) != want) return amp__fail(bad, "%s: CRC mismatch (the file is damaged)", fn);
+  amp__ckpt_fp8_io(&io, &r);
+  if (r.recipe != (uint32_t)f->cfg.recipe)
+    return amp__fail(bad, "%s: the file's recipe is %u (%s), the scaler's %s", fn, (unsigned)r.recipe,
+                     amp_fp8_recipe_name((amp_fp8_recipe)r.recipe) ? amp_fp8_recipe_name((amp_fp8_recipe)r.recipe) : "?",
+                     amp_fp8_recipe_name(f->cfg.recipe));
+  if (r.n != (uint64_t)f->n)
+    return amp__fail(bad, "%s: the file holds %llu tensors, the scaler %zu", fn, (unsigned long long)r.n, f->n);
+  if (r.len < 1 || r.len > AMP_FP8_HISTORY_MAX || (r.recipe != AMP_FP8_DELAYED && r.len != 1) ||
+      (r.recipe == AMP_FP8_DELAYED && r.len != r.history_len))
+    return amp__fail(bad, "%s: history length %d (history_len %d) cannot be", fn, r.len, r.history_len);
+  if (h.payload_bytes != AMP__CKPT_FP8_BYTES + r.n * (12u + 4u * (uint64_t)(uint32_t)r.len))
+    return amp__fail(bad, "%s: truncated or padded: %zu bytes for %llu tensors of %d slots", fn, size,
+                     (unsigned long long)r.n, r.len);
+  keep = r.len < f->len ? r.len : f->len;
+  for (i = 0; i < f->n; i++) {
+    const unsigned char *t = io.p + i * (12u + 4u * (size_t)r.len);
+    uint32_t fmt;
+    float hs[1];
+    memcpy(&fmt, t, 4); memcpy(scale + i, t + 4, 4); memcpy(scale_inv + i, t + 8, 4);
+    if (fmt != (uint32_t)f->format[i])
+      return amp__fail(bad, "%s: tensor %zu is format %u in the file, %s in the scaler", fn, i, (unsigned)fmt,
+                       amp__dtype_name(f->format[i]));
+    if ((amp__f32_bits(scale[i]) >> 31) || amp__f32_bits(scale_inv[i]) != amp__f32_bits(amp__fdiv(1.0f, scale[i])))
+      return amp__fail(bad, "%s: tensor %zu's scale %g and scale_inv %g are not a scale and its inverse", fn, i,
+                       (double)scale[i], (double)scale_inv[i]);
+    for (j = 0; j < (size_t)r.len; j++) {
+      memcpy(hs, t + 12 + 4 * j, 4);
+      if (amp__f32_bits(hs[0]) > 0x80000000u && amp__f32_bits(hs[0]) <= 0xff800000u)
+        return amp__fail(bad, "%s: tensor %zu's history slot %zu holds %g (an amax is >= 0)", fn, i, j, (double)hs[0]);
+    }
+    /* slot 0 as it is; the newest keep - 1 past amaxes (the top slots) to the live top slots */
+    memset(hist + i * (size_t)f->len, 0, (size_t)f->len * sizeof *hist);
+    memcpy(hist + i * (size_t)f->len, t + 12, 4);
+    for (j = 1; j < (size_t)keep; j++)
+      memcpy(hist + i * (size_t)f->len + (size_t)f->len - j, t + 12 + 4 * ((size_t)r.len - j), 4);
+  }
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_fp8_scaler_load(amp_fp8_scaler *f, const char *path) {
+  const char *fn = "amp_fp8_scaler_load";
+  char m[AMP__MSG] = "";
+  amp__rfile rf;
+  uint64_t size = 0;
+  unsigned char *buf = NULL;
+  float *nh = NULL, *old = NULL;
+  size_t slots, total;
+  amp_status st;
+  if (!f) return amp__fail(AMP_ERR_ARG, "%s: f is NULL", fn);
+  if (!path || !*path) return amp__fail(AMP_ERR_ARG, "%s: path is %s", fn, path ? "empty" : "NULL");
+  slots = f->n * (size_t)f->len;
+  total = slots + 2 * f->n;
+  if ((st = amp__rfile_open(&rf, fn, path, &size)) != AMP_OK) return st;
+  if (size > (uint64_t)AMP__CKPT_HEAD_BYTES + AMP__CKPT_FP8_BYTES + 4 + (uint64_t)f->n * (12u + 4u * AMP_FP8_HISTORY_MAX))
+    st = amp__fail(AMP_ERR_CORRUPT, "%s: '%s' holds %llu bytes, more than an fp8 scaler of %zu tensors can", fn, path,
+                   (unsigned long long)size, f->n);
+  if (st == AMP_OK) {
+    buf = (unsigned char *)AMP_MALLOC(size ? (size_t)size : 1);
+    nh = (float *)AMP_MALLOC(total * sizeof *nh);
+    old = (float *)AMP_MALLOC(total * sizeof *old);
+    st = buf && nh && old ? amp__rfile_read(&rf, buf, (size_t)size) : amp__fail(AMP_ERR_NOMEM, "%s: out of memory", fn);
+  }
+  amp__rfile_close(&rf);
+  if (st == AMP_OK) st = amp__fp8_ckpt_parse(fn, f, buf, (size_t)size, nh, nh + slots, nh + slots + f->n);
+  if (st == AMP_OK) {   /* the host arrays, then the device's state from them; a failure puts both back */
+    memcpy(old, f->hist, slots * sizeof *old); memcpy(old + slots, f->scale, f->n * sizeof *old);
+    memcpy(old + slots + f->n, f->scale_inv, f->n * sizeof *old);
+    memcpy(f->hist, nh, slots * sizeof *nh); memcpy(f->scale, nh + slots, f->n * sizeof *nh);
+    memcpy(f->scale_inv, nh + slots + f->n, f->n * sizeof *nh);
+    if ((st = amp__be(f->dev)->fp8_io(f, 1, m, sizeof m)) != AMP_OK) {
+      memcpy(f->hist, old, slots * sizeof *old); memcpy(f->scale, old + slots, f->n * sizeof *old);
+      memcpy(f->scale_inv, old + slots + f->n, f->n * sizeof *old);
+      st = amp__op_fail(fn, st, m);
+    }
+  }
+  AMP_FREE(buf); AMP_FREE(nh); AMP_FREE(old);
+  return st;
+}
+
+/* ---- amp_quantize on the CPU: the portable loop (amp__quantize_portable) or the AVX2 / AVX-512
+   ones, which give its bits (with the fp8 bulk loops, in the number formats' part) ---- */
+static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
+                                    const float *scale, float *amax, char *m, size_t cap) {
+  float k = scale ? *scale : 1.0f;
+  int e5m2 = fp8 == AMP_E5M2;
+  (void)d; (void)m; (void)cap;
+#ifdef AMP__X86_SIMD
+  if (amp_simd_active() && amp__isa() >= 2) { amp__quantize_avx512((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
+  if (amp_simd_active()) { amp__quantize_avx2((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
+#endif
+  amp__quantize_portable((amp_fp8 *)q, e5m2, x, xt, n, k, amax);
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
+                               const float *scale, float *amax_out) {
+  const char *fn = "amp_quantize";
+  char m[AMP__MSG] = "";
+  amp_status st;
+  if (!d) return amp__fail(AMP_ERR_ARG, "%s: d is NULL (amp_cpu() for the CPU)", fn);
+  if ((st = amp__dtype_fp8_check(fn, "fp8", fp8)) != AMP_OK) return st;
+  if ((st = amp__dtype_compute_check(fn, "x_type", x_type)) != AMP_OK) return st;
+  if (!q && !amax_out) return amp__fail(AMP_ERR_ARG, "%s: q and amax_out are both NULL (nothing to write)", fn);
+  if (n == 0) return AMP_OK;
+  if (!x) return amp__fail(AMP_ERR_ARG, "%s: x is NULL with n = %zu", fn, n);
+  if (q && amp__overlap(q, n, x, n * amp_dtype_size(x_type)))
+    return amp__fail(AMP_ERR_ARG, "%s: q overlaps x (the cast is not done in place)", fn);
+  return amp__op_fail(fn, amp__be(d)->quantize(d, q, fp8, x, x_type, n, scale, amax_out, m, sizeof m), m);
+}
+
+/* ------------------------------------------------------------------------------------------
    Implementation: matrix product
    ------------------------------------------------------------------------------------------ */
 
@@ -7870,6 +8647,26 @@ static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta,
                       msg, cap);
   for (j = 0; j < 2; j++) if (wide[j]) amp__cu_scratch_free(d->cuda, wide[j]);
   return st;
+}
+
+/* The fp8 scaler: its state in one device block (amp__cu_fp8_create), made from the host arrays. */
+static amp_status amp__cuda_fp8_create(amp_fp8_scaler *f, char *m, size_t cap) {
+  return amp__cu_fp8_create(f->dev->cuda, &f->cu, f->n, f->len, f->format, f->hist, f->scale, f->scale_inv,
+                            &f->d_hist, &f->d_scale, &f->d_scale_inv, m, cap);
+}
+static void amp__cuda_fp8_destroy(amp_fp8_scaler *f) { if (f->cu) amp__cu_fp8_destroy(f->dev->cuda, f->cu); }
+static amp_status amp__cuda_fp8_record(amp_fp8_scaler *f, size_t i, float amax, char *m, size_t cap) {
+  return amp__cu_fp8_record(f->dev->cuda, f->cu, i, amax, m, cap);
+}
+static amp_status amp__cuda_fp8_update(amp_fp8_scaler *f, char *m, size_t cap) {
+  return amp__cu_fp8_update(f->dev->cuda, f->cu, &f->cfg, m, cap);
+}
+static amp_status amp__cuda_fp8_io(amp_fp8_scaler *f, int to_device, char *m, size_t cap) {
+  return amp__cu_fp8_io(f->dev->cuda, f->cu, f->hist, f->scale, f->scale_inv, to_device, m, cap);
+}
+static amp_status amp__cuda_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
+                                     const float *scale, float *amax, char *m, size_t cap) {
+  return amp__cu_quantize(d->cuda, q, (int32_t)fp8, x, (int32_t)xt, n, scale, amax, m, cap);
 }
 
 #define AMP__CUDA_OP(ret, name, args) amp__cuda_##name,

@@ -975,6 +975,164 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
   return AMP_OK;
 }
 
+// ---- fp8 scaling: the fp8 scaler's block, its update, and the cast that measures its amax
+
+// The fp8 scaler's state in device memory: one allocation, the arrays one after the other.
+struct amp__cu_fp8 {
+  float *hist, *scale, *scale_inv;   // n * len, n, n
+  int32_t *format;                   // n
+  size_t n;
+  int len;
+  void *block;                       // the allocation
+};
+
+// Every tensor's update, one thread each: amp.h's amp__fp8_update_one, the CPU's own function.
+__global__ void amp__cu_fp8_update_kernel(amp__cu_fp8 f, amp_fp8_config c) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < f.n)
+    amp__fp8_update_one(&c, (amp_dtype)f.format[i], f.hist + i * (size_t)f.len, f.len, f.scale + i, f.scale_inv + i);
+}
+__global__ void amp__cu_fp8_record_kernel(float *slot, float amax) { *slot = amp__amax_join(*slot, amax); }
+
+// The cast with its amax: each thread casts its elements (amp__load, one multiply, the saturating
+// store of amp.h) and keeps the largest |x| as bits; the warp's, then the block's largest is joined
+// into *amax with one integer atomicMax (the bits of non-negative floats order as the floats do,
+// and a NaN's are above inf's, so it wins as on the CPU).
+template <int XT, int F8> __global__ void __launch_bounds__(AMP__CU_THREADS)
+amp__cu_quantize_kernel(amp_fp8 *q, const void *x, long long n, const float *scale, float *amax) {
+  __shared__ unsigned int warp_top[AMP__CU_THREADS / 32];
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const float k = scale ? *scale : 1.0f;
+  unsigned int top = 0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float v = amp__load(x, (amp_dtype)XT, (size_t)i);
+    unsigned int b = amp__f32_bits(v) & 0x7fffffffu;
+    top = b > top ? b : top;
+    if (q) amp__store(q, (amp_dtype)F8, (size_t)i, amp__fmul(v, k));
+  }
+  if (!amax) return;
+  top = __reduce_max_sync(0xffffffffu, top);
+  if (threadIdx.x % 32 == 0) warp_top[threadIdx.x / 32] = top;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < AMP__CU_THREADS / 32; w++) top = warp_top[w] > top ? warp_top[w] : top;
+    atomicMax((unsigned int *)amax, top);
+  }
+}
+
+extern "C" amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format,
+                                         const float *hist, const float *scale, const float *scale_inv, float **d_hist,
+                                         float **d_scale, float **d_scale_inv, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st || !fp8 || !format || !hist || !scale || !scale_inv || !d_hist || !d_scale || !d_scale_inv)
+    return amp__cu_arg(msg, cap, "amp__cu_fp8_create: a pointer argument is NULL");
+  if (n == 0 || len < 1) return amp__cu_arg(msg, cap, "amp__cu_fp8_create: n %zu, len %d", n, len);
+  amp__cu_fp8 *f = new (std::nothrow) amp__cu_fp8();
+  if (!f) { snprintf(msg, cap, "amp__cu_fp8_create: out of memory"); return AMP_ERR_NOMEM; }
+  const size_t slots = n * (size_t)len, bytes = (slots + 2 * n) * sizeof(float) + n * sizeof(int32_t);
+  int32_t *fmt = (int32_t *)malloc(n * sizeof(int32_t));
+  if (!fmt) { delete f; snprintf(msg, cap, "amp__cu_fp8_create: out of memory"); return AMP_ERR_NOMEM; }
+  for (size_t i = 0; i < n; i++) fmt[i] = (int32_t)format[i];
+  AMP__CU_ON(st);
+  cudaError_t e = cudaMalloc(&f->block, bytes);
+  if (e == cudaSuccess) {
+    f->hist = (float *)f->block; f->scale = f->hist + slots; f->scale_inv = f->scale + n;
+    f->format = (int32_t *)(f->scale_inv + n); f->n = n; f->len = len;
+    e = cudaMemcpyAsync(f->hist, hist, slots * sizeof(float), cudaMemcpyHostToDevice, st->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(f->scale, scale, n * sizeof(float), cudaMemcpyHostToDevice, st->stream);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(f->scale_inv, scale_inv, n * sizeof(float), cudaMemcpyHostToDevice, st->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(f->format, fmt, n * sizeof(int32_t), cudaMemcpyHostToDevice, st->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);   // fmt lives on this heap, the arrays on the caller's
+  }
+  free(fmt);
+  if (e != cudaSuccess) {
+    if (f->block) cudaFree(f->block);
+    delete f;
+    return amp__cu_fail(msg, cap, "cudaMalloc / cudaMemcpyAsync (fp8 scaler block)", cudaGetErrorName(e), __FILE__,
+                        __LINE__);
+  }
+  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv;
+  *fp8 = f;
+  return AMP_OK;
+}
+
+extern "C" void amp__cu_fp8_destroy(void *state, void *fp8) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_fp8 *f = (amp__cu_fp8 *)fp8;
+  if (!f || !st) return;
+  AMP__CU_ON_VOID(st);
+  cudaStreamSynchronize(st->stream);   // a kernel may still be using it
+  cudaFree(f->block);
+  delete f;
+}
+
+extern "C" amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float amax, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_fp8 *f = (amp__cu_fp8 *)fp8;
+  if (!st || !f) return amp__cu_arg(msg, cap, "amp__cu_fp8_record: %s is NULL", !st ? "state" : "fp8");
+  if (i >= f->n) return amp__cu_arg(msg, cap, "amp__cu_fp8_record: tensor %zu of %zu", i, f->n);
+  AMP__CU_ON(st);
+  amp__cu_fp8_record_kernel<<<1, 1, 0, st->stream>>>(f->hist + i * (size_t)f->len, amax);
+  AMP__CU_CHECK_LAUNCH("amp__cu_fp8_record_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_fp8_update(void *state, void *fp8, const amp_fp8_config *c, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_fp8 *f = (amp__cu_fp8 *)fp8;
+  if (!st || !f || !c) return amp__cu_arg(msg, cap, "amp__cu_fp8_update: %s is NULL", !st ? "state" : !f ? "fp8" : "c");
+  AMP__CU_ON(st);
+  amp__cu_fp8_update_kernel<<<(unsigned)((f->n + AMP__CU_THREADS - 1) / AMP__CU_THREADS), AMP__CU_THREADS, 0,
+                              st->stream>>>(*f, *c);
+  AMP__CU_CHECK_LAUNCH("amp__cu_fp8_update_kernel<<<>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *scale, float *scale_inv, int to_device,
+                                     char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_fp8 *f = (amp__cu_fp8 *)fp8;
+  if (!st || !f || !hist || !scale || !scale_inv) return amp__cu_arg(msg, cap, "amp__cu_fp8_io: a pointer is NULL");
+  const cudaMemcpyKind dir = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  const size_t slots = f->n * (size_t)f->len;
+  AMP__CU_ON(st);
+  AMP__CU_CHECK(cudaMemcpyAsync(to_device ? (void *)f->hist : (void *)hist, to_device ? (const void *)hist : f->hist,
+                                slots * sizeof(float), dir, st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(to_device ? (void *)f->scale : (void *)scale, to_device ? (const void *)scale : f->scale,
+                                f->n * sizeof(float), dir, st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(to_device ? (void *)f->scale_inv : (void *)scale_inv,
+                                to_device ? (const void *)scale_inv : f->scale_inv, f->n * sizeof(float), dir,
+                                st->stream));
+  AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const void *x, int32_t x_type, size_t n,
+                                       const float *scale, float *amax, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_quantize: state is NULL");
+  if (fp8 != AMP_E4M3 && fp8 != AMP_E5M2) return amp__cu_arg(msg, cap, "amp__cu_quantize: fp8 %d", (int)fp8);
+  if (x_type != AMP_F32 && x_type != AMP_F16 && x_type != AMP_BF16)
+    return amp__cu_arg(msg, cap, "amp__cu_quantize: x_type %d", (int)x_type);
+  if (n == 0) return AMP_OK;
+  if (!x || (!q && !amax)) return amp__cu_arg(msg, cap, "amp__cu_quantize: x, or both q and amax, NULL");
+  AMP__CU_ON(st);
+  const int grid = amp__cu_grid(st, n);
+  amp__cu_dtype_visit(x_type, [&](auto xt) {
+    if constexpr (xt.value == AMP_F32 || xt.value == AMP_F16 || xt.value == AMP_BF16) {
+      if (fp8 == AMP_E4M3)
+        amp__cu_quantize_kernel<xt.value, AMP_E4M3>
+            <<<grid, AMP__CU_THREADS, 0, st->stream>>>((amp_fp8 *)q, x, (long long)n, scale, amax);
+      else
+        amp__cu_quantize_kernel<xt.value, AMP_E5M2>
+            <<<grid, AMP__CU_THREADS, 0, st->stream>>>((amp_fp8 *)q, x, (long long)n, scale, amax);
+    }
+  });
+  AMP__CU_CHECK_LAUNCH("amp__cu_quantize_kernel<<<>>>");
+  return AMP_OK;
+}
+
 // ---- device optimizer
 
 // An AMP_MASTER_SPLIT tensor's seed split into its bf16 model copy and remainders (amp__split_encode).

@@ -144,6 +144,24 @@ extern amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int
 extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
                                size_t n, char *msg, size_t cap);
 
+/* The fp8 scaler: one device block holding n tensors' amax histories (len slots each), scales,
+   scale_invs and formats, uploaded from the host arrays given ([sync]); *d_hist, *d_scale and
+   *d_scale_inv get where they live. record: [step] slot 0 of tensor i joined with amax
+   (amp__amax_join), 1 launch. update: [step] amp__fp8_update_one on every tensor, 1 launch. io:
+   the host arrays from the block (to_device 0) or the block from them (1), [sync]. */
+extern amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format,
+                                     const float *hist, const float *scale, const float *scale_inv, float **d_hist,
+                                     float **d_scale, float **d_scale_inv, char *msg, size_t cap);
+extern void       amp__cu_fp8_destroy(void *state, void *fp8);
+extern amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float amax, char *msg, size_t cap);
+extern amp_status amp__cu_fp8_update(void *state, void *fp8, const amp_fp8_config *c, char *msg, size_t cap);
+extern amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *scale, float *scale_inv, int to_device,
+                                 char *msg, size_t cap);
+/* [step] amp_quantize: q = fp8 cast of x * *scale (scale NULL: 1; q NULL: none), *amax joined with
+   max |x| (amax NULL: none); device pointers. 1 launch (none for n 0). */
+extern amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const void *x, int32_t x_type, size_t n,
+                                   const float *scale, float *amax, char *msg, size_t cap);
+
 /* Plumbing for tests, benchmarks and checkpoints. amp__cu_copy: dir 0 host->device, 1 device->host
    ([sync]), 2 device->device ([step], async on the stream). Capture: begin/end on the device's
    stream (it must not be the legacy default stream); end instantiates the graph and counts its

@@ -18,6 +18,7 @@
 #include "amp.h"
 #include "test.h"
 #include <float.h>
+#include <math.h>
 
 static amp_device *dev;
 static void *ST;          /* dev->cuda, NULL without a GPU */
@@ -636,6 +637,63 @@ static void device_casts_match_host_conversions_bit_for_bit(void) {
       }
 }
 
+/* amp_quantize on the GPU: the CPU's codes and amax bit for bit (every input type, both formats,
+   a device scale, NaN and inf among the inputs, a partial last block), and the fp8 scaler's update
+   kernel: the CPU scaler's scales and histories over a run of every recipe. */
+static void fp8_quantize_and_scaler_match_the_cpu(void) {
+  size_t n = t_quick() ? 70001 : 1000003;
+  for (int xt = AMP_F32; xt <= AMP_BF16; xt++)
+    for (int f = 0; f < 2; f++) {
+      amp_dtype fmt = f ? AMP_E5M2 : AMP_E4M3;
+      size_t sz = amp_dtype_size((amp_dtype)xt);
+      float *hx = (float *)xmalloc(n * 4), scale = 37.5f, amax_h = 0.0f, amax_d = 0.0f;
+      unsigned char *xb = (unsigned char *)xmalloc(n * sz), *qh = (unsigned char *)xmalloc(n), *qd = (unsigned char *)xmalloc(n);
+      void *dx = dmalloc(n * sz), *dq = dmalloc(n), *dk = dmalloc(8);
+      for (size_t i = 0; i < n; i++) hx[i] = srand1() * (float)(1u << (rnd() % 12));
+      hx[n / 2] = 1e30f; hx[n / 3] = -INFINITY;
+      if (xt != AMP_F32) hx[n / 5] = NAN;
+      OK(amp_convert(xb, (amp_dtype)xt, hx, AMP_F32, n));
+      OK(amp_quantize(amp_cpu(), qh, fmt, xb, (amp_dtype)xt, n, &scale, &amax_h));
+      up(dx, xb, n * sz); up(dk, &scale, 4); up((char *)dk + 4, &amax_d, 4);
+      OK(amp_quantize(dev, dq, fmt, dx, (amp_dtype)xt, n, (const float *)dk, (float *)((char *)dk + 4)));
+      down(qd, dq, n); down(&amax_d, (char *)dk + 4, 4);
+      EXPECT(memcmp(qh, qd, n) == 0, "x_type %d fmt %d: the device's codes differ", xt, f);
+      EXPECT(memcmp(&amax_h, &amax_d, 4) == 0, "x_type %d fmt %d: amax %a on the device, %a on the CPU", xt, f,
+             (double)amax_d, (double)amax_h);
+      free(hx); free(xb); free(qh); free(qd); amp__cu_free(ST, dx); amp__cu_free(ST, dq); amp__cu_free(ST, dk);
+    }
+  for (int r = 0; r < 4; r++) {
+    amp_fp8_config c;
+    amp_fp8_scaler *a = NULL, *b = NULL;
+    amp_dtype fmts[300];
+    memset(&c, 0, sizeof c);
+    c.recipe = (amp_fp8_recipe)r;
+    if (r == 0) c.history_len = 16;
+    for (int i = 0; i < 300; i++) fmts[i] = i % 3 ? AMP_E4M3 : AMP_E5M2;
+    OK(amp_fp8_scaler_create(&a, amp_cpu(), &c, 300, fmts));
+    OK(amp_fp8_scaler_create(&b, dev, &c, 300, fmts));
+    for (int step = 0; step < 40; step++) {
+      for (int i = 0; i < 300; i++) {
+        float am = (rnd() % 50 == 0) ? 0.0f : urand() * (float)(1u << (rnd() % 20));
+        OK(amp_fp8_scaler_record(a, (size_t)i, am));
+        OK(amp_fp8_scaler_record(b, (size_t)i, am));
+      }
+      OK(amp_fp8_scaler_update(a));
+      OK(amp_fp8_scaler_update(b));
+    }
+    for (int i = 0; i < 300; i++) {
+      float sa = amp_fp8_scaler_get_scale(a, (size_t)i), sb = amp_fp8_scaler_get_scale(b, (size_t)i), ha[16], hb[16];
+      EXPECT(memcmp(&sa, &sb, 4) == 0, "recipe %d tensor %d: scale %a on the device, %a on the CPU", r, i, (double)sb,
+             (double)sa);
+      OK(amp_fp8_scaler_history(a, (size_t)i, ha, r == 0 ? 16 : 1));
+      OK(amp_fp8_scaler_history(b, (size_t)i, hb, r == 0 ? 16 : 1));
+      EXPECT(memcmp(ha, hb, (r == 0 ? 16 : 1) * sizeof(float)) == 0, "recipe %d tensor %d: histories differ", r, i);
+    }
+    amp_fp8_scaler_destroy(a);
+    amp_fp8_scaler_destroy(b);
+  }
+}
+
 static void scale_buffer_multiplies_by_the_device_scale(void) {
   size_t n = 100003;
   void *sc = NULL;
@@ -756,6 +814,7 @@ int main(void) {
   } else t_no_gpu("graph tests (no stream of our own)", msg);
   RUN(device_casts_match_host_conversions_bit_for_bit);
   RUN(scale_buffer_multiplies_by_the_device_scale);
+  RUN(fp8_quantize_and_scaler_match_the_cpu);
   RUN(optimizer_state_round_trips_through_host);
   amp_device_close(dev);
   amp__cu_stream_destroy(stream);

@@ -87,6 +87,80 @@ amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int3
   return AMP_OK;
 }
 
+/* The fp8 scaler's block: the arrays as the device keeps them, updated by amp.h's own element
+   function, as the kernel is. */
+typedef struct fake_fp8 { float *hist, *scale, *scale_inv; amp_dtype *format; size_t n; int len; } fake_fp8;
+amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format, const float *hist,
+                              const float *scale, const float *scale_inv, float **d_hist, float **d_scale,
+                              float **d_scale_inv, char *msg, size_t cap) {
+  fake_fp8 *f = (fake_fp8 *)calloc(1, sizeof *f);
+  (void)state;
+  if (f) {
+    f->hist = (float *)malloc(n * (size_t)len * sizeof(float)); f->scale = (float *)malloc(n * sizeof(float));
+    f->scale_inv = (float *)malloc(n * sizeof(float)); f->format = (amp_dtype *)malloc(n * sizeof(amp_dtype));
+  }
+  if (!f || !f->hist || !f->scale || !f->scale_inv || !f->format) {
+    if (f) { free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f); }
+    snprintf(msg, cap, "out of memory");
+    return AMP_ERR_NOMEM;
+  }
+  memcpy(f->hist, hist, n * (size_t)len * sizeof(float)); memcpy(f->scale, scale, n * sizeof(float));
+  memcpy(f->scale_inv, scale_inv, n * sizeof(float)); memcpy(f->format, format, n * sizeof(amp_dtype));
+  f->n = n; f->len = len;
+  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *fp8 = f;
+  return AMP_OK;
+}
+void amp__cu_fp8_destroy(void *state, void *fp8) {
+  fake_fp8 *f = (fake_fp8 *)fp8;
+  (void)state;
+  free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f);
+}
+amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float amax, char *msg, size_t cap) {
+  fake_fp8 *f = (fake_fp8 *)fp8;
+  (void)state; (void)msg; (void)cap;
+  f->hist[i * (size_t)f->len] = amp__amax_join(f->hist[i * (size_t)f->len], amax);
+  return AMP_OK;
+}
+amp_status amp__cu_fp8_update(void *state, void *fp8, const amp_fp8_config *c, char *msg, size_t cap) {
+  fake_fp8 *f = (fake_fp8 *)fp8;
+  size_t i;
+  (void)state; (void)msg; (void)cap;
+  for (i = 0; i < f->n; i++)
+    amp__fp8_update_one(c, f->format[i], f->hist + i * (size_t)f->len, f->len, f->scale + i, f->scale_inv + i);
+  return AMP_OK;
+}
+amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *scale, float *scale_inv, int to_device, char *msg,
+                          size_t cap) {
+  fake_fp8 *f = (fake_fp8 *)fp8;
+  size_t slots = f->n * (size_t)f->len;
+  (void)state;
+  if (!to_device && fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(fp8 block)"); }
+  if (to_device) {
+    memcpy(f->hist, hist, slots * sizeof(float)); memcpy(f->scale, scale, f->n * sizeof(float));
+    memcpy(f->scale_inv, scale_inv, f->n * sizeof(float));
+  } else {
+    memcpy(hist, f->hist, slots * sizeof(float)); memcpy(scale, f->scale, f->n * sizeof(float));
+    memcpy(scale_inv, f->scale_inv, f->n * sizeof(float));
+  }
+  return AMP_OK;
+}
+/* the kernel's steps, one element at a time (the CPU's portable loop is the same steps) */
+amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const void *x, int32_t x_type, size_t n,
+                            const float *scale, float *amax, char *msg, size_t cap) {
+  float k = scale ? *scale : 1.0f;
+  uint32_t top = 0;
+  size_t i;
+  (void)state; (void)msg; (void)cap;
+  for (i = 0; i < n; i++) {
+    float v = amp__load(x, (amp_dtype)x_type, i);
+    uint32_t b = amp__f32_bits(v) & 0x7fffffffu;
+    top = b > top ? b : top;
+    if (q) amp__store(q, (amp_dtype)fp8, i, amp__fmul(v, k));
+  }
+  if (amax && amp__f32_bits(*amax) < top) *amax = amp__bits_f32(top);   /* atomicMax on the bits */
+  return AMP_OK;
+}
+
 typedef struct fake_optim {
   amp_optim_config h; size_t k; amp__tensor *t; float **p, **m, **v;
   float *ls, *wd;      /* each tensor's group values, as the kernel's table holds them */
@@ -310,6 +384,8 @@ amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans 
 }
 
 /* ---- the tests ----------------------------------------------------------------------------- */
+
+static int t_nan_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return (u & 0x7fffffffu) > 0x7f800000u; }
 
 #define N0 37
 #define N1 300
@@ -906,6 +982,76 @@ static void grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits(voi
   amp_optimizer_destroy(oa); amp_optimizer_destroy(ob);
 }
 
+/* The fp8 scaler and amp_quantize on the CUDA line: the same scales, histories and bytes as the
+   CPU's over a run (every recipe, mixed formats), the pointers into the device block, and a failed
+   getter read kept until the next update. */
+static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
+  amp_dtype fmt[3] = { AMP_E4M3, AMP_E5M2, AMP_E4M3 };
+  int r;
+  for (r = 0; r < 4; r++) {
+    amp_fp8_config c;
+    amp_fp8_scaler *a = NULL, *b = NULL;
+    int step, i;
+    memset(&c, 0, sizeof c);
+    c.recipe = (amp_fp8_recipe)r;
+    if (r == 0) c.history_len = 5;
+    EXPECT(amp_fp8_scaler_create(&a, amp_cpu(), &c, 3, fmt) == AMP_OK, "%s", amp_last_error());
+    EXPECT(amp_fp8_scaler_create(&b, gpu(), &c, 3, fmt) == AMP_OK, "%s", amp_last_error());
+    if (!a || !b) return;
+    for (step = 0; step < 20; step++) {
+      for (i = 0; i < 3; i++) {
+        float x[64], amax = (float)((step * 7 + i * 3) % 11) * (step == 9 ? 1e6f : 0.5f);
+        unsigned char qa[64], qb[64];
+        int j;
+        for (j = 0; j < 64; j++) x[j] = (float)(j - 32) * 0.37f * (float)(step + 1);
+        EXPECT(amp_fp8_scaler_record(a, (size_t)i, amax) == AMP_OK && amp_fp8_scaler_record(b, (size_t)i, amax) == AMP_OK,
+               "%s", amp_last_error());
+        EXPECT(amp_quantize(amp_cpu(), qa, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(a, (size_t)i),
+                            amp_fp8_scaler_amax_ptr(a, (size_t)i)) == AMP_OK, "%s", amp_last_error());
+        EXPECT(amp_quantize(gpu(), qb, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(b, (size_t)i),
+                            amp_fp8_scaler_amax_ptr(b, (size_t)i)) == AMP_OK, "%s", amp_last_error());
+        EXPECT(memcmp(qa, qb, 64) == 0, "recipe %d step %d tensor %d: the casts differ", r, step, i);
+      }
+      EXPECT(amp_fp8_scaler_update(a) == AMP_OK && amp_fp8_scaler_update(b) == AMP_OK, "%s", amp_last_error());
+      for (i = 0; i < 3; i++) {
+        float ha[5], hb[5];
+        int len = r == 0 ? 5 : 1;
+        EXPECT(amp_fp8_scaler_get_scale(a, (size_t)i) == amp_fp8_scaler_get_scale(b, (size_t)i) &&
+                   amp_fp8_scaler_get_scale_inv(a, (size_t)i) == amp_fp8_scaler_get_scale_inv(b, (size_t)i),
+               "recipe %d step %d tensor %d: scale %g / %g", r, step, i, (double)amp_fp8_scaler_get_scale(a, (size_t)i),
+               (double)amp_fp8_scaler_get_scale(b, (size_t)i));
+        EXPECT(amp_fp8_scaler_history(a, (size_t)i, ha, len) == AMP_OK && amp_fp8_scaler_history(b, (size_t)i, hb, len) == AMP_OK &&
+                   memcmp(ha, hb, (size_t)len * sizeof(float)) == 0, "recipe %d step %d: histories differ", r, step);
+      }
+    }
+    {   /* a checkpoint moves between the two: CUDA's file into a CPU scaler and back */
+      amp_fp8_scaler *c2 = NULL, *g2 = NULL;
+      EXPECT(amp_fp8_scaler_save(b, "build/test/device_line_fp8.ckpt") == AMP_OK, "%s", amp_last_error());
+      amp_fp8_scaler_create(&c2, amp_cpu(), &c, 3, fmt);
+      EXPECT(c2 && amp_fp8_scaler_load(c2, "build/test/device_line_fp8.ckpt") == AMP_OK, "%s", amp_last_error());
+      EXPECT(amp_fp8_scaler_save(c2, "build/test/device_line_fp8.ckpt") == AMP_OK, "%s", amp_last_error());
+      amp_fp8_scaler_create(&g2, gpu(), &c, 3, fmt);
+      EXPECT(g2 && amp_fp8_scaler_load(g2, "build/test/device_line_fp8.ckpt") == AMP_OK, "%s", amp_last_error());
+      for (i = 0; i < 3 && c2 && g2; i++) {
+        amp_fp8_scaler_record(b, (size_t)i, 2.5f); amp_fp8_scaler_record(g2, (size_t)i, 2.5f);
+      }
+      amp_fp8_scaler_update(b); amp_fp8_scaler_update(g2);
+      for (i = 0; i < 3 && c2 && g2; i++)
+        EXPECT(amp_fp8_scaler_get_scale(g2, (size_t)i) == amp_fp8_scaler_get_scale(b, (size_t)i) &&
+                   amp_fp8_scaler_get_scale(c2, (size_t)i) == amp_fp8_scaler_get_scale(a, (size_t)i),
+               "recipe %d tensor %d: the reloaded scalers differ", r, i);
+      amp_fp8_scaler_destroy(c2); amp_fp8_scaler_destroy(g2);
+    }
+    fake_fail_reads = 1;
+    EXPECT(t_nan_bits(amp_fp8_scaler_get_scale(b, 0)), "a failed read gives NaN");
+    EXPECT(amp_fp8_scaler_update(b) == AMP_ERR_DEVICE && strstr(amp_last_error(), "amp_fp8_scaler_update"),
+           "the failed read comes back from the next update: %s", amp_last_error());
+    fake_fail_reads = 0;
+    amp_fp8_scaler_destroy(a);
+    amp_fp8_scaler_destroy(b);
+  }
+}
+
 static void every_operation_is_in_both_tables(void) {
   size_t ops = 0;
 #define T_CHECK_OP(ret, name, args) ops++; \
@@ -937,6 +1083,7 @@ int main(void) {
   RUN(master_modes_on_the_cuda_line_give_the_cpus_bits);
   RUN(grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits);
   RUN(mixed_types_on_the_cuda_line_are_widened_first);
+  RUN(the_fp8_scaler_on_the_cuda_line_equals_the_cpus);
   amp_device_close(gpu());
   TEST_END();
 }
