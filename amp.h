@@ -222,6 +222,19 @@
       amp_fp8_scaler_record adds an amax measured elsewhere; get_scale, get_scale_inv and history
       read the state (on CUDA they wait for the stream).
 
+      Data parallel: every rank must cast with the same scales, so the amaxes are reduced (MAX)
+      across the ranks before the recipe reads them. amp_fp8_scaler_reduce_over(f, scaler) sends
+      them through the loss scaler's own all-reduce hook (amp_scaler_set_allreduce), in the same
+      group as its found-inf and norm: there is no second communicator to get wrong. The amaxes go
+      as their bits (so a NaN on one rank is NaN on all), in one call per update (the hook sees
+      n < 0: a MAX, where the loss scaler's calls are sums). examples/dp_threads.c shows it.
+
+      Checkpoints: amp_fp8_scaler_save / _load keep the whole state (scales, scale_invs,
+      histories, formats, the recipe) in a file of its own, CRC-checked and written atomically as
+      amp_checkpoint_save writes; a resumed run casts with the scales of the run that never
+      stopped. A history of another length is resized (the newest amaxes kept); a file of another
+      recipe, tensor count or format is refused.
+
    VERSION HISTORY
 
       (next)               param groups (amp_optimizer_add_group); amp_tensor_desc and
@@ -247,7 +260,8 @@
                            add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
                            refused (AMP_GRAD_F32); amp_gemm takes A and B of different types;
                            fp8 scaling: the four recipes (amp_fp8_scale_from_amax),
-                           amp_fp8_scaler, amp_quantize.
+                           amp_fp8_scaler (checkpoints, amaxes reduced over the loss scaler's
+                           group), amp_quantize.
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -882,7 +896,12 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
    enqueue work on `stream` (the device's stream, NULL for the legacy default stream), so the step
    still never waits for the GPU. The buffer belongs to the optimizer; a hook must not keep it.
    A hook that returns anything but AMP_OK fails the unscale/step with that status (AMP_ERR_DEVICE
-   for a status that is not an amp_status), before any weight is touched. fn NULL removes the hook. */
+   for a status that is not an amp_status), before any weight is touched. fn NULL removes the hook.
+   The same hook serves an fp8 scaler reduced over this scaler's group (amp_fp8_scaler_reduce_over):
+   each amp_fp8_scaler_update calls it once with n < 0, and then buf holds -n amaxes, each the bits
+   of a float amax as an integer-valued double (0 .. 2^32 - 1), which the hook must replace with
+   their MAX over all ranks (ncclAllReduce(buf, buf, -n, ncclDouble, ncclMax, comm, stream)).
+   amp_nccl_allreduce_hook does both; a hook of your own must too, once fp8 scalers use it. */
 typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *stream);
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
 
@@ -981,6 +1000,14 @@ AMPDEF float       *amp_fp8_scaler_amax_ptr(amp_fp8_scaler *f, size_t i);
 AMPDEF const float *amp_fp8_scaler_scale_ptr(amp_fp8_scaler *f, size_t i);
 AMPDEF const float *amp_fp8_scaler_scale_inv_ptr(amp_fp8_scaler *f, size_t i);
 AMPDEF amp_fp8_config amp_fp8_scaler_config(const amp_fp8_scaler *f);   /* as resolved (defaults filled) */
+/* Data parallel: from now on each update first reduces every tensor's slot 0 (this step's amax)
+   to its MAX over the ranks, through s's all-reduce hook (amp_scaler_set_allreduce, called with
+   n < 0): the same call and the same group as the loss scaler's found-inf and norm, so the amaxes
+   cannot be reduced over another group (a 40B Megatron-LM run diverged when they were), and every
+   rank gets the same scales. Amaxes are reduced as their bits, so a NaN on any rank is NaN on all.
+   Without a hook on s the update reduces nothing (one rank). s on f's device (AMP_ERR_ARG
+   otherwise), alive while f updates; s NULL: no reduction. */
+AMPDEF amp_status amp_fp8_scaler_reduce_over(amp_fp8_scaler *f, amp_scaler *s);
 /* Checkpoints: the whole state (scales, scale_invs, histories, formats, the recipe's fields) in
    its own file, written atomically and read back checked as amp_checkpoint_save/_load do (CRC,
    sizes; AMP_ERR_CORRUPT names what is wrong; a failed load changes nothing). Load into a scaler
@@ -1987,6 +2014,10 @@ static inline AMP_HD float amp__amax_join(float acc, float a) {
   uint32_t x = amp__f32_bits(acc) & 0x7fffffffu, y = amp__f32_bits(a) & 0x7fffffffu;
   return amp__bits_f32(x > y ? x : y);
 }
+/* An amax on the data-parallel hook's wire: its bits (sign cleared) as an integer-valued double,
+   so the ranks' MAX is the join above, NaN included; and back. */
+static inline AMP_HD double amp__fp8_amax_to_wire(float a) { return (double)(amp__f32_bits(a) & 0x7fffffffu); }
+static inline AMP_HD float amp__fp8_amax_from_wire(double w) { return amp__bits_f32((uint32_t)w); }
 /* TransformerEngine's fmaxf(acc, a) over a history, from acc = 0: a NaN or a negative slot is
    passed over. */
 static inline AMP_HD float amp__amax_pass_nan(float acc, float a) {
@@ -3896,6 +3927,9 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
   X(void, fp8_destroy, (amp_fp8_scaler *f)) \
   X(amp_status, fp8_record, (amp_fp8_scaler *f, size_t i, float amax, char *msg, size_t cap)) \
   X(amp_status, fp8_update, (amp_fp8_scaler *f, char *msg, size_t cap)) \
+  /* data parallel: every slot 0 into f->d_red as amp__fp8_amax_to_wire (to_slots 0), or back after \
+     the hook's MAX (1; the CPU refuses a value that is no amax's bits) */ \
+  X(amp_status, fp8_amax_io, (amp_fp8_scaler *f, int to_slots, char *msg, size_t cap)) \
   /* the host arrays from the state (to_device 0: the getters, a save) or the state from them (1: a load) */ \
   X(amp_status, fp8_io, (amp_fp8_scaler *f, int to_device, char *msg, size_t cap)) \
   /* amp_quantize, its arguments checked */ \
@@ -3984,7 +4018,7 @@ AMPDEF amp_status amp_nccl_allreduce_hook(void *nccl_comm, double *buf, int n, v
     return amp__fail(AMP_ERR_ARG,
                      "amp_nccl_allreduce_hook: nccl_comm is NULL (pass the ncclComm_t as the hook's user)");
   if (!buf) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: buf is NULL");
-  if (n < 1) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: n %d must be >= 1", n);
+  if (n == 0) return amp__fail(AMP_ERR_ARG, "amp_nccl_allreduce_hook: n is 0 (>= 1: a sum; <= -1: a max)");
   return amp__cu_nccl_allreduce(nccl_comm, buf, n, stream, amp__err_buf, sizeof amp__err_buf);
 }
 AMPDEF amp_status amp_nccl_allreduce_grads(amp_device *d, void *nccl_comm, void *grads, amp_dtype t, size_t n,
@@ -6910,6 +6944,8 @@ struct amp_fp8_scaler {
   float *hist;             /* n x len, tensor i's slots at i * len; slot 0 is this step's amax */
   float *scale, *scale_inv;
   float *d_hist, *d_scale, *d_scale_inv;
+  double *red, *d_red;     /* n amaxes as bits, for the data-parallel hook (host; where the device has it) */
+  amp_scaler *group;       /* amp_fp8_scaler_reduce_over: its hook reduces the amaxes (NULL: none) */
   void *cu;                /* the device's own block (CUDA: amp__cu_fp8_create); NULL on the CPU */
 };
 
@@ -6959,7 +6995,7 @@ static amp_status amp__fp8_resolve(const char *fn, const amp_fp8_config *in, amp
 }
 
 static void amp__fp8_free(amp_fp8_scaler *f) {
-  AMP_FREE(f->format); AMP_FREE(f->hist); AMP_FREE(f->scale); AMP_FREE(f->scale_inv);
+  AMP_FREE(f->format); AMP_FREE(f->hist); AMP_FREE(f->scale); AMP_FREE(f->scale_inv); AMP_FREE(f->red);
   AMP_FREE(f);
 }
 
@@ -6990,7 +7026,8 @@ AMPDEF amp_status amp_fp8_scaler_create(amp_fp8_scaler **out, amp_device *d, con
   f->hist = (float *)AMP_MALLOC(n * (size_t)f->len * sizeof *f->hist);
   f->scale = (float *)AMP_MALLOC(n * sizeof *f->scale);
   f->scale_inv = (float *)AMP_MALLOC(n * sizeof *f->scale_inv);
-  if (!f->format || !f->hist || !f->scale || !f->scale_inv) {
+  f->red = (double *)AMP_MALLOC(n * sizeof *f->red);
+  if (!f->format || !f->hist || !f->scale || !f->scale_inv || !f->red) {
     amp__fp8_free(f);
     return amp__fail(AMP_ERR_NOMEM, "%s: out of memory (%zu tensors, %d slots each)", fn, n, cfg.history_len);
   }
@@ -7034,10 +7071,31 @@ AMPDEF amp_status amp_fp8_scaler_record(amp_fp8_scaler *f, size_t i, float amax)
 AMPDEF amp_status amp_fp8_scaler_update(amp_fp8_scaler *f) {
   const char *fn = "amp_fp8_scaler_update";
   char m[AMP__MSG] = "";
+  const amp__backend *be;
   amp_status st;
   if (!f) return amp__fail(AMP_ERR_ARG, "%s: f is NULL", fn);
   if ((st = amp__dev_take_error(fn, f->dev)) != AMP_OK) return st;
-  return amp__op_fail(fn, amp__be(f->dev)->fp8_update(f, m, sizeof m), m);
+  be = amp__be(f->dev);
+  if (f->group && f->group->allreduce) {   /* the amaxes' MAX over the ranks, into slot 0 */
+    int raw;
+    if ((st = be->fp8_amax_io(f, 0, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+    amp__err_buf[0] = '\0';
+    raw = (int)f->group->allreduce(f->group->allreduce_user, f->d_red, -(int)f->n, f->dev->stream);
+    if (raw != (int)AMP_OK) return amp__hook_fail(fn, raw);
+    if ((st = be->fp8_amax_io(f, 1, m, sizeof m)) != AMP_OK) return amp__op_fail(fn, st, m);
+  }
+  return amp__op_fail(fn, be->fp8_update(f, m, sizeof m), m);
+}
+
+AMPDEF amp_status amp_fp8_scaler_reduce_over(amp_fp8_scaler *f, amp_scaler *s) {
+  const char *fn = "amp_fp8_scaler_reduce_over";
+  if (!f) return amp__fail(AMP_ERR_ARG, "%s: f is NULL", fn);
+  if (s && s->dev != f->dev)
+    return amp__fail(AMP_ERR_ARG, "%s: the scaler is on %s, the fp8 scaler on %s (one device, one group)", fn,
+                     amp__be(s->dev)->name, amp__be(f->dev)->name);
+  if (f->n > (size_t)INT_MAX) return amp__fail(AMP_ERR_ARG, "%s: %zu tensors are more than a hook's n can say", fn, f->n);
+  f->group = s;
+  return AMP_OK;
 }
 
 /* The host arrays refreshed for a getter (a failed read is kept on the device, as the scaler's). */
@@ -7092,7 +7150,19 @@ AMPDEF amp_fp8_config amp_fp8_scaler_config(const amp_fp8_scaler *f) {
 /* The CPU's operations: the host arrays are the state. */
 static amp_status amp__cpu_fp8_create(amp_fp8_scaler *f, char *m, size_t cap) {
   (void)m; (void)cap;
-  f->d_hist = f->hist; f->d_scale = f->scale; f->d_scale_inv = f->scale_inv;
+  f->d_hist = f->hist; f->d_scale = f->scale; f->d_scale_inv = f->scale_inv; f->d_red = f->red;
+  return AMP_OK;
+}
+static amp_status amp__cpu_fp8_amax_io(amp_fp8_scaler *f, int to_slots, char *m, size_t cap) {
+  size_t i;
+  for (i = 0; i < f->n && !to_slots; i++) f->red[i] = amp__fp8_amax_to_wire(f->hist[i * (size_t)f->len]);
+  for (i = 0; i < f->n && to_slots; i++)   /* all checked before any slot is written */
+    if (!(f->red[i] >= 0.0 && f->red[i] <= 4294967295.0) || f->red[i] != (double)(uint32_t)f->red[i]) {
+      snprintf(m, cap, "the allreduce hook gave %g for tensor %zu's amax, which is no amax's bits (an integer in "
+               "0..2^32-1: the MAX over the ranks of what each rank gave)", f->red[i], i);
+      return AMP_ERR_ARG;
+    }
+  for (i = 0; i < f->n && to_slots; i++) f->hist[i * (size_t)f->len] = amp__fp8_amax_from_wire(f->red[i]);
   return AMP_OK;
 }
 static void amp__cpu_fp8_destroy(amp_fp8_scaler *f) { (void)f; }
@@ -8652,9 +8722,12 @@ static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta,
 /* The fp8 scaler: its state in one device block (amp__cu_fp8_create), made from the host arrays. */
 static amp_status amp__cuda_fp8_create(amp_fp8_scaler *f, char *m, size_t cap) {
   return amp__cu_fp8_create(f->dev->cuda, &f->cu, f->n, f->len, f->format, f->hist, f->scale, f->scale_inv,
-                            &f->d_hist, &f->d_scale, &f->d_scale_inv, m, cap);
+                            &f->d_hist, &f->d_scale, &f->d_scale_inv, &f->d_red, m, cap);
 }
 static void amp__cuda_fp8_destroy(amp_fp8_scaler *f) { if (f->cu) amp__cu_fp8_destroy(f->dev->cuda, f->cu); }
+static amp_status amp__cuda_fp8_amax_io(amp_fp8_scaler *f, int to_slots, char *m, size_t cap) {
+  return amp__cu_fp8_amax_io(f->dev->cuda, f->cu, to_slots, m, cap);
+}
 static amp_status amp__cuda_fp8_record(amp_fp8_scaler *f, size_t i, float amax, char *m, size_t cap) {
   return amp__cu_fp8_record(f->dev->cuda, f->cu, i, amax, m, cap);
 }

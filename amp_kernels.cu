@@ -979,6 +979,7 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
 
 // The fp8 scaler's state in device memory: one allocation, the arrays one after the other.
 struct amp__cu_fp8 {
+  double *red;                       // n: the amaxes on the data-parallel hook's wire
   float *hist, *scale, *scale_inv;   // n * len, n, n
   int32_t *format;                   // n
   size_t n;
@@ -993,6 +994,14 @@ __global__ void amp__cu_fp8_update_kernel(amp__cu_fp8 f, amp_fp8_config c) {
     amp__fp8_update_one(&c, (amp_dtype)f.format[i], f.hist + i * (size_t)f.len, f.len, f.scale + i, f.scale_inv + i);
 }
 __global__ void amp__cu_fp8_record_kernel(float *slot, float amax) { *slot = amp__amax_join(*slot, amax); }
+// Data parallel: slot 0 of every tensor to the hook's buffer, or back from it (a value that is no
+// amax's bits, which only a broken hook gives, is clamped into range).
+__global__ void amp__cu_fp8_amax_io_kernel(amp__cu_fp8 f, int to_slots) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= f.n) return;
+  if (!to_slots) f.red[i] = amp__fp8_amax_to_wire(f.hist[i * (size_t)f.len]);
+  else f.hist[i * (size_t)f.len] = amp__fp8_amax_from_wire(fmin(fmax(f.red[i], 0.0), 4294967295.0));
+}
 
 // The cast with its amax: each thread casts its elements (amp__load, one multiply, the saturating
 // store of amp.h) and keeps the largest |x| as bits; the warp's, then the block's largest is joined
@@ -1022,21 +1031,21 @@ amp__cu_quantize_kernel(amp_fp8 *q, const void *x, long long n, const float *sca
 
 extern "C" amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format,
                                          const float *hist, const float *scale, const float *scale_inv, float **d_hist,
-                                         float **d_scale, float **d_scale_inv, char *msg, size_t cap) {
+                                         float **d_scale, float **d_scale_inv, double **d_red, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
-  if (!st || !fp8 || !format || !hist || !scale || !scale_inv || !d_hist || !d_scale || !d_scale_inv)
+  if (!st || !fp8 || !format || !hist || !scale || !scale_inv || !d_hist || !d_scale || !d_scale_inv || !d_red)
     return amp__cu_arg(msg, cap, "amp__cu_fp8_create: a pointer argument is NULL");
   if (n == 0 || len < 1) return amp__cu_arg(msg, cap, "amp__cu_fp8_create: n %zu, len %d", n, len);
   amp__cu_fp8 *f = new (std::nothrow) amp__cu_fp8();
   if (!f) { snprintf(msg, cap, "amp__cu_fp8_create: out of memory"); return AMP_ERR_NOMEM; }
-  const size_t slots = n * (size_t)len, bytes = (slots + 2 * n) * sizeof(float) + n * sizeof(int32_t);
+  const size_t slots = n * (size_t)len, bytes = n * sizeof(double) + (slots + 2 * n) * sizeof(float) + n * sizeof(int32_t);
   int32_t *fmt = (int32_t *)malloc(n * sizeof(int32_t));
   if (!fmt) { delete f; snprintf(msg, cap, "amp__cu_fp8_create: out of memory"); return AMP_ERR_NOMEM; }
   for (size_t i = 0; i < n; i++) fmt[i] = (int32_t)format[i];
   AMP__CU_ON(st);
   cudaError_t e = cudaMalloc(&f->block, bytes);
   if (e == cudaSuccess) {
-    f->hist = (float *)f->block; f->scale = f->hist + slots; f->scale_inv = f->scale + n;
+    f->red = (double *)f->block; f->hist = (float *)(f->red + n); f->scale = f->hist + slots; f->scale_inv = f->scale + n;
     f->format = (int32_t *)(f->scale_inv + n); f->n = n; f->len = len;
     e = cudaMemcpyAsync(f->hist, hist, slots * sizeof(float), cudaMemcpyHostToDevice, st->stream);
     if (e == cudaSuccess) e = cudaMemcpyAsync(f->scale, scale, n * sizeof(float), cudaMemcpyHostToDevice, st->stream);
@@ -1052,7 +1061,7 @@ extern "C" amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int 
     return amp__cu_fail(msg, cap, "cudaMalloc / cudaMemcpyAsync (fp8 scaler block)", cudaGetErrorName(e), __FILE__,
                         __LINE__);
   }
-  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv;
+  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *d_red = f->red;
   *fp8 = f;
   return AMP_OK;
 }
@@ -1075,6 +1084,17 @@ extern "C" amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float
   AMP__CU_ON(st);
   amp__cu_fp8_record_kernel<<<1, 1, 0, st->stream>>>(f->hist + i * (size_t)f->len, amax);
   AMP__CU_CHECK_LAUNCH("amp__cu_fp8_record_kernel<<<1, 1>>>");
+  return AMP_OK;
+}
+
+extern "C" amp_status amp__cu_fp8_amax_io(void *state, void *fp8, int to_slots, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_fp8 *f = (amp__cu_fp8 *)fp8;
+  if (!st || !f) return amp__cu_arg(msg, cap, "amp__cu_fp8_amax_io: %s is NULL", !st ? "state" : "fp8");
+  AMP__CU_ON(st);
+  amp__cu_fp8_amax_io_kernel<<<(unsigned)((f->n + AMP__CU_THREADS - 1) / AMP__CU_THREADS), AMP__CU_THREADS, 0,
+                               st->stream>>>(*f, to_slots);
+  AMP__CU_CHECK_LAUNCH("amp__cu_fp8_amax_io_kernel<<<>>>");
   return AMP_OK;
 }
 
@@ -2153,15 +2173,18 @@ static amp_status amp__nccl_fail(char *msg, size_t cap, const char *call, ncclRe
 #define AMP__NCCL_CHECK(call, comm) do { ncclResult_t r_ = (call); \
     if (r_ != ncclSuccess) return amp__nccl_fail(msg, cap, #call, r_, (comm), __FILE__, __LINE__); } while (0)
 
-// The scaler's hook: {found_inf, sumsq} summed over the ranks, in place.
-extern "C" amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, void *stream, char *msg, size_t cap) {
+// The scaler's hook: {found_inf, sumsq} summed over the ranks, in place; n < 0: the MAX of -n
+// doubles (an fp8 scaler's amaxes as bits).
+extern "C" amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n_in, void *stream, char *msg, size_t cap) {
+  const ncclRedOp_t op = n_in < 0 ? ncclMax : ncclSum;
+  const int n = n_in < 0 ? -n_in : n_in;
   ncclComm_t c = (ncclComm_t)comm;
   cudaStream_t s = (cudaStream_t)stream;
   cudaPointerAttributes a;
   memset(&a, 0, sizeof a);
   if (cudaPointerGetAttributes(&a, buf) != cudaSuccess) { cudaGetLastError(); a.type = cudaMemoryTypeUnregistered; }
   if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {   // a device scaler: enqueue only
-    AMP__NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclDouble, ncclSum, c, s), c);
+    AMP__NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclDouble, op, c, s), c);
     return AMP_OK;
   }
   // A CPU scaler: host memory, which NCCL cannot read, goes through the device, and the host waits.
@@ -2174,9 +2197,9 @@ extern "C" amp_status amp__cu_nccl_allreduce(void *comm, double *buf, int n, voi
   if ((e = cudaMemcpyAsync(dev, buf, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, s)) != cudaSuccess)
     what = "cudaMemcpyAsync(to device)";
   else {
-    ncclResult_t nr = ncclAllReduce(dev, dev, (size_t)n, ncclDouble, ncclSum, c, s);
+    ncclResult_t nr = ncclAllReduce(dev, dev, (size_t)n, ncclDouble, op, c, s);
     if (nr != ncclSuccess)
-      r = amp__nccl_fail(msg, cap, "ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm, stream)", nr, c, __FILE__,
+      r = amp__nccl_fail(msg, cap, "ncclAllReduce(buf, buf, n, ncclDouble, op, comm, stream)", nr, c, __FILE__,
                          __LINE__);
     else if ((e = cudaMemcpyAsync(buf, dev, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, s)) != cudaSuccess)
       what = "cudaMemcpyAsync(to host)";

@@ -121,6 +121,11 @@ static void run_memcpy(void *d, const void *s, size_t n) { (void)n; memcpy(d, s,
 static void run_f32_e4m3(void *d, const void *s, size_t n) { amp_convert(d, AMP_E4M3, s, AMP_F32, n); }
 static void run_f32_e5m2(void *d, const void *s, size_t n) { amp_convert(d, AMP_E5M2, s, AMP_F32, n); }
 static void run_f32_f16(void *d, const void *s, size_t n) { amp_convert(d, AMP_F16, s, AMP_F32, n); }
+/* amp_quantize: the scaled cast into E4M3 and the amax of the input, in one pass */
+static void run_quantize(void *d, const void *s, size_t n) {
+  float scale = 3.0f, amax = 0.0f;
+  amp_quantize(amp_cpu(), d, AMP_E4M3, s, AMP_F32, n, &scale, &amax);
+}
 
 /* GB/s of each of m functions (bytes[k] moved each), median of REPS timed runs after one untimed.
    The functions take turns within each repetition so that a noisy neighbour slows all alike. */
@@ -222,6 +227,14 @@ int main(void) {
     rates(f, by, gbs, 3, out[1], buf[0], N);
     bench_line("f32->e4m3 vs f32->f16 (amp_convert)", gbs[0], gbs[2], "GB/s");
     bench_line("f32->e5m2 vs f32->f16 (amp_convert)", gbs[1], gbs[2], "GB/s");
+  }
+  {   /* fp8 quantize (scale, cast, amax in one pass) against the f16 cast and against memcpy of the input */
+    conv_fn f[3] = { run_quantize, run_f32_f16, run_memcpy };
+    double by[3] = { 5.0 * (double)N, 6.0 * (double)N, 8.0 * (double)N }, gbs[3];
+    g_bytes = 4 * N;   /* the f32 output buffer holds the copy */
+    rates(f, by, gbs, 3, out[0], buf[0], N);
+    bench_line("f32->e4m3 quantize+amax vs f32->f16 (amp_convert)", gbs[0], gbs[1], "GB/s");
+    bench_line("f32->e4m3 quantize+amax vs memcpy", gbs[0], gbs[2], "GB/s");
   }
   for (a = 0; a < 3; a++) { free(buf[a]); free(out[a]); }
   return 0;

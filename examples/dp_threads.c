@@ -16,7 +16,11 @@
         together, and clipping sees the norm of the whole gradient, not of one slice.
      5. At step 40 one rank's backward overflows (an inf planted in one of its gradients). After the
         all-reduce only the rank that owns that weight sees the inf; the hook tells everyone.
-     6. The same run without the hook, to see what goes wrong. */
+     6. The same run without the hook, to see what goes wrong.
+     7. fp8: each rank also keeps an fp8 scaler (delayed scaling) for its activations, whose amax
+        differs from shard to shard. amp_fp8_scaler_reduce_over(f8, scaler) sends the amaxes through
+        the same hook (a MAX this time), so every rank casts with the same scale; without the hook
+        each rank would pick its own. */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
 #include <pthread.h>
@@ -66,6 +70,15 @@ static void net_allreduce_sum(int rank, double *buf, int n) {
   }
   net_barrier();        /* nobody posts the next all-reduce before everyone has read this one */
 }
+/* buf[0..n) = the largest over ranks of buf (an fp8 scaler's amaxes) */
+static void net_allreduce_max(int rank, double *buf, int n) {
+  int i, q;
+  memcpy(net.post[rank], buf, (size_t)n * sizeof(double));
+  net_barrier();
+  for (i = 0; i < n; i++)
+    for (q = 0; q < net.n; q++) buf[i] = net.post[q][i] > buf[i] ? net.post[q][i] : buf[i];
+  net_barrier();
+}
 
 /* ---- 2. a rank: the model, its data, its scaler and optimizer ------------------------------ */
 
@@ -76,6 +89,8 @@ typedef struct rank {
   amp_f16 g[P];                /* the gradient of the scaled loss, f16 */
   amp_scaler *sc;
   amp_optimizer *opt;
+  amp_fp8_scaler *f8;          /* 7. the E4M3 scale of this rank's activations (the predictions) */
+  float f8scale[STEPS];
   /* what happened, step by step, for main() to print */
   float scale[STEPS], norm[STEPS];
   double loss[STEPS];
@@ -85,11 +100,13 @@ typedef struct rank {
 static rank ranks[MAXR];
 static float X[SAMPLES][FEAT], Y[SAMPLES];
 
-/* The hook amp.h calls once per step with {1 if my grads held inf/NaN, my sum of squares}. */
+/* The hook amp.h calls once per step with {1 if my grads held inf/NaN, my sum of squares} (a
+   sum), and once per fp8 update with n < 0: -n amaxes (a max). */
 static amp_status hook(void *user, double *buf, int n, void *stream) {
   rank *r = (rank *)user;
   (void)stream;                /* NULL on the CPU; on a GPU the all-reduce goes on this stream */
-  net_allreduce_sum(r->id, buf, n);
+  if (n < 0) net_allreduce_max(r->id, buf, -n);
+  else net_allreduce_sum(r->id, buf, n);
   return AMP_OK;
 }
 
@@ -98,17 +115,26 @@ static void *rank_main(void *arg) {
   int per = SAMPLES / net.n, first = r->id * per, step, i, k, q;
   for (step = 0; step < STEPS; step++) {
     /* forward and backward on my shard: loss = mean (x . w + b - y)^2, read from the f16 model */
-    float scale = amp_scaler_get_scale(r->sc), w[P];
+    float scale = amp_scaler_get_scale(r->sc), w[P], preds[SAMPLES];
     double grad[P], loss = 0.0;
     memset(grad, 0, sizeof grad);
     for (k = 0; k < P; k++) w[k] = amp_f16_to_f32(r->w[k]);
     for (i = first; i < first + per; i++) {
       float pred = w[FEAT], err;
       for (k = 0; k < FEAT; k++) pred += X[i][k] * w[k];
+      preds[i - first] = pred;
       err = pred - Y[i];
       loss += (double)err * err;
       for (k = 0; k < FEAT; k++) grad[k] += 2.0 * err * X[i][k];
       grad[FEAT] += 2.0 * err;
+    }
+    /* 7. the activations' amax into the fp8 scaler (an fp8 trainer's cast would write it), and
+       the next scale: with the hook, the MAX over the ranks */
+    r->f8scale[step] = amp_fp8_scaler_get_scale(r->f8, 0);
+    if (amp_quantize(amp_cpu(), NULL, AMP_E4M3, preds, AMP_F32, (size_t)per, NULL, amp_fp8_scaler_amax_ptr(r->f8, 0)) !=
+            AMP_OK || amp_fp8_scaler_update(r->f8) != AMP_OK) {
+      fprintf(stderr, "rank %d: %s\n", r->id, amp_last_error());
+      exit(1);
     }
     /* backward of (loss * scale): the gradients come out scaled, stored in f16 as on a GPU, and
        averaged over the ranks (the f16 values go over the network; all ranks get the same bits) */
@@ -158,7 +184,9 @@ static int train(int n, int use_hook) {
     for (k = 0; k < P; k++) R->w[k] = 0;                        /* every replica starts equal */
     if (amp_scaler_create(&R->sc, amp_cpu(), NULL) != AMP_OK ||  /* PyTorch's GradScaler defaults */
         amp_optimizer_create(&R->opt, amp_cpu(), &oc) != AMP_OK ||
-        amp_optimizer_add(R->opt, AMP_F16, R->w + R->lo, R->g + R->lo, (size_t)(R->hi - R->lo)) != AMP_OK) {
+        amp_optimizer_add(R->opt, AMP_F16, R->w + R->lo, R->g + R->lo, (size_t)(R->hi - R->lo)) != AMP_OK ||
+        amp_fp8_scaler_create(&R->f8, amp_cpu(), NULL, 1, NULL) != AMP_OK ||       /* TE's delayed scaling */
+        (use_hook && amp_fp8_scaler_reduce_over(R->f8, R->sc) != AMP_OK)) {         /* 7. the same group */
       fprintf(stderr, "%s\n", amp_last_error());
       exit(1);
     }
@@ -176,13 +204,24 @@ static int train(int n, int use_hook) {
   return -1;
 }
 
+/* 7. the first step at which two ranks cast with different fp8 scales (-1: none) */
+static int fp8_divergence(int n, int *rank) {
+  int r, s;
+  for (s = 0; s < STEPS; s++)
+    for (r = 1; r < n; r++)
+      if (ranks[r].f8scale[s] != ranks[0].f8scale[s]) { *rank = r; return s; }
+  return -1;
+}
+
 static void free_ranks(int n) {
   int r;
-  for (r = 0; r < n; r++) { amp_scaler_destroy(ranks[r].sc); amp_optimizer_destroy(ranks[r].opt); }
+  for (r = 0; r < n; r++) {
+    amp_scaler_destroy(ranks[r].sc); amp_optimizer_destroy(ranks[r].opt); amp_fp8_scaler_destroy(ranks[r].f8);
+  }
 }
 
 int main(int argc, char **argv) {
-  int n = argc > 1 ? atoi(argv[1]) : 4, i, k, r, s, bad, drift, owner = 0, skips = 0, status = 0;
+  int n = argc > 1 ? atoi(argv[1]) : 4, i, k, r, s, bad, drift, owner = 0, skips = 0, status = 0, f8r = 0, f8s;
   float w_true[P];
   unsigned long seed = 12345;
   if (n < 2 || n > MAXR) { fprintf(stderr, "usage: %s [ranks 2..%d]\n", argv[0], MAXR); return 2; }
@@ -228,6 +267,13 @@ int main(int argc, char **argv) {
   if (bad < 0) {
     printf("With the hook: all %d ranks ended with the same scale (%g) and bit-identical weights.\n", n,
            (double)amp_scaler_get_scale(ranks[0].sc));
+    if ((f8s = fp8_divergence(n, &f8r)) < 0)
+      printf("fp8: every rank cast its activations with the same E4M3 scale at every step (the last %g): the\n"
+             "largest amax of all the shards, through the same hook.\n", (double)ranks[0].f8scale[STEPS - 1]);
+    else {
+      printf("fp8: with the hook rank %d's scale differs from rank 0's at step %d: a bug.\n", f8r, f8s);
+      status = 1;
+    }
     printf("Learned bias %.3f (true %.3f), weight 0 %.3f (true %.3f).\n", (double)amp_f16_to_f32(ranks[0].w[FEAT]),
            (double)w_true[FEAT], (double)amp_f16_to_f32(ranks[0].w[0]), (double)w_true[0]);
   } else {
@@ -247,6 +293,14 @@ int main(int argc, char **argv) {
            (double)ranks[(owner + 1) % n].scale[drift + 1 < STEPS ? drift + 1 : drift]);
   } else {
     printf("\nWithout the hook the ranks stayed in step: the demonstration did not happen (a bug).\n");
+    status = 1;
+  }
+  if ((f8s = fp8_divergence(n, &f8r)) >= 0)
+    printf("And the fp8 scales: from step %d rank 0 casts its activations with scale %g, rank %d with %g (each\n"
+           "its own shard's amax), so the same value becomes different fp8 codes on different ranks.\n", f8s,
+           (double)ranks[0].f8scale[f8s], f8r, (double)ranks[f8r].f8scale[f8s]);
+  else {
+    printf("Without the hook the fp8 scales stayed equal: the demonstration did not happen (a bug).\n");
     status = 1;
   }
   free_ranks(n);

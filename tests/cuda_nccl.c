@@ -10,6 +10,7 @@
 #include "amp.h"
 #include "test.h"
 #include <string.h>
+#include <math.h>
 
 #ifndef AMP_NCCL
 static void nccl_entry_points_say_how_to_enable_them(void) {
@@ -70,6 +71,32 @@ static void hook_sums_over_one_rank_on_device_and_host(void) {
   EXPECT(st == AMP_OK && host[0] == 0.0 && host[1] == 1e300, "host buffer: status %d (%s), got {%g, %g}", (int)st,
          amp_last_error(), host[0], host[1]);
   cudaFree(d);
+}
+
+/* One rank: a device fp8 scaler reduced over a device scaler with the NCCL hook (n < 0: MAX) gives
+   the scales of one that is not reduced (over one rank the MAX is the identity), NaN included. */
+static void fp8_scaler_reduced_through_the_hook_matches_one_rank(void) {
+  amp_scaler *sc = NULL;
+  amp_fp8_scaler *a = NULL, *b = NULL;
+  amp_fp8_config c;
+  memset(&c, 0, sizeof c); c.history_len = 8;
+  EXPECT(amp_scaler_create(&sc, dev, NULL) == AMP_OK && amp_fp8_scaler_create(&a, dev, &c, 3, NULL) == AMP_OK &&
+             amp_fp8_scaler_create(&b, dev, &c, 3, NULL) == AMP_OK, "%s", amp_last_error());
+  if (!sc || !a || !b) return;
+  amp_scaler_set_allreduce(sc, amp_nccl_allreduce_hook, comm1);
+  EXPECT(amp_fp8_scaler_reduce_over(a, sc) == AMP_OK, "%s", amp_last_error());
+  for (int step = 0; step < 12; step++) {
+    for (int i = 0; i < 3; i++) {
+      float am = step == 5 && i == 1 ? NAN : (float)(step * 3 + i + 1);
+      amp_fp8_scaler_record(a, (size_t)i, am); amp_fp8_scaler_record(b, (size_t)i, am);
+    }
+    EXPECT(amp_fp8_scaler_update(a) == AMP_OK && amp_fp8_scaler_update(b) == AMP_OK, "%s", amp_last_error());
+    for (int i = 0; i < 3; i++) {
+      float x = amp_fp8_scaler_get_scale(a, (size_t)i), y = amp_fp8_scaler_get_scale(b, (size_t)i);
+      EXPECT(memcmp(&x, &y, 4) == 0, "step %d tensor %d: %g reduced, %g not", step, i, (double)x, (double)y);
+    }
+  }
+  amp_fp8_scaler_destroy(a); amp_fp8_scaler_destroy(b); amp_scaler_destroy(sc);
 }
 
 /* One rank: sum and mean, in the grads' dtype and through fp32, give back every bit (NaN and inf
@@ -239,6 +266,7 @@ int main(void) {
   RUN(hook_sums_over_one_rank_on_device_and_host);
   RUN(grads_over_one_rank_come_back_unchanged);
   RUN(device_scaler_with_the_hook_matches_one_without);
+  RUN(fp8_scaler_reduced_through_the_hook_matches_one_rank);
   cudaGetDeviceCount(&n_gpus);
   if (n_gpus >= 2) RUN(lockstep_across_gpus);
   else printf("skipped: the lockstep test across GPUs needs 2 or more (%d here)\n", n_gpus);

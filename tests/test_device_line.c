@@ -89,31 +89,43 @@ amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int3
 
 /* The fp8 scaler's block: the arrays as the device keeps them, updated by amp.h's own element
    function, as the kernel is. */
-typedef struct fake_fp8 { float *hist, *scale, *scale_inv; amp_dtype *format; size_t n; int len; } fake_fp8;
+typedef struct fake_fp8 { float *hist, *scale, *scale_inv; double *red; amp_dtype *format; size_t n; int len; } fake_fp8;
 amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format, const float *hist,
                               const float *scale, const float *scale_inv, float **d_hist, float **d_scale,
-                              float **d_scale_inv, char *msg, size_t cap) {
+                              float **d_scale_inv, double **d_red, char *msg, size_t cap) {
   fake_fp8 *f = (fake_fp8 *)calloc(1, sizeof *f);
   (void)state;
   if (f) {
     f->hist = (float *)malloc(n * (size_t)len * sizeof(float)); f->scale = (float *)malloc(n * sizeof(float));
     f->scale_inv = (float *)malloc(n * sizeof(float)); f->format = (amp_dtype *)malloc(n * sizeof(amp_dtype));
+    f->red = (double *)malloc(n * sizeof(double));
   }
-  if (!f || !f->hist || !f->scale || !f->scale_inv || !f->format) {
-    if (f) { free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f); }
+  if (!f || !f->hist || !f->scale || !f->scale_inv || !f->format || !f->red) {
+    if (f) { free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f->red); free(f); }
     snprintf(msg, cap, "out of memory");
     return AMP_ERR_NOMEM;
   }
   memcpy(f->hist, hist, n * (size_t)len * sizeof(float)); memcpy(f->scale, scale, n * sizeof(float));
   memcpy(f->scale_inv, scale_inv, n * sizeof(float)); memcpy(f->format, format, n * sizeof(amp_dtype));
   f->n = n; f->len = len;
-  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *fp8 = f;
+  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *d_red = f->red; *fp8 = f;
   return AMP_OK;
 }
 void amp__cu_fp8_destroy(void *state, void *fp8) {
   fake_fp8 *f = (fake_fp8 *)fp8;
   (void)state;
-  free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f);
+  free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f->red); free(f);
+}
+amp_status amp__cu_fp8_amax_io(void *state, void *fp8, int to_slots, char *msg, size_t cap) {
+  fake_fp8 *f = (fake_fp8 *)fp8;
+  size_t i;
+  (void)state; (void)msg; (void)cap;
+  for (i = 0; i < f->n; i++) {
+    double w = f->red[i] < 0.0 ? 0.0 : f->red[i] > 4294967295.0 ? 4294967295.0 : f->red[i];   /* the kernel's clamp */
+    if (!to_slots) f->red[i] = amp__fp8_amax_to_wire(f->hist[i * (size_t)f->len]);
+    else f->hist[i * (size_t)f->len] = amp__fp8_amax_from_wire(w);
+  }
+  return AMP_OK;
 }
 amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float amax, char *msg, size_t cap) {
   fake_fp8 *f = (fake_fp8 *)fp8;

@@ -30,6 +30,7 @@ typedef struct group {
   int waiting;
   unsigned long gen;
   double slot[MAXR][3];       /* each rank's contribution: its status, then buf[0], buf[1] */
+  double amax[MAXR][MAXT];    /* n < 0 (an fp8 scaler's amaxes): each rank's -n values, reduced by MAX */
   const amp_f16 *pub[MAXR];   /* gradient all-reduce: each rank's grads */
   int fail_rank;              /* the hook of this rank fails (-1: none, MAXR: every rank) */
   int fail_status;            /* with this status (may be out of amp_status's range) */
@@ -65,6 +66,14 @@ static amp_status group_hook(void *user, double *buf, int n, void *stream) {
   group *g = c->g;
   int r = c->rank, q, i, st = 0;
   g->calls[r]++;
+  if (n < 0 && -n <= MAXT && !stream) {   /* the MAX of -n values (the fp8 scalers' amaxes) */
+    for (i = 0; i < -n; i++) g->amax[r][i] = buf[i];
+    group_barrier(g);
+    for (i = 0; i < -n; i++)
+      for (q = 0; q < g->world; q++) buf[i] = g->amax[q][i] > buf[i] ? g->amax[q][i] : buf[i];
+    group_barrier(g);
+    return AMP_OK;
+  }
   if (n != 2 || stream) { g->odd_args[r]++; if (n != 2) return AMP_ERR_ARG; }
   g->slot[r][0] = (g->fail_rank == r || g->fail_rank == MAXR) ? (double)g->fail_status : 0.0;
   g->slot[r][1] = buf[0]; g->slot[r][2] = buf[1];
@@ -689,6 +698,99 @@ static void replicated_ranks_skip_together_and_stay_identical(void) {
    so is expected here, not shown. */
 static void quiet(void *user, const char *msg) { (void)user; (void)msg; }
 
+/* fp8 amaxes over the ranks: each rank's fp8 scaler reduced over its loss scaler's group
+   (amp_fp8_scaler_reduce_over) gets, every step, the scales of one scaler that saw the MAX of all
+   ranks' amaxes (NaN on one rank included); without it the ranks' scales differ. */
+enum { FP8_T = 5, FP8_STEPS = 30 };
+typedef struct fp8_rank { group *g; int rank, attach; amp_scaler *sc; amp_fp8_scaler *f; float scale[FP8_STEPS][FP8_T]; int status; } fp8_rank;
+static float fp8_amax(int rank, int step, int t) {
+  if (step == 17 && t == 2 && rank == 1) { float nan; uint32_t u = 0x7fc00000u; memcpy(&nan, &u, 4); return nan; }
+  return (float)((rank * 31 + step * 7 + t * 13) % 23) * (rank == step % 3 ? 8.0f : 1.0f);
+}
+static void *fp8_rank_main(void *arg) {
+  fp8_rank *k = (fp8_rank *)arg;
+  rank_ctx ctx;
+  int s, t;
+  ctx.g = k->g; ctx.rank = k->rank; ctx.owner = NULL;
+  amp_scaler_set_allreduce(k->sc, group_hook, &ctx);
+  if (k->attach) k->status |= (int)amp_fp8_scaler_reduce_over(k->f, k->sc);
+  for (s = 0; s < FP8_STEPS; s++) {
+    for (t = 0; t < FP8_T; t++) k->status |= (int)amp_fp8_scaler_record(k->f, (size_t)t, fp8_amax(k->rank, s, t));
+    k->status |= (int)amp_fp8_scaler_update(k->f);
+    for (t = 0; t < FP8_T; t++) k->scale[s][t] = amp_fp8_scaler_get_scale(k->f, (size_t)t);
+  }
+  return NULL;
+}
+static amp_status half_hook(void *user, double *buf, int n, void *stream) {
+  int i;
+  (void)user; (void)stream;
+  for (i = 0; i < (n < 0 ? -n : n); i++) buf[i] = 0.5;
+  return AMP_OK;
+}
+static void fp8_amaxes_are_reduced_over_the_loss_scalers_group(void) {
+  int attach;
+  for (attach = 0; attach < 2; attach++) {
+    int world = 3, r, s, t, same_all = 1;
+    group g;
+    fp8_rank k[MAXR];
+    pthread_t th[MAXR];
+    amp_fp8_config c;
+    amp_fp8_scaler *ref = NULL;
+    memset(&c, 0, sizeof c); c.history_len = 4;
+    group_init(&g, world);
+    amp_fp8_scaler_create(&ref, amp_cpu(), &c, FP8_T, NULL);
+    for (r = 0; r < world; r++) {
+      memset(&k[r], 0, sizeof k[r]);
+      k[r].g = &g; k[r].rank = r; k[r].attach = attach;
+      amp_scaler_create(&k[r].sc, amp_cpu(), NULL);
+      amp_fp8_scaler_create(&k[r].f, amp_cpu(), &c, FP8_T, NULL);
+    }
+    for (r = 0; r < world; r++) pthread_create(&th[r], NULL, fp8_rank_main, &k[r]);
+    for (r = 0; r < world; r++) pthread_join(th[r], NULL);
+    for (s = 0; s < FP8_STEPS && ref; s++) {   /* the one process that sees every rank's amax */
+      for (t = 0; t < FP8_T; t++)
+        for (r = 0; r < world; r++) amp_fp8_scaler_record(ref, (size_t)t, fp8_amax(r, s, t));
+      amp_fp8_scaler_update(ref);
+      for (t = 0; t < FP8_T; t++) {
+        float want = amp_fp8_scaler_get_scale(ref, (size_t)t);
+        for (r = 0; r < world; r++) {
+          int same = memcmp(&k[r].scale[s][t], &want, 4) == 0;
+          if (attach) EXPECT(same, "rank %d step %d tensor %d: scale %g, the one process's %g", r, s, t,
+                             (double)k[r].scale[s][t], (double)want);
+          same_all &= same;
+        }
+      }
+    }
+    for (r = 0; r < world; r++) {
+      EXPECT(k[r].status == 0, "rank %d: a call failed", r);
+      amp_fp8_scaler_destroy(k[r].f); amp_scaler_destroy(k[r].sc);
+    }
+    if (!attach) EXPECT(!same_all, "without reduce_over the ranks' scales should differ from the reduced ones");
+    amp_fp8_scaler_destroy(ref);
+    group_free(&g);
+  }
+  {   /* refusals */
+    amp_fp8_scaler *f = NULL;
+    amp_fp8_scaler_create(&f, amp_cpu(), NULL, 1, NULL);
+    EXPECT(amp_fp8_scaler_reduce_over(NULL, NULL) == AMP_ERR_ARG, "f NULL");
+    EXPECT(amp_fp8_scaler_reduce_over(f, NULL) == AMP_OK, "s NULL detaches");
+    {   /* a hook that gives back no amax's bits is refused, the slot kept */
+      amp_scaler *sc = NULL;
+      float h = 0.0f;
+      amp_scaler_create(&sc, amp_cpu(), NULL);
+      amp_scaler_set_allreduce(sc, half_hook, NULL);
+      amp_fp8_scaler_reduce_over(f, sc);
+      amp_fp8_scaler_record(f, 0, 3.0f);
+      EXPECT(amp_fp8_scaler_update(f) == AMP_ERR_ARG && strstr(amp_last_error(), "amp_fp8_scaler_update") &&
+                 strstr(amp_last_error(), "no amax's bits"), "%s", amp_last_error());
+      EXPECT(amp_fp8_scaler_history(f, 0, &h, 1) == AMP_OK && h == 3.0f && amp_fp8_scaler_get_scale(f, 0) == 1.0f,
+             "the refused update changed the state (slot 0 %g)", (double)h);
+      amp_scaler_destroy(sc);
+    }
+    amp_fp8_scaler_destroy(f);
+  }
+}
+
 int main(void) {
   amp_set_log(quiet, NULL);
   RUN(every_rank_skips_and_scales_like_one_process_for_every_preset);
@@ -697,5 +799,6 @@ int main(void) {
   RUN(a_failing_hook_fails_every_rank_and_updates_none);
   RUN(the_hook_runs_once_per_unscale_not_per_tensor);
   RUN(replicated_ranks_skip_together_and_stay_identical);
+  RUN(fp8_amaxes_are_reduced_over_the_loss_scalers_group);
   TEST_END();
 }
