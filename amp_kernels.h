@@ -144,6 +144,14 @@ extern amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int
 extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const void *src, int32_t src_type,
                                size_t n, char *msg, size_t cap);
 
+/* [step] fp8 block scaling (amp_quantize_blocks, whose arguments amp.h has checked: kind one of
+   amp_block_scaling, fp8 AMP_E4M3 / AMP_E5M2, x_type a compute format, ldx, ldq >= cols, no
+   overlap): every block's scale into scales and its codes into q, by amp.h's element functions
+   (amp__block_scale, amp__block_q). x, q, scales are device pointers. 1 launch. */
+extern amp_status amp__cu_quantize_blocks(void *state, int32_t kind, int32_t fp8, int rows, int cols, const void *x,
+                                          int32_t x_type, int ldx, void *q, int ldq, void *scales, char *msg,
+                                          size_t cap);
+
 /* Plumbing for tests, benchmarks and checkpoints. amp__cu_copy: dir 0 host->device, 1 device->host
    ([sync]), 2 device->device ([step], async on the stream). Capture: begin/end on the device's
    stream (it must not be the legacy default stream); end instantiates the graph and counts its
