@@ -205,7 +205,8 @@
 
         MX_RCEIL   e = amp_f32_to_e8m0(fl32(amax * fl32(1 / fmax)), 1), the E8M0 byte of the
                    smallest power of two at or above amax / fmax; scale 2^(e - 127);
-                   q = sat(x * 2^(127 - e)). Never clips: amax / scale <= fmax.
+                   q = sat(x * 2^(127 - e)). Nothing clips: amax / scale exceeds fmax by at most
+                   the two f32 roundings, far less than half of fmax's ulp.
         MX_FLOOR   e = 127 + clamp(floor(log2 amax) - emax, -127, 127), so that amax / scale
                    has fmax's exponent, emax; q = sat(x / 2^(e - 127)).
                    amax / scale < 2^(emax + 1), which is above fmax, so a block may clip: an E4M3
@@ -218,9 +219,9 @@
       gives; its codes are zeros, -0 kept as 0x80. A block that holds an inf or a NaN: the NaN
       scale (E8M0's 0xFF; the float 0x7FC00000) and every code of the block the NaN code 0x7F. That
       is torchao's MX rule; DeepGEMM's formula gives scale inf (or NaN) and codes NaN or 0, which
-      dequantise to the same all-NaN block. The blocks beside it are untouched. A block at the
-      right or bottom edge (cols not a multiple of 32 or 128, rows of 128) covers only the elements
-      that exist, which is what padding with zeros gives.
+      dequantise to the same all-NaN block. The blocks beside it are untouched. The last block of
+      a row (cols not a multiple of the width) and, for 128 x 128, of a column (rows not a multiple
+      of 128) covers only the elements that exist, which is what padding with zeros gives.
 
       Exactness. The powers of two are applied on the exponent bits (q = x * 2^k exactly), amax is
       a maximum of the bits, and the one f32 rounding of each product happens where the rule says,
@@ -260,7 +261,9 @@
                            the dtypes AMP_E4M3 / AMP_E5M2 (amp_convert, CUDA casts); vector
                            loops for every master mode, model copy and kind; grads given after
                            add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
-                           refused (AMP_GRAD_F32); amp_gemm takes A and B of different types.
+                           refused (AMP_GRAD_F32); amp_gemm takes A and B of different types;
+                           fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
+                           1x128 and 128x128; CPU vector loops and a CUDA kernel).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the

@@ -942,7 +942,9 @@ static void grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits(voi
 static void block_scaling_on_the_cuda_line_gives_the_cpus_bits(void) {
   enum { R = 131, C = 300, LDX = 303, LDQ = 301 };
   static float xf[R * LDX];
-  static uint8_t x[4 * R * LDX], q1[R * LDQ], q2[R * LDQ], s1[4 * R * 10], s2[4 * R * 10];
+  static float xw[R * LDX], s1[R * 10], s2[R * 10];   /* float-aligned: x of any type, float scales */
+  static uint8_t q1[R * LDQ], q2[R * LDQ];
+  uint8_t *x = (uint8_t *)xw;
   static const amp_dtype types[3] = {AMP_F32, AMP_F16, AMP_BF16};
   uint32_t r = 1;
   int kind, f, t, i;

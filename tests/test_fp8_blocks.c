@@ -277,7 +277,8 @@ static void one_row(const uint32_t *bits, int n, const char *what) {
     for (f = 0; f < 2; f++)
       for (t = 0; t < 3; t++) {
         kase k;
-        uint8_t x[4 * 128];
+        float xs[128];   /* f32-aligned storage for any of the three types */
+        uint8_t *x = (uint8_t *)xs;
         int i, ok = 1;
         k.kind = kind; k.f = f; k.t = t; k.rows = 1; k.cols = n; k.ldx = n; k.ldq = n;
         for (i = 0; i < n && ok; i++) {   /* f16 / bf16: only rows they hold exactly */
@@ -363,7 +364,9 @@ static void edge_blocks(void) {
 static void an_outlier_keeps_the_other_blocks(void) {
   enum { R = 130, C = 256 };
   static float x[R * C];
-  static uint8_t q[R * C], s[R * 8 * 4];
+  static uint8_t q[R * C];
+  static float sf[R * 8];   /* float-aligned: the 1x128 / 128x128 scales */
+  uint8_t *s = (uint8_t *)sf;
   int kind, f, r, c;
   for (r = 0; r < R; r++)
     for (c = 0; c < C; c++) x[r * C + c] = (1.0f + (float)((r * 7 + c * 13) % 97) / 194.0f) * 1e-3f * (c % 2 ? -1.0f : 1.0f);
@@ -429,13 +432,14 @@ static void inf_and_nan_poison_only_their_block(void) {
 /* Bad arguments: AMP_ERR_ARG naming amp_quantize_blocks and the value, q and scales untouched. */
 static void bad_input_is_refused_and_changes_nothing(void) {
   static float x[64 * 40];
-  static uint8_t q[64 * 40 + 64], s[256];
-  static uint8_t q0[sizeof q], s0[sizeof s];
+  static uint32_t qw[(64 * 40 + 64) / 4], sw[64];   /* 4-byte aligned: float scales may live in either */
+  static uint8_t q0[sizeof qw], s0[sizeof sw];
+  uint8_t *q = (uint8_t *)qw, *s = (uint8_t *)sw;
   amp_device *cpu = amp_cpu();
   int i;
   for (i = 0; i < 64 * 40; i++) x[i] = (float)(i % 17) - 8.0f;
-  memset(q, CANARY, sizeof q); memset(s, CANARY, sizeof s);
-  memcpy(q0, q, sizeof q); memcpy(s0, s, sizeof s);
+  memset(q, CANARY, sizeof qw); memset(s, CANARY, sizeof sw);
+  memcpy(q0, q, sizeof qw); memcpy(s0, s, sizeof sw);
 #define BAD(call, text) do { amp_status st_ = (call); \
     EXPECT(st_ == AMP_ERR_ARG && strstr(amp_last_error(), "amp_quantize_blocks: ") && strstr(amp_last_error(), text), \
            "want AMP_ERR_ARG naming '%s', got %s: '%s'", text, amp_status_string(st_), amp_last_error()); } while (0)
@@ -464,7 +468,7 @@ static void bad_input_is_refused_and_changes_nothing(void) {
   BAD(amp_quantize_blocks(cpu, AMP_BLOCK_1x128, AMP_E4M3, 4, 40, x, AMP_F32, 40, q, 40, q + 120), "overlaps q");
   BAD(amp_quantize_blocks(cpu, AMP_BLOCK_MX_RCEIL, AMP_E4M3, 4, 40, x, AMP_F32, 40, q + 20, 40, q + 13), "overlaps q");
 #undef BAD
-  EXPECT(memcmp(q, q0, sizeof q) == 0 && memcmp(s, s0, sizeof s) == 0, "a refused call wrote into q or scales");
+  EXPECT(memcmp(q, q0, sizeof qw) == 0 && memcmp(s, s0, sizeof sw) == 0, "a refused call wrote into q or scales");
   {   /* just outside each other: accepted */
     EXPECT(amp_quantize_blocks(cpu, AMP_BLOCK_1x128, AMP_E4M3, 4, 40, x, AMP_F32, 40, q, 40, q + 160) == AMP_OK &&
            amp_quantize_blocks(cpu, AMP_BLOCK_1x128, AMP_E4M3, 4, 40, x, AMP_F32, 40, q + 16, 40, q) == AMP_OK,
