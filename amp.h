@@ -29,6 +29,8 @@
                                    E8M0 block scale; amp_f32_to_e4m3 / _e5m2 / _e8m0 and back
       FP8 SCALING                  the per-tensor recipes (TE delayed and current, torchao,
                                    MS-AMP), amp_fp8_scaler, amp_quantize (the cast and its amax)
+      BLOCK SCALING                fp8 with a scale per block: MX (1 x 32, E8M0) and DeepSeek-V3
+                                   (1 x 128, 128 x 128, float); amp_quantize_blocks
       VERSION HISTORY
       Sections of the API, each under a divider: Errors, Number formats, Op-list policy, Devices,
       Gradient scaler, Master-copy optimizers (and checkpoints), Tensor Core matrix product.
@@ -235,6 +237,80 @@
       stopped. A history of another length is resized (the newest amaxes kept); a file of another
       recipe, tensor count or format is refused.
 
+   BLOCK SCALING
+
+      A scale for a whole tensor has to bring the tensor's largest magnitude (its amax) near the
+      fp8 format's largest value, and every other value of the tensor then lives in the few
+      binades below that. One outlier, an activation a thousand times larger than the rest, pushes
+      everything else down into fp8's subnormals or to zero. A block scale gives each small block
+      of the tensor a scale of its own, chosen from the block's own amax: an outlier then costs
+      precision only in its block. The price is the scales themselves and a matrix product that
+      applies them block by block (Blackwell's Tensor Cores read MX scales themselves; DeepSeek-V3's
+      kernels multiply them in when they add each 128-long partial product into fp32).
+
+      amp_quantize_blocks(d, kind, fp8, rows, cols, x, x_type, ldx, q, ldq, scales) cuts the
+      row-major rows x cols matrix x (f32, f16 or bf16; ldx elements from a row to the next) into
+      blocks, writes every element as an fp8 code (fp8 is AMP_E4M3 or AMP_E5M2) into q (ldq bytes
+      from a row to the next) and every block's scale into scales. A scale is the dequantisation
+      factor: x ~ value(q) * scale. The four kinds:
+
+        AMP_BLOCK_MX_RCEIL   1 x 32 along a row, a power-of-two scale stored as one E8M0 byte: MXFP8
+                             of the OCP Microscaling formats, with the scale rule of NVIDIA's cuBLAS
+                             and TransformerEngine.
+        AMP_BLOCK_MX_FLOOR   1 x 32, E8M0: the OCP MX v1.0 rule, torchao's default.
+        AMP_BLOCK_1x128      1 x 128 along a row, a float scale: DeepSeek-V3's activations and
+                             gradients (one token's 128 channels; arXiv 2412.19437, sec. 3.3).
+        AMP_BLOCK_128x128    128 x 128, a float scale: DeepSeek-V3's weights.
+
+      Why these shapes. MX blocks are short so that even a wide spread of magnitudes has few
+      binades inside one block, and a byte per 32 elements is a quarter of a bit each; the scale
+      is a power of two, so applying it is exact (an exponent shift, no rounding), but it can only
+      bring amax within a factor 2 of the format's largest. DeepSeek-V3 scales along the
+      reduction dimension in 128s because its GEMM adds partial products into fp32 every 128 of
+      k, where the two scales are multiplied in; its float scales use all of fp8's range. Weights
+      take square 128 x 128 blocks because the backward pass uses W transposed: a square block is
+      still one block after the transpose, and so is its scale.
+
+      The rules, with fmax the format's largest value (448 for E4M3, 57344 for E5M2), emax its
+      exponent (8, 15), amax the largest |x| of the block, fl32() one rounding to f32 (to nearest,
+      ties to even, subnormals included) and sat() the saturating cast into fp8 (amp_f32_to_e4m3 /
+      amp_f32_to_e5m2 (y, 1): every |y| past fmax gives +-fmax):
+
+        MX_RCEIL   e = amp_f32_to_e8m0(fl32(amax * fl32(1 / fmax)), 1), the E8M0 byte of the
+                   smallest power of two at or above amax / fmax; scale 2^(e - 127);
+                   q = sat(x * 2^(127 - e)). Nothing clips: amax / scale exceeds fmax by at most
+                   the two f32 roundings, far less than half of fmax's ulp.
+        MX_FLOOR   e = 127 + clamp(floor(log2 amax) - emax, -127, 127), so that amax / scale
+                   has fmax's exponent, emax; q = sat(x / 2^(e - 127)).
+                   amax / scale < 2^(emax + 1), which is above fmax, so a block may clip: an E4M3
+                   block with amax 500 gets scale 1 and stores 448 (the OCP rule accepts it).
+        1x128,     a = max(amax, fl32(1e-4)); q = sat(fl32(x * fl32(fmax / a)));
+        128x128    scale = fl32(a / fmax), stored as a float (the floor 1e-4 is DeepSeek's: a
+                   block of zeros gets a finite scale).
+
+      A block of zeros (amax 0): MX scale 1 (the byte 0x7F), 1x128 / 128x128 what the formula
+      gives; its codes are zeros, -0 kept as 0x80. A block that holds an inf or a NaN: the NaN
+      scale (E8M0's 0xFF; the float 0x7FC00000) and every code of the block the NaN code 0x7F. That
+      is torchao's MX rule; DeepGEMM's formula gives scale inf (or NaN) and codes NaN or 0, which
+      dequantise to the same all-NaN block. The blocks beside it are untouched. The last block of
+      a row (cols not a multiple of the width) and, for 128 x 128, of a column (rows not a multiple
+      of 128) covers only the elements that exist, which is what padding with zeros gives.
+
+      Exactness. The powers of two are applied on the exponent bits (q = x * 2^k exactly), amax is
+      a maximum of the bits, and the one f32 rounding of each product happens where the rule says,
+      so the results are the same bits on every CPU loop (AVX-512, AVX2, plain), under -Ofast's
+      flush-to-zero and denormals-are-zero modes, and on the GPU: a product that lands below
+      2^-126, where a flushing FPU would differ, is +-0 in fp8 either way.
+
+      Storage of the scales, packed row-major without a leading dimension:
+        MX           uint8 E8M0, rows x ceil(cols / 32): block (i, j) at scales[i * ceil(cols/32) + j]
+        1x128        float, rows x ceil(cols / 128)
+        128x128      float, ceil(rows / 128) x ceil(cols / 128)
+      (cuBLAS's block-scaled products read MX scales in a tiled layout of their own: rearranging
+      them is the caller's.) x must be aligned to its element size and float scales to 4 bytes;
+      q and scales may not overlap x or each other. On a CUDA device x, q and scales are device
+      pointers and the call is queued on the device's stream.
+
    VERSION HISTORY
 
       (next)               param groups (amp_optimizer_add_group); amp_tensor_desc and
@@ -262,6 +338,8 @@
                            fp8 scaling: the four recipes (amp_fp8_scale_from_amax),
                            amp_fp8_scaler (checkpoints, amaxes reduced over the loss scaler's
                            group), amp_quantize.
+                           fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
+                           1x128 and 128x128; CPU vector loops and a CUDA kernel).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -1557,6 +1635,25 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
                               const amp_gemm_opts *opts /* NULL = none */);
 
 /* ------------------------------------------------------------------------------------------
+   fp8 block scaling (the manual's BLOCK SCALING)
+   ------------------------------------------------------------------------------------------ */
+
+typedef enum amp_block_scaling {
+  AMP_BLOCK_MX_RCEIL = 0,  /* 1 x 32, E8M0 scale rounded up (cuBLAS, TransformerEngine) */
+  AMP_BLOCK_MX_FLOOR,      /* 1 x 32, E8M0 scale from amax's exponent (OCP MX v1.0, torchao) */
+  AMP_BLOCK_1x128,         /* 1 x 128, float scale (DeepSeek-V3 activations and gradients) */
+  AMP_BLOCK_128x128        /* 128 x 128, float scale (DeepSeek-V3 weights) */
+} amp_block_scaling;
+/* x: rows x cols, row-major, ldx elements per row (f32, f16 or bf16, aligned to its size) -> q: fp8
+   codes (AMP_E4M3 or AMP_E5M2), ldq bytes per row, and scales, packed row-major: MX: uint8 E8M0,
+   rows x ceil(cols/32); 1x128: float, rows x ceil(cols/128); 128x128: float, ceil(rows/128) x
+   ceil(cols/128). Each scale is the dequantisation factor: x ~ value(q) * scale. rows or cols 0:
+   nothing written. AMP_ERR_ARG (nothing written) for a NULL pointer, a negative size, ldx or ldq
+   below cols, a wrong type or kind, a misaligned x or float scales, or buffers that overlap. */
+AMPDEF amp_status amp_quantize_blocks(amp_device *d, amp_block_scaling kind, amp_dtype fp8, int rows, int cols,
+                                      const void *x, amp_dtype x_type, int ldx, void *q, int ldq, void *scales);
+
+/* ------------------------------------------------------------------------------------------
    Private (not the API): the element math and the records that the implementation below and
    amp_kernels.cu share, each written once as AMP_HD code. Names start with amp__ (amp_step_coefs
    too is private); none of it is promised to stay.
@@ -2251,6 +2348,85 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
   if (has_bias) t = t + bias;
   return amp__act(t, act);
 }
+
+/* ---- fp8 block scaling: the element math of amp_quantize_blocks (the manual's BLOCK SCALING),
+   run by the CPU's loops and by the CUDA kernel ---- */
+
+/* The largest finite value of format t as f32 bits (the AMP__DTYPES max column); 0 unknown. */
+static inline AMP_HD uint32_t amp__dtype_max_bits(amp_dtype t) {
+#define AMP__MXB_(A, E, N, T, S, MX, ...) case E: return MX;
+  switch (t) { AMP__DTYPES(AMP__MXB_, ~) default: break; }
+#undef AMP__MXB_
+  return 0u;
+}
+/* x * 2^k on the bits: exact wherever the result is a normal f32; a result below 2^-126, which
+   every fp8 format rounds to +-0, comes out as +-0 (x's sign); 0, inf and NaN as they are. A
+   subnormal x is m 2^-149 with m exactly a float (an integer below 2^23), so no float operation
+   ever sees a subnormal: flush-to-zero and denormals-are-zero (-Ofast) change nothing. */
+static inline AMP_HD float amp__pow2_mul(float x, int32_t k) {
+  uint32_t u = amp__f32_bits(x), a = u & 0x7fffffffu, s = u ^ a;
+  int32_t e;
+  if (a == 0u || a >= 0x7f800000u) return x;
+  if (a < 0x00800000u) { a = amp__f32_bits((float)(int32_t)a); k -= 149; }
+  e = (int32_t)(a >> 23) + k;
+  if (e <= 0) return amp__bits_f32(s);
+  if (e >= 255) return amp__bits_f32(s | 0x7f800000u);
+  return amp__bits_f32(s | (a + ((uint32_t)k << 23)));
+}
+/* How many blocks of size b cover n >= 0 elements (no overflow near INT_MAX). */
+static inline AMP_HD int amp__nblocks(int n, int b) { return n / b + (n % b != 0); }
+/* What the elements of one block are multiplied by before the cast, and the scale stored. */
+enum { AMP__BS_MUL = 0, AMP__BS_POW2 = 1, AMP__BS_NAN = 2 };
+typedef struct amp__bscale {
+  int32_t how;      /* AMP__BS_MUL: y = fl32(x * mul); _POW2: y = x * 2^k (amp__pow2_mul); _NAN: every code NaN */
+  int32_t k;
+  float mul;
+  uint32_t stored;  /* the scale as stored: MX the E8M0 byte, else the float's bits */
+} amp__bscale;
+AMP__EXACT_BEGIN
+/* MX_RCEIL's byte: amp_f32_to_e8m0(v, 1) of v = fl32(amax * fl32(1/fmax)), amax > 0 finite. The
+   product is exact in double; v is rounded there as IEEE rounds it (gradual underflow), because
+   a flushing FPU would turn a v in (2^-127, 2^-126) (byte 1) into 0 (byte 0). t = p * 2^127. */
+static inline AMP_HD AMP__EXACT_FP uint32_t amp__e8m0_rceil(uint32_t amax, float fmax) {
+  double p, t;
+  if (amax < 0x00800000u) return 0u;   /* a subnormal amax: v < 2^-134 */
+  p = (double)amp__bits_f32(amax) * (double)amp__fdiv(1.0f, fmax);
+  t = p * (double)amp__bits_f32(0x7f000000u);
+  if (t <= (double)amp__bits_f32(0x3f800001u)) return 0u;   /* v <= 2^-127: a tie at 2^-127 (1 + 2^-23) goes to even */
+  if (t < 2.0) return 1u;                                    /* v in (2^-127, 2^-126] */
+  return amp_f32_to_e8m0((float)p, 1);
+}
+/* The scale of a block of kind `kind` whose largest |x| has the bits amax (an integer max of the
+   bits: NaN above inf above every finite value), for format fp8. */
+static inline AMP_HD AMP__EXACT_FP amp__bscale amp__block_scale(int kind, amp_dtype fp8, uint32_t amax) {
+  const uint32_t mb = amp__dtype_max_bits(fp8);
+  const float fmax = amp__bits_f32(mb);
+  const int mx = kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR;
+  amp__bscale b;
+  b.how = AMP__BS_POW2; b.k = 0; b.mul = 1.0f; b.stored = 127u;
+  if (amax >= 0x7f800000u) {   /* an inf or a NaN in the block */
+    b.how = AMP__BS_NAN; b.stored = mx ? 0xffu : 0x7fc00000u;
+  } else if (!mx) {            /* DeepSeek-V3: a = max(amax, fl32(1e-4)) */
+    float a = amp__bits_f32(amax > 0x38d1b717u ? amax : 0x38d1b717u);
+    b.how = AMP__BS_MUL; b.mul = amp__fdiv(fmax, a); b.stored = amp__f32_bits(amp__fdiv(a, fmax));
+  } else {                     /* MX; a block of zeros keeps scale 1 */
+    if (amax != 0u && kind == AMP_BLOCK_MX_RCEIL) b.stored = amp__e8m0_rceil(amax, fmax);
+    if (amax != 0u && kind == AMP_BLOCK_MX_FLOOR) {   /* floor(log2 amax) - emax + 127: the exponent field less emax */
+      int32_t f = (int32_t)(amax >> 23) - (int32_t)((mb >> 23) - 127u);
+      b.stored = f > 0 ? (uint32_t)f : 0u;
+    }
+    b.k = 127 - (int32_t)b.stored;
+  }
+  return b;
+}
+/* One element of a block: x scaled as b says, cast to fp8 saturating. */
+static inline AMP_HD AMP__EXACT_FP amp_fp8 amp__block_q(float x, const amp__bscale *b, amp_dtype fp8) {
+  float y;
+  if (b->how == AMP__BS_NAN) return (amp_fp8)0x7fu;
+  y = b->how == AMP__BS_POW2 ? amp__pow2_mul(x, b->k) : amp__fmul(x, b->mul);
+  return fp8 == AMP_E5M2 ? amp_f32_to_e5m2(y, 1) : amp_f32_to_e4m3(y, 1);
+}
+AMP__EXACT_END
 
 #ifdef __cplusplus
 }
@@ -3938,7 +4114,11 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
   /* the matrix product, its arguments checked */ \
   X(amp_status, gemm, (amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha, \
                        const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb, float beta, \
-                       void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts, char *msg, size_t cap))
+                       void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts, char *msg, size_t cap)) \
+  /* fp8 block scaling (amp_quantize_blocks), its arguments checked: codes and scales of every block */ \
+  X(amp_status, quantize_blocks, (amp_device *d, amp_block_scaling kind, amp_dtype fp8, int rows, int cols, \
+                                  const void *x, amp_dtype x_type, int ldx, void *q, int ldq, void *scales, char *msg, \
+                                  size_t cap))
 
 #define AMP__BACKEND_MEMBER(ret, name, args) ret (*name) args;
 typedef struct amp__backend {
@@ -8493,6 +8673,221 @@ AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_t
 }
 
 /* ------------------------------------------------------------------------------------------
+   Implementation: fp8 block scaling (amp_quantize_blocks; the manual's BLOCK SCALING)
+   The CPU walks the blocks and, for each, runs two passes over its row pieces (n <= 128
+   elements each): the amax (an integer max of the |x| bits) and the codes (amp__block_q). Each
+   pass has a plain loop and AVX2 / AVX-512 loops chosen as amp_convert chooses (amp_simd_active,
+   amp__isa); the vector loops give the plain loop's bits.
+   ------------------------------------------------------------------------------------------ */
+
+AMP__EXACT_BEGIN
+static AMP__EXACT_FP uint32_t amp__bq_amax_plain(const void *p, amp_dtype t, size_t n) {
+  uint32_t a = 0u;
+  size_t i;
+#define AMP__BQ_(E, N, T, S) \
+  for (i = 0; i < n; i++) { uint32_t u = amp__f32_bits(amp__ld_##N(p, i)) & 0x7fffffffu; a = u > a ? u : a; } break;
+  AMP__DTYPE_SWITCH(t, AMP__BQ_)
+#undef AMP__BQ_
+  return a;
+}
+static AMP__EXACT_FP void amp__bq_codes_plain(amp_fp8 *q, const void *p, amp_dtype t, size_t n, const amp__bscale *b,
+                                              amp_dtype fp8) {
+  size_t i;
+#define AMP__BQ_(E, N, T, S) for (i = 0; i < n; i++) q[i] = amp__block_q(amp__ld_##N(p, i), b, fp8); break;
+  AMP__DTYPE_SWITCH(t, AMP__BQ_)
+#undef AMP__BQ_
+}
+
+#ifdef AMP__X86_SIMD
+/* amp__pow2_mul on 8 lanes, the same integer steps (signed compares: both sides below 2^31). */
+AMP__AVX2_INLINE __m256 amp__pow2_mul8(__m256 x, __m256i k) {
+  __m256i u = _mm256_castps_si256(x), a0 = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  __m256i s = _mm256_xor_si256(u, a0), e, r;
+  __m256i sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), a0);   /* subnormal (0 too: kept below) */
+  __m256i a = _mm256_blendv_epi8(a0, _mm256_castps_si256(_mm256_cvtepi32_ps(a0)), sub);
+  k = _mm256_sub_epi32(k, _mm256_and_si256(sub, _mm256_set1_epi32(149)));
+  e = _mm256_add_epi32(_mm256_srli_epi32(a, 23), k);
+  r = _mm256_or_si256(s, _mm256_add_epi32(a, _mm256_slli_epi32(k, 23)));
+  r = _mm256_blendv_epi8(r, s, _mm256_cmpgt_epi32(_mm256_set1_epi32(1), e));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(s, _mm256_set1_epi32(0x7f800000)), _mm256_cmpgt_epi32(e, _mm256_set1_epi32(254)));
+  r = _mm256_blendv_epi8(r, u, _mm256_or_si256(_mm256_cmpeq_epi32(a0, _mm256_setzero_si256()),
+                                               _mm256_cmpgt_epi32(a0, _mm256_set1_epi32(0x7f7fffff))));
+  return _mm256_castsi256_ps(r);
+}
+/* 8 elements scaled as b says (not AMP__BS_NAN: the caller fills those) -> 8 codes in the low bytes. */
+AMP__AVX2_INLINE __m256i amp__bq_codes8(__m256 x, const amp__bscale *b, int e5m2) {
+  __m256 y = b->how == AMP__BS_POW2 ? amp__pow2_mul8(x, _mm256_set1_epi32(b->k)) : _mm256_mul_ps(x, _mm256_set1_ps(b->mul));
+  return amp__fp8_enc8(_mm256_castps_si256(y), e5m2);
+}
+AMP__AVX2_INLINE void amp__bq_codes_loop8(amp_fp8 *q, const char *p, amp_dtype t, size_t n, const amp__bscale *b,
+                                          int e5m2) {
+  size_t s = amp_dtype_size(t), i;
+  char buf[32];
+  amp_fp8 out[16];
+  for (i = 0; i < n; i += 8) {   /* the last piece through buffers */
+    const char *src = p + i * s;
+    __m256i c;
+    __m128i w;
+    if (n - i < 8) { memset(buf, 0, sizeof buf); memcpy(buf, src, (n - i) * s); src = buf; }
+    c = amp__bq_codes8(amp__ld8(t, src), b, e5m2);
+    w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));   /* codes <= 0xff */
+    _mm_storeu_si128((__m128i *)out, _mm_packus_epi16(w, w));
+    memcpy(q + i, out, n - i < 8 ? n - i : 8);
+  }
+}
+static AMP__AVX2 uint32_t amp__bq_amax_avx2(const void *p, amp_dtype t, size_t n) {
+  size_t s = amp_dtype_size(t), i;
+  char buf[32];
+  __m256i m = _mm256_setzero_si256();
+  __m128i h;
+  for (i = 0; i < n; i += 8) {
+    const char *src = (const char *)p + i * s;
+    if (n - i < 8) { memset(buf, 0, sizeof buf); memcpy(buf, src, (n - i) * s); src = buf; }
+    m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_castps_si256(amp__ld8(t, src)), _mm256_set1_epi32(0x7fffffff)));
+  }
+  h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+  return (uint32_t)_mm_cvtsi128_si32(h);
+}
+static AMP__AVX2 void amp__bq_codes_avx2(amp_fp8 *q, const void *p, amp_dtype t, size_t n, const amp__bscale *b,
+                                         amp_dtype fp8) {
+  if (fp8 == AMP_E5M2) amp__bq_codes_loop8(q, (const char *)p, t, n, b, 1);
+  else amp__bq_codes_loop8(q, (const char *)p, t, n, b, 0);
+}
+/* 16 lanes: masked loads and stores; the scaling on the two halves by the 8-lane steps (the same
+   code, so the same bits), the multiply and the encode 16 wide. */
+AMP__AVX512_INLINE void amp__bq_codes_loop16(amp_fp8 *q, const char *p, amp_dtype t, size_t n, const amp__bscale *b,
+                                             int e5m2) {
+  size_t s = amp_dtype_size(t), i;
+  for (i = 0; i < n; i += 16) {
+    __mmask16 k = amp__mask16(n - i);
+    __m512 x = amp__ld16(t, p + i * s, k), y;
+    if (b->how == AMP__BS_POW2) {
+      __m256i k8 = _mm256_set1_epi32(b->k);
+      __m256 lo = amp__pow2_mul8(_mm512_castps512_ps256(x), k8), hi = amp__pow2_mul8(_mm512_extractf32x8_ps(x, 1), k8);
+      y = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+    } else y = _mm512_mul_ps(x, _mm512_set1_ps(b->mul));
+    _mm_mask_storeu_epi8(q + i, k, amp__fp8_enc16(y, e5m2));
+  }
+}
+static AMP__AVX512 uint32_t amp__bq_amax_avx512(const void *p, amp_dtype t, size_t n) {
+  size_t s = amp_dtype_size(t), i;
+  __m512i m = _mm512_setzero_si512();
+  for (i = 0; i < n; i += 16)
+    m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(amp__ld16(t, (const char *)p + i * s, amp__mask16(n - i))),
+                                             _mm512_set1_epi32(0x7fffffff)));
+  return (uint32_t)_mm512_reduce_max_epu32(m);
+}
+static AMP__AVX512 void amp__bq_codes_avx512(amp_fp8 *q, const void *p, amp_dtype t, size_t n, const amp__bscale *b,
+                                             amp_dtype fp8) {
+  if (fp8 == AMP_E5M2) amp__bq_codes_loop16(q, (const char *)p, t, n, b, 1);
+  else amp__bq_codes_loop16(q, (const char *)p, t, n, b, 0);
+}
+#endif
+
+/* The loops' level for elements of type t: 0 plain, 1 AVX2, 2 AVX-512. */
+static int amp__bq_level(amp_dtype t) {
+#ifdef AMP__X86_SIMD
+  if (amp_simd_active() && amp__dtype_cpu_vec(t)) return amp__isa();
+#endif
+  (void)t;
+  return 0;
+}
+static uint32_t amp__bq_amax(int level, const void *p, amp_dtype t, size_t n) {
+#ifdef AMP__X86_SIMD
+  if (level >= 2) return amp__bq_amax_avx512(p, t, n);
+  if (level == 1) return amp__bq_amax_avx2(p, t, n);
+#endif
+  (void)level;
+  return amp__bq_amax_plain(p, t, n);
+}
+static void amp__bq_codes(int level, amp_fp8 *q, const void *p, amp_dtype t, size_t n, const amp__bscale *b,
+                          amp_dtype fp8) {
+  if (b->how == AMP__BS_NAN) { memset(q, 0x7f, n); return; }
+#ifdef AMP__X86_SIMD
+  if (level >= 2) { amp__bq_codes_avx512(q, p, t, n, b, fp8); return; }
+  if (level == 1) { amp__bq_codes_avx2(q, p, t, n, b, fp8); return; }
+#endif
+  (void)level;
+  amp__bq_codes_plain(q, p, t, n, b, fp8);
+}
+AMP__EXACT_END
+
+/* A block's height and width (kind checked). */
+static int amp__bq_height(amp_block_scaling kind) { return kind == AMP_BLOCK_128x128 ? 128 : 1; }
+static int amp__bq_width(amp_block_scaling kind) { return kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR ? 32 : 128; }
+
+static amp_status amp__cpu_quantize_blocks(amp_device *d, amp_block_scaling kind, amp_dtype fp8, int rows, int cols,
+                                           const void *x, amp_dtype xt, int ldx, void *q, int ldq, void *scales,
+                                           char *msg, size_t cap) {
+  const int bh = amp__bq_height(kind), bw = amp__bq_width(kind), level = amp__bq_level(xt);
+  const int nbr = amp__nblocks(rows, bh), nbc = amp__nblocks(cols, bw);
+  const size_t xs = amp_dtype_size(xt);
+  int br, bc, r;
+  (void)d; (void)msg; (void)cap;
+  for (br = 0; br < nbr; br++)
+    for (bc = 0; bc < nbc; bc++) {   /* block (br, bc): rows r0 .. r1-1, n columns from c0 */
+      const int r0 = br * bh, c0 = bc * bw, r1 = rows - r0 < bh ? rows : r0 + bh;
+      const size_t n = (size_t)(cols - c0 < bw ? cols - c0 : bw), at = (size_t)br * (size_t)nbc + (size_t)bc;
+      uint32_t amax = 0u;
+      amp__bscale b;
+      for (r = r0; r < r1; r++) {
+        uint32_t a = amp__bq_amax(level, (const char *)x + ((size_t)r * (size_t)ldx + (size_t)c0) * xs, xt, n);
+        amax = a > amax ? a : amax;
+      }
+      b = amp__block_scale(kind, fp8, amax);
+      if (bw == 32) ((uint8_t *)scales)[at] = (uint8_t)b.stored;
+      else memcpy((char *)scales + at * 4, &b.stored, 4);
+      for (r = r0; r < r1; r++)
+        amp__bq_codes(level, (amp_fp8 *)q + (size_t)r * (size_t)ldq + c0,
+                      (const char *)x + ((size_t)r * (size_t)ldx + (size_t)c0) * xs, xt, n, &b, fp8);
+    }
+  return AMP_OK;
+}
+
+AMPDEF amp_status amp_quantize_blocks(amp_device *d, amp_block_scaling kind, amp_dtype fp8, int rows, int cols,
+                                      const void *x, amp_dtype x_type, int ldx, void *q, int ldq, void *scales) {
+  static const char fn[] = "amp_quantize_blocks";
+  const amp__dtype_traits *f = amp__dtype_row(fp8);
+  char msg[AMP__MSG] = "";
+  size_t xs, xspan, qspan, sspan, ss;
+  amp_status st;
+  if (!d) return amp__fail(AMP_ERR_ARG, "%s: d is NULL (use amp_cpu())", fn);
+  if (kind != AMP_BLOCK_MX_RCEIL && kind != AMP_BLOCK_MX_FLOOR && kind != AMP_BLOCK_1x128 && kind != AMP_BLOCK_128x128)
+    return amp__fail(AMP_ERR_ARG, "%s: kind %d is not AMP_BLOCK_MX_RCEIL, AMP_BLOCK_MX_FLOOR, AMP_BLOCK_1x128 or "
+                     "AMP_BLOCK_128x128", fn, (int)kind);
+  if (!f || f->compute)
+    return amp__fail(AMP_ERR_ARG, "%s: fp8 %d (%s) is not an fp8 format (AMP_E4M3 or AMP_E5M2)", fn, (int)fp8,
+                     amp__dtype_name(fp8));
+  if ((st = amp__dtype_compute_check(fn, "x_type", x_type)) != AMP_OK) return st;
+  if (rows < 0) return amp__fail(AMP_ERR_ARG, "%s: rows %d must be >= 0", fn, rows);
+  if (cols < 0) return amp__fail(AMP_ERR_ARG, "%s: cols %d must be >= 0", fn, cols);
+  if (ldx < cols)
+    return amp__fail(AMP_ERR_ARG, "%s: ldx %d is less than cols %d (a leading dimension smaller than its row)", fn, ldx, cols);
+  if (ldq < cols)
+    return amp__fail(AMP_ERR_ARG, "%s: ldq %d is less than cols %d (a leading dimension smaller than its row)", fn, ldq, cols);
+  if (rows == 0 || cols == 0) return AMP_OK;
+  if (!x) return amp__fail(AMP_ERR_ARG, "%s: x is NULL with rows %d, cols %d", fn, rows, cols);
+  if (!q) return amp__fail(AMP_ERR_ARG, "%s: q is NULL with rows %d, cols %d", fn, rows, cols);
+  if (!scales) return amp__fail(AMP_ERR_ARG, "%s: scales is NULL with rows %d, cols %d", fn, rows, cols);
+  xs = amp_dtype_size(x_type);
+  ss = amp__bq_width(kind) == 32 ? 1u : 4u;
+  if ((uintptr_t)x % xs)
+    return amp__fail(AMP_ERR_ARG, "%s: x %p is not aligned to its element size (%zu bytes, %s)", fn, x, xs,
+                     amp__dtype_name(x_type));
+  if ((uintptr_t)scales % ss) return amp__fail(AMP_ERR_ARG, "%s: scales %p (floats) is not 4-byte aligned", fn, scales);
+  xspan = amp__gemm_span(rows, cols, ldx) * xs;
+  qspan = amp__gemm_span(rows, cols, ldq);
+  sspan = (size_t)amp__nblocks(rows, amp__bq_height(kind)) * (size_t)amp__nblocks(cols, amp__bq_width(kind)) * ss;
+  if (amp__overlap(q, qspan, x, xspan)) return amp__fail(AMP_ERR_ARG, "%s: q %p overlaps x %p", fn, q, x);
+  if (amp__overlap(scales, sspan, x, xspan)) return amp__fail(AMP_ERR_ARG, "%s: scales %p overlaps x %p", fn, scales, x);
+  if (amp__overlap(scales, sspan, q, qspan)) return amp__fail(AMP_ERR_ARG, "%s: scales %p overlaps q %p", fn, scales, q);
+  st = amp__be(d)->quantize_blocks(d, kind, fp8, rows, cols, x, x_type, ldx, q, ldq, scales, msg, sizeof msg);
+  return amp__op_fail(fn, st, msg);
+}
+
+/* ------------------------------------------------------------------------------------------
    Implementation: the device line's two tables
    To add a device operation: its line in AMP__BACKEND_OPS (its contract written beside it), its
    CPU function amp__cpu_<name> (beside the code it shares), its CUDA function amp__cuda_<name>
@@ -8740,6 +9135,13 @@ static amp_status amp__cuda_fp8_io(amp_fp8_scaler *f, int to_device, char *m, si
 static amp_status amp__cuda_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
                                      const float *scale, float *amax, char *m, size_t cap) {
   return amp__cu_quantize(d->cuda, q, (int32_t)fp8, x, (int32_t)xt, n, scale, amax, m, cap);
+}
+
+static amp_status amp__cuda_quantize_blocks(amp_device *d, amp_block_scaling kind, amp_dtype fp8, int rows, int cols,
+                                            const void *x, amp_dtype x_type, int ldx, void *q, int ldq, void *scales,
+                                            char *m, size_t cap) {
+  return amp__cu_quantize_blocks(d->cuda, (int32_t)kind, (int32_t)fp8, rows, cols, x, (int32_t)x_type, ldx, q, ldq,
+                                 scales, m, cap);
 }
 
 #define AMP__CUDA_OP(ret, name, args) amp__cuda_##name,

@@ -840,6 +840,70 @@ extern "C" amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, con
   return AMP_OK;
 }
 
+// ---- fp8 block scaling (amp_quantize_blocks): one thread block per scale block
+//
+// Grid-stride over the scale blocks (any number fits one launch). The threads find the block's amax
+// (each the largest |x| bits of its elements, then an atomicMax in shared memory), thread 0 turns it
+// into the scale with amp.h's amp__block_scale and stores it, and every thread writes its elements'
+// codes with amp__block_q: the CPU's element functions, so the CPU's bits.
+template <int XT> __global__ void __launch_bounds__(128)
+amp__cu_qblocks_kernel(int kind, int fp8, int rows, int cols, const void *x, int ldx, uint8_t *q, int ldq, void *scales) {
+  __shared__ unsigned amax;
+  __shared__ amp__bscale b;
+  const int bh = kind == AMP_BLOCK_128x128 ? 128 : 1, bw = kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR ? 32 : 128;
+  const long long nbc = amp__nblocks(cols, bw), nb = (long long)amp__nblocks(rows, bh) * nbc;
+  for (long long blk = blockIdx.x; blk < nb; blk += gridDim.x) {
+    const int r0 = (int)(blk / nbc) * bh, c0 = (int)(blk % nbc) * bw;
+    const int h = rows - r0 < bh ? rows - r0 : bh, w = cols - c0 < bw ? cols - c0 : bw;
+    unsigned a = 0;
+    if (threadIdx.x == 0) amax = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < h * w; i += blockDim.x) {
+      unsigned u = amp__f32_bits(amp__load(x, (amp_dtype)XT, (size_t)(r0 + i / w) * ldx + c0 + i % w)) & 0x7fffffffu;
+      a = u > a ? u : a;
+    }
+    atomicMax(&amax, a);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      b = amp__block_scale(kind, (amp_dtype)fp8, amax);
+      if (bw == 32) ((uint8_t *)scales)[blk] = (uint8_t)b.stored;
+      else ((uint32_t *)scales)[blk] = b.stored;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < h * w; i += blockDim.x) {
+      const size_t r = (size_t)(r0 + i / w), c = (size_t)(c0 + i % w);
+      q[r * ldq + c] = amp__block_q(amp__load(x, (amp_dtype)XT, r * ldx + c), &b, (amp_dtype)fp8);
+    }
+    __syncthreads();   // amax and b are the next block's
+  }
+}
+
+extern "C" amp_status amp__cu_quantize_blocks(void *state, int32_t kind, int32_t fp8, int rows, int cols, const void *x,
+                                              int32_t x_type, int ldx, void *q, int ldq, void *scales, char *msg,
+                                              size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  if (kind < AMP_BLOCK_MX_RCEIL || kind > AMP_BLOCK_128x128)
+    return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: kind %d is not an amp_block_scaling", (int)kind);
+  if (fp8 != AMP_E4M3 && fp8 != AMP_E5M2)
+    return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: fp8 %d is not AMP_E4M3 or AMP_E5M2", (int)fp8);
+  if (!amp__cu_dtype_ok(x_type)) return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: x_type %d is not a dtype", (int)x_type);
+  if (rows < 0 || cols < 0 || ldx < cols || ldq < cols)
+    return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: rows %d, cols %d, ldx %d, ldq %d", rows, cols, ldx, ldq);
+  if (rows == 0 || cols == 0) return AMP_OK;
+  if (!x || !q || !scales) return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: %s is NULL", !x ? "x" : !q ? "q" : "scales");
+  if (!st) return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: state is NULL");
+  AMP__CU_ON(st);
+  const int bh = kind == AMP_BLOCK_128x128 ? 128 : 1, bw = kind <= AMP_BLOCK_MX_FLOOR ? 32 : 128;
+  const long long nb = (long long)amp__nblocks(rows, bh) * amp__nblocks(cols, bw);
+  const long long most = (long long)(st->sm_count > 0 ? st->sm_count : 1) * 16;
+  const int grid = (int)(nb < most ? nb : most);
+  amp__cu_dtype_visit(x_type, [&](auto t) {
+    amp__cu_qblocks_kernel<t.value><<<grid, bw, 0, st->stream>>>(kind, fp8, rows, cols, x, ldx, (uint8_t *)q, ldq, scales);
+  });
+  AMP__CU_CHECK_LAUNCH("amp__cu_qblocks_kernel<<<>>>");
+  return AMP_OK;
+}
+
 // ---- the model copy from a master (add with a seed or round_to, checkpoint load): amp__store_model
 
 __global__ void __launch_bounds__(AMP__CU_THREADS)

@@ -164,6 +164,13 @@ extern amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *sca
    max |x| (amax NULL: none); device pointers. 1 launch (none for n 0). */
 extern amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const void *x, int32_t x_type, size_t n,
                                    const float *scale, float *amax, char *msg, size_t cap);
+/* [step] fp8 block scaling (amp_quantize_blocks, whose arguments amp.h has checked: kind one of
+   amp_block_scaling, fp8 AMP_E4M3 / AMP_E5M2, x_type a compute format, ldx, ldq >= cols, no
+   overlap): every block's scale into scales and its codes into q, by amp.h's element functions
+   (amp__block_scale, amp__block_q). x, q, scales are device pointers. 1 launch. */
+extern amp_status amp__cu_quantize_blocks(void *state, int32_t kind, int32_t fp8, int rows, int cols, const void *x,
+                                          int32_t x_type, int ldx, void *q, int ldq, void *scales, char *msg,
+                                          size_t cap);
 
 /* Plumbing for tests, benchmarks and checkpoints. amp__cu_copy: dir 0 host->device, 1 device->host
    ([sync]), 2 device->device ([step], async on the stream). Capture: begin/end on the device's

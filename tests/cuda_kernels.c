@@ -66,6 +66,16 @@ static void expect_arg(amp_status s, const char *needle, const char *what) {
 }
 
 static void launchers_reject_bad_arguments(void) {
+  {   /* fp8 block scaling: each argument before the device is asked */
+    void *p = (void *)(uintptr_t)4096;
+    expect_arg(amp__cu_quantize_blocks(ST, 4, AMP_E4M3, 1, 1, p, AMP_F32, 1, p, 1, p, msg, sizeof msg), "kind 4", "block kind 4");
+    expect_arg(amp__cu_quantize_blocks(ST, 0, AMP_F16, 1, 1, p, AMP_F32, 1, p, 1, p, msg, sizeof msg), "fp8 1", "block fp8 f16");
+    expect_arg(amp__cu_quantize_blocks(ST, 0, AMP_E4M3, 1, 1, p, 9, 1, p, 1, p, msg, sizeof msg), "x_type 9", "block x_type 9");
+    expect_arg(amp__cu_quantize_blocks(ST, 2, AMP_E5M2, 2, 8, p, AMP_F32, 7, p, 8, p, msg, sizeof msg), "ldx 7", "block ldx < cols");
+    expect_arg(amp__cu_quantize_blocks(ST, 3, AMP_E5M2, 2, 8, p, AMP_F32, 8, NULL, 8, p, msg, sizeof msg), "q is NULL", "block q NULL");
+    EXPECT(amp__cu_quantize_blocks(ST, 3, AMP_E5M2, 0, 8, NULL, AMP_F32, 8, NULL, 8, NULL, msg, sizeof msg) == AMP_OK,
+           "block rows 0: %s", msg);
+  }
   amp__tensor t[2];
   amp_optim_config h;
   void *o = NULL, *fake = (void *)(uintptr_t)4096;
@@ -729,6 +739,52 @@ static void scale_buffer_multiplies_by_the_device_scale(void) {
   amp__cu_scaler_destroy(ST, sc);
 }
 
+/* amp_quantize_blocks on the device (the public function, so the CUDA table's entry too) against the
+   CPU's: every kind, format and input type, partial blocks on both edges, leading dimensions above
+   cols, inputs of every bit class (subnormals, zeros, huge; inf and NaN now and then): the same
+   scales and codes, bit for bit, and the padding of q untouched. */
+static void block_scaling_on_the_device_equals_the_cpus(void) {
+  static const amp_dtype types[3] = {AMP_F32, AMP_F16, AMP_BF16};
+  static const int shapes[][4] = { /* rows, cols, ldx, ldq */
+    {1, 1, 1, 1}, {3, 33, 40, 35}, {130, 300, 301, 302}, {257, 129, 129, 129}, {1000, 1024, 1024, 1030} };
+  for (int s = 0; s < 5; s++)
+    for (int kind = 0; kind < 4; kind++)
+      for (int f = 0; f < 2; f++)
+        for (int t = 0; t < 3; t++) {
+          const int rows = shapes[s][0], cols = shapes[s][1], ldx = shapes[s][2], ldq = shapes[s][3];
+          const size_t es = amp_dtype_size(types[t]), xn = (size_t)rows * ldx, qn = (size_t)rows * ldq;
+          const size_t sn = 4 * (size_t)(rows + 1) * (size_t)(cols / 32 + 1);   /* room for any kind's scales */
+          const amp_dtype fp8 = f ? AMP_E5M2 : AMP_E4M3;
+          unsigned char *hx = (unsigned char *)xmalloc(xn * es), *hq = (unsigned char *)xmalloc(qn), *hs = (unsigned char *)xmalloc(sn);
+          unsigned char *gq = (unsigned char *)xmalloc(qn), *gs = (unsigned char *)xmalloc(sn);
+          void *dx = dmalloc(xn * es), *dq = dmalloc(qn), *ds = dmalloc(sn);
+          for (size_t i = 0; i < xn; i++) {   /* random f32 bits, half of them in 40 binades near 2^-27..2^12 */
+            uint32_t u = rnd() << 16 ^ rnd();
+            if (rnd() % 2) u = (u & 0x807fffffu) | ((uint32_t)(100 + rnd() % 40) << 23);
+            if (es == 4) memcpy(hx + 4 * i, &u, 4);
+            else { uint16_t h = (uint16_t)(u >> 16); memcpy(hx + 2 * i, &h, 2); }
+            if ((t == 1 ? (hx[2 * i + 1] & 0x7c) == 0x7c : (amp__f32_bits(amp__load(hx, types[t], i)) & 0x7f800000u) == 0x7f800000u) &&
+                rnd() % 256)
+              memset(hx + es * i, 0, es);   /* inf and NaN rare: a block holding one is all NaN */
+          }
+          memset(hq, 0x5a, qn); memset(hs, 0x5a, sn);
+          up(dx, hx, xn * es); up(dq, hq, qn); up(ds, hs, sn);
+          OK(amp_quantize_blocks(amp_cpu(), (amp_block_scaling)kind, fp8, rows, cols, hx, types[t], ldx, hq, ldq, hs));
+          OK(amp_quantize_blocks(dev, (amp_block_scaling)kind, fp8, rows, cols, dx, types[t], ldx, dq, ldq, ds));
+          down(gq, dq, qn); down(gs, ds, sn);
+          size_t i = 0;
+          while (i < sn && gs[i] == hs[i]) i++;
+          EXPECT(i == sn, "kind %d %s %s %dx%d: scale byte %zu is 0x%02x on the device, 0x%02x on the CPU", kind, f ? "e5m2" : "e4m3",
+                 amp__dtype_name(types[t]), rows, cols, i, i < sn ? gs[i] : 0, i < sn ? hs[i] : 0);
+          i = 0;
+          while (i < qn && gq[i] == hq[i]) i++;
+          EXPECT(i == qn, "kind %d %s %s %dx%d: q byte %zu (row %zu col %zu) is 0x%02x on the device, 0x%02x on the CPU", kind,
+                 f ? "e5m2" : "e4m3", amp__dtype_name(types[t]), rows, cols, i, i / ldq, i % ldq, i < qn ? gq[i] : 0, i < qn ? hq[i] : 0);
+          free(hx); free(hq); free(hs); free(gq); free(gs);
+          amp__cu_free(ST, dx); amp__cu_free(ST, dq); amp__cu_free(ST, ds);
+        }
+}
+
 static void optimizer_state_round_trips_through_host(void) {
   size_t n[2] = {100, 5000};
   int32_t dt[2] = {AMP_F16, AMP_F32};
@@ -816,6 +872,7 @@ int main(void) {
   RUN(scale_buffer_multiplies_by_the_device_scale);
   RUN(fp8_quantize_and_scaler_match_the_cpu);
   RUN(optimizer_state_round_trips_through_host);
+  RUN(block_scaling_on_the_device_equals_the_cpus);
   amp_device_close(dev);
   amp__cu_stream_destroy(stream);
   TEST_END();

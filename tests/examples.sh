@@ -35,6 +35,10 @@ check "example 04: a planted loss spike (spike_zscore) is skipped, weights kept,
 ex_build ex05 examples/05_policy.c
 check "example 05: policy decisions for MLP and transformer block, MIXED/PURE/mixlist" "$B/ex05" examples/mixlist.json
 
+ex_build ex07 examples/07_fp8.c
+check "example 07: fp8 number lines, E4M3/E5M2 choice, delayed vs current scaling, block scaling hold as printed; writes its SVG" \
+  sh -c "'$B/ex07' '$B/examples' && grep -q '</svg>' '$B/examples/fp8_scaling.svg'"
+
 ex_build ex06_fp32 examples/06_drop_in_fp32.c
 ex_build ex06_amp examples/06_drop_in_amp.c
 check "example 06: the fp32 loop converges" "$B/ex06_fp32"

@@ -362,6 +362,35 @@ amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype, int32_t ro
   for (i = 0; i < n; i++) amp__store_model(dst, (amp_dtype)dtype, (amp_dtype)round_to, stochastic, key, i, master[i]);
   return AMP_OK;
 }
+/* The block-scaling kernel: one scale block at a time, its amax, amp__block_scale, amp__block_q
+   per element, as the kernel's threads run them. */
+static int fake_qblocks_fails = 0;   /* 1: the emulated launch fails */
+amp_status amp__cu_quantize_blocks(void *state, int32_t kind, int32_t fp8, int rows, int cols, const void *x,
+                                   int32_t x_type, int ldx, void *q, int ldq, void *scales, char *msg, size_t cap) {
+  const int bh = kind == AMP_BLOCK_128x128 ? 128 : 1, bw = kind <= AMP_BLOCK_MX_FLOOR ? 32 : 128;
+  const size_t nbc = (size_t)amp__nblocks(cols, bw);
+  int r0, c0, r, c;
+  (void)state;
+  if (fake_qblocks_fails) return fake_fail(msg, cap, "amp__cu_qblocks_kernel<<<>>>");
+  for (r0 = 0; r0 < rows; r0 += bh)
+    for (c0 = 0; c0 < cols; c0 += bw) {
+      const size_t blk = (size_t)(r0 / bh) * nbc + (size_t)(c0 / bw);
+      uint32_t amax = 0;
+      amp__bscale b;
+      for (r = r0; r < r0 + bh && r < rows; r++)
+        for (c = c0; c < c0 + bw && c < cols; c++) {
+          uint32_t u = amp__f32_bits(amp__load(x, (amp_dtype)x_type, (size_t)r * (size_t)ldx + (size_t)c)) & 0x7fffffffu;
+          amax = u > amax ? u : amax;
+        }
+      b = amp__block_scale(kind, (amp_dtype)fp8, amax);
+      if (bw == 32) ((uint8_t *)scales)[blk] = (uint8_t)b.stored; else memcpy((char *)scales + 4 * blk, &b.stored, 4);
+      for (r = r0; r < r0 + bh && r < rows; r++)
+        for (c = c0; c < c0 + bw && c < cols; c++)
+          ((uint8_t *)q)[(size_t)r * (size_t)ldq + (size_t)c] =
+              amp__block_q(amp__load(x, (amp_dtype)x_type, (size_t)r * (size_t)ldx + (size_t)c), &b, (amp_dtype)fp8);
+    }
+  return AMP_OK;
+}
 amp_status amp__cu_malloc(void *state, void **p, size_t bytes, char *msg, size_t cap) {
   (void)state;
   if (!(*p = malloc(bytes))) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
@@ -1064,6 +1093,46 @@ static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
   }
 }
 
+/* amp_quantize_blocks on the CUDA line: the public checks, then the launcher (here the kernel's
+   element functions run on the host), give the CPU's bits for every kind, format and input type;
+   a refused call names amp_quantize_blocks and never reaches the launcher; a failed launch comes
+   back as AMP_ERR_DEVICE under the public function's name. */
+static void block_scaling_on_the_cuda_line_gives_the_cpus_bits(void) {
+  enum { R = 131, C = 300, LDX = 303, LDQ = 301 };
+  static float xf[R * LDX];
+  static float xw[R * LDX], s1[R * 10], s2[R * 10];   /* float-aligned: x of any type, float scales */
+  static uint8_t q1[R * LDQ], q2[R * LDQ];
+  uint8_t *x = (uint8_t *)xw;
+  static const amp_dtype types[3] = {AMP_F32, AMP_F16, AMP_BF16};
+  uint32_t r = 1;
+  int kind, f, t, i;
+  for (i = 0; i < R * LDX; i++) {   /* magnitudes over many binades, a NaN in one block */
+    r = r * 1664525u + 1013904223u;
+    xf[i] = (float)((int)(r >> 8) % 2001 - 1000) * (float)(1u << (r % 20)) * 1e-6f;
+  }
+  { uint32_t nan = 0x7fc00001u; memcpy(&xf[LDX + 40], &nan, 4); }
+  for (kind = 0; kind < 4; kind++)
+    for (f = 0; f < 2; f++)
+      for (t = 0; t < 3; t++) {
+        amp_dtype fp8 = f ? AMP_E5M2 : AMP_E4M3;
+        amp_status a, b;
+        amp_convert(x, types[t], xf, AMP_F32, R * LDX);
+        memset(q1, 0x5a, sizeof q1); memset(q2, 0x5a, sizeof q2); memset(s1, 0x5a, sizeof s1); memset(s2, 0x5a, sizeof s2);
+        a = amp_quantize_blocks(gpu(), (amp_block_scaling)kind, fp8, R, C, x, types[t], LDX, q1, LDQ, s1);
+        b = amp_quantize_blocks(amp_cpu(), (amp_block_scaling)kind, fp8, R, C, x, types[t], LDX, q2, LDQ, s2);
+        EXPECT(a == AMP_OK && b == AMP_OK, "kind %d %d type %d: %s", kind, f, t, amp_last_error());
+        EXPECT(memcmp(q1, q2, sizeof q1) == 0 && memcmp(s1, s2, sizeof s1) == 0, "kind %d fp8 %d type %d: the CUDA line's codes "
+               "or scales differ from the CPU's", kind, f, t);
+      }
+  fake_qblocks_fails = 1;   /* a refused call does not reach the launcher, which would fail */
+  EXPECT(amp_quantize_blocks(gpu(), AMP_BLOCK_1x128, AMP_E4M3, R, C, x, AMP_F32, C - 1, q1, LDQ, s1) == AMP_ERR_ARG &&
+         strstr(amp_last_error(), "amp_quantize_blocks: ldx 299"), "ldx below cols on the CUDA line: %s", amp_last_error());
+  EXPECT(amp_quantize_blocks(gpu(), AMP_BLOCK_1x128, AMP_E4M3, R, C, x, AMP_F32, LDX, q1, LDQ, s1) == AMP_ERR_DEVICE &&
+         strstr(amp_last_error(), "amp_quantize_blocks: amp__cu_qblocks_kernel<<<>>> failed"), "a failed launch: %s",
+         amp_last_error());
+  fake_qblocks_fails = 0;
+}
+
 static void every_operation_is_in_both_tables(void) {
   size_t ops = 0;
 #define T_CHECK_OP(ret, name, args) ops++; \
@@ -1096,6 +1165,7 @@ int main(void) {
   RUN(grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits);
   RUN(mixed_types_on_the_cuda_line_are_widened_first);
   RUN(the_fp8_scaler_on_the_cuda_line_equals_the_cpus);
+  RUN(block_scaling_on_the_cuda_line_gives_the_cpus_bits);
   amp_device_close(gpu());
   TEST_END();
 }
