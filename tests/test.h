@@ -55,6 +55,23 @@ static inline void t_torch_cmd(char *cmd, size_t cap, const char *args) {
 }
 
 #ifdef AMP_IMPLEMENTATION
+/* The SIMD levels of the conversion and fp8 loops to run: 0 portable, 1 AVX2, 2 AVX-512, those the
+   CPU has (t_simd_levels() of them); t_simd_level(l) selects one (amp_simd_enable and the level
+   cap), t_simd_level(2) the CPU's best again. */
+static inline int t_simd_levels(void) {
+#ifdef AMP__X86_SIMD
+  return amp__cpu_level() + 1;
+#else
+  return 1;
+#endif
+}
+static inline void t_simd_level(int l) {
+  amp_simd_enable(l > 0);
+#ifdef AMP__X86_SIMD
+  amp__isa_cap = l > 0 ? l : 2;
+#endif
+}
+
 /* Every byte a CPU optimizer owns that a step may change: masters, moments, model copies, step
    (for tests that check a skipped step changed nothing). buf must hold all of them. */
 static inline size_t t_optim_snapshot(const amp_optimizer *o, unsigned char *buf) {

@@ -153,21 +153,6 @@ static void round_trips(void) {
 
 /* ---- the bulk loops ----------------------------------------------------------------------- */
 
-/* The levels to run: 0 portable, 1 AVX2, 2 AVX-512, those the CPU has. amp_convert-style callers
-   reach them through amp_simd_enable and amp__isa_cap. */
-static int nlevels(void) {
-#ifdef AMP__X86_SIMD
-  return amp__cpu_level() + 1;
-#else
-  return 1;
-#endif
-}
-static void set_level(int l) {
-  amp_simd_enable(l > 0);
-#ifdef AMP__X86_SIMD
-  amp__isa_cap = l > 0 ? l : 2;
-#endif
-}
 
 static uint32_t rng = 12345u;
 static uint32_t next_u32(void) { rng = rng * 1664525u + 1013904223u; return rng ^ (rng >> 15); }
@@ -180,8 +165,8 @@ static void bulk_tails_and_odd_addresses(void) {
   unsigned char src[4 * N + 8], dst[4 * N + 16], dec[4 * N + 16];
   int l, f, off, n, i;
   for (i = 0; i < N; i++) in[i] = f32_of(i < (int)(sizeof edges / sizeof edges[0]) ? edges[i].in : next_u32());
-  for (l = 0; l < nlevels(); l++) {
-    set_level(l);
+  for (l = 0; l < t_simd_levels(); l++) {
+    t_simd_level(l);
     for (f = 0; f < 2; f++)
       for (off = 0; off < 4; off++)
         for (n = 0; n <= N; n++) {
@@ -200,7 +185,7 @@ static void bulk_tails_and_odd_addresses(void) {
           EXPECT(dec[off + 4 * n] == 0xa5 && (off == 0 || dec[off - 1] == 0xa5), "level %d: fp8 -> f32 wrote outside, offset %d n %d", l, off, n);
         }
   }
-  set_level(2);
+  t_simd_level(2);
   amp_simd_enable(1);
 }
 
@@ -214,8 +199,8 @@ static void f16_bf16_to_fp8_as_through_f32(void) {
   uint16_t out[256];
   int l, f, t, i;
   for (i = 0; i < 256; i++) codes[i] = (amp_fp8)i;
-  for (l = 0; l < nlevels(); l++) {
-    set_level(l);
+  for (l = 0; l < t_simd_levels(); l++) {
+    t_simd_level(l);
     for (t = 0; t < 2; t++) {
       amp_dtype st = t ? AMP_BF16 : AMP_F16;
       for (i = 0; i < 65536; i++) h[i] = (uint16_t)i;
@@ -244,7 +229,7 @@ static void f16_bf16_to_fp8_as_through_f32(void) {
       }
     }
   }
-  set_level(2);
+  t_simd_level(2);
   amp_simd_enable(1);
   free(h); free(q);
 }
@@ -264,8 +249,8 @@ static void amp_convert_takes_every_fp8_pair(void) {
     u = (uint32_t)(r >> 32);
     memcpy(&x[i], &u, 4);
   }
-  for (l = 0; l < nlevels(); l++) {
-    set_level(l);
+  for (l = 0; l < t_simd_levels(); l++) {
+    t_simd_level(l);
     for (f = 0; f < 2; f++) {
       amp_dtype t = f ? AMP_E5M2 : AMP_E4M3, o = f ? AMP_E4M3 : AMP_E5M2;
       EXPECT(amp_convert(a, t, x, AMP_F32, N) == AMP_OK, "level %d: %s", l, amp_last_error());
@@ -287,7 +272,7 @@ static void amp_convert_takes_every_fp8_pair(void) {
       EXPECT(bad == 0, "level %d: %s -> %s over a shifted overlap: %d codes differ", l, f ? "e5m2" : "e4m3", f ? "e4m3" : "e5m2", bad);
     }
   }
-  set_level(2);
+  t_simd_level(2);
   amp_simd_enable(1);
 }
 

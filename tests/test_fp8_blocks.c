@@ -133,20 +133,6 @@ static void ref_quantize(const kase *k, const void *x, uint8_t *q, uint8_t *scal
 
 /* ---- running the library ------------------------------------------------------------------- */
 
-/* The SIMD levels to run: 0 plain, 1 AVX2, 2 AVX-512, those the CPU has. */
-static int nlevels(void) {
-#ifdef AMP__X86_SIMD
-  return amp__cpu_level() + 1;
-#else
-  return 1;
-#endif
-}
-static void set_level(int l) {
-  amp_simd_enable(l > 0);
-#ifdef AMP__X86_SIMD
-  amp__isa_cap = l > 0 ? l : 2;
-#endif
-}
 
 #define CANARY 0xa5
 static size_t xbytes(const kase *k) { return (size_t)k->rows * (size_t)k->ldx * amp_dtype_size(XT[k->t]); }
@@ -161,10 +147,10 @@ static int check_case(const kase *k, const void *x, const char *what) {
   int l, bad = 0;
   memset(wq, CANARY, qn); memset(ws, CANARY, sn);
   ref_quantize(k, x, wq, ws);
-  for (l = 0; l < nlevels(); l++) {
+  for (l = 0; l < t_simd_levels(); l++) {
     amp_status st;
     size_t i;
-    set_level(l);
+    t_simd_level(l);
     memset(gq, CANARY, qn); memset(gs, CANARY, sn);
     st = amp_quantize_blocks(amp_cpu(), (amp_block_scaling)k->kind, FP8[k->f], k->rows, k->cols, x, XT[k->t], k->ldx, gq,
                              k->ldq, gs);
@@ -184,7 +170,7 @@ static int check_case(const kase *k, const void *x, const char *what) {
       bad++;
     }
   }
-  set_level(2);
+  t_simd_level(2);
   amp_simd_enable(1);
   free(wq); free(ws); free(gq); free(gs);
   return bad;

@@ -425,19 +425,6 @@ static void a_bad_fp8_file_is_refused_and_changes_nothing(void) {
 
 /* ---- amp_quantize --------------------------------------------------------------------------- */
 
-static int nlevels(void) {
-#ifdef AMP__X86_SIMD
-  return amp__cpu_level() + 1;
-#else
-  return 1;
-#endif
-}
-static void set_level(int l) {
-  amp_simd_enable(l > 0);
-#ifdef AMP__X86_SIMD
-  amp__isa_cap = l > 0 ? l : 2;
-#endif
-}
 
 static float random_x(void) {
   uint32_t r = next_u32() % 64;
@@ -458,8 +445,8 @@ static void quantize_equals_the_scalar_cast_at_every_level(void) {
   int lv, s, f, off;
   size_t li, i;
   for (i = 0; i < MAXN; i++) xs[i] = random_x();
-  for (lv = 0; lv < nlevels(); lv++) {
-    set_level(lv);
+  for (lv = 0; lv < t_simd_levels(); lv++) {
+    t_simd_level(lv);
     for (xt = AMP_F32; xt <= AMP_BF16; xt = (amp_dtype)(xt + 1))
       for (f = 0; f < 2; f++)
         for (s = 0; s < 6; s++)
@@ -493,7 +480,7 @@ static void quantize_equals_the_scalar_cast_at_every_level(void) {
               (void)sz;
             }
   }
-  set_level(2);
+  t_simd_level(2);
   {   /* a NaN already in amax_out stays */
     float x[3] = { 1.0f, 2.0f, 3.0f }, amax = f32_of(0x7fc00000u);
     amp_quantize(amp_cpu(), NULL, AMP_E4M3, x, AMP_F32, 3, NULL, &amax);
