@@ -1059,7 +1059,9 @@ AMPDEF amp_status amp_fp8_scaler_create(amp_fp8_scaler **out, amp_device *d, con
                                         const amp_dtype *formats);
 AMPDEF void       amp_fp8_scaler_destroy(amp_fp8_scaler *f);
 /* Tensor i's amax this step, from the host: slot 0 becomes max(slot 0, amax) (several calls give
-   their max; a NaN is kept). amax must be >= 0 or NaN. On CUDA one launch, stream-ordered. */
+   their max; a NaN is kept). amax must be >= 0 or NaN. On CUDA one launch, stream-ordered, and
+   refused (AMP_ERR_STATE) while the device's stream captures a CUDA graph, whose every launch would
+   add this same amax again: in a graph the casts write the amaxes (amp_fp8_scaler_amax_ptr). */
 AMPDEF amp_status amp_fp8_scaler_record(amp_fp8_scaler *f, size_t i, float amax);
 /* Once per step, after every cast of the step: each tensor's next scale and scale_inv, histories
    rolled (slot 0 cleared for the next step). */

@@ -1039,6 +1039,17 @@ extern "C" amp_status amp__cu_scale_buffer(void *state, const void *scaler, void
   return AMP_OK;
 }
 
+// AMP_ERR_STATE when the device's stream is capturing a CUDA graph, for the calls whose write a
+// replay would repeat with stale values (why: the rest of the message).
+static amp_status amp__cu_refuse_capture(amp__cu_state *st, const char *why, char *msg, size_t cap) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (!st->stream) return AMP_OK;   // the legacy default stream cannot be capturing
+  AMP__CU_CHECK(cudaStreamIsCapturing(st->stream, &cs));
+  if (cs == cudaStreamCaptureStatusNone) return AMP_OK;
+  if (msg && cap) snprintf(msg, cap, "the device's stream is capturing a CUDA graph; %s", why);
+  return AMP_ERR_STATE;
+}
+
 // ---- fp8 scaling: the fp8 scaler's block, its update, and the cast that measures its amax
 
 // The fp8 scaler's state in device memory: one allocation, the arrays one after the other.
@@ -1146,6 +1157,9 @@ extern "C" amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float
   if (!st || !f) return amp__cu_arg(msg, cap, "amp__cu_fp8_record: %s is NULL", !st ? "state" : "fp8");
   if (i >= f->n) return amp__cu_arg(msg, cap, "amp__cu_fp8_record: tensor %zu of %zu", i, f->n);
   AMP__CU_ON(st);
+  amp_status c = amp__cu_refuse_capture(st, "a captured record would add this amax again at every launch: let the "
+                                        "casts write it (amp_quantize into amp_fp8_scaler_amax_ptr)", msg, cap);
+  if (c != AMP_OK) return c;
   amp__cu_fp8_record_kernel<<<1, 1, 0, st->stream>>>(f->hist + i * (size_t)f->len, amax);
   AMP__CU_CHECK_LAUNCH("amp__cu_fp8_record_kernel<<<1, 1>>>");
   return AMP_OK;
@@ -1389,17 +1403,9 @@ extern "C" amp_status amp__cu_optim_set_hparams(void *state, void *optim, const 
   // whatever the last set before the replay wrote. Captured, this write would itself be replayed,
   // with this call's values, before every step of every replay: refused, so that no schedule is
   // silently frozen (set the lr before each launch of the graph instead).
-  if (st->stream) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    AMP__CU_CHECK(cudaStreamIsCapturing(st->stream, &cs));
-    if (cs != cudaStreamCaptureStatusNone) {
-      if (msg && cap)
-        snprintf(msg, cap,
-                 "the device's stream is capturing a CUDA graph; a captured lr would be replayed unchanged by "
-                 "every launch: set it before each launch of the graph instead (the step reads it when it runs)");
-      return AMP_ERR_STATE;
-    }
-  }
+  amp_status c = amp__cu_refuse_capture(st, "a captured lr would be replayed unchanged by every launch: set it before "
+                                        "each launch of the graph instead (the step reads it when it runs)", msg, cap);
+  if (c != AMP_OK) return c;
   amp__cu_set_hparams_kernel<<<1, 1, 0, st->stream>>>(o->dev, *h);
   AMP__CU_CHECK_LAUNCH("amp__cu_set_hparams_kernel<<<1, 1>>>");
   return AMP_OK;
@@ -1416,14 +1422,9 @@ extern "C" amp_status amp__cu_optim_set_grads(void *state, void *optim, size_t i
   if (index >= o->n_tensors)
     return amp__cu_arg(msg, cap, "amp__cu_optim_set_grads: index %zu of %zu tensors", index, o->n_tensors);
   AMP__CU_ON(st);
-  if (st->stream) {   // a captured upload would replay this pointer at every launch, whatever came after
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    AMP__CU_CHECK(cudaStreamIsCapturing(st->stream, &cs));
-    if (cs != cudaStreamCaptureStatusNone) {
-      if (msg && cap) snprintf(msg, cap, "the device's stream is capturing a CUDA graph: set the grads before capture");
-      return AMP_ERR_STATE;
-    }
-  }
+  // a captured upload would replay this pointer at every launch, whatever came after
+  amp_status c = amp__cu_refuse_capture(st, "set the grads before capture", msg, cap);
+  if (c != AMP_OK) return c;
   amp__cu_tdev *r = &o->host[index];
   amp__cu_tdev_grads(r, grads);
   AMP__CU_CHECK(cudaMemcpyAsync(o->tensors + index, r, sizeof *r, cudaMemcpyHostToDevice, st->stream));

@@ -146,9 +146,11 @@ extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const v
 
 /* The fp8 scaler: one device block holding n tensors' amax histories (len slots each), scales,
    scale_invs and formats, uploaded from the host arrays given ([sync]); *d_hist, *d_scale and
-   *d_scale_inv get where they live (*d_red: n doubles for the data-parallel hook). record: [step] slot 0 of tensor i joined with amax
-   (amp__amax_join), 1 launch. update: [step] amp__fp8_update_one on every tensor, 1 launch. io:
-   the host arrays from the block (to_device 0) or the block from them (1), [sync]. */
+   *d_scale_inv get where they live (*d_red: n doubles for the data-parallel hook). record: slot 0
+   of tensor i joined with amax (amp__amax_join), 1 launch, refused (AMP_ERR_STATE) while the
+   stream captures a graph (a replay would add the same amax again). update: [step]
+   amp__fp8_update_one on every tensor, 1 launch. io: the host arrays from the block (to_device 0)
+   or the block from them (1), [sync]. */
 extern amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format,
                                      const float *hist, const float *scale, const float *scale_inv, float **d_hist,
                                      float **d_scale, float **d_scale_inv, double **d_red, char *msg, size_t cap);
