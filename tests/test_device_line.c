@@ -88,32 +88,43 @@ amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int3
 }
 
 /* The fp8 scaler's block: the arrays as the device keeps them, updated by amp.h's own element
-   function, as the kernel is. */
-typedef struct fake_fp8 { float *hist, *scale, *scale_inv; amp_dtype *format; size_t n; int len; } fake_fp8;
+   function, as the kernel is; with stats the counters (this step's, the last step's) and the
+   update's amax/scale pairs, moved by the update as the kernel moves them. */
+typedef struct fake_fp8 {
+  float *hist, *scale, *scale_inv; amp_dtype *format; size_t n; int len;
+  uint64_t *counts, *last; float *used;   /* stats; NULL without */
+} fake_fp8;
+static void fake_fp8_free(fake_fp8 *f) {
+  free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f->counts); free(f->last); free(f->used);
+  free(f);
+}
 amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format, const float *hist,
-                              const float *scale, const float *scale_inv, float **d_hist, float **d_scale,
-                              float **d_scale_inv, char *msg, size_t cap) {
+                              const float *scale, const float *scale_inv, int stats, float **d_hist, float **d_scale,
+                              float **d_scale_inv, uint64_t **d_counts, char *msg, size_t cap) {
   fake_fp8 *f = (fake_fp8 *)calloc(1, sizeof *f);
   (void)state;
   if (f) {
     f->hist = (float *)malloc(n * (size_t)len * sizeof(float)); f->scale = (float *)malloc(n * sizeof(float));
     f->scale_inv = (float *)malloc(n * sizeof(float)); f->format = (amp_dtype *)malloc(n * sizeof(amp_dtype));
+    if (stats) {
+      f->counts = (uint64_t *)calloc(4 * n, sizeof(uint64_t)); f->last = (uint64_t *)calloc(4 * n, sizeof(uint64_t));
+      f->used = (float *)calloc(2 * n, sizeof(float));
+    }
   }
-  if (!f || !f->hist || !f->scale || !f->scale_inv || !f->format) {
-    if (f) { free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f); }
+  if (!f || !f->hist || !f->scale || !f->scale_inv || !f->format || (stats && (!f->counts || !f->last || !f->used))) {
+    if (f) fake_fp8_free(f);
     snprintf(msg, cap, "out of memory");
     return AMP_ERR_NOMEM;
   }
   memcpy(f->hist, hist, n * (size_t)len * sizeof(float)); memcpy(f->scale, scale, n * sizeof(float));
   memcpy(f->scale_inv, scale_inv, n * sizeof(float)); memcpy(f->format, format, n * sizeof(amp_dtype));
   f->n = n; f->len = len;
-  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *fp8 = f;
+  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *d_counts = f->counts; *fp8 = f;
   return AMP_OK;
 }
 void amp__cu_fp8_destroy(void *state, void *fp8) {
-  fake_fp8 *f = (fake_fp8 *)fp8;
   (void)state;
-  free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f);
+  fake_fp8_free((fake_fp8 *)fp8);
 }
 amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float amax, char *msg, size_t cap) {
   fake_fp8 *f = (fake_fp8 *)fp8;
@@ -123,10 +134,13 @@ amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float amax, char
 }
 amp_status amp__cu_fp8_update(void *state, void *fp8, const amp_fp8_config *c, char *msg, size_t cap) {
   fake_fp8 *f = (fake_fp8 *)fp8;
-  size_t i;
+  size_t i, j;
   (void)state; (void)msg; (void)cap;
-  for (i = 0; i < f->n; i++)
-    amp__fp8_update_one(c, f->format[i], f->hist + i * (size_t)f->len, f->len, f->scale + i, f->scale_inv + i);
+  for (i = 0; i < f->n; i++) {   /* one kernel thread per tensor */
+    amp__fp8_update_one(c, f->format[i], f->hist + i * (size_t)f->len, f->len, f->scale + i, f->scale_inv + i,
+                        f->used ? f->used + 2 * i : NULL);
+    for (j = 0; f->counts && j < 4; j++) { f->last[4 * i + j] = f->counts[4 * i + j]; f->counts[4 * i + j] = 0; }
+  }
   return AMP_OK;
 }
 amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *scale, float *scale_inv, int to_device, char *msg,
@@ -144,20 +158,34 @@ amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *scale, flo
   }
   return AMP_OK;
 }
-/* the kernel's steps, one element at a time (the CPU's portable loop is the same steps) */
+amp_status amp__cu_fp8_stats(void *state, void *fp8, uint64_t *last, float *used, char *msg, size_t cap) {
+  fake_fp8 *f = (fake_fp8 *)fp8;
+  (void)state;
+  if (!f->counts) { snprintf(msg, cap, "amp__cu_fp8_stats: the scaler was made without stats"); return AMP_ERR_ARG; }
+  if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(fp8 stats)"); }
+  memcpy(last, f->last, 4 * f->n * sizeof(uint64_t)); memcpy(used, f->used, 2 * f->n * sizeof(float));
+  return AMP_OK;
+}
+/* the kernel's steps, one element at a time (the CPU's portable loop is the same steps); with
+   counts, each element's class (amp__fp8_cast_class, as the kernel) added up, and the sums added
+   to the counters (the kernel's atomicAdds; block 0 adds n) */
 amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const void *x, int32_t x_type, size_t n,
-                            const float *scale, float *amax, char *msg, size_t cap) {
+                            const float *scale, float *amax, uint64_t *counts, char *msg, size_t cap) {
   float k = scale ? *scale : 1.0f;
   uint32_t top = 0;
+  uint64_t c[3] = { 0, 0, 0 };
   size_t i;
   (void)state; (void)msg; (void)cap;
   for (i = 0; i < n; i++) {
-    float v = amp__load(x, (amp_dtype)x_type, i);
+    float v = amp__load(x, (amp_dtype)x_type, i), y = amp__fmul(v, k);
     uint32_t b = amp__f32_bits(v) & 0x7fffffffu;
+    unsigned cls = amp__fp8_cast_class(v, y, fp8 == AMP_E5M2);
     top = b > top ? b : top;
-    if (q) amp__store(q, (amp_dtype)fp8, i, amp__fmul(v, k));
+    c[0] += cls & 1u; c[1] += (cls >> 1) & 1u; c[2] += cls >> 2;
+    if (q) amp__store(q, (amp_dtype)fp8, i, y);
   }
   if (amax && amp__f32_bits(*amax) < top) *amax = amp__bits_f32(top);   /* atomicMax on the bits */
+  if (counts) { counts[0] += n; counts[1] += c[0]; counts[2] += c[1]; counts[3] += c[2]; }
   return AMP_OK;
 }
 
