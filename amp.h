@@ -222,6 +222,44 @@
       amp_fp8_scaler_record adds an amax measured elsewhere; get_scale, get_scale_inv and history
       read the state (on CUDA they wait for the stream).
 
+      What the casts lost: config.stats = 1 has the scaler count, per tensor and step, what its
+      casts did, in the casts' own pass (no second read of x):
+          amp_quantize_ex(d, q_i, fmt_i, x_i, AMP_BF16, n_i, amp_fp8_scaler_scale_ptr(f, i),
+                          amp_fp8_scaler_amax_ptr(f, i), amp_fp8_scaler_counts_ptr(f, i));
+          ...
+          amp_fp8_scaler_update(f);                // this step's counts become the last step's
+          amp_fp8_scaler_stats(f, i, &st);         // amp_fp8_stats: n, saturated, flushed, nan, ...
+      saturated counts the elements whose x * scale lay beyond the format (E4M3 above 464, E5M2
+      from 61440: what the saturating cast clipped to +-fmax, where a plain cast gives NaN or inf;
+      a value just above fmax that rounds to it is a rounding, not counted); flushed the nonzero
+      elements whose code is +-0 (x * scale at most half the smallest subnormal: 2^-10 for E4M3,
+      2^-17 for E5M2); nan the NaN inputs. amax_used and scale_used are what the update saw: the
+      amax its recipe read and the scale it replaced, the one the counted casts used. Read the
+      shares, each count over n:
+        - saturated above 0: the scale was made for a smaller amax than the tensor had. Under
+          DELAYED that is a spike, or a range that climbs faster than the history follows (early
+          activations, a growing loss): the largest elements, the ones that matter most, came out
+          as fmax. A shorter history_len or most_recent reacts a step later instead of a history
+          later; current scaling (CURRENT or TORCHAO, the amax measured first as said above)
+          scales each cast by its own amax and never saturates, for an extra read of x.
+        - a large flushed share: the scale is too small for the tensor's small values. At a scale
+          that puts the amax at fmax, E4M3 flushes what lies about 2^19 below the amax, E5M2 what
+          lies about 2^33 below. If amax_used is far above the step's own amax (the newest slot
+          of amp_fp8_scaler_history after the update), a long "max" history still holds an old
+          spike and keeps the scale low: shorten it, or use most_recent. If the scale is
+          right and the share is still large, the tensor is wider than E4M3: E5M2 (HYBRID gives
+          it the grads), or keep the tensor in bf16, whose range is f32's. This is where fp8
+          loses to bf16.
+        - nan: the input held NaN already (the cast passes it on); look upstream.
+      Counting is an instantiation of its own: amp_quantize and counts NULL run loops compiled
+      without it, at the speed they had. With counts the CPU's AVX-512 and AVX2 loops count by lane
+      masks and popcounts (the portable loop's counts exactly), the CUDA kernel per thread, then
+      warp and block, with one 64-bit integer atomicAdd per counter and block (the same counts in
+      any order). Stats off: amp_fp8_scaler_counts_ptr gives NULL, amp_fp8_scaler_stats refuses
+      with AMP_ERR_STATE. The counts are telemetry, not state the run needs: checkpoints do not
+      hold them (a file is the same with stats on or off; a load leaves the counts as they are),
+      and stats, being config, stays as the live scaler has it.
+
    VERSION HISTORY
 
       (next)               param groups (amp_optimizer_add_group); amp_tensor_desc and
@@ -3099,16 +3137,11 @@ static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode
 }
 
 /* amp_quantize's portable loop: x * scale cast to fp8 and the amax of x (a maximum of |x|'s bits
-   as unsigned integers: a NaN is above inf there, so it wins and stays). With counts (non-NULL:
-   amp_quantize_ex's), the loop of amp__quantize_counted below instead; without, this one as it
-   was before the counts. */
-static void amp__quantize_counted(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
-                                  float *amax, uint64_t *counts);
+   as unsigned integers: a NaN is above inf there, so it wins and stays). */
 static void amp__quantize_portable(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
-                                   float *amax, uint64_t *counts) {
+                                   float *amax) {
   uint32_t a = 0;
   size_t i;
-  if (counts) { amp__quantize_counted(q, e5m2, x, xt, n, scale, amax, counts); return; }
   for (i = 0; i < n; i++) {
     float v = amp__load(x, xt, i);
     uint32_t b = amp__f32_bits(v) & 0x7fffffffu;
@@ -3117,8 +3150,9 @@ static void amp__quantize_portable(amp_fp8 *q, int e5m2, const void *x, amp_dtyp
   }
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(a));
 }
-/* The same steps, and each element's class (amp__fp8_cast_class) added up: counts[0] += n, then
-   saturated, flushed, NaN inputs. */
+/* amp_quantize_ex's portable loop (counts non-NULL): the same steps, and each element's class
+   (amp__fp8_cast_class) added up: counts[0] += n, then saturated, flushed, NaN inputs. A loop of
+   its own, so the one above stays the code it was. */
 static void amp__quantize_counted(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
                                   float *amax, uint64_t *counts) {
   uint64_t c[3] = { 0, 0, 0 };
@@ -3139,79 +3173,39 @@ static void amp__quantize_counted(amp_fp8 *q, int e5m2, const void *x, amp_dtype
 /* ---- amp_quantize's vector loops (host): the cast of x * scale into fp8 and the amax of x in one
    pass. The same steps as amp__quantize_portable (above): one IEEE multiply, the
    encode above (amp__fp8_enc8 / enc16), and |x|'s bits maximised as unsigned integers (a NaN is
-   above inf there, so it wins, as in the scalar loop). counts is a constant in each caller (NULL
-   in amp__quantize_avx512 / _avx2, the loops without counts; non-NULL in the _counted kernels), so
-   the counting is compiled out of the loops without it. With it, amp__fp8_cast_class on the lanes:
-   unsigned compares of |x| and |y| bits into lane masks, each mask's popcount added. ---- */
+   above inf there, so it wins, as in the scalar loop). The loops with counts (amp_quantize_ex)
+   are functions of their own below, so these stay the code they were. ---- */
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
 AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
-                                             float *amax, uint64_t *counts) {
+                                             float *amax) {
   const size_t sz = amp_dtype_size(xt);
   const __m512 k = _mm512_set1_ps(scale);
-  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
   __m512i a = _mm512_setzero_si512();
-  uint64_t ns = 0, nf = 0, nn = 0;
   size_t i;
   for (i = 0; i < n; i += 16) {
     __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : amp__mask16(n - i);
     __m512 v = amp__ld16(xt, x + i * sz, m);   /* lanes outside m load as 0 */
-    __m512i ax = _mm512_and_si512(_mm512_castps_si512(v), abs);
-    a = _mm512_max_epu32(a, ax);
-    if (counts) {
-      __m512 y = _mm512_mul_ps(v, k);
-      __m512i ay = _mm512_and_si512(_mm512_castps_si512(y), abs);
-      /* saturated: over < |y| <= inf as one unsigned compare of |y| - (over + 1) */
-      __mmask16 sat = _mm512_mask_cmplt_epu32_mask(
-          m, _mm512_sub_epi32(ay, _mm512_set1_epi32((int)(AMP__FP8_OVER(e5m2) + 1u))),
-          _mm512_set1_epi32((int)(0x7f800000u - AMP__FP8_OVER(e5m2))));
-      __mmask16 live = _mm512_mask_cmplt_epu32_mask(m, _mm512_sub_epi32(ax, _mm512_set1_epi32(1)), inf);   /* x nonzero, not NaN */
-      __mmask16 fl = _mm512_mask_cmple_epu32_mask(live, ay, _mm512_set1_epi32((int)AMP__FP8_TINY(e5m2)));
-      __mmask16 nan = _mm512_mask_cmpgt_epu32_mask(m, ax, inf);
-      ns += (uint64_t)__builtin_popcount((unsigned)sat);
-      nf += (uint64_t)__builtin_popcount((unsigned)fl);
-      nn += (uint64_t)__builtin_popcount((unsigned)nan);
-      if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_enc16(y, e5m2));
-    } else if (q) {
-      _mm_mask_storeu_epi8(q + i, m, amp__fp8_enc16(_mm512_mul_ps(v, k), e5m2));
-    }
+    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v), abs));
+    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_enc16(_mm512_mul_ps(v, k), e5m2));
   }
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
-  if (counts) { counts[0] += n; counts[1] += ns; counts[2] += nf; counts[3] += nn; }
 }
 AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
-                                          float *amax, uint64_t *counts) {
+                                          float *amax) {
   const size_t sz = amp_dtype_size(xt);
   const __m256 k = _mm256_set1_ps(scale);
-  const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff);
   __m256i a = _mm256_setzero_si256();
   uint32_t lanes[8], top = 0;
-  uint64_t ns = 0, nf = 0, nn = 0;
   size_t i, j;
   for (i = 0; i + 32 <= n; i += 32) {
     __m256i r[4];
-    unsigned sat = 0, fl = 0, nan = 0;   /* 32 lanes' masks, 8 bits per vector */
     for (j = 0; j < 4; j++) {
-      __m256 v = amp__ld8(xt, x + (i + 8 * j) * sz), y = _mm256_mul_ps(v, k);
-      __m256i ax = _mm256_and_si256(_mm256_castps_si256(v), abs);
-      a = _mm256_max_epu32(a, ax);
-      r[j] = amp__fp8_enc8(_mm256_castps_si256(y), e5m2);
-      if (counts) {   /* signed compares: both sides are below 2^31 */
-        __m256i ay = _mm256_and_si256(_mm256_castps_si256(y), abs);
-        __m256i s = _mm256_andnot_si256(_mm256_cmpgt_epi32(ay, inf),
-                                        _mm256_cmpgt_epi32(ay, _mm256_set1_epi32((int)AMP__FP8_OVER(e5m2))));
-        __m256i nm = _mm256_cmpgt_epi32(ax, inf);
-        __m256i f = _mm256_andnot_si256(_mm256_or_si256(nm, _mm256_cmpgt_epi32(ay, _mm256_set1_epi32((int)AMP__FP8_TINY(e5m2)))),
-                                        _mm256_cmpgt_epi32(ax, _mm256_setzero_si256()));
-        sat |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(s)) << (8 * j);
-        fl |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(f)) << (8 * j);
-        nan |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(nm)) << (8 * j);
-      }
-    }
-    if (counts) {
-      ns += (uint64_t)__builtin_popcount(sat);
-      nf += (uint64_t)__builtin_popcount(fl);
-      nn += (uint64_t)__builtin_popcount(nan);
+      __m256 v = amp__ld8(xt, x + (i + 8 * j) * sz);
+      a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v), abs));
+      r[j] = amp__fp8_enc8(_mm256_castps_si256(_mm256_mul_ps(v, k)), e5m2);
     }
     if (q) {   /* four lanes-of-codes packed to 32 bytes, as amp__fp8_enc32 does */
       __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]), _mm256_packus_epi32(r[2], r[3]));
@@ -3221,32 +3215,102 @@ AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, a
   _mm256_storeu_si256((__m256i *)lanes, a);
   for (j = 0; j < 8; j++) top = lanes[j] > top ? lanes[j] : top;
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(top));
-  if (counts) { counts[0] += i; counts[1] += ns; counts[2] += nf; counts[3] += nn; }
-  if (i < n) amp__quantize_portable(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax, counts);   /* the tail */
+  if (i < n) amp__quantize_portable(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax);   /* the tail */
+}
+/* amp_quantize_ex's vector loops: the same cast and amax, and amp__fp8_cast_class on the lanes:
+   unsigned compares of |x| and |y| bits into lane masks, each mask's popcount added (the portable
+   loop's counts exactly; the AVX2 tail through amp__quantize_counted, as the tail above). */
+AMP__AVX512_INLINE void amp__quantize_count16(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
+                                              float *amax, uint64_t *counts) {
+  const size_t sz = amp_dtype_size(xt);
+  const __m512 k = _mm512_set1_ps(scale);
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000), one = _mm512_set1_epi32(1);
+  const __m512i over1 = _mm512_set1_epi32((int)(AMP__FP8_OVER(e5m2) + 1u)),
+                span = _mm512_set1_epi32((int)(0x7f800000u - AMP__FP8_OVER(e5m2))),
+                tiny = _mm512_set1_epi32((int)AMP__FP8_TINY(e5m2));
+  __m512i a = _mm512_setzero_si512();
+  uint64_t ns = 0, nf = 0, nn = 0;
+  size_t i;
+  for (i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : amp__mask16(n - i);
+    __m512 v = amp__ld16(xt, x + i * sz, m), y = _mm512_mul_ps(v, k);   /* lanes outside m load as 0 */
+    __m512i ax = _mm512_and_si512(_mm512_castps_si512(v), abs), ay = _mm512_and_si512(_mm512_castps_si512(y), abs);
+    __mmask16 sat = _mm512_mask_cmplt_epu32_mask(m, _mm512_sub_epi32(ay, over1), span);   /* over < |y| <= inf */
+    __mmask16 live = _mm512_mask_cmplt_epu32_mask(m, _mm512_sub_epi32(ax, one), inf);     /* x nonzero, not NaN */
+    __mmask16 fl = _mm512_mask_cmple_epu32_mask(live, ay, tiny);
+    __mmask16 nan = _mm512_mask_cmpgt_epu32_mask(m, ax, inf);
+    a = _mm512_max_epu32(a, ax);
+    ns += (uint64_t)__builtin_popcount((unsigned)sat);
+    nf += (uint64_t)__builtin_popcount((unsigned)fl);
+    nn += (uint64_t)__builtin_popcount((unsigned)nan);
+    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_enc16(y, e5m2));
+  }
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
+  counts[0] += n; counts[1] += ns; counts[2] += nf; counts[3] += nn;
+}
+AMP__AVX2_INLINE void amp__quantize_count8(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
+                                           float *amax, uint64_t *counts) {
+  const size_t sz = amp_dtype_size(xt);
+  const __m256 k = _mm256_set1_ps(scale);
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i over = _mm256_set1_epi32((int)AMP__FP8_OVER(e5m2)), tiny = _mm256_set1_epi32((int)AMP__FP8_TINY(e5m2));
+  __m256i a = _mm256_setzero_si256();
+  uint32_t lanes[8], top = 0;
+  uint64_t ns = 0, nf = 0, nn = 0;
+  size_t i, j;
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m256i r[4];
+    unsigned sat = 0, fl = 0, nan = 0;   /* the 32 lanes' masks, 8 bits per vector */
+    for (j = 0; j < 4; j++) {   /* signed compares: both sides are below 2^31 */
+      __m256 v = amp__ld8(xt, x + (i + 8 * j) * sz), y = _mm256_mul_ps(v, k);
+      __m256i ax = _mm256_and_si256(_mm256_castps_si256(v), abs), ay = _mm256_and_si256(_mm256_castps_si256(y), abs);
+      __m256i s = _mm256_andnot_si256(_mm256_cmpgt_epi32(ay, inf), _mm256_cmpgt_epi32(ay, over));
+      __m256i nm = _mm256_cmpgt_epi32(ax, inf);
+      __m256i f = _mm256_andnot_si256(_mm256_or_si256(nm, _mm256_cmpgt_epi32(ay, tiny)),
+                                      _mm256_cmpgt_epi32(ax, _mm256_setzero_si256()));
+      a = _mm256_max_epu32(a, ax);
+      r[j] = amp__fp8_enc8(_mm256_castps_si256(y), e5m2);
+      sat |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(s)) << (8 * j);
+      fl |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(f)) << (8 * j);
+      nan |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(nm)) << (8 * j);
+    }
+    ns += (uint64_t)__builtin_popcount(sat);
+    nf += (uint64_t)__builtin_popcount(fl);
+    nn += (uint64_t)__builtin_popcount(nan);
+    if (q) {   /* four lanes-of-codes packed to 32 bytes, as amp__fp8_enc32 does */
+      __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]), _mm256_packus_epi32(r[2], r[3]));
+      _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+  }
+  _mm256_storeu_si256((__m256i *)lanes, a);
+  for (j = 0; j < 8; j++) top = lanes[j] > top ? lanes[j] : top;
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(top));
+  counts[0] += i; counts[1] += ns; counts[2] += nf; counts[3] += nn;
+  if (i < n) amp__quantize_counted(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax, counts);   /* the tail */
 }
 /* One kernel per level, without and with counts; the input type is a constant in each branch, so
    its loads inline. */
 static AMP__AVX512 void amp__quantize_avx512(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
                                              float *amax) {
-#define AMP__Q_(E, N, T, S) amp__quantize_loop16(q, e5m2, (const char *)x, E, n, scale, amax, NULL); break;
+#define AMP__Q_(E, N, T, S) amp__quantize_loop16(q, e5m2, (const char *)x, E, n, scale, amax); break;
   AMP__DTYPE_VSWITCH(xt, AMP__Q_)
 #undef AMP__Q_
 }
 static AMP__AVX2 void amp__quantize_avx2(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
                                          float *amax) {
-#define AMP__Q_(E, N, T, S) amp__quantize_loop8(q, e5m2, (const char *)x, E, n, scale, amax, NULL); break;
+#define AMP__Q_(E, N, T, S) amp__quantize_loop8(q, e5m2, (const char *)x, E, n, scale, amax); break;
   AMP__DTYPE_VSWITCH(xt, AMP__Q_)
 #undef AMP__Q_
 }
 static AMP__AVX512 void amp__quantize_counted_avx512(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n,
                                                      float scale, float *amax, uint64_t *counts) {
-#define AMP__Q_(E, N, T, S) amp__quantize_loop16(q, e5m2, (const char *)x, E, n, scale, amax, counts); break;
+#define AMP__Q_(E, N, T, S) amp__quantize_count16(q, e5m2, (const char *)x, E, n, scale, amax, counts); break;
   AMP__DTYPE_VSWITCH(xt, AMP__Q_)
 #undef AMP__Q_
 }
 static AMP__AVX2 void amp__quantize_counted_avx2(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n,
                                                  float scale, float *amax, uint64_t *counts) {
-#define AMP__Q_(E, N, T, S) amp__quantize_loop8(q, e5m2, (const char *)x, E, n, scale, amax, counts); break;
+#define AMP__Q_(E, N, T, S) amp__quantize_count8(q, e5m2, (const char *)x, E, n, scale, amax, counts); break;
   AMP__DTYPE_VSWITCH(xt, AMP__Q_)
 #undef AMP__Q_
 }
@@ -7477,7 +7541,8 @@ static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const
   if (amp_simd_active() && amp__isa() >= 2) { amp__quantize_avx512((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
   if (amp_simd_active()) { amp__quantize_avx2((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
 #endif
-  amp__quantize_portable((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
+  if (counts) amp__quantize_counted((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
+  else amp__quantize_portable((amp_fp8 *)q, e5m2, x, xt, n, k, amax);
   return AMP_OK;
 }
 

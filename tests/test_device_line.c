@@ -1011,8 +1011,9 @@ static void grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits(voi
 }
 
 /* The fp8 scaler and amp_quantize on the CUDA line: the same scales, histories and bytes as the
-   CPU's over a run (every recipe, mixed formats), the pointers into the device block, and a failed
-   getter read kept until the next update. */
+   CPU's over a run (every recipe, mixed formats; stats on for two of them: the same counts and
+   stats, through amp_quantize_ex and the counters in the device block), the pointers into the
+   device block, and a failed getter read kept until the next update. */
 static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
   amp_dtype fmt[3] = { AMP_E4M3, AMP_E5M2, AMP_E4M3 };
   int r;
@@ -1023,6 +1024,7 @@ static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
     memset(&c, 0, sizeof c);
     c.recipe = (amp_fp8_recipe)r;
     if (r == 0) c.history_len = 5;
+    c.stats = r % 2 == 0;
     EXPECT(amp_fp8_scaler_create(&a, amp_cpu(), &c, 3, fmt) == AMP_OK, "%s", amp_last_error());
     EXPECT(amp_fp8_scaler_create(&b, gpu(), &c, 3, fmt) == AMP_OK, "%s", amp_last_error());
     if (!a || !b) return;
@@ -1031,19 +1033,46 @@ static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
         float x[64], amax = (float)((step * 7 + i * 3) % 11) * (step == 9 ? 1e6f : 0.5f);
         unsigned char qa[64], qb[64];
         int j;
-        for (j = 0; j < 64; j++) x[j] = (float)(j - 32) * 0.37f * (float)(step + 1);
+        for (j = 0; j < 64; j++) x[j] = (float)(j - 32) * 0.37f * (float)(step + 1) * (j % 9 == 4 ? 1e-6f : 1.0f);
+        if (step == 4) x[7] = 1e30f;
+        if (step == 6 && r == 0) x[9] = amp__bits_f32(0x7fc00000u);   /* DELAYED "max" passes over it */
         EXPECT(amp_fp8_scaler_record(a, (size_t)i, amax) == AMP_OK && amp_fp8_scaler_record(b, (size_t)i, amax) == AMP_OK,
                "%s", amp_last_error());
-        EXPECT(amp_quantize(amp_cpu(), qa, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(a, (size_t)i),
-                            amp_fp8_scaler_amax_ptr(a, (size_t)i)) == AMP_OK, "%s", amp_last_error());
-        EXPECT(amp_quantize(gpu(), qb, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(b, (size_t)i),
-                            amp_fp8_scaler_amax_ptr(b, (size_t)i)) == AMP_OK, "%s", amp_last_error());
+        if (c.stats) {   /* the counted cast, into the device block's counters */
+          EXPECT(amp_quantize_ex(amp_cpu(), qa, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(a, (size_t)i),
+                                 amp_fp8_scaler_amax_ptr(a, (size_t)i), amp_fp8_scaler_counts_ptr(a, (size_t)i)) == AMP_OK,
+                 "%s", amp_last_error());
+          EXPECT(amp_quantize_ex(gpu(), qb, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(b, (size_t)i),
+                                 amp_fp8_scaler_amax_ptr(b, (size_t)i), amp_fp8_scaler_counts_ptr(b, (size_t)i)) == AMP_OK,
+                 "%s", amp_last_error());
+        } else {
+          EXPECT(amp_quantize(amp_cpu(), qa, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(a, (size_t)i),
+                              amp_fp8_scaler_amax_ptr(a, (size_t)i)) == AMP_OK, "%s", amp_last_error());
+          EXPECT(amp_quantize(gpu(), qb, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(b, (size_t)i),
+                              amp_fp8_scaler_amax_ptr(b, (size_t)i)) == AMP_OK, "%s", amp_last_error());
+          EXPECT(amp_fp8_scaler_counts_ptr(b, (size_t)i) == NULL && amp_fp8_scaler_stats(b, 0, NULL) == AMP_ERR_ARG,
+                 "stats off on the cuda line");
+        }
         EXPECT(memcmp(qa, qb, 64) == 0, "recipe %d step %d tensor %d: the casts differ", r, step, i);
       }
       EXPECT(amp_fp8_scaler_update(a) == AMP_OK && amp_fp8_scaler_update(b) == AMP_OK, "%s", amp_last_error());
       for (i = 0; i < 3; i++) {
         float ha[5], hb[5];
         int len = r == 0 ? 5 : 1;
+        if (c.stats) {
+          amp_fp8_stats sa, sb;
+          EXPECT(amp_fp8_scaler_stats(a, (size_t)i, &sa) == AMP_OK && amp_fp8_scaler_stats(b, (size_t)i, &sb) == AMP_OK,
+                 "%s", amp_last_error());
+          EXPECT(sa.n == 64 && sa.n == sb.n && sa.saturated == sb.saturated && sa.flushed == sb.flushed && sa.nan == sb.nan &&
+                     memcmp(&sa.amax_used, &sb.amax_used, 4) == 0 && memcmp(&sa.scale_used, &sb.scale_used, 4) == 0,
+                 "recipe %d step %d tensor %d: stats %llu %llu %llu %llu / %llu %llu %llu %llu", r, step, i,
+                 (unsigned long long)sa.n, (unsigned long long)sa.saturated, (unsigned long long)sa.flushed,
+                 (unsigned long long)sa.nan, (unsigned long long)sb.n, (unsigned long long)sb.saturated,
+                 (unsigned long long)sb.flushed, (unsigned long long)sb.nan);
+          if (step == 4) EXPECT(sb.saturated >= 1, "step 4: 1e30 saturated nothing");
+          if (step == 6 && r == 0) EXPECT(sb.nan == 1, "step 6: %llu NaN", (unsigned long long)sb.nan);
+          if (step == 2 && fmt[i] == AMP_E4M3) EXPECT(sb.flushed > 0, "step 2: nothing flushed");
+        }
         EXPECT(amp_fp8_scaler_get_scale(a, (size_t)i) == amp_fp8_scaler_get_scale(b, (size_t)i) &&
                    amp_fp8_scaler_get_scale_inv(a, (size_t)i) == amp_fp8_scaler_get_scale_inv(b, (size_t)i),
                "recipe %d step %d tensor %d: scale %g / %g", r, step, i, (double)amp_fp8_scaler_get_scale(a, (size_t)i),
@@ -1069,6 +1098,12 @@ static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
                    amp_fp8_scaler_get_scale(c2, (size_t)i) == amp_fp8_scaler_get_scale(a, (size_t)i),
                "recipe %d tensor %d: the reloaded scalers differ", r, i);
       amp_fp8_scaler_destroy(c2); amp_fp8_scaler_destroy(g2);
+    }
+    if (c.stats) {
+      amp_fp8_stats st;
+      fake_fail_reads = 1;
+      EXPECT(amp_fp8_scaler_stats(b, 0, &st) == AMP_ERR_DEVICE && strstr(amp_last_error(), "amp_fp8_scaler_stats"),
+             "a failed stats read: %s", amp_last_error());
     }
     fake_fail_reads = 1;
     EXPECT(t_nan_bits(amp_fp8_scaler_get_scale(b, 0)), "a failed read gives NaN");
