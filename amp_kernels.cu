@@ -1078,7 +1078,7 @@ extern "C" amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int 
     f->hist = (float *)(c + cnt); f->scale = f->hist + slots; f->scale_inv = f->scale + n;
     f->used = stats ? f->scale_inv + n : NULL;
     f->format = (int32_t *)(f->scale_inv + n + used); f->n = n; f->len = len;
-    if (stats) e = cudaMemsetAsync(f->block, 0, cnt * sizeof(unsigned long long) , st->stream);
+    if (stats) e = cudaMemsetAsync(f->block, 0, cnt * sizeof(unsigned long long), st->stream);
     if (e == cudaSuccess && stats) e = cudaMemsetAsync(f->used, 0, used * sizeof(float), st->stream);
     if (e == cudaSuccess) e = cudaMemcpyAsync(f->hist, hist, slots * sizeof(float), cudaMemcpyHostToDevice, st->stream);
     if (e == cudaSuccess) e = cudaMemcpyAsync(f->scale, scale, n * sizeof(float), cudaMemcpyHostToDevice, st->stream);
@@ -1178,14 +1178,15 @@ extern "C" amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const 
     if constexpr (xt.value == AMP_F32 || xt.value == AMP_F16 || xt.value == AMP_BF16) {
       amp_fp8 *qq = (amp_fp8 *)q;
       const long long nn = (long long)n;
+      cudaStream_t s = st->stream;
       if (fp8 == AMP_E4M3 && !c)
-        amp__cu_quantize_kernel<xt.value, AMP_E4M3, false><<<grid, AMP__CU_THREADS, 0, st->stream>>>(qq, x, nn, scale, amax, c);
+        amp__cu_quantize_kernel<xt.value, AMP_E4M3, false><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
       else if (fp8 == AMP_E4M3)
-        amp__cu_quantize_kernel<xt.value, AMP_E4M3, true><<<grid, AMP__CU_THREADS, 0, st->stream>>>(qq, x, nn, scale, amax, c);
+        amp__cu_quantize_kernel<xt.value, AMP_E4M3, true><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
       else if (!c)
-        amp__cu_quantize_kernel<xt.value, AMP_E5M2, false><<<grid, AMP__CU_THREADS, 0, st->stream>>>(qq, x, nn, scale, amax, c);
+        amp__cu_quantize_kernel<xt.value, AMP_E5M2, false><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
       else
-        amp__cu_quantize_kernel<xt.value, AMP_E5M2, true><<<grid, AMP__CU_THREADS, 0, st->stream>>>(qq, x, nn, scale, amax, c);
+        amp__cu_quantize_kernel<xt.value, AMP_E5M2, true><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
     }
   });
   AMP__CU_CHECK_LAUNCH("amp__cu_quantize_kernel<<<>>>");

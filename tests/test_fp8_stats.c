@@ -135,7 +135,7 @@ static void counts_equal_an_independent_count_at_every_level(void) {
             }
   }
   set_level(2);
-  EXPECT(checked > 1000, "only %d casts checked", checked);
+  EXPECT(checked >= (t_quick() ? 600 : 2000), "only %d casts checked", checked);
 }
 
 /* The edges by name, with the counts written out: a test that does not lean on the reference. */
