@@ -1070,9 +1070,10 @@ AMPDEF amp_status amp_quantize(amp_device *d, void *q, amp_dtype fp8, const void
    counts[1] += the elements saturated, counts[2] += those flushed to zero, counts[3] += the NaN
    inputs (each as amp_fp8_stats says; q NULL: the counts of the cast that q would have held).
    counts NULL: none, exactly amp_quantize (the same code, no cost). counts is where
-   amp_fp8_scaler_counts_ptr points, or any 4 uint64_t (a device pointer on CUDA, 8-byte aligned:
-   refused otherwise); on CUDA the counters are added with integer atomics (exact, in any order).
-   amp_quantize(...) is amp_quantize_ex(..., NULL); refused as amp_quantize is. */
+   amp_fp8_scaler_counts_ptr points, or any 4 uint64_t (a device pointer on CUDA; 8-byte aligned
+   and apart from q, else refused with AMP_ERR_ARG); on CUDA the counters are added with integer
+   atomics (exact, in any order). amp_quantize(...) is amp_quantize_ex(..., NULL); the other
+   refusals are amp_quantize's. */
 AMPDEF amp_status amp_quantize_ex(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
                                   const float *scale, float *amax_out, uint64_t *counts);
 
