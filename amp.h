@@ -28,7 +28,9 @@
       FP8 FORMATS                  E4M3 and E5M2 (amp_fp8), their rounding and saturation, the
                                    E8M0 block scale; amp_f32_to_e4m3 / _e5m2 / _e8m0 and back
       FP8 SCALING                  the per-tensor recipes (TE delayed and current, torchao,
-                                   MS-AMP), amp_fp8_scaler, amp_quantize (the cast and its amax)
+                                   MS-AMP), amp_fp8_scaler, amp_quantize (the cast and its amax),
+                                   what the casts lost (saturated, flushed), data parallel,
+                                   checkpoints
       BLOCK SCALING                fp8 with a scale per block: MX (1 x 32, E8M0) and DeepSeek-V3
                                    (1 x 128, 128 x 128, float); amp_quantize_blocks
       VERSION HISTORY
@@ -224,6 +226,44 @@
       amp_fp8_scaler_record adds an amax measured elsewhere; get_scale, get_scale_inv and history
       read the state (on CUDA they wait for the stream).
 
+      What the casts lost: config.stats = 1 has the scaler count, per tensor and step, what its
+      casts did, in the casts' own pass (no second read of x):
+          amp_quantize_ex(d, q_i, fmt_i, x_i, AMP_BF16, n_i, amp_fp8_scaler_scale_ptr(f, i),
+                          amp_fp8_scaler_amax_ptr(f, i), amp_fp8_scaler_counts_ptr(f, i));
+          ...
+          amp_fp8_scaler_update(f);                // this step's counts become the last step's
+          amp_fp8_scaler_stats(f, i, &st);         // amp_fp8_stats: n, saturated, flushed, nan, ...
+      saturated counts the elements whose x * scale lay beyond the format (E4M3 above 464, E5M2
+      from 61440: what the saturating cast clipped to +-fmax, where a plain cast gives NaN or inf;
+      a value just above fmax that rounds to it is a rounding, not counted); flushed the nonzero
+      elements whose code is +-0 (x * scale at most half the smallest subnormal: 2^-10 for E4M3,
+      2^-17 for E5M2); nan the NaN inputs. amax_used and scale_used are what the update saw: the
+      amax its recipe read and the scale it replaced, the one the counted casts used. Read the
+      shares, each count over n:
+        - saturated above 0: the scale was made for a smaller amax than the tensor had. Under
+          DELAYED that is a spike, or a range that climbs faster than the history follows (early
+          activations, a growing loss): the largest elements, the ones that matter most, came out
+          as fmax. A shorter history_len or most_recent reacts a step later instead of a history
+          later; current scaling (CURRENT or TORCHAO, the amax measured first as said above)
+          scales each cast by its own amax and never saturates, for an extra read of x.
+        - a large flushed share: the scale is too small for the tensor's small values. At a scale
+          that puts the amax at fmax, E4M3 flushes what lies about 2^19 below the amax, E5M2 what
+          lies about 2^33 below. If amax_used is far above the step's own amax (the newest slot
+          of amp_fp8_scaler_history after the update), a long "max" history still holds an old
+          spike and keeps the scale low: shorten it, or use most_recent. If the scale is
+          right and the share is still large, the tensor is wider than E4M3: E5M2 (HYBRID gives
+          it the grads), or keep the tensor in bf16, whose range is f32's. This is where fp8
+          loses to bf16.
+        - nan: the input held NaN already (the cast passes it on); look upstream.
+      Counting is an instantiation of its own: amp_quantize and counts NULL run loops compiled
+      without it, at the speed they had. With counts the CPU's AVX-512 and AVX2 loops count by lane
+      masks and popcounts (the portable loop's counts exactly), the CUDA kernel per thread, then
+      warp and block, with one 64-bit integer atomicAdd per counter and block (the same counts in
+      any order). Stats off: amp_fp8_scaler_counts_ptr gives NULL, amp_fp8_scaler_stats refuses
+      with AMP_ERR_STATE. The counts are telemetry, not state the run needs: checkpoints do not
+      hold them (a file is the same with stats on or off; a load leaves the counts as they are),
+      and stats, being config, stays as the live scaler has it.
+
       Data parallel: every rank must cast with the same scales, so the amaxes are reduced (MAX)
       across the ranks before the recipe reads them. amp_fp8_scaler_reduce_over(f, scaler) sends
       them through the loss scaler's own all-reduce hook (amp_scaler_set_allreduce), in the same
@@ -337,7 +377,8 @@
                            refused (AMP_GRAD_F32); amp_gemm takes A and B of different types;
                            fp8 scaling: the four recipes (amp_fp8_scale_from_amax),
                            amp_fp8_scaler (checkpoints, amaxes reduced over the loss scaler's
-                           group), amp_quantize.
+                           group, cast telemetry: amp_fp8_scaler_stats), amp_quantize and
+                           amp_quantize_ex (counts).
                            fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
                            1x128 and 128x128; CPU vector loops and a CUDA kernel).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
@@ -1033,6 +1074,7 @@ typedef struct amp_fp8_config {
   float margin;        /* DELAYED, MSAMP (an integer there): the scale divided by 2^margin; |margin| <= 64 */
   int   pow2;          /* CURRENT, TORCHAO: round the scale down to a power of two */
   float amax_epsilon;  /* CURRENT: an amax below it counts as it (TE's amax_epsilon, default 0) */
+  int   stats;         /* 1: count each tensor's casts (amp_fp8_scaler_stats); 0: off (the casts are the same code) */
 } amp_fp8_config;
 
 /* The rule alone: the next scale of a tensor cast to `format` (AMP_E4M3: fmax 448, AMP_E5M2:
@@ -1088,6 +1130,29 @@ AMPDEF amp_fp8_config amp_fp8_scaler_config(const amp_fp8_scaler *f);   /* as re
    Without a hook on s the update reduces nothing (one rank). s on f's device (AMP_ERR_ARG
    otherwise), alive while f updates; s NULL: no reduction. */
 AMPDEF amp_status amp_fp8_scaler_reduce_over(amp_fp8_scaler *f, amp_scaler *s);
+/* Cast telemetry (config.stats 1; the manual's FP8 SCALING says how to read it). Per tensor the
+   scaler keeps the counts of this step's casts, which the casts add into (amp_quantize_ex with
+   amp_fp8_scaler_counts_ptr), and update moves them into the last step's counts (this step's
+   start again at 0). amp_fp8_scaler_stats: tensor i's last step, as the last update left it.
+   Before the first update every field is 0. On CUDA it waits for the stream (a failed read:
+   AMP_ERR_DEVICE). Refused, nothing written: f or out NULL, i out of range (AMP_ERR_ARG), stats
+   off (AMP_ERR_STATE). Checkpoints do not hold the counts (a load leaves them as they are). */
+typedef struct amp_fp8_stats {
+  uint64_t n;           /* elements cast (amp_quantize_ex's n, every cast of the tensor added) */
+  uint64_t saturated;   /* clipped to +-fmax: |fl32(x * scale)| beyond fmax's rounding (E4M3: > 464, E5M2:
+                           >= 61440), inf included; the codes a cast without saturation makes NaN or inf */
+  uint64_t flushed;     /* x nonzero and not NaN, its code +-0: underflowed at this scale */
+  uint64_t nan;         /* NaN inputs (x NaN; their code is NaN) */
+  float amax_used;      /* the amax the last update's recipe read (DELAYED "max": its history's largest,
+                           this step's included; otherwise this step's) */
+  float scale_used;     /* the scale the last update replaced: the one the counted casts were given
+                           (amp_fp8_scaler_scale_ptr during that step) */
+} amp_fp8_stats;
+AMPDEF amp_status amp_fp8_scaler_stats(amp_fp8_scaler *f, size_t i, amp_fp8_stats *out);
+/* Where a cast adds tensor i's counts this step (4 counters: n, saturated, flushed, nan; pass it as
+   amp_quantize_ex's counts); a device pointer on CUDA, valid until destroy. NULL for a bad f or i,
+   or with stats off, amp_last_error() saying why. */
+AMPDEF uint64_t   *amp_fp8_scaler_counts_ptr(amp_fp8_scaler *f, size_t i);
 /* Checkpoints: the whole state (scales, scale_invs, histories, formats, the recipe's fields) in
    its own file, written atomically and read back checked as amp_checkpoint_save/_load do (CRC,
    sizes; AMP_ERR_CORRUPT names what is wrong; a failed load changes nothing). Load into a scaler
@@ -1111,6 +1176,16 @@ AMPDEF const char *amp_fp8_recipe_name(amp_fp8_recipe r);               /* "dela
    must hold an amax (>= 0: 0 before the step's first cast, as the scaler's slot 0 does). */
 AMPDEF amp_status amp_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
                                const float *scale, float *amax_out);
+/* amp_quantize and, in the same pass, the cast's counts added to counts[0..3]: counts[0] += n,
+   counts[1] += the elements saturated, counts[2] += those flushed to zero, counts[3] += the NaN
+   inputs (each as amp_fp8_stats says; q NULL: the counts of the cast that q would have held).
+   counts NULL: none, exactly amp_quantize (the same code, no cost). counts is where
+   amp_fp8_scaler_counts_ptr points, or any 4 uint64_t (a device pointer on CUDA; 8-byte aligned
+   and apart from q, else refused with AMP_ERR_ARG); on CUDA the counters are added with integer
+   atomics (exact, in any order). amp_quantize(...) is amp_quantize_ex(..., NULL); the other
+   refusals are amp_quantize's. */
+AMPDEF amp_status amp_quantize_ex(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
+                                  const float *scale, float *amax_out, uint64_t *counts);
 
 /* ------------------------------------------------------------------------------------------
    Master-copy optimizers
@@ -2117,6 +2192,19 @@ static inline AMP_HD float amp__amax_join(float acc, float a) {
    so the ranks' MAX is the join above, NaN included; and back. */
 static inline AMP_HD double amp__fp8_amax_to_wire(float a) { return (double)(amp__f32_bits(a) & 0x7fffffffu); }
 static inline AMP_HD float amp__fp8_amax_from_wire(double w) { return amp__bits_f32((uint32_t)w); }
+/* The cast telemetry of one element (amp_fp8_stats), on the bits: v is x widened to f32, y =
+   fl32(v * scale). Bit 0, saturated: |y| beyond the overflow bound of amp_f32_to_e4m3 / _e5m2 (the
+   lanes their saturate flag clips: E4M3 above 464, E5M2 from 61440), inf included, NaN not. Bit
+   1, flushed: v nonzero and not NaN, and |y| at most half the smallest subnormal (E4M3 2^-10,
+   E5M2 2^-17; that tie rounds to the even code, 0): exactly the y whose code is +-0. Bit 2: v is
+   NaN. (A NaN y from a non-NaN v, inf * 0 or a NaN scale, is in none.) */
+#define AMP__FP8_OVER(e5m2) ((e5m2) ? 0x476fffffu : 0x43e80000u)   /* |y| bits above it: saturated */
+#define AMP__FP8_TINY(e5m2) ((e5m2) ? 0x37000000u : 0x3a800000u)   /* |y| bits at most it: code +-0 */
+static inline AMP_HD unsigned amp__fp8_cast_class(float v, float y, int e5m2) {
+  uint32_t a = amp__f32_bits(v) & 0x7fffffffu, b = amp__f32_bits(y) & 0x7fffffffu;
+  return (unsigned)(b > AMP__FP8_OVER(e5m2) && b <= 0x7f800000u) |
+         (unsigned)(a - 1u < 0x7f800000u && b <= AMP__FP8_TINY(e5m2)) << 1 | (unsigned)(a > 0x7f800000u) << 2;
+}
 /* TransformerEngine's fmaxf(acc, a) over a history, from acc = 0: a NaN or a negative slot is
    passed over. */
 static inline AMP_HD float amp__amax_pass_nan(float acc, float a) {
@@ -2126,9 +2214,10 @@ static inline AMP_HD float amp__amax_pass_nan(float acc, float a) {
 /* One tensor's update (amp_fp8_scaler_update), TransformerEngine's amax_and_scale_update: the
    amax the recipe reads (DELAYED "max": every slot; else slot 0, this step's), the history rolled
    (slot j takes slot j + 1, the last slot takes slot 0, slot 0 is cleared for the next step), then
-   the scale and scale_inv = 1 / scale. Recipes other than DELAYED keep one slot. */
+   the scale and scale_inv = 1 / scale. Recipes other than DELAYED keep one slot. used (stats; NULL:
+   none) gets the amax read and the scale replaced (amp_fp8_stats' amax_used, scale_used). */
 static inline AMP_HD void amp__fp8_update_one(const amp_fp8_config *c, amp_dtype format, float *h, int len,
-                                              float *scale, float *scale_inv) {
+                                              float *scale, float *scale_inv, float *used) {
   float last = h[0], amax = 0.0f;
   int j;
   for (j = 0; j < len; j++) amax = amp__amax_pass_nan(amax, h[j]);
@@ -2136,6 +2225,7 @@ static inline AMP_HD void amp__fp8_update_one(const amp_fp8_config *c, amp_dtype
   for (j = 1; j + 1 < len; j++) h[j] = h[j + 1];
   if (len > 1) h[len - 1] = last;
   h[0] = 0.0f;
+  if (used) { used[0] = amax; used[1] = *scale; }
   *scale = amp_fp8_scale_from_amax(c, format, amax, *scale);
   *scale_inv = amp__fdiv(1.0f, *scale);
 }
@@ -3273,11 +3363,31 @@ static void amp__quantize_portable(amp_fp8 *q, int e5m2, const void *x, amp_dtyp
   }
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(a));
 }
+/* amp_quantize_ex's portable loop (counts non-NULL): the same steps, and each element's class
+   (amp__fp8_cast_class) added up: counts[0] += n, then saturated, flushed, NaN inputs. A loop of
+   its own, so the one above stays the code it was. */
+static void amp__quantize_counted(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
+                                  float *amax, uint64_t *counts) {
+  uint64_t c[3] = { 0, 0, 0 };
+  uint32_t a = 0;
+  size_t i;
+  for (i = 0; i < n; i++) {
+    float v = amp__load(x, xt, i), y = amp__fmul(v, scale);
+    uint32_t b = amp__f32_bits(v) & 0x7fffffffu;
+    unsigned k = amp__fp8_cast_class(v, y, e5m2);
+    a = b > a ? b : a;
+    c[0] += k & 1u; c[1] += (k >> 1) & 1u; c[2] += k >> 2;
+    if (q) q[i] = e5m2 ? amp_f32_to_e5m2(y, 1) : amp_f32_to_e4m3(y, 1);
+  }
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(a));
+  counts[0] += n; counts[1] += c[0]; counts[2] += c[1]; counts[3] += c[2];
+}
 
 /* ---- amp_quantize's vector loops (host): the cast of x * scale into fp8 and the amax of x in one
    pass. The same steps as amp__quantize_portable (above): one IEEE multiply, the
    encode above (amp__fp8_enc8 / enc16), and |x|'s bits maximised as unsigned integers (a NaN is
-   above inf there, so it wins, as in the scalar loop). ---- */
+   above inf there, so it wins, as in the scalar loop). The loops with counts (amp_quantize_ex)
+   are functions of their own below, so these stay the code they were. ---- */
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
 AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
@@ -3320,7 +3430,79 @@ AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, a
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(top));
   if (i < n) amp__quantize_portable(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax);   /* the tail */
 }
-/* One kernel per level; the input type is a constant in each branch, so its loads inline. */
+/* amp_quantize_ex's vector loops: the same cast and amax, and amp__fp8_cast_class on the lanes:
+   unsigned compares of |x| and |y| bits into lane masks, each mask's popcount added (the portable
+   loop's counts exactly; the AVX2 tail through amp__quantize_counted, as the tail above). */
+AMP__AVX512_INLINE void amp__quantize_count16(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
+                                              float *amax, uint64_t *counts) {
+  const size_t sz = amp_dtype_size(xt);
+  const __m512 k = _mm512_set1_ps(scale);
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000), one = _mm512_set1_epi32(1);
+  const __m512i over1 = _mm512_set1_epi32((int)(AMP__FP8_OVER(e5m2) + 1u)),
+                span = _mm512_set1_epi32((int)(0x7f800000u - AMP__FP8_OVER(e5m2))),
+                tiny = _mm512_set1_epi32((int)AMP__FP8_TINY(e5m2));
+  __m512i a = _mm512_setzero_si512();
+  uint64_t ns = 0, nf = 0, nn = 0;
+  size_t i;
+  for (i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : amp__mask16(n - i);
+    __m512 v = amp__ld16(xt, x + i * sz, m), y = _mm512_mul_ps(v, k);   /* lanes outside m load as 0 */
+    __m512i ax = _mm512_and_si512(_mm512_castps_si512(v), abs), ay = _mm512_and_si512(_mm512_castps_si512(y), abs);
+    __mmask16 sat = _mm512_mask_cmplt_epu32_mask(m, _mm512_sub_epi32(ay, over1), span);   /* over < |y| <= inf */
+    __mmask16 live = _mm512_mask_cmplt_epu32_mask(m, _mm512_sub_epi32(ax, one), inf);     /* x nonzero, not NaN */
+    __mmask16 fl = _mm512_mask_cmple_epu32_mask(live, ay, tiny);
+    __mmask16 nan = _mm512_mask_cmpgt_epu32_mask(m, ax, inf);
+    a = _mm512_max_epu32(a, ax);
+    ns += (uint64_t)__builtin_popcount((unsigned)sat);
+    nf += (uint64_t)__builtin_popcount((unsigned)fl);
+    nn += (uint64_t)__builtin_popcount((unsigned)nan);
+    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_enc16(y, e5m2));
+  }
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
+  counts[0] += n; counts[1] += ns; counts[2] += nf; counts[3] += nn;
+}
+AMP__AVX2_INLINE void amp__quantize_count8(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
+                                           float *amax, uint64_t *counts) {
+  const size_t sz = amp_dtype_size(xt);
+  const __m256 k = _mm256_set1_ps(scale);
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i over = _mm256_set1_epi32((int)AMP__FP8_OVER(e5m2)), tiny = _mm256_set1_epi32((int)AMP__FP8_TINY(e5m2));
+  __m256i a = _mm256_setzero_si256();
+  uint32_t lanes[8], top = 0;
+  uint64_t ns = 0, nf = 0, nn = 0;
+  size_t i, j;
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m256i r[4];
+    unsigned sat = 0, fl = 0, nan = 0;   /* the 32 lanes' masks, 8 bits per vector */
+    for (j = 0; j < 4; j++) {   /* signed compares: both sides are below 2^31 */
+      __m256 v = amp__ld8(xt, x + (i + 8 * j) * sz), y = _mm256_mul_ps(v, k);
+      __m256i ax = _mm256_and_si256(_mm256_castps_si256(v), abs), ay = _mm256_and_si256(_mm256_castps_si256(y), abs);
+      __m256i s = _mm256_andnot_si256(_mm256_cmpgt_epi32(ay, inf), _mm256_cmpgt_epi32(ay, over));
+      __m256i nm = _mm256_cmpgt_epi32(ax, inf);
+      __m256i f = _mm256_andnot_si256(_mm256_or_si256(nm, _mm256_cmpgt_epi32(ay, tiny)),
+                                      _mm256_cmpgt_epi32(ax, _mm256_setzero_si256()));
+      a = _mm256_max_epu32(a, ax);
+      r[j] = amp__fp8_enc8(_mm256_castps_si256(y), e5m2);
+      sat |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(s)) << (8 * j);
+      fl |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(f)) << (8 * j);
+      nan |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(nm)) << (8 * j);
+    }
+    ns += (uint64_t)__builtin_popcount(sat);
+    nf += (uint64_t)__builtin_popcount(fl);
+    nn += (uint64_t)__builtin_popcount(nan);
+    if (q) {   /* four lanes-of-codes packed to 32 bytes, as amp__fp8_enc32 does */
+      __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]), _mm256_packus_epi32(r[2], r[3]));
+      _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+  }
+  _mm256_storeu_si256((__m256i *)lanes, a);
+  for (j = 0; j < 8; j++) top = lanes[j] > top ? lanes[j] : top;
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(top));
+  counts[0] += i; counts[1] += ns; counts[2] += nf; counts[3] += nn;
+  if (i < n) amp__quantize_counted(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax, counts);   /* the tail */
+}
+/* One kernel per level, without and with counts; the input type is a constant in each branch, so
+   its loads inline. */
 static AMP__AVX512 void amp__quantize_avx512(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
                                              float *amax) {
 #define AMP__Q_(E, N, T, S) amp__quantize_loop16(q, e5m2, (const char *)x, E, n, scale, amax); break;
@@ -3330,6 +3512,18 @@ static AMP__AVX512 void amp__quantize_avx512(amp_fp8 *q, int e5m2, const void *x
 static AMP__AVX2 void amp__quantize_avx2(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
                                          float *amax) {
 #define AMP__Q_(E, N, T, S) amp__quantize_loop8(q, e5m2, (const char *)x, E, n, scale, amax); break;
+  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
+#undef AMP__Q_
+}
+static AMP__AVX512 void amp__quantize_counted_avx512(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n,
+                                                     float scale, float *amax, uint64_t *counts) {
+#define AMP__Q_(E, N, T, S) amp__quantize_count16(q, e5m2, (const char *)x, E, n, scale, amax, counts); break;
+  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
+#undef AMP__Q_
+}
+static AMP__AVX2 void amp__quantize_counted_avx2(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n,
+                                                 float scale, float *amax, uint64_t *counts) {
+#define AMP__Q_(E, N, T, S) amp__quantize_count8(q, e5m2, (const char *)x, E, n, scale, amax, counts); break;
   AMP__DTYPE_VSWITCH(xt, AMP__Q_)
 #undef AMP__Q_
 }
@@ -4099,20 +4293,26 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
                                   size_t cap)) \
   /* step: the update count the copy is written after (stochastic rounding's key) */ \
   X(amp_status, optim_write_model, (amp_optimizer *o, size_t i, long step, char *msg, size_t cap)) \
-  /* fp8 scaler: f->n, len, format, cfg and the host arrays (hist 0, scales 1) are set: make the \
-     state and point f->d_hist / d_scale / d_scale_inv at where it lives (the CPU: the host arrays) */ \
+  /* fp8 scaler: f->n, len, format, cfg and the host arrays (hist 0, scales 1; cfg.stats: counts, \
+     last, used 0) are set: make the state and point f->d_hist / d_scale / d_scale_inv (cfg.stats: \
+     d_counts, this step's counters) at where it lives (the CPU: the host arrays) */ \
   X(amp_status, fp8_create, (amp_fp8_scaler *f, char *msg, size_t cap)) \
   X(void, fp8_destroy, (amp_fp8_scaler *f)) \
   X(amp_status, fp8_record, (amp_fp8_scaler *f, size_t i, float amax, char *msg, size_t cap)) \
+  /* every tensor's update; cfg.stats: also its amax read and scale replaced into used, and this \
+     step's counters moved into the last step's (this step's cleared) */ \
   X(amp_status, fp8_update, (amp_fp8_scaler *f, char *msg, size_t cap)) \
   /* data parallel: every slot 0 into f->d_red as amp__fp8_amax_to_wire (to_slots 0), or back after \
      the hook's MAX (1; the CPU refuses a value that is no amax's bits) */ \
   X(amp_status, fp8_amax_io, (amp_fp8_scaler *f, int to_slots, char *msg, size_t cap)) \
-  /* the host arrays from the state (to_device 0: the getters, a save) or the state from them (1: a load) */ \
+  /* the host arrays from the state (to_device 0: the getters, a save) or the state from them (1: a \
+     load); the telemetry is not among them */ \
   X(amp_status, fp8_io, (amp_fp8_scaler *f, int to_device, char *msg, size_t cap)) \
-  /* amp_quantize, its arguments checked */ \
+  /* cfg.stats: f->last and f->used from the state (amp_fp8_scaler_stats; the CPU: they are it) */ \
+  X(amp_status, fp8_stats, (amp_fp8_scaler *f, char *msg, size_t cap)) \
+  /* amp_quantize_ex, its arguments checked (counts NULL: none, the cast without counting) */ \
   X(amp_status, quantize, (amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n, \
-                           const float *scale, float *amax_out, char *msg, size_t cap)) \
+                           const float *scale, float *amax_out, uint64_t *counts, char *msg, size_t cap)) \
   /* the matrix product, its arguments checked */ \
   X(amp_status, gemm, (amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha, \
                        const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb, float beta, \
@@ -7128,6 +7328,12 @@ struct amp_fp8_scaler {
   float *d_hist, *d_scale, *d_scale_inv;
   double *red, *d_red;     /* n amaxes as bits, for the data-parallel hook (host; where the device has it) */
   amp_scaler *group;       /* amp_fp8_scaler_reduce_over: its hook reduces the amaxes (NULL: none) */
+  /* cfg.stats (else NULL): per tensor this step's counters (n x 4: n, saturated, flushed, nan; the
+     CPU's state, unused on a device), the last step's (n x 4) and the last update's amax read and
+     scale replaced (n x 2): the CPU's state, a device's mirror refreshed by fp8_stats */
+  uint64_t *counts, *last;
+  float *used;
+  uint64_t *d_counts;      /* where this step's counters live (counts on the CPU) */
   void *cu;                /* the device's own block (CUDA: amp__cu_fp8_create); NULL on the CPU */
 };
 
@@ -7171,13 +7377,14 @@ static amp_status amp__fp8_resolve(const char *fn, const amp_fp8_config *in, amp
   if (!amp__finite(c.amax_epsilon) || (amp__f32_bits(c.amax_epsilon) >> 31) || amp__subnormal(c.amax_epsilon))
     return amp__fail(AMP_ERR_ARG, "%s: amax_epsilon %g must be finite, >= 0 and not subnormal", fn,
                      (double)c.amax_epsilon);
-  c.pow2 = c.pow2 != 0; c.most_recent = c.most_recent != 0;
+  c.pow2 = c.pow2 != 0; c.most_recent = c.most_recent != 0; c.stats = c.stats != 0;
   *out = c;
   return AMP_OK;
 }
 
 static void amp__fp8_free(amp_fp8_scaler *f) {
   AMP_FREE(f->format); AMP_FREE(f->hist); AMP_FREE(f->scale); AMP_FREE(f->scale_inv); AMP_FREE(f->red);
+  AMP_FREE(f->counts); AMP_FREE(f->last); AMP_FREE(f->used);
   AMP_FREE(f);
 }
 
@@ -7209,11 +7416,21 @@ AMPDEF amp_status amp_fp8_scaler_create(amp_fp8_scaler **out, amp_device *d, con
   f->scale = (float *)AMP_MALLOC(n * sizeof *f->scale);
   f->scale_inv = (float *)AMP_MALLOC(n * sizeof *f->scale_inv);
   f->red = (double *)AMP_MALLOC(n * sizeof *f->red);
-  if (!f->format || !f->hist || !f->scale || !f->scale_inv || !f->red) {
+  if (cfg.stats) {
+    f->counts = (uint64_t *)AMP_MALLOC(4 * n * sizeof *f->counts);
+    f->last = (uint64_t *)AMP_MALLOC(4 * n * sizeof *f->last);
+    f->used = (float *)AMP_MALLOC(2 * n * sizeof *f->used);
+  }
+  if (!f->format || !f->hist || !f->scale || !f->scale_inv || !f->red ||
+      (cfg.stats && (!f->counts || !f->last || !f->used))) {
     amp__fp8_free(f);
     return amp__fail(AMP_ERR_NOMEM, "%s: out of memory (%zu tensors, %d slots each)", fn, n, cfg.history_len);
   }
   memset(f->hist, 0, n * (size_t)f->len * sizeof *f->hist);
+  if (cfg.stats) {
+    memset(f->counts, 0, 4 * n * sizeof *f->counts); memset(f->last, 0, 4 * n * sizeof *f->last);
+    memset(f->used, 0, 2 * n * sizeof *f->used);
+  }
   for (i = 0; i < n; i++) {
     f->format[i] = formats ? formats[i] : AMP_E4M3;
     f->scale[i] = 1.0f; f->scale_inv[i] = 1.0f;
@@ -7321,6 +7538,28 @@ AMPDEF const float *amp_fp8_scaler_scale_ptr(amp_fp8_scaler *f, size_t i) {
 AMPDEF const float *amp_fp8_scaler_scale_inv_ptr(amp_fp8_scaler *f, size_t i) {
   return amp__fp8_index_ok("amp_fp8_scaler_scale_inv_ptr", f, i) ? f->d_scale_inv + i : NULL;
 }
+AMPDEF uint64_t *amp_fp8_scaler_counts_ptr(amp_fp8_scaler *f, size_t i) {
+  const char *fn = "amp_fp8_scaler_counts_ptr";
+  if (!amp__fp8_index_ok(fn, f, i)) return NULL;
+  if (!f->cfg.stats) {
+    amp__fail(AMP_ERR_STATE, "%s: stats are off (amp_fp8_config.stats 0 at create)", fn);
+    return NULL;
+  }
+  return f->d_counts + 4 * i;
+}
+AMPDEF amp_status amp_fp8_scaler_stats(amp_fp8_scaler *f, size_t i, amp_fp8_stats *out) {
+  const char *fn = "amp_fp8_scaler_stats";
+  char m[AMP__MSG] = "";
+  amp_status st;
+  if (!amp__fp8_index_ok(fn, f, i)) return AMP_ERR_ARG;
+  if (!out) return amp__fail(AMP_ERR_ARG, "%s: out is NULL", fn);
+  if (!f->cfg.stats) return amp__fail(AMP_ERR_STATE, "%s: stats are off (amp_fp8_config.stats 0 at create)", fn);
+  if ((st = amp__op_fail(fn, amp__be(f->dev)->fp8_stats(f, m, sizeof m), m)) != AMP_OK) return st;
+  out->n = f->last[4 * i]; out->saturated = f->last[4 * i + 1];
+  out->flushed = f->last[4 * i + 2]; out->nan = f->last[4 * i + 3];
+  out->amax_used = f->used[2 * i]; out->scale_used = f->used[2 * i + 1];
+  return AMP_OK;
+}
 AMPDEF amp_fp8_config amp_fp8_scaler_config(const amp_fp8_scaler *f) {
   amp_fp8_config c;
   if (f) return f->cfg;
@@ -7333,6 +7572,7 @@ AMPDEF amp_fp8_config amp_fp8_scaler_config(const amp_fp8_scaler *f) {
 static amp_status amp__cpu_fp8_create(amp_fp8_scaler *f, char *m, size_t cap) {
   (void)m; (void)cap;
   f->d_hist = f->hist; f->d_scale = f->scale; f->d_scale_inv = f->scale_inv; f->d_red = f->red;
+  f->d_counts = f->counts;
   return AMP_OK;
 }
 static amp_status amp__cpu_fp8_amax_io(amp_fp8_scaler *f, int to_slots, char *m, size_t cap) {
@@ -7358,11 +7598,20 @@ static amp_status amp__cpu_fp8_update(amp_fp8_scaler *f, char *m, size_t cap) {
   size_t i;
   (void)m; (void)cap;
   for (i = 0; i < f->n; i++)
-    amp__fp8_update_one(&f->cfg, f->format[i], f->hist + i * (size_t)f->len, f->len, f->scale + i, f->scale_inv + i);
+    amp__fp8_update_one(&f->cfg, f->format[i], f->hist + i * (size_t)f->len, f->len, f->scale + i, f->scale_inv + i,
+                        f->used ? f->used + 2 * i : NULL);
+  if (f->counts) {
+    memcpy(f->last, f->counts, 4 * f->n * sizeof *f->last);
+    memset(f->counts, 0, 4 * f->n * sizeof *f->counts);
+  }
   return AMP_OK;
 }
 static amp_status amp__cpu_fp8_io(amp_fp8_scaler *f, int to_device, char *m, size_t cap) {
   (void)f; (void)to_device; (void)m; (void)cap;
+  return AMP_OK;
+}
+static amp_status amp__cpu_fp8_stats(amp_fp8_scaler *f, char *m, size_t cap) {
+  (void)f; (void)m; (void)cap;
   return AMP_OK;
 }
 
@@ -7534,34 +7783,52 @@ AMPDEF amp_status amp_fp8_scaler_load(amp_fp8_scaler *f, const char *path) {
 }
 
 /* ---- amp_quantize on the CPU: the portable loop (amp__quantize_portable) or the AVX2 / AVX-512
-   ones, which give its bits (with the fp8 bulk loops, in the number formats' part) ---- */
+   ones, which give its bits and its counts (with the fp8 bulk loops, in the number formats' part) ---- */
 static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
-                                    const float *scale, float *amax, char *m, size_t cap) {
+                                    const float *scale, float *amax, uint64_t *counts, char *m, size_t cap) {
   float k = scale ? *scale : 1.0f;
   int e5m2 = fp8 == AMP_E5M2;
   (void)d; (void)m; (void)cap;
 #ifdef AMP__X86_SIMD
+  if (amp_simd_active() && counts) {
+    if (amp__isa() >= 2) amp__quantize_counted_avx512((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
+    else amp__quantize_counted_avx2((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
+    return AMP_OK;
+  }
   if (amp_simd_active() && amp__isa() >= 2) { amp__quantize_avx512((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
   if (amp_simd_active()) { amp__quantize_avx2((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
 #endif
-  amp__quantize_portable((amp_fp8 *)q, e5m2, x, xt, n, k, amax);
+  if (counts) amp__quantize_counted((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
+  else amp__quantize_portable((amp_fp8 *)q, e5m2, x, xt, n, k, amax);
   return AMP_OK;
 }
 
-AMPDEF amp_status amp_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
-                               const float *scale, float *amax_out) {
-  const char *fn = "amp_quantize";
+/* amp_quantize and amp_quantize_ex, their arguments checked for the public caller fn. */
+static amp_status amp__quantize(const char *fn, amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type,
+                                size_t n, const float *scale, float *amax_out, uint64_t *counts) {
   char m[AMP__MSG] = "";
   amp_status st;
   if (!d) return amp__fail(AMP_ERR_ARG, "%s: d is NULL (amp_cpu() for the CPU)", fn);
   if ((st = amp__dtype_fp8_check(fn, "fp8", fp8)) != AMP_OK) return st;
   if ((st = amp__dtype_compute_check(fn, "x_type", x_type)) != AMP_OK) return st;
   if (!q && !amax_out) return amp__fail(AMP_ERR_ARG, "%s: q and amax_out are both NULL (nothing to write)", fn);
+  if ((uintptr_t)counts % 8u)
+    return amp__fail(AMP_ERR_ARG, "%s: counts %p is not 8-byte aligned (4 uint64_t counters)", fn, (void *)counts);
   if (n == 0) return AMP_OK;
   if (!x) return amp__fail(AMP_ERR_ARG, "%s: x is NULL with n = %zu", fn, n);
   if (q && amp__overlap(q, n, x, n * amp_dtype_size(x_type)))
     return amp__fail(AMP_ERR_ARG, "%s: q overlaps x (the cast is not done in place)", fn);
-  return amp__op_fail(fn, amp__be(d)->quantize(d, q, fp8, x, x_type, n, scale, amax_out, m, sizeof m), m);
+  if (counts && q && amp__overlap(q, n, counts, 4 * sizeof *counts))
+    return amp__fail(AMP_ERR_ARG, "%s: counts overlaps q", fn);
+  return amp__op_fail(fn, amp__be(d)->quantize(d, q, fp8, x, x_type, n, scale, amax_out, counts, m, sizeof m), m);
+}
+AMPDEF amp_status amp_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
+                               const float *scale, float *amax_out) {
+  return amp__quantize("amp_quantize", d, q, fp8, x, x_type, n, scale, amax_out, NULL);
+}
+AMPDEF amp_status amp_quantize_ex(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
+                                  const float *scale, float *amax_out, uint64_t *counts) {
+  return amp__quantize("amp_quantize_ex", d, q, fp8, x, x_type, n, scale, amax_out, counts);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -9119,7 +9386,8 @@ static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta,
 /* The fp8 scaler: its state in one device block (amp__cu_fp8_create), made from the host arrays. */
 static amp_status amp__cuda_fp8_create(amp_fp8_scaler *f, char *m, size_t cap) {
   return amp__cu_fp8_create(f->dev->cuda, &f->cu, f->n, f->len, f->format, f->hist, f->scale, f->scale_inv,
-                            &f->d_hist, &f->d_scale, &f->d_scale_inv, &f->d_red, m, cap);
+                            f->cfg.stats, &f->d_hist, &f->d_scale, &f->d_scale_inv, &f->d_red, &f->d_counts, m,
+                            cap);
 }
 static void amp__cuda_fp8_destroy(amp_fp8_scaler *f) { if (f->cu) amp__cu_fp8_destroy(f->dev->cuda, f->cu); }
 static amp_status amp__cuda_fp8_amax_io(amp_fp8_scaler *f, int to_slots, char *m, size_t cap) {
@@ -9134,9 +9402,12 @@ static amp_status amp__cuda_fp8_update(amp_fp8_scaler *f, char *m, size_t cap) {
 static amp_status amp__cuda_fp8_io(amp_fp8_scaler *f, int to_device, char *m, size_t cap) {
   return amp__cu_fp8_io(f->dev->cuda, f->cu, f->hist, f->scale, f->scale_inv, to_device, m, cap);
 }
+static amp_status amp__cuda_fp8_stats(amp_fp8_scaler *f, char *m, size_t cap) {
+  return amp__cu_fp8_stats(f->dev->cuda, f->cu, f->last, f->used, m, cap);
+}
 static amp_status amp__cuda_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
-                                     const float *scale, float *amax, char *m, size_t cap) {
-  return amp__cu_quantize(d->cuda, q, (int32_t)fp8, x, (int32_t)xt, n, scale, amax, m, cap);
+                                     const float *scale, float *amax, uint64_t *counts, char *m, size_t cap) {
+  return amp__cu_quantize(d->cuda, q, (int32_t)fp8, x, (int32_t)xt, n, scale, amax, counts, m, cap);
 }
 
 static amp_status amp__cuda_quantize_blocks(amp_device *d, amp_block_scaling kind, amp_dtype fp8, int rows, int cols,

@@ -1052,21 +1052,28 @@ static amp_status amp__cu_refuse_capture(amp__cu_state *st, const char *why, cha
 
 // ---- fp8 scaling: the fp8 scaler's block, its update, and the cast that measures its amax
 
-// The fp8 scaler's state in device memory: one allocation, the arrays one after the other.
+// The fp8 scaler's state in device memory: one allocation, the arrays one after the other (the
+// 64-bit counters first, so they are aligned; none without stats).
 struct amp__cu_fp8 {
-  double *red;                       // n: the amaxes on the data-parallel hook's wire
-  float *hist, *scale, *scale_inv;   // n * len, n, n
-  int32_t *format;                   // n
+  double *red;                         // n: the amaxes on the data-parallel hook's wire
+  unsigned long long *counts, *last;   // stats: n * 4 each (this step's, the last step's); else NULL
+  float *hist, *scale, *scale_inv;     // n * len, n, n
+  float *used;                         // stats: n * 2 (the amax the update read, the scale it replaced); else NULL
+  int32_t *format;                     // n
   size_t n;
   int len;
-  void *block;                       // the allocation
+  void *block;                         // the allocation
 };
 
-// Every tensor's update, one thread each: amp.h's amp__fp8_update_one, the CPU's own function.
+// Every tensor's update, one thread each: amp.h's amp__fp8_update_one, the CPU's own function;
+// with stats the thread also moves its tensor's counters into the last step's and clears them.
 __global__ void amp__cu_fp8_update_kernel(amp__cu_fp8 f, amp_fp8_config c) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < f.n)
-    amp__fp8_update_one(&c, (amp_dtype)f.format[i], f.hist + i * (size_t)f.len, f.len, f.scale + i, f.scale_inv + i);
+  if (i >= f.n) return;
+  amp__fp8_update_one(&c, (amp_dtype)f.format[i], f.hist + i * (size_t)f.len, f.len, f.scale + i, f.scale_inv + i,
+                      f.used ? f.used + 2 * i : NULL);
+  if (f.counts)
+    for (int j = 0; j < 4; j++) { f.last[4 * i + j] = f.counts[4 * i + j]; f.counts[4 * i + j] = 0ull; }
 }
 __global__ void amp__cu_fp8_record_kernel(float *slot, float amax) { *slot = amp__amax_join(*slot, amax); }
 // Data parallel: slot 0 of every tensor to the hook's buffer, or back from it (a value that is no
@@ -1081,48 +1088,85 @@ __global__ void amp__cu_fp8_amax_io_kernel(amp__cu_fp8 f, int to_slots) {
 // The cast with its amax: each thread casts its elements (amp__load, one multiply, the saturating
 // store of amp.h) and keeps the largest |x| as bits; the warp's, then the block's largest is joined
 // into *amax with one integer atomicMax (the bits of non-negative floats order as the floats do,
-// and a NaN's are above inf's, so it wins as on the CPU).
-template <int XT, int F8> __global__ void __launch_bounds__(AMP__CU_THREADS)
-amp__cu_quantize_kernel(amp_fp8 *q, const void *x, long long n, const float *scale, float *amax) {
+// and a NaN's are above inf's, so it wins as on the CPU). COUNT (the instantiation for a non-NULL
+// counts): each thread also counts its elements' classes (amp__fp8_cast_class, amp.h's), the sums
+// go through the warp (64-bit shuffles) and the block (shared memory), and one thread per block
+// adds each nonzero sum to counts with one 64-bit integer atomicAdd (block 0 adds n): integers, so
+// the same counts in any order.
+template <int XT, int F8, bool COUNT> __global__ void __launch_bounds__(AMP__CU_THREADS)
+amp__cu_quantize_kernel(amp_fp8 *q, const void *x, long long n, const float *scale, float *amax,
+                        unsigned long long *counts) {
   __shared__ unsigned int warp_top[AMP__CU_THREADS / 32];
+  __shared__ unsigned long long warp_cnt[COUNT ? 3 : 1][AMP__CU_THREADS / 32];
   const long long stride = (long long)gridDim.x * blockDim.x;
   const float k = scale ? *scale : 1.0f;
   unsigned int top = 0;
+  unsigned long long c[3] = {0ull, 0ull, 0ull};
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     float v = amp__load(x, (amp_dtype)XT, (size_t)i);
     unsigned int b = amp__f32_bits(v) & 0x7fffffffu;
     top = b > top ? b : top;
-    if (q) amp__store(q, (amp_dtype)F8, (size_t)i, amp__fmul(v, k));
+    if constexpr (COUNT) {
+      float y = amp__fmul(v, k);
+      unsigned int cls = amp__fp8_cast_class(v, y, F8 == AMP_E5M2);
+      c[0] += cls & 1u; c[1] += (cls >> 1) & 1u; c[2] += cls >> 2;
+      if (q) amp__store(q, (amp_dtype)F8, (size_t)i, y);
+    } else if (q) {
+      amp__store(q, (amp_dtype)F8, (size_t)i, amp__fmul(v, k));
+    }
   }
-  if (!amax) return;
+  if (!COUNT && !amax) return;
   top = __reduce_max_sync(0xffffffffu, top);
-  if (threadIdx.x % 32 == 0) warp_top[threadIdx.x / 32] = top;
+  if constexpr (COUNT)
+    for (int j = 0; j < 3; j++)
+      for (int off = 16; off > 0; off /= 2) c[j] += __shfl_down_sync(0xffffffffu, c[j], off);
+  if (threadIdx.x % 32 == 0) {
+    warp_top[threadIdx.x / 32] = top;
+    if constexpr (COUNT)
+      for (int j = 0; j < 3; j++) warp_cnt[j][threadIdx.x / 32] = c[j];
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < AMP__CU_THREADS / 32; w++) top = warp_top[w] > top ? warp_top[w] : top;
-    atomicMax((unsigned int *)amax, top);
+    if (amax) atomicMax((unsigned int *)amax, top);
+    if constexpr (COUNT) {
+      for (int j = 0; j < 3; j++) {
+        for (int w = 1; w < AMP__CU_THREADS / 32; w++) c[j] += warp_cnt[j][w];
+        if (c[j]) atomicAdd(counts + 1 + j, c[j]);
+      }
+      if (blockIdx.x == 0) atomicAdd(counts, (unsigned long long)n);
+    }
   }
 }
 
 extern "C" amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format,
-                                         const float *hist, const float *scale, const float *scale_inv, float **d_hist,
-                                         float **d_scale, float **d_scale_inv, double **d_red, char *msg, size_t cap) {
+                                         const float *hist, const float *scale, const float *scale_inv, int stats,
+                                         float **d_hist, float **d_scale, float **d_scale_inv, double **d_red,
+                                         uint64_t **d_counts, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
-  if (!st || !fp8 || !format || !hist || !scale || !scale_inv || !d_hist || !d_scale || !d_scale_inv || !d_red)
+  if (!st || !fp8 || !format || !hist || !scale || !scale_inv || !d_hist || !d_scale || !d_scale_inv || !d_red ||
+      !d_counts)
     return amp__cu_arg(msg, cap, "amp__cu_fp8_create: a pointer argument is NULL");
   if (n == 0 || len < 1) return amp__cu_arg(msg, cap, "amp__cu_fp8_create: n %zu, len %d", n, len);
   amp__cu_fp8 *f = new (std::nothrow) amp__cu_fp8();
   if (!f) { snprintf(msg, cap, "amp__cu_fp8_create: out of memory"); return AMP_ERR_NOMEM; }
-  const size_t slots = n * (size_t)len, bytes = n * sizeof(double) + (slots + 2 * n) * sizeof(float) + n * sizeof(int32_t);
+  const size_t slots = n * (size_t)len, cnt = stats ? 8 * n : 0, used = stats ? 2 * n : 0;
+  const size_t bytes = cnt * sizeof(unsigned long long) + n * sizeof(double) + (slots + 2 * n + used) * sizeof(float) +
+                       n * sizeof(int32_t);
   int32_t *fmt = (int32_t *)malloc(n * sizeof(int32_t));
   if (!fmt) { delete f; snprintf(msg, cap, "amp__cu_fp8_create: out of memory"); return AMP_ERR_NOMEM; }
   for (size_t i = 0; i < n; i++) fmt[i] = (int32_t)format[i];
   AMP__CU_ON(st);
   cudaError_t e = cudaMalloc(&f->block, bytes);
   if (e == cudaSuccess) {
-    f->red = (double *)f->block; f->hist = (float *)(f->red + n); f->scale = f->hist + slots; f->scale_inv = f->scale + n;
-    f->format = (int32_t *)(f->scale_inv + n); f->n = n; f->len = len;
-    e = cudaMemcpyAsync(f->hist, hist, slots * sizeof(float), cudaMemcpyHostToDevice, st->stream);
+    unsigned long long *c = (unsigned long long *)f->block;
+    f->counts = stats ? c : NULL; f->last = stats ? c + 4 * n : NULL; f->red = (double *)(c + cnt);
+    f->hist = (float *)(f->red + n); f->scale = f->hist + slots; f->scale_inv = f->scale + n;
+    f->used = stats ? f->scale_inv + n : NULL;
+    f->format = (int32_t *)(f->scale_inv + n + used); f->n = n; f->len = len;
+    if (stats) e = cudaMemsetAsync(f->block, 0, cnt * sizeof(unsigned long long), st->stream);
+    if (e == cudaSuccess && stats) e = cudaMemsetAsync(f->used, 0, used * sizeof(float), st->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(f->hist, hist, slots * sizeof(float), cudaMemcpyHostToDevice, st->stream);
     if (e == cudaSuccess) e = cudaMemcpyAsync(f->scale, scale, n * sizeof(float), cudaMemcpyHostToDevice, st->stream);
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(f->scale_inv, scale_inv, n * sizeof(float), cudaMemcpyHostToDevice, st->stream);
@@ -1137,6 +1181,7 @@ extern "C" amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int 
                         __LINE__);
   }
   *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *d_red = f->red;
+  *d_counts = (uint64_t *)f->counts;
   *fp8 = f;
   return AMP_OK;
 }
@@ -1206,8 +1251,20 @@ extern "C" amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float 
   return AMP_OK;
 }
 
+extern "C" amp_status amp__cu_fp8_stats(void *state, void *fp8, uint64_t *last, float *used, char *msg, size_t cap) {
+  amp__cu_state *st = (amp__cu_state *)state;
+  amp__cu_fp8 *f = (amp__cu_fp8 *)fp8;
+  if (!st || !f || !last || !used) return amp__cu_arg(msg, cap, "amp__cu_fp8_stats: a pointer is NULL");
+  if (!f->counts) return amp__cu_arg(msg, cap, "amp__cu_fp8_stats: the scaler was made without stats");
+  AMP__CU_ON(st);
+  AMP__CU_CHECK(cudaMemcpyAsync(last, f->last, 4 * f->n * sizeof(uint64_t), cudaMemcpyDeviceToHost, st->stream));
+  AMP__CU_CHECK(cudaMemcpyAsync(used, f->used, 2 * f->n * sizeof(float), cudaMemcpyDeviceToHost, st->stream));
+  AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
+  return AMP_OK;
+}
+
 extern "C" amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const void *x, int32_t x_type, size_t n,
-                                       const float *scale, float *amax, char *msg, size_t cap) {
+                                       const float *scale, float *amax, uint64_t *counts, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_quantize: state is NULL");
   if (fp8 != AMP_E4M3 && fp8 != AMP_E5M2) return amp__cu_arg(msg, cap, "amp__cu_quantize: fp8 %d", (int)fp8);
@@ -1217,14 +1274,20 @@ extern "C" amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const 
   if (!x || (!q && !amax)) return amp__cu_arg(msg, cap, "amp__cu_quantize: x, or both q and amax, NULL");
   AMP__CU_ON(st);
   const int grid = amp__cu_grid(st, n);
+  unsigned long long *c = (unsigned long long *)counts;
   amp__cu_dtype_visit(x_type, [&](auto xt) {
     if constexpr (xt.value == AMP_F32 || xt.value == AMP_F16 || xt.value == AMP_BF16) {
-      if (fp8 == AMP_E4M3)
-        amp__cu_quantize_kernel<xt.value, AMP_E4M3>
-            <<<grid, AMP__CU_THREADS, 0, st->stream>>>((amp_fp8 *)q, x, (long long)n, scale, amax);
+      amp_fp8 *qq = (amp_fp8 *)q;
+      const long long nn = (long long)n;
+      cudaStream_t s = st->stream;
+      if (fp8 == AMP_E4M3 && !c)
+        amp__cu_quantize_kernel<xt.value, AMP_E4M3, false><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
+      else if (fp8 == AMP_E4M3)
+        amp__cu_quantize_kernel<xt.value, AMP_E4M3, true><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
+      else if (!c)
+        amp__cu_quantize_kernel<xt.value, AMP_E5M2, false><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
       else
-        amp__cu_quantize_kernel<xt.value, AMP_E5M2>
-            <<<grid, AMP__CU_THREADS, 0, st->stream>>>((amp_fp8 *)q, x, (long long)n, scale, amax);
+        amp__cu_quantize_kernel<xt.value, AMP_E5M2, true><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
     }
   });
   AMP__CU_CHECK_LAUNCH("amp__cu_quantize_kernel<<<>>>");

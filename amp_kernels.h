@@ -146,14 +146,19 @@ extern amp_status amp__cu_cast(void *state, void *dst, int32_t dst_type, const v
 
 /* The fp8 scaler: one device block holding n tensors' amax histories (len slots each), scales,
    scale_invs and formats, uploaded from the host arrays given ([sync]); *d_hist, *d_scale and
-   *d_scale_inv get where they live (*d_red: n doubles for the data-parallel hook). record: slot 0
-   of tensor i joined with amax (amp__amax_join), 1 launch, refused (AMP_ERR_STATE) while the
-   stream captures a graph (a replay would add the same amax again). update: [step]
-   amp__fp8_update_one on every tensor, 1 launch. io: the host arrays from the block (to_device 0)
-   or the block from them (1), [sync]. */
+   *d_scale_inv get where they live (*d_red: n doubles for the data-parallel hook). stats nonzero:
+   also per tensor this step's 4 counters and the last step's (uint64, 0 at create) and the last
+   update's amax read and scale replaced (2 floats, 0), *d_counts pointing at this step's counters
+   (NULL without stats). record: slot 0 of tensor i joined with amax (amp__amax_join), 1 launch,
+   refused (AMP_ERR_STATE) while the stream captures a graph (a replay would add the same amax
+   again). update: [step] amp__fp8_update_one on every tensor, with stats its counters moved into
+   the last step's (this step's cleared), 1 launch. io: the host arrays from the block (to_device
+   0) or the block from them (1), [sync]; the counters are not among them. stats: the last step's
+   counters (n x 4) and the amax/scale pairs (n x 2) into host arrays, [sync]. */
 extern amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format,
-                                     const float *hist, const float *scale, const float *scale_inv, float **d_hist,
-                                     float **d_scale, float **d_scale_inv, double **d_red, char *msg, size_t cap);
+                                     const float *hist, const float *scale, const float *scale_inv, int stats,
+                                     float **d_hist, float **d_scale, float **d_scale_inv, double **d_red,
+                                     uint64_t **d_counts, char *msg, size_t cap);
 /* [step] data parallel: every slot 0 into the block's n doubles as amp__fp8_amax_to_wire (to_slots
    0), or back from them (1) after the hook's MAX; 1 launch. */
 extern amp_status amp__cu_fp8_amax_io(void *state, void *fp8, int to_slots, char *msg, size_t cap);
@@ -162,10 +167,13 @@ extern amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float ama
 extern amp_status amp__cu_fp8_update(void *state, void *fp8, const amp_fp8_config *c, char *msg, size_t cap);
 extern amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *scale, float *scale_inv, int to_device,
                                  char *msg, size_t cap);
-/* [step] amp_quantize: q = fp8 cast of x * *scale (scale NULL: 1; q NULL: none), *amax joined with
-   max |x| (amax NULL: none); device pointers. 1 launch (none for n 0). */
+extern amp_status amp__cu_fp8_stats(void *state, void *fp8, uint64_t *last, float *used, char *msg, size_t cap);
+/* [step] amp_quantize_ex: q = fp8 cast of x * *scale (scale NULL: 1; q NULL: none), *amax joined with
+   max |x| (amax NULL: none), counts[0..3] += n and the elements saturated, flushed and NaN
+   (amp__fp8_cast_class; counts NULL: none, a kernel without the counting); device pointers. 1
+   launch (none for n 0). */
 extern amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const void *x, int32_t x_type, size_t n,
-                                   const float *scale, float *amax, char *msg, size_t cap);
+                                   const float *scale, float *amax, uint64_t *counts, char *msg, size_t cap);
 /* [step] fp8 block scaling (amp_quantize_blocks, whose arguments amp.h has checked: kind one of
    amp_block_scaling, fp8 AMP_E4M3 / AMP_E5M2, x_type a compute format, ldx, ldq >= cols, no
    overlap): every block's scale into scales and its codes into q, by amp.h's element functions

@@ -648,8 +648,10 @@ static void device_casts_match_host_conversions_bit_for_bit(void) {
 }
 
 /* amp_quantize on the GPU: the CPU's codes and amax bit for bit (every input type, both formats,
-   a device scale, NaN and inf among the inputs, a partial last block), and the fp8 scaler's update
-   kernel: the CPU scaler's scales and histories over a run of every recipe. */
+   a device scale, NaN and inf among the inputs, a partial last block), amp_quantize_ex's counts
+   (the counting kernel: the CPU's counts exactly, the same codes), and the fp8 scaler's update
+   kernel: the CPU scaler's scales and histories over a run of every recipe, and with stats the
+   CPU's stats (counts moved by the update, amax_used, scale_used). */
 static void fp8_quantize_and_scaler_match_the_cpu(void) {
   size_t n = t_quick() ? 70001 : 1000003;
   for (int xt = AMP_F32; xt <= AMP_BF16; xt++)
@@ -658,9 +660,10 @@ static void fp8_quantize_and_scaler_match_the_cpu(void) {
       size_t sz = amp_dtype_size((amp_dtype)xt);
       float *hx = (float *)xmalloc(n * 4), scale = 37.5f, amax_h = 0.0f, amax_d = 0.0f;
       unsigned char *xb = (unsigned char *)xmalloc(n * sz), *qh = (unsigned char *)xmalloc(n), *qd = (unsigned char *)xmalloc(n);
-      void *dx = dmalloc(n * sz), *dq = dmalloc(n), *dk = dmalloc(8);
-      for (size_t i = 0; i < n; i++) hx[i] = srand1() * (float)(1u << (rnd() % 12));
-      hx[n / 2] = 1e30f; hx[n / 3] = -INFINITY;
+      void *dx = dmalloc(n * sz), *dq = dmalloc(n), *dk = dmalloc(48);   /* scale, amax, then 4 counters at 8 */
+      uint64_t ch[4] = {0, 0, 0, 0}, cd[4] = {0, 0, 0, 0};
+      for (size_t i = 0; i < n; i++) hx[i] = srand1() * (float)(1u << (rnd() % 12)) * (i % 97 == 3 ? 1e-7f : 1.0f);
+      hx[n / 2] = 1e30f; hx[n / 3] = -INFINITY; hx[n / 7] = 0.0f; hx[n / 11] = -0.0f;
       if (xt != AMP_F32) hx[n / 5] = NAN;
       OK(amp_convert(xb, (amp_dtype)xt, hx, AMP_F32, n));
       OK(amp_quantize(amp_cpu(), qh, fmt, xb, (amp_dtype)xt, n, &scale, &amax_h));
@@ -670,6 +673,21 @@ static void fp8_quantize_and_scaler_match_the_cpu(void) {
       EXPECT(memcmp(qh, qd, n) == 0, "x_type %d fmt %d: the device's codes differ", xt, f);
       EXPECT(memcmp(&amax_h, &amax_d, 4) == 0, "x_type %d fmt %d: amax %a on the device, %a on the CPU", xt, f,
              (double)amax_d, (double)amax_h);
+      /* with counts: the counting kernel, its codes the same and its counts the CPU's */
+      OK(amp_quantize_ex(amp_cpu(), qh, fmt, xb, (amp_dtype)xt, n, &scale, NULL, ch));
+      up((char *)dk + 8, cd, sizeof cd);
+      memset(qd, 0, n);
+      OK(amp_quantize_ex(dev, dq, fmt, dx, (amp_dtype)xt, n, (const float *)dk, NULL, (uint64_t *)((char *)dk + 8)));
+      OK(amp_quantize_ex(dev, NULL, fmt, dx, (amp_dtype)xt, n, (const float *)dk, (float *)((char *)dk + 4),
+                         (uint64_t *)((char *)dk + 8)));   /* q NULL: the same counts again */
+      down(qd, dq, n); down(cd, (char *)dk + 8, sizeof cd);
+      EXPECT(memcmp(qh, qd, n) == 0, "x_type %d fmt %d: the counting kernel's codes differ", xt, f);
+      EXPECT(cd[0] == 2 * ch[0] && cd[1] == 2 * ch[1] && cd[2] == 2 * ch[2] && cd[3] == 2 * ch[3] && ch[0] == n &&
+                 ch[1] >= 1 && ch[2] >= 1 && ch[3] == (uint64_t)(xt != AMP_F32),
+             "x_type %d fmt %d: counts %llu %llu %llu %llu on the device (two casts), %llu %llu %llu %llu on the CPU",
+             xt, f, (unsigned long long)cd[0], (unsigned long long)cd[1], (unsigned long long)cd[2],
+             (unsigned long long)cd[3], (unsigned long long)ch[0], (unsigned long long)ch[1], (unsigned long long)ch[2],
+             (unsigned long long)ch[3]);
       free(hx); free(xb); free(qh); free(qd); amp__cu_free(ST, dx); amp__cu_free(ST, dq); amp__cu_free(ST, dk);
     }
   for (int r = 0; r < 4; r++) {
@@ -701,6 +719,50 @@ static void fp8_quantize_and_scaler_match_the_cpu(void) {
     }
     amp_fp8_scaler_destroy(a);
     amp_fp8_scaler_destroy(b);
+  }
+  {   /* stats: casts counted into the device block, moved by the update kernel */
+    enum { NT = 5, NX = 100003 };
+    amp_fp8_config c;
+    amp_fp8_scaler *a = NULL, *b = NULL;
+    amp_dtype fmts[NT] = { AMP_E4M3, AMP_E5M2, AMP_E4M3, AMP_E5M2, AMP_E4M3 };
+    float *hx = (float *)xmalloc(NX * 4);
+    unsigned char *qh = (unsigned char *)xmalloc(NX), *qd = (unsigned char *)xmalloc(NX);
+    void *dx = dmalloc(NX * 4), *dq = dmalloc(NX);
+    memset(&c, 0, sizeof c);
+    c.history_len = 8; c.stats = 1;
+    OK(amp_fp8_scaler_create(&a, amp_cpu(), &c, NT, fmts));
+    OK(amp_fp8_scaler_create(&b, dev, &c, NT, fmts));
+    for (int step = 0; step < 6; step++) {
+      for (int i = 0; i < NT; i++) {
+        float spread = step == 3 && i == 1 ? 1e5f : 1.0f;
+        for (size_t e = 0; e < NX; e++) hx[e] = srand1() * spread * (float)(1u << (rnd() % 20)) * 1e-3f;
+        up(dx, hx, NX * 4);
+        OK(amp_quantize_ex(amp_cpu(), qh, fmts[i], hx, AMP_F32, NX, amp_fp8_scaler_scale_ptr(a, (size_t)i),
+                           amp_fp8_scaler_amax_ptr(a, (size_t)i), amp_fp8_scaler_counts_ptr(a, (size_t)i)));
+        OK(amp_quantize_ex(dev, dq, fmts[i], dx, AMP_F32, NX, amp_fp8_scaler_scale_ptr(b, (size_t)i),
+                           amp_fp8_scaler_amax_ptr(b, (size_t)i), amp_fp8_scaler_counts_ptr(b, (size_t)i)));
+        down(qd, dq, NX);
+        EXPECT(memcmp(qh, qd, NX) == 0, "stats step %d tensor %d: codes differ", step, i);
+      }
+      OK(amp_fp8_scaler_update(a));
+      OK(amp_fp8_scaler_update(b));
+      for (int i = 0; i < NT; i++) {
+        amp_fp8_stats sa, sb;
+        uint64_t cur[4] = {1, 1, 1, 1};
+        OK(amp_fp8_scaler_stats(a, (size_t)i, &sa));
+        OK(amp_fp8_scaler_stats(b, (size_t)i, &sb));
+        down(cur, amp_fp8_scaler_counts_ptr(b, (size_t)i), sizeof cur);
+        EXPECT(sa.n == NX && sa.n == sb.n && sa.saturated == sb.saturated && sa.flushed == sb.flushed &&
+                   sa.nan == sb.nan && memcmp(&sa.amax_used, &sb.amax_used, 4) == 0 &&
+                   memcmp(&sa.scale_used, &sb.scale_used, 4) == 0,
+               "stats step %d tensor %d: %llu %llu %llu on the device, %llu %llu %llu on the CPU", step, i,
+               (unsigned long long)sb.n, (unsigned long long)sb.saturated, (unsigned long long)sb.flushed,
+               (unsigned long long)sa.n, (unsigned long long)sa.saturated, (unsigned long long)sa.flushed);
+        EXPECT(cur[0] == 0 && cur[1] == 0 && cur[2] == 0 && cur[3] == 0, "the update kernel left this step's counts");
+      }
+    }
+    amp_fp8_scaler_destroy(a); amp_fp8_scaler_destroy(b);
+    free(hx); free(qh); free(qd); amp__cu_free(ST, dx); amp__cu_free(ST, dq);
   }
 }
 

@@ -88,33 +88,46 @@ amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *buf, int3
 }
 
 /* The fp8 scaler's block: the arrays as the device keeps them, updated by amp.h's own element
-   function, as the kernel is. */
-typedef struct fake_fp8 { float *hist, *scale, *scale_inv; double *red; amp_dtype *format; size_t n; int len; } fake_fp8;
+   function, as the kernel is; with stats the counters (this step's, the last step's) and the
+   update's amax/scale pairs, moved by the update as the kernel moves them. */
+typedef struct fake_fp8 {
+  float *hist, *scale, *scale_inv; double *red; amp_dtype *format; size_t n; int len;
+  uint64_t *counts, *last; float *used;   /* stats; NULL without */
+} fake_fp8;
+static void fake_fp8_free(fake_fp8 *f) {
+  free(f->hist); free(f->scale); free(f->scale_inv); free(f->red); free(f->format); free(f->counts); free(f->last);
+  free(f->used); free(f);
+}
 amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int len, const amp_dtype *format, const float *hist,
-                              const float *scale, const float *scale_inv, float **d_hist, float **d_scale,
-                              float **d_scale_inv, double **d_red, char *msg, size_t cap) {
+                              const float *scale, const float *scale_inv, int stats, float **d_hist, float **d_scale,
+                              float **d_scale_inv, double **d_red, uint64_t **d_counts, char *msg, size_t cap) {
   fake_fp8 *f = (fake_fp8 *)calloc(1, sizeof *f);
   (void)state;
   if (f) {
     f->hist = (float *)malloc(n * (size_t)len * sizeof(float)); f->scale = (float *)malloc(n * sizeof(float));
     f->scale_inv = (float *)malloc(n * sizeof(float)); f->format = (amp_dtype *)malloc(n * sizeof(amp_dtype));
     f->red = (double *)malloc(n * sizeof(double));
+    if (stats) {
+      f->counts = (uint64_t *)calloc(4 * n, sizeof(uint64_t)); f->last = (uint64_t *)calloc(4 * n, sizeof(uint64_t));
+      f->used = (float *)calloc(2 * n, sizeof(float));
+    }
   }
-  if (!f || !f->hist || !f->scale || !f->scale_inv || !f->format || !f->red) {
-    if (f) { free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f->red); free(f); }
+  if (!f || !f->hist || !f->scale || !f->scale_inv || !f->format || !f->red ||
+      (stats && (!f->counts || !f->last || !f->used))) {
+    if (f) fake_fp8_free(f);
     snprintf(msg, cap, "out of memory");
     return AMP_ERR_NOMEM;
   }
   memcpy(f->hist, hist, n * (size_t)len * sizeof(float)); memcpy(f->scale, scale, n * sizeof(float));
   memcpy(f->scale_inv, scale_inv, n * sizeof(float)); memcpy(f->format, format, n * sizeof(amp_dtype));
   f->n = n; f->len = len;
-  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *d_red = f->red; *fp8 = f;
+  *d_hist = f->hist; *d_scale = f->scale; *d_scale_inv = f->scale_inv; *d_red = f->red; *d_counts = f->counts;
+  *fp8 = f;
   return AMP_OK;
 }
 void amp__cu_fp8_destroy(void *state, void *fp8) {
-  fake_fp8 *f = (fake_fp8 *)fp8;
   (void)state;
-  free(f->hist); free(f->scale); free(f->scale_inv); free(f->format); free(f->red); free(f);
+  fake_fp8_free((fake_fp8 *)fp8);
 }
 amp_status amp__cu_fp8_amax_io(void *state, void *fp8, int to_slots, char *msg, size_t cap) {
   fake_fp8 *f = (fake_fp8 *)fp8;
@@ -135,10 +148,13 @@ amp_status amp__cu_fp8_record(void *state, void *fp8, size_t i, float amax, char
 }
 amp_status amp__cu_fp8_update(void *state, void *fp8, const amp_fp8_config *c, char *msg, size_t cap) {
   fake_fp8 *f = (fake_fp8 *)fp8;
-  size_t i;
+  size_t i, j;
   (void)state; (void)msg; (void)cap;
-  for (i = 0; i < f->n; i++)
-    amp__fp8_update_one(c, f->format[i], f->hist + i * (size_t)f->len, f->len, f->scale + i, f->scale_inv + i);
+  for (i = 0; i < f->n; i++) {   /* one kernel thread per tensor */
+    amp__fp8_update_one(c, f->format[i], f->hist + i * (size_t)f->len, f->len, f->scale + i, f->scale_inv + i,
+                        f->used ? f->used + 2 * i : NULL);
+    for (j = 0; f->counts && j < 4; j++) { f->last[4 * i + j] = f->counts[4 * i + j]; f->counts[4 * i + j] = 0; }
+  }
   return AMP_OK;
 }
 amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *scale, float *scale_inv, int to_device, char *msg,
@@ -156,20 +172,34 @@ amp_status amp__cu_fp8_io(void *state, void *fp8, float *hist, float *scale, flo
   }
   return AMP_OK;
 }
-/* the kernel's steps, one element at a time (the CPU's portable loop is the same steps) */
+amp_status amp__cu_fp8_stats(void *state, void *fp8, uint64_t *last, float *used, char *msg, size_t cap) {
+  fake_fp8 *f = (fake_fp8 *)fp8;
+  (void)state;
+  if (!f->counts) { snprintf(msg, cap, "amp__cu_fp8_stats: the scaler was made without stats"); return AMP_ERR_ARG; }
+  if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(fp8 stats)"); }
+  memcpy(last, f->last, 4 * f->n * sizeof(uint64_t)); memcpy(used, f->used, 2 * f->n * sizeof(float));
+  return AMP_OK;
+}
+/* the kernel's steps, one element at a time (the CPU's portable loop is the same steps); with
+   counts, each element's class (amp__fp8_cast_class, as the kernel) added up, and the sums added
+   to the counters (the kernel's atomicAdds; block 0 adds n) */
 amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const void *x, int32_t x_type, size_t n,
-                            const float *scale, float *amax, char *msg, size_t cap) {
+                            const float *scale, float *amax, uint64_t *counts, char *msg, size_t cap) {
   float k = scale ? *scale : 1.0f;
   uint32_t top = 0;
+  uint64_t c[3] = { 0, 0, 0 };
   size_t i;
   (void)state; (void)msg; (void)cap;
   for (i = 0; i < n; i++) {
-    float v = amp__load(x, (amp_dtype)x_type, i);
+    float v = amp__load(x, (amp_dtype)x_type, i), y = amp__fmul(v, k);
     uint32_t b = amp__f32_bits(v) & 0x7fffffffu;
+    unsigned cls = amp__fp8_cast_class(v, y, fp8 == AMP_E5M2);
     top = b > top ? b : top;
-    if (q) amp__store(q, (amp_dtype)fp8, i, amp__fmul(v, k));
+    c[0] += cls & 1u; c[1] += (cls >> 1) & 1u; c[2] += cls >> 2;
+    if (q) amp__store(q, (amp_dtype)fp8, i, y);
   }
   if (amax && amp__f32_bits(*amax) < top) *amax = amp__bits_f32(top);   /* atomicMax on the bits */
+  if (counts) { counts[0] += n; counts[1] += c[0]; counts[2] += c[1]; counts[3] += c[2]; }
   return AMP_OK;
 }
 
@@ -1024,8 +1054,9 @@ static void grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits(voi
 }
 
 /* The fp8 scaler and amp_quantize on the CUDA line: the same scales, histories and bytes as the
-   CPU's over a run (every recipe, mixed formats), the pointers into the device block, and a failed
-   getter read kept until the next update. */
+   CPU's over a run (every recipe, mixed formats; stats on for two of them: the same counts and
+   stats, through amp_quantize_ex and the counters in the device block), the pointers into the
+   device block, and a failed getter read kept until the next update. */
 static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
   amp_dtype fmt[3] = { AMP_E4M3, AMP_E5M2, AMP_E4M3 };
   int r;
@@ -1036,6 +1067,7 @@ static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
     memset(&c, 0, sizeof c);
     c.recipe = (amp_fp8_recipe)r;
     if (r == 0) c.history_len = 5;
+    c.stats = r % 2 == 0;
     EXPECT(amp_fp8_scaler_create(&a, amp_cpu(), &c, 3, fmt) == AMP_OK, "%s", amp_last_error());
     EXPECT(amp_fp8_scaler_create(&b, gpu(), &c, 3, fmt) == AMP_OK, "%s", amp_last_error());
     if (!a || !b) return;
@@ -1044,19 +1076,46 @@ static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
         float x[64], amax = (float)((step * 7 + i * 3) % 11) * (step == 9 ? 1e6f : 0.5f);
         unsigned char qa[64], qb[64];
         int j;
-        for (j = 0; j < 64; j++) x[j] = (float)(j - 32) * 0.37f * (float)(step + 1);
+        for (j = 0; j < 64; j++) x[j] = (float)(j - 32) * 0.37f * (float)(step + 1) * (j % 9 == 4 ? 1e-6f : 1.0f);
+        if (step == 4) x[7] = 1e30f;
+        if (step == 6 && r == 0) x[9] = amp__bits_f32(0x7fc00000u);   /* DELAYED "max" passes over it */
         EXPECT(amp_fp8_scaler_record(a, (size_t)i, amax) == AMP_OK && amp_fp8_scaler_record(b, (size_t)i, amax) == AMP_OK,
                "%s", amp_last_error());
-        EXPECT(amp_quantize(amp_cpu(), qa, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(a, (size_t)i),
-                            amp_fp8_scaler_amax_ptr(a, (size_t)i)) == AMP_OK, "%s", amp_last_error());
-        EXPECT(amp_quantize(gpu(), qb, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(b, (size_t)i),
-                            amp_fp8_scaler_amax_ptr(b, (size_t)i)) == AMP_OK, "%s", amp_last_error());
+        if (c.stats) {   /* the counted cast, into the device block's counters */
+          EXPECT(amp_quantize_ex(amp_cpu(), qa, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(a, (size_t)i),
+                                 amp_fp8_scaler_amax_ptr(a, (size_t)i), amp_fp8_scaler_counts_ptr(a, (size_t)i)) == AMP_OK,
+                 "%s", amp_last_error());
+          EXPECT(amp_quantize_ex(gpu(), qb, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(b, (size_t)i),
+                                 amp_fp8_scaler_amax_ptr(b, (size_t)i), amp_fp8_scaler_counts_ptr(b, (size_t)i)) == AMP_OK,
+                 "%s", amp_last_error());
+        } else {
+          EXPECT(amp_quantize(amp_cpu(), qa, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(a, (size_t)i),
+                              amp_fp8_scaler_amax_ptr(a, (size_t)i)) == AMP_OK, "%s", amp_last_error());
+          EXPECT(amp_quantize(gpu(), qb, fmt[i], x, AMP_F32, 64, amp_fp8_scaler_scale_ptr(b, (size_t)i),
+                              amp_fp8_scaler_amax_ptr(b, (size_t)i)) == AMP_OK, "%s", amp_last_error());
+          EXPECT(amp_fp8_scaler_counts_ptr(b, (size_t)i) == NULL && amp_fp8_scaler_stats(b, 0, NULL) == AMP_ERR_ARG,
+                 "stats off on the cuda line");
+        }
         EXPECT(memcmp(qa, qb, 64) == 0, "recipe %d step %d tensor %d: the casts differ", r, step, i);
       }
       EXPECT(amp_fp8_scaler_update(a) == AMP_OK && amp_fp8_scaler_update(b) == AMP_OK, "%s", amp_last_error());
       for (i = 0; i < 3; i++) {
         float ha[5], hb[5];
         int len = r == 0 ? 5 : 1;
+        if (c.stats) {
+          amp_fp8_stats sa, sb;
+          EXPECT(amp_fp8_scaler_stats(a, (size_t)i, &sa) == AMP_OK && amp_fp8_scaler_stats(b, (size_t)i, &sb) == AMP_OK,
+                 "%s", amp_last_error());
+          EXPECT(sa.n == 64 && sa.n == sb.n && sa.saturated == sb.saturated && sa.flushed == sb.flushed && sa.nan == sb.nan &&
+                     memcmp(&sa.amax_used, &sb.amax_used, 4) == 0 && memcmp(&sa.scale_used, &sb.scale_used, 4) == 0,
+                 "recipe %d step %d tensor %d: stats %llu %llu %llu %llu / %llu %llu %llu %llu", r, step, i,
+                 (unsigned long long)sa.n, (unsigned long long)sa.saturated, (unsigned long long)sa.flushed,
+                 (unsigned long long)sa.nan, (unsigned long long)sb.n, (unsigned long long)sb.saturated,
+                 (unsigned long long)sb.flushed, (unsigned long long)sb.nan);
+          if (step == 4) EXPECT(sb.saturated >= 1, "step 4: 1e30 saturated nothing");
+          if (step == 6 && r == 0) EXPECT(sb.nan == 1, "step 6: %llu NaN", (unsigned long long)sb.nan);
+          if (step == 2 && fmt[i] == AMP_E4M3) EXPECT(sb.flushed > 0, "step 2: nothing flushed");
+        }
         EXPECT(amp_fp8_scaler_get_scale(a, (size_t)i) == amp_fp8_scaler_get_scale(b, (size_t)i) &&
                    amp_fp8_scaler_get_scale_inv(a, (size_t)i) == amp_fp8_scaler_get_scale_inv(b, (size_t)i),
                "recipe %d step %d tensor %d: scale %g / %g", r, step, i, (double)amp_fp8_scaler_get_scale(a, (size_t)i),
@@ -1082,6 +1141,12 @@ static void the_fp8_scaler_on_the_cuda_line_equals_the_cpus(void) {
                    amp_fp8_scaler_get_scale(c2, (size_t)i) == amp_fp8_scaler_get_scale(a, (size_t)i),
                "recipe %d tensor %d: the reloaded scalers differ", r, i);
       amp_fp8_scaler_destroy(c2); amp_fp8_scaler_destroy(g2);
+    }
+    if (c.stats) {
+      amp_fp8_stats st;
+      fake_fail_reads = 1;
+      EXPECT(amp_fp8_scaler_stats(b, 0, &st) == AMP_ERR_DEVICE && strstr(amp_last_error(), "amp_fp8_scaler_stats"),
+             "a failed stats read: %s", amp_last_error());
     }
     fake_fail_reads = 1;
     EXPECT(t_nan_bits(amp_fp8_scaler_get_scale(b, 0)), "a failed read gives NaN");
