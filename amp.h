@@ -162,9 +162,10 @@
       casts between them and f32/f16/bf16 in every direction (into fp8 saturating, as above; fp8 to
       any other format exactly; E4M3 <-> E5M2 through f32), with AVX-512/AVX2 loops for f32 <-> fp8
       on x86-64, and the CUDA cast kernels take them (the same functions). Every entry point that
-      computes or steps in a type (model copies, grads, round_to, amp_gemm, the scaler's buffers,
-      the policy's low type) refuses them with AMP_ERR_ARG naming the argument: what a tensor in
-      fp8 needs is a scale, which the scaling recipes give (FP8 SCALING).
+      computes or steps in a type (model copies, grads, round_to, amp_gemm's bias, the scaler's
+      buffers, the policy's low type) refuses them with AMP_ERR_ARG naming the argument: what a
+      tensor in fp8 needs is a scale, which the scaling recipes give (FP8 SCALING). amp_gemm_ex
+      takes fp8 A, B and C with their scales (Tensor Core matrix product, on the CPU).
 
    FP8 SCALING
 
@@ -1524,7 +1525,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
    op(A) is m x k, op(B) is k x n, C is m x n, each stored in `layout` with its leading dimension
    (row-major: the distance between rows, at least the row length; col-major: between columns).
-   A and B: any of f16, bf16, f32, each its own type; C any of the three. Mixed types (f32
+   A and B: any of f16, bf16, f32, each its own type; C any of the three (fp8: see "fp8 inputs and
+   outputs" below). Mixed types (f32
    activations times bf16 weights, say) are never narrowed: each operand is widened exactly to
    their common type (the same type, else f32) while it is packed, so the result is that of the
    product of the widened matrices by the same kernel, bit for bit, and its bound is theirs (on
@@ -1569,6 +1571,50 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
+
+   fp8 inputs and outputs (the CPU only in this version: a CUDA device refuses fp8 types and the
+   fp8 options with AMP_ERR_UNSUPPORTED). A and B may be AMP_E4M3 or AMP_E5M2, each alone or beside
+   an f32, f16 or bf16 other (widened exactly, as any mixed pair), but not both E5M2: the GPUs' fp8
+   Tensor Cores (cuBLASLt on Ada and Hopper) have no E5M2 x E5M2 product, and the recipes never
+   need one (TransformerEngine's HYBRID: E4M3 forward, E5M2 gradients times E4M3 weights or
+   activations), so amp.h refuses it too (AMP_ERR_UNSUPPORTED). Every fp8 value is an f32 number,
+   and so is the product of two of them (at most 4 x 4 significant bits, never below 2^-25): in the
+   reference's sum acc only the additions round. The codes are multiplied, not their dequantised
+   values; the scales come after the sum:
+   - per-tensor (opts->a_scale_inv, b_scale_inv: amp_fp8_scaler's scale_inv of each tensor, NULL
+     for 1): one factor s = fl32(fl32(alpha * a_scale_inv) * b_scale_inv) takes alpha's place,
+     C = act(fl32(s * acc) + fl32(beta * c) + bias), rounded as the reference says (cuBLASLt too
+     applies alpha * scaleA * scaleB to the accumulator). s 0 (alpha 0, or a scale_inv 0): A and B
+     are not read, as for alpha 0.
+   - block-scaled (opts->a_scales / b_scales: the scales amp_quantize_blocks wrote, as stored, with
+     opts->a_blocks / b_blocks their kind): k is cut into blocks of w = 128 (1x128, 128x128) or 32
+     (MX), the last one only as long as k leaves. For each block, in k order, part = the block's
+     sum as above (its own acc, from 0), then acc = fl32(acc + fl32(fl32(sa * sb) * part)), with sa
+     the scale of A's block holding (i, the block's first p) and sb that of B's holding (its first
+     p, j): DeepSeek-V3's promotion into fp32 every 128 of k. Then s as above (per-tensor
+     scale_invs multiply as well). 1x128 and MX blocks lie along a stored row, so they need k along
+     the stored rows: A row-major with ta AMP_NO_TRANS (col-major: AMP_TRANS), B row-major with tb
+     AMP_TRANS (col-major: AMP_NO_TRANS), the layer forward y = x W^T; 128 x 128 blocks are square
+     and serve either way (W in the backward's dX = dY W). Other layouts are refused
+     (AMP_ERR_UNSUPPORTED), as are blocks of different widths (MX beside 1x128). One operand may be
+     block-scaled and the other per-tensor. An E8M0 byte e is 2^(e - 127) (e = 0 is 2^-127, an f32
+     subnormal, which -Ofast's denormals-are-zero mode reads as 0; 0xff is NaN).
+   - an fp8 C needs opts->c_scale (TransformerEngine's output scale; AMP_ERR_ARG without it):
+     C = sat(fl32(t * c_scale)), t the f32 result after bias and activation, then the saturating
+     cast (amp_f32_to_e4m3 / _e5m2(y, 1)): two roundings. beta must be 0 there (AMP_ERR_ARG): C's
+     codes hold result * c_scale, and there is no scale to read them back with (cuBLASLt, too, reads
+     beta's C from a separate 16-bit matrix). c_scale with another C is refused.
+   - opts->c_amax (any C): written with max |t| over the m x n results, t before the multiply by
+     c_scale or the rounding to C's type, as a max of the |t| bits (a NaN wins, as amp_quantize's
+     amax); 0 when m or n is 0. Give it to amp_fp8_scaler_record for the next step's c_scale.
+   With an fp8 C, c_amax or block scales, the f32 results go through an m x n buffer allocated for
+   the call (two, and n floats, with block scales), and block scales run the product once per block
+   of k, packing each block anew. AMP_GEMM_AUTO widens fp8 while packing and runs the fast kernels
+   above: per-tensor, their bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
+   a(i,p) b(p,j)| <= (k + nb + 4) 2^-24 sum_b |sa sb| sum_(p in b) |a(i,p) b(p,j)|, nb the number of
+   blocks (each part within the fast kernels' bound, three roundings a block, the blocks' sum).
+   tests/test_gemm_fp8.c checks the reference against a plain loop over the codes, bit for bit,
+   and the fast kernels against that bound, in every layout the scales allow.
 
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
@@ -8716,8 +8762,9 @@ static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype
     return amp__fail(AMP_ERR_UNSUPPORTED, "%s: a_type and b_type are both AMP_E5M2: the GPUs' fp8 Tensor Cores "
                      "(cuBLASLt) have no E5M2 x E5M2 product, so neither has amp.h; make one of them AMP_E4M3", op);
   if (c8 && !o->c_scale)
-    return amp__fail(AMP_ERR_ARG, "%s: c_type is %s and opts->c_scale is NULL: an fp8 C is stored as "
-                     "sat(result * *c_scale), give the scale (amp_fp8_scaler_scale_ptr)", op, amp__dtype_name(c_type));
+    return amp__fail(AMP_ERR_ARG, "%s: c_type %d (%s) is fp8 and opts->c_scale is NULL (plain amp_gemm has "
+                     "none): an fp8 C is stored as sat(result * *c_scale), give the scale (amp_fp8_scaler_scale_ptr)",
+                     op, (int)c_type, amp__dtype_name(c_type));
   if (!c8 && o->c_scale)
     return amp__fail(AMP_ERR_ARG, "%s: opts->c_scale is given and c_type is %s: c_scale scales an fp8 C "
                      "(AMP_E4M3 or AMP_E5M2) only", op, amp__dtype_name(c_type));
