@@ -8644,8 +8644,9 @@ static float amp__gemm_block_scale(const void *sc, amp_block_scaling kind, int r
 
 /* amp__gemm_cpu with the fp8 options of o. a_kcol (b_kcol): k runs along the rows of A (B) as
    stored (row-major view), i.e. op(A)(i, p) is stored at (i, p) (op(B)(p, j) at (j, p)); else at
-   (p, i) ((p, j)). */
-static amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars,
+   (p, i) ((p, j)). AMP__EXACT_FP: GCC under -Ofast would otherwise re-associate the scale
+   products (amp__fmul's barriers are Clang's). */
+static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars,
                                     size_t acs, const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
                                     void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o,
                                     int a_kcol, int b_kcol) {
