@@ -323,6 +323,25 @@ static void degenerate_sizes(void) {
          amp_e4m3_to_f32(c8[0]), amp_e4m3_to_f32(c8[1]), amax);
 }
 
+/* A NaN code in A: that result is NaN, and c_amax is NaN whatever the larger finite results
+   (the bits' max, as amp_quantize's amax); the fp8 C holds the NaN code. */
+static void c_amax_nan_wins(void) {
+  amp_fp8 a[4] = {0x7f, 0x38, 0x7e, 0x38}, b[2] = {0x38, 0x38}, c8[8];   /* NaN, 1, 448, 1; B: 1, 1 */
+  float amax = 0, cs = 0.5f, c[4];
+  amp_gemm_opts o;
+  memset(&o, 0, sizeof o);
+  o.c_amax = &amax; o.c_scale = &cs;
+  EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 4, 2, 1, 1.0f, a, AMP_E4M3, 1, b, AMP_E4M3, 2,
+                     0.0f, c8, AMP_E4M3, 2, &o) == AMP_OK, "%s", amp_last_error());
+  EXPECT((bits(amax) & 0x7fffffffu) > 0x7f800000u, "c_amax 0x%08x is not NaN", bits(amax));
+  EXPECT((c8[0] & 0x7f) == 0x7f && (c8[1] & 0x7f) == 0x7f && c8[2] == 0x30 && c8[3] == 0x30 && c8[4] == 0x76 &&
+         c8[5] == 0x76 && c8[6] == 0x30, "fp8 C %02x %02x %02x %02x %02x", c8[0], c8[1], c8[2], c8[3], c8[4]);
+  o.c_scale = NULL; amax = 0;
+  EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 1, 1.0f, a + 2, AMP_E4M3, 1, b, AMP_E4M3,
+                     2, 0.0f, c, AMP_F32, 2, &o) == AMP_OK && amax == 448.0f && c[0] == 448.0f && c[3] == 1.0f,
+         "amax %g c %g %g", amax, c[0], c[3]);
+}
+
 /* Each refusal: its status, a message naming amp_gemm_ex and the argument, C and c_amax untouched. */
 static void refusals_change_nothing(void) {
   amp_fp8 a[256], b[256];
@@ -383,6 +402,7 @@ int main(void) {
   RUN(fp8_c_amax_and_epilogue);
   RUN(the_avx2_fma_kernel_too);
   RUN(degenerate_sizes);
+  RUN(c_amax_nan_wins);
   RUN(refusals_change_nothing);
   TEST_END();
 }
