@@ -342,6 +342,29 @@ static void c_amax_nan_wins(void) {
          "amax %g c %g %g", amax, c[0], c[3]);
 }
 
+/* A CUDA device refuses fp8 (this version's CUDA product has none) before it reaches the device:
+   AMP_ERR_UNSUPPORTED, the message saying so, C untouched. The device is a record with is_cuda
+   set (this test includes the implementation); nothing of it is used past the check. */
+static void cuda_device_refuses_fp8(void) {
+  amp_device fake;
+  amp_fp8 a[4] = {0x38, 0x38, 0x38, 0x38};
+  float c[4] = {5, 5, 5, 5}, si = 1.0f;
+  amp_gemm_opts o;
+  int r;
+  memset(&fake, 0, sizeof fake);
+  fake.is_cuda = 1;
+  for (r = 0; r < 2; r++) {
+    amp_status st;
+    memset(&o, 0, sizeof o);
+    if (r) o.a_scale_inv = &si;   /* an fp8 option with 16-bit inputs */
+    st = amp_gemm_ex(&fake, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, r ? AMP_F16 : AMP_E4M3, 2, a,
+                     r ? AMP_F16 : AMP_E4M3, 2, 0.0f, c, AMP_F32, 2, &o);
+    EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_gemm_ex") && strstr(amp_last_error(), "CPU only"),
+           "case %d: %s (%s)", r, amp_status_string(st), amp_last_error());
+    EXPECT(c[0] == 5 && c[3] == 5, "case %d changed C", r);
+  }
+}
+
 /* Each refusal: its status, a message naming amp_gemm_ex and the argument, C and c_amax untouched. */
 static void refusals_change_nothing(void) {
   amp_fp8 a[256], b[256];
@@ -404,5 +427,6 @@ int main(void) {
   RUN(degenerate_sizes);
   RUN(c_amax_nan_wins);
   RUN(refusals_change_nothing);
+  RUN(cuda_device_refuses_fp8);
   TEST_END();
 }
