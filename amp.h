@@ -8074,8 +8074,23 @@ static inline AMP__T512 __m512 amp__gemm_ld16_f16(const void *p, __mmask16 m) {
 static inline AMP__T512 __m512 amp__gemm_ld16_bf16(const void *p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
+/* fp8 codes, exactly, as amp_e4m3_to_f32 / amp_e5m2_to_f32 compute them: E5M2 is the upper byte
+   of an f16 (vcvtph2ps); E4M3 normal codes are their bits moved into f32's fields, the subnormals
+   m * 2^-9 (exact), 0x7f NaN, the sign put back. */
+static inline AMP__T512 __m512 amp__gemm_ld16_fp8(const void *p, __mmask16 m, amp_dtype t) {
+  __m512i x = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
+  __m512i a, r;
+  if (t == AMP_E5M2) return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_slli_epi32(x, 8)));
+  a = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+  r = _mm512_add_epi32(_mm512_slli_epi32(a, 20), _mm512_set1_epi32(120 << 23));
+  r = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(8)), r,
+                              _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(0.001953125f))));
+  r = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(0x7f)), r, _mm512_set1_epi32(0x7fc00000));
+  return _mm512_castsi512_ps(_mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24)));
+}
 static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
   __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+  if (t == AMP_E4M3 || t == AMP_E5M2) return amp__gemm_ld16_fp8(p, m, t);
 #define AMP__V_(E, N, T, S) return amp__gemm_ld16_##N(p, m);
   AMP__DTYPE_VSWITCH(t, AMP__V_)
 #undef AMP__V_
@@ -8091,6 +8106,7 @@ static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
+  if (t == AMP_E4M3 || t == AMP_E5M2) return _mm512_castps512_ps256(amp__gemm_ld16_fp8(p, (__mmask16)0xff, t));
 #define AMP__V_(E, N, T, S) return amp__gemm_ld8_##N(p);
   AMP__DTYPE_VSWITCH(t, AMP__V_)
 #undef AMP__V_
@@ -8118,8 +8134,7 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
                                          int cols) {
   size_t es = amp_dtype_size(t);
   int s, r, c, ns = (rows + W - 1) / W;
-  /* (fp8 has no vector load here: the plain packing, whose gathers take amp_convert's fp8 loops) */
-  if ((rs != 1 && cs != 1) || es == 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
+  if (rs != 1 && cs != 1) { amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols); return; }
   if (rs == 1 && W % 8 == 0 && W < 16) {   /* a column is contiguous, narrow slivers (A's): 16 rows a load, 8 rows
                                               (one sliver's part) a store */
     int tot = ns * W;

@@ -365,6 +365,43 @@ static void cuda_device_refuses_fp8(void) {
   }
 }
 
+/* Every fp8 code through the fast kernels' packing (AVX-512: the vector fp8 loads), in every
+   layout: A (256 x 16) holds code i at (i, i % 16) and zeros, B is the 16 x 16 identity, so every
+   product and sum is exact and the fast result must be the reference's bits (both NaN where a NaN
+   or an inf code meets a 0). */
+static void every_code_through_the_fast_packing(void) {
+  int f, L, ta, tb, i, p, bad = 0;
+  for (f = 0; f < 2; f++)
+    for (L = 0; L < 2; L++)
+      for (ta = 0; ta < 2; ta++)
+        for (tb = 0; tb < 2; tb++) {
+          amp_dtype t = f ? AMP_E5M2 : AMP_E4M3, bt = f ? AMP_E4M3 : AMP_E5M2;   /* never E5M2 x E5M2 */
+          int row = L == 0, lda = (row == (ta == 0)) ? 16 : 256, ldb = 16;
+          amp_fp8 a[256 * 16], b[256];
+          float c0[256 * 16], c1[256 * 16];
+          amp_gemm_opts o;
+          for (i = 0; i < 256; i++)
+            for (p = 0; p < 16; p++) {
+              amp_fp8 v = (amp_fp8)(p == i % 16 ? i : 0);
+              if (row == (ta == 0)) a[i * 16 + p] = v; else a[p * 256 + i] = v;   /* (i, p) stored at row i, else column */
+            }
+          for (i = 0; i < 256; i++) b[i] = (amp_fp8)(i / 16 == i % 16 ? (f ? 0x38 : 0x3c) : 0);   /* 1.0 */
+          memset(&o, 0, sizeof o);
+          o.algo = AMP_GEMM_REFERENCE;
+          EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, (amp_trans)ta, (amp_trans)tb, 256, 16, 16, 1.0f, a, t, lda, b, bt, ldb,
+                             0.0f, c0, AMP_F32, row ? 16 : 256, &o) == AMP_OK, "%s", amp_last_error());
+          o.algo = AMP_GEMM_AUTO;
+          EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, (amp_trans)ta, (amp_trans)tb, 256, 16, 16, 1.0f, a, t, lda, b, bt, ldb,
+                             0.0f, c1, AMP_F32, row ? 16 : 256, &o) == AMP_OK, "%s", amp_last_error());
+          for (i = 0; i < 256 * 16 && bad < 4; i++)
+            if (bits(c0[i]) != bits(c1[i]) && !((bits(c0[i]) & 0x7fffffffu) > 0x7f800000u && (bits(c1[i]) & 0x7fffffffu) > 0x7f800000u)) {
+              bad++;
+              EXPECT(0, "%s %s %c%c: C[%d] fast 0x%08x, reference 0x%08x", tn(t), row ? "row" : "col", ta ? 'T' : 'N',
+                     tb ? 'T' : 'N', i, bits(c1[i]), bits(c0[i]));
+            }
+        }
+}
+
 /* Each refusal: its status, a message naming amp_gemm_ex and the argument, C and c_amax untouched. */
 static void refusals_change_nothing(void) {
   amp_fp8 a[256], b[256];
@@ -423,6 +460,7 @@ int main(void) {
   RUN(per_tensor_every_layout_reference_bits_and_fast_bound);
   RUN(block_scaled_reference_bits_and_fast_bound);
   RUN(fp8_c_amax_and_epilogue);
+  RUN(every_code_through_the_fast_packing);
   RUN(the_avx2_fma_kernel_too);
   RUN(degenerate_sizes);
   RUN(c_amax_nan_wins);
