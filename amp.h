@@ -1609,8 +1609,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      amax); 0 when m or n is 0. Give it to amp_fp8_scaler_record for the next step's c_scale.
    With an fp8 C, c_amax or block scales, the f32 results go through an m x n buffer allocated for
    the call (two, and n floats, with block scales), and block scales run the product once per block
-   of k, packing each block anew. AMP_GEMM_AUTO widens fp8 while packing and runs the fast kernels
-   above: per-tensor, their bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
+   of k, packing each block anew. AMP_GEMM_AUTO widens fp8 while packing (AVX-512: vector loads
+   that build the f32 bits from the codes' fields; AVX2: amp_convert's fp8 loops) and runs the
+   fast kernels above: per-tensor, their bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
    a(i,p) b(p,j)| <= (k + nb + 4) 2^-24 sum_b |sa sb| sum_(p in b) |a(i,p) b(p,j)|, nb the number of
    blocks (each part within the fast kernels' bound, three roundings a block, the blocks' sum).
    tests/test_gemm_fp8.c checks the reference against a plain loop over the codes, bit for bit,
@@ -8634,8 +8635,9 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
 }
 
 /* ---- fp8 products (the manual's "fp8 inputs and outputs"): a wrapper around amp__gemm_cpu ----
-   fp8 inputs are widened exactly to f32 while they are packed (amp__gemm_pack; amp_convert's fp8
-   loops), so every kernel above computes fp8 products unchanged. Block scales: the product is run
+   fp8 inputs are widened exactly to f32 while they are packed (amp__gemm_pack_512's fp8 loads,
+   amp__gemm_ld16_fp8; amp__gemm_pack's gathers through amp_convert's fp8 loops), so every kernel
+   above computes fp8 products unchanged. Block scales: the product is run
    once per k block (32 or 128 deep) into an f32 buffer, each block's sums scaled and added in k
    order. An fp8 C, or c_amax: the f32 results go through the buffer, then the epilogue, the amax
    and the scaled cast. */
@@ -8661,10 +8663,10 @@ static float amp__gemm_block_scale(const void *sc, amp_block_scaling kind, int r
    stored (row-major view), i.e. op(A)(i, p) is stored at (i, p) (op(B)(p, j) at (j, p)); else at
    (p, i) ((p, j)). AMP__EXACT_FP: GCC under -Ofast would otherwise re-associate the scale
    products (amp__fmul's barriers are Clang's). */
-static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars,
-                                    size_t acs, const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
-                                    void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o,
-                                    int a_kcol, int b_kcol) {
+static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alpha, const void *A, amp_dtype at,
+                                                  size_t ars, size_t acs, const void *B, amp_dtype bt, size_t brs,
+                                                  size_t bcs, float beta, void *C, amp_dtype ct, size_t crs,
+                                                  size_t ccs, const amp_gemm_opts *o, int a_kcol, int b_kcol) {
   amp_gemm_opts po;   /* the bare product: no epilogue, the caller's algo */
   float s = alpha, *T, *P = NULL, *sb = NULL;
   int blocks = o->a_scales || o->b_scales, c8 = amp__gemm_is_fp8(ct), has_bias = o->bias != NULL, i, j;
