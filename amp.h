@@ -164,9 +164,10 @@
       casts between them and f32/f16/bf16 in every direction (into fp8 saturating, as above; fp8 to
       any other format exactly; E4M3 <-> E5M2 through f32), with AVX-512/AVX2 loops for f32 <-> fp8
       on x86-64, and the CUDA cast kernels take them (the same functions). Every entry point that
-      computes or steps in a type (model copies, grads, round_to, amp_gemm, the scaler's buffers,
-      the policy's low type) refuses them with AMP_ERR_ARG naming the argument: what a tensor in
-      fp8 needs is a scale, which the scaling recipes give (FP8 SCALING).
+      computes or steps in a type (model copies, grads, round_to, amp_gemm's bias, the scaler's
+      buffers, the policy's low type) refuses them with AMP_ERR_ARG naming the argument: what a
+      tensor in fp8 needs is a scale, which the scaling recipes give (FP8 SCALING). amp_gemm_ex
+      takes fp8 A, B and C with their scales (Tensor Core matrix product, on the CPU).
 
    FP8 SCALING
 
@@ -1601,7 +1602,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
    op(A) is m x k, op(B) is k x n, C is m x n, each stored in `layout` with its leading dimension
    (row-major: the distance between rows, at least the row length; col-major: between columns).
-   A and B: any of f16, bf16, f32, each its own type; C any of the three. Mixed types (f32
+   A and B: any of f16, bf16, f32, each its own type; C any of the three (fp8: see "fp8 inputs and
+   outputs" below). Mixed types (f32
    activations times bf16 weights, say) are never narrowed: each operand is widened exactly to
    their common type (the same type, else f32) while it is packed, so the result is that of the
    product of the widened matrices by the same kernel, bit for bit, and its bound is theirs (on
@@ -1647,6 +1649,51 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
 
+   fp8 inputs and outputs (the CPU only in this version: a CUDA device refuses fp8 types and the
+   fp8 options with AMP_ERR_UNSUPPORTED). A and B may be AMP_E4M3 or AMP_E5M2, each alone or beside
+   an f32, f16 or bf16 other (widened exactly, as any mixed pair), but not both E5M2: the GPUs' fp8
+   Tensor Cores (cuBLASLt on Ada and Hopper) have no E5M2 x E5M2 product, and the recipes never
+   need one (TransformerEngine's HYBRID: E4M3 forward, E5M2 gradients times E4M3 weights or
+   activations), so amp.h refuses it too (AMP_ERR_UNSUPPORTED). Every fp8 value is an f32 number,
+   and so is the product of two of them (at most 4 x 4 significant bits, never below 2^-25): in the
+   reference's sum acc only the additions round. The codes are multiplied, not their dequantised
+   values; the scales come after the sum:
+   - per-tensor (opts->a_scale_inv, b_scale_inv: amp_fp8_scaler's scale_inv of each tensor, NULL
+     for 1): one factor s = fl32(fl32(alpha * a_scale_inv) * b_scale_inv) takes alpha's place,
+     C = act(fl32(s * acc) + fl32(beta * c) + bias), rounded as the reference says (cuBLASLt too
+     applies alpha * scaleA * scaleB to the accumulator). s 0 (alpha 0, or a scale_inv 0): A and B
+     are not read, as for alpha 0.
+   - block-scaled (opts->a_scales / b_scales: the scales amp_quantize_blocks wrote, as stored, with
+     opts->a_blocks / b_blocks their kind): k is cut into blocks of w = 128 (1x128, 128x128) or 32
+     (MX), the last one only as long as k leaves. For each block, in k order, part = the block's
+     sum as above (its own acc, from 0), then acc = fl32(acc + fl32(fl32(sa * sb) * part)), with sa
+     the scale of A's block holding (i, the block's first p) and sb that of B's holding (its first
+     p, j): DeepSeek-V3's promotion into fp32 every 128 of k. Then s as above (per-tensor
+     scale_invs multiply as well). 1x128 and MX blocks lie along a stored row, so they need k along
+     the stored rows: A row-major with ta AMP_NO_TRANS (col-major: AMP_TRANS), B row-major with tb
+     AMP_TRANS (col-major: AMP_NO_TRANS), the layer forward y = x W^T; 128 x 128 blocks are square
+     and serve either way (W in the backward's dX = dY W). Other layouts are refused
+     (AMP_ERR_UNSUPPORTED), as are blocks of different widths (MX beside 1x128). One operand may be
+     block-scaled and the other per-tensor. An E8M0 byte e is 2^(e - 127) (e = 0 is 2^-127, an f32
+     subnormal, which -Ofast's denormals-are-zero mode reads as 0; 0xff is NaN).
+   - an fp8 C needs opts->c_scale (TransformerEngine's output scale; AMP_ERR_ARG without it):
+     C = sat(fl32(t * c_scale)), t the f32 result after bias and activation, then the saturating
+     cast (amp_f32_to_e4m3 / _e5m2(y, 1)): two roundings. beta must be 0 there (AMP_ERR_ARG): C's
+     codes hold result * c_scale, and there is no scale to read them back with (cuBLASLt, too, reads
+     beta's C from a separate 16-bit matrix). c_scale with another C is refused.
+   - opts->c_amax (any C): written with max |t| over the m x n results, t before the multiply by
+     c_scale or the rounding to C's type, as a max of the |t| bits (a NaN wins, as amp_quantize's
+     amax); 0 when m or n is 0. Give it to amp_fp8_scaler_record for the next step's c_scale.
+   With an fp8 C, c_amax or block scales, the f32 results go through an m x n buffer allocated for
+   the call (two, and n floats, with block scales), and block scales run the product once per block
+   of k, packing each block anew. AMP_GEMM_AUTO widens fp8 while packing (AVX-512: vector loads
+   that build the f32 bits from the codes' fields; AVX2: amp_convert's fp8 loops) and runs the
+   fast kernels above: per-tensor, their bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
+   a(i,p) b(p,j)| <= (k + nb + 4) 2^-24 sum_b |sa sb| sum_(p in b) |a(i,p) b(p,j)|, nb the number of
+   blocks (each part within the fast kernels' bound, three roundings a block, the blocks' sum).
+   tests/test_gemm_fp8.c checks the reference against a plain loop over the codes, bit for bit,
+   and the fast kernels against that bound, in every layout the scales allow.
+
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
    |a(i,p) b(p,j)| before the output rounding, plus up to 3 roundings of the output type
@@ -1690,6 +1737,15 @@ typedef enum amp_gemm_algo {
                          triple loop; for tests and teaching) */
 } amp_gemm_algo;
 
+/* The kinds of fp8 block scaling (the manual's BLOCK SCALING; amp_quantize_blocks writes them,
+   amp_gemm_ex reads them). */
+typedef enum amp_block_scaling {
+  AMP_BLOCK_MX_RCEIL = 0,  /* 1 x 32, E8M0 scale rounded up (cuBLAS, TransformerEngine) */
+  AMP_BLOCK_MX_FLOOR,      /* 1 x 32, E8M0 scale from amax's exponent (OCP MX v1.0, torchao) */
+  AMP_BLOCK_1x128,         /* 1 x 128, float scale (DeepSeek-V3 activations and gradients) */
+  AMP_BLOCK_128x128        /* 128 x 128, float scale (DeepSeek-V3 weights) */
+} amp_block_scaling;
+
 /* Options of amp_gemm_ex; a zero-initialised struct (or NULL) is plain amp_gemm. */
 typedef struct amp_gemm_opts {
   const void *bias;       /* NULL -> no bias. n values: C(i,j) gets + bias[j] before the activation */
@@ -1699,6 +1755,15 @@ typedef struct amp_gemm_opts {
   int allow_tf32;         /* f32 inputs on CUDA: 0 -> full f32 products (CUBLAS_COMPUTE_32F);
                              1 -> TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32, 10-bit mantissas).
                              The CPU always computes in f32. */
+  /* fp8 (the manual's "fp8 inputs and outputs" under the matrix product). CPU only for now: a
+     CUDA device refuses fp8 types and every field below with AMP_ERR_UNSUPPORTED. */
+  const float *a_scale_inv;  /* NULL -> 1: A's per-tensor dequantisation factor (amp_fp8_scaler's */
+  const float *b_scale_inv;  /*   scale_inv); the sum is multiplied by fl32(fl32(alpha * a) * b) */
+  amp_block_scaling a_blocks, b_blocks;   /* the kinds of a_scales / b_scales (read only when given) */
+  const void *a_scales;      /* NULL -> per-tensor; else amp_quantize_blocks' scales of A as stored */
+  const void *b_scales;      /*   (and of B): the sum is scaled per 32 or 128 of k */
+  const float *c_scale;      /* C of an fp8 type: stored as sat(result * *c_scale); required there */
+  float *c_amax;             /* NULL, or written: max |result| before the cast to C's type (NaN wins) */
 } amp_gemm_opts;
 
 /* amp_gemm with a fused epilogue: C = act(alpha * op(A) op(B) + beta * C + bias). The layer
@@ -1715,12 +1780,6 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
    fp8 block scaling (the manual's BLOCK SCALING)
    ------------------------------------------------------------------------------------------ */
 
-typedef enum amp_block_scaling {
-  AMP_BLOCK_MX_RCEIL = 0,  /* 1 x 32, E8M0 scale rounded up (cuBLAS, TransformerEngine) */
-  AMP_BLOCK_MX_FLOOR,      /* 1 x 32, E8M0 scale from amax's exponent (OCP MX v1.0, torchao) */
-  AMP_BLOCK_1x128,         /* 1 x 128, float scale (DeepSeek-V3 activations and gradients) */
-  AMP_BLOCK_128x128        /* 128 x 128, float scale (DeepSeek-V3 weights) */
-} amp_block_scaling;
 /* x: rows x cols, row-major, ldx elements per row (f32, f16 or bf16, aligned to its size) -> q: fp8
    codes (AMP_E4M3 or AMP_E5M2), ldq bytes per row, and scales, packed row-major: MX: uint8 E8M0,
    rows x ceil(cols/32); 1x128: float, rows x ceil(cols/128); 128x128: float, ceil(rows/128) x
@@ -8285,8 +8344,23 @@ static inline AMP__T512 __m512 amp__gemm_ld16_f16(const void *p, __mmask16 m) {
 static inline AMP__T512 __m512 amp__gemm_ld16_bf16(const void *p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
+/* fp8 codes, exactly, as amp_e4m3_to_f32 / amp_e5m2_to_f32 compute them: E5M2 is the upper byte
+   of an f16 (vcvtph2ps); E4M3 normal codes are their bits moved into f32's fields, the subnormals
+   m * 2^-9 (exact), 0x7f NaN, the sign put back. */
+static inline AMP__T512 __m512 amp__gemm_ld16_fp8(const void *p, __mmask16 m, amp_dtype t) {
+  __m512i x = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
+  __m512i a, r;
+  if (t == AMP_E5M2) return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_slli_epi32(x, 8)));
+  a = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+  r = _mm512_add_epi32(_mm512_slli_epi32(a, 20), _mm512_set1_epi32(120 << 23));
+  r = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(8)), r,
+                              _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(0.001953125f))));
+  r = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(0x7f)), r, _mm512_set1_epi32(0x7fc00000));
+  return _mm512_castsi512_ps(_mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24)));
+}
 static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
   __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+  if (t == AMP_E4M3 || t == AMP_E5M2) return amp__gemm_ld16_fp8(p, m, t);
 #define AMP__V_(E, N, T, S) return amp__gemm_ld16_##N(p, m);
   AMP__DTYPE_VSWITCH(t, AMP__V_)
 #undef AMP__V_
@@ -8302,6 +8376,7 @@ static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
+  if (t == AMP_E4M3 || t == AMP_E5M2) return _mm512_castps512_ps256(amp__gemm_ld16_fp8(p, (__mmask16)0xff, t));
 #define AMP__V_(E, N, T, S) return amp__gemm_ld8_##N(p);
   AMP__DTYPE_VSWITCH(t, AMP__V_)
 #undef AMP__V_
@@ -8828,6 +8903,100 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   return AMP_OK;
 }
 
+/* ---- fp8 products (the manual's "fp8 inputs and outputs"): a wrapper around amp__gemm_cpu ----
+   fp8 inputs are widened exactly to f32 while they are packed (amp__gemm_pack_512's fp8 loads,
+   amp__gemm_ld16_fp8; amp__gemm_pack's gathers through amp_convert's fp8 loops), so every kernel
+   above computes fp8 products unchanged. Block scales: the product is run
+   once per k block (32 or 128 deep) into an f32 buffer, each block's sums scaled and added in k
+   order. An fp8 C, or c_amax: the f32 results go through the buffer, then the epilogue, the amax
+   and the scaled cast. */
+static int amp__gemm_is_fp8(amp_dtype t) {
+  const amp__dtype_traits *r = amp__dtype_row(t);
+  return r && !r->compute;
+}
+static int amp__gemm_block_width(amp_block_scaling kind) {
+  return kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR ? 32 : 128;
+}
+/* The scale of the block holding element (r, c) of a row-major rows x cols matrix (cols: the
+   stored matrix's width), as amp_quantize_blocks stored it. E8M0 e is 2^(e - 127), 0xff NaN. */
+static float amp__gemm_block_scale(const void *sc, amp_block_scaling kind, int r, int c, int cols) {
+  if (kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR) {
+    uint32_t e = ((const uint8_t *)sc)[(size_t)r * (size_t)((cols + 31) / 32) + (size_t)(c / 32)];
+    return amp__bits_f32(e == 255u ? 0x7fc00000u : e == 0u ? 0x00400000u : e << 23);
+  }
+  if (kind == AMP_BLOCK_128x128) r /= 128;
+  return ((const float *)sc)[(size_t)r * (size_t)((cols + 127) / 128) + (size_t)(c / 128)];
+}
+
+/* amp__gemm_cpu with the fp8 options of o. a_kcol (b_kcol): k runs along the rows of A (B) as
+   stored (row-major view), i.e. op(A)(i, p) is stored at (i, p) (op(B)(p, j) at (j, p)); else at
+   (p, i) ((p, j)). AMP__EXACT_FP: GCC under -Ofast would otherwise re-associate the scale
+   products (amp__fmul's barriers are Clang's). */
+static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alpha, const void *A, amp_dtype at,
+                                                  size_t ars, size_t acs, const void *B, amp_dtype bt, size_t brs,
+                                                  size_t bcs, float beta, void *C, amp_dtype ct, size_t crs,
+                                                  size_t ccs, const amp_gemm_opts *o, int a_kcol, int b_kcol) {
+  amp_gemm_opts po;   /* the bare product: no epilogue, the caller's algo */
+  float s = alpha, *T, *P = NULL, *sb = NULL;
+  int blocks = o->a_scales || o->b_scales, c8 = amp__gemm_is_fp8(ct), has_bias = o->bias != NULL, i, j;
+  size_t mn = (size_t)m * (size_t)n;
+  uint32_t amax = 0u;
+  amp_status st = AMP_OK;
+  if (o->a_scale_inv) s = amp__fmul(s, *o->a_scale_inv);
+  if (o->b_scale_inv) s = amp__fmul(s, *o->b_scale_inv);
+  if (!blocks && !c8 && !o->c_amax)   /* per-tensor scales alone: one factor on the sum */
+    return amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, beta, C, ct, crs, ccs, o);
+  memset(&po, 0, sizeof po);
+  po.algo = o->algo;
+  T = (float *)AMP_MALLOC(mn * sizeof(float) * (blocks ? 2 : 1) + (blocks ? (size_t)n * sizeof(float) : 0));
+  if (!T) return amp__fail(AMP_ERR_NOMEM, "amp_gemm_ex: out of memory for %zu floats of fp8 product results",
+                           mn * (blocks ? 2 : 1));
+  for (i = 0; (size_t)i < mn; i++) T[i] = 0.0f;
+  if (k > 0 && s != 0.0f && !blocks) {
+    st = amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, 0.0f, T, AMP_F32, (size_t)n, 1, &po);
+  } else if (k > 0 && s != 0.0f) {
+    int w = amp__gemm_block_width(o->a_scales ? o->a_blocks : o->b_blocks), p0;
+    size_t asz = amp_dtype_size(at), bsz = amp_dtype_size(bt);
+    P = T + mn;
+    sb = P + mn;
+    for (p0 = 0; p0 < k && st == AMP_OK; p0 += w) {
+      int kw = k - p0 < w ? k - p0 : w;
+      st = amp__gemm_cpu(m, n, kw, 1.0f, (const char *)A + (size_t)p0 * acs * asz, at, ars, acs,
+                         (const char *)B + (size_t)p0 * brs * bsz, bt, brs, bcs, 0.0f, P, AMP_F32, (size_t)n, 1, &po);
+      for (j = 0; j < n; j++)
+        sb[j] = !o->b_scales ? 1.0f
+                : b_kcol     ? amp__gemm_block_scale(o->b_scales, o->b_blocks, j, p0, k)
+                             : amp__gemm_block_scale(o->b_scales, o->b_blocks, p0, j, n);
+      for (i = 0; i < m && st == AMP_OK; i++) {
+        float sa = !o->a_scales ? 1.0f
+                   : a_kcol     ? amp__gemm_block_scale(o->a_scales, o->a_blocks, i, p0, k)
+                                : amp__gemm_block_scale(o->a_scales, o->a_blocks, p0, i, m);
+        float *t = T + (size_t)i * n;
+        const float *pr = P + (size_t)i * n;
+        for (j = 0; j < n; j++) t[j] = amp__fadd(t[j], amp__fmul(amp__fmul(sa, sb[j]), pr[j]));
+      }
+    }
+    for (i = 0; (size_t)i < mn; i++) T[i] = amp__fmul(s, T[i]);
+  }
+  if (st != AMP_OK) { AMP_FREE(T); return st; }
+  {   /* the epilogue of the reference, then the amax and the cast */
+    float cs = c8 ? *o->c_scale : 1.0f;
+    for (i = 0; i < m; i++)
+      for (j = 0; j < n; j++) {
+        size_t at2 = (size_t)i * crs + (size_t)j * ccs;
+        float c = beta != 0.0f ? amp__load(C, ct, at2) : 0.0f;
+        float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f;
+        float t = amp__gemm_epi(amp__gemm_blend(T[(size_t)i * n + j], 1.0f, beta, c), has_bias, bias, (int)o->act);
+        uint32_t a = amp__f32_bits(t) & 0x7fffffffu;
+        if (a > amax) amax = a;
+        amp__store(C, ct, at2, c8 ? amp__fmul(t, cs) : t);
+      }
+  }
+  if (o->c_amax) *o->c_amax = amp__bits_f32(amax);
+  AMP_FREE(T);
+  return AMP_OK;
+}
+
 /* The CPU's operation: the strides of op(A), op(B) and C in elements, then the CPU product (the
    fast kernel or the reference, amp__gemm_pick), which sets amp_last_error itself, so msg stays
    empty. */
@@ -8846,6 +9015,11 @@ static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, 
     brs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb; bcs = tb == AMP_NO_TRANS ? (size_t)ldb : 1;
     crs = 1; ccs = (size_t)ldc;
   }
+  if (amp__gemm_is_fp8(a_type) || amp__gemm_is_fp8(b_type) || amp__gemm_is_fp8(c_type) || o->a_scale_inv ||
+      o->b_scale_inv || o->a_scales || o->b_scales || o->c_amax)
+    return amp__gemm_cpu_fp8(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o,
+                             (layout == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS),
+                             (layout == AMP_ROW_MAJOR) == (tb == AMP_TRANS));
   return amp__gemm_cpu(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o);
 }
 
@@ -8859,10 +9033,70 @@ static size_t amp__gemm_op_span(int row, amp_trans t, int r, int c, int ld) {
   return amp__gemm_span(row ? rows : cols, row ? cols : rows, ld);
 }
 
+/* The fp8 arguments of amp_gemm_ex (the manual's "fp8 inputs and outputs"); nothing is read but
+   the pointers' values and the types. */
+static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype b_type, amp_dtype c_type, int m,
+                                      int n, int k, int row, amp_trans ta, amp_trans tb, float beta,
+                                      const amp_gemm_opts *o) {
+  int a8 = amp__gemm_is_fp8(a_type), b8 = amp__gemm_is_fp8(b_type), c8 = amp__gemm_is_fp8(c_type), x;
+  const char *op = "amp_gemm_ex";
+  if (amp_device_is_cuda(d) && (a8 || b8 || c8 || o->a_scale_inv || o->b_scale_inv || o->a_scales || o->b_scales ||
+                                o->c_scale || o->c_amax))
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: fp8 products (a_type %s, b_type %s, c_type %s, or the opts' fp8 "
+                     "scales and amax) run on the CPU only in this version, and d is a CUDA device", op,
+                     amp__dtype_name(a_type), amp__dtype_name(b_type), amp__dtype_name(c_type));
+  if (a_type == AMP_E5M2 && b_type == AMP_E5M2)
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: a_type and b_type are both AMP_E5M2: the GPUs' fp8 Tensor Cores "
+                     "(cuBLASLt) have no E5M2 x E5M2 product, so neither has amp.h; make one of them AMP_E4M3", op);
+  if (c8 && !o->c_scale)
+    return amp__fail(AMP_ERR_ARG, "%s: c_type %d (%s) is fp8 and opts->c_scale is NULL (plain amp_gemm has "
+                     "none): an fp8 C is stored as sat(result * *c_scale), give the scale (amp_fp8_scaler_scale_ptr)",
+                     op, (int)c_type, amp__dtype_name(c_type));
+  if (!c8 && o->c_scale)
+    return amp__fail(AMP_ERR_ARG, "%s: opts->c_scale is given and c_type is %s: c_scale scales an fp8 C "
+                     "(AMP_E4M3 or AMP_E5M2) only", op, amp__dtype_name(c_type));
+  if (c8 && beta != 0.0f)
+    return amp__fail(AMP_ERR_ARG, "%s: beta is %g with an fp8 C (%s): C's codes hold result * c_scale, and "
+                     "amp_gemm_ex has no scale to read them back with; beta must be 0 (cuBLASLt too reads beta's "
+                     "C from a separate 16-bit matrix)", op, (double)beta, amp__dtype_name(c_type));
+  for (x = 0; x < 2; x++) {
+    const char *name = x ? "b" : "a";
+    const void *sc = x ? o->b_scales : o->a_scales;
+    amp_block_scaling kind = x ? o->b_blocks : o->a_blocks;
+    amp_dtype t = x ? b_type : a_type;
+    /* k along the stored rows: op(A)(i, p) stored at row i, op(B)(p, j) at row j */
+    int kcol = x ? row == (tb == AMP_TRANS) : row == (ta == AMP_NO_TRANS);
+    if (!sc) continue;
+    if (kind != AMP_BLOCK_MX_RCEIL && kind != AMP_BLOCK_MX_FLOOR && kind != AMP_BLOCK_1x128 &&
+        kind != AMP_BLOCK_128x128)
+      return amp__fail(AMP_ERR_ARG, "%s: opts->%s_blocks %d is not AMP_BLOCK_MX_RCEIL, AMP_BLOCK_MX_FLOOR, "
+                       "AMP_BLOCK_1x128 or AMP_BLOCK_128x128", op, name, (int)kind);
+    if (!amp__gemm_is_fp8(t))
+      return amp__fail(AMP_ERR_ARG, "%s: opts->%s_scales is given and %s_type is %s: block scales dequantise "
+                       "fp8 codes (amp_quantize_blocks' output)", op, name, name, amp__dtype_name(t));
+    if (kind != AMP_BLOCK_MX_RCEIL && kind != AMP_BLOCK_MX_FLOOR && ((uintptr_t)sc & 3u))
+      return amp__fail(AMP_ERR_ARG, "%s: opts->%s_scales %p is not aligned to 4 bytes (float scales)", op, name, sc);
+    if (kind != AMP_BLOCK_128x128 && !kcol)
+      return amp__fail(AMP_ERR_UNSUPPORTED, "%s: opts->%s_blocks is 1 x %d along the stored rows, and with "
+                       "layout %s, %s = %s the product's k runs down %s's stored columns: the blocks would cut "
+                       "across k. Store %s with k along its rows (y = x W^T: row-major, ta AMP_NO_TRANS, "
+                       "tb AMP_TRANS), or use AMP_BLOCK_128x128", op, name, amp__gemm_block_width(kind),
+                       row ? "AMP_ROW_MAJOR" : "AMP_COL_MAJOR", x ? "tb" : "ta",
+                       amp__trans_name(x ? tb : ta), x ? "B" : "A", x ? "B" : "A");
+  }
+  if (o->a_scales && o->b_scales && amp__gemm_block_width(o->a_blocks) != amp__gemm_block_width(o->b_blocks))
+    return amp__fail(AMP_ERR_ARG, "%s: opts->a_blocks and b_blocks cut k in blocks of %d and %d: the two "
+                     "operands' blocks must line up along k (MX with MX, 1x128 or 128x128 with either of those)", op,
+                     amp__gemm_block_width(o->a_blocks), amp__gemm_block_width(o->b_blocks));
+  (void)m; (void)n; (void)k;
+  return AMP_OK;
+}
+
 AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                               float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                               int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
-  static const amp_gemm_opts none = {NULL, AMP_F32, AMP_ACT_NONE, AMP_GEMM_AUTO, 0};
+  static const amp_gemm_opts none = {NULL, AMP_F32, AMP_ACT_NONE, AMP_GEMM_AUTO, 0, NULL, NULL,
+                                     AMP_BLOCK_MX_RCEIL, AMP_BLOCK_MX_RCEIL, NULL, NULL, NULL, NULL};
   const amp_gemm_opts *o = opts ? opts : &none;
   int row = layout == AMP_ROW_MAJOR;
   /* the minimum leading dimension of each matrix as stored: the length of a stored row (row-major)
@@ -8882,9 +9116,10 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (m < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: m %d must be >= 0", m);
   if (n < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: n %d must be >= 0", n);
   if (k < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: k %d must be >= 0", k);
-  if ((st = amp__dtype_compute_check("amp_gemm", "a_type", a_type)) != AMP_OK) return st;
-  if ((st = amp__dtype_compute_check("amp_gemm", "b_type", b_type)) != AMP_OK) return st;
-  if ((st = amp__dtype_compute_check("amp_gemm", "c_type", c_type)) != AMP_OK) return st;
+  if ((st = amp__dtype_check("amp_gemm", "a_type", a_type)) != AMP_OK) return st;
+  if ((st = amp__dtype_check("amp_gemm", "b_type", b_type)) != AMP_OK) return st;
+  if ((st = amp__dtype_check("amp_gemm", "c_type", c_type)) != AMP_OK) return st;
+  if ((st = amp__gemm_fp8_check(d, a_type, b_type, c_type, m, n, k, row, ta, tb, beta, o)) != AMP_OK) return st;
   if (lda < (min_lda > 1 ? min_lda : 1))
     return amp__fail(AMP_ERR_ARG, "amp_gemm: lda %d is less than %d, the length of a %s of A (%s, %s)", lda,
                      min_lda > 1 ? min_lda : 1, row ? "row" : "column", row ? "row-major" : "col-major",
@@ -8918,7 +9153,10 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
     return amp__fail(AMP_ERR_ARG,
                      "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes A and B of one 16-bit type (f16 or bf16), and "
                      "a_type is %s, b_type %s", amp__dtype_name(a_type), amp__dtype_name(b_type));
-  if (m == 0 || n == 0) return AMP_OK;
+  if (m == 0 || n == 0) {
+    if (o->c_amax) *o->c_amax = 0.0f;   /* the max over no results */
+    return AMP_OK;
+  }
   {   /* C must not overlap what the product reads (compared as spans from first to last element) */
     size_t cb = amp__gemm_span(row ? m : n, row ? n : m, ldc) * amp_dtype_size(c_type);
     if (k > 0 && amp__overlap(C, cb, A, amp__gemm_op_span(row, ta, m, k, lda) * amp_dtype_size(a_type)))

@@ -70,6 +70,27 @@ static void ours(const shape *s, void *a, void *b, float *c, amp_dtype t) {
            s->tb ? s->k : s->n, 0.0f, c, AMP_F32, s->n);
 }
 
+/* fp8 (E4M3) inputs with per-tensor scale_invs (widened while packing, the same kernels), and
+   block-scaled: the DeepSeek-V3 forward y = x W^T, x in 1x128 tiles and W (n x k) in 128 x 128
+   blocks, tb AMP_TRANS whatever the shape's transposes (the product runs once per 128 of k). */
+static float fp8_si = 0.25f;
+static const void *fp8_xs, *fp8_ws;
+static void ours_fp8(const shape *s, void *a, void *b, float *c, amp_dtype t) {
+  amp_gemm_opts o;
+  memset(&o, 0, sizeof o);
+  o.a_scale_inv = &fp8_si; o.b_scale_inv = &fp8_si;
+  amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, t, s->ta ? s->m : s->k, b, t,
+              s->tb ? s->k : s->n, 0.0f, c, AMP_F32, s->n, &o);
+}
+static void ours_fp8_blocks(const shape *s, void *a, void *b, float *c, amp_dtype t) {
+  amp_gemm_opts o;
+  memset(&o, 0, sizeof o);
+  o.a_blocks = AMP_BLOCK_1x128; o.a_scales = fp8_xs;
+  o.b_blocks = AMP_BLOCK_128x128; o.b_scales = fp8_ws;
+  amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, s->m, s->n, s->k, 1.0f, a, t, s->k, b, t, s->k, 0.0f,
+              c, AMP_F32, s->n, &o);
+}
+
 /* OpenBLAS through dlopen: no link-time dependency, one thread. */
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
 static sgemm_fn cblas_sgemm_p;
@@ -184,6 +205,27 @@ int main(void) {
     o16 = gflops(s, time_call(ours, s, ah, bh, c, AMP_F16));
     snprintf(name, sizeof name, "gemm_f16_%s_%dx%dx%d_vs_ours_f32", s->name, s->m, s->n, s->k);
     bench_line(name, o16, o32, "GFLOP/s (f16 in: converted while packing)");
+    {   /* fp8: the codes of the same values (all exact in E4M3 after x 4), scale_inv 1/4 */
+      float four = 4.0f, *xs = (float *)malloc(sizeof(float) * ((size_t)s->m * ((s->k + 127) / 128) + 1));
+      float *ws = (float *)malloc(sizeof(float) * ((size_t)((s->n + 127) / 128) * ((s->k + 127) / 128) + 1));
+      void *bt = malloc(nb);
+      double o8, o8b;
+      amp_quantize(amp_cpu(), ah, AMP_E4M3, af, AMP_F32, na, &four, NULL);
+      amp_quantize(amp_cpu(), bh, AMP_E4M3, bf, AMP_F32, nb, &four, NULL);
+      o8 = gflops(s, time_call(ours_fp8, s, ah, bh, c, AMP_E4M3));
+      snprintf(name, sizeof name, "gemm_e4m3_%s_%dx%dx%d_vs_ours_bf16", s->name, s->m, s->n, s->k);
+      bench_line(name, o8, obf, "GFLOP/s (e4m3 in, per-tensor scale_invs, f32 out)");
+      snprintf(name, sizeof name, "gemm_e4m3_%s_%dx%dx%d_vs_ours_f32", s->name, s->m, s->n, s->k);
+      bench_line(name, o8, o32, "GFLOP/s (e4m3 in, per-tensor scale_invs, f32 out)");
+      /* x (m x k) in 1x128 tiles, W = the n x k matrix bf read as such, in 128 x 128 blocks */
+      amp_quantize_blocks(amp_cpu(), AMP_BLOCK_1x128, AMP_E4M3, s->m, s->k, af, AMP_F32, s->k, ah, s->k, xs);
+      amp_quantize_blocks(amp_cpu(), AMP_BLOCK_128x128, AMP_E4M3, s->n, s->k, bf, AMP_F32, s->k, bt, s->k, ws);
+      fp8_xs = xs; fp8_ws = ws;
+      o8b = gflops(s, time_call(ours_fp8_blocks, s, ah, bt, c, AMP_E4M3));
+      snprintf(name, sizeof name, "gemm_e4m3_blocks_xWt_%dx%dx%d_vs_ours_e4m3", s->m, s->n, s->k);
+      bench_line(name, o8b, o8, "GFLOP/s (1x128 x 128x128 block scales, y = x W^T, against per-tensor)");
+      free(xs); free(ws); free(bt);
+    }
     free(af); free(bf); free(c); free(ah); free(bh);
   }
   return 0;
