@@ -379,7 +379,8 @@
                            fp8 scaling: the four recipes (amp_fp8_scale_from_amax),
                            amp_fp8_scaler (checkpoints, amaxes reduced over the loss scaler's
                            group, cast telemetry: amp_fp8_scaler_stats), amp_quantize and
-                           amp_quantize_ex (counts).
+                           amp_quantize_ex (counts); amp_gemm_ex with fp8 inputs and outputs
+                           on the CPU (per-tensor and block scales, c_scale, c_amax).
                            fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
                            1x128 and 128x128; CPU vector loops and a CUDA kernel).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
