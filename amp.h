@@ -2620,10 +2620,10 @@ static void amp__fp8_to_f32_portable(void *d, const amp_fp8 *s, size_t n, int e5
 
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
-/* 8 lanes of f32 bits -> 8 fp8 codes as signed bytes in the lanes (0..0x7e, or code - 128 where
-   the sign is set; NaN lanes hold a number above 127): amp_f32_to_e4m3 (M 3, B 7, largest code
-   0x7e) or amp_f32_to_e5m2 (M 2, B 15, largest 0x7b) with saturate 1, once the signed saturating
-   packs of amp__fp8_enc32 have made bytes of them (127 = 0x7f for NaN, code - 128 = code | 0x80).
+/* 8 lanes of f32 bits -> the 8 fp8 codes without their signs, in the lanes (0 .. the largest
+   code; NaN lanes hold a number above 127): amp_f32_to_e4m3 (M 3, B 7, largest code 0x7e) or
+   amp_f32_to_e5m2 (M 2, B 15, largest 0x7b) with saturate 1, once amp__fp8_enc32 has put the signs
+   in and made bytes of them by signed saturation (NaN's large numbers become 0x7f).
    - Normal results: amp__fp8_round's integer steps, t = |x| + c + the lowest kept bit, then the
      code t >> cut; on max(|x|, the smallest normal 2^(1-B)), so that a lane below it gives the
      smallest normal's code 2^M. t grows with |x| (inf included), so min(t, the largest t of the
@@ -2635,9 +2635,7 @@ AMP__EXACT_BEGIN
      Below 2^(1-B) that is at most 2^M, the right code; above, the value in those small units is
      never below the code (codes grow by 2^M a binade, the value doubles), and past 2^31 the
      convert gives 0x80000000, above every code: so the smaller of the two results is the code.
-     f32 subnormal inputs give 0 either way (flush-to-zero / denormals-are-zero change nothing).
-   - The sign: - 128 in the lanes whose bits are at most -inf's as a signed number, that is the
-     negative numbers but not the NaNs (the toolkit drops a NaN's sign). */
+     f32 subnormal inputs give 0 either way (flush-to-zero / denormals-are-zero change nothing). */
 AMP__AVX2_INLINE __m256i amp__fp8_enc8(__m256i u, int e5m2) {
   const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M, top = e5m2 ? 0x7b : 0x7e;
   const int c = (1 << (cut - 1)) - 1 - ((127 - B) << 23), w = -0x7f800001;   /* w: 2^32 - (inf + 1) */
@@ -2647,18 +2645,25 @@ AMP__AVX2_INLINE __m256i amp__fp8_enc8(__m256i u, int e5m2) {
   __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_min_epu32(t, _mm256_set1_epi32((top << cut) + (1 << cut) - 1 - c + w)),
                                                  _mm256_set1_epi32(c - w)), cut);
   __m256 units = _mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(_mm256_set1_epi32((126 + B + M) << 23)));
-  r = _mm256_min_epu32(r, _mm256_cvttps_epi32(_mm256_round_ps(units, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-  return _mm256_or_si256(r, _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(-0x7fffff), u), _mm256_set1_epi32(-128)));
+  return _mm256_min_epu32(r, _mm256_cvttps_epi32(_mm256_round_ps(units, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
 }
-/* 32 f32 -> 32 fp8: four 8-lane encodes packed to bytes by signed saturation (-128..127 kept,
-   NaN's large numbers become 0x7f); the packs interleave 128-bit halves, the permute restores order.
-   nt: a streaming store (d 32-byte aligned). */
+/* The signs, on 16-bit lanes (half the work of doing it on 32): the codes of two encodes packed
+   by signed saturation (kept as they are, NaN's become 0x7fff), and the f32 bits they came from
+   packed the same way, which keeps each one's sign; 128 off where that is negative, so that the
+   byte pack below gives code - 128 = code | 0x80. A NaN stays above 127 whatever its sign (the
+   toolkit drops a NaN's sign). */
+AMP__AVX2_INLINE __m256i amp__fp8_sign16(__m256i r0, __m256i r1, __m256i u0, __m256i u1) {
+  __m256i neg = _mm256_srai_epi16(_mm256_packs_epi32(u0, u1), 15);   /* all ones where negative */
+  return _mm256_sub_epi16(_mm256_packs_epi32(r0, r1), _mm256_and_si256(neg, _mm256_set1_epi16(128)));
+}
+/* 32 f32 -> 32 fp8: four 8-lane encodes, signed on 16-bit lanes and packed to bytes; the packs
+   interleave 128-bit halves, the permute restores order. nt: a streaming store (d 32-byte
+   aligned). */
 AMP__AVX2_INLINE void amp__fp8_enc32(amp_fp8 *d, const char *s, int nt, int e5m2) {
-  __m256i r0 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)s), e5m2);
-  __m256i r1 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 32)), e5m2);
-  __m256i r2 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 64)), e5m2);
-  __m256i r3 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 96)), e5m2);
-  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r0, r1), _mm256_packs_epi32(r2, r3));
+  __m256i u0 = _mm256_loadu_si256((const __m256i *)s), u1 = _mm256_loadu_si256((const __m256i *)(s + 32));
+  __m256i u2 = _mm256_loadu_si256((const __m256i *)(s + 64)), u3 = _mm256_loadu_si256((const __m256i *)(s + 96));
+  __m256i b = _mm256_packs_epi16(amp__fp8_sign16(amp__fp8_enc8(u0, e5m2), amp__fp8_enc8(u1, e5m2), u0, u1),
+                                 amp__fp8_sign16(amp__fp8_enc8(u2, e5m2), amp__fp8_enc8(u3, e5m2), u2, u3));
   b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   if (nt) _mm256_stream_si256((__m256i *)d, b); else _mm256_storeu_si256((__m256i *)d, b);
 }
@@ -2676,14 +2681,25 @@ AMP__AVX2_INLINE void amp__fp8_enc_part8(amp_fp8 *d, const char *s, size_t k, in
   }
 }
 /* Large outputs stream (amp__nt_head: a head up to a 64-byte boundary first), as amp_convert's
-   loops do: the stores then skip reading the destination lines in, a sixth of the traffic. */
+   loops do: the stores then skip reading the destination lines in, a sixth of the traffic. Those
+   loops also ask for the source 8 KiB ahead (prefetcht1, into L2): the encode is a few dozen
+   instructions a line, and the loads it waits on no longer come from memory one window at a time
+   (the hardware prefetcher alone left it at about two thirds of the memory rate). */
 AMP__AVX2_INLINE void amp__f32_to_fp8_loop8(amp_fp8 *d, const void *src, size_t n, int e5m2) {
   const char *s = (const char *)src;
   int nt;
   size_t i = amp__nt_head(d, 1, n, &nt);
   if (i) amp__fp8_enc_part8(d, s, i, e5m2);
-  for (; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, nt, e5m2);
-  if (nt) _mm_sfence();
+  if (nt) {
+    for (; i + 32 + 2048 <= n; i += 32) {
+      _mm_prefetch(s + 4 * i + 8192, _MM_HINT_T1);
+      _mm_prefetch(s + 4 * i + 8192 + 64, _MM_HINT_T1);
+      amp__fp8_enc32(d + i, s + 4 * i, 1, e5m2);
+    }
+    for (; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, 1, e5m2);
+    _mm_sfence();
+  } else
+    for (; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, 0, e5m2);
   if (i < n) amp__fp8_enc_part8(d + i, s + 4 * i, n - i, e5m2);
 }
 /* 8 fp8 codes (in the low bytes of 8 lanes, zero above) -> 8 f32: amp_e4m3_to_f32 lane by lane;
@@ -2722,12 +2738,16 @@ AMP__AVX2_INLINE void amp__fp8_to_f32_loop8(void *dst, const amp_fp8 *s, size_t 
   }
 }
 
-/* 16 lanes (AVX-512): the same signed bytes from the same steps, with lane masks where AVX2 takes
-   the max and the min for the subnormal results. Those are a float add here: |x| + 2^(24-B-M), a
+/* 16 lanes (AVX-512): the same codes from the same steps, with lane masks where AVX2 takes the
+   max and the min for the subnormal results. Those are a float add here: |x| + 2^(24-B-M), a
    number whose last bit is worth the smallest subnormal, leaves |x| rounded in units of it as the
    low bits of the sum (the sum stays in that number's binade below 2^(1-B)); the add rounds to
    nearest even by its embedded rounding, whatever MXCSR says, and f32 subnormal inputs give 0
-   with or without denormals-are-zero. Only the lanes below 2^(1-B) take it. */
+   with or without denormals-are-zero. Only the lanes below 2^(1-B) take it. (NaN is found by the
+   integer wrap, not by a float compare: under -ffast-math clang turns an unordered compare into
+   an ordered one.) The sign goes in here, on the 32-bit lanes (a compare and a masked subtract
+   measured faster than amp__fp8_sign16's way at this width): 128 off in the lanes whose bits are
+   at most -inf's as a signed number, the negative numbers but not the NaNs. */
 AMP__AVX512_INLINE __m512i amp__fp8_enc16(__m512i u, int e5m2) {
   const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M, top = e5m2 ? 0x7b : 0x7e;
   const int c = (1 << (cut - 1)) - 1 - ((127 - B) << 23), w = -0x7f800001;
@@ -2741,9 +2761,10 @@ AMP__AVX512_INLINE __m512i amp__fp8_enc16(__m512i u, int e5m2) {
   r = _mm512_mask_sub_epi32(r, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32((128 - B) << 23)), _mm512_castps_si512(sum), magic);
   return _mm512_mask_sub_epi32(r, _mm512_cmple_epi32_mask(u, _mm512_set1_epi32(-0x800000)), r, _mm512_set1_epi32(128));
 }
-/* The first k (<= 64) of 64 f32 -> fp8: four 16-lane encodes, packed to bytes as in amp__fp8_enc32
-   (the packs interleave the four 128-bit quarters; the permute restores order). Lanes beyond k are
-   not read (they load as 0) and not written. nt: a streaming store (k 64, d 64-byte aligned). */
+/* The first k (<= 64) of 64 f32 -> fp8: four 16-lane encodes packed to bytes by signed saturation
+   as in amp__fp8_enc32 (the packs interleave the four 128-bit quarters; the permute restores
+   order). Lanes beyond k are not read (they load as 0) and not written. nt: a streaming store (k
+   64, d 64-byte aligned). */
 AMP__AVX512_INLINE void amp__fp8_enc64(amp_fp8 *d, const float *s, size_t k, int nt, int e5m2) {
   __m512i r0 = amp__fp8_enc16(_mm512_castps_si512(amp__ld16f(s, amp__mask16(k))), e5m2);
   __m512i r1 = amp__fp8_enc16(_mm512_castps_si512(amp__ld16f(s + 16, amp__mask16(k > 16 ? k - 16 : 0))), e5m2);
@@ -2760,8 +2781,17 @@ AMP__AVX512_INLINE void amp__f32_to_fp8_loop16(amp_fp8 *d, const void *src, size
   int nt;
   size_t i = amp__nt_head(d, 1, n, &nt);
   if (i) amp__fp8_enc64(d, s, i, 0, e5m2);
-  for (; i + 64 <= n; i += 64) amp__fp8_enc64(d + i, s + i, 64, nt, e5m2);
-  if (nt) _mm_sfence();
+  if (nt) {   /* streamed and prefetched, as amp__f32_to_fp8_loop8 */
+    for (; i + 64 + 2048 <= n; i += 64) {
+      const char *ahead = (const char *)(s + i + 2048);   /* its four lines */
+      _mm_prefetch(ahead, _MM_HINT_T1); _mm_prefetch(ahead + 64, _MM_HINT_T1);
+      _mm_prefetch(ahead + 128, _MM_HINT_T1); _mm_prefetch(ahead + 192, _MM_HINT_T1);
+      amp__fp8_enc64(d + i, s + i, 64, 1, e5m2);
+    }
+    for (; i + 64 <= n; i += 64) amp__fp8_enc64(d + i, s + i, 64, 1, e5m2);
+    _mm_sfence();
+  } else
+    for (; i + 64 <= n; i += 64) amp__fp8_enc64(d + i, s + i, 64, 0, e5m2);
   if (i < n) amp__fp8_enc64(d + i, s + i, n - i, 0, e5m2);
 }
 AMP__AVX512_INLINE __m512 amp__fp8_dec16(__m128i b, int e5m2) {
