@@ -2622,7 +2622,7 @@ static void amp__fp8_to_f32_portable(void *d, const amp_fp8 *s, size_t n, int e5
 AMP__EXACT_BEGIN
 /* 8 lanes of f32 bits -> the 8 fp8 codes without their signs, in the lanes (0 .. the largest
    code; NaN lanes hold a number above 127): amp_f32_to_e4m3 (M 3, B 7, largest code 0x7e) or
-   amp_f32_to_e5m2 (M 2, B 15, largest 0x7b) with saturate 1, once amp__fp8_enc32 has put the signs
+   amp_f32_to_e5m2 (M 2, B 15, largest 0x7b) with saturate 1, once amp__fp8_codes32 has put the signs
    in and made bytes of them by signed saturation (NaN's large numbers become 0x7f).
    - Normal results: amp__fp8_round's integer steps, t = |x| + c + the lowest kept bit, then the
      code t >> cut; on max(|x|, the smallest normal 2^(1-B)), so that a lane below it gives the
@@ -2656,16 +2656,17 @@ AMP__AVX2_INLINE __m256i amp__fp8_sign16(__m256i r0, __m256i r1, __m256i u0, __m
   __m256i neg = _mm256_srai_epi16(_mm256_packs_epi32(u0, u1), 15);   /* all ones where negative */
   return _mm256_sub_epi16(_mm256_packs_epi32(r0, r1), _mm256_and_si256(neg, _mm256_set1_epi16(128)));
 }
-/* 32 f32 -> 32 fp8: four 8-lane encodes, signed on 16-bit lanes and packed to bytes; the packs
-   interleave 128-bit halves, the permute restores order. nt: a streaming store (d 32-byte
-   aligned). */
-AMP__AVX2_INLINE void amp__fp8_enc32(amp_fp8 *d, const char *s, int nt, int e5m2) {
-  __m256i u0 = _mm256_loadu_si256((const __m256i *)s), u1 = _mm256_loadu_si256((const __m256i *)(s + 32));
-  __m256i u2 = _mm256_loadu_si256((const __m256i *)(s + 64)), u3 = _mm256_loadu_si256((const __m256i *)(s + 96));
+/* 32 f32 (the bits of four 8-lane vectors) -> their 32 fp8 codes in order: four encodes, signed
+   on 16-bit lanes and packed to bytes; the packs interleave 128-bit halves, the permute restores
+   order. */
+AMP__AVX2_INLINE __m256i amp__fp8_codes32(__m256i u0, __m256i u1, __m256i u2, __m256i u3, int e5m2) {
   __m256i b = _mm256_packs_epi16(amp__fp8_sign16(amp__fp8_enc8(u0, e5m2), amp__fp8_enc8(u1, e5m2), u0, u1),
                                  amp__fp8_sign16(amp__fp8_enc8(u2, e5m2), amp__fp8_enc8(u3, e5m2), u2, u3));
-  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  if (nt) _mm256_stream_si256((__m256i *)d, b); else _mm256_storeu_si256((__m256i *)d, b);
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+AMP__AVX2_INLINE __m256i amp__ld8i(const char *p) { return _mm256_loadu_si256((const __m256i *)p); }
+AMP__AVX2_INLINE void amp__fp8_enc32(amp_fp8 *d, const char *s, int e5m2) {
+  _mm256_storeu_si256((__m256i *)d, amp__fp8_codes32(amp__ld8i(s), amp__ld8i(s + 32), amp__ld8i(s + 64), amp__ld8i(s + 96), e5m2));
 }
 /* k < 64 elements (a head or a tail) through a buffer, 32 at a time. */
 AMP__AVX2_INLINE void amp__fp8_enc_part8(amp_fp8 *d, const char *s, size_t k, int e5m2) {
@@ -2676,30 +2677,40 @@ AMP__AVX2_INLINE void amp__fp8_enc_part8(amp_fp8 *d, const char *s, size_t k, in
     m = k - j < 32 ? k - j : 32;
     memset(bs, 0, sizeof bs);
     memcpy(bs, s + 4 * j, m * 4);
-    amp__fp8_enc32(bd, bs, 0, e5m2);
+    amp__fp8_enc32(bd, bs, e5m2);
     memcpy(d + j, bd, m);
   }
 }
 /* Large outputs stream (amp__nt_head: a head up to a 64-byte boundary first), as amp_convert's
    loops do: the stores then skip reading the destination lines in, a sixth of the traffic. Those
-   loops also ask for the source 8 KiB ahead (prefetcht1, into L2): the encode is a few dozen
-   instructions a line, and the loads it waits on no longer come from memory one window at a time
-   (the hardware prefetcher alone left it at about two thirds of the memory rate). */
+   loops are also arranged for memory: at a few dozen instructions a line, the encode left the
+   source loads waiting on memory (about two thirds of the f32 -> f16 loop's rate, measured), so
+   each step loads the next block before it encodes this one, and asks for the source 8 KiB
+   ahead into L2 and 2 KiB ahead into L1 (prefetcht1, prefetcht0), which brought it to about
+   nine tenths. */
 AMP__AVX2_INLINE void amp__f32_to_fp8_loop8(amp_fp8 *d, const void *src, size_t n, int e5m2) {
   const char *s = (const char *)src;
   int nt;
   size_t i = amp__nt_head(d, 1, n, &nt);
   if (i) amp__fp8_enc_part8(d, s, i, e5m2);
-  if (nt) {
-    for (; i + 32 + 2048 <= n; i += 32) {
-      _mm_prefetch(s + 4 * i + 8192, _MM_HINT_T1);
-      _mm_prefetch(s + 4 * i + 8192 + 64, _MM_HINT_T1);
-      amp__fp8_enc32(d + i, s + 4 * i, 1, e5m2);
+  if (nt && i + 32 + 2048 <= n) {
+    __m256i u0 = amp__ld8i(s + 4 * i), u1 = amp__ld8i(s + 4 * i + 32), u2 = amp__ld8i(s + 4 * i + 64), u3 = amp__ld8i(s + 4 * i + 96);
+    for (; i + 64 + 2048 <= n; i += 32) {
+      const char *p = s + 4 * i;
+      __m256i v0 = amp__ld8i(p + 128), v1 = amp__ld8i(p + 160), v2 = amp__ld8i(p + 192), v3 = amp__ld8i(p + 224);
+      _mm_prefetch(p + 8192, _MM_HINT_T1); _mm_prefetch(p + 8192 + 64, _MM_HINT_T1);
+      _mm_prefetch(p + 2048, _MM_HINT_T0); _mm_prefetch(p + 2048 + 64, _MM_HINT_T0);
+      _mm256_stream_si256((__m256i *)(d + i), amp__fp8_codes32(u0, u1, u2, u3, e5m2));
+      u0 = v0; u1 = v1; u2 = v2; u3 = v3;
     }
-    for (; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, 1, e5m2);
+  }
+  if (nt) {
+    for (; i + 32 <= n; i += 32)
+      _mm256_stream_si256((__m256i *)(d + i), amp__fp8_codes32(amp__ld8i(s + 4 * i), amp__ld8i(s + 4 * i + 32), amp__ld8i(s + 4 * i + 64),
+                                                               amp__ld8i(s + 4 * i + 96), e5m2));
     _mm_sfence();
   } else
-    for (; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, 0, e5m2);
+    for (; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, e5m2);
   if (i < n) amp__fp8_enc_part8(d + i, s + 4 * i, n - i, e5m2);
 }
 /* 8 fp8 codes (in the low bytes of 8 lanes, zero above) -> 8 f32: amp_e4m3_to_f32 lane by lane;
@@ -2761,38 +2772,49 @@ AMP__AVX512_INLINE __m512i amp__fp8_enc16(__m512i u, int e5m2) {
   r = _mm512_mask_sub_epi32(r, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32((128 - B) << 23)), _mm512_castps_si512(sum), magic);
   return _mm512_mask_sub_epi32(r, _mm512_cmple_epi32_mask(u, _mm512_set1_epi32(-0x800000)), r, _mm512_set1_epi32(128));
 }
-/* The first k (<= 64) of 64 f32 -> fp8: four 16-lane encodes packed to bytes by signed saturation
-   as in amp__fp8_enc32 (the packs interleave the four 128-bit quarters; the permute restores
-   order). Lanes beyond k are not read (they load as 0) and not written. nt: a streaming store (k
-   64, d 64-byte aligned). */
-AMP__AVX512_INLINE void amp__fp8_enc64(amp_fp8 *d, const float *s, size_t k, int nt, int e5m2) {
-  __m512i r0 = amp__fp8_enc16(_mm512_castps_si512(amp__ld16f(s, amp__mask16(k))), e5m2);
-  __m512i r1 = amp__fp8_enc16(_mm512_castps_si512(amp__ld16f(s + 16, amp__mask16(k > 16 ? k - 16 : 0))), e5m2);
-  __m512i r2 = amp__fp8_enc16(_mm512_castps_si512(amp__ld16f(s + 32, amp__mask16(k > 32 ? k - 32 : 0))), e5m2);
-  __m512i r3 = amp__fp8_enc16(_mm512_castps_si512(amp__ld16f(s + 48, amp__mask16(k > 48 ? k - 48 : 0))), e5m2);
-  __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(r0, r1), _mm512_packs_epi32(r2, r3));
-  b = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
-  if (nt) _mm512_stream_si512((__m512i *)d, b);
-  else if (k >= 64) _mm512_storeu_si512(d, b);
+/* 64 f32 (the bits of four 16-lane vectors) -> their 64 fp8 codes in order: four encodes packed to
+   bytes by signed saturation as in amp__fp8_codes32 (the packs interleave the four 128-bit
+   quarters; the permute restores order). */
+AMP__AVX512_INLINE __m512i amp__fp8_codes64(__m512i u0, __m512i u1, __m512i u2, __m512i u3, int e5m2) {
+  __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(amp__fp8_enc16(u0, e5m2), amp__fp8_enc16(u1, e5m2)),
+                                 _mm512_packs_epi32(amp__fp8_enc16(u2, e5m2), amp__fp8_enc16(u3, e5m2)));
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
+}
+AMP__AVX512_INLINE __m512i amp__ld16i(const float *p, size_t k) { return _mm512_castps_si512(amp__ld16f(p, amp__mask16(k))); }
+/* The first k (<= 64) of 64 f32 -> fp8, ordinary stores: lanes beyond k are not read (they load
+   as 0) and not written. */
+AMP__AVX512_INLINE void amp__fp8_enc64(amp_fp8 *d, const float *s, size_t k, int e5m2) {
+  __m512i b = amp__fp8_codes64(amp__ld16i(s, k), amp__ld16i(s + 16, k > 16 ? k - 16 : 0), amp__ld16i(s + 32, k > 32 ? k - 32 : 0),
+                               amp__ld16i(s + 48, k > 48 ? k - 48 : 0), e5m2);
+  if (k >= 64) _mm512_storeu_si512(d, b);
   else _mm512_mask_storeu_epi8(d, (__mmask64)((1ull << k) - 1u), b);
 }
 AMP__AVX512_INLINE void amp__f32_to_fp8_loop16(amp_fp8 *d, const void *src, size_t n, int e5m2) {
   const float *s = (const float *)src;   /* only loaded through loadu intrinsics: any address */
   int nt;
   size_t i = amp__nt_head(d, 1, n, &nt);
-  if (i) amp__fp8_enc64(d, s, i, 0, e5m2);
-  if (nt) {   /* streamed and prefetched, as amp__f32_to_fp8_loop8 */
-    for (; i + 64 + 2048 <= n; i += 64) {
-      const char *ahead = (const char *)(s + i + 2048);   /* its four lines */
-      _mm_prefetch(ahead, _MM_HINT_T1); _mm_prefetch(ahead + 64, _MM_HINT_T1);
-      _mm_prefetch(ahead + 128, _MM_HINT_T1); _mm_prefetch(ahead + 192, _MM_HINT_T1);
-      amp__fp8_enc64(d + i, s + i, 64, 1, e5m2);
+  if (i) amp__fp8_enc64(d, s, i, e5m2);
+  if (nt && i + 64 + 2048 <= n) {   /* arranged for memory as amp__f32_to_fp8_loop8 */
+    __m512i u0 = amp__ld16i(s + i, 16), u1 = amp__ld16i(s + i + 16, 16), u2 = amp__ld16i(s + i + 32, 16), u3 = amp__ld16i(s + i + 48, 16);
+    for (; i + 128 + 2048 <= n; i += 64) {
+      const char *p = (const char *)(s + i);
+      __m512i v0 = amp__ld16i(s + i + 64, 16), v1 = amp__ld16i(s + i + 80, 16), v2 = amp__ld16i(s + i + 96, 16), v3 = amp__ld16i(s + i + 112, 16);
+      _mm_prefetch(p + 8192, _MM_HINT_T1); _mm_prefetch(p + 8192 + 64, _MM_HINT_T1);
+      _mm_prefetch(p + 8192 + 128, _MM_HINT_T1); _mm_prefetch(p + 8192 + 192, _MM_HINT_T1);
+      _mm_prefetch(p + 2048, _MM_HINT_T0); _mm_prefetch(p + 2048 + 64, _MM_HINT_T0);
+      _mm_prefetch(p + 2048 + 128, _MM_HINT_T0); _mm_prefetch(p + 2048 + 192, _MM_HINT_T0);
+      _mm512_stream_si512((__m512i *)(d + i), amp__fp8_codes64(u0, u1, u2, u3, e5m2));
+      u0 = v0; u1 = v1; u2 = v2; u3 = v3;
     }
-    for (; i + 64 <= n; i += 64) amp__fp8_enc64(d + i, s + i, 64, 1, e5m2);
+  }
+  if (nt) {
+    for (; i + 64 <= n; i += 64)
+      _mm512_stream_si512((__m512i *)(d + i), amp__fp8_codes64(amp__ld16i(s + i, 16), amp__ld16i(s + i + 16, 16), amp__ld16i(s + i + 32, 16),
+                                                               amp__ld16i(s + i + 48, 16), e5m2));
     _mm_sfence();
   } else
-    for (; i + 64 <= n; i += 64) amp__fp8_enc64(d + i, s + i, 64, 0, e5m2);
-  if (i < n) amp__fp8_enc64(d + i, s + i, n - i, 0, e5m2);
+    for (; i + 64 <= n; i += 64) amp__fp8_enc64(d + i, s + i, 64, e5m2);
+  if (i < n) amp__fp8_enc64(d + i, s + i, n - i, e5m2);
 }
 AMP__AVX512_INLINE __m512 amp__fp8_dec16(__m128i b, int e5m2) {
   __m256 lo, hi;
