@@ -2648,10 +2648,10 @@ AMP__AVX2_INLINE __m256i amp__fp8_enc8(__m256i u, int e5m2) {
   return _mm256_min_epu32(r, _mm256_cvttps_epi32(_mm256_round_ps(units, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
 }
 /* The signs, on 16-bit lanes (half the work of doing it on 32): the codes of two encodes packed
-   by signed saturation (kept as they are, NaN's become 0x7fff), and the f32 bits they came from
-   packed the same way, which keeps each one's sign; 128 off where that is negative, so that the
-   byte pack below gives code - 128 = code | 0x80. A NaN stays above 127 whatever its sign (the
-   toolkit drops a NaN's sign). */
+   by signed saturation (they all fit: NaN's numbers are below 0x800), and the f32 bits they came
+   from packed the same way, which keeps each one's sign; 128 off where that is negative, so that
+   the byte pack below gives code - 128 = code | 0x80. A NaN stays above 127 whatever its sign
+   (the toolkit drops a NaN's sign). */
 AMP__AVX2_INLINE __m256i amp__fp8_sign16(__m256i r0, __m256i r1, __m256i u0, __m256i u1) {
   __m256i neg = _mm256_srai_epi16(_mm256_packs_epi32(u0, u1), 15);   /* all ones where negative */
   return _mm256_sub_epi16(_mm256_packs_epi32(r0, r1), _mm256_and_si256(neg, _mm256_set1_epi16(128)));
@@ -2684,10 +2684,10 @@ AMP__AVX2_INLINE void amp__fp8_enc_part8(amp_fp8 *d, const char *s, size_t k, in
 /* Large outputs stream (amp__nt_head: a head up to a 64-byte boundary first), as amp_convert's
    loops do: the stores then skip reading the destination lines in, a sixth of the traffic. Those
    loops are also arranged for memory: at a few dozen instructions a line, the encode left the
-   source loads waiting on memory (about two thirds of the f32 -> f16 loop's rate, measured), so
-   each step loads the next block before it encodes this one, and asks for the source 8 KiB
-   ahead into L2 and 2 KiB ahead into L1 (prefetcht1, prefetcht0), which brought it to about
-   nine tenths. */
+   source loads waiting on memory (AVX-512: about two thirds of the f32 -> f16 loop's rate in
+   bytes, measured on a 2-core Xeon VM), so each step loads the next block before it encodes this
+   one, and asks for the source 8 KiB ahead into L2 and 2 KiB ahead into L1 (prefetcht1,
+   prefetcht0): about nine tenths there (bench_convert's fp8 lines). */
 AMP__AVX2_INLINE void amp__f32_to_fp8_loop8(amp_fp8 *d, const void *src, size_t n, int e5m2) {
   const char *s = (const char *)src;
   int nt;

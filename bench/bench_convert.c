@@ -6,7 +6,8 @@
    it; the line compares with the widest one), memcpy, and NumPy's astype (bench/cpu_peers.py,
    f32<->f16, into a preallocated array: np.copyto with the cast, what astype does minus the
    allocation).
-   The portable path (amp_simd_enable(0)) the same way. */
+   The portable path (amp_simd_enable(0)) the same way. BENCH_CONVERT_LEVEL=1 caps amp_convert's
+   loops and the plain references at AVX2 (on an AVX-512 CPU). */
 #include "bench.h"
 #define AMP_IMPLEMENTATION
 #include "amp.h"
@@ -147,6 +148,10 @@ int main(void) {
   memset(&P, 0, sizeof P);
 #ifdef HAVE_REF
   lvl = amp__cpu_level(); bf = cpu_has_avx512bf16();
+  {   /* BENCH_CONVERT_LEVEL=1: amp_convert's loops and the plain ones at AVX2 on an AVX-512 CPU */
+    const char *cap = getenv("BENCH_CONVERT_LEVEL");
+    if (cap && *cap && atoi(cap) >= 1 && atoi(cap) < lvl) { lvl = atoi(cap); amp__isa_cap = lvl; bf = 0; }
+  }
 #endif
   for (a = 0; a < 3; a++) {
     buf[a] = malloc(N * amp_dtype_size(ty[a]));
