@@ -1,6 +1,6 @@
 /* bench/bench_convert.c - amp_convert throughput for every pair of F32/F16/BF16 at 64M elements
    (and f32 into each fp8 format against f32 -> f16, the last lines),
-   in GB/s counting bytes read + written, median of 7, built as users build (`cc -O2`, no -march),
+   in GB/s counting bytes read + written, median of 11, built as users build (`cc -O2`, no -march),
    against references run on the same buffers in the same run, taking turns: the plain intrinsic
    loops (AVX2 + F16C, AVX-512, AVX512-BF16's vcvtneps2bf16 for f32->bf16, each where the CPU has
    it; the line compares with the widest one), memcpy, and NumPy's astype (bench/cpu_peers.py,
