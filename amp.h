@@ -2627,8 +2627,9 @@ AMP__EXACT_BEGIN
    - Normal results: amp__fp8_round's integer steps, t = |x| + c + the lowest kept bit, then the
      code t >> cut; on max(|x|, the smallest normal 2^(1-B)), so that a lane below it gives the
      smallest normal's code 2^M. t grows with |x| (inf included), so min(t, the largest t of the
-     largest code) saturates. A constant w added to t beforehand takes every NaN lane past 2^32:
-     they wrap around to small numbers, the min leaves them alone, and t - w is large again.
+     largest code) saturates. Adding a constant w in place of c takes every NaN lane past 2^32:
+     they wrap around to small numbers, the min (its bound moved by w - c too) leaves them
+     alone, and adding c - w after it makes them large again.
    - Subnormal results: |x| in units of the smallest subnormal 2^(1-B-M), rounded to an integer:
      a multiply by 2^(B+M-1) (exact: a power of two on a normal float), vroundps to nearest even
      (the rounding is in the instruction, so MXCSR's mode does not matter) and an exact convert.
