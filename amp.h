@@ -3250,55 +3250,99 @@ static void amp__fp8_to_f32_portable(void *d, const amp_fp8 *s, size_t n, int e5
 
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
-/* 8 lanes of f32 bits -> 8 fp8 codes in the low bytes of the lanes: amp_f32_to_e4m3 (M 3, B 7,
-   overflow above 0x43e80000, max 0x7e) or amp_f32_to_e5m2 (M 2, B 15, from 0x47700000, max 0x7b)
-   with saturate 1, lane by lane (the same integer steps; signed compares are right as both sides
-   are below 2^31; a shift count of 0 or a wrapped one occurs only in lanes that take `normal`,
-   and vector shifts by 32 or more give 0, so min(sh, 31) is all the clamp needed here). */
+/* 8 lanes of f32 bits -> the 8 fp8 codes without their signs, in the lanes (0 .. the largest
+   code; NaN lanes hold a number above 127): amp_f32_to_e4m3 (M 3, B 7, largest code 0x7e) or
+   amp_f32_to_e5m2 (M 2, B 15, largest 0x7b) with saturate 1, once amp__fp8_codes32 has put the signs
+   in and made bytes of them by signed saturation (NaN's large numbers become 0x7f).
+   - Normal results: amp__fp8_round's integer steps, t = |x| + c + the lowest kept bit, then the
+     code t >> cut; on max(|x|, the smallest normal 2^(1-B)), so that a lane below it gives the
+     smallest normal's code 2^M. t grows with |x| (inf included), so min(t, the largest t of the
+     largest code) saturates. Adding a constant w in place of c takes every NaN lane past 2^32:
+     they wrap around to small numbers, the min (its bound moved by w - c too) leaves them
+     alone, and adding c - w after it makes them large again.
+   - Subnormal results: |x| in units of the smallest subnormal 2^(1-B-M), rounded to an integer:
+     a multiply by 2^(B+M-1) (exact: a power of two on a normal float), vroundps to nearest even
+     (the rounding is in the instruction, so MXCSR's mode does not matter) and an exact convert.
+     Below 2^(1-B) that is at most 2^M, the right code; above, the value in those small units is
+     never below the code (codes grow by 2^M a binade, the value doubles), and past 2^31 the
+     convert gives 0x80000000, above every code: so the smaller of the two results is the code.
+     f32 subnormal inputs give 0 either way (flush-to-zero / denormals-are-zero change nothing). */
 AMP__AVX2_INLINE __m256i amp__fp8_enc8(__m256i u, int e5m2) {
-  const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M;
-  const __m256i one = _mm256_set1_epi32(1);
+  const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M, top = e5m2 ? 0x7b : 0x7e;
+  const int c = (1 << (cut - 1)) - 1 - ((127 - B) << 23), w = -0x7f800001;   /* w: 2^32 - (inf + 1) */
   __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  __m256i normal = _mm256_srli_epi32(
-      _mm256_add_epi32(
-          _mm256_sub_epi32(a, _mm256_set1_epi32((127 - B) << 23)),
-          _mm256_add_epi32(_mm256_set1_epi32((1 << (cut - 1)) - 1), _mm256_and_si256(_mm256_srli_epi32(a, cut), one))),
-      cut);
-  __m256i m = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0x7fffff)), _mm256_set1_epi32(0x800000));
-  __m256i sh = _mm256_min_epu32(_mm256_sub_epi32(_mm256_set1_epi32(151 - B - M), _mm256_srli_epi32(a, 23)),
-                                _mm256_set1_epi32(31));
-  __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(sh, one));
-  __m256i sub = _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(m, _mm256_sub_epi32(half, one)),
-                                                   _mm256_and_si256(_mm256_srlv_epi32(m, sh), one)), sh);
-  __m256i r = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32((128 - B) << 23), a));
-  __m256i over = e5m2 ? _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x476fffff))
-                      : _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43e80000));
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(e5m2 ? 0x7b : 0x7e), over);
-  r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
-  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7f), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
+  __m256i an = _mm256_max_epu32(a, _mm256_set1_epi32((128 - B) << 23));
+  __m256i t = _mm256_add_epi32(_mm256_add_epi32(an, _mm256_set1_epi32(w)), _mm256_and_si256(_mm256_srli_epi32(an, cut), _mm256_set1_epi32(1)));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_min_epu32(t, _mm256_set1_epi32((top << cut) + (1 << cut) - 1 - c + w)),
+                                                 _mm256_set1_epi32(c - w)), cut);
+  __m256 units = _mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(_mm256_set1_epi32((126 + B + M) << 23)));
+  return _mm256_min_epu32(r, _mm256_cvttps_epi32(_mm256_round_ps(units, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
 }
-/* 32 f32 -> 32 fp8: four 8-lane encodes packed to bytes (values <= 0xff, so the unsigned
-   saturating packs keep them); the packs interleave 128-bit halves, the permute restores order. */
+/* The signs, on 16-bit lanes (half the work of doing it on 32): the codes of two encodes packed
+   by signed saturation (they all fit: NaN's numbers are below 0x800), and the f32 bits they came
+   from packed the same way, which keeps each one's sign; 128 off where that is negative, so that
+   the byte pack below gives code - 128 = code | 0x80. A NaN stays above 127 whatever its sign
+   (the toolkit drops a NaN's sign). */
+AMP__AVX2_INLINE __m256i amp__fp8_sign16(__m256i r0, __m256i r1, __m256i u0, __m256i u1) {
+  __m256i neg = _mm256_srai_epi16(_mm256_packs_epi32(u0, u1), 15);   /* all ones where negative */
+  return _mm256_sub_epi16(_mm256_packs_epi32(r0, r1), _mm256_and_si256(neg, _mm256_set1_epi16(128)));
+}
+/* 32 f32 (the bits of four 8-lane vectors) -> their 32 fp8 codes in order: four encodes, signed
+   on 16-bit lanes and packed to bytes; the packs interleave 128-bit halves, the permute restores
+   order. */
+AMP__AVX2_INLINE __m256i amp__fp8_codes32(__m256i u0, __m256i u1, __m256i u2, __m256i u3, int e5m2) {
+  __m256i b = _mm256_packs_epi16(amp__fp8_sign16(amp__fp8_enc8(u0, e5m2), amp__fp8_enc8(u1, e5m2), u0, u1),
+                                 amp__fp8_sign16(amp__fp8_enc8(u2, e5m2), amp__fp8_enc8(u3, e5m2), u2, u3));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+AMP__AVX2_INLINE __m256i amp__ld8i(const char *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AMP__AVX2_INLINE void amp__fp8_enc32(amp_fp8 *d, const char *s, int e5m2) {
-  __m256i r0 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)s), e5m2);
-  __m256i r1 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 32)), e5m2);
-  __m256i r2 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 64)), e5m2);
-  __m256i r3 = amp__fp8_enc8(_mm256_loadu_si256((const __m256i *)(s + 96)), e5m2);
-  __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r0, r1), _mm256_packus_epi32(r2, r3));
-  _mm256_storeu_si256((__m256i *)d, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  _mm256_storeu_si256((__m256i *)d, amp__fp8_codes32(amp__ld8i(s), amp__ld8i(s + 32), amp__ld8i(s + 64), amp__ld8i(s + 96), e5m2));
 }
+/* k < 64 elements (a head or a tail) through a buffer, 32 at a time. */
+AMP__AVX2_INLINE void amp__fp8_enc_part8(amp_fp8 *d, const char *s, size_t k, int e5m2) {
+  char bs[128];
+  amp_fp8 bd[32];
+  size_t j, m;
+  for (j = 0; j < k; j += m) {
+    m = k - j < 32 ? k - j : 32;
+    memset(bs, 0, sizeof bs);
+    memcpy(bs, s + 4 * j, m * 4);
+    amp__fp8_enc32(bd, bs, e5m2);
+    memcpy(d + j, bd, m);
+  }
+}
+/* Large outputs stream (amp__nt_head: a head up to a 64-byte boundary first), as amp_convert's
+   loops do: the stores then skip reading the destination lines in, a sixth of the traffic. Those
+   loops are also arranged for memory: at a few dozen instructions a line, the encode left the
+   source loads waiting on memory (AVX-512: about two thirds of the f32 -> f16 loop's rate in
+   bytes, measured on a 2-core Xeon VM), so each step loads the next block before it encodes this
+   one, and asks for the source 8 KiB ahead into L2 and 2 KiB ahead into L1 (prefetcht1,
+   prefetcht0): about nine tenths there (bench_convert's fp8 lines). */
 AMP__AVX2_INLINE void amp__f32_to_fp8_loop8(amp_fp8 *d, const void *src, size_t n, int e5m2) {
   const char *s = (const char *)src;
-  size_t i;
-  for (i = 0; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, e5m2);
-  if (i < n) { /* the tail through a buffer */
-    char bs[128];
-    amp_fp8 bd[32];
-    memset(bs, 0, sizeof bs);
-    memcpy(bs, s + 4 * i, (n - i) * 4);
-    amp__fp8_enc32(bd, bs, e5m2);
-    memcpy(d + i, bd, n - i);
+  int nt;
+  size_t i = amp__nt_head(d, 1, n, &nt);
+  if (i) amp__fp8_enc_part8(d, s, i, e5m2);
+  if (nt && i + 32 + 2048 <= n) {
+    __m256i u0 = amp__ld8i(s + 4 * i), u1 = amp__ld8i(s + 4 * i + 32), u2 = amp__ld8i(s + 4 * i + 64), u3 = amp__ld8i(s + 4 * i + 96);
+    for (; i + 64 + 2048 <= n; i += 32) {
+      const char *p = s + 4 * i;
+      __m256i v0 = amp__ld8i(p + 128), v1 = amp__ld8i(p + 160), v2 = amp__ld8i(p + 192), v3 = amp__ld8i(p + 224);
+      _mm_prefetch(p + 8192, _MM_HINT_T1); _mm_prefetch(p + 8192 + 64, _MM_HINT_T1);
+      _mm_prefetch(p + 2048, _MM_HINT_T0); _mm_prefetch(p + 2048 + 64, _MM_HINT_T0);
+      _mm256_stream_si256((__m256i *)(d + i), amp__fp8_codes32(u0, u1, u2, u3, e5m2));
+      u0 = v0; u1 = v1; u2 = v2; u3 = v3;
+    }
   }
+  if (nt) {
+    for (; i + 32 <= n; i += 32)
+      _mm256_stream_si256((__m256i *)(d + i), amp__fp8_codes32(amp__ld8i(s + 4 * i), amp__ld8i(s + 4 * i + 32), amp__ld8i(s + 4 * i + 64),
+                                                               amp__ld8i(s + 4 * i + 96), e5m2));
+    _mm_sfence();
+  } else
+    for (; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, e5m2);
+  if (i < n) amp__fp8_enc_part8(d + i, s + 4 * i, n - i, e5m2);
 }
 /* 8 fp8 codes (in the low bytes of 8 lanes, zero above) -> 8 f32: amp_e4m3_to_f32 lane by lane;
    E5M2 is vcvtph2ps of the code shifted up, which amp_f16_to_f32 (so amp_e5m2_to_f32) matches. */
@@ -3336,23 +3380,72 @@ AMP__AVX2_INLINE void amp__fp8_to_f32_loop8(void *dst, const amp_fp8 *s, size_t 
   }
 }
 
-/* 16 lanes (AVX-512): the 8-lane steps above on the two halves of a 512-bit register (the same
-   code, so the same bits; their EVEX forms here), the loads and stores 16 wide, and the tails
-   under a lane mask instead of through a buffer. */
-AMP__AVX512_INLINE __m128i amp__fp8_enc16(__m512 x, int e5m2) {
-  __m512i u = _mm512_castps_si512(x);
-  __m256i lo = amp__fp8_enc8(_mm512_castsi512_si256(u), e5m2),
-          hi = amp__fp8_enc8(_mm512_extracti64x4_epi64(u, 1), e5m2);
-  return _mm512_cvtepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));   /* codes <= 0xff */
+/* 16 lanes (AVX-512): the same codes from the same steps, with lane masks where AVX2 takes the
+   max and the min for the subnormal results. Those are a float add here: |x| + 2^(24-B-M), a
+   number whose last bit is worth the smallest subnormal, leaves |x| rounded in units of it as the
+   low bits of the sum (the sum stays in that number's binade below 2^(1-B)); the add rounds to
+   nearest even by its embedded rounding, whatever MXCSR says, and f32 subnormal inputs give 0
+   with or without denormals-are-zero. Only the lanes below 2^(1-B) take it. (NaN is found by the
+   integer wrap, not by a float compare: under -ffast-math clang turns an unordered compare into
+   an ordered one.) The sign goes in here, on the 32-bit lanes (a compare and a masked subtract
+   measured faster than amp__fp8_sign16's way at this width): 128 off in the lanes whose bits are
+   at most -inf's as a signed number, the negative numbers but not the NaNs. */
+AMP__AVX512_INLINE __m512i amp__fp8_enc16(__m512i u, int e5m2) {
+  const int M = e5m2 ? 2 : 3, B = e5m2 ? 15 : 7, cut = 23 - M, top = e5m2 ? 0x7b : 0x7e;
+  const int c = (1 << (cut - 1)) - 1 - ((127 - B) << 23), w = -0x7f800001;
+  const __m512i magic = _mm512_set1_epi32((151 - B - M) << 23);   /* 2^(24-B-M) */
+  __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  __mmask16 odd = _mm512_test_epi32_mask(a, _mm512_set1_epi32(1 << cut));   /* the lowest kept bit */
+  __m512i t = _mm512_mask_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(w)), odd, a, _mm512_set1_epi32(w + 1));
+  __m512 sum = _mm512_add_round_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(magic), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_min_epu32(t, _mm512_set1_epi32((top << cut) + (1 << cut) - 1 - c + w)),
+                                                 _mm512_set1_epi32(c - w)), cut);
+  r = _mm512_mask_sub_epi32(r, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32((128 - B) << 23)), _mm512_castps_si512(sum), magic);
+  return _mm512_mask_sub_epi32(r, _mm512_cmple_epi32_mask(u, _mm512_set1_epi32(-0x800000)), r, _mm512_set1_epi32(128));
+}
+/* 64 f32 (the bits of four 16-lane vectors) -> their 64 fp8 codes in order: four encodes packed to
+   bytes by signed saturation as in amp__fp8_codes32 (the packs interleave the four 128-bit
+   quarters; the permute restores order). */
+AMP__AVX512_INLINE __m512i amp__fp8_codes64(__m512i u0, __m512i u1, __m512i u2, __m512i u3, int e5m2) {
+  __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(amp__fp8_enc16(u0, e5m2), amp__fp8_enc16(u1, e5m2)),
+                                 _mm512_packs_epi32(amp__fp8_enc16(u2, e5m2), amp__fp8_enc16(u3, e5m2)));
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
+}
+AMP__AVX512_INLINE __m512i amp__ld16i(const float *p, size_t k) { return _mm512_castps_si512(amp__ld16f(p, amp__mask16(k))); }
+/* The first k (<= 64) of 64 f32 -> fp8, ordinary stores: lanes beyond k are not read (they load
+   as 0) and not written. */
+AMP__AVX512_INLINE void amp__fp8_enc64(amp_fp8 *d, const float *s, size_t k, int e5m2) {
+  __m512i b = amp__fp8_codes64(amp__ld16i(s, k), amp__ld16i(s + 16, k > 16 ? k - 16 : 0), amp__ld16i(s + 32, k > 32 ? k - 32 : 0),
+                               amp__ld16i(s + 48, k > 48 ? k - 48 : 0), e5m2);
+  if (k >= 64) _mm512_storeu_si512(d, b);
+  else _mm512_mask_storeu_epi8(d, (__mmask64)((1ull << k) - 1u), b);
 }
 AMP__AVX512_INLINE void amp__f32_to_fp8_loop16(amp_fp8 *d, const void *src, size_t n, int e5m2) {
   const float *s = (const float *)src;   /* only loaded through loadu intrinsics: any address */
-  size_t i;
-  for (i = 0; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i *)(d + i), amp__fp8_enc16(_mm512_loadu_ps(s + i), e5m2));
-  if (i < n) {
-    __mmask16 k = amp__mask16(n - i);
-    _mm_mask_storeu_epi8(d + i, k, amp__fp8_enc16(_mm512_maskz_loadu_ps(k, s + i), e5m2));
+  int nt;
+  size_t i = amp__nt_head(d, 1, n, &nt);
+  if (i) amp__fp8_enc64(d, s, i, e5m2);
+  if (nt && i + 64 + 2048 <= n) {   /* arranged for memory as amp__f32_to_fp8_loop8 */
+    __m512i u0 = amp__ld16i(s + i, 16), u1 = amp__ld16i(s + i + 16, 16), u2 = amp__ld16i(s + i + 32, 16), u3 = amp__ld16i(s + i + 48, 16);
+    for (; i + 128 + 2048 <= n; i += 64) {
+      const char *p = (const char *)(s + i);
+      __m512i v0 = amp__ld16i(s + i + 64, 16), v1 = amp__ld16i(s + i + 80, 16), v2 = amp__ld16i(s + i + 96, 16), v3 = amp__ld16i(s + i + 112, 16);
+      _mm_prefetch(p + 8192, _MM_HINT_T1); _mm_prefetch(p + 8192 + 64, _MM_HINT_T1);
+      _mm_prefetch(p + 8192 + 128, _MM_HINT_T1); _mm_prefetch(p + 8192 + 192, _MM_HINT_T1);
+      _mm_prefetch(p + 2048, _MM_HINT_T0); _mm_prefetch(p + 2048 + 64, _MM_HINT_T0);
+      _mm_prefetch(p + 2048 + 128, _MM_HINT_T0); _mm_prefetch(p + 2048 + 192, _MM_HINT_T0);
+      _mm512_stream_si512((__m512i *)(d + i), amp__fp8_codes64(u0, u1, u2, u3, e5m2));
+      u0 = v0; u1 = v1; u2 = v2; u3 = v3;
+    }
   }
+  if (nt) {
+    for (; i + 64 <= n; i += 64)
+      _mm512_stream_si512((__m512i *)(d + i), amp__fp8_codes64(amp__ld16i(s + i, 16), amp__ld16i(s + i + 16, 16), amp__ld16i(s + i + 32, 16),
+                                                               amp__ld16i(s + i + 48, 16), e5m2));
+    _mm_sfence();
+  } else
+    for (; i + 64 <= n; i += 64) amp__fp8_enc64(d + i, s + i, 64, e5m2);
+  if (i < n) amp__fp8_enc64(d + i, s + i, n - i, e5m2);
 }
 AMP__AVX512_INLINE __m512 amp__fp8_dec16(__m128i b, int e5m2) {
   __m256 lo, hi;

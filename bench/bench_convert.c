@@ -1,12 +1,13 @@
 /* bench/bench_convert.c - amp_convert throughput for every pair of F32/F16/BF16 at 64M elements
    (and f32 into each fp8 format against f32 -> f16, the last lines),
-   in GB/s counting bytes read + written, median of 7, built as users build (`cc -O2`, no -march),
+   in GB/s counting bytes read + written, median of 11, built as users build (`cc -O2`, no -march),
    against references run on the same buffers in the same run, taking turns: the plain intrinsic
    loops (AVX2 + F16C, AVX-512, AVX512-BF16's vcvtneps2bf16 for f32->bf16, each where the CPU has
    it; the line compares with the widest one), memcpy, and NumPy's astype (bench/cpu_peers.py,
    f32<->f16, into a preallocated array: np.copyto with the cast, what astype does minus the
    allocation).
-   The portable path (amp_simd_enable(0)) the same way. */
+   The portable path (amp_simd_enable(0)) the same way. BENCH_CONVERT_LEVEL=1 caps amp_convert's
+   loops and the plain references at AVX2 (on an AVX-512 CPU). */
 #include "bench.h"
 #define AMP_IMPLEMENTATION
 #include "amp.h"
@@ -152,6 +153,10 @@ int main(void) {
   memset(&P, 0, sizeof P);
 #ifdef HAVE_REF
   lvl = amp__cpu_level(); bf = cpu_has_avx512bf16();
+  {   /* BENCH_CONVERT_LEVEL=1: amp_convert's loops and the plain ones at AVX2 on an AVX-512 CPU */
+    const char *cap = getenv("BENCH_CONVERT_LEVEL");
+    if (cap && *cap && atoi(cap) >= 1 && atoi(cap) < lvl) { lvl = atoi(cap); amp__isa_cap = lvl; bf = 0; }
+  }
 #endif
   for (a = 0; a < 3; a++) {
     buf[a] = malloc(N * amp_dtype_size(ty[a]));

@@ -8,6 +8,7 @@
 #define AMP_IMPLEMENTATION
 #include "amp.h"
 #include "test.h"
+#include <fenv.h>
 #include <math.h>
 
 static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
@@ -234,6 +235,68 @@ static void f16_bf16_to_fp8_as_through_f32(void) {
   free(h); free(q);
 }
 
+/* The bulk loops into fp8 at every level with streaming stores (the library's threshold set to 0:
+   every call streams after its aligning head) and with ordinary ones, under each rounding mode of
+   the FPU and, on x86, with flush-to-zero and denormals-are-zero set (what -Ofast sets at
+   startup): the vector loops round with float instructions whose rounding is in the instruction,
+   so the bits must not move. Inputs: the edges, then random signs and mantissas in the binades
+   around both formats' ranges, and their ties and neighbours. */
+static void bulk_under_every_fpu_mode_and_streaming(void) {
+  enum { N = 3000 };
+  static float in[N];
+  static amp_fp8 want[2][N];
+  static unsigned char dst[N + 80];
+  static const int modes[] = { FE_TONEAREST,
+#ifdef FE_UPWARD
+                               FE_UPWARD,
+#endif
+#ifdef FE_DOWNWARD
+                               FE_DOWNWARD,
+#endif
+#ifdef FE_TOWARDZERO
+                               FE_TOWARDZERO,
+#endif
+  };
+  int l, f, m, ftz, nt, off, i, nmodes = (int)(sizeof modes / sizeof modes[0]);
+  for (i = 0; i < N; i++) {
+    uint32_t r = next_u32(), e = 90u + next_u32() % 80u, mant = r & 0x7fffffu;
+    if (i % 3 == 1) mant = ((mant >> 16) << 16) + (r >> 30) - 1u;   /* at or beside a tie of either format */
+    in[i] = i < (int)(sizeof edges / sizeof edges[0]) ? f32_of(edges[i].in) : f32_of((r & 0x80000000u) | (e << 23) | (mant & 0x7fffffu));
+  }
+  for (f = 0; f < 2; f++)
+    for (i = 0; i < N; i++) want[f][i] = f ? amp_f32_to_e5m2(in[i], 1) : amp_f32_to_e4m3(in[i], 1);
+  for (l = 0; l < nlevels(); l++) {
+    set_level(l);
+    for (ftz = 0; ftz < 2; ftz++)
+      for (m = 0; m < nmodes; m++)
+        for (nt = 0; nt < 2; nt++)
+          for (f = 0; f < 2; f++)
+            for (off = 0; off < 4; off++) {
+#if defined(AMP__X86_SIMD)
+              size_t keep = amp__nt_bytes;
+              unsigned csr = _mm_getcsr();
+              if (ftz) _mm_setcsr(csr | 0x8040u);   /* FTZ and DAZ */
+              if (nt) amp__nt_bytes = 0;
+#else
+              if (ftz || nt) continue;   /* no MXCSR, no streaming stores */
+#endif
+              EXPECT(fesetround(modes[m]) == 0, "fesetround(%d)", modes[m]);
+              memset(dst, 0xa5, sizeof dst);
+              amp__fp8_bulk(dst + off, in, N, f, 0);
+              fesetround(FE_TONEAREST);
+#if defined(AMP__X86_SIMD)
+              _mm_setcsr(csr);
+              amp__nt_bytes = keep;
+#endif
+              EXPECT(memcmp(dst + off, want[f], N) == 0 && dst[off + N] == 0xa5 && (off == 0 || dst[off - 1] == 0xa5),
+                     "level %d %s, rounding mode %d, ftz/daz %d, streaming %d, offset %d: differs or wrote outside", l,
+                     f ? "e5m2" : "e4m3", modes[m], ftz, nt, off);
+            }
+  }
+  set_level(2);
+  amp_simd_enable(1);
+}
+
 /* amp_convert between f32 and fp8 is the bulk loop (every level), and E4M3 <-> E5M2 goes through
    f32: every code of one format to the other is the other's saturating rounding of its value;
    into fp8 in place over a shifted overlap of one byte too (the two formats have one size). */
@@ -283,5 +346,6 @@ int main(void) {
   RUN(bulk_tails_and_odd_addresses);
   RUN(f16_bf16_to_fp8_as_through_f32);
   RUN(amp_convert_takes_every_fp8_pair);
+  RUN(bulk_under_every_fpu_mode_and_streaming);
   TEST_END();
 }
