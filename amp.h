@@ -3295,6 +3295,13 @@ AMP__AVX2_INLINE __m256i amp__fp8_codes32(__m256i u0, __m256i u1, __m256i u2, __
                                  amp__fp8_sign16(amp__fp8_enc8(u2, e5m2), amp__fp8_enc8(u3, e5m2), u2, u3));
   return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
+/* 8 f32 (bits) -> their 8 codes in the low 8 bytes (amp__fp8_codes32 for one vector: the other
+   three lanes-of-codes are zeros, which stay 0). */
+AMP__AVX2_INLINE __m128i amp__fp8_codes8(__m256i u, int e5m2) {
+  const __m256i z = _mm256_setzero_si256();
+  __m256i b = _mm256_packs_epi16(amp__fp8_sign16(amp__fp8_enc8(u, e5m2), z, u, z), z);
+  return _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+}
 AMP__AVX2_INLINE __m256i amp__ld8i(const char *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AMP__AVX2_INLINE void amp__fp8_enc32(amp_fp8 *d, const char *s, int e5m2) {
   _mm256_storeu_si256((__m256i *)d, amp__fp8_codes32(amp__ld8i(s), amp__ld8i(s + 32), amp__ld8i(s + 64), amp__ld8i(s + 96), e5m2));
@@ -3410,6 +3417,10 @@ AMP__AVX512_INLINE __m512i amp__fp8_codes64(__m512i u0, __m512i u1, __m512i u2, 
   __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(amp__fp8_enc16(u0, e5m2), amp__fp8_enc16(u1, e5m2)),
                                  _mm512_packs_epi32(amp__fp8_enc16(u2, e5m2), amp__fp8_enc16(u3, e5m2)));
   return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
+}
+/* 16 f32 -> their 16 codes as bytes (signed saturation makes NaN's large numbers 0x7f, as the packs do). */
+AMP__AVX512_INLINE __m128i amp__fp8_codes16(__m512 y, int e5m2) {
+  return _mm512_cvtsepi32_epi8(amp__fp8_enc16(_mm512_castps_si512(y), e5m2));
 }
 AMP__AVX512_INLINE __m512i amp__ld16i(const float *p, size_t k) { return _mm512_castps_si512(amp__ld16f(p, amp__mask16(k))); }
 /* The first k (<= 64) of 64 f32 -> fp8, ordinary stores: lanes beyond k are not read (they load
@@ -3554,7 +3565,7 @@ AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x
     __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : amp__mask16(n - i);
     __m512 v = amp__ld16(xt, x + i * sz, m);   /* lanes outside m load as 0 */
     a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v), abs));
-    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_enc16(_mm512_mul_ps(v, k), e5m2));
+    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_codes16(_mm512_mul_ps(v, k), e5m2));
   }
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
 }
@@ -3571,12 +3582,9 @@ AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, a
     for (j = 0; j < 4; j++) {
       __m256 v = amp__ld8(xt, x + (i + 8 * j) * sz);
       a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v), abs));
-      r[j] = amp__fp8_enc8(_mm256_castps_si256(_mm256_mul_ps(v, k)), e5m2);
+      r[j] = _mm256_castps_si256(_mm256_mul_ps(v, k));
     }
-    if (q) {   /* four lanes-of-codes packed to 32 bytes, as amp__fp8_enc32 does */
-      __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]), _mm256_packus_epi32(r[2], r[3]));
-      _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    }
+    if (q) _mm256_storeu_si256((__m256i *)(q + i), amp__fp8_codes32(r[0], r[1], r[2], r[3], e5m2));
   }
   _mm256_storeu_si256((__m256i *)lanes, a);
   for (j = 0; j < 8; j++) top = lanes[j] > top ? lanes[j] : top;
@@ -3609,7 +3617,7 @@ AMP__AVX512_INLINE void amp__quantize_count16(amp_fp8 *q, int e5m2, const char *
     ns += (uint64_t)__builtin_popcount((unsigned)sat);
     nf += (uint64_t)__builtin_popcount((unsigned)fl);
     nn += (uint64_t)__builtin_popcount((unsigned)nan);
-    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_enc16(y, e5m2));
+    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_codes16(y, e5m2));
   }
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
   counts[0] += n; counts[1] += ns; counts[2] += nf; counts[3] += nn;
@@ -3635,7 +3643,7 @@ AMP__AVX2_INLINE void amp__quantize_count8(amp_fp8 *q, int e5m2, const char *x, 
       __m256i f = _mm256_andnot_si256(_mm256_or_si256(nm, _mm256_cmpgt_epi32(ay, tiny)),
                                       _mm256_cmpgt_epi32(ax, _mm256_setzero_si256()));
       a = _mm256_max_epu32(a, ax);
-      r[j] = amp__fp8_enc8(_mm256_castps_si256(y), e5m2);
+      r[j] = _mm256_castps_si256(y);
       sat |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(s)) << (8 * j);
       fl |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(f)) << (8 * j);
       nan |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(nm)) << (8 * j);
@@ -3643,10 +3651,7 @@ AMP__AVX2_INLINE void amp__quantize_count8(amp_fp8 *q, int e5m2, const char *x, 
     ns += (uint64_t)__builtin_popcount(sat);
     nf += (uint64_t)__builtin_popcount(fl);
     nn += (uint64_t)__builtin_popcount(nan);
-    if (q) {   /* four lanes-of-codes packed to 32 bytes, as amp__fp8_enc32 does */
-      __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]), _mm256_packus_epi32(r[2], r[3]));
-      _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    }
+    if (q) _mm256_storeu_si256((__m256i *)(q + i), amp__fp8_codes32(r[0], r[1], r[2], r[3], e5m2));
   }
   _mm256_storeu_si256((__m256i *)lanes, a);
   for (j = 0; j < 8; j++) top = lanes[j] > top ? lanes[j] : top;
@@ -9316,9 +9321,9 @@ AMP__AVX2_INLINE __m256 amp__pow2_mul8(__m256 x, __m256i k) {
   return _mm256_castsi256_ps(r);
 }
 /* 8 elements scaled as b says (not AMP__BS_NAN: the caller fills those) -> 8 codes in the low bytes. */
-AMP__AVX2_INLINE __m256i amp__bq_codes8(__m256 x, const amp__bscale *b, int e5m2) {
+AMP__AVX2_INLINE __m128i amp__bq_codes8(__m256 x, const amp__bscale *b, int e5m2) {
   __m256 y = b->how == AMP__BS_POW2 ? amp__pow2_mul8(x, _mm256_set1_epi32(b->k)) : _mm256_mul_ps(x, _mm256_set1_ps(b->mul));
-  return amp__fp8_enc8(_mm256_castps_si256(y), e5m2);
+  return amp__fp8_codes8(_mm256_castps_si256(y), e5m2);
 }
 AMP__AVX2_INLINE void amp__bq_codes_loop8(amp_fp8 *q, const char *p, amp_dtype t, size_t n, const amp__bscale *b,
                                           int e5m2) {
@@ -9327,12 +9332,8 @@ AMP__AVX2_INLINE void amp__bq_codes_loop8(amp_fp8 *q, const char *p, amp_dtype t
   amp_fp8 out[16];
   for (i = 0; i < n; i += 8) {   /* the last piece through buffers */
     const char *src = p + i * s;
-    __m256i c;
-    __m128i w;
     if (n - i < 8) { memset(buf, 0, sizeof buf); memcpy(buf, src, (n - i) * s); src = buf; }
-    c = amp__bq_codes8(amp__ld8(t, src), b, e5m2);
-    w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));   /* codes <= 0xff */
-    _mm_storeu_si128((__m128i *)out, _mm_packus_epi16(w, w));
+    _mm_storeu_si128((__m128i *)out, amp__bq_codes8(amp__ld8(t, src), b, e5m2));
     memcpy(q + i, out, n - i < 8 ? n - i : 8);
   }
 }
@@ -9369,7 +9370,7 @@ AMP__AVX512_INLINE void amp__bq_codes_loop16(amp_fp8 *q, const char *p, amp_dtyp
       __m256 lo = amp__pow2_mul8(_mm512_castps512_ps256(x), k8), hi = amp__pow2_mul8(_mm512_extractf32x8_ps(x, 1), k8);
       y = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
     } else y = _mm512_mul_ps(x, _mm512_set1_ps(b->mul));
-    _mm_mask_storeu_epi8(q + i, k, amp__fp8_enc16(y, e5m2));
+    _mm_mask_storeu_epi8(q + i, k, amp__fp8_codes16(y, e5m2));
   }
 }
 static AMP__AVX512 uint32_t amp__bq_amax_avx512(const void *p, amp_dtype t, size_t n) {

@@ -265,8 +265,8 @@ static void bulk_under_every_fpu_mode_and_streaming(void) {
   }
   for (f = 0; f < 2; f++)
     for (i = 0; i < N; i++) want[f][i] = f ? amp_f32_to_e5m2(in[i], 1) : amp_f32_to_e4m3(in[i], 1);
-  for (l = 0; l < nlevels(); l++) {
-    set_level(l);
+  for (l = 0; l < t_simd_levels(); l++) {
+    t_simd_level(l);
     for (ftz = 0; ftz < 2; ftz++)
       for (m = 0; m < nmodes; m++)
         for (nt = 0; nt < 2; nt++)
@@ -293,7 +293,7 @@ static void bulk_under_every_fpu_mode_and_streaming(void) {
                      f ? "e5m2" : "e4m3", modes[m], ftz, nt, off);
             }
   }
-  set_level(2);
+  t_simd_level(2);
   amp_simd_enable(1);
 }
 
