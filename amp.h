@@ -3554,19 +3554,43 @@ static void amp__quantize_counted(amp_fp8 *q, int e5m2, const void *x, amp_dtype
    are functions of their own below, so these stay the code they were. ---- */
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
+/* k (<= 16) elements under a lane mask: the lanes outside it load as 0 and are not stored */
+AMP__AVX512_INLINE __m512i amp__quantize_part16(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t k, __m512 scale,
+                                                __m512i a) {
+  __mmask16 m = amp__mask16(k);
+  __m512 v = amp__ld16(xt, x, m);
+  if (q) _mm_mask_storeu_epi8(q, m, amp__fp8_codes16(_mm512_mul_ps(v, scale), e5m2));
+  return _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+}
+/* 64 at a time (four encodes, one store; a large output streamed past the cache from a 64-byte
+   aligned start, as amp_convert's loops), the head before that start and the tail 16 at a time. */
 AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
                                              float *amax) {
   const size_t sz = amp_dtype_size(xt);
   const __m512 k = _mm512_set1_ps(scale);
   const __m512i abs = _mm512_set1_epi32(0x7fffffff);
   __m512i a = _mm512_setzero_si512();
-  size_t i;
-  for (i = 0; i < n; i += 16) {
-    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : amp__mask16(n - i);
-    __m512 v = amp__ld16(xt, x + i * sz, m);   /* lanes outside m load as 0 */
-    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v), abs));
-    if (q) _mm_mask_storeu_epi8(q + i, m, amp__fp8_codes16(_mm512_mul_ps(v, k), e5m2));
+  int nt = 0;
+  size_t i = 0, head = q ? amp__nt_head(q, 1, n, &nt) : 0;
+  for (; i < head; i += 16)
+    a = amp__quantize_part16(q + i, e5m2, x + i * sz, xt, head - i < 16 ? head - i : 16, k, a);
+  i = head;
+  for (; i + 64 <= n; i += 64) {
+    __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
+           v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
+    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v0), abs));
+    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v1), abs));
+    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v2), abs));
+    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v3), abs));
+    if (q) {
+      __m512i c = amp__fp8_codes64(_mm512_castps_si512(_mm512_mul_ps(v0, k)), _mm512_castps_si512(_mm512_mul_ps(v1, k)),
+                                   _mm512_castps_si512(_mm512_mul_ps(v2, k)), _mm512_castps_si512(_mm512_mul_ps(v3, k)), e5m2);
+      if (nt) _mm512_stream_si512((__m512i *)(q + i), c);
+      else _mm512_storeu_si512(q + i, c);
+    }
   }
+  if (nt) _mm_sfence();
+  for (; i < n; i += 16) a = amp__quantize_part16(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i < 16 ? n - i : 16, k, a);
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
 }
 AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
