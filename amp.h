@@ -3578,6 +3578,11 @@ AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x
   for (; i + 64 <= n; i += 64) {
     __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
            v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
+    if (nt) {   /* a stream: the source ahead into L2 and L1, as the casts' streaming loops do */
+      const char *p = x + i * sz;
+      size_t b;
+      for (b = 0; b < 64 * sz; b += 64) { _mm_prefetch(p + 8192 + b, _MM_HINT_T1); _mm_prefetch(p + 2048 + b, _MM_HINT_T0); }
+    }
     a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v0), abs));
     a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v1), abs));
     a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v2), abs));
