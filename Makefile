@@ -19,9 +19,13 @@ B        = build
 # --threads 0); every warning an error.
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) --threads 0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+# NCCL (optional: the data-parallel calls, tests/cuda_nccl.c, examples/dp_nccl.c): the first of the
+# CUDA toolkit, /usr and the NCCL that PyTorch's wheels bring (nvidia/nccl beside torch) that holds
+# include/nccl.h; set NCCL_HOME to choose another. tests/run.sh reads it with `make -s print-nccl-home`.
+NCCL_HOME ?= $(shell for d in $(CUDA_HOME) /usr $$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__ or list(nvidia.nccl.__path__)[0]))' 2>/dev/null); do [ -f $$d/include/nccl.h ] && echo $$d && break; done)
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 
-.PHONY: test deps bench bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags clean
+.PHONY: test deps bench bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags print-nccl-home clean
 
 test:
 	@sh tests/deps.sh check
@@ -32,6 +36,9 @@ deps:
 
 print-nvcc-flags:
 	@echo '$(NVCC_FLAGS)'
+
+print-nccl-home:
+	@echo '$(NCCL_HOME)'
 
 # On a machine with an NVIDIA GPU: the build, AMP_REQUIRE_GPU=1 make test, compute-sanitizer over
 # every tests/cuda_* program, bench-gpu and demo-gpu; logs under $$OUT when set (tests/gpu_check.sh).

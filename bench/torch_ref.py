@@ -34,7 +34,8 @@ def serve_matmul():
     """`torch_ref.py --serve-matmul`: bench/gpu_gemm.c's peer, run beside it. Reads lines
     `f16|bf16 m n k` on stdin; for each, times torch.matmul(a, b, out=c) row-major in that dtype
     (cuda_time: warm-up, then the median of 7 timed batches) and prints one line, its TFLOP/s
-    (0 without torch or a CUDA device). gpu_gemm alternates its own figure and this one, round
+    called eagerly from Python, then its TFLOP/s replayed from a CUDA graph of 20 products (Python's
+    dispatch taken out; 0 0 without torch or a CUDA device). gpu_gemm alternates its own figure and this one, round
     after round, so that both sides see the GPU in the same state."""
     try:
         import torch
@@ -45,7 +46,7 @@ def serve_matmul():
     for line in sys.stdin:
         parts = line.split()
         if len(parts) != 4 or not ok:
-            print(0, flush=True)
+            print("0 0", flush=True)
             continue
         dname, m, n, k = parts[0], int(parts[1]), int(parts[2]), int(parts[3])
         dtype = torch.float16 if dname == "f16" else torch.bfloat16
@@ -57,8 +58,25 @@ def serve_matmul():
             b = torch.rand(k, n, device="cuda", dtype=dtype) * 2 - 1
             cache[key] = (a, b, torch.empty(m, n, device="cuda", dtype=dtype))
         a, b, c = cache[key]
+        flop = 2.0 * m * n * k
         sec = cuda_time(lambda: torch.matmul(a, b, out=c))
-        print(f"{2.0 * m * n * k / sec * 1e-12:.6g}", flush=True)
+        # the same product with Python's per-call dispatch taken out: 20 products captured in one
+        # CUDA graph (torch.cuda.graph), the replay timed and divided by 20
+        try:
+            g = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    torch.matmul(a, b, out=c)
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(g):
+                for _ in range(20):
+                    torch.matmul(a, b, out=c)
+            gsec = cuda_time(g.replay) / 20
+        except Exception:
+            gsec = 0
+        print(f"{flop / sec * 1e-12:.6g} {flop / gsec * 1e-12 if gsec > 0 else 0:.6g}", flush=True)
 
 
 def _time(torch, fn, iters):
@@ -117,27 +135,55 @@ def optim_group(out):
     out("adamw_mixed_gbps", 28.0 * total / t / 1e9)
     del opt, master, mg, model, grads
 
-    # 500 small tensors: one whole step with the scaler (unscale, AdamW, update), eager
-    small = [torch.full((4096,), 0.5, dtype=torch.float16, device=dev) for _ in range(500)]
-    sp = [s.float().requires_grad_() for s in small]
-    for p in sp:
-        p.grad = torch.zeros_like(p)
-    sopt = torch.optim.AdamW(sp, lr=1e-3, weight_decay=1e-2, fused=True)
-    sg = [torch.full((4096,), 0.5, dtype=torch.float16, device=dev) for _ in range(500)]
-    spg = [p.grad for p in sp]
-    scale = torch.full((1,), 65536.0, device=dev)
-    tracker = torch.zeros(1, dtype=torch.int32, device=dev)
+    # 500 small tensors: one whole step with the scaler (unscale, clip, AdamW, update). Three ways:
+    # as a user writes it (fused AdamW, eager), with capturable=True (the step count on the device),
+    # and that step captured in a CUDA graph and replayed (PyTorch's best practice for small tensors).
+    def small_setup(capturable):
+        small = [torch.full((4096,), 0.5, dtype=torch.float16, device=dev) for _ in range(500)]
+        sp = [s.float().requires_grad_() for s in small]
+        for p in sp:
+            p.grad = torch.zeros_like(p)
+        sopt = torch.optim.AdamW(sp, lr=1e-3, weight_decay=1e-2, fused=True, capturable=capturable)
+        sg = [torch.full((4096,), 0.5, dtype=torch.float16, device=dev) for _ in range(500)]
+        spg = [p.grad for p in sp]
+        scale = torch.full((1,), 65536.0, device=dev)
+        tracker = torch.zeros(1, dtype=torch.int32, device=dev)
+        fi = torch.zeros(1, dtype=torch.float32, device=dev)
 
-    def small_step():
-        found_inf.zero_()
-        torch._foreach_copy_(spg, sg)
-        torch._amp_foreach_non_finite_check_and_unscale_(spg, found_inf, inv)
-        torch.nn.utils.clip_grad_norm_(sp, 1.0, foreach=True)
-        sopt.step()   # GradScaler.step would read found_inf on the host here; fused AdamW takes it on device
-        torch._foreach_copy_(small, sp)
-        torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 2000)
-    t = _time(torch, small_step, 200)
-    out("adamw_500_small_us", t * 1e6)
+        def small_step():
+            fi.zero_()
+            torch._foreach_copy_(spg, sg)
+            torch._amp_foreach_non_finite_check_and_unscale_(spg, fi, inv)
+            torch.nn.utils.clip_grad_norm_(sp, 1.0, foreach=True)
+            sopt.step()   # GradScaler.step would read found_inf on the host here; fused AdamW takes it on device
+            torch._foreach_copy_(small, sp)
+            torch._amp_update_scale_(scale, tracker, fi, 2.0, 0.5, 2000)
+        return small_step
+
+    step = small_setup(False)
+    out("adamw_500_small_us", _time(torch, step, 200) * 1e6)
+    try:   # where an eager step's time goes: the top operators by host time, on stderr (the bench log)
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+        print("torch_ref.py: one eager 500-tensor step, 5 steps profiled, top operators by host time:\n" +
+              prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8), file=sys.stderr)
+    except Exception as e:
+        print(f"torch_ref.py: profiler: {e}", file=sys.stderr)
+    step = small_setup(True)
+    out("adamw_500_small_capturable_us", _time(torch, step, 200) * 1e6)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    out("adamw_500_small_graph_us", _time(torch, g.replay, 200) * 1e6)
 
 
 # Other groups append their function here.

@@ -382,6 +382,7 @@ static void mixed_types_equal_the_product_of_widened_copies(void) {
   int ia, ib, tr, i;
   for (i = 0; i < S; i++) hf[i] = (float)((i * 37) % 101) / 50.0f - 1.0f + (float)i * 0x1p-20f;
   up(src, hf, sizeof hf);
+  cudaMemset(c1, 0, (size_t)S * 4); cudaMemset(c2, 0, (size_t)S * 4);   /* C's padding past n: the same, and initialised */
   for (ia = 0; ia < 3; ia++) for (ib = 0; ib < 3; ib++) for (tr = 0; tr < 4; tr++) {
     amp_trans ta = tr & 1 ? AMP_TRANS : AMP_NO_TRANS, tb = tr & 2 ? AMP_TRANS : AMP_NO_TRANS;
     amp_status s1, s2;

@@ -9,6 +9,8 @@ ex_build() { # ex_build NAME SRC [LIBS...]: compile one example into $B/NAME
 }
 mkdir -p "$B/examples"
 rm -f "$B"/examples/*.svg
+# AMP_TEST_ONLY=gpu (make gpu-check): only the examples that use a GPU, at the end of this file.
+if [ "${ONLY:-}" != gpu ]; then
 
 ex_build ex01 examples/01_number_lines.c
 check "example 01: f16/bf16 ranges, gaps and roundings hold as printed" "$B/ex01"
@@ -122,8 +124,11 @@ check "bench_gpt: builds with -Werror (make bench runs it)" gcc -std=c99 -O3 $WA
 
 # Data parallel: threads as ranks on the CPU; the NCCL trainer where NCCL is installed.
 check "example dp_threads (4 and 3 ranks skip together; exits 1 if they diverge)" sh -c "gcc -std=c99 -O2 $WARN -pthread -I. examples/dp_threads.c -o $B/dp_threads -lm && $B/dp_threads 4 && $B/dp_threads 3"
-if [ -f "$CUDA_HOME/include/nccl.h" ] && [ -f "$B/amp_kernels_nccl.o" ]; then
-  check "example dp_nccl (builds; runs one rank where a GPU is present)" sh -c "gcc -std=c99 -O2 $WARN -DAMP_CUDA -DAMP_NCCL -I. -isystem $CUDA_HOME/include examples/dp_nccl.c $B/amp_kernels_nccl.o -o $B/dp_nccl -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lnccl -lcudart -lcublasLt -lcublas -lstdc++ -lm && $B/dp_nccl"
+fi   # the CPU examples
+
+# ---- the examples that use a GPU (they build everywhere, run where a GPU is present) ----
+if [ -n "${NCCL_HOME:-}" ] && [ -f "$B/amp_kernels_nccl.o" ]; then
+  check "example dp_nccl (builds; runs one rank where a GPU is present)" sh -c "gcc -std=c99 -O2 $WARN -DAMP_CUDA $NCCL_CFLAGS -I. -isystem $CUDA_HOME/include examples/dp_nccl.c $B/amp_kernels_nccl.o -o $B/dp_nccl -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 $NCCL_LIBS -lcudart -lcublasLt -lcublas -lstdc++ -lm && $B/dp_nccl"
 fi
 
 # The CUDA build of the same trainer (examples/train_mlp_cuda.cu includes train_mlp.c and puts

@@ -22,7 +22,8 @@
 # toolkit's headers ($CUDA_HOME/include, no nvcc needed) on the include path: the fp8 test compares
 # with the toolkit's host code in cuda_fp8.h, which is C++.
 # Set AMP_TEST_ONLY=name to run only tests/test_name.c (no compile matrix, fuzz or CUDA);
-# AMP_TEST_ONLY=cuda runs step 4 alone; AMP_TEST_ONLY=other the AArch64 builds and tcc alone.
+# AMP_TEST_ONLY=cuda runs step 4 alone; AMP_TEST_ONLY=gpu step 4 and the examples that use a GPU
+# (make gpu-check); AMP_TEST_ONLY=other the AArch64 builds and tcc alone.
 # AMP_REQUIRE_GPU=1: a GPU test that finds no usable GPU fails instead of saying "skipped".
 # AMP_TEST_SKIP_SLOW_CPU=1 (make gpu-check sets it): step 1 (the compile matrix, which needs clang),
 #   step 3 (the -Ofast, ASan+UBSan and valgrind re-runs) and step 5 (fuzzing) are left out: they
@@ -43,6 +44,14 @@ LAST="$B/last.log"
 [ -n "${AMP_TEST_SKIP_SLOW_CPU:-}" ] && [ "${AMP_TEST_SKIP_SLOW_CPU}" != 0 ] && SLOW_CPU=0
 # The nvcc flags: the Makefile's NVCC_FLAGS, the one place they are defined.
 NVCC_FLAGS=$(make -s --no-print-directory print-nvcc-flags 2>/dev/null) || NVCC_FLAGS=""
+# NCCL: where the Makefile finds it (NCCL_HOME; empty: not installed), and how to compile and link with it.
+NCCL_HOME=$(make -s --no-print-directory print-nccl-home 2>/dev/null) || NCCL_HOME=""
+NCCL_CFLAGS=""; NCCL_LIBS=""
+if [ -n "$NCCL_HOME" ]; then
+  NCCL_CFLAGS="-DAMP_NCCL -isystem $NCCL_HOME/include"
+  for d in "$NCCL_HOME/lib64" "$NCCL_HOME/lib"; do [ -d "$d" ] && NCCL_LIBS="$NCCL_LIBS -L$d -Wl,-rpath,$d"; done
+  NCCL_LIBS="$NCCL_LIBS -lnccl"
+fi
 
 pass() { PASS=$((PASS + 1)); echo "ok   $1"; }
 fail() { FAIL=$((FAIL + 1)); FAILED="$FAILED $1"; echo "FAIL $1"; }
@@ -252,7 +261,7 @@ else
 fi
 
 # 4. CUDA: build for sm_80 and sm_90, link, run where a GPU is present ------------------------
-if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ]; then
+if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ] || [ "$ONLY" = gpu ]; then
   echo "== CUDA"
   if [ -x "$NVCC" ] || command -v "$NVCC" >/dev/null 2>&1; then
     [ -n "$NVCC_FLAGS" ] || fail "make -s print-nvcc-flags printed nothing"
@@ -270,10 +279,10 @@ if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ]; then
         name=$(basename "$src" .c)
         obj="$B/amp_kernels.o"; nflags=""; nlibs=""
         # tests/cuda_nccl.c: amp_kernels.cu again with -DAMP_NCCL, linked with -lnccl, where NCCL is installed
-        if [ "$name" = cuda_nccl ] && [ -f "$CUDA_HOME/include/nccl.h" ] &&
-           check "nvcc: amp_kernels.cu with -DAMP_NCCL" "$NVCC" $NVCC_FLAGS -I. -DAMP_NCCL \
+        if [ "$name" = cuda_nccl ] && [ -n "$NCCL_HOME" ] &&
+           check "nvcc: amp_kernels.cu with -DAMP_NCCL (NCCL from $NCCL_HOME)" "$NVCC" $NVCC_FLAGS -I. $NCCL_CFLAGS \
              -c amp_kernels.cu -o "$B/amp_kernels_nccl.o"; then
-          obj="$B/amp_kernels_nccl.o"; nflags="-DAMP_NCCL -isystem $CUDA_HOME/include"; nlibs="-lnccl"
+          obj="$B/amp_kernels_nccl.o"; nflags=$NCCL_CFLAGS; nlibs=$NCCL_LIBS
         fi
         if gcc -std=c99 -O2 $WARN -DAMP_CUDA $nflags -I. -isystem "$CUDA_HOME/include" "$src" "$obj" -o "$B/$name" \
              -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" $nlibs -lcudart -lcublasLt -lcublas -lstdc++ -lm -lpthread 2>"$B/$name.cc.log"; then
@@ -307,7 +316,7 @@ if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; then
 fi
 
 # 6. the examples ------------------------------------------------------------------------------
-if [ -z "$ONLY" ] && [ -f tests/examples.sh ]; then
+if { [ -z "$ONLY" ] || [ "$ONLY" = gpu ]; } && [ -f tests/examples.sh ]; then
   echo "== examples"
   . tests/examples.sh
 fi
