@@ -75,7 +75,8 @@ run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
   'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o build/train_mlp_cuda $(ls bench/gpu_*.c bench/gpu_*.cu 2>/dev/null | sed "s|bench/\(.*\)\.cu*$|build/\1|")'
 
 # 2. the tests, a GPU required --------------------------------------------------------------------
-run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_ONLY=gpu make test
+# (tests/run.sh itself: make test's check of the CPU tests' Debian packages does not apply here)
+run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_ONLY=gpu sh tests/run.sh
 grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
 
 # 3. compute-sanitizer over every tests/cuda_* program, eight runs at a time ------------------------
@@ -119,8 +120,11 @@ if [ "$clean" -eq "$total" ] && [ "$total" -gt 0 ]; then note "sanitize=ok($clea
 else BAD=1; note "sanitize=FAIL($clean/$total-clean,${rt}s)"; echo "   FAILED: $clean of $total runs clean; not clean:$dirty"; fi
 
 # 4. benchmarks against PyTorch, 5. the demo -------------------------------------------------------
+# GPU_CHECK_SKIP_BENCH=1 leaves the benchmarks out (a rerun after a fix, when their figures are in)
+if [ -n "${GPU_CHECK_SKIP_BENCH:-}" ]; then note "bench=skipped"; else
 run_step bench "$(cap 180 45)" "$LOG/bench.log" env PYTHONUNBUFFERED=1 make bench-gpu &&
   grep -v -E '^(make|cc |gcc |nvcc |/)' "$LOG/bench.log" | head -n 60 | sed 's/^/   /'
+fi
 run_step demo "$(cap 60 0)" "$LOG/demo.log" env AMP_REQUIRE_GPU=1 make demo-gpu && tail -n 6 "$LOG/demo.log" | sed 's/^/   /'
 
 total_s=$(( $(now) - T0 ))
