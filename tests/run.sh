@@ -48,8 +48,11 @@ NVCC_FLAGS=$(make -s --no-print-directory print-nvcc-flags 2>/dev/null) || NVCC_
 NCCL_HOME=$(make -s --no-print-directory print-nccl-home 2>/dev/null) || NCCL_HOME=""
 NCCL_CFLAGS=""; NCCL_LIBS=""
 if [ -n "$NCCL_HOME" ]; then
-  NCCL_CFLAGS="-DAMP_NCCL -isystem $NCCL_HOME/include"
-  for d in "$NCCL_HOME/lib64" "$NCCL_HOME/lib"; do [ -d "$d" ] && NCCL_LIBS="$NCCL_LIBS -L$d -Wl,-rpath,$d"; done
+  NCCL_CFLAGS="-DAMP_NCCL"
+  if [ "$NCCL_HOME" != /usr ]; then   # (/usr's are the compilers' own paths: -isystem /usr/include breaks C++'s <cmath>)
+    NCCL_CFLAGS="$NCCL_CFLAGS -isystem $NCCL_HOME/include"
+    for d in "$NCCL_HOME/lib64" "$NCCL_HOME/lib"; do [ -d "$d" ] && NCCL_LIBS="$NCCL_LIBS -L$d -Wl,-rpath,$d"; done
+  fi
   NCCL_LIBS="$NCCL_LIBS -lnccl"
 fi
 
