@@ -490,7 +490,9 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
      kernels take it; 0: the portable loops), GPU vector path (1: the kernels' 4-wide accesses),
      cuBLAS type, NCCL type, compute (1: a type the trainer computes and steps in: model copies,
      grads, round_to, products, the scaler's buffers, the policy's low type; 0: a storage format
-     that amp_convert casts to and from, refused everywhere else by name: fp8 for now).
+     that amp_convert casts to and from, refused everywhere else by name: fp8 for now), fp8
+     encoding (-1: not an fp8 format; else the e5m2 argument of the fp8 encoders and decoders:
+     0 E4M3, 1 E5M2).
    To add a format: append a row (the enum value is its position: never reorder, checkpoints hold
    it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
    writes those from the element functions). With CPU column 1, also its vector loads/stores
@@ -498,11 +500,11 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
    portable loops run it). The kernels take any row as it is (amp__cu_elem from the C type column).
    Nothing else names a format's size or values. */
 #define AMP__DTYPES(X, A) \
-  X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,     ncclFloat,    1) /* 2^-126 */ \
-  X(A, AMP_F16,  f16,  amp_f16,  2, 0x477fe000u, 0x38800000u, 1, 1, CUDA_R_16F,     ncclHalf,     1) /* 65504, 2^-14 */ \
-  X(A, AMP_BF16, bf16, amp_bf16, 2, 0x7f7f0000u, 0x00800000u, 1, 1, CUDA_R_16BF,    ncclBfloat16, 1) /* 2^-126 */ \
-  X(A, AMP_E4M3, e4m3, amp_fp8,  1, 0x43e00000u, 0x3c800000u, 0, 0, CUDA_R_8F_E4M3, ncclUint8,    0) /* 448, 2^-6 */ \
-  X(A, AMP_E5M2, e5m2, amp_fp8,  1, 0x47600000u, 0x38800000u, 0, 0, CUDA_R_8F_E5M2, ncclUint8,    0) /* 57344, 2^-14 */
+  X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,     ncclFloat,    1, -1) /* 2^-126 */ \
+  X(A, AMP_F16,  f16,  amp_f16,  2, 0x477fe000u, 0x38800000u, 1, 1, CUDA_R_16F,     ncclHalf,     1, -1) /* 65504, 2^-14 */ \
+  X(A, AMP_BF16, bf16, amp_bf16, 2, 0x7f7f0000u, 0x00800000u, 1, 1, CUDA_R_16BF,    ncclBfloat16, 1, -1) /* 2^-126 */ \
+  X(A, AMP_E4M3, e4m3, amp_fp8,  1, 0x43e00000u, 0x3c800000u, 0, 0, CUDA_R_8F_E4M3, ncclUint8,    0,  0) /* 448, 2^-6 */ \
+  X(A, AMP_E5M2, e5m2, amp_fp8,  1, 0x47600000u, 0x38800000u, 0, 0, CUDA_R_8F_E5M2, ncclUint8,    0,  1) /* 57344, 2^-14 */
 #define AMP__DT_ENUM_(A, E, ...) E,
 #define AMP__DT_COUNT_(A, E, ...) + 1
 /* AMP_F32 = 0, AMP_F16, AMP_BF16, AMP_E4M3, AMP_E5M2 (fp8: see FP8 FORMATS). AMP_GRAD_F32 is no
@@ -2170,7 +2172,7 @@ static inline AMP_HD float amp__fsqrt(float a) {
 
 /* The largest finite value of an fp8 format (the table's column), 0 for any other format. */
 static inline AMP_HD float amp__fp8_fmax(amp_dtype t) {
-#define AMP__FM_(A, E, N, T, S, MX, MN, CV, GV, CU, NC, COMPUTE) case E: return COMPUTE ? 0.0f : amp__bits_f32(MX);
+#define AMP__FM_(A, E, N, T, S, MX, MN, CV, GV, CU, NC, COMPUTE, ...) case E: return COMPUTE ? 0.0f : amp__bits_f32(MX);
   switch (t) { AMP__DTYPES(AMP__FM_, ~) default: break; }
 #undef AMP__FM_
   return 0.0f;
@@ -2576,7 +2578,9 @@ static inline AMP_HD AMP__EXACT_FP amp_fp8 amp__block_q(float x, const amp__bsca
   float y;
   if (b->how == AMP__BS_NAN) return (amp_fp8)0x7fu;
   y = b->how == AMP__BS_POW2 ? amp__pow2_mul(x, b->k) : amp__fmul(x, b->mul);
-  return fp8 == AMP_E5M2 ? amp_f32_to_e5m2(y, 1) : amp_f32_to_e4m3(y, 1);
+  amp_fp8 r = 0;
+  amp__store(&r, fp8, 0, y);   /* the format's saturating cast (amp__st_e4m3 / _e5m2) */
+  return r;
 }
 AMP__EXACT_END
 
@@ -2718,8 +2722,9 @@ typedef struct amp__dtype_traits {
   uint32_t max_bits, min_normal_bits; /* largest finite value, smallest normal, as f32 bits */
   int cpu_vec, gpu_vec;               /* a CPU (AVX2+F16C / AVX-512) and a GPU vector path */
   int compute;                        /* a type to compute and step in (else a storage format) */
+  int fp8;                            /* -1 not fp8; else the fp8 encoders' e5m2 argument */
 } amp__dtype_traits;
-#define AMP__DT_ROW_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP) {#E, S, MX, MN, CV, GV, CMP},
+#define AMP__DT_ROW_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP, F8) {#E, S, MX, MN, CV, GV, CMP, F8},
 static const amp__dtype_traits amp__dtype_table[] = { AMP__DTYPES(AMP__DT_ROW_, ~) };
 #undef AMP__DT_ROW_
 /* Row t, or NULL for a value that is not a format. */
@@ -2728,6 +2733,8 @@ static inline const amp__dtype_traits *amp__dtype_row(amp_dtype t) {
 }
 static const char *amp__dtype_name(amp_dtype t) { return amp__dtype_row(t) ? amp__dtype_row(t)->name : "unknown"; }
 static inline int amp__dtype_cpu_vec(amp_dtype t) { return amp__dtype_row(t) && amp__dtype_row(t)->cpu_vec; }
+/* The fp8 column: -1 for a format that is not fp8 (or no format), else the encoders' e5m2 flag. */
+static inline int amp__dtype_fp8(amp_dtype t) { return amp__dtype_row(t) ? amp__dtype_row(t)->fp8 : -1; }
 /* AMP_OK for a format; else AMP_ERR_ARG with "fn: what N is not a number format (AMP_F32, ...)". */
 /* The names of the formats, ", "-separated, into list (cap bytes): every row, or compute ones only. */
 static void amp__dtype_names(char *list, size_t cap, int which) {   /* which 0: all, 1: compute, -1: storage */
@@ -7974,7 +7981,7 @@ AMPDEF amp_status amp_fp8_scaler_load(amp_fp8_scaler *f, const char *path) {
 static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
                                     const float *scale, float *amax, uint64_t *counts, char *m, size_t cap) {
   float k = scale ? *scale : 1.0f;
-  int e5m2 = fp8 == AMP_E5M2;
+  int e5m2 = amp__dtype_fp8(fp8);
   (void)d; (void)m; (void)cap;
 #ifdef AMP__X86_SIMD
   if (amp_simd_active() && counts) {
@@ -8478,7 +8485,7 @@ static inline AMP__T512 __m512 amp__gemm_ld16_bf16(const void *p, __mmask16 m) {
 static inline AMP__T512 __m512 amp__gemm_ld16_fp8(const void *p, __mmask16 m, amp_dtype t) {
   __m512i x = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
   __m512i a, r;
-  if (t == AMP_E5M2) return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_slli_epi32(x, 8)));
+  if (amp__dtype_fp8(t) == 1) return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_slli_epi32(x, 8)));   /* E5M2 */
   a = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
   r = _mm512_add_epi32(_mm512_slli_epi32(a, 20), _mm512_set1_epi32(120 << 23));
   r = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(8)), r,
@@ -8488,7 +8495,7 @@ static inline AMP__T512 __m512 amp__gemm_ld16_fp8(const void *p, __mmask16 m, am
 }
 static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n) {
   __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-  if (t == AMP_E4M3 || t == AMP_E5M2) return amp__gemm_ld16_fp8(p, m, t);
+  if (amp__dtype_fp8(t) >= 0) return amp__gemm_ld16_fp8(p, m, t);
 #define AMP__V_(E, N, T, S) return amp__gemm_ld16_##N(p, m);
   AMP__DTYPE_VSWITCH(t, AMP__V_)
 #undef AMP__V_
@@ -8504,7 +8511,7 @@ static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
-  if (t == AMP_E4M3 || t == AMP_E5M2) return _mm512_castps512_ps256(amp__gemm_ld16_fp8(p, (__mmask16)0xff, t));
+  if (amp__dtype_fp8(t) >= 0) return _mm512_castps512_ps256(amp__gemm_ld16_fp8(p, (__mmask16)0xff, t));
 #define AMP__V_(E, N, T, S) return amp__gemm_ld8_##N(p);
   AMP__DTYPE_VSWITCH(t, AMP__V_)
 #undef AMP__V_
@@ -9383,7 +9390,7 @@ static AMP__AVX2 uint32_t amp__bq_amax_avx2(const void *p, amp_dtype t, size_t n
 }
 static AMP__AVX2 void amp__bq_codes_avx2(amp_fp8 *q, const void *p, amp_dtype t, size_t n, const amp__bscale *b,
                                          amp_dtype fp8) {
-  if (fp8 == AMP_E5M2) amp__bq_codes_loop8(q, (const char *)p, t, n, b, 1);
+  if (amp__dtype_fp8(fp8) == 1) amp__bq_codes_loop8(q, (const char *)p, t, n, b, 1);   /* a constant flag each */
   else amp__bq_codes_loop8(q, (const char *)p, t, n, b, 0);
 }
 /* 16 lanes: masked loads and stores; the scaling on the two halves by the 8-lane steps (the same
@@ -9412,7 +9419,7 @@ static AMP__AVX512 uint32_t amp__bq_amax_avx512(const void *p, amp_dtype t, size
 }
 static AMP__AVX512 void amp__bq_codes_avx512(amp_fp8 *q, const void *p, amp_dtype t, size_t n, const amp__bscale *b,
                                              amp_dtype fp8) {
-  if (fp8 == AMP_E5M2) amp__bq_codes_loop16(q, (const char *)p, t, n, b, 1);
+  if (amp__dtype_fp8(fp8) == 1) amp__bq_codes_loop16(q, (const char *)p, t, n, b, 1);
   else amp__bq_codes_loop16(q, (const char *)p, t, n, b, 0);
 }
 #endif

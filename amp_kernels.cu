@@ -359,6 +359,24 @@ __host__ __device__ constexpr int amp__cu_dtype_bytes(int t) {
   }
 }
 static int amp__cu_dtype_ok(int32_t t) { return amp__cu_dtype_bytes(t) != 0; }
+// The compute column (1: a type to compute in; 0: a storage format, fp8) and the fp8 column (-1: not
+// fp8; else the fp8 encoders' e5m2 flag) of format t; -1 / 0 for a value that is no format.
+__host__ __device__ constexpr int amp__cu_dtype_compute(int t) {
+  switch (t) {
+#define AMP__CU_CMP_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT, CMP, F8) case E: return CMP;
+    AMP__DTYPES(AMP__CU_CMP_, ~)
+#undef AMP__CU_CMP_
+    default: return 0;
+  }
+}
+__host__ __device__ constexpr int amp__cu_dtype_fp8(int t) {
+  switch (t) {
+#define AMP__CU_F8_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT, CMP, F8) case E: return F8;
+    AMP__DTYPES(AMP__CU_F8_, ~)
+#undef AMP__CU_F8_
+    default: return -1;
+  }
+}
 // Whether the kernels take the format's vector path (AMP__DTYPES's GPU column).
 static int amp__cu_dtype_vec(int32_t t) {
   switch (t) {
@@ -884,8 +902,8 @@ extern "C" amp_status amp__cu_quantize_blocks(void *state, int32_t kind, int32_t
   amp__cu_state *st = (amp__cu_state *)state;
   if (kind < AMP_BLOCK_MX_RCEIL || kind > AMP_BLOCK_128x128)
     return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: kind %d is not an amp_block_scaling", (int)kind);
-  if (fp8 != AMP_E4M3 && fp8 != AMP_E5M2)
-    return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: fp8 %d is not AMP_E4M3 or AMP_E5M2", (int)fp8);
+  if (amp__cu_dtype_fp8(fp8) < 0)
+    return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: fp8 %d is not an fp8 format", (int)fp8);
   if (!amp__cu_dtype_ok(x_type)) return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: x_type %d is not a dtype", (int)x_type);
   if (rows < 0 || cols < 0 || ldx < cols || ldq < cols)
     return amp__cu_arg(msg, cap, "amp__cu_quantize_blocks: rows %d, cols %d, ldx %d, ldq %d", rows, cols, ldx, ldq);
@@ -1108,7 +1126,7 @@ amp__cu_quantize_kernel(amp_fp8 *q, const void *x, long long n, const float *sca
     top = b > top ? b : top;
     if constexpr (COUNT) {
       float y = amp__fmul(v, k);
-      unsigned int cls = amp__fp8_cast_class(v, y, F8 == AMP_E5M2);
+      unsigned int cls = amp__fp8_cast_class(v, y, amp__cu_dtype_fp8(F8));
       c[0] += cls & 1u; c[1] += (cls >> 1) & 1u; c[2] += cls >> 2;
       if (q) amp__store(q, (amp_dtype)F8, (size_t)i, y);
     } else if (q) {
@@ -1267,28 +1285,24 @@ extern "C" amp_status amp__cu_quantize(void *state, void *q, int32_t fp8, const 
                                        const float *scale, float *amax, uint64_t *counts, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
   if (!st) return amp__cu_arg(msg, cap, "amp__cu_quantize: state is NULL");
-  if (fp8 != AMP_E4M3 && fp8 != AMP_E5M2) return amp__cu_arg(msg, cap, "amp__cu_quantize: fp8 %d", (int)fp8);
-  if (x_type != AMP_F32 && x_type != AMP_F16 && x_type != AMP_BF16)
-    return amp__cu_arg(msg, cap, "amp__cu_quantize: x_type %d", (int)x_type);
+  if (amp__cu_dtype_fp8(fp8) < 0) return amp__cu_arg(msg, cap, "amp__cu_quantize: fp8 %d is not an fp8 format", (int)fp8);
+  if (!amp__cu_dtype_compute(x_type))
+    return amp__cu_arg(msg, cap, "amp__cu_quantize: x_type %d is not a format to compute in", (int)x_type);
   if (n == 0) return AMP_OK;
   if (!x || (!q && !amax)) return amp__cu_arg(msg, cap, "amp__cu_quantize: x, or both q and amax, NULL");
   AMP__CU_ON(st);
   const int grid = amp__cu_grid(st, n);
   unsigned long long *c = (unsigned long long *)counts;
   amp__cu_dtype_visit(x_type, [&](auto xt) {
-    if constexpr (xt.value == AMP_F32 || xt.value == AMP_F16 || xt.value == AMP_BF16) {
-      amp_fp8 *qq = (amp_fp8 *)q;
-      const long long nn = (long long)n;
-      cudaStream_t s = st->stream;
-      if (fp8 == AMP_E4M3 && !c)
-        amp__cu_quantize_kernel<xt.value, AMP_E4M3, false><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
-      else if (fp8 == AMP_E4M3)
-        amp__cu_quantize_kernel<xt.value, AMP_E4M3, true><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
-      else if (!c)
-        amp__cu_quantize_kernel<xt.value, AMP_E5M2, false><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
-      else
-        amp__cu_quantize_kernel<xt.value, AMP_E5M2, true><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
-    }
+    amp__cu_dtype_visit(fp8, [&](auto f8) {   // a compute type into an fp8 one: the rows the table says
+      if constexpr (amp__cu_dtype_compute(xt.value) && amp__cu_dtype_fp8(f8.value) >= 0) {
+        amp_fp8 *qq = (amp_fp8 *)q;
+        const long long nn = (long long)n;
+        cudaStream_t s = st->stream;
+        if (!c) amp__cu_quantize_kernel<xt.value, f8.value, false><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
+        else amp__cu_quantize_kernel<xt.value, f8.value, true><<<grid, AMP__CU_THREADS, 0, s>>>(qq, x, nn, scale, amax, c);
+      }
+    });
   });
   AMP__CU_CHECK_LAUNCH("amp__cu_quantize_kernel<<<>>>");
   return AMP_OK;
