@@ -2573,14 +2573,13 @@ static inline AMP_HD AMP__EXACT_FP amp__bscale amp__block_scale(int kind, amp_dt
   }
   return b;
 }
-/* One element of a block: x scaled as b says, cast to fp8 saturating. */
-static inline AMP_HD AMP__EXACT_FP amp_fp8 amp__block_q(float x, const amp__bscale *b, amp_dtype fp8) {
+/* One element of a block: x scaled as b says, cast to fp8 saturating (e5m2: the format table's fp8
+   column, 0 E4M3, 1 E5M2). */
+static inline AMP_HD AMP__EXACT_FP amp_fp8 amp__block_q(float x, const amp__bscale *b, int e5m2) {
   float y;
   if (b->how == AMP__BS_NAN) return (amp_fp8)0x7fu;
   y = b->how == AMP__BS_POW2 ? amp__pow2_mul(x, b->k) : amp__fmul(x, b->mul);
-  amp_fp8 r = 0;
-  amp__store(&r, fp8, 0, y);   /* the format's saturating cast (amp__st_e4m3 / _e5m2) */
-  return r;
+  return e5m2 ? amp_f32_to_e5m2(y, 1) : amp_f32_to_e4m3(y, 1);
 }
 AMP__EXACT_END
 
@@ -9335,7 +9334,8 @@ static AMP__EXACT_FP uint32_t amp__bq_amax_plain(const void *p, amp_dtype t, siz
 static AMP__EXACT_FP void amp__bq_codes_plain(amp_fp8 *q, const void *p, amp_dtype t, size_t n, const amp__bscale *b,
                                               amp_dtype fp8) {
   size_t i;
-#define AMP__BQ_(E, N, T, S) for (i = 0; i < n; i++) q[i] = amp__block_q(amp__ld_##N(p, i), b, fp8); break;
+  const int e5m2 = amp__dtype_fp8(fp8);
+#define AMP__BQ_(E, N, T, S) for (i = 0; i < n; i++) q[i] = amp__block_q(amp__ld_##N(p, i), b, e5m2); break;
   AMP__DTYPE_SWITCH(t, AMP__BQ_)
 #undef AMP__BQ_
 }

@@ -890,7 +890,7 @@ amp__cu_qblocks_kernel(int kind, int fp8, int rows, int cols, const void *x, int
     __syncthreads();
     for (int i = threadIdx.x; i < h * w; i += blockDim.x) {
       const size_t r = (size_t)(r0 + i / w), c = (size_t)(c0 + i % w);
-      q[r * ldq + c] = amp__block_q(amp__load(x, (amp_dtype)XT, r * ldx + c), &b, (amp_dtype)fp8);
+      q[r * ldq + c] = amp__block_q(amp__load(x, (amp_dtype)XT, r * ldx + c), &b, amp__cu_dtype_fp8(fp8));
     }
     __syncthreads();   // amax and b are the next block's
   }

@@ -417,7 +417,7 @@ amp_status amp__cu_quantize_blocks(void *state, int32_t kind, int32_t fp8, int r
       for (r = r0; r < r0 + bh && r < rows; r++)
         for (c = c0; c < c0 + bw && c < cols; c++)
           ((uint8_t *)q)[(size_t)r * (size_t)ldq + (size_t)c] =
-              amp__block_q(amp__load(x, (amp_dtype)x_type, (size_t)r * (size_t)ldx + (size_t)c), &b, (amp_dtype)fp8);
+              amp__block_q(amp__load(x, (amp_dtype)x_type, (size_t)r * (size_t)ldx + (size_t)c), &b, amp__dtype_fp8((amp_dtype)fp8));
     }
   return AMP_OK;
 }
