@@ -3581,9 +3581,13 @@ AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x
   for (; i < head; i += 16)
     a = amp__quantize_part16(q + i, e5m2, x + i * sz, xt, head - i < 16 ? head - i : 16, k, a);
   i = head;
+  if (i + 64 <= n) {   /* each step loads the next 64 before it encodes these (the casts' arrangement) */
+  __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
+         v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
   for (; i + 64 <= n; i += 64) {
-    __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
-           v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
+    const int more = i + 128 <= n;
+    __m512 w0 = more ? amp__ld16(xt, x + (i + 64) * sz, 0xffff) : v0, w1 = more ? amp__ld16(xt, x + (i + 80) * sz, 0xffff) : v1,
+           w2 = more ? amp__ld16(xt, x + (i + 96) * sz, 0xffff) : v2, w3 = more ? amp__ld16(xt, x + (i + 112) * sz, 0xffff) : v3;
     if (nt) {   /* a stream: the source ahead into L2 and L1, as the casts' streaming loops do */
       const char *p = x + i * sz;
       size_t b;
@@ -3599,6 +3603,8 @@ AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x
       if (nt) _mm512_stream_si512((__m512i *)(q + i), c);
       else _mm512_storeu_si512(q + i, c);
     }
+    v0 = w0; v1 = w1; v2 = w2; v3 = w3;
+  }
   }
   if (nt) _mm_sfence();
   for (; i < n; i += 16) a = amp__quantize_part16(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i < 16 ? n - i : 16, k, a);
@@ -3611,15 +3617,32 @@ AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, a
   const __m256i abs = _mm256_set1_epi32(0x7fffffff);
   __m256i a = _mm256_setzero_si256();
   uint32_t lanes[8], top = 0;
-  size_t i, j;
-  for (i = 0; i + 32 <= n; i += 32) {
-    __m256i r[4];
-    for (j = 0; j < 4; j++) {
-      __m256 v = amp__ld8(xt, x + (i + 8 * j) * sz);
-      a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v), abs));
-      r[j] = _mm256_castps_si256(_mm256_mul_ps(v, k));
+  int nt = 0;
+  size_t i = q ? amp__nt_head(q, 1, n, &nt) : 0, j;
+  if (i) amp__quantize_portable(q, e5m2, x, xt, i, scale, amax);   /* the head before a streamed start */
+  if (i + 32 <= n) {   /* 32 at a time; each step loads the next 32 before it encodes these (the casts' arrangement) */
+    __m256 v[4], w[4];
+    for (j = 0; j < 4; j++) v[j] = amp__ld8(xt, x + (i + 8 * j) * sz);
+    for (; i + 32 <= n; i += 32) {
+      __m256i r[4];
+      for (j = 0; j < 4; j++) w[j] = i + 64 <= n ? amp__ld8(xt, x + (i + 32 + 8 * j) * sz) : v[j];
+      if (nt) {   /* a stream: the source ahead into L2 and L1 */
+        const char *p = x + i * sz;
+        size_t b;
+        for (b = 0; b < 32 * sz; b += 64) { _mm_prefetch(p + 8192 + b, _MM_HINT_T1); _mm_prefetch(p + 2048 + b, _MM_HINT_T0); }
+      }
+      for (j = 0; j < 4; j++) {
+        a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v[j]), abs));
+        r[j] = _mm256_castps_si256(_mm256_mul_ps(v[j], k));
+      }
+      if (q) {
+        __m256i c = amp__fp8_codes32(r[0], r[1], r[2], r[3], e5m2);
+        if (nt) _mm256_stream_si256((__m256i *)(q + i), c);
+        else _mm256_storeu_si256((__m256i *)(q + i), c);
+      }
+      for (j = 0; j < 4; j++) v[j] = w[j];
     }
-    if (q) _mm256_storeu_si256((__m256i *)(q + i), amp__fp8_codes32(r[0], r[1], r[2], r[3], e5m2));
+    if (nt) _mm_sfence();
   }
   _mm256_storeu_si256((__m256i *)lanes, a);
   for (j = 0; j < 8; j++) top = lanes[j] > top ? lanes[j] : top;

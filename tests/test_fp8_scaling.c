@@ -440,12 +440,23 @@ static void quantize_equals_the_scalar_cast_at_every_level(void) {
   enum { MAXN = 4099 + 8 };
   static float xs[MAXN];
   static float xbuf_[MAXN + 8];
-  static unsigned char q[MAXN + 8], want[MAXN + 8], *xbuf = (unsigned char *)xbuf_;
+  static unsigned char qbuf[MAXN + 80], want[MAXN + 8], *xbuf = (unsigned char *)xbuf_;
   amp_dtype xt;
-  int lv, s, f, off;
+  int lv, s, f, off, stream;
   size_t li, i;
+#ifdef AMP__X86_SIMD
+  size_t keep = amp__nt_bytes;
+#endif
   for (i = 0; i < MAXN; i++) xs[i] = random_x();
+  /* twice: with the library's streaming threshold (8 MiB: these outputs are stored), and with none
+     (every output streamed from its first 64-byte boundary, the head and tail stored) */
+  for (stream = 0; stream < 2; stream++)
   for (lv = 0; lv < t_simd_levels(); lv++) {
+#ifdef AMP__X86_SIMD
+    amp__nt_bytes = stream ? 0 : keep;
+#else
+    if (stream) break;
+#endif
     t_simd_level(lv);
     for (xt = AMP_F32; xt <= AMP_BF16; xt = (amp_dtype)(xt + 1))
       for (f = 0; f < 2; f++)
@@ -455,6 +466,7 @@ static void quantize_equals_the_scalar_cast_at_every_level(void) {
               size_t n = lens[li], sz = amp_dtype_size(xt);
               amp_dtype fmt = f ? AMP_E5M2 : AMP_E4M3;
               unsigned char *x = xbuf + off * sz;   /* a start that is not 16-byte aligned */
+              unsigned char *q = qbuf + ((64u - ((uintptr_t)qbuf & 63u)) & 63u) + (off ? 7 : 0);   /* 64-aligned, or 7 past */
               const float *sc = s < 5 ? &scales[s] : NULL;
               float k = sc ? *sc : 1.0f, amax = s == 2 ? 1e6f : 0.0f, amax2 = amax, top;
               uint32_t a = bits_of(amax) & 0x7fffffffu;
@@ -468,8 +480,8 @@ static void quantize_equals_the_scalar_cast_at_every_level(void) {
               top = f32_of(a);
               memset(q, 0xa5, n + 8);
               EXPECT(amp_quantize(amp_cpu(), q, fmt, x, xt, n, sc, &amax) == AMP_OK, "%s", amp_last_error());
-              EXPECT(memcmp(q, want, n) == 0 && q[n] == 0xa5, "level %d x_type %d fmt %d scale %d n %zu: codes differ",
-                     lv, (int)xt, f, s, n);
+              EXPECT(memcmp(q, want, n) == 0 && q[n] == 0xa5, "level %d x_type %d fmt %d scale %d n %zu stream %d: codes differ",
+                     lv, (int)xt, f, s, n, stream);
               EXPECT(bits_of(amax) == bits_of(top), "level %d x_type %d n %zu: amax %a, want %a", lv, (int)xt, n,
                      (double)amax, (double)top);
               EXPECT(amp_quantize(amp_cpu(), NULL, fmt, x, xt, n, sc, &amax2) == AMP_OK, "%s", amp_last_error());
@@ -480,6 +492,9 @@ static void quantize_equals_the_scalar_cast_at_every_level(void) {
               (void)sz;
             }
   }
+#ifdef AMP__X86_SIMD
+  amp__nt_bytes = keep;
+#endif
   t_simd_level(2);
   {   /* a NaN already in amax_out stays */
     float x[3] = { 1.0f, 2.0f, 3.0f }, amax = f32_of(0x7fc00000u);
