@@ -1,4 +1,4 @@
-/* train_gpt.c - the course's last lesson: a small GPT trained in fp32, bf16 and f16 with amp.h.
+/* train_gpt.c - the course's last lesson: a small GPT trained in fp32, bf16, f16 and fp8 with amp.h.
 
    A GPT-2-style language model on bytes of text: token and position embeddings, pre-norm blocks
    (layer norm, causal self-attention, residual add, layer norm, MLP with GELU, residual add), a
@@ -14,6 +14,14 @@
             (amp_optimizer_step), skipping a step whose grads hold inf/NaN.
      f16    the same in f16, with the dynamic loss scale (PyTorch's GradScaler rule), which
             skips the steps whose grads overflowed
+     fp8    bf16, except that the block linears' three products (forward, and the weight's and
+            the input's grads) multiply fp8 codes: the input and the weight cast to E4M3, the
+            output's grad to E5M2 (TransformerEngine's HYBRID), each at its own scale from the
+            delayed recipe (amp_fp8_scaler: the amax of every cast, recorded by amp_quantize_ex
+            in the same pass, a history, one update per step); amp_gemm_ex reads the codes back
+            with their scale_invs and sums in f32. The output head stays bf16, as in TE. On a
+            CPU the fp8 product is an exact emulation (the codes widened to f32 while packing):
+            it shows what fp8 does to the numbers, not fp8's speed, which needs fp8 Tensor Cores.
 
    What amp.h does here: the op-list policy decides each op's dtype (amp_policy_decide),
    amp_gemm computes every matrix product (fp32 accumulation, one rounding to the output type),
@@ -28,7 +36,7 @@
    10% is the validation split; the validation loss is measured every --eval-every steps.
 
    Build:  cc -std=c99 -O2 -march=native -I. examples/train_gpt.c -o train_gpt -lm
-   Run:    ./train_gpt [--precision fp32|bf16|f16|bf16-split|bf16-none|all] [--steps N] [--seed N] [--svg FILE]
+   Run:    ./train_gpt [--precision fp32|bf16|f16|bf16-split|bf16-none|fp8|all] [--steps N] [--seed N] [--svg FILE]
                        [--layers N] [--dim N] [--heads N] [--ctx N] [--batch N] [--lr X]
                        [--eval-every N] [--data FILE|DIR|builtin] [--init-scale S] [--max-gap PCT]
            ./train_gpt --gradcheck     finite differences against the backward (fp32, tiny model)
@@ -306,12 +314,21 @@ typedef struct {
   float *wide, *wide2;                     /* f32 copies of a tensor for elementwise steps (N x 4C) */
   float *dres;                             /* the residual stream's grad (N x C, f32) */
   void *dln, *dout, *dqkv, *datty, *dfch, *dfchg, *dP, *dS, *dlogits;
+  /* --precision fp8 (else NULL): the block linears' products in fp8, TransformerEngine's HYBRID
+     delayed recipe. Three scaled tensors per linear (4 per layer): its input x and its weight W in
+     E4M3, its output grad dy in E5M2; each cast writes its amax into the scaler, whose update after
+     the optimizer step turns the amax history into next step's scales. */
+  amp_fp8_scaler *fp8;
+  unsigned char *xq;                       /* each linear's E4M3 input, kept for its backward (4L of N x 4C) */
+  unsigned char *wq, *dyq;                 /* a weight's E4M3 codes (4C x C), an output grad's E5M2 codes (N x 4C) */
+  int fp8_record;                          /* 1 in training steps: casts record their amax (validation does not) */
 } gpt;
+enum { FP8_X, FP8_W, FP8_DY, FP8_PER_LINEAR };   /* the scaler's tensors of linear k: 3k + these */
 
 static void *P(const gpt *m, int p) { return at(m->params, m->t.low, m->off[p]); }
 static void *G(const gpt *m, int p) { return at(m->grads, m->t.low, m->off[p]); }
 
-static void gpt_init(gpt *m, const gpt_config *c, const gpt_types *t, int B, const float *w0) {
+static void gpt_init(gpt *m, const gpt_config *c, const gpt_types *t, int B, const float *w0, int fp8) {
   size_t N = (size_t)B * c->T, C = (size_t)c->C, L = (size_t)c->L, T = (size_t)c->T, V = (size_t)c->V, i;
   int p;
   memset(m, 0, sizeof *m);
@@ -353,26 +370,65 @@ static void gpt_init(gpt *m, const gpt_config *c, const gpt_types *t, int B, con
   m->dP = xcalloc(T * T, amp_dtype_size(t->att));
   m->dS = xcalloc(T * T, amp_dtype_size(t->att));
   m->dlogits = xcalloc(N * V, amp_dtype_size(t->logits));
+  if (fp8) {   /* HYBRID: E4M3 inputs and weights, E5M2 output grads; the delayed recipe's defaults */
+    size_t n_fp8 = 4 * L * FP8_PER_LINEAR, k;
+    amp_dtype *fmt = (amp_dtype *)xcalloc(n_fp8, sizeof(amp_dtype));
+    amp_fp8_config fc;
+    memset(&fc, 0, sizeof fc);   /* AMP_FP8_DELAYED, TE's history and margin */
+    fc.stats = 1;                /* saturated and flushed casts, counted per step */
+    for (k = 0; k < n_fp8; k++) fmt[k] = k % FP8_PER_LINEAR == FP8_DY ? AMP_E5M2 : AMP_E4M3;
+    CHECK(amp_fp8_scaler_create(&m->fp8, amp_cpu(), &fc, n_fp8, fmt));
+    free(fmt);
+    m->xq = (unsigned char *)xcalloc(4 * L * N * 4 * C, 1);
+    m->wq = (unsigned char *)xcalloc(4 * C * C, 1);
+    m->dyq = (unsigned char *)xcalloc(N * 4 * C, 1);
+  }
 }
 
 static void gpt_free(gpt *m) {
   void *all[] = { m->params, m->grads, m->demb_f32, m->wgrad_f32, m->tokens, m->targets, m->x0, m->ln1, m->qkv,
     m->att, m->atty, m->res2, m->res3, m->ln2, m->fch, m->fchg, m->ln1_mean, m->ln1_rstd, m->ln2_mean, m->ln2_rstd,
     m->lnf_mean, m->lnf_rstd, m->lnf, m->logits, m->probs, m->tmp, m->wide, m->wide2, m->scores, m->dres, m->dln, m->dout, m->dqkv,
-    m->datty, m->dfch, m->dfchg, m->dP, m->dS, m->dlogits };
+    m->datty, m->dfch, m->dfchg, m->dP, m->dS, m->dlogits, m->xq, m->wq, m->dyq };
   size_t i;
   for (i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+  amp_fp8_scaler_destroy(m->fp8);
 }
 
 // ----------------------------------------------------------------------------------------------
 // the forward pass, op by op
 
+/* fp8: src (n elements of type t) cast into dst at scaled tensor i's scale; in training steps the
+   cast records its amax and its counts (saturated, flushed) in the scaler's slots for this step,
+   which the update reads. */
+static void fp8_cast(const gpt *m, void *dst, size_t i, const void *src, amp_dtype t, size_t n, int record) {
+  amp_dtype fmt = i % FP8_PER_LINEAR == FP8_DY ? AMP_E5M2 : AMP_E4M3;
+  CHECK(amp_quantize_ex(amp_cpu(), dst, fmt, src, t, n, amp_fp8_scaler_scale_ptr(m->fp8, i),
+                        record ? amp_fp8_scaler_amax_ptr(m->fp8, i) : NULL,
+                        record ? amp_fp8_scaler_counts_ptr(m->fp8, i) : NULL));
+}
+/* The E4M3 input of linear k, kept from its forward for its backward. */
+static unsigned char *fp8_x(const gpt *m, int k) { return m->xq + (size_t)k * m->B * m->c.T * 4 * m->c.C; }
+
 /* y = x W^T + b for N rows: x is N x in, W is out x in (PyTorch's layout), y is N x out.
-   amp_gemm_ex adds the bias before its one rounding to y's type. */
-static void linear_forward(const gpt *m, void *y, const void *x, const void *W, const void *b, int N, int in, int out) {
+   amp_gemm_ex adds the bias before its one rounding to y's type. With fp8 (k: the linear's number,
+   4 per layer), x and W are cast to E4M3 at their scales and the product reads them back with
+   their scale_invs: y = (x_q W_q^T) * x_scale_inv * w_scale_inv + b, summed in f32. */
+static void linear_forward(const gpt *m, void *y, const void *x, const void *W, const void *b, int N, int in, int out,
+                           int k) {
   amp_gemm_opts o;
   memset(&o, 0, sizeof o);
   o.bias = b; o.bias_type = m->t.low;
+  if (m->fp8) {
+    size_t ix = (size_t)k * FP8_PER_LINEAR + FP8_X, iw = (size_t)k * FP8_PER_LINEAR + FP8_W;
+    fp8_cast(m, fp8_x(m, k), ix, x, m->t.lin, (size_t)N * in, m->fp8_record);
+    fp8_cast(m, m->wq, iw, W, m->t.low, (size_t)out * in, m->fp8_record);
+    o.a_scale_inv = amp_fp8_scaler_scale_inv_ptr(m->fp8, ix);
+    o.b_scale_inv = amp_fp8_scaler_scale_inv_ptr(m->fp8, iw);
+    CHECK(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, N, out, in, 1.0f,
+                      fp8_x(m, k), AMP_E4M3, in, m->wq, AMP_E4M3, in, 0.0f, y, m->t.lin, out, &o));
+    return;
+  }
   CHECK(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, N, out, in, 1.0f,
                     x, m->t.lin, in, W, m->t.low, in, 0.0f, y, m->t.lin, out, &o));
 }
@@ -462,17 +518,21 @@ static double gpt_forward(gpt *m) {
     size_t k;
     layernorm_forward(m, ln1, m->ln1_mean + (size_t)l * N, m->ln1_rstd + (size_t)l * N, res_in,
                       at(P(m, LN1W), low, (size_t)l * C), at(P(m, LN1B), low, (size_t)l * C), N);
-    linear_forward(m, qkv, ln1, at(P(m, QKVW), low, (size_t)l * 3 * C * C), at(P(m, QKVB), low, (size_t)l * 3 * C), N, C, 3 * C);
+    linear_forward(m, qkv, ln1, at(P(m, QKVW), low, (size_t)l * 3 * C * C), at(P(m, QKVB), low, (size_t)l * 3 * C), N, C, 3 * C,
+                   4 * l);
     attention_forward(m, atty, att, qkv);
-    linear_forward(m, m->tmp, atty, at(P(m, ATTPROJW), low, (size_t)l * C * C), at(P(m, ATTPROJB), low, (size_t)l * C), N, C, C);
+    linear_forward(m, m->tmp, atty, at(P(m, ATTPROJW), low, (size_t)l * C * C), at(P(m, ATTPROJB), low, (size_t)l * C), N, C, C,
+                   4 * l + 1);
     residual_forward(m, res2, res_in, m->tmp, NC);
     layernorm_forward(m, ln2, m->ln2_mean + (size_t)l * N, m->ln2_rstd + (size_t)l * N, res2,
                       at(P(m, LN2W), low, (size_t)l * C), at(P(m, LN2B), low, (size_t)l * C), N);
-    linear_forward(m, fch, ln2, at(P(m, FCW), low, (size_t)l * 4 * C * C), at(P(m, FCB), low, (size_t)l * 4 * C), N, C, 4 * C);
+    linear_forward(m, fch, ln2, at(P(m, FCW), low, (size_t)l * 4 * C * C), at(P(m, FCB), low, (size_t)l * 4 * C), N, C, 4 * C,
+                   4 * l + 2);
     CHECK(amp_convert(m->wide, AMP_F32, fch, tl, NC * 4));   /* GELU, in f32 */
     for (k = 0; k < NC * 4; k++) m->wide[k] = gelu(m->wide[k]);
     CHECK(amp_convert(fchg, m->t.act, m->wide, AMP_F32, NC * 4));
-    linear_forward(m, m->tmp, fchg, at(P(m, FCPROJW), low, (size_t)l * 4 * C * C), at(P(m, FCPROJB), low, (size_t)l * C), N, 4 * C, C);
+    linear_forward(m, m->tmp, fchg, at(P(m, FCPROJW), low, (size_t)l * 4 * C * C), at(P(m, FCPROJB), low, (size_t)l * C), N, 4 * C, C,
+                   4 * l + 3);
     residual_forward(m, res3, res2, m->tmp, NC);
   }
   layernorm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res3 + (size_t)(L - 1) * NC, P(m, LNFW), P(m, LNFB), N);
@@ -495,18 +555,37 @@ static double gpt_forward(gpt *m) {
 // the backward pass, the same ops in reverse
 
 /* Backward of y = x W^T + b, given dy: dW = dy^T x and db = the column sums of dy (both rounded
-   once to the grads' type), and dx = dy W (in x's type). */
+   once to the grads' type), and dx = dy W (in x's type). With fp8 (linear k), dy is cast to E5M2
+   and both products read fp8: dW from dy's and the forward's kept E4M3 x, dx from dy's and W cast
+   again at its scale (the same codes as the forward's: the scale moves only at the update). */
 static void linear_backward(const gpt *m, void *dx, void *dW, void *db, const void *dy, const void *x, const void *W,
-                            int N, int in, int out) {
+                            int N, int in, int out, int k) {
   amp_dtype tl = m->t.lin, low = m->t.low;
   int i, j;
-  CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, out, in, N, 1.0f,
-                 dy, tl, out, x, tl, in, 0.0f, dW, low, in));
   for (j = 0; j < out; j++) {
     float s = 0.0f;
     for (i = 0; i < N; i++) s += ld(dy, tl, (size_t)i * out + j);
     st(db, low, (size_t)j, s);
   }
+  if (m->fp8) {
+    size_t ix = (size_t)k * FP8_PER_LINEAR + FP8_X, iw = (size_t)k * FP8_PER_LINEAR + FP8_W,
+           idy = (size_t)k * FP8_PER_LINEAR + FP8_DY;
+    amp_gemm_opts o;
+    memset(&o, 0, sizeof o);
+    fp8_cast(m, m->dyq, idy, dy, tl, (size_t)N * out, 1);
+    fp8_cast(m, m->wq, iw, W, low, (size_t)out * in, 0);
+    o.a_scale_inv = amp_fp8_scaler_scale_inv_ptr(m->fp8, idy);
+    o.b_scale_inv = amp_fp8_scaler_scale_inv_ptr(m->fp8, ix);
+    CHECK(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, out, in, N, 1.0f,
+                      m->dyq, AMP_E5M2, out, fp8_x(m, k), AMP_E4M3, in, 0.0f, dW, low, in, &o));
+    o.b_scale_inv = amp_fp8_scaler_scale_inv_ptr(m->fp8, iw);
+    CHECK(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, N, in, out, 1.0f,
+                      m->dyq, AMP_E5M2, out, m->wq, AMP_E4M3, in, 0.0f, dx, tl, in, &o));
+    (void)x;
+    return;
+  }
+  CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, out, in, N, 1.0f,
+                 dy, tl, out, x, tl, in, 0.0f, dW, low, in));
   CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, N, in, out, 1.0f,
                  dy, tl, out, W, low, in, 0.0f, dx, tl, in));
 }
@@ -597,22 +676,22 @@ static void gpt_backward(gpt *m, float scale) {
        output grad is dres cast to the projection's type */
     CHECK(amp_convert(m->dout, tl, m->dres, AMP_F32, NC));
     linear_backward(m, m->dfchg, at(G(m, FCPROJW), low, (size_t)l * 4 * C * C), at(G(m, FCPROJB), low, (size_t)l * C),
-                    m->dout, fchg, at(P(m, FCPROJW), low, (size_t)l * 4 * C * C), N, 4 * C, C);
+                    m->dout, fchg, at(P(m, FCPROJW), low, (size_t)l * 4 * C * C), N, 4 * C, C, 4 * l + 3);
     CHECK(amp_convert(m->wide, AMP_F32, fch, tl, NC * 4));   /* GELU's backward, in f32 */
     CHECK(amp_convert(m->wide2, AMP_F32, m->dfchg, m->t.act, NC * 4));
     for (k = 0; k < NC * 4; k++) m->wide[k] = m->wide2[k] * gelu_grad(m->wide[k]);
     CHECK(amp_convert(m->dfch, tl, m->wide, AMP_F32, NC * 4));
     linear_backward(m, m->dln, at(G(m, FCW), low, (size_t)l * 4 * C * C), at(G(m, FCB), low, (size_t)l * 4 * C),
-                    m->dfch, ln2, at(P(m, FCW), low, (size_t)l * 4 * C * C), N, C, 4 * C);
+                    m->dfch, ln2, at(P(m, FCW), low, (size_t)l * 4 * C * C), N, C, 4 * C, 4 * l + 2);
     layernorm_backward(m, m->dres, at(G(m, LN2W), low, (size_t)l * C), at(G(m, LN2B), low, (size_t)l * C), m->dln, res2,
                        at(P(m, LN2W), low, (size_t)l * C), m->ln2_mean + (size_t)l * N, m->ln2_rstd + (size_t)l * N, N);
     /* res2 = res_in + attproj(attention(qkv(ln1(res_in)))) */
     CHECK(amp_convert(m->dout, tl, m->dres, AMP_F32, NC));
     linear_backward(m, m->datty, at(G(m, ATTPROJW), low, (size_t)l * C * C), at(G(m, ATTPROJB), low, (size_t)l * C),
-                    m->dout, atty, at(P(m, ATTPROJW), low, (size_t)l * C * C), N, C, C);
+                    m->dout, atty, at(P(m, ATTPROJW), low, (size_t)l * C * C), N, C, C, 4 * l + 1);
     attention_backward(m, m->dqkv, m->datty, att, qkv);
     linear_backward(m, m->dln, at(G(m, QKVW), low, (size_t)l * 3 * C * C), at(G(m, QKVB), low, (size_t)l * 3 * C),
-                    m->dqkv, ln1, at(P(m, QKVW), low, (size_t)l * 3 * C * C), N, C, 3 * C);
+                    m->dqkv, ln1, at(P(m, QKVW), low, (size_t)l * 3 * C * C), N, C, 3 * C, 4 * l);
     layernorm_backward(m, m->dres, at(G(m, LN1W), low, (size_t)l * C), at(G(m, LN1B), low, (size_t)l * C), m->dln, res_in,
                        at(P(m, LN1W), low, (size_t)l * C), m->ln1_mean + (size_t)l * N, m->ln1_rstd + (size_t)l * N, N);
   }
@@ -685,6 +764,10 @@ typedef struct {
   size_t b_copy, b_master, b_moments;   /* bytes per parameter */
   float *train;                      /* the training loss of every step */
   float *val; int *val_step; int n_val;
+  /* fp8: the scales' behaviour, from the scaler's telemetry (amp_fp8_scaler_stats after each update) */
+  int fp8;
+  long fp8_sat_steps;                /* steps in which some cast saturated (a value beyond fmax at its scale) */
+  double fp8_flushed[FP8_PER_LINEAR], fp8_cast[FP8_PER_LINEAR];   /* elements flushed to 0 and cast, x / W / dy */
 } result;
 
 static double now(void) {
@@ -734,8 +817,8 @@ static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o, int 
   }
 }
 
-static void train(const char *name, amp_dtype low, int master_mode, const text *tx, const float *w0, const options *o,
-                  result *r) {
+static void train(const char *name, amp_dtype low, int master_mode, int fp8, const text *tx, const float *w0,
+                  const options *o, result *r) {
   gpt_types types = gpt_decide(low);
   amp_scaler_config scfg = f16_scaler_config(o->f16_init_scale);
   amp_scaler *sc = NULL;   /* f16 only */
@@ -750,11 +833,13 @@ static void train(const char *name, amp_dtype low, int master_mode, const text *
   r->train = (float *)xcalloc((size_t)o->steps, sizeof(float));
   r->val = (float *)xcalloc((size_t)o->steps / (size_t)o->eval_every + 2, sizeof(float));
   r->val_step = (int *)xcalloc((size_t)o->steps / (size_t)o->eval_every + 2, sizeof(int));
-  gpt_init(&m, &o->c, &types, o->B, w0);
+  gpt_init(&m, &o->c, &types, o->B, w0, fp8);
+  r->fp8 = fp8;
   if (low == AMP_F16) CHECK(amp_scaler_create(&sc, amp_cpu(), &scfg));
   optimizer_create(&opt, &m, o, master_mode);
   if (!o->quiet)
-    printf("%-5s matmuls %s, layer norms/softmax/loss/residual f32; %s%s\n", name, dtype_name(types.lin),
+    printf("%-5s matmuls %s, layer norms/softmax/loss/residual f32; %s%s\n", name,
+           fp8 ? "fp8 in the block linears (E4M3 x and W, E5M2 grads, delayed scaling), bf16 in the rest" : dtype_name(types.lin),
            sc ? "dynamic loss scale (PyTorch preset)" : "no loss scale (amp_optimizer_step)",
            master_mode == AMP_MASTER_SPLIT ? "; split master (bf16 weights + 2-byte remainder)"
            : master_mode == AMP_MASTER_NONE ? "; no master (bf16 updated in place, stochastic rounding)" : "");
@@ -787,8 +872,10 @@ static void train(const char *name, amp_dtype low, int master_mode, const text *
     t0 = now();
     train_batch(&m, tx, &data_rng);
     scale = sc ? amp_scaler_get_scale(sc) : 1.0f;
+    m.fp8_record = 1;   /* fp8: this step's casts record their amax */
     loss = gpt_forward(&m);
     gpt_backward(&m, scale);
+    m.fp8_record = 0;
     CHECK(amp_optimizer_set_lr(opt, lr_at(o, step)));
     if (sc) {
       /* f16: unscale, skip the step if a grad overflowed, else clip and update the fp32 master
@@ -800,6 +887,19 @@ static void train(const char *name, amp_dtype low, int master_mode, const text *
          and the norm for the clip, then the update. */
       CHECK(amp_optimizer_step(opt));
       skipped += amp_optimizer_last_skipped(opt);
+    }
+    if (m.fp8) {   /* the delayed recipe: this step's amaxes into the histories, next step's scales */
+      size_t i, n_fp8 = 4 * (size_t)o->c.L * FP8_PER_LINEAR;
+      long sat = 0;
+      CHECK(amp_fp8_scaler_update(m.fp8));
+      for (i = 0; i < n_fp8; i++) {
+        amp_fp8_stats st8;
+        CHECK(amp_fp8_scaler_stats(m.fp8, i, &st8));
+        sat += (long)st8.saturated;
+        r->fp8_flushed[i % FP8_PER_LINEAR] += (double)st8.flushed;
+        r->fp8_cast[i % FP8_PER_LINEAR] += (double)st8.n;
+      }
+      r->fp8_sat_steps += sat > 0;
     }
     t_train += now() - t0;
     r->train[step] = (float)loss;
@@ -834,7 +934,7 @@ static double train_mean(const result *r, int i, int win) {
    from 5.5 so fast that a full axis would hide the gaps between the precisions): what is above
    runs off the top of the plot. */
 static void write_svg(const char *path, const result *rs, int nr, int steps, const char *data_name) {
-  static const char *colors[] = { "#222222", "#1f77b4", "#d62728", "#2ca02c", "#9467bd" };
+  static const char *colors[] = { "#222222", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e" };
   FILE *f = fopen(path, "w");
   const double W = 720, H = 420, x0 = 60, y0 = 30, pw = 620, ph = 320;
   double lo = 1e30, hi = -1e30;
@@ -868,12 +968,12 @@ static void write_svg(const char *path, const result *rs, int nr, int steps, con
   fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">step</text>\n", x0 + pw / 2, y0 + ph + 34);
   fprintf(f, "<g clip-path=\"url(#plot)\">\n");
   for (k = 0; k < nr; k++) {
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-opacity=\"0.4\" stroke-width=\"1\" points=\"", colors[k % 5]);
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-opacity=\"0.4\" stroke-width=\"1\" points=\"", colors[k % (int)(sizeof colors / sizeof colors[0])]);
     for (i = 0; i + win <= steps; i += win) {
       double v = train_mean(&rs[k], i, win);
       if (isfinite(v)) fprintf(f, "%.1f,%.1f ", x0 + pw * (i + win) / steps, y0 + ph - ph * (v - lo) / (hi - lo));
     }
-    fprintf(f, "\"/>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\" points=\"", colors[k % 5]);
+    fprintf(f, "\"/>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\" points=\"", colors[k % (int)(sizeof colors / sizeof colors[0])]);
     for (i = 0; i < rs[k].n_val; i++)
       if (isfinite(rs[k].val[i]))
         fprintf(f, "%.1f,%.1f ", x0 + pw * rs[k].val_step[i] / steps, y0 + ph - ph * (rs[k].val[i] - lo) / (hi - lo));
@@ -882,7 +982,7 @@ static void write_svg(const char *path, const result *rs, int nr, int steps, con
   fprintf(f, "</g>\n");
   for (k = 0; k < nr; k++)
     fprintf(f, "<text x=\"%g\" y=\"%g\" fill=\"%s\">%s: validation loss %.4f</text>\n",
-            x0 + pw - 200, y0 + 20 + 16 * k, colors[k % 5], rs[k].name, rs[k].val_loss);
+            x0 + pw - 200, y0 + 20 + 16 * k, colors[k % (int)(sizeof colors / sizeof colors[0])], rs[k].name, rs[k].val_loss);
   fprintf(f, "</svg>\n");
   fclose(f);
 }
@@ -903,7 +1003,7 @@ static int gradcheck(const text *tx, uint64_t seed) {
   uint64_t rng = seed ^ 0xabcdefull;
   int p, bad = 0, s;
   const float h = 1e-2f;
-  gpt_init(&m, &c, &t, 2, w0);
+  gpt_init(&m, &c, &t, 2, w0, 0);
   for (p = 0; p < NPARAM; p++) {   /* norm gains 1 + N(0, 0.1), everything else N(0, 0.1) */
     int gain = p == LN1W || p == LN2W || p == LNFW;
     for (i = 0; i < m.n[p]; i++) ((float *)m.params)[m.off[p] + i] = (gain ? 1.0f : 0.0f) + 0.1f * rng_normal(&rng);
@@ -946,12 +1046,14 @@ static int gradcheck(const text *tx, uint64_t seed) {
 static int train_gpt_main(int argc, char **argv) {
   options o;
   const char *precision = "all", *svg = "train_gpt.svg", *data = NULL;
-  static const struct { const char *name; amp_dtype t; int master_mode; } runs[5] = {
-    { "fp32", AMP_F32, AMP_MASTER_F32 }, { "bf16", AMP_BF16, AMP_MASTER_F32 }, { "f16", AMP_F16, AMP_MASTER_F32 },
-    { "bf16-split", AMP_BF16, AMP_MASTER_SPLIT }, { "bf16-none", AMP_BF16, AMP_MASTER_NONE } };
+  enum { NRUNS = 6 };
+  static const struct { const char *name; amp_dtype t; int master_mode, fp8; } runs[NRUNS] = {
+    { "fp32", AMP_F32, AMP_MASTER_F32, 0 }, { "bf16", AMP_BF16, AMP_MASTER_F32, 0 }, { "f16", AMP_F16, AMP_MASTER_F32, 0 },
+    { "bf16-split", AMP_BF16, AMP_MASTER_SPLIT, 0 }, { "bf16-none", AMP_BF16, AMP_MASTER_NONE, 0 },
+    { "fp8", AMP_BF16, AMP_MASTER_F32, 1 } };
   double max_gap = -1.0;
   int i, nr = 0, status = 0, do_gradcheck = 0, do_bench = 0;
-  result rs[5];
+  result rs[NRUNS];
   text tx;
   float *w0;
   size_t total;
@@ -985,8 +1087,8 @@ static int train_gpt_main(int argc, char **argv) {
   if (o.steps < 1 || o.c.L < 1 || o.c.H < 1 || o.c.C < o.c.H || o.c.C % o.c.H || o.c.T < 2 || o.c.T > 1024 ||
       o.B < 1 || o.B > 512 || o.eval_every < 1 || !(o.lr > 0))
     die("need --steps >= 1, --layers >= 1, --dim a multiple of --heads, 2 <= --ctx <= 1024, 1 <= --batch <= 512, --eval-every >= 1, --lr > 0");
-  for (i = 0; i < 5 && strcmp(precision, "all") && strcmp(precision, runs[i].name); i++) {}
-  if (i == 5) die("--precision must be fp32, bf16, f16, bf16-split, bf16-none or all");
+  for (i = 0; i < NRUNS && strcmp(precision, "all") && strcmp(precision, runs[i].name); i++) {}
+  if (i == NRUNS) die("--precision must be fp32, bf16, f16, bf16-split, bf16-none, fp8 or all");
   o.warmup = o.steps / 20 > 0 ? o.steps / 20 : 1;
   o.min_lr = o.lr / 10;
 
@@ -1012,9 +1114,9 @@ static int train_gpt_main(int argc, char **argv) {
     printf("GPT %zu parameters (make gpt's model), batch %d x %d tokens, 10 steps per precision; ms per training step, one thread\n",
            total, o.B, o.c.T);
 
-  for (i = 0; i < 5; i++) {
+  for (i = 0; i < NRUNS; i++) {
     if (strcmp(precision, "all") && strcmp(precision, runs[i].name)) continue;
-    train(runs[i].name, runs[i].t, runs[i].master_mode, &tx, w0, &o, &rs[nr]);
+    train(runs[i].name, runs[i].t, runs[i].master_mode, runs[i].fp8, &tx, w0, &o, &rs[nr]);
     nr++;
   }
 
@@ -1047,6 +1149,13 @@ static int train_gpt_main(int argc, char **argv) {
       }
       if (rs[i].low == AMP_F16)
         printf("f16: %ld of %d steps skipped (grads overflowed at the loss scale), %ld updates applied\n", rs[i].skipped, o.steps, rs[i].updates);
+      if (rs[i].fp8) {
+        const double *fl = rs[i].fp8_flushed, *nc = rs[i].fp8_cast;
+        printf("fp8: %ld of %d steps had a cast that saturated (a value past fmax at its delayed scale); flushed to 0: "
+               "%.3f%% of inputs, %.3f%% of weights, %.3f%% of output grads\n", rs[i].fp8_sat_steps, o.steps,
+               100.0 * fl[FP8_X] / (nc[FP8_X] > 0 ? nc[FP8_X] : 1), 100.0 * fl[FP8_W] / (nc[FP8_W] > 0 ? nc[FP8_W] : 1),
+               100.0 * fl[FP8_DY] / (nc[FP8_DY] > 0 ? nc[FP8_DY] : 1));
+      }
       if (i > 0 && !strcmp(rs[0].name, "fp32") && max_gap >= 0) {
         double gap = 100.0 * fabs(rs[i].val_loss / rs[0].val_loss - 1.0);
         if (!(gap <= max_gap)) { printf("%s: validation loss %.2f%% from fp32's, more than --max-gap %g\n", rs[i].name, gap, max_gap); if (!status) status = 2; }
