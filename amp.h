@@ -1490,8 +1490,9 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    n_nonfinite. On the CPU the line is written by the unscale itself; on a CUDA device, which the
    step never waits for, by the host's first read of the optimizer after the overflow (any getter
    such as amp_optimizer_last_skipped, amp_optimizer_stats, amp_optimizer_overflow_tensor, a
-   checkpoint save), once per pass, and only for the last pass (an earlier overflow that no read
-   saw is not logged). An overflow found only on another rank (data-parallel) names no tensor
+   checkpoint save), once per pass (the device counts its passes, so a pass replayed from a CUDA
+   graph is logged too), and only for the last pass (an earlier overflow that no read saw is not
+   logged; nor is one from before a checkpoint load). An overflow found only on another rank (data-parallel) names no tensor
    here and writes nothing. Stats off: no line. */
 typedef struct amp_tensor_stats {
   float  amax;          /* max |g| after unscaling, over the finite values */
@@ -5731,7 +5732,7 @@ struct amp_optimizer {
   amp__tensor *t;                /* the tensors, count of them (room for cap) */
   long io_step;                  /* a checkpoint load's update count, set (optim_set_step) before its
                                     masters are written: the key of an AMP_MASTER_NONE tensor's rounding */
-  unsigned long unscales;        /* unscale passes run (amp__o_unscale) */
+  unsigned long unscales;        /* unscale passes run (amp__o_unscale; a device's own count, from its pull) */
   unsigned long overflow_noted;  /* the pass whose overflow line was logged (amp__o_overflow_note) */
   float unscale_scale;           /* the loss scale the last unscale divided by (1 without a scaler) */
   float *lr_scale, *weight_decay;  /* per group; entry 0 unused (group 0: 1 and cfg.weight_decay) */
@@ -9720,6 +9721,7 @@ static amp_status amp__cuda_optim_pull(amp_optimizer *o, char *m, size_t cap) {
   o->step = (long)info.t; o->grad_norm = info.norm; o->found_inf = info.skip;
   o->spike = info.spike; o->spike_skips = (long)info.spike_skips; o->spike_win = info.window;
   o->unscale_scale = info.scale;
+  o->unscales = (unsigned long)info.passes;   /* the device's count: a replayed graph's passes too */
   return AMP_OK;
 }
 static amp_status amp__cuda_optim_stats(amp_optimizer *o, char *m, size_t cap) {

@@ -309,6 +309,7 @@ struct amp__cu_optim_dev {
   float scale;            // the loss scale the last unscale divided by (1 without a scaler; the overflow log line)
   long long spike_skips;  // steps skipped for a spike
   amp__spike_window win;  // the last clean steps' norms: pushed by the step kernel's last block, read by the decision
+  long long passes;       // unscale decisions made (a replayed graph's too): the key of the host's overflow line
   unsigned int done_unscale, done_step;  // "last block" counters; each launch leaves them at 0
 };
 
@@ -579,6 +580,7 @@ __device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp
   o->scale = sc ? sc->st.scale : 1.0f;
   o->skip = found;
   o->spike = amp__spike_skip(norm, o->h.spike_norm, o->h.spike_zscore, &o->win, found);
+  o->passes += 1;
   if (found && sc) atomicOr(&sc->found_inf, 1);
 }
 
@@ -782,7 +784,12 @@ template <int KIND> struct amp__cu_step_launch<KIND, 0> {
 };
 
 __global__ void amp__cu_set_hparams_kernel(amp__cu_optim_dev *o, amp_optim_config h) { o->h = h; }
-__global__ void amp__cu_set_step_kernel(amp__cu_optim_dev *o, long long t) { o->t = t; }
+// A checkpoint load: the step count, and no decision from before the load (the last unscale's
+// overflow and spike flags cleared, as the host's load clears its mirror: a later read must not
+// report or log an overflow the loaded run never had).
+__global__ void amp__cu_set_step_kernel(amp__cu_optim_dev *o, long long t) {
+  o->t = t; o->found_inf = 0; o->skip = 0; o->spike = 0;
+}
 __global__ void amp__cu_set_spike_kernel(amp__cu_optim_dev *o, long long skips, amp__spike_window w) {
   o->spike_skips = skips; o->win = w;
 }
@@ -1591,7 +1598,7 @@ extern "C" amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
   info->t = hb.t; info->skipped = hb.skipped; info->norm = hb.norm; info->clip = hb.clip;
   info->mul = hb.mul; info->skip = hb.skip; info->spike = hb.spike; info->spike_skips = hb.spike_skips;
-  info->window = hb.win; info->scale = hb.scale;
+  info->window = hb.win; info->scale = hb.scale; info->passes = hb.passes;
   return AMP_OK;
 }
 

@@ -45,6 +45,7 @@ typedef struct amp_cu_optim_info {
   int64_t spike_skips;          /* steps skipped for a spike */
   amp__spike_window window;     /* the last clean steps' norms (amp__spike_skip's spike_zscore window) */
   float scale;                  /* the loss scale the last unscale divided by (1 without a scaler) */
+  int64_t passes;               /* unscale decisions made on the device, a replayed CUDA graph's included */
 } amp_cu_optim_info;
 
 /* Device scaler: one small block in device memory (scale state, rule parameters, inverse scale,
@@ -125,7 +126,8 @@ extern amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__
    tensor that keeps none (AMP_MASTER_SPLIT / _NONE: amp.h decodes those itself), is AMP_ERR_ARG. */
 extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
                                          int to_device, char *msg, size_t cap);
-/* [step] set the step count (checkpoint load). */
+/* [step] set the step count (checkpoint load), and clear the last unscale's decision (overflow,
+   spike): nothing from before the load is reported after it. */
 extern amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap);
 /* [step] set the spike skip count and the spike window (checkpoint load). 1 launch, the window
    passed by value (nothing read from host memory). */

@@ -209,7 +209,7 @@ typedef struct fake_optim {
   uint16_t **rem;      /* AMP_MASTER_SPLIT tensors' remainders (p NULL for SPLIT and NONE, as the slab has none) */
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
-  int32_t spike; int64_t spike_skips;
+  int32_t spike; int64_t spike_skips, passes;
   amp__spike_window win;   /* the step kernel's last block pushes a clean step's norm */
   float scale;             /* the scale the last unscale divided by */
 } fake_optim;
@@ -295,6 +295,7 @@ static void fake_decide(fake_optim *o, fake_scaler *sc, int found, double ss) {
   o->scale = sc ? sc->st.scale : 1.0f;
   o->skip = found;
   o->spike = amp__spike_skip(o->norm, o->h.spike_norm, o->h.spike_zscore, &o->win, found);
+  o->passes++;
   if (found && sc) sc->found = 1;
 }
 amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, char *msg, size_t cap) {
@@ -349,6 +350,7 @@ amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info 
   if (fake_fail_reads > 0) { fake_fail_reads--; return fake_fail(msg, cap, "cudaMemcpyAsync(optimizer block)"); }
   info->t = o->t_done; info->skipped = o->skipped; info->norm = o->norm; info->clip = o->clip; info->mul = o->mul;
   info->skip = o->skip; info->spike = o->spike; info->spike_skips = o->spike_skips; info->window = o->win; info->scale = o->scale;
+  info->passes = o->passes;
   return AMP_OK;
 }
 amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__tensor *ts, size_t n, char *msg, size_t cap) {
@@ -372,6 +374,7 @@ amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int wh
 amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap) {
   (void)state; (void)msg; (void)cap;
   ((fake_optim *)optim)->t_done = t;
+  ((fake_optim *)optim)->skip = 0; ((fake_optim *)optim)->spike = 0;   /* the kernel's: no decision from before */
   return AMP_OK;
 }
 amp_status amp__cu_optim_set_spike(void *state, void *optim, int64_t spike_skips, const amp__spike_window *w,
@@ -1214,10 +1217,72 @@ static void every_operation_is_in_both_tables(void) {
          amp__cpu_ops.gemm == amp__cpu_gemm && amp__cuda_ops.gemm == amp__cuda_gemm, "a slot holds another operation");
 }
 
+/* A checkpoint load takes the step count and the spike state from the file and forgets the device's
+   last decision: an overflow the CUDA line found before the load is not reported after it (stats
+   on: no overflow line at the first read, as on the CPU, whose load clears its found_inf too). */
+static void a_checkpoint_load_forgets_the_last_overflow_on_the_cuda_line(void) {
+  amp_optim_config c;
+  rig a, b;
+  int step;
+  memset(&c, 0, sizeof c); c.kind = AMP_OPTIM_ADAM; c.lr = 1e-2f; c.stats = 1;
+  if (!rig_make(&a, amp_cpu(), &c) || !rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  for (step = 0; step < 3; step++) {   /* a: clean steps, saved */
+    rig_grads(&a, step);
+    EXPECT(amp_scaler_step(a.s, a.o) == AMP_OK && amp_scaler_update(a.s) == AMP_OK, "step: %s", amp_last_error());
+  }
+  EXPECT(amp_checkpoint_save(CKPT, a.o, a.s) == AMP_OK, "save: %s", amp_last_error());
+  for (step = 0; step < 4; step++) {   /* b: its last step (3) overflows, and nothing reads b.o after it */
+    rig_grads(&b, step);
+    EXPECT(amp_scaler_step(b.s, b.o) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "step: %s", amp_last_error());
+  }
+  line_n = 0;
+  amp_set_log(line_catch, NULL);
+  EXPECT(amp_checkpoint_load(CKPT, b.o, b.s) == AMP_OK, "load: %s", amp_last_error());
+  line_n = 0;   /* what the load itself logged belongs to before it */
+  EXPECT(amp_optimizer_step_count(b.o) == 3 && amp_optimizer_last_skipped(b.o) == 0,
+         "after the load: steps %ld (want 3), last skipped %d (want 0)", amp_optimizer_step_count(b.o),
+         amp_optimizer_last_skipped(b.o));
+  amp_set_log(NULL, NULL);
+  EXPECT(line_n == 0, "after the load: %d lines logged, the first '%s' (an overflow from before the load)", line_n,
+         line_n > 0 ? line_log[0] : "");
+  rig_free(&a); rig_free(&b);
+  remove(CKPT);
+}
+
+/* A replayed CUDA graph runs the unscale again without the host's bookkeeping: the overflow line is
+   keyed to the device's own count of unscale passes, so a replay's overflow is logged at the next
+   read, once. (Simulated: the emulated unscale called as a replay would run it.) */
+static void a_replayed_overflow_is_logged_on_the_cuda_line(void) {
+  amp_optim_config c;
+  rig b;
+  char m[256] = "";
+  int step;
+  memset(&c, 0, sizeof c); c.kind = AMP_OPTIM_ADAM; c.lr = 1e-2f; c.stats = 1;
+  if (!rig_make(&b, gpu(), &c)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  line_n = 0;
+  amp_set_log(line_catch, NULL);
+  for (step = 0; step < 4; step++) {   /* step 3 overflows */
+    rig_grads(&b, step);
+    EXPECT(amp_scaler_step(b.s, b.o) == AMP_OK && amp_scaler_update(b.s) == AMP_OK, "step: %s", amp_last_error());
+  }
+  (void)amp_optimizer_grad_norm(b.o);
+  EXPECT(line_n == 1, "step 3's overflow: %d lines (want 1)", line_n);
+  line_n = 0;
+  EXPECT(amp__cu_optim_unscale(b.o->dev->cuda, b.o->cu, b.s->cu, m, sizeof m) == AMP_OK, "replay: %s", m);
+  (void)amp_optimizer_grad_norm(b.o);
+  (void)amp_optimizer_grad_norm(b.o);
+  amp_set_log(NULL, NULL);
+  EXPECT(line_n == 1 && strstr(line_log[0], "overflow in tensor 0"), "the replay's overflow: %d lines (want 1), '%s'", line_n,
+         line_n > 0 ? line_log[0] : "");
+  rig_free(&b);
+}
+
 int main(void) {
   RUN(every_operation_is_in_both_tables);
   RUN(a_run_on_the_cuda_line_gives_the_cpus_bits);
   RUN(a_checkpoint_moves_between_the_cpu_and_the_cuda_line);
+  RUN(a_checkpoint_load_forgets_the_last_overflow_on_the_cuda_line);
+  RUN(a_replayed_overflow_is_logged_on_the_cuda_line);
   RUN(the_cuda_line_takes_the_master_at_add);
   RUN(groups_on_the_cuda_line_give_the_cpus_bits);
   RUN(a_failed_read_in_a_getter_comes_back_from_the_next_update);
