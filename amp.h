@@ -588,7 +588,8 @@ static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
 /* f16 -> f32: exact for all 65536 patterns, branch-free (Maratyszcza/FP16's trick) so that loops
    over it vectorise. Normals by rebiasing with one multiply by 2^-112, subnormals as
    (0.5 + m * 2^-24) - 0.5, exact both; each is one operation on a bit-built normal operand, so
-   -ffast-math has nothing to fold or reassociate and flush-to-zero modes do not touch it. Inf and
+   -ffast-math has nothing to fold or reassociate, and flush-to-zero and rounding modes do not
+   touch it (the sign comes from the bits, so a zero is +-0 in every rounding mode). Inf and
    NaN are built on the bits, not through the multiply (a GPU's multiply returns the canonical
    NaN): a NaN keeps its sign and payload (shifted up) and comes out quiet (0x400000 set), exactly
    as the F16C instruction vcvtph2ps does, on the CPU and in the kernels alike. */
@@ -600,7 +601,8 @@ static inline AMP_HD float amp_f16_to_f32(amp_f16 h) {
   uint32_t special = 0u - (uint32_t)((w & 0x7c000000u) == 0x7c000000u);   /* all ones for inf/NaN */
   uint32_t infnan = 0x7f800000u | ((w >> 3) & 0x007fe000u) | ((0u - (uint32_t)((w & 0x03ff0000u) != 0u)) & 0x00400000u);
   /* selects written as masks: GCC does not if-convert a ?: here and would not vectorise */
-  uint32_t finite = (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub);
+  /* (the sign bit of denormal cleared: 0.5 - 0.5 is -0 when the FPU rounds towards -inf) */
+  uint32_t finite = (amp__f32_bits(denormal) & sub & 0x7fffffffu) | (amp__f32_bits(normal) & ~sub);
   return amp__bits_f32(sign | (infnan & special) | (finite & ~special));
 }
 
@@ -2950,7 +2952,7 @@ static int amp__cpu_level(void) {
   if ((f & (AMP__CPU_AVX2 | AMP__CPU_F16C)) != (AMP__CPU_AVX2 | AMP__CPU_F16C)) return 0;
   return (f & AMP__CPU_AVX512) ? 2 : 1;
 }
-static int amp__cpu_has_f16c(void) { return amp__cpu_level() >= 1; }
+static int amp__cpu_simd(void) { return amp__cpu_level() >= 1; }
 /* The highest level the SIMD paths may use (tests lower it to run the AVX2 kernels on an AVX-512
    CPU). */
 static int amp__isa_cap = 2;
@@ -3151,32 +3153,201 @@ AMP__CVT_LEVEL(16, AMP__AVX512_INLINE, AMP__AVX512, amp__cvt_avx512)
 #undef AMP__CVT_D16_
 #undef AMP__CVT_S16_
 
-/* Both formats with a CPU vector path (amp__dtype_cpu_vec). */
-static void amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
+/* Both formats with a CPU vector path (amp__dtype_cpu_vec). 1: done (always, on x86). */
+static int amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
   if (dt == st) memmove(dst, src, n * amp_dtype_size(dt));
   else if (amp__isa() >= 2) amp__cvt_avx512(dst, dt, src, st, n);
   else amp__cvt_avx2(dst, dt, src, st, n);
+  return 1;
 }
 AMP__EXACT_END
+#endif
+
+/* The AArch64 SIMD paths: AArch64 with GCC or Clang. NEON (Advanced SIMD) is part of every
+   AArch64 CPU, so level 1 needs no run-time test; level 2 adds BFCVTN (FEAT_BF16) for f32 -> bf16,
+   compiled where the compiler targets it (__ARM_FEATURE_BF16_VECTOR_ARITHMETIC: -march=armv8.6-a,
+   -mcpu=apple-m2, neoverse-v2 ...) and used where the CPU has it (getauxval(AT_HWCAP2) on Linux,
+   sysctlbyname("hw.optional.arm.FEAT_BF16") on macOS; elsewhere level 1). Levels: 1 = FCVTL /
+   FCVTN (f16 <-> f32) and amp_f32_to_bf16's integer trick on 4 lanes; 2 = BFCVTN for f32 -> bf16.
+   FCVTN, FCVTL and BFCVTN read the FPCR: they give the scalar functions' bits (NaN quieted with
+   its sign and top payload, subnormals kept, round to nearest even) in its default state, which
+   each call checks (one read of the FPCR): a rounding mode other than nearest, default-NaN mode
+   (DN) or alternate handling (AH) sends the call to the portable loops, and flush-to-zero (FZ,
+   FIZ: gcc's -Ofast sets FZ at start-up), under which BFCVTN would flush subnormal bf16, to level
+   1. (FCVTN's subnormal f32 inputs round to +-0 either way; f16 operands of conversions are never
+   flushed.) Loads and stores are byte-wise (ld1/st1 of bytes), so any address works; tails go
+   through a small buffer; every block reads all its elements before it writes any (dst == src is
+   safe). No streaming stores. */
+#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__) && !defined(__CUDACC__)
+#define AMP__NEON_SIMD 1
+#ifdef __cplusplus
+}
+#endif
+#include <arm_neon.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+#ifdef __cplusplus
+extern "C" {
+#endif
+#define AMP__NEON_INLINE static inline __attribute__((always_inline))
+#if defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC)
+#define AMP__NEON_BFCVT 1
+#endif
+/* 1 where BFCVTN is compiled in and the CPU has FEAT_BF16. */
+static int amp__cpu_bf16(void) {
+#if defined(AMP__NEON_BFCVT) && defined(__linux__) && defined(AT_HWCAP2)
+  return (getauxval(AT_HWCAP2) & (1ul << 14)) != 0;   /* HWCAP2_BF16 */
+#elif defined(AMP__NEON_BFCVT) && defined(__APPLE__)
+  int v = 0;
+  size_t len = sizeof v;
+  return sysctlbyname("hw.optional.arm.FEAT_BF16", &v, &len, NULL, 0) == 0 && v != 0;
 #else
-static int amp__cpu_has_f16c(void) { return 0; }
+  return 0;
+#endif
+}
+/* The CPU's best level: 1 NEON, 2 that and BFCVTN. */
+static int amp__cpu_level(void) {
+  static int cache = -1;   /* a relaxed atomic, as amp__cpu_features' */
+  int v = AMP__ALOAD(&cache);
+  if (v < 0) { v = 1 + amp__cpu_bf16(); AMP__ASTORE(&cache, v); }
+  return v;
+}
+static int amp__cpu_simd(void) { return 1; }
+/* The highest level the NEON paths may use (tests lower it to run level 1 on a BF16 CPU). */
+static int amp__isa_cap = 2;
+static int amp__isa(void) { int l = amp__cpu_level(); return l < amp__isa_cap ? l : amp__isa_cap; }
+/* The level a conversion may use under the FPCR as it is now (see above): 0 the portable loops. */
+static int amp__neon_level(void) {
+  uint64_t f;
+  int l = amp__isa();
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(f));
+  if (f & ((3u << 22) | (1u << 25) | 2u)) return 0;   /* RMode, DN, AH */
+  if ((f & ((1u << 24) | 1u)) && l > 1) l = 1;        /* FZ, FIZ */
+  return l;
+}
+
+/* ---- 4 lanes ----
+   amp__ld4: 4 elements of type t as f32 (exact widening); amp__st4: 4 f32 rounded to type t by
+   the scalar functions' rules (bfc: with BFCVTN, level 2). */
+AMP__NEON_INLINE float32x4_t amp__ld4_f32(const void *p) { return vreinterpretq_f32_u8(vld1q_u8((const uint8_t *)p)); }
+AMP__NEON_INLINE float32x4_t amp__ld4_f16(const void *p) {
+  return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8((const uint8_t *)p)));
+}
+AMP__NEON_INLINE float32x4_t amp__ld4_bf16(const void *p) {
+  return vreinterpretq_f32_u32(vshll_n_u16(vreinterpret_u16_u8(vld1_u8((const uint8_t *)p)), 16));
+}
+AMP__NEON_INLINE float32x4_t amp__ld4(amp_dtype t, const void *p) {
+#define AMP__V_(E, N, T, S) return amp__ld4_##N(p);
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  return vdupq_n_f32(0.0f);
+}
+/* 4 f32 bit patterns -> 4 bf16: amp_f32_to_bf16 on each lane (NaN: the top half with the quiet
+   bit 0x40 set; else add 0x7fff plus the lowest kept bit and keep the top half). */
+AMP__NEON_INLINE uint16x4_t amp__bf16_round4(uint32x4_t u) {
+  uint32x4_t hi = vshrq_n_u32(u, 16);
+  uint32x4_t r = vshrq_n_u32(vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fffu)), vandq_u32(hi, vdupq_n_u32(1u))), 16);
+  uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+  return vmovn_u32(vbslq_u32(nan, vorrq_u32(hi, vdupq_n_u32(0x40u)), r));
+}
+AMP__NEON_INLINE void amp__st4h(void *p, uint16x4_t h) { vst1_u8((uint8_t *)p, vreinterpret_u8_u16(h)); }
+AMP__NEON_INLINE void amp__st4_f32(void *p, float32x4_t x, int bfc) {
+  (void)bfc;
+  vst1q_u8((uint8_t *)p, vreinterpretq_u8_f32(x));
+}
+AMP__NEON_INLINE void amp__st4_f16(void *p, float32x4_t x, int bfc) {
+  (void)bfc;
+  amp__st4h(p, vreinterpret_u16_f16(vcvt_f16_f32(x)));
+}
+AMP__NEON_INLINE void amp__st4_bf16(void *p, float32x4_t x, int bfc) {
+#ifdef AMP__NEON_BFCVT
+  if (bfc) { amp__st4h(p, vreinterpret_u16_bf16(vcvt_bf16_f32(x))); return; }
+#endif
+  (void)bfc;
+  amp__st4h(p, amp__bf16_round4(vreinterpretq_u32_f32(x)));
+}
+AMP__NEON_INLINE void amp__st4(amp_dtype t, void *p, float32x4_t x, int bfc) {
+#define AMP__V_(E, N, T, S) amp__st4_##N(p, x, bfc); break;
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+}
+/* 16 elements, 4 x 4 lanes; every load before the stores. */
+AMP__NEON_INLINE void amp__cvt_block4(amp_dtype dt, char *d, amp_dtype st, const char *s, int bfc) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
+  float32x4_t a = amp__ld4(st, s), b = amp__ld4(st, s + 4 * ss), c = amp__ld4(st, s + 8 * ss),
+              e = amp__ld4(st, s + 12 * ss);
+  amp__st4(dt, d, a, bfc);
+  amp__st4(dt, d + 4 * ds, b, bfc);
+  amp__st4(dt, d + 8 * ds, c, bfc);
+  amp__st4(dt, d + 12 * ds, e, bfc);
+}
+AMP__NEON_INLINE void amp__cvt_loop4(amp_dtype dt, void *dst, amp_dtype st, const void *src, size_t n, int bfc) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), i;
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  for (i = 0; i + 16 <= n; i += 16) amp__cvt_block4(dt, d + i * ds, st, s + i * ss, bfc);
+  if (i < n) {   /* k < 16 elements through a buffer */
+    char bs[64], bd[64];
+    memset(bs, 0, sizeof bs);
+    memcpy(bs, s + i * ss, (n - i) * ss);
+    amp__cvt_block4(dt, bd, st, bs, bfc);
+    memcpy(d + i * ds, bd, (n - i) * ds);
+  }
+}
+/* A case per (dst, src) pair of formats with a vector path, the pair a constant in each. */
+#define AMP__CVT_D4_(E, N, T, S) amp__cvt_loop4(E, d, st, s, n, bfc); break;
+#define AMP__CVT_S4_(E, N, T, S) amp__cvt_to4(dt, d, E, s, n, bfc); break;
+AMP__NEON_INLINE void amp__cvt_to4(amp_dtype dt, void *d, amp_dtype st, const void *s, size_t n, int bfc) {
+  AMP__DTYPE_VSWITCH(dt, AMP__CVT_D4_)
+}
+static void amp__cvt_neon(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) {
+  const int bfc = 0;
+  AMP__DTYPE_VSWITCH(st, AMP__CVT_S4_)
+}
+#ifdef AMP__NEON_BFCVT
+static void amp__cvt_neon_bf16(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) {
+  const int bfc = 1;
+  AMP__DTYPE_VSWITCH(st, AMP__CVT_S4_)
+}
+#endif
+#undef AMP__CVT_D4_
+#undef AMP__CVT_S4_
+/* Both formats with a CPU vector path; 0: not done (the FPCR is not in its default state). */
+static int amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
+  int l = amp__neon_level();
+  if (!l) return 0;
+  if (dt == st) memmove(dst, src, n * amp_dtype_size(dt));
+#ifdef AMP__NEON_BFCVT
+  else if (l >= 2) amp__cvt_neon_bf16(dst, dt, src, st, n);
+#endif
+  else amp__cvt_neon(dst, dt, src, st, n);
+  return 1;
+}
+#endif
+
+/* Either ISA's vector paths (x86 or NEON). */
+#if defined(AMP__X86_SIMD) || defined(AMP__NEON_SIMD)
+#define AMP__CPU_SIMD 1
+#else
+static int amp__cpu_simd(void) { return 0; }
 #endif
 
 static int amp__simd_on = -1; /* -1: not decided yet */
 
 AMPDEF int amp_simd_active(void) {
   int on = AMP__ALOAD(&amp__simd_on);
-  if (on < 0) { on = amp__cpu_has_f16c(); AMP__ASTORE(&amp__simd_on, on); }
+  if (on < 0) { on = amp__cpu_simd(); AMP__ASTORE(&amp__simd_on, on); }
   return on;
 }
-AMPDEF void amp_simd_enable(int on) { AMP__ASTORE(&amp__simd_on, on ? amp__cpu_has_f16c() : 0); }
+AMPDEF void amp_simd_enable(int on) { AMP__ASTORE(&amp__simd_on, on ? amp__cpu_simd() : 0); }
 
 static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
-#ifdef AMP__X86_SIMD
-  if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st)) {
-    amp__convert_simd(dst, dt, src, st, n);
+#ifdef AMP__CPU_SIMD
+  if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st) && amp__convert_simd(dst, dt, src, st, n))
     return;
-  }
 #endif
   if ((uintptr_t)dst % amp_dtype_size(dt) || (uintptr_t)src % amp_dtype_size(st)) {
     /* an address the C loops may not use as an element pointer (an odd one, say): through
