@@ -80,8 +80,8 @@
                            buffer (default: C11 _Thread_local, C++11 thread_local, __thread, MSVC's
                            __declspec(thread); empty under tcc, which has none: one buffer then)
       AMP_NO_SIMD          never use the x86 vector loops (AVX2+F16C, AVX-512) of amp_convert and
-                           the CPU optimizer (the portable C loops only), nor amp_gemm's fast
-                           kernels (the reference product only)
+                           the CPU optimizer, nor the AArch64 NEON ones (the portable C loops
+                           only), nor amp_gemm's fast kernels (the reference product only)
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
       AMP_NCCL             with AMP_CUDA: amp_nccl_allreduce_hook / amp_nccl_allreduce_grads call
@@ -372,6 +372,8 @@
                            back); the element math rounds each operation itself, so clang at
                            -Ofast on any target, and nvcc, give the promised bits; a checkpoint
                            loads only states the objects can reach; AMP_THREAD_LOCAL (tcc);
+                           NEON loops for amp_convert on AArch64 (FCVTL/FCVTN; BFCVTN where
+                           built for +bf16 and the CPU has BF16), the same bits;
                            the dtypes AMP_E4M3 / AMP_E5M2 (amp_convert, CUDA casts); vector
                            loops for every master mode, model copy and kind; grads given after
                            add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
@@ -487,15 +489,16 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
      enum name, suffix N (of the element functions amp__ld_N / amp__st_N, AMP_HD, and the bulk loops
      amp__N_to_f32 / amp__N_from_f32), C storage type, size in bytes, largest finite value and
      smallest normal (as f32 bits), CPU vector path (1: amp__ld8/st8/ld16/st16 and the F16C/AVX-512
-     kernels take it; 0: the portable loops), GPU vector path (1: the kernels' 4-wide accesses),
+     kernels take it on x86-64, amp__ld4/st4 and the NEON kernels on AArch64; 0: the portable
+     loops), GPU vector path (1: the kernels' 4-wide accesses),
      cuBLAS type, NCCL type, compute (1: a type the trainer computes and steps in: model copies,
      grads, round_to, products, the scaler's buffers, the policy's low type; 0: a storage format
      that amp_convert casts to and from, refused everywhere else by name: fp8 for now).
    To add a format: append a row (the enum value is its position: never reorder, checkpoints hold
    it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
    writes those from the element functions). With CPU column 1, also its vector loads/stores
-   amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N, amp__gemm_ld8_N (with 0 the
-   portable loops run it). The kernels take any row as it is (amp__cu_elem from the C type column).
+   amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N, amp__gemm_ld8_N and the NEON
+   amp__ld4_N, amp__st4_N (with 0 the portable loops run it). The kernels take any row as it is (amp__cu_elem from the C type column).
    Nothing else names a format's size or values. */
 #define AMP__DTYPES(X, A) \
   X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,     ncclFloat,    1) /* 2^-126 */ \
@@ -522,16 +525,19 @@ enum { AMP__DTYPE_COUNT = 0 AMP__DTYPES(AMP__DT_COUNT_, ~) };
 #define AMP__DTYPE_VSWITCH(t, B) switch (t) { AMP__DTYPES(AMP__DT_VCASE_, B) default: break; }
 
 /* Bulk host conversion between any two of F32/F16/BF16 (same type: a copy). AVX-512 or AVX2+F16C
-   vector loops where the running CPU has them (decided once, by CPUID), a portable loop elsewhere;
-   all give exactly the bits of the scalar functions below, NaN payloads included. Any addresses
+   vector loops where the running CPU has them (decided once, by CPUID); on AArch64 NEON loops
+   (FCVTL/FCVTN; BFCVTN for f32 -> bf16 where the build targets +bf16 and the CPU has BF16, asked
+   once of getauxval / sysctlbyname; each call checks that the FPCR is in its default state, else
+   it takes the portable loop); a portable loop elsewhere; all give exactly the bits of the scalar
+   functions below, NaN payloads included, subnormals kept, whatever the FPU's modes. Any addresses
    work, odd ones included. Buffers of the same element size may overlap in any way (in place, or
    shifted: the result is that of converting a copy of src); buffers of different element sizes
    must not share a byte (AMP_ERR_ARG, nothing written). n = 0 accepts NULL pointers. Large outputs
-   (>= 8 MiB, element-aligned) are written with streaming stores. */
+   (>= 8 MiB, element-aligned) are written with streaming stores (x86-64). */
 AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, amp_dtype src_type, size_t n);
-/* 1 when amp_convert uses a vector path (AVX2+F16C or AVX-512). amp_simd_enable(0) forces the
-   portable path (for tests and benchmarks); amp_simd_enable(1) returns to the CPU's best. Not
-   thread-safe against amp_convert. */
+/* 1 when amp_convert uses a vector path (AVX2+F16C or AVX-512; NEON on AArch64, always there).
+   amp_simd_enable(0) forces the portable path (for tests and benchmarks); amp_simd_enable(1)
+   returns to the CPU's best. Not thread-safe against amp_convert. */
 AMPDEF int  amp_simd_active(void);
 AMPDEF void amp_simd_enable(int on);
 AMPDEF size_t amp_dtype_size(amp_dtype t);   /* 4, 2, 2; 0 for an unknown type */
@@ -2718,7 +2724,7 @@ typedef struct amp__dtype_traits {
   const char *name;                   /* "AMP_F32" */
   size_t size;                        /* bytes per element */
   uint32_t max_bits, min_normal_bits; /* largest finite value, smallest normal, as f32 bits */
-  int cpu_vec, gpu_vec;               /* a CPU (AVX2+F16C / AVX-512) and a GPU vector path */
+  int cpu_vec, gpu_vec;               /* a CPU (AVX2+F16C / AVX-512 / NEON) and a GPU vector path */
   int compute;                        /* a type to compute and step in (else a storage format) */
 } amp__dtype_traits;
 #define AMP__DT_ROW_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP) {#E, S, MX, MN, CV, GV, CMP},
@@ -5089,6 +5095,10 @@ static int amp__opt_level(void) {
 #ifdef AMP__X86_SIMD
   int want = AMP__ALOAD(&amp__opt_simd), l = amp__cpu_level();
   return want < 0 || want > l ? l : want;
+#elif defined(AMP__NEON_SIMD)
+  /* one NEON level, while the FPCR leaves FCVTN the scalar functions' bits (amp__neon_level) */
+  int want = AMP__ALOAD(&amp__opt_simd), l = amp__neon_level() ? 1 : 0;
+  return want < 0 || want > l ? l : want;
 #else
   (void)amp__opt_simd;   /* no SIMD loops to pick; tests may still set it */
   return 0;
@@ -5257,7 +5267,7 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
   amp__o_step_body(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
 
-#ifdef AMP__X86_SIMD
+#ifdef AMP__CPU_SIMD
 /* The vector loops: the element functions above written on vectors, operation for operation
    (amp__sgd_elem, amp__adam_moments + amp__adam_apply, amp__o_load's g * gmul, amp__o_store's
    rounding). The coefficients broadcast once; the flag tests are uniform branches. */
@@ -5266,7 +5276,9 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
   V b1 = SET1(c->beta1), omb1 = SET1(1.0f - c->beta1), b2 = SET1(c->beta2), omb2 = SET1(1.0f - c->beta2); \
   V bc2 = SET1(c->bc2_sqrt), eps = SET1(c->eps), ss = SET1(c->step_size), decay = SET1(c->decay), gm = SET1(gmul); \
   int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0
+#endif
 
+#ifdef AMP__X86_SIMD
 /* Products as rounded floats: clang's -ffp-contract=fast (part of -ffast-math) fuses any multiply
    with a following add in the back end, whatever the pragmas say; an empty asm on the product
    hides it. (GCC: AMP__EXACT_FP.) */
@@ -5299,6 +5311,9 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { __asm__("vsqrtps %1, %0" : "=x"(a
 AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
 #endif
 
+#endif
+
+#ifdef AMP__CPU_SIMD
 /* The update of one vector, per kind, written once for both widths: VT the vector type and the
    width's operations (AMP__V16_OPS, AMP__V8_OPS) as arguments; x holds the grads (g * gmul), w0
    the masters, m and v the moments at this vector. A kind without a body here runs its element
@@ -5335,6 +5350,9 @@ static int amp__kind_vec(amp_optim_kind kind) {
   switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_VEC) default: return 0; }
 }
 #undef AMP__KIND_VEC
+#endif
+
+#ifdef AMP__X86_SIMD
 /* amp__sign on lanes, on the bits: +-1 with u's sign, +0 for +-0, u itself for NaN. */
 AMP__AVX512_INLINE __m512 amp__sign16(__m512 u) {
   const __m512i abs = _mm512_set1_epi32(0x7fffffff);
@@ -5364,7 +5382,12 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
   amp__st8(t, buf, x, 0);
   return amp__ld8(t, buf);
 }
+#endif
+#ifdef AMP__CPU_SIMD
 #define AMP__VAPPLY(body, ops) body ops
+#endif
+
+#ifdef AMP__X86_SIMD
 
 /* One case per row of the kind list: its vector body's loop, or 0 (NONE: the plain loop). */
 #define AMP__KIND_STEP16(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
@@ -5456,12 +5479,124 @@ AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float
 #undef AMP__LD16F
 #undef AMP__KIND_STEP8
 #undef AMP__KIND_STEP16
+#endif
+
+#ifdef AMP__NEON_SIMD
+/* NEON (AArch64): the same bodies on 4 lanes of f32. Every product passes through AMP__ROUNDED (an
+   empty asm: neither GCC's -ffp-contract=fast nor clang's fuses it into an FMLA), and the division
+   and square root are the FDIV and FSQRT instructions in asm (clang's -ffast-math would otherwise
+   multiply by a reciprocal or take a root estimate), so a step gives the plain loop's bits under
+   every flag set. The grads and the model copy go through amp__ld4 / amp__st4 (level 1: no BFCVTN),
+   so the step takes these loops only while the FPCR is in the state amp__neon_level accepts. */
+#define AMP__NEON_STEP_INLINE static inline __attribute__((always_inline)) AMP__EXACT_FP
+AMP__NEON_STEP_INLINE float32x4_t amp__add4(float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); }
+AMP__NEON_STEP_INLINE float32x4_t amp__sub4(float32x4_t a, float32x4_t b) { return vsubq_f32(a, b); }
+AMP__NEON_STEP_INLINE float32x4_t amp__mul4(float32x4_t a, float32x4_t b) {
+  float32x4_t r = vmulq_f32(a, b);
+  AMP__ROUNDED(r);
+  return r;
+}
+AMP__NEON_STEP_INLINE float32x4_t amp__div4(float32x4_t a, float32x4_t b) {
+  float32x4_t r;
+  __asm__("fdiv %0.4s, %1.4s, %2.4s" : "=w"(r) : "w"(a), "w"(b));
+  return r;
+}
+AMP__NEON_STEP_INLINE float32x4_t amp__sqrt4(float32x4_t a) {
+  float32x4_t r;
+  __asm__("fsqrt %0.4s, %1.4s" : "=w"(r) : "w"(a));
+  return r;
+}
+/* amp__sign on lanes, on the bits: +-1 with u's sign, +0 for +-0, u itself for NaN. */
+AMP__NEON_STEP_INLINE float32x4_t amp__sign4(float32x4_t u) {
+  uint32x4_t b = vreinterpretq_u32_f32(u), a = vandq_u32(b, vdupq_n_u32(0x7fffffffu));
+  uint32x4_t r = vorrq_u32(vandq_u32(b, vdupq_n_u32(0x80000000u)), vdupq_n_u32(0x3f800000u));
+  r = vbicq_u32(r, vceqq_u32(a, vdupq_n_u32(0u)));
+  r = vbslq_u32(vcgtq_u32(a, vdupq_n_u32(0x7f800000u)), b, r);
+  return vreinterpretq_f32_u32(r);
+}
+/* amp__round_to on lanes (as amp__rt8). */
+AMP__NEON_STEP_INLINE float32x4_t amp__rt4(amp_dtype t, float32x4_t x) {
+  uint32_t buf[4];
+  amp__st4(t, buf, x, 0);
+  return amp__ld4(t, buf);
+}
+#define AMP__KIND_STEP4(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
+  case kd: if (!AMP__VHAS_##vec) return 0; AMP__STEP4_LOOP(AMP__V_##vec) return 1;
+#define AMP__LD4F(q) vld1q_f32(q)
+#define AMP__ST4F(q, x) vst1q_f32(q, x)
+#define AMP__V4_OPS (float32x4_t, amp__add4, amp__sub4, amp__mul4, amp__div4, amp__sqrt4, amp__sign4, AMP__LD4F, \
+                     AMP__ST4F, vdupq_n_f32(0.0f))
+#define AMP__STEP4(BODY) { \
+    float32x4_t x = amp__mul4(amp__ld4(gt, g), gm), w0 = vld1q_f32(p); \
+    AMP__VAPPLY(BODY, AMP__V4_OPS); \
+    vst1q_f32(p, w0); \
+    amp__st4(wt, w, rts ? amp__rt4(rt, w0) : w0, 0); }
+#define AMP__STEP4_LOOP(BODY) \
+  for (i = 0; i + 4 <= n; i += 4, p += 4, m = m ? m + 4 : m, v = v ? v + 4 : v, gc += 4 * gs, wc += 4 * ws) { \
+    g = gc; w = wc; \
+    AMP__STEP4(BODY) \
+  } \
+  if (i < n) { \
+    size_t k = n - i; \
+    float bp[4] = {0}, bm[4] = {0}, bv[4] = {0}, bg[4] = {0}, bw[4]; \
+    float *tp = p, *tm = m, *tv = v; \
+    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4); \
+    memcpy(bg, gc, k * gs); \
+    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw; \
+    AMP__STEP4(BODY) \
+    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4); \
+    memcpy(wc, bw, k * ws); \
+  }
+AMP__NEON_STEP_INLINE int amp__o_step4(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                       void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                       const amp_step_coefs *c) {
+  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
+  const char *gc = (const char *)g;
+  char *wc = (char *)w;
+  int rts = amp__round_to_set(rt);
+  AMP__VCOEFS(float32x4_t, vdupq_n_f32);
+  switch (kind) {
+    AMP__OPTIM_KINDS(AMP__KIND_STEP4)
+    default: return 0;   /* no vector body: the plain loop */
+  }
+}
+#undef AMP__STEP4_LOOP
+#undef AMP__STEP4
+#undef AMP__V4_OPS
+#undef AMP__ST4F
+#undef AMP__LD4F
+#undef AMP__KIND_STEP4
+/* One instance per (kind, grad type, model type), as on x86. */
+#define AMP__W_4(E, N, T, S) return amp__o_step4(kind, p, m, v, g, gt, w, E, rt, n, gmul, c);
+AMP__NEON_STEP_INLINE int amp__o_step4_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                         void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                         const amp_step_coefs *c) {
+  AMP__DTYPE_VSWITCH(wt, AMP__W_4)
+  return 0;
+}
+#undef AMP__W_4
+#define AMP__STEP_G4_(E, N, T, S) return amp__o_step4_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c);
+/* The step on the NEON loops (l: 1, the only level); 0: no vector body for kind. */
+static AMP__EXACT_FP int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                         amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                         const amp_step_coefs *c) {
+  (void)l;
+  AMP__DTYPE_VSWITCH(gt, AMP__STEP_G4_)
+  return 0;
+}
+#undef AMP__STEP_G4_
+#endif
+
+#ifdef AMP__CPU_SIMD
 #undef AMP__VAPPLY
 #undef AMP__V_NONE
 #undef AMP__V_LION
 #undef AMP__V_ADAM
 #undef AMP__V_SGD
 #undef AMP__VCOEFS
+#endif
+
+#ifdef AMP__X86_SIMD
 
 /* One instance per (kind, grad type, model type): the types are constants in each (the grad type's
    case here, the model type's in the inline _w functions, each a switch generated from AMP__DTYPES).
@@ -5818,7 +5953,7 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                         void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
                         const amp_step_coefs *c) {
-#ifdef AMP__X86_SIMD
+#ifdef AMP__CPU_SIMD
   int l = amp__kind_vec(kind) && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) && amp__dtype_cpu_vec(rt)
               ? amp__opt_level() : 0;
   if (l && sr) {

@@ -381,6 +381,8 @@ static void simd_and_plain_loops_give_the_same_bits(void) {
   size_t a;
 #ifdef AMP__X86_SIMD
   levels = amp__cpu_level();
+#elif defined(AMP__NEON_SIMD)
+  levels = 1;   /* the NEON loops */
 #endif
   if (!levels) { printf("skipped: no SIMD loops here (the plain loops only)\n"); return; }
   for (k = 0; k < 8; k++) for (a = 0; a < sizeof modes / sizeof modes[0]; a++) for (b = 0; b < 3; b++) {
