@@ -90,6 +90,25 @@
 
    The implementation unit may be built with -Ofast/-ffast-math; the inf/NaN checks work on the bits.
 
+   CPU VECTOR PATHS
+
+      Chosen at run time (AMP_NO_SIMD compiles none; amp_simd_active says whether amp_convert
+      uses one, amp_simd_enable(0) turns its off). Each gives the portable C loops' bits.
+      x86-64 (GCC, Clang): CPUID and XGETBV pick AVX-512 F/BW/VL/DQ, else AVX2 + F16C: amp_convert,
+        the optimizer's step, scan and master stores, fp8 casts, amp_quantize, amp_gemm's kernels.
+      AArch64 (GCC, Clang; Linux, macOS): NEON, which every AArch64 CPU has (no run-time test):
+        amp_convert between f32, f16 and bf16 (FCVTL / FCVTN for f16; amp_f32_to_bf16's integer
+        rounding on 4 lanes for bf16), and the optimizer step's update (SGD, Adam/AdamW, Lion on
+        4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers.
+        BFCVTN for f32 -> bf16 where the build targets +bf16 (-march=armv8.6-a, -mcpu=neoverse-v2
+        ...: __ARM_FEATURE_BF16_VECTOR_ARITHMETIC) and the CPU reports BF16 (Linux:
+        getauxval(AT_HWCAP2) & HWCAP2_BF16; macOS: sysctlbyname("hw.optional.arm.FEAT_BF16")).
+        The conversion instructions read the FPCR and the scalar functions do not, so each call
+        reads it: a rounding mode other than nearest, default-NaN or alternate handling (DN, AH)
+        sends it to the portable loops; flush-to-zero (FZ, FIZ; gcc's -Ofast sets FZ) leaves
+        BFCVTN out. The rest (the step's scan, split-master and stochastic-rounding stores, fp8
+        casts, amp_quantize, amp_gemm) runs the portable loops on AArch64, with the same bits.
+
    BUILDING THE CUDA PART
 
       nvcc -O3 -arch=sm_90 -c amp_kernels.cu -o amp_kernels.o     (sm_80 for Ampere;
@@ -498,7 +517,8 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
    it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
    writes those from the element functions). With CPU column 1, also its vector loads/stores
    amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N, amp__gemm_ld8_N and the NEON
-   amp__ld4_N, amp__st4_N (with 0 the portable loops run it). The kernels take any row as it is (amp__cu_elem from the C type column).
+   amp__ld4_N, amp__st4_N (with 0 the portable loops run it). The kernels take any row as it is
+   (amp__cu_elem from the C type column).
    Nothing else names a format's size or values. */
 #define AMP__DTYPES(X, A) \
   X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,     ncclFloat,    1) /* 2^-126 */ \

@@ -467,7 +467,10 @@ static void odd_addresses_above_the_streaming_threshold_convert_every_pair(void)
 /* the scalar functions' widening of n 16-bit values of type t into d */
 static void widen_scalar(float *d, const uint16_t *s, amp_dtype t, size_t n) {
   size_t i;
-  for (i = 0; i < n; i++) { float x = t == AMP_F16 ? amp_f16_to_f32(s[i]) : amp_bf16_to_f32(s[i]); memcpy(d + i, &x, 4); }
+  for (i = 0; i < n; i++) {
+    float x = t == AMP_F16 ? amp_f16_to_f32(s[i]) : amp_bf16_to_f32(s[i]);
+    memcpy(d + i, &x, 4);
+  }
 }
 static uint32_t f32_class_low(size_t j) {
   static const uint32_t lows[] = { 0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu,
@@ -525,7 +528,8 @@ static void convert_gives_the_scalar_bits_whatever_the_fpcr_holds(void) {
   uint64_t keep = get_fpcr();
   size_t i, m;
   int a;
-  for (i = 0; i < N; i++) in[i] = i < 65536u / 16 ? ((uint32_t)(i * 16) << 16) | f32_class_low(i % N_LOWS) : (uint32_t)(i * 2654435761u);
+  for (i = 0; i < N; i++)   /* every 16th upper half with the special low halves, then scattered bits */
+    in[i] = i < 65536u / 16 ? ((uint32_t)(i * 16) << 16) | f32_class_low(i % N_LOWS) : (uint32_t)(i * 2654435761u);
   for (m = 0; m < sizeof modes / sizeof modes[0]; m++) for (a = 1; a < 3; a++) {
     amp_dtype dt = types[a];
     convert_scalar(want, dt, in, AMP_F32, N);
