@@ -3204,7 +3204,8 @@ AMP__EXACT_END
    flushed.) Loads and stores are byte-wise (ld1/st1 of bytes), so any address works; tails go
    through a small buffer; every block reads all its elements before it writes any (dst == src is
    safe). No streaming stores. */
-#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__) && !defined(__CUDACC__)
+#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__) && \
+    !defined(__ARM_BIG_ENDIAN) && !defined(__CUDACC__)   /* (the lanes' byte order: little-endian only) */
 #define AMP__NEON_SIMD 1
 #ifdef __cplusplus
 }

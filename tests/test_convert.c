@@ -384,7 +384,7 @@ static void bulk_with_streaming_stores_equals_scalar(void) {
   overlapping_buffers_of_one_size_convert_as_from_a_copy();
   amp__nt_bytes = keep;
 #else
-  printf("skipped: no SIMD path in this build\n");
+  printf("skipped: no streaming stores in this build (x86-64's SIMD paths only)\n");
 #endif
 }
 
