@@ -391,8 +391,9 @@
                            back); the element math rounds each operation itself, so clang at
                            -Ofast on any target, and nvcc, give the promised bits; a checkpoint
                            loads only states the objects can reach; AMP_THREAD_LOCAL (tcc);
-                           NEON loops for amp_convert on AArch64 (FCVTL/FCVTN; BFCVTN where
-                           built for +bf16 and the CPU has BF16), the same bits;
+                           NEON loops on AArch64 for amp_convert (FCVTL/FCVTN; BFCVTN where
+                           built for +bf16 and the CPU has BF16) and the optimizer step, the
+                           same bits (CPU VECTOR PATHS);
                            the dtypes AMP_E4M3 / AMP_E5M2 (amp_convert, CUDA casts); vector
                            loops for every master mode, model copy and kind; grads given after
                            add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
@@ -1989,8 +1990,8 @@ static inline AMP_HD void amp__lion_coefs(amp_step_coefs *c, const amp_optim_con
               where the kind keeps none), g the unscaled clipped grad; the CPU's plain loop and the
               step kernel call it (AMP__EXACT_FP: the same bits on both)
      device   1: elem is the update (any device); 0: the update is a host function (AMP_CUSTOM)
-     vec      the CPU vector loops' body (AVX2, AVX-512): AMP__V_<vec>, elem written on vectors
-              operation for operation (amp__o_step16/8); NONE: no vector body, so the kind runs
+     vec      the CPU vector loops' body (AVX2, AVX-512, NEON): AMP__V_<vec>, elem written on vectors
+              operation for operation (amp__o_step16/8/4); NONE: no vector body, so the kind runs
               elem's plain loop at every SIMD level (the same bits, slower)
    To add a kind: its AMP_* value, a row here, its element function beside amp__lion_elem
    (and, if it needs more than amp_step_coefs holds, a field there and a coefs function above);
@@ -5104,7 +5105,8 @@ AMP__EXACT_BEGIN
    AVX2 + F16C (8 lanes) and AVX-512 (16 lanes), picked at run time by CPUID, run the same IEEE
    single operations in the same order (no FMA, see AMP__EXACT_FP), so all give the same bits;
    they read and write every array once per step (the grads converted in registers, the model
-   copy rounded in registers). AMP_NO_SIMD keeps only the plain ones. */
+   copy rounded in registers). On AArch64 the same bodies run on NEON's 4 lanes (one level, while
+   the FPCR is in its default state: amp__neon_level). AMP_NO_SIMD keeps only the plain ones. */
 #if defined(__SSE__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 1)
 #include <xmmintrin.h>
 #define AMP__OPT_SSE 1
