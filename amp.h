@@ -80,8 +80,8 @@
                            buffer (default: C11 _Thread_local, C++11 thread_local, __thread, MSVC's
                            __declspec(thread); empty under tcc, which has none: one buffer then)
       AMP_NO_SIMD          never use the x86 vector loops (AVX2+F16C, AVX-512) of amp_convert and
-                           the CPU optimizer (the portable C loops only), nor amp_gemm's fast
-                           kernels (the reference product only)
+                           the CPU optimizer, nor the AArch64 NEON ones (the portable C loops
+                           only), nor amp_gemm's fast kernels (the reference product only)
       AMP_CUDA             the implementation calls into amp_kernels.cu (see below);
                            without it every CUDA entry point returns AMP_ERR_UNSUPPORTED
       AMP_NCCL             with AMP_CUDA: amp_nccl_allreduce_hook / amp_nccl_allreduce_grads call
@@ -89,6 +89,25 @@
                            without it both return AMP_ERR_UNSUPPORTED
 
    The implementation unit may be built with -Ofast/-ffast-math; the inf/NaN checks work on the bits.
+
+   CPU VECTOR PATHS
+
+      Chosen at run time (AMP_NO_SIMD compiles none; amp_simd_active says whether amp_convert
+      uses one, amp_simd_enable(0) turns its off). Each gives the portable C loops' bits.
+      x86-64 (GCC, Clang): CPUID and XGETBV pick AVX-512 F/BW/VL/DQ, else AVX2 + F16C: amp_convert,
+        the optimizer's step, scan and master stores, fp8 casts, amp_quantize, amp_gemm's kernels.
+      AArch64 (GCC, Clang; Linux, macOS): NEON, which every AArch64 CPU has (no run-time test):
+        amp_convert between f32, f16 and bf16 (FCVTL / FCVTN for f16; amp_f32_to_bf16's integer
+        rounding on 4 lanes for bf16), and the optimizer step's update (SGD, Adam/AdamW, Lion on
+        4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers.
+        BFCVTN for f32 -> bf16 where the build targets +bf16 (-march=armv8.6-a, -mcpu=neoverse-v2
+        ...: __ARM_FEATURE_BF16_VECTOR_ARITHMETIC) and the CPU reports BF16 (Linux:
+        getauxval(AT_HWCAP2) & HWCAP2_BF16; macOS: sysctlbyname("hw.optional.arm.FEAT_BF16")).
+        The conversion instructions read the FPCR and the scalar functions do not, so each call
+        reads it: a rounding mode other than nearest, default-NaN or alternate handling (DN, AH)
+        sends it to the portable loops; flush-to-zero (FZ, FIZ; gcc's -Ofast sets FZ) leaves
+        BFCVTN out. The rest (the step's scan, split-master and stochastic-rounding stores, fp8
+        casts, amp_quantize, amp_gemm) runs the portable loops on AArch64, with the same bits.
 
    BUILDING THE CUDA PART
 
@@ -372,6 +391,9 @@
                            back); the element math rounds each operation itself, so clang at
                            -Ofast on any target, and nvcc, give the promised bits; a checkpoint
                            loads only states the objects can reach; AMP_THREAD_LOCAL (tcc);
+                           NEON loops on AArch64 for amp_convert (FCVTL/FCVTN; BFCVTN where
+                           built for +bf16 and the CPU has BF16) and the optimizer step, the
+                           same bits (CPU VECTOR PATHS);
                            the dtypes AMP_E4M3 / AMP_E5M2 (amp_convert, CUDA casts); vector
                            loops for every master mode, model copy and kind; grads given after
                            add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
@@ -487,7 +509,8 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
      enum name, suffix N (of the element functions amp__ld_N / amp__st_N, AMP_HD, and the bulk loops
      amp__N_to_f32 / amp__N_from_f32), C storage type, size in bytes, largest finite value and
      smallest normal (as f32 bits), CPU vector path (1: amp__ld8/st8/ld16/st16 and the F16C/AVX-512
-     kernels take it; 0: the portable loops), GPU vector path (1: the kernels' 4-wide accesses),
+     kernels take it on x86-64, amp__ld4/st4 and the NEON kernels on AArch64; 0: the portable
+     loops), GPU vector path (1: the kernels' 4-wide accesses),
      cuBLAS type, NCCL type, compute (1: a type the trainer computes and steps in: model copies,
      grads, round_to, products, the scaler's buffers, the policy's low type; 0: a storage format
      that amp_convert casts to and from, refused everywhere else by name: fp8 for now), fp8
@@ -496,8 +519,9 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
    To add a format: append a row (the enum value is its position: never reorder, checkpoints hold
    it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
    writes those from the element functions). With CPU column 1, also its vector loads/stores
-   amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N, amp__gemm_ld8_N (with 0 the
-   portable loops run it). The kernels take any row as it is (amp__cu_elem from the C type column).
+   amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N, amp__gemm_ld8_N and the NEON
+   amp__ld4_N, amp__st4_N (with 0 the portable loops run it). The kernels take any row as it is
+   (amp__cu_elem from the C type column).
    Nothing else names a format's size or values. */
 #define AMP__DTYPES(X, A) \
   X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,     ncclFloat,    1, -1) /* 2^-126 */ \
@@ -524,16 +548,19 @@ enum { AMP__DTYPE_COUNT = 0 AMP__DTYPES(AMP__DT_COUNT_, ~) };
 #define AMP__DTYPE_VSWITCH(t, B) switch (t) { AMP__DTYPES(AMP__DT_VCASE_, B) default: break; }
 
 /* Bulk host conversion between any two of F32/F16/BF16 (same type: a copy). AVX-512 or AVX2+F16C
-   vector loops where the running CPU has them (decided once, by CPUID), a portable loop elsewhere;
-   all give exactly the bits of the scalar functions below, NaN payloads included. Any addresses
+   vector loops where the running CPU has them (decided once, by CPUID); on AArch64 NEON loops
+   (FCVTL/FCVTN; BFCVTN for f32 -> bf16 where the build targets +bf16 and the CPU has BF16, asked
+   once of getauxval / sysctlbyname; each call checks that the FPCR is in its default state, else
+   it takes the portable loop); a portable loop elsewhere; all give exactly the bits of the scalar
+   functions below, NaN payloads included, subnormals kept, whatever the FPU's modes. Any addresses
    work, odd ones included. Buffers of the same element size may overlap in any way (in place, or
    shifted: the result is that of converting a copy of src); buffers of different element sizes
    must not share a byte (AMP_ERR_ARG, nothing written). n = 0 accepts NULL pointers. Large outputs
-   (>= 8 MiB, element-aligned) are written with streaming stores. */
+   (>= 8 MiB, element-aligned) are written with streaming stores (x86-64). */
 AMPDEF amp_status amp_convert(void *dst, amp_dtype dst_type, const void *src, amp_dtype src_type, size_t n);
-/* 1 when amp_convert uses a vector path (AVX2+F16C or AVX-512). amp_simd_enable(0) forces the
-   portable path (for tests and benchmarks); amp_simd_enable(1) returns to the CPU's best. Not
-   thread-safe against amp_convert. */
+/* 1 when amp_convert uses a vector path (AVX2+F16C or AVX-512; NEON on AArch64, always there).
+   amp_simd_enable(0) forces the portable path (for tests and benchmarks); amp_simd_enable(1)
+   returns to the CPU's best. Not thread-safe against amp_convert. */
 AMPDEF int  amp_simd_active(void);
 AMPDEF void amp_simd_enable(int on);
 AMPDEF size_t amp_dtype_size(amp_dtype t);   /* 4, 2, 2; 0 for an unknown type */
@@ -590,7 +617,8 @@ static inline AMP_HD amp_f16 amp_f32_to_f16(float x) {
 /* f16 -> f32: exact for all 65536 patterns, branch-free (Maratyszcza/FP16's trick) so that loops
    over it vectorise. Normals by rebiasing with one multiply by 2^-112, subnormals as
    (0.5 + m * 2^-24) - 0.5, exact both; each is one operation on a bit-built normal operand, so
-   -ffast-math has nothing to fold or reassociate and flush-to-zero modes do not touch it. Inf and
+   -ffast-math has nothing to fold or reassociate, and flush-to-zero and rounding modes do not
+   touch it (the sign comes from the bits, so a zero is +-0 in every rounding mode). Inf and
    NaN are built on the bits, not through the multiply (a GPU's multiply returns the canonical
    NaN): a NaN keeps its sign and payload (shifted up) and comes out quiet (0x400000 set), exactly
    as the F16C instruction vcvtph2ps does, on the CPU and in the kernels alike. */
@@ -602,7 +630,8 @@ static inline AMP_HD float amp_f16_to_f32(amp_f16 h) {
   uint32_t special = 0u - (uint32_t)((w & 0x7c000000u) == 0x7c000000u);   /* all ones for inf/NaN */
   uint32_t infnan = 0x7f800000u | ((w >> 3) & 0x007fe000u) | ((0u - (uint32_t)((w & 0x03ff0000u) != 0u)) & 0x00400000u);
   /* selects written as masks: GCC does not if-convert a ?: here and would not vectorise */
-  uint32_t finite = (amp__f32_bits(denormal) & sub) | (amp__f32_bits(normal) & ~sub);
+  /* (the sign bit of denormal cleared: 0.5 - 0.5 is -0 when the FPU rounds towards -inf) */
+  uint32_t finite = (amp__f32_bits(denormal) & sub & 0x7fffffffu) | (amp__f32_bits(normal) & ~sub);
   return amp__bits_f32(sign | (infnan & special) | (finite & ~special));
 }
 
@@ -1964,8 +1993,8 @@ static inline AMP_HD void amp__lion_coefs(amp_step_coefs *c, const amp_optim_con
               where the kind keeps none), g the unscaled clipped grad; the CPU's plain loop and the
               step kernel call it (AMP__EXACT_FP: the same bits on both)
      device   1: elem is the update (any device); 0: the update is a host function (AMP_CUSTOM)
-     vec      the CPU vector loops' body (AVX2, AVX-512): AMP__V_<vec>, elem written on vectors
-              operation for operation (amp__o_step16/8); NONE: no vector body, so the kind runs
+     vec      the CPU vector loops' body (AVX2, AVX-512, NEON): AMP__V_<vec>, elem written on vectors
+              operation for operation (amp__o_step16/8/4); NONE: no vector body, so the kind runs
               elem's plain loop at every SIMD level (the same bits, slower)
    To add a kind: its AMP_* value, a row here, its element function beside amp__lion_elem
    (and, if it needs more than amp_step_coefs holds, a field there and a coefs function above);
@@ -2720,7 +2749,7 @@ typedef struct amp__dtype_traits {
   const char *name;                   /* "AMP_F32" */
   size_t size;                        /* bytes per element */
   uint32_t max_bits, min_normal_bits; /* largest finite value, smallest normal, as f32 bits */
-  int cpu_vec, gpu_vec;               /* a CPU (AVX2+F16C / AVX-512) and a GPU vector path */
+  int cpu_vec, gpu_vec;               /* a CPU (AVX2+F16C / AVX-512 / NEON) and a GPU vector path */
   int compute;                        /* a type to compute and step in (else a storage format) */
   int fp8;                            /* -1 not fp8; else the fp8 encoders' e5m2 argument */
 } amp__dtype_traits;
@@ -2957,7 +2986,7 @@ static int amp__cpu_level(void) {
   if ((f & (AMP__CPU_AVX2 | AMP__CPU_F16C)) != (AMP__CPU_AVX2 | AMP__CPU_F16C)) return 0;
   return (f & AMP__CPU_AVX512) ? 2 : 1;
 }
-static int amp__cpu_has_f16c(void) { return amp__cpu_level() >= 1; }
+static int amp__cpu_simd(void) { return amp__cpu_level() >= 1; }
 /* The highest level the SIMD paths may use (tests lower it to run the AVX2 kernels on an AVX-512
    CPU). */
 static int amp__isa_cap = 2;
@@ -3158,32 +3187,202 @@ AMP__CVT_LEVEL(16, AMP__AVX512_INLINE, AMP__AVX512, amp__cvt_avx512)
 #undef AMP__CVT_D16_
 #undef AMP__CVT_S16_
 
-/* Both formats with a CPU vector path (amp__dtype_cpu_vec). */
-static void amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
+/* Both formats with a CPU vector path (amp__dtype_cpu_vec). 1: done (always, on x86). */
+static int amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
   if (dt == st) memmove(dst, src, n * amp_dtype_size(dt));
   else if (amp__isa() >= 2) amp__cvt_avx512(dst, dt, src, st, n);
   else amp__cvt_avx2(dst, dt, src, st, n);
+  return 1;
 }
 AMP__EXACT_END
+#endif
+
+/* The AArch64 SIMD paths: AArch64 with GCC or Clang. NEON (Advanced SIMD) is part of every
+   AArch64 CPU, so level 1 needs no run-time test; level 2 adds BFCVTN (FEAT_BF16) for f32 -> bf16,
+   compiled where the compiler targets it (__ARM_FEATURE_BF16_VECTOR_ARITHMETIC: -march=armv8.6-a,
+   -mcpu=apple-m2, neoverse-v2 ...) and used where the CPU has it (getauxval(AT_HWCAP2) on Linux,
+   sysctlbyname("hw.optional.arm.FEAT_BF16") on macOS; elsewhere level 1). Levels: 1 = FCVTL /
+   FCVTN (f16 <-> f32) and amp_f32_to_bf16's integer trick on 4 lanes; 2 = BFCVTN for f32 -> bf16.
+   FCVTN, FCVTL and BFCVTN read the FPCR: they give the scalar functions' bits (NaN quieted with
+   its sign and top payload, subnormals kept, round to nearest even) in its default state, which
+   each call checks (one read of the FPCR): a rounding mode other than nearest, default-NaN mode
+   (DN) or alternate handling (AH) sends the call to the portable loops, and flush-to-zero (FZ,
+   FIZ: gcc's -Ofast sets FZ at start-up), under which BFCVTN would flush subnormal bf16, to level
+   1. (FCVTN's subnormal f32 inputs round to +-0 either way; f16 operands of conversions are never
+   flushed.) Loads and stores are byte-wise (ld1/st1 of bytes), so any address works; tails go
+   through a small buffer; every block reads all its elements before it writes any (dst == src is
+   safe). No streaming stores. */
+#if !defined(AMP_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__) && \
+    !defined(__ARM_BIG_ENDIAN) && !defined(__CUDACC__)   /* (the lanes' byte order: little-endian only) */
+#define AMP__NEON_SIMD 1
+#ifdef __cplusplus
+}
+#endif
+#include <arm_neon.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+#ifdef __cplusplus
+extern "C" {
+#endif
+#define AMP__NEON_INLINE static inline __attribute__((always_inline))
+#if defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC)
+#define AMP__NEON_BFCVT 1
+#endif
+/* 1 where BFCVTN is compiled in and the CPU has FEAT_BF16. */
+static int amp__cpu_bf16(void) {
+#if defined(AMP__NEON_BFCVT) && defined(__linux__) && defined(AT_HWCAP2)
+  return (getauxval(AT_HWCAP2) & (1ul << 14)) != 0;   /* HWCAP2_BF16 */
+#elif defined(AMP__NEON_BFCVT) && defined(__APPLE__)
+  int v = 0;
+  size_t len = sizeof v;
+  return sysctlbyname("hw.optional.arm.FEAT_BF16", &v, &len, NULL, 0) == 0 && v != 0;
 #else
-static int amp__cpu_has_f16c(void) { return 0; }
+  return 0;
+#endif
+}
+/* The CPU's best level: 1 NEON, 2 that and BFCVTN. */
+static int amp__cpu_level(void) {
+  static int cache = -1;   /* a relaxed atomic, as amp__cpu_features' */
+  int v = AMP__ALOAD(&cache);
+  if (v < 0) { v = 1 + amp__cpu_bf16(); AMP__ASTORE(&cache, v); }
+  return v;
+}
+static int amp__cpu_simd(void) { return 1; }
+/* The highest level the NEON paths may use (tests lower it to run level 1 on a BF16 CPU). */
+static int amp__isa_cap = 2;
+static int amp__isa(void) { int l = amp__cpu_level(); return l < amp__isa_cap ? l : amp__isa_cap; }
+/* The level a conversion may use under the FPCR as it is now (see above): 0 the portable loops. */
+static int amp__neon_level(void) {
+  uint64_t f;
+  int l = amp__isa();
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(f));
+  if (f & ((3u << 22) | (1u << 25) | 2u)) return 0;   /* RMode, DN, AH */
+  if ((f & ((1u << 24) | 1u)) && l > 1) l = 1;        /* FZ, FIZ */
+  return l;
+}
+
+/* ---- 4 lanes ----
+   amp__ld4: 4 elements of type t as f32 (exact widening); amp__st4: 4 f32 rounded to type t by
+   the scalar functions' rules (bfc: with BFCVTN, level 2). */
+AMP__NEON_INLINE float32x4_t amp__ld4_f32(const void *p) { return vreinterpretq_f32_u8(vld1q_u8((const uint8_t *)p)); }
+AMP__NEON_INLINE float32x4_t amp__ld4_f16(const void *p) {
+  return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8((const uint8_t *)p)));
+}
+AMP__NEON_INLINE float32x4_t amp__ld4_bf16(const void *p) {
+  return vreinterpretq_f32_u32(vshll_n_u16(vreinterpret_u16_u8(vld1_u8((const uint8_t *)p)), 16));
+}
+AMP__NEON_INLINE float32x4_t amp__ld4(amp_dtype t, const void *p) {
+#define AMP__V_(E, N, T, S) return amp__ld4_##N(p);
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  return vdupq_n_f32(0.0f);
+}
+/* 4 f32 bit patterns -> 4 bf16: amp_f32_to_bf16 on each lane (NaN: the top half with the quiet
+   bit 0x40 set; else add 0x7fff plus the lowest kept bit and keep the top half). */
+AMP__NEON_INLINE uint16x4_t amp__bf16_round4(uint32x4_t u) {
+  uint32x4_t hi = vshrq_n_u32(u, 16);
+  uint32x4_t r = vshrq_n_u32(vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fffu)), vandq_u32(hi, vdupq_n_u32(1u))), 16);
+  uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+  return vmovn_u32(vbslq_u32(nan, vorrq_u32(hi, vdupq_n_u32(0x40u)), r));
+}
+AMP__NEON_INLINE void amp__st4h(void *p, uint16x4_t h) { vst1_u8((uint8_t *)p, vreinterpret_u8_u16(h)); }
+AMP__NEON_INLINE void amp__st4_f32(void *p, float32x4_t x, int bfc) {
+  (void)bfc;
+  vst1q_u8((uint8_t *)p, vreinterpretq_u8_f32(x));
+}
+AMP__NEON_INLINE void amp__st4_f16(void *p, float32x4_t x, int bfc) {
+  (void)bfc;
+  amp__st4h(p, vreinterpret_u16_f16(vcvt_f16_f32(x)));
+}
+AMP__NEON_INLINE void amp__st4_bf16(void *p, float32x4_t x, int bfc) {
+#ifdef AMP__NEON_BFCVT
+  if (bfc) { amp__st4h(p, vreinterpret_u16_bf16(vcvt_bf16_f32(x))); return; }
+#endif
+  (void)bfc;
+  amp__st4h(p, amp__bf16_round4(vreinterpretq_u32_f32(x)));
+}
+AMP__NEON_INLINE void amp__st4(amp_dtype t, void *p, float32x4_t x, int bfc) {
+#define AMP__V_(E, N, T, S) amp__st4_##N(p, x, bfc); break;
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+}
+/* 16 elements, 4 x 4 lanes; every load before the stores. */
+AMP__NEON_INLINE void amp__cvt_block4(amp_dtype dt, char *d, amp_dtype st, const char *s, int bfc) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st);
+  float32x4_t a = amp__ld4(st, s), b = amp__ld4(st, s + 4 * ss), c = amp__ld4(st, s + 8 * ss),
+              e = amp__ld4(st, s + 12 * ss);
+  amp__st4(dt, d, a, bfc);
+  amp__st4(dt, d + 4 * ds, b, bfc);
+  amp__st4(dt, d + 8 * ds, c, bfc);
+  amp__st4(dt, d + 12 * ds, e, bfc);
+}
+AMP__NEON_INLINE void amp__cvt_loop4(amp_dtype dt, void *dst, amp_dtype st, const void *src, size_t n, int bfc) {
+  size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), i;
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  for (i = 0; i + 16 <= n; i += 16) amp__cvt_block4(dt, d + i * ds, st, s + i * ss, bfc);
+  if (i < n) {   /* k < 16 elements through a buffer */
+    char bs[64], bd[64];
+    memset(bs, 0, sizeof bs);
+    memcpy(bs, s + i * ss, (n - i) * ss);
+    amp__cvt_block4(dt, bd, st, bs, bfc);
+    memcpy(d + i * ds, bd, (n - i) * ds);
+  }
+}
+/* A case per (dst, src) pair of formats with a vector path, the pair a constant in each. */
+#define AMP__CVT_D4_(E, N, T, S) amp__cvt_loop4(E, d, st, s, n, bfc); break;
+#define AMP__CVT_S4_(E, N, T, S) amp__cvt_to4(dt, d, E, s, n, bfc); break;
+AMP__NEON_INLINE void amp__cvt_to4(amp_dtype dt, void *d, amp_dtype st, const void *s, size_t n, int bfc) {
+  AMP__DTYPE_VSWITCH(dt, AMP__CVT_D4_)
+}
+static void amp__cvt_neon(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) {
+  const int bfc = 0;
+  AMP__DTYPE_VSWITCH(st, AMP__CVT_S4_)
+}
+#ifdef AMP__NEON_BFCVT
+static void amp__cvt_neon_bf16(void *d, amp_dtype dt, const void *s, amp_dtype st, size_t n) {
+  const int bfc = 1;
+  AMP__DTYPE_VSWITCH(st, AMP__CVT_S4_)
+}
+#endif
+#undef AMP__CVT_D4_
+#undef AMP__CVT_S4_
+/* Both formats with a CPU vector path; 0: not done (the FPCR is not in its default state). */
+static int amp__convert_simd(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
+  int l = amp__neon_level();
+  if (!l) return 0;
+  if (dt == st) memmove(dst, src, n * amp_dtype_size(dt));
+#ifdef AMP__NEON_BFCVT
+  else if (l >= 2) amp__cvt_neon_bf16(dst, dt, src, st, n);
+#endif
+  else amp__cvt_neon(dst, dt, src, st, n);
+  return 1;
+}
+#endif
+
+/* Either ISA's vector paths (x86 or NEON). */
+#if defined(AMP__X86_SIMD) || defined(AMP__NEON_SIMD)
+#define AMP__CPU_SIMD 1
+#else
+static int amp__cpu_simd(void) { return 0; }
 #endif
 
 static int amp__simd_on = -1; /* -1: not decided yet */
 
 AMPDEF int amp_simd_active(void) {
   int on = AMP__ALOAD(&amp__simd_on);
-  if (on < 0) { on = amp__cpu_has_f16c(); AMP__ASTORE(&amp__simd_on, on); }
+  if (on < 0) { on = amp__cpu_simd(); AMP__ASTORE(&amp__simd_on, on); }
   return on;
 }
-AMPDEF void amp_simd_enable(int on) { AMP__ASTORE(&amp__simd_on, on ? amp__cpu_has_f16c() : 0); }
+AMPDEF void amp_simd_enable(int on) { AMP__ASTORE(&amp__simd_on, on ? amp__cpu_simd() : 0); }
 
 static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
-#ifdef AMP__X86_SIMD
-  if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st)) {
-    amp__convert_simd(dst, dt, src, st, n);
+#ifdef AMP__CPU_SIMD
+  if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st) && amp__convert_simd(dst, dt, src, st, n))
     return;
-  }
 #endif
   if ((uintptr_t)dst % amp_dtype_size(dt) || (uintptr_t)src % amp_dtype_size(st)) {
     /* an address the C loops may not use as an element pointer (an odd one, say): through
@@ -4936,7 +5135,8 @@ AMP__EXACT_BEGIN
    AVX2 + F16C (8 lanes) and AVX-512 (16 lanes), picked at run time by CPUID, run the same IEEE
    single operations in the same order (no FMA, see AMP__EXACT_FP), so all give the same bits;
    they read and write every array once per step (the grads converted in registers, the model
-   copy rounded in registers). AMP_NO_SIMD keeps only the plain ones. */
+   copy rounded in registers). On AArch64 the same bodies run on NEON's 4 lanes (one level, while
+   the FPCR is in its default state: amp__neon_level). AMP_NO_SIMD keeps only the plain ones. */
 #if defined(__SSE__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 1)
 #include <xmmintrin.h>
 #define AMP__OPT_SSE 1
@@ -4947,6 +5147,10 @@ static int amp__opt_simd = -1;
 static int amp__opt_level(void) {
 #ifdef AMP__X86_SIMD
   int want = AMP__ALOAD(&amp__opt_simd), l = amp__cpu_level();
+  return want < 0 || want > l ? l : want;
+#elif defined(AMP__NEON_SIMD)
+  /* one NEON level, while the FPCR leaves FCVTN the scalar functions' bits (amp__neon_level) */
+  int want = AMP__ALOAD(&amp__opt_simd), l = amp__neon_level() ? 1 : 0;
   return want < 0 || want > l ? l : want;
 #else
   (void)amp__opt_simd;   /* no SIMD loops to pick; tests may still set it */
@@ -5116,7 +5320,7 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
   amp__o_step_body(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
 
-#ifdef AMP__X86_SIMD
+#ifdef AMP__CPU_SIMD
 /* The vector loops: the element functions above written on vectors, operation for operation
    (amp__sgd_elem, amp__adam_moments + amp__adam_apply, amp__o_load's g * gmul, amp__o_store's
    rounding). The coefficients broadcast once; the flag tests are uniform branches. */
@@ -5125,7 +5329,9 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
   V b1 = SET1(c->beta1), omb1 = SET1(1.0f - c->beta1), b2 = SET1(c->beta2), omb2 = SET1(1.0f - c->beta2); \
   V bc2 = SET1(c->bc2_sqrt), eps = SET1(c->eps), ss = SET1(c->step_size), decay = SET1(c->decay), gm = SET1(gmul); \
   int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0
+#endif
 
+#ifdef AMP__X86_SIMD
 /* Products as rounded floats: clang's -ffp-contract=fast (part of -ffast-math) fuses any multiply
    with a following add in the back end, whatever the pragmas say; an empty asm on the product
    hides it. (GCC: AMP__EXACT_FP.) */
@@ -5158,6 +5364,9 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { __asm__("vsqrtps %1, %0" : "=x"(a
 AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
 #endif
 
+#endif
+
+#ifdef AMP__CPU_SIMD
 /* The update of one vector, per kind, written once for both widths: VT the vector type and the
    width's operations (AMP__V16_OPS, AMP__V8_OPS) as arguments; x holds the grads (g * gmul), w0
    the masters, m and v the moments at this vector. A kind without a body here runs its element
@@ -5194,6 +5403,9 @@ static int amp__kind_vec(amp_optim_kind kind) {
   switch (kind) { AMP__OPTIM_KINDS(AMP__KIND_VEC) default: return 0; }
 }
 #undef AMP__KIND_VEC
+#endif
+
+#ifdef AMP__X86_SIMD
 /* amp__sign on lanes, on the bits: +-1 with u's sign, +0 for +-0, u itself for NaN. */
 AMP__AVX512_INLINE __m512 amp__sign16(__m512 u) {
   const __m512i abs = _mm512_set1_epi32(0x7fffffff);
@@ -5223,7 +5435,12 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
   amp__st8(t, buf, x, 0);
   return amp__ld8(t, buf);
 }
+#endif
+#ifdef AMP__CPU_SIMD
 #define AMP__VAPPLY(body, ops) body ops
+#endif
+
+#ifdef AMP__X86_SIMD
 
 /* One case per row of the kind list: its vector body's loop, or 0 (NONE: the plain loop). */
 #define AMP__KIND_STEP16(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
@@ -5315,12 +5532,124 @@ AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float
 #undef AMP__LD16F
 #undef AMP__KIND_STEP8
 #undef AMP__KIND_STEP16
+#endif
+
+#ifdef AMP__NEON_SIMD
+/* NEON (AArch64): the same bodies on 4 lanes of f32. Every product passes through AMP__ROUNDED (an
+   empty asm: neither GCC's -ffp-contract=fast nor clang's fuses it into an FMLA), and the division
+   and square root are the FDIV and FSQRT instructions in asm (clang's -ffast-math would otherwise
+   multiply by a reciprocal or take a root estimate), so a step gives the plain loop's bits under
+   every flag set. The grads and the model copy go through amp__ld4 / amp__st4 (level 1: no BFCVTN),
+   so the step takes these loops only while the FPCR is in the state amp__neon_level accepts. */
+#define AMP__NEON_STEP_INLINE static inline __attribute__((always_inline)) AMP__EXACT_FP
+AMP__NEON_STEP_INLINE float32x4_t amp__add4(float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); }
+AMP__NEON_STEP_INLINE float32x4_t amp__sub4(float32x4_t a, float32x4_t b) { return vsubq_f32(a, b); }
+AMP__NEON_STEP_INLINE float32x4_t amp__mul4(float32x4_t a, float32x4_t b) {
+  float32x4_t r = vmulq_f32(a, b);
+  AMP__ROUNDED(r);
+  return r;
+}
+AMP__NEON_STEP_INLINE float32x4_t amp__div4(float32x4_t a, float32x4_t b) {
+  float32x4_t r;
+  __asm__("fdiv %0.4s, %1.4s, %2.4s" : "=w"(r) : "w"(a), "w"(b));
+  return r;
+}
+AMP__NEON_STEP_INLINE float32x4_t amp__sqrt4(float32x4_t a) {
+  float32x4_t r;
+  __asm__("fsqrt %0.4s, %1.4s" : "=w"(r) : "w"(a));
+  return r;
+}
+/* amp__sign on lanes, on the bits: +-1 with u's sign, +0 for +-0, u itself for NaN. */
+AMP__NEON_STEP_INLINE float32x4_t amp__sign4(float32x4_t u) {
+  uint32x4_t b = vreinterpretq_u32_f32(u), a = vandq_u32(b, vdupq_n_u32(0x7fffffffu));
+  uint32x4_t r = vorrq_u32(vandq_u32(b, vdupq_n_u32(0x80000000u)), vdupq_n_u32(0x3f800000u));
+  r = vbicq_u32(r, vceqq_u32(a, vdupq_n_u32(0u)));
+  r = vbslq_u32(vcgtq_u32(a, vdupq_n_u32(0x7f800000u)), b, r);
+  return vreinterpretq_f32_u32(r);
+}
+/* amp__round_to on lanes (as amp__rt8). */
+AMP__NEON_STEP_INLINE float32x4_t amp__rt4(amp_dtype t, float32x4_t x) {
+  uint32_t buf[4];
+  amp__st4(t, buf, x, 0);
+  return amp__ld4(t, buf);
+}
+#define AMP__KIND_STEP4(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
+  case kd: if (!AMP__VHAS_##vec) return 0; AMP__STEP4_LOOP(AMP__V_##vec) return 1;
+#define AMP__LD4F(q) vld1q_f32(q)
+#define AMP__ST4F(q, x) vst1q_f32(q, x)
+#define AMP__V4_OPS (float32x4_t, amp__add4, amp__sub4, amp__mul4, amp__div4, amp__sqrt4, amp__sign4, AMP__LD4F, \
+                     AMP__ST4F, vdupq_n_f32(0.0f))
+#define AMP__STEP4(BODY) { \
+    float32x4_t x = amp__mul4(amp__ld4(gt, g), gm), w0 = vld1q_f32(p); \
+    AMP__VAPPLY(BODY, AMP__V4_OPS); \
+    vst1q_f32(p, w0); \
+    amp__st4(wt, w, rts ? amp__rt4(rt, w0) : w0, 0); }
+#define AMP__STEP4_LOOP(BODY) \
+  for (i = 0; i + 4 <= n; i += 4, p += 4, m = m ? m + 4 : m, v = v ? v + 4 : v, gc += 4 * gs, wc += 4 * ws) { \
+    g = gc; w = wc; \
+    AMP__STEP4(BODY) \
+  } \
+  if (i < n) { \
+    size_t k = n - i; \
+    float bp[4] = {0}, bm[4] = {0}, bv[4] = {0}, bg[4] = {0}, bw[4]; \
+    float *tp = p, *tm = m, *tv = v; \
+    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4); \
+    memcpy(bg, gc, k * gs); \
+    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw; \
+    AMP__STEP4(BODY) \
+    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4); \
+    memcpy(wc, bw, k * ws); \
+  }
+AMP__NEON_STEP_INLINE int amp__o_step4(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                       void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                       const amp_step_coefs *c) {
+  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
+  const char *gc = (const char *)g;
+  char *wc = (char *)w;
+  int rts = amp__round_to_set(rt);
+  AMP__VCOEFS(float32x4_t, vdupq_n_f32);
+  switch (kind) {
+    AMP__OPTIM_KINDS(AMP__KIND_STEP4)
+    default: return 0;   /* no vector body: the plain loop */
+  }
+}
+#undef AMP__STEP4_LOOP
+#undef AMP__STEP4
+#undef AMP__V4_OPS
+#undef AMP__ST4F
+#undef AMP__LD4F
+#undef AMP__KIND_STEP4
+/* One instance per (kind, grad type, model type), as on x86. */
+#define AMP__W_4(E, N, T, S) return amp__o_step4(kind, p, m, v, g, gt, w, E, rt, n, gmul, c);
+AMP__NEON_STEP_INLINE int amp__o_step4_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                                         void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                         const amp_step_coefs *c) {
+  AMP__DTYPE_VSWITCH(wt, AMP__W_4)
+  return 0;
+}
+#undef AMP__W_4
+#define AMP__STEP_G4_(E, N, T, S) return amp__o_step4_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c);
+/* The step on the NEON loops (l: 1, the only level); 0: no vector body for kind. */
+static AMP__EXACT_FP int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                         amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                         const amp_step_coefs *c) {
+  (void)l;
+  AMP__DTYPE_VSWITCH(gt, AMP__STEP_G4_)
+  return 0;
+}
+#undef AMP__STEP_G4_
+#endif
+
+#ifdef AMP__CPU_SIMD
 #undef AMP__VAPPLY
 #undef AMP__V_NONE
 #undef AMP__V_LION
 #undef AMP__V_ADAM
 #undef AMP__V_SGD
 #undef AMP__VCOEFS
+#endif
+
+#ifdef AMP__X86_SIMD
 
 /* One instance per (kind, grad type, model type): the types are constants in each (the grad type's
    case here, the model type's in the inline _w functions, each a switch generated from AMP__DTYPES).
@@ -5677,7 +6006,7 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                         void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
                         const amp_step_coefs *c) {
-#ifdef AMP__X86_SIMD
+#ifdef AMP__CPU_SIMD
   int l = amp__kind_vec(kind) && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) && amp__dtype_cpu_vec(rt)
               ? amp__opt_level() : 0;
   if (l && sr) {

@@ -8,8 +8,9 @@
 #      and under valgrind (AMP_TEST_QUICK=1: sampled); a test file with a line `// TSAN: yes` also
 #      under clang's ThreadSanitizer (any report fails it; the longest access history, so a race is
 #      never left unreported because the earlier access fell out of it); and cross-built for AArch64
-#      (gcc -O2, clang -Ofast) and run under qemu-user where those tools are installed. Steps 2-3
-#      run the test files nproc at a time (AMP_TEST_JOBS=N), each file's builds in order;
+#      (gcc -O2, clang -Ofast; test_convert also gcc -march=armv8.6-a, for BFCVTN) and run under
+#      qemu-user where those tools are installed. Steps 2-3 run the test files nproc at a time
+#      (AMP_TEST_JOBS=N), each file's builds in order;
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
 #      PTX, warnings as errors), every tests/cuda_*.c linked against it and run (they report
 #      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
@@ -219,7 +220,11 @@ matrix_aarch64() {
   [ "$HAVE_ARM" = 1 ] || return 0
   grep -q '^// LANG: c++' "$src" && return   # the toolkit's fp8 oracle: x86 host code only
   case "$libs" in *-lz*) return ;; esac       # zlib: no AArch64 zlib in the cross sysroot
-  for build in "gcc-O2:aarch64-linux-gnu-gcc -std=c99 -O2" "clang-Ofast:clang --target=aarch64-linux-gnu -std=c99 -Ofast"; do
+  # test_convert also built for a BF16 CPU (-march=armv8.6-a): amp_convert's BFCVTN level, which
+  # qemu's default CPU has
+  bf16=""; [ "$name" = test_convert ] && bf16="gcc-bf16:aarch64-linux-gnu-gcc -std=c99 -O2 -march=armv8.6-a"
+  for build in "gcc-O2:aarch64-linux-gnu-gcc -std=c99 -O2" "clang-Ofast:clang --target=aarch64-linux-gnu -std=c99 -Ofast" \
+               ${bf16:+"$bf16"}; do
     tag=${build%%:*}; cc=${build#*:}
     if $cc $WARN -I. "$src" -o "$B/$name.arm-$tag" $libs -lm -lpthread 2>"$B/$name.arm-$tag.cc.log"; then
       runtest "$name.aarch64-$tag" env AMP_TEST_QUICK=1 QEMU_LD_PREFIX=$arm_sysroot qemu-aarch64 "$B/$name.arm-$tag"

@@ -252,11 +252,12 @@ static uint32_t elem_bits(const void *p, amp_dtype t, size_t i) {
   else { uint16_t u; memcpy(&u, (const char *)p + 2 * i, 2); return u; }
 }
 
-/* The paths a suite runs: the portable one (0) and each SIMD level the CPU has (1 AVX2 + F16C,
-   2 AVX-512); set_path(l) picks one, set_path(-1) returns to the CPU's best. */
+/* The paths a suite runs: the portable one (0) and each SIMD level the CPU has (x86: 1 AVX2 + F16C,
+   2 AVX-512; AArch64: 1 NEON, 2 NEON + BFCVTN); set_path(l) picks one, set_path(-1) returns to the
+   CPU's best. */
 static int simd_paths[3];
 static void set_path(int level) {
-#ifdef AMP__X86_SIMD
+#ifdef AMP__CPU_SIMD
   amp__isa_cap = level > 0 ? level : 2;
 #endif
   amp_simd_enable(level != 0);
@@ -265,7 +266,7 @@ static int n_paths(void) {
   int np = 1;
   set_path(-1);
   simd_paths[0] = 0;
-#ifdef AMP__X86_SIMD
+#ifdef AMP__CPU_SIMD
   while (np <= amp__cpu_level()) { simd_paths[np] = np; np++; }
 #endif
   return np;
@@ -383,7 +384,7 @@ static void bulk_with_streaming_stores_equals_scalar(void) {
   overlapping_buffers_of_one_size_convert_as_from_a_copy();
   amp__nt_bytes = keep;
 #else
-  printf("skipped: no SIMD path in this build\n");
+  printf("skipped: no streaming stores in this build (x86-64's SIMD paths only)\n");
 #endif
 }
 
@@ -454,6 +455,99 @@ static void odd_addresses_above_the_streaming_threshold_convert_every_pair(void)
   amp__nt_bytes = keep;
 #endif
   free(src); free(dst); free(want);
+}
+
+/* f32 -> f16 and bf16 through amp_convert on every path, against the scalar functions, over a
+   dense strided sample of all 2^32 patterns (every 4099th; every 65537th with AMP_TEST_QUICK) and
+   every special class: each of the 65536 upper halves with the low halves around bf16's rounding
+   (0, 1, 0x7fff, 0x8000 the tie, 0x8001, 0xffff) and f16's (the 13 cut bits at 0, 0x0fff, 0x1000
+   the tie, 0x1001, 0x1fff, with the lowest kept bit 0 and 1): every sign, exponent (zeros,
+   subnormals, normals at both ends of f16's range, overflow, inf, quiet and signalling NaNs
+   with payloads above and below each cut) and both ties. */
+/* the scalar functions' widening of n 16-bit values of type t into d */
+static void widen_scalar(float *d, const uint16_t *s, amp_dtype t, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    float x = t == AMP_F16 ? amp_f16_to_f32(s[i]) : amp_bf16_to_f32(s[i]);
+    memcpy(d + i, &x, 4);
+  }
+}
+static uint32_t f32_class_low(size_t j) {
+  static const uint32_t lows[] = { 0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu,
+                                   0x0fffu, 0x1000u, 0x1001u, 0x1fffu, 0x2fffu, 0x3000u, 0x3001u, 0x5000u, 0xf000u };
+  return lows[j];
+}
+enum { N_LOWS = 15 };
+static void f32_sample_and_special_classes_convert_like_the_scalar_functions_on_every_path(void) {
+  size_t step = t_quick() ? 65537u : 4099u, n_stride = (size_t)(0xffffffffu / step) + 1, n_class = 65536u * N_LOWS;
+  size_t n = n_stride + n_class, i;
+  uint32_t *in = (uint32_t *)malloc(4 * n);
+  uint16_t *out = (uint16_t *)malloc(2 * n), *want = (uint16_t *)malloc(2 * n);
+  float *back = (float *)malloc(4 * n), *wback = (float *)malloc(4 * n);
+  int p, np = n_paths(), a;
+  for (i = 0; i < n_stride; i++) in[i] = (uint32_t)(i * step);
+  for (i = 0; i < n_class; i++) in[n_stride + i] = ((uint32_t)(i / N_LOWS) << 16) | f32_class_low(i % N_LOWS);
+  for (p = 0; p < np; p++) {
+    set_path(simd_paths[p]);
+    for (a = 1; a < 3; a++) {
+      amp_dtype dt = types[a];
+      convert_scalar(want, dt, in, AMP_F32, n);
+      EXPECT(amp_convert(out, dt, in, AMP_F32, n) == AMP_OK, "f32->%s: %s", tname(dt), amp_last_error());
+      for (i = 0; i < n; i++) if (out[i] != want[i]) break;
+      EXPECT(i == n, "path %d f32->%s: input 0x%08x expected 0x%04x got 0x%04x", simd_paths[p], tname(dt),
+             i < n ? in[i] : 0u, i < n ? want[i] : 0u, i < n ? out[i] : 0u);
+      /* and back: the 16-bit results widened (NaNs of every payload among them) */
+      widen_scalar(wback, want, dt, n);
+      EXPECT(amp_convert(back, AMP_F32, want, dt, n) == AMP_OK, "%s->f32: %s", tname(dt), amp_last_error());
+      for (i = 0; i < n; i++) if (elem_bits(back, AMP_F32, i) != elem_bits(wback, AMP_F32, i)) break;
+      EXPECT(i == n, "path %d %s->f32: input 0x%04x expected 0x%08x got 0x%08x", simd_paths[p], tname(dt),
+             i < n ? want[i] : 0u, i < n ? elem_bits(wback, AMP_F32, i) : 0u, i < n ? elem_bits(back, AMP_F32, i) : 0u);
+    }
+  }
+  set_path(-1);
+  free(in); free(out); free(want); free(back); free(wback);
+}
+
+/* AArch64: FCVTN/FCVTL/BFCVTN read the FPCR, the scalar functions do not. With the rounding mode
+   changed, default-NaN mode, or flush-to-zero set, amp_convert still gives the scalar bits (the
+   call takes the portable loops, or level 1 under flush-to-zero). */
+#ifdef AMP__NEON_SIMD
+static uint64_t get_fpcr(void) { uint64_t f; __asm__ __volatile__("mrs %0, fpcr" : "=r"(f)); return f; }
+static void set_fpcr(uint64_t f) { __asm__ __volatile__("msr fpcr, %0" : : "r"(f)); }
+#endif
+static void convert_gives_the_scalar_bits_whatever_the_fpcr_holds(void) {
+#ifdef AMP__NEON_SIMD
+  static const struct { uint64_t bits; const char *what; } modes[] = {
+    { 1u << 22, "round towards +inf" }, { 2u << 22, "round towards -inf" }, { 3u << 22, "round towards zero" },
+    { 1u << 25, "default NaN" }, { 1u << 24, "flush to zero" },
+  };
+  enum { N = 4096 + 5 };
+  static uint32_t in[N];
+  static uint16_t out[N], want[N];
+  static float back[N], wback[N];
+  uint64_t keep = get_fpcr();
+  size_t i, m;
+  int a;
+  for (i = 0; i < N; i++)   /* every 16th upper half with the special low halves, then scattered bits */
+    in[i] = i < 65536u / 16 ? ((uint32_t)(i * 16) << 16) | f32_class_low(i % N_LOWS) : (uint32_t)(i * 2654435761u);
+  for (m = 0; m < sizeof modes / sizeof modes[0]; m++) for (a = 1; a < 3; a++) {
+    amp_dtype dt = types[a];
+    convert_scalar(want, dt, in, AMP_F32, N);
+    widen_scalar(wback, want, dt, N);
+    set_fpcr(keep | modes[m].bits);
+    amp_convert(out, dt, in, AMP_F32, N);
+    amp_convert(back, AMP_F32, want, dt, N);
+    set_fpcr(keep);
+    for (i = 0; i < N; i++) if (out[i] != want[i]) break;
+    EXPECT(i == N, "%s: f32->%s input 0x%08x expected 0x%04x got 0x%04x", modes[m].what, tname(dt), i < N ? in[i] : 0u,
+           i < N ? want[i] : 0u, i < N ? out[i] : 0u);
+    for (i = 0; i < N; i++) if (elem_bits(back, AMP_F32, i) != elem_bits(wback, AMP_F32, i)) break;
+    EXPECT(i == N, "%s: %s->f32 input 0x%04x expected 0x%08x got 0x%08x", modes[m].what, tname(dt), i < N ? want[i] : 0u,
+           i < N ? elem_bits(wback, AMP_F32, i) : 0u, i < N ? elem_bits(back, AMP_F32, i) : 0u);
+  }
+#else
+  printf("skipped: no NEON path in this build (the FPCR is AArch64's)\n");
+#endif
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */
@@ -699,6 +793,13 @@ static void simd_path_follows_the_cpu_and_the_switch(void) {
     if ((b & 0xc0030000u) == 0xc0030000u && (lo & 0xe0u) == 0xe0u) level = 2;
   }
   EXPECT(amp__cpu_level() == level, "SIMD level: expected %d got %d", level, amp__cpu_level());
+#elif defined(AMP__NEON_SIMD)
+  want = 1;   /* NEON: every AArch64 CPU; level 2 where BFCVTN is compiled in and the CPU has BF16 */
+  level = 1;
+#if defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC) && defined(__linux__)
+  if (getauxval(AT_HWCAP2) & (1ul << 14)) level = 2;
+#endif
+  EXPECT(amp__cpu_level() == level, "SIMD level: expected %d got %d", level, amp__cpu_level());
 #endif
   amp_simd_enable(1);
   EXPECT(amp_simd_active() == want, "simd active: expected %d got %d", want, amp_simd_active());
@@ -706,7 +807,11 @@ static void simd_path_follows_the_cpu_and_the_switch(void) {
   EXPECT(amp_simd_active() == 0, "after amp_simd_enable(0): expected 0 got %d", amp_simd_active());
   amp_simd_enable(1);
   EXPECT(amp_simd_active() == want, "after amp_simd_enable(1): expected %d got %d", want, amp_simd_active());
+#ifdef AMP__NEON_SIMD
+  printf("  SIMD path: %s\n", level >= 2 ? "NEON + BFCVTN" : "NEON");
+#else
   printf("  SIMD path: %s\n", level >= 2 ? "AVX-512" : want ? "F16C/AVX2" : "not available (portable only)");
+#endif
 }
 
 int main(void) {
@@ -725,6 +830,8 @@ int main(void) {
   RUN(bulk_with_streaming_stores_equals_scalar);
   RUN(odd_addresses_above_the_streaming_threshold_convert_every_pair);
   RUN(every_16bit_input_converts_like_the_scalar_functions_on_every_path);
+  RUN(f32_sample_and_special_classes_convert_like_the_scalar_functions_on_every_path);
+  RUN(convert_gives_the_scalar_bits_whatever_the_fpcr_holds);
   RUN(convert_rejects_null_pointers_and_names_them);
   RUN(convert_rejects_an_unknown_dtype_and_names_it);
   RUN(convert_rejects_overlap_of_different_element_sizes);

@@ -195,6 +195,8 @@ static void run_at(int level, int with_scaler, int master_mode) {
 static int levels(void) {
 #ifdef AMP__X86_SIMD
   return amp__cpu_level();
+#elif defined(AMP__NEON_SIMD)
+  return 1;   /* the NEON loops */
 #else
   return 0;
 #endif

@@ -381,6 +381,8 @@ static void simd_and_plain_loops_give_the_same_bits(void) {
   size_t a;
 #ifdef AMP__X86_SIMD
   levels = amp__cpu_level();
+#elif defined(AMP__NEON_SIMD)
+  levels = 1;   /* the NEON loops */
 #endif
   if (!levels) { printf("skipped: no SIMD loops here (the plain loops only)\n"); return; }
   for (k = 0; k < 8; k++) for (a = 0; a < sizeof modes / sizeof modes[0]; a++) for (b = 0; b < 3; b++) {
@@ -480,6 +482,33 @@ static void vector_helpers_equal_the_scalar_functions_on_special_values(void) {
         EXPECT(j == 16, "sign16 at %zu", i + j);
       }
     }
+  }
+#elif defined(AMP__NEON_SIMD)
+  /* NEON: Lion's sign on 4 lanes, and amp__rt4 (the model copy's round_to), on the special values
+     and random bits (the split and stochastic stores run the portable loops on AArch64) */
+  enum { N = 4096 + 4 };
+  static float x[N];
+  static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+                                     0x7f800001u, 0x7fffffffu, 0xffffffffu, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+                                     0xff7fffffu, 0x7f7f8000u, 0x3f808000u, 0x3f818000u, 0xbf808000u, 0x00008000u,
+                                     0x3f80ffffu, 0x3f807fffu, 0x7f7f7fffu, 0x477ff000u, 0x387fe000u, 0x33000001u};
+  size_t i, j, ns = sizeof special / sizeof special[0];
+  rng_state = 99;
+  for (i = 0; i < N; i++) {
+    uint32_t u = i < ns ? special[i] : (rnd() << 16) ^ rnd();
+    memcpy(&x[i], &u, 4);
+  }
+  for (i = 0; i + 4 <= N; i += 4) {
+    float s4[4], r16[4], rb16[4];
+    vst1q_f32(s4, amp__sign4(vld1q_f32(x + i)));
+    vst1q_f32(r16, amp__rt4(AMP_F16, vld1q_f32(x + i)));
+    vst1q_f32(rb16, amp__rt4(AMP_BF16, vld1q_f32(x + i)));
+    for (j = 0; j < 4; j++) { float e = amp__sign(x[i + j]); if (memcmp(&e, &s4[j], 4)) break; }
+    EXPECT(j == 4, "sign4 at %zu", i + j);
+    for (j = 0; j < 4; j++) { float e = amp__round_to(x[i + j], AMP_F16); if (memcmp(&e, &r16[j], 4)) break; }
+    EXPECT(j == 4, "rt4 f16 at %zu", i + j);
+    for (j = 0; j < 4; j++) { float e = amp__round_to(x[i + j], AMP_BF16); if (memcmp(&e, &rb16[j], 4)) break; }
+    EXPECT(j == 4, "rt4 bf16 at %zu", i + j);
   }
 #else
   printf("skipped: no SIMD loops here\n");

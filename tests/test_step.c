@@ -25,20 +25,22 @@ static void store(void *p, amp_dtype t, size_t i, float x) {
 /* inf or NaN, on the bits (the -Ofast build folds isfinite) */
 static int nonfinite(float x) { uint32_t u; memcpy(&u, &x, 4); return (u & 0x7f800000u) == 0x7f800000u; }
 static const char *tname(amp_dtype t) { return t == AMP_F16 ? "f16" : t == AMP_BF16 ? "bf16" : "f32"; }
-static const char *kname(amp_optim_kind k) { return k == AMP_SGD ? "SGD" : k == AMP_ADAM ? "Adam" : "AdamW"; }
+static const char *kname(amp_optim_kind k) { return k == AMP_SGD ? "SGD" : k == AMP_ADAM ? "Adam" : k == AMP_LION ? "Lion" : "AdamW"; }
 
 /* ---- the same bits as a scaler fixed at 1 ------------------------------------------------------- */
 
 /* Two optimizers on copies of the same weights and grads: one stepped by amp_optimizer_step, one
    by a scaler with fixed = 1, init_scale = 1 (the bf16 recipe before amp_optimizer_step). Every
-   byte must agree after every step, and so must the grad norm. */
+   byte must agree after every step, and so must the grad norm. The first runs the CPU's vector
+   loops (AVX2/AVX-512, NEON on AArch64), the second the plain loops (amp__opt_simd = 0): the
+   same bits too. */
 static void step_equals_a_scaler_fixed_at_1(void) {
   enum { N0 = 37, N1 = 300, N = N0 + N1 };
-  amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
+  amp_optim_kind kinds[4] = {AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_LION};
   amp_dtype wts[3] = {AMP_BF16, AMP_F32, AMP_F16};
   static unsigned char a[N * 20 + 64], b[N * 20 + 64];
   int k, d, s, steps = t_quick() ? 5 : 25;
-  for (k = 0; k < 3; k++)
+  for (k = 0; k < 4; k++)
     for (d = 0; d < 3; d++) {
       amp_dtype wt = wts[d], gt = wts[(d + k) % 3];   /* mixed grad types too */
       static float wa[N], wb[N], g[N];                /* sized for f32; f16/bf16 use the front half */
@@ -62,7 +64,9 @@ static void step_equals_a_scaler_fixed_at_1(void) {
         amp_status sa, sb;
         for (i = 0; i < N; i++) store(g, gt, i, rndn() * (s % 4 == 1 ? 1.0f : 0.1f));   /* some steps clip */
         sa = amp_optimizer_step(oa);
+        amp__opt_simd = 0;   /* the plain loops */
         sb = amp_scaler_step(sc, ob); amp_scaler_update(sc);
+        amp__opt_simd = -1;
         EXPECT(sa == AMP_OK && sb == AMP_OK, "%s %s/%s step %d: %s", kname(kinds[k]), tname(wt), tname(gt), s, amp_last_error());
         na_norm = amp_optimizer_grad_norm(oa); nb_norm = amp_optimizer_grad_norm(ob);
         na = t_optim_snapshot(oa, a); nb = t_optim_snapshot(ob, b);
