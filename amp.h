@@ -1272,6 +1272,12 @@ AMPDEF float      amp_optimizer_grad_norm(const amp_optimizer *o);   /* unscaled
 /* The fp32 master of tensor index (a device pointer on CUDA); NULL for an AMP_MASTER_SPLIT / _NONE
    tensor, which keeps no fp32 array. */
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n);
+/* Every byte the optimizer keeps for its tensors' state: per tensor its fp32 master (AMP_MASTER_F32),
+   or remainders (SPLIT), and its moments in their stored type (amp_tensor_desc.moments), each array
+   as allocated (on CUDA each is padded to a multiple of 64 elements); not the trainer's model copies
+   and grads, nor the fixed bookkeeping (the tensor table, groups, the spike window). TENSOR OPTIONS
+   has the bytes per parameter. o NULL: 0. */
+AMPDEF size_t     amp_optimizer_state_bytes(const amp_optimizer *o);
 AMPDEF void       amp_optimizer_destroy(amp_optimizer *o);
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s);
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s);
@@ -1305,6 +1311,13 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 /* The master kinds of amp_tensor_desc.master_mode. */
 #define AMP__MASTER_LIST(X) X(AMP_MASTER_F32, 0) X(AMP_MASTER_SPLIT, 1) X(AMP_MASTER_NONE, 2)
 enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
+/* The moment types of amp_tensor_desc.moments, one row each: X(name, value, bytes per stored
+   moment element, 1 where the optimizers keep it, else 0: refused at add). */
+#define AMP__MOMENTS_TYPES(X) \
+  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 0) X(AMP_MOMENTS_FP8, 3, 1, 0)
+#define AMP__MOMENTS_ITEM(name, value, bytes, kept) name = value,
+enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
+#undef AMP__MOMENTS_ITEM
 
 /* TENSOR OPTIONS. One tensor, every option in one zero-initialisable description; zero is the
    default of each field:
@@ -1385,11 +1398,36 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
      AMP_MASTER_NONE        0          4               8          4     (no master)
    So bf16 weights + fp32 grads + AdamW is 2 + 4 + 12 = 18 bytes with an fp32 master, 16 split,
    14 with none; a float model copy with round_to (no 16-bit shadow) 4 + 4 + 12 = 20.
+     moments             the type the moments are stored in (Adam/AdamW's exp_avg and exp_avg_sq,
+                         SGD's momentum buffer, Lion's m). AMP_MOMENTS_F32 (0): fp32, as above.
+                         AMP_MOMENTS_BF16: bf16 (PyTorch's fused AdamW with bf16 state, TE's
+                         FusedAdam with exp_avg_dtype bf16, llm.c). Each update widens the moments
+                         to f32 (exact), computes the new moments and the new weight in f32 with the
+                         element functions of AMP_MOMENTS_F32 (the weight stepped with the f32
+                         moments), and stores the moments rounded to bf16 in the same pass: to
+                         nearest even, or, with stochastic = 1, stochastically with the bits of the
+                         tensor's seeded stream: the key the model copy draws from (seed, update
+                         number, tensor index) hashed with the moment's number (1: m, 2: v,
+                         amp__sr_key_moment), element index as the model copy's. Every master mode,
+                         grad type, group, clipping and the stats as with fp32 moments; a skipped
+                         step leaves the bf16 words as they were. A kind without moments (SGD
+                         without momentum, AMP_CUSTOM) takes only AMP_MOMENTS_F32 (AMP_ERR_ARG).
+                         AMP_MOMENTS_8BIT and AMP_MOMENTS_FP8 are named but not kept yet (refused,
+                         AMP_ERR_UNSUPPORTED); AMP_MOMENTS_BF16 on a CUDA device likewise (the step
+                         kernel keeps fp32 moments).
+   Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
+                           SGD + momentum   Adam / AdamW   Lion
+     AMP_MASTER_F32              6               8           6
+     AMP_MASTER_SPLIT            4               6           4
+     AMP_MASTER_NONE             2               4           2
+   so a bf16 model copy, no master and AdamW with bf16 moments keeps 4 bytes per parameter.
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, stochastic with a
    dtype other than AMP_BF16, a master_mode that is not one of the three, SPLIT or NONE with a
    dtype other than AMP_BF16, SPLIT with stochastic, NONE without (AMP_ERR_ARG), and SPLIT or NONE
-   with kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
+   with kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED), moments that is not an AMP_MOMENTS_* value or is not
+   AMP_MOMENTS_F32 for a kind without moments (AMP_ERR_ARG), moments of a type not kept (above:
+   AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
 typedef struct amp_tensor_desc {
   void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
   const void *grads;       amp_dtype grad_dtype;  /* NULL: set later; 0: AMP_F32 beside an f32 copy only
@@ -1405,6 +1443,7 @@ typedef struct amp_tensor_desc {
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
   int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
+  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16 */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 /* The grads of tensor index (0 = the first added), for a tensor added with grads NULL, or to move
@@ -2057,6 +2096,12 @@ static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t 
   return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + AMP__MIX_STEP)) ^
                     (tensor * 0xd1b54a32d192ed03ull));
 }
+/* The key of a tensor's stochastically rounded moment j (1: m, 2: v; AMP_MOMENTS_BF16 with stochastic)
+   at an update: the key of the tensor's model copy at that update (amp__sr_key) hashed with j, so
+   the model copy's and the two moments' bits are independent streams of the same seed. */
+static inline AMP_HD uint64_t amp__sr_key_moment(uint64_t key, int j) {
+  return amp__mix64(key + (uint64_t)j * 0xd1b54a32d192ed03ull);
+}
 static inline AMP_HD uint32_t amp__sr_bits16(uint64_t key, uint64_t i) {
   return (uint32_t)(amp__mix64(key + (i + 1u) * AMP__MIX_STEP) >> 48);
 }
@@ -2405,7 +2450,9 @@ typedef struct amp__tensor {
   float *master;         /* the fp32 master, n floats (CPU: one allocation with the moments after it;
                             CUDA: device memory) */
   float *m, *v;          /* SGD: m the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg, exp_avg_sq
-                            (CPU; on CUDA the moments live in the device slab) */
+                            (CPU; on CUDA the moments live in the device slab); NULL when moments is not F32 */
+  int moments;           /* AMP_MOMENTS_F32, or AMP_MOMENTS_BF16: then m16 / v16 hold them (CPU only) */
+  amp_bf16 *m16, *v16;   /* AMP_MOMENTS_BF16: the moments as bf16 words, as m and v above; else NULL */
   uint16_t *rem;         /* AMP_MASTER_SPLIT: the n 16-bit remainders beside the bf16 model copy on the CPU
                             (amp__split_encode; CUDA: amp__cu_optim_rem); else NULL */
   amp__gstat gstat;      /* the gradient stats of its last unscale (amp_optim_config.stats) */
@@ -4513,6 +4560,8 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
 typedef struct amp__backend {
   const char *name;        /* "CPU" or "CUDA", for messages */
   int host_update;         /* the update runs on the host: AMP_CUSTOM's custom_step can be called */
+  size_t state_pad;        /* each tensor's state arrays hold a multiple of this many elements
+                              (amp_optimizer_state_bytes) */
   AMP__BACKEND_OPS(AMP__BACKEND_MEMBER)
 } amp__backend;
 
@@ -5684,6 +5733,47 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
   }
 }
 
+/* The step of a tensor whose moments are bf16 (AMP_MOMENTS_BF16), in every master mode: per block
+   of AMP__CHUNK elements, the moments widened to f32 (exact) into mb and vb, the block stepped on
+   them by amp__o_step exactly as on fp32 moments (the vector loops where the kind has a vector
+   body, else the kind's plain loop: the same bits either way, never another mode's path), the
+   weights stepped with the f32 moments, then the new moments rounded back to bf16 in the same
+   pass: to nearest even, or (sr) stochastically with the moment streams of key
+   (amp__sr_key_moment). p: the fp32 master; NULL for SPLIT / NONE, whose masters are decoded from
+   w and rem per block and written back as amp__o_step_lowmem does. */
+static void amp__o_step_m16(amp_optim_kind kind, float *p, amp_bf16 *m16, amp_bf16 *v16, const void *g, amp_dtype gt,
+                            void *w, amp_dtype wt, amp_dtype rt, uint16_t *rem, int sr, uint64_t key, size_t n,
+                            float gmul, const amp_step_coefs *c) {
+  float pb[AMP__CHUNK], out[AMP__CHUNK], mb[AMP__CHUNK], vb[AMP__CHUNK];
+  size_t i0, gs = amp_dtype_size(gt), ws = amp_dtype_size(wt);
+  uint64_t km = sr ? amp__sr_key_moment(key, 1) : 0u, kv = sr ? amp__sr_key_moment(key, 2) : 0u;
+  int l = amp__opt_level();
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    const char *gb = (const char *)g + i0 * gs;
+    float *mm = m16 ? mb : NULL, *vv = v16 ? vb : NULL;
+    if (m16) amp__o_master_load_at(l, mb, m16, NULL, i0, k);   /* bf16 widened: exact */
+    if (v16) amp__o_master_load_at(l, vb, v16, NULL, i0, k);
+    if (!p) {   /* SPLIT / NONE: the masters decoded, stepped into out, written back */
+      amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
+      amp__o_step(kind, pb, mm, vv, gb, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
+      amp__o_master_store_at(l, (amp_bf16 *)w, rem, key, i0, out, k);
+    } else if (sr) {   /* a stochastic bf16 copy: rounded from out with its elements' own indices i0 + i */
+      amp__o_step(kind, p + i0, mm, vv, gb, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
+      amp__o_master_store_at(l, (amp_bf16 *)w, NULL, key, i0, out, k);
+    } else {
+      amp__o_step(kind, p + i0, mm, vv, gb, gt, (char *)w + i0 * ws, wt, rt, 0, 0u, k, gmul, c);
+    }
+    if (sr) {
+      if (m16) amp__o_master_store_at(l, m16, NULL, km, i0, mb, k);
+      if (v16) amp__o_master_store_at(l, v16, NULL, kv, i0, vb, k);
+    } else {
+      if (m16) amp__from_f32(m16 + i0, AMP_BF16, mb, k);   /* to nearest even */
+      if (v16) amp__from_f32(v16 + i0, AMP_BF16, vb, k);
+    }
+  }
+}
+
 AMP__EXACT_END
 
 enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
@@ -5884,6 +5974,32 @@ static amp_status amp__o_grads_check(const char *fn, const amp_optimizer *o, siz
 }
 
 /* grads_late: the grads may be NULL (amp_optimizer_add_tensor: given later by amp_optimizer_set_grads). */
+/* A moment type's name and stored bytes per element (AMP__MOMENTS_TYPES); NULL / 0: not a type. */
+#define AMP__MOMENTS_NAME(name, value, bytes, kept) case value: return #name;
+static const char *amp__moments_name(int m) {
+  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_NAME) default: return NULL; }
+}
+#undef AMP__MOMENTS_NAME
+#define AMP__MOMENTS_BYTES(name, value, bytes, kept) case value: return kept ? bytes : 0;
+static size_t amp__moments_bytes(int m) {
+  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_BYTES) default: return 0; }
+}
+#undef AMP__MOMENTS_BYTES
+/* amp_tensor_desc.moments for o's kind: a type of the list, kept, and F32 for a kind without moments. */
+static amp_status amp__moments_check(const char *fn, const amp_optimizer *o, int moments) {
+  const char *name = amp__moments_name(moments);
+  if (!name)
+    return amp__fail(AMP_ERR_ARG, "%s: moments %d is not AMP_MOMENTS_F32, AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT or "
+                     "AMP_MOMENTS_FP8", fn, moments);
+  if (moments != AMP_MOMENTS_F32 && amp__o_moments(&o->cfg) == 0)
+    return amp__fail(AMP_ERR_ARG, "%s: moments %s with kind %s%s: the kind keeps no moments (leave moments 0)", fn, name,
+                     amp__kind_name(o->cfg.kind), o->cfg.kind == AMP_SGD ? " without momentum" : "");
+  if (!amp__moments_bytes(moments))
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: moments %s is not kept by this version (AMP_MOMENTS_F32 and "
+                     "AMP_MOMENTS_BF16 are)", fn, name);
+  return AMP_OK;
+}
+
 static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_desc *t, int grads_late) {
   size_t ws, gs, n, i, k, name_len = 0;
   char *name = NULL;
@@ -5945,6 +6061,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
       return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s with kind AMP_CUSTOM: custom_step updates an fp32 "
                        "master array, which this mode does not keep (use AMP_MASTER_F32)", fn, mode);
   }
+  if ((st = amp__moments_check(fn, o, t->moments)) != AMP_OK) return st;
   if (t->name && (name_len = strlen(t->name)) > AMP__NAME_MAX)
     return amp__fail(AMP_ERR_ARG, "%s: name '%.32s...' is %zu bytes long, at most %d", fn, t->name, name_len,
                      AMP__NAME_MAX);
@@ -5966,7 +6083,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   memset(&o->t[i], 0, sizeof o->t[i]);   /* no master, moments, remainders or stats yet */
   o->t[i].w = weights; o->t[i].g = grads; o->t[i].n = n; o->t[i].wtype = t->dtype; o->t[i].gtype = gtype;
   o->t[i].round_to = t->round_to; o->t[i].group = t->group; o->t[i].stochastic = t->stochastic != 0;
-  o->t[i].master_mode = t->master_mode; o->t[i].name = name;
+  o->t[i].master_mode = t->master_mode; o->t[i].moments = t->moments; o->t[i].name = name;
   if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) {
     AMP_FREE(name);
     return amp__op_fail(fn, st, m);
@@ -6150,6 +6267,20 @@ AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) {
   if (!o) return 0;
   return amp__o_pull("amp_optimizer_step_count", o, 1) == AMP_OK ? o->step : -1;
 }
+AMPDEF size_t amp_optimizer_state_bytes(const amp_optimizer *o) {
+  size_t total = 0, i, pad;
+  int nm;
+  if (!o) return 0;
+  pad = amp__be(o->dev)->state_pad;
+  nm = amp__o_moments(&o->cfg);
+  for (i = 0; i < o->count; i++) {
+    size_t n = (o->t[i].n + pad - 1) / pad * pad;
+    size_t master = o->t[i].master_mode == AMP_MASTER_F32 ? 4 : o->t[i].master_mode == AMP_MASTER_SPLIT ? 2 : 0;
+    total += n * (master + (size_t)(nm > 0 ? nm : 0) * amp__moments_bytes(o->t[i].moments));
+  }
+  return total;
+}
+
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
   if (!o || index >= o->count || amp__o_ready("amp_optimizer_master", o) != AMP_OK) { if (n) *n = 0; return NULL; }
   if (o->t[index].master_mode != AMP_MASTER_F32) {
@@ -6238,6 +6369,12 @@ static void amp__o_apply(amp_optimizer *o) {
       o->cfg.custom_step(o->cfg.custom_user, o->t[i].master, o->scratch, o->t[i].n, i, o->step + 1);
       amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, o->step + 1), 0,
                    o->t[i].master, o->t[i].n);
+    } else if (o->t[i].moments == AMP_MOMENTS_BF16) {   /* bf16 moments, every master mode */
+      amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
+                                          amp__o_weight_decay(o, i));
+      amp__o_step_m16(o->cfg.kind, o->t[i].master, o->t[i].m16, o->t[i].v16, o->t[i].g, o->t[i].gtype, o->t[i].w,
+                      o->t[i].wtype, o->t[i].round_to, o->t[i].rem, o->t[i].stochastic,
+                      amp__o_sr_key(o, i, o->step + 1), o->t[i].n, gmul, &c);
     } else if (o->t[i].master_mode != AMP_MASTER_F32) {   /* SPLIT / NONE: a bf16 model copy, no fp32 array */
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
@@ -6291,19 +6428,28 @@ static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, s
   return AMP_OK;
 }
 
+/* Tensor t's nm moment arrays, m then v, in the zeroed block at mom (their stored type: t->moments). */
+static void amp__cpu_moments_place(amp__tensor *t, char *mom, int nm) {
+  size_t n = t->n;
+  if (t->moments == AMP_MOMENTS_BF16) {
+    t->m16 = nm >= 1 ? (amp_bf16 *)mom : NULL; t->v16 = nm >= 2 ? (amp_bf16 *)mom + n : NULL;
+  } else {
+    t->m = nm >= 1 ? (float *)mom : NULL; t->v = nm >= 2 ? (float *)mom + n : NULL;
+  }
+}
 /* AMP_MASTER_SPLIT / AMP_MASTER_NONE: the moments (one block, m then v; none for plain SGD) and,
    SPLIT, the remainders; no fp32 array. The master is the bf16 model copy as it is (its remainders
    0: exact), or seed: split into the model copy and the remainders (exact), or, NONE, rounded
    into the model copy stochastically with the key of update 0 (the seed itself is not kept). */
 static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const float *seed, int nm, char *msg,
                                             size_t cap) {
-  size_t n = o->t[i].n;
-  float *mom = NULL;
+  size_t n = o->t[i].n, mb = amp__moments_bytes(o->t[i].moments);
+  char *mom = NULL;
   uint16_t *rem = NULL;
   if (nm) {
-    mom = (float *)AMP_MALLOC(n * (size_t)nm * sizeof(float));
-    if (!mom) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)nm); return AMP_ERR_NOMEM; }
-    memset(mom, 0, n * (size_t)nm * sizeof(float));
+    mom = (char *)AMP_MALLOC(n * (size_t)nm * mb);
+    if (!mom) { snprintf(msg, cap, "out of memory for %zu moments", n * (size_t)nm); return AMP_ERR_NOMEM; }
+    memset(mom, 0, n * (size_t)nm * mb);
   }
   if (o->t[i].master_mode == AMP_MASTER_SPLIT) {
     rem = (uint16_t *)AMP_MALLOC(n * sizeof *rem);
@@ -6316,7 +6462,8 @@ static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const fl
       amp__o_master_store((amp_bf16 *)o->t[i].w, rem, amp__o_sr_key(o, i, 0), i0, seed + i0,
                           n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK);
   }
-  o->t[i].rem = rem; o->t[i].m = mom; o->t[i].v = nm >= 2 ? mom + n : NULL;
+  o->t[i].rem = rem;
+  amp__cpu_moments_place(&o->t[i], mom, nm);
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap) {
@@ -6329,21 +6476,22 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
     AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
   }
   if (o->t[i].master_mode != AMP_MASTER_F32) return amp__cpu_optim_add_lowmem(o, i, seed, nm, msg, cap);
-  block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
-  if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
+  block = (float *)AMP_MALLOC(n * (sizeof(float) + (size_t)nm * amp__moments_bytes(o->t[i].moments)));
+  if (!block) { snprintf(msg, cap, "out of memory for %zu floats and %d moments each", n, nm); return AMP_ERR_NOMEM; }
   if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
   else for (k = 0; k < n; k++) block[k] = amp__load(o->t[i].w, o->t[i].wtype, k);   /* exact: every dtype fits f32 */
   if (seed || amp__round_to_set(o->t[i].round_to) || o->t[i].stochastic)
     amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, 0), 0, block, n);
-  if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
-  o->t[i].master = block; o->t[i].m = nm >= 1 ? block + n : NULL; o->t[i].v = nm >= 2 ? block + 2 * n : NULL;
+  if (nm) memset(block + n, 0, n * (size_t)nm * amp__moments_bytes(o->t[i].moments));
+  o->t[i].master = block;
+  amp__cpu_moments_place(&o->t[i], (char *)(block + n), nm);
   return AMP_OK;
 }
 static void amp__cpu_optim_destroy(amp_optimizer *o) {
   size_t i;
   for (i = 0; i < o->count; i++) {
     if (o->t[i].master_mode == AMP_MASTER_F32) AMP_FREE(o->t[i].master);   /* the master with its moments */
-    else { AMP_FREE(o->t[i].m); AMP_FREE(o->t[i].rem); }
+    else { AMP_FREE(o->t[i].m ? (void *)o->t[i].m : (void *)o->t[i].m16); AMP_FREE(o->t[i].rem); }
   }
 }
 static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap) {
@@ -6420,6 +6568,13 @@ static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which
         amp__o_master_store((amp_bf16 *)o->t[i].w, o->t[i].rem, amp__o_sr_key(o, i, o->io_step), i0, host + i0, k);
       else amp__o_master_load(host + i0, (const amp_bf16 *)o->t[i].w, o->t[i].rem, i0, k);
     }
+    return AMP_OK;
+  }
+  if (which > 0 && o->t[i].moments == AMP_MOMENTS_BF16) {   /* widened exactly; written rounded to nearest even */
+    amp_bf16 *q = which == 1 ? o->t[i].m16 : o->t[i].v16;
+    if (!q) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
+    if (to_device) amp__from_f32(q, AMP_BF16, host, o->t[i].n);
+    else amp__bf16_to_f32(host, q, o->t[i].n);
     return AMP_OK;
   }
   if (!p) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
@@ -9536,7 +9691,7 @@ AMPDEF amp_status amp_quantize_blocks(amp_device *d, amp_block_scaling kind, amp
 #define amp__cpu_optim_pull amp__cpu_nothing_o
 #define amp__cpu_optim_stats amp__cpu_nothing_o
 #define AMP__CPU_OP(ret, name, args) amp__cpu_##name,
-static const amp__backend amp__cpu_ops = { "CPU", 1, AMP__BACKEND_OPS(AMP__CPU_OP) };
+static const amp__backend amp__cpu_ops = { "CPU", 1, 1, AMP__BACKEND_OPS(AMP__CPU_OP) };
 
 #ifdef AMP_CUDA
 /* CUDA: each operation one call of a launcher (amp_kernels.h). The scaler's state, found-inf flag
@@ -9607,6 +9762,11 @@ static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem,
 static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
   amp_status st;
+  if (o->t[i].moments != AMP_MOMENTS_F32) {   /* the step kernel keeps fp32 moments: refused, not run wrong */
+    snprintf(m, cap, "moments %s on a CUDA device: the device optimizer keeps fp32 moments only (AMP_MOMENTS_F32)",
+             amp__moments_name(o->t[i].moments));
+    return AMP_ERR_UNSUPPORTED;
+  }
   /* no master: a seed is rounded into the weights now (key of update 0) */
   if (o->t[i].master_mode == AMP_MASTER_NONE)
     return seed ? amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)AMP_BF16, (int32_t)AMP_F32, 1,
@@ -9780,7 +9940,7 @@ static amp_status amp__cuda_quantize_blocks(amp_device *d, amp_block_scaling kin
 }
 
 #define AMP__CUDA_OP(ret, name, args) amp__cuda_##name,
-static const amp__backend amp__cuda_ops = { "CUDA", 0, AMP__BACKEND_OPS(AMP__CUDA_OP) };
+static const amp__backend amp__cuda_ops = { "CUDA", 0, 64, AMP__BACKEND_OPS(AMP__CUDA_OP) };   /* amp__cu_optim_create's padding */
 
 AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
   amp_device *d;
