@@ -1568,9 +1568,9 @@ AMPDEF long       amp_optimizer_overflow_tensor(const amp_optimizer *o);
    takes the same next decision; a version-1 file loads them as zero (an empty window). */
 AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
-/* Checkpoint file (amp_checkpoint_save/load), format version 2, all integers and floats in the
-   writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
-     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (2), u32 endianness mark
+/* Checkpoint file (amp_checkpoint_save/load), format version 3 (or 2, below), all integers and floats
+   in the writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers, bf16 16-bit words):
+     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (3 or 2), u32 endianness mark
        0x01020304, u32 header size (32), u32 flags (1: scaler present, 2: optimizer present),
        u64 payload bytes; then the payload, then u32 CRC-32 (IEEE, as zlib's crc32) of everything
        before it.
@@ -1580,13 +1580,23 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      optimizer (56 bytes, then the spike state, then the tensors): u32 kind; f32 lr, weight_decay,
        momentum, dampening; i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count,
        tensor count;
-     spike state (416 bytes, version 2 only): u64 spike skip count (amp_optimizer_spike_skips);
+     spike state (416 bytes, versions 2 and 3): u64 spike skip count (amp_optimizer_spike_skips);
        i32 window count (0 .. 100), i32 next slot (== count until the window is full); f32
        window[100] (the norms of the last clean steps, spike_zscore's window; slots from count on
        are 0);
      then per
-       tensor u64 n, u32 weight dtype, u32 grad dtype, f32 master[n], then the moments it has (SGD
-       with momentum: buf[n]; Adam/AdamW: m[n], v[n]; Lion: m[n]).
+       tensor u64 n, u32 weight dtype, u32 grad dtype, u32 moments (version 3 only: the tensor's
+       AMP_MOMENTS_* type), f32 master[n], then the moments it has (SGD with momentum: buf[n];
+       Adam/AdamW: m[n], v[n]; Lion: m[n]), each n elements of that moments type as the optimizer
+       keeps them (AMP_MOMENTS_F32: f32; AMP_MOMENTS_BF16: bf16 words, not widened).
+   save writes version 2 (the same bytes as amp.h 0.2's, no moments field) when every tensor keeps
+   fp32 moments, else version 3. load reads versions 1 to 3; a record without the moments field holds
+   fp32 moments. A file's moments type need not be the live tensor's (amp_tensor_desc.moments, the
+   program's setup like master_mode): the file's moments are widened to f32 (exact for bf16), then
+   stored in the live type: kept as f32, or rounded to bf16 to nearest even. So a bf16 file loads
+   into fp32 moments exactly, and an fp32 file into bf16 moments as a run would round them. The
+   moments checks below apply to the widened values; a moments field that is not a type this amp.h
+   keeps (or not AMP_MOMENTS_F32 for a kind without moments) is AMP_ERR_CORRUPT.
    save writes a new file beside path under a name unique to the process and call
    (path.tmp.<pid>.<n>), created exclusively (never through an existing file or symlink), flushes
    it to disk (fsync), renames it over path and flushes the directory: a crash or a failed save
@@ -1629,8 +1639,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    update count, which the file has). Group 0's weight_decay is the config's, which the file
    holds; every other group keeps the live lr_scale and weight_decay (so a resumed run may change
    them on purpose). Nor are the config's stats, spike_norm and spike_zscore (the live ones stay).
-   Versions: 1 (amp.h 0.2 and before) had no spike state; load reads version 1 and 2 files (a
-   version-1 file leaves the spike skip count 0 and the window empty), save writes version 2.
+   Versions: 1 (amp.h 0.2 and before) had no spike state, 2 no moments field; load reads versions 1
+   to 3 (a version-1 file leaves the spike skip count 0 and the window empty), save writes 2 or 3
+   (above).
    The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
    Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
    elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
@@ -7013,7 +7024,9 @@ static amp_status amp__read_small_file(const char *fn, const char *path, uint64_
 /* -- the checkpoint format: each record one list of fields, read and written by one function ---- */
 
 #define AMP__CKPT_MAGIC "AMPCKPT1"
-#define AMP__CKPT_VERSION 2u      /* written; version 1 (no spike record) is read too */
+#define AMP__CKPT_VERSION 3u      /* the newest: written when a tensor keeps moments other than fp32; else
+                                     version 2 (the same bytes as before moments had types); version 1 (no
+                                     spike record) is read too */
 #define AMP__CKPT_ENDIAN 0x01020304u
 
 /* X(type, name, live) for each field, in file order: its type in the file (stored in the writer's
@@ -7038,15 +7051,18 @@ static amp_status amp__read_small_file(const char *fn, const char *path, uint64_
   X(float, lr, cfg.lr) X(float, weight_decay, cfg.weight_decay) X(float, momentum, cfg.momentum) \
   X(float, dampening, cfg.dampening) X(int32_t, nesterov, cfg.nesterov) X(float, beta1, cfg.beta1) \
   X(float, beta2, cfg.beta2) X(float, eps, cfg.eps) X(float, max_grad_norm, cfg.max_grad_norm)
-/* live: amp__tensor (the optimizer's record of the tensor) */
-#define AMP__CKPT_TENSOR_FIELDS(X) X(uint64_t, n, n) X(uint32_t, wtype, wtype) X(uint32_t, gtype, gtype)
+/* live: amp__tensor (the optimizer's record of the tensor); version 3 adds the moments' stored type
+   (AMP_MOMENTS_*); a record of an older version has the fields before it (moments AMP_MOMENTS_F32). */
+#define AMP__CKPT_TENSOR_FIELDS(X) AMP__CKPT_TENSOR_V2_FIELDS(X) X(uint32_t, moments, moments)
+#define AMP__CKPT_TENSOR_V2_FIELDS(X) X(uint64_t, n, n) X(uint32_t, wtype, wtype) X(uint32_t, gtype, gtype)
 /* version 2: after the optimizer record, the spike state (live: amp_optimizer): these fields, then
    f32 window[100] */
 #define AMP__CKPT_SPIKE_FIELDS(X) \
   X(uint64_t, spike_skips, spike_skips) X(int32_t, window_count, spike_win.count) \
   X(int32_t, window_next, spike_win.next)
 /* flags: which sections the payload holds, in this order; each tensor record is followed by its
-   floats: the master, then the moments the kind has (amp__o_moments). */
+   state: the f32 master, then the moments the kind has (amp__o_moments), each n elements of the
+   record's moments type (f32, or bf16 words: as kept, not widened). */
 #define AMP__CKPT_HAS_SCALER 1u
 #define AMP__CKPT_HAS_OPTIM 2u
 
@@ -7059,12 +7075,16 @@ typedef struct amp__ckpt_tensor { AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_DECLARE) } a
 typedef struct amp__ckpt_spike {
   AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_DECLARE) float window[AMP__SPIKE_WINDOW];
 } amp__ckpt_spike;
-/* each record's bytes in the file (32, 72, 56, 16, 416) */
+/* each record's bytes in the file (32, 72, 56, 20 (16 before version 3), 416) */
 #define AMP__CKPT_HEAD_BYTES (0 AMP__CKPT_HEAD_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_SCALER_BYTES (0 AMP__CKPT_SCALER_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_OPTIM_BYTES (0 AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_TENSOR_BYTES (0 AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_SPIKE_BYTES (0 AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_SIZEOF) + 4 * AMP__SPIKE_WINDOW)
+/* A tensor record's bytes in a file of version v. */
+static size_t amp__ckpt_tensor_bytes(uint32_t v) {
+  return v >= 3u ? AMP__CKPT_TENSOR_BYTES : (0 AMP__CKPT_TENSOR_V2_FIELDS(AMP__CKPT_SIZEOF));
+}
 
 /* Where records go to or come from. Writing: through a buffer into the temporary file, with the
    running CRC and the first failure. Reading: a file image in memory. */
@@ -7109,6 +7129,14 @@ AMP__CKPT_IO_FN(scaler, AMP__CKPT_SCALER_FIELDS)
 AMP__CKPT_IO_FN(optim, AMP__CKPT_OPTIM_FIELDS)
 AMP__CKPT_IO_FN(tensor, AMP__CKPT_TENSOR_FIELDS)
 #undef AMP__CKPT_IO_FN
+/* A tensor record as a file of version v holds it (before version 3 the fields of AMP__CKPT_TENSOR_V2_FIELDS;
+   the others are left as they are: 0 in a record cleared before a read, moments AMP_MOMENTS_F32). */
+static int amp__ckpt_tensor_io_v(amp__ckpt_io *io, amp__ckpt_tensor *r, uint32_t v) {
+  int ok = 1;
+  if (v >= 3u) return amp__ckpt_tensor_io(io, r);
+  AMP__CKPT_TENSOR_V2_FIELDS(AMP__CKPT_TRANSFER)
+  return ok;
+}
 static int amp__ckpt_spike_io(amp__ckpt_io *io, amp__ckpt_spike *r) {
   int ok = 1;
   AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_TRANSFER)
@@ -7131,6 +7159,7 @@ typedef struct amp__ckpt_image {
                                       skipped) */
   amp_optim_config cfg;            /* the optimizer's checked config */
   long step;
+  uint32_t version;                /* the file's format version */
   long spike_skips;                /* the spike state (version 2; zero from a version-1 file) */
   amp__spike_window spike_win;
   const unsigned char *tensors;    /* the first tensor record */
@@ -7337,8 +7366,8 @@ static amp_status amp__ckpt_head_check(const amp__ckpt_head *h, const char *path
     return amp__fail(bad, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path);
   if (h->endian == 0x04030201u) return amp__fail(bad, "%s: written on a machine of the other byte order", fn);
   if (h->endian != AMP__CKPT_ENDIAN) return amp__fail(bad, "%s: bad endianness mark 0x%08x", fn, (unsigned)h->endian);
-  if (h->version != 1u && h->version != AMP__CKPT_VERSION)
-    return amp__fail(bad, "%s: format version %u, this amp.h reads 1 and %u", fn, (unsigned)h->version,
+  if (h->version < 1u || h->version > AMP__CKPT_VERSION)
+    return amp__fail(bad, "%s: format version %u, this amp.h reads 1 to %u", fn, (unsigned)h->version,
                      AMP__CKPT_VERSION);
   if (h->header_bytes != AMP__CKPT_HEAD_BYTES)
     return amp__fail(bad, "%s: header size %u, expected %u", fn, (unsigned)h->header_bytes,
@@ -7354,7 +7383,7 @@ static amp_status amp__ckpt_head_check(const amp__ckpt_head *h, const char *path
 }
 
 /* A tensor record against the live tensor i. */
-static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__tensor *live, size_t i) {
+static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__tensor *live, size_t i, int nm) {
   const char *fn = "amp_checkpoint_load";
   if (t->n != (uint64_t)live->n)
     return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu has %llu elements in the file, %zu live", fn, i,
@@ -7363,6 +7392,9 @@ static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__t
     return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)",
                      fn, i, (unsigned)t->wtype, (unsigned)t->gtype, amp__dtype_name(live->wtype),
                      amp__dtype_name(live->gtype));
+  if (t->moments > 0x7fffffffu || !amp__moments_bytes((int)t->moments) || (t->moments != AMP_MOMENTS_F32 && nm == 0))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu has moments %u in the file, not a moment type %s", fn, i,
+                     (unsigned)t->moments, nm ? "this amp.h keeps" : "of a kind without moments (0)");
   return AMP_OK;
 }
 
@@ -7387,7 +7419,8 @@ static amp_status amp__ckpt_records(amp__ckpt_reader *rd, uint32_t version, uint
   }
   {
     amp__ckpt_optim r;
-    uint64_t floats = (uint64_t)(1 + amp__o_moments(&o->cfg));   /* per element: master and moments */
+    int nm = amp__o_moments(&o->cfg);
+    im->version = version;
     if ((st = amp__ckpt_next(rd, AMP__CKPT_OPTIM_BYTES, "optimizer section", 0)) != AMP_OK) return st;
     amp__ckpt_optim_io(&rd->io, &r);
     if ((st = amp__ckpt_optim_check(&r, o, &im->cfg)) != AMP_OK) return st;
@@ -7399,16 +7432,18 @@ static amp_status amp__ckpt_records(amp__ckpt_reader *rd, uint32_t version, uint
       if ((st = amp__ckpt_spike_check(&sp, im)) != AMP_OK) return st;
     }
     *first_tensor = rd->at;
-    for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
+    for (i = 0; i < o->count; i++) {   /* each tensor record, its state skipped */
       amp__ckpt_tensor t;
-      /* every field is read from the record; this keeps gcc 13's -Wmaybe-uninitialized quiet */
+      uint64_t per;   /* bytes per element: the master and the moments in the record's type */
+      /* the fields an older record lacks stay 0 (this also keeps gcc 13's -Wmaybe-uninitialized quiet) */
       memset(&t, 0, sizeof t);
-      if ((st = amp__ckpt_next(rd, AMP__CKPT_TENSOR_BYTES, "tensor %zu", i)) != AMP_OK) return st;
-      amp__ckpt_tensor_io(&rd->io, &t);
-      if ((st = amp__ckpt_tensor_check(&t, &o->t[i], i)) != AMP_OK) return st;
-      if ((rd->end - rd->at) / 4 / floats < t.n)
+      if ((st = amp__ckpt_next(rd, amp__ckpt_tensor_bytes(version), "tensor %zu", i)) != AMP_OK) return st;
+      amp__ckpt_tensor_io_v(&rd->io, &t, version);
+      if ((st = amp__ckpt_tensor_check(&t, &o->t[i], i, nm)) != AMP_OK) return st;
+      per = 4u + (uint64_t)nm * amp__moments_bytes((int)t.moments);
+      if ((rd->end - rd->at) / per < t.n)
         return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu data truncated", fn, i);
-      rd->at += 4 * t.n * floats;
+      rd->at += per * t.n;
     }
     if (rd->at != rd->end)
       return amp__fail(AMP_ERR_CORRUPT, "%s: %llu bytes left over after the optimizer section", fn,
@@ -7493,7 +7528,7 @@ static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, fl
     if ((st = amp__o_ready("amp_checkpoint_save", o)) != AMP_OK) return st;
     if ((st = amp__o_pull("amp_checkpoint_save", o, 0)) != AMP_OK) return st;
     for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
-    *floats = (float *)AMP_MALLOC(most * sizeof(float));
+    *floats = (float *)AMP_MALLOC(most * (sizeof(float) + sizeof(amp_bf16)));   /* and a moment's bf16 words */
     if (!*floats) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
   }
   return AMP_OK;
@@ -7510,6 +7545,7 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   size_t i, plen;
   int k, nm = 0;
   float *floats = NULL;          /* one tensor's floats, read from its device */
+  amp_bf16 *words;               /* a bf16 moment as kept: the floats rounded back (exact: widened from bf16) */
   amp_status dev_st = AMP_OK;
   char dev_msg[AMP__MSG] = "";
   if (!path) return amp__fail(AMP_ERR_ARG, "%s: path is NULL", fn);
@@ -7530,14 +7566,18 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   }
   amp__crc_init(&io.crc);
   memcpy(&h.magic, AMP__CKPT_MAGIC, 8);
-  h.version = AMP__CKPT_VERSION; h.endian = AMP__CKPT_ENDIAN; h.header_bytes = AMP__CKPT_HEAD_BYTES;
+  h.version = 2u;   /* the oldest version that holds the state: 3 once a tensor keeps moments other than f32 */
+  for (i = 0; o && i < o->count; i++)
+    if (o->t[i].moments != AMP_MOMENTS_F32) h.version = AMP__CKPT_VERSION;
+  h.endian = AMP__CKPT_ENDIAN; h.header_bytes = AMP__CKPT_HEAD_BYTES;
   h.flags = (s ? AMP__CKPT_HAS_SCALER : 0u) | (o ? AMP__CKPT_HAS_OPTIM : 0u);
   h.payload_bytes = s ? AMP__CKPT_SCALER_BYTES : 0;
   if (o) {
     nm = amp__o_moments(&o->cfg);
     h.payload_bytes += AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES;
     for (i = 0; i < o->count; i++)
-      h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->t[i].n * (uint64_t)(1 + nm);
+      h.payload_bytes += amp__ckpt_tensor_bytes(h.version) +
+                         (uint64_t)o->t[i].n * (4u + (uint64_t)nm * amp__moments_bytes(o->t[i].moments));
   }
   amp__ckpt_head_io(&io, &h);
   if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
@@ -7548,12 +7588,18 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
     amp__ckpt_spike_io(&io, &sp);
     for (i = 0; i < o->count && io.st == AMP_OK && dev_st == AMP_OK; i++) {
       amp__ckpt_tensor t = amp__ckpt_tensor_of(&o->t[i]);
-      amp__ckpt_tensor_io(&io, &t);
+      amp__ckpt_tensor_io_v(&io, &t, h.version);
       for (k = 0; k <= nm; k++) {   /* the master, then the moments, read from the device */
         dev_st =
             amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, floats, 0, dev_msg, sizeof dev_msg);
         if (dev_st != AMP_OK) break;
-        amp__ckpt_bytes(&io, floats, o->t[i].n * sizeof(float));
+        if (k > 0 && o->t[i].moments == AMP_MOMENTS_BF16) {
+          words = (amp_bf16 *)(floats + o->t[i].n);
+          amp__bf16_from_f32(words, floats, o->t[i].n);
+          amp__ckpt_bytes(&io, words, o->t[i].n * sizeof *words);
+        } else {
+          amp__ckpt_bytes(&io, floats, o->t[i].n * sizeof(float));
+        }
       }
     }
   }
@@ -7571,28 +7617,59 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
    moments pushed to its device and every model copy written from its restored master there; the
    scaler's whole state. Before any host field is written, so a device error leaves those as
    they were (the device state may then be partly written: AMP_ERR_DEVICE). */
+/* Tensor i's record in a checked image, read from p into *t; returns where its state starts: the f32
+   master, then the moments (n elements of the record's moments type each). */
+static const unsigned char *amp__ckpt_tensor_state(const amp__ckpt_image *im, const unsigned char *p,
+                                                   amp__ckpt_tensor *t) {
+  amp__ckpt_io io;
+  memset(&io, 0, sizeof io);
+  memset(t, 0, sizeof *t);
+  io.p = p; io.left = amp__ckpt_tensor_bytes(im->version);
+  amp__ckpt_tensor_io_v(&io, t, im->version);
+  return p + amp__ckpt_tensor_bytes(im->version);
+}
+/* n elements of a file's array of type moments (AMP_MOMENTS_F32 for a master) at q, as f32 into d:
+   bf16 widened exactly. The one rule for a moments type that differs from the live tensor's:
+   widened here, then stored in the live type (optim_tensor_io: f32 kept, bf16 rounded to nearest
+   even), so a bf16 file into fp32 moments is exact and an fp32 file into bf16 moments is rounded. */
+static void amp__ckpt_widen(float *d, const unsigned char *q, uint32_t moments, size_t n) {
+  if (moments == AMP_MOMENTS_BF16) amp__bf16_to_f32(d, q, n);
+  else memcpy(d, q, n * sizeof(float));
+}
 static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
   char m[AMP__MSG] = "";
   amp_status st = AMP_OK;
-  size_t i;
+  size_t i, most = 0;
+  float *buf = NULL;   /* one array of the file as f32 (aligned: a bf16 array may leave the next one unaligned) */
   if (o && im->has_optim && o->count > 0) {
     const amp__backend *be = amp__be(o->dev);
     const unsigned char *p = im->tensors;
     int nm = amp__o_moments(&o->cfg), k;
-    if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) return st;
+    for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
+    if ((buf = (float *)AMP_MALLOC(most * sizeof(float))) == NULL)
+      return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_load: out of memory for %zu floats", most);
+    if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) { AMP_FREE(buf); return st; }
     if ((st = be->optim_set_config(o, &im->cfg, m, sizeof m)) != AMP_OK) goto fail;
     if ((st = be->optim_set_step(o, im->step, m, sizeof m)) != AMP_OK) goto fail;
     if ((st = be->optim_set_spike(o, im->spike_skips, &im->spike_win, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
-      p += AMP__CKPT_TENSOR_BYTES;
-      for (k = 0; k <= nm; k++, p += o->t[i].n * sizeof(float))
-        if ((st = be->optim_tensor_io(o, i, k, (float *)(uintptr_t)p, 1, m, sizeof m)) != AMP_OK) goto fail;
+      amp__ckpt_tensor t;
+      size_t n = o->t[i].n;
+      p = amp__ckpt_tensor_state(im, p, &t);
+      for (k = 0; k <= nm; k++) {
+        uint32_t type = k ? t.moments : (uint32_t)AMP_MOMENTS_F32;
+        amp__ckpt_widen(buf, p, type, n);
+        p += n * amp__moments_bytes((int)type);
+        if ((st = be->optim_tensor_io(o, i, k, buf, 1, m, sizeof m)) != AMP_OK) goto fail;
+      }
       if ((st = be->optim_write_model(o, i, im->step, m, sizeof m)) != AMP_OK) goto fail;
     }
+    AMP_FREE(buf); buf = NULL;
   }
   if (s && im->has_scaler && (st = amp__be(s->dev)->scaler_push(s, &im->sc, m, sizeof m)) != AMP_OK) goto fail;
   return AMP_OK;
 fail:
+  AMP_FREE(buf);
   return amp__op_fail("amp_checkpoint_load", st, m);
 }
 
@@ -7604,13 +7681,16 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
   int nm = amp__o_moments(&o->cfg), k;
   size_t i, j;
   for (i = 0; i < o->count; i++) {
-    p += AMP__CKPT_TENSOR_BYTES + o->t[i].n * sizeof(float);   /* the record and the master */
-    for (k = 1; k <= nm; k++, p += o->t[i].n * sizeof(float)) {
+    amp__ckpt_tensor t;
+    size_t mb;
+    p = amp__ckpt_tensor_state(im, p, &t) + o->t[i].n * sizeof(float);   /* past the record and the master */
+    mb = amp__moments_bytes((int)t.moments);
+    for (k = 1; k <= nm; k++, p += o->t[i].n * mb) {
       int sq = k == 2 && (o->cfg.kind == AMP_ADAM || o->cfg.kind == AMP_ADAMW);
       for (j = 0; j < o->t[i].n; j++) {
         float x;
         uint32_t b;
-        memcpy(&x, p + j * sizeof(float), sizeof x);
+        amp__ckpt_widen(&x, p + j * mb, t.moments, 1);   /* the value as loaded (bf16 widened) */
         b = amp__f32_bits(x);
         if ((b & 0x7fffffffu) > 0x7f800000u || (sq && (b >> 31) && (b << 1)))
           return amp__fail(AMP_ERR_CORRUPT,
