@@ -43,7 +43,8 @@ static uint64_t key_of(uint64_t seed, int64_t t, uint64_t tensor) {
 static uint64_t key_moment(uint64_t key, int j) { return mix(key + (uint64_t)j * 0xd1b54a32d192ed03ull); }
 static uint32_t rbits(uint64_t key, uint64_t i) { return (uint32_t)(mix(key + (i + 1u) * 0x9e3779b97f4a7c15ull) >> 48); }
 
-/* The arithmetic as IEEE single operations that no -Ofast build may fuse or reassociate. */
+/* The arithmetic as IEEE single operations that no -Ofast build may fuse or reassociate; the
+   coefficients' double arithmetic in AMP__EXACT_FP functions (no reciprocal for a division). */
 #define MUL amp__fmul
 #define ADD amp__fadd
 #define SUB amp__fsub
@@ -72,7 +73,8 @@ static hp hp_of(amp_optim_kind kind) {
 
 /* One element's f32 update (torch.optim's formulas, t counted from 1), p the master, m and v the
    moments widened, g the clipped grad; lr and wd the group's. */
-static void ref_elem(const hp *h, int64_t t, float lr, float wd, float *p, float *m, float *v, float g) {
+AMP__EXACT_BEGIN
+static AMP__EXACT_FP void ref_elem(const hp *h, int64_t t, float lr, float wd, float *p, float *m, float *v, float g) {
   if (h->kind == AMP_ADAM || h->kind == AMP_ADAMW) {
     float decay = h->kind == AMP_ADAMW ? (float)(1.0 - (double)lr * (double)wd) : 1.0f;
     float step_size = (float)((double)lr / (1.0 - pow((double)h->beta1, (double)t)));
@@ -97,6 +99,7 @@ static void ref_elem(const hp *h, int64_t t, float lr, float wd, float *p, float
     *m = ADD(MUL(h->beta2, *m), MUL(SUB(1.0f, h->beta2), g));
   }
 }
+AMP__EXACT_END
 
 /* ---- one run: NT tensors, the library beside the reference -------------------------------------- */
 
@@ -177,7 +180,8 @@ static void make_grads(rig *r, int k) {
 }
 
 /* The reference's update of every tensor, the clip from the library's norm. */
-static void ref_step(rig *r) {
+AMP__EXACT_BEGIN
+static AMP__EXACT_FP void ref_step(rig *r) {
   float norm = amp_optimizer_grad_norm(r->o), clip = 1.0f;
   int i;
   size_t j;
@@ -221,6 +225,7 @@ static void ref_step(rig *r) {
     }
   }
 }
+AMP__EXACT_END
 
 /* The library's state against the reference's, element by element. */
 static int rig_matches(const rig *r, const char *what) {
