@@ -18,8 +18,9 @@
       PARAM GROUPS                 per-group lr scale and weight decay, one global clip
       TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
                                    a float model copy rounded to bf16/f16, stochastic rounding,
-                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), memory
-                                   per parameter of each master mode
+                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), bf16
+                                   moments (AMP_MOMENTS_BF16), memory per parameter of each master
+                                   mode and moment type (amp_optimizer_state_bytes)
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
                                    inf/NaN, zero and subnormal counts), the tensor that overflowed,
                                    the overflow log line naming it (amp_tensor_desc.name)
@@ -364,7 +365,9 @@
                            unscale pass; tensor names (amp_tensor_desc.name) in the overflow
                            log line; spike skipping (amp_optim_config.spike_norm and
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
-                           (format version 2; version 1 still loads); the Lion optimizer
+                           (format version 2; version 1 still loads); optimizer moments in
+                           bf16 on the CPU (amp_tensor_desc.moments = AMP_MOMENTS_BF16, format
+                           version 3 when a tensor has them), amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
                            the number formats are one list (a dtype outside it is refused by
