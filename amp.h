@@ -18,8 +18,8 @@
       PARAM GROUPS                 per-group lr scale and weight decay, one global clip
       TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
                                    a float model copy rounded to bf16/f16, stochastic rounding,
-                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), bf16
-                                   moments (AMP_MOMENTS_BF16), memory per parameter of each master
+                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), bf16 and
+                                   8-bit moments (AMP_MOMENTS_BF16 / _8BIT), memory per parameter of each master
                                    mode and moment type (amp_optimizer_state_bytes)
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
                                    inf/NaN, zero and subnormal counts), the tensor that overflowed,
@@ -366,8 +366,9 @@
                            log line; spike skipping (amp_optim_config.spike_norm and
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
                            (format version 2; version 1 still loads); optimizer moments in
-                           bf16 on the CPU (amp_tensor_desc.moments = AMP_MOMENTS_BF16, format
-                           version 3 when a tensor has them), amp_optimizer_state_bytes; the Lion optimizer
+                           bf16 and 8-bit blockwise on the CPU (amp_tensor_desc.moments =
+                           AMP_MOMENTS_BF16 / _8BIT, format version 3 when a tensor has them),
+                           amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
                            the number formats are one list (a dtype outside it is refused by
@@ -1315,12 +1316,15 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 #define AMP__MASTER_LIST(X) X(AMP_MASTER_F32, 0) X(AMP_MASTER_SPLIT, 1) X(AMP_MASTER_NONE, 2)
 enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
 /* The moment types of amp_tensor_desc.moments, one row each: X(name, value, bytes per stored
-   moment element, 1 where the optimizers keep it, else 0: refused at add). */
+   moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK), 1 where the optimizers keep
+   it, else 0: refused at add). */
 #define AMP__MOMENTS_TYPES(X) \
-  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 0) X(AMP_MOMENTS_FP8, 3, 1, 0)
+  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1) X(AMP_MOMENTS_FP8, 3, 1, 0)
 #define AMP__MOMENTS_ITEM(name, value, bytes, kept) name = value,
 enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
 #undef AMP__MOMENTS_ITEM
+#define AMP__Q8_BLOCK 256   /* AMP_MOMENTS_8BIT: elements per block, each with its absmax */
+#define AMP__Q8_MIN 4096    /* AMP_MOMENTS_8BIT: a tensor with fewer elements keeps f32 moments (min_8bit_size) */
 
 /* TENSOR OPTIONS. One tensor, every option in one zero-initialisable description; zero is the
    default of each field:
@@ -1401,7 +1405,7 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
      AMP_MASTER_NONE        0          4               8          4     (no master)
    So bf16 weights + fp32 grads + AdamW is 2 + 4 + 12 = 18 bytes with an fp32 master, 16 split,
    14 with none; a float model copy with round_to (no 16-bit shadow) 4 + 4 + 12 = 20.
-     moments             the type the moments are stored in (Adam/AdamW's exp_avg and exp_avg_sq,
+     moments             the type the moments are kept in (Adam/AdamW's exp_avg and exp_avg_sq,
                          SGD's momentum buffer, Lion's m). AMP_MOMENTS_F32 (0): fp32, as above.
                          AMP_MOMENTS_BF16: bf16 (PyTorch's fused AdamW with bf16 state, TE's
                          FusedAdam with exp_avg_dtype bf16, llm.c). Each update widens the moments
@@ -1415,15 +1419,32 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          grad type, group, clipping and the stats as with fp32 moments; a skipped
                          step leaves the bf16 words as they were. A kind without moments (SGD
                          without momentum, AMP_CUSTOM) takes only AMP_MOMENTS_F32 (AMP_ERR_ARG).
-                         AMP_MOMENTS_8BIT and AMP_MOMENTS_FP8 are named but not kept yet (refused,
-                         AMP_ERR_UNSUPPORTED); AMP_MOMENTS_BF16 on a CUDA device likewise (the step
+                         AMP_MOMENTS_8BIT: bitsandbytes' blockwise 8-bit state (8-bit Adam): each
+                         moment in blocks of 256 elements, one f32 absmax per block and one 8-bit
+                         code per element; the first moment (Adam's exp_avg, SGD's buffer, Lion's
+                         m) with the signed dynamic map, Adam's exp_avg_sq with the unsigned one
+                         (functional.create_dynamic_map: for i = 0..6, 10^(i-6) times the
+                         midpoints of linspace(0.1, 1, 2^i + 1), with both signs (signed), or of
+                         linspace(0.1, 1, 2^(i+1) + 1) (unsigned), plus 0 and 1, sorted; each value
+                         computed in double and rounded to f32 once). A value decodes as its code's
+                         value times its block's absmax (an f32 multiply); each update decodes,
+                         steps in f32 as above, and encodes every block again: absmax = max |x| of
+                         the block's new values (at least 1e-38), each x / absmax (clamped to
+                         [-1, 1]) to the nearest code, a tie to the lower code; always to nearest
+                         (stochastic does not apply to codes). A tensor under 4096 elements keeps
+                         f32 moments (bitsandbytes' min_8bit_size). 2 + 8/256 bytes per parameter
+                         for Adam's two moments.
+                         AMP_MOMENTS_FP8 is named but not kept yet (AMP_ERR_UNSUPPORTED); on a
+                         CUDA device every type but AMP_MOMENTS_F32 is refused likewise (the step
                          kernel keeps fp32 moments).
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
      AMP_MASTER_F32              6               8           6
      AMP_MASTER_SPLIT            4               6           4
      AMP_MASTER_NONE             2               4           2
-   so a bf16 model copy, no master and AdamW with bf16 moments keeps 4 bytes per parameter.
+   so a bf16 model copy, no master and AdamW with bf16 moments keeps 4 bytes per parameter. With
+   8-bit moments (tensors of 4096 elements and more) each moment is 1 + 4/256 bytes: Adam/AdamW
+   4 + 2.03 (F32), 2 + 2.03 (SPLIT), 2.03 (NONE); SGD + momentum and Lion 5.02, 3.02, 1.02.
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, stochastic with a
    dtype other than AMP_BF16, a master_mode that is not one of the three, SPLIT or NONE with a
@@ -1446,7 +1467,7 @@ typedef struct amp_tensor_desc {
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
   int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
-  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16 */
+  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16, _8BIT (CPU) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 /* The grads of tensor index (0 = the first added), for a tensor added with grads NULL, or to move
@@ -1591,13 +1612,16 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
        tensor u64 n, u32 weight dtype, u32 grad dtype, u32 moments (version 3 only: the tensor's
        AMP_MOMENTS_* type), f32 master[n], then the moments it has (SGD with momentum: buf[n];
        Adam/AdamW: m[n], v[n]; Lion: m[n]), each n elements of that moments type as the optimizer
-       keeps them (AMP_MOMENTS_F32: f32; AMP_MOMENTS_BF16: bf16 words, not widened).
+       keeps them (AMP_MOMENTS_F32: f32; AMP_MOMENTS_BF16: bf16 words, not widened;
+       AMP_MOMENTS_8BIT: f32 absmax[ceil(n / 256)], then u8 code[n]).
    save writes version 2 (the same bytes as amp.h 0.2's, no moments field) when every tensor keeps
    fp32 moments, else version 3. load reads versions 1 to 3; a record without the moments field holds
    fp32 moments. A file's moments type need not be the live tensor's (amp_tensor_desc.moments, the
-   program's setup like master_mode): the file's moments are widened to f32 (exact for bf16), then
-   stored in the live type: kept as f32, or rounded to bf16 to nearest even. So a bf16 file loads
-   into fp32 moments exactly, and an fp32 file into bf16 moments as a run would round them. The
+   program's setup like master_mode; an 8BIT tensor under 4096 elements keeps fp32): the same type
+   loads byte for byte; another is decoded to f32 (exact for bf16; 8-bit: code value times absmax),
+   then encoded in the live type as an update encodes (bf16 to nearest even, 8-bit blockwise). So a
+   bf16 or 8-bit file loads into fp32 moments exactly, and an fp32 file into bf16 or 8-bit moments
+   as a run would store them. The
    moments checks below apply to the widened values; a moments field that is not a type this amp.h
    keeps (or not AMP_MOMENTS_F32 for a kind without moments) is AMP_ERR_CORRUPT.
    save writes a new file beside path under a name unique to the process and call
@@ -2465,8 +2489,11 @@ typedef struct amp__tensor {
                             CUDA: device memory) */
   float *m, *v;          /* SGD: m the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg, exp_avg_sq
                             (CPU; on CUDA the moments live in the device slab); NULL when moments is not F32 */
-  int moments;           /* AMP_MOMENTS_F32, or AMP_MOMENTS_BF16: then m16 / v16 hold them (CPU only) */
-  amp_bf16 *m16, *v16;   /* AMP_MOMENTS_BF16: the moments as bf16 words, as m and v above; else NULL */
+  int moments;           /* the type the moments are kept in (amp_tensor_desc.moments; AMP_MOMENTS_F32 for an
+                            8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU only) */
+  unsigned char *mq, *vq;  /* moments not in f32, as m and v above, each amp__moment_bytes(moments, n) bytes
+                              laid out as the checkpoint holds them (BF16: n words; 8BIT: the blocks' f32
+                              absmaxes, then n codes); else NULL */
   uint16_t *rem;         /* AMP_MASTER_SPLIT: the n 16-bit remainders beside the bf16 model copy on the CPU
                             (amp__split_encode; CUDA: amp__cu_optim_rem); else NULL */
   amp__gstat gstat;      /* the gradient stats of its last unscale (amp_optim_config.stats) */
@@ -4536,7 +4563,8 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
   X(amp_status, optim_set_spike, (amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, \
                                   size_t cap)) \
   /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it \
-     (1); then, for a load, the model copy written from the master (optim_write_model) */ \
+     (1), as kept: n floats, or a moment in another type its amp__moment_bytes bytes (host then \
+     points at that many); then, for a load, the model copy written from the master (optim_write_model) */ \
   X(amp_status, optim_tensor_io, (amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, \
                                   size_t cap)) \
   /* step: the update count the copy is written after (stochastic rounding's key) */ \
@@ -5747,27 +5775,116 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
   }
 }
 
-/* The step of a tensor whose moments are bf16 (AMP_MOMENTS_BF16), in every master mode: per block
-   of AMP__CHUNK elements, the moments widened to f32 (exact) into mb and vb, the block stepped on
-   them by amp__o_step exactly as on fp32 moments (the vector loops where the kind has a vector
-   body, else the kind's plain loop: the same bits either way, never another mode's path), the
-   weights stepped with the f32 moments, then the new moments rounded back to bf16 in the same
-   pass: to nearest even, or (sr) stochastically with the moment streams of key
-   (amp__sr_key_moment). p: the fp32 master; NULL for SPLIT / NONE, whose masters are decoded from
-   w and rem per block and written back as amp__o_step_lowmem does. */
-static void amp__o_step_m16(amp_optim_kind kind, float *p, amp_bf16 *m16, amp_bf16 *v16, const void *g, amp_dtype gt,
-                            void *w, amp_dtype wt, amp_dtype rt, uint16_t *rem, int sr, uint64_t key, size_t n,
-                            float gmul, const amp_step_coefs *c) {
+/* One moment array kept in a type other than f32 (amp__tensor.mq / vq): its bytes, laid out as the
+   checkpoint holds them: BF16 n words; 8BIT the f32 absmax of each block of AMP__Q8_BLOCK
+   elements, then the n codes. In memory each array starts on a 4-byte boundary (amp__moment_stride). */
+static size_t amp__moment_bytes(int type, size_t n) {
+  if (type == AMP_MOMENTS_BF16) return 2 * n;
+  if (type == AMP_MOMENTS_8BIT) return 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + n;
+  return 4 * n;
+}
+static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes(type, n) + 3u) & ~(size_t)3u; }
+
+/* bitsandbytes' dynamic map (functional.create_dynamic_map with 7 exponent bits, 8 bits): for
+   i = 0..6, 10^(i-6) times the midpoints of linspace(0.1, 1, 2^i + 1) with both signs (signed, the
+   first moments) or of linspace(0.1, 1, 2^(i+1) + 1) (unsigned, Adam's second moment), plus 0 and
+   1: 256 values, sorted; each computed in double and rounded to f32 once. mid[k] is the exact
+   midpoint of code[k] and code[k + 1] (in double: exact for these values). */
+typedef struct amp__qmap { float code[256]; double mid[255]; } amp__qmap;
+static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
+  static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
+  int i, k, c = 0;
+  for (i = 0; i < 7; i++) {
+    int pts = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+    for (k = 0; k + 1 < pts; k++) {
+      double lo = 0.1 + 0.9 * (double)k / (double)(pts - 1), hi = 0.1 + 0.9 * (double)(k + 1) / (double)(pts - 1);
+      double v = pow10[i] * ((lo + hi) / 2.0);
+      q->code[c++] = (float)v;
+      if (is_signed) q->code[c++] = (float)-v;
+    }
+  }
+  q->code[c++] = 0.0f; q->code[c++] = 1.0f;   /* c == 256 */
+  for (i = 1; i < 256; i++) {   /* insertion sort, ascending (the values are distinct) */
+    float x = q->code[i];
+    for (k = i; k > 0 && q->code[k - 1] > x; k--) q->code[k] = q->code[k - 1];
+    q->code[k] = x;
+  }
+  for (k = 0; k < 255; k++) q->mid[k] = ((double)q->code[k] + (double)q->code[k + 1]) * 0.5;
+}
+/* The code nearest y (ties: the lower code): how many midpoints lie below y. */
+static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
+  int lo = 0, hi = 255;
+  while (lo < hi) {
+    int m = (lo + hi) >> 1;
+    if ((double)y > q->mid[m]) lo = m + 1; else hi = m;
+  }
+  return (uint8_t)lo;
+}
+/* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT) into d as
+   f32: bf16 widened (exact), a code times its block's absmax (one f32 multiply). */
+static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
+                                      size_t k, float *d) {
+  size_t j;
+  if (type == AMP_MOMENTS_BF16) { amp__o_master_load_at(l, d, (const amp_bf16 *)a, NULL, i0, k); return; }
+  {
+    const float *absmax = (const float *)a;
+    const uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK);
+    for (j = 0; j < k; j++) d[j] = amp__fmul(q->code[codes[i0 + j]], absmax[(i0 + j) / AMP__Q8_BLOCK]);
+  }
+}
+/* s's k values into elements i0 .. i0 + k - 1 (i0 a multiple of AMP__Q8_BLOCK; the blocks whole but
+   the tensor's last): bf16 to nearest even or, key nonzero, stochastically with key's bits; 8BIT per
+   block: absmax = max |x| (at least 1e-38), each x / absmax clamped to [-1, 1] and its nearest code. */
+static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
+                                       size_t k, const float *s, int sr, uint64_t key) {
+  size_t b, j;
+  if (type == AMP_MOMENTS_BF16) {
+    if (sr) amp__o_master_store_at(l, (amp_bf16 *)a, NULL, key, i0, s, k);
+    else amp__from_f32((amp_bf16 *)a + i0, AMP_BF16, s, k);
+    return;
+  }
+  for (b = 0; b < k; b += AMP__Q8_BLOCK) {
+    float *absmax = (float *)a + (i0 + b) / AMP__Q8_BLOCK;
+    uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + i0 + b;
+    size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
+    uint32_t amax = 0u;
+    float am;
+    for (j = 0; j < e; j++) {
+      uint32_t u = amp__f32_bits(s[b + j]) & 0x7fffffffu;
+      if (u > amax) amax = u;
+    }
+    am = amp__bits_f32(amax);
+    if (am < 1e-38f) am = 1e-38f;
+    *absmax = am;
+    for (j = 0; j < e; j++) {
+      float y = amp__fdiv(s[b + j], am);
+      codes[j] = amp__q8_code(q, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
+    }
+  }
+}
+
+/* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT), in every master mode:
+   per block of AMP__CHUNK elements (a multiple of AMP__Q8_BLOCK), the moments decoded to f32 into
+   mb and vb (amp__q_load), the block stepped on them by amp__o_step exactly as on fp32 moments (the
+   vector loops where the kind has a vector body, else the kind's plain loop: the same bits either
+   way, never another mode's path), the weights stepped with the f32 moments, then the new moments
+   encoded again in the same pass (amp__q_store: bf16 to nearest even, or with sr stochastically with
+   the moment streams of key, amp__sr_key_moment; 8BIT blockwise with the signed map for the first
+   moment and the unsigned one for the second). p: the fp32 master; NULL for SPLIT / NONE, whose
+   masters are decoded from w and rem per block and written back as amp__o_step_lowmem does. */
+static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
+                          const amp__qmap *maps, const void *g, amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt,
+                          uint16_t *rem, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
   float pb[AMP__CHUNK], out[AMP__CHUNK], mb[AMP__CHUNK], vb[AMP__CHUNK];
   size_t i0, gs = amp_dtype_size(gt), ws = amp_dtype_size(wt);
   uint64_t km = sr ? amp__sr_key_moment(key, 1) : 0u, kv = sr ? amp__sr_key_moment(key, 2) : 0u;
-  int l = amp__opt_level();
+  int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT: nearest codes always */
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
     const char *gb = (const char *)g + i0 * gs;
-    float *mm = m16 ? mb : NULL, *vv = v16 ? vb : NULL;
-    if (m16) amp__o_master_load_at(l, mb, m16, NULL, i0, k);   /* bf16 widened: exact */
-    if (v16) amp__o_master_load_at(l, vb, v16, NULL, i0, k);
+    float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
+    if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
+    if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
     if (!p) {   /* SPLIT / NONE: the masters decoded, stepped into out, written back */
       amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
       amp__o_step(kind, pb, mm, vv, gb, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
@@ -5778,13 +5895,8 @@ static void amp__o_step_m16(amp_optim_kind kind, float *p, amp_bf16 *m16, amp_bf
     } else {
       amp__o_step(kind, p + i0, mm, vv, gb, gt, (char *)w + i0 * ws, wt, rt, 0, 0u, k, gmul, c);
     }
-    if (sr) {
-      if (m16) amp__o_master_store_at(l, m16, NULL, km, i0, mb, k);
-      if (v16) amp__o_master_store_at(l, v16, NULL, kv, i0, vb, k);
-    } else {
-      if (m16) amp__from_f32(m16 + i0, AMP_BF16, mb, k);   /* to nearest even */
-      if (v16) amp__from_f32(v16 + i0, AMP_BF16, vb, k);
-    }
+    if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km);
+    if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv);
   }
 }
 
@@ -5830,6 +5942,7 @@ struct amp_optimizer {
                                     found_inf is its decision (amp_optimizer_last_skipped) */
   void *cu;                      /* the device's own optimizer (CUDA: amp__cu_optim_create, made at
                                     optim_ready); NULL on the CPU */
+  amp__qmap qmap[2];             /* AMP_MOMENTS_8BIT's maps: signed (first moments), unsigned (Adam's v) */
 };
 
 /* The defaults of kind (the kind list's lr, beta1, beta2; eps 1e-8 for all) into the fields of c
@@ -5937,6 +6050,7 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
   if (!o) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_create: out of memory");
   memset(o, 0, sizeof *o);
   o->dev = d; o->cfg = c; o->n_groups = 1;
+  amp__qmap_make(&o->qmap[0], 1); amp__qmap_make(&o->qmap[1], 0);
   *out = o;
   return AMP_OK;
 }
@@ -5994,11 +6108,11 @@ static const char *amp__moments_name(int m) {
   switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_NAME) default: return NULL; }
 }
 #undef AMP__MOMENTS_NAME
-#define AMP__MOMENTS_BYTES(name, value, bytes, kept) case value: return kept ? bytes : 0;
-static size_t amp__moments_bytes(int m) {
-  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_BYTES) default: return 0; }
+#define AMP__MOMENTS_KEPT(name, value, bytes, kept) case value: return kept;
+static int amp__moments_kept(int m) {
+  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_KEPT) default: return 0; }
 }
-#undef AMP__MOMENTS_BYTES
+#undef AMP__MOMENTS_KEPT
 /* amp_tensor_desc.moments for o's kind: a type of the list, kept, and F32 for a kind without moments. */
 static amp_status amp__moments_check(const char *fn, const amp_optimizer *o, int moments) {
   const char *name = amp__moments_name(moments);
@@ -6008,9 +6122,9 @@ static amp_status amp__moments_check(const char *fn, const amp_optimizer *o, int
   if (moments != AMP_MOMENTS_F32 && amp__o_moments(&o->cfg) == 0)
     return amp__fail(AMP_ERR_ARG, "%s: moments %s with kind %s%s: the kind keeps no moments (leave moments 0)", fn, name,
                      amp__kind_name(o->cfg.kind), o->cfg.kind == AMP_SGD ? " without momentum" : "");
-  if (!amp__moments_bytes(moments))
-    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: moments %s is not kept by this version (AMP_MOMENTS_F32 and "
-                     "AMP_MOMENTS_BF16 are)", fn, name);
+  if (!amp__moments_kept(moments))
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: moments %s is not kept by this version (AMP_MOMENTS_F32, "
+                     "AMP_MOMENTS_BF16 and AMP_MOMENTS_8BIT are)", fn, name);
   return AMP_OK;
 }
 
@@ -6097,7 +6211,8 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   memset(&o->t[i], 0, sizeof o->t[i]);   /* no master, moments, remainders or stats yet */
   o->t[i].w = weights; o->t[i].g = grads; o->t[i].n = n; o->t[i].wtype = t->dtype; o->t[i].gtype = gtype;
   o->t[i].round_to = t->round_to; o->t[i].group = t->group; o->t[i].stochastic = t->stochastic != 0;
-  o->t[i].master_mode = t->master_mode; o->t[i].moments = t->moments; o->t[i].name = name;
+  o->t[i].master_mode = t->master_mode; o->t[i].name = name;
+  o->t[i].moments = t->moments == AMP_MOMENTS_8BIT && n < AMP__Q8_MIN ? AMP_MOMENTS_F32 : t->moments;
   if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) {
     AMP_FREE(name);
     return amp__op_fail(fn, st, m);
@@ -6290,7 +6405,8 @@ AMPDEF size_t amp_optimizer_state_bytes(const amp_optimizer *o) {
   for (i = 0; i < o->count; i++) {
     size_t n = (o->t[i].n + pad - 1) / pad * pad;
     size_t master = o->t[i].master_mode == AMP_MASTER_F32 ? 4 : o->t[i].master_mode == AMP_MASTER_SPLIT ? 2 : 0;
-    total += n * (master + (size_t)(nm > 0 ? nm : 0) * amp__moments_bytes(o->t[i].moments));
+    total += n * master + (size_t)(nm > 0 ? nm : 0) * (o->t[i].moments == AMP_MOMENTS_F32 ? 4 * n
+                                                         : amp__moment_stride(o->t[i].moments, n));
   }
   return total;
 }
@@ -6383,12 +6499,12 @@ static void amp__o_apply(amp_optimizer *o) {
       o->cfg.custom_step(o->cfg.custom_user, o->t[i].master, o->scratch, o->t[i].n, i, o->step + 1);
       amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, o->step + 1), 0,
                    o->t[i].master, o->t[i].n);
-    } else if (o->t[i].moments == AMP_MOMENTS_BF16) {   /* bf16 moments, every master mode */
+    } else if (o->t[i].moments != AMP_MOMENTS_F32) {   /* bf16 or 8-bit moments, every master mode */
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
-      amp__o_step_m16(o->cfg.kind, o->t[i].master, o->t[i].m16, o->t[i].v16, o->t[i].g, o->t[i].gtype, o->t[i].w,
-                      o->t[i].wtype, o->t[i].round_to, o->t[i].rem, o->t[i].stochastic,
-                      amp__o_sr_key(o, i, o->step + 1), o->t[i].n, gmul, &c);
+      amp__o_step_q(o->cfg.kind, o->t[i].master, o->t[i].moments, o->t[i].mq, o->t[i].vq, o->qmap, o->t[i].g,
+                    o->t[i].gtype, o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].rem, o->t[i].stochastic,
+                    amp__o_sr_key(o, i, o->step + 1), o->t[i].n, gmul, &c);
     } else if (o->t[i].master_mode != AMP_MASTER_F32) {   /* SPLIT / NONE: a bf16 model copy, no fp32 array */
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
@@ -6442,13 +6558,28 @@ static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, s
   return AMP_OK;
 }
 
-/* Tensor t's nm moment arrays, m then v, in the zeroed block at mom (their stored type: t->moments). */
-static void amp__cpu_moments_place(amp__tensor *t, char *mom, int nm) {
-  size_t n = t->n;
-  if (t->moments == AMP_MOMENTS_BF16) {
-    t->m16 = nm >= 1 ? (amp_bf16 *)mom : NULL; t->v16 = nm >= 2 ? (amp_bf16 *)mom + n : NULL;
-  } else {
+/* The bytes of tensor t's nm moment arrays in their stored type (t->moments), m then v. */
+static size_t amp__cpu_moments_size(const amp__tensor *t, int nm) {
+  return (size_t)nm * (t->moments == AMP_MOMENTS_F32 ? 4 * t->n : amp__moment_stride(t->moments, t->n));
+}
+/* Tensor i's nm moment arrays, m then v, in the zeroed block at mom, each holding zeros (8BIT: every
+   block's code of 0, absmax 1e-38, as amp__q_store leaves a block of zeros). */
+static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm) {
+  amp__tensor *t = &o->t[i];
+  size_t n = t->n, st = amp__moment_stride(t->moments, n), i0;
+  int j;
+  if (t->moments == AMP_MOMENTS_F32) {
     t->m = nm >= 1 ? (float *)mom : NULL; t->v = nm >= 2 ? (float *)mom + n : NULL;
+    return;
+  }
+  t->mq = nm >= 1 ? (unsigned char *)mom : NULL; t->vq = nm >= 2 ? (unsigned char *)mom + st : NULL;
+  if (t->moments == AMP_MOMENTS_8BIT) {
+    float zero[AMP__CHUNK];
+    memset(zero, 0, sizeof zero);
+    for (j = 0; j < nm; j++)
+      for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
+        amp__q_store(0, t->moments, j ? t->vq : t->mq, &o->qmap[j], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK,
+                     zero, 0, 0u);
   }
 }
 /* AMP_MASTER_SPLIT / AMP_MASTER_NONE: the moments (one block, m then v; none for plain SGD) and,
@@ -6457,13 +6588,13 @@ static void amp__cpu_moments_place(amp__tensor *t, char *mom, int nm) {
    into the model copy stochastically with the key of update 0 (the seed itself is not kept). */
 static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const float *seed, int nm, char *msg,
                                             size_t cap) {
-  size_t n = o->t[i].n, mb = amp__moments_bytes(o->t[i].moments);
+  size_t n = o->t[i].n, mbytes = amp__cpu_moments_size(&o->t[i], nm);
   char *mom = NULL;
   uint16_t *rem = NULL;
   if (nm) {
-    mom = (char *)AMP_MALLOC(n * (size_t)nm * mb);
+    mom = (char *)AMP_MALLOC(mbytes);
     if (!mom) { snprintf(msg, cap, "out of memory for %zu moments", n * (size_t)nm); return AMP_ERR_NOMEM; }
-    memset(mom, 0, n * (size_t)nm * mb);
+    memset(mom, 0, mbytes);
   }
   if (o->t[i].master_mode == AMP_MASTER_SPLIT) {
     rem = (uint16_t *)AMP_MALLOC(n * sizeof *rem);
@@ -6477,7 +6608,7 @@ static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const fl
                           n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK);
   }
   o->t[i].rem = rem;
-  amp__cpu_moments_place(&o->t[i], mom, nm);
+  amp__cpu_moments_place(o, i, mom, nm);
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap) {
@@ -6490,22 +6621,22 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
     AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
   }
   if (o->t[i].master_mode != AMP_MASTER_F32) return amp__cpu_optim_add_lowmem(o, i, seed, nm, msg, cap);
-  block = (float *)AMP_MALLOC(n * (sizeof(float) + (size_t)nm * amp__moments_bytes(o->t[i].moments)));
+  block = (float *)AMP_MALLOC(n * sizeof(float) + amp__cpu_moments_size(&o->t[i], nm));
   if (!block) { snprintf(msg, cap, "out of memory for %zu floats and %d moments each", n, nm); return AMP_ERR_NOMEM; }
   if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
   else for (k = 0; k < n; k++) block[k] = amp__load(o->t[i].w, o->t[i].wtype, k);   /* exact: every dtype fits f32 */
   if (seed || amp__round_to_set(o->t[i].round_to) || o->t[i].stochastic)
     amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, 0), 0, block, n);
-  if (nm) memset(block + n, 0, n * (size_t)nm * amp__moments_bytes(o->t[i].moments));
+  if (nm) memset(block + n, 0, amp__cpu_moments_size(&o->t[i], nm));
   o->t[i].master = block;
-  amp__cpu_moments_place(&o->t[i], (char *)(block + n), nm);
+  amp__cpu_moments_place(o, i, (char *)(block + n), nm);
   return AMP_OK;
 }
 static void amp__cpu_optim_destroy(amp_optimizer *o) {
   size_t i;
   for (i = 0; i < o->count; i++) {
     if (o->t[i].master_mode == AMP_MASTER_F32) AMP_FREE(o->t[i].master);   /* the master with its moments */
-    else { AMP_FREE(o->t[i].m ? (void *)o->t[i].m : (void *)o->t[i].m16); AMP_FREE(o->t[i].rem); }
+    else { AMP_FREE(o->t[i].m ? (void *)o->t[i].m : (void *)o->t[i].mq); AMP_FREE(o->t[i].rem); }
   }
 }
 static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap) {
@@ -6584,11 +6715,12 @@ static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which
     }
     return AMP_OK;
   }
-  if (which > 0 && o->t[i].moments == AMP_MOMENTS_BF16) {   /* widened exactly; written rounded to nearest even */
-    amp_bf16 *q = which == 1 ? o->t[i].m16 : o->t[i].v16;
+  if (which > 0 && o->t[i].moments != AMP_MOMENTS_F32) {   /* as kept (amp__moment_bytes), byte for byte */
+    unsigned char *q = which == 1 ? o->t[i].mq : o->t[i].vq;
+    size_t bytes = amp__moment_bytes(o->t[i].moments, o->t[i].n);
     if (!q) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
-    if (to_device) amp__from_f32(q, AMP_BF16, host, o->t[i].n);
-    else amp__bf16_to_f32(host, q, o->t[i].n);
+    if (to_device) memcpy(q, host, bytes);
+    else memcpy(host, q, bytes);
     return AMP_OK;
   }
   if (!p) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
@@ -7395,7 +7527,7 @@ static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__t
     return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)",
                      fn, i, (unsigned)t->wtype, (unsigned)t->gtype, amp__dtype_name(live->wtype),
                      amp__dtype_name(live->gtype));
-  if (t->moments > 0x7fffffffu || !amp__moments_bytes((int)t->moments) || (t->moments != AMP_MOMENTS_F32 && nm == 0))
+  if (t->moments > 0x7fffffffu || !amp__moments_kept((int)t->moments) || (t->moments != AMP_MOMENTS_F32 && nm == 0))
     return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu has moments %u in the file, not a moment type %s", fn, i,
                      (unsigned)t->moments, nm ? "this amp.h keeps" : "of a kind without moments (0)");
   return AMP_OK;
@@ -7437,16 +7569,15 @@ static amp_status amp__ckpt_records(amp__ckpt_reader *rd, uint32_t version, uint
     *first_tensor = rd->at;
     for (i = 0; i < o->count; i++) {   /* each tensor record, its state skipped */
       amp__ckpt_tensor t;
-      uint64_t per;   /* bytes per element: the master and the moments in the record's type */
+      uint64_t per;   /* its state's bytes: the master and the moments in the record's type */
       /* the fields an older record lacks stay 0 (this also keeps gcc 13's -Wmaybe-uninitialized quiet) */
       memset(&t, 0, sizeof t);
       if ((st = amp__ckpt_next(rd, amp__ckpt_tensor_bytes(version), "tensor %zu", i)) != AMP_OK) return st;
       amp__ckpt_tensor_io_v(&rd->io, &t, version);
       if ((st = amp__ckpt_tensor_check(&t, &o->t[i], i, nm)) != AMP_OK) return st;
-      per = 4u + (uint64_t)nm * amp__moments_bytes((int)t.moments);
-      if ((rd->end - rd->at) / per < t.n)
-        return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu data truncated", fn, i);
-      rd->at += per * t.n;
+      per = 4u * t.n + (uint64_t)nm * amp__moment_bytes((int)t.moments, (size_t)t.n);   /* t.n is the live n */
+      if (rd->end - rd->at < per) return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu data truncated", fn, i);
+      rd->at += per;
     }
     if (rd->at != rd->end)
       return amp__fail(AMP_ERR_CORRUPT, "%s: %llu bytes left over after the optimizer section", fn,
@@ -7531,7 +7662,7 @@ static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, fl
     if ((st = amp__o_ready("amp_checkpoint_save", o)) != AMP_OK) return st;
     if ((st = amp__o_pull("amp_checkpoint_save", o, 0)) != AMP_OK) return st;
     for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
-    *floats = (float *)AMP_MALLOC(most * (sizeof(float) + sizeof(amp_bf16)));   /* and a moment's bf16 words */
+    *floats = (float *)AMP_MALLOC(most * sizeof(float));   /* a moment in another type is smaller */
     if (!*floats) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
   }
   return AMP_OK;
@@ -7548,7 +7679,6 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   size_t i, plen;
   int k, nm = 0;
   float *floats = NULL;          /* one tensor's floats, read from its device */
-  amp_bf16 *words;               /* a bf16 moment as kept: the floats rounded back (exact: widened from bf16) */
   amp_status dev_st = AMP_OK;
   char dev_msg[AMP__MSG] = "";
   if (!path) return amp__fail(AMP_ERR_ARG, "%s: path is NULL", fn);
@@ -7580,7 +7710,7 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
     h.payload_bytes += AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES;
     for (i = 0; i < o->count; i++)
       h.payload_bytes += amp__ckpt_tensor_bytes(h.version) +
-                         (uint64_t)o->t[i].n * (4u + (uint64_t)nm * amp__moments_bytes(o->t[i].moments));
+                         4u * (uint64_t)o->t[i].n + (uint64_t)nm * amp__moment_bytes(o->t[i].moments, o->t[i].n);
   }
   amp__ckpt_head_io(&io, &h);
   if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
@@ -7596,13 +7726,7 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
         dev_st =
             amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, floats, 0, dev_msg, sizeof dev_msg);
         if (dev_st != AMP_OK) break;
-        if (k > 0 && o->t[i].moments == AMP_MOMENTS_BF16) {
-          words = (amp_bf16 *)(floats + o->t[i].n);
-          amp__bf16_from_f32(words, floats, o->t[i].n);
-          amp__ckpt_bytes(&io, words, o->t[i].n * sizeof *words);
-        } else {
-          amp__ckpt_bytes(&io, floats, o->t[i].n * sizeof(float));
-        }
+        amp__ckpt_bytes(&io, floats, k ? amp__moment_bytes(o->t[i].moments, o->t[i].n) : o->t[i].n * sizeof(float));
       }
     }
   }
@@ -7631,26 +7755,44 @@ static const unsigned char *amp__ckpt_tensor_state(const amp__ckpt_image *im, co
   amp__ckpt_tensor_io_v(&io, t, im->version);
   return p + amp__ckpt_tensor_bytes(im->version);
 }
-/* n elements of a file's array of type moments (AMP_MOMENTS_F32 for a master) at q, as f32 into d:
-   bf16 widened exactly. The one rule for a moments type that differs from the live tensor's:
-   widened here, then stored in the live type (optim_tensor_io: f32 kept, bf16 rounded to nearest
-   even), so a bf16 file into fp32 moments is exact and an fp32 file into bf16 moments is rounded. */
-static void amp__ckpt_widen(float *d, const unsigned char *q, uint32_t moments, size_t n) {
-  if (moments == AMP_MOMENTS_BF16) amp__bf16_to_f32(d, q, n);
-  else memcpy(d, q, n * sizeof(float));
+/* Element e of moment j (1, 2) of n elements kept as type in a file's bytes at q (any alignment), as
+   f32: bf16 widened exactly, an 8-bit code times its block's absmax (as a step decodes it). The one
+   rule for a moments type that differs from the live tensor's: decoded so, then encoded in the live
+   type as a step encodes (amp__moment_encode: bf16 to nearest even, 8BIT blockwise), so a bf16 or
+   8-bit file into fp32 moments is exact and an fp32 file into bf16 moments is rounded. */
+static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int j, const unsigned char *q, size_t n,
+                                          size_t e) {
+  float x;
+  if (type == AMP_MOMENTS_BF16) { amp_bf16 b; memcpy(&b, q + 2 * e, 2); return amp_bf16_to_f32(b); }
+  if (type == AMP_MOMENTS_8BIT) {
+    memcpy(&x, q + 4 * (e / AMP__Q8_BLOCK), 4);
+    return amp__fmul(o->qmap[j - 1].code[q[4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + e]], x);
+  }
+  memcpy(&x, q + 4 * e, 4);
+  return x;
+}
+/* n f32 values d as moment j kept as type, into a (4-byte aligned, amp__moment_bytes of them). */
+static void amp__moment_encode(const amp_optimizer *o, int type, int j, const float *d, size_t n, unsigned char *a) {
+  size_t i0;
+  if (type == AMP_MOMENTS_F32) { memcpy(a, d, n * sizeof(float)); return; }
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
+    amp__q_store(0, type, a, &o->qmap[j - 1], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK, d + i0, 0, 0u);
 }
 static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
   char m[AMP__MSG] = "";
   amp_status st = AMP_OK;
   size_t i, most = 0;
-  float *buf = NULL;   /* one array of the file as f32 (aligned: a bf16 array may leave the next one unaligned) */
+  float *buf = NULL;   /* one array of the file as f32, then (raw) as the live tensor keeps it: aligned (a
+                          bf16 or 8-bit array may leave the next one unaligned in the file) */
+  unsigned char *raw;
   if (o && im->has_optim && o->count > 0) {
     const amp__backend *be = amp__be(o->dev);
     const unsigned char *p = im->tensors;
     int nm = amp__o_moments(&o->cfg), k;
     for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
-    if ((buf = (float *)AMP_MALLOC(most * sizeof(float))) == NULL)
-      return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_load: out of memory for %zu floats", most);
+    if ((buf = (float *)AMP_MALLOC(2 * most * sizeof(float) + 4 * (most / AMP__Q8_BLOCK + 1))) == NULL)
+      return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_load: out of memory for %zu floats", 2 * most);
+    raw = (unsigned char *)(buf + most);
     if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) { AMP_FREE(buf); return st; }
     if ((st = be->optim_set_config(o, &im->cfg, m, sizeof m)) != AMP_OK) goto fail;
     if ((st = be->optim_set_step(o, im->step, m, sizeof m)) != AMP_OK) goto fail;
@@ -7660,10 +7802,15 @@ static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckp
       size_t n = o->t[i].n;
       p = amp__ckpt_tensor_state(im, p, &t);
       for (k = 0; k <= nm; k++) {
-        uint32_t type = k ? t.moments : (uint32_t)AMP_MOMENTS_F32;
-        amp__ckpt_widen(buf, p, type, n);
-        p += n * amp__moments_bytes((int)type);
-        if ((st = be->optim_tensor_io(o, i, k, buf, 1, m, sizeof m)) != AMP_OK) goto fail;
+        int type = k ? (int)t.moments : AMP_MOMENTS_F32, live = k ? o->t[i].moments : AMP_MOMENTS_F32;
+        size_t j;
+        if (type == live) memcpy(raw, p, amp__moment_bytes(type, n));   /* as kept, byte for byte */
+        else {
+          for (j = 0; j < n; j++) buf[j] = amp__moment_at(o, type, k, p, n, j);
+          amp__moment_encode(o, live, k, buf, n, raw);
+        }
+        p += amp__moment_bytes(type, n);
+        if ((st = be->optim_tensor_io(o, i, k, (float *)(void *)raw, 1, m, sizeof m)) != AMP_OK) goto fail;
       }
       if ((st = be->optim_write_model(o, i, im->step, m, sizeof m)) != AMP_OK) goto fail;
     }
@@ -7685,15 +7832,14 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
   size_t i, j;
   for (i = 0; i < o->count; i++) {
     amp__ckpt_tensor t;
-    size_t mb;
-    p = amp__ckpt_tensor_state(im, p, &t) + o->t[i].n * sizeof(float);   /* past the record and the master */
-    mb = amp__moments_bytes((int)t.moments);
-    for (k = 1; k <= nm; k++, p += o->t[i].n * mb) {
+    size_t n = o->t[i].n;
+    p = amp__ckpt_tensor_state(im, p, &t) + n * sizeof(float);   /* past the record and the master */
+    for (k = 1; k <= nm; k++, p += amp__moment_bytes((int)t.moments, n)) {
       int sq = k == 2 && (o->cfg.kind == AMP_ADAM || o->cfg.kind == AMP_ADAMW);
       for (j = 0; j < o->t[i].n; j++) {
         float x;
         uint32_t b;
-        amp__ckpt_widen(&x, p + j * mb, t.moments, 1);   /* the value as loaded (bf16 widened) */
+        x = amp__moment_at(o, (int)t.moments, k, p, n, j);   /* the value as loaded (decoded) */
         b = amp__f32_bits(x);
         if ((b & 0x7fffffffu) > 0x7f800000u || (sq && (b >> 31) && (b << 1)))
           return amp__fail(AMP_ERR_CORRUPT,

@@ -1,13 +1,15 @@
-/* tests/test_moments.c - optimizer moments stored in bf16 (amp_tensor_desc.moments = AMP_MOMENTS_BF16).
+/* tests/test_moments.c - optimizer moments kept in bf16 or in bitsandbytes' blockwise 8 bits
+   (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / AMP_MOMENTS_8BIT).
    Each kind with moments (Adam, AdamW, SGD with momentum, Lion) in each master mode (F32, SPLIT,
    NONE), with three tensors in two param groups, f32 / bf16 / f16 grads, f32 / bf16 / f16 model
    copies, clipping, gradient stats, a bf16 copy rounded to nearest or stochastically, is checked bit
    for bit against a reference written here: the f32 step of the kind from its formulas on the
-   moments widened from bf16, then the moments rounded back to bf16 (to nearest even, or
-   stochastically with the moment streams of the documented key, also written here). Every SIMD
-   level the CPU has gives those bits; a skipped (overflow) step leaves every byte as it was; a run
-   resumed from a checkpoint equals the straight one; a file moves between fp32 and bf16 moments by
-   the documented rule (widen exactly / round to nearest even); amp_optimizer_state_bytes counts
+   decoded moments, then the moments encoded again (bf16 to nearest even, or stochastically with the
+   moment streams of the documented key; 8-bit blockwise with the dynamic maps built here from their
+   description, a tensor under 4096 elements keeping f32). Every SIMD level the CPU has gives those
+   bits; a skipped (overflow) step leaves every byte as it was; a run resumed from a checkpoint
+   equals the straight one; the file holds the moments as kept, and a file moves between moment
+   types by the documented rule (decode, encode as a step does); amp_optimizer_state_bytes counts
    the bytes kept; bad moments values are refused naming the function and the value. */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
@@ -51,8 +53,47 @@ static uint32_t rbits(uint64_t key, uint64_t i) { return (uint32_t)(mix(key + (i
 #define DIV amp__fdiv
 
 #define NT 3
-#define NMAX 700   /* more than one block of the CPU loops (512) */
-static const size_t LEN[NT] = {37, NMAX, 19};
+#define NMAX 5000
+#define NB (NMAX / 256 + 1)
+/* the tensors' sizes: bf16 moments: more than one block of the CPU loops (512) in the middle one;
+   8-bit: two tensors of at least 4096 elements (the second with a partial last block of 256), and
+   one under 4096, which keeps fp32 moments */
+static size_t LEN[NT];
+static const size_t LEN_BF16[NT] = {37, 700, 19}, LEN_8BIT[NT] = {4100, 5000, 19};
+
+/* bitsandbytes' dynamic map as SEMANTICS-style prose describes it (create_dynamic_map): for i = 0..6
+   the midpoints of linspace(0.1, 1, 2^i + 1) (signed) or linspace(0.1, 1, 2^(i+1) + 1) (unsigned)
+   times 10^(i-6), with both signs for the signed map, plus 0 and 1, sorted; in double, each
+   rounded to f32 once. The code of y: the nearest value, a tie going to the lower code. */
+static float map8[2][256];   /* 0: signed (first moments), 1: unsigned (Adam's v) */
+static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return x < y ? -1 : x > y; }
+static void make_maps(void) {
+  int sg, i, k;
+  for (sg = 0; sg < 2; sg++) {
+    int c = 0;
+    for (i = 0; i < 7; i++) {
+      int pts = sg == 0 ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+      double scale = i == 0 ? 1e-6 : i == 1 ? 1e-5 : i == 2 ? 1e-4 : i == 3 ? 1e-3 : i == 4 ? 1e-2 : i == 5 ? 1e-1 : 1.0;
+      for (k = 0; k + 1 < pts; k++) {
+        double a = 0.1 + 0.9 * (double)k / (double)(pts - 1), b = 0.1 + 0.9 * (double)(k + 1) / (double)(pts - 1);
+        double v = scale * ((a + b) / 2.0);
+        map8[sg][c++] = (float)v;
+        if (sg == 0) map8[sg][c++] = (float)-v;
+      }
+    }
+    map8[sg][c++] = 0.0f; map8[sg][c++] = 1.0f;
+    qsort(map8[sg], 256, sizeof(float), cmpf);
+  }
+}
+static uint8_t code_of(int sg, float y) {
+  int lo = 0, hi = 255;   /* the last value <= y (or 0), by bisection; then it or the next, the nearer */
+  long double dl, dh;
+  if (y <= map8[sg][0]) return 0;
+  while (lo < hi) { int m = (lo + hi + 1) / 2; if (map8[sg][m] <= y) lo = m; else hi = m - 1; }
+  if (lo == 255) return 255;
+  dl = (long double)y - (long double)map8[sg][lo]; dh = (long double)map8[sg][lo + 1] - (long double)y;
+  return (uint8_t)(dh < dl ? lo + 1 : lo);
+}
 static const float LRS[NT] = {1.0f, 0.5f, 1.0f}, WDS[NT] = {0.0f, 0.2f, 0.0f};   /* tensor 1 in its own group */
 #define SEED 29u
 #define STEPS 10
@@ -109,15 +150,37 @@ typedef struct rig {
   int mode, stoch, nm, moments;
   int64_t t;                                   /* the reference's update count */
   amp_dtype wt[NT], gt[NT];
-  int sr[NT];
+  int sr[NT], mt[NT];                          /* mt: the type tensor i's moments are kept in */
   unsigned char w[NT][NMAX * 4], g[NT][NMAX * 4];
   float p[NT][NMAX];                           /* the reference master */
-  uint16_t m[NT][NMAX], v[NT][NMAX];           /* the reference moments, bf16 words */
+  float mf[NT][NMAX], vf[NT][NMAX];            /* the reference moments as a step reads them (decoded) */
+  uint16_t m16[NT][NMAX], v16[NT][NMAX];       /* BF16: their words */
+  uint8_t mc[NT][NMAX], vc[NT][NMAX];          /* 8BIT: their codes */
+  float ma[NT][NB], va[NT][NB];                /* 8BIT: their blocks' absmaxes */
   unsigned char ew[NT][NMAX * 4];              /* the model copy the reference expects */
 } rig;
 
-/* moments: the type the library keeps (the reference always rounds to bf16, so AMP_MOMENTS_F32 rigs are
-   only stepped for checkpoint sources). */
+/* 8BIT, written here from the description: per block of 256 the absmax (at least 1e-38), each value
+   over it clamped to [-1, 1], its nearest code; decoded as code value times absmax. */
+AMP__EXACT_BEGIN
+static AMP__EXACT_FP void enc8(int sg, const float *x, size_t n, uint8_t *codes, float *absmax, float *dec) {
+  size_t b, j;
+  for (b = 0; b < n; b += 256) {
+    size_t e = n - b < 256 ? n - b : 256;
+    float am = 0.0f;
+    for (j = 0; j < e; j++) if (fabsf(x[b + j]) > am) am = fabsf(x[b + j]);
+    if (am < 1e-38f) am = 1e-38f;
+    absmax[b / 256] = am;
+    for (j = 0; j < e; j++) {
+      float y = DIV(x[b + j], am);
+      codes[b + j] = code_of(sg, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
+      dec[b + j] = MUL(map8[sg][codes[b + j]], am);
+    }
+  }
+}
+AMP__EXACT_END
+
+/* moments: the type asked for (8BIT: tensors under 4096 elements keep f32). */
 static int rig_make(rig *r, amp_optim_kind kind, int mode, int stoch, int moments) {
   amp_optim_config c;
   int groups[NT] = {0, 0, 0}, i;
@@ -137,6 +200,7 @@ static int rig_make(rig *r, amp_optim_kind kind, int mode, int stoch, int moment
     r->wt[i] = mode == AMP_MASTER_F32 ? (i == 0 ? AMP_F32 : i == 1 ? AMP_BF16 : AMP_F16) : AMP_BF16;
     r->gt[i] = i == 0 ? AMP_BF16 : i == 1 ? AMP_F32 : AMP_F16;
     r->sr[i] = r->wt[i] == AMP_BF16 && (mode == AMP_MASTER_NONE || (mode == AMP_MASTER_F32 && stoch));
+    r->mt[i] = moments == AMP_MOMENTS_8BIT && LEN[i] < 4096 ? AMP_MOMENTS_F32 : moments;
     for (j = 0; j < LEN[i]; j++) amp__store(r->w[i], r->wt[i], j, rndf());
     for (j = 0; j < LEN[i]; j++) r->p[i][j] = amp__load(r->w[i], r->wt[i], j);
     memcpy(r->ew[i], r->w[i], sizeof r->ew[i]);
@@ -155,14 +219,14 @@ static size_t snapshot(const rig *r, unsigned char *buf) {
   const amp_optimizer *o = r->o;
   size_t k = 0, i;
   for (i = 0; i < o->count; i++) {
-    size_t n = o->t[i].n;
+    size_t n = o->t[i].n, mb = amp__moment_bytes(o->t[i].moments, n);
     memcpy(buf + k, o->t[i].w, n * amp_dtype_size(o->t[i].wtype)); k += n * amp_dtype_size(o->t[i].wtype);
     if (o->t[i].master) { memcpy(buf + k, o->t[i].master, n * 4); k += n * 4; }
     if (o->t[i].rem) { memcpy(buf + k, o->t[i].rem, n * 2); k += n * 2; }
     if (o->t[i].m) { memcpy(buf + k, o->t[i].m, n * 4); k += n * 4; }
     if (o->t[i].v) { memcpy(buf + k, o->t[i].v, n * 4); k += n * 4; }
-    if (o->t[i].m16) { memcpy(buf + k, o->t[i].m16, n * 2); k += n * 2; }
-    if (o->t[i].v16) { memcpy(buf + k, o->t[i].v16, n * 2); k += n * 2; }
+    if (o->t[i].mq) { memcpy(buf + k, o->t[i].mq, mb); k += mb; }
+    if (o->t[i].vq) { memcpy(buf + k, o->t[i].vq, mb); k += mb; }
   }
   memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step;
   return k;
@@ -182,6 +246,7 @@ static void make_grads(rig *r, int k) {
 /* The reference's update of every tensor, the clip from the library's norm. */
 AMP__EXACT_BEGIN
 static AMP__EXACT_FP void ref_step(rig *r) {
+  static float nm_[NMAX], nv_[NMAX];
   float norm = amp_optimizer_grad_norm(r->o), clip = 1.0f;
   int i;
   size_t j;
@@ -194,16 +259,9 @@ static AMP__EXACT_FP void ref_step(rig *r) {
     uint64_t key = key_of(SEED, r->t, (uint64_t)i);
     float lr = MUL(r->h.lr, LRS[i]), wd = i == 1 ? WDS[1] : r->h.wd;
     for (j = 0; j < LEN[i]; j++) {
-      float m = widen(r->m[i][j]), v = widen(r->v[i][j]);
       float g = MUL(amp__load(r->g[i], r->gt[i], j), clip);
-      ref_elem(&r->h, r->t, lr, wd, &r->p[i][j], &m, &v, g);
-      if (r->sr[i]) {
-        r->m[i][j] = sr16(m, rbits(key_moment(key, 1), j));
-        r->v[i][j] = r->nm == 2 ? sr16(v, rbits(key_moment(key, 2), j)) : 0;
-      } else {
-        r->m[i][j] = rne16(m);
-        r->v[i][j] = r->nm == 2 ? rne16(v) : 0;
-      }
+      nm_[j] = r->mf[i][j]; nv_[j] = r->vf[i][j];
+      ref_elem(&r->h, r->t, lr, wd, &r->p[i][j], &nm_[j], &nv_[j], g);
       /* the model copy: NONE rounds the master itself stochastically (and reads it back next step);
          SPLIT's copy is the top half rounded to nearest, ties away; else the copy rounded */
       if (r->mode == AMP_MASTER_NONE) {
@@ -223,6 +281,19 @@ static AMP__EXACT_FP void ref_step(rig *r) {
         amp__store(r->ew[i], r->wt[i], j, r->p[i][j]);   /* f32 itself; f16 to nearest even */
       }
     }
+    /* the new moments, stored in their type */
+    if (r->mt[i] == AMP_MOMENTS_8BIT) {
+      enc8(0, nm_, LEN[i], r->mc[i], r->ma[i], r->mf[i]);
+      if (r->nm == 2) enc8(1, nv_, LEN[i], r->vc[i], r->va[i], r->vf[i]);
+    } else if (r->mt[i] == AMP_MOMENTS_BF16) {
+      for (j = 0; j < LEN[i]; j++) {
+        r->m16[i][j] = r->sr[i] ? sr16(nm_[j], rbits(key_moment(key, 1), j)) : rne16(nm_[j]);
+        r->v16[i][j] = r->nm < 2 ? 0 : r->sr[i] ? sr16(nv_[j], rbits(key_moment(key, 2), j)) : rne16(nv_[j]);
+        r->mf[i][j] = widen(r->m16[i][j]); r->vf[i][j] = widen(r->v16[i][j]);
+      }
+    } else {
+      memcpy(r->mf[i], nm_, LEN[i] * 4); memcpy(r->vf[i], nv_, LEN[i] * 4);
+    }
   }
 }
 AMP__EXACT_END
@@ -233,18 +304,28 @@ static int rig_matches(const rig *r, const char *what) {
   size_t j;
   for (i = 0; i < NT && !bad; i++) {
     const amp__tensor *t = &r->o->t[i];
+    size_t nb = (LEN[i] + 255) / 256;
+    if (t->moments != r->mt[i]) { EXPECT(0, "%s: tensor %d keeps moments %d, want %d", what, i, t->moments, r->mt[i]); return 0; }
     for (j = 0; j < LEN[i] && !bad; j++) {
       float mast = t->master ? t->master[j]
                    : t->rem  ? amp__split_decode(((const amp_bf16 *)t->w)[j], t->rem[j])
                              : amp_bf16_to_f32(((const amp_bf16 *)t->w)[j]);
-      int ok = bits(mast) == bits(r->p[i][j]) && t->m16 && t->m16[j] == r->m[i][j] &&
-               (r->nm < 2 || (t->v16 && t->v16[j] == r->v[i][j])) &&
+      int ok = bits(mast) == bits(r->p[i][j]) &&
                memcmp((const char *)t->w + j * amp_dtype_size(t->wtype), r->ew[i] + j * amp_dtype_size(t->wtype),
                       amp_dtype_size(t->wtype)) == 0;
+      if (r->mt[i] == AMP_MOMENTS_BF16)
+        ok = ok && ((const amp_bf16 *)t->mq)[j] == r->m16[i][j] &&
+             (r->nm < 2 || ((const amp_bf16 *)t->vq)[j] == r->v16[i][j]);
+      else if (r->mt[i] == AMP_MOMENTS_8BIT)
+        ok = ok && t->mq[4 * nb + j] == r->mc[i][j] && bits(((const float *)t->mq)[j / 256]) == bits(r->ma[i][j / 256]) &&
+             (r->nm < 2 || (t->vq[4 * nb + j] == r->vc[i][j] && bits(((const float *)t->vq)[j / 256]) == bits(r->va[i][j / 256])));
+      else
+        ok = ok && bits(t->m[j]) == bits(r->mf[i][j]) && (r->nm < 2 || bits(t->v[j]) == bits(r->vf[i][j]));
       if (!ok) {
-        EXPECT(0, "%s: tensor %d elem %zu (update %ld): master %a (reference %a), m 0x%04x (0x%04x), v 0x%04x (0x%04x)",
-               what, i, j, (long)r->t, (double)mast, (double)r->p[i][j], t->m16 ? t->m16[j] : 0xdead, r->m[i][j],
-               t->v16 ? t->v16[j] : 0, r->v[i][j]);
+        EXPECT(0, "%s: tensor %d elem %zu (update %ld): master %a (reference %a), m %a (reference %a)", what, i, j, (long)r->t,
+               (double)mast, (double)r->p[i][j],
+               (double)amp__moment_at(r->o, t->moments, 1, t->moments == AMP_MOMENTS_F32 ? (const unsigned char *)t->m : t->mq, LEN[i], j),
+               (double)r->mf[i][j]);
         bad = 1;
       }
     }
@@ -280,11 +361,12 @@ static const char *kind_name(amp_optim_kind k) {
 #define NCASE 16
 static unsigned char final_state[NCASE][SNAP];
 static size_t final_len[NCASE];
-static void run_level(int level, int record) {
+static void run_level(int level, int record, int moments) {
   static const amp_optim_kind kinds[4] = {AMP_ADAMW, AMP_ADAM, AMP_SGD, AMP_LION};
   static rig a, b;
   static unsigned char sa[SNAP], sb[SNAP];
   int ki, cs, k, ncase = 0;
+  memcpy(LEN, moments == AMP_MOMENTS_8BIT ? LEN_8BIT : LEN_BF16, sizeof LEN);
   t_simd_level(level);
   amp__opt_simd = level;
   for (ki = 0; ki < 4; ki++)
@@ -292,9 +374,9 @@ static void run_level(int level, int record) {
       int mode = cs <= 1 ? AMP_MASTER_F32 : cs == 2 ? AMP_MASTER_SPLIT : AMP_MASTER_NONE;
       char what[128];
       size_t la, lb;
-      snprintf(what, sizeof what, "level %d, %s, master_mode %d, stochastic %d", level, kind_name(kinds[ki]), mode,
-               cs == 1);
-      if (!rig_make(&a, kinds[ki], mode, cs == 1, AMP_MOMENTS_BF16)) { EXPECT(0, "%s: setup: %s", what, amp_last_error()); continue; }
+      snprintf(what, sizeof what, "moments %d, level %d, %s, master_mode %d, stochastic %d", moments, level,
+               kind_name(kinds[ki]), mode, cs == 1);
+      if (!rig_make(&a, kinds[ki], mode, cs == 1, moments)) { EXPECT(0, "%s: setup: %s", what, amp_last_error()); continue; }
       for (k = 0; k < STEPS; k++) {
         if (!rig_step(&a, k, what)) break;
         if (!rig_matches(&a, what)) break;
@@ -306,7 +388,7 @@ static void run_level(int level, int record) {
                   "%s: the state differs from level 0's", what);
       ncase++;
       /* resumed: the same setup, the file loaded, the remaining updates */
-      if (!rig_make(&b, kinds[ki], mode, cs == 1, AMP_MOMENTS_BF16)) { EXPECT(0, "%s: setup 2", what); rig_free(&a); continue; }
+      if (!rig_make(&b, kinds[ki], mode, cs == 1, moments)) { EXPECT(0, "%s: setup 2", what); rig_free(&a); continue; }
       EXPECT(amp_checkpoint_load(CKPT, b.o, NULL) == AMP_OK, "%s: load: %s", what, amp_last_error());
       for (k = MID; k < STEPS; k++) {
         make_grads(&b, k);
@@ -322,7 +404,26 @@ static void run_level(int level, int record) {
 
 static void bf16_moments_match_the_reference_at_every_simd_level(void) {
   int l;
-  for (l = 0; l < t_simd_levels(); l++) run_level(l, l == 0);
+  for (l = 0; l < t_simd_levels(); l++) run_level(l, l == 0, AMP_MOMENTS_BF16);
+}
+static void eight_bit_moments_match_the_reference_at_every_simd_level(void) {
+  int l;
+  for (l = 0; l < t_simd_levels(); l++) run_level(l, l == 0, AMP_MOMENTS_8BIT);
+}
+
+/* The library's maps are the ones written here from the description, value for value. */
+static void eight_bit_maps_are_bitsandbytes_dynamic_maps(void) {
+  static amp_optimizer *o;
+  amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+  int sg, k, same = 1;
+  amp_optimizer_create(&o, amp_cpu(), &c);
+  for (sg = 0; sg < 2; sg++)
+    for (k = 0; k < 256; k++) same &= bits(o->qmap[sg].code[k]) == bits(map8[sg][k]);
+  EXPECT(same, "the library's 8-bit maps differ from the ones written here");
+  EXPECT(map8[0][0] < -0.99f && map8[0][127] == 0.0f && map8[0][255] == 1.0f && map8[1][0] == 0.0f &&
+         map8[1][255] == 1.0f && map8[1][254] > 0.99f, "the maps' ends: %g %g %g, %g %g", (double)map8[0][0],
+         (double)map8[0][127], (double)map8[0][255], (double)map8[1][0], (double)map8[1][254]);
+  amp_optimizer_destroy(o);
 }
 
 /* The reference must be able to fail: fp32 moments do not give the bf16 reference's bits. */
@@ -330,7 +431,9 @@ static void fp32_moments_differ_from_the_bf16_reference(void) {
   static rig a;
   int k, same = 1, i;
   size_t j;
+  memcpy(LEN, LEN_BF16, sizeof LEN);
   if (!rig_make(&a, AMP_ADAMW, AMP_MASTER_F32, 0, AMP_MOMENTS_F32)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  for (i = 0; i < NT; i++) a.mt[i] = AMP_MOMENTS_BF16;   /* the reference rounds, the library keeps f32 */
   for (k = 0; k < 3; k++) {
     make_grads(&a, k);
     amp_optimizer_step(a.o);
@@ -339,7 +442,7 @@ static void fp32_moments_differ_from_the_bf16_reference(void) {
   for (i = 0; i < NT; i++)
     for (j = 0; j < LEN[i]; j++) same &= bits(a.o->t[i].master[j]) == bits(a.p[i][j]);
   EXPECT(!same, "fp32 moments gave the bf16-moment reference's masters bit for bit");
-  EXPECT(a.o->t[0].m16 == NULL && a.o->t[0].m != NULL, "fp32 moments kept as bf16");
+  EXPECT(a.o->t[0].mq == NULL && a.o->t[0].m != NULL, "fp32 moments kept in another type");
   rig_free(&a);
 }
 
@@ -357,56 +460,81 @@ static unsigned char *read_all(const char *path, size_t *n) {
   return p;
 }
 
-static void checkpoints_keep_bf16_words_and_move_between_types(void) {
+/* Moment j (1, 2) of tensor i as the reference decodes the library's stored bytes. */
+static float decoded(const amp__tensor *t, int j, size_t e) {
+  const unsigned char *q = j == 1 ? t->mq : t->vq;
+  size_t nb = (t->n + 255) / 256;
+  if (t->moments == AMP_MOMENTS_F32) return (j == 1 ? t->m : t->v)[e];
+  if (t->moments == AMP_MOMENTS_BF16) return widen(((const uint16_t *)q)[e]);
+  return MUL(map8[j - 1][q[4 * nb + e]], ((const float *)q)[e / 256]);
+}
+
+/* A run with moments kept as `moments` (BF16, 8BIT): its file holds them as kept (version 3); it
+   loads into fp32 moments decoded exactly, and an fp32 file loads into them encoded as a step
+   encodes (bf16 to nearest even; 8-bit blockwise). A bad moments field is refused, nothing changed. */
+static void checkpoint_moves_between_types(int moments) {
   static rig a, f, h;
+  static uint8_t codes[NMAX]; static float absmax[NB], dec[NMAX];
   size_t n = 0, want = 32 + 56 + 416 + 4, j;
   unsigned char *file;
   uint32_t version = 0;
-  int i, k, ok;
-  /* a bf16-moment AdamW run: a version-3 file whose moments are the bf16 words themselves */
-  if (!rig_make(&a, AMP_ADAMW, AMP_MASTER_F32, 0, AMP_MOMENTS_BF16)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
-  for (k = 0; k < 4; k++) { make_grads(&a, k); amp_optimizer_step(a.o); }
+  int i, k, ok, jm;
+  memcpy(LEN, moments == AMP_MOMENTS_8BIT ? LEN_8BIT : LEN_BF16, sizeof LEN);
+  if (!rig_make(&a, AMP_ADAMW, AMP_MASTER_F32, 0, moments)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  for (k = 0; k < 5; k++) { make_grads(&a, k); amp_optimizer_step(a.o); }
   EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "save: %s", amp_last_error());
   file = read_all(CKPT, &n);
-  for (i = 0; i < NT; i++) want += 20 + LEN[i] * (4 + 2 * 2);
-  EXPECT(file && n == want, "the file holds %zu bytes, want %zu (20-byte tensor records, bf16 moments)", n, want);
+  for (i = 0; i < NT; i++) want += 20 + 4 * LEN[i] + 2 * amp__moment_bytes(a.o->t[i].moments, LEN[i]);
+  EXPECT(file && n == want, "moments %d: the file holds %zu bytes, want %zu", moments, n, want);
   if (file && n == want) {
-    size_t at = 32 + 56 + 416;
+    size_t at = 32 + 56 + 416, mb = amp__moment_bytes(moments, LEN[0]);
     uint32_t mom;
     memcpy(&version, file + 8, 4);
     EXPECT(version == 3, "version %u, want 3", (unsigned)version);
     memcpy(&mom, file + at + 16, 4);
-    EXPECT(mom == AMP_MOMENTS_BF16, "tensor 0's moments field %u", (unsigned)mom);
+    EXPECT(mom == (uint32_t)moments, "tensor 0's moments field %u", (unsigned)mom);
     at += 20 + 4 * LEN[0];
-    EXPECT(memcmp(file + at, a.o->t[0].m16, 2 * LEN[0]) == 0, "tensor 0's m is not its bf16 words");
-    EXPECT(memcmp(file + at + 2 * LEN[0], a.o->t[0].v16, 2 * LEN[0]) == 0, "tensor 0's v is not its bf16 words");
+    EXPECT(memcmp(file + at, a.o->t[0].mq, mb) == 0, "tensor 0's m in the file is not as kept");
+    EXPECT(memcmp(file + at + mb, a.o->t[0].vq, mb) == 0, "tensor 0's v in the file is not as kept");
   }
   free(file);
-  /* into fp32 moments: widened exactly; masters and step as saved */
+  /* into fp32 moments: decoded exactly; masters and step as saved */
   if (!rig_make(&f, AMP_ADAMW, AMP_MASTER_F32, 0, AMP_MOMENTS_F32)) { EXPECT(0, "setup f: %s", amp_last_error()); rig_free(&a); return; }
-  EXPECT(amp_checkpoint_load(CKPT, f.o, NULL) == AMP_OK, "bf16 file into fp32 moments: %s", amp_last_error());
+  EXPECT(amp_checkpoint_load(CKPT, f.o, NULL) == AMP_OK, "moments %d file into fp32 moments: %s", moments, amp_last_error());
   ok = amp_optimizer_step_count(f.o) == amp_optimizer_step_count(a.o);
   for (i = 0; i < NT; i++)
     for (j = 0; j < LEN[i]; j++)
-      ok &= bits(f.o->t[i].m[j]) == bits(amp_bf16_to_f32(a.o->t[i].m16[j])) &&
-            bits(f.o->t[i].v[j]) == bits(amp_bf16_to_f32(a.o->t[i].v16[j])) &&
+      ok &= bits(f.o->t[i].m[j]) == bits(decoded(&a.o->t[i], 1, j)) && bits(f.o->t[i].v[j]) == bits(decoded(&a.o->t[i], 2, j)) &&
             bits(f.o->t[i].master[j]) == bits(a.o->t[i].master[j]);
-  EXPECT(ok, "a bf16 file loaded into fp32 moments is not its moments widened (and masters as saved)");
-  /* fp32 moments stepped further, saved (version 2, as before), loaded into bf16 moments: rounded to nearest even */
-  for (k = 4; k < 6; k++) { make_grads(&f, k); amp_optimizer_step(f.o); }
+  EXPECT(ok, "moments %d: a file loaded into fp32 moments is not its moments decoded (and masters as saved)", moments);
+  /* fp32 moments stepped further, saved (version 2, as before), loaded into `moments`: encoded */
+  for (k = 5; k < 7; k++) { make_grads(&f, k); amp_optimizer_step(f.o); }
   EXPECT(amp_checkpoint_save(CKPT2, f.o, NULL) == AMP_OK, "save 2: %s", amp_last_error());
   file = read_all(CKPT2, &n);
   if (file) { memcpy(&version, file + 8, 4); EXPECT(version == 2, "an fp32-moment file has version %u, want 2", (unsigned)version); }
   free(file);
-  if (!rig_make(&h, AMP_ADAMW, AMP_MASTER_F32, 0, AMP_MOMENTS_BF16)) { EXPECT(0, "setup h"); rig_free(&a); rig_free(&f); return; }
-  EXPECT(amp_checkpoint_load(CKPT2, h.o, NULL) == AMP_OK, "fp32 file into bf16 moments: %s", amp_last_error());
+  if (!rig_make(&h, AMP_ADAMW, AMP_MASTER_F32, 0, moments)) { EXPECT(0, "setup h"); rig_free(&a); rig_free(&f); return; }
+  EXPECT(amp_checkpoint_load(CKPT2, h.o, NULL) == AMP_OK, "fp32 file into moments %d: %s", moments, amp_last_error());
   ok = 1;
-  for (i = 0; i < NT; i++)
-    for (j = 0; j < LEN[i]; j++)
-      ok &= h.o->t[i].m16[j] == rne16(f.o->t[i].m[j]) && h.o->t[i].v16[j] == rne16(f.o->t[i].v[j]) &&
-            bits(h.o->t[i].master[j]) == bits(f.o->t[i].master[j]);
-  EXPECT(ok, "an fp32 file loaded into bf16 moments is not its moments rounded to nearest even");
-  /* a file refused by a kind without moments' record check: a corrupt moments field */
+  for (i = 0; i < NT; i++) {
+    const amp__tensor *t = &h.o->t[i];
+    size_t nb = (LEN[i] + 255) / 256;
+    for (j = 0; j < LEN[i]; j++) ok &= bits(t->master[j]) == bits(f.o->t[i].master[j]);
+    for (jm = 1; jm <= 2; jm++) {
+      const float *src = jm == 1 ? f.o->t[i].m : f.o->t[i].v;
+      const unsigned char *q = jm == 1 ? t->mq : t->vq;
+      if (t->moments == AMP_MOMENTS_F32) {
+        ok &= memcmp(jm == 1 ? t->m : t->v, src, 4 * LEN[i]) == 0;
+      } else if (t->moments == AMP_MOMENTS_BF16) {
+        for (j = 0; j < LEN[i]; j++) ok &= ((const uint16_t *)q)[j] == rne16(src[j]);
+      } else {
+        enc8(jm - 1, src, LEN[i], codes, absmax, dec);
+        ok &= memcmp(q + 4 * nb, codes, LEN[i]) == 0 && memcmp(q, absmax, 4 * nb) == 0;
+      }
+    }
+  }
+  EXPECT(ok, "an fp32 file loaded into moments %d is not its moments encoded as a step encodes", moments);
+  /* a moments field that is no kept type: refused, nothing changed */
   file = read_all(CKPT, &n);
   if (file) {
     amp__crc crc; uint32_t bad = 9, cv;
@@ -426,6 +554,10 @@ static void checkpoints_keep_bf16_words_and_move_between_types(void) {
     free(file);
   }
   rig_free(&a); rig_free(&f); rig_free(&h);
+}
+static void checkpoints_keep_moments_as_kept_and_move_between_types(void) {
+  checkpoint_moves_between_types(AMP_MOMENTS_BF16);
+  checkpoint_moves_between_types(AMP_MOMENTS_8BIT);
 }
 
 /* ---- amp_optimizer_state_bytes --------------------------------------------------------------------- */
@@ -459,6 +591,24 @@ static void state_bytes_count_every_byte_kept(void) {
                kind_name(kinds[ki]), ki == 3 ? " without momentum" : "", mode, mo, got, 1000 * want[ki][mode][mo]);
         amp_optimizer_destroy(o);
       }
+  {   /* 8-bit: a tensor of 5000 elements keeps 5000 codes and 20 absmaxes per moment (5080 bytes each,
+         a multiple of 4), one of 4095 keeps f32 moments */
+    static amp_bf16 w8[9095], g8[9095];
+    amp_optimizer *o;
+    amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+    amp_tensor_desc d;
+    amp_optimizer_create(&o, amp_cpu(), &c);
+    memset(&d, 0, sizeof d);
+    d.weights = w8; d.dtype = AMP_BF16; d.grads = g8; d.grad_dtype = AMP_BF16; d.n = 5000; d.moments = AMP_MOMENTS_8BIT;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add 8-bit: %s", amp_last_error());
+    EXPECT(amp_optimizer_state_bytes(o) == 4 * 5000 + 2 * 5080, "8-bit: %zu bytes, want %d", amp_optimizer_state_bytes(o),
+           4 * 5000 + 2 * 5080);
+    d.weights = w8 + 5000; d.grads = g8 + 5000; d.n = 4095;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add 8-bit, small: %s", amp_last_error());
+    EXPECT(amp_optimizer_state_bytes(o) == 4 * 5000 + 2 * 5080 + 12 * 4095 && o->t[1].moments == AMP_MOMENTS_F32,
+           "8-bit with a small tensor: %zu bytes, want %d", amp_optimizer_state_bytes(o), 4 * 5000 + 2 * 5080 + 12 * 4095);
+    amp_optimizer_destroy(o);
+  }
 }
 
 /* ---- bad input ------------------------------------------------------------------------------------- */
@@ -482,9 +632,9 @@ static void bad_moments_are_refused_naming_the_value(void) {
     EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") && strstr(amp_last_error(), want),
            "moments %d: %s '%s'", bad[i], amp_status_string(st), amp_last_error());
   }
-  d.moments = AMP_MOMENTS_8BIT;
+  d.moments = AMP_MOMENTS_FP8;
   st = amp_optimizer_add_tensor(o, &d);
-  EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "AMP_MOMENTS_8BIT"), "8BIT: %s '%s'",
+  EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "AMP_MOMENTS_FP8"), "FP8: %s '%s'",
          amp_status_string(st), amp_last_error());
   EXPECT(o->count == 0 && amp_optimizer_state_bytes(o) == 0, "a refused add added a tensor");
   d.moments = AMP_MOMENTS_BF16;
@@ -501,9 +651,12 @@ static void bad_moments_are_refused_naming_the_value(void) {
 }
 
 int main(void) {
+  make_maps();
+  RUN(eight_bit_maps_are_bitsandbytes_dynamic_maps);
   RUN(bf16_moments_match_the_reference_at_every_simd_level);
+  RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
   RUN(fp32_moments_differ_from_the_bf16_reference);
-  RUN(checkpoints_keep_bf16_words_and_move_between_types);
+  RUN(checkpoints_keep_moments_as_kept_and_move_between_types);
   RUN(state_bytes_count_every_byte_kept);
   RUN(bad_moments_are_refused_naming_the_value);
   remove(CKPT); remove(CKPT2);
