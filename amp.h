@@ -1426,7 +1426,10 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          (functional.create_dynamic_map: for i = 0..6, 10^(i-6) times the
                          midpoints of linspace(0.1, 1, 2^i + 1), with both signs (signed), or of
                          linspace(0.1, 1, 2^(i+1) + 1) (unsigned), plus 0 and 1, sorted; each value
-                         computed in double and rounded to f32 once). A value decodes as its code's
+                         computed in double and rounded to f32 once, the same on every machine:
+                         bitsandbytes computes them in f32 with torch.linspace, and its map differs
+                         from these in the last 1-2 bits of some codes (90 signed, 99 unsigned of
+                         256, measured with torch 1.13 on x86-64)). A value decodes as its code's
                          value times its block's absmax (an f32 multiply); each update decodes,
                          steps in f32 as above, and encodes every block again: absmax = max |x| of
                          the block's new values (at least 1e-38), each x / absmax (clamped to

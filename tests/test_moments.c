@@ -412,7 +412,7 @@ static void eight_bit_moments_match_the_reference_at_every_simd_level(void) {
 }
 
 /* The library's maps are the ones written here from the description, value for value. */
-static void eight_bit_maps_are_bitsandbytes_dynamic_maps(void) {
+static void eight_bit_maps_are_the_described_dynamic_maps(void) {
   static amp_optimizer *o;
   amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
   int sg, k, same = 1;
@@ -652,7 +652,7 @@ static void bad_moments_are_refused_naming_the_value(void) {
 
 int main(void) {
   make_maps();
-  RUN(eight_bit_maps_are_bitsandbytes_dynamic_maps);
+  RUN(eight_bit_maps_are_the_described_dynamic_maps);
   RUN(bf16_moments_match_the_reference_at_every_simd_level);
   RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
   RUN(fp32_moments_differ_from_the_bf16_reference);
