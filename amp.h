@@ -18,8 +18,9 @@
       PARAM GROUPS                 per-group lr scale and weight decay, one global clip
       TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
                                    a float model copy rounded to bf16/f16, stochastic rounding,
-                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), memory
-                                   per parameter of each master mode
+                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), bf16 and
+                                   8-bit moments (AMP_MOMENTS_BF16 / _8BIT), memory per parameter of each master
+                                   mode and moment type (amp_optimizer_state_bytes)
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
                                    inf/NaN, zero and subnormal counts), the tensor that overflowed,
                                    the overflow log line naming it (amp_tensor_desc.name)
@@ -383,7 +384,10 @@
                            unscale pass; tensor names (amp_tensor_desc.name) in the overflow
                            log line; spike skipping (amp_optim_config.spike_norm and
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
-                           (format version 2; version 1 still loads); the Lion optimizer
+                           (format version 2; version 1 still loads); optimizer moments in
+                           bf16 and 8-bit blockwise on the CPU (amp_tensor_desc.moments =
+                           AMP_MOMENTS_BF16 / _8BIT, format version 3 when a tensor has them),
+                           amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
                            the number formats are one list (a dtype outside it is refused by
@@ -1303,6 +1307,12 @@ AMPDEF float      amp_optimizer_grad_norm(const amp_optimizer *o);   /* unscaled
 /* The fp32 master of tensor index (a device pointer on CUDA); NULL for an AMP_MASTER_SPLIT / _NONE
    tensor, which keeps no fp32 array. */
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n);
+/* Every byte the optimizer keeps for its tensors' state: per tensor its fp32 master (AMP_MASTER_F32),
+   or remainders (SPLIT), and its moments in their stored type (amp_tensor_desc.moments), each array
+   as allocated (on CUDA each is padded to a multiple of 64 elements); not the trainer's model copies
+   and grads, nor the fixed bookkeeping (the tensor table, groups, the spike window). TENSOR OPTIONS
+   has the bytes per parameter. o NULL: 0. */
+AMPDEF size_t     amp_optimizer_state_bytes(const amp_optimizer *o);
 AMPDEF void       amp_optimizer_destroy(amp_optimizer *o);
 AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, const amp_scaler *s);
 AMPDEF amp_status amp_checkpoint_load(const char *path, amp_optimizer *o, amp_scaler *s);
@@ -1336,6 +1346,16 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 /* The master kinds of amp_tensor_desc.master_mode. */
 #define AMP__MASTER_LIST(X) X(AMP_MASTER_F32, 0) X(AMP_MASTER_SPLIT, 1) X(AMP_MASTER_NONE, 2)
 enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
+/* The moment types of amp_tensor_desc.moments, one row each: X(name, value, bytes per stored
+   moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK), 1 where the optimizers keep
+   it, else 0: refused at add). */
+#define AMP__MOMENTS_TYPES(X) \
+  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1) X(AMP_MOMENTS_FP8, 3, 1, 0)
+#define AMP__MOMENTS_ITEM(name, value, bytes, kept) name = value,
+enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
+#undef AMP__MOMENTS_ITEM
+#define AMP__Q8_BLOCK 256   /* AMP_MOMENTS_8BIT: elements per block, each with its absmax */
+#define AMP__Q8_MIN 4096    /* AMP_MOMENTS_8BIT: a tensor with fewer elements keeps f32 moments (min_8bit_size) */
 
 /* TENSOR OPTIONS. One tensor, every option in one zero-initialisable description; zero is the
    default of each field:
@@ -1416,11 +1436,56 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
      AMP_MASTER_NONE        0          4               8          4     (no master)
    So bf16 weights + fp32 grads + AdamW is 2 + 4 + 12 = 18 bytes with an fp32 master, 16 split,
    14 with none; a float model copy with round_to (no 16-bit shadow) 4 + 4 + 12 = 20.
+     moments             the type the moments are kept in (Adam/AdamW's exp_avg and exp_avg_sq,
+                         SGD's momentum buffer, Lion's m). AMP_MOMENTS_F32 (0): fp32, as above.
+                         AMP_MOMENTS_BF16: bf16 (PyTorch's fused AdamW with bf16 state, TE's
+                         FusedAdam with exp_avg_dtype bf16, llm.c). Each update widens the moments
+                         to f32 (exact), computes the new moments and the new weight in f32 with the
+                         element functions of AMP_MOMENTS_F32 (the weight stepped with the f32
+                         moments), and stores the moments rounded to bf16 in the same pass: to
+                         nearest even, or, with stochastic = 1, stochastically with the bits of the
+                         tensor's seeded stream: the key the model copy draws from (seed, update
+                         number, tensor index) hashed with the moment's number (1: m, 2: v,
+                         amp__sr_key_moment), element index as the model copy's. Every master mode,
+                         grad type, group, clipping and the stats as with fp32 moments; a skipped
+                         step leaves the bf16 words as they were. A kind without moments (SGD
+                         without momentum, AMP_CUSTOM) takes only AMP_MOMENTS_F32 (AMP_ERR_ARG).
+                         AMP_MOMENTS_8BIT: bitsandbytes' blockwise 8-bit state (8-bit Adam): each
+                         moment in blocks of 256 elements, one f32 absmax per block and one 8-bit
+                         code per element; the first moment (Adam's exp_avg, SGD's buffer, Lion's
+                         m) with the signed dynamic map, Adam's exp_avg_sq with the unsigned one
+                         (functional.create_dynamic_map: for i = 0..6, 10^(i-6) times the
+                         midpoints of linspace(0.1, 1, 2^i + 1), with both signs (signed), or of
+                         linspace(0.1, 1, 2^(i+1) + 1) (unsigned), plus 0 and 1, sorted; each value
+                         computed in double and rounded to f32 once, the same on every machine:
+                         bitsandbytes computes them in f32 with torch.linspace, and its map differs
+                         from these in the last 1-2 bits of some codes (90 signed, 99 unsigned of
+                         256, measured with torch 1.13 on x86-64)). A value decodes as its code's
+                         value times its block's absmax (an f32 multiply); each update decodes,
+                         steps in f32 as above, and encodes every block again: absmax = max |x| of
+                         the block's new values (at least 1e-38), each x / absmax (clamped to
+                         [-1, 1]) to the nearest code, a tie to the lower code; always to nearest
+                         (stochastic does not apply to codes). A tensor under 4096 elements keeps
+                         f32 moments (bitsandbytes' min_8bit_size). 2 + 8/256 bytes per parameter
+                         for Adam's two moments.
+                         AMP_MOMENTS_FP8 is named but not kept yet (AMP_ERR_UNSUPPORTED); on a
+                         CUDA device every type but AMP_MOMENTS_F32 is refused likewise (the step
+                         kernel keeps fp32 moments).
+   Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
+                           SGD + momentum   Adam / AdamW   Lion
+     AMP_MASTER_F32              6               8           6
+     AMP_MASTER_SPLIT            4               6           4
+     AMP_MASTER_NONE             2               4           2
+   so a bf16 model copy, no master and AdamW with bf16 moments keeps 4 bytes per parameter. With
+   8-bit moments (tensors of 4096 elements and more) each moment is 1 + 4/256 bytes: Adam/AdamW
+   4 + 2.03 (F32), 2 + 2.03 (SPLIT), 2.03 (NONE); SGD + momentum and Lion 5.02, 3.02, 1.02.
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, stochastic with a
    dtype other than AMP_BF16, a master_mode that is not one of the three, SPLIT or NONE with a
    dtype other than AMP_BF16, SPLIT with stochastic, NONE without (AMP_ERR_ARG), and SPLIT or NONE
-   with kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
+   with kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED), moments that is not an AMP_MOMENTS_* value or is not
+   AMP_MOMENTS_F32 for a kind without moments (AMP_ERR_ARG), moments of a type not kept (above:
+   AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
 typedef struct amp_tensor_desc {
   void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
   const void *grads;       amp_dtype grad_dtype;  /* NULL: set later; 0: AMP_F32 beside an f32 copy only
@@ -1436,6 +1501,7 @@ typedef struct amp_tensor_desc {
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
   int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
+  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16, _8BIT (CPU) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 /* The grads of tensor index (0 = the first added), for a tensor added with grads NULL, or to move
@@ -1561,9 +1627,9 @@ AMPDEF long       amp_optimizer_overflow_tensor(const amp_optimizer *o);
    takes the same next decision; a version-1 file loads them as zero (an empty window). */
 AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
 
-/* Checkpoint file (amp_checkpoint_save/load), format version 2, all integers and floats in the
-   writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers):
-     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (2), u32 endianness mark
+/* Checkpoint file (amp_checkpoint_save/load), format version 3 (or 2, below), all integers and floats
+   in the writer's byte order (f32 is a float, i32/u32/u64 fixed-width integers, bf16 16-bit words):
+     header (32 bytes): "AMPCKPT1" magic (8 bytes), u32 format version (3 or 2), u32 endianness mark
        0x01020304, u32 header size (32), u32 flags (1: scaler present, 2: optimizer present),
        u64 payload bytes; then the payload, then u32 CRC-32 (IEEE, as zlib's crc32) of everything
        before it.
@@ -1573,13 +1639,26 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      optimizer (56 bytes, then the spike state, then the tensors): u32 kind; f32 lr, weight_decay,
        momentum, dampening; i32 nesterov; f32 beta1, beta2, eps, max_grad_norm; u64 step count,
        tensor count;
-     spike state (416 bytes, version 2 only): u64 spike skip count (amp_optimizer_spike_skips);
+     spike state (416 bytes, versions 2 and 3): u64 spike skip count (amp_optimizer_spike_skips);
        i32 window count (0 .. 100), i32 next slot (== count until the window is full); f32
        window[100] (the norms of the last clean steps, spike_zscore's window; slots from count on
        are 0);
      then per
-       tensor u64 n, u32 weight dtype, u32 grad dtype, f32 master[n], then the moments it has (SGD
-       with momentum: buf[n]; Adam/AdamW: m[n], v[n]; Lion: m[n]).
+       tensor u64 n, u32 weight dtype, u32 grad dtype, u32 moments (version 3 only: the tensor's
+       AMP_MOMENTS_* type), f32 master[n], then the moments it has (SGD with momentum: buf[n];
+       Adam/AdamW: m[n], v[n]; Lion: m[n]), each n elements of that moments type as the optimizer
+       keeps them (AMP_MOMENTS_F32: f32; AMP_MOMENTS_BF16: bf16 words, not widened;
+       AMP_MOMENTS_8BIT: f32 absmax[ceil(n / 256)], then u8 code[n]).
+   save writes version 2 (the same bytes as amp.h 0.2's, no moments field) when every tensor keeps
+   fp32 moments, else version 3. load reads versions 1 to 3; a record without the moments field holds
+   fp32 moments. A file's moments type need not be the live tensor's (amp_tensor_desc.moments, the
+   program's setup like master_mode; an 8BIT tensor under 4096 elements keeps fp32): the same type
+   loads byte for byte; another is decoded to f32 (exact for bf16; 8-bit: code value times absmax),
+   then encoded in the live type as an update encodes (bf16 to nearest even, 8-bit blockwise). So a
+   bf16 or 8-bit file loads into fp32 moments exactly, and an fp32 file into bf16 or 8-bit moments
+   as a run would store them. The
+   moments checks below apply to the widened values; a moments field that is not a type this amp.h
+   keeps (or not AMP_MOMENTS_F32 for a kind without moments) is AMP_ERR_CORRUPT.
    save writes a new file beside path under a name unique to the process and call
    (path.tmp.<pid>.<n>), created exclusively (never through an existing file or symlink), flushes
    it to disk (fsync), renames it over path and flushes the directory: a crash or a failed save
@@ -1622,8 +1701,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    update count, which the file has). Group 0's weight_decay is the config's, which the file
    holds; every other group keeps the live lr_scale and weight_decay (so a resumed run may change
    them on purpose). Nor are the config's stats, spike_norm and spike_zscore (the live ones stay).
-   Versions: 1 (amp.h 0.2 and before) had no spike state; load reads version 1 and 2 files (a
-   version-1 file leaves the spike skip count 0 and the window empty), save writes version 2.
+   Versions: 1 (amp.h 0.2 and before) had no spike state, 2 no moments field; load reads versions 1
+   to 3 (a version-1 file leaves the spike skip count 0 and the window empty), save writes 2 or 3
+   (above).
    The exclusive creation, fsync, regular-file check and unique names are POSIX; elsewhere (e.g.
    Windows) amp.h uses C stdio: the temporary's name holds the process id on Windows (the time
    elsewhere), a name found taken is skipped but not created exclusively, nothing is flushed to
@@ -2089,6 +2169,12 @@ static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t 
   return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + AMP__MIX_STEP)) ^
                     (tensor * 0xd1b54a32d192ed03ull));
 }
+/* The key of a tensor's stochastically rounded moment j (1: m, 2: v; AMP_MOMENTS_BF16 with stochastic)
+   at an update: the key of the tensor's model copy at that update (amp__sr_key) hashed with j, so
+   the model copy's and the two moments' bits are independent streams of the same seed. */
+static inline AMP_HD uint64_t amp__sr_key_moment(uint64_t key, int j) {
+  return amp__mix64(key + (uint64_t)j * 0xd1b54a32d192ed03ull);
+}
 static inline AMP_HD uint32_t amp__sr_bits16(uint64_t key, uint64_t i) {
   return (uint32_t)(amp__mix64(key + (i + 1u) * AMP__MIX_STEP) >> 48);
 }
@@ -2437,7 +2523,12 @@ typedef struct amp__tensor {
   float *master;         /* the fp32 master, n floats (CPU: one allocation with the moments after it;
                             CUDA: device memory) */
   float *m, *v;          /* SGD: m the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg, exp_avg_sq
-                            (CPU; on CUDA the moments live in the device slab) */
+                            (CPU; on CUDA the moments live in the device slab); NULL when moments is not F32 */
+  int moments;           /* the type the moments are kept in (amp_tensor_desc.moments; AMP_MOMENTS_F32 for an
+                            8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU only) */
+  unsigned char *mq, *vq;  /* moments not in f32, as m and v above, each amp__moment_bytes(moments, n) bytes
+                              laid out as the checkpoint holds them (BF16: n words; 8BIT: the blocks' f32
+                              absmaxes, then n codes); else NULL */
   uint16_t *rem;         /* AMP_MASTER_SPLIT: the n 16-bit remainders beside the bf16 model copy on the CPU
                             (amp__split_encode; CUDA: amp__cu_optim_rem); else NULL */
   amp__gstat gstat;      /* the gradient stats of its last unscale (amp_optim_config.stats) */
@@ -4704,7 +4795,8 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
   X(amp_status, optim_set_spike, (amp_optimizer *o, long spike_skips, const amp__spike_window *w, char *msg, \
                                   size_t cap)) \
   /* tensor i's master (which 0), first (1) or second (2) moment to host (to_device 0) or from it \
-     (1); then, for a load, the model copy written from the master (optim_write_model) */ \
+     (1), as kept: n floats, or a moment in another type its amp__moment_bytes bytes (host then \
+     points at that many); then, for a load, the model copy written from the master (optim_write_model) */ \
   X(amp_status, optim_tensor_io, (amp_optimizer *o, size_t i, int which, float *host, int to_device, char *msg, \
                                   size_t cap)) \
   /* step: the update count the copy is written after (stochastic rounding's key) */ \
@@ -4742,6 +4834,8 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
 typedef struct amp__backend {
   const char *name;        /* "CPU" or "CUDA", for messages */
   int host_update;         /* the update runs on the host: AMP_CUSTOM's custom_step can be called */
+  size_t state_pad;        /* each tensor's state arrays hold a multiple of this many elements
+                              (amp_optimizer_state_bytes) */
   AMP__BACKEND_OPS(AMP__BACKEND_MEMBER)
 } amp__backend;
 
@@ -6043,6 +6137,131 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
   }
 }
 
+/* One moment array kept in a type other than f32 (amp__tensor.mq / vq): its bytes, laid out as the
+   checkpoint holds them: BF16 n words; 8BIT the f32 absmax of each block of AMP__Q8_BLOCK
+   elements, then the n codes. In memory each array starts on a 4-byte boundary (amp__moment_stride). */
+static size_t amp__moment_bytes(int type, size_t n) {
+  if (type == AMP_MOMENTS_BF16) return 2 * n;
+  if (type == AMP_MOMENTS_8BIT) return 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + n;
+  return 4 * n;
+}
+static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes(type, n) + 3u) & ~(size_t)3u; }
+
+/* bitsandbytes' dynamic map (functional.create_dynamic_map with 7 exponent bits, 8 bits): for
+   i = 0..6, 10^(i-6) times the midpoints of linspace(0.1, 1, 2^i + 1) with both signs (signed, the
+   first moments) or of linspace(0.1, 1, 2^(i+1) + 1) (unsigned, Adam's second moment), plus 0 and
+   1: 256 values, sorted; each computed in double and rounded to f32 once. mid[k] is the exact
+   midpoint of code[k] and code[k + 1] (in double: exact for these values). */
+typedef struct amp__qmap { float code[256]; double mid[255]; } amp__qmap;
+static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
+  static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
+  int i, k, c = 0;
+  for (i = 0; i < 7; i++) {
+    int pts = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+    for (k = 0; k + 1 < pts; k++) {
+      double lo = 0.1 + 0.9 * (double)k / (double)(pts - 1), hi = 0.1 + 0.9 * (double)(k + 1) / (double)(pts - 1);
+      double v = pow10[i] * ((lo + hi) / 2.0);
+      q->code[c++] = (float)v;
+      if (is_signed) q->code[c++] = (float)-v;
+    }
+  }
+  q->code[c++] = 0.0f; q->code[c++] = 1.0f;   /* c == 256 */
+  for (i = 1; i < 256; i++) {   /* insertion sort, ascending (the values are distinct) */
+    float x = q->code[i];
+    for (k = i; k > 0 && q->code[k - 1] > x; k--) q->code[k] = q->code[k - 1];
+    q->code[k] = x;
+  }
+  for (k = 0; k < 255; k++) q->mid[k] = ((double)q->code[k] + (double)q->code[k + 1]) * 0.5;
+}
+/* The code nearest y (ties: the lower code): how many midpoints lie below y. */
+static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
+  int lo = 0, hi = 255;
+  while (lo < hi) {
+    int m = (lo + hi) >> 1;
+    if ((double)y > q->mid[m]) lo = m + 1; else hi = m;
+  }
+  return (uint8_t)lo;
+}
+/* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT) into d as
+   f32: bf16 widened (exact), a code times its block's absmax (one f32 multiply). */
+static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
+                                      size_t k, float *d) {
+  size_t j;
+  if (type == AMP_MOMENTS_BF16) { amp__o_master_load_at(l, d, (const amp_bf16 *)a, NULL, i0, k); return; }
+  {
+    const float *absmax = (const float *)a;
+    const uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK);
+    for (j = 0; j < k; j++) d[j] = amp__fmul(q->code[codes[i0 + j]], absmax[(i0 + j) / AMP__Q8_BLOCK]);
+  }
+}
+/* s's k values into elements i0 .. i0 + k - 1 (i0 a multiple of AMP__Q8_BLOCK; the blocks whole but
+   the tensor's last): bf16 to nearest even or, key nonzero, stochastically with key's bits; 8BIT per
+   block: absmax = max |x| (at least 1e-38), each x / absmax clamped to [-1, 1] and its nearest code. */
+static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
+                                       size_t k, const float *s, int sr, uint64_t key) {
+  size_t b, j;
+  if (type == AMP_MOMENTS_BF16) {
+    if (sr) amp__o_master_store_at(l, (amp_bf16 *)a, NULL, key, i0, s, k);
+    else amp__from_f32((amp_bf16 *)a + i0, AMP_BF16, s, k);
+    return;
+  }
+  for (b = 0; b < k; b += AMP__Q8_BLOCK) {
+    float *absmax = (float *)a + (i0 + b) / AMP__Q8_BLOCK;
+    uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + i0 + b;
+    size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
+    uint32_t amax = 0u;
+    float am;
+    for (j = 0; j < e; j++) {
+      uint32_t u = amp__f32_bits(s[b + j]) & 0x7fffffffu;
+      if (u > amax) amax = u;
+    }
+    am = amp__bits_f32(amax);
+    if (am < 1e-38f) am = 1e-38f;
+    *absmax = am;
+    for (j = 0; j < e; j++) {
+      float y = amp__fdiv(s[b + j], am);
+      codes[j] = amp__q8_code(q, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
+    }
+  }
+}
+
+/* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT), in every master mode:
+   per block of AMP__CHUNK elements (a multiple of AMP__Q8_BLOCK), the moments decoded to f32 into
+   mb and vb (amp__q_load), the block stepped on them by amp__o_step exactly as on fp32 moments (the
+   vector loops where the kind has a vector body, else the kind's plain loop: the same bits either
+   way, never another mode's path), the weights stepped with the f32 moments, then the new moments
+   encoded again in the same pass (amp__q_store: bf16 to nearest even, or with sr stochastically with
+   the moment streams of key, amp__sr_key_moment; 8BIT blockwise with the signed map for the first
+   moment and the unsigned one for the second). p: the fp32 master; NULL for SPLIT / NONE, whose
+   masters are decoded from w and rem per block and written back as amp__o_step_lowmem does. */
+static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
+                          const amp__qmap *maps, const void *g, amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt,
+                          uint16_t *rem, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
+  float pb[AMP__CHUNK], out[AMP__CHUNK], mb[AMP__CHUNK], vb[AMP__CHUNK];
+  size_t i0, gs = amp_dtype_size(gt), ws = amp_dtype_size(wt);
+  uint64_t km = sr ? amp__sr_key_moment(key, 1) : 0u, kv = sr ? amp__sr_key_moment(key, 2) : 0u;
+  int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT: nearest codes always */
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+    const char *gb = (const char *)g + i0 * gs;
+    float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
+    if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
+    if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
+    if (!p) {   /* SPLIT / NONE: the masters decoded, stepped into out, written back */
+      amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
+      amp__o_step(kind, pb, mm, vv, gb, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
+      amp__o_master_store_at(l, (amp_bf16 *)w, rem, key, i0, out, k);
+    } else if (sr) {   /* a stochastic bf16 copy: rounded from out with its elements' own indices i0 + i */
+      amp__o_step(kind, p + i0, mm, vv, gb, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
+      amp__o_master_store_at(l, (amp_bf16 *)w, NULL, key, i0, out, k);
+    } else {
+      amp__o_step(kind, p + i0, mm, vv, gb, gt, (char *)w + i0 * ws, wt, rt, 0, 0u, k, gmul, c);
+    }
+    if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km);
+    if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv);
+  }
+}
+
 AMP__EXACT_END
 
 enum { AMP__READY = 0, AMP__UNSCALED = 1, AMP__STEPPED = 2 };
@@ -6085,6 +6304,7 @@ struct amp_optimizer {
                                     found_inf is its decision (amp_optimizer_last_skipped) */
   void *cu;                      /* the device's own optimizer (CUDA: amp__cu_optim_create, made at
                                     optim_ready); NULL on the CPU */
+  amp__qmap qmap[2];             /* AMP_MOMENTS_8BIT's maps: signed (first moments), unsigned (Adam's v) */
 };
 
 /* The defaults of kind (the kind list's lr, beta1, beta2; eps 1e-8 for all) into the fields of c
@@ -6192,6 +6412,7 @@ AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const
   if (!o) return amp__fail(AMP_ERR_NOMEM, "amp_optimizer_create: out of memory");
   memset(o, 0, sizeof *o);
   o->dev = d; o->cfg = c; o->n_groups = 1;
+  amp__qmap_make(&o->qmap[0], 1); amp__qmap_make(&o->qmap[1], 0);
   *out = o;
   return AMP_OK;
 }
@@ -6243,6 +6464,32 @@ static amp_status amp__o_grads_check(const char *fn, const amp_optimizer *o, siz
 }
 
 /* grads_late: the grads may be NULL (amp_optimizer_add_tensor: given later by amp_optimizer_set_grads). */
+/* A moment type's name and stored bytes per element (AMP__MOMENTS_TYPES); NULL / 0: not a type. */
+#define AMP__MOMENTS_NAME(name, value, bytes, kept) case value: return #name;
+static const char *amp__moments_name(int m) {
+  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_NAME) default: return NULL; }
+}
+#undef AMP__MOMENTS_NAME
+#define AMP__MOMENTS_KEPT(name, value, bytes, kept) case value: return kept;
+static int amp__moments_kept(int m) {
+  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_KEPT) default: return 0; }
+}
+#undef AMP__MOMENTS_KEPT
+/* amp_tensor_desc.moments for o's kind: a type of the list, kept, and F32 for a kind without moments. */
+static amp_status amp__moments_check(const char *fn, const amp_optimizer *o, int moments) {
+  const char *name = amp__moments_name(moments);
+  if (!name)
+    return amp__fail(AMP_ERR_ARG, "%s: moments %d is not AMP_MOMENTS_F32, AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT or "
+                     "AMP_MOMENTS_FP8", fn, moments);
+  if (moments != AMP_MOMENTS_F32 && amp__o_moments(&o->cfg) == 0)
+    return amp__fail(AMP_ERR_ARG, "%s: moments %s with kind %s%s: the kind keeps no moments (leave moments 0)", fn, name,
+                     amp__kind_name(o->cfg.kind), o->cfg.kind == AMP_SGD ? " without momentum" : "");
+  if (!amp__moments_kept(moments))
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: moments %s is not kept by this version (AMP_MOMENTS_F32, "
+                     "AMP_MOMENTS_BF16 and AMP_MOMENTS_8BIT are)", fn, name);
+  return AMP_OK;
+}
+
 static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_desc *t, int grads_late) {
   size_t ws, gs, n, i, k, name_len = 0;
   char *name = NULL;
@@ -6304,6 +6551,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
       return amp__fail(AMP_ERR_UNSUPPORTED, "%s: master_mode %s with kind AMP_CUSTOM: custom_step updates an fp32 "
                        "master array, which this mode does not keep (use AMP_MASTER_F32)", fn, mode);
   }
+  if ((st = amp__moments_check(fn, o, t->moments)) != AMP_OK) return st;
   if (t->name && (name_len = strlen(t->name)) > AMP__NAME_MAX)
     return amp__fail(AMP_ERR_ARG, "%s: name '%.32s...' is %zu bytes long, at most %d", fn, t->name, name_len,
                      AMP__NAME_MAX);
@@ -6326,6 +6574,7 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   o->t[i].w = weights; o->t[i].g = grads; o->t[i].n = n; o->t[i].wtype = t->dtype; o->t[i].gtype = gtype;
   o->t[i].round_to = t->round_to; o->t[i].group = t->group; o->t[i].stochastic = t->stochastic != 0;
   o->t[i].master_mode = t->master_mode; o->t[i].name = name;
+  o->t[i].moments = t->moments == AMP_MOMENTS_8BIT && n < AMP__Q8_MIN ? AMP_MOMENTS_F32 : t->moments;
   if ((st = amp__be(o->dev)->optim_add(o, i, t->master, m, sizeof m)) != AMP_OK) {
     AMP_FREE(name);
     return amp__op_fail(fn, st, m);
@@ -6509,6 +6758,21 @@ AMPDEF long amp_optimizer_step_count(const amp_optimizer *o) {
   if (!o) return 0;
   return amp__o_pull("amp_optimizer_step_count", o, 1) == AMP_OK ? o->step : -1;
 }
+AMPDEF size_t amp_optimizer_state_bytes(const amp_optimizer *o) {
+  size_t total = 0, i, pad;
+  int nm;
+  if (!o) return 0;
+  pad = amp__be(o->dev)->state_pad;
+  nm = amp__o_moments(&o->cfg);
+  for (i = 0; i < o->count; i++) {
+    size_t n = (o->t[i].n + pad - 1) / pad * pad;
+    size_t master = o->t[i].master_mode == AMP_MASTER_F32 ? 4 : o->t[i].master_mode == AMP_MASTER_SPLIT ? 2 : 0;
+    total += n * master + (size_t)(nm > 0 ? nm : 0) * (o->t[i].moments == AMP_MOMENTS_F32 ? 4 * n
+                                                         : amp__moment_stride(o->t[i].moments, n));
+  }
+  return total;
+}
+
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n) {
   if (!o || index >= o->count || amp__o_ready("amp_optimizer_master", o) != AMP_OK) { if (n) *n = 0; return NULL; }
   if (o->t[index].master_mode != AMP_MASTER_F32) {
@@ -6597,6 +6861,12 @@ static void amp__o_apply(amp_optimizer *o) {
       o->cfg.custom_step(o->cfg.custom_user, o->t[i].master, o->scratch, o->t[i].n, i, o->step + 1);
       amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, o->step + 1), 0,
                    o->t[i].master, o->t[i].n);
+    } else if (o->t[i].moments != AMP_MOMENTS_F32) {   /* bf16 or 8-bit moments, every master mode */
+      amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
+                                          amp__o_weight_decay(o, i));
+      amp__o_step_q(o->cfg.kind, o->t[i].master, o->t[i].moments, o->t[i].mq, o->t[i].vq, o->qmap, o->t[i].g,
+                    o->t[i].gtype, o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].rem, o->t[i].stochastic,
+                    amp__o_sr_key(o, i, o->step + 1), o->t[i].n, gmul, &c);
     } else if (o->t[i].master_mode != AMP_MASTER_F32) {   /* SPLIT / NONE: a bf16 model copy, no fp32 array */
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
@@ -6650,19 +6920,43 @@ static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, s
   return AMP_OK;
 }
 
+/* The bytes of tensor t's nm moment arrays in their stored type (t->moments), m then v. */
+static size_t amp__cpu_moments_size(const amp__tensor *t, int nm) {
+  return (size_t)nm * (t->moments == AMP_MOMENTS_F32 ? 4 * t->n : amp__moment_stride(t->moments, t->n));
+}
+/* Tensor i's nm moment arrays, m then v, in the zeroed block at mom, each holding zeros (8BIT: every
+   block's code of 0, absmax 1e-38, as amp__q_store leaves a block of zeros). */
+static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm) {
+  amp__tensor *t = &o->t[i];
+  size_t n = t->n, st = amp__moment_stride(t->moments, n), i0;
+  int j;
+  if (t->moments == AMP_MOMENTS_F32) {
+    t->m = nm >= 1 ? (float *)mom : NULL; t->v = nm >= 2 ? (float *)mom + n : NULL;
+    return;
+  }
+  t->mq = nm >= 1 ? (unsigned char *)mom : NULL; t->vq = nm >= 2 ? (unsigned char *)mom + st : NULL;
+  if (t->moments == AMP_MOMENTS_8BIT) {
+    float zero[AMP__CHUNK];
+    memset(zero, 0, sizeof zero);
+    for (j = 0; j < nm; j++)
+      for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
+        amp__q_store(0, t->moments, j ? t->vq : t->mq, &o->qmap[j], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK,
+                     zero, 0, 0u);
+  }
+}
 /* AMP_MASTER_SPLIT / AMP_MASTER_NONE: the moments (one block, m then v; none for plain SGD) and,
    SPLIT, the remainders; no fp32 array. The master is the bf16 model copy as it is (its remainders
    0: exact), or seed: split into the model copy and the remainders (exact), or, NONE, rounded
    into the model copy stochastically with the key of update 0 (the seed itself is not kept). */
 static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const float *seed, int nm, char *msg,
                                             size_t cap) {
-  size_t n = o->t[i].n;
-  float *mom = NULL;
+  size_t n = o->t[i].n, mbytes = amp__cpu_moments_size(&o->t[i], nm);
+  char *mom = NULL;
   uint16_t *rem = NULL;
   if (nm) {
-    mom = (float *)AMP_MALLOC(n * (size_t)nm * sizeof(float));
-    if (!mom) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)nm); return AMP_ERR_NOMEM; }
-    memset(mom, 0, n * (size_t)nm * sizeof(float));
+    mom = (char *)AMP_MALLOC(mbytes);
+    if (!mom) { snprintf(msg, cap, "out of memory for %zu moments", n * (size_t)nm); return AMP_ERR_NOMEM; }
+    memset(mom, 0, mbytes);
   }
   if (o->t[i].master_mode == AMP_MASTER_SPLIT) {
     rem = (uint16_t *)AMP_MALLOC(n * sizeof *rem);
@@ -6675,7 +6969,8 @@ static amp_status amp__cpu_optim_add_lowmem(amp_optimizer *o, size_t i, const fl
       amp__o_master_store((amp_bf16 *)o->t[i].w, rem, amp__o_sr_key(o, i, 0), i0, seed + i0,
                           n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK);
   }
-  o->t[i].rem = rem; o->t[i].m = mom; o->t[i].v = nm >= 2 ? mom + n : NULL;
+  o->t[i].rem = rem;
+  amp__cpu_moments_place(o, i, mom, nm);
   return AMP_OK;
 }
 static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *seed, char *msg, size_t cap) {
@@ -6688,21 +6983,22 @@ static amp_status amp__cpu_optim_add(amp_optimizer *o, size_t i, const float *se
     AMP_FREE(o->scratch); o->scratch = s; o->scratch_n = n;
   }
   if (o->t[i].master_mode != AMP_MASTER_F32) return amp__cpu_optim_add_lowmem(o, i, seed, nm, msg, cap);
-  block = (float *)AMP_MALLOC(n * (size_t)(1 + nm) * sizeof(float));
-  if (!block) { snprintf(msg, cap, "out of memory for %zu floats", n * (size_t)(1 + nm)); return AMP_ERR_NOMEM; }
+  block = (float *)AMP_MALLOC(n * sizeof(float) + amp__cpu_moments_size(&o->t[i], nm));
+  if (!block) { snprintf(msg, cap, "out of memory for %zu floats and %d moments each", n, nm); return AMP_ERR_NOMEM; }
   if (seed) memcpy(block, seed, n * sizeof(float));   /* bit for bit */
   else for (k = 0; k < n; k++) block[k] = amp__load(o->t[i].w, o->t[i].wtype, k);   /* exact: every dtype fits f32 */
   if (seed || amp__round_to_set(o->t[i].round_to) || o->t[i].stochastic)
     amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, 0), 0, block, n);
-  if (nm) memset(block + n, 0, n * (size_t)nm * sizeof(float));
-  o->t[i].master = block; o->t[i].m = nm >= 1 ? block + n : NULL; o->t[i].v = nm >= 2 ? block + 2 * n : NULL;
+  if (nm) memset(block + n, 0, amp__cpu_moments_size(&o->t[i], nm));
+  o->t[i].master = block;
+  amp__cpu_moments_place(o, i, (char *)(block + n), nm);
   return AMP_OK;
 }
 static void amp__cpu_optim_destroy(amp_optimizer *o) {
   size_t i;
   for (i = 0; i < o->count; i++) {
     if (o->t[i].master_mode == AMP_MASTER_F32) AMP_FREE(o->t[i].master);   /* the master with its moments */
-    else { AMP_FREE(o->t[i].m); AMP_FREE(o->t[i].rem); }
+    else { AMP_FREE(o->t[i].m ? (void *)o->t[i].m : (void *)o->t[i].mq); AMP_FREE(o->t[i].rem); }
   }
 }
 static amp_status amp__cpu_optim_set_config(amp_optimizer *o, const amp_optim_config *c, char *msg, size_t cap) {
@@ -6779,6 +7075,14 @@ static amp_status amp__cpu_optim_tensor_io(amp_optimizer *o, size_t i, int which
         amp__o_master_store((amp_bf16 *)o->t[i].w, o->t[i].rem, amp__o_sr_key(o, i, o->io_step), i0, host + i0, k);
       else amp__o_master_load(host + i0, (const amp_bf16 *)o->t[i].w, o->t[i].rem, i0, k);
     }
+    return AMP_OK;
+  }
+  if (which > 0 && o->t[i].moments != AMP_MOMENTS_F32) {   /* as kept (amp__moment_bytes), byte for byte */
+    unsigned char *q = which == 1 ? o->t[i].mq : o->t[i].vq;
+    size_t bytes = amp__moment_bytes(o->t[i].moments, o->t[i].n);
+    if (!q) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
+    if (to_device) memcpy(q, host, bytes);
+    else memcpy(host, q, bytes);
     return AMP_OK;
   }
   if (!p) { snprintf(msg, cap, "tensor %zu keeps no buffer %d", i, which); return AMP_ERR_ARG; }
@@ -7217,7 +7521,9 @@ static amp_status amp__read_small_file(const char *fn, const char *path, uint64_
 /* -- the checkpoint format: each record one list of fields, read and written by one function ---- */
 
 #define AMP__CKPT_MAGIC "AMPCKPT1"
-#define AMP__CKPT_VERSION 2u      /* written; version 1 (no spike record) is read too */
+#define AMP__CKPT_VERSION 3u      /* the newest: written when a tensor keeps moments other than fp32; else
+                                     version 2 (the same bytes as before moments had types); version 1 (no
+                                     spike record) is read too */
 #define AMP__CKPT_ENDIAN 0x01020304u
 
 /* X(type, name, live) for each field, in file order: its type in the file (stored in the writer's
@@ -7242,15 +7548,18 @@ static amp_status amp__read_small_file(const char *fn, const char *path, uint64_
   X(float, lr, cfg.lr) X(float, weight_decay, cfg.weight_decay) X(float, momentum, cfg.momentum) \
   X(float, dampening, cfg.dampening) X(int32_t, nesterov, cfg.nesterov) X(float, beta1, cfg.beta1) \
   X(float, beta2, cfg.beta2) X(float, eps, cfg.eps) X(float, max_grad_norm, cfg.max_grad_norm)
-/* live: amp__tensor (the optimizer's record of the tensor) */
-#define AMP__CKPT_TENSOR_FIELDS(X) X(uint64_t, n, n) X(uint32_t, wtype, wtype) X(uint32_t, gtype, gtype)
+/* live: amp__tensor (the optimizer's record of the tensor); version 3 adds the moments' stored type
+   (AMP_MOMENTS_*); a record of an older version has the fields before it (moments AMP_MOMENTS_F32). */
+#define AMP__CKPT_TENSOR_FIELDS(X) AMP__CKPT_TENSOR_V2_FIELDS(X) X(uint32_t, moments, moments)
+#define AMP__CKPT_TENSOR_V2_FIELDS(X) X(uint64_t, n, n) X(uint32_t, wtype, wtype) X(uint32_t, gtype, gtype)
 /* version 2: after the optimizer record, the spike state (live: amp_optimizer): these fields, then
    f32 window[100] */
 #define AMP__CKPT_SPIKE_FIELDS(X) \
   X(uint64_t, spike_skips, spike_skips) X(int32_t, window_count, spike_win.count) \
   X(int32_t, window_next, spike_win.next)
 /* flags: which sections the payload holds, in this order; each tensor record is followed by its
-   floats: the master, then the moments the kind has (amp__o_moments). */
+   state: the f32 master, then the moments the kind has (amp__o_moments), each n elements of the
+   record's moments type (f32, or bf16 words: as kept, not widened). */
 #define AMP__CKPT_HAS_SCALER 1u
 #define AMP__CKPT_HAS_OPTIM 2u
 
@@ -7263,12 +7572,16 @@ typedef struct amp__ckpt_tensor { AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_DECLARE) } a
 typedef struct amp__ckpt_spike {
   AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_DECLARE) float window[AMP__SPIKE_WINDOW];
 } amp__ckpt_spike;
-/* each record's bytes in the file (32, 72, 56, 16, 416) */
+/* each record's bytes in the file (32, 72, 56, 20 (16 before version 3), 416) */
 #define AMP__CKPT_HEAD_BYTES (0 AMP__CKPT_HEAD_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_SCALER_BYTES (0 AMP__CKPT_SCALER_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_OPTIM_BYTES (0 AMP__CKPT_OPTIM_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_TENSOR_BYTES (0 AMP__CKPT_TENSOR_FIELDS(AMP__CKPT_SIZEOF))
 #define AMP__CKPT_SPIKE_BYTES (0 AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_SIZEOF) + 4 * AMP__SPIKE_WINDOW)
+/* A tensor record's bytes in a file of version v. */
+static size_t amp__ckpt_tensor_bytes(uint32_t v) {
+  return v >= 3u ? AMP__CKPT_TENSOR_BYTES : (0 AMP__CKPT_TENSOR_V2_FIELDS(AMP__CKPT_SIZEOF));
+}
 
 /* Where records go to or come from. Writing: through a buffer into the temporary file, with the
    running CRC and the first failure. Reading: a file image in memory. */
@@ -7313,6 +7626,14 @@ AMP__CKPT_IO_FN(scaler, AMP__CKPT_SCALER_FIELDS)
 AMP__CKPT_IO_FN(optim, AMP__CKPT_OPTIM_FIELDS)
 AMP__CKPT_IO_FN(tensor, AMP__CKPT_TENSOR_FIELDS)
 #undef AMP__CKPT_IO_FN
+/* A tensor record as a file of version v holds it (before version 3 the fields of AMP__CKPT_TENSOR_V2_FIELDS;
+   the others are left as they are: 0 in a record cleared before a read, moments AMP_MOMENTS_F32). */
+static int amp__ckpt_tensor_io_v(amp__ckpt_io *io, amp__ckpt_tensor *r, uint32_t v) {
+  int ok = 1;
+  if (v >= 3u) return amp__ckpt_tensor_io(io, r);
+  AMP__CKPT_TENSOR_V2_FIELDS(AMP__CKPT_TRANSFER)
+  return ok;
+}
 static int amp__ckpt_spike_io(amp__ckpt_io *io, amp__ckpt_spike *r) {
   int ok = 1;
   AMP__CKPT_SPIKE_FIELDS(AMP__CKPT_TRANSFER)
@@ -7335,6 +7656,7 @@ typedef struct amp__ckpt_image {
                                       skipped) */
   amp_optim_config cfg;            /* the optimizer's checked config */
   long step;
+  uint32_t version;                /* the file's format version */
   long spike_skips;                /* the spike state (version 2; zero from a version-1 file) */
   amp__spike_window spike_win;
   const unsigned char *tensors;    /* the first tensor record */
@@ -7541,8 +7863,8 @@ static amp_status amp__ckpt_head_check(const amp__ckpt_head *h, const char *path
     return amp__fail(bad, "%s: '%s' is not an amp.h checkpoint (bad magic)", fn, path);
   if (h->endian == 0x04030201u) return amp__fail(bad, "%s: written on a machine of the other byte order", fn);
   if (h->endian != AMP__CKPT_ENDIAN) return amp__fail(bad, "%s: bad endianness mark 0x%08x", fn, (unsigned)h->endian);
-  if (h->version != 1u && h->version != AMP__CKPT_VERSION)
-    return amp__fail(bad, "%s: format version %u, this amp.h reads 1 and %u", fn, (unsigned)h->version,
+  if (h->version < 1u || h->version > AMP__CKPT_VERSION)
+    return amp__fail(bad, "%s: format version %u, this amp.h reads 1 to %u", fn, (unsigned)h->version,
                      AMP__CKPT_VERSION);
   if (h->header_bytes != AMP__CKPT_HEAD_BYTES)
     return amp__fail(bad, "%s: header size %u, expected %u", fn, (unsigned)h->header_bytes,
@@ -7558,7 +7880,7 @@ static amp_status amp__ckpt_head_check(const amp__ckpt_head *h, const char *path
 }
 
 /* A tensor record against the live tensor i. */
-static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__tensor *live, size_t i) {
+static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__tensor *live, size_t i, int nm) {
   const char *fn = "amp_checkpoint_load";
   if (t->n != (uint64_t)live->n)
     return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu has %llu elements in the file, %zu live", fn, i,
@@ -7567,6 +7889,9 @@ static amp_status amp__ckpt_tensor_check(const amp__ckpt_tensor *t, const amp__t
     return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu dtypes (weights %u, grads %u) differ from the live ones (%s, %s)",
                      fn, i, (unsigned)t->wtype, (unsigned)t->gtype, amp__dtype_name(live->wtype),
                      amp__dtype_name(live->gtype));
+  if (t->moments > 0x7fffffffu || !amp__moments_kept((int)t->moments) || (t->moments != AMP_MOMENTS_F32 && nm == 0))
+    return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu has moments %u in the file, not a moment type %s", fn, i,
+                     (unsigned)t->moments, nm ? "this amp.h keeps" : "of a kind without moments (0)");
   return AMP_OK;
 }
 
@@ -7591,7 +7916,8 @@ static amp_status amp__ckpt_records(amp__ckpt_reader *rd, uint32_t version, uint
   }
   {
     amp__ckpt_optim r;
-    uint64_t floats = (uint64_t)(1 + amp__o_moments(&o->cfg));   /* per element: master and moments */
+    int nm = amp__o_moments(&o->cfg);
+    im->version = version;
     if ((st = amp__ckpt_next(rd, AMP__CKPT_OPTIM_BYTES, "optimizer section", 0)) != AMP_OK) return st;
     amp__ckpt_optim_io(&rd->io, &r);
     if ((st = amp__ckpt_optim_check(&r, o, &im->cfg)) != AMP_OK) return st;
@@ -7603,16 +7929,17 @@ static amp_status amp__ckpt_records(amp__ckpt_reader *rd, uint32_t version, uint
       if ((st = amp__ckpt_spike_check(&sp, im)) != AMP_OK) return st;
     }
     *first_tensor = rd->at;
-    for (i = 0; i < o->count; i++) {   /* each tensor record, its floats skipped */
+    for (i = 0; i < o->count; i++) {   /* each tensor record, its state skipped */
       amp__ckpt_tensor t;
-      /* every field is read from the record; this keeps gcc 13's -Wmaybe-uninitialized quiet */
+      uint64_t per;   /* its state's bytes: the master and the moments in the record's type */
+      /* the fields an older record lacks stay 0 (this also keeps gcc 13's -Wmaybe-uninitialized quiet) */
       memset(&t, 0, sizeof t);
-      if ((st = amp__ckpt_next(rd, AMP__CKPT_TENSOR_BYTES, "tensor %zu", i)) != AMP_OK) return st;
-      amp__ckpt_tensor_io(&rd->io, &t);
-      if ((st = amp__ckpt_tensor_check(&t, &o->t[i], i)) != AMP_OK) return st;
-      if ((rd->end - rd->at) / 4 / floats < t.n)
-        return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu data truncated", fn, i);
-      rd->at += 4 * t.n * floats;
+      if ((st = amp__ckpt_next(rd, amp__ckpt_tensor_bytes(version), "tensor %zu", i)) != AMP_OK) return st;
+      amp__ckpt_tensor_io_v(&rd->io, &t, version);
+      if ((st = amp__ckpt_tensor_check(&t, &o->t[i], i, nm)) != AMP_OK) return st;
+      per = 4u * t.n + (uint64_t)nm * amp__moment_bytes((int)t.moments, (size_t)t.n);   /* t.n is the live n */
+      if (rd->end - rd->at < per) return amp__fail(AMP_ERR_CORRUPT, "%s: tensor %zu data truncated", fn, i);
+      rd->at += per;
     }
     if (rd->at != rd->end)
       return amp__fail(AMP_ERR_CORRUPT, "%s: %llu bytes left over after the optimizer section", fn,
@@ -7697,7 +8024,7 @@ static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, fl
     if ((st = amp__o_ready("amp_checkpoint_save", o)) != AMP_OK) return st;
     if ((st = amp__o_pull("amp_checkpoint_save", o, 0)) != AMP_OK) return st;
     for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
-    *floats = (float *)AMP_MALLOC(most * sizeof(float));
+    *floats = (float *)AMP_MALLOC(most * sizeof(float));   /* a moment in another type is smaller */
     if (!*floats) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
   }
   return AMP_OK;
@@ -7734,14 +8061,18 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
   }
   amp__crc_init(&io.crc);
   memcpy(&h.magic, AMP__CKPT_MAGIC, 8);
-  h.version = AMP__CKPT_VERSION; h.endian = AMP__CKPT_ENDIAN; h.header_bytes = AMP__CKPT_HEAD_BYTES;
+  h.version = 2u;   /* the oldest version that holds the state: 3 once a tensor keeps moments other than f32 */
+  for (i = 0; o && i < o->count; i++)
+    if (o->t[i].moments != AMP_MOMENTS_F32) h.version = AMP__CKPT_VERSION;
+  h.endian = AMP__CKPT_ENDIAN; h.header_bytes = AMP__CKPT_HEAD_BYTES;
   h.flags = (s ? AMP__CKPT_HAS_SCALER : 0u) | (o ? AMP__CKPT_HAS_OPTIM : 0u);
   h.payload_bytes = s ? AMP__CKPT_SCALER_BYTES : 0;
   if (o) {
     nm = amp__o_moments(&o->cfg);
     h.payload_bytes += AMP__CKPT_OPTIM_BYTES + AMP__CKPT_SPIKE_BYTES;
     for (i = 0; i < o->count; i++)
-      h.payload_bytes += AMP__CKPT_TENSOR_BYTES + 4u * (uint64_t)o->t[i].n * (uint64_t)(1 + nm);
+      h.payload_bytes += amp__ckpt_tensor_bytes(h.version) +
+                         4u * (uint64_t)o->t[i].n + (uint64_t)nm * amp__moment_bytes(o->t[i].moments, o->t[i].n);
   }
   amp__ckpt_head_io(&io, &h);
   if (s) { amp__ckpt_scaler r = amp__ckpt_scaler_of(s); amp__ckpt_scaler_io(&io, &r); }
@@ -7752,12 +8083,12 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
     amp__ckpt_spike_io(&io, &sp);
     for (i = 0; i < o->count && io.st == AMP_OK && dev_st == AMP_OK; i++) {
       amp__ckpt_tensor t = amp__ckpt_tensor_of(&o->t[i]);
-      amp__ckpt_tensor_io(&io, &t);
+      amp__ckpt_tensor_io_v(&io, &t, h.version);
       for (k = 0; k <= nm; k++) {   /* the master, then the moments, read from the device */
         dev_st =
             amp__be(o->dev)->optim_tensor_io((amp_optimizer *)(uintptr_t)o, i, k, floats, 0, dev_msg, sizeof dev_msg);
         if (dev_st != AMP_OK) break;
-        amp__ckpt_bytes(&io, floats, o->t[i].n * sizeof(float));
+        amp__ckpt_bytes(&io, floats, k ? amp__moment_bytes(o->t[i].moments, o->t[i].n) : o->t[i].n * sizeof(float));
       }
     }
   }
@@ -7775,28 +8106,82 @@ AMPDEF amp_status amp_checkpoint_save(const char *path, const amp_optimizer *o, 
    moments pushed to its device and every model copy written from its restored master there; the
    scaler's whole state. Before any host field is written, so a device error leaves those as
    they were (the device state may then be partly written: AMP_ERR_DEVICE). */
+/* Tensor i's record in a checked image, read from p into *t; returns where its state starts: the f32
+   master, then the moments (n elements of the record's moments type each). */
+static const unsigned char *amp__ckpt_tensor_state(const amp__ckpt_image *im, const unsigned char *p,
+                                                   amp__ckpt_tensor *t) {
+  amp__ckpt_io io;
+  memset(&io, 0, sizeof io);
+  memset(t, 0, sizeof *t);
+  io.p = p; io.left = amp__ckpt_tensor_bytes(im->version);
+  amp__ckpt_tensor_io_v(&io, t, im->version);
+  return p + amp__ckpt_tensor_bytes(im->version);
+}
+/* Element e of moment j (1, 2) of n elements kept as type in a file's bytes at q (any alignment), as
+   f32: bf16 widened exactly, an 8-bit code times its block's absmax (as a step decodes it). The one
+   rule for a moments type that differs from the live tensor's: decoded so, then encoded in the live
+   type as a step encodes (amp__moment_encode: bf16 to nearest even, 8BIT blockwise), so a bf16 or
+   8-bit file into fp32 moments is exact and an fp32 file into bf16 moments is rounded. */
+static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int j, const unsigned char *q, size_t n,
+                                          size_t e) {
+  float x;
+  if (type == AMP_MOMENTS_BF16) { amp_bf16 b; memcpy(&b, q + 2 * e, 2); return amp_bf16_to_f32(b); }
+  if (type == AMP_MOMENTS_8BIT) {
+    memcpy(&x, q + 4 * (e / AMP__Q8_BLOCK), 4);
+    return amp__fmul(o->qmap[j - 1].code[q[4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + e]], x);
+  }
+  memcpy(&x, q + 4 * e, 4);
+  return x;
+}
+/* n f32 values d as moment j kept as type, into a (4-byte aligned, amp__moment_bytes of them). */
+static void amp__moment_encode(const amp_optimizer *o, int type, int j, const float *d, size_t n, unsigned char *a) {
+  size_t i0;
+  if (type == AMP_MOMENTS_F32) { memcpy(a, d, n * sizeof(float)); return; }
+  for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
+    amp__q_store(0, type, a, &o->qmap[j - 1], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK, d + i0, 0, 0u);
+}
 static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
   char m[AMP__MSG] = "";
   amp_status st = AMP_OK;
-  size_t i;
+  size_t i, most = 0;
+  float *buf = NULL;   /* one array of the file as f32, then (raw) as the live tensor keeps it: aligned (a
+                          bf16 or 8-bit array may leave the next one unaligned in the file) */
+  unsigned char *raw;
   if (o && im->has_optim && o->count > 0) {
     const amp__backend *be = amp__be(o->dev);
     const unsigned char *p = im->tensors;
     int nm = amp__o_moments(&o->cfg), k;
-    if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) return st;
+    for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
+    if ((buf = (float *)AMP_MALLOC(2 * most * sizeof(float) + 4 * (most / AMP__Q8_BLOCK + 1))) == NULL)
+      return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_load: out of memory for %zu floats", 2 * most);
+    raw = (unsigned char *)(buf + most);
+    if ((st = amp__o_ready("amp_checkpoint_load", o)) != AMP_OK) { AMP_FREE(buf); return st; }
     if ((st = be->optim_set_config(o, &im->cfg, m, sizeof m)) != AMP_OK) goto fail;
     if ((st = be->optim_set_step(o, im->step, m, sizeof m)) != AMP_OK) goto fail;
     if ((st = be->optim_set_spike(o, im->spike_skips, &im->spike_win, m, sizeof m)) != AMP_OK) goto fail;
     for (i = 0; i < o->count; i++) {
-      p += AMP__CKPT_TENSOR_BYTES;
-      for (k = 0; k <= nm; k++, p += o->t[i].n * sizeof(float))
-        if ((st = be->optim_tensor_io(o, i, k, (float *)(uintptr_t)p, 1, m, sizeof m)) != AMP_OK) goto fail;
+      amp__ckpt_tensor t;
+      size_t n = o->t[i].n;
+      p = amp__ckpt_tensor_state(im, p, &t);
+      for (k = 0; k <= nm; k++) {
+        int type = k ? (int)t.moments : AMP_MOMENTS_F32, live = k ? o->t[i].moments : AMP_MOMENTS_F32;
+        size_t j;
+        if (type == live) memcpy(raw, p, amp__moment_bytes(type, n));   /* as kept, byte for byte */
+        else {
+          for (j = 0; j < n; j++) buf[j] = amp__moment_at(o, type, k, p, n, j);
+          amp__moment_encode(o, live, k, buf, n, raw);
+        }
+        p += amp__moment_bytes(type, n);
+        if ((st = be->optim_tensor_io(o, i, k, (float *)(void *)raw, 1, m, sizeof m)) != AMP_OK) goto fail;
+      }
       if ((st = be->optim_write_model(o, i, im->step, m, sizeof m)) != AMP_OK) goto fail;
     }
+    AMP_FREE(buf); buf = NULL;
   }
   if (s && im->has_scaler && (st = amp__be(s->dev)->scaler_push(s, &im->sc, m, sizeof m)) != AMP_OK) goto fail;
   return AMP_OK;
 fail:
+  AMP_FREE(buf);
   return amp__op_fail("amp_checkpoint_load", st, m);
 }
 
@@ -7808,13 +8193,15 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
   int nm = amp__o_moments(&o->cfg), k;
   size_t i, j;
   for (i = 0; i < o->count; i++) {
-    p += AMP__CKPT_TENSOR_BYTES + o->t[i].n * sizeof(float);   /* the record and the master */
-    for (k = 1; k <= nm; k++, p += o->t[i].n * sizeof(float)) {
+    amp__ckpt_tensor t;
+    size_t n = o->t[i].n;
+    p = amp__ckpt_tensor_state(im, p, &t) + n * sizeof(float);   /* past the record and the master */
+    for (k = 1; k <= nm; k++, p += amp__moment_bytes((int)t.moments, n)) {
       int sq = k == 2 && (o->cfg.kind == AMP_ADAM || o->cfg.kind == AMP_ADAMW);
       for (j = 0; j < o->t[i].n; j++) {
         float x;
         uint32_t b;
-        memcpy(&x, p + j * sizeof(float), sizeof x);
+        x = amp__moment_at(o, (int)t.moments, k, p, n, j);   /* the value as loaded (decoded) */
         b = amp__f32_bits(x);
         if ((b & 0x7fffffffu) > 0x7f800000u || (sq && (b >> 31) && (b << 1)))
           return amp__fail(AMP_ERR_CORRUPT,
@@ -9896,7 +10283,7 @@ AMPDEF amp_status amp_quantize_blocks(amp_device *d, amp_block_scaling kind, amp
 #define amp__cpu_optim_pull amp__cpu_nothing_o
 #define amp__cpu_optim_stats amp__cpu_nothing_o
 #define AMP__CPU_OP(ret, name, args) amp__cpu_##name,
-static const amp__backend amp__cpu_ops = { "CPU", 1, AMP__BACKEND_OPS(AMP__CPU_OP) };
+static const amp__backend amp__cpu_ops = { "CPU", 1, 1, AMP__BACKEND_OPS(AMP__CPU_OP) };
 
 #ifdef AMP_CUDA
 /* CUDA: each operation one call of a launcher (amp_kernels.h). The scaler's state, found-inf flag
@@ -9967,6 +10354,11 @@ static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem,
 static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
   amp_status st;
+  if (o->t[i].moments != AMP_MOMENTS_F32) {   /* the step kernel keeps fp32 moments: refused, not run wrong */
+    snprintf(m, cap, "moments %s on a CUDA device: the device optimizer keeps fp32 moments only (AMP_MOMENTS_F32)",
+             amp__moments_name(o->t[i].moments));
+    return AMP_ERR_UNSUPPORTED;
+  }
   /* no master: a seed is rounded into the weights now (key of update 0) */
   if (o->t[i].master_mode == AMP_MASTER_NONE)
     return seed ? amp__cu_write_model(o->dev->cuda, o->t[i].w, (int32_t)AMP_BF16, (int32_t)AMP_F32, 1,
@@ -10141,7 +10533,7 @@ static amp_status amp__cuda_quantize_blocks(amp_device *d, amp_block_scaling kin
 }
 
 #define AMP__CUDA_OP(ret, name, args) amp__cuda_##name,
-static const amp__backend amp__cuda_ops = { "CUDA", 0, AMP__BACKEND_OPS(AMP__CUDA_OP) };
+static const amp__backend amp__cuda_ops = { "CUDA", 0, 64, AMP__BACKEND_OPS(AMP__CUDA_OP) };   /* amp__cu_optim_create's padding */
 
 AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
   amp_device *d;

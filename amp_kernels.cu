@@ -1426,6 +1426,12 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
     if (ts[i].group && (!lr_scale || !weight_decay))
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d without the groups' values", i,
                          ts[i].group);
+    if (ts[i].moments != AMP_MOMENTS_F32) {   // the step kernel keeps fp32 moments: refused, never run on them
+      if (msg && cap)
+        snprintf(msg, cap, "amp__cu_optim_create: tensor %zu: moments %d (AMP_MOMENTS_BF16 and the other low-precision "
+                 "types) on CUDA: the step kernel keeps fp32 moments only", i, ts[i].moments);
+      return AMP_ERR_UNSUPPORTED;
+    }
     chunks += (ts[i].n + AMP__CU_CHUNK - 1) / AMP__CU_CHUNK;
   }
   if (chunks > 0x7fffffff) return amp__cu_arg(msg, cap, "amp__cu_optim_create: %zu chunks exceed a grid", chunks);

@@ -1034,6 +1034,19 @@ static void bad_input_on_gpu_is_refused(void) {
   st = amp_optimizer_create(&cu, gpu, &custom);
   EXPECT(st == AMP_ERR_UNSUPPORTED && cu == NULL && strstr(amp_last_error(), "AMP_CUSTOM"), "AMP_CUSTOM on CUDA: %s '%s'",
          amp_status_string(st), amp_last_error());
+  {   /* bf16 moments: the step kernel keeps fp32 moments, so the add is refused, nothing added */
+    amp_optim_config ac = amp_optimizer_defaults(AMP_ADAMW);
+    amp_optimizer *ad = NULL;
+    amp_tensor_desc t;
+    OK(amp_optimizer_create(&ad, gpu, &ac));
+    memset(&t, 0, sizeof t);
+    t.weights = w; t.dtype = AMP_F16; t.grads = g; t.grad_dtype = AMP_F16; t.n = 32; t.moments = AMP_MOMENTS_BF16;
+    st = amp_optimizer_add_tensor(ad, &t);
+    EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_optimizer_add_tensor") &&
+           strstr(amp_last_error(), "AMP_MOMENTS_BF16") && amp_optimizer_count(ad) == 0,
+           "bf16 moments on CUDA: %s '%s', %zu tensors", amp_status_string(st), amp_last_error(), amp_optimizer_count(ad));
+    amp_optimizer_destroy(ad);
+  }
   OK(amp_optimizer_add(o, AMP_F16, w, g, 32));
   st = amp_scaler_step(cs, o);
   EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "different devices"), "CPU scaler, CUDA optimizer: %s '%s'", amp_status_string(st), amp_last_error());

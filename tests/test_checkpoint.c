@@ -221,12 +221,12 @@ static void other_kind_shape_dtype_or_version_is_refused(void) {
   amp_optimizer_destroy(o);
   file = read_all(path, &n);
   if (file) {   /* another version, with a valid CRC: the version check must say so */
-    amp__crc crc; uint32_t v = 3, cv;
+    amp__crc crc; uint32_t v = 4, cv;
     memcpy(file + 8, &v, 4);
     amp__crc_init(&crc); amp__crc_add(&crc, file, n - 4); cv = amp__crc_value(&crc); memcpy(file + n - 4, &cv, 4);
     write_all(path, file, n);
     st = amp_checkpoint_load(path, x->o, x->s);
-    EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "version 3"), "version 3: %s '%s'", amp_status_string(st), amp_last_error());
+    EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "version 4"), "version 4: %s '%s'", amp_status_string(st), amp_last_error());
     free(file);
   }
   st = amp_checkpoint_load("build/test/no/such/file.bin", x->o, x->s);

@@ -1,0 +1,664 @@
+/* tests/test_moments.c - optimizer moments kept in bf16 or in bitsandbytes' blockwise 8 bits
+   (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / AMP_MOMENTS_8BIT).
+   Each kind with moments (Adam, AdamW, SGD with momentum, Lion) in each master mode (F32, SPLIT,
+   NONE), with three tensors in two param groups, f32 / bf16 / f16 grads, f32 / bf16 / f16 model
+   copies, clipping, gradient stats, a bf16 copy rounded to nearest or stochastically, is checked bit
+   for bit against a reference written here: the f32 step of the kind from its formulas on the
+   decoded moments, then the moments encoded again (bf16 to nearest even, or stochastically with the
+   moment streams of the documented key; 8-bit blockwise with the dynamic maps built here from their
+   description, a tensor under 4096 elements keeping f32). Every SIMD level the CPU has gives those
+   bits; a skipped (overflow) step leaves every byte as it was; a run resumed from a checkpoint
+   equals the straight one; the file holds the moments as kept, and a file moves between moment
+   types by the documented rule (decode, encode as a step does); amp_optimizer_state_bytes counts
+   the bytes kept; bad moments values are refused naming the function and the value. */
+#define AMP_IMPLEMENTATION
+#include "amp.h"
+#include "test.h"
+#include <math.h>
+#include <string.h>
+
+#define CKPT "build/test/moments.ckpt"
+#define CKPT2 "build/test/moments2.ckpt"
+
+static uint64_t rng_state;
+static uint32_t rnd(void) { rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(rng_state >> 33); }
+static float rndf(void) { return ((float)rnd() / 2147483648.0f) * 2.0f - 1.0f; }   /* [-1, 1) */
+static uint32_t bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static float of_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static float widen(uint16_t b) { return of_bits((uint32_t)b << 16); }
+
+/* ---- the reference ------------------------------------------------------------------------------ */
+
+/* bf16 to nearest even (no NaN reaches it here) */
+static uint16_t rne16(float x) { uint32_t u = bits(x); return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+/* stochastic: 16 random bits added below the kept half */
+static uint16_t sr16(float x, uint32_t r) { return (uint16_t)((bits(x) + (r & 0xffffu)) >> 16); }
+/* the documented key: splitmix64's finaliser of (seed, update, tensor), element i's 16 bits; a moment's
+   stream is the tensor's key hashed with the moment's number j (1: m, 2: v) */
+static uint64_t mix(uint64_t z) {
+  z ^= z >> 30; z *= 0xbf58476d1ce4e5b9ull; z ^= z >> 27; z *= 0x94d049bb133111ebull; z ^= z >> 31;
+  return z;
+}
+static uint64_t key_of(uint64_t seed, int64_t t, uint64_t tensor) {
+  return mix(mix(seed ^ mix((uint64_t)t + 0x9e3779b97f4a7c15ull)) ^ (tensor * 0xd1b54a32d192ed03ull));
+}
+static uint64_t key_moment(uint64_t key, int j) { return mix(key + (uint64_t)j * 0xd1b54a32d192ed03ull); }
+static uint32_t rbits(uint64_t key, uint64_t i) { return (uint32_t)(mix(key + (i + 1u) * 0x9e3779b97f4a7c15ull) >> 48); }
+
+/* The arithmetic as IEEE single operations that no -Ofast build may fuse or reassociate; the
+   coefficients' double arithmetic in AMP__EXACT_FP functions (no reciprocal for a division). */
+#define MUL amp__fmul
+#define ADD amp__fadd
+#define SUB amp__fsub
+#define DIV amp__fdiv
+
+#define NT 3
+#define NMAX 5000
+#define NB (NMAX / 256 + 1)
+/* the tensors' sizes: bf16 moments: more than one block of the CPU loops (512) in the middle one;
+   8-bit: two tensors of at least 4096 elements (the second with a partial last block of 256), and
+   one under 4096, which keeps fp32 moments */
+static size_t LEN[NT];
+static const size_t LEN_BF16[NT] = {37, 700, 19}, LEN_8BIT[NT] = {4100, 5000, 19};
+
+/* bitsandbytes' dynamic map as SEMANTICS-style prose describes it (create_dynamic_map): for i = 0..6
+   the midpoints of linspace(0.1, 1, 2^i + 1) (signed) or linspace(0.1, 1, 2^(i+1) + 1) (unsigned)
+   times 10^(i-6), with both signs for the signed map, plus 0 and 1, sorted; in double, each
+   rounded to f32 once. The code of y: the nearest value, a tie going to the lower code. */
+static float map8[2][256];   /* 0: signed (first moments), 1: unsigned (Adam's v) */
+static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return x < y ? -1 : x > y; }
+static void make_maps(void) {
+  int sg, i, k;
+  for (sg = 0; sg < 2; sg++) {
+    int c = 0;
+    for (i = 0; i < 7; i++) {
+      int pts = sg == 0 ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+      double scale = i == 0 ? 1e-6 : i == 1 ? 1e-5 : i == 2 ? 1e-4 : i == 3 ? 1e-3 : i == 4 ? 1e-2 : i == 5 ? 1e-1 : 1.0;
+      for (k = 0; k + 1 < pts; k++) {
+        double a = 0.1 + 0.9 * (double)k / (double)(pts - 1), b = 0.1 + 0.9 * (double)(k + 1) / (double)(pts - 1);
+        double v = scale * ((a + b) / 2.0);
+        map8[sg][c++] = (float)v;
+        if (sg == 0) map8[sg][c++] = (float)-v;
+      }
+    }
+    map8[sg][c++] = 0.0f; map8[sg][c++] = 1.0f;
+    qsort(map8[sg], 256, sizeof(float), cmpf);
+  }
+}
+static uint8_t code_of(int sg, float y) {
+  int lo = 0, hi = 255;   /* the last value <= y (or 0), by bisection; then it or the next, the nearer */
+  long double dl, dh;
+  if (y <= map8[sg][0]) return 0;
+  while (lo < hi) { int m = (lo + hi + 1) / 2; if (map8[sg][m] <= y) lo = m; else hi = m - 1; }
+  if (lo == 255) return 255;
+  dl = (long double)y - (long double)map8[sg][lo]; dh = (long double)map8[sg][lo + 1] - (long double)y;
+  return (uint8_t)(dh < dl ? lo + 1 : lo);
+}
+static const float LRS[NT] = {1.0f, 0.5f, 1.0f}, WDS[NT] = {0.0f, 0.2f, 0.0f};   /* tensor 1 in its own group */
+#define SEED 29u
+#define STEPS 10
+#define MID 5
+#define OVERFLOW_STEP 3
+#define MAXN 1.5f
+
+typedef struct hp { amp_optim_kind kind; float lr, wd, beta1, beta2, eps, momentum; int nesterov; } hp;
+static hp hp_of(amp_optim_kind kind) {
+  hp h;
+  memset(&h, 0, sizeof h);
+  h.kind = kind; h.beta1 = 0.9f; h.beta2 = 0.999f; h.eps = 1e-8f;
+  if (kind == AMP_ADAM || kind == AMP_ADAMW) { h.lr = 1e-2f; h.wd = 0.05f; }
+  if (kind == AMP_SGD) { h.lr = 0.05f; h.wd = 0.01f; h.momentum = 0.9f; h.nesterov = 1; }
+  if (kind == AMP_LION) { h.lr = 1e-3f; h.wd = 0.1f; h.beta2 = 0.99f; }
+  return h;
+}
+
+/* One element's f32 update (torch.optim's formulas, t counted from 1), p the master, m and v the
+   moments widened, g the clipped grad; lr and wd the group's. */
+AMP__EXACT_BEGIN
+static AMP__EXACT_FP void ref_elem(const hp *h, int64_t t, float lr, float wd, float *p, float *m, float *v, float g) {
+  if (h->kind == AMP_ADAM || h->kind == AMP_ADAMW) {
+    float decay = h->kind == AMP_ADAMW ? (float)(1.0 - (double)lr * (double)wd) : 1.0f;
+    float step_size = (float)((double)lr / (1.0 - pow((double)h->beta1, (double)t)));
+    float bc2 = (float)sqrt(1.0 - pow((double)h->beta2, (double)t));
+    float w = MUL(*p, decay);
+    if (h->kind == AMP_ADAM && wd != 0.0f) g = ADD(g, MUL(wd, w));
+    *m = ADD(MUL(h->beta1, *m), MUL(SUB(1.0f, h->beta1), g));
+    *v = ADD(MUL(h->beta2, *v), MUL(MUL(SUB(1.0f, h->beta2), g), g));
+    *p = SUB(w, MUL(step_size, DIV(*m, ADD(DIV(amp__fsqrt(*v), bc2), h->eps))));
+  } else if (h->kind == AMP_SGD) {
+    float b;
+    if (wd != 0.0f) g = ADD(g, MUL(wd, *p));
+    b = t == 1 ? g : ADD(MUL(h->momentum, *m), MUL(1.0f, g));   /* dampening 0 */
+    *m = b;
+    g = h->nesterov ? ADD(g, MUL(h->momentum, b)) : b;
+    *p = SUB(*p, MUL(lr, g));
+  } else {   /* Lion */
+    float decay = (float)(1.0 - (double)lr * (double)wd);
+    float c = ADD(MUL(h->beta1, *m), MUL(SUB(1.0f, h->beta1), g));
+    float s = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : 0.0f;
+    *p = SUB(MUL(*p, decay), MUL(lr, s));
+    *m = ADD(MUL(h->beta2, *m), MUL(SUB(1.0f, h->beta2), g));
+  }
+}
+AMP__EXACT_END
+
+/* ---- one run: NT tensors, the library beside the reference -------------------------------------- */
+
+typedef struct rig {
+  amp_optimizer *o;
+  hp h;
+  int mode, stoch, nm, moments;
+  int64_t t;                                   /* the reference's update count */
+  amp_dtype wt[NT], gt[NT];
+  int sr[NT], mt[NT];                          /* mt: the type tensor i's moments are kept in */
+  unsigned char w[NT][NMAX * 4], g[NT][NMAX * 4];
+  float p[NT][NMAX];                           /* the reference master */
+  float mf[NT][NMAX], vf[NT][NMAX];            /* the reference moments as a step reads them (decoded) */
+  uint16_t m16[NT][NMAX], v16[NT][NMAX];       /* BF16: their words */
+  uint8_t mc[NT][NMAX], vc[NT][NMAX];          /* 8BIT: their codes */
+  float ma[NT][NB], va[NT][NB];                /* 8BIT: their blocks' absmaxes */
+  unsigned char ew[NT][NMAX * 4];              /* the model copy the reference expects */
+} rig;
+
+/* 8BIT, written here from the description: per block of 256 the absmax (at least 1e-38), each value
+   over it clamped to [-1, 1], its nearest code; decoded as code value times absmax. */
+AMP__EXACT_BEGIN
+static AMP__EXACT_FP void enc8(int sg, const float *x, size_t n, uint8_t *codes, float *absmax, float *dec) {
+  size_t b, j;
+  for (b = 0; b < n; b += 256) {
+    size_t e = n - b < 256 ? n - b : 256;
+    float am = 0.0f;
+    for (j = 0; j < e; j++) if (fabsf(x[b + j]) > am) am = fabsf(x[b + j]);
+    if (am < 1e-38f) am = 1e-38f;
+    absmax[b / 256] = am;
+    for (j = 0; j < e; j++) {
+      float y = DIV(x[b + j], am);
+      codes[b + j] = code_of(sg, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
+      dec[b + j] = MUL(map8[sg][codes[b + j]], am);
+    }
+  }
+}
+AMP__EXACT_END
+
+/* moments: the type asked for (8BIT: tensors under 4096 elements keep f32). */
+static int rig_make(rig *r, amp_optim_kind kind, int mode, int stoch, int moments) {
+  amp_optim_config c;
+  int groups[NT] = {0, 0, 0}, i;
+  size_t j;
+  memset(r, 0, sizeof *r);
+  r->h = hp_of(kind); r->mode = mode; r->stoch = stoch; r->moments = moments;
+  memset(&c, 0, sizeof c);
+  c.kind = kind; c.zero_is_zero = 1; c.lr = r->h.lr; c.weight_decay = r->h.wd; c.beta1 = r->h.beta1;
+  c.beta2 = r->h.beta2; c.eps = r->h.eps; c.momentum = r->h.momentum; c.nesterov = r->h.nesterov;
+  c.max_grad_norm = MAXN; c.seed = SEED; c.stats = 1;
+  r->nm = kind == AMP_ADAM || kind == AMP_ADAMW ? 2 : 1;
+  if (amp_optimizer_create(&r->o, amp_cpu(), &c) != AMP_OK) return 0;
+  if (amp_optimizer_add_group(r->o, LRS[1], WDS[1], &groups[1]) != AMP_OK) return 0;
+  rng_state = 42;
+  for (i = 0; i < NT; i++) {
+    amp_tensor_desc d;
+    r->wt[i] = mode == AMP_MASTER_F32 ? (i == 0 ? AMP_F32 : i == 1 ? AMP_BF16 : AMP_F16) : AMP_BF16;
+    r->gt[i] = i == 0 ? AMP_BF16 : i == 1 ? AMP_F32 : AMP_F16;
+    r->sr[i] = r->wt[i] == AMP_BF16 && (mode == AMP_MASTER_NONE || (mode == AMP_MASTER_F32 && stoch));
+    r->mt[i] = moments == AMP_MOMENTS_8BIT && LEN[i] < 4096 ? AMP_MOMENTS_F32 : moments;
+    for (j = 0; j < LEN[i]; j++) amp__store(r->w[i], r->wt[i], j, rndf());
+    for (j = 0; j < LEN[i]; j++) r->p[i][j] = amp__load(r->w[i], r->wt[i], j);
+    memcpy(r->ew[i], r->w[i], sizeof r->ew[i]);
+    memset(&d, 0, sizeof d);
+    d.weights = r->w[i]; d.dtype = r->wt[i]; d.grads = r->g[i];
+    d.grad_dtype = r->gt[i] == AMP_F32 ? AMP_GRAD_F32 : r->gt[i];
+    d.n = LEN[i]; d.group = groups[i]; d.stochastic = r->sr[i]; d.master_mode = mode; d.moments = moments;
+    if (amp_optimizer_add_tensor(r->o, &d) != AMP_OK) return 0;
+  }
+  return 1;
+}
+static void rig_free(rig *r) { amp_optimizer_destroy(r->o); r->o = NULL; }
+
+/* Every byte of the library's state: model copies, masters or remainders, moments, the step count. */
+static size_t snapshot(const rig *r, unsigned char *buf) {
+  const amp_optimizer *o = r->o;
+  size_t k = 0, i;
+  for (i = 0; i < o->count; i++) {
+    size_t n = o->t[i].n, mb = amp__moment_bytes(o->t[i].moments, n);
+    memcpy(buf + k, o->t[i].w, n * amp_dtype_size(o->t[i].wtype)); k += n * amp_dtype_size(o->t[i].wtype);
+    if (o->t[i].master) { memcpy(buf + k, o->t[i].master, n * 4); k += n * 4; }
+    if (o->t[i].rem) { memcpy(buf + k, o->t[i].rem, n * 2); k += n * 2; }
+    if (o->t[i].m) { memcpy(buf + k, o->t[i].m, n * 4); k += n * 4; }
+    if (o->t[i].v) { memcpy(buf + k, o->t[i].v, n * 4); k += n * 4; }
+    if (o->t[i].mq) { memcpy(buf + k, o->t[i].mq, mb); k += mb; }
+    if (o->t[i].vq) { memcpy(buf + k, o->t[i].vq, mb); k += mb; }
+  }
+  memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step;
+  return k;
+}
+#define SNAP (NT * NMAX * 24 + 64)
+
+/* Step k's grads (the same for every rig and at every level); at OVERFLOW_STEP an inf. */
+static void make_grads(rig *r, int k) {
+  int i;
+  size_t j;
+  rng_state = 1000u + (uint64_t)k * 7919u;
+  for (i = 0; i < NT; i++)
+    for (j = 0; j < LEN[i]; j++) amp__store(r->g[i], r->gt[i], j, rndf() * (float)(i + 1) * 0.4f);
+  if (k == OVERFLOW_STEP) amp__store(r->g[1], r->gt[1], 5, INFINITY);
+}
+
+/* The reference's update of every tensor, the clip from the library's norm. */
+AMP__EXACT_BEGIN
+static AMP__EXACT_FP void ref_step(rig *r) {
+  static float nm_[NMAX], nv_[NMAX];
+  float norm = amp_optimizer_grad_norm(r->o), clip = 1.0f;
+  int i;
+  size_t j;
+  {
+    float cc = DIV(MAXN, ADD(norm, 1e-6f));
+    if (cc < 1.0f) clip = cc;
+  }
+  r->t++;
+  for (i = 0; i < NT; i++) {
+    uint64_t key = key_of(SEED, r->t, (uint64_t)i);
+    float lr = MUL(r->h.lr, LRS[i]), wd = i == 1 ? WDS[1] : r->h.wd;
+    for (j = 0; j < LEN[i]; j++) {
+      float g = MUL(amp__load(r->g[i], r->gt[i], j), clip);
+      nm_[j] = r->mf[i][j]; nv_[j] = r->vf[i][j];
+      ref_elem(&r->h, r->t, lr, wd, &r->p[i][j], &nm_[j], &nv_[j], g);
+      /* the model copy: NONE rounds the master itself stochastically (and reads it back next step);
+         SPLIT's copy is the top half rounded to nearest, ties away; else the copy rounded */
+      if (r->mode == AMP_MASTER_NONE) {
+        uint16_t wb = sr16(r->p[i][j], rbits(key, j));
+        r->p[i][j] = widen(wb);
+        memcpy(r->ew[i] + 2 * j, &wb, 2);
+      } else if (r->mode == AMP_MASTER_SPLIT) {
+        uint16_t wb = (uint16_t)((bits(r->p[i][j]) + 0x8000u) >> 16);
+        memcpy(r->ew[i] + 2 * j, &wb, 2);
+      } else if (r->sr[i]) {
+        uint16_t wb = sr16(r->p[i][j], rbits(key, j));
+        memcpy(r->ew[i] + 2 * j, &wb, 2);
+      } else if (r->wt[i] == AMP_BF16) {
+        uint16_t wb = rne16(r->p[i][j]);
+        memcpy(r->ew[i] + 2 * j, &wb, 2);
+      } else {
+        amp__store(r->ew[i], r->wt[i], j, r->p[i][j]);   /* f32 itself; f16 to nearest even */
+      }
+    }
+    /* the new moments, stored in their type */
+    if (r->mt[i] == AMP_MOMENTS_8BIT) {
+      enc8(0, nm_, LEN[i], r->mc[i], r->ma[i], r->mf[i]);
+      if (r->nm == 2) enc8(1, nv_, LEN[i], r->vc[i], r->va[i], r->vf[i]);
+    } else if (r->mt[i] == AMP_MOMENTS_BF16) {
+      for (j = 0; j < LEN[i]; j++) {
+        r->m16[i][j] = r->sr[i] ? sr16(nm_[j], rbits(key_moment(key, 1), j)) : rne16(nm_[j]);
+        r->v16[i][j] = r->nm < 2 ? 0 : r->sr[i] ? sr16(nv_[j], rbits(key_moment(key, 2), j)) : rne16(nv_[j]);
+        r->mf[i][j] = widen(r->m16[i][j]); r->vf[i][j] = widen(r->v16[i][j]);
+      }
+    } else {
+      memcpy(r->mf[i], nm_, LEN[i] * 4); memcpy(r->vf[i], nv_, LEN[i] * 4);
+    }
+  }
+}
+AMP__EXACT_END
+
+/* The library's state against the reference's, element by element. */
+static int rig_matches(const rig *r, const char *what) {
+  int i, bad = 0;
+  size_t j;
+  for (i = 0; i < NT && !bad; i++) {
+    const amp__tensor *t = &r->o->t[i];
+    size_t nb = (LEN[i] + 255) / 256;
+    if (t->moments != r->mt[i]) { EXPECT(0, "%s: tensor %d keeps moments %d, want %d", what, i, t->moments, r->mt[i]); return 0; }
+    for (j = 0; j < LEN[i] && !bad; j++) {
+      float mast = t->master ? t->master[j]
+                   : t->rem  ? amp__split_decode(((const amp_bf16 *)t->w)[j], t->rem[j])
+                             : amp_bf16_to_f32(((const amp_bf16 *)t->w)[j]);
+      int ok = bits(mast) == bits(r->p[i][j]) &&
+               memcmp((const char *)t->w + j * amp_dtype_size(t->wtype), r->ew[i] + j * amp_dtype_size(t->wtype),
+                      amp_dtype_size(t->wtype)) == 0;
+      if (r->mt[i] == AMP_MOMENTS_BF16)
+        ok = ok && ((const amp_bf16 *)t->mq)[j] == r->m16[i][j] &&
+             (r->nm < 2 || ((const amp_bf16 *)t->vq)[j] == r->v16[i][j]);
+      else if (r->mt[i] == AMP_MOMENTS_8BIT)
+        ok = ok && t->mq[4 * nb + j] == r->mc[i][j] && bits(((const float *)t->mq)[j / 256]) == bits(r->ma[i][j / 256]) &&
+             (r->nm < 2 || (t->vq[4 * nb + j] == r->vc[i][j] && bits(((const float *)t->vq)[j / 256]) == bits(r->va[i][j / 256])));
+      else
+        ok = ok && bits(t->m[j]) == bits(r->mf[i][j]) && (r->nm < 2 || bits(t->v[j]) == bits(r->vf[i][j]));
+      if (!ok) {
+        EXPECT(0, "%s: tensor %d elem %zu (update %ld): master %a (reference %a), m %a (reference %a)", what, i, j, (long)r->t,
+               (double)mast, (double)r->p[i][j],
+               (double)amp__moment_at(r->o, t->moments, 1, t->moments == AMP_MOMENTS_F32 ? (const unsigned char *)t->m : t->mq, LEN[i], j),
+               (double)r->mf[i][j]);
+        bad = 1;
+      }
+    }
+  }
+  return !bad;
+}
+
+/* Update k of the run: the library's step, or, at OVERFLOW_STEP, a skip that changes no byte. */
+static int rig_step(rig *r, int k, const char *what) {
+  static unsigned char before[SNAP], after[SNAP];
+  size_t nb = 0, na;
+  amp_status st;
+  make_grads(r, k);
+  if (k == OVERFLOW_STEP) nb = snapshot(r, before);
+  st = amp_optimizer_step(r->o);
+  if (st != AMP_OK) { EXPECT(0, "%s: step %d: %s", what, k, amp_last_error()); return 0; }
+  if (k == OVERFLOW_STEP) {
+    na = snapshot(r, after);
+    EXPECT(na == nb && memcmp(before, after, na) == 0, "%s: the skipped step %d changed the state", what, k);
+    return na == nb && memcmp(before, after, na) == 0;
+  }
+  ref_step(r);
+  return 1;
+}
+
+static const char *kind_name(amp_optim_kind k) {
+  return k == AMP_SGD ? "SGD" : k == AMP_ADAM ? "Adam" : k == AMP_ADAMW ? "AdamW" : "Lion";
+}
+
+/* Every kind x master mode x rounding at one SIMD level: STEPS updates against the reference, a
+   checkpoint saved after MID of them and loaded into a fresh rig that runs the rest: the same bits as
+   the straight run. Returns the straight runs' final states for the comparison across levels. */
+#define NCASE 16
+static unsigned char final_state[NCASE][SNAP];
+static size_t final_len[NCASE];
+static void run_level(int level, int record, int moments) {
+  static const amp_optim_kind kinds[4] = {AMP_ADAMW, AMP_ADAM, AMP_SGD, AMP_LION};
+  static rig a, b;
+  static unsigned char sa[SNAP], sb[SNAP];
+  int ki, cs, k, ncase = 0;
+  memcpy(LEN, moments == AMP_MOMENTS_8BIT ? LEN_8BIT : LEN_BF16, sizeof LEN);
+  t_simd_level(level);
+  amp__opt_simd = level;
+  for (ki = 0; ki < 4; ki++)
+    for (cs = 0; cs < 4; cs++) {   /* F32 nearest, F32 stochastic, SPLIT, NONE */
+      int mode = cs <= 1 ? AMP_MASTER_F32 : cs == 2 ? AMP_MASTER_SPLIT : AMP_MASTER_NONE;
+      char what[128];
+      size_t la, lb;
+      snprintf(what, sizeof what, "moments %d, level %d, %s, master_mode %d, stochastic %d", moments, level,
+               kind_name(kinds[ki]), mode, cs == 1);
+      if (!rig_make(&a, kinds[ki], mode, cs == 1, moments)) { EXPECT(0, "%s: setup: %s", what, amp_last_error()); continue; }
+      for (k = 0; k < STEPS; k++) {
+        if (!rig_step(&a, k, what)) break;
+        if (!rig_matches(&a, what)) break;
+        if (k == MID - 1) EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "%s: save: %s", what, amp_last_error());
+      }
+      la = snapshot(&a, sa);
+      if (record) { memcpy(final_state[ncase], sa, la); final_len[ncase] = la; }
+      else EXPECT(la == final_len[ncase] && memcmp(sa, final_state[ncase], la) == 0,
+                  "%s: the state differs from level 0's", what);
+      ncase++;
+      /* resumed: the same setup, the file loaded, the remaining updates */
+      if (!rig_make(&b, kinds[ki], mode, cs == 1, moments)) { EXPECT(0, "%s: setup 2", what); rig_free(&a); continue; }
+      EXPECT(amp_checkpoint_load(CKPT, b.o, NULL) == AMP_OK, "%s: load: %s", what, amp_last_error());
+      for (k = MID; k < STEPS; k++) {
+        make_grads(&b, k);
+        EXPECT(amp_optimizer_step(b.o) == AMP_OK, "%s: resumed step %d: %s", what, k, amp_last_error());
+      }
+      lb = snapshot(&b, sb);
+      EXPECT(la == lb && memcmp(sa, sb, la) == 0, "%s: the resumed run differs from the straight one", what);
+      rig_free(&a); rig_free(&b);
+    }
+  amp__opt_simd = -1;
+  t_simd_level(2);
+}
+
+static void bf16_moments_match_the_reference_at_every_simd_level(void) {
+  int l;
+  for (l = 0; l < t_simd_levels(); l++) run_level(l, l == 0, AMP_MOMENTS_BF16);
+}
+static void eight_bit_moments_match_the_reference_at_every_simd_level(void) {
+  int l;
+  for (l = 0; l < t_simd_levels(); l++) run_level(l, l == 0, AMP_MOMENTS_8BIT);
+}
+
+/* The library's maps are the ones written here from the description, value for value. */
+static void eight_bit_maps_are_the_described_dynamic_maps(void) {
+  static amp_optimizer *o;
+  amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+  int sg, k, same = 1;
+  amp_optimizer_create(&o, amp_cpu(), &c);
+  for (sg = 0; sg < 2; sg++)
+    for (k = 0; k < 256; k++) same &= bits(o->qmap[sg].code[k]) == bits(map8[sg][k]);
+  EXPECT(same, "the library's 8-bit maps differ from the ones written here");
+  EXPECT(map8[0][0] < -0.99f && map8[0][127] == 0.0f && map8[0][255] == 1.0f && map8[1][0] == 0.0f &&
+         map8[1][255] == 1.0f && map8[1][254] > 0.99f, "the maps' ends: %g %g %g, %g %g", (double)map8[0][0],
+         (double)map8[0][127], (double)map8[0][255], (double)map8[1][0], (double)map8[1][254]);
+  amp_optimizer_destroy(o);
+}
+
+/* The reference must be able to fail: fp32 moments do not give the bf16 reference's bits. */
+static void fp32_moments_differ_from_the_bf16_reference(void) {
+  static rig a;
+  int k, same = 1, i;
+  size_t j;
+  memcpy(LEN, LEN_BF16, sizeof LEN);
+  if (!rig_make(&a, AMP_ADAMW, AMP_MASTER_F32, 0, AMP_MOMENTS_F32)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  for (i = 0; i < NT; i++) a.mt[i] = AMP_MOMENTS_BF16;   /* the reference rounds, the library keeps f32 */
+  for (k = 0; k < 3; k++) {
+    make_grads(&a, k);
+    amp_optimizer_step(a.o);
+    ref_step(&a);
+  }
+  for (i = 0; i < NT; i++)
+    for (j = 0; j < LEN[i]; j++) same &= bits(a.o->t[i].master[j]) == bits(a.p[i][j]);
+  EXPECT(!same, "fp32 moments gave the bf16-moment reference's masters bit for bit");
+  EXPECT(a.o->t[0].mq == NULL && a.o->t[0].m != NULL, "fp32 moments kept in another type");
+  rig_free(&a);
+}
+
+/* ---- checkpoints: the file holds the bf16 words; a file moves between moment types ------------- */
+
+static unsigned char *read_all(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *p;
+  long len;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END); len = ftell(f); fseek(f, 0, SEEK_SET);
+  p = (unsigned char *)malloc((size_t)len + 1);
+  *n = fread(p, 1, (size_t)len, f);
+  fclose(f);
+  return p;
+}
+
+/* Moment j (1, 2) of tensor i as the reference decodes the library's stored bytes. */
+static float decoded(const amp__tensor *t, int j, size_t e) {
+  const unsigned char *q = j == 1 ? t->mq : t->vq;
+  size_t nb = (t->n + 255) / 256;
+  if (t->moments == AMP_MOMENTS_F32) return (j == 1 ? t->m : t->v)[e];
+  if (t->moments == AMP_MOMENTS_BF16) return widen(((const uint16_t *)q)[e]);
+  return MUL(map8[j - 1][q[4 * nb + e]], ((const float *)q)[e / 256]);
+}
+
+/* A run with moments kept as `moments` (BF16, 8BIT): its file holds them as kept (version 3); it
+   loads into fp32 moments decoded exactly, and an fp32 file loads into them encoded as a step
+   encodes (bf16 to nearest even; 8-bit blockwise). A bad moments field is refused, nothing changed. */
+static void checkpoint_moves_between_types(int moments) {
+  static rig a, f, h;
+  static uint8_t codes[NMAX]; static float absmax[NB], dec[NMAX];
+  size_t n = 0, want = 32 + 56 + 416 + 4, j;
+  unsigned char *file;
+  uint32_t version = 0;
+  int i, k, ok, jm;
+  memcpy(LEN, moments == AMP_MOMENTS_8BIT ? LEN_8BIT : LEN_BF16, sizeof LEN);
+  if (!rig_make(&a, AMP_ADAMW, AMP_MASTER_F32, 0, moments)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+  for (k = 0; k < 5; k++) { make_grads(&a, k); amp_optimizer_step(a.o); }
+  EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "save: %s", amp_last_error());
+  file = read_all(CKPT, &n);
+  for (i = 0; i < NT; i++) want += 20 + 4 * LEN[i] + 2 * amp__moment_bytes(a.o->t[i].moments, LEN[i]);
+  EXPECT(file && n == want, "moments %d: the file holds %zu bytes, want %zu", moments, n, want);
+  if (file && n == want) {
+    size_t at = 32 + 56 + 416, mb = amp__moment_bytes(moments, LEN[0]);
+    uint32_t mom;
+    memcpy(&version, file + 8, 4);
+    EXPECT(version == 3, "version %u, want 3", (unsigned)version);
+    memcpy(&mom, file + at + 16, 4);
+    EXPECT(mom == (uint32_t)moments, "tensor 0's moments field %u", (unsigned)mom);
+    at += 20 + 4 * LEN[0];
+    EXPECT(memcmp(file + at, a.o->t[0].mq, mb) == 0, "tensor 0's m in the file is not as kept");
+    EXPECT(memcmp(file + at + mb, a.o->t[0].vq, mb) == 0, "tensor 0's v in the file is not as kept");
+  }
+  free(file);
+  /* into fp32 moments: decoded exactly; masters and step as saved */
+  if (!rig_make(&f, AMP_ADAMW, AMP_MASTER_F32, 0, AMP_MOMENTS_F32)) { EXPECT(0, "setup f: %s", amp_last_error()); rig_free(&a); return; }
+  EXPECT(amp_checkpoint_load(CKPT, f.o, NULL) == AMP_OK, "moments %d file into fp32 moments: %s", moments, amp_last_error());
+  ok = amp_optimizer_step_count(f.o) == amp_optimizer_step_count(a.o);
+  for (i = 0; i < NT; i++)
+    for (j = 0; j < LEN[i]; j++)
+      ok &= bits(f.o->t[i].m[j]) == bits(decoded(&a.o->t[i], 1, j)) && bits(f.o->t[i].v[j]) == bits(decoded(&a.o->t[i], 2, j)) &&
+            bits(f.o->t[i].master[j]) == bits(a.o->t[i].master[j]);
+  EXPECT(ok, "moments %d: a file loaded into fp32 moments is not its moments decoded (and masters as saved)", moments);
+  /* fp32 moments stepped further, saved (version 2, as before), loaded into `moments`: encoded */
+  for (k = 5; k < 7; k++) { make_grads(&f, k); amp_optimizer_step(f.o); }
+  EXPECT(amp_checkpoint_save(CKPT2, f.o, NULL) == AMP_OK, "save 2: %s", amp_last_error());
+  file = read_all(CKPT2, &n);
+  if (file) { memcpy(&version, file + 8, 4); EXPECT(version == 2, "an fp32-moment file has version %u, want 2", (unsigned)version); }
+  free(file);
+  if (!rig_make(&h, AMP_ADAMW, AMP_MASTER_F32, 0, moments)) { EXPECT(0, "setup h"); rig_free(&a); rig_free(&f); return; }
+  EXPECT(amp_checkpoint_load(CKPT2, h.o, NULL) == AMP_OK, "fp32 file into moments %d: %s", moments, amp_last_error());
+  ok = 1;
+  for (i = 0; i < NT; i++) {
+    const amp__tensor *t = &h.o->t[i];
+    size_t nb = (LEN[i] + 255) / 256;
+    for (j = 0; j < LEN[i]; j++) ok &= bits(t->master[j]) == bits(f.o->t[i].master[j]);
+    for (jm = 1; jm <= 2; jm++) {
+      const float *src = jm == 1 ? f.o->t[i].m : f.o->t[i].v;
+      const unsigned char *q = jm == 1 ? t->mq : t->vq;
+      if (t->moments == AMP_MOMENTS_F32) {
+        ok &= memcmp(jm == 1 ? t->m : t->v, src, 4 * LEN[i]) == 0;
+      } else if (t->moments == AMP_MOMENTS_BF16) {
+        for (j = 0; j < LEN[i]; j++) ok &= ((const uint16_t *)q)[j] == rne16(src[j]);
+      } else {
+        enc8(jm - 1, src, LEN[i], codes, absmax, dec);
+        ok &= memcmp(q + 4 * nb, codes, LEN[i]) == 0 && memcmp(q, absmax, 4 * nb) == 0;
+      }
+    }
+  }
+  EXPECT(ok, "an fp32 file loaded into moments %d is not its moments encoded as a step encodes", moments);
+  /* a moments field that is no kept type: refused, nothing changed */
+  file = read_all(CKPT, &n);
+  if (file) {
+    amp__crc crc; uint32_t bad = 9, cv;
+    FILE *w;
+    memcpy(file + 32 + 56 + 416 + 16, &bad, 4);
+    amp__crc_init(&crc); amp__crc_add(&crc, file, n - 4); cv = amp__crc_value(&crc); memcpy(file + n - 4, &cv, 4);
+    w = fopen(CKPT2, "wb"); fwrite(file, 1, n, w); fclose(w);
+    {
+      static unsigned char s0[SNAP], s1[SNAP];
+      size_t l0 = snapshot(&h, s0), l1;
+      amp_status st = amp_checkpoint_load(CKPT2, h.o, NULL);
+      l1 = snapshot(&h, s1);
+      EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "moments 9"), "moments 9 in the file: %s '%s'",
+             amp_status_string(st), amp_last_error());
+      EXPECT(l0 == l1 && memcmp(s0, s1, l0) == 0, "a refused load changed the state");
+    }
+    free(file);
+  }
+  rig_free(&a); rig_free(&f); rig_free(&h);
+}
+static void checkpoints_keep_moments_as_kept_and_move_between_types(void) {
+  checkpoint_moves_between_types(AMP_MOMENTS_BF16);
+  checkpoint_moves_between_types(AMP_MOMENTS_8BIT);
+}
+
+/* ---- amp_optimizer_state_bytes --------------------------------------------------------------------- */
+
+static void state_bytes_count_every_byte_kept(void) {
+  static const amp_optim_kind kinds[4] = {AMP_ADAMW, AMP_SGD, AMP_LION, AMP_SGD};
+  /* bytes per parameter: [kind][master mode][moments f32, bf16]; the last row is SGD without momentum */
+  static const size_t want[4][3][2] = {{{12, 8}, {10, 6}, {8, 4}}, {{8, 6}, {6, 4}, {4, 2}},
+                                       {{8, 6}, {6, 4}, {4, 2}}, {{4, 4}, {2, 2}, {0, 0}}};
+  static amp_bf16 w[1000], g[1000];
+  int ki, mode, mo;
+  EXPECT(amp_optimizer_state_bytes(NULL) == 0, "NULL: %zu", amp_optimizer_state_bytes(NULL));
+  for (ki = 0; ki < 4; ki++)
+    for (mode = 0; mode < 3; mode++)
+      for (mo = 0; mo < 2; mo++) {
+        amp_optimizer *o;
+        amp_optim_config c = amp_optimizer_defaults(kinds[ki]);
+        amp_tensor_desc d;
+        size_t got;
+        if (ki == 1) c.momentum = 0.9f;
+        if (ki == 3 && mo == 1) continue;   /* no moments to store in bf16 (refused below) */
+        amp_optimizer_create(&o, amp_cpu(), &c);
+        memset(&d, 0, sizeof d);
+        d.weights = w; d.dtype = AMP_BF16; d.grads = g; d.grad_dtype = AMP_BF16; d.n = 600;
+        d.master_mode = mode; d.stochastic = mode == AMP_MASTER_NONE; d.moments = mo ? AMP_MOMENTS_BF16 : AMP_MOMENTS_F32;
+        EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add: %s", amp_last_error());
+        d.weights = w + 600; d.grads = g + 600; d.n = 400;
+        EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add 2: %s", amp_last_error());
+        got = amp_optimizer_state_bytes(o);
+        EXPECT(got == 1000 * want[ki][mode][mo], "%s%s, master_mode %d, moments %d: %zu bytes, want %zu",
+               kind_name(kinds[ki]), ki == 3 ? " without momentum" : "", mode, mo, got, 1000 * want[ki][mode][mo]);
+        amp_optimizer_destroy(o);
+      }
+  {   /* 8-bit: a tensor of 5000 elements keeps 5000 codes and 20 absmaxes per moment (5080 bytes each,
+         a multiple of 4), one of 4095 keeps f32 moments */
+    static amp_bf16 w8[9095], g8[9095];
+    amp_optimizer *o;
+    amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+    amp_tensor_desc d;
+    amp_optimizer_create(&o, amp_cpu(), &c);
+    memset(&d, 0, sizeof d);
+    d.weights = w8; d.dtype = AMP_BF16; d.grads = g8; d.grad_dtype = AMP_BF16; d.n = 5000; d.moments = AMP_MOMENTS_8BIT;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add 8-bit: %s", amp_last_error());
+    EXPECT(amp_optimizer_state_bytes(o) == 4 * 5000 + 2 * 5080, "8-bit: %zu bytes, want %d", amp_optimizer_state_bytes(o),
+           4 * 5000 + 2 * 5080);
+    d.weights = w8 + 5000; d.grads = g8 + 5000; d.n = 4095;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add 8-bit, small: %s", amp_last_error());
+    EXPECT(amp_optimizer_state_bytes(o) == 4 * 5000 + 2 * 5080 + 12 * 4095 && o->t[1].moments == AMP_MOMENTS_F32,
+           "8-bit with a small tensor: %zu bytes, want %d", amp_optimizer_state_bytes(o), 4 * 5000 + 2 * 5080 + 12 * 4095);
+    amp_optimizer_destroy(o);
+  }
+}
+
+/* ---- bad input ------------------------------------------------------------------------------------- */
+
+static void bad_moments_are_refused_naming_the_value(void) {
+  static amp_bf16 w[64], g[64];
+  amp_optimizer *o;
+  amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+  amp_tensor_desc d;
+  amp_status st;
+  const int bad[3] = {4, -1, 1000};
+  int i;
+  amp_optimizer_create(&o, amp_cpu(), &c);
+  memset(&d, 0, sizeof d);
+  d.weights = w; d.dtype = AMP_BF16; d.grads = g; d.grad_dtype = AMP_BF16; d.n = 64;
+  for (i = 0; i < 3; i++) {
+    char want[32];
+    d.moments = bad[i];
+    st = amp_optimizer_add_tensor(o, &d);
+    snprintf(want, sizeof want, "moments %d", bad[i]);
+    EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") && strstr(amp_last_error(), want),
+           "moments %d: %s '%s'", bad[i], amp_status_string(st), amp_last_error());
+  }
+  d.moments = AMP_MOMENTS_FP8;
+  st = amp_optimizer_add_tensor(o, &d);
+  EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "AMP_MOMENTS_FP8"), "FP8: %s '%s'",
+         amp_status_string(st), amp_last_error());
+  EXPECT(o->count == 0 && amp_optimizer_state_bytes(o) == 0, "a refused add added a tensor");
+  d.moments = AMP_MOMENTS_BF16;
+  EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "a good add after the refusals: %s", amp_last_error());
+  amp_optimizer_destroy(o);
+  /* a kind without moments takes only AMP_MOMENTS_F32 */
+  c = amp_optimizer_defaults(AMP_SGD);
+  amp_optimizer_create(&o, amp_cpu(), &c);
+  st = amp_optimizer_add_tensor(o, &d);
+  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "AMP_MOMENTS_BF16") && strstr(amp_last_error(), "without momentum"),
+         "SGD without momentum, bf16 moments: %s '%s'", amp_status_string(st), amp_last_error());
+  EXPECT(o->count == 0, "the refused tensor was added");
+  amp_optimizer_destroy(o);
+}
+
+int main(void) {
+  make_maps();
+  RUN(eight_bit_maps_are_the_described_dynamic_maps);
+  RUN(bf16_moments_match_the_reference_at_every_simd_level);
+  RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
+  RUN(fp32_moments_differ_from_the_bf16_reference);
+  RUN(checkpoints_keep_moments_as_kept_and_move_between_types);
+  RUN(state_bytes_count_every_byte_kept);
+  RUN(bad_moments_are_refused_naming_the_value);
+  remove(CKPT); remove(CKPT2);
+  TEST_END();
+}
