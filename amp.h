@@ -8062,6 +8062,9 @@ extern "C" {
      packing; bf16 inputs on an AVX512_BF16 CPU whose vdpbf16ps pays (amp__gemm_dpbf16, a
      calibration) are packed in pairs along k and multiplied with vdpbf16ps (2 products per lane
      and instruction, see the manual for its rounding); elsewhere they are widened as f16 is.
+     An f32 A whose rows run along k (row-major, or col-major transposed) is read in place by the
+     AVX-512 kernel instead of packed (amp__gemm_micro_512_ra): the same values reach the same
+     FMAs, so the same bits.
    A CPU with neither FMA nor AVX2 runs the reference.
    The AVX-512 kernels write the last k slice's tiles into C themselves (rows of C contiguous, act
    NONE or RELU: alpha, beta, bias, ReLU and the rounding to C's type from the registers, the
@@ -8186,12 +8189,19 @@ typedef void (*amp__gemm_pack_fn)(float *dst, int W, const void *x, amp_dtype t,
 typedef void (*amp__gemm_micro_rb_fn)(int kc, const float *a, const uint16_t *b, size_t ldb, int ncols, float *tile,
                                       int acc, const amp__gemm_out *out);
 
+/* A micro-kernel that reads an f32 op(A) unpacked: row r of the tile's A at a + r*lda, contiguous
+   along k (nrows of the 8 present; the others read row 0 again, and their accumulators are never
+   written to C); otherwise as amp__gemm_micro_fn. */
+typedef void (*amp__gemm_micro_ra_fn)(int kc, const float *a, size_t lda, int nrows, const float *b, float *tile,
+                                      int acc, const amp__gemm_out *out);
+
 typedef struct amp__gemm_kernel {
   amp__gemm_micro_fn micro;
   amp__gemm_pack_fn pack;
   int mr, nr, kc, mc, nc, kpair;
   int vec_store;   /* 1: the epilogue of f32 rows runs in the AVX-512 helper below */
   amp__gemm_micro_rb_fn micro_rb;   /* NULL, or the same kernel reading B unpacked */
+  amp__gemm_micro_ra_fn micro_ra;   /* NULL, or the same kernel reading an f32 A unpacked */
 } amp__gemm_kernel;
 
 static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc,
@@ -8257,10 +8267,10 @@ static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t
 }
 
 static const amp__gemm_kernel amp__gemm_reference_kernel = {
-  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL};
+  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL};
 #ifdef AMP__GEMM_AVX2
 static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
-  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL
 };
 #endif
 
@@ -8527,6 +8537,29 @@ static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b
     __m512 b0 = _mm512_load_ps(b + (size_t)p * 32), b1 = _mm512_load_ps(b + (size_t)p * 32 + 16);
     const float *ap = a + (size_t)p * 8;
     AMP__GEMM_ROWS8(AMP__GEMM_FMA)
+  }
+  AMP__GEMM_FINISH
+}
+
+/* The same kernel reading an f32 A in place (amp__gemm_micro_ra_fn): each broadcast comes from A's
+   row instead of the packed sliver, the same value, so the same FMAs in the same order: the same
+   bits. Packing A (a transpose of 8-row slivers) cost the demo's small products a sixth of their
+   time; its rows stream from cache as well as the sliver did. */
+static AMP__T512 void amp__gemm_micro_512_ra(int kc, const float *a, size_t lda, int nrows, const float *b, float *tile,
+                                             int acc, const amp__gemm_out *out) {
+  const float *a0 = a, *a1 = a + (nrows > 1 ? lda : 0), *a2 = a + (nrows > 2 ? 2 * lda : 0);
+  const float *a3 = a + (nrows > 3 ? 3 * lda : 0), *a4 = a + (nrows > 4 ? 4 * lda : 0);
+  const float *a5 = a + (nrows > 5 ? 5 * lda : 0), *a6 = a + (nrows > 6 ? 6 * lda : 0);
+  const float *a7 = a + (nrows > 7 ? 7 * lda : 0);
+  AMP__GEMM_ROWS8(AMP__GEMM_DECL)
+  int p;
+  if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
+  for (p = 0; p < kc; p++) {
+    __m512 b0 = _mm512_load_ps(b + (size_t)p * 32), b1 = _mm512_load_ps(b + (size_t)p * 32 + 16);
+#define AMP__GEMM_FMA_RA(r) { __m512 x = _mm512_set1_ps(a##r[p]); c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); \
+                              c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1); }
+    AMP__GEMM_ROWS8(AMP__GEMM_FMA_RA)
+#undef AMP__GEMM_FMA_RA
   }
   AMP__GEMM_FINISH
 }
@@ -8873,12 +8906,12 @@ static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float
 }
 
 static const amp__gemm_kernel amp__gemm_kernel_fma = {
-  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL};
-/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue */
+  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL};
+/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_512 = {
-  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL};
+  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL, amp__gemm_micro_512_ra};
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
-  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb};
+  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL};
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -8964,6 +8997,14 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
 }
 
 static int amp__gemm_rb_ok = 1;   /* tests set 0 to run the packed-B path of the bf16 kernel */
+static int amp__gemm_ra_ok = 1;   /* tests set 0 to run the packed-A path of an f32 A */
+/* One tile: the kernel on A's packed sliver ap, or (ra) on A's rows r0, r0 + 1, ... in place (the
+   f32 A block at ar, rows lda apart, nrows of them from r0). */
+static void amp__gemm_tile(const amp__gemm_kernel *K, int ra, int kc, const float *ap, const float *ar, size_t lda,
+                           int r0, int nrows, const float *b, float *tile, int acc, const amp__gemm_out *out) {
+  if (ra) K->micro_ra(kc, ar + (size_t)r0 * lda, lda, nrows, b, tile, acc, out);
+  else K->micro(kc, ap, b, tile, acc, out);
+}
 static float *amp__align64(void *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* The product's workspace is kept between calls (at most ~5 MiB: B's slice, the A blocks and a
@@ -9021,6 +9062,9 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
      here: 64 x 256 x 784 and 64 x 128 x 256 5-6% faster than with B packed, even at 128 rows,
      slower from 256 (B's pairs made again for every sliver of A). */
   int rb = K->micro_rb && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
+  /* an f32 op(A) with rows contiguous along k (row-major A, or col-major transposed): read in place
+     by the kernels that can (AVX-512), not packed */
+  int ra = K->micro_ra && at == AMP_F32 && acs == 1 && !rb && amp__gemm_ra_ok;
   int bf16_hw = 0;
 #ifdef AMP__GEMM_FAST
   bf16_hw = direct && ct == AMP_BF16 && (amp__gemm_isa() & AMP__GEMM_ISA_BF16);
@@ -9083,11 +9127,13 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
           int tid = 0, ic = ib * mc, tr, tc;
           int mcb = m - ic < mc ? m - ic : mc, tiles_m = (mcb + mr - 1) / mr;
           float *ap, *acc = accs + (size_t)(ib - b0) * nacc;
+          const float *ar;
 #ifdef _OPENMP
           tid = omp_get_thread_num();
 #endif
           ap = work + (size_t)tid * na;
-          K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
+          ar = ra ? (const float *)A + (size_t)ic * ars + (size_t)pc : NULL;
+          if (!ra) K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
           if (rb) {               /* B read in place; each sliver of B stays in L1 across A's */
             const uint16_t *bs = (const uint16_t *)B + (size_t)pc * brs + (size_t)jc;
             for (tc = 0; tc < tiles_n; tc++)
@@ -9117,8 +9163,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
           } else if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
             for (tc = 0; tc < tiles_n; tc++)
               for (tr = 0; tr < tiles_m; tr++)
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
-                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, NULL);
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ars, tr * mr, mcb - tr * mr,
+                               bp + (size_t)tc * nr * kcu, acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, NULL);
           } else if (direct) {    /* the last, into C */
             for (tr = 0; tr < tiles_m; tr++)
               for (tc = 0; tc < tiles_n; tc++) {
@@ -9132,15 +9178,15 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                 out.bias = o->bias ? br + tc * nr : NULL;
                 out.act = (int)o->act;
                 out.bf16_hw = bf16_hw;
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
-                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ars, tr * mr, mcb - tr * mr,
+                               bp + (size_t)tc * nr * kcu, acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
               }
           } else {                /* the last: a row of tiles is finished, then written to C while in cache */
             for (tr = 0; tr < tiles_m; tr++) {
               float *row = acc + (size_t)tr * tiles_n * mr * nr;
               for (tc = 0; tc < tiles_n; tc++)
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr,
-                         pc > 0, NULL);
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ars, tr * mr, mcb - tr * mr,
+                               bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0, NULL);
               amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
                                     C, ct, crs, ccs, o);
             }
