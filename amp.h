@@ -8062,9 +8062,10 @@ extern "C" {
      packing; bf16 inputs on an AVX512_BF16 CPU whose vdpbf16ps pays (amp__gemm_dpbf16, a
      calibration) are packed in pairs along k and multiplied with vdpbf16ps (2 products per lane
      and instruction, see the manual for its rounding); elsewhere they are widened as f16 is.
-     An f32 A whose rows run along k (row-major, or col-major transposed) is read in place by the
-     AVX-512 kernel instead of packed (amp__gemm_micro_512_ra): the same values reach the same
-     FMAs, so the same bits.
+     An A whose rows run along k (row-major, or col-major transposed) is not packed for the
+     AVX-512 kernel (amp__gemm_micro_512_ra): f32 is read in place, other types are widened row by
+     row (no transpose) and read the same way; the same values reach the same FMAs, so the same
+     bits.
    A CPU with neither FMA nor AVX2 runs the reference.
    The AVX-512 kernels write the last k slice's tiles into C themselves (rows of C contiguous, act
    NONE or RELU: alpha, beta, bias, ReLU and the rounding to C's type from the registers, the
@@ -8202,6 +8203,9 @@ typedef struct amp__gemm_kernel {
   int vec_store;   /* 1: the epilogue of f32 rows runs in the AVX-512 helper below */
   amp__gemm_micro_rb_fn micro_rb;   /* NULL, or the same kernel reading B unpacked */
   amp__gemm_micro_ra_fn micro_ra;   /* NULL, or the same kernel reading an f32 A unpacked */
+  /* with micro_ra: widens rows x cols of a 16-bit or fp8 A (rows rs elements apart, contiguous
+     along k) into f32 rows cols apart, for micro_ra to read */
+  void (*widen_rows)(float *dst, const void *x, amp_dtype t, size_t rs, int rows, int cols);
 } amp__gemm_kernel;
 
 static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc,
@@ -8267,10 +8271,10 @@ static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t
 }
 
 static const amp__gemm_kernel amp__gemm_reference_kernel = {
-  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL};
+  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL};
 #ifdef AMP__GEMM_AVX2
 static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
-  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL
 };
 #endif
 
@@ -8778,6 +8782,21 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
   }
 }
 
+/* rows x cols of x (row r at x + r*rs elements, contiguous along the columns) widened exactly to
+   f32 rows cols apart: a plain stream, no transpose (amp__gemm_micro_512_ra reads them in place). */
+static AMP__T512 void amp__gemm_widen_rows_512(float *dst, const void *x, amp_dtype t, size_t rs, int rows, int cols) {
+  size_t es = amp_dtype_size(t);
+  int r, c;
+  for (r = 0; r < rows; r++) {
+    const char *xr = (const char *)x + (size_t)r * rs * es;
+    float *d = dst + (size_t)r * cols;
+    for (c = 0; c < cols; c += 16) {
+      int n = cols - c < 16 ? cols - c : 16;
+      _mm512_mask_storeu_ps(d + c, (__mmask16)((1u << n) - 1u), amp__gemm_ld16(xr + (size_t)c * es, t, n));
+    }
+  }
+}
+
 /* bf16 pairs: word q of row r of a sliver is a(r, 2q) | a(r, 2q+1) << 16 (the element past an odd
    `cols` is 0), stored dst32[s*W*kq + q*W + r] with kq = ceil(cols / 2). */
 static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
@@ -8906,12 +8925,13 @@ static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float
 }
 
 static const amp__gemm_kernel amp__gemm_kernel_fma = {
-  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL};
+  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL};
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_512 = {
-  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL, amp__gemm_micro_512_ra};
+  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL, amp__gemm_micro_512_ra,
+  amp__gemm_widen_rows_512};
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
-  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL};
+  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL, NULL};
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -9062,9 +9082,9 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
      here: 64 x 256 x 784 and 64 x 128 x 256 5-6% faster than with B packed, even at 128 rows,
      slower from 256 (B's pairs made again for every sliver of A). */
   int rb = K->micro_rb && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
-  /* an f32 op(A) with rows contiguous along k (row-major A, or col-major transposed): read in place
-     by the kernels that can (AVX-512), not packed */
-  int ra = K->micro_ra && at == AMP_F32 && acs == 1 && !rb && amp__gemm_ra_ok;
+  /* an op(A) with rows contiguous along k (row-major A, or col-major transposed): not packed for
+     the kernels that can (AVX-512): f32 read in place, other types widened row by row first */
+  int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
   int bf16_hw = 0;
 #ifdef AMP__GEMM_FAST
   bf16_hw = direct && ct == AMP_BF16 && (amp__gemm_isa() & AMP__GEMM_ISA_BF16);
@@ -9128,12 +9148,18 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
           int mcb = m - ic < mc ? m - ic : mc, tiles_m = (mcb + mr - 1) / mr;
           float *ap, *acc = accs + (size_t)(ib - b0) * nacc;
           const float *ar;
+          size_t ra_ld = at == AMP_F32 ? ars : (size_t)kcb;   /* A's rows in place, or widened kcb apart */
 #ifdef _OPENMP
           tid = omp_get_thread_num();
 #endif
           ap = work + (size_t)tid * na;
-          ar = ra ? (const float *)A + (size_t)ic * ars + (size_t)pc : NULL;
+          ar = NULL;
           if (!ra) K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
+          else if (at == AMP_F32) ar = (const float *)A + (size_t)ic * ars + (size_t)pc;
+          else {   /* other types: widened row by row (no transpose), then read in place */
+            K->widen_rows(ap, (const char *)A + ((size_t)ic * ars + (size_t)pc) * asz, at, ars, mcb, kcb);
+            ar = ap;
+          }
           if (rb) {               /* B read in place; each sliver of B stays in L1 across A's */
             const uint16_t *bs = (const uint16_t *)B + (size_t)pc * brs + (size_t)jc;
             for (tc = 0; tc < tiles_n; tc++)
@@ -9163,7 +9189,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
           } else if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
             for (tc = 0; tc < tiles_n; tc++)
               for (tr = 0; tr < tiles_m; tr++)
-                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ars, tr * mr, mcb - tr * mr,
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
                                bp + (size_t)tc * nr * kcu, acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, NULL);
           } else if (direct) {    /* the last, into C */
             for (tr = 0; tr < tiles_m; tr++)
@@ -9178,14 +9204,14 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                 out.bias = o->bias ? br + tc * nr : NULL;
                 out.act = (int)o->act;
                 out.bf16_hw = bf16_hw;
-                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ars, tr * mr, mcb - tr * mr,
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
                                bp + (size_t)tc * nr * kcu, acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
               }
           } else {                /* the last: a row of tiles is finished, then written to C while in cache */
             for (tr = 0; tr < tiles_m; tr++) {
               float *row = acc + (size_t)tr * tiles_n * mr * nr;
               for (tc = 0; tc < tiles_n; tc++)
-                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ars, tr * mr, mcb - tr * mr,
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
                                bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0, NULL);
               amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
                                     C, ct, crs, ccs, o);

@@ -306,42 +306,47 @@ static void gemm_narrow_c_is_the_f32_c_rounded_once(void) {
   }
 }
 
-/* The AVX-512 kernel reads an f32 A with rows contiguous along k in place (amp__gemm_micro_512_ra);
-   with A packed (amp__gemm_ra_ok 0) the same FMAs get the same operands: the same bits, for every
-   output type, with the epilogue, shapes with edges (rows past A's end in the last tile), both
-   layouts and a leading dimension above the minimum. */
-static void gemm_f32_a_read_in_place_equals_packed_a_bit_for_bit(void) {
+/* The AVX-512 kernel reads an A with rows contiguous along k in place (amp__gemm_micro_512_ra; f32
+   as it is, f16 and bf16 widened row by row first); with A packed (amp__gemm_ra_ok 0) the same FMAs
+   get the same operands: the same bits, for every input and output type, with the epilogue,
+   shapes with edges (rows past A's end in the last tile), both layouts and a leading dimension
+   above the minimum. (bf16 x bf16 runs the widened kernel here, forced.) */
+static void gemm_a_read_in_place_equals_packed_a_bit_for_bit(void) {
 #ifdef AMP__GEMM_FAST
   static const int shapes[][3] = {{64, 128, 256}, {13, 70, 300}, {130, 33, 17}, {1, 1, 1}};
-  int s, oi, L, bad = 0, cases = 0;
+  int s, oi, L, ii, bad = 0, cases = 0;
+  set_level(amp__gemm_isa() & AMP__GEMM_ISA_BF16 ? 7 | LV_WIDEN : 7);
+  for (ii = 0; ii < 3; ii++)
   for (s = 0; s < 4; s++) for (oi = 0; oi < 3 && !bad; oi++) for (L = 0; L < 2 && !bad; L++) {
     int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i;
-    amp_dtype out = (amp_dtype)oi;
+    amp_dtype out = (amp_dtype)oi, in = (amp_dtype)ii;
     amp_trans ta = L ? AMP_TRANS : AMP_NO_TRANS;   /* rows of op(A) contiguous in both layouts */
     mat A, B, C1, C2;
     float bias[130];
     amp_gemm_opts o;
     full_bits = 1;
-    A = mat_make((amp_layout)L, ta, m, k, AMP_F32, 3); B = mat_make((amp_layout)L, AMP_NO_TRANS, k, n, AMP_F32, 1);
+    A = mat_make((amp_layout)L, ta, m, k, in, 3); B = mat_make((amp_layout)L, AMP_NO_TRANS, k, n, in, 1);
     full_bits = 0;
     C1 = mat_make((amp_layout)L, AMP_NO_TRANS, m, n, out, 2);
     C2 = C1; C2.p = malloc(C1.n * amp_dtype_size(out)); memcpy(C2.p, C1.p, C1.n * amp_dtype_size(out));
     memset(&o, 0, sizeof o);
     for (i = 0; i < n; i++) bias[i] = rnd();
     if (s % 2) { o.bias = bias; o.act = AMP_ACT_RELU; }
-    EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, ta, AMP_NO_TRANS, m, n, k, 1.5f, A.p, AMP_F32, A.ld, B.p, AMP_F32, B.ld,
+    EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, ta, AMP_NO_TRANS, m, n, k, 1.5f, A.p, in, A.ld, B.p, in, B.ld,
                        s == 2 ? 0.25f : 0.0f, C1.p, out, C1.ld, &o) == AMP_OK, "%s", amp_last_error());
     amp__gemm_ra_ok = 0;
-    EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, ta, AMP_NO_TRANS, m, n, k, 1.5f, A.p, AMP_F32, A.ld, B.p, AMP_F32, B.ld,
+    EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, ta, AMP_NO_TRANS, m, n, k, 1.5f, A.p, in, A.ld, B.p, in, B.ld,
                        s == 2 ? 0.25f : 0.0f, C2.p, out, C2.ld, &o) == AMP_OK, "%s", amp_last_error());
     amp__gemm_ra_ok = 1;
     if (memcmp(C1.p, C2.p, C1.n * amp_dtype_size(out))) {
       bad = 1;
-      EXPECT(0, "%s C, %s, m %d n %d k %d: A read in place differs from A packed", tname(out), L ? "col" : "row", m, n, k);
+      EXPECT(0, "%s in, %s C, %s, m %d n %d k %d: A read in place differs from A packed", tname(in), tname(out),
+             L ? "col" : "row", m, n, k);
     }
     cases++;
     free(A.p); free(B.p); free(C1.p); free(C2.p);
   }
+  set_level(7);
   printf("  %d products compared\n", cases);
 #endif
 }
@@ -722,7 +727,7 @@ int main(void) {
   RUN(gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit);
   RUN(gemm_every_cpu_kernel_stays_within_the_documented_bound);
   RUN(gemm_narrow_c_is_the_f32_c_rounded_once);
-  RUN(gemm_f32_a_read_in_place_equals_packed_a_bit_for_bit);
+  RUN(gemm_a_read_in_place_equals_packed_a_bit_for_bit);
   RUN(gemm_bf16_with_b_read_in_place_equals_packed_b_bit_for_bit);
   RUN(gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c);
   RUN(gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product);
