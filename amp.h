@@ -409,6 +409,9 @@
                            on the CPU (per-tensor and block scales, c_scale, c_amax).
                            fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
                            1x128 and 128x128; CPU vector loops and a CUDA kernel).
+                           amp_gemm's bf16 kernel chosen by what the core delivers: vdpbf16ps
+                           where it runs at least at the FMA's flop rate (a calibration once
+                           per process), else bf16 widened while packing (Intel without AMX).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -1748,16 +1751,27 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      acc) for p = 0, 1, ..., k-1 in that order, one rounding per step; f16 and bf16 inputs are
      converted exactly to f32 once, while packing. Every such kernel, on one thread or many, gives
      the bits of a plain fmaf() loop.
-   - bf16 inputs on an AVX512_BF16 CPU: vdpbf16ps on pairs p = 2q, 2q+1: the two products (exact
-     in f32) are summed and rounded to f32, then added to acc and rounded (round to nearest even);
-     subnormal bf16 inputs, and pair sums or results below 2^-126 in magnitude, count as 0.
+   - bf16 inputs on an AVX512_BF16 CPU whose vdpbf16ps delivers at least the f32 FMA's flop rate
+     (AMD Zen 4 and 5: twice it): vdpbf16ps on pairs p = 2q, 2q+1: the two products (exact in f32)
+     are summed and rounded to f32, then added to acc and rounded (round to nearest even);
+     subnormal bf16 inputs, and pair sums or results below 2^-126 in magnitude, count as 0. Where
+     it delivers less (Intel Xeons without AMX: about half the FMA's rate), bf16 is widened while
+     packing as f16 is, and the product is the fmaf() loop above, about twice as fast there. Which
+     of the two is decided once per process, the first time a bf16 x bf16 product runs, by a short
+     calibration (about 0.1 ms: a few thousand of each instruction with 12 independent accumulators,
+     alternating, the fastest of 7 runs each), not by a CPU model table: the rate is what the core
+     delivers (a VM may hide the model, and a table would have to know every future core). The
+     cores measured lie at 0.5x and 2x of the FMA's rate, far from the line, so one machine gets the
+     same kernel, and so the same bits, in every run; a core near the line would get either, each
+     within its bound below. (AMX, Intel's bf16 engine, is not used in this version.)
    - any other CPU (no FMA, not x86-64, AMP_NO_SIMD, another compiler, and the implementation
      compiled by nvcc, whose host code keeps the portable loops): the reference.
    Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
    sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
    where a or b is subnormal and k 2^-126. The epilogue is the reference's, except that on
    AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one rounding fewer).
-   tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs.
+   tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs, both bf16
+   kernels forced in turn on an AVX512_BF16 CPU whatever the calibration chose.
    Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
@@ -8791,8 +8805,13 @@ extern "C" {
      result is the same as a plain triple loop's, bit for bit, on every CPU;
    - the fast default (AMP_GEMM_AUTO), picked by CPUID: acc = fma(a, b, acc) in that same order
      (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16: the same bits), inputs converted to f32 while
-     packing; bf16 inputs on an AVX512_BF16 CPU are packed in pairs along k and multiplied with
-     vdpbf16ps (2 products per lane and instruction, see the manual for its rounding).
+     packing; bf16 inputs on an AVX512_BF16 CPU whose vdpbf16ps pays (amp__gemm_dpbf16, a
+     calibration) are packed in pairs along k and multiplied with vdpbf16ps (2 products per lane
+     and instruction, see the manual for its rounding); elsewhere they are widened as f16 is.
+     An A whose rows run along k (row-major, or col-major transposed) is not packed for the
+     AVX-512 kernel (amp__gemm_micro_512_ra): f32 is read in place, other types are widened row by
+     row (no transpose) and read the same way; the same values reach the same FMAs, so the same
+     bits.
    A CPU with neither FMA nor AVX2 runs the reference.
    The AVX-512 kernels write the last k slice's tiles into C themselves (rows of C contiguous, act
    NONE or RELU: alpha, beta, bias, ReLU and the rounding to C's type from the registers, the
@@ -8917,12 +8936,22 @@ typedef void (*amp__gemm_pack_fn)(float *dst, int W, const void *x, amp_dtype t,
 typedef void (*amp__gemm_micro_rb_fn)(int kc, const float *a, const uint16_t *b, size_t ldb, int ncols, float *tile,
                                       int acc, const amp__gemm_out *out);
 
+/* A micro-kernel that reads an f32 op(A) unpacked: row r of the tile's A at a + r*lda, contiguous
+   along k (nrows of the 8 present; the others read row 0 again, and their accumulators are never
+   written to C); otherwise as amp__gemm_micro_fn. */
+typedef void (*amp__gemm_micro_ra_fn)(int kc, const float *a, size_t lda, int nrows, const float *b, float *tile,
+                                      int acc, const amp__gemm_out *out);
+
 typedef struct amp__gemm_kernel {
   amp__gemm_micro_fn micro;
   amp__gemm_pack_fn pack;
   int mr, nr, kc, mc, nc, kpair;
   int vec_store;   /* 1: the epilogue of f32 rows runs in the AVX-512 helper below */
   amp__gemm_micro_rb_fn micro_rb;   /* NULL, or the same kernel reading B unpacked */
+  amp__gemm_micro_ra_fn micro_ra;   /* NULL, or the same kernel reading an f32 A unpacked */
+  /* with micro_ra: widens rows x cols of a 16-bit or fp8 A (rows rs elements apart, contiguous
+     along k) into f32 rows cols apart, for micro_ra to read */
+  void (*widen_rows)(float *dst, const void *x, amp_dtype t, size_t rs, int rows, int cols);
 } amp__gemm_kernel;
 
 static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc,
@@ -8988,10 +9017,10 @@ static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t
 }
 
 static const amp__gemm_kernel amp__gemm_reference_kernel = {
-  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL};
+  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL};
 #ifdef AMP__GEMM_AVX2
 static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
-  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL
 };
 #endif
 
@@ -9023,6 +9052,113 @@ static int amp__gemm_isa(void) {
 #define AMP__FMA2 __attribute__((target("avx2,fma,f16c")))
 #define AMP__T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define AMP__T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+
+/* ---- the bf16 kernel by what the core delivers ----
+   A core with AVX512_BF16 may run vdpbf16ps (64 flops a zmm instruction) at twice the f32 FMA's
+   flop rate (AMD Zen 4: one a cycle, as vfmadd231ps) or at half of it (Intel Sapphire Rapids
+   without AMX: measured 0.48x on this project's Xeon), where bf16 widened while packing and run
+   through the f32 FMA kernel is about twice as fast. Which one is measured, once per process, the
+   first time a bf16 x bf16 product asks: amp__gemm_peak_loop runs a few thousand of each
+   instruction, 12 independent accumulators, alternating, 7 times each; the fastest time of each
+   counts (so an interruption or the AVX-512 warm-up does not), and vdpbf16ps is chosen when its
+   flop rate is at least the FMA's. The known cores lie at 0.5x and 2x, far from that line, so the
+   choice (and with it the bits of a bf16 product) does not change between runs on one machine. */
+static int amp__gemm_dpbf16_forced = -1;   /* tests: 1 vdpbf16ps, 0 widened; -1: the measured choice */
+static int amp__gemm_dpbf16_choice = -1;   /* -1: not measured yet */
+
+/* n rounds of 12 independent accumulators, acc = fma(x, y, acc) (kind 0: zmm, 32 flops an
+   instruction; kind 2: ymm, 16) or acc = vdpbf16ps(acc, x, y) (kind 1: zmm, 64 flops). The
+   empty asm keeps x in a register each round, so the compiler can fold or move nothing; the sum
+   of the accumulators is returned so that none is left out. Not inlined: a timed loop stays
+   between the reads of the clock. */
+#define AMP__PEAK_ACC12(T, Z, OP) T c0 = Z(0), c1 = Z(1), c2 = Z(2), c3 = Z(3), c4 = Z(4), c5 = Z(5), c6 = Z(6),  \
+  c7 = Z(7), c8 = Z(8), c9 = Z(9), c10 = Z(10), c11 = Z(11);   /* different starts: the compiler merges none */  \
+  for (i = 0; i < n; i++) {                                                                                      \
+    __asm__ __volatile__("" : "+v"(x));                                                                          \
+    c0 = OP(c0); c1 = OP(c1); c2 = OP(c2); c3 = OP(c3); c4 = OP(c4); c5 = OP(c5);                                 \
+    c6 = OP(c6); c7 = OP(c7); c8 = OP(c8); c9 = OP(c9); c10 = OP(c10); c11 = OP(c11);                             \
+  }
+static __attribute__((noinline)) AMP__T512 float amp__gemm_peak_fma512(long n) {
+  __m512 x = _mm512_set1_ps(1e-3f), y = _mm512_set1_ps(1e-3f);
+  long i;
+#define AMP__OP(c) _mm512_fmadd_ps(x, y, c)
+#define AMP__Z(i) _mm512_set1_ps((float)(i))
+  AMP__PEAK_ACC12(__m512, AMP__Z, AMP__OP)
+#undef AMP__OP
+#undef AMP__Z
+  c0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)), _mm512_add_ps(c4, c5));
+  c6 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c6, c7), _mm512_add_ps(c8, c9)), _mm512_add_ps(c10, c11));
+  return _mm512_reduce_add_ps(_mm512_add_ps(c0, c6));
+}
+static __attribute__((noinline)) AMP__T512BF float amp__gemm_peak_dpbf16(long n) {
+  __m512 x = _mm512_castsi512_ps(_mm512_set1_epi32(0x3a833a83)), y = x;   /* bf16 pairs of about 1e-3 */
+  long i;
+#define AMP__OP(c) _mm512_dpbf16_ps(c, (__m512bh)x, (__m512bh)y)
+#define AMP__Z(i) _mm512_set1_ps((float)(i))
+  AMP__PEAK_ACC12(__m512, AMP__Z, AMP__OP)
+#undef AMP__OP
+#undef AMP__Z
+  c0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)), _mm512_add_ps(c4, c5));
+  c6 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c6, c7), _mm512_add_ps(c8, c9)), _mm512_add_ps(c10, c11));
+  return _mm512_reduce_add_ps(_mm512_add_ps(c0, c6));
+}
+static __attribute__((noinline)) AMP__FMA2 float amp__gemm_peak_fma256(long n) {
+  __m256 x = _mm256_set1_ps(1e-3f), y = _mm256_set1_ps(1e-3f);
+  float r[8];
+  long i;
+#define AMP__OP(c) _mm256_fmadd_ps(x, y, c)
+#define AMP__Z(i) _mm256_set1_ps((float)(i))
+  AMP__PEAK_ACC12(__m256, AMP__Z, AMP__OP)
+#undef AMP__OP
+#undef AMP__Z
+  c0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)), _mm256_add_ps(c4, c5));
+  c6 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c6, c7), _mm256_add_ps(c8, c9)), _mm256_add_ps(c10, c11));
+  _mm256_storeu_ps(r, _mm256_add_ps(c0, c6));
+  _mm256_zeroupper();
+  return r[0] + r[1] + r[2] + r[3] + r[4] + r[5] + r[6] + r[7];
+}
+#undef AMP__PEAK_ACC12
+/* The peak loops by kind (0 vfmadd231ps zmm, 1 vdpbf16ps zmm, 2 vfmadd231ps ymm) and the flops of
+   one round of each; the caller checks that the CPU runs the kind (amp__gemm_isa). */
+static volatile float amp__gemm_peak_sink;   /* the loops' results go here, so no loop is left out */
+static void amp__gemm_peak_loop(int kind, long n) {
+  amp__gemm_peak_sink = kind == 0 ? amp__gemm_peak_fma512(n) : kind == 1 ? amp__gemm_peak_dpbf16(n) : amp__gemm_peak_fma256(n);
+  if (kind != 2) __asm__ __volatile__("vzeroupper");
+}
+static double amp__gemm_peak_flops(int kind) { return kind == 0 ? 12.0 * 32 : kind == 1 ? 12.0 * 64 : 12.0 * 16; }
+
+static unsigned long long amp__rdtsc(void) {
+  unsigned lo, hi;
+  __asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi) : : "memory");
+  return (unsigned long long)hi << 32 | lo;
+}
+/* 1 when vdpbf16ps delivers at least the FMA's flop rate on this core (see above). */
+static int amp__gemm_dpbf16_measure(void) {
+  unsigned long long best[2] = {~0ull, ~0ull};
+  int r, kind;
+  amp__gemm_peak_loop(0, 8192);   /* ~100k instructions: Intel cores run AVX-512 slowly for the first ~20 us */
+  for (r = 0; r < 7; r++)
+    for (kind = 0; kind < 2; kind++) {
+      unsigned long long t0 = amp__rdtsc(), t;
+      amp__gemm_peak_loop(kind, 512);
+      t = amp__rdtsc() - t0;
+      if (t < best[kind]) best[kind] = t;
+    }
+  /* the flop rates, for the same number of rounds */
+  return amp__gemm_peak_flops(1) / (double)best[1] >= amp__gemm_peak_flops(0) / (double)best[0];
+}
+/* 1: bf16 x bf16 products run vdpbf16ps (the CPU has AVX512_BF16 and it pays); 0: widened. */
+static int amp__gemm_dpbf16(void) {
+  int v = AMP__ALOAD(&amp__gemm_dpbf16_forced);
+  if (v >= 0) return v;
+  v = AMP__ALOAD(&amp__gemm_dpbf16_choice);
+  if (v < 0) {   /* first use: threads that measure at once keep the first answer stored */
+    int expect = -1, got = amp__gemm_dpbf16_measure();
+    v = __atomic_compare_exchange_n(&amp__gemm_dpbf16_choice, &expect, got, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)
+            ? got : expect;
+  }
+  return v;
+}
 
 /* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. */
 static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc,
@@ -9151,6 +9287,29 @@ static AMP__T512 void amp__gemm_micro_512(int kc, const float *a, const float *b
     __m512 b0 = _mm512_load_ps(b + (size_t)p * 32), b1 = _mm512_load_ps(b + (size_t)p * 32 + 16);
     const float *ap = a + (size_t)p * 8;
     AMP__GEMM_ROWS8(AMP__GEMM_FMA)
+  }
+  AMP__GEMM_FINISH
+}
+
+/* The same kernel reading an f32 A in place (amp__gemm_micro_ra_fn): each broadcast comes from A's
+   row instead of the packed sliver, the same value, so the same FMAs in the same order: the same
+   bits. Packing A (a transpose of 8-row slivers) cost the demo's small products a sixth of their
+   time; its rows stream from cache as well as the sliver did. */
+static AMP__T512 void amp__gemm_micro_512_ra(int kc, const float *a, size_t lda, int nrows, const float *b, float *tile,
+                                             int acc, const amp__gemm_out *out) {
+  const float *a0 = a, *a1 = a + (nrows > 1 ? lda : 0), *a2 = a + (nrows > 2 ? 2 * lda : 0);
+  const float *a3 = a + (nrows > 3 ? 3 * lda : 0), *a4 = a + (nrows > 4 ? 4 * lda : 0);
+  const float *a5 = a + (nrows > 5 ? 5 * lda : 0), *a6 = a + (nrows > 6 ? 6 * lda : 0);
+  const float *a7 = a + (nrows > 7 ? 7 * lda : 0);
+  AMP__GEMM_ROWS8(AMP__GEMM_DECL)
+  int p;
+  if (acc) { AMP__GEMM_ROWS8(AMP__GEMM_LOAD) } else { AMP__GEMM_ROWS8(AMP__GEMM_ZERO) }
+  for (p = 0; p < kc; p++) {
+    __m512 b0 = _mm512_load_ps(b + (size_t)p * 32), b1 = _mm512_load_ps(b + (size_t)p * 32 + 16);
+#define AMP__GEMM_FMA_RA(r) { __m512 x = _mm512_set1_ps(a##r[p]); c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); \
+                              c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1); }
+    AMP__GEMM_ROWS8(AMP__GEMM_FMA_RA)
+#undef AMP__GEMM_FMA_RA
   }
   AMP__GEMM_FINISH
 }
@@ -9369,6 +9528,21 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
   }
 }
 
+/* rows x cols of x (row r at x + r*rs elements, contiguous along the columns) widened exactly to
+   f32 rows cols apart: a plain stream, no transpose (amp__gemm_micro_512_ra reads them in place). */
+static AMP__T512 void amp__gemm_widen_rows_512(float *dst, const void *x, amp_dtype t, size_t rs, int rows, int cols) {
+  size_t es = amp_dtype_size(t);
+  int r, c;
+  for (r = 0; r < rows; r++) {
+    const char *xr = (const char *)x + (size_t)r * rs * es;
+    float *d = dst + (size_t)r * cols;
+    for (c = 0; c < cols; c += 16) {
+      int n = cols - c < 16 ? cols - c : 16;
+      _mm512_mask_storeu_ps(d + c, (__mmask16)((1u << n) - 1u), amp__gemm_ld16(xr + (size_t)c * es, t, n));
+    }
+  }
+}
+
 /* bf16 pairs: word q of row r of a sliver is a(r, 2q) | a(r, 2q+1) << 16 (the element past an odd
    `cols` is 0), stored dst32[s*W*kq + q*W + r] with kq = ceil(cols / 2). */
 static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
@@ -9497,12 +9671,13 @@ static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float
 }
 
 static const amp__gemm_kernel amp__gemm_kernel_fma = {
-  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL};
-/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue */
+  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL};
+/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_512 = {
-  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL};
+  amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL, amp__gemm_micro_512_ra,
+  amp__gemm_widen_rows_512};
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
-  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb};
+  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL, NULL};
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -9513,7 +9688,7 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
 #ifdef AMP__GEMM_FAST
   if (!reference) {
     int isa = amp__gemm_isa();
-    if ((isa & AMP__GEMM_ISA_BF16) && in == AMP_BF16) return &amp__gemm_kernel_bf16;
+    if ((isa & AMP__GEMM_ISA_BF16) && in == AMP_BF16 && amp__gemm_dpbf16()) return &amp__gemm_kernel_bf16;
     if (isa & AMP__GEMM_ISA_512) return &amp__gemm_kernel_512;
     if (isa & AMP__GEMM_ISA_FMA) return &amp__gemm_kernel_fma;
   }
@@ -9588,6 +9763,14 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
 }
 
 static int amp__gemm_rb_ok = 1;   /* tests set 0 to run the packed-B path of the bf16 kernel */
+static int amp__gemm_ra_ok = 1;   /* tests set 0 to run the packed-A path of an f32 A */
+/* One tile: the kernel on A's packed sliver ap, or (ra) on A's rows r0, r0 + 1, ... in place (the
+   f32 A block at ar, rows lda apart, nrows of them from r0). */
+static void amp__gemm_tile(const amp__gemm_kernel *K, int ra, int kc, const float *ap, const float *ar, size_t lda,
+                           int r0, int nrows, const float *b, float *tile, int acc, const amp__gemm_out *out) {
+  if (ra) K->micro_ra(kc, ar + (size_t)r0 * lda, lda, nrows, b, tile, acc, out);
+  else K->micro(kc, ap, b, tile, acc, out);
+}
 static float *amp__align64(void *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* The product's workspace is kept between calls (at most ~5 MiB: B's slice, the A blocks and a
@@ -9645,6 +9828,9 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
      here: 64 x 256 x 784 and 64 x 128 x 256 5-6% faster than with B packed, even at 128 rows,
      slower from 256 (B's pairs made again for every sliver of A). */
   int rb = K->micro_rb && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
+  /* an op(A) with rows contiguous along k (row-major A, or col-major transposed): not packed for
+     the kernels that can (AVX-512): f32 read in place, other types widened row by row first */
+  int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
   int bf16_hw = 0;
 #ifdef AMP__GEMM_FAST
   bf16_hw = direct && ct == AMP_BF16 && (amp__gemm_isa() & AMP__GEMM_ISA_BF16);
@@ -9707,11 +9893,19 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
           int tid = 0, ic = ib * mc, tr, tc;
           int mcb = m - ic < mc ? m - ic : mc, tiles_m = (mcb + mr - 1) / mr;
           float *ap, *acc = accs + (size_t)(ib - b0) * nacc;
+          const float *ar;
+          size_t ra_ld = at == AMP_F32 ? ars : (size_t)kcb;   /* A's rows in place, or widened kcb apart */
 #ifdef _OPENMP
           tid = omp_get_thread_num();
 #endif
           ap = work + (size_t)tid * na;
-          K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
+          ar = NULL;
+          if (!ra) K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
+          else if (at == AMP_F32) ar = (const float *)A + (size_t)ic * ars + (size_t)pc;
+          else {   /* other types: widened row by row (no transpose), then read in place */
+            K->widen_rows(ap, (const char *)A + ((size_t)ic * ars + (size_t)pc) * asz, at, ars, mcb, kcb);
+            ar = ap;
+          }
           if (rb) {               /* B read in place; each sliver of B stays in L1 across A's */
             const uint16_t *bs = (const uint16_t *)B + (size_t)pc * brs + (size_t)jc;
             for (tc = 0; tc < tiles_n; tc++)
@@ -9741,8 +9935,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
           } else if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
             for (tc = 0; tc < tiles_n; tc++)
               for (tr = 0; tr < tiles_m; tr++)
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
-                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, NULL);
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
+                               bp + (size_t)tc * nr * kcu, acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, NULL);
           } else if (direct) {    /* the last, into C */
             for (tr = 0; tr < tiles_m; tr++)
               for (tc = 0; tc < tiles_n; tc++) {
@@ -9756,15 +9950,15 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                 out.bias = o->bias ? br + tc * nr : NULL;
                 out.act = (int)o->act;
                 out.bf16_hw = bf16_hw;
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu,
-                         acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
+                               bp + (size_t)tc * nr * kcu, acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
               }
           } else {                /* the last: a row of tiles is finished, then written to C while in cache */
             for (tr = 0; tr < tiles_m; tr++) {
               float *row = acc + (size_t)tr * tiles_n * mr * nr;
               for (tc = 0; tc < tiles_n; tc++)
-                K->micro(kcu, ap + (size_t)tr * mr * kcu, bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr,
-                         pc > 0, NULL);
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
+                               bp + (size_t)tc * nr * kcu, row + (size_t)tc * mr * nr, pc > 0, NULL);
               amp__gemm_store_block(K, row, mcb - tr * mr < mr ? mcb - tr * mr : mr, ncb, ic + tr * mr, jc, alpha, beta,
                                     C, ct, crs, ccs, o);
             }

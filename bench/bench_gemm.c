@@ -1,17 +1,28 @@
 /* bench/bench_gemm.c - amp_gemm on one CPU thread against its peers, measured in the same run:
-     f32:  OpenBLAS cblas_sgemm, one thread (libopenblas loaded at run time with its own core
-           detection, OPENBLAS_CORETYPE unset; skipped with a message where it is absent), and
-           PyTorch's CPU torch.matmul in f32;
-     bf16: PyTorch's CPU torch.matmul in bf16 (oneDNN: vdpbf16ps on an AVX512_BF16 CPU);
+     the core's f32 FMA peak first: 12 independent vfmadd231ps accumulators (zmm on AVX-512, ymm on
+           AVX2), the fastest of 7 runs, and on an AVX512_BF16 CPU the same for vdpbf16ps; every
+           product of ours is printed as a fraction of that peak (`_of_peak` lines);
+     f32:  OpenBLAS cblas_sgemm and BLIS (each loaded at run time with its own core detection,
+           OPENBLAS_CORETYPE unset, one thread; skipped with a message where absent), and PyTorch's
+           CPU torch.matmul in f32 (whatever BLAS it links);
+     bf16: PyTorch's CPU torch.matmul in bf16 (oneDNN: vdpbf16ps on an AVX512_BF16 CPU), our f32
+           product of the same values, and our other bf16 kernel forced (vdpbf16ps, or bf16 widened
+           while packing: the one the calibration did not choose);
      f16:  the f32 peers (no CPU peer multiplies f16 faster than it converts it to f32).
+   Each peer's kernel is named (openblas_get_corename(), BLIS's sub-configuration, the BLAS library
+   PyTorch loaded, oneDNN's implementation). A peer on a generic kernel (OpenBLAS's SSE-era cores,
+   BLIS's "generic", the netlib reference BLAS) gets no ratio: its line says so and gives both
+   figures as fractions of the peak instead, so that a win over a crippled peer never reads as one.
    PyTorch runs as a python3 subprocess (torch.set_num_threads(1), glibc told to keep its memory,
    OPENBLAS_CORETYPE unset for that command only), skipped with a message where torch is absent.
    Shapes: the demo's MLP (examples/train_mlp.c: 784-256-128-10, batch 64: the forward products
    and the two of the backward pass) and squares 512-2048. Each figure is the median of 7 timed
-   rounds of thread CPU time (ours and OpenBLAS alternate round by round); ours is built the way a user builds it (`cc -O2`, no -march: CPUID picks the kernel).
-   Line: name  ours  reference  ratio  (GFLOP/s, ratio = ours / peer). */
+   rounds of thread CPU time (ours and OpenBLAS alternate round by round); ours is built the way a
+   user builds it (`cc -O2`, no -march: CPUID and the calibration pick the kernel).
+   Line: name  ours  reference  ratio  (GFLOP/s, ratio = ours / peer; _of_peak: ours / FMA peak). */
 #include "bench.h"
 #include <dlfcn.h>
+#include <strings.h>
 #define AMP_IMPLEMENTATION
 #include "amp.h"
 
@@ -91,34 +102,93 @@ static void ours_fp8_blocks(const shape *s, void *a, void *b, float *c, amp_dtyp
               c, AMP_F32, s->n, &o);
 }
 
-/* OpenBLAS through dlopen: no link-time dependency, one thread. */
+/* The BLAS peers through dlopen: no link-time dependency, one thread. kernel: the kernel they run
+   on this CPU; native 0 marks a generic one (see the top). */
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
-static sgemm_fn cblas_sgemm_p;
-static void openblas(const shape *s, void *a, void *b, float *c, amp_dtype t) {
-  (void)t;   /* CblasRowMajor 101, CblasNoTrans 111, CblasTrans 112 */
-  cblas_sgemm_p(101, s->ta ? 112 : 111, s->tb ? 112 : 111, s->m, s->n, s->k, 1.0f, (const float *)a, s->ta ? s->m : s->k,
-                (const float *)b, s->tb ? s->k : s->n, 0.0f, c, s->n);
+typedef struct { const char *name; sgemm_fn sgemm; char kernel[96]; int native; } blas_peer;
+static blas_peer openblas_p = {"openblas", NULL, "", 0}, blis_p = {"blis", NULL, "", 0};
+static void blas_call(const blas_peer *b, const shape *s, void *a, void *bm, float *c) {
+  /* CblasRowMajor 101, CblasNoTrans 111, CblasTrans 112 */
+  b->sgemm(101, s->ta ? 112 : 111, s->tb ? 112 : 111, s->m, s->n, s->k, 1.0f, (const float *)a, s->ta ? s->m : s->k,
+           (const float *)bm, s->tb ? s->k : s->n, 0.0f, c, s->n);
 }
-static int openblas_open(void) {
-  static const char *names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0"};
-  void (*set_threads)(int);
+static void openblas(const shape *s, void *a, void *b, float *c, amp_dtype t) { (void)t; blas_call(&openblas_p, s, a, b, c); }
+static void blis(const shape *s, void *a, void *b, float *c, amp_dtype t) { (void)t; blas_call(&blis_p, s, a, b, c); }
+
+/* 1 when OpenBLAS's core (openblas_get_corename()) has FMA kernels (Haswell and later, Zen,
+   Piledriver and later); the others (Prescott, Core2, Nehalem, Katmai, ...) are SSE-era code. */
+static int openblas_core_native(const char *core) {
+  static const char *fma[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator", "steamroller",
+                              "piledriver"};
+  size_t i;
+  for (i = 0; i < sizeof fma / sizeof fma[0]; i++) if (!strcasecmp(core, fma[i])) return 1;
+  return 0;
+}
+static void *dlopen_first(const char *const *names, int n) {
   void *h = NULL;
   int i;
+  for (i = 0; i < n && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  return h;
+}
+static int openblas_open(void) {
+  static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0"};
+  void (*set_threads)(int);
+  char *(*corename)(void);
+  void *h;
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   unsetenv("OPENBLAS_CORETYPE");   /* a forced core type (Haswell here) slows current builds */
-  for (i = 0; i < 3 && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  h = dlopen_first(names, 3);
   if (!h) { printf("OpenBLAS: not found (%s): its column is skipped (apt install libopenblas-dev)\n", dlerror()); return 0; }
-  *(void **)&cblas_sgemm_p = dlsym(h, "cblas_sgemm");
+  *(void **)&openblas_p.sgemm = dlsym(h, "cblas_sgemm");
   *(void **)&set_threads = dlsym(h, "openblas_set_num_threads");
-  if (!cblas_sgemm_p) { printf("OpenBLAS: no cblas_sgemm in the library: its column is skipped\n"); return 0; }
+  *(void **)&corename = dlsym(h, "openblas_get_corename");
+  if (!openblas_p.sgemm) { printf("OpenBLAS: no cblas_sgemm in the library: its column is skipped\n"); return 0; }
   if (set_threads) set_threads(1);
+  snprintf(openblas_p.kernel, sizeof openblas_p.kernel, "core %s", corename ? corename() : "(unknown)");
+  openblas_p.native = corename && openblas_core_native(corename());
+  printf("OpenBLAS: %s (%s)\n", openblas_p.kernel,
+         openblas_p.native ? "an FMA kernel" : "a generic SSE-era kernel on this CPU: no ratio is printed against it");
+  return 1;
+}
+static int blis_open(void) {
+  static const char *const names[] = {"libblis.so.4", "libblis.so", "libblis-mt.so.4"};
+  int (*arch_id)(void);
+  const char *(*arch_str)(int);
+  void *h;
+  setenv("BLIS_NUM_THREADS", "1", 1);
+  h = dlopen_first(names, 3);
+  if (!h) { printf("BLIS: not found (%s): its column is skipped (apt install libblis-dev)\n", dlerror()); return 0; }
+  *(void **)&blis_p.sgemm = dlsym(h, "cblas_sgemm");
+  *(void **)&arch_id = dlsym(h, "bli_arch_query_id");
+  *(void **)&arch_str = dlsym(h, "bli_arch_string");
+  if (!blis_p.sgemm) { printf("BLIS: no cblas_sgemm in the library: its column is skipped\n"); return 0; }
+  snprintf(blis_p.kernel, sizeof blis_p.kernel, "sub-configuration %s", arch_id && arch_str ? arch_str(arch_id()) : "(unknown)");
+  blis_p.native = arch_id && arch_str && strcmp(arch_str(arch_id()), "generic") != 0;
+  printf("BLIS: %s (%s)\n", blis_p.kernel, blis_p.native ? "a kernel for this CPU" : "generic: no ratio is printed against it");
   return 1;
 }
 
-/* PyTorch: one subprocess measures every shape in f32 and bf16 (median of 7 rounds, as ours). */
+/* PyTorch: one subprocess measures every shape in f32 and bf16 (median of 7 rounds, as ours),
+   then names the kernels it ran: the BLAS libraries in its memory map (f32 products go to BLAS;
+   OpenBLAS's core by ctypes) and oneDNN's implementation of a bf16 matmul (its verbose line). */
 static double torch_gf[NSHAPES][2];
+static char torch_kernel[2][160] = {"(kernel not named)", "(kernel not named)"};
+static int torch_native[2] = {1, 1};   /* unknown kernels are not called generic */
+static void torch_blas(const char *path, const char *core) {
+  if (strstr(path, "openblas")) {
+    snprintf(torch_kernel[0], sizeof torch_kernel[0], "OpenBLAS, core %s", *core ? core : "(unknown)");
+    torch_native[0] = openblas_core_native(core);
+  } else if (strstr(path, "blis")) {
+    snprintf(torch_kernel[0], sizeof torch_kernel[0], "BLIS (%.100s)", path);
+  } else if (strstr(path, "mkl")) {
+    snprintf(torch_kernel[0], sizeof torch_kernel[0], "MKL (%.100s)", path);
+  } else {   /* Debian's libblas.so.3 alternative without OpenBLAS or BLIS: LAPACK's Fortran loops */
+    snprintf(torch_kernel[0], sizeof torch_kernel[0], "the reference BLAS %.100s, generic loops", path);
+    torch_native[0] = 0;
+  }
+}
 static int torch_run(void) {
-  char cmd[4096], line[256];
+  char cmd[6144], line[1024];
   size_t len;
   int i, got = 0;
   FILE *p;
@@ -147,6 +217,17 @@ static int torch_run(void) {
     "      for _ in range(reps): torch.matmul(a, b)\n"
     "      ts.append((time.thread_time() - t0) / reps)\n"
     "    print(i, d, 2.0 * m * n * k / statistics.median(ts) * 1e-9, flush=True)\n"
+    "import os, re, ctypes\n"
+    "for p in sorted(set(os.path.realpath(l.split()[-1]) for l in open(\"/proc/self/maps\") if re.search(\"(blas|blis|mkl)[^/]*$\", l.strip()))):\n"
+    "  core = \"\"\n"
+    "  try:\n"
+    "    f = ctypes.CDLL(p).openblas_get_corename; f.restype = ctypes.c_char_p; core = f().decode()\n"
+    "  except Exception: pass\n"
+    "  print(\"blas\", p, core, flush=True)\n"
+    "a = torch.randn(64, 256).bfloat16(); b = torch.randn(256, 128).bfloat16()\n"
+    "try:\n"
+    "  with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON): torch.matmul(a, b)\n"
+    "except Exception: pass\n"
     "' 2>&1");
   p = popen(cmd, "r");
   if (!p) { printf("PyTorch: cannot start python3: its columns are skipped\n"); return 0; }
@@ -154,21 +235,92 @@ static int torch_run(void) {
     int si, d;
     double g;
     if (!strncmp(line, "notorch", 7)) { printf("PyTorch: python3 has no torch module: its columns are skipped (apt install python3-torch)\n"); break; }
+    char path[512], core[64] = "", *impl;
     if (sscanf(line, "%d %d %lf", &si, &d, &g) == 3 && si >= 0 && si < NSHAPES && (d == 0 || d == 1)) { torch_gf[si][d] = g; got++; }
+    if (sscanf(line, "blas %511s %63s", path, core) >= 1) torch_blas(path, core);
+    if ((!strncmp(line, "onednn_verbose,exec,cpu,matmul,", 31) || !strncmp(line, "dnnl_verbose,exec,cpu,matmul,", 29)) &&
+        (impl = strstr(line, "matmul,")) != NULL) {
+      size_t n = strcspn(impl + 7, ",");
+      snprintf(torch_kernel[1], sizeof torch_kernel[1], "oneDNN %.*s", (int)n, impl + 7);
+      torch_native[1] = strncmp(impl + 7, "ref", 3) != 0;   /* oneDNN's reference loops: ref:any */
+    }
   }
   pclose(p);
   if (!got) printf("PyTorch: the subprocess printed no figures: its columns are skipped\n");
+  else printf("PyTorch: f32 by %s%s; bf16 by %s%s\n", torch_kernel[0], torch_native[0] ? "" : " (generic: no ratio)",
+              torch_kernel[1], torch_native[1] ? "" : " (generic: no ratio)");
   return got > 0;
 }
 
+/* The core's peak, GFLOP/s, one thread: the fastest of 7 runs of a loop of 12 independent
+   accumulators (amp.h's calibration loop: kind 0 vfmadd231ps zmm, 1 vdpbf16ps zmm, 2 vfmadd231ps
+   ymm), each run 8M rounds of thread CPU time. 0 where there is no such loop (not x86 FMA). */
+static double peak_gflops(int kind) {
+#ifdef AMP__GEMM_FAST
+  const long n = 8000000;
+  double best = 1e30;
+  int r;
+  amp__gemm_peak_loop(kind, n / 8);   /* warm-up */
+  for (r = 0; r < 7; r++) {
+    double t0 = cpu_now(), t;
+    amp__gemm_peak_loop(kind, n);
+    t = cpu_now() - t0;
+    if (t < best) best = t;
+  }
+  return amp__gemm_peak_flops(kind) * (double)n / best * 1e-9;
+#else
+  (void)kind;
+  return 0;
+#endif
+}
+static double peak;   /* the f32 FMA peak, GFLOP/s */
+
+static void shape_name(char *name, size_t cap, const char *what, const shape *s, const char *tail) {
+  snprintf(name, cap, "gemm_%s_%s_%dx%dx%d_%s", what, s->name, s->m, s->n, s->k, tail);
+}
+/* ours as a fraction of the core's f32 FMA peak */
+static void peak_line(const char *what, const shape *s, double ours, const char *unit) {
+  char name[160], u[200];
+  shape_name(name, sizeof name, what, s, "of_peak");
+  snprintf(u, sizeof u, "GFLOP/s against the FMA peak (%s)", unit);
+  if (peak > 0) bench_line(name, ours, peak, u);
+}
+/* ours against a peer: a ratio for a peer on a real kernel; for a generic one both fractions of
+   the peak and no ratio. */
+static void peer_line(const char *what, const shape *s, const char *peer, double ours, double theirs, int native,
+                      const char *kernel, const char *unit) {
+  char name[160], tail[64];
+  snprintf(tail, sizeof tail, "vs_%s", peer);
+  shape_name(name, sizeof name, what, s, tail);
+  if (native || theirs <= 0) { bench_line(name, ours, theirs, unit); return; }
+  printf("%-44s %10.2f %10.2f %8s  GFLOP/s; %s runs a generic kernel (%s): no ratio; of the FMA peak: ours %.2f, %s %.2f\n",
+         name, ours, theirs, "-", peer, kernel, peak > 0 ? ours / peak : 0, peer, peak > 0 ? theirs / peak : 0);
+  fflush(stdout);
+}
+
 int main(void) {
-  int have_blas = openblas_open(), have_torch, i;
+  int have_blas = openblas_open(), have_blis = blis_open(), have_torch, i, dp = 0, fma512 = 0;
   int isa = 0;
+  const char *bf16_kernel = "widened while packing, the f32 kernel", *other = NULL;
 #ifdef AMP__GEMM_FAST
   isa = amp__gemm_isa();
+  fma512 = (isa & AMP__GEMM_ISA_512) != 0;
+  if (isa & AMP__GEMM_ISA_BF16) {
+    dp = amp__gemm_dpbf16();
+    if (dp) bf16_kernel = "vdpbf16ps";
+    other = dp ? "widened" : "dpbf16";
+  }
 #endif
-  printf("amp_gemm, 1 thread: kernel %s (GFLOP/s; ratio = ours / peer)\n",
-         isa & 4 ? "AVX-512 FMA, bf16 inputs AVX512_BF16" : isa & 2 ? "AVX-512 FMA" : isa & 1 ? "AVX2 FMA" : "reference (no FMA)");
+  printf("amp_gemm, 1 thread: kernel %s; bf16 inputs: %s (GFLOP/s; ratio = ours / peer)\n",
+         isa & 2 ? "AVX-512 FMA" : isa & 1 ? "AVX2 FMA" : "reference (no FMA)", bf16_kernel);
+  if (isa & 1) {
+    peak = peak_gflops(fma512 ? 0 : 2);
+    printf("%-44s %10.2f %10s %8s  GFLOP/s (12 independent vfmadd231ps %s accumulators, fastest of 7)\n", "peak_f32_fma",
+           peak, "-", "-", fma512 ? "zmm" : "ymm");
+    if (isa & 4)
+      bench_line("peak_bf16_vdpbf16ps_vs_f32_fma", peak_gflops(1), peak,
+                 "GFLOP/s (12 independent vdpbf16ps zmm accumulators, 64 flops each; ratio: of the f32 FMA peak)");
+  } else printf("peak: not measured (no x86 FMA)\n");
   printf("measuring PyTorch (subprocess, 1 thread)...\n");
   fflush(stdout);
   have_torch = torch_run();
@@ -184,25 +336,36 @@ int main(void) {
     for (j = 0; j < nb; j++) bf[j] = (float)((int)(j * 53 % 97) - 48) / 64.0f;
     g = 0;
     o32 = gflops(s, time_pair(ours, have_blas ? openblas : NULL, &g, s, af, bf, c, AMP_F32));
-    if (have_blas) {
-      g = gflops(s, g);
-      snprintf(name, sizeof name, "gemm_f32_%s_%dx%dx%d_vs_openblas", s->name, s->m, s->n, s->k);
-      bench_line(name, o32, g, "GFLOP/s");
+    peak_line("f32", s, o32, "f32 in");
+    if (have_blas) peer_line("f32", s, "openblas", o32, gflops(s, g), openblas_p.native, openblas_p.kernel, "GFLOP/s");
+    if (have_blis) {
+      g = gflops(s, time_call(blis, s, af, bf, c, AMP_F32));
+      peer_line("f32", s, "blis", o32, g, blis_p.native, blis_p.kernel, "GFLOP/s");
     }
-    if (have_torch && torch_gf[i][0] > 0) {
-      snprintf(name, sizeof name, "gemm_f32_%s_%dx%dx%d_vs_torch", s->name, s->m, s->n, s->k);
-      bench_line(name, o32, torch_gf[i][0], "GFLOP/s");
-    }
-    if (!have_blas && !(have_torch && torch_gf[i][0] > 0)) {
-      snprintf(name, sizeof name, "gemm_f32_%s_%dx%dx%d", s->name, s->m, s->n, s->k);
-      bench_line(name, o32, 0, "GFLOP/s (no peer)");
-    }
+    if (have_torch && torch_gf[i][0] > 0)
+      peer_line("f32", s, "torch", o32, torch_gf[i][0], torch_native[0], torch_kernel[0], "GFLOP/s");
     amp_convert(ah, AMP_BF16, af, AMP_F32, na); amp_convert(bh, AMP_BF16, bf, AMP_F32, nb);
     obf = gflops(s, time_call(ours, s, ah, bh, c, AMP_BF16));
-    snprintf(name, sizeof name, "gemm_bf16_%s_%dx%dx%d_vs_torch", s->name, s->m, s->n, s->k);
-    bench_line(name, obf, have_torch ? torch_gf[i][1] : 0, "GFLOP/s (bf16 in, f32 out; torch: bf16 out)");
+    peak_line("bf16", s, obf, dp ? "bf16 in, vdpbf16ps" : "bf16 in, widened");
+    snprintf(name, sizeof name, "gemm_bf16_%s_%dx%dx%d_vs_ours_f32", s->name, s->m, s->n, s->k);
+    bench_line(name, obf, o32, "GFLOP/s (bf16 in against f32 in, same values)");
+    if (have_torch && torch_gf[i][1] > 0)
+      peer_line("bf16", s, "torch", obf, torch_gf[i][1], torch_native[1], torch_kernel[1],
+                "GFLOP/s (bf16 in, f32 out; torch: bf16 out)");
+#ifdef AMP__GEMM_FAST
+    if (other) {   /* the bf16 kernel the calibration did not choose, forced */
+      double ob;
+      amp__gemm_dpbf16_forced = !dp;
+      ob = gflops(s, time_call(ours, s, ah, bh, c, AMP_BF16));
+      amp__gemm_dpbf16_forced = -1;
+      snprintf(name, sizeof name, "gemm_bf16_%s_%s_%dx%dx%d_vs_ours_bf16", other, s->name, s->m, s->n, s->k);
+      bench_line(name, ob, obf, dp ? "GFLOP/s (bf16 widened while packing, forced; not chosen here)"
+                                   : "GFLOP/s (vdpbf16ps forced; not chosen here)");
+    }
+#endif
     amp_convert(ah, AMP_F16, af, AMP_F32, na); amp_convert(bh, AMP_F16, bf, AMP_F32, nb);
     o16 = gflops(s, time_call(ours, s, ah, bh, c, AMP_F16));
+    peak_line("f16", s, o16, "f16 in, widened");
     snprintf(name, sizeof name, "gemm_f16_%s_%dx%dx%d_vs_ours_f32", s->name, s->m, s->n, s->k);
     bench_line(name, o16, o32, "GFLOP/s (f16 in: converted while packing)");
     {   /* fp8: the codes of the same values (all exact in E4M3 after x 4), scale_inv 1/4 */

@@ -172,45 +172,52 @@ static void gemm_reference_equals_plain_loop_bit_for_bit(void) {
 }
 
 /* The CPU levels the fast default can run at (amp__gemm_isa_allowed masks CPUID's answer), best
-   first; 0 is the reference. Only the levels this CPU has are run; each test says which ran. */
+   first; 0 is the reference. Only the levels this CPU has are run; each test says which ran. An
+   AVX512_BF16 CPU runs its level twice, bf16 products forced onto each kernel whatever the
+   calibration chose (amp__gemm_dpbf16_forced): 4|3|8 vdpbf16ps, 4|3|16 bf16 widened while packing
+   and the FMA kernel. set_level(7) returns to the CPU's own choice. */
+#define LV_DPBF16 8
+#define LV_WIDEN 16
 static int levels(int *lv) {
   int n = 0;
 #ifdef AMP__GEMM_FAST
-  int have = amp__gemm_isa(), all[3] = {7, 3, 1}, i;
-  for (i = 0; i < 3; i++) {
-    int l = all[i] & have, j, dup = 0;
-    for (j = 0; j < n; j++) dup |= lv[j] == l;
-    if (l && !dup) lv[n++] = l;
-  }
+  int have = amp__gemm_isa();
+  if (have & AMP__GEMM_ISA_BF16) { lv[n++] = 7 | LV_DPBF16; lv[n++] = 7 | LV_WIDEN; }
+  if (have & AMP__GEMM_ISA_512) lv[n++] = 3;
+  if (have & AMP__GEMM_ISA_FMA) lv[n++] = 1;
 #endif
   lv[n++] = 0;
   return n;
 }
 static void set_level(int l) {
 #ifdef AMP__GEMM_FAST
-  amp__gemm_isa_allowed = l;
+  amp__gemm_isa_allowed = l & 7;
+  amp__gemm_dpbf16_forced = l & LV_DPBF16 ? 1 : l & LV_WIDEN ? 0 : -1;
 #else
   (void)l;
 #endif
 }
 static const char *level_name(int l) {
-  return l & 4 ? "AVX-512 + AVX512_BF16" : l & 2 ? "AVX-512 FMA" : l & 1 ? "AVX2 FMA" : "reference (no FMA)";
+  return l & LV_DPBF16 ? "AVX-512 + AVX512_BF16, bf16 by vdpbf16ps"
+       : l & LV_WIDEN  ? "AVX-512 + AVX512_BF16, bf16 widened while packing"
+       : l & 4 ? "AVX-512 + AVX512_BF16" : l & 2 ? "AVX-512 FMA" : l & 1 ? "AVX2 FMA" : "reference (no FMA)";
 }
 
-/* The fast default on an FMA CPU, f32 and f16 inputs: acc = fma(a, b, acc) for p = 0, 1, ..., k-1
-   in that order, whatever the kernel (AVX-512 or AVX2), the blocking or the thread count: the bits
-   of a plain fmaf loop. Inputs with full 24-bit mantissas (f32), so the FMA's single rounding
+/* The fast default on an FMA CPU, f32, f16 and bf16 inputs (bf16 where it is widened while
+   packing, not on the vdpbf16ps kernel): acc = fma(a, b, acc) for p = 0, 1, ..., k-1 in that order,
+   whatever the kernel (AVX-512 or AVX2), the blocking or the thread count: the bits of a plain
+   fmaf loop. Inputs with full 24-bit mantissas (f32), so the FMA's single rounding
    shows. Shapes cross every block edge (KC 256, MC 96/128, NC 512, tiles 6 x 16 and 8 x 32). */
 static void gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit(void) {
   static const int shapes[][3] = {{130, 530, 300}, {9, 33, 517}, {64, 10, 128}};
-  int lv[4], nl = levels(lv), li, s, L, ta, tb, count = 0;
+  int lv[5], nl = levels(lv), li, s, L, ta, tb, count = 0;
   for (li = 0; li < nl; li++) {
     if (!(lv[li] & 1)) continue;   /* the reference is checked above */
     set_level(lv[li]);
     printf("  fast kernel: %s\n", level_name(lv[li]));
     for (s = 0; s < 3; s++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++) {
       int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i, j, p, bad = 0;
-      amp_dtype in = (s + ta) % 2 ? AMP_F16 : AMP_F32;
+      amp_dtype in = (s + ta) % 2 ? (tb && !(lv[li] & LV_DPBF16) ? AMP_BF16 : AMP_F16) : AMP_F32;
       mat A, B, C;
       if (t_quick() && (count++ % 4)) continue;
       full_bits = in == AMP_F32;
@@ -241,7 +248,7 @@ static void gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit(void) {
 static void gemm_every_cpu_kernel_stays_within_the_documented_bound(void) {
   static const int shapes[][3] = {{33, 65, 17}, {70, 45, 300}, {8, 32, 2}};
   static const amp_dtype types[] = {AMP_F32, AMP_F16, AMP_BF16};
-  int lv[4], nl = levels(lv), li, s, L, ta, tb, it, count = 0;
+  int lv[5], nl = levels(lv), li, s, L, ta, tb, it, count = 0;
   for (li = 0; li < nl; li++) {
     set_level(lv[li]);
     printf("  kernel: %s\n", level_name(lv[li]));
@@ -299,6 +306,51 @@ static void gemm_narrow_c_is_the_f32_c_rounded_once(void) {
   }
 }
 
+/* The AVX-512 kernel reads an A with rows contiguous along k in place (amp__gemm_micro_512_ra; f32
+   as it is, f16 and bf16 widened row by row first); with A packed (amp__gemm_ra_ok 0) the same FMAs
+   get the same operands: the same bits, for every input and output type, with the epilogue,
+   shapes with edges (rows past A's end in the last tile), both layouts and a leading dimension
+   above the minimum. (bf16 x bf16 runs the widened kernel here, forced.) */
+static void gemm_a_read_in_place_equals_packed_a_bit_for_bit(void) {
+#ifdef AMP__GEMM_FAST
+  static const int shapes[][3] = {{64, 128, 256}, {13, 70, 300}, {130, 33, 17}, {1, 1, 1}};
+  int s, oi, L, ii, bad = 0, cases = 0;
+  set_level(amp__gemm_isa() & AMP__GEMM_ISA_BF16 ? 7 | LV_WIDEN : 7);
+  for (ii = 0; ii < 3; ii++)
+  for (s = 0; s < 4; s++) for (oi = 0; oi < 3 && !bad; oi++) for (L = 0; L < 2 && !bad; L++) {
+    int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i;
+    amp_dtype out = (amp_dtype)oi, in = (amp_dtype)ii;
+    amp_trans ta = L ? AMP_TRANS : AMP_NO_TRANS;   /* rows of op(A) contiguous in both layouts */
+    mat A, B, C1, C2;
+    float bias[130];
+    amp_gemm_opts o;
+    full_bits = 1;
+    A = mat_make((amp_layout)L, ta, m, k, in, 3); B = mat_make((amp_layout)L, AMP_NO_TRANS, k, n, in, 1);
+    full_bits = 0;
+    C1 = mat_make((amp_layout)L, AMP_NO_TRANS, m, n, out, 2);
+    C2 = C1; C2.p = malloc(C1.n * amp_dtype_size(out)); memcpy(C2.p, C1.p, C1.n * amp_dtype_size(out));
+    memset(&o, 0, sizeof o);
+    for (i = 0; i < n; i++) bias[i] = rnd();
+    if (s % 2) { o.bias = bias; o.act = AMP_ACT_RELU; }
+    EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, ta, AMP_NO_TRANS, m, n, k, 1.5f, A.p, in, A.ld, B.p, in, B.ld,
+                       s == 2 ? 0.25f : 0.0f, C1.p, out, C1.ld, &o) == AMP_OK, "%s", amp_last_error());
+    amp__gemm_ra_ok = 0;
+    EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, ta, AMP_NO_TRANS, m, n, k, 1.5f, A.p, in, A.ld, B.p, in, B.ld,
+                       s == 2 ? 0.25f : 0.0f, C2.p, out, C2.ld, &o) == AMP_OK, "%s", amp_last_error());
+    amp__gemm_ra_ok = 1;
+    if (memcmp(C1.p, C2.p, C1.n * amp_dtype_size(out))) {
+      bad = 1;
+      EXPECT(0, "%s in, %s C, %s, m %d n %d k %d: A read in place differs from A packed", tname(in), tname(out),
+             L ? "col" : "row", m, n, k);
+    }
+    cases++;
+    free(A.p); free(B.p); free(C1.p); free(C2.p);
+  }
+  set_level(7);
+  printf("  %d products compared\n", cases);
+#endif
+}
+
 /* The bf16 kernel reads a row-major B of at most 64 rows of C in place and makes its pairs in
    registers; with B packed (amp__gemm_rb_ok 0, the path of other shapes) every vdpbf16ps gets the
    same operands: the same bits, f32 and bf16 C, with the epilogue, across slices, panels and edges. */
@@ -307,6 +359,7 @@ static void gemm_bf16_with_b_read_in_place_equals_packed_b_bit_for_bit(void) {
   static const int shapes[][3] = {{64, 70, 784}, {9, 33, 2}, {64, 530, 40}, {17, 7, 1030}};
   int s, oi, bad = 0;
   if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) { printf("  no AVX512_BF16 on this CPU: nothing to compare\n"); return; }
+  set_level(7 | LV_DPBF16);   /* whatever the calibration chose */
   for (s = 0; s < 4; s++) for (oi = 0; oi < 2 && !bad; oi++) {
     int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i;
     amp_dtype out = oi ? AMP_BF16 : AMP_F32;
@@ -335,6 +388,7 @@ static void gemm_bf16_with_b_read_in_place_equals_packed_b_bit_for_bit(void) {
       }
     free(A.p); free(B.p); free(c1); free(c2);
   }
+  set_level(7);
 #else
   printf("  no fast kernels in this build: nothing to compare\n");
 #endif
@@ -382,16 +436,58 @@ static void gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c
   }
 }
 
-/* vdpbf16ps (the bf16 kernel on AVX512_BF16 CPUs) treats subnormal bf16 inputs and results below
-   2^-126 as 0: the manual's bound has a term for it. Where that kernel runs, a subnormal input
-   gives exactly 0 or the exact product; elsewhere the exact product. */
+/* vdpbf16ps (the bf16 kernel on AVX512_BF16 CPUs where it pays) treats subnormal bf16 inputs and
+   results below 2^-126 as 0: the manual's bound has a term for it. On that kernel a subnormal input
+   gives exactly 0 or the exact product; on every other (bf16 widened, the reference) the exact
+   product, or 0 where the FPU reads subnormals as 0 (-Ofast's denormals-are-zero mode). */
 static void gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product(void) {
   amp_bf16 a[2], b[2];
-  float c = -1.0f;
+  int lv[5], nl = levels(lv), li;
+  volatile float sub = 0x1p-130f;
+  int daz = sub + sub == 0.0f;
   a[0] = amp_f32_to_bf16(0x1p-130f); a[1] = 0; b[0] = amp_f32_to_bf16(0x1p100f); b[1] = 0;
-  EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, 2, 1.0f, a, AMP_BF16, 2, b, AMP_BF16, 1, 0.0f,
-                  &c, AMP_F32, 1) == AMP_OK, "%s", amp_last_error());
-  EXPECT(c == 0x1p-30f || c == 0.0f, "2^-130 * 2^100 in bf16: expected 2^-30 or 0 (flushed), got %a", c);
+  for (li = 0; li < nl; li++) {
+    float c = -1.0f;
+    amp_gemm_opts o;
+    memset(&o, 0, sizeof o);
+    if (!lv[li]) o.algo = AMP_GEMM_REFERENCE;
+    set_level(lv[li]);
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, 2, 1.0f, a, AMP_BF16, 2, b, AMP_BF16, 1,
+                       0.0f, &c, AMP_F32, 1, &o) == AMP_OK, "%s", amp_last_error());
+    if (lv[li] & LV_DPBF16 || daz)
+      EXPECT(c == 0x1p-30f || c == 0.0f, "%s: 2^-130 * 2^100 in bf16: expected 2^-30 or 0 (flushed), got %a",
+             level_name(lv[li]), c);
+    else EXPECT(c == 0x1p-30f, "%s: 2^-130 * 2^100 in bf16: expected 2^-30, got %a", level_name(lv[li]), c);
+  }
+  set_level(7);
+}
+
+/* The bf16 kernel is chosen once per process by what the core delivers (amp__gemm_dpbf16: a short
+   calibration of vdpbf16ps against vfmadd231ps): every call answers the same, and a bf16 product
+   with nothing forced has the bits of the kernel chosen. Prints the choice. */
+static void gemm_bf16_kernel_is_chosen_once_and_is_the_one_that_runs(void) {
+#ifdef AMP__GEMM_FAST
+  int m = 20, n = 40, k = 70, v, i, c;
+  mat A, B;
+  float *c0, *c1;
+  if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) { printf("  no AVX512_BF16 on this CPU: bf16 is always widened\n"); return; }
+  set_level(7);
+  v = amp__gemm_dpbf16();
+  EXPECT(v == 0 || v == 1, "amp__gemm_dpbf16() = %d", v);
+  for (i = 0; i < 5; i++) EXPECT(amp__gemm_dpbf16() == v, "the choice changed within the process");
+  printf("  this core: bf16 products by %s\n", v ? "vdpbf16ps (at least the FMA's flop rate)" : "widening and FMA (vdpbf16ps is slower here)");
+  A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, AMP_BF16, 0); B = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, k, n, AMP_BF16, 0);
+  c0 = (float *)malloc((size_t)m * n * 4); c1 = (float *)malloc((size_t)m * n * 4);
+  for (c = 0; c < 2; c++) {
+    float *out = c ? c1 : c0;
+    set_level(c ? 7 : 7 | (v ? LV_DPBF16 : LV_WIDEN));
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.0f, A.p, AMP_BF16, A.ld, B.p, AMP_BF16,
+                    B.ld, 0.0f, out, AMP_F32, n) == AMP_OK, "%s", amp_last_error());
+  }
+  EXPECT(memcmp(c0, c1, (size_t)m * n * 4) == 0, "the default bf16 product differs from the chosen kernel's");
+  set_level(7);
+  free(A.p); free(B.p); free(c0); free(c1);
+#endif
 }
 
 static void gemm_beta_zero_does_not_read_c(void) {
@@ -493,7 +589,7 @@ static void mixed_input_types_equal_the_product_of_the_widened_matrices(void) {
   enum { LD = 140, SA = 140 * 140, SC = 140 * 140 };
   static float af[SA], bf[SA], wa[SA], wb[SA];
   static unsigned char a[4 * SA], b[4 * SA], c1[4 * SC], c2[4 * SC];
-  int lv[4], nl = levels(lv), li, ia, ib, sh, tr, i, cases = 0;
+  int lv[5], nl = levels(lv), li, ia, ib, sh, tr, i, cases = 0;
   full_bits = 1;   /* 24-bit mantissas: narrowing an f32 input would show */
   for (i = 0; i < SA; i++) { af[i] = rnd(); bf[i] = rnd(); }
   full_bits = 0;
@@ -593,7 +689,7 @@ static void gemm_leaves_the_upper_vector_state_clean(void) {
 #if defined(AMP__GEMM_FAST)
   unsigned r[4];
   const char *pre = getenv("LD_PRELOAD");
-  int lv[4], nl = levels(lv), l, ii, ci, s, checked = 0;
+  int lv[5], nl = levels(lv), l, ii, ci, s, checked = 0;
   static const int shapes[2][3] = {{64, 70, 96}, {130, 40, 50}};   /* B read in place (bf16), B packed */
   if (pre && strstr(pre, "vgpreload")) { printf("  under valgrind: not checked\n"); return; }
   __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(0xdu), "c"(1u));
@@ -631,9 +727,11 @@ int main(void) {
   RUN(gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit);
   RUN(gemm_every_cpu_kernel_stays_within_the_documented_bound);
   RUN(gemm_narrow_c_is_the_f32_c_rounded_once);
+  RUN(gemm_a_read_in_place_equals_packed_a_bit_for_bit);
   RUN(gemm_bf16_with_b_read_in_place_equals_packed_b_bit_for_bit);
   RUN(gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c);
   RUN(gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product);
+  RUN(gemm_bf16_kernel_is_chosen_once_and_is_the_one_that_runs);
   RUN(gemm_beta_zero_does_not_read_c);
   RUN(gemm_k_zero_sets_c_to_beta_c_without_reading_a_or_b);
   RUN(gemm_alpha_zero_does_not_read_a_or_b);
