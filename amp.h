@@ -9831,6 +9831,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   /* an op(A) with rows contiguous along k (row-major A, or col-major transposed): not packed for
      the kernels that can (AVX-512): f32 read in place, other types widened row by row first */
   int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
+  const int a32 = at == AMP_F32;   /* with ra: an f32 A read in place, another type widened row by row */
   int bf16_hw = 0;
 #ifdef AMP__GEMM_FAST
   bf16_hw = direct && ct == AMP_BF16 && (amp__gemm_isa() & AMP__GEMM_ISA_BF16);
@@ -9894,14 +9895,14 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
           int mcb = m - ic < mc ? m - ic : mc, tiles_m = (mcb + mr - 1) / mr;
           float *ap, *acc = accs + (size_t)(ib - b0) * nacc;
           const float *ar;
-          size_t ra_ld = at == AMP_F32 ? ars : (size_t)kcb;   /* A's rows in place, or widened kcb apart */
+          size_t ra_ld = a32 ? ars : (size_t)kcb;   /* A's rows in place, or widened kcb apart */
 #ifdef _OPENMP
           tid = omp_get_thread_num();
 #endif
           ap = work + (size_t)tid * na;
           ar = NULL;
           if (!ra) K->pack(ap, mr, (const char *)A + ((size_t)ic * ars + (size_t)pc * acs) * asz, at, ars, acs, mcb, kcb);
-          else if (at == AMP_F32) ar = (const float *)A + (size_t)ic * ars + (size_t)pc;
+          else if (a32) ar = (const float *)A + (size_t)ic * ars + (size_t)pc;
           else {   /* other types: widened row by row (no transpose), then read in place */
             K->widen_rows(ap, (const char *)A + ((size_t)ic * ars + (size_t)pc) * asz, at, ars, mcb, kcb);
             ar = ap;
