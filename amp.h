@@ -3886,31 +3886,36 @@ AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x
   for (; i < head; i += 16)
     a = amp__quantize_part16(q + i, e5m2, x + i * sz, xt, head - i < 16 ? head - i : 16, k, a);
   i = head;
-  if (i + 64 <= n) {   /* each step loads the next 64 before it encodes these (the casts' arrangement) */
-  __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
-         v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
-  for (; i + 64 <= n; i += 64) {
-    const int more = i + 128 <= n;
-    __m512 w0 = more ? amp__ld16(xt, x + (i + 64) * sz, 0xffff) : v0, w1 = more ? amp__ld16(xt, x + (i + 80) * sz, 0xffff) : v1,
-           w2 = more ? amp__ld16(xt, x + (i + 96) * sz, 0xffff) : v2, w3 = more ? amp__ld16(xt, x + (i + 112) * sz, 0xffff) : v3;
-    if (nt) {   /* a stream: the source ahead into L2 and L1, as the casts' streaming loops do */
+#define AMP__Q64_(v0, v1, v2, v3, store) \
+  a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v0), abs)); \
+  a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v1), abs)); \
+  a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v2), abs)); \
+  a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v3), abs)); \
+  if (q) store((__m512i *)(q + i), amp__fp8_codes64(_mm512_castps_si512(_mm512_mul_ps(v0, k)), \
+                _mm512_castps_si512(_mm512_mul_ps(v1, k)), _mm512_castps_si512(_mm512_mul_ps(v2, k)), \
+                _mm512_castps_si512(_mm512_mul_ps(v3, k)), e5m2));
+  if (nt && i + 64 + 2048 <= n) {   /* a stream, arranged for memory as the casts' loops: each step
+                                       loads the next 64 before it encodes these, the source asked
+                                       for 8 KiB ahead into L2 and 2 KiB ahead into L1 */
+    __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
+           v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
+    for (; i + 128 + 2048 <= n; i += 64) {
       const char *p = x + i * sz;
       size_t b;
+      __m512 w0 = amp__ld16(xt, x + (i + 64) * sz, 0xffff), w1 = amp__ld16(xt, x + (i + 80) * sz, 0xffff),
+             w2 = amp__ld16(xt, x + (i + 96) * sz, 0xffff), w3 = amp__ld16(xt, x + (i + 112) * sz, 0xffff);
       for (b = 0; b < 64 * sz; b += 64) { _mm_prefetch(p + 8192 + b, _MM_HINT_T1); _mm_prefetch(p + 2048 + b, _MM_HINT_T0); }
+      AMP__Q64_(v0, v1, v2, v3, _mm512_stream_si512)
+      v0 = w0; v1 = w1; v2 = w2; v3 = w3;
     }
-    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v0), abs));
-    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v1), abs));
-    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v2), abs));
-    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v3), abs));
-    if (q) {
-      __m512i c = amp__fp8_codes64(_mm512_castps_si512(_mm512_mul_ps(v0, k)), _mm512_castps_si512(_mm512_mul_ps(v1, k)),
-                                   _mm512_castps_si512(_mm512_mul_ps(v2, k)), _mm512_castps_si512(_mm512_mul_ps(v3, k)), e5m2);
-      if (nt) _mm512_stream_si512((__m512i *)(q + i), c);
-      else _mm512_storeu_si512(q + i, c);
-    }
-    v0 = w0; v1 = w1; v2 = w2; v3 = w3;
   }
+  for (; i + 64 <= n; i += 64) {
+    __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
+           v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
+    if (nt) { AMP__Q64_(v0, v1, v2, v3, _mm512_stream_si512) }
+    else { AMP__Q64_(v0, v1, v2, v3, _mm512_storeu_si512) }
   }
+#undef AMP__Q64_
   if (nt) _mm_sfence();
   for (; i < n; i += 16) a = amp__quantize_part16(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i < 16 ? n - i : 16, k, a);
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
