@@ -5,7 +5,7 @@
 #   make bench-gpu   CUDA benchmarks against PyTorch (needs a GPU and python3 with torch)
 #   make demo        the Fashion-MNIST trainer: fp32 against AMP
 #   make demo-gpu    the same trainer with the model on a GPU
-#   make gpt         the capstone: a small GPT trained in fp32, bf16 and f16 (a few minutes)
+#   make gpt         the capstone: a small GPT trained in fp32, bf16, f16 and fp8 (a few minutes)
 #   make deps        install the Debian packages make test needs (the list: tests/deps.sh)
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
