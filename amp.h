@@ -5551,6 +5551,25 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
 #endif
 #ifdef AMP__CPU_SIMD
 #define AMP__VAPPLY(body, ops) body ops
+/* The step loop of a W-lane level without lane masks (AVX2: 8, NEON: 4): STEP(BODY) on each whole
+   vector, then the tail (k < W elements) through W-element buffers, so every element takes the
+   same vector operations. */
+#define AMP__STEPW_LOOP(W, STEP, BODY) \
+  for (i = 0; i + W <= n; i += W, p += W, m = m ? m + W : m, v = v ? v + W : v, gc += W * gs, wc += W * ws) { \
+    g = gc; w = wc; \
+    STEP(BODY) \
+  } \
+  if (i < n) { \
+    size_t k = n - i; \
+    float bp[W] = {0}, bm[W] = {0}, bv[W] = {0}, bg[W] = {0}, bw[W]; \
+    float *tp = p, *tm = m, *tv = v; \
+    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4); \
+    memcpy(bg, gc, k * gs); \
+    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw; \
+    STEP(BODY) \
+    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4); \
+    memcpy(wc, bw, k * ws); \
+  }
 #endif
 
 #ifdef AMP__X86_SIMD
@@ -5604,22 +5623,7 @@ AMP__AVX512_INLINE int amp__o_step16(amp_optim_kind kind, float *p, float *m, fl
     AMP__VAPPLY(BODY, AMP__V8_OPS); \
     _mm256_storeu_ps(p, w0); \
     amp__st8(wt, w, rts ? amp__rt8(rt, w0) : w0, 0); }
-#define AMP__STEP8_LOOP(BODY) \
-  for (i = 0; i + 8 <= n; i += 8, p += 8, m = m ? m + 8 : m, v = v ? v + 8 : v, gc += 8 * gs, wc += 8 * ws) { \
-    g = gc; w = wc; \
-    AMP__STEP8(BODY) \
-  } \
-  if (i < n) { \
-    size_t k = n - i; \
-    float bp[8] = {0}, bm[8] = {0}, bv[8] = {0}, bg[8] = {0}, bw[8]; \
-    float *tp = p, *tm = m, *tv = v; \
-    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4); \
-    memcpy(bg, gc, k * gs); \
-    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw; \
-    AMP__STEP8(BODY) \
-    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4); \
-    memcpy(wc, bw, k * ws); \
-  }
+#define AMP__STEP8_LOOP(BODY) AMP__STEPW_LOOP(8, AMP__STEP8, BODY)
 AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                                   void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
                                   const amp_step_coefs *c) {
@@ -5697,22 +5701,7 @@ AMP__NEON_STEP_INLINE float32x4_t amp__rt4(amp_dtype t, float32x4_t x) {
     AMP__VAPPLY(BODY, AMP__V4_OPS); \
     vst1q_f32(p, w0); \
     amp__st4(wt, w, rts ? amp__rt4(rt, w0) : w0, 0); }
-#define AMP__STEP4_LOOP(BODY) \
-  for (i = 0; i + 4 <= n; i += 4, p += 4, m = m ? m + 4 : m, v = v ? v + 4 : v, gc += 4 * gs, wc += 4 * ws) { \
-    g = gc; w = wc; \
-    AMP__STEP4(BODY) \
-  } \
-  if (i < n) { \
-    size_t k = n - i; \
-    float bp[4] = {0}, bm[4] = {0}, bv[4] = {0}, bg[4] = {0}, bw[4]; \
-    float *tp = p, *tm = m, *tv = v; \
-    memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4); \
-    memcpy(bg, gc, k * gs); \
-    p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw; \
-    AMP__STEP4(BODY) \
-    memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4); \
-    memcpy(wc, bw, k * ws); \
-  }
+#define AMP__STEP4_LOOP(BODY) AMP__STEPW_LOOP(4, AMP__STEP4, BODY)
 AMP__NEON_STEP_INLINE int amp__o_step4(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                                        void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
                                        const amp_step_coefs *c) {
