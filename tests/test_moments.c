@@ -61,7 +61,7 @@ static uint32_t rbits(uint64_t key, uint64_t i) { return (uint32_t)(mix(key + (i
 static size_t LEN[NT];
 static const size_t LEN_BF16[NT] = {37, 700, 19}, LEN_8BIT[NT] = {4100, 5000, 19};
 
-/* bitsandbytes' dynamic map as SEMANTICS-style prose describes it (create_dynamic_map): for i = 0..6
+/* bitsandbytes' dynamic map as bitsandbytes describes it (functional.create_dynamic_map): for i = 0..6
    the midpoints of linspace(0.1, 1, 2^i + 1) (signed) or linspace(0.1, 1, 2^(i+1) + 1) (unsigned)
    times 10^(i-6), with both signs for the signed map, plus 0 and 1, sorted; in double, each
    rounded to f32 once. The code of y: the nearest value, a tie going to the lower code. */
