@@ -5570,6 +5570,22 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
     memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4); \
     memcpy(wc, bw, k * ws); \
   }
+/* The step function of one level (ATTR its target attribute, VT its vector type, SET1 its
+   broadcast, KIND_CASE its AMP__KIND_STEP* case): the coefficients broadcast once, then the
+   kind's vector body (the kind list's vec column), or 0 for a kind without one (the plain loop). */
+#define AMP__O_STEP_FN(ATTR, NAME, VT, SET1, KIND_CASE) \
+  ATTR int NAME(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w, amp_dtype wt, \
+                amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) { \
+    size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i; \
+    const char *gc = (const char *)g; \
+    char *wc = (char *)w; \
+    int rts = amp__round_to_set(rt); \
+    AMP__VCOEFS(VT, SET1); \
+    switch (kind) { \
+      AMP__OPTIM_KINDS(KIND_CASE) \
+      default: return 0; \
+    } \
+  }
 #endif
 
 #ifdef AMP__X86_SIMD
@@ -5600,19 +5616,7 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
     g = gc; w = wc; \
     AMP__STEP16(BODY) \
   }
-AMP__AVX512_INLINE int amp__o_step16(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                     void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                     const amp_step_coefs *c) {
-  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
-  const char *gc = (const char *)g;
-  char *wc = (char *)w;
-  int rts = amp__round_to_set(rt);
-  AMP__VCOEFS(__m512, _mm512_set1_ps);
-  switch (kind) {
-    AMP__OPTIM_KINDS(AMP__KIND_STEP16)
-    default: return 0;   /* no vector body: the plain loop */
-  }
-}
+AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__KIND_STEP16)
 /* AVX2: 8 elements; a tail through buffers of 8. */
 #define AMP__LD8F(q) _mm256_loadu_ps(q)
 #define AMP__ST8F(q, x) _mm256_storeu_ps(q, x)
@@ -5624,19 +5628,7 @@ AMP__AVX512_INLINE int amp__o_step16(amp_optim_kind kind, float *p, float *m, fl
     _mm256_storeu_ps(p, w0); \
     amp__st8(wt, w, rts ? amp__rt8(rt, w0) : w0, 0); }
 #define AMP__STEP8_LOOP(BODY) AMP__STEPW_LOOP(8, AMP__STEP8, BODY)
-AMP__AVX2_INLINE int amp__o_step8(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                  void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                  const amp_step_coefs *c) {
-  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
-  const char *gc = (const char *)g;
-  char *wc = (char *)w;
-  int rts = amp__round_to_set(rt);
-  AMP__VCOEFS(__m256, _mm256_set1_ps);
-  switch (kind) {
-    AMP__OPTIM_KINDS(AMP__KIND_STEP8)
-    default: return 0;   /* no vector body: the plain loop */
-  }
-}
+AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND_STEP8)
 #undef AMP__STEP8_LOOP
 #undef AMP__STEP8
 #undef AMP__V8_OPS
@@ -5702,19 +5694,7 @@ AMP__NEON_STEP_INLINE float32x4_t amp__rt4(amp_dtype t, float32x4_t x) {
     vst1q_f32(p, w0); \
     amp__st4(wt, w, rts ? amp__rt4(rt, w0) : w0, 0); }
 #define AMP__STEP4_LOOP(BODY) AMP__STEPW_LOOP(4, AMP__STEP4, BODY)
-AMP__NEON_STEP_INLINE int amp__o_step4(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                       void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                       const amp_step_coefs *c) {
-  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i;
-  const char *gc = (const char *)g;
-  char *wc = (char *)w;
-  int rts = amp__round_to_set(rt);
-  AMP__VCOEFS(float32x4_t, vdupq_n_f32);
-  switch (kind) {
-    AMP__OPTIM_KINDS(AMP__KIND_STEP4)
-    default: return 0;   /* no vector body: the plain loop */
-  }
-}
+AMP__O_STEP_FN(AMP__NEON_STEP_INLINE, amp__o_step4, float32x4_t, vdupq_n_f32, AMP__KIND_STEP4)
 #undef AMP__STEP4_LOOP
 #undef AMP__STEP4
 #undef AMP__V4_OPS
