@@ -947,19 +947,6 @@ static void allreduce_hook_on_gpu_identity_equals_none_and_failure_changes_nothi
 
 /* ---- GPU: checkpoints ------------------------------------------------------------------------- */
 
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  unsigned char *p;
-  long n;
-  *len = 0;
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END); n = ftell(f); fseek(f, 0, SEEK_SET);
-  p = (unsigned char *)xmalloc((size_t)n);
-  if (fread(p, 1, (size_t)n, f) != (size_t)n) { free(p); fclose(f); return NULL; }
-  fclose(f);
-  *len = (size_t)n;
-  return p;
-}
 
 static void checkpoint_moves_cpu_to_gpu_and_back_bit_exact(void) {
   const char *p1 = "build/test/cuda_amp_ckpt1.bin", *p2 = "build/test/cuda_amp_ckpt2.bin";
@@ -991,7 +978,7 @@ static void checkpoint_moves_cpu_to_gpu_and_back_bit_exact(void) {
     free(bc.p); free(bg.p);
   }
   OK(amp_checkpoint_save(p2, g.o, gs));
-  f1 = slurp(p1, &l1); f2 = slurp(p2, &l2);
+  f1 = t_read_file(p1, &l1); f2 = t_read_file(p2, &l2);
   EXPECT(f1 && f2 && l1 == l2 && memcmp(f1, f2, l1) == 0, "the GPU's checkpoint (%zu bytes) is not the CPU's (%zu bytes) byte for byte", l2, l1);
   free(f1); free(f2);
   OK(amp_checkpoint_load(p2, c2.o, cs2));

@@ -36,6 +36,22 @@ static inline int t_count_files(const char *dir, const char *prefix) {
   return found;
 }
 
+/* The whole file at path in a malloc'd buffer (one byte more, so an empty file is a buffer too),
+   its length in *n; NULL (and *n 0) when it cannot be opened or read whole. */
+static inline unsigned char *t_read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *p;
+  long len;
+  *n = 0;
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) { fclose(f); return NULL; }
+  p = (unsigned char *)malloc((size_t)len + 1);
+  if (!p || fread(p, 1, (size_t)len, f) != (size_t)len) { free(p); fclose(f); return NULL; }
+  fclose(f);
+  *n = (size_t)len;
+  return p;
+}
+
 /* 1 when AMP_REQUIRE_GPU is set (to anything but 0): the run is on a machine that has a GPU. */
 static inline int t_require_gpu(void) { const char *e = getenv("AMP_REQUIRE_GPU"); return e && *e && *e != '0'; }
 /* GPU tests that cannot run for want of a usable GPU: "skipped: what (why)", or, under

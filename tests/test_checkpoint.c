@@ -120,14 +120,6 @@ static void save_and_load_of_one_half(void) {
   remove(path);
 }
 
-static unsigned char *read_all(const char *p, size_t *n) {
-  FILE *f = fopen(p, "rb"); unsigned char *b; long len;
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END); len = ftell(f); fseek(f, 0, SEEK_SET);
-  b = (unsigned char *)malloc((size_t)len + 1);
-  *n = fread(b, 1, (size_t)len, f); fclose(f);
-  return b;
-}
 static void write_all(const char *p, const unsigned char *b, size_t n) { FILE *f = fopen(p, "wb"); if (f) { fwrite(b, 1, n, f); fclose(f); } }
 
 /* A small file (two tiny tensors, AdamW, and the scaler: about 280 bytes), damaged every way. */
@@ -158,7 +150,7 @@ static void every_byte_flip_and_truncation_is_refused_and_changes_nothing(void) 
     memcpy(buf + k, &s->skipped, sizeof s->skipped); k += sizeof s->skipped; memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step; \
     memcpy(buf + k, &o->cfg.lr, 4); k += 4; } while (0)
   SNAP(before);
-  file = read_all(path, &n);
+  file = t_read_file(path, &n);
   if (!file) { EXPECT(0, "cannot read %s", path); return; }
   EXPECT(n < 800, "the small checkpoint is %zu bytes", n);
   bad = (unsigned char *)malloc(n);
@@ -219,7 +211,7 @@ static void other_kind_shape_dtype_or_version_is_refused(void) {
   st = amp_checkpoint_load(path, o, NULL);
   EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "elements"), "another size: %s '%s'", amp_status_string(st), amp_last_error());
   amp_optimizer_destroy(o);
-  file = read_all(path, &n);
+  file = t_read_file(path, &n);
   if (file) {   /* another version, with a valid CRC: the version check must say so */
     amp__crc crc; uint32_t v = 4, cv;
     memcpy(file + 8, &v, 4);
@@ -307,7 +299,7 @@ static void version_1_and_2_files_are_written_and_read_as_the_manual_lays_them_o
     run_init(x, kinds[k]); run_steps(x, 0, 30);
     x->o->spike_skips = 3;   /* a count to be written (the window holds the clean steps' norms) */
     EXPECT(amp_checkpoint_save(path, x->o, x->s) == AMP_OK, "save: %s", amp_last_error());
-    file = read_all(path, &n);
+    file = t_read_file(path, &n);
     v1 = file_of(x->o, x->s, 1); v2 = file_of(x->o, x->s, 2);
     EXPECT(x->o->spike_win.count > 20, "kind %d: the window holds %d norms after 30 steps", (int)kinds[k], (int)x->o->spike_win.count);
     EXPECT(file && n == v2.n && memcmp(file, v2.p, n) == 0, "kind %d: the saved file (%zu bytes) is not the version-2 layout (%zu bytes)",
@@ -459,7 +451,7 @@ static void fields_edited_with_a_recomputed_crc_are_refused(void) {
   amp_scaler_create(&x->s, amp_cpu(), &sc);
   run_steps(x, 12, 20);
   EXPECT(amp_checkpoint_save(path, x->o, x->s) == AMP_OK, "save: %s", amp_last_error());
-  file = read_all(path, &n);
+  file = t_read_file(path, &n);
   if (!file) { EXPECT(0, "cannot read %s", path); return; }
   bad = (unsigned char *)malloc(n);
   for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -497,7 +489,7 @@ static amp_status load_scaler_edited(amp_scaler *s, int at, int32_t v, int is_fl
   unsigned char *file;
   size_t n = 0;
   amp_status st;
-  if (amp_checkpoint_save(bpath, NULL, s) != AMP_OK || !(file = read_all(bpath, &n))) return AMP_ERR_IO;
+  if (amp_checkpoint_save(bpath, NULL, s) != AMP_OK || !(file = t_read_file(bpath, &n))) return AMP_ERR_IO;
   if (is_float) memcpy(file + at, &f, 4); else memcpy(file + at, &v, 4);
   recrc(file, n);
   write_all(bpath, file, n);
@@ -570,7 +562,7 @@ static void a_file_cut_at_any_record_is_refused_naming_it(void) {
   run_init(&r, AMP_ADAMW);
   run_steps(&r, 0, 3);
   EXPECT(amp_checkpoint_save(path, r.o, r.s) == AMP_OK, "save: %s", amp_last_error());
-  file = read_all(path, &n);
+  file = t_read_file(path, &n);
   if (!file) { EXPECT(0, "cannot read %s back", path); run_free(&r); return; }
   rec[nrec].bytes = 72; rec[nrec++].name = "scaler section truncated";
   rec[nrec].bytes = 56; rec[nrec++].name = "optimizer section truncated";
@@ -689,7 +681,7 @@ static void a_symlink_planted_at_the_temporary_is_not_followed(void) {
   for (i = 0; i < 4; i++) { remove(name[i]); EXPECT(symlink("ckpt_victim.txt", name[i]) == 0, "symlink %s", name[i]); }
   run_init(x, AMP_ADAM); run_steps(x, 0, 3);
   EXPECT(amp_checkpoint_save(p, x->o, x->s) == AMP_OK, "save beside planted symlinks: %s", amp_last_error());
-  v = read_all(target, &vn);
+  v = t_read_file(target, &vn);
   EXPECT(v && vn == 6 && memcmp(v, "victim", 6) == 0, "the symlink's target was written (%zu bytes)", vn);
   free(v);
   EXPECT(amp_checkpoint_load(p, x->o, x->s) == AMP_OK, "the checkpoint loads: %s", amp_last_error());
@@ -703,7 +695,7 @@ static void a_symlink_planted_at_the_temporary_is_not_followed(void) {
   amp__tmp_name(name[1], sizeof name[1], p, amp__tmp_seq + 1);
   EXPECT(symlink("ckpt_nowhere.txt", name[1]) == 0, "symlink %s", name[1]);
   EXPECT(amp_checkpoint_save(p, x->o, x->s) == AMP_OK, "save beside a dangling symlink: %s", amp_last_error());
-  v = read_all("build/test/ckpt_nowhere.txt", &vn);
+  v = t_read_file("build/test/ckpt_nowhere.txt", &vn);
   EXPECT(v == NULL, "the dangling symlink's target was created");
   free(v);
   remove(name[1]);
@@ -730,7 +722,7 @@ static void a_sparse_multi_gb_file_is_refused_quickly(void) {
   int v, fd;
   run_init(x, AMP_ADAM); run_steps(x, 0, 3);
   amp_checkpoint_save(path, x->o, x->s);
-  good = read_all(path, &gn);
+  good = t_read_file(path, &gn);
   for (v = 0; v < 3 && good; v++) {
     amp_status st;
     double t0, dt;

@@ -448,17 +448,6 @@ static void fp32_moments_differ_from_the_bf16_reference(void) {
 
 /* ---- checkpoints: the file holds the bf16 words; a file moves between moment types ------------- */
 
-static unsigned char *read_all(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  unsigned char *p;
-  long len;
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END); len = ftell(f); fseek(f, 0, SEEK_SET);
-  p = (unsigned char *)malloc((size_t)len + 1);
-  *n = fread(p, 1, (size_t)len, f);
-  fclose(f);
-  return p;
-}
 
 /* Moment j (1, 2) of tensor i as the reference decodes the library's stored bytes. */
 static float decoded(const amp__tensor *t, int j, size_t e) {
@@ -483,7 +472,7 @@ static void checkpoint_moves_between_types(int moments) {
   if (!rig_make(&a, AMP_ADAMW, AMP_MASTER_F32, 0, moments)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
   for (k = 0; k < 5; k++) { make_grads(&a, k); amp_optimizer_step(a.o); }
   EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "save: %s", amp_last_error());
-  file = read_all(CKPT, &n);
+  file = t_read_file(CKPT, &n);
   for (i = 0; i < NT; i++) want += 20 + 4 * LEN[i] + 2 * amp__moment_bytes(a.o->t[i].moments, LEN[i]);
   EXPECT(file && n == want, "moments %d: the file holds %zu bytes, want %zu", moments, n, want);
   if (file && n == want) {
@@ -510,7 +499,7 @@ static void checkpoint_moves_between_types(int moments) {
   /* fp32 moments stepped further, saved (version 2, as before), loaded into `moments`: encoded */
   for (k = 5; k < 7; k++) { make_grads(&f, k); amp_optimizer_step(f.o); }
   EXPECT(amp_checkpoint_save(CKPT2, f.o, NULL) == AMP_OK, "save 2: %s", amp_last_error());
-  file = read_all(CKPT2, &n);
+  file = t_read_file(CKPT2, &n);
   if (file) { memcpy(&version, file + 8, 4); EXPECT(version == 2, "an fp32-moment file has version %u, want 2", (unsigned)version); }
   free(file);
   if (!rig_make(&h, AMP_ADAMW, AMP_MASTER_F32, 0, moments)) { EXPECT(0, "setup h"); rig_free(&a); rig_free(&f); return; }
@@ -535,7 +524,7 @@ static void checkpoint_moves_between_types(int moments) {
   }
   EXPECT(ok, "an fp32 file loaded into moments %d is not its moments encoded as a step encodes", moments);
   /* a moments field that is no kept type: refused, nothing changed */
-  file = read_all(CKPT, &n);
+  file = t_read_file(CKPT, &n);
   if (file) {
     amp__crc crc; uint32_t bad = 9, cv;
     FILE *w;
