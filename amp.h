@@ -2165,19 +2165,24 @@ static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype r
 #define AMP__MIX_M1 0xbf58476d1ce4e5b9ull    /* splitmix64's finaliser multipliers */
 #define AMP__MIX_M2 0x94d049bb133111ebull
 #define AMP__MIX_STEP 0x9e3779b97f4a7c15ull  /* the golden-ratio increment between counters */
-/* The finaliser's steps on any width: XOR, SHR (logical, 64-bit lanes) and MUL64 (the low 64 bits)
-   of the width, SET1 making a constant (the vector loops use it too). */
+/* The finaliser's steps but its last (z ^= z >> 31) on any width: XOR, SHR (logical, 64-bit lanes)
+   and MUL64 (the low 64 bits) of the width, SET1 making a constant (the vector loops use it too).
+   The last step leaves bits 48..63 as they are (z >> 31 has none there), so the 16 random bits of
+   an element (amp__sr_bits16: the top 16) are these steps' top 16, on every width. */
 #define AMP__MIX64_STEPS(z, XOR, SHR, MUL64, SET1) \
   z = XOR(z, SHR(z, 30)); z = MUL64(z, SET1(AMP__MIX_M1)); \
-  z = XOR(z, SHR(z, 27)); z = MUL64(z, SET1(AMP__MIX_M2)); \
-  z = XOR(z, SHR(z, 31))
+  z = XOR(z, SHR(z, 27)); z = MUL64(z, SET1(AMP__MIX_M2))
 #define AMP__MIX_XOR(a, b) ((a) ^ (b))
 #define AMP__MIX_SHR(a, k) ((a) >> (k))
 #define AMP__MIX_MUL(a, b) ((a) * (b))
 #define AMP__MIX_SET1(c) (c)
-static inline AMP_HD uint64_t amp__mix64(uint64_t z) {
+static inline AMP_HD uint64_t amp__mix64_top(uint64_t z) {   /* bits 48..63 are amp__mix64's */
   AMP__MIX64_STEPS(z, AMP__MIX_XOR, AMP__MIX_SHR, AMP__MIX_MUL, AMP__MIX_SET1);
   return z;
+}
+static inline AMP_HD uint64_t amp__mix64(uint64_t z) {
+  z = amp__mix64_top(z);
+  return z ^ (z >> 31);
 }
 static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t tensor) {
   return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + AMP__MIX_STEP)) ^
@@ -2190,7 +2195,7 @@ static inline AMP_HD uint64_t amp__sr_key_moment(uint64_t key, int j) {
   return amp__mix64(key + (uint64_t)j * 0xd1b54a32d192ed03ull);
 }
 static inline AMP_HD uint32_t amp__sr_bits16(uint64_t key, uint64_t i) {
-  return (uint32_t)(amp__mix64(key + (i + 1u) * AMP__MIX_STEP) >> 48);
+  return (uint32_t)(amp__mix64_top(key + (i + 1u) * AMP__MIX_STEP) >> 48);
 }
 /* f32 -> bf16 rounded stochastically: r (16 uniform bits) added below the kept bits carries into
    them with probability (cut bits) / 2^16, so the expected value is x (the magnitude rounds up
@@ -5631,14 +5636,8 @@ AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__K
 AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND_STEP8)
 #undef AMP__STEP8_LOOP
 #undef AMP__STEP8
-#undef AMP__V8_OPS
-#undef AMP__ST8F
-#undef AMP__LD8F
 #undef AMP__STEP16_LOOP
 #undef AMP__STEP16
-#undef AMP__V16_OPS
-#undef AMP__ST16F
-#undef AMP__LD16F
 #undef AMP__KIND_STEP8
 #undef AMP__KIND_STEP16
 #endif
@@ -5722,14 +5721,6 @@ static AMP__EXACT_FP int amp__o_step_vec(int l, amp_optim_kind kind, float *p, f
 #undef AMP__STEP_G4_
 #endif
 
-#ifdef AMP__CPU_SIMD
-#undef AMP__VAPPLY
-#undef AMP__V_NONE
-#undef AMP__V_LION
-#undef AMP__V_ADAM
-#undef AMP__V_SGD
-#undef AMP__VCOEFS
-#endif
 
 #ifdef AMP__X86_SIMD
 
@@ -5781,7 +5772,7 @@ AMP__AVX2_INLINE __m256i amp__mul64x4(__m256i a, __m256i b) {
   return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
 }
 #define AMP__SET1X4(c) _mm256_set1_epi64x((long long)(c))
-AMP__AVX2_INLINE __m256i amp__mix64x4(__m256i z) {   /* amp__mix64 */
+AMP__AVX2_INLINE __m256i amp__mix64x4(__m256i z) {   /* amp__mix64_top */
   AMP__MIX64_STEPS(z, _mm256_xor_si256, _mm256_srli_epi64, amp__mul64x4, AMP__SET1X4);
   return z;
 }
@@ -5823,7 +5814,9 @@ AMP__AVX2_INLINE void amp__master_st8(amp_bf16 *w, uint16_t *rem, uint64_t key, 
   } else {
     hi = _mm256_srli_epi32(_mm256_add_epi32(u, amp__sr_bits8(key, i)), 16);
   }
-  _mm_storeu_si128((__m128i *)w, amp__pack8(_mm256_blendv_epi8(hi, amp__bf16_round8(u), nan)));
+  /* a NaN lane: amp_f32_to_bf16's quiet NaN, (u >> 16) | 0x40 */
+  hi = _mm256_blendv_epi8(hi, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+  _mm_storeu_si128((__m128i *)w, amp__pack8(hi));
 }
 static AMP__AVX2 void amp__o_master_load_avx2(float *d, const amp_bf16 *w, const uint16_t *rem, size_t i0, size_t k) {
   size_t i;
@@ -5982,7 +5975,7 @@ static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, flo
 }
 /* The same on 16 lanes (AVX-512: F, BW, DQ for the 64-bit multiply), tails under a lane mask. */
 #define AMP__SET1X8(c) _mm512_set1_epi64((long long)(c))
-AMP__AVX512_INLINE __m512i amp__mix64x8(__m512i z) {   /* amp__mix64 */
+AMP__AVX512_INLINE __m512i amp__mix64x8(__m512i z) {   /* amp__mix64_top */
   AMP__MIX64_STEPS(z, _mm512_xor_si512, _mm512_srli_epi64, _mm512_mullo_epi64, AMP__SET1X8);
   return z;
 }
@@ -5992,9 +5985,9 @@ AMP__AVX512_INLINE __m512i amp__sr_bits16x(uint64_t key, uint64_t i, __m512i off
   const uint64_t step = AMP__MIX_STEP;
   __m512i lo = _mm512_add_epi64(_mm512_set1_epi64((long long)(key + (i + 1u) * step)), offs);
   __m512i hi = _mm512_add_epi64(lo, _mm512_set1_epi64((long long)(8u * step)));
-  __m256i l32 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(amp__mix64x8(lo), 48));
-  __m256i h32 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(amp__mix64x8(hi), 48));
-  return _mm512_inserti64x4(_mm512_castsi256_si512(l32), h32, 1);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  /* the high halves of lo's 8 lanes, then hi's, each >> 16: bits 48..63 */
+  return _mm512_srli_epi32(_mm512_permutex2var_epi32(amp__mix64x8(lo), odd, amp__mix64x8(hi)), 16);
 }
 AMP__AVX512_INLINE __m512 amp__master_ld16(const amp_bf16 *w, const uint16_t *rem, __mmask16 k) {
   __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(amp__ld16h(w, k)), 16);
@@ -6014,7 +6007,9 @@ AMP__AVX512_INLINE void amp__master_st16(amp_bf16 *w, uint16_t *rem, uint64_t ke
   } else {
     hi = _mm512_srli_epi32(_mm512_add_epi32(u, amp__sr_bits16x(key, i, offs)), 16);
   }
-  amp__st16h(w, _mm256_mask_blend_epi16(nan, _mm512_cvtepi32_epi16(hi), amp__bf16_round16(u)), k, 0);
+  /* a NaN lane: amp_f32_to_bf16's quiet NaN, (u >> 16) | 0x40 */
+  hi = _mm512_mask_or_epi32(hi, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  amp__st16h(w, _mm512_cvtepi32_epi16(hi), k, 0);
 }
 static AMP__AVX512 void amp__o_master_load_avx512(float *d, const amp_bf16 *w, const uint16_t *rem, size_t i0,
                                                   size_t k) {
@@ -6036,7 +6031,120 @@ static AMP__AVX512 void amp__o_master_store_avx512(amp_bf16 *w, uint16_t *rem, u
     amp__master_st16(w + i0 + i, rem ? rem + i0 + i : NULL, key, (uint64_t)(i0 + i), offs, amp__ld16f(p + i, m), m);
   }
 }
+
+/* The step of a tensor whose bf16 model copy is written by amp__master_st16 / _st8, with the
+   masters in registers from load to store: AMP_MASTER_SPLIT (p NULL; decoded from w and rem,
+   encoded back), AMP_MASTER_NONE (p and rem NULL; w's values, written back stochastically with
+   key's bits) and an fp32 master with a stochastic bf16 copy (p; rem NULL). The bits of
+   amp__o_master_load, amp__o_step and amp__o_master_store in turn (the kind's vector body on the
+   decoded masters), without their float blocks: one read and one write of each array. AVX2 takes
+   whole vectors only (n a multiple of 8: the tail takes the block path). 1: done; 0: the kind has
+   no vector body. */
+#define AMP__LOW16(BODY) { \
+    __m512 x = amp__mul16(amp__ld16(gt, g, k), gm); \
+    __m512 w0 = p ? amp__ld16f(p + i, k) : amp__master_ld16(w + i, rem ? rem + i : NULL, k); \
+    AMP__VAPPLY(BODY, AMP__V16_OPS); \
+    if (p) amp__st16f(p + i, w0, k); \
+    amp__master_st16(w + i, rem ? rem + i : NULL, key, (uint64_t)i, offs, w0, k); }
+#define AMP__KIND_LOW16(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
+  case kd: \
+    if (!AMP__VHAS_##vec) return 0; \
+    for (i = 0; i + 16 <= n; i += 16, m = m ? m + 16 : m, v = v ? v + 16 : v, g = (const char *)g + 16 * gs) { \
+      const __mmask16 k = 0xffff; \
+      AMP__LOW16(AMP__V_##vec) \
+    } \
+    if (i < n) { \
+      const __mmask16 k = amp__mask16(n - i); \
+      AMP__LOW16(AMP__V_##vec) \
+    } \
+    return 1;
+AMP__AVX512_INLINE int amp__o_low16(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m,
+                                    float *v, const void *g, amp_dtype gt, size_t n, float gmul,
+                                    const amp_step_coefs *c) {
+  const uint64_t step = AMP__MIX_STEP;
+  const __m512i offs = _mm512_setr_epi64(0, (long long)step, (long long)(2u * step), (long long)(3u * step),
+                                         (long long)(4u * step), (long long)(5u * step), (long long)(6u * step),
+                                         (long long)(7u * step));
+  size_t gs = amp_dtype_size(gt), i;
+  AMP__VCOEFS(__m512, _mm512_set1_ps);
+  switch (kind) {
+    AMP__OPTIM_KINDS(AMP__KIND_LOW16)
+    default: return 0;
+  }
+}
+#define AMP__LOW8(BODY) { \
+    __m256 x = amp__mul8(amp__ld8(gt, g), gm); \
+    __m256 w0 = p ? _mm256_loadu_ps(p + i) : amp__master_ld8(w + i, rem ? rem + i : NULL); \
+    AMP__VAPPLY(BODY, AMP__V8_OPS); \
+    if (p) _mm256_storeu_ps(p + i, w0); \
+    amp__master_st8(w + i, rem ? rem + i : NULL, key, (uint64_t)i, w0); }
+#define AMP__KIND_LOW8(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
+  case kd: \
+    if (!AMP__VHAS_##vec) return 0; \
+    for (i = 0; i + 8 <= n; i += 8, m = m ? m + 8 : m, v = v ? v + 8 : v, g = (const char *)g + 8 * gs) \
+      AMP__LOW8(AMP__V_##vec) \
+    return 1;
+AMP__AVX2_INLINE int amp__o_low8(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m,
+                                 float *v, const void *g, amp_dtype gt, size_t n, float gmul, const amp_step_coefs *c) {
+  size_t gs = amp_dtype_size(gt), i;
+  AMP__VCOEFS(__m256, _mm256_set1_ps);
+  switch (kind) {
+    AMP__OPTIM_KINDS(AMP__KIND_LOW8)
+    default: return 0;
+  }
+}
+#undef AMP__KIND_LOW8
+#undef AMP__LOW8
+#undef AMP__KIND_LOW16
+#undef AMP__LOW16
+/* One instance per (kind, grad type), the grad type a constant in each. */
+#define AMP__LOW_G16_(E, N, T, S) return amp__o_low16(kind, p, w, rem, key, m, v, g, E, n, gmul, c);
+#define AMP__LOW_G8_(E, N, T, S) return amp__o_low8(kind, p, w, rem, key, m, v, g, E, n, gmul, c);
+static AMP__AVX512 int amp__o_low_avx512(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key,
+                                         float *m, float *v, const void *g, amp_dtype gt, size_t n, float gmul,
+                                         const amp_step_coefs *c) {
+  AMP__DTYPE_VSWITCH(gt, AMP__LOW_G16_)
+  return 0;
+}
+static AMP__AVX2 int amp__o_low_avx2(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m,
+                                     float *v, const void *g, amp_dtype gt, size_t n, float gmul,
+                                     const amp_step_coefs *c) {
+  AMP__DTYPE_VSWITCH(gt, AMP__LOW_G8_)
+  return 0;
+}
+#undef AMP__LOW_G16_
+#undef AMP__LOW_G8_
 #endif
+#ifdef AMP__X86_SIMD
+#undef AMP__V8_OPS
+#undef AMP__ST8F
+#undef AMP__LD8F
+#undef AMP__V16_OPS
+#undef AMP__ST16F
+#undef AMP__LD16F
+#endif
+#ifdef AMP__CPU_SIMD
+#undef AMP__VAPPLY
+#undef AMP__V_NONE
+#undef AMP__V_LION
+#undef AMP__V_ADAM
+#undef AMP__V_SGD
+#undef AMP__VCOEFS
+#endif
+
+/* The fused step above at loop level l over elements 0 .. n - 1 (AVX2: the whole vectors of them):
+   how many it stepped (0: none; the kind or the grad type has no vector path, or no x86 SIMD). */
+static size_t amp__o_low_vec(int l, amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m,
+                             float *v, const void *g, amp_dtype gt, size_t n, float gmul, const amp_step_coefs *c) {
+#ifdef AMP__X86_SIMD
+  if (l >= 2 && amp__o_low_avx512(kind, p, w, rem, key, m, v, g, gt, n, gmul, c)) return n;
+  if (l == 1 && amp__o_low_avx2(kind, p, w, rem, key, m, v, g, gt, n & ~(size_t)7, gmul, c)) return n & ~(size_t)7;
+#else
+  (void)l; (void)kind; (void)p; (void)w; (void)rem; (void)key; (void)m; (void)v; (void)g; (void)gt; (void)n;
+  (void)gmul; (void)c;
+#endif
+  return 0;
+}
 
 /* The masters' block load and store at loop level l (0 the plain loops, 1 AVX2, 2 AVX-512). */
 static void amp__o_master_load_at(int l, float *d, const amp_bf16 *w, const uint16_t *rem, size_t i0, size_t k) {
@@ -6083,8 +6191,8 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
    float copy holding bf16/f16 values); sr: a bf16 copy written with stochastic rounding, the bits
    from key. The vector loops run every kind with a vector body (the kind list's vec column) on
    grad, model and round_to types with a vector path (the format table's cpu_vec); a bf16 copy
-   rounded stochastically is stepped per block into a float block, then rounded from it. Anything
-   else runs the plain loop: the same bits. */
+   rounded stochastically takes amp__o_low_vec (AVX2's last partial vector: stepped into a float
+   block, then rounded from it). Anything else runs the plain loop: the same bits. */
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                         void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
                         const amp_step_coefs *c) {
@@ -6093,8 +6201,8 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
               ? amp__opt_level() : 0;
   if (l && sr) {
     float out[AMP__CHUNK];
-    size_t i0, gs = amp_dtype_size(gt);
-    for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    size_t i0 = amp__o_low_vec(l, kind, p, (amp_bf16 *)w, NULL, key, m, v, g, gt, n, gmul, c), gs = amp_dtype_size(gt);
+    for (; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       amp__o_step_vec(l, kind, p + i0, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32,
                       AMP_F32, k, gmul, c);
@@ -6107,16 +6215,18 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
 }
 
-/* The step of a tensor without an fp32 master array (AMP_MASTER_SPLIT, _NONE): per block of
-   AMP__CHUNK elements, the masters rebuilt into pb, updated by amp__o_step itself (the loops an
-   fp32 master steps in, writing the block's result to a float scratch instead of a model copy),
-   written back. So a split master stays equal to an fp32 master bit for bit. */
+/* The step of a tensor without an fp32 master array (AMP_MASTER_SPLIT, _NONE): on x86 the fused
+   loop amp__o_low_vec; the rest (no vector path, AVX2's last partial vector, NEON and the portable
+   build) per block of AMP__CHUNK elements: the masters rebuilt into pb, updated by amp__o_step
+   itself (the loops an fp32 master steps in, writing the block's result to a float scratch instead
+   of a model copy), written back. So a split master stays equal to an fp32 master bit for bit. */
 static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, float *m, float *v, const void *g,
                                amp_dtype gt, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
   float pb[AMP__CHUNK], out[AMP__CHUNK];
   size_t i0, gs = amp_dtype_size(gt);
   int l = amp__opt_level();
-  for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+  i0 = amp__o_low_vec(l, kind, NULL, w, rem, key, m, v, g, gt, n, gmul, c);
+  for (; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
     amp__o_master_load_at(l, pb, w, rem, i0, k);
     amp__o_step(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0,
