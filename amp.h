@@ -2165,24 +2165,19 @@ static inline AMP_HD void amp__store_model_rne(void *w, amp_dtype t, amp_dtype r
 #define AMP__MIX_M1 0xbf58476d1ce4e5b9ull    /* splitmix64's finaliser multipliers */
 #define AMP__MIX_M2 0x94d049bb133111ebull
 #define AMP__MIX_STEP 0x9e3779b97f4a7c15ull  /* the golden-ratio increment between counters */
-/* The finaliser's steps but its last (z ^= z >> 31) on any width: XOR, SHR (logical, 64-bit lanes)
-   and MUL64 (the low 64 bits) of the width, SET1 making a constant (the vector loops use it too).
-   The last step leaves bits 48..63 as they are (z >> 31 has none there), so the 16 random bits of
-   an element (amp__sr_bits16: the top 16) are these steps' top 16, on every width. */
+/* The finaliser's steps on any width: XOR, SHR (logical, 64-bit lanes) and MUL64 (the low 64 bits)
+   of the width, SET1 making a constant (the vector loops use it too). */
 #define AMP__MIX64_STEPS(z, XOR, SHR, MUL64, SET1) \
   z = XOR(z, SHR(z, 30)); z = MUL64(z, SET1(AMP__MIX_M1)); \
-  z = XOR(z, SHR(z, 27)); z = MUL64(z, SET1(AMP__MIX_M2))
+  z = XOR(z, SHR(z, 27)); z = MUL64(z, SET1(AMP__MIX_M2)); \
+  z = XOR(z, SHR(z, 31))
 #define AMP__MIX_XOR(a, b) ((a) ^ (b))
 #define AMP__MIX_SHR(a, k) ((a) >> (k))
 #define AMP__MIX_MUL(a, b) ((a) * (b))
 #define AMP__MIX_SET1(c) (c)
-static inline AMP_HD uint64_t amp__mix64_top(uint64_t z) {   /* bits 48..63 are amp__mix64's */
+static inline AMP_HD uint64_t amp__mix64(uint64_t z) {
   AMP__MIX64_STEPS(z, AMP__MIX_XOR, AMP__MIX_SHR, AMP__MIX_MUL, AMP__MIX_SET1);
   return z;
-}
-static inline AMP_HD uint64_t amp__mix64(uint64_t z) {
-  z = amp__mix64_top(z);
-  return z ^ (z >> 31);
 }
 static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t tensor) {
   return amp__mix64(amp__mix64(seed ^ amp__mix64((uint64_t)step + AMP__MIX_STEP)) ^
@@ -2194,8 +2189,11 @@ static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t 
 static inline AMP_HD uint64_t amp__sr_key_moment(uint64_t key, int j) {
   return amp__mix64(key + (uint64_t)j * 0xd1b54a32d192ed03ull);
 }
+/* Element i's 16 random bits: field i % 4 (bits 16 (i % 4) .. 16 (i % 4) + 15) of the mix of counter
+   i / 4, so one 64-bit hash serves four neighbouring elements (as Philox's four words serve four
+   elements in the GPU frameworks): the vector loops mix a quarter as many counters as elements. */
 static inline AMP_HD uint32_t amp__sr_bits16(uint64_t key, uint64_t i) {
-  return (uint32_t)(amp__mix64_top(key + (i + 1u) * AMP__MIX_STEP) >> 48);
+  return (uint32_t)(amp__mix64(key + ((i >> 2) + 1u) * AMP__MIX_STEP) >> (16u * (unsigned)(i & 3u))) & 0xffffu;
 }
 /* f32 -> bf16 rounded stochastically: r (16 uniform bits) added below the kept bits carries into
    them with probability (cut bits) / 2^16, so the expected value is x (the magnitude rounds up
@@ -5765,29 +5763,28 @@ static int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float
    them too): amp__o_master_load / amp__o_master_store and the stochastic rounding of a bf16 copy,
    the same bits. The counter hash amp__sr_bits16 on 4 64-bit lanes: AVX2 has no 64-bit multiply,
    so the low 64 bits of each product are put together from three 32 x 32 -> 64 ones. */
-AMP__AVX2_INLINE __m256i amp__mul64x4(__m256i a, __m256i b) {
-  __m256i lo = _mm256_mul_epu32(a, b);
-  __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
-                                   _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
-  return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+AMP__AVX2_INLINE __m128i amp__mul64x2(__m128i a, __m128i b) {
+  __m128i lo = _mm_mul_epu32(a, b);
+  __m128i cross = _mm_add_epi64(_mm_mul_epu32(_mm_srli_epi64(a, 32), b), _mm_mul_epu32(a, _mm_srli_epi64(b, 32)));
+  return _mm_add_epi64(lo, _mm_slli_epi64(cross, 32));
 }
-#define AMP__SET1X4(c) _mm256_set1_epi64x((long long)(c))
-AMP__AVX2_INLINE __m256i amp__mix64x4(__m256i z) {   /* amp__mix64_top */
-  AMP__MIX64_STEPS(z, _mm256_xor_si256, _mm256_srli_epi64, amp__mul64x4, AMP__SET1X4);
+#define AMP__SET1X2(c) _mm_set1_epi64x((long long)(c))
+AMP__AVX2_INLINE __m128i amp__mix64x2(__m128i z) {   /* amp__mix64 on 2 lanes */
+  AMP__MIX64_STEPS(z, _mm_xor_si128, _mm_srli_epi64, amp__mul64x2, AMP__SET1X2);
   return z;
 }
-#undef AMP__SET1X4
-/* amp__sr_bits16(key, i + j) in lane j = 0..7 */
+#undef AMP__SET1X2
+/* amp__sr_bits16(key, i + j) in lane j = 0..7: for i a multiple of 4 the 16-bit fields of the
+   mixes of counters i / 4 and i / 4 + 1, widened; else element by element (no loop here asks). */
 AMP__AVX2_INLINE __m256i amp__sr_bits8(uint64_t key, uint64_t i) {
-  const uint64_t step = AMP__MIX_STEP;
-  uint64_t b = key + (i + 1u) * step;
-  const __m256i low32 = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-  __m256i lo = _mm256_setr_epi64x((long long)b, (long long)(b + step), (long long)(b + 2u * step),
-                                  (long long)(b + 3u * step));
-  __m256i hi = _mm256_add_epi64(lo, _mm256_set1_epi64x((long long)(4u * step)));
-  lo = _mm256_permutevar8x32_epi32(_mm256_srli_epi64(amp__mix64x4(lo), 48), low32);
-  hi = _mm256_permutevar8x32_epi32(_mm256_srli_epi64(amp__mix64x4(hi), 48), low32);
-  return _mm256_blend_epi32(lo, hi, 0xf0);
+  const uint64_t step = AMP__MIX_STEP, b = key + ((i >> 2) + 1u) * step;
+  if (i & 3u) {
+    uint32_t r[8];
+    int j;
+    for (j = 0; j < 8; j++) r[j] = amp__sr_bits16(key, i + (uint64_t)j);
+    return _mm256_loadu_si256((const __m256i *)r);
+  }
+  return _mm256_cvtepu16_epi32(amp__mix64x2(_mm_set_epi64x((long long)(b + step), (long long)b)));
 }
 AMP__AVX2_INLINE __m128i amp__pack8(__m256i r) {   /* 8 lanes <= 0xffff to 8 16-bit elements */
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
@@ -5974,20 +5971,24 @@ static AMP__AVX2 void amp__o_scan_avx2(const void *g, amp_dtype t, size_t n, flo
 #undef AMP__B_
 }
 /* The same on 16 lanes (AVX-512: F, BW, DQ for the 64-bit multiply), tails under a lane mask. */
-#define AMP__SET1X8(c) _mm512_set1_epi64((long long)(c))
-AMP__AVX512_INLINE __m512i amp__mix64x8(__m512i z) {   /* amp__mix64_top */
-  AMP__MIX64_STEPS(z, _mm512_xor_si512, _mm512_srli_epi64, _mm512_mullo_epi64, AMP__SET1X8);
+#define AMP__SET1X4(c) _mm256_set1_epi64x((long long)(c))
+AMP__AVX512_INLINE __m256i amp__mix64x4q(__m256i z) {   /* amp__mix64 on 4 lanes (AVX-512 DQ/VL multiply) */
+  AMP__MIX64_STEPS(z, _mm256_xor_si256, _mm256_srli_epi64, _mm256_mullo_epi64, AMP__SET1X4);
   return z;
 }
-#undef AMP__SET1X8
-/* amp__sr_bits16(key, i + j) in lane j = 0..15; offs holds j * AMP__MIX_STEP for j = 0..7 */
-AMP__AVX512_INLINE __m512i amp__sr_bits16x(uint64_t key, uint64_t i, __m512i offs) {
-  const uint64_t step = AMP__MIX_STEP;
-  __m512i lo = _mm512_add_epi64(_mm512_set1_epi64((long long)(key + (i + 1u) * step)), offs);
-  __m512i hi = _mm512_add_epi64(lo, _mm512_set1_epi64((long long)(8u * step)));
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  /* the high halves of lo's 8 lanes, then hi's, each >> 16: bits 48..63 */
-  return _mm512_srli_epi32(_mm512_permutex2var_epi32(amp__mix64x8(lo), odd, amp__mix64x8(hi)), 16);
+#undef AMP__SET1X4
+/* amp__sr_bits16(key, i + j) in lane j = 0..15: for i a multiple of 4 the 16-bit fields of the
+   mixes of counters i / 4 .. i / 4 + 3, widened; else element by element (no loop here asks). */
+AMP__AVX512_INLINE __m512i amp__sr_bits16x(uint64_t key, uint64_t i) {
+  const uint64_t step = AMP__MIX_STEP, b = key + ((i >> 2) + 1u) * step;
+  if (i & 3u) {
+    uint32_t r[16];
+    int j;
+    for (j = 0; j < 16; j++) r[j] = amp__sr_bits16(key, i + (uint64_t)j);
+    return _mm512_loadu_si512(r);
+  }
+  return _mm512_cvtepu16_epi32(amp__mix64x4q(_mm256_add_epi64(
+      _mm256_set1_epi64x((long long)b), _mm256_setr_epi64x(0, (long long)step, (long long)(2u * step), (long long)(3u * step)))));
 }
 AMP__AVX512_INLINE __m512 amp__master_ld16(const amp_bf16 *w, const uint16_t *rem, __mmask16 k) {
   __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(amp__ld16h(w, k)), 16);
@@ -5997,7 +5998,7 @@ AMP__AVX512_INLINE __m512 amp__master_ld16(const amp_bf16 *w, const uint16_t *re
   }
   return _mm512_castsi512_ps(u);
 }
-AMP__AVX512_INLINE void amp__master_st16(amp_bf16 *w, uint16_t *rem, uint64_t key, uint64_t i, __m512i offs, __m512 x,
+AMP__AVX512_INLINE void amp__master_st16(amp_bf16 *w, uint16_t *rem, uint64_t key, uint64_t i, __m512 x,
                                          __mmask16 k) {
   __m512i u = _mm512_castps_si512(x), hi;
   __mmask16 nan = amp__nan16(u);
@@ -6005,7 +6006,7 @@ AMP__AVX512_INLINE void amp__master_st16(amp_bf16 *w, uint16_t *rem, uint64_t ke
     hi = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x8000)), 16);
     amp__st16h(rem, _mm512_cvtepi32_epi16(_mm512_maskz_and_epi32((__mmask16)~nan, u, _mm512_set1_epi32(0xffff))), k, 0);
   } else {
-    hi = _mm512_srli_epi32(_mm512_add_epi32(u, amp__sr_bits16x(key, i, offs)), 16);
+    hi = _mm512_srli_epi32(_mm512_add_epi32(u, amp__sr_bits16x(key, i)), 16);
   }
   /* a NaN lane: amp_f32_to_bf16's quiet NaN, (u >> 16) | 0x40 */
   hi = _mm512_mask_or_epi32(hi, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
@@ -6021,14 +6022,10 @@ static AMP__AVX512 void amp__o_master_load_avx512(float *d, const amp_bf16 *w, c
 }
 static AMP__AVX512 void amp__o_master_store_avx512(amp_bf16 *w, uint16_t *rem, uint64_t key, size_t i0, const float *p,
                                                    size_t k) {
-  const uint64_t step = AMP__MIX_STEP;
-  __m512i offs = _mm512_setr_epi64(0, (long long)step, (long long)(2u * step), (long long)(3u * step),
-                                   (long long)(4u * step), (long long)(5u * step), (long long)(6u * step),
-                                   (long long)(7u * step));
   size_t i;
   for (i = 0; i < k; i += 16) {
     __mmask16 m = amp__mask16(k - i);
-    amp__master_st16(w + i0 + i, rem ? rem + i0 + i : NULL, key, (uint64_t)(i0 + i), offs, amp__ld16f(p + i, m), m);
+    amp__master_st16(w + i0 + i, rem ? rem + i0 + i : NULL, key, (uint64_t)(i0 + i), amp__ld16f(p + i, m), m);
   }
 }
 
@@ -6045,7 +6042,7 @@ static AMP__AVX512 void amp__o_master_store_avx512(amp_bf16 *w, uint16_t *rem, u
     __m512 w0 = p ? amp__ld16f(p + i, k) : amp__master_ld16(w + i, rem ? rem + i : NULL, k); \
     AMP__VAPPLY(BODY, AMP__V16_OPS); \
     if (p) amp__st16f(p + i, w0, k); \
-    amp__master_st16(w + i, rem ? rem + i : NULL, key, (uint64_t)i, offs, w0, k); }
+    amp__master_st16(w + i, rem ? rem + i : NULL, key, (uint64_t)i, w0, k); }
 #define AMP__KIND_LOW16(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
   case kd: \
     if (!AMP__VHAS_##vec) return 0; \
@@ -6061,10 +6058,6 @@ static AMP__AVX512 void amp__o_master_store_avx512(amp_bf16 *w, uint16_t *rem, u
 AMP__AVX512_INLINE int amp__o_low16(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m,
                                     float *v, const void *g, amp_dtype gt, size_t n, float gmul,
                                     const amp_step_coefs *c) {
-  const uint64_t step = AMP__MIX_STEP;
-  const __m512i offs = _mm512_setr_epi64(0, (long long)step, (long long)(2u * step), (long long)(3u * step),
-                                         (long long)(4u * step), (long long)(5u * step), (long long)(6u * step),
-                                         (long long)(7u * step));
   size_t gs = amp_dtype_size(gt), i;
   AMP__VCOEFS(__m512, _mm512_set1_ps);
   switch (kind) {

@@ -576,7 +576,9 @@ static void groups_step_alike_with_and_without_a_scaler(void) {
 
 /* A frozen master (lr 0, zero grads) whose every element is x = 1 + 0.3 ulp(bf16): each update
    rewrites the bf16 copy with new bits. Every value is one of x's two bf16 neighbours, and the mean
-   over elements and updates converges to x (round to nearest would sit 0.3 ulp below it). */
+   over elements and updates converges to x (round to nearest would sit 0.3 ulp below it). Four
+   neighbouring elements take their bits from one 64-bit hash, each its own 16-bit field: two
+   neighbours both round up in 0.3^2 of the pairs when the fields are independent. */
 static void stochastic_rounding_is_unbiased(void) {
   enum { N = 4096, STEPS_SR = 16 };
   static float seed[N], g[N];
@@ -586,7 +588,7 @@ static void stochastic_rounding_is_unbiased(void) {
   amp_scaler *sc = fixed_scaler(1.0f);
   amp_optim_config c;
   amp_tensor_desc d;
-  double sum = 0.0, count = 0.0, mean, sigma;
+  double sum = 0.0, count = 0.0, mean, sigma, pairs = 0.0, both = 0.0, pair_sigma;
   size_t i, others = 0;
   int step;
   memset(&c, 0, sizeof c);
@@ -603,12 +605,19 @@ static void stochastic_rounding_is_unbiased(void) {
       float v = amp_bf16_to_f32(w[i]);
       others += v != lo && v != hi;
       sum += v; count += 1.0;
+      if (i + 1 < N) { pairs += 1.0; both += v == hi && amp_bf16_to_f32(w[i + 1]) == hi; }
     }
   }
   mean = sum / count;
   sigma = sqrt(0.3 * 0.7 / count) * (double)(hi - lo);
   printf("  stochastic rounding of %.9g to bf16, %.0f times: mean %.9g (%.2f sigma off; round to nearest: %.9g)\n",
          (double)x, count, mean, fabs(mean - (double)x) / sigma, (double)lo);
+  /* overlapping pairs share an element: variance p^2 (1 - p^2) + 2 (p^3 - p^4) per pair, p = 0.3 */
+  pair_sigma = sqrt((0.09 * 0.91 + 2.0 * (0.027 - 0.0081)) / pairs);
+  printf("  neighbours both rounded up: %.4f of %.0f pairs (independent bits: 0.09, %.2f sigma off)\n", both / pairs,
+         pairs, fabs(both / pairs - 0.09) / pair_sigma);
+  EXPECT(fabs(both / pairs - 0.09) < 5.0 * pair_sigma, "neighbours both rounded up in %.4f of %.0f pairs, "
+         "independent bits give 0.09 (5 sigma %.4f)", both / pairs, pairs, 5.0 * pair_sigma);
   EXPECT(others == 0, "%zu values are neither neighbour of x", others);
   EXPECT(fabs(mean - (double)x) < 5.0 * sigma, "mean of %g stochastic roundings of %.9g: %.9g (|diff| %g, 5 sigma %g; "
          "round to nearest gives %.9g)", count, (double)x, mean, fabs(mean - (double)x), 5.0 * sigma, (double)lo);

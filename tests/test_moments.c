@@ -33,8 +33,9 @@ static float widen(uint16_t b) { return of_bits((uint32_t)b << 16); }
 static uint16_t rne16(float x) { uint32_t u = bits(x); return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 /* stochastic: 16 random bits added below the kept half */
 static uint16_t sr16(float x, uint32_t r) { return (uint16_t)((bits(x) + (r & 0xffffu)) >> 16); }
-/* the documented key: splitmix64's finaliser of (seed, update, tensor), element i's 16 bits; a moment's
-   stream is the tensor's key hashed with the moment's number j (1: m, 2: v) */
+/* the documented key: splitmix64's finaliser of (seed, update, tensor); element i's 16 bits are field
+   i % 4 of the finaliser of counter i / 4; a moment's stream is the tensor's key hashed with the
+   moment's number j (1: m, 2: v) */
 static uint64_t mix(uint64_t z) {
   z ^= z >> 30; z *= 0xbf58476d1ce4e5b9ull; z ^= z >> 27; z *= 0x94d049bb133111ebull; z ^= z >> 31;
   return z;
@@ -43,7 +44,9 @@ static uint64_t key_of(uint64_t seed, int64_t t, uint64_t tensor) {
   return mix(mix(seed ^ mix((uint64_t)t + 0x9e3779b97f4a7c15ull)) ^ (tensor * 0xd1b54a32d192ed03ull));
 }
 static uint64_t key_moment(uint64_t key, int j) { return mix(key + (uint64_t)j * 0xd1b54a32d192ed03ull); }
-static uint32_t rbits(uint64_t key, uint64_t i) { return (uint32_t)(mix(key + (i + 1u) * 0x9e3779b97f4a7c15ull) >> 48); }
+static uint32_t rbits(uint64_t key, uint64_t i) {
+  return (uint32_t)(mix(key + (i / 4 + 1u) * 0x9e3779b97f4a7c15ull) >> (16 * (i % 4))) & 0xffffu;
+}
 
 /* The arithmetic as IEEE single operations that no -Ofast build may fuse or reassociate; the
    coefficients' double arithmetic in AMP__EXACT_FP functions (no reciprocal for a division). */
