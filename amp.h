@@ -1353,7 +1353,7 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
    moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK), 1 where the optimizers keep
    it, else 0: refused at add). */
 #define AMP__MOMENTS_TYPES(X) \
-  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1) X(AMP_MOMENTS_FP8, 3, 1, 0)
+  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1) X(AMP_MOMENTS_FP8, 3, 1, 1)
 #define AMP__MOMENTS_ITEM(name, value, bytes, kept) name = value,
 enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
 #undef AMP__MOMENTS_ITEM
@@ -6127,10 +6127,12 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
 
 /* One moment array kept in a type other than f32 (amp__tensor.mq / vq): its bytes, laid out as the
    checkpoint holds them: BF16 n words; 8BIT the f32 absmax of each block of AMP__Q8_BLOCK
-   elements, then the n codes. In memory each array starts on a 4-byte boundary (amp__moment_stride). */
+   elements, then the n codes; FP8 the f32 scale_inv (1 / scale, what a code is multiplied by), then
+   the n E4M3 codes. In memory each array starts on a 4-byte boundary (amp__moment_stride). */
 static size_t amp__moment_bytes(int type, size_t n) {
   if (type == AMP_MOMENTS_BF16) return 2 * n;
   if (type == AMP_MOMENTS_8BIT) return 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + n;
+  if (type == AMP_MOMENTS_FP8) return 4 + n;
   return 4 * n;
 }
 static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes(type, n) + 3u) & ~(size_t)3u; }
@@ -6170,12 +6172,59 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
   }
   return (uint8_t)lo;
 }
-/* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT) into d as
-   f32: bf16 widened (exact), a code times its block's absmax (one f32 multiply). */
+/* AMP_MOMENTS_FP8 (TransformerEngine's FusedAdam with uint8 moments): one scale per moment array,
+   from the largest magnitude of the values it encodes (amax) by TE's current scaling for E4M3
+   (amp_fp8_scale_from_amax, AMP_FP8_CURRENT, epsilon 0): 448 / amax; 1 where amax is 0 (every
+   moment 0; TE's own start) or not finite; FLT_MAX where 448 / amax overflows. A value x is kept as
+   the code amp_f32_to_e4m3(x * scale, saturating: nearest, ties to even) and read back as
+   amp_e4m3_to_f32(code) * scale_inv, scale_inv = 1 / scale (f32 operations each), kept in front of
+   the codes. */
+static AMP__EXACT_FP float amp__f8m_scale(float amax) {
+  amp_fp8_config c;
+  memset(&c, 0, sizeof c);
+  c.recipe = AMP_FP8_CURRENT;
+  return amp_fp8_scale_from_amax(&c, AMP_E4M3, amax, 1.0f);
+}
+/* acc joined with the largest |x| of k values, on the bits (as the 8-bit blocks take theirs). */
+static uint32_t amp__f8m_amax(uint32_t acc, const float *s, size_t k) {
+  size_t j;
+  for (j = 0; j < k; j++) {
+    uint32_t u = amp__f32_bits(s[j]) & 0x7fffffffu;
+    if (u > acc) acc = u;
+  }
+  return acc;
+}
+/* s's k values as codes i0 .. i0 + k - 1 of the FP8 array a, with scale (the header is not touched:
+   amp__f8m_set writes it once every code is written). */
+static AMP__EXACT_FP void amp__f8m_store(unsigned char *a, size_t i0, size_t k, const float *s, float scale) {
+  amp_fp8 *codes = (amp_fp8 *)(a + 4) + i0;
+  size_t j;
+  for (j = 0; j < k; j++) codes[j] = amp_f32_to_e4m3(amp__fmul(s[j], scale), 1);
+}
+static AMP__EXACT_FP void amp__f8m_set(unsigned char *a, float scale) {
+  float si = amp__fdiv(1.0f, scale);
+  memcpy(a, &si, 4);
+}
+/* Element e of an FP8 array a as f32: its code times the array's scale_inv. */
+static AMP__EXACT_FP float amp__f8m_at(const unsigned char *a, size_t e) {
+  float si;
+  memcpy(&si, a, 4);
+  return amp__fmul(amp_e4m3_to_f32(a[4 + e]), si);
+}
+/* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
+static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
+  float scale = amp__f8m_scale(amp__bits_f32(amp__f8m_amax(0u, s, n)));
+  amp__f8m_store(a, 0, n, s, scale);
+  amp__f8m_set(a, scale);
+}
+/* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT, FP8) into d
+   as f32: bf16 widened (exact), a code times its block's absmax or its array's scale_inv (one f32
+   multiply). */
 static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
                                       size_t k, float *d) {
   size_t j;
   if (type == AMP_MOMENTS_BF16) { amp__o_master_load_at(l, d, (const amp_bf16 *)a, NULL, i0, k); return; }
+  if (type == AMP_MOMENTS_FP8) { for (j = 0; j < k; j++) d[j] = amp__f8m_at(a, i0 + j); return; }
   {
     const float *absmax = (const float *)a;
     const uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK);
@@ -6220,15 +6269,37 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
    way, never another mode's path), the weights stepped with the f32 moments, then the new moments
    encoded again in the same pass (amp__q_store: bf16 to nearest even, or with sr stochastically with
    the moment streams of key, amp__sr_key_moment; 8BIT blockwise with the signed map for the first
-   moment and the unsigned one for the second). p: the fp32 master; NULL for SPLIT / NONE, whose
-   masters are decoded from w and rem per block and written back as amp__o_step_lowmem does. */
+   moment and the unsigned one for the second; FP8 with each array's new scale, amp__f8m_scale).
+   FP8 needs the amax of the whole array's new moments before its first code is written, so it runs
+   the blocks twice: a first pass decodes the moments and steps a copy of the masters into scratch
+   (the same call on the same values as the second pass: the same f32 moments bit for bit) only to
+   take the amaxes, storing nothing; the second pass is the pass above, encoding with those scales,
+   and the scale_invs are written last (the second pass decodes with the old ones). p: the fp32
+   master; NULL for SPLIT / NONE, whose masters are decoded from w and rem per block and written
+   back as amp__o_step_lowmem does. */
 static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
                           const amp__qmap *maps, const void *g, amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt,
                           uint16_t *rem, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
   float pb[AMP__CHUNK], out[AMP__CHUNK], mb[AMP__CHUNK], vb[AMP__CHUNK];
   size_t i0, gs = amp_dtype_size(gt), ws = amp_dtype_size(wt);
   uint64_t km = sr ? amp__sr_key_moment(key, 1) : 0u, kv = sr ? amp__sr_key_moment(key, 2) : 0u;
-  int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT: nearest codes always */
+  int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT, FP8: nearest codes always */
+  float sm = 1.0f, sv = 1.0f;   /* FP8: the scales of the new m and v */
+  if (type == AMP_MOMENTS_FP8) {   /* the first pass: the new moments' amaxes, nothing stored */
+    uint32_t am = 0u, av = 0u;
+    for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+      size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+      float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
+      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
+      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
+      if (p) memcpy(pb, p + i0, k * sizeof(float));
+      else amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
+      amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
+      if (mq) am = amp__f8m_amax(am, mb, k);
+      if (vq) av = amp__f8m_amax(av, vb, k);
+    }
+    sm = amp__f8m_scale(amp__bits_f32(am)); sv = amp__f8m_scale(amp__bits_f32(av));
+  }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
     const char *gb = (const char *)g + i0 * gs;
@@ -6245,8 +6316,17 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
     } else {
       amp__o_step(kind, p + i0, mm, vv, gb, gt, (char *)w + i0 * ws, wt, rt, 0, 0u, k, gmul, c);
     }
+    if (type == AMP_MOMENTS_FP8) {
+      if (mq) amp__f8m_store(mq, i0, k, mb, sm);
+      if (vq) amp__f8m_store(vq, i0, k, vb, sv);
+      continue;
+    }
     if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km);
     if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv);
+  }
+  if (type == AMP_MOMENTS_FP8) {
+    if (mq) amp__f8m_set(mq, sm);
+    if (vq) amp__f8m_set(vq, sv);
   }
 }
 
@@ -6473,8 +6553,7 @@ static amp_status amp__moments_check(const char *fn, const amp_optimizer *o, int
     return amp__fail(AMP_ERR_ARG, "%s: moments %s with kind %s%s: the kind keeps no moments (leave moments 0)", fn, name,
                      amp__kind_name(o->cfg.kind), o->cfg.kind == AMP_SGD ? " without momentum" : "");
   if (!amp__moments_kept(moments))
-    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: moments %s is not kept by this version (AMP_MOMENTS_F32, "
-                     "AMP_MOMENTS_BF16 and AMP_MOMENTS_8BIT are)", fn, name);
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: moments %s is not kept by this version", fn, name);
   return AMP_OK;
 }
 
@@ -6913,7 +6992,8 @@ static size_t amp__cpu_moments_size(const amp__tensor *t, int nm) {
   return (size_t)nm * (t->moments == AMP_MOMENTS_F32 ? 4 * t->n : amp__moment_stride(t->moments, t->n));
 }
 /* Tensor i's nm moment arrays, m then v, in the zeroed block at mom, each holding zeros (8BIT: every
-   block's code of 0, absmax 1e-38, as amp__q_store leaves a block of zeros). */
+   block's code of 0, absmax 1e-38, as amp__q_store leaves a block of zeros; FP8: codes 0, scale_inv
+   1, as a step leaves moments that are all 0). */
 static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm) {
   amp__tensor *t = &o->t[i];
   size_t n = t->n, st = amp__moment_stride(t->moments, n), i0;
@@ -6931,6 +7011,8 @@ static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm
         amp__q_store(0, t->moments, j ? t->vq : t->mq, &o->qmap[j], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK,
                      zero, 0, 0u);
   }
+  if (t->moments == AMP_MOMENTS_FP8)
+    for (j = 0; j < nm; j++) amp__f8m_set(j ? t->vq : t->mq, amp__f8m_scale(0.0f));
 }
 /* AMP_MASTER_SPLIT / AMP_MASTER_NONE: the moments (one block, m then v; none for plain SGD) and,
    SPLIT, the remainders; no fp32 array. The master is the bf16 model copy as it is (its remainders
@@ -8012,7 +8094,7 @@ static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, fl
     if ((st = amp__o_ready("amp_checkpoint_save", o)) != AMP_OK) return st;
     if ((st = amp__o_pull("amp_checkpoint_save", o, 0)) != AMP_OK) return st;
     for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
-    *floats = (float *)AMP_MALLOC(most * sizeof(float));   /* a moment in another type is smaller */
+    *floats = (float *)AMP_MALLOC(most * sizeof(float) + 4);   /* a moment in another type: at most 4 + n bytes */
     if (!*floats) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
   }
   return AMP_OK;
@@ -8118,6 +8200,7 @@ static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int 
     memcpy(&x, q + 4 * (e / AMP__Q8_BLOCK), 4);
     return amp__fmul(o->qmap[j - 1].code[q[4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + e]], x);
   }
+  if (type == AMP_MOMENTS_FP8) return amp__f8m_at(q, e);
   memcpy(&x, q + 4 * e, 4);
   return x;
 }
@@ -8125,6 +8208,7 @@ static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int 
 static void amp__moment_encode(const amp_optimizer *o, int type, int j, const float *d, size_t n, unsigned char *a) {
   size_t i0;
   if (type == AMP_MOMENTS_F32) { memcpy(a, d, n * sizeof(float)); return; }
+  if (type == AMP_MOMENTS_FP8) { amp__f8m_encode(a, d, n); return; }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
     amp__q_store(0, type, a, &o->qmap[j - 1], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK, d + i0, 0, 0u);
 }
