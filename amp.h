@@ -18,8 +18,8 @@
       PARAM GROUPS                 per-group lr scale and weight decay, one global clip
       TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
                                    a float model copy rounded to bf16/f16, stochastic rounding,
-                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), bf16 and
-                                   8-bit moments (AMP_MOMENTS_BF16 / _8BIT), memory per parameter of each master
+                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), bf16,
+                                   8-bit and fp8 moments (AMP_MOMENTS_BF16 / _8BIT / _FP8), memory per parameter of each master
                                    mode and moment type (amp_optimizer_state_bytes)
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
                                    inf/NaN, zero and subnormal counts), the tensor that overflowed,
@@ -385,8 +385,9 @@
                            log line; spike skipping (amp_optim_config.spike_norm and
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
                            (format version 2; version 1 still loads); optimizer moments in
-                           bf16 and 8-bit blockwise on the CPU (amp_tensor_desc.moments =
-                           AMP_MOMENTS_BF16 / _8BIT, format version 3 when a tensor has them),
+                           bf16, 8-bit blockwise and E4M3 with a per-tensor scale on the CPU
+                           (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / _8BIT / _FP8, format
+                           version 3 when a tensor has them),
                            amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
@@ -1350,7 +1351,8 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 #define AMP__MASTER_LIST(X) X(AMP_MASTER_F32, 0) X(AMP_MASTER_SPLIT, 1) X(AMP_MASTER_NONE, 2)
 enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
 /* The moment types of amp_tensor_desc.moments, one row each: X(name, value, bytes per stored
-   moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK), 1 where the optimizers keep
+   moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK; FP8: and one f32 scale_inv
+   per array), 1 where the optimizers keep
    it, else 0: refused at add). */
 #define AMP__MOMENTS_TYPES(X) \
   X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1) X(AMP_MOMENTS_FP8, 3, 1, 1)
@@ -1471,8 +1473,29 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          (stochastic does not apply to codes). A tensor under 4096 elements keeps
                          f32 moments (bitsandbytes' min_8bit_size). 2 + 8/256 bytes per parameter
                          for Adam's two moments.
-                         AMP_MOMENTS_FP8 is named but not kept yet (AMP_ERR_UNSUPPORTED); on a
-                         CUDA device every type but AMP_MOMENTS_F32 is refused likewise (the step
+                         AMP_MOMENTS_FP8: E4M3 codes with one f32 scale per moment array
+                         (TransformerEngine's FusedAdam with exp_avg_dtype / exp_avg_sq_dtype
+                         torch.uint8, MS-AMP): each update decodes the moments (code value times
+                         the array's scale_inv, an f32 multiply), steps in f32 as above (the
+                         weight stepped with the f32 moments), then takes amax = max |x| of the
+                         array's new moments, scale = 448 / amax (TE's current scaling,
+                         amp_fp8_scale_from_amax with AMP_FP8_CURRENT and epsilon 0: 1 when amax
+                         is 0, as for a fresh tensor, or not finite; FLT_MAX where 448 / amax
+                         overflows), stores each x as amp_f32_to_e4m3(x * scale, 1) (nearest,
+                         ties to even, saturating at 448; stochastic does not apply to codes) and
+                         keeps scale_inv = 1 / scale (f32) in front of the codes. The amax of the
+                         new moments is needed before the first code is stored, so the step runs
+                         twice over the tensor: a first pass decodes the moments and computes the
+                         update on a copy of the masters only to take the amaxes (the same
+                         function on the same values: the same f32 moments, bit for bit), then the
+                         update pass, which stores. It reads the grads, moments and masters twice
+                         and computes the update twice (the weight and moment bytes are written
+                         once). Every tensor size keeps fp8 (no minimum). The decode and encode
+                         loops are scalar C at every SIMD level (the update itself uses the
+                         level's vector body; the bits are the same at every level). 2 + 8/n
+                         bytes per parameter for Adam's two moments (each array 4 + n bytes, 4-byte
+                         aligned in memory).
+                         On a CUDA device every type but AMP_MOMENTS_F32 is refused (the step
                          kernel keeps fp32 moments).
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
@@ -1481,14 +1504,15 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
      AMP_MASTER_NONE             2               4           2
    so a bf16 model copy, no master and AdamW with bf16 moments keeps 4 bytes per parameter. With
    8-bit moments (tensors of 4096 elements and more) each moment is 1 + 4/256 bytes: Adam/AdamW
-   4 + 2.03 (F32), 2 + 2.03 (SPLIT), 2.03 (NONE); SGD + momentum and Lion 5.02, 3.02, 1.02.
+   4 + 2.03 (F32), 2 + 2.03 (SPLIT), 2.03 (NONE); SGD + momentum and Lion 5.02, 3.02, 1.02. With
+   fp8 moments each moment is 1 byte (and 4 per tensor for its scale_inv): Adam/AdamW 6, 4, 2; SGD
+   + momentum and Lion 5, 3, 1 (F32, SPLIT, NONE).
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, stochastic with a
    dtype other than AMP_BF16, a master_mode that is not one of the three, SPLIT or NONE with a
    dtype other than AMP_BF16, SPLIT with stochastic, NONE without (AMP_ERR_ARG), and SPLIT or NONE
    with kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED), moments that is not an AMP_MOMENTS_* value or is not
-   AMP_MOMENTS_F32 for a kind without moments (AMP_ERR_ARG), moments of a type not kept (above:
-   AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
+   AMP_MOMENTS_F32 for a kind without moments (AMP_ERR_ARG); nothing is added, nothing written. */
 typedef struct amp_tensor_desc {
   void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
   const void *grads;       amp_dtype grad_dtype;  /* NULL: set later; 0: AMP_F32 beside an f32 copy only
@@ -1504,7 +1528,7 @@ typedef struct amp_tensor_desc {
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
   int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
-  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16, _8BIT (CPU) */
+  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16, _8BIT, _FP8 (CPU) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 /* The grads of tensor index (0 = the first added), for a tensor added with grads NULL, or to move
@@ -1651,14 +1675,16 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
        AMP_MOMENTS_* type), f32 master[n], then the moments it has (SGD with momentum: buf[n];
        Adam/AdamW: m[n], v[n]; Lion: m[n]), each n elements of that moments type as the optimizer
        keeps them (AMP_MOMENTS_F32: f32; AMP_MOMENTS_BF16: bf16 words, not widened;
-       AMP_MOMENTS_8BIT: f32 absmax[ceil(n / 256)], then u8 code[n]).
+       AMP_MOMENTS_8BIT: f32 absmax[ceil(n / 256)], then u8 code[n]; AMP_MOMENTS_FP8: f32
+       scale_inv, then u8 E4M3 code[n]).
    save writes version 2 (the same bytes as amp.h 0.2's, no moments field) when every tensor keeps
    fp32 moments, else version 3. load reads versions 1 to 3; a record without the moments field holds
    fp32 moments. A file's moments type need not be the live tensor's (amp_tensor_desc.moments, the
    program's setup like master_mode; an 8BIT tensor under 4096 elements keeps fp32): the same type
-   loads byte for byte; another is decoded to f32 (exact for bf16; 8-bit: code value times absmax),
-   then encoded in the live type as an update encodes (bf16 to nearest even, 8-bit blockwise). So a
-   bf16 or 8-bit file loads into fp32 moments exactly, and an fp32 file into bf16 or 8-bit moments
+   loads byte for byte; another is decoded to f32 (exact for bf16; 8-bit: code value times absmax;
+   fp8: code value times scale_inv), then encoded in the live type as an update encodes (bf16 to
+   nearest even, 8-bit blockwise, fp8 with the scale of the whole array's amax). So a bf16, 8-bit
+   or fp8 file loads into fp32 moments exactly, and an fp32 file into bf16, 8-bit or fp8 moments
    as a run would store them. The
    moments checks below apply to the widened values; a moments field that is not a type this amp.h
    keeps (or not AMP_MOMENTS_F32 for a kind without moments) is AMP_ERR_CORRUPT.
@@ -2542,7 +2568,7 @@ typedef struct amp__tensor {
                             8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU only) */
   unsigned char *mq, *vq;  /* moments not in f32, as m and v above, each amp__moment_bytes(moments, n) bytes
                               laid out as the checkpoint holds them (BF16: n words; 8BIT: the blocks' f32
-                              absmaxes, then n codes); else NULL */
+                              absmaxes, then n codes; FP8: the f32 scale_inv, then n codes); else NULL */
   uint16_t *rem;         /* AMP_MASTER_SPLIT: the n 16-bit remainders beside the bf16 model copy on the CPU
                             (amp__split_encode; CUDA: amp__cu_optim_rem); else NULL */
   amp__gstat gstat;      /* the gradient stats of its last unscale (amp_optim_config.stats) */
@@ -6262,7 +6288,7 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
   }
 }
 
-/* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT), in every master mode:
+/* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT, _FP8), in every master mode:
    per block of AMP__CHUNK elements (a multiple of AMP__Q8_BLOCK), the moments decoded to f32 into
    mb and vb (amp__q_load), the block stepped on them by amp__o_step exactly as on fp32 moments (the
    vector loops where the kind has a vector body, else the kind's plain loop: the same bits either
@@ -6928,7 +6954,7 @@ static void amp__o_apply(amp_optimizer *o) {
       o->cfg.custom_step(o->cfg.custom_user, o->t[i].master, o->scratch, o->t[i].n, i, o->step + 1);
       amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, o->step + 1), 0,
                    o->t[i].master, o->t[i].n);
-    } else if (o->t[i].moments != AMP_MOMENTS_F32) {   /* bf16 or 8-bit moments, every master mode */
+    } else if (o->t[i].moments != AMP_MOMENTS_F32) {   /* bf16, 8-bit or fp8 moments, every master mode */
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
       amp__o_step_q(o->cfg.kind, o->t[i].master, o->t[i].moments, o->t[i].mq, o->t[i].vq, o->qmap, o->t[i].g,
@@ -8188,10 +8214,11 @@ static const unsigned char *amp__ckpt_tensor_state(const amp__ckpt_image *im, co
   return p + amp__ckpt_tensor_bytes(im->version);
 }
 /* Element e of moment j (1, 2) of n elements kept as type in a file's bytes at q (any alignment), as
-   f32: bf16 widened exactly, an 8-bit code times its block's absmax (as a step decodes it). The one
-   rule for a moments type that differs from the live tensor's: decoded so, then encoded in the live
-   type as a step encodes (amp__moment_encode: bf16 to nearest even, 8BIT blockwise), so a bf16 or
-   8-bit file into fp32 moments is exact and an fp32 file into bf16 moments is rounded. */
+   f32: bf16 widened exactly, an 8-bit code times its block's absmax, an fp8 code times the array's
+   scale_inv (as a step decodes them). The one rule for a moments type that differs from the live
+   tensor's: decoded so, then encoded in the live type as a step encodes (amp__moment_encode: bf16
+   to nearest even, 8BIT blockwise, FP8 with the whole array's scale), so a bf16, 8-bit or fp8 file
+   into fp32 moments is exact and an fp32 file into the others is rounded. */
 static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int j, const unsigned char *q, size_t n,
                                           size_t e) {
   float x;
