@@ -1490,9 +1490,9 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          function on the same values: the same f32 moments, bit for bit), then the
                          update pass, which stores. It reads the grads, moments and masters twice
                          and computes the update twice (the weight and moment bytes are written
-                         once). Every tensor size keeps fp8 (no minimum). The decode and encode
-                         loops are scalar C at every SIMD level (the update itself uses the
-                         level's vector body; the bits are the same at every level). 2 + 8/n
+                         once). Every tensor size keeps fp8 (no minimum). The codes are decoded by
+                         the fp8 bulk conversions and encoded by amp_quantize's CPU loops, vector
+                         loops at each SIMD level with the scalar functions' bits. 2 + 8/n
                          bytes per parameter for Adam's two moments (each array 4 + n bytes, 4-byte
                          aligned in memory).
                          On a CUDA device every type but AMP_MOMENTS_F32 is refused (the step
@@ -6220,12 +6220,13 @@ static uint32_t amp__f8m_amax(uint32_t acc, const float *s, size_t k) {
   }
   return acc;
 }
-/* s's k values as codes i0 .. i0 + k - 1 of the FP8 array a, with scale (the header is not touched:
-   amp__f8m_set writes it once every code is written). */
-static AMP__EXACT_FP void amp__f8m_store(unsigned char *a, size_t i0, size_t k, const float *s, float scale) {
-  amp_fp8 *codes = (amp_fp8 *)(a + 4) + i0;
-  size_t j;
-  for (j = 0; j < k; j++) codes[j] = amp_f32_to_e4m3(amp__fmul(s[j], scale), 1);
+static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
+                                    const float *scale, float *amax, uint64_t *counts, char *m, size_t cap);
+/* s's k values as codes i0 .. i0 + k - 1 of the FP8 array a, with scale: amp_quantize's CPU loops
+   (amp_f32_to_e4m3(x * scale, 1) at every SIMD level). The header is not touched: amp__f8m_set
+   writes it once every code is written. */
+static void amp__f8m_store(unsigned char *a, size_t i0, size_t k, const float *s, float scale) {
+  amp__cpu_quantize(NULL, (amp_fp8 *)(a + 4) + i0, AMP_E4M3, s, AMP_F32, k, &scale, NULL, NULL, NULL, 0);
 }
 static AMP__EXACT_FP void amp__f8m_set(unsigned char *a, float scale) {
   float si = amp__fdiv(1.0f, scale);
@@ -6250,7 +6251,13 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
                                       size_t k, float *d) {
   size_t j;
   if (type == AMP_MOMENTS_BF16) { amp__o_master_load_at(l, d, (const amp_bf16 *)a, NULL, i0, k); return; }
-  if (type == AMP_MOMENTS_FP8) { for (j = 0; j < k; j++) d[j] = amp__f8m_at(a, i0 + j); return; }
+  if (type == AMP_MOMENTS_FP8) {   /* the codes widened by the bulk loops (exact), times scale_inv */
+    float si;
+    memcpy(&si, a, 4);
+    amp__e4m3_to_f32(d, a + 4 + i0, k);
+    for (j = 0; j < k; j++) d[j] = amp__fmul(d[j], si);
+    return;
+  }
   {
     const float *absmax = (const float *)a;
     const uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK);
