@@ -6211,17 +6211,14 @@ static AMP__EXACT_FP float amp__f8m_scale(float amax) {
   c.recipe = AMP_FP8_CURRENT;
   return amp_fp8_scale_from_amax(&c, AMP_E4M3, amax, 1.0f);
 }
-/* acc joined with the largest |x| of k values, on the bits (as the 8-bit blocks take theirs). */
-static uint32_t amp__f8m_amax(uint32_t acc, const float *s, size_t k) {
-  size_t j;
-  for (j = 0; j < k; j++) {
-    uint32_t u = amp__f32_bits(s[j]) & 0x7fffffffu;
-    if (u > acc) acc = u;
-  }
-  return acc;
-}
 static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
                                     const float *scale, float *amax, uint64_t *counts, char *m, size_t cap);
+/* *amax joined with the largest |x| of k values, on the bits (a NaN above inf): amp_quantize's CPU
+   loops without codes. */
+static void amp__f8m_amax(float *amax, const float *s, size_t k) {
+  float one = 1.0f;
+  amp__cpu_quantize(NULL, NULL, AMP_E4M3, s, AMP_F32, k, &one, amax, NULL, NULL, 0);
+}
 /* s's k values as codes i0 .. i0 + k - 1 of the FP8 array a, with scale: amp_quantize's CPU loops
    (amp_f32_to_e4m3(x * scale, 1) at every SIMD level). The header is not touched: amp__f8m_set
    writes it once every code is written. */
@@ -6240,7 +6237,9 @@ static AMP__EXACT_FP float amp__f8m_at(const unsigned char *a, size_t e) {
 }
 /* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
 static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
-  float scale = amp__f8m_scale(amp__bits_f32(amp__f8m_amax(0u, s, n)));
+  float amax = 0.0f, scale;
+  amp__f8m_amax(&amax, s, n);
+  scale = amp__f8m_scale(amax);
   amp__f8m_store(a, 0, n, s, scale);
   amp__f8m_set(a, scale);
 }
@@ -6255,7 +6254,9 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
     float si;
     memcpy(&si, a, 4);
     amp__e4m3_to_f32(d, a + 4 + i0, k);
-    for (j = 0; j < k; j++) d[j] = amp__fmul(d[j], si);
+    /* one IEEE multiply per element and nothing to fuse it with: a plain * (which the compiler
+       may vectorise) gives amp__fmul's bits under any flags */
+    for (j = 0; j < k; j++) d[j] = d[j] * si;
     return;
   }
   {
@@ -6272,7 +6273,7 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
   size_t b, j;
   if (type == AMP_MOMENTS_BF16) {
     if (sr) amp__o_master_store_at(l, (amp_bf16 *)a, NULL, key, i0, s, k);
-    else amp__from_f32((amp_bf16 *)a + i0, AMP_BF16, s, k);
+    else amp__convert_any((amp_bf16 *)a + i0, AMP_BF16, s, AMP_F32, k);   /* amp_convert's loops: nearest even */
     return;
   }
   for (b = 0; b < k; b += AMP__Q8_BLOCK) {
@@ -6319,7 +6320,7 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
   int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT, FP8: nearest codes always */
   float sm = 1.0f, sv = 1.0f;   /* FP8: the scales of the new m and v */
   if (type == AMP_MOMENTS_FP8) {   /* the first pass: the new moments' amaxes, nothing stored */
-    uint32_t am = 0u, av = 0u;
+    float am = 0.0f, av = 0.0f;
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
@@ -6328,10 +6329,10 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
       if (p) memcpy(pb, p + i0, k * sizeof(float));
       else amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
       amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
-      if (mq) am = amp__f8m_amax(am, mb, k);
-      if (vq) av = amp__f8m_amax(av, vb, k);
+      if (mq) amp__f8m_amax(&am, mb, k);
+      if (vq) amp__f8m_amax(&av, vb, k);
     }
-    sm = amp__f8m_scale(amp__bits_f32(am)); sv = amp__f8m_scale(amp__bits_f32(av));
+    sm = amp__f8m_scale(am); sv = amp__f8m_scale(av);
   }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
