@@ -6168,7 +6168,15 @@ static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes
    first moments) or of linspace(0.1, 1, 2^(i+1) + 1) (unsigned, Adam's second moment), plus 0 and
    1: 256 values, sorted; each computed in double and rounded to f32 once. mid[k] is the exact
    midpoint of code[k] and code[k + 1] (in double: exact for these values). */
-typedef struct amp__qmap { float code[256]; double mid[255]; } amp__qmap;
+#define AMP__Q8_EMIN 97     /* the lookup below covers |y| in [2^(97-127), 1): 31 exponents */
+#define AMP__Q8_MB 6         /* ... by sign, exponent and the top 6 mantissa bits */
+#define AMP__Q8_LUT (2 * 31 << AMP__Q8_MB)
+typedef struct amp__qmap {
+  float code[256]; double mid[255];
+  uint8_t start[AMP__Q8_LUT];   /* the code of each bucket's least value (amp__q8_code) */
+  uint8_t c0, cp1, cm1;         /* the codes of 0, 1 and -1 */
+} amp__qmap;
+static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y);
 static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
   static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
   int i, k, c = 0;
@@ -6188,15 +6196,36 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     q->code[k] = x;
   }
   for (k = 0; k < 255; k++) q->mid[k] = ((double)q->code[k] + (double)q->code[k + 1]) * 0.5;
+  for (k = 0; k < AMP__Q8_LUT; k++) {   /* each bucket's least value's code: where amp__q8_code starts */
+    uint32_t sg = (uint32_t)(k / (31 << AMP__Q8_MB)), e = (uint32_t)((k >> AMP__Q8_MB) % 31) + AMP__Q8_EMIN;
+    uint32_t f = (uint32_t)k & ((1u << AMP__Q8_MB) - 1u), low = (1u << (23 - AMP__Q8_MB)) - 1u;
+    q->start[k] = amp__q8_search(q, amp__bits_f32(sg << 31 | e << 23 | f << (23 - AMP__Q8_MB) | (sg ? low : 0u)));
+  }
+  q->c0 = amp__q8_search(q, 0.0f); q->cp1 = amp__q8_search(q, 1.0f); q->cm1 = amp__q8_search(q, -1.0f);
 }
-/* The code nearest y (ties: the lower code): how many midpoints lie below y. */
-static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
+/* The code nearest y (ties: the lower code): how many midpoints lie below y, by bisection. */
+static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y) {
   int lo = 0, hi = 255;
   while (lo < hi) {
     int m = (lo + hi) >> 1;
     if ((double)y > q->mid[m]) lo = m + 1; else hi = m;
   }
   return (uint8_t)lo;
+}
+/* The same count, faster: 0 and +-1 from the table; for 2^-30 <= |y| < 1, from the count at the
+   least value of y's bucket (its sign, exponent and top 6 mantissa bits; start[]) on, past the few
+   midpoints inside the bucket; the count only grows with y, so this is the bisection's answer.
+   Else (tiny, NaN) by bisection. */
+static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
+  uint32_t u = amp__f32_bits(y), e = (u >> 23) & 0xffu;
+  int c;
+  if ((u << 1) == 0u) return q->c0;
+  if ((u & 0x7fffffffu) == 0x3f800000u) return u >> 31 ? q->cm1 : q->cp1;
+  if (e < AMP__Q8_EMIN || e >= 127u) return amp__q8_search(q, y);
+  c = q->start[(u >> 31) * (31u << AMP__Q8_MB) + ((e - AMP__Q8_EMIN) << AMP__Q8_MB) +
+               ((u >> (23 - AMP__Q8_MB)) & ((1u << AMP__Q8_MB) - 1u))];
+  while (c < 255 && (double)y > q->mid[c]) c++;
+  return (uint8_t)c;
 }
 /* AMP_MOMENTS_FP8 (TransformerEngine's FusedAdam with uint8 moments): one scale per moment array,
    from the largest magnitude of the values it encodes (amax) by TE's current scaling for E4M3

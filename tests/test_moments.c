@@ -500,6 +500,32 @@ static void eight_bit_maps_are_the_described_dynamic_maps(void) {
   EXPECT(map8[0][0] < -0.99f && map8[0][127] == 0.0f && map8[0][255] == 1.0f && map8[1][0] == 0.0f &&
          map8[1][255] == 1.0f && map8[1][254] > 0.99f, "the maps' ends: %g %g %g, %g %g", (double)map8[0][0],
          (double)map8[0][127], (double)map8[0][255], (double)map8[1][0], (double)map8[1][254]);
+  {   /* the library's code of y (a table lookup, then a short search) against the nearest code found
+         here, around every midpoint of both maps and at every power of two and its neighbours */
+    int bad = 0, e, d;
+    for (sg = 0; sg < 2 && !bad; sg++)
+      for (k = 0; k + 1 < 256 && !bad; k++) {
+        float mid = (float)(((double)map8[sg][k] + (double)map8[sg][k + 1]) / 2.0), ys[3];
+        ys[0] = mid; ys[1] = nextafterf(mid, -2.0f); ys[2] = nextafterf(mid, 2.0f);
+        for (d = 0; d < 3 && !bad; d++)
+          if (ys[d] >= -1.0f && ys[d] <= 1.0f && amp__q8_code(&o->qmap[sg], ys[d]) != code_of(sg, ys[d])) {
+            EXPECT(0, "map %d, %a: code %d, want %d", sg, (double)ys[d], amp__q8_code(&o->qmap[sg], ys[d]), code_of(sg, ys[d]));
+            bad = 1;
+          }
+      }
+    for (sg = 0; sg < 2 && !bad; sg++)
+      for (e = -40; e <= 0 && !bad; e++)
+        for (d = 0; d < 6 && !bad; d++) {
+          float y = ldexpf(1.0f, e);
+          y = d % 3 == 0 ? y : d % 3 == 1 ? nextafterf(y, 0.0f) : nextafterf(y, 2.0f);
+          if (d >= 3) y = -y;
+          if (y < -1.0f || y > 1.0f) continue;
+          if (amp__q8_code(&o->qmap[sg], y) != code_of(sg, y)) {
+            EXPECT(0, "map %d, %a: code %d, want %d", sg, (double)y, amp__q8_code(&o->qmap[sg], y), code_of(sg, y));
+            bad = 1;
+          }
+        }
+  }
   amp_optimizer_destroy(o);
 }
 
