@@ -9,7 +9,7 @@
    description, a tensor under 4096 elements keeping f32; FP8 as TransformerEngine's FusedAdam with
    uint8 moments: each array's scale 448 / amax of the new moments, E4M3 codes to nearest even,
    saturating, from a table of the format built here). Every SIMD level the CPU has gives those
-   bits; a skipped (overflow) step leaves every byte as it was; a run resumed from a checkpoint
+   bits; a skipped (overflow or spike) step leaves every byte as it was; a run resumed from a checkpoint
    equals the straight one; the file holds the moments as kept, and a file moves between moment
    types by the documented rule (decode, encode as a step does); amp_optimizer_state_bytes counts
    the bytes kept; bad moments values are refused naming the function and the value. */
@@ -588,6 +588,41 @@ static void fp8_moments_of_zero_keep_scale_one(void) {
   amp_optimizer_destroy(o);
 }
 
+/* A spike (spike_norm) skips the step as an overflow does: with moments in each type and each master
+   mode, every byte of the state as it was, the skip counted; the next clean step steps. */
+static void spikes_skip_and_leave_every_moment_type_bit_for_bit(void) {
+  static const int types[3] = {AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
+  static rig a;
+  static unsigned char s0[SNAP], s1[SNAP];
+  int ti, mode, k;
+  for (ti = 0; ti < 3; ti++)
+    for (mode = 0; mode < 3; mode++) {
+      size_t l0, l1;
+      int i;
+      set_len(types[ti]);
+      if (!rig_make(&a, AMP_ADAMW, mode, 0, types[ti])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+      for (k = 0; k < 2; k++) { make_grads(&a, k); amp_optimizer_step(a.o); }
+      make_grads(&a, 5);
+      for (i = 0; i < NT; i++) {   /* grads 100 times larger: a norm far above spike_norm */
+        size_t j;
+        for (j = 0; j < LEN[i]; j++) amp__store(a.g[i], a.gt[i], j, amp__load(a.g[i], a.gt[i], j) * 100.0f);
+      }
+      a.o->cfg.spike_norm = 50.0f;
+      l0 = snapshot(&a, s0);
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK, "step: %s", amp_last_error());
+      l1 = snapshot(&a, s1);
+      EXPECT(amp_optimizer_spike_skips(a.o) == 1 && l0 == l1 && memcmp(s0, s1, l0) == 0,
+             "moments %d, master_mode %d: the spike step changed the state (skips %ld)", types[ti], mode,
+             amp_optimizer_spike_skips(a.o));
+      make_grads(&a, 6);
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK, "step after: %s", amp_last_error());
+      l1 = snapshot(&a, s1);
+      EXPECT(amp_optimizer_spike_skips(a.o) == 1 && (l0 != l1 || memcmp(s0, s1, l0) != 0),
+             "moments %d, master_mode %d: the clean step after the spike did not step", types[ti], mode);
+      rig_free(&a);
+    }
+}
+
 /* ---- checkpoints: the file holds the bf16 words; a file moves between moment types ------------- */
 
 
@@ -821,6 +856,7 @@ int main(void) {
   RUN(fp8_moments_match_the_reference_at_every_simd_level);
   RUN(fp32_moments_differ_from_the_bf16_and_fp8_references);
   RUN(fp8_moments_of_zero_keep_scale_one);
+  RUN(spikes_skip_and_leave_every_moment_type_bit_for_bit);
   RUN(checkpoints_keep_moments_as_kept_and_move_between_types);
   RUN(state_bytes_count_every_byte_kept);
   RUN(bad_moments_are_refused_naming_the_value);
