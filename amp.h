@@ -18,8 +18,8 @@
       PARAM GROUPS                 per-group lr scale and weight decay, one global clip
       TENSOR OPTIONS               amp_tensor_desc: grads in their own type, a seeded fp32 master,
                                    a float model copy rounded to bf16/f16, stochastic rounding,
-                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), bf16 and
-                                   8-bit moments (AMP_MOMENTS_BF16 / _8BIT), memory per parameter of each master
+                                   split and absent masters (AMP_MASTER_SPLIT / _NONE), bf16,
+                                   8-bit and fp8 moments (AMP_MOMENTS_BF16 / _8BIT / _FP8), memory per parameter of each master
                                    mode and moment type (amp_optimizer_state_bytes)
       GRADIENT STATS               amp_optim_config.stats: per tensor, what the unscale saw (amax,
                                    inf/NaN, zero and subnormal counts), the tensor that overflowed,
@@ -385,8 +385,9 @@
                            log line; spike skipping (amp_optim_config.spike_norm and
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
                            (format version 2; version 1 still loads); optimizer moments in
-                           bf16 and 8-bit blockwise on the CPU (amp_tensor_desc.moments =
-                           AMP_MOMENTS_BF16 / _8BIT, format version 3 when a tensor has them),
+                           bf16, 8-bit blockwise and E4M3 with a per-tensor scale on the CPU
+                           (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / _8BIT / _FP8, format
+                           version 3 when a tensor has them),
                            amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
@@ -1350,10 +1351,11 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 #define AMP__MASTER_LIST(X) X(AMP_MASTER_F32, 0) X(AMP_MASTER_SPLIT, 1) X(AMP_MASTER_NONE, 2)
 enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
 /* The moment types of amp_tensor_desc.moments, one row each: X(name, value, bytes per stored
-   moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK), 1 where the optimizers keep
+   moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK; FP8: and one f32 scale_inv
+   per array), 1 where the optimizers keep
    it, else 0: refused at add). */
 #define AMP__MOMENTS_TYPES(X) \
-  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1) X(AMP_MOMENTS_FP8, 3, 1, 0)
+  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1) X(AMP_MOMENTS_FP8, 3, 1, 1)
 #define AMP__MOMENTS_ITEM(name, value, bytes, kept) name = value,
 enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
 #undef AMP__MOMENTS_ITEM
@@ -1471,8 +1473,29 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          (stochastic does not apply to codes). A tensor under 4096 elements keeps
                          f32 moments (bitsandbytes' min_8bit_size). 2 + 8/256 bytes per parameter
                          for Adam's two moments.
-                         AMP_MOMENTS_FP8 is named but not kept yet (AMP_ERR_UNSUPPORTED); on a
-                         CUDA device every type but AMP_MOMENTS_F32 is refused likewise (the step
+                         AMP_MOMENTS_FP8: E4M3 codes with one f32 scale per moment array
+                         (TransformerEngine's FusedAdam with exp_avg_dtype / exp_avg_sq_dtype
+                         torch.uint8, MS-AMP): each update decodes the moments (code value times
+                         the array's scale_inv, an f32 multiply), steps in f32 as above (the
+                         weight stepped with the f32 moments), then takes amax = max |x| of the
+                         array's new moments, scale = 448 / amax (TE's current scaling,
+                         amp_fp8_scale_from_amax with AMP_FP8_CURRENT and epsilon 0: 1 when amax
+                         is 0, as for a fresh tensor, or not finite; FLT_MAX where 448 / amax
+                         overflows), stores each x as amp_f32_to_e4m3(x * scale, 1) (nearest,
+                         ties to even, saturating at 448; stochastic does not apply to codes) and
+                         keeps scale_inv = 1 / scale (f32) in front of the codes. The amax of the
+                         new moments is needed before the first code is stored, so the step runs
+                         twice over the tensor: a first pass decodes the moments and computes the
+                         update on a copy of the masters only to take the amaxes (the same
+                         function on the same values: the same f32 moments, bit for bit), then the
+                         update pass, which stores. It reads the grads, moments and masters twice
+                         and computes the update twice (the weight and moment bytes are written
+                         once). Every tensor size keeps fp8 (no minimum). The codes are decoded by
+                         the fp8 bulk conversions and encoded by amp_quantize's CPU loops, vector
+                         loops at each SIMD level with the scalar functions' bits. 2 + 8/n
+                         bytes per parameter for Adam's two moments (each array 4 + n bytes, 4-byte
+                         aligned in memory).
+                         On a CUDA device every type but AMP_MOMENTS_F32 is refused (the step
                          kernel keeps fp32 moments).
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
@@ -1481,14 +1504,15 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
      AMP_MASTER_NONE             2               4           2
    so a bf16 model copy, no master and AdamW with bf16 moments keeps 4 bytes per parameter. With
    8-bit moments (tensors of 4096 elements and more) each moment is 1 + 4/256 bytes: Adam/AdamW
-   4 + 2.03 (F32), 2 + 2.03 (SPLIT), 2.03 (NONE); SGD + momentum and Lion 5.02, 3.02, 1.02.
+   4 + 2.03 (F32), 2 + 2.03 (SPLIT), 2.03 (NONE); SGD + momentum and Lion 5.02, 3.02, 1.02. With
+   fp8 moments each moment is 1 byte (and 4 per tensor for its scale_inv): Adam/AdamW 6, 4, 2; SGD
+   + momentum and Lion 5, 3, 1 (F32, SPLIT, NONE).
    amp_optimizer_add_tensor refuses what amp_optimizer_add_mixed refuses (below), and a group that
    does not exist, round_to that is not a dtype or is set with a 16-bit dtype, stochastic with a
    dtype other than AMP_BF16, a master_mode that is not one of the three, SPLIT or NONE with a
    dtype other than AMP_BF16, SPLIT with stochastic, NONE without (AMP_ERR_ARG), and SPLIT or NONE
    with kind AMP_CUSTOM (AMP_ERR_UNSUPPORTED), moments that is not an AMP_MOMENTS_* value or is not
-   AMP_MOMENTS_F32 for a kind without moments (AMP_ERR_ARG), moments of a type not kept (above:
-   AMP_ERR_UNSUPPORTED); nothing is added, nothing written. */
+   AMP_MOMENTS_F32 for a kind without moments (AMP_ERR_ARG); nothing is added, nothing written. */
 typedef struct amp_tensor_desc {
   void       *weights;     amp_dtype dtype;       /* required; 0 -> AMP_F32 */
   const void *grads;       amp_dtype grad_dtype;  /* NULL: set later; 0: AMP_F32 beside an f32 copy only
@@ -1504,7 +1528,7 @@ typedef struct amp_tensor_desc {
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
   int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
-  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16, _8BIT (CPU) */
+  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16, _8BIT, _FP8 (CPU) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 /* The grads of tensor index (0 = the first added), for a tensor added with grads NULL, or to move
@@ -1651,14 +1675,16 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
        AMP_MOMENTS_* type), f32 master[n], then the moments it has (SGD with momentum: buf[n];
        Adam/AdamW: m[n], v[n]; Lion: m[n]), each n elements of that moments type as the optimizer
        keeps them (AMP_MOMENTS_F32: f32; AMP_MOMENTS_BF16: bf16 words, not widened;
-       AMP_MOMENTS_8BIT: f32 absmax[ceil(n / 256)], then u8 code[n]).
+       AMP_MOMENTS_8BIT: f32 absmax[ceil(n / 256)], then u8 code[n]; AMP_MOMENTS_FP8: f32
+       scale_inv, then u8 E4M3 code[n]).
    save writes version 2 (the same bytes as amp.h 0.2's, no moments field) when every tensor keeps
    fp32 moments, else version 3. load reads versions 1 to 3; a record without the moments field holds
    fp32 moments. A file's moments type need not be the live tensor's (amp_tensor_desc.moments, the
    program's setup like master_mode; an 8BIT tensor under 4096 elements keeps fp32): the same type
-   loads byte for byte; another is decoded to f32 (exact for bf16; 8-bit: code value times absmax),
-   then encoded in the live type as an update encodes (bf16 to nearest even, 8-bit blockwise). So a
-   bf16 or 8-bit file loads into fp32 moments exactly, and an fp32 file into bf16 or 8-bit moments
+   loads byte for byte; another is decoded to f32 (exact for bf16; 8-bit: code value times absmax;
+   fp8: code value times scale_inv), then encoded in the live type as an update encodes (bf16 to
+   nearest even, 8-bit blockwise, fp8 with the scale of the whole array's amax). So a bf16, 8-bit
+   or fp8 file loads into fp32 moments exactly, and an fp32 file into bf16, 8-bit or fp8 moments
    as a run would store them. The
    moments checks below apply to the widened values; a moments field that is not a type this amp.h
    keeps (or not AMP_MOMENTS_F32 for a kind without moments) is AMP_ERR_CORRUPT.
@@ -2545,7 +2571,7 @@ typedef struct amp__tensor {
                             8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU only) */
   unsigned char *mq, *vq;  /* moments not in f32, as m and v above, each amp__moment_bytes(moments, n) bytes
                               laid out as the checkpoint holds them (BF16: n words; 8BIT: the blocks' f32
-                              absmaxes, then n codes); else NULL */
+                              absmaxes, then n codes; FP8: the f32 scale_inv, then n codes); else NULL */
   uint16_t *rem;         /* AMP_MASTER_SPLIT: the n 16-bit remainders beside the bf16 model copy on the CPU
                             (amp__split_encode; CUDA: amp__cu_optim_rem); else NULL */
   amp__gstat gstat;      /* the gradient stats of its last unscale (amp_optim_config.stats) */
@@ -6230,10 +6256,12 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
 
 /* One moment array kept in a type other than f32 (amp__tensor.mq / vq): its bytes, laid out as the
    checkpoint holds them: BF16 n words; 8BIT the f32 absmax of each block of AMP__Q8_BLOCK
-   elements, then the n codes. In memory each array starts on a 4-byte boundary (amp__moment_stride). */
+   elements, then the n codes; FP8 the f32 scale_inv (1 / scale, what a code is multiplied by), then
+   the n E4M3 codes. In memory each array starts on a 4-byte boundary (amp__moment_stride). */
 static size_t amp__moment_bytes(int type, size_t n) {
   if (type == AMP_MOMENTS_BF16) return 2 * n;
   if (type == AMP_MOMENTS_8BIT) return 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + n;
+  if (type == AMP_MOMENTS_FP8) return 4 + n;
   return 4 * n;
 }
 static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes(type, n) + 3u) & ~(size_t)3u; }
@@ -6243,7 +6271,15 @@ static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes
    first moments) or of linspace(0.1, 1, 2^(i+1) + 1) (unsigned, Adam's second moment), plus 0 and
    1: 256 values, sorted; each computed in double and rounded to f32 once. mid[k] is the exact
    midpoint of code[k] and code[k + 1] (in double: exact for these values). */
-typedef struct amp__qmap { float code[256]; double mid[255]; } amp__qmap;
+#define AMP__Q8_EMIN 97     /* the lookup below covers |y| in [2^(97-127), 1): 31 exponents */
+#define AMP__Q8_MB 6         /* ... by sign, exponent and the top 6 mantissa bits */
+#define AMP__Q8_LUT (2 * 31 << AMP__Q8_MB)
+typedef struct amp__qmap {
+  float code[256]; double mid[255];
+  uint8_t start[AMP__Q8_LUT];   /* the code of each bucket's least value (amp__q8_code) */
+  uint8_t c0, cp1, cm1;         /* the codes of 0, 1 and -1 */
+} amp__qmap;
+static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y);
 static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
   static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
   int i, k, c = 0;
@@ -6263,9 +6299,15 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     q->code[k] = x;
   }
   for (k = 0; k < 255; k++) q->mid[k] = ((double)q->code[k] + (double)q->code[k + 1]) * 0.5;
+  for (k = 0; k < AMP__Q8_LUT; k++) {   /* each bucket's least value's code: where amp__q8_code starts */
+    uint32_t sg = (uint32_t)(k / (31 << AMP__Q8_MB)), e = (uint32_t)((k >> AMP__Q8_MB) % 31) + AMP__Q8_EMIN;
+    uint32_t f = (uint32_t)k & ((1u << AMP__Q8_MB) - 1u), low = (1u << (23 - AMP__Q8_MB)) - 1u;
+    q->start[k] = amp__q8_search(q, amp__bits_f32(sg << 31 | e << 23 | f << (23 - AMP__Q8_MB) | (sg ? low : 0u)));
+  }
+  q->c0 = amp__q8_search(q, 0.0f); q->cp1 = amp__q8_search(q, 1.0f); q->cm1 = amp__q8_search(q, -1.0f);
 }
-/* The code nearest y (ties: the lower code): how many midpoints lie below y. */
-static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
+/* The code nearest y (ties: the lower code): how many midpoints lie below y, by bisection. */
+static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y) {
   int lo = 0, hi = 255;
   while (lo < hi) {
     int m = (lo + hi) >> 1;
@@ -6273,12 +6315,82 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
   }
   return (uint8_t)lo;
 }
-/* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT) into d as
-   f32: bf16 widened (exact), a code times its block's absmax (one f32 multiply). */
+/* The same count, faster: 0 and +-1 from the table; for 2^-30 <= |y| < 1, from the count at the
+   least value of y's bucket (its sign, exponent and top 6 mantissa bits; start[]) on, past the few
+   midpoints inside the bucket; the count only grows with y, so this is the bisection's answer.
+   Else (tiny, NaN) by bisection. */
+static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
+  uint32_t u = amp__f32_bits(y), e = (u >> 23) & 0xffu;
+  int c;
+  if ((u << 1) == 0u) return q->c0;
+  if ((u & 0x7fffffffu) == 0x3f800000u) return u >> 31 ? q->cm1 : q->cp1;
+  if (e < AMP__Q8_EMIN || e >= 127u) return amp__q8_search(q, y);
+  c = q->start[(u >> 31) * (31u << AMP__Q8_MB) + ((e - AMP__Q8_EMIN) << AMP__Q8_MB) +
+               ((u >> (23 - AMP__Q8_MB)) & ((1u << AMP__Q8_MB) - 1u))];
+  while (c < 255 && (double)y > q->mid[c]) c++;
+  return (uint8_t)c;
+}
+/* AMP_MOMENTS_FP8 (TransformerEngine's FusedAdam with uint8 moments): one scale per moment array,
+   from the largest magnitude of the values it encodes (amax) by TE's current scaling for E4M3
+   (amp_fp8_scale_from_amax, AMP_FP8_CURRENT, epsilon 0): 448 / amax; 1 where amax is 0 (every
+   moment 0; TE's own start) or not finite; FLT_MAX where 448 / amax overflows. A value x is kept as
+   the code amp_f32_to_e4m3(x * scale, saturating: nearest, ties to even) and read back as
+   amp_e4m3_to_f32(code) * scale_inv, scale_inv = 1 / scale (f32 operations each), kept in front of
+   the codes. */
+static AMP__EXACT_FP float amp__f8m_scale(float amax) {
+  amp_fp8_config c;
+  memset(&c, 0, sizeof c);
+  c.recipe = AMP_FP8_CURRENT;
+  return amp_fp8_scale_from_amax(&c, AMP_E4M3, amax, 1.0f);
+}
+static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
+                                    const float *scale, float *amax, uint64_t *counts, char *m, size_t cap);
+/* *amax joined with the largest |x| of k values, on the bits (a NaN above inf): amp_quantize's CPU
+   loops without codes. */
+static void amp__f8m_amax(float *amax, const float *s, size_t k) {
+  float one = 1.0f;
+  amp__cpu_quantize(NULL, NULL, AMP_E4M3, s, AMP_F32, k, &one, amax, NULL, NULL, 0);
+}
+/* s's k values as codes i0 .. i0 + k - 1 of the FP8 array a, with scale: amp_quantize's CPU loops
+   (amp_f32_to_e4m3(x * scale, 1) at every SIMD level). The header is not touched: amp__f8m_set
+   writes it once every code is written. */
+static void amp__f8m_store(unsigned char *a, size_t i0, size_t k, const float *s, float scale) {
+  amp__cpu_quantize(NULL, (amp_fp8 *)(a + 4) + i0, AMP_E4M3, s, AMP_F32, k, &scale, NULL, NULL, NULL, 0);
+}
+static AMP__EXACT_FP void amp__f8m_set(unsigned char *a, float scale) {
+  float si = amp__fdiv(1.0f, scale);
+  memcpy(a, &si, 4);
+}
+/* Element e of an FP8 array a as f32: its code times the array's scale_inv. */
+static AMP__EXACT_FP float amp__f8m_at(const unsigned char *a, size_t e) {
+  float si;
+  memcpy(&si, a, 4);
+  return amp__fmul(amp_e4m3_to_f32(a[4 + e]), si);
+}
+/* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
+static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
+  float amax = 0.0f, scale;
+  amp__f8m_amax(&amax, s, n);
+  scale = amp__f8m_scale(amax);
+  amp__f8m_store(a, 0, n, s, scale);
+  amp__f8m_set(a, scale);
+}
+/* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT, FP8) into d
+   as f32: bf16 widened (exact), a code times its block's absmax or its array's scale_inv (one f32
+   multiply). */
 static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
                                       size_t k, float *d) {
   size_t j;
   if (type == AMP_MOMENTS_BF16) { amp__o_master_load_at(l, d, (const amp_bf16 *)a, NULL, i0, k); return; }
+  if (type == AMP_MOMENTS_FP8) {   /* the codes widened by the bulk loops (exact), times scale_inv */
+    float si;
+    memcpy(&si, a, 4);
+    amp__e4m3_to_f32(d, a + 4 + i0, k);
+    /* one IEEE multiply per element and nothing to fuse it with: a plain * (which the compiler
+       may vectorise) gives amp__fmul's bits under any flags */
+    for (j = 0; j < k; j++) d[j] = d[j] * si;
+    return;
+  }
   {
     const float *absmax = (const float *)a;
     const uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK);
@@ -6293,7 +6405,7 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
   size_t b, j;
   if (type == AMP_MOMENTS_BF16) {
     if (sr) amp__o_master_store_at(l, (amp_bf16 *)a, NULL, key, i0, s, k);
-    else amp__from_f32((amp_bf16 *)a + i0, AMP_BF16, s, k);
+    else amp__convert_any((amp_bf16 *)a + i0, AMP_BF16, s, AMP_F32, k);   /* amp_convert's loops: nearest even */
     return;
   }
   for (b = 0; b < k; b += AMP__Q8_BLOCK) {
@@ -6316,22 +6428,44 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
   }
 }
 
-/* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT), in every master mode:
+/* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT, _FP8), in every master mode:
    per block of AMP__CHUNK elements (a multiple of AMP__Q8_BLOCK), the moments decoded to f32 into
    mb and vb (amp__q_load), the block stepped on them by amp__o_step exactly as on fp32 moments (the
    vector loops where the kind has a vector body, else the kind's plain loop: the same bits either
    way, never another mode's path), the weights stepped with the f32 moments, then the new moments
    encoded again in the same pass (amp__q_store: bf16 to nearest even, or with sr stochastically with
    the moment streams of key, amp__sr_key_moment; 8BIT blockwise with the signed map for the first
-   moment and the unsigned one for the second). p: the fp32 master; NULL for SPLIT / NONE, whose
-   masters are decoded from w and rem per block and written back as amp__o_step_lowmem does. */
+   moment and the unsigned one for the second; FP8 with each array's new scale, amp__f8m_scale).
+   FP8 needs the amax of the whole array's new moments before its first code is written, so it runs
+   the blocks twice: a first pass decodes the moments and steps a copy of the masters into scratch
+   (the same call on the same values as the second pass: the same f32 moments bit for bit) only to
+   take the amaxes, storing nothing; the second pass is the pass above, encoding with those scales,
+   and the scale_invs are written last (the second pass decodes with the old ones). p: the fp32
+   master; NULL for SPLIT / NONE, whose masters are decoded from w and rem per block and written
+   back as amp__o_step_lowmem does. */
 static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
                           const amp__qmap *maps, const void *g, amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt,
                           uint16_t *rem, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
   float pb[AMP__CHUNK], out[AMP__CHUNK], mb[AMP__CHUNK], vb[AMP__CHUNK];
   size_t i0, gs = amp_dtype_size(gt), ws = amp_dtype_size(wt);
   uint64_t km = sr ? amp__sr_key_moment(key, 1) : 0u, kv = sr ? amp__sr_key_moment(key, 2) : 0u;
-  int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT: nearest codes always */
+  int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT, FP8: nearest codes always */
+  float sm = 1.0f, sv = 1.0f;   /* FP8: the scales of the new m and v */
+  if (type == AMP_MOMENTS_FP8) {   /* the first pass: the new moments' amaxes, nothing stored */
+    float am = 0.0f, av = 0.0f;
+    for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+      size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+      float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
+      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
+      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
+      if (p) memcpy(pb, p + i0, k * sizeof(float));
+      else amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
+      amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
+      if (mq) amp__f8m_amax(&am, mb, k);
+      if (vq) amp__f8m_amax(&av, vb, k);
+    }
+    sm = amp__f8m_scale(am); sv = amp__f8m_scale(av);
+  }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
     const char *gb = (const char *)g + i0 * gs;
@@ -6348,8 +6482,17 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
     } else {
       amp__o_step(kind, p + i0, mm, vv, gb, gt, (char *)w + i0 * ws, wt, rt, 0, 0u, k, gmul, c);
     }
+    if (type == AMP_MOMENTS_FP8) {
+      if (mq) amp__f8m_store(mq, i0, k, mb, sm);
+      if (vq) amp__f8m_store(vq, i0, k, vb, sv);
+      continue;
+    }
     if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km);
     if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv);
+  }
+  if (type == AMP_MOMENTS_FP8) {
+    if (mq) amp__f8m_set(mq, sm);
+    if (vq) amp__f8m_set(vq, sv);
   }
 }
 
@@ -6576,8 +6719,7 @@ static amp_status amp__moments_check(const char *fn, const amp_optimizer *o, int
     return amp__fail(AMP_ERR_ARG, "%s: moments %s with kind %s%s: the kind keeps no moments (leave moments 0)", fn, name,
                      amp__kind_name(o->cfg.kind), o->cfg.kind == AMP_SGD ? " without momentum" : "");
   if (!amp__moments_kept(moments))
-    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: moments %s is not kept by this version (AMP_MOMENTS_F32, "
-                     "AMP_MOMENTS_BF16 and AMP_MOMENTS_8BIT are)", fn, name);
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: moments %s is not kept by this version", fn, name);
   return AMP_OK;
 }
 
@@ -6952,7 +7094,7 @@ static void amp__o_apply(amp_optimizer *o) {
       o->cfg.custom_step(o->cfg.custom_user, o->t[i].master, o->scratch, o->t[i].n, i, o->step + 1);
       amp__o_store(o->t[i].w, o->t[i].wtype, o->t[i].round_to, o->t[i].stochastic, amp__o_sr_key(o, i, o->step + 1), 0,
                    o->t[i].master, o->t[i].n);
-    } else if (o->t[i].moments != AMP_MOMENTS_F32) {   /* bf16 or 8-bit moments, every master mode */
+    } else if (o->t[i].moments != AMP_MOMENTS_F32) {   /* bf16, 8-bit or fp8 moments, every master mode */
       amp_step_coefs c = amp__group_coefs(&o->cfg, (int64_t)o->step + 1, o->t[i].group, amp__o_lr_scale(o, i),
                                           amp__o_weight_decay(o, i));
       amp__o_step_q(o->cfg.kind, o->t[i].master, o->t[i].moments, o->t[i].mq, o->t[i].vq, o->qmap, o->t[i].g,
@@ -7016,7 +7158,8 @@ static size_t amp__cpu_moments_size(const amp__tensor *t, int nm) {
   return (size_t)nm * (t->moments == AMP_MOMENTS_F32 ? 4 * t->n : amp__moment_stride(t->moments, t->n));
 }
 /* Tensor i's nm moment arrays, m then v, in the zeroed block at mom, each holding zeros (8BIT: every
-   block's code of 0, absmax 1e-38, as amp__q_store leaves a block of zeros). */
+   block's code of 0, absmax 1e-38, as amp__q_store leaves a block of zeros; FP8: codes 0, scale_inv
+   1, as a step leaves moments that are all 0). */
 static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm) {
   amp__tensor *t = &o->t[i];
   size_t n = t->n, st = amp__moment_stride(t->moments, n), i0;
@@ -7034,6 +7177,8 @@ static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm
         amp__q_store(0, t->moments, j ? t->vq : t->mq, &o->qmap[j], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK,
                      zero, 0, 0u);
   }
+  if (t->moments == AMP_MOMENTS_FP8)
+    for (j = 0; j < nm; j++) amp__f8m_set(j ? t->vq : t->mq, amp__f8m_scale(0.0f));
 }
 /* AMP_MASTER_SPLIT / AMP_MASTER_NONE: the moments (one block, m then v; none for plain SGD) and,
    SPLIT, the remainders; no fp32 array. The master is the bf16 model copy as it is (its remainders
@@ -8115,7 +8260,7 @@ static amp_status amp__ckpt_pull(const amp_optimizer *o, const amp_scaler *s, fl
     if ((st = amp__o_ready("amp_checkpoint_save", o)) != AMP_OK) return st;
     if ((st = amp__o_pull("amp_checkpoint_save", o, 0)) != AMP_OK) return st;
     for (i = 0; i < o->count; i++) if (o->t[i].n > most) most = o->t[i].n;
-    *floats = (float *)AMP_MALLOC(most * sizeof(float));   /* a moment in another type is smaller */
+    *floats = (float *)AMP_MALLOC(most * sizeof(float) + 4);   /* a moment in another type: at most 4 + n bytes */
     if (!*floats) return amp__fail(AMP_ERR_NOMEM, "amp_checkpoint_save: out of memory for %zu floats", most);
   }
   return AMP_OK;
@@ -8209,10 +8354,11 @@ static const unsigned char *amp__ckpt_tensor_state(const amp__ckpt_image *im, co
   return p + amp__ckpt_tensor_bytes(im->version);
 }
 /* Element e of moment j (1, 2) of n elements kept as type in a file's bytes at q (any alignment), as
-   f32: bf16 widened exactly, an 8-bit code times its block's absmax (as a step decodes it). The one
-   rule for a moments type that differs from the live tensor's: decoded so, then encoded in the live
-   type as a step encodes (amp__moment_encode: bf16 to nearest even, 8BIT blockwise), so a bf16 or
-   8-bit file into fp32 moments is exact and an fp32 file into bf16 moments is rounded. */
+   f32: bf16 widened exactly, an 8-bit code times its block's absmax, an fp8 code times the array's
+   scale_inv (as a step decodes them). The one rule for a moments type that differs from the live
+   tensor's: decoded so, then encoded in the live type as a step encodes (amp__moment_encode: bf16
+   to nearest even, 8BIT blockwise, FP8 with the whole array's scale), so a bf16, 8-bit or fp8 file
+   into fp32 moments is exact and an fp32 file into the others is rounded. */
 static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int j, const unsigned char *q, size_t n,
                                           size_t e) {
   float x;
@@ -8221,6 +8367,7 @@ static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int 
     memcpy(&x, q + 4 * (e / AMP__Q8_BLOCK), 4);
     return amp__fmul(o->qmap[j - 1].code[q[4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + e]], x);
   }
+  if (type == AMP_MOMENTS_FP8) return amp__f8m_at(q, e);
   memcpy(&x, q + 4 * e, 4);
   return x;
 }
@@ -8228,6 +8375,7 @@ static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int 
 static void amp__moment_encode(const amp_optimizer *o, int type, int j, const float *d, size_t n, unsigned char *a) {
   size_t i0;
   if (type == AMP_MOMENTS_F32) { memcpy(a, d, n * sizeof(float)); return; }
+  if (type == AMP_MOMENTS_FP8) { amp__f8m_encode(a, d, n); return; }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
     amp__q_store(0, type, a, &o->qmap[j - 1], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK, d + i0, 0, 0u);
 }

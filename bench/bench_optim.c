@@ -12,7 +12,9 @@
    Then every master mode and model copy (bench_modes, below; BENCH_OPTIM_MODES=1 runs only those,
    BENCH_OPTIM_MODES=text only the modes whose name holds text): at 834k params against llm.c's
    plain fp32 AdamW loop as written in C (ref_adamw_c, this file's -O2 build: what a drop-in user
-   compares with), at 16M against memcpy of the bytes the mode moves. */
+   compares with), at 16M against memcpy of the bytes the mode moves. Then AdamW with each moment
+   type (bench_moments: f32, bf16, 8-bit, fp8; BENCH_OPTIM_MODES=moments runs only those) at 16M,
+   against the f32-moment step and memcpy, taking turns in the same run. */
 #include "bench.h"   /* first: it sets _POSIX_C_SOURCE for clock_gettime and popen */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
@@ -172,26 +174,29 @@ static double ref_sumsq(const amp_f16 *g, size_t n) {
    pass and the update), the master read and written (f32: 8; split: the bf16 copy and the
    remainder, 8; none: the bf16 copy, 4), each fp32 moment read and written (8), the model copy
    written (f32 master only: its size). */
-typedef struct mode { const char *name; amp_optim_kind kind; amp_dtype wt, gt, rt; int master_mode, sr, scaler; } mode;
+typedef struct mode { const char *name; amp_optim_kind kind; amp_dtype wt, gt, rt; int master_mode, sr, scaler, moments; } mode;
 static const mode modes[] = {
-  {"adamw f32 copy, f32 grads",                  AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_F32,  AMP_MASTER_F32,   0, 0},
-  {"adamw f32 copy round_to bf16, f32 grads",    AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_BF16, AMP_MASTER_F32,   0, 0},
-  {"adamw f32 copy round_to f16, scaler",        AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_F16,  AMP_MASTER_F32,   0, 1},
-  {"adamw bf16 copy, bf16 grads",                AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0},
-  {"adamw f16 copy, f16 grads, scaler",          AMP_ADAMW, AMP_F16,  AMP_F16,  AMP_F32,  AMP_MASTER_F32,   0, 1},
-  {"adamw bf16 copy stochastic",                 AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   1, 0},
-  {"adamw bf16 AMP_MASTER_SPLIT",                AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_SPLIT, 0, 0},
-  {"adamw bf16 AMP_MASTER_NONE",                 AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_NONE,  1, 0},
-  {"sgd-momentum bf16 copy",                     AMP_SGD,   AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0},
-  {"lion bf16 copy",                             AMP_LION,  AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0},
-  {"lion f32 copy round_to bf16",                AMP_LION,  AMP_F32,  AMP_F32,  AMP_BF16, AMP_MASTER_F32,   0, 0},
+  {"adamw f32 copy, f32 grads",                  AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_F32,  AMP_MASTER_F32,   0, 0, AMP_MOMENTS_F32},
+  {"adamw f32 copy round_to bf16, f32 grads",    AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_BF16, AMP_MASTER_F32,   0, 0, AMP_MOMENTS_F32},
+  {"adamw f32 copy round_to f16, scaler",        AMP_ADAMW, AMP_F32,  AMP_F32,  AMP_F16,  AMP_MASTER_F32,   0, 1, AMP_MOMENTS_F32},
+  {"adamw bf16 copy, bf16 grads",                AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0, AMP_MOMENTS_F32},
+  {"adamw f16 copy, f16 grads, scaler",          AMP_ADAMW, AMP_F16,  AMP_F16,  AMP_F32,  AMP_MASTER_F32,   0, 1, AMP_MOMENTS_F32},
+  {"adamw bf16 copy stochastic",                 AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   1, 0, AMP_MOMENTS_F32},
+  {"adamw bf16 AMP_MASTER_SPLIT",                AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_SPLIT, 0, 0, AMP_MOMENTS_F32},
+  {"adamw bf16 AMP_MASTER_NONE",                 AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_NONE,  1, 0, AMP_MOMENTS_F32},
+  {"sgd-momentum bf16 copy",                     AMP_SGD,   AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0, AMP_MOMENTS_F32},
+  {"lion bf16 copy",                             AMP_LION,  AMP_BF16, AMP_BF16, AMP_F32,  AMP_MASTER_F32,   0, 0, AMP_MOMENTS_F32},
+  {"lion f32 copy round_to bf16",                AMP_LION,  AMP_F32,  AMP_F32,  AMP_BF16, AMP_MASTER_F32,   0, 0, AMP_MOMENTS_F32},
 };
 typedef struct mrig { void *w, *g; amp_optimizer *o; amp_scaler *s; size_t n; } mrig;
 static double mode_bytes(const mode *md) {
   double gs = (double)amp_dtype_size(md->gt), ws = (double)amp_dtype_size(md->wt);
   double master = md->master_mode == AMP_MASTER_NONE ? 4 : 8;
+  /* each moment read and written in its stored type (8-bit: a code, its block's absmax; fp8: a code) */
+  double mom = md->moments == AMP_MOMENTS_BF16 ? 4.0 : md->moments == AMP_MOMENTS_8BIT ? 2.0 + 8.0 / 256
+             : md->moments == AMP_MOMENTS_FP8 ? 2.0 : 8.0;
   int nm = md->kind == AMP_SGD || md->kind == AMP_LION ? 1 : 2;
-  return 2 * gs + master + 8.0 * nm + (md->master_mode == AMP_MASTER_F32 ? ws : 0);
+  return 2 * gs + master + mom * nm + (md->master_mode == AMP_MASTER_F32 ? ws : 0);
 }
 static int mrig_init(mrig *R, const mode *md, size_t n) {
   amp_optim_config oc = amp_optimizer_defaults(md->kind);
@@ -208,7 +213,7 @@ static int mrig_init(mrig *R, const mode *md, size_t n) {
   }
   memset(&t, 0, sizeof t);
   t.weights = R->w; t.dtype = md->wt; t.grads = R->g; t.grad_dtype = md->gt; t.n = n;
-  t.round_to = md->rt; t.stochastic = md->sr; t.master_mode = md->master_mode;
+  t.round_to = md->rt; t.stochastic = md->sr; t.master_mode = md->master_mode; t.moments = md->moments;
   if (amp_optimizer_create(&R->o, amp_cpu(), &oc) || amp_optimizer_add_tensor(R->o, &t)) return 0;
   if (md->scaler) {
     amp_scaler_config sc;
@@ -273,6 +278,45 @@ static void bench_modes(size_t n_cache, size_t n_big) {
   }
 }
 
+/* ---- AdamW with each moment type at 16M (one thread): bf16 copy and grads, fp32 master; each type
+   against the f32-moment step (ms per step) and against memcpy of the bytes it moves (GB/s), all
+   three taking turns in the same run. fp8 runs the update twice over the tensor (the first pass
+   only for the new moments' amax), so it reads grads, master and moments twice: its bytes are
+   counted once, as the others'. ---- */
+static void bench_moments(size_t n) {
+  static const struct { const char *name; int moments; } types[] = {
+    {"f32", AMP_MOMENTS_F32}, {"bf16", AMP_MOMENTS_BF16}, {"8-bit", AMP_MOMENTS_8BIT}, {"fp8", AMP_MOMENTS_FP8}};
+  mode base = {"adamw bf16 copy, bf16 grads", AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32, AMP_MASTER_F32, 0, 0, AMP_MOMENTS_F32};
+  size_t k;
+  printf("moment types: loops %s\n", level_name(level()));
+  for (k = 0; k < sizeof types / sizeof types[0]; k++) {
+    mode md = base;
+    mrig R, F;
+    double to[REPS], tf[REPS], tm[REPS];
+    char name[128], unit[64];
+    int r;
+    md.moments = types[k].moments;
+    if (!mrig_init(&F, &base, n) || !mrig_init(&R, &md, n)) { printf("moments %s: setup failed: %s\n", types[k].name, amp_last_error()); exit(0); }
+    mc_bytes = (size_t)(mode_bytes(&md) * (double)n);
+    mc_a = (char *)malloc(mc_bytes / 2); mc_b = (char *)malloc(mc_bytes / 2);
+    memset(mc_a, 1, mc_bytes / 2); memset(mc_b, 2, mc_bytes / 2);
+    mrig_step(&F); mrig_step(&R);
+    for (r = 0; r < REPS; r++) {
+      double t0;
+      tm[r] = memcpy_once();
+      t0 = bench_now(); mrig_step(&F); tf[r] = bench_now() - t0;
+      t0 = bench_now(); mrig_step(&R); to[r] = bench_now() - t0;
+    }
+    snprintf(name, sizeof name, "%zuM: adamw %s moments vs f32 moments", n >> 20, types[k].name);
+    bench_line(name, 1e3 * bench_median(to, REPS), 1e3 * bench_median(tf, REPS), "ms per step, lower is better");
+    snprintf(name, sizeof name, "%zuM: adamw %s moments vs memcpy", n >> 20, types[k].name);
+    snprintf(unit, sizeof unit, "GB/s vs memcpy, at %g B/param", mode_bytes(&md));
+    bench_line(name, (double)mc_bytes / bench_median(to, REPS) / 1e9, (double)mc_bytes / bench_median(tm, REPS) / 1e9, unit);
+    free(mc_a); free(mc_b);
+    mrig_free(&R); mrig_free(&F);
+  }
+}
+
 int main(void) {
   double t_torch = 0, sink = 0;
   model M;
@@ -283,6 +327,11 @@ int main(void) {
   mc_a = (char *)malloc(mc_bytes / 2); mc_b = (char *)malloc(mc_bytes / 2);
   memset(mc_a, 1, mc_bytes / 2); memset(mc_b, 2, mc_bytes / 2);
   printf("bench_optim: one thread, built without -march; loops: %s; medians of %d\n", level_name(l), REPS);
+  if (getenv("BENCH_OPTIM_MODES") && !strcmp(getenv("BENCH_OPTIM_MODES"), "moments")) {   /* these alone */
+    free(mc_a); free(mc_b);
+    bench_moments((size_t)16 << 20);
+    return 0;
+  }
   if (getenv("BENCH_OPTIM_MODES")) { bench_modes(834000, (size_t)16 << 20); return 0; }   /* these alone */
 
   /* 16M params: ours (taking turns with memcpy), then PyTorch's step in a subprocess */
@@ -364,6 +413,7 @@ int main(void) {
     model_free(&M);
   }
   bench_modes(834000, (size_t)16 << 20);
+  bench_moments((size_t)16 << 20);
   if (sink == 12345.678) printf("%g\n", sink);
   return 0;
 }

@@ -36,14 +36,20 @@
    10% is the validation split; the validation loss is measured every --eval-every steps.
 
    Build:  cc -std=c99 -O2 -march=native -I. examples/train_gpt.c -o train_gpt -lm
-   Run:    ./train_gpt [--precision fp32|bf16|f16|bf16-split|bf16-none|fp8|all] [--steps N] [--seed N] [--svg FILE]
+   Run:    ./train_gpt [--precision fp32|bf16|f16|bf16-split|bf16-none|bf16-8bit|bf16-none-8bit|fp8|all]
+                       [--steps N] [--seed N] [--svg FILE]
                        [--layers N] [--dim N] [--heads N] [--ctx N] [--batch N] [--lr X]
                        [--eval-every N] [--data FILE|DIR|builtin] [--init-scale S] [--max-gap PCT]
            ./train_gpt --gradcheck     finite differences against the backward (fp32, tiny model)
            ./train_gpt --bench         ms per step, fp32 against bf16 and f16 (for make bench)
    bf16-split and bf16-none are bf16 with less memory for the master: a 2-byte remainder beside the
    bf16 weights that together hold the fp32 master exactly (AMP_MASTER_SPLIT), or no master at all,
-   the bf16 weights updated in place with stochastic rounding (AMP_MASTER_NONE).
+   the bf16 weights updated in place with stochastic rounding (AMP_MASTER_NONE). bf16-8bit and
+   bf16-none-8bit keep AdamW's two moments in bitsandbytes' blockwise 8 bits as well
+   (AMP_MOMENTS_8BIT: a code per element and an f32 absmax per 256; a tensor under 4096 elements
+   keeps f32 moments): the split master and 8-bit moments, or no master and 8-bit moments. The
+   table's bytes per parameter are the model copy's and amp_optimizer_state_bytes over the
+   parameter count (the master and the moments as the optimizer keeps them).
    --max-gap PCT: exit 2 when a bf16 or f16 validation loss differs from fp32's by more than PCT
    percent (the test suite uses 2). Any NaN or inf loss exits 3. --init-scale S: f16's first loss
    scale (default 65536, PyTorch's); a large one makes the scaler back off at the start.
@@ -761,7 +767,8 @@ typedef struct {
   long skipped, updates;
   float final_scale;
   int nonfinite;                     /* a loss (training or validation) was inf or NaN */
-  size_t b_copy, b_master, b_moments;   /* bytes per parameter */
+  size_t b_copy, b_master;           /* bytes per parameter: the model copy, the master */
+  double b_moments;                  /* the moments' bytes per parameter (amp_optimizer_state_bytes) */
   float *train;                      /* the training loss of every step */
   float *val; int *val_step; int n_val;
   /* fp8: the scales' behaviour, from the scaler's telemetry (amp_fp8_scaler_stats after each update) */
@@ -796,7 +803,7 @@ static amp_scaler_config f16_scaler_config(float f16_init_scale) {
    decays only the matrices (param_is_matrix): the 1-D tensors (norm gains and biases) go into a
    second param group with no weight decay and the same lr, so one optimizer, and one clip norm,
    still sees every grad. */
-static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o, int master_mode) {
+static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o, int master_mode, int moments) {
   amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);   /* every default; a 0 written below is 0 */
   int p, no_decay;
   oc.lr = o->lr; oc.beta1 = 0.9f; oc.beta2 = 0.95f; oc.eps = 1e-8f;
@@ -813,12 +820,13 @@ static void optimizer_create(amp_optimizer **opt, gpt *m, const options *o, int 
     t.group = param_is_matrix[p] ? 0 : no_decay;
     t.master_mode = master_mode;   /* AMP_MASTER_F32, or (bf16 only) SPLIT or NONE */
     t.stochastic = master_mode == AMP_MASTER_NONE;   /* NONE rounds every update stochastically */
+    t.moments = moments;           /* AMP_MOMENTS_F32, or AMP_MOMENTS_8BIT */
     CHECK(amp_optimizer_add_tensor(*opt, &t));
   }
 }
 
-static void train(const char *name, amp_dtype low, int master_mode, int fp8, const text *tx, const float *w0,
-                  const options *o, result *r) {
+static void train(const char *name, amp_dtype low, int master_mode, int moments, int fp8, const text *tx,
+                  const float *w0, const options *o, result *r) {
   gpt_types types = gpt_decide(low);
   amp_scaler_config scfg = f16_scaler_config(o->f16_init_scale);
   amp_scaler *sc = NULL;   /* f16 only */
@@ -836,13 +844,14 @@ static void train(const char *name, amp_dtype low, int master_mode, int fp8, con
   gpt_init(&m, &o->c, &types, o->B, w0, fp8);
   r->fp8 = fp8;
   if (low == AMP_F16) CHECK(amp_scaler_create(&sc, amp_cpu(), &scfg));
-  optimizer_create(&opt, &m, o, master_mode);
+  optimizer_create(&opt, &m, o, master_mode, moments);
   if (!o->quiet)
-    printf("%-5s matmuls %s, layer norms/softmax/loss/residual f32; %s%s\n", name,
+    printf("%-5s matmuls %s, layer norms/softmax/loss/residual f32; %s%s%s\n", name,
            fp8 ? "fp8 in the block linears (E4M3 x and W, E5M2 grads, delayed scaling), bf16 in the rest" : dtype_name(types.lin),
            sc ? "dynamic loss scale (PyTorch preset)" : "no loss scale (amp_optimizer_step)",
            master_mode == AMP_MASTER_SPLIT ? "; split master (bf16 weights + 2-byte remainder)"
-           : master_mode == AMP_MASTER_NONE ? "; no master (bf16 updated in place, stochastic rounding)" : "");
+           : master_mode == AMP_MASTER_NONE ? "; no master (bf16 updated in place, stochastic rounding)" : "",
+           moments == AMP_MOMENTS_8BIT ? "; 8-bit moments (blockwise, 256 per absmax)" : "");
   for (step = 0; step <= o->steps; step++) {
     double t0, loss;
     float scale;
@@ -912,7 +921,8 @@ static void train(const char *name, amp_dtype low, int master_mode, int fp8, con
   r->b_copy = amp_dtype_size(low);
   /* the fp32 master: 4 bytes; split: the 2-byte remainder beside the bf16 weights; none: 0 */
   r->b_master = master_mode == AMP_MASTER_SPLIT ? 2 : master_mode == AMP_MASTER_NONE ? 0 : sizeof(float);
-  r->b_moments = 2 * sizeof(float);     /* AdamW's two moments, fp32 */
+  /* AdamW's two moments as kept: what the optimizer keeps beyond the master, per parameter */
+  r->b_moments = (double)amp_optimizer_state_bytes(opt) / (double)m.n_params - (double)r->b_master;
   amp_optimizer_destroy(opt);
   amp_scaler_destroy(sc);
   gpt_free(&m);
@@ -934,7 +944,7 @@ static double train_mean(const result *r, int i, int win) {
    from 5.5 so fast that a full axis would hide the gaps between the precisions): what is above
    runs off the top of the plot. */
 static void write_svg(const char *path, const result *rs, int nr, int steps, const char *data_name) {
-  static const char *colors[] = { "#222222", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e" };
+  static const char *colors[] = { "#222222", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#ff7f0e" };
   FILE *f = fopen(path, "w");
   const double W = 720, H = 420, x0 = 60, y0 = 30, pw = 620, ph = 320;
   double lo = 1e30, hi = -1e30;
@@ -1043,14 +1053,24 @@ static int gradcheck(const text *tx, uint64_t seed) {
 // ----------------------------------------------------------------------------------------------
 // the program: options, data, initial weights, one run per precision, the table
 
+/* Bytes per parameter as the table prints them: a whole number as it is, else two decimals. */
+static void bytes_str(char *s, size_t cap, double b) {
+  double r = floor(b * 100.0 + 0.5) / 100.0;
+  if (r == floor(r)) snprintf(s, cap, "%.0f", r);
+  else snprintf(s, cap, "%.2f", r);
+}
+
 static int train_gpt_main(int argc, char **argv) {
   options o;
   const char *precision = "all", *svg = "train_gpt.svg", *data = NULL;
-  enum { NRUNS = 6 };
-  static const struct { const char *name; amp_dtype t; int master_mode, fp8; } runs[NRUNS] = {
-    { "fp32", AMP_F32, AMP_MASTER_F32, 0 }, { "bf16", AMP_BF16, AMP_MASTER_F32, 0 }, { "f16", AMP_F16, AMP_MASTER_F32, 0 },
-    { "bf16-split", AMP_BF16, AMP_MASTER_SPLIT, 0 }, { "bf16-none", AMP_BF16, AMP_MASTER_NONE, 0 },
-    { "fp8", AMP_BF16, AMP_MASTER_F32, 1 } };
+  enum { NRUNS = 8 };
+  static const struct { const char *name; amp_dtype t; int master_mode, moments, fp8; } runs[NRUNS] = {
+    { "fp32", AMP_F32, AMP_MASTER_F32, AMP_MOMENTS_F32, 0 }, { "bf16", AMP_BF16, AMP_MASTER_F32, AMP_MOMENTS_F32, 0 },
+    { "f16", AMP_F16, AMP_MASTER_F32, AMP_MOMENTS_F32, 0 }, { "bf16-split", AMP_BF16, AMP_MASTER_SPLIT, AMP_MOMENTS_F32, 0 },
+    { "bf16-none", AMP_BF16, AMP_MASTER_NONE, AMP_MOMENTS_F32, 0 },
+    { "bf16-8bit", AMP_BF16, AMP_MASTER_SPLIT, AMP_MOMENTS_8BIT, 0 },
+    { "bf16-none-8bit", AMP_BF16, AMP_MASTER_NONE, AMP_MOMENTS_8BIT, 0 },
+    { "fp8", AMP_BF16, AMP_MASTER_F32, AMP_MOMENTS_F32, 1 } };
   double max_gap = -1.0;
   int i, nr = 0, status = 0, do_gradcheck = 0, do_bench = 0;
   result rs[NRUNS];
@@ -1088,7 +1108,7 @@ static int train_gpt_main(int argc, char **argv) {
       o.B < 1 || o.B > 512 || o.eval_every < 1 || !(o.lr > 0))
     die("need --steps >= 1, --layers >= 1, --dim a multiple of --heads, 2 <= --ctx <= 1024, 1 <= --batch <= 512, --eval-every >= 1, --lr > 0");
   for (i = 0; i < NRUNS && strcmp(precision, "all") && strcmp(precision, runs[i].name); i++) {}
-  if (i == NRUNS) die("--precision must be fp32, bf16, f16, bf16-split, bf16-none, fp8 or all");
+  if (i == NRUNS) die("--precision must be fp32, bf16, f16, bf16-split, bf16-none, bf16-8bit, bf16-none-8bit, fp8 or all");
   o.warmup = o.steps / 20 > 0 ? o.steps / 20 : 1;
   o.min_lr = o.lr / 10;
 
@@ -1116,7 +1136,7 @@ static int train_gpt_main(int argc, char **argv) {
 
   for (i = 0; i < NRUNS; i++) {
     if (strcmp(precision, "all") && strcmp(precision, runs[i].name)) continue;
-    train(runs[i].name, runs[i].t, runs[i].master_mode, runs[i].fp8, &tx, w0, &o, &rs[nr]);
+    train(runs[i].name, runs[i].t, runs[i].master_mode, runs[i].moments, runs[i].fp8, &tx, w0, &o, &rs[nr]);
     nr++;
   }
 
@@ -1129,16 +1149,18 @@ static int train_gpt_main(int argc, char **argv) {
       else printf("%-44s %10.2f %10s %8s  %s\n", label, rs[i].ms_per_step, "-", "-", "ms per step");
     }
   } else {
-    printf("%-10s %9s %8s %8s %12s %10s   %s\n", "precision", "val loss", "vs fp32", "skipped", "final scale", "ms / step",
+    printf("%-14s %9s %8s %8s %12s %10s   %s\n", "precision", "val loss", "vs fp32", "skipped", "final scale", "ms / step",
            "bytes / param (copy + master + moments)");
     for (i = 0; i < nr; i++) {
       char gap[32] = "";
       if (i > 0 && !strcmp(rs[0].name, "fp32")) snprintf(gap, sizeof gap, "%+.2f%%", 100.0 * (rs[i].val_loss / rs[0].val_loss - 1.0));
       char scale[32] = "none";
       if (rs[i].final_scale > 0.0f) snprintf(scale, sizeof scale, "%g", (double)rs[i].final_scale);
-      printf("%-10s %9.4f %8s %8ld %12s %10.1f   %zu + %zu + %zu = %zu\n", rs[i].name, rs[i].val_loss, gap, rs[i].skipped,
-             scale, rs[i].ms_per_step, rs[i].b_copy, rs[i].b_master, rs[i].b_moments,
-             rs[i].b_copy + rs[i].b_master + rs[i].b_moments);
+      char mom[32], sum[32];
+      bytes_str(mom, sizeof mom, rs[i].b_moments);
+      bytes_str(sum, sizeof sum, (double)(rs[i].b_copy + rs[i].b_master) + rs[i].b_moments);
+      printf("%-14s %9.4f %8s %8ld %12s %10.1f   %zu + %zu + %s = %s\n", rs[i].name, rs[i].val_loss, gap, rs[i].skipped,
+             scale, rs[i].ms_per_step, rs[i].b_copy, rs[i].b_master, mom, sum);
     }
     printf("\n");
     for (i = 0; i < nr; i++) {

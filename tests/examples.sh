@@ -102,12 +102,14 @@ check "deps: a missing package stops make test with the install command; none mi
 # (no growth within 60 steps), so final scale * 2^skipped = 2^24.
 check "train_gpt: builds with -Werror" gcc -std=c99 -O2 $WARN -I. examples/train_gpt.c -o "$B/train_gpt" -lm
 check "train_gpt: the backward matches finite differences (fp32, every tensor)" "$B/train_gpt" --gradcheck
-check "train_gpt: 300 steps, bf16, f16, bf16 with a split master or none, fp8 within 2% of fp32 (14, 12, 10 bytes)" sh -c "
+check "train_gpt: 300 steps, bf16, f16, bf16 with a split master or none, with 8-bit moments, fp8 within 2% of fp32 (14, 12, 10 bytes; 8-bit moments under 4)" sh -c "
   '$B/train_gpt' --steps 300 --dim 32 --layers 2 --heads 2 --ctx 32 --batch 16 --eval-every 50 \
     --max-gap 2 --svg '$B/examples/train_gpt.svg' > '$B/train_gpt.log' 2>&1; rc=\$?
   cat '$B/train_gpt.log'; [ \$rc -eq 0 ] || exit 1
   grep -q '^fp32 .* 16\$' '$B/train_gpt.log' && grep -q '^bf16 .* 14\$' '$B/train_gpt.log' && grep -q '</svg>' '$B/examples/train_gpt.svg' || exit 1
   grep -q '^bf16-split .* 2 + 2 + 8 = 12\$' '$B/train_gpt.log' && grep -q '^bf16-none .* 2 + 0 + 8 = 10\$' '$B/train_gpt.log' || exit 1
+  awk '(\$1 == \"bf16-8bit\" && \$7 == 2 && \$9 == 2) || (\$1 == \"bf16-none-8bit\" && \$7 == 2 && \$9 == 0) {
+         d = \$13 - \$7 - \$9 - \$11; if (\$11 > 2 && \$11 < 4 && d < 0.015 && d > -0.015) n++ } END { exit n != 2 }' '$B/train_gpt.log' || exit 1
   grep -q '^bf16 .*no loss scale (amp_optimizer_step)' '$B/train_gpt.log' || exit 1
   grep -q '^fp8 .* 2 + 4 + 8 = 14\$' '$B/train_gpt.log' && grep -q '^fp8: [0-9]* of 300 steps had a cast that saturated' '$B/train_gpt.log' || exit 1
   grep -qiw 'nan\|inf' '$B/train_gpt.log' && exit 1; exit 0"

@@ -1,19 +1,22 @@
-/* tests/test_moments.c - optimizer moments kept in bf16 or in bitsandbytes' blockwise 8 bits
-   (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / AMP_MOMENTS_8BIT).
+/* tests/test_moments.c - optimizer moments kept in bf16, in bitsandbytes' blockwise 8 bits or in
+   E4M3 with a per-tensor scale (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / _8BIT / _FP8).
    Each kind with moments (Adam, AdamW, SGD with momentum, Lion) in each master mode (F32, SPLIT,
    NONE), with three tensors in two param groups, f32 / bf16 / f16 grads, f32 / bf16 / f16 model
    copies, clipping, gradient stats, a bf16 copy rounded to nearest or stochastically, is checked bit
    for bit against a reference written here: the f32 step of the kind from its formulas on the
    decoded moments, then the moments encoded again (bf16 to nearest even, or stochastically with the
    moment streams of the documented key; 8-bit blockwise with the dynamic maps built here from their
-   description, a tensor under 4096 elements keeping f32). Every SIMD level the CPU has gives those
-   bits; a skipped (overflow) step leaves every byte as it was; a run resumed from a checkpoint
+   description, a tensor under 4096 elements keeping f32; FP8 as TransformerEngine's FusedAdam with
+   uint8 moments: each array's scale 448 / amax of the new moments, E4M3 codes to nearest even,
+   saturating, from a table of the format built here). Every SIMD level the CPU has gives those
+   bits; a skipped (overflow or spike) step leaves every byte as it was; a run resumed from a checkpoint
    equals the straight one; the file holds the moments as kept, and a file moves between moment
    types by the documented rule (decode, encode as a step does); amp_optimizer_state_bytes counts
    the bytes kept; bad moments values are refused naming the function and the value. */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
 #include "test.h"
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -63,6 +66,11 @@ static uint32_t rbits(uint64_t key, uint64_t i) {
    one under 4096, which keeps fp32 moments */
 static size_t LEN[NT];
 static const size_t LEN_BF16[NT] = {37, 700, 19}, LEN_8BIT[NT] = {4100, 5000, 19};
+/* FP8: one amax over three blocks of the CPU loops, over two, and a tensor of one element */
+static const size_t LEN_FP8[NT] = {1100, 700, 1};
+static void set_len(int moments) {
+  memcpy(LEN, moments == AMP_MOMENTS_8BIT ? LEN_8BIT : moments == AMP_MOMENTS_FP8 ? LEN_FP8 : LEN_BF16, sizeof LEN);
+}
 
 /* bitsandbytes' dynamic map as bitsandbytes describes it (functional.create_dynamic_map): for i = 0..6
    the midpoints of linspace(0.1, 1, 2^i + 1) (signed) or linspace(0.1, 1, 2^(i+1) + 1) (unsigned)
@@ -96,6 +104,30 @@ static uint8_t code_of(int sg, float y) {
   if (lo == 255) return 255;
   dl = (long double)y - (long double)map8[sg][lo]; dh = (long double)map8[sg][lo + 1] - (long double)y;
   return (uint8_t)(dh < dl ? lo + 1 : lo);
+}
+/* E4M3 as its definition gives it: sign, 4 exponent bits (bias 7), 3 mantissa bits, subnormals at
+   exponent 0, no infinities, 0x7f / 0xff NaN, largest 448 (0x7e). e4m3_val[c] for c < 0x7f. */
+static float e4m3_val[0x7f];
+static void make_e4m3(void) {
+  int c;
+  for (c = 0; c < 0x7f; c++) {
+    int e = c >> 3, f = c & 7;
+    e4m3_val[c] = e == 0 ? (float)f / 8.0f / 64.0f : (1.0f + (float)f / 8.0f) * ldexpf(1.0f, e - 7);
+  }
+}
+static float e4m3_dec(uint8_t c) { return c & 0x80u ? -e4m3_val[c & 0x7f] : e4m3_val[c]; }
+/* y to the nearest code, a tie to the even code; beyond 448 the largest (saturating); -0 keeps its sign */
+static uint8_t e4m3_enc(float y) {
+  uint8_t sg = bits(y) >> 31 ? 0x80u : 0u;
+  long double a = fabsl((long double)y);
+  int lo = 0;
+  if (a >= 448.0L) return (uint8_t)(sg | 0x7e);
+  while (lo + 1 < 0x7f && (long double)e4m3_val[lo + 1] <= a) lo++;
+  if (lo + 1 < 0x7f) {
+    long double dl = a - e4m3_val[lo], dh = (long double)e4m3_val[lo + 1] - a;
+    if (dh < dl || (dh == dl && (lo & 1))) lo++;
+  }
+  return (uint8_t)(sg | lo);
 }
 static const float LRS[NT] = {1.0f, 0.5f, 1.0f}, WDS[NT] = {0.0f, 0.2f, 0.0f};   /* tensor 1 in its own group */
 #define SEED 29u
@@ -158,8 +190,8 @@ typedef struct rig {
   float p[NT][NMAX];                           /* the reference master */
   float mf[NT][NMAX], vf[NT][NMAX];            /* the reference moments as a step reads them (decoded) */
   uint16_t m16[NT][NMAX], v16[NT][NMAX];       /* BF16: their words */
-  uint8_t mc[NT][NMAX], vc[NT][NMAX];          /* 8BIT: their codes */
-  float ma[NT][NB], va[NT][NB];                /* 8BIT: their blocks' absmaxes */
+  uint8_t mc[NT][NMAX], vc[NT][NMAX];          /* 8BIT, FP8: their codes */
+  float ma[NT][NB], va[NT][NB];                /* 8BIT: their blocks' absmaxes; FP8: [0] the scale_inv */
   unsigned char ew[NT][NMAX * 4];              /* the model copy the reference expects */
 } rig;
 
@@ -179,6 +211,21 @@ static AMP__EXACT_FP void enc8(int sg, const float *x, size_t n, uint8_t *codes,
       codes[b + j] = code_of(sg, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
       dec[b + j] = MUL(map8[sg][codes[b + j]], am);
     }
+  }
+}
+/* FP8, written here from the description: the scale 448 / amax of all n values (1 when amax is 0,
+   FLT_MAX where the quotient overflows), each value times the scale to its E4M3 code, decoded as the
+   code's value times scale_inv = 1 / scale. */
+static AMP__EXACT_FP void encf8(const float *x, size_t n, uint8_t *codes, float *scale_inv, float *dec) {
+  float am = 0.0f, sc;
+  size_t j;
+  for (j = 0; j < n; j++) if (fabsf(x[j]) > am) am = fabsf(x[j]);
+  sc = am == 0.0f ? 1.0f : DIV(448.0f, am);
+  if (isinf(sc)) sc = FLT_MAX;
+  *scale_inv = DIV(1.0f, sc);
+  for (j = 0; j < n; j++) {
+    codes[j] = e4m3_enc(MUL(x[j], sc));
+    dec[j] = MUL(e4m3_dec(codes[j]), *scale_inv);
   }
 }
 AMP__EXACT_END
@@ -288,6 +335,9 @@ static AMP__EXACT_FP void ref_step(rig *r) {
     if (r->mt[i] == AMP_MOMENTS_8BIT) {
       enc8(0, nm_, LEN[i], r->mc[i], r->ma[i], r->mf[i]);
       if (r->nm == 2) enc8(1, nv_, LEN[i], r->vc[i], r->va[i], r->vf[i]);
+    } else if (r->mt[i] == AMP_MOMENTS_FP8) {
+      encf8(nm_, LEN[i], r->mc[i], &r->ma[i][0], r->mf[i]);
+      if (r->nm == 2) encf8(nv_, LEN[i], r->vc[i], &r->va[i][0], r->vf[i]);
     } else if (r->mt[i] == AMP_MOMENTS_BF16) {
       for (j = 0; j < LEN[i]; j++) {
         r->m16[i][j] = r->sr[i] ? sr16(nm_[j], rbits(key_moment(key, 1), j)) : rne16(nm_[j]);
@@ -319,6 +369,9 @@ static int rig_matches(const rig *r, const char *what) {
       if (r->mt[i] == AMP_MOMENTS_BF16)
         ok = ok && ((const amp_bf16 *)t->mq)[j] == r->m16[i][j] &&
              (r->nm < 2 || ((const amp_bf16 *)t->vq)[j] == r->v16[i][j]);
+      else if (r->mt[i] == AMP_MOMENTS_FP8)
+        ok = ok && t->mq[4 + j] == r->mc[i][j] && bits(((const float *)t->mq)[0]) == bits(r->ma[i][0]) &&
+             (r->nm < 2 || (t->vq[4 + j] == r->vc[i][j] && bits(((const float *)t->vq)[0]) == bits(r->va[i][0])));
       else if (r->mt[i] == AMP_MOMENTS_8BIT)
         ok = ok && t->mq[4 * nb + j] == r->mc[i][j] && bits(((const float *)t->mq)[j / 256]) == bits(r->ma[i][j / 256]) &&
              (r->nm < 2 || (t->vq[4 * nb + j] == r->vc[i][j] && bits(((const float *)t->vq)[j / 256]) == bits(r->va[i][j / 256])));
@@ -369,7 +422,7 @@ static void run_level(int level, int record, int moments) {
   static rig a, b;
   static unsigned char sa[SNAP], sb[SNAP];
   int ki, cs, k, ncase = 0;
-  memcpy(LEN, moments == AMP_MOMENTS_8BIT ? LEN_8BIT : LEN_BF16, sizeof LEN);
+  set_len(moments);
   t_simd_level(level);
   amp__opt_simd = level;
   for (ki = 0; ki < 4; ki++)
@@ -413,6 +466,30 @@ static void eight_bit_moments_match_the_reference_at_every_simd_level(void) {
   int l;
   for (l = 0; l < t_simd_levels(); l++) run_level(l, l == 0, AMP_MOMENTS_8BIT);
 }
+static void fp8_moments_match_the_reference_at_every_simd_level(void) {
+  int l;
+  for (l = 0; l < t_simd_levels(); l++) run_level(l, l == 0, AMP_MOMENTS_FP8);
+}
+
+/* The table written here is E4M3 as the library decodes it, and its encoder gives the library's
+   codes on values around every code (ties, the saturation bound, subnormals, both signs). */
+static void fp8_table_and_encoder_agree_with_the_library(void) {
+  int c, bad = 0;
+  for (c = 0; c < 0x7f && !bad; c++) {
+    float v = e4m3_val[c], nx = c + 1 < 0x7f ? e4m3_val[c + 1] : 480.0f, ys[4];
+    int k;
+    if (bits(v) != bits(amp_e4m3_to_f32((amp_fp8)c))) { EXPECT(0, "code 0x%02x: %g, the library %g", c, (double)v, (double)amp_e4m3_to_f32((amp_fp8)c)); bad = 1; }
+    ys[0] = v; ys[1] = (v + nx) / 2.0f; ys[2] = nextafterf(ys[1], 0.0f); ys[3] = nextafterf(ys[1], 1000.0f);
+    for (k = 0; k < 8 && !bad; k++) {
+      float y = k < 4 ? ys[k] : -ys[k - 4];
+      if (e4m3_enc(y) != amp_f32_to_e4m3(y, 1)) {
+        EXPECT(0, "%a: the code here 0x%02x, the library 0x%02x", (double)y, e4m3_enc(y), amp_f32_to_e4m3(y, 1));
+        bad = 1;
+      }
+    }
+  }
+  EXPECT(e4m3_enc(1e9f) == 0x7e && e4m3_enc(-460.0f) == 0xfe && e4m3_enc(0.0f) == 0, "the encoder's ends");
+}
 
 /* The library's maps are the ones written here from the description, value for value. */
 static void eight_bit_maps_are_the_described_dynamic_maps(void) {
@@ -426,17 +503,43 @@ static void eight_bit_maps_are_the_described_dynamic_maps(void) {
   EXPECT(map8[0][0] < -0.99f && map8[0][127] == 0.0f && map8[0][255] == 1.0f && map8[1][0] == 0.0f &&
          map8[1][255] == 1.0f && map8[1][254] > 0.99f, "the maps' ends: %g %g %g, %g %g", (double)map8[0][0],
          (double)map8[0][127], (double)map8[0][255], (double)map8[1][0], (double)map8[1][254]);
+  {   /* the library's code of y (a table lookup, then a short search) against the nearest code found
+         here, around every midpoint of both maps and at every power of two and its neighbours */
+    int bad = 0, e, d;
+    for (sg = 0; sg < 2 && !bad; sg++)
+      for (k = 0; k + 1 < 256 && !bad; k++) {
+        float mid = (float)(((double)map8[sg][k] + (double)map8[sg][k + 1]) / 2.0), ys[3];
+        ys[0] = mid; ys[1] = nextafterf(mid, -2.0f); ys[2] = nextafterf(mid, 2.0f);
+        for (d = 0; d < 3 && !bad; d++)
+          if (ys[d] >= -1.0f && ys[d] <= 1.0f && amp__q8_code(&o->qmap[sg], ys[d]) != code_of(sg, ys[d])) {
+            EXPECT(0, "map %d, %a: code %d, want %d", sg, (double)ys[d], amp__q8_code(&o->qmap[sg], ys[d]), code_of(sg, ys[d]));
+            bad = 1;
+          }
+      }
+    for (sg = 0; sg < 2 && !bad; sg++)
+      for (e = -40; e <= 0 && !bad; e++)
+        for (d = 0; d < 6 && !bad; d++) {
+          float y = ldexpf(1.0f, e);
+          y = d % 3 == 0 ? y : d % 3 == 1 ? nextafterf(y, 0.0f) : nextafterf(y, 2.0f);
+          if (d >= 3) y = -y;
+          if (y < -1.0f || y > 1.0f) continue;
+          if (amp__q8_code(&o->qmap[sg], y) != code_of(sg, y)) {
+            EXPECT(0, "map %d, %a: code %d, want %d", sg, (double)y, amp__q8_code(&o->qmap[sg], y), code_of(sg, y));
+            bad = 1;
+          }
+        }
+  }
   amp_optimizer_destroy(o);
 }
 
-/* The reference must be able to fail: fp32 moments do not give the bf16 reference's bits. */
-static void fp32_moments_differ_from_the_bf16_reference(void) {
+/* The reference must be able to fail: fp32 moments do not give the bf16 or fp8 reference's bits. */
+static void fp32_moments_differ_from_the_reference(int moments) {
   static rig a;
   int k, same = 1, i;
   size_t j;
-  memcpy(LEN, LEN_BF16, sizeof LEN);
+  set_len(moments);
   if (!rig_make(&a, AMP_ADAMW, AMP_MASTER_F32, 0, AMP_MOMENTS_F32)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
-  for (i = 0; i < NT; i++) a.mt[i] = AMP_MOMENTS_BF16;   /* the reference rounds, the library keeps f32 */
+  for (i = 0; i < NT; i++) a.mt[i] = moments;   /* the reference rounds, the library keeps f32 */
   for (k = 0; k < 3; k++) {
     make_grads(&a, k);
     amp_optimizer_step(a.o);
@@ -444,9 +547,83 @@ static void fp32_moments_differ_from_the_bf16_reference(void) {
   }
   for (i = 0; i < NT; i++)
     for (j = 0; j < LEN[i]; j++) same &= bits(a.o->t[i].master[j]) == bits(a.p[i][j]);
-  EXPECT(!same, "fp32 moments gave the bf16-moment reference's masters bit for bit");
+  EXPECT(!same, "fp32 moments gave the moments %d reference's masters bit for bit", moments);
   EXPECT(a.o->t[0].mq == NULL && a.o->t[0].m != NULL, "fp32 moments kept in another type");
   rig_free(&a);
+}
+static void fp32_moments_differ_from_the_bf16_and_fp8_references(void) {
+  fp32_moments_differ_from_the_reference(AMP_MOMENTS_BF16);
+  fp32_moments_differ_from_the_reference(AMP_MOMENTS_FP8);
+}
+
+/* FP8: moments that are all 0 (a fresh tensor, or grads of 0 from the start) keep scale 1, so
+   scale_inv 1 and codes 0 (amax 0: TransformerEngine's current scaling gives 1); a tensor whose
+   grads are not 0 gets scale_inv amax / 448 near its moments' amax. */
+static void fp8_moments_of_zero_keep_scale_one(void) {
+  static float w[2][300], g[2][300];
+  amp_optimizer *o;
+  amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+  amp_tensor_desc d;
+  int i, k, zero = 1;
+  size_t j;
+  float si;
+  amp_optimizer_create(&o, amp_cpu(), &c);
+  for (i = 0; i < 2; i++) {
+    memset(&d, 0, sizeof d);
+    d.weights = w[i]; d.dtype = AMP_F32; d.grads = g[i]; d.grad_dtype = AMP_GRAD_F32; d.n = 300; d.moments = AMP_MOMENTS_FP8;
+    for (j = 0; j < 300; j++) { w[i][j] = 0.5f; g[i][j] = i ? 0.25f * (float)(j % 7) - 0.75f : 0.0f; }
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add: %s", amp_last_error());
+  }
+  for (i = 0; i < 2; i++) {
+    memcpy(&si, o->t[i].mq, 4); zero &= si == 1.0f;
+    memcpy(&si, o->t[i].vq, 4); zero &= si == 1.0f;
+  }
+  EXPECT(zero, "a fresh FP8 tensor's scale_inv is not 1");
+  for (k = 0; k < 3; k++) EXPECT(amp_optimizer_step(o) == AMP_OK, "step: %s", amp_last_error());
+  memcpy(&si, o->t[0].mq, 4); zero = si == 1.0f;
+  memcpy(&si, o->t[0].vq, 4); zero &= si == 1.0f;
+  for (j = 0; j < 300; j++) zero &= o->t[0].mq[4 + j] == 0 && o->t[0].vq[4 + j] == 0;
+  EXPECT(zero, "moments of 0: scale_inv %g, want 1, and codes 0", (double)si);
+  memcpy(&si, o->t[1].mq, 4);
+  /* m after 3 steps of g: (1 - 0.9^3) g, amax 0.75 * 0.271 */
+  EXPECT(fabsf(si * 448.0f - 0.75f * 0.271f) < 1e-4f && o->t[1].mq[4 + 0] == 0xfe,
+         "moments not 0: scale_inv %g, want %g / 448, first code 0x%02x", (double)si, 0.75 * 0.271, o->t[1].mq[4]);
+  amp_optimizer_destroy(o);
+}
+
+/* A spike (spike_norm) skips the step as an overflow does: with moments in each type and each master
+   mode, every byte of the state as it was, the skip counted; the next clean step steps. */
+static void spikes_skip_and_leave_every_moment_type_bit_for_bit(void) {
+  static const int types[3] = {AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
+  static rig a;
+  static unsigned char s0[SNAP], s1[SNAP];
+  int ti, mode, k;
+  for (ti = 0; ti < 3; ti++)
+    for (mode = 0; mode < 3; mode++) {
+      size_t l0, l1;
+      int i;
+      set_len(types[ti]);
+      if (!rig_make(&a, AMP_ADAMW, mode, 0, types[ti])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+      for (k = 0; k < 2; k++) { make_grads(&a, k); amp_optimizer_step(a.o); }
+      make_grads(&a, 5);
+      for (i = 0; i < NT; i++) {   /* grads 100 times larger: a norm far above spike_norm */
+        size_t j;
+        for (j = 0; j < LEN[i]; j++) amp__store(a.g[i], a.gt[i], j, amp__load(a.g[i], a.gt[i], j) * 100.0f);
+      }
+      a.o->cfg.spike_norm = 50.0f;
+      l0 = snapshot(&a, s0);
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK, "step: %s", amp_last_error());
+      l1 = snapshot(&a, s1);
+      EXPECT(amp_optimizer_spike_skips(a.o) == 1 && l0 == l1 && memcmp(s0, s1, l0) == 0,
+             "moments %d, master_mode %d: the spike step changed the state (skips %ld)", types[ti], mode,
+             amp_optimizer_spike_skips(a.o));
+      make_grads(&a, 6);
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK, "step after: %s", amp_last_error());
+      l1 = snapshot(&a, s1);
+      EXPECT(amp_optimizer_spike_skips(a.o) == 1 && (l0 != l1 || memcmp(s0, s1, l0) != 0),
+             "moments %d, master_mode %d: the clean step after the spike did not step", types[ti], mode);
+      rig_free(&a);
+    }
 }
 
 /* ---- checkpoints: the file holds the bf16 words; a file moves between moment types ------------- */
@@ -458,6 +635,7 @@ static float decoded(const amp__tensor *t, int j, size_t e) {
   size_t nb = (t->n + 255) / 256;
   if (t->moments == AMP_MOMENTS_F32) return (j == 1 ? t->m : t->v)[e];
   if (t->moments == AMP_MOMENTS_BF16) return widen(((const uint16_t *)q)[e]);
+  if (t->moments == AMP_MOMENTS_FP8) return MUL(e4m3_dec(q[4 + e]), ((const float *)q)[0]);
   return MUL(map8[j - 1][q[4 * nb + e]], ((const float *)q)[e / 256]);
 }
 
@@ -471,7 +649,7 @@ static void checkpoint_moves_between_types(int moments) {
   unsigned char *file;
   uint32_t version = 0;
   int i, k, ok, jm;
-  memcpy(LEN, moments == AMP_MOMENTS_8BIT ? LEN_8BIT : LEN_BF16, sizeof LEN);
+  set_len(moments);
   if (!rig_make(&a, AMP_ADAMW, AMP_MASTER_F32, 0, moments)) { EXPECT(0, "setup: %s", amp_last_error()); return; }
   for (k = 0; k < 5; k++) { make_grads(&a, k); amp_optimizer_step(a.o); }
   EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "save: %s", amp_last_error());
@@ -519,6 +697,9 @@ static void checkpoint_moves_between_types(int moments) {
         ok &= memcmp(jm == 1 ? t->m : t->v, src, 4 * LEN[i]) == 0;
       } else if (t->moments == AMP_MOMENTS_BF16) {
         for (j = 0; j < LEN[i]; j++) ok &= ((const uint16_t *)q)[j] == rne16(src[j]);
+      } else if (t->moments == AMP_MOMENTS_FP8) {
+        encf8(src, LEN[i], codes, &absmax[0], dec);
+        ok &= memcmp(q + 4, codes, LEN[i]) == 0 && memcmp(q, absmax, 4) == 0;
       } else {
         enc8(jm - 1, src, LEN[i], codes, absmax, dec);
         ok &= memcmp(q + 4 * nb, codes, LEN[i]) == 0 && memcmp(q, absmax, 4 * nb) == 0;
@@ -550,6 +731,7 @@ static void checkpoint_moves_between_types(int moments) {
 static void checkpoints_keep_moments_as_kept_and_move_between_types(void) {
   checkpoint_moves_between_types(AMP_MOMENTS_BF16);
   checkpoint_moves_between_types(AMP_MOMENTS_8BIT);
+  checkpoint_moves_between_types(AMP_MOMENTS_FP8);
 }
 
 /* ---- amp_optimizer_state_bytes --------------------------------------------------------------------- */
@@ -601,6 +783,29 @@ static void state_bytes_count_every_byte_kept(void) {
            "8-bit with a small tensor: %zu bytes, want %d", amp_optimizer_state_bytes(o), 4 * 5000 + 2 * 5080 + 12 * 4095);
     amp_optimizer_destroy(o);
   }
+  {   /* FP8: n codes and a scale_inv per moment, each array 4-byte aligned in memory (4 + 5001 -> 5008;
+         4 + 1 -> 8), every size kept in fp8; with a split master, Lion keeps one array */
+    static amp_bf16 w8[5002], g8[5002];
+    amp_optimizer *o;
+    amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+    amp_tensor_desc d;
+    amp_optimizer_create(&o, amp_cpu(), &c);
+    memset(&d, 0, sizeof d);
+    d.weights = w8; d.dtype = AMP_BF16; d.grads = g8; d.grad_dtype = AMP_BF16; d.n = 5001; d.moments = AMP_MOMENTS_FP8;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add fp8: %s", amp_last_error());
+    d.weights = w8 + 5001; d.grads = g8 + 5001; d.n = 1;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add fp8, one element: %s", amp_last_error());
+    EXPECT(amp_optimizer_state_bytes(o) == 4 * 5001 + 2 * 5008 + 4 + 2 * 8 && o->t[1].moments == AMP_MOMENTS_FP8,
+           "fp8: %zu bytes, want %d", amp_optimizer_state_bytes(o), 4 * 5001 + 2 * 5008 + 4 + 2 * 8);
+    amp_optimizer_destroy(o);
+    c = amp_optimizer_defaults(AMP_LION);
+    amp_optimizer_create(&o, amp_cpu(), &c);
+    d.weights = w8; d.grads = g8; d.n = 5001; d.master_mode = AMP_MASTER_SPLIT;
+    EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "add fp8 Lion split: %s", amp_last_error());
+    EXPECT(amp_optimizer_state_bytes(o) == 2 * 5001 + 5008, "fp8 Lion split: %zu bytes, want %d",
+           amp_optimizer_state_bytes(o), 2 * 5001 + 5008);
+    amp_optimizer_destroy(o);
+  }
 }
 
 /* ---- bad input ------------------------------------------------------------------------------------- */
@@ -624,10 +829,6 @@ static void bad_moments_are_refused_naming_the_value(void) {
     EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") && strstr(amp_last_error(), want),
            "moments %d: %s '%s'", bad[i], amp_status_string(st), amp_last_error());
   }
-  d.moments = AMP_MOMENTS_FP8;
-  st = amp_optimizer_add_tensor(o, &d);
-  EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "AMP_MOMENTS_FP8"), "FP8: %s '%s'",
-         amp_status_string(st), amp_last_error());
   EXPECT(o->count == 0 && amp_optimizer_state_bytes(o) == 0, "a refused add added a tensor");
   d.moments = AMP_MOMENTS_BF16;
   EXPECT(amp_optimizer_add_tensor(o, &d) == AMP_OK, "a good add after the refusals: %s", amp_last_error());
@@ -635,19 +836,30 @@ static void bad_moments_are_refused_naming_the_value(void) {
   /* a kind without moments takes only AMP_MOMENTS_F32 */
   c = amp_optimizer_defaults(AMP_SGD);
   amp_optimizer_create(&o, amp_cpu(), &c);
-  st = amp_optimizer_add_tensor(o, &d);
-  EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "AMP_MOMENTS_BF16") && strstr(amp_last_error(), "without momentum"),
-         "SGD without momentum, bf16 moments: %s '%s'", amp_status_string(st), amp_last_error());
-  EXPECT(o->count == 0, "the refused tensor was added");
+  for (i = 0; i < 3; i++) {
+    static const int mo[3] = {AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
+    static const char *const nm[3] = {"AMP_MOMENTS_BF16", "AMP_MOMENTS_8BIT", "AMP_MOMENTS_FP8"};
+    d.moments = mo[i];
+    st = amp_optimizer_add_tensor(o, &d);
+    EXPECT(st == AMP_ERR_ARG && strstr(amp_last_error(), "amp_optimizer_add_tensor") && strstr(amp_last_error(), nm[i]) &&
+           strstr(amp_last_error(), "without momentum"),
+           "SGD without momentum, %s: %s '%s'", nm[i], amp_status_string(st), amp_last_error());
+  }
+  EXPECT(o->count == 0 && amp_optimizer_state_bytes(o) == 0, "the refused tensor was added");
   amp_optimizer_destroy(o);
 }
 
 int main(void) {
   make_maps();
+  make_e4m3();
   RUN(eight_bit_maps_are_the_described_dynamic_maps);
   RUN(bf16_moments_match_the_reference_at_every_simd_level);
   RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
-  RUN(fp32_moments_differ_from_the_bf16_reference);
+  RUN(fp8_table_and_encoder_agree_with_the_library);
+  RUN(fp8_moments_match_the_reference_at_every_simd_level);
+  RUN(fp32_moments_differ_from_the_bf16_and_fp8_references);
+  RUN(fp8_moments_of_zero_keep_scale_one);
+  RUN(spikes_skip_and_leave_every_moment_type_bit_for_bit);
   RUN(checkpoints_keep_moments_as_kept_and_move_between_types);
   RUN(state_bytes_count_every_byte_kept);
   RUN(bad_moments_are_refused_naming_the_value);
