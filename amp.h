@@ -5718,6 +5718,72 @@ AMP__NEON_STEP_INLINE float32x4_t amp__rt4(amp_dtype t, float32x4_t x) {
     amp__st4(wt, w, rts ? amp__rt4(rt, w0) : w0, 0); }
 #define AMP__STEP4_LOOP(BODY) AMP__STEPW_LOOP(4, AMP__STEP4, BODY)
 AMP__O_STEP_FN(AMP__NEON_STEP_INLINE, amp__o_step4, float32x4_t, vdupq_n_f32, AMP__KIND_STEP4)
+/* amp__o_low_vec's loop on 4 lanes (the x86 loops' comment below says what it computes): the
+   masters decoded (amp__split_decode, or the bf16 values), stepped, encoded (amp__split_encode, or
+   rounded stochastically with element i's bits: for i a multiple of 4 the four 16-bit fields of one
+   scalar amp__mix64, as amp__sr_bits16 defines them); whole vectors only. */
+AMP__NEON_STEP_INLINE float32x4_t amp__master_ld4(const amp_bf16 *w, const uint16_t *rem) {
+  uint32x4_t u = vshll_n_u16(vld1_u16(w), 16);
+  if (rem) {
+    uint32x4_t lo = vmovl_u16(vld1_u16(rem));
+    u = vsubq_u32(vaddq_u32(u, lo), vshlq_n_u32(vandq_u32(lo, vdupq_n_u32(0x8000u)), 1));
+  }
+  return vreinterpretq_f32_u32(u);
+}
+AMP__NEON_STEP_INLINE void amp__master_st4(amp_bf16 *w, uint16_t *rem, uint64_t key, uint64_t i, float32x4_t x) {
+  uint32x4_t u = vreinterpretq_u32_f32(x), hi;
+  uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+  if (rem) {
+    hi = vshrq_n_u32(vaddq_u32(u, vdupq_n_u32(0x8000u)), 16);
+    vst1_u16(rem, vmovn_u32(vbicq_u32(vandq_u32(u, vdupq_n_u32(0xffffu)), nan)));
+  } else {
+    uint32x4_t r;
+    if (i & 3u) {
+      uint32_t b[4];
+      int j;
+      for (j = 0; j < 4; j++) b[j] = amp__sr_bits16(key, i + (uint64_t)j);
+      r = vld1q_u32(b);
+    } else {
+      r = vmovl_u16(vcreate_u16(amp__mix64(key + ((i >> 2) + 1u) * AMP__MIX_STEP)));
+    }
+    hi = vshrq_n_u32(vaddq_u32(u, r), 16);
+  }
+  /* a NaN lane: amp_f32_to_bf16's quiet NaN, (u >> 16) | 0x40 */
+  hi = vbslq_u32(nan, vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40u)), hi);
+  vst1_u16(w, vmovn_u32(hi));
+}
+#define AMP__LOW4(BODY) { \
+    float32x4_t x = amp__mul4(amp__ld4(gt, g), gm); \
+    float32x4_t w0 = p ? vld1q_f32(p + i) : amp__master_ld4(w + i, rem ? rem + i : NULL); \
+    AMP__VAPPLY(BODY, AMP__V4_OPS); \
+    if (p) vst1q_f32(p + i, w0); \
+    amp__master_st4(w + i, rem ? rem + i : NULL, key, (uint64_t)i, w0); }
+#define AMP__KIND_LOW4(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
+  case kd: \
+    if (!AMP__VHAS_##vec) return 0; \
+    for (i = 0; i + 4 <= n; i += 4, m = m ? m + 4 : m, v = v ? v + 4 : v, g = (const char *)g + 4 * gs) \
+      AMP__LOW4(AMP__V_##vec) \
+    return 1;
+AMP__NEON_STEP_INLINE int amp__o_low4(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key,
+                                      float *m, float *v, const void *g, amp_dtype gt, size_t n, float gmul,
+                                      const amp_step_coefs *c) {
+  size_t gs = amp_dtype_size(gt), i;
+  AMP__VCOEFS(float32x4_t, vdupq_n_f32);
+  switch (kind) {
+    AMP__OPTIM_KINDS(AMP__KIND_LOW4)
+    default: return 0;
+  }
+}
+#undef AMP__KIND_LOW4
+#undef AMP__LOW4
+#define AMP__LOW_G4_(E, N, T, S) return amp__o_low4(kind, p, w, rem, key, m, v, g, E, n, gmul, c);
+static AMP__EXACT_FP int amp__o_low_neon(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key,
+                                         float *m, float *v, const void *g, amp_dtype gt, size_t n, float gmul,
+                                         const amp_step_coefs *c) {
+  AMP__DTYPE_VSWITCH(gt, AMP__LOW_G4_)
+  return 0;
+}
+#undef AMP__LOW_G4_
 #undef AMP__STEP4_LOOP
 #undef AMP__STEP4
 #undef AMP__V4_OPS
@@ -6151,13 +6217,15 @@ static AMP__AVX2 int amp__o_low_avx2(amp_optim_kind kind, float *p, amp_bf16 *w,
 #undef AMP__VCOEFS
 #endif
 
-/* The fused step above at loop level l over elements 0 .. n - 1 (AVX2: the whole vectors of them):
-   how many it stepped (0: none; the kind or the grad type has no vector path, or no x86 SIMD). */
+/* The fused step above at loop level l over elements 0 .. n - 1 (AVX2 and NEON: the whole vectors
+   of them): how many it stepped (0: none; the kind or the grad type has no vector path, or no SIMD). */
 static size_t amp__o_low_vec(int l, amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m,
                              float *v, const void *g, amp_dtype gt, size_t n, float gmul, const amp_step_coefs *c) {
 #ifdef AMP__X86_SIMD
   if (l >= 2 && amp__o_low_avx512(kind, p, w, rem, key, m, v, g, gt, n, gmul, c)) return n;
   if (l == 1 && amp__o_low_avx2(kind, p, w, rem, key, m, v, g, gt, n & ~(size_t)7, gmul, c)) return n & ~(size_t)7;
+#elif defined(AMP__NEON_SIMD)
+  if (l && amp__o_low_neon(kind, p, w, rem, key, m, v, g, gt, n & ~(size_t)3, gmul, c)) return n & ~(size_t)3;
 #else
   (void)l; (void)kind; (void)p; (void)w; (void)rem; (void)key; (void)m; (void)v; (void)g; (void)gt; (void)n;
   (void)gmul; (void)c;
