@@ -2638,6 +2638,41 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
   return amp__act(t, act);
 }
 
+/* ---- the fp8 matrix product (the manual's "fp8 inputs and outputs"): the element math the CPU's
+   loop and the CUDA kernels share ---- */
+
+/* 1 for an fp8 format (the AMP__DTYPES fp8 column is 0 or 1), 0 for any other value. */
+#define AMP__DT_IS8_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP, F8) case E: return F8 >= 0;
+static inline AMP_HD int amp__dtype_is_fp8(amp_dtype t) {
+  switch (t) { AMP__DTYPES(AMP__DT_IS8_, ~) default: break; }
+  return 0;
+}
+#undef AMP__DT_IS8_
+/* Whether amp_gemm_ex runs the fp8 product: an fp8 type, or one of the fp8 options. */
+static inline AMP_HD int amp__gemm_fp8_mode(amp_dtype a, amp_dtype b, amp_dtype c, const amp_gemm_opts *o) {
+  return amp__dtype_is_fp8(a) || amp__dtype_is_fp8(b) || amp__dtype_is_fp8(c) || o->a_scale_inv || o->b_scale_inv ||
+         o->a_scales || o->b_scales || o->c_scale || o->c_amax;
+}
+/* The per-tensor factor s = fl32(fl32(alpha * *a_si) * *b_si) that takes alpha's place (a NULL scale
+   is 1; on CUDA a and b are device pointers, read by the kernel). */
+static inline AMP_HD AMP__EXACT_FP float amp__gemm_fp8_factor(float alpha, const float *a_si, const float *b_si) {
+  float s = alpha;
+  if (a_si) s = amp__fmul(s, *a_si);
+  if (b_si) s = amp__fmul(s, *b_si);
+  return s;
+}
+/* One result: sacc = fl32(s acc), c C's old value (read only for beta != 0). Returns
+   t = act(sacc + fl32(beta c) + bias), what c_amax sees; *out gets what C stores, before the
+   rounding to C's type: fl32(t * cs) for an fp8 C (c8; the saturating cast is amp__store's), else t.
+   Every operation is rounded on its own (amp__fmul, amp__fadd), so a kernel gives the CPU's bits. */
+static inline AMP_HD AMP__EXACT_FP float amp__gemm_fp8_epi(float sacc, float beta, float c, int has_bias, float bias,
+                                                          int act, int c8, float cs, float *out) {
+  float t = beta != 0.0f ? amp__fadd(sacc, amp__fmul(beta, c)) : sacc;
+  t = amp__act(has_bias ? amp__fadd(t, bias) : t, act);
+  *out = c8 ? amp__fmul(t, cs) : t;
+  return t;
+}
+
 /* ---- fp8 block scaling: the element math of amp_quantize_blocks (the manual's BLOCK SCALING),
    run by the CPU's loops and by the CUDA kernel ---- */
 
@@ -9953,10 +9988,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
    once per k block (32 or 128 deep) into an f32 buffer, each block's sums scaled and added in k
    order. An fp8 C, or c_amax: the f32 results go through the buffer, then the epilogue, the amax
    and the scaled cast. */
-static int amp__gemm_is_fp8(amp_dtype t) {
-  const amp__dtype_traits *r = amp__dtype_row(t);
-  return r && !r->compute;
-}
+static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
 static int amp__gemm_block_width(amp_block_scaling kind) {
   return kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR ? 32 : 128;
 }
@@ -9985,8 +10017,7 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   size_t mn = (size_t)m * (size_t)n;
   uint32_t amax = 0u;
   amp_status st = AMP_OK;
-  if (o->a_scale_inv) s = amp__fmul(s, *o->a_scale_inv);
-  if (o->b_scale_inv) s = amp__fmul(s, *o->b_scale_inv);
+  s = amp__gemm_fp8_factor(alpha, o->a_scale_inv, o->b_scale_inv);
   if (!blocks && !c8 && !o->c_amax)   /* per-tensor scales alone: one factor on the sum */
     return amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, beta, C, ct, crs, ccs, o);
   memset(&po, 0, sizeof po);
@@ -10029,10 +10060,10 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
         size_t at2 = (size_t)i * crs + (size_t)j * ccs;
         float c = beta != 0.0f ? amp__load(C, ct, at2) : 0.0f;
         float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f;
-        float t = amp__gemm_epi(amp__gemm_blend(T[(size_t)i * n + j], 1.0f, beta, c), has_bias, bias, (int)o->act);
+        float out, t = amp__gemm_fp8_epi(T[(size_t)i * n + j], beta, c, has_bias, bias, (int)o->act, c8, cs, &out);
         uint32_t a = amp__f32_bits(t) & 0x7fffffffu;
         if (a > amax) amax = a;
-        amp__store(C, ct, at2, c8 ? amp__fmul(t, cs) : t);
+        amp__store(C, ct, at2, out);
       }
   }
   if (o->c_amax) *o->c_amax = amp__bits_f32(amax);
@@ -10058,8 +10089,7 @@ static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, 
     brs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb; bcs = tb == AMP_NO_TRANS ? (size_t)ldb : 1;
     crs = 1; ccs = (size_t)ldc;
   }
-  if (amp__gemm_is_fp8(a_type) || amp__gemm_is_fp8(b_type) || amp__gemm_is_fp8(c_type) || o->a_scale_inv ||
-      o->b_scale_inv || o->a_scales || o->b_scales || o->c_amax)
+  if (amp__gemm_fp8_mode(a_type, b_type, c_type, o))
     return amp__gemm_cpu_fp8(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o,
                              (layout == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS),
                              (layout == AMP_ROW_MAJOR) == (tb == AMP_TRANS));
@@ -10081,13 +10111,12 @@ static size_t amp__gemm_op_span(int row, amp_trans t, int r, int c, int ld) {
 static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype b_type, amp_dtype c_type, int m,
                                       int n, int k, int row, amp_trans ta, amp_trans tb, float beta,
                                       const amp_gemm_opts *o) {
-  int a8 = amp__gemm_is_fp8(a_type), b8 = amp__gemm_is_fp8(b_type), c8 = amp__gemm_is_fp8(c_type), x;
+  int c8 = amp__gemm_is_fp8(c_type), x;
   const char *op = "amp_gemm_ex";
-  if (amp_device_is_cuda(d) && (a8 || b8 || c8 || o->a_scale_inv || o->b_scale_inv || o->a_scales || o->b_scales ||
-                                o->c_scale || o->c_amax))
-    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: fp8 products (a_type %s, b_type %s, c_type %s, or the opts' fp8 "
-                     "scales and amax) run on the CPU only in this version, and d is a CUDA device", op,
-                     amp__dtype_name(a_type), amp__dtype_name(b_type), amp__dtype_name(c_type));
+  if (amp_device_is_cuda(d) && (o->a_scales || o->b_scales))
+    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: opts->%s_scales %p: block-scaled fp8 products run on the CPU only in "
+                     "this version, and d is a CUDA device (per-tensor a_scale_inv / b_scale_inv run on both)", op,
+                     o->a_scales ? "a" : "b", o->a_scales ? o->a_scales : o->b_scales);
   if (a_type == AMP_E5M2 && b_type == AMP_E5M2)
     return amp__fail(AMP_ERR_UNSUPPORTED, "%s: a_type and b_type are both AMP_E5M2: the GPUs' fp8 Tensor Cores "
                      "(cuBLASLt) have no E5M2 x E5M2 product, so neither has amp.h; make one of them AMP_E4M3", op);
@@ -10192,15 +10221,15 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
                      o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
-  if (o->algo == AMP_GEMM_WMMA && (a_type == AMP_F32 || a_type != b_type))
+  if (o->algo == AMP_GEMM_WMMA && (a_type == AMP_F32 || amp__gemm_is_fp8(a_type) || a_type != b_type))
     return amp__fail(AMP_ERR_ARG,
                      "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes A and B of one 16-bit type (f16 or bf16), and "
                      "a_type is %s, b_type %s", amp__dtype_name(a_type), amp__dtype_name(b_type));
-  if (m == 0 || n == 0) {
-    if (o->c_amax) *o->c_amax = 0.0f;   /* the max over no results */
+  if ((m == 0 || n == 0) && (!o->c_amax || !amp_device_is_cuda(d))) {
+    if (o->c_amax) *o->c_amax = 0.0f;   /* the max over no results (on CUDA the device writes it) */
     return AMP_OK;
   }
-  {   /* C must not overlap what the product reads (compared as spans from first to last element) */
+  if (m > 0 && n > 0) {   /* C must not overlap what the product reads (compared as spans from first to last element) */
     size_t cb = amp__gemm_span(row ? m : n, row ? n : m, ldc) * amp_dtype_size(c_type);
     if (k > 0 && amp__overlap(C, cb, A, amp__gemm_op_span(row, ta, m, k, lda) * amp_dtype_size(a_type)))
       return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps A %p", C, m, n, ldc, A);
@@ -10640,7 +10669,8 @@ static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, long s
 }
 /* Mixed input types: cuBLASLt takes no such pair, so each 16-bit operand is widened (exactly) into
    a stream-ordered f32 scratch of its stored span, the product runs on f32 inputs, and the scratch
-   is freed in stream order: no host wait. */
+   is freed in stream order: no host wait. The fp8 product takes its two types as they are (the
+   kernels read each operand in its own type). */
 static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                  float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                                  int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *o,
@@ -10650,7 +10680,7 @@ static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta,
   amp_dtype *ty[2];
   size_t span[2];
   amp_status st = AMP_OK;
-  int j, mixed = a_type != b_type && k > 0;
+  int j, mixed = a_type != b_type && k > 0 && !amp__gemm_fp8_mode(a_type, b_type, c_type, o);
   op[0] = &A; op[1] = &B; ty[0] = &a_type; ty[1] = &b_type;
   span[0] = amp__gemm_op_span(layout == AMP_ROW_MAJOR, ta, m, k, lda);
   span[1] = amp__gemm_op_span(layout == AMP_ROW_MAJOR, tb, k, n, ldb);
