@@ -406,7 +406,9 @@
                            amp_fp8_scaler (checkpoints, amaxes reduced over the loss scaler's
                            group, cast telemetry: amp_fp8_scaler_stats), amp_quantize and
                            amp_quantize_ex (counts); amp_gemm_ex with fp8 inputs and outputs
-                           on the CPU (per-tensor and block scales, c_scale, c_amax).
+                           on the CPU (per-tensor and block scales, c_scale, c_amax) and on
+                           CUDA (cuBLASLt's fp8 kernels on sm_89+, any layout through packed
+                           TN copies; the plain fp8 kernel otherwise; per-tensor scales).
                            fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
                            1x128 and 128x128; CPU vector loops and a CUDA kernel).
                            amp_gemm's bf16 kernel chosen by what the core delivers: vdpbf16ps
@@ -1776,8 +1778,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
 
-   fp8 inputs and outputs (the CPU only in this version: a CUDA device refuses fp8 types and the
-   fp8 options with AMP_ERR_UNSUPPORTED). A and B may be AMP_E4M3 or AMP_E5M2, each alone or beside
+   fp8 inputs and outputs (the CPU and CUDA; on CUDA per-tensor scales only: "The fp8 product on
+   CUDA" below). A and B may be AMP_E4M3 or AMP_E5M2, each alone or beside
    an f32, f16 or bf16 other (widened exactly, as any mixed pair), but not both E5M2: the GPUs' fp8
    Tensor Cores (cuBLASLt on Ada and Hopper) have no E5M2 x E5M2 product, and the recipes never
    need one (TransformerEngine's HYBRID: E4M3 forward, E5M2 gradients times E4M3 weights or
@@ -1820,6 +1822,36 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    blocks (each part within the fast kernels' bound, three roundings a block, the blocks' sum).
    tests/test_gemm_fp8.c checks the reference against a plain loop over the codes, bit for bit,
    and the fast kernels against that bound, in every layout the scales allow.
+
+   The fp8 product on CUDA (the same arguments; a_scale_inv, b_scale_inv, c_scale and c_amax are
+   device pointers, read and written in stream order: the call never waits for the device):
+   - cuBLASLt's fp8 kernels (AMP_GEMM_AUTO, A and B both fp8: E4M3 x E4M3, E4M3 x E5M2, E5M2 x
+     E4M3, on an sm_89 or newer GPU: Ada, Hopper, Blackwell): compute type f32, scale type f32, the
+     scale_invs as its A_SCALE_POINTER / B_SCALE_POINTER (alpha stays alpha), FAST_ACCUM off (the
+     Tensor Cores' partial sums promoted to f32, TransformerEngine's split accumulator). Those
+     kernels take only the "TN" form, k contiguous in both operands (the layer forward y = x W^T:
+     AMP_ROW_MAJOR, ta AMP_NO_TRANS, tb AMP_TRANS; col-major: ta AMP_TRANS, tb AMP_NO_TRANS), 16-byte
+     aligned pointers, and lda, ldb and k multiples of 16. An operand that is not so is first copied
+     by a small kernel into a packed one (k contiguous, k padded with zero codes to a multiple of
+     16) in a scratch taken in stream order, so every layout, transpose and shape goes to cuBLASLt,
+     at the cost of the copy (m k or n k bytes; the TN form aligned costs none). C in f32, f16 or
+     bf16 (beta C read in C's type), or fp8 with c_scale as D_SCALE_POINTER and c_amax as
+     AMAX_D_POINTER, cuBLASLt writing C itself. With a bias, an activation, or c_amax beside a
+     non-fp8 C, cuBLASLt writes fl32(s acc) into an f32 scratch and a kernel finishes each result
+     as the CPU does (beta C, bias, activation, amax, c_scale and the saturating cast).
+   - the plain fp8 kernel, one thread per element of C: everything else (AMP_GEMM_SIMPLE; an fp8
+     operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8 option; a GPU before
+     sm_89; alpha 0 or k 0; a product cuBLASLt's heuristic has no algorithm for). It sums the codes'
+     products in k order with fmaf: an fp8 x fp8 or fp8 x 16-bit product is exact in f32, so the
+     fma rounds only the add the reference rounds, and with the CPU's element functions for the
+     rest it gives the reference's bits, C and c_amax (not through GELU: the device's tanhf).
+     Like the CPU, it does not read A and B when s is 0 (alpha, or a scale_inv, 0); cuBLASLt does,
+     so there a NaN or inf code gives NaN where the CPU gives 0.
+   Refused on a CUDA device: block scales (opts->a_scales / b_scales: AMP_ERR_UNSUPPORTED, the CPU
+   only in this version) and AMP_GEMM_WMMA with fp8 (AMP_ERR_ARG); E5M2 x E5M2 everywhere, as above.
+   cuBLASLt's amax over a result holding a NaN is not documented (the plain kernel's NaN wins).
+   Bound of cuBLASLt's fp8 results against the reference: the GPU bound below with alpha read as s
+   (tests/cuda_gemm.c: C and c_amax, every pair, output type and layout).
 
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
@@ -1882,8 +1914,8 @@ typedef struct amp_gemm_opts {
   int allow_tf32;         /* f32 inputs on CUDA: 0 -> full f32 products (CUBLAS_COMPUTE_32F);
                              1 -> TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32, 10-bit mantissas).
                              The CPU always computes in f32. */
-  /* fp8 (the manual's "fp8 inputs and outputs" under the matrix product). CPU only for now: a
-     CUDA device refuses fp8 types and every field below with AMP_ERR_UNSUPPORTED. */
+  /* fp8 (the manual's "fp8 inputs and outputs" under the matrix product). On CUDA the pointers
+     below are device pointers, and a_scales / b_scales are refused (AMP_ERR_UNSUPPORTED). */
   const float *a_scale_inv;  /* NULL -> 1: A's per-tensor dequantisation factor (amp_fp8_scaler's */
   const float *b_scale_inv;  /*   scale_inv); the sum is multiplied by fl32(fl32(alpha * a) * b) */
   amp_block_scaling a_blocks, b_blocks;   /* the kinds of a_scales / b_scales (read only when given) */
