@@ -2350,6 +2350,29 @@ static amp_status amp__gemm_plan_get(amp__cu_state *st, const amp__gemm_prob &p,
   return AMP_OK;
 }
 
+// The packed copies of the operands q (what cuBLASLt reads) has in place of p's, then cuBLASLt's
+// fp8 product with this call's scale and amax pointers. The caller holds the plan cache's lock.
+static amp_status amp__gemm_fp8_enqueue(amp__cu_state *st, amp__gemm_plan *pl, const amp__gemm_prob &p,
+                                        const amp__gemm_prob &q, char *msg, size_t cap) {
+  const size_t na = (size_t)p.m * q.k, nb = (size_t)p.n * q.k;
+  if (q.a != p.a)   // op(A)(i, q) at i lda + q (ta) or q lda + i
+    amp__k_gemm_pack8<<<(unsigned)((na + 255) / 256), 256, 0, st->stream>>>(
+        (uint8_t *)const_cast<void *>(q.a), (const uint8_t *)p.a, p.m, p.k, q.k, p.ta ? (size_t)p.lda : 1,
+        p.ta ? 1 : (size_t)p.lda);
+  if (q.b != p.b)   // op(B)(q, j) at q ldb + j (tb) or j ldb + q
+    amp__k_gemm_pack8<<<(unsigned)((nb + 255) / 256), 256, 0, st->stream>>>(
+        (uint8_t *)const_cast<void *>(q.b), (const uint8_t *)p.b, p.n, p.k, q.k, p.tb ? 1 : (size_t)p.ldb,
+        p.tb ? (size_t)p.ldb : 1);
+  AMP__CU_CHECK(cudaGetLastError());
+  amp_status r = amp__gemm_fp8_pointers(pl, q, msg, cap);
+  if (r != AMP_OK) return r;
+  // an fp8 D has no C (beta is 0): C NULL there, its C layout's type not being D's
+  AMP__LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &q.alpha, q.a, pl->la, q.b, pl->lb, &q.beta, pl->ld ? NULL : q.c,
+                               pl->lc, q.c, pl->ld ? pl->ld : pl->lc, &pl->algo, st->workspace, st->workspace_size,
+                               st->stream));
+  return AMP_OK;
+}
+
 // The fp8 product (amp__gemm_fp8_mode). cuBLASLt (AUTO, fp8 A and B, sm_89 or newer) computes
 // alpha sa sb op(A) op(B) (+ beta C) with the scales read from device pointers and FAST_ACCUM off,
 // in its fp8 kernels' "TN" form: an operand whose k is not contiguous, or that is not 16-byte
@@ -2371,7 +2394,7 @@ static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int 
   const int pack_a = !(p.ta && kp == p.k && p.lda % 16 == 0 && amp__align_of(p.a) >= 16);   // op(A) = A^T: k along
   const int pack_b = !(!p.tb && kp == p.k && p.ldb % 16 == 0 && amp__align_of(p.b) >= 16);  // A's and B's columns
   const int direct = !p.bias && p.act == AMP_ACT_NONE && (amp__dtype_is_fp8(p.out) || !p.amax);
-  const size_t na = pack_a ? (size_t)p.m * kp : 0, nb = pack_b ? (size_t)p.n * kp : 0;
+  const size_t na = pack_a ? (size_t)p.m * kp : 0, nb = pack_b ? (size_t)p.n * kp : 0;   // bytes: codes
   const size_t at = (na + nb + 255) / 256 * 256, bytes = at + (direct ? 0 : (size_t)ldt * p.n * sizeof(float));
   uint8_t *scr = NULL;
   if (bytes) AMP__CU_CHECK(cudaMallocAsync((void **)&scr, bytes, st->stream));
@@ -2386,25 +2409,7 @@ static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int 
     std::lock_guard<std::mutex> lock(st->gemm_lock);   // as in amp__cu_gemm
     amp__gemm_plan *pl = NULL;
     r = amp__gemm_plan_get(st, q, 0, &pl, msg, cap);
-    if (r == AMP_OK && (kind = pl->kind) != AMP__PLAN_SIMPLE) {
-      unsigned ga = (unsigned)((na + 255) / 256), gb = (unsigned)((nb + 255) / 256);
-      if (pack_a)   // op(A)(i, q) at i lda + q (ta) or q lda + i
-        amp__k_gemm_pack8<<<ga, 256, 0, st->stream>>>(scr, (const uint8_t *)p.a, p.m, p.k, kp,
-                                                       p.ta ? (size_t)p.lda : 1, p.ta ? 1 : (size_t)p.lda);
-      if (pack_b)   // op(B)(q, j) at q ldb + j (tb) or j ldb + q
-        amp__k_gemm_pack8<<<gb, 256, 0, st->stream>>>(scr + na, (const uint8_t *)p.b, p.n, p.k, kp,
-                                                       p.tb ? 1 : (size_t)p.ldb, p.tb ? (size_t)p.ldb : 1);
-      cudaError_t e = cudaGetLastError();
-      if (e != cudaSuccess) r = amp__cu_fail(msg, cap, "amp__k_gemm_pack8", cudaGetErrorName(e), __FILE__, __LINE__);
-      if (r == AMP_OK) r = amp__gemm_fp8_pointers(pl, q, msg, cap);
-      if (r == AMP_OK) {   // an fp8 D has no C (beta is 0): C NULL, as its C type is not D's
-        cublasStatus_t s = cublasLtMatmul(st->lt, pl->desc, &q.alpha, q.a, pl->la, q.b, pl->lb, &q.beta,
-                                          pl->ld ? NULL : q.c, pl->lc, q.c, pl->ld ? pl->ld : pl->lc, &pl->algo,
-                                          st->workspace, st->workspace_size, st->stream);
-        if (s != CUBLAS_STATUS_SUCCESS)
-          r = amp__cu_fail(msg, cap, "cublasLtMatmul (fp8)", amp__cublas_status_name(s), __FILE__, __LINE__);
-      }
-    }
+    if (r == AMP_OK && (kind = pl->kind) != AMP__PLAN_SIMPLE) r = amp__gemm_fp8_enqueue(st, pl, p, q, msg, cap);
   }
   if (r == AMP_OK && kind == AMP__PLAN_SIMPLE) r = amp__gemm_launch_fp8(st, p, NULL, 0, msg, cap);
   else if (r == AMP_OK && !direct) r = amp__gemm_launch_fp8(st, p, (const float *)(scr + at), ldt, msg, cap);
