@@ -407,8 +407,9 @@
                            group, cast telemetry: amp_fp8_scaler_stats), amp_quantize and
                            amp_quantize_ex (counts); amp_gemm_ex with fp8 inputs and outputs
                            on the CPU (per-tensor and block scales, c_scale, c_amax) and on
-                           CUDA (cuBLASLt's fp8 kernels on sm_89+, any layout through packed
-                           TN copies; the plain fp8 kernel otherwise; per-tensor scales).
+                           CUDA (per-tensor scales: cuBLASLt's fp8 kernels on sm_89+, any
+                           layout through packed TN copies; block scales and the rest: the
+                           plain fp8 kernel, the CPU reference's bits).
                            fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
                            1x128 and 128x128; CPU vector loops and a CUDA kernel).
                            amp_gemm's bf16 kernel chosen by what the core delivers: vdpbf16ps
@@ -1778,8 +1779,7 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
 
-   fp8 inputs and outputs (the CPU and CUDA; on CUDA per-tensor scales only: "The fp8 product on
-   CUDA" below). A and B may be AMP_E4M3 or AMP_E5M2, each alone or beside
+   fp8 inputs and outputs (the CPU and CUDA: "The fp8 product on CUDA" below). A and B may be AMP_E4M3 or AMP_E5M2, each alone or beside
    an f32, f16 or bf16 other (widened exactly, as any mixed pair), but not both E5M2: the GPUs' fp8
    Tensor Cores (cuBLASLt on Ada and Hopper) have no E5M2 x E5M2 product, and the recipes never
    need one (TransformerEngine's HYBRID: E4M3 forward, E5M2 gradients times E4M3 weights or
@@ -1839,16 +1839,19 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      AMAX_D_POINTER, cuBLASLt writing C itself. With a bias, an activation, or c_amax beside a
      non-fp8 C, cuBLASLt writes fl32(s acc) into an f32 scratch and a kernel finishes each result
      as the CPU does (beta C, bias, activation, amax, c_scale and the saturating cast).
-   - the plain fp8 kernel, one thread per element of C: everything else (AMP_GEMM_SIMPLE; an fp8
-     operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8 option; a GPU before
-     sm_89; alpha 0 or k 0; a product cuBLASLt's heuristic has no algorithm for). It sums the codes'
-     products in k order with fmaf: an fp8 x fp8 or fp8 x 16-bit product is exact in f32, so the
-     fma rounds only the add the reference rounds, and with the CPU's element functions for the
-     rest it gives the reference's bits, C and c_amax (not through GELU: the device's tanhf).
-     Like the CPU, it does not read A and B when s is 0 (alpha, or a scale_inv, 0); cuBLASLt does,
-     so there a NaN or inf code gives NaN where the CPU gives 0.
-   Refused on a CUDA device: block scales (opts->a_scales / b_scales: AMP_ERR_UNSUPPORTED, the CPU
-   only in this version) and AMP_GEMM_WMMA with fp8 (AMP_ERR_ARG); E5M2 x E5M2 everywhere, as above.
+   - the plain fp8 kernel, one thread per element of C: everything else (AMP_GEMM_SIMPLE; block
+     scales, every kind and layout the CPU takes: cuBLASLt's block-scaled modes are not used in
+     this version; an fp8 operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8
+     option; a GPU before sm_89; alpha 0 or k 0; a product cuBLASLt's heuristic has no algorithm
+     for). It sums the codes' products in k order with fmaf (per block of k with block scales,
+     each block's sum scaled and added in k order as the reference does): an fp8 x fp8 or fp8 x
+     16-bit product is exact in f32, so the fma rounds only the add the reference rounds, and with
+     the CPU's element functions for the rest it gives the reference's bits, C and c_amax (not
+     through GELU: the device's tanhf). Like the CPU, it does not read A and B when s is 0 (alpha,
+     or a scale_inv, 0); cuBLASLt does, so there a NaN or inf code gives NaN where the CPU gives 0.
+     It is slow (no tiling, no Tensor Cores): a path for correctness, not for training speed.
+   Refused on a CUDA device as on the CPU (E5M2 x E5M2, 1 x 32 / 1 x 128 blocks across k, an fp8 C
+   without c_scale or with beta), and AMP_GEMM_WMMA with fp8 inputs (AMP_ERR_ARG).
    cuBLASLt's amax over a result holding a NaN is not documented (the plain kernel's NaN wins).
    Bound of cuBLASLt's fp8 results against the reference: the GPU bound below with alpha read as s
    (tests/cuda_gemm.c: C and c_amax, every pair, output type and layout).
@@ -1915,7 +1918,7 @@ typedef struct amp_gemm_opts {
                              1 -> TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32, 10-bit mantissas).
                              The CPU always computes in f32. */
   /* fp8 (the manual's "fp8 inputs and outputs" under the matrix product). On CUDA the pointers
-     below are device pointers, and a_scales / b_scales are refused (AMP_ERR_UNSUPPORTED). */
+     below are device pointers. */
   const float *a_scale_inv;  /* NULL -> 1: A's per-tensor dequantisation factor (amp_fp8_scaler's */
   const float *b_scale_inv;  /*   scale_inv); the sum is multiplied by fl32(fl32(alpha * a) * b) */
   amp_block_scaling a_blocks, b_blocks;   /* the kinds of a_scales / b_scales (read only when given) */
@@ -2692,6 +2695,27 @@ static inline AMP_HD AMP__EXACT_FP float amp__gemm_fp8_factor(float alpha, const
   if (a_si) s = amp__fmul(s, *a_si);
   if (b_si) s = amp__fmul(s, *b_si);
   return s;
+}
+/* The width along k of a block-scaling kind's blocks. */
+static inline AMP_HD int amp__gemm_block_width(amp_block_scaling kind) {
+  return kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR ? 32 : 128;
+}
+/* The scale of the block holding element (r, c) of a row-major rows x cols matrix (cols: the
+   stored matrix's width), as amp_quantize_blocks stored it. E8M0 e is 2^(e - 127), 0xff NaN. */
+static inline AMP_HD float amp__gemm_block_scale(const void *sc, amp_block_scaling kind, int r, int c, int cols) {
+  if (kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR) {
+    uint32_t e = ((const uint8_t *)sc)[(size_t)r * (size_t)((cols + 31) / 32) + (size_t)(c / 32)];
+    return amp__bits_f32(e == 255u ? 0x7fc00000u : e == 0u ? 0x00400000u : e << 23);
+  }
+  if (kind == AMP_BLOCK_128x128) r /= 128;
+  return ((const float *)sc)[(size_t)r * (size_t)((cols + 127) / 128) + (size_t)(c / 128)];
+}
+/* The scale of one operand's block that starts at p0 along k, for its row (A) or column (B) x of
+   op(): kcol, k runs along the stored rows (x is a stored row, the stored width k); else x is a
+   stored column (the stored width ext, op()'s extent along x: m for A, n for B). */
+static inline AMP_HD float amp__gemm_block_scale_at(const void *sc, amp_block_scaling kind, int kcol, int x, int p0,
+                                                    int k, int ext) {
+  return kcol ? amp__gemm_block_scale(sc, kind, x, p0, k) : amp__gemm_block_scale(sc, kind, p0, x, ext);
 }
 /* One result: sacc = fl32(s acc), c C's old value (read only for beta != 0). Returns
    t = act(sacc + fl32(beta c) + bias), what c_amax sees; *out gets what C stores, before the
@@ -10021,19 +10045,6 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
    order. An fp8 C, or c_amax: the f32 results go through the buffer, then the epilogue, the amax
    and the scaled cast. */
 static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
-static int amp__gemm_block_width(amp_block_scaling kind) {
-  return kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR ? 32 : 128;
-}
-/* The scale of the block holding element (r, c) of a row-major rows x cols matrix (cols: the
-   stored matrix's width), as amp_quantize_blocks stored it. E8M0 e is 2^(e - 127), 0xff NaN. */
-static float amp__gemm_block_scale(const void *sc, amp_block_scaling kind, int r, int c, int cols) {
-  if (kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR) {
-    uint32_t e = ((const uint8_t *)sc)[(size_t)r * (size_t)((cols + 31) / 32) + (size_t)(c / 32)];
-    return amp__bits_f32(e == 255u ? 0x7fc00000u : e == 0u ? 0x00400000u : e << 23);
-  }
-  if (kind == AMP_BLOCK_128x128) r /= 128;
-  return ((const float *)sc)[(size_t)r * (size_t)((cols + 127) / 128) + (size_t)(c / 128)];
-}
 
 /* amp__gemm_cpu with the fp8 options of o. a_kcol (b_kcol): k runs along the rows of A (B) as
    stored (row-major view), i.e. op(A)(i, p) is stored at (i, p) (op(B)(p, j) at (j, p)); else at
@@ -10070,13 +10081,9 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
       st = amp__gemm_cpu(m, n, kw, 1.0f, (const char *)A + (size_t)p0 * acs * asz, at, ars, acs,
                          (const char *)B + (size_t)p0 * brs * bsz, bt, brs, bcs, 0.0f, P, AMP_F32, (size_t)n, 1, &po);
       for (j = 0; j < n; j++)
-        sb[j] = !o->b_scales ? 1.0f
-                : b_kcol     ? amp__gemm_block_scale(o->b_scales, o->b_blocks, j, p0, k)
-                             : amp__gemm_block_scale(o->b_scales, o->b_blocks, p0, j, n);
+        sb[j] = o->b_scales ? amp__gemm_block_scale_at(o->b_scales, o->b_blocks, b_kcol, j, p0, k, n) : 1.0f;
       for (i = 0; i < m && st == AMP_OK; i++) {
-        float sa = !o->a_scales ? 1.0f
-                   : a_kcol     ? amp__gemm_block_scale(o->a_scales, o->a_blocks, i, p0, k)
-                                : amp__gemm_block_scale(o->a_scales, o->a_blocks, p0, i, m);
+        float sa = o->a_scales ? amp__gemm_block_scale_at(o->a_scales, o->a_blocks, a_kcol, i, p0, k, m) : 1.0f;
         float *t = T + (size_t)i * n;
         const float *pr = P + (size_t)i * n;
         for (j = 0; j < n; j++) t[j] = amp__fadd(t[j], amp__fmul(amp__fmul(sa, sb[j]), pr[j]));
@@ -10145,10 +10152,6 @@ static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype
                                       const amp_gemm_opts *o) {
   int c8 = amp__gemm_is_fp8(c_type), x;
   const char *op = "amp_gemm_ex";
-  if (amp_device_is_cuda(d) && (o->a_scales || o->b_scales))
-    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: opts->%s_scales %p: block-scaled fp8 products run on the CPU only in "
-                     "this version, and d is a CUDA device (per-tensor a_scale_inv / b_scale_inv run on both)", op,
-                     o->a_scales ? "a" : "b", o->a_scales ? o->a_scales : o->b_scales);
   if (a_type == AMP_E5M2 && b_type == AMP_E5M2)
     return amp__fail(AMP_ERR_UNSUPPORTED, "%s: a_type and b_type are both AMP_E5M2: the GPUs' fp8 Tensor Cores "
                      "(cuBLASLt) have no E5M2 x E5M2 product, so neither has amp.h; make one of them AMP_E4M3", op);
@@ -10192,7 +10195,7 @@ static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype
     return amp__fail(AMP_ERR_ARG, "%s: opts->a_blocks and b_blocks cut k in blocks of %d and %d: the two "
                      "operands' blocks must line up along k (MX with MX, 1x128 or 128x128 with either of those)", op,
                      amp__gemm_block_width(o->a_blocks), amp__gemm_block_width(o->b_blocks));
-  (void)m; (void)n; (void)k;
+  (void)d; (void)m; (void)n; (void)k;
   return AMP_OK;
 }
 

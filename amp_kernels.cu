@@ -1830,6 +1830,11 @@ struct amp__gemm_prob {
   const float *sa, *sb;       // the scale_invs of a and b (NULL: 1)
   const float *cs;            // an fp8 D's c_scale
   float *amax;                // c_amax
+  // block scales of a and b (NULL: none), their kinds, 1 where k runs along the stored rows
+  // (amp__gemm_block_scale_at's kcol), and the blocks' width along k (0: no block scales)
+  const void *bsa, *bsb;
+  amp_block_scaling bka, bkb;
+  int kca, kcb, bw;
 };
 
 static amp__gemm_prob amp__gemm_canon(amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
@@ -1845,6 +1850,11 @@ static amp__gemm_prob amp__gemm_canon(amp_layout layout, amp_trans ta, amp_trans
   p.bias = o->bias; p.bias_type = o->bias_type; p.bias_on_rows = row; p.act = (int)o->act;
   p.sa = row ? o->b_scale_inv : o->a_scale_inv; p.sb = row ? o->a_scale_inv : o->b_scale_inv;
   p.cs = o->c_scale; p.amax = o->c_amax;
+  // block scales (the CPU's a_kcol / b_kcol, per operand of the user's call, then swapped as above)
+  int a_kcol = row == (ta == AMP_NO_TRANS), b_kcol = row == (tb == AMP_TRANS);
+  p.bsa = row ? o->b_scales : o->a_scales; p.bka = row ? o->b_blocks : o->a_blocks; p.kca = row ? b_kcol : a_kcol;
+  p.bsb = row ? o->a_scales : o->b_scales; p.bkb = row ? o->a_blocks : o->b_blocks; p.kcb = row ? a_kcol : b_kcol;
+  p.bw = o->a_scales ? amp__gemm_block_width(o->a_blocks) : o->b_scales ? amp__gemm_block_width(o->b_blocks) : 0;
   return p;
 }
 
@@ -1899,8 +1909,27 @@ static amp_status amp__gemm_launch_elementwise(amp__cu_state *st, const amp__gem
 
 // ---- The fp8 product (the manual's "fp8 inputs and outputs") ----------------------------------
 //
+// The sum of one element as the CPU reference forms it: the k products in order, each exact in
+// f32 for fp8 x fp8 and fp8 x 16-bit, so fmaf rounds only the add the reference rounds. With block
+// scales, each block of p.bw along k is summed on its own and added in k order times its two
+// scales (the CPU's fl32(acc + fl32(fl32(sa sb) part))).
+static __device__ float amp__gemm_fp8_sum(const amp__gemm_prob &p, int i, int j) {
+  const int w = p.bw > 0 ? p.bw : p.k;
+  float acc = 0.0f;
+  for (int p0 = 0; p0 < p.k; p0 += w) {
+    float part = 0.0f;
+    for (int q = p0; q < p0 + w && q < p.k; q++)
+      part = fmaf(amp__load(p.a, p.in, amp__ga(p, i, q)), amp__load(p.b, p.in_b, amp__gb(p, q, j)), part);
+    if (p.bw == 0) return part;
+    float sa = p.bsa ? amp__gemm_block_scale_at(p.bsa, p.bka, p.kca, i, p0, p.k, p.m) : 1.0f;
+    float sb = p.bsb ? amp__gemm_block_scale_at(p.bsb, p.bkb, p.kcb, j, p0, p.k, p.n) : 1.0f;
+    acc = amp__fadd(acc, amp__fmul(amp__fmul(sa, sb), part));
+  }
+  return acc;
+}
+//
 // amp__k_gemm_fp8 is both the plain fp8 kernel (T NULL: one thread per element of D, for every
-// type pair, layout and shape) and the epilogue after cuBLASLt (T: cuBLASLt's fl32(s acc), ldt
+// type pair, layout, shape and block scaling) and the epilogue after cuBLASLt (T: cuBLASLt's fl32(s acc), ldt
 // apart): the CPU's element functions (amp__gemm_fp8_factor, amp__gemm_fp8_epi) on each result,
 // the amax as a max of |t|'s bits (a NaN wins), reduced per warp, then one atomicMax per warp
 // into *p.amax, which the caller has zeroed in stream order.
@@ -1912,12 +1941,7 @@ __global__ void amp__k_gemm_fp8(amp__gemm_prob p, const float *T, int ldt) {
     for (int j = blockIdx.y; j < p.n; j += gridDim.y) {
       float sacc = 0.0f, out;
       if (T) sacc = T[(size_t)j * ldt + i];
-      else if (s != 0.0f && p.k > 0) {   // s 0 (alpha or a scale_inv 0): A and B are not read
-        float acc = 0.0f;                // in k order; each product is exact in f32 for fp8 x fp8 and
-        for (int q = 0; q < p.k; q++)    // fp8 x f16, so the fma rounds only the add: the CPU's bits
-          acc = fmaf(amp__load(p.a, p.in, amp__ga(p, i, q)), amp__load(p.b, p.in_b, amp__gb(p, q, j)), acc);
-        sacc = amp__fmul(s, acc);
-      }
+      else if (s != 0.0f && p.k > 0) sacc = amp__fmul(s, amp__gemm_fp8_sum(p, i, j));   // s 0: A, B not read
       size_t at = (size_t)j * p.ldc + i;
       float c = p.beta != 0.0f ? amp__load(p.c, p.out, at) : 0.0f;
       float bias = p.bias ? amp__load(p.bias, p.bias_type, (size_t)(p.bias_on_rows ? i : j)) : 0.0f;
@@ -2380,15 +2404,15 @@ static amp_status amp__gemm_fp8_enqueue(amp__cu_state *st, amp__gemm_plan *pl, c
 // (amp__k_gemm_pack8, k padded with zeros to kp). cuBLASLt writes C itself when nothing follows
 // (no bias or activation, and an amax only for an fp8 D: AMAX_D, with c_scale as D_SCALE); else it
 // writes an f32 scratch T that amp__k_gemm_fp8 finishes as the CPU does. Anything else (another
-// algo, a 16-bit or f32 operand, an older GPU, no algorithm from the heuristic): the plain fp8
-// kernel. The scratch is stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
+// algo, a 16-bit or f32 operand, block scales, an older GPU, no algorithm from the heuristic): the
+// plain fp8 kernel. The scratch is stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
 static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int algo, char *msg, size_t cap) {
   if (p.m == 0 || p.n == 0) {   // only the amax to write: the max over no results
     if (p.amax) AMP__CU_CHECK(cudaMemsetAsync(p.amax, 0, sizeof(float), st->stream));
     return AMP_OK;
   }
   if (!(algo == AMP_GEMM_AUTO && amp__dtype_is_fp8(p.in) && amp__dtype_is_fp8(p.in_b) && p.k > 0 &&
-        p.alpha != 0.0f && st->sm_major * 10 + st->sm_minor >= 89))
+        p.alpha != 0.0f && p.bw == 0 && st->sm_major * 10 + st->sm_minor >= 89))
     return amp__gemm_launch_fp8(st, p, NULL, 0, msg, cap);
   const int kp = (p.k + 15) / 16 * 16, ldt = (p.m + 3) / 4 * 4;   // T's columns: 16-byte aligned
   const int pack_a = !(p.ta && kp == p.k && p.lda % 16 == 0 && amp__align_of(p.a) >= 16);   // op(A) = A^T: k along

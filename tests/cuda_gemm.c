@@ -581,6 +581,62 @@ static void fp8_cublaslt_matches_cpu_within_the_bound(void) {
     }
 }
 
+/* Block scales on the device (the plain fp8 kernel: cuBLASLt's block-scaled modes are not used in
+   this version): each kind on A and on B, alone and together, every layout and transpose the
+   blocks allow, k 300 (a partial last block), scales that are not powers of two; AUTO and SIMPLE
+   give the CPU reference's bits, C and c_amax (tests/test_device_line.c runs the same element
+   functions without a GPU). */
+static void fp8_block_scales_on_the_device_give_the_cpus_bits(void) {
+  static const amp_block_scaling kinds[3] = {AMP_BLOCK_MX_RCEIL, AMP_BLOCK_1x128, AMP_BLOCK_128x128};
+  enum { M = 37, N = 45, K = 300, LD = 301, S = LD * LD, NS = S / 32 + 64 };
+  static amp_fp8 a[S], b[S];
+  static float c1[M * N], c2[M * N], sc[2][NS];
+  static uint8_t mx[2][NS];
+  void *da = dmalloc(S), *db = dmalloc(S), *dc = dmalloc(sizeof c1), *dsc[2], *dmx[2];
+  float *dam = (float *)dmalloc(4), am1, am2;
+  int ka, kb, tr, lay, algo, i, w;
+  for (i = 0; i < S; i++) { a[i] = amp_f32_to_e4m3(4 * rnd(), 1); b[i] = amp_f32_to_e5m2(4 * rnd(), 1); }
+  for (w = 0; w < 2; w++) {
+    for (i = 0; i < NS; i++) { sc[w][i] = 0.3f + 0.17f * (float)((i * 3 + w) % 9); mx[w][i] = (uint8_t)(120 + (i * 7 + w) % 15); }
+    dsc[w] = dmalloc(sizeof sc[w]); dmx[w] = dmalloc(sizeof mx[w]);
+    up(dsc[w], sc[w], sizeof sc[w]); up(dmx[w], mx[w], sizeof mx[w]);
+  }
+  up(da, a, S); up(db, b, S);
+  for (ka = -1; ka < 3; ka++) for (kb = -1; kb < 3; kb++) for (tr = 0; tr < 4; tr++) for (lay = 0; lay < 2; lay++)
+    for (algo = 0; algo < 2; algo++) {
+      amp_trans ta = tr & 1 ? AMP_TRANS : AMP_NO_TRANS, tb = tr & 2 ? AMP_TRANS : AMP_NO_TRANS;
+      amp_layout L = lay ? AMP_COL_MAJOR : AMP_ROW_MAJOR;
+      int a_kcol = (L == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS), b_kcol = (L == AMP_ROW_MAJOR) == (tb == AMP_TRANS);
+      int ldc = L == AMP_ROW_MAJOR ? N : M;
+      amp_gemm_opts ho, go;
+      if (ka < 0 && kb < 0) continue;
+      if ((ka >= 0 && kinds[ka] != AMP_BLOCK_128x128 && !a_kcol) || (kb >= 0 && kinds[kb] != AMP_BLOCK_128x128 && !b_kcol))
+        continue;   /* refused on every device (tests/test_gemm_fp8.c) */
+      if (ka >= 0 && kb >= 0 && (ka == 0) != (kb == 0)) continue;   /* MX beside 1x128: refused */
+      memset(&ho, 0, sizeof ho);
+      ho.a_scale_inv = &sc[0][0]; ho.c_amax = &am2; ho.algo = AMP_GEMM_REFERENCE;   /* a per-tensor scale too: 0.3 */
+      if (ka >= 0) { ho.a_blocks = kinds[ka]; ho.a_scales = ka == 0 ? (const void *)mx[0] : (const void *)sc[0]; }
+      if (kb >= 0) { ho.b_blocks = kinds[kb]; ho.b_scales = kb == 0 ? (const void *)mx[1] : (const void *)sc[1]; }
+      go = ho;
+      go.a_scale_inv = (const float *)dsc[0]; go.c_amax = dam; go.algo = algo ? AMP_GEMM_SIMPLE : AMP_GEMM_AUTO;
+      if (ka >= 0) go.a_scales = ka == 0 ? dmx[0] : dsc[0];
+      if (kb >= 0) go.b_scales = kb == 0 ? dmx[1] : dsc[1];
+      EXPECT(amp_gemm_ex(amp_cpu(), L, ta, tb, M, N, K, 1.25f, a, AMP_E4M3, LD, b, AMP_E5M2, LD, 0.0f, c2, AMP_F32, ldc,
+                         &ho) == AMP_OK, "cpu: %s", amp_last_error());
+      EXPECT(amp_gemm_ex(dev, L, ta, tb, M, N, K, 1.25f, da, AMP_E4M3, LD, db, AMP_E5M2, LD, 0.0f, dc, AMP_F32, ldc,
+                         &go) == AMP_OK, "gpu: %s", amp_last_error());
+      amp_device_sync(dev); down(c1, dc, sizeof c1); down(&am1, dam, 4);
+      if (memcmp(c1, c2, sizeof c1) || memcmp(&am1, &am2, 4)) {
+        EXPECT(0, "kinds %d %d trans %d layout %d algo %d: the device's block-scaled product differs from the CPU's "
+               "(C[0] %.9g vs %.9g, amax %.9g vs %.9g)", ka, kb, tr, lay, algo, c1[0], c2[0], am1, am2);
+        goto done;
+      }
+    }
+done:
+  cudaFree(da); cudaFree(db); cudaFree(dc); cudaFree(dam);
+  for (w = 0; w < 2; w++) { cudaFree(dsc[w]); cudaFree(dmx[w]); }
+}
+
 /* alpha 0 or k 0 (A and B are not read: NaN codes there change nothing), a scale_inv of 0 on the
    plain kernel (the same), m 0 with c_amax (the device writes 0). */
 static void fp8_special_cases_on_the_device(void) {
@@ -615,11 +671,11 @@ static void fp8_special_cases_on_the_device(void) {
   cudaFree(da); cudaFree(dc); cudaFree(ds);
 }
 
-/* What the device refuses of the fp8 product: AMP_ERR_UNSUPPORTED for block scales and E5M2 x E5M2,
+/* What the device refuses of the fp8 product: AMP_ERR_UNSUPPORTED for 1 x 128 blocks across k and E5M2 x E5M2,
    AMP_ERR_ARG for WMMA with fp8, an fp8 C without c_scale or with beta, c_scale with an f32 C; each
    message names amp_gemm_ex and the bad value, and C is unchanged. */
 static void fp8_refusals_on_the_device(void) {
-  static const char *say[6] = {"opts->a_scales", "AMP_E5M2", "AMP_GEMM_WMMA", "c_scale is NULL", "beta", "c_scale"};
+  static const char *say[6] = {"opts->a_blocks is 1 x 128", "AMP_E5M2", "AMP_GEMM_WMMA", "c_scale is NULL", "beta", "c_scale"};
   amp_fp8 h8[16];
   float one = 1.0f, *ds = (float *)dmalloc(4);
   amp_fp8 *da = (amp_fp8 *)dmalloc(16), *dc = (amp_fp8 *)dmalloc(16), r[16];
@@ -632,10 +688,10 @@ static void fp8_refusals_on_the_device(void) {
     amp_status st, want = c < 2 ? AMP_ERR_UNSUPPORTED : AMP_ERR_ARG;
     memset(&o, 0, sizeof o);
     o.c_scale = c == 3 ? NULL : ds;
-    if (c == 0) { o.a_scales = ds; o.a_blocks = AMP_BLOCK_128x128; }
+    if (c == 0) { o.a_scales = ds; o.a_blocks = AMP_BLOCK_1x128; }   /* with ta AMP_TRANS: k down A's columns */
     if (c == 2) o.algo = AMP_GEMM_WMMA;
-    st = amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, da, at, 2, da, at, 2,
-                     c == 4 ? 1.0f : 0.0f, dc, ct, 2, &o);
+    st = amp_gemm_ex(dev, AMP_ROW_MAJOR, c == 0 ? AMP_TRANS : AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, da, at, 2, da,
+                     at, 2, c == 4 ? 1.0f : 0.0f, dc, ct, 2, &o);
     EXPECT(st == want && strstr(amp_last_error(), "amp_gemm_ex") && strstr(amp_last_error(), say[c]),
            "case %d: %s (%s)", c, amp_status_string(st), amp_last_error());
   }
@@ -665,6 +721,7 @@ int main(void) {
   RUN(gpu_rejects_bad_input_and_leaves_c_unchanged);
   RUN(fp8_plain_kernel_gives_the_cpus_bits);
   RUN(fp8_cublaslt_matches_cpu_within_the_bound);
+  RUN(fp8_block_scales_on_the_device_give_the_cpus_bits);
   RUN(fp8_special_cases_on_the_device);
   RUN(fp8_refusals_on_the_device);
   amp_device_close(dev);
