@@ -443,9 +443,10 @@ amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, i
    amp__gemm_fp8_factor, the k products summed in order with fmaf (per block of k, each block's sum
    times amp__gemm_block_scale_at's two scales added in k order, with block scales: the kernel's
    amp__gemm_fp8_sum), amp__gemm_fp8_epi, the amax of the |t| bits (zeroed first, as the
-   launcher's cudaMemsetAsync does). m or n 0: the amax alone. */
+   launcher's cudaMemsetAsync does). m or n 0: the amax alone. AMP__EXACT_FP: GCC's -Ofast would
+   otherwise fuse or re-associate the block scales' products (the device's __fmul_rn never is). */
 static int fake_fp8_calls = 0;   /* how many products took this path */
-static void fake_gemm_fp8(amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
+static AMP__EXACT_FP void fake_gemm_fp8(amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
                           const void *A, amp_dtype at, int lda, const void *B, amp_dtype bt, int ldb, float beta,
                           void *C, amp_dtype ct, int ldc, const amp_gemm_opts *o) {
   int row = layout == AMP_ROW_MAJOR, i, j, q;
