@@ -1837,8 +1837,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      at the cost of the copy (m k or n k bytes; the TN form aligned costs none). C in f32, f16 or
      bf16 (beta C read in C's type), or fp8 with c_scale as D_SCALE_POINTER and c_amax as
      AMAX_D_POINTER, cuBLASLt writing C itself. With a bias, an activation, or c_amax beside a
-     non-fp8 C, cuBLASLt writes fl32(s acc) into an f32 scratch and a kernel finishes each result
-     as the CPU does (beta C, bias, activation, amax, c_scale and the saturating cast).
+     non-fp8 C (or where cuBLASLt has no algorithm for C as given: its ldc or alignment), cuBLASLt
+     writes fl32(s acc) into an f32 scratch and a kernel finishes each result as the CPU does
+     (beta C, bias, activation, amax, c_scale and the saturating cast).
    - the plain fp8 kernel, one thread per element of C: everything else (AMP_GEMM_SIMPLE; block
      scales, every kind and layout the CPU takes: cuBLASLt's block-scaled modes are not used in
      this version; an fp8 operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8

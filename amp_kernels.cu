@@ -2397,15 +2397,28 @@ static amp_status amp__gemm_fp8_enqueue(amp__cu_state *st, amp__gemm_plan *pl, c
   return AMP_OK;
 }
 
+// One try of cuBLASLt for the fp8 product q (its plan; the enqueue where it has an algorithm):
+// *kind AMP__PLAN_SIMPLE when it has none. p: the call as given, for the packed copies.
+static amp_status amp__gemm_fp8_try(amp__cu_state *st, const amp__gemm_prob &p, const amp__gemm_prob &q, int *kind,
+                                    char *msg, size_t cap) {
+  std::lock_guard<std::mutex> lock(st->gemm_lock);   // as in amp__cu_gemm
+  amp__gemm_plan *pl = NULL;
+  amp_status r = amp__gemm_plan_get(st, q, 0, &pl, msg, cap);
+  *kind = r == AMP_OK ? pl->kind : AMP__PLAN_SIMPLE;
+  if (r == AMP_OK && *kind != AMP__PLAN_SIMPLE) r = amp__gemm_fp8_enqueue(st, pl, p, q, msg, cap);
+  return r;
+}
+
 // The fp8 product (amp__gemm_fp8_mode). cuBLASLt (AUTO, fp8 A and B, sm_89 or newer) computes
 // alpha sa sb op(A) op(B) (+ beta C) with the scales read from device pointers and FAST_ACCUM off,
 // in its fp8 kernels' "TN" form: an operand whose k is not contiguous, or that is not 16-byte
 // aligned, or whose ld or k is not a multiple of 16, is first copied into a packed operand
 // (amp__k_gemm_pack8, k padded with zeros to kp). cuBLASLt writes C itself when nothing follows
-// (no bias or activation, and an amax only for an fp8 D: AMAX_D, with c_scale as D_SCALE); else it
-// writes an f32 scratch T that amp__k_gemm_fp8 finishes as the CPU does. Anything else (another
-// algo, a 16-bit or f32 operand, block scales, an older GPU, no algorithm from the heuristic): the
-// plain fp8 kernel. The scratch is stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
+// (no bias or activation, and an amax only for an fp8 D: AMAX_D, with c_scale as D_SCALE) and it
+// has an algorithm for C as given; else it writes an f32 scratch T (16-byte columns) that
+// amp__k_gemm_fp8 finishes as the CPU does. Anything else (another algo, a 16-bit or f32 operand,
+// block scales, an older GPU, no algorithm even for T): the plain fp8 kernel. The scratch is
+// stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
 static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int algo, char *msg, size_t cap) {
   if (p.m == 0 || p.n == 0) {   // only the amax to write: the max over no results
     if (p.amax) AMP__CU_CHECK(cudaMemsetAsync(p.amax, 0, sizeof(float), st->stream));
@@ -2414,31 +2427,31 @@ static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int 
   if (!(algo == AMP_GEMM_AUTO && amp__dtype_is_fp8(p.in) && amp__dtype_is_fp8(p.in_b) && p.k > 0 &&
         p.alpha != 0.0f && p.bw == 0 && st->sm_major * 10 + st->sm_minor >= 89))
     return amp__gemm_launch_fp8(st, p, NULL, 0, msg, cap);
-  const int kp = (p.k + 15) / 16 * 16, ldt = (p.m + 3) / 4 * 4;   // T's columns: 16-byte aligned
+  const int kp = (p.k + 15) / 16 * 16, ldt = (p.m + 3) / 4 * 4;
   const int pack_a = !(p.ta && kp == p.k && p.lda % 16 == 0 && amp__align_of(p.a) >= 16);   // op(A) = A^T: k along
   const int pack_b = !(!p.tb && kp == p.k && p.ldb % 16 == 0 && amp__align_of(p.b) >= 16);  // A's and B's columns
-  const int direct = !p.bias && p.act == AMP_ACT_NONE && (amp__dtype_is_fp8(p.out) || !p.amax);
   const size_t na = pack_a ? (size_t)p.m * kp : 0, nb = pack_b ? (size_t)p.n * kp : 0;   // bytes: codes
-  const size_t at = (na + nb + 255) / 256 * 256, bytes = at + (direct ? 0 : (size_t)ldt * p.n * sizeof(float));
-  uint8_t *scr = NULL;
-  if (bytes) AMP__CU_CHECK(cudaMallocAsync((void **)&scr, bytes, st->stream));
+  int direct = !p.bias && p.act == AMP_ACT_NONE && (amp__dtype_is_fp8(p.out) || !p.amax), kind = AMP__PLAN_SIMPLE;
+  uint8_t *scr = NULL;   // the packed operands (na + nb bytes, each 16-byte aligned: kp is)
+  float *T = NULL;
+  if (na + nb) AMP__CU_CHECK(cudaMallocAsync((void **)&scr, na + nb, st->stream));
   amp__gemm_prob q = p;   // what cuBLASLt computes
   q.ta = 1; q.tb = 0; q.k = kp; q.bias = NULL; q.act = AMP_ACT_NONE;
   if (pack_a) { q.a = scr; q.lda = kp; }
   if (pack_b) { q.b = scr + na; q.ldb = kp; }
-  if (!direct) { q.c = scr + at; q.ldc = ldt; q.out = AMP_F32; q.beta = 0.0f; q.cs = NULL; q.amax = NULL; }
-  int kind = AMP__PLAN_SIMPLE;
-  amp_status r;
-  {
-    std::lock_guard<std::mutex> lock(st->gemm_lock);   // as in amp__cu_gemm
-    amp__gemm_plan *pl = NULL;
-    r = amp__gemm_plan_get(st, q, 0, &pl, msg, cap);
-    if (r == AMP_OK && (kind = pl->kind) != AMP__PLAN_SIMPLE) r = amp__gemm_fp8_enqueue(st, pl, p, q, msg, cap);
+  amp_status r = direct ? amp__gemm_fp8_try(st, p, q, &kind, msg, cap) : AMP_OK;
+  if (r == AMP_OK && kind == AMP__PLAN_SIMPLE) {   // through T
+    cudaError_t e = cudaMallocAsync((void **)&T, (size_t)ldt * p.n * sizeof(float), st->stream);
+    if (e != cudaSuccess) r = amp__cu_fail(msg, cap, "cudaMallocAsync", cudaGetErrorName(e), __FILE__, __LINE__);
+    direct = 0;
+    q.c = T; q.ldc = ldt; q.out = AMP_F32; q.beta = 0.0f; q.cs = NULL; q.amax = NULL;
+    if (r == AMP_OK) r = amp__gemm_fp8_try(st, p, q, &kind, msg, cap);
   }
   if (r == AMP_OK && kind == AMP__PLAN_SIMPLE) r = amp__gemm_launch_fp8(st, p, NULL, 0, msg, cap);
-  else if (r == AMP_OK && !direct) r = amp__gemm_launch_fp8(st, p, (const float *)(scr + at), ldt, msg, cap);
-  if (scr) {
-    cudaError_t e = cudaFreeAsync(scr, st->stream);
+  else if (r == AMP_OK && !direct) r = amp__gemm_launch_fp8(st, p, T, ldt, msg, cap);
+  void *scratch[2] = {scr, T};
+  for (int i = 0; i < 2; i++) {
+    cudaError_t e = scratch[i] ? cudaFreeAsync(scratch[i], st->stream) : cudaSuccess;
     if (e != cudaSuccess && r == AMP_OK) r = amp__cu_fail(msg, cap, "cudaFreeAsync", cudaGetErrorName(e), __FILE__, __LINE__);
   }
   return r;
