@@ -573,6 +573,7 @@ static void fp8_cublaslt_matches_cpu_within_the_bound(void) {
   for (ip = 0; ip < 3; ip++) for (io = 0; io < 5; io++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++)
     for (tb = 0; tb < 2; tb++) for (s = 0; s < 4; s++) for (ep = 0; ep < 3; ep++) {
       int c8 = is8(fp8_outs[io]);
+      if (s == 1 && titer() < 100) continue;   /* AMP_TEST_QUICK (compute-sanitizer): not the largest */
       fp8prob P = {(amp_layout)L, (amp_trans)ta, (amp_trans)tb, sh[s][0], sh[s][1], sh[s][2], ep == 1 ? -1.0f : 1.0f,
                    c8 || ep ? 0.0f : 0.5f, pairs[ip][0], pairs[ip][1], fp8_outs[io], sh[s][3], sh[s][4],
                    s == 2 && ep == 2, AMP_GEMM_AUTO, ep == 1, ep == 1 ? AMP_ACT_GELU : AMP_ACT_NONE, ep == 2 || c8,
