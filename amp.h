@@ -407,7 +407,10 @@
                            amp_fp8_scaler (checkpoints, amaxes reduced over the loss scaler's
                            group, cast telemetry: amp_fp8_scaler_stats), amp_quantize and
                            amp_quantize_ex (counts); amp_gemm_ex with fp8 inputs and outputs
-                           on the CPU (per-tensor and block scales, c_scale, c_amax).
+                           on the CPU (per-tensor and block scales, c_scale, c_amax) and on
+                           CUDA (per-tensor scales: cuBLASLt's fp8 kernels on sm_89+, any
+                           layout through packed TN copies; block scales and the rest: the
+                           plain fp8 kernel, the CPU reference's bits).
                            fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
                            1x128 and 128x128; CPU vector loops and a CUDA kernel).
                            amp_gemm's bf16 kernel chosen by what the core delivers: vdpbf16ps
@@ -1802,8 +1805,7 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
 
-   fp8 inputs and outputs (the CPU only in this version: a CUDA device refuses fp8 types and the
-   fp8 options with AMP_ERR_UNSUPPORTED). A and B may be AMP_E4M3 or AMP_E5M2, each alone or beside
+   fp8 inputs and outputs (the CPU and CUDA: "The fp8 product on CUDA" below). A and B may be AMP_E4M3 or AMP_E5M2, each alone or beside
    an f32, f16 or bf16 other (widened exactly, as any mixed pair), but not both E5M2: the GPUs' fp8
    Tensor Cores (cuBLASLt on Ada and Hopper) have no E5M2 x E5M2 product, and the recipes never
    need one (TransformerEngine's HYBRID: E4M3 forward, E5M2 gradients times E4M3 weights or
@@ -1846,6 +1848,40 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    blocks (each part within the fast kernels' bound, three roundings a block, the blocks' sum).
    tests/test_gemm_fp8.c checks the reference against a plain loop over the codes, bit for bit,
    and the fast kernels against that bound, in every layout the scales allow.
+
+   The fp8 product on CUDA (the same arguments; a_scale_inv, b_scale_inv, c_scale and c_amax are
+   device pointers, read and written in stream order: the call never waits for the device):
+   - cuBLASLt's fp8 kernels (AMP_GEMM_AUTO, A and B both fp8: E4M3 x E4M3, E4M3 x E5M2, E5M2 x
+     E4M3, on an sm_89 or newer GPU: Ada, Hopper, Blackwell): compute type f32, scale type f32, the
+     scale_invs as its A_SCALE_POINTER / B_SCALE_POINTER (alpha stays alpha), FAST_ACCUM off (the
+     Tensor Cores' partial sums promoted to f32, TransformerEngine's split accumulator). Those
+     kernels take only the "TN" form, k contiguous in both operands (the layer forward y = x W^T:
+     AMP_ROW_MAJOR, ta AMP_NO_TRANS, tb AMP_TRANS; col-major: ta AMP_TRANS, tb AMP_NO_TRANS), 16-byte
+     aligned pointers, and lda, ldb and k multiples of 16. An operand that is not so is first copied
+     by a small kernel into a packed one (k contiguous, k padded with zero codes to a multiple of
+     16) in a scratch taken in stream order, so every layout, transpose and shape goes to cuBLASLt,
+     at the cost of the copy (m k or n k bytes; the TN form aligned costs none). C in f32, f16 or
+     bf16 (beta C read in C's type), or fp8 with c_scale as D_SCALE_POINTER and c_amax as
+     AMAX_D_POINTER, cuBLASLt writing C itself. With a bias, an activation, or c_amax beside a
+     non-fp8 C (or where cuBLASLt has no algorithm for C as given: its ldc or alignment), cuBLASLt
+     writes fl32(s acc) into an f32 scratch and a kernel finishes each result as the CPU does
+     (beta C, bias, activation, amax, c_scale and the saturating cast).
+   - the plain fp8 kernel, one thread per element of C: everything else (AMP_GEMM_SIMPLE; block
+     scales, every kind and layout the CPU takes: cuBLASLt's block-scaled modes are not used in
+     this version; an fp8 operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8
+     option; a GPU before sm_89; alpha 0 or k 0; a product cuBLASLt's heuristic has no algorithm
+     for). It sums the codes' products in k order with fmaf (per block of k with block scales,
+     each block's sum scaled and added in k order as the reference does): an fp8 x fp8 or fp8 x
+     16-bit product is exact in f32, so the fma rounds only the add the reference rounds, and with
+     the CPU's element functions for the rest it gives the reference's bits, C and c_amax (not
+     through GELU: the device's tanhf). Like the CPU, it does not read A and B when s is 0 (alpha,
+     or a scale_inv, 0); cuBLASLt does, so there a NaN or inf code gives NaN where the CPU gives 0.
+     It is slow (no tiling, no Tensor Cores): a path for correctness, not for training speed.
+   Refused on a CUDA device as on the CPU (E5M2 x E5M2, 1 x 32 / 1 x 128 blocks across k, an fp8 C
+   without c_scale or with beta), and AMP_GEMM_WMMA with fp8 inputs (AMP_ERR_ARG).
+   cuBLASLt's amax over a result holding a NaN is not documented (the plain kernel's NaN wins).
+   Bound of cuBLASLt's fp8 results against the reference: the GPU bound below with alpha read as s
+   (tests/cuda_gemm.c: C and c_amax, every pair, output type and layout).
 
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
@@ -1908,8 +1944,8 @@ typedef struct amp_gemm_opts {
   int allow_tf32;         /* f32 inputs on CUDA: 0 -> full f32 products (CUBLAS_COMPUTE_32F);
                              1 -> TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32, 10-bit mantissas).
                              The CPU always computes in f32. */
-  /* fp8 (the manual's "fp8 inputs and outputs" under the matrix product). CPU only for now: a
-     CUDA device refuses fp8 types and every field below with AMP_ERR_UNSUPPORTED. */
+  /* fp8 (the manual's "fp8 inputs and outputs" under the matrix product). On CUDA the pointers
+     below are device pointers. */
   const float *a_scale_inv;  /* NULL -> 1: A's per-tensor dequantisation factor (amp_fp8_scaler's */
   const float *b_scale_inv;  /*   scale_inv); the sum is multiplied by fl32(fl32(alpha * a) * b) */
   amp_block_scaling a_blocks, b_blocks;   /* the kinds of a_scales / b_scales (read only when given) */
@@ -2665,6 +2701,62 @@ static inline AMP_HD float amp__gemm_scale(float beta, float c) { return beta !=
 static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int act) {
   if (has_bias) t = t + bias;
   return amp__act(t, act);
+}
+
+/* ---- the fp8 matrix product (the manual's "fp8 inputs and outputs"): the element math the CPU's
+   loop and the CUDA kernels share ---- */
+
+/* 1 for an fp8 format (the AMP__DTYPES fp8 column is 0 or 1), 0 for any other value. */
+#define AMP__DT_IS8_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP, F8) case E: return F8 >= 0;
+static inline AMP_HD int amp__dtype_is_fp8(amp_dtype t) {
+  switch (t) { AMP__DTYPES(AMP__DT_IS8_, ~) default: break; }
+  return 0;
+}
+#undef AMP__DT_IS8_
+/* Whether amp_gemm_ex runs the fp8 product: an fp8 type, or one of the fp8 options. */
+static inline AMP_HD int amp__gemm_fp8_mode(amp_dtype a, amp_dtype b, amp_dtype c, const amp_gemm_opts *o) {
+  return amp__dtype_is_fp8(a) || amp__dtype_is_fp8(b) || amp__dtype_is_fp8(c) || o->a_scale_inv || o->b_scale_inv ||
+         o->a_scales || o->b_scales || o->c_scale || o->c_amax;
+}
+/* The per-tensor factor s = fl32(fl32(alpha * *a_si) * *b_si) that takes alpha's place (a NULL scale
+   is 1; on CUDA a and b are device pointers, read by the kernel). */
+static inline AMP_HD AMP__EXACT_FP float amp__gemm_fp8_factor(float alpha, const float *a_si, const float *b_si) {
+  float s = alpha;
+  if (a_si) s = amp__fmul(s, *a_si);
+  if (b_si) s = amp__fmul(s, *b_si);
+  return s;
+}
+/* The width along k of a block-scaling kind's blocks. */
+static inline AMP_HD int amp__gemm_block_width(amp_block_scaling kind) {
+  return kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR ? 32 : 128;
+}
+/* The scale of the block holding element (r, c) of a row-major rows x cols matrix (cols: the
+   stored matrix's width), as amp_quantize_blocks stored it. E8M0 e is 2^(e - 127), 0xff NaN. */
+static inline AMP_HD float amp__gemm_block_scale(const void *sc, amp_block_scaling kind, int r, int c, int cols) {
+  if (kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR) {
+    uint32_t e = ((const uint8_t *)sc)[(size_t)r * (size_t)((cols + 31) / 32) + (size_t)(c / 32)];
+    return amp__bits_f32(e == 255u ? 0x7fc00000u : e == 0u ? 0x00400000u : e << 23);
+  }
+  if (kind == AMP_BLOCK_128x128) r /= 128;
+  return ((const float *)sc)[(size_t)r * (size_t)((cols + 127) / 128) + (size_t)(c / 128)];
+}
+/* The scale of one operand's block that starts at p0 along k, for its row (A) or column (B) x of
+   op(): kcol, k runs along the stored rows (x is a stored row, the stored width k); else x is a
+   stored column (the stored width ext, op()'s extent along x: m for A, n for B). */
+static inline AMP_HD float amp__gemm_block_scale_at(const void *sc, amp_block_scaling kind, int kcol, int x, int p0,
+                                                    int k, int ext) {
+  return kcol ? amp__gemm_block_scale(sc, kind, x, p0, k) : amp__gemm_block_scale(sc, kind, p0, x, ext);
+}
+/* One result: sacc = fl32(s acc), c C's old value (read only for beta != 0). Returns
+   t = act(sacc + fl32(beta c) + bias), what c_amax sees; *out gets what C stores, before the
+   rounding to C's type: fl32(t * cs) for an fp8 C (c8; the saturating cast is amp__store's), else t.
+   Every operation is rounded on its own (amp__fmul, amp__fadd), so a kernel gives the CPU's bits. */
+static inline AMP_HD AMP__EXACT_FP float amp__gemm_fp8_epi(float sacc, float beta, float c, int has_bias, float bias,
+                                                          int act, int c8, float cs, float *out) {
+  float t = beta != 0.0f ? amp__fadd(sacc, amp__fmul(beta, c)) : sacc;
+  t = amp__act(has_bias ? amp__fadd(t, bias) : t, act);
+  *out = c8 ? amp__fmul(t, cs) : t;
+  return t;
 }
 
 /* ---- fp8 block scaling: the element math of amp_quantize_blocks (the manual's BLOCK SCALING),
@@ -10272,23 +10364,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
    once per k block (32 or 128 deep) into an f32 buffer, each block's sums scaled and added in k
    order. An fp8 C, or c_amax: the f32 results go through the buffer, then the epilogue, the amax
    and the scaled cast. */
-static int amp__gemm_is_fp8(amp_dtype t) {
-  const amp__dtype_traits *r = amp__dtype_row(t);
-  return r && !r->compute;
-}
-static int amp__gemm_block_width(amp_block_scaling kind) {
-  return kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR ? 32 : 128;
-}
-/* The scale of the block holding element (r, c) of a row-major rows x cols matrix (cols: the
-   stored matrix's width), as amp_quantize_blocks stored it. E8M0 e is 2^(e - 127), 0xff NaN. */
-static float amp__gemm_block_scale(const void *sc, amp_block_scaling kind, int r, int c, int cols) {
-  if (kind == AMP_BLOCK_MX_RCEIL || kind == AMP_BLOCK_MX_FLOOR) {
-    uint32_t e = ((const uint8_t *)sc)[(size_t)r * (size_t)((cols + 31) / 32) + (size_t)(c / 32)];
-    return amp__bits_f32(e == 255u ? 0x7fc00000u : e == 0u ? 0x00400000u : e << 23);
-  }
-  if (kind == AMP_BLOCK_128x128) r /= 128;
-  return ((const float *)sc)[(size_t)r * (size_t)((cols + 127) / 128) + (size_t)(c / 128)];
-}
+static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
 
 /* amp__gemm_cpu with the fp8 options of o. a_kcol (b_kcol): k runs along the rows of A (B) as
    stored (row-major view), i.e. op(A)(i, p) is stored at (i, p) (op(B)(p, j) at (j, p)); else at
@@ -10304,8 +10380,7 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   size_t mn = (size_t)m * (size_t)n;
   uint32_t amax = 0u;
   amp_status st = AMP_OK;
-  if (o->a_scale_inv) s = amp__fmul(s, *o->a_scale_inv);
-  if (o->b_scale_inv) s = amp__fmul(s, *o->b_scale_inv);
+  s = amp__gemm_fp8_factor(alpha, o->a_scale_inv, o->b_scale_inv);
   if (!blocks && !c8 && !o->c_amax)   /* per-tensor scales alone: one factor on the sum */
     return amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, beta, C, ct, crs, ccs, o);
   memset(&po, 0, sizeof po);
@@ -10326,13 +10401,9 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
       st = amp__gemm_cpu(m, n, kw, 1.0f, (const char *)A + (size_t)p0 * acs * asz, at, ars, acs,
                          (const char *)B + (size_t)p0 * brs * bsz, bt, brs, bcs, 0.0f, P, AMP_F32, (size_t)n, 1, &po);
       for (j = 0; j < n; j++)
-        sb[j] = !o->b_scales ? 1.0f
-                : b_kcol     ? amp__gemm_block_scale(o->b_scales, o->b_blocks, j, p0, k)
-                             : amp__gemm_block_scale(o->b_scales, o->b_blocks, p0, j, n);
+        sb[j] = o->b_scales ? amp__gemm_block_scale_at(o->b_scales, o->b_blocks, b_kcol, j, p0, k, n) : 1.0f;
       for (i = 0; i < m && st == AMP_OK; i++) {
-        float sa = !o->a_scales ? 1.0f
-                   : a_kcol     ? amp__gemm_block_scale(o->a_scales, o->a_blocks, i, p0, k)
-                                : amp__gemm_block_scale(o->a_scales, o->a_blocks, p0, i, m);
+        float sa = o->a_scales ? amp__gemm_block_scale_at(o->a_scales, o->a_blocks, a_kcol, i, p0, k, m) : 1.0f;
         float *t = T + (size_t)i * n;
         const float *pr = P + (size_t)i * n;
         for (j = 0; j < n; j++) t[j] = amp__fadd(t[j], amp__fmul(amp__fmul(sa, sb[j]), pr[j]));
@@ -10348,10 +10419,10 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
         size_t at2 = (size_t)i * crs + (size_t)j * ccs;
         float c = beta != 0.0f ? amp__load(C, ct, at2) : 0.0f;
         float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f;
-        float t = amp__gemm_epi(amp__gemm_blend(T[(size_t)i * n + j], 1.0f, beta, c), has_bias, bias, (int)o->act);
+        float out, t = amp__gemm_fp8_epi(T[(size_t)i * n + j], beta, c, has_bias, bias, (int)o->act, c8, cs, &out);
         uint32_t a = amp__f32_bits(t) & 0x7fffffffu;
         if (a > amax) amax = a;
-        amp__store(C, ct, at2, c8 ? amp__fmul(t, cs) : t);
+        amp__store(C, ct, at2, out);
       }
   }
   if (o->c_amax) *o->c_amax = amp__bits_f32(amax);
@@ -10377,8 +10448,7 @@ static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, 
     brs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb; bcs = tb == AMP_NO_TRANS ? (size_t)ldb : 1;
     crs = 1; ccs = (size_t)ldc;
   }
-  if (amp__gemm_is_fp8(a_type) || amp__gemm_is_fp8(b_type) || amp__gemm_is_fp8(c_type) || o->a_scale_inv ||
-      o->b_scale_inv || o->a_scales || o->b_scales || o->c_amax)
+  if (amp__gemm_fp8_mode(a_type, b_type, c_type, o))
     return amp__gemm_cpu_fp8(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o,
                              (layout == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS),
                              (layout == AMP_ROW_MAJOR) == (tb == AMP_TRANS));
@@ -10400,13 +10470,8 @@ static size_t amp__gemm_op_span(int row, amp_trans t, int r, int c, int ld) {
 static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype b_type, amp_dtype c_type, int m,
                                       int n, int k, int row, amp_trans ta, amp_trans tb, float beta,
                                       const amp_gemm_opts *o) {
-  int a8 = amp__gemm_is_fp8(a_type), b8 = amp__gemm_is_fp8(b_type), c8 = amp__gemm_is_fp8(c_type), x;
+  int c8 = amp__gemm_is_fp8(c_type), x;
   const char *op = "amp_gemm_ex";
-  if (amp_device_is_cuda(d) && (a8 || b8 || c8 || o->a_scale_inv || o->b_scale_inv || o->a_scales || o->b_scales ||
-                                o->c_scale || o->c_amax))
-    return amp__fail(AMP_ERR_UNSUPPORTED, "%s: fp8 products (a_type %s, b_type %s, c_type %s, or the opts' fp8 "
-                     "scales and amax) run on the CPU only in this version, and d is a CUDA device", op,
-                     amp__dtype_name(a_type), amp__dtype_name(b_type), amp__dtype_name(c_type));
   if (a_type == AMP_E5M2 && b_type == AMP_E5M2)
     return amp__fail(AMP_ERR_UNSUPPORTED, "%s: a_type and b_type are both AMP_E5M2: the GPUs' fp8 Tensor Cores "
                      "(cuBLASLt) have no E5M2 x E5M2 product, so neither has amp.h; make one of them AMP_E4M3", op);
@@ -10450,7 +10515,7 @@ static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype
     return amp__fail(AMP_ERR_ARG, "%s: opts->a_blocks and b_blocks cut k in blocks of %d and %d: the two "
                      "operands' blocks must line up along k (MX with MX, 1x128 or 128x128 with either of those)", op,
                      amp__gemm_block_width(o->a_blocks), amp__gemm_block_width(o->b_blocks));
-  (void)m; (void)n; (void)k;
+  (void)d; (void)m; (void)n; (void)k;
   return AMP_OK;
 }
 
@@ -10511,15 +10576,15 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
                      o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
-  if (o->algo == AMP_GEMM_WMMA && (a_type == AMP_F32 || a_type != b_type))
+  if (o->algo == AMP_GEMM_WMMA && (a_type == AMP_F32 || amp__gemm_is_fp8(a_type) || a_type != b_type))
     return amp__fail(AMP_ERR_ARG,
                      "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes A and B of one 16-bit type (f16 or bf16), and "
                      "a_type is %s, b_type %s", amp__dtype_name(a_type), amp__dtype_name(b_type));
-  if (m == 0 || n == 0) {
-    if (o->c_amax) *o->c_amax = 0.0f;   /* the max over no results */
+  if ((m == 0 || n == 0) && (!o->c_amax || !amp_device_is_cuda(d))) {
+    if (o->c_amax) *o->c_amax = 0.0f;   /* the max over no results (on CUDA the device writes it) */
     return AMP_OK;
   }
-  {   /* C must not overlap what the product reads (compared as spans from first to last element) */
+  if (m > 0 && n > 0) {   /* C must not overlap what the product reads (compared as spans from first to last element) */
     size_t cb = amp__gemm_span(row ? m : n, row ? n : m, ldc) * amp_dtype_size(c_type);
     if (k > 0 && amp__overlap(C, cb, A, amp__gemm_op_span(row, ta, m, k, lda) * amp_dtype_size(a_type)))
       return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps A %p", C, m, n, ldc, A);
@@ -10959,7 +11024,8 @@ static amp_status amp__cuda_optim_write_model(amp_optimizer *o, size_t i, long s
 }
 /* Mixed input types: cuBLASLt takes no such pair, so each 16-bit operand is widened (exactly) into
    a stream-ordered f32 scratch of its stored span, the product runs on f32 inputs, and the scratch
-   is freed in stream order: no host wait. */
+   is freed in stream order: no host wait. The fp8 product takes its two types as they are (the
+   kernels read each operand in its own type). */
 static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                  float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                                  int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *o,
@@ -10969,7 +11035,7 @@ static amp_status amp__cuda_gemm(amp_device *d, amp_layout layout, amp_trans ta,
   amp_dtype *ty[2];
   size_t span[2];
   amp_status st = AMP_OK;
-  int j, mixed = a_type != b_type && k > 0;
+  int j, mixed = a_type != b_type && k > 0 && !amp__gemm_fp8_mode(a_type, b_type, c_type, o);
   op[0] = &A; op[1] = &B; ty[0] = &a_type; ty[1] = &b_type;
   span[0] = amp__gemm_op_span(layout == AMP_ROW_MAJOR, ta, m, k, lda);
   span[1] = amp__gemm_op_span(layout == AMP_ROW_MAJOR, tb, k, n, ldb);

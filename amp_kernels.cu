@@ -1825,19 +1825,36 @@ struct amp__gemm_prob {
   amp_dtype bias_type;
   int bias_on_rows;           // 1: D(i,j) += bias[i]; 0: += bias[j]
   int act;
+  // the fp8 product (amp__gemm_fp8_mode): b's own type, and device pointers, NULL when not given
+  amp_dtype in_b;             // == in outside the fp8 product
+  const float *sa, *sb;       // the scale_invs of a and b (NULL: 1)
+  const float *cs;            // an fp8 D's c_scale
+  float *amax;                // c_amax
+  // block scales of a and b (NULL: none), their kinds, 1 where k runs along the stored rows
+  // (amp__gemm_block_scale_at's kcol), and the blocks' width along k (0: no block scales)
+  const void *bsa, *bsb;
+  amp_block_scaling bka, bkb;
+  int kca, kcb, bw;
 };
 
 static amp__gemm_prob amp__gemm_canon(amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
-                                      const void *A, amp_dtype at, int lda, const void *B, int ldb, float beta,
-                                      void *C, amp_dtype ct, int ldc, const amp_gemm_opts *o) {
+                                      const void *A, amp_dtype at, int lda, const void *B, amp_dtype bt, int ldb,
+                                      float beta, void *C, amp_dtype ct, int ldc, const amp_gemm_opts *o) {
   amp__gemm_prob p;
   memset(&p, 0, sizeof p);
   int row = layout == AMP_ROW_MAJOR;
   p.m = row ? n : m; p.n = row ? m : n; p.k = k;
   p.a = row ? B : A; p.lda = row ? ldb : lda; p.ta = (row ? tb : ta) == AMP_TRANS;
   p.b = row ? A : B; p.ldb = row ? lda : ldb; p.tb = (row ? ta : tb) == AMP_TRANS;
-  p.c = C; p.ldc = ldc; p.in = at; p.out = ct; p.alpha = alpha; p.beta = beta;
+  p.c = C; p.ldc = ldc; p.in = row ? bt : at; p.in_b = row ? at : bt; p.out = ct; p.alpha = alpha; p.beta = beta;
   p.bias = o->bias; p.bias_type = o->bias_type; p.bias_on_rows = row; p.act = (int)o->act;
+  p.sa = row ? o->b_scale_inv : o->a_scale_inv; p.sb = row ? o->a_scale_inv : o->b_scale_inv;
+  p.cs = o->c_scale; p.amax = o->c_amax;
+  // block scales (the CPU's a_kcol / b_kcol, per operand of the user's call, then swapped as above)
+  int a_kcol = row == (ta == AMP_NO_TRANS), b_kcol = row == (tb == AMP_TRANS);
+  p.bsa = row ? o->b_scales : o->a_scales; p.bka = row ? o->b_blocks : o->a_blocks; p.kca = row ? b_kcol : a_kcol;
+  p.bsb = row ? o->a_scales : o->b_scales; p.bkb = row ? o->a_blocks : o->b_blocks; p.kcb = row ? a_kcol : b_kcol;
+  p.bw = o->a_scales ? amp__gemm_block_width(o->a_blocks) : o->b_scales ? amp__gemm_block_width(o->b_blocks) : 0;
   return p;
 }
 
@@ -1886,6 +1903,77 @@ static amp_status amp__gemm_launch_elementwise(amp__cu_state *st, const amp__gem
   dim3 block(128), grid((unsigned)((p.m + 127) / 128), (unsigned)(p.n < 65535 ? p.n : 65535));
   if (simple) amp__k_gemm_simple<<<grid, block, 0, st->stream>>>(p);
   else amp__k_gemm_epilogue<<<grid, block, 0, st->stream>>>(p, mode);
+  AMP__CU_CHECK(cudaGetLastError());
+  return AMP_OK;
+}
+
+// ---- The fp8 product (the manual's "fp8 inputs and outputs") ----------------------------------
+//
+// The sum of one element as the CPU reference forms it: the k products in order, each exact in
+// f32 for fp8 x fp8 and fp8 x 16-bit, so fmaf rounds only the add the reference rounds. With block
+// scales, each block of p.bw along k is summed on its own and added in k order times its two
+// scales (the CPU's fl32(acc + fl32(fl32(sa sb) part))).
+static __device__ float amp__gemm_fp8_sum(const amp__gemm_prob &p, int i, int j) {
+  const int w = p.bw > 0 ? p.bw : p.k;
+  float acc = 0.0f;
+  for (int p0 = 0; p0 < p.k; p0 += w) {
+    float part = 0.0f;
+    for (int q = p0; q < p0 + w && q < p.k; q++)
+      part = fmaf(amp__load(p.a, p.in, amp__ga(p, i, q)), amp__load(p.b, p.in_b, amp__gb(p, q, j)), part);
+    if (p.bw == 0) return part;
+    float sa = p.bsa ? amp__gemm_block_scale_at(p.bsa, p.bka, p.kca, i, p0, p.k, p.m) : 1.0f;
+    float sb = p.bsb ? amp__gemm_block_scale_at(p.bsb, p.bkb, p.kcb, j, p0, p.k, p.n) : 1.0f;
+    acc = amp__fadd(acc, amp__fmul(amp__fmul(sa, sb), part));
+  }
+  return acc;
+}
+//
+// amp__k_gemm_fp8 is both the plain fp8 kernel (T NULL: one thread per element of D, for every
+// type pair, layout, shape and block scaling) and the epilogue after cuBLASLt (T: cuBLASLt's fl32(s acc), ldt
+// apart): the CPU's element functions (amp__gemm_fp8_factor, amp__gemm_fp8_epi) on each result,
+// the amax as a max of |t|'s bits (a NaN wins), reduced per warp, then one atomicMax per warp
+// into *p.amax, which the caller has zeroed in stream order.
+__global__ void amp__k_gemm_fp8(amp__gemm_prob p, const float *T, int ldt) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  uint32_t amax = 0u;
+  if (i < p.m) {
+    float s = amp__gemm_fp8_factor(p.alpha, p.sa, p.sb), cs = p.cs ? *p.cs : 1.0f;
+    for (int j = blockIdx.y; j < p.n; j += gridDim.y) {
+      float sacc = 0.0f, out;
+      if (T) sacc = T[(size_t)j * ldt + i];
+      else if (s != 0.0f && p.k > 0) sacc = amp__fmul(s, amp__gemm_fp8_sum(p, i, j));   // s 0: A, B not read
+      size_t at = (size_t)j * p.ldc + i;
+      float c = p.beta != 0.0f ? amp__load(p.c, p.out, at) : 0.0f;
+      float bias = p.bias ? amp__load(p.bias, p.bias_type, (size_t)(p.bias_on_rows ? i : j)) : 0.0f;
+      float t = amp__gemm_fp8_epi(sacc, p.beta, c, p.bias != NULL, bias, p.act, p.cs != NULL, cs, &out);
+      uint32_t a = amp__f32_bits(t) & 0x7fffffffu;
+      amax = a > amax ? a : amax;
+      amp__store(p.c, p.out, at, out);
+    }
+  }
+  if (!p.amax) return;
+  for (int o = 16; o > 0; o >>= 1) {   // every lane takes part (blockDim is a multiple of 32)
+    uint32_t b = __shfl_xor_sync(0xffffffffu, amax, o);
+    amax = b > amax ? b : amax;
+  }
+  if ((threadIdx.x & 31) == 0 && amax) atomicMax((unsigned int *)p.amax, (unsigned int)amax);
+}
+
+// Copies op(X)'s r x k codes (element (i, q) at x[i * rs + q * ks]) to dst, row i at dst + i * kp,
+// zeros from k to kp: the k-contiguous operand, 16-byte rows, that cuBLASLt's fp8 kernels take
+// ("TN"). A zero code is +0 in both formats, so the padding adds nothing to the sums.
+__global__ void amp__k_gemm_pack8(uint8_t *dst, const uint8_t *x, int r, int k, int kp, size_t rs, size_t ks) {
+  size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= (size_t)r * (size_t)kp) return;
+  int i = (int)(e / (size_t)kp), q = (int)(e % (size_t)kp);
+  dst[e] = q < k ? x[(size_t)i * rs + (size_t)q * ks] : (uint8_t)0;
+}
+
+static amp_status amp__gemm_launch_fp8(amp__cu_state *st, const amp__gemm_prob &p, const float *T, int ldt,
+                                       char *msg, size_t cap) {
+  dim3 block(128), grid((unsigned)((p.m + 127) / 128), (unsigned)(p.n < 65535 ? p.n : 65535));
+  if (p.amax) AMP__CU_CHECK(cudaMemsetAsync(p.amax, 0, sizeof(float), st->stream));
+  amp__k_gemm_fp8<<<grid, block, 0, st->stream>>>(p, T, ldt);
   AMP__CU_CHECK(cudaGetLastError());
   return AMP_OK;
 }
@@ -2067,8 +2155,9 @@ enum { AMP__PLAN_FUSED = 0,   // cublasLtMatmul does it all
 
 // Everything the heuristic's choice depends on. Only ints: compared with memcmp.
 struct amp__gemm_key {
-  int m, n, k, ta, tb, lda, ldb, ldc, in, out, tf32;
+  int m, n, k, ta, tb, lda, ldb, ldc, in, in_b, out, tf32;
   int act, has_bias, bias_type, bias_on_rows;
+  int fp8;                                     // fp8 A and B: 1 | 2 sa | 4 sb | 8 cs | 16 amax given; else 0
   int align_a, align_b, align_c, align_bias;   // the largest power of two (<= 256) dividing each address
 };
 
@@ -2080,6 +2169,7 @@ struct amp__gemm_plan {
   cublasLtEpilogue_t epi;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatrixLayout_t ld;   // D's layout where its type is not C's (an fp8 D), else NULL: lc
   cublasLtMatmulAlgo_t algo;
 };
 
@@ -2093,6 +2183,7 @@ static void amp__gemm_plan_destroy(amp__gemm_plan *pl) {
   if (pl->la) cublasLtMatrixLayoutDestroy(pl->la);
   if (pl->lb) cublasLtMatrixLayoutDestroy(pl->lb);
   if (pl->lc) cublasLtMatrixLayoutDestroy(pl->lc);
+  if (pl->ld) cublasLtMatrixLayoutDestroy(pl->ld);
   memset(pl, 0, sizeof *pl);
 }
 
@@ -2138,6 +2229,20 @@ static cublasLtEpilogue_t amp__gemm_lt_epilogue(const amp__gemm_key &k) {
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+// This call's scale and amax pointers into an fp8 plan's descriptor (set at build for the heuristic,
+// and again before each call, as the bias pointer is). Only those the key says are given: a NULL
+// attribute is cuBLASLt's default (scale 1, no amax), and D's scale and amax exist for an fp8 D only.
+static amp_status amp__gemm_fp8_pointers(amp__gemm_plan *pl, const amp__gemm_prob &p, char *msg, size_t cap) {
+  const void *sa = p.sa, *sb = p.sb, *cs = p.cs;
+  void *amax = p.amax;
+  if (sa) AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+  if (sb) AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+  if (cs) AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &cs, sizeof cs));
+  if (amax)
+    AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &amax, sizeof amax));
+  return AMP_OK;
+}
+
 // Asks the heuristic for the best algorithm with epilogue epi; *found 0 when it has none.
 static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp__gemm_prob &p, cublasLtEpilogue_t epi,
                                 cublasLtMatmulPreference_t pref, int *found, char *msg, size_t cap) {
@@ -2154,7 +2259,8 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
   int count = 0;
   memset(&res, 0, sizeof res);
   cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->lc, pl->lc, pref, 1, &res, &count);
+      cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->lc, pl->ld ? pl->ld : pl->lc, pref, 1, &res,
+                                     &count);
   // amp.h has checked the arguments, so a refusal here means cuBLASLt has no kernel for this
   // combination of types, epilogue and alignment (e.g. f32 inputs with an f16 output)
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) return AMP_OK;
@@ -2169,15 +2275,24 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
                                        size_t cap) {
   const amp__gemm_key &k = pl->key;
   cublasComputeType_t ct = (p.in == AMP_F32 && k.tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  cudaDataType_t it = amp__cuda_type(p.in), ot = amp__cuda_type(p.out);
+  cudaDataType_t it = amp__cuda_type(p.in), itb = amp__cuda_type(p.in_b), ot = amp__cuda_type(p.out);
   int32_t opa = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int d8 = k.fp8 && amp__dtype_is_fp8(p.out);
   AMP__LT_CHECK(cublasLtMatmulDescCreate(&pl->desc, ct, CUDA_R_32F));
   AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
   // layouts as stored (column-major): A is m x k, or k x m when transposed; B k x n or n x k
   AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->la, it, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lda));
-  AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lb, it, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb));
-  AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lc, ot, p.m, p.n, p.ldc));
+  AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lb, itb, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb));
+  // an fp8 D takes a 16-bit C type (cuBLASLt's fp8 table; C is never read there: beta is 0)
+  AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lc, d8 ? CUDA_R_16BF : ot, p.m, p.n, p.ldc));
+  if (d8) AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->ld, ot, p.m, p.n, p.ldc));
+  if (k.fp8) {   // split accumulation (fp32 promotion of the Tensor Cores' partial sums), and the scales
+    int8_t fast = 0;
+    AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+    amp_status r = amp__gemm_fp8_pointers(pl, p, msg, cap);
+    if (r != AMP_OK) return r;
+  }
 
   cublasLtMatmulPreference_t pref = NULL;
   AMP__LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -2235,7 +2350,8 @@ static amp_status amp__gemm_plan_get(amp__cu_state *st, const amp__gemm_prob &p,
   amp__gemm_key key;
   memset(&key, 0, sizeof key);
   key.m = p.m; key.n = p.n; key.k = p.k; key.ta = p.ta; key.tb = p.tb;
-  key.lda = p.lda; key.ldb = p.ldb; key.ldc = p.ldc; key.in = (int)p.in; key.out = (int)p.out;
+  key.lda = p.lda; key.ldb = p.ldb; key.ldc = p.ldc; key.in = (int)p.in; key.in_b = (int)p.in_b; key.out = (int)p.out;
+  key.fp8 = amp__dtype_is_fp8(p.in) ? 1 | (p.sa ? 2 : 0) | (p.sb ? 4 : 0) | (p.cs ? 8 : 0) | (p.amax ? 16 : 0) : 0;
   key.tf32 = p.in == AMP_F32 && tf32; key.act = p.act; key.has_bias = p.bias != NULL;
   key.bias_type = p.bias ? (int)p.bias_type : 0; key.bias_on_rows = p.bias ? p.bias_on_rows : 0;
   key.align_a = amp__align_of(p.a); key.align_b = amp__align_of(p.b); key.align_c = amp__align_of(p.c);
@@ -2258,16 +2374,99 @@ static amp_status amp__gemm_plan_get(amp__cu_state *st, const amp__gemm_prob &p,
   return AMP_OK;
 }
 
+// The packed copies of the operands q (what cuBLASLt reads) has in place of p's, then cuBLASLt's
+// fp8 product with this call's scale and amax pointers. The caller holds the plan cache's lock.
+static amp_status amp__gemm_fp8_enqueue(amp__cu_state *st, amp__gemm_plan *pl, const amp__gemm_prob &p,
+                                        const amp__gemm_prob &q, char *msg, size_t cap) {
+  const size_t na = (size_t)p.m * q.k, nb = (size_t)p.n * q.k;
+  if (q.a != p.a)   // op(A)(i, q) at i lda + q (ta) or q lda + i
+    amp__k_gemm_pack8<<<(unsigned)((na + 255) / 256), 256, 0, st->stream>>>(
+        (uint8_t *)const_cast<void *>(q.a), (const uint8_t *)p.a, p.m, p.k, q.k, p.ta ? (size_t)p.lda : 1,
+        p.ta ? 1 : (size_t)p.lda);
+  if (q.b != p.b)   // op(B)(q, j) at q ldb + j (tb) or j ldb + q
+    amp__k_gemm_pack8<<<(unsigned)((nb + 255) / 256), 256, 0, st->stream>>>(
+        (uint8_t *)const_cast<void *>(q.b), (const uint8_t *)p.b, p.n, p.k, q.k, p.tb ? 1 : (size_t)p.ldb,
+        p.tb ? (size_t)p.ldb : 1);
+  AMP__CU_CHECK(cudaGetLastError());
+  amp_status r = amp__gemm_fp8_pointers(pl, q, msg, cap);
+  if (r != AMP_OK) return r;
+  // an fp8 D has no C (beta is 0): C NULL there, its C layout's type not being D's
+  AMP__LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &q.alpha, q.a, pl->la, q.b, pl->lb, &q.beta, pl->ld ? NULL : q.c,
+                               pl->lc, q.c, pl->ld ? pl->ld : pl->lc, &pl->algo, st->workspace, st->workspace_size,
+                               st->stream));
+  return AMP_OK;
+}
+
+// One try of cuBLASLt for the fp8 product q (its plan; the enqueue where it has an algorithm):
+// *kind AMP__PLAN_SIMPLE when it has none. p: the call as given, for the packed copies.
+static amp_status amp__gemm_fp8_try(amp__cu_state *st, const amp__gemm_prob &p, const amp__gemm_prob &q, int *kind,
+                                    char *msg, size_t cap) {
+  std::lock_guard<std::mutex> lock(st->gemm_lock);   // as in amp__cu_gemm
+  amp__gemm_plan *pl = NULL;
+  amp_status r = amp__gemm_plan_get(st, q, 0, &pl, msg, cap);
+  *kind = r == AMP_OK ? pl->kind : AMP__PLAN_SIMPLE;
+  if (r == AMP_OK && *kind != AMP__PLAN_SIMPLE) r = amp__gemm_fp8_enqueue(st, pl, p, q, msg, cap);
+  return r;
+}
+
+// The fp8 product (amp__gemm_fp8_mode). cuBLASLt (AUTO, fp8 A and B, sm_89 or newer) computes
+// alpha sa sb op(A) op(B) (+ beta C) with the scales read from device pointers and FAST_ACCUM off,
+// in its fp8 kernels' "TN" form: an operand whose k is not contiguous, or that is not 16-byte
+// aligned, or whose ld or k is not a multiple of 16, is first copied into a packed operand
+// (amp__k_gemm_pack8, k padded with zeros to kp). cuBLASLt writes C itself when nothing follows
+// (no bias or activation, and an amax only for an fp8 D: AMAX_D, with c_scale as D_SCALE) and it
+// has an algorithm for C as given; else it writes an f32 scratch T (16-byte columns) that
+// amp__k_gemm_fp8 finishes as the CPU does. Anything else (another algo, a 16-bit or f32 operand,
+// block scales, an older GPU, no algorithm even for T): the plain fp8 kernel. The scratch is
+// stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
+static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int algo, char *msg, size_t cap) {
+  if (p.m == 0 || p.n == 0) {   // only the amax to write: the max over no results
+    if (p.amax) AMP__CU_CHECK(cudaMemsetAsync(p.amax, 0, sizeof(float), st->stream));
+    return AMP_OK;
+  }
+  if (!(algo == AMP_GEMM_AUTO && amp__dtype_is_fp8(p.in) && amp__dtype_is_fp8(p.in_b) && p.k > 0 &&
+        p.alpha != 0.0f && p.bw == 0 && st->sm_major * 10 + st->sm_minor >= 89))
+    return amp__gemm_launch_fp8(st, p, NULL, 0, msg, cap);
+  const int kp = (p.k + 15) / 16 * 16, ldt = (p.m + 3) / 4 * 4;
+  const int pack_a = !(p.ta && kp == p.k && p.lda % 16 == 0 && amp__align_of(p.a) >= 16);   // op(A) = A^T: k along
+  const int pack_b = !(!p.tb && kp == p.k && p.ldb % 16 == 0 && amp__align_of(p.b) >= 16);  // A's and B's columns
+  const size_t na = pack_a ? (size_t)p.m * kp : 0, nb = pack_b ? (size_t)p.n * kp : 0;   // bytes: codes
+  int direct = !p.bias && p.act == AMP_ACT_NONE && (amp__dtype_is_fp8(p.out) || !p.amax), kind = AMP__PLAN_SIMPLE;
+  uint8_t *scr = NULL;   // the packed operands (na + nb bytes, each 16-byte aligned: kp is)
+  float *T = NULL;
+  if (na + nb) AMP__CU_CHECK(cudaMallocAsync((void **)&scr, na + nb, st->stream));
+  amp__gemm_prob q = p;   // what cuBLASLt computes
+  q.ta = 1; q.tb = 0; q.k = kp; q.bias = NULL; q.act = AMP_ACT_NONE;
+  if (pack_a) { q.a = scr; q.lda = kp; }
+  if (pack_b) { q.b = scr + na; q.ldb = kp; }
+  amp_status r = direct ? amp__gemm_fp8_try(st, p, q, &kind, msg, cap) : AMP_OK;
+  if (r == AMP_OK && kind == AMP__PLAN_SIMPLE) {   // through T
+    cudaError_t e = cudaMallocAsync((void **)&T, (size_t)ldt * p.n * sizeof(float), st->stream);
+    if (e != cudaSuccess) r = amp__cu_fail(msg, cap, "cudaMallocAsync", cudaGetErrorName(e), __FILE__, __LINE__);
+    direct = 0;
+    q.c = T; q.ldc = ldt; q.out = AMP_F32; q.beta = 0.0f; q.cs = NULL; q.amax = NULL;
+    if (r == AMP_OK) r = amp__gemm_fp8_try(st, p, q, &kind, msg, cap);
+  }
+  if (r == AMP_OK && kind == AMP__PLAN_SIMPLE) r = amp__gemm_launch_fp8(st, p, NULL, 0, msg, cap);
+  else if (r == AMP_OK && !direct) r = amp__gemm_launch_fp8(st, p, T, ldt, msg, cap);
+  void *scratch[2] = {scr, T};
+  for (int i = 0; i < 2; i++) {
+    cudaError_t e = scratch[i] ? cudaFreeAsync(scratch[i], st->stream) : cudaSuccess;
+    if (e != cudaSuccess && r == AMP_OK) r = amp__cu_fail(msg, cap, "cudaFreeAsync", cudaGetErrorName(e), __FILE__, __LINE__);
+  }
+  return r;
+}
+
 extern "C" amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                    float alpha, const void *A, amp_dtype a_type, int lda, const void *B,
                                    amp_dtype b_type, int ldb, float beta, void *C, amp_dtype c_type, int ldc,
                                    const amp_gemm_opts *opts, char *msg, size_t cap) {
   amp__cu_state *st = (amp__cu_state *)state;
-  (void)b_type;   // == a_type, checked by amp.h
   amp__gemm_prob p =
-      amp__gemm_canon(layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, ldb, beta, C, c_type, ldc, opts);
+      amp__gemm_canon(layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, opts);
   if (!st) { if (msg && cap) snprintf(msg, cap, "amp__cu_gemm: state is NULL"); return AMP_ERR_ARG; }
   AMP__CU_ON(st);
+  if (amp__gemm_fp8_mode(a_type, b_type, c_type, opts)) return amp__gemm_fp8(st, p, (int)opts->algo, msg, cap);
   if (k == 0 || alpha == 0.0f) return amp__gemm_launch_elementwise(st, p, 0, 0, msg, cap);   // C = beta C
   if (opts->algo == AMP_GEMM_SIMPLE) return amp__gemm_launch_elementwise(st, p, 1, 0, msg, cap);
   if (opts->algo == AMP_GEMM_WMMA) return amp__gemm_launch_wmma(st, p, msg, cap);

@@ -5,7 +5,10 @@
    from one second to the next (the same binary differs by up to 8% between two runs on an H100),
    so each line is the median of 5 rounds, and in each round amp_gemm and then torch.matmul are
    timed: PyTorch runs beside this program (`python3 bench/torch_ref.py --serve-matmul`, started
-   here, one request per round). */
+   here, one request per round).
+   The fp8 lines: amp_gemm_ex's fp8 layer forward (E4M3 x and W, row-major x W^T, scale_invs 1 on
+   the device, a bf16 result: cuBLASLt's fp8 kernels in their TN form, no packing) against
+   torch._scaled_mm on the same operands (use_fast_accum off on both), 4096^3 and 8192^3. */
 #define _POSIX_C_SOURCE 200809L   /* fork, pipe, fdopen */
 #include "bench.h"
 #define AMP_IMPLEMENTATION
@@ -82,20 +85,19 @@ static void *dfill(size_t n, amp_dtype t) {
   return d;
 }
 
-/* Median seconds of one call. */
-static double time_gemm(int m, int n, int k, amp_dtype t, const void *A, const void *B, void *C, amp_gemm_algo algo) {
-  amp_gemm_opts o;
+/* Median seconds of one call: C (m x n, type ct) = A (m x k, type t) op(B), row-major; op(B) = B
+   (k x n) or, with tb, B^T (B n x k). */
+static double time_gemm_ex(int m, int n, int k, amp_dtype t, amp_trans tb, amp_dtype ct, const void *A, const void *B,
+                           void *C, const amp_gemm_opts *o) {
   double reps[7], one;
-  int i, r, iters;
+  int i, r, iters, ldb = tb == AMP_TRANS ? k : n;
   float ms = 0;
-  memset(&o, 0, sizeof o);
-  o.algo = algo;
   for (i = 0; i < 3; i++)
-    if (amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.0f, A, t, k, B, t, n, 0.0f, C, t, n, &o) != AMP_OK) {
+    if (amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, tb, m, n, k, 1.0f, A, t, k, B, t, ldb, 0.0f, C, ct, n, o) != AMP_OK) {
       printf("amp_gemm: %s\n", amp_last_error()); return 0;
     }
   cudaEventRecord(ev0, NULL);
-  amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.0f, A, t, k, B, t, n, 0.0f, C, t, n, &o);
+  amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, tb, m, n, k, 1.0f, A, t, k, B, t, ldb, 0.0f, C, ct, n, o);
   cudaEventRecord(ev1, NULL);
   cudaEventSynchronize(ev1);
   cudaEventElapsedTime(&ms, ev0, ev1);
@@ -104,13 +106,49 @@ static double time_gemm(int m, int n, int k, amp_dtype t, const void *A, const v
   for (r = 0; r < 7; r++) {
     cudaEventRecord(ev0, NULL);
     for (i = 0; i < iters; i++)
-      amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.0f, A, t, k, B, t, n, 0.0f, C, t, n, &o);
+      amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, tb, m, n, k, 1.0f, A, t, k, B, t, ldb, 0.0f, C, ct, n, o);
     cudaEventRecord(ev1, NULL);
     cudaEventSynchronize(ev1);
     cudaEventElapsedTime(&ms, ev0, ev1);
     reps[r] = ms * 1e-3 / iters;
   }
   return bench_median(reps, 7);
+}
+static double time_gemm(int m, int n, int k, amp_dtype t, const void *A, const void *B, void *C, amp_gemm_algo algo) {
+  amp_gemm_opts o;
+  memset(&o, 0, sizeof o);
+  o.algo = algo;
+  return time_gemm_ex(m, n, k, t, AMP_NO_TRANS, t, A, B, C, &o);
+}
+
+/* The fp8 lines (see the top): ours and torch._scaled_mm's, alternating, the medians. */
+static void fp8_lines(void) {
+  static const int sizes[2] = {4096, 8192};
+  float one = 1.0f, *ds = NULL;
+  int s, r;
+  if (cudaMalloc((void **)&ds, sizeof one) != 0) return;
+  cudaMemcpy(ds, &one, sizeof one, 1);
+  for (s = 0; s < 2; s++) {
+    int m = sizes[s], n = sizes[s], k = sizes[s];
+    void *A = dfill((size_t)m * k, AMP_E4M3), *B = dfill((size_t)n * k, AMP_E4M3), *C = dfill((size_t)m * n, AMP_BF16);
+    double flop = 2.0 * m * n * k, ours[ROUNDS], theirs[ROUNDS], graphed[ROUNDS], mine;
+    amp_gemm_opts o;
+    char name[64];
+    memset(&o, 0, sizeof o);
+    o.a_scale_inv = ds; o.b_scale_inv = ds;
+    for (r = 0; r < ROUNDS; r++) {
+      double sec = time_gemm_ex(m, n, k, AMP_E4M3, AMP_TRANS, AMP_BF16, A, B, C, &o);
+      ours[r] = sec > 0 ? flop / sec * 1e-12 : 0;
+      theirs[r] = torch_tflops("e4m3", m, n, k, &graphed[r]);
+    }
+    mine = bench_median(ours, ROUNDS);
+    snprintf(name, sizeof name, "gemm_e4m3_%d vs torch._scaled_mm eager", sizes[s]);
+    if (mine > 0) bench_line(name, mine, bench_median(theirs, ROUNDS), "TFLOP/s");
+    snprintf(name, sizeof name, "gemm_e4m3_%d vs torch._scaled_mm graph", sizes[s]);
+    if (mine > 0) bench_line(name, mine, bench_median(graphed, ROUNDS), "TFLOP/s");
+    cudaFree(A); cudaFree(B); cudaFree(C);
+  }
+  cudaFree(ds);
 }
 
 int main(void) {
@@ -151,6 +189,7 @@ int main(void) {
       }
       cudaFree(A); cudaFree(B); cudaFree(C);
     }
+  fp8_lines();
   torch_stop();
   cudaEventDestroy(ev0); cudaEventDestroy(ev1);
   amp_device_close(dev);

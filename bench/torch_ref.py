@@ -32,7 +32,9 @@ def cuda_time(fn, min_seconds=0.02, reps=7, warmup=3):
 
 def serve_matmul():
     """`torch_ref.py --serve-matmul`: bench/gpu_gemm.c's peer, run beside it. Reads lines
-    `f16|bf16 m n k` on stdin; for each, times torch.matmul(a, b, out=c) row-major in that dtype
+    `f16|bf16|e4m3 m n k` on stdin; for each, times torch.matmul(a, b, out=c) row-major in that dtype
+    (e4m3: torch._scaled_mm(a, b.t()) with a m x k and b n x k row-major E4M3, scales 1 on the
+    device, a bf16 result, use_fast_accum off: amp_gemm_ex's fp8 layer forward, same arguments)
     (cuda_time: warm-up, then the median of 7 timed batches) and prints one line, its TFLOP/s
     called eagerly from Python, then its TFLOP/s replayed from a CUDA graph of 20 products (Python's
     dispatch taken out; 0 0 without torch or a CUDA device). gpu_gemm alternates its own figure and this one, round
@@ -54,12 +56,23 @@ def serve_matmul():
         if key not in cache:
             cache.clear()
             torch.cuda.empty_cache()
-            a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
-            b = torch.rand(k, n, device="cuda", dtype=dtype) * 2 - 1
-            cache[key] = (a, b, torch.empty(m, n, device="cuda", dtype=dtype))
-        a, b, c = cache[key]
+            if dname == "e4m3":
+                a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+                b = (torch.rand(n, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+                one = torch.ones((), device="cuda")
+                cache[key] = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            else:
+                a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
+                b = torch.rand(k, n, device="cuda", dtype=dtype) * 2 - 1
+                c = torch.empty(m, n, device="cuda", dtype=dtype)
+                cache[key] = lambda: torch.matmul(a, b, out=c)
+        product = cache[key]
         flop = 2.0 * m * n * k
-        sec = cuda_time(lambda: torch.matmul(a, b, out=c))
+        try:
+            sec = cuda_time(product)
+        except Exception:   # a torch without _scaled_mm, or a GPU without fp8
+            print("0 0", flush=True)
+            continue
         # the same product with Python's per-call dispatch taken out: 20 products captured in one
         # CUDA graph (torch.cuda.graph), the replay timed and divided by 20
         try:
@@ -68,11 +81,11 @@ def serve_matmul():
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(3):
-                    torch.matmul(a, b, out=c)
+                    product()
             torch.cuda.current_stream().wait_stream(side)
             with torch.cuda.graph(g):
                 for _ in range(20):
-                    torch.matmul(a, b, out=c)
+                    product()
             gsec = cuda_time(g.replay) / 20
         except Exception:
             gsec = 0

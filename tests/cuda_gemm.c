@@ -424,6 +424,283 @@ static void gpu_rejects_bad_input_and_leaves_c_unchanged(void) {
   cudaFree(d);
 }
 
+/* ---- the fp8 product -----------------------------------------------------------------------------
+
+   Against the CPU reference (AMP_GEMM_REFERENCE: the in-order f32 sum, which equals a plain loop
+   over the codes bit for bit, tests/test_gemm_fp8.c), with a_scale_inv, b_scale_inv, c_scale and
+   c_amax as device pointers on the GPU. Two claims:
+   - The plain fp8 kernel (AMP_GEMM_SIMPLE, and AUTO for a pair cuBLASLt does not take, such as
+     fp8 x f16) gives the reference's bits, C and c_amax, with ReLU or no activation: it adds the
+     same products in the same k order, each fp8 x fp8 or fp8 x 16-bit product is exact in f32 (at
+     most 4 x 11 significant bits, never below 2^-33), so its fma rounds only the add the reference
+     rounds, and the rest is the CPU's own element functions (amp__gemm_fp8_factor,
+     amp__gemm_fp8_epi). GELU calls the device's tanhf: the bound below instead.
+   - cuBLASLt (AUTO, fp8 x fp8 on sm_89 and newer) sums in its own order (Tensor Core fragments,
+     split-k partials in f32, FMA) and applies alpha and the scales in its own order. Per result t
+     (before c_scale), s = alpha a_scale_inv b_scale_inv:
+         E = |s| (2k + 4) 2^-24 sum_p |a(i,p) b(p,j)| + 8 2^-24 (|s acc| + |beta c| + |bias|),
+     times 1.13 plus 8 2^-24 (|t| + 1e-3) through GELU (its slope is at most 1.13; tanhf's ulps).
+     Each side then rounds once to C's type (fl32(t c_scale) first for an fp8 C: in the 8 2^-24
+     term), so the stored values differ by at most cs E + 3 u (|cpu| + cs E) + 2 h, cs = c_scale
+     (1 for another C), u the type's unit roundoff (2^-24 f32, 2^-11 f16, 2^-8 bf16, 2^-4 E4M3,
+     2^-3 E5M2), h half its smallest subnormal. A saturated result stores the largest finite value
+     on both sides (cuBLASLt's fp8 D must saturate too: the cases with a large c_scale check it).
+     c_amax: max |t| on both sides, so they differ by at most the largest E. */
+static double u_of(amp_dtype t) {
+  return t == AMP_F32 ? 0x1p-24 : t == AMP_F16 ? 0x1p-11 : t == AMP_BF16 ? 0x1p-8 : t == AMP_E4M3 ? 0x1p-4 : 0x1p-3;
+}
+static double h_of(amp_dtype t) {
+  return t == AMP_F32 ? 0x1p-150 : t == AMP_F16 ? 0x1p-25 : t == AMP_BF16 ? 0x1p-134 : t == AMP_E4M3 ? 0x1p-10 : 0x1p-17;
+}
+static int is8(amp_dtype t) { return t == AMP_E4M3 || t == AMP_E5M2; }
+static const char *t8name(amp_dtype t) { return is8(t) ? (t == AMP_E4M3 ? "e4m3" : "e5m2") : tname(t); }
+
+typedef struct {
+  amp_layout L; amp_trans ta, tb; int m, n, k; float alpha, beta;
+  amp_dtype at, bt, ct;
+  int pad_a, pad_b, off;          /* leading-dimension padding of A (and C) and of B; pointer offset in elements */
+  amp_gemm_algo algo; int bias; amp_act act; int amax;
+  float sa, sb, cs;               /* 0: not given (1) */
+} fp8prob;
+
+static int check_fp8(const fp8prob *P) {
+  mat A = mat_make(P->L, P->ta, P->m, P->k, P->at, P->pad_a, P->off);
+  mat B = mat_make(P->L, P->tb, P->k, P->n, P->bt, P->pad_b, P->off);
+  mat C = mat_make(P->L, AMP_NO_TRANS, P->m, P->n, P->ct, P->pad_a, P->off);
+  size_t es = amp_dtype_size(P->ct);
+  void *cpu = malloc(C.n * es), *gpu = malloc(C.n * es);
+  amp_bf16 *bias = (amp_bf16 *)malloc(sizeof(amp_bf16) * (size_t)(P->n > 0 ? P->n : 1));
+  float hs[4], *ds = (float *)dmalloc(sizeof hs), gamax = 0.0f, camax = -1.0f;
+  void *dbias = dmalloc(sizeof(amp_bf16) * (size_t)(P->n > 0 ? P->n : 1));
+  /* bits only where the plain kernel runs for sure, and no GELU */
+  int exact = (P->algo == AMP_GEMM_SIMPLE || !(is8(P->at) && is8(P->bt))) && P->act != AMP_ACT_GELU;
+  int i, j, bad = 0;
+  double emax = 0.0, cs = P->cs != 0.0f ? P->cs : 1.0;
+  amp_gemm_opts ho, go;
+  amp_status st;
+  for (j = 0; j < P->n; j++) bias[j] = amp_f32_to_bf16(rnd());
+  up(dbias, bias, sizeof(amp_bf16) * (size_t)(P->n > 0 ? P->n : 1));
+  hs[0] = P->sa; hs[1] = P->sb; hs[2] = P->cs; hs[3] = -1.0f;   /* -1: the amax must be written */
+  up(ds, hs, sizeof hs);
+  memset(&ho, 0, sizeof ho);
+  ho.act = P->act; ho.bias_type = AMP_BF16; ho.bias = P->bias ? bias : NULL;
+  ho.a_scale_inv = P->sa != 0.0f ? &hs[0] : NULL; ho.b_scale_inv = P->sb != 0.0f ? &hs[1] : NULL;
+  ho.c_scale = P->cs != 0.0f ? &hs[2] : NULL; ho.c_amax = P->amax ? &camax : NULL;
+  go = ho;
+  go.bias = P->bias ? dbias : NULL; go.algo = P->algo;
+  go.a_scale_inv = ho.a_scale_inv ? ds : NULL; go.b_scale_inv = ho.b_scale_inv ? ds + 1 : NULL;
+  go.c_scale = ho.c_scale ? ds + 2 : NULL; go.c_amax = P->amax ? ds + 3 : NULL;
+  ho.algo = AMP_GEMM_REFERENCE;
+  memcpy(cpu, C.h, C.n * es);
+  EXPECT(amp_gemm_ex(amp_cpu(), P->L, P->ta, P->tb, P->m, P->n, P->k, P->alpha, A.h, P->at, A.ld, B.h, P->bt, B.ld,
+                     P->beta, cpu, P->ct, C.ld, &ho) == AMP_OK, "cpu: %s", amp_last_error());
+  st = amp_gemm_ex(dev, P->L, P->ta, P->tb, P->m, P->n, P->k, P->alpha, A.d, P->at, A.ld, B.d, P->bt, B.ld, P->beta,
+                   C.d, P->ct, C.ld, &go);
+  EXPECT(st == AMP_OK, "gpu: %s", amp_last_error());
+  EXPECT(amp_device_sync(dev) == AMP_OK, "sync: %s", amp_last_error());
+  down(gpu, C.d, C.n * es);
+  down(&gamax, ds + 3, sizeof gamax);
+  for (i = 0; i < P->m && !bad; i++)
+    for (j = 0; j < P->n && !bad; j++) {
+      size_t at = (size_t)i * C.rs + (size_t)j * C.cs;
+      double s = (double)P->alpha * (P->sa != 0.0f ? P->sa : 1.0f) * (P->sb != 0.0f ? P->sb : 1.0f);
+      double sum = 0, sabs = 0, c0 = P->beta != 0.0f ? amp__load(C.h, P->ct, at) : 0.0, b = 0, e, tol;
+      double want = amp__load(cpu, P->ct, at), got = amp__load(gpu, P->ct, at);
+      int p;
+      for (p = 0; p < P->k; p++) { double v = (double)mat_get(&A, i, p) * mat_get(&B, p, j); sum += v; sabs += fabs(v); }
+      if (P->bias) b = amp_bf16_to_f32(bias[j]);
+      e = fabs(s) * (2.0 * P->k + 4) * 0x1p-24 * sabs + 8 * 0x1p-24 * (fabs(s * sum) + fabs(P->beta * c0) + fabs(b));
+      if (P->act == AMP_ACT_GELU) e = 1.13 * e + 8 * 0x1p-24 * (fabs(s * sum + P->beta * c0 + b) + 1e-3);
+      emax = e > emax ? e : emax;
+      tol = cs * e + 3 * u_of(P->ct) * (fabs(want) + cs * e) + 2 * h_of(P->ct);
+      if (exact ? memcmp((char *)gpu + at * es, (char *)cpu + at * es, es) != 0 : !(fabs(got - want) <= tol)) {
+        bad = 1;
+        EXPECT(0, "fp8 algo %d %s %s %s %s x %s -> %s m %d n %d k %d alpha %g beta %g pads %d %d off %d act %d bias %d "
+               "scales %g %g %g: C(%d,%d) cpu %.9g, gpu %.9g, %s %.3g", (int)P->algo, P->L ? "col" : "row",
+               P->ta ? "T" : "N", P->tb ? "T" : "N", t8name(P->at), t8name(P->bt), t8name(P->ct), P->m, P->n, P->k,
+               P->alpha, P->beta, P->pad_a, P->pad_b, P->off, (int)P->act, P->bias, P->sa, P->sb, P->cs, i, j, want,
+               got, exact ? "bit for bit; bound would be" : "bound", tol);
+      }
+    }
+  if (P->amax && !bad) {
+    int ok = exact ? !memcmp(&gamax, &camax, 4) : fabs((double)gamax - camax) <= emax;
+    bad = !ok;
+    EXPECT(ok, "fp8 m %d n %d k %d %s x %s -> %s act %d: c_amax cpu %.9g, gpu %.9g (%s %.3g)", P->m, P->n, P->k,
+           t8name(P->at), t8name(P->bt), t8name(P->ct), (int)P->act, (double)camax, (double)gamax,
+           exact ? "bit for bit" : "bound", emax);
+  }
+  for (i = 0; i < (int)C.n && !bad; i++) {   /* padding: the bits the GPU must not touch */
+    size_t inner = (size_t)i % (size_t)C.ld, outer = (size_t)i / (size_t)C.ld;
+    int pad_elem = P->L == AMP_ROW_MAJOR ? (inner >= (size_t)P->n || outer >= (size_t)P->m)
+                                         : (inner >= (size_t)P->m || outer >= (size_t)P->n);
+    if (pad_elem && memcmp((char *)gpu + (size_t)i * es, (char *)C.h + (size_t)i * es, es)) {
+      bad = 1; EXPECT(0, "fp8 m %d n %d ldc %d: padding element %d of C was written", P->m, P->n, C.ld, i);
+    }
+  }
+  mat_free(&A); mat_free(&B); mat_free(&C); free(cpu); free(gpu); free(bias); cudaFree(ds); cudaFree(dbias);
+  return !bad;
+}
+
+static const amp_dtype fp8_outs[5] = {AMP_F32, AMP_F16, AMP_BF16, AMP_E4M3, AMP_E5M2};
+
+/* The plain fp8 kernel: every pair it takes (the three fp8 pairs, fp8 beside f16 or bf16), every
+   output type, layout and transpose, odd shapes, scales, bias and ReLU, beta or c_scale: the
+   CPU reference's bits. */
+static void fp8_plain_kernel_gives_the_cpus_bits(void) {
+  static const amp_dtype pairs[5][2] = {{AMP_E4M3, AMP_E4M3}, {AMP_E4M3, AMP_E5M2}, {AMP_E5M2, AMP_E4M3},
+                                        {AMP_E4M3, AMP_F16}, {AMP_BF16, AMP_E5M2}};
+  static const int sh[3][3] = {{1, 1, 1}, {5, 7, 19}, {33, 17, 40}};
+  int ip, io, L, ta, tb, s;
+  for (ip = 0; ip < 5; ip++) for (io = 0; io < 5; io++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++)
+    for (tb = 0; tb < 2; tb++) for (s = 0; s < 3; s++) {
+      int c8 = is8(fp8_outs[io]), v = (ip + io + s) % 2;
+      fp8prob P = {(amp_layout)L, (amp_trans)ta, (amp_trans)tb, sh[s][0], sh[s][1], sh[s][2], 1.5f, c8 ? 0.0f : 0.5f,
+                   pairs[ip][0], pairs[ip][1], fp8_outs[io], s, s + 1, s % 2, AMP_GEMM_SIMPLE, v,
+                   v ? AMP_ACT_RELU : AMP_ACT_NONE, 1, 0.5f, v ? 0.375f : 0.0f, c8 ? 16.0f : 0.0f};
+      if (!check_fp8(&P)) return;
+    }
+}
+
+/* cuBLASLt's fp8 path (AUTO, the three fp8 pairs): the layer forward's TN form aligned (cuBLASLt
+   reads A and B in place), every other layout and transpose, odd and unaligned shapes (packed
+   copies), each output type; plain, bias + GELU (our epilogue after cuBLASLt's f32 result) and an
+   amax of a 16-bit C (the same); a c_scale large enough to saturate part of an fp8 C. */
+static void fp8_cublaslt_matches_cpu_within_the_bound(void) {
+  static const amp_dtype pairs[3][2] = {{AMP_E4M3, AMP_E4M3}, {AMP_E4M3, AMP_E5M2}, {AMP_E5M2, AMP_E4M3}};
+  static const int sh[4][5] = {   /* m, n, k, pad_a, pad_b: the first two in TN form need no packing */
+    {64, 48, 64, 0, 0}, {128, 96, 256, 16, 0}, {33, 17, 40, 0, 1}, {1, 16, 16, 0, 0}};
+  int ip, io, L, ta, tb, s, ep;
+  for (ip = 0; ip < 3; ip++) for (io = 0; io < 5; io++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++)
+    for (tb = 0; tb < 2; tb++) for (s = 0; s < 4; s++) for (ep = 0; ep < 3; ep++) {
+      int c8 = is8(fp8_outs[io]);
+      if (s == 1 && titer() < 100) continue;   /* AMP_TEST_QUICK (compute-sanitizer): not the largest */
+      fp8prob P = {(amp_layout)L, (amp_trans)ta, (amp_trans)tb, sh[s][0], sh[s][1], sh[s][2], ep == 1 ? -1.0f : 1.0f,
+                   c8 || ep ? 0.0f : 0.5f, pairs[ip][0], pairs[ip][1], fp8_outs[io], sh[s][3], sh[s][4],
+                   s == 2 && ep == 2, AMP_GEMM_AUTO, ep == 1, ep == 1 ? AMP_ACT_GELU : AMP_ACT_NONE, ep == 2 || c8,
+                   0.5f, 0.25f, !c8 ? 0.0f : ep == 0 ? 4096.0f : 8.0f};
+      if (!check_fp8(&P)) return;
+    }
+}
+
+/* Block scales on the device (the plain fp8 kernel: cuBLASLt's block-scaled modes are not used in
+   this version): each kind on A and on B, alone and together, every layout and transpose the
+   blocks allow, k 300 (a partial last block), scales that are not powers of two; AUTO and SIMPLE
+   give the CPU reference's bits, C and c_amax (tests/test_device_line.c runs the same element
+   functions without a GPU). */
+static void fp8_block_scales_on_the_device_give_the_cpus_bits(void) {
+  static const amp_block_scaling kinds[3] = {AMP_BLOCK_MX_RCEIL, AMP_BLOCK_1x128, AMP_BLOCK_128x128};
+  enum { M = 37, N = 45, K = 300, LD = 301, S = LD * LD, NS = S / 32 + 64 };
+  static amp_fp8 a[S], b[S];
+  static float c1[M * N], c2[M * N], sc[2][NS];
+  static uint8_t mx[2][NS];
+  void *da = dmalloc(S), *db = dmalloc(S), *dc = dmalloc(sizeof c1), *dsc[2], *dmx[2];
+  float *dam = (float *)dmalloc(4), am1, am2;
+  int ka, kb, tr, lay, algo, i, w;
+  for (i = 0; i < S; i++) { a[i] = amp_f32_to_e4m3(4 * rnd(), 1); b[i] = amp_f32_to_e5m2(4 * rnd(), 1); }
+  for (w = 0; w < 2; w++) {
+    for (i = 0; i < NS; i++) { sc[w][i] = 0.3f + 0.17f * (float)((i * 3 + w) % 9); mx[w][i] = (uint8_t)(120 + (i * 7 + w) % 15); }
+    dsc[w] = dmalloc(sizeof sc[w]); dmx[w] = dmalloc(sizeof mx[w]);
+    up(dsc[w], sc[w], sizeof sc[w]); up(dmx[w], mx[w], sizeof mx[w]);
+  }
+  up(da, a, S); up(db, b, S);
+  for (ka = -1; ka < 3; ka++) for (kb = -1; kb < 3; kb++) for (tr = 0; tr < 4; tr++) for (lay = 0; lay < 2; lay++)
+    for (algo = 0; algo < 2; algo++) {
+      amp_trans ta = tr & 1 ? AMP_TRANS : AMP_NO_TRANS, tb = tr & 2 ? AMP_TRANS : AMP_NO_TRANS;
+      amp_layout L = lay ? AMP_COL_MAJOR : AMP_ROW_MAJOR;
+      int a_kcol = (L == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS), b_kcol = (L == AMP_ROW_MAJOR) == (tb == AMP_TRANS);
+      int ldc = L == AMP_ROW_MAJOR ? N : M;
+      amp_gemm_opts ho, go;
+      if (ka < 0 && kb < 0) continue;
+      if ((ka >= 0 && kinds[ka] != AMP_BLOCK_128x128 && !a_kcol) || (kb >= 0 && kinds[kb] != AMP_BLOCK_128x128 && !b_kcol))
+        continue;   /* refused on every device (tests/test_gemm_fp8.c) */
+      if (ka >= 0 && kb >= 0 && (ka == 0) != (kb == 0)) continue;   /* MX beside 1x128: refused */
+      memset(&ho, 0, sizeof ho);
+      ho.a_scale_inv = &sc[0][0]; ho.c_amax = &am2; ho.algo = AMP_GEMM_REFERENCE;   /* a per-tensor scale too: 0.3 */
+      if (ka >= 0) { ho.a_blocks = kinds[ka]; ho.a_scales = ka == 0 ? (const void *)mx[0] : (const void *)sc[0]; }
+      if (kb >= 0) { ho.b_blocks = kinds[kb]; ho.b_scales = kb == 0 ? (const void *)mx[1] : (const void *)sc[1]; }
+      go = ho;
+      go.a_scale_inv = (const float *)dsc[0]; go.c_amax = dam; go.algo = algo ? AMP_GEMM_SIMPLE : AMP_GEMM_AUTO;
+      if (ka >= 0) go.a_scales = ka == 0 ? dmx[0] : dsc[0];
+      if (kb >= 0) go.b_scales = kb == 0 ? dmx[1] : dsc[1];
+      EXPECT(amp_gemm_ex(amp_cpu(), L, ta, tb, M, N, K, 1.25f, a, AMP_E4M3, LD, b, AMP_E5M2, LD, 0.0f, c2, AMP_F32, ldc,
+                         &ho) == AMP_OK, "cpu: %s", amp_last_error());
+      EXPECT(amp_gemm_ex(dev, L, ta, tb, M, N, K, 1.25f, da, AMP_E4M3, LD, db, AMP_E5M2, LD, 0.0f, dc, AMP_F32, ldc,
+                         &go) == AMP_OK, "gpu: %s", amp_last_error());
+      amp_device_sync(dev); down(c1, dc, sizeof c1); down(&am1, dam, 4);
+      if (memcmp(c1, c2, sizeof c1) || memcmp(&am1, &am2, 4)) {
+        EXPECT(0, "kinds %d %d trans %d layout %d algo %d: the device's block-scaled product differs from the CPU's "
+               "(C[0] %.9g vs %.9g, amax %.9g vs %.9g)", ka, kb, tr, lay, algo, c1[0], c2[0], am1, am2);
+        goto done;
+      }
+    }
+done:
+  cudaFree(da); cudaFree(db); cudaFree(dc); cudaFree(dam);
+  for (w = 0; w < 2; w++) { cudaFree(dsc[w]); cudaFree(dmx[w]); }
+}
+
+/* alpha 0 or k 0 (A and B are not read: NaN codes there change nothing), a scale_inv of 0 on the
+   plain kernel (the same), m 0 with c_amax (the device writes 0). */
+static void fp8_special_cases_on_the_device(void) {
+  amp_fp8 nan8[4] = {0x7f, 0x7f, 0x7f, 0x7f};
+  float c[4] = {1, 2, 3, 4}, r[4], h[3] = {0.0f, 1.0f, -1.0f}, amax = -1.0f;
+  amp_fp8 *da = (amp_fp8 *)dmalloc(4);
+  float *dc = (float *)dmalloc(sizeof c), *ds = (float *)dmalloc(sizeof h);
+  amp_gemm_opts o;
+  int algo, which;
+  up(da, nan8, 4); up(ds, h, sizeof h);
+  for (algo = 0; algo < 2; algo++) for (which = 0; which < 3; which++) {
+    float alpha = which == 0 ? 0.0f : 1.0f;
+    int k = which == 1 ? 0 : 2;
+    memset(&o, 0, sizeof o);
+    o.algo = algo ? AMP_GEMM_SIMPLE : AMP_GEMM_AUTO;
+    o.c_amax = ds + 2;
+    if (which == 2) { o.a_scale_inv = ds; if (!algo) continue; }   /* a scale 0: the plain kernel's promise */
+    up(dc, c, sizeof c);
+    EXPECT(amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, k, alpha, da, AMP_E4M3, 2, da, AMP_E4M3, 2,
+                       2.0f, dc, AMP_F32, 2, &o) == AMP_OK, "%s", amp_last_error());
+    amp_device_sync(dev); down(r, dc, sizeof r); down(&amax, ds + 2, 4);
+    EXPECT(r[0] == 2 && r[1] == 4 && r[2] == 6 && r[3] == 8 && amax == 8.0f,
+           "algo %d case %d: C = 2 C expected 2 4 6 8, amax 8; got %g %g %g %g, amax %g", algo, which, r[0], r[1], r[2],
+           r[3], amax);
+  }
+  memset(&o, 0, sizeof o);
+  o.c_amax = ds + 2;
+  EXPECT(amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 0, 2, 2, 1.0f, da, AMP_E4M3, 2, da, AMP_E4M3, 2,
+                     0.0f, dc, AMP_F32, 2, &o) == AMP_OK, "m 0: %s", amp_last_error());
+  amp_device_sync(dev); down(&amax, ds + 2, 4);
+  EXPECT(amax == 0.0f, "m 0: c_amax %g, expected 0", amax);
+  cudaFree(da); cudaFree(dc); cudaFree(ds);
+}
+
+/* What the device refuses of the fp8 product: AMP_ERR_UNSUPPORTED for 1 x 128 blocks across k and E5M2 x E5M2,
+   AMP_ERR_ARG for WMMA with fp8, an fp8 C without c_scale or with beta, c_scale with an f32 C; each
+   message names amp_gemm_ex and the bad value, and C is unchanged. */
+static void fp8_refusals_on_the_device(void) {
+  static const char *say[6] = {"opts->a_blocks is 1 x 128", "AMP_E5M2", "AMP_GEMM_WMMA", "c_scale is NULL", "beta", "c_scale"};
+  amp_fp8 h8[16];
+  float one = 1.0f, *ds = (float *)dmalloc(4);
+  amp_fp8 *da = (amp_fp8 *)dmalloc(16), *dc = (amp_fp8 *)dmalloc(16), r[16];
+  int c;
+  memset(h8, 0x38, sizeof h8);
+  up(da, h8, 16); up(dc, h8, 16); up(ds, &one, 4);
+  for (c = 0; c < 6; c++) {
+    amp_gemm_opts o;
+    amp_dtype at = c == 1 ? AMP_E5M2 : AMP_E4M3, ct = c == 5 ? AMP_F32 : AMP_E4M3;
+    amp_status st, want = c < 2 ? AMP_ERR_UNSUPPORTED : AMP_ERR_ARG;
+    memset(&o, 0, sizeof o);
+    o.c_scale = c == 3 ? NULL : ds;
+    if (c == 0) { o.a_scales = ds; o.a_blocks = AMP_BLOCK_1x128; }   /* with ta AMP_TRANS: k down A's columns */
+    if (c == 2) o.algo = AMP_GEMM_WMMA;
+    st = amp_gemm_ex(dev, AMP_ROW_MAJOR, c == 0 ? AMP_TRANS : AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, da, at, 2, da,
+                     at, 2, c == 4 ? 1.0f : 0.0f, dc, ct, 2, &o);
+    EXPECT(st == want && strstr(amp_last_error(), "amp_gemm_ex") && strstr(amp_last_error(), say[c]),
+           "case %d: %s (%s)", c, amp_status_string(st), amp_last_error());
+  }
+  amp_device_sync(dev); down(r, dc, 16);
+  EXPECT(!memcmp(r, h8, 16), "a refused fp8 call changed C");
+  cudaFree(ds); cudaFree(da); cudaFree(dc);
+}
+
 int main(void) {
   amp_status st = amp_cuda_open(&dev, 0, NULL);
   RUN(cpu_device_still_runs_the_reference_in_a_cuda_build);
@@ -443,6 +720,11 @@ int main(void) {
   RUN(two_threads_share_the_plan_cache_and_get_their_own_bias);
   RUN(mixed_types_equal_the_product_of_widened_copies);
   RUN(gpu_rejects_bad_input_and_leaves_c_unchanged);
+  RUN(fp8_plain_kernel_gives_the_cpus_bits);
+  RUN(fp8_cublaslt_matches_cpu_within_the_bound);
+  RUN(fp8_block_scales_on_the_device_give_the_cpus_bits);
+  RUN(fp8_special_cases_on_the_device);
+  RUN(fp8_refusals_on_the_device);
   amp_device_close(dev);
   cudaDeviceSynchronize();
   TEST_END();

@@ -439,12 +439,62 @@ amp_status amp__cu_copy(void *state, void *dst, const void *src, size_t bytes, i
   memcpy(dst, src, bytes);
   return AMP_OK;
 }
+/* The plain fp8 kernel (amp__k_gemm_fp8 with T NULL), element by element as its threads run it:
+   amp__gemm_fp8_factor, the k products summed in order with fmaf (per block of k, each block's sum
+   times amp__gemm_block_scale_at's two scales added in k order, with block scales: the kernel's
+   amp__gemm_fp8_sum), amp__gemm_fp8_epi, the amax of the |t| bits (zeroed first, as the
+   launcher's cudaMemsetAsync does). m or n 0: the amax alone. AMP__EXACT_FP: GCC's -Ofast would
+   otherwise fuse or re-associate the block scales' products (the device's __fmul_rn never is). */
+static int fake_fp8_calls = 0;   /* how many products took this path */
+static AMP__EXACT_FP void fake_gemm_fp8(amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
+                          const void *A, amp_dtype at, int lda, const void *B, amp_dtype bt, int ldb, float beta,
+                          void *C, amp_dtype ct, int ldc, const amp_gemm_opts *o) {
+  int row = layout == AMP_ROW_MAJOR, i, j, q;
+  /* op(A)(i, q) at i ars + q acs, op(B)(q, j) at q brs + j bcs, C(i, j) at i crs + j ccs */
+  size_t ars = row == (ta == AMP_NO_TRANS) ? (size_t)lda : 1, acs = ars == 1 ? (size_t)lda : 1;
+  size_t brs = row == (tb == AMP_NO_TRANS) ? (size_t)ldb : 1, bcs = brs == 1 ? (size_t)ldb : 1;
+  size_t crs = row ? (size_t)ldc : 1, ccs = row ? 1 : (size_t)ldc;
+  int a_kcol = row == (ta == AMP_NO_TRANS), b_kcol = row == (tb == AMP_TRANS), p0;
+  int bw = o->a_scales ? amp__gemm_block_width(o->a_blocks) : o->b_scales ? amp__gemm_block_width(o->b_blocks) : 0;
+  int w = bw > 0 ? bw : k;
+  uint32_t amax = 0u;
+  fake_fp8_calls++;
+  for (i = 0; i < m; i++)
+    for (j = 0; j < n; j++) {
+      float s = amp__gemm_fp8_factor(alpha, o->a_scale_inv, o->b_scale_inv), cs = o->c_scale ? *o->c_scale : 1.0f;
+      float sacc = 0.0f, out, c, bias, t;
+      size_t at2 = (size_t)i * crs + (size_t)j * ccs;
+      if (s != 0.0f && k > 0) {
+        float acc = 0.0f;
+        for (p0 = 0; p0 < k; p0 += w) {
+          float part = 0.0f, sa, sb;
+          for (q = p0; q < p0 + w && q < k; q++)
+            part = fmaf(amp__load(A, at, (size_t)i * ars + (size_t)q * acs), amp__load(B, bt, (size_t)q * brs + (size_t)j * bcs), part);
+          if (!bw) { acc = part; break; }
+          sa = o->a_scales ? amp__gemm_block_scale_at(o->a_scales, o->a_blocks, a_kcol, i, p0, k, m) : 1.0f;
+          sb = o->b_scales ? amp__gemm_block_scale_at(o->b_scales, o->b_blocks, b_kcol, j, p0, k, n) : 1.0f;
+          acc = amp__fadd(acc, amp__fmul(amp__fmul(sa, sb), part));
+        }
+        sacc = amp__fmul(s, acc);
+      }
+      c = beta != 0.0f ? amp__load(C, ct, at2) : 0.0f;
+      bias = o->bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f;
+      t = amp__gemm_fp8_epi(sacc, beta, c, o->bias != NULL, bias, (int)o->act, o->c_scale != NULL, cs, &out);
+      if ((amp__f32_bits(t) & 0x7fffffffu) > amax) amax = amp__f32_bits(t) & 0x7fffffffu;
+      amp__store(C, ct, at2, out);
+    }
+  if (o->c_amax) *o->c_amax = amp__bits_f32(amax);
+}
 amp_status amp__cu_gemm(void *state, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
                         const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type, int ldb,
                         float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts, char *msg, size_t cap) {
   amp_gemm_opts ref;
   amp_status st;
   (void)state;
+  if (!fake_gemm_fails && amp__gemm_fp8_mode(a_type, b_type, c_type, opts)) {   /* each operand in its own type */
+    fake_gemm_fp8(layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, opts);
+    return AMP_OK;
+  }
   if (fake_gemm_fails || a_type != b_type) {   /* cuBLASLt takes no mixed pair: amp.h must widen first */
     snprintf(msg, cap, "cublasLtMatmul failed: CUBLAS_STATUS_NOT_SUPPORTED (emulated%s)", fake_gemm_fails ? "" : ", mixed types");
     return AMP_ERR_DEVICE;
@@ -950,6 +1000,114 @@ static void mixed_types_on_the_cuda_line_are_widened_first(void) {
   }
 }
 
+/* The fp8 product on the CUDA line: amp.h hands both types to the device as they are (no widening:
+   E4M3 x E5M2, fp8 x 16-bit), with the scales, c_scale and c_amax (device pointers there), and
+   m 0 with c_amax still reaches the device, which writes the amax. The plain fp8 kernel's element
+   functions (emulated above: amp__gemm_fp8_factor, fmaf in k order, amp__gemm_fp8_epi) must give
+   the CPU reference's bits, C and amax: an fp8 x fp8 or fp8 x 16-bit product is exact in f32, so
+   the fma rounds only the add the reference rounds. Every supported pair, output type, layout and
+   transpose, odd sizes, with alpha, scale_invs, bias, ReLU, beta (a 16-bit or f32 C) or c_scale. */
+static void fp8_products_on_the_cuda_line_give_the_cpus_bits(void) {
+  static const amp_dtype pairs[5][2] = {{AMP_E4M3, AMP_E4M3}, {AMP_E4M3, AMP_E5M2}, {AMP_E5M2, AMP_E4M3},
+                                        {AMP_E4M3, AMP_F16}, {AMP_BF16, AMP_E5M2}};
+  static const amp_dtype outs[5] = {AMP_F32, AMP_F16, AMP_BF16, AMP_E4M3, AMP_E5M2};
+  enum { M = 5, N = 7, K = 19, LD = 21, S = LD * LD };
+  static unsigned char a[2 * S], b[2 * S], c1[4 * S], c2[4 * S];
+  static float v[S];
+  amp_f16 bias[N];
+  float sa = 0.5f, sb = 0.375f, cs = 4.0f, am1, am2;
+  int ip, io, tr, lay, ep, i, calls;
+  for (i = 0; i < N; i++) bias[i] = amp_f32_to_f16(0.25f * (float)(i - 3));
+  for (ip = 0; ip < 5; ip++) for (io = 0; io < 5; io++) for (tr = 0; tr < 4; tr++) for (lay = 0; lay < 2; lay++)
+    for (ep = 0; ep < 2; ep++) {
+      amp_trans ta = tr & 1 ? AMP_TRANS : AMP_NO_TRANS, tb = tr & 2 ? AMP_TRANS : AMP_NO_TRANS;
+      amp_layout L = lay ? AMP_COL_MAJOR : AMP_ROW_MAJOR;
+      amp_dtype ct = outs[io];
+      int c8 = ct == AMP_E4M3 || ct == AMP_E5M2;
+      float beta = c8 ? 0.0f : 0.25f;
+      amp_gemm_opts o;
+      amp_status s1, s2;
+      for (i = 0; i < S; i++) v[i] = 0.3f * (float)((i * 7 + ip) % 23) - 3.2f;
+      amp_convert(a, pairs[ip][0], v, AMP_F32, S);
+      for (i = 0; i < S; i++) v[i] = 0.2f * (float)((i * 5 + tr) % 29) - 2.7f;
+      amp_convert(b, pairs[ip][1], v, AMP_F32, S);
+      for (i = 0; i < S; i++) v[i] = 0.1f * (float)(i % 13) - 0.6f;
+      if (!c8) amp_convert(c1, ct, v, AMP_F32, S); else memset(c1, 0x3c, S);
+      memcpy(c2, c1, sizeof c1);
+      memset(&o, 0, sizeof o);
+      o.a_scale_inv = &sa; o.b_scale_inv = ep ? &sb : NULL; o.c_scale = c8 ? &cs : NULL;
+      o.bias = ep ? bias : NULL; o.bias_type = AMP_F16; o.act = ep ? AMP_ACT_RELU : AMP_ACT_NONE;
+      am1 = am2 = -1.0f;
+      o.c_amax = &am1;
+      calls = fake_fp8_calls;
+      s1 = amp_gemm_ex(gpu(), L, ta, tb, M, N, K, 1.5f, a, pairs[ip][0], LD, b, pairs[ip][1], LD, beta, c1, ct, LD, &o);
+      o.c_amax = &am2; o.algo = AMP_GEMM_REFERENCE;
+      s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, M, N, K, 1.5f, a, pairs[ip][0], LD, b, pairs[ip][1], LD, beta, c2, ct, LD, &o);
+      EXPECT(s1 == AMP_OK && s2 == AMP_OK && fake_fp8_calls == calls + 1, "pair %d out %d trans %d layout %d ep %d: %s",
+             ip, io, tr, lay, ep, amp_last_error());
+      EXPECT(memcmp(c1, c2, sizeof c1) == 0 && amp__f32_bits(am1) == amp__f32_bits(am2) && am2 > 0.0f,
+             "pair %d out %d trans %d layout %d ep %d: the CUDA line's fp8 product differs from the CPU's (amax %g, %g)",
+             ip, io, tr, lay, ep, (double)am1, (double)am2);
+    }
+  am1 = 7.0f;
+  calls = fake_fp8_calls;
+  {
+    amp_gemm_opts o;
+    memset(&o, 0, sizeof o);
+    o.c_amax = &am1;
+    EXPECT(amp_gemm_ex(gpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 0, N, K, 1.0f, a, AMP_E4M3, K, b, AMP_E4M3, N,
+                       0.0f, c1, AMP_F32, N, &o) == AMP_OK && am1 == 0.0f && fake_fp8_calls == calls + 1,
+           "m 0: c_amax %g (want 0, written by the device), %d device calls: %s", (double)am1, fake_fp8_calls - calls,
+           amp_last_error());
+  }
+}
+
+/* Block-scaled fp8 products on the CUDA line (the plain fp8 kernel's path): for each kind on A and
+   on B, alone and together, each layout and transpose the blocks allow (1 x 32 and 1 x 128 need k
+   along the stored rows; 128 x 128 takes any), k 300 (a partial last block), the CPU reference's
+   bits, C and c_amax. The scales are any positive values (E8M0 bytes 120 to 134), as stored. */
+static void block_scaled_fp8_products_on_the_cuda_line_give_the_cpus_bits(void) {
+  static const amp_block_scaling kinds[3] = {AMP_BLOCK_MX_RCEIL, AMP_BLOCK_1x128, AMP_BLOCK_128x128};
+  enum { M = 5, N = 6, K = 300, LD = 301, S = LD * LD };
+  static unsigned char a[S], b[S], c1[4 * M * N], c2[4 * M * N];
+  static float v[S], sc[2][S / 32 + 64];
+  int ka, kb, tr, lay, i, w;
+  for (i = 0; i < S; i++) v[i] = 0.3f * (float)((i * 7) % 23) - 3.2f;
+  amp_convert(a, AMP_E4M3, v, AMP_F32, S);
+  for (i = 0; i < S; i++) v[i] = 0.2f * (float)((i * 5) % 29) - 2.7f;
+  amp_convert(b, AMP_E5M2, v, AMP_F32, S);
+  for (w = 0; w < 2; w++)
+    for (i = 0; i < S / 32 + 64; i++) sc[w][i] = 0.17f * (float)((i * 3 + w) % 9) + 0.3f;   /* not dyadic: the products round */
+  for (ka = -1; ka < 3; ka++) for (kb = -1; kb < 3; kb++) for (tr = 0; tr < 4; tr++) for (lay = 0; lay < 2; lay++) {
+    amp_trans ta = tr & 1 ? AMP_TRANS : AMP_NO_TRANS, tb = tr & 2 ? AMP_TRANS : AMP_NO_TRANS;
+    amp_layout L = lay ? AMP_COL_MAJOR : AMP_ROW_MAJOR;
+    int a_kcol = (L == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS), b_kcol = (L == AMP_ROW_MAJOR) == (tb == AMP_TRANS);
+    unsigned char mx[2][S / 32 + 64];
+    float am1 = -1.0f, am2 = -2.0f, sa = 0.5f;
+    amp_gemm_opts o;
+    amp_status s1, s2;
+    if (ka < 0 && kb < 0) continue;
+    if ((ka >= 0 && kinds[ka] != AMP_BLOCK_128x128 && !a_kcol) || (kb >= 0 && kinds[kb] != AMP_BLOCK_128x128 && !b_kcol))
+      continue;   /* refused on both sides (test_gemm_fp8) */
+    if (ka >= 0 && kb >= 0 && (kinds[ka] == AMP_BLOCK_MX_RCEIL) != (kinds[kb] == AMP_BLOCK_MX_RCEIL)) continue;
+    for (i = 0; i < (int)sizeof mx[0]; i++) { mx[0][i] = (unsigned char)(120 + i % 15); mx[1][i] = (unsigned char)(134 - i % 13); }
+    memset(&o, 0, sizeof o);
+    if (ka >= 0) { o.a_blocks = kinds[ka]; o.a_scales = ka == 0 ? (const void *)mx[0] : (const void *)sc[0]; }
+    if (kb >= 0) { o.b_blocks = kinds[kb]; o.b_scales = kb == 0 ? (const void *)mx[1] : (const void *)sc[1]; }
+    o.a_scale_inv = &sa; o.c_amax = &am1;
+    memset(c1, 0, sizeof c1); memset(c2, 0, sizeof c2);
+    s1 = amp_gemm_ex(gpu(), L, ta, tb, M, N, K, 1.25f, a, AMP_E4M3, LD, b, AMP_E5M2, LD, 0.0f, c1, AMP_BF16,
+                     L == AMP_ROW_MAJOR ? N : M, &o);
+    o.c_amax = &am2; o.algo = AMP_GEMM_REFERENCE;
+    s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, M, N, K, 1.25f, a, AMP_E4M3, LD, b, AMP_E5M2, LD, 0.0f, c2, AMP_BF16,
+                     L == AMP_ROW_MAJOR ? N : M, &o);
+    EXPECT(s1 == AMP_OK && s2 == AMP_OK, "kinds %d %d trans %d layout %d: %s", ka, kb, tr, lay, amp_last_error());
+    EXPECT(memcmp(c1, c2, sizeof c1) == 0 && amp__f32_bits(am1) == amp__f32_bits(am2) && am2 > 0.0f,
+           "kinds %d %d trans %d layout %d: the CUDA line's block-scaled product differs from the CPU's (amax %g, %g)",
+           ka, kb, tr, lay, (double)am1, (double)am2);
+  }
+}
+
 /* AMP_MASTER_SPLIT and AMP_MASTER_NONE on the CUDA line: the device table carries each tensor's
    mode (no fp32 master in the slab for them, the remainders beside it), the step kernel's branch
    for them gives the CPU's bits (model copies, remainders, moments), a seed reaches the model copy
@@ -1296,6 +1454,8 @@ int main(void) {
   RUN(mixed_types_on_the_cuda_line_are_widened_first);
   RUN(the_fp8_scaler_on_the_cuda_line_equals_the_cpus);
   RUN(block_scaling_on_the_cuda_line_gives_the_cpus_bits);
+  RUN(fp8_products_on_the_cuda_line_give_the_cpus_bits);
+  RUN(block_scaled_fp8_products_on_the_cuda_line_give_the_cpus_bits);
   amp_device_close(gpu());
   TEST_END();
 }

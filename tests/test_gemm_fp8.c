@@ -342,24 +342,33 @@ static void c_amax_nan_wins(void) {
          "amax %g c %g %g", amax, c[0], c[3]);
 }
 
-/* A CUDA device refuses fp8 (this version's CUDA product has none) before it reaches the device:
-   AMP_ERR_UNSUPPORTED, the message saying so, C untouched. The device is a record with is_cuda
-   set (this test includes the implementation); nothing of it is used past the check. */
-static void cuda_device_refuses_fp8(void) {
+/* What a CUDA device refuses of the fp8 product, before it reaches the device: 1 x 128 blocks
+   across k (AMP_ERR_UNSUPPORTED, as on the CPU), AMP_GEMM_WMMA with fp8 inputs and an fp8 C
+   without c_scale (AMP_ERR_ARG), E5M2 x E5M2 (AMP_ERR_UNSUPPORTED); each message naming
+   amp_gemm_ex and the bad value, C untouched each time. The device is a record with is_cuda set (this test includes the
+   implementation); nothing of it is used past the checks, so a case the checks let through would
+   crash here rather than pass. */
+static void cuda_device_refuses_what_it_lacks(void) {
   amp_device fake;
   amp_fp8 a[4] = {0x38, 0x38, 0x38, 0x38};
-  float c[4] = {5, 5, 5, 5}, si = 1.0f;
+  float c[4] = {5, 5, 5, 5}, sc[1] = {1.0f};
   amp_gemm_opts o;
   int r;
   memset(&fake, 0, sizeof fake);
   fake.is_cuda = 1;
-  for (r = 0; r < 2; r++) {
-    amp_status st;
+  for (r = 0; r < 5; r++) {
+    amp_status st, want = r == 2 || r == 3 ? AMP_ERR_ARG : AMP_ERR_UNSUPPORTED;
+    const char *say[] = {"opts->a_blocks is 1 x 128", "opts->b_blocks is 1 x 32", "AMP_GEMM_WMMA", "c_scale is NULL",
+                         "AMP_E5M2"};
+    amp_dtype at = r == 4 ? AMP_E5M2 : AMP_E4M3, ct = r == 3 ? AMP_E4M3 : AMP_F32;
     memset(&o, 0, sizeof o);
-    if (r) o.a_scale_inv = &si;   /* an fp8 option with 16-bit inputs */
-    st = amp_gemm_ex(&fake, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, r ? AMP_F16 : AMP_E4M3, 2, a,
-                     r ? AMP_F16 : AMP_E4M3, 2, 0.0f, c, AMP_F32, 2, &o);
-    EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_gemm_ex") && strstr(amp_last_error(), "CPU only"),
+    o.a_blocks = AMP_BLOCK_1x128; o.b_blocks = AMP_BLOCK_MX_RCEIL;
+    if (r == 0) o.a_scales = sc;   /* A row-major with ta AMP_TRANS: k runs down A's stored columns */
+    if (r == 1) o.b_scales = sc;   /* B row-major with tb AMP_NO_TRANS: the same */
+    if (r == 2) o.algo = AMP_GEMM_WMMA;
+    st = amp_gemm_ex(&fake, AMP_ROW_MAJOR, r == 0 ? AMP_TRANS : AMP_NO_TRANS, AMP_NO_TRANS, 2, 2, 2, 1.0f, a, at, 2, a,
+                     at, 2, 0.0f, c, ct, 2, &o);
+    EXPECT(st == want && strstr(amp_last_error(), "amp_gemm_ex") && strstr(amp_last_error(), say[r]),
            "case %d: %s (%s)", r, amp_status_string(st), amp_last_error());
     EXPECT(c[0] == 5 && c[3] == 5, "case %d changed C", r);
   }
@@ -465,6 +474,6 @@ int main(void) {
   RUN(degenerate_sizes);
   RUN(c_amax_nan_wins);
   RUN(refusals_change_nothing);
-  RUN(cuda_device_refuses_fp8);
+  RUN(cuda_device_refuses_what_it_lacks);
   TEST_END();
 }
