@@ -1393,7 +1393,8 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          AMP_BF16 only): written with stochastic rounding, unbiased (a master value
                          between two bf16 neighbours becomes the upper one with the probability of
                          its distance from the lower one). The random bits are a counter-based hash
-                         of (amp_optim_config.seed, update number, tensor index, element index):
+                         of (amp_optim_config.seed, update number, tensor index, element index;
+                         one 64-bit hash gives four neighbouring elements 16 bits each):
                          the same seed gives the same bits on the CPU and on CUDA, a skipped step
                          draws nothing, and a run resumed from a checkpoint (which holds the update
                          count; the seed is the live config's, like custom_step) draws the same
