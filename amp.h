@@ -5708,6 +5708,27 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
       default: return 0; \
     } \
   }
+/* The same for amp__o_low_vec's loops (a bf16 copy written by the master encode: split, absent or
+   stochastic; the comment at amp__o_low16 says what they compute), and the loop of a W-lane level
+   without lane masks (AVX2: 8, NEON: 4), whole vectors only: VT, MUL, LDG (the grads' load), LDF /
+   STF (floats), MLD / MST (the masters' decode and encode) and OPS those of the level. */
+#define AMP__O_LOW_FN(ATTR, NAME, VT, SET1, KIND_CASE) \
+  ATTR int NAME(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m, float *v, \
+                const void *g, amp_dtype gt, size_t n, float gmul, const amp_step_coefs *c) { \
+    size_t gs = amp_dtype_size(gt), i; \
+    AMP__VCOEFS(VT, SET1); \
+    switch (kind) { \
+      AMP__OPTIM_KINDS(KIND_CASE) \
+      default: return 0; \
+    } \
+  }
+#define AMP__LOWW_LOOP(W, VT, MUL, LDG, LDF, STF, MLD, MST, OPS, BODY) \
+  for (i = 0; i + W <= n; i += W, m = m ? m + W : m, v = v ? v + W : v, g = (const char *)g + W * gs) { \
+    VT x = MUL(LDG(gt, g), gm), w0 = p ? LDF(p + i) : MLD(w + i, rem ? rem + i : NULL); \
+    AMP__VAPPLY(BODY, OPS); \
+    if (p) STF(p + i, w0); \
+    MST(w + i, rem ? rem + i : NULL, key, (uint64_t)i, w0); \
+  }
 #endif
 
 #ifdef AMP__X86_SIMD
@@ -5845,30 +5866,14 @@ AMP__NEON_STEP_INLINE void amp__master_st4(amp_bf16 *w, uint16_t *rem, uint64_t 
   hi = vbslq_u32(nan, vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40u)), hi);
   vst1_u16(w, vmovn_u32(hi));
 }
-#define AMP__LOW4(BODY) { \
-    float32x4_t x = amp__mul4(amp__ld4(gt, g), gm); \
-    float32x4_t w0 = p ? vld1q_f32(p + i) : amp__master_ld4(w + i, rem ? rem + i : NULL); \
-    AMP__VAPPLY(BODY, AMP__V4_OPS); \
-    if (p) vst1q_f32(p + i, w0); \
-    amp__master_st4(w + i, rem ? rem + i : NULL, key, (uint64_t)i, w0); }
 #define AMP__KIND_LOW4(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
   case kd: \
     if (!AMP__VHAS_##vec) return 0; \
-    for (i = 0; i + 4 <= n; i += 4, m = m ? m + 4 : m, v = v ? v + 4 : v, g = (const char *)g + 4 * gs) \
-      AMP__LOW4(AMP__V_##vec) \
+    AMP__LOWW_LOOP(4, float32x4_t, amp__mul4, amp__ld4, AMP__LD4F, AMP__ST4F, amp__master_ld4, amp__master_st4, \
+                   AMP__V4_OPS, AMP__V_##vec) \
     return 1;
-AMP__NEON_STEP_INLINE int amp__o_low4(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key,
-                                      float *m, float *v, const void *g, amp_dtype gt, size_t n, float gmul,
-                                      const amp_step_coefs *c) {
-  size_t gs = amp_dtype_size(gt), i;
-  AMP__VCOEFS(float32x4_t, vdupq_n_f32);
-  switch (kind) {
-    AMP__OPTIM_KINDS(AMP__KIND_LOW4)
-    default: return 0;
-  }
-}
+AMP__O_LOW_FN(AMP__NEON_STEP_INLINE, amp__o_low4, float32x4_t, vdupq_n_f32, AMP__KIND_LOW4)
 #undef AMP__KIND_LOW4
-#undef AMP__LOW4
 #define AMP__LOW_G4_(E, N, T, S) return amp__o_low4(kind, p, w, rem, key, m, v, g, E, n, gmul, c);
 static AMP__EXACT_FP int amp__o_low_neon(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key,
                                          float *m, float *v, const void *g, amp_dtype gt, size_t n, float gmul,
@@ -6240,39 +6245,15 @@ static AMP__AVX512 void amp__o_master_store_avx512(amp_bf16 *w, uint16_t *rem, u
       AMP__LOW16(AMP__V_##vec) \
     } \
     return 1;
-AMP__AVX512_INLINE int amp__o_low16(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m,
-                                    float *v, const void *g, amp_dtype gt, size_t n, float gmul,
-                                    const amp_step_coefs *c) {
-  size_t gs = amp_dtype_size(gt), i;
-  AMP__VCOEFS(__m512, _mm512_set1_ps);
-  switch (kind) {
-    AMP__OPTIM_KINDS(AMP__KIND_LOW16)
-    default: return 0;
-  }
-}
-#define AMP__LOW8(BODY) { \
-    __m256 x = amp__mul8(amp__ld8(gt, g), gm); \
-    __m256 w0 = p ? _mm256_loadu_ps(p + i) : amp__master_ld8(w + i, rem ? rem + i : NULL); \
-    AMP__VAPPLY(BODY, AMP__V8_OPS); \
-    if (p) _mm256_storeu_ps(p + i, w0); \
-    amp__master_st8(w + i, rem ? rem + i : NULL, key, (uint64_t)i, w0); }
+AMP__O_LOW_FN(AMP__AVX512_INLINE, amp__o_low16, __m512, _mm512_set1_ps, AMP__KIND_LOW16)
 #define AMP__KIND_LOW8(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
   case kd: \
     if (!AMP__VHAS_##vec) return 0; \
-    for (i = 0; i + 8 <= n; i += 8, m = m ? m + 8 : m, v = v ? v + 8 : v, g = (const char *)g + 8 * gs) \
-      AMP__LOW8(AMP__V_##vec) \
+    AMP__LOWW_LOOP(8, __m256, amp__mul8, amp__ld8, AMP__LD8F, AMP__ST8F, amp__master_ld8, amp__master_st8, AMP__V8_OPS, \
+                   AMP__V_##vec) \
     return 1;
-AMP__AVX2_INLINE int amp__o_low8(amp_optim_kind kind, float *p, amp_bf16 *w, uint16_t *rem, uint64_t key, float *m,
-                                 float *v, const void *g, amp_dtype gt, size_t n, float gmul, const amp_step_coefs *c) {
-  size_t gs = amp_dtype_size(gt), i;
-  AMP__VCOEFS(__m256, _mm256_set1_ps);
-  switch (kind) {
-    AMP__OPTIM_KINDS(AMP__KIND_LOW8)
-    default: return 0;
-  }
-}
+AMP__O_LOW_FN(AMP__AVX2_INLINE, amp__o_low8, __m256, _mm256_set1_ps, AMP__KIND_LOW8)
 #undef AMP__KIND_LOW8
-#undef AMP__LOW8
 #undef AMP__KIND_LOW16
 #undef AMP__LOW16
 /* One instance per (kind, grad type), the grad type a constant in each. */
