@@ -6274,12 +6274,14 @@ static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes
 #define AMP__Q8_EMIN 97     /* the lookup below covers |y| in [2^(97-127), 1): 31 exponents */
 #define AMP__Q8_MB 6         /* ... by sign, exponent and the top 6 mantissa bits */
 #define AMP__Q8_LUT (2 * 31 << AMP__Q8_MB)
-/* The vector loops' buckets: |y| in [2^(104-127), 1) by sign, exponent and the top 7 mantissa bits,
-   each holding at most one midpoint of either map (amp__qmap_make checks); below 2^-23 every y's
-   nearest code is 0's (the least nonzero magnitude of either map is above 2^-22). */
-#define AMP__Q8_VEMIN 104
+/* The vector loops' buckets (amp__q8_code16): y by sign, exponent and the top 7 mantissa bits, each
+   holding at most one midpoint of either map; exponents 104 .. 126 one row each, every smaller one
+   (|y| < 2^-23, 0 and subnormals: 0's code, as the least nonzero magnitude of either map is above
+   2^-22) the row of 103, and 127 (+-1) one more. */
+#define AMP__Q8_VEMIN 103
 #define AMP__Q8_VMB 7
-#define AMP__Q8_VLUT (2 * 23 << AMP__Q8_VMB)
+#define AMP__Q8_VROWS 25
+#define AMP__Q8_VLUT (2 * AMP__Q8_VROWS << AMP__Q8_VMB)
 typedef struct amp__qmap {
   float code[256]; double mid[255];
   uint8_t start[AMP__Q8_LUT];   /* the code of each bucket's least value (amp__q8_code) */
@@ -6313,16 +6315,20 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     q->start[k] = amp__q8_search(q, amp__bits_f32(sg << 31 | e << 23 | f << (23 - AMP__Q8_MB) | (sg ? low : 0u)));
   }
   q->c0 = amp__q8_search(q, 0.0f); q->cp1 = amp__q8_search(q, 1.0f); q->cm1 = amp__q8_search(q, -1.0f);
-  for (k = 0; k < AMP__Q8_VLUT; k++) {   /* the vector table: a finer bucket's first code and midpoint */
-    uint32_t sg = (uint32_t)(k / (23 << AMP__Q8_VMB)), e = (uint32_t)((k >> AMP__Q8_VMB) % 23) + AMP__Q8_VEMIN;
-    uint32_t lb = (1u << (23 - AMP__Q8_VMB)) - 1u, base = sg << 31 | e << 23 | ((uint32_t)k & ((1u << AMP__Q8_VMB) - 1u)) << (23 - AMP__Q8_VMB);
-    int lo = amp__q8_search(q, amp__bits_f32(base | (sg ? lb : 0u))), hi = amp__q8_search(q, amp__bits_f32(base | (sg ? 0u : lb)));
-    uint32_t key = lb + 1u;   /* no midpoint inside: a key no y reaches */
+  for (k = 0; k < AMP__Q8_VLUT; k++) {   /* the vector table: a bucket's first code and its midpoint's key */
+    uint32_t sg = (uint32_t)(k / (AMP__Q8_VROWS << AMP__Q8_VMB)), e = (uint32_t)((k >> AMP__Q8_VMB) % AMP__Q8_VROWS) + AMP__Q8_VEMIN;
+    uint32_t f = (uint32_t)k & ((1u << AMP__Q8_VMB) - 1u), lb = (1u << (23 - AMP__Q8_VMB)) - 1u;
+    uint32_t base = sg << 31 | e << 23 | f << (23 - AMP__Q8_VMB), key = lb + 1u;   /* a key no y reaches */
+    int lo, hi;
+    if (e == AMP__Q8_VEMIN) { q->vt[k] = (uint32_t)q->c0 << 24 | key; continue; }   /* |y| < 2^-23 */
+    if (e == 127u) { q->vt[k] = (uint32_t)(f ? 0 : sg ? q->cm1 : q->cp1) << 24 | key; continue; }   /* +-1 */
+    lo = amp__q8_search(q, amp__bits_f32(base | (sg ? lb : 0u)));
+    hi = amp__q8_search(q, amp__bits_f32(base | (sg ? 0u : lb)));
     if (hi > lo) {   /* the least float above mid[lo] (inside the bucket), as a key: its low bits, counted up
                         the bucket (flipped for negative y, whose magnitude falls as y grows) */
-      float f = (float)q->mid[lo];
-      uint32_t u = amp__f32_bits(f);
-      if ((double)f <= q->mid[lo]) u = u >> 31 ? u - 1u : u + 1u;
+      float m = (float)q->mid[lo];
+      uint32_t u = amp__f32_bits(m);
+      if ((double)m <= q->mid[lo]) u = u >> 31 ? u - 1u : u + 1u;
       key = (u & lb) ^ (sg ? lb : 0u);
     }
     q->vt[k] = (uint32_t)lo << 24 | key;
@@ -6354,31 +6360,26 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
 }
 #ifdef AMP__X86_SIMD
 /* AMP_MOMENTS_8BIT's vector loops (AVX-512: 16 lanes, AVX2: 8), amp__q8_code's and amp__q_load's
-   answers bit for bit. A lane's code, where 2^-23 <= |y| < 1: from vt[] at y's bucket (sign,
-   exponent, top 7 mantissa bits), the code of the bucket's least value, plus one where y reaches the
-   bucket's midpoint (its key: y's low 16 bits, flipped for negative y); the scalar search's count.
-   |y| < 2^-23 (0, -0, subnormals): c0; +-1: cp1 / cm1; NaN: code 0 (the bisection's answer: no
-   comparison holds). */
+   answers bit for bit. A lane's code: from vt[] at y's bucket (sign, exponent clamped to 103 .. 127,
+   top 7 mantissa bits), the code of the bucket's least value, plus one where y reaches the bucket's
+   midpoint (its key: y's low 16 bits, flipped for negative y); the scalar search's count. NaN: code
+   0 (the bisection's answer: no comparison holds). The clamp of y to [-1, 1] is left out: |x| <=
+   absmax, so |x / absmax| <= 1 already (a NaN stays NaN either way). */
 AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
-  const __m512i lb = _mm512_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1);
   __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __m512i e = _mm512_srli_epi32(a, 23), neg = _mm512_srai_epi32(u, 31), c, t, key;
-  __mmask16 in = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(e, _mm512_set1_epi32(AMP__Q8_VEMIN)),
-                                         _mm512_set1_epi32(127 - AMP__Q8_VEMIN));
-  __mmask16 tiny = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(AMP__Q8_VEMIN));
-  __mmask16 one = _mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(0x3f800000));
-  __m512i idx = _mm512_add_epi32(_mm512_sub_epi32(_mm512_srli_epi32(a, 23 - AMP__Q8_VMB),
-                                                  _mm512_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB)),
-                                 _mm512_and_si512(neg, _mm512_set1_epi32(23 << AMP__Q8_VMB)));
-  t = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), in, idx, q->vt, 4);
-  key = _mm512_and_si512(_mm512_xor_si512(u, neg), lb);
+  __m512i neg = _mm512_srai_epi32(u, 31), e, idx, t, c;
+  e = _mm512_min_epu32(_mm512_max_epu32(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(AMP__Q8_VEMIN)),
+                       _mm512_set1_epi32(127));
+  idx = _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(AMP__Q8_VEMIN)), AMP__Q8_VMB),
+                        _mm512_and_si512(_mm512_srli_epi32(a, 23 - AMP__Q8_VMB), _mm512_set1_epi32((1 << AMP__Q8_VMB) - 1)));
+  idx = _mm512_add_epi32(idx, _mm512_and_si512(neg, _mm512_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
+  t = _mm512_i32gather_epi32(idx, q->vt, 4);
   c = _mm512_mask_add_epi32(_mm512_srli_epi32(t, 24),
-                            _mm512_cmpge_epi32_mask(key, _mm512_and_si512(t, _mm512_set1_epi32(0xffffff))),
+                            _mm512_cmpge_epi32_mask(_mm512_and_si512(_mm512_xor_si512(u, neg),
+                                                                     _mm512_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1)),
+                                                    _mm512_and_si512(t, _mm512_set1_epi32(0xffffff))),
                             _mm512_srli_epi32(t, 24), _mm512_set1_epi32(1));
-  c = _mm512_mask_mov_epi32(c, tiny, _mm512_set1_epi32(q->c0));
-  c = _mm512_mask_mov_epi32(c, one, _mm512_mask_mov_epi32(_mm512_set1_epi32(q->cp1),
-                                                          _mm512_movepi32_mask(neg), _mm512_set1_epi32(q->cm1)));
-  return _mm512_maskz_mov_epi32((__mmask16)(in | tiny | one), c);
+  return _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), c);
 }
 /* The unsigned max of |x|'s bits over s[0 .. j) into *amax, j the whole vectors of e; returns j. */
 static AMP__AVX512 size_t amp__q8_amax16(const float *s, size_t e, uint32_t *amax) {
@@ -6388,14 +6389,12 @@ static AMP__AVX512 size_t amp__q8_amax16(const float *s, size_t e, uint32_t *ama
   *amax = (uint32_t)_mm512_reduce_max_epu32(m);
   return j;
 }
-/* codes[j] = the code of s[j] / am clamped to [-1, 1] (amp__q_store's rule), whole vectors of e. */
+/* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e. */
 static AMP__AVX512 size_t amp__q8_encode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
-  __m512 d = _mm512_set1_ps(am), p1 = _mm512_set1_ps(1.0f), m1 = _mm512_set1_ps(-1.0f);
+  __m512 d = _mm512_set1_ps(am);
   size_t j;
   for (j = 0; j + 16 <= e; j += 16) {
     __m512 y = amp__div16(_mm512_loadu_ps(s + j), d);
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, p1, _CMP_GT_OQ), p1);
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, m1, _CMP_LT_OQ), m1);
     _mm_storeu_si128((__m128i *)(void *)(codes + j), _mm512_cvtepi32_epi8(amp__q8_code16(q, y)));
   }
   return j;
@@ -6418,25 +6417,19 @@ AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { __asm__("vdivps %2, %1, 
 AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
 #endif
 AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
-  const __m256i lb = _mm256_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1);
   __m256i u = _mm256_castps_si256(y), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  __m256i e = _mm256_srli_epi32(a, 23), neg = _mm256_srai_epi32(u, 31), c, t, key;
-  __m256i eb = _mm256_sub_epi32(e, _mm256_set1_epi32(AMP__Q8_VEMIN));   /* e <= 255: signed compares */
-  __m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(eb, _mm256_set1_epi32(-1)),
-                                _mm256_cmpgt_epi32(_mm256_set1_epi32(127 - AMP__Q8_VEMIN), eb));
-  __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(AMP__Q8_VEMIN), e);
-  __m256i one = _mm256_cmpeq_epi32(a, _mm256_set1_epi32(0x3f800000));
-  __m256i idx = _mm256_add_epi32(_mm256_sub_epi32(_mm256_srli_epi32(a, 23 - AMP__Q8_VMB),
-                                                  _mm256_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB)),
-                                 _mm256_and_si256(neg, _mm256_set1_epi32(23 << AMP__Q8_VMB)));
-  t = _mm256_i32gather_epi32((const int *)(const void *)q->vt, _mm256_and_si256(idx, in), 4);
-  key = _mm256_and_si256(_mm256_xor_si256(u, neg), lb);
-  /* key >= the midpoint's key: not (midpoint's key > key); adds one (subtracting the all-ones) */
+  __m256i neg = _mm256_srai_epi32(u, 31), e, idx, t, c, key;
+  e = _mm256_min_epu32(_mm256_max_epu32(_mm256_srli_epi32(a, 23), _mm256_set1_epi32(AMP__Q8_VEMIN)),
+                       _mm256_set1_epi32(127));
+  idx = _mm256_or_si256(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(AMP__Q8_VEMIN)), AMP__Q8_VMB),
+                        _mm256_and_si256(_mm256_srli_epi32(a, 23 - AMP__Q8_VMB), _mm256_set1_epi32((1 << AMP__Q8_VMB) - 1)));
+  idx = _mm256_add_epi32(idx, _mm256_and_si256(neg, _mm256_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
+  t = _mm256_i32gather_epi32((const int *)(const void *)q->vt, idx, 4);
+  key = _mm256_and_si256(_mm256_xor_si256(u, neg), _mm256_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1));
+  /* + 1 where key >= the midpoint's key: + 1, less one (adding the all-ones) where it is greater */
   c = _mm256_add_epi32(_mm256_srli_epi32(t, 24), _mm256_set1_epi32(1));
   c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xffffff)), key));
-  c = _mm256_blendv_epi8(c, _mm256_set1_epi32(q->c0), tiny);
-  c = _mm256_blendv_epi8(c, _mm256_blendv_epi8(_mm256_set1_epi32(q->cp1), _mm256_set1_epi32(q->cm1), neg), one);
-  return _mm256_and_si256(c, _mm256_or_si256(in, _mm256_or_si256(tiny, one)));
+  return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)), c);   /* a <= 0x7fffffff */
 }
 static AMP__AVX2 size_t amp__q8_amax8(const float *s, size_t e, uint32_t *amax) {
   __m256i m = _mm256_setzero_si256(), ab = _mm256_set1_epi32(0x7fffffff);
@@ -6451,14 +6444,12 @@ static AMP__AVX2 size_t amp__q8_amax8(const float *s, size_t e, uint32_t *amax) 
   return j;
 }
 static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
-  __m256 d = _mm256_set1_ps(am), p1 = _mm256_set1_ps(1.0f), m1 = _mm256_set1_ps(-1.0f);
+  __m256 d = _mm256_set1_ps(am);
   size_t j;
   for (j = 0; j + 8 <= e; j += 8) {
     __m256 y = amp__div8(_mm256_loadu_ps(s + j), d);
     __m256i c;
     __m128i w;
-    y = _mm256_blendv_ps(y, p1, _mm256_cmp_ps(y, p1, _CMP_GT_OQ));
-    y = _mm256_blendv_ps(y, m1, _mm256_cmp_ps(y, m1, _CMP_LT_OQ));
     c = amp__q8_code8(q, y);
     w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
     _mm_storel_epi64((__m128i *)(void *)(codes + j), _mm_packus_epi16(w, w));
