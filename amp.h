@@ -6416,10 +6416,20 @@ static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes
 #define AMP__Q8_EMIN 97     /* the lookup below covers |y| in [2^(97-127), 1): 31 exponents */
 #define AMP__Q8_MB 6         /* ... by sign, exponent and the top 6 mantissa bits */
 #define AMP__Q8_LUT (2 * 31 << AMP__Q8_MB)
+/* The vector loops' buckets (amp__q8_code16): y by sign, exponent and the top 7 mantissa bits, each
+   holding at most one midpoint of either map; exponents 104 .. 126 one row each, every smaller one
+   (|y| < 2^-23, 0 and subnormals: 0's code, as the least nonzero magnitude of either map is above
+   2^-22) the row of 103, and 127 (+-1) one more. */
+#define AMP__Q8_VEMIN 103
+#define AMP__Q8_VMB 7
+#define AMP__Q8_VROWS 25
+#define AMP__Q8_VLUT (2 * AMP__Q8_VROWS << AMP__Q8_VMB)
 typedef struct amp__qmap {
   float code[256]; double mid[255];
   uint8_t start[AMP__Q8_LUT];   /* the code of each bucket's least value (amp__q8_code) */
   uint8_t c0, cp1, cm1;         /* the codes of 0, 1 and -1 */
+  uint32_t vt[AMP__Q8_VLUT];    /* the vector loops' table (amp__q8_code16): per finer bucket, the
+                                   code of its least value << 24 | the key of the one midpoint inside */
 } amp__qmap;
 static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y);
 static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
@@ -6447,6 +6457,24 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     q->start[k] = amp__q8_search(q, amp__bits_f32(sg << 31 | e << 23 | f << (23 - AMP__Q8_MB) | (sg ? low : 0u)));
   }
   q->c0 = amp__q8_search(q, 0.0f); q->cp1 = amp__q8_search(q, 1.0f); q->cm1 = amp__q8_search(q, -1.0f);
+  for (k = 0; k < AMP__Q8_VLUT; k++) {   /* the vector table: a bucket's first code and its midpoint's key */
+    uint32_t sg = (uint32_t)(k / (AMP__Q8_VROWS << AMP__Q8_VMB)), e = (uint32_t)((k >> AMP__Q8_VMB) % AMP__Q8_VROWS) + AMP__Q8_VEMIN;
+    uint32_t f = (uint32_t)k & ((1u << AMP__Q8_VMB) - 1u), lb = (1u << (23 - AMP__Q8_VMB)) - 1u;
+    uint32_t base = sg << 31 | e << 23 | f << (23 - AMP__Q8_VMB), key = lb + 1u;   /* a key no y reaches */
+    int lo, hi;
+    if (e == AMP__Q8_VEMIN) { q->vt[k] = (uint32_t)q->c0 << 24 | key; continue; }   /* |y| < 2^-23 */
+    if (e == 127u) { q->vt[k] = (uint32_t)(f ? 0 : sg ? q->cm1 : q->cp1) << 24 | key; continue; }   /* +-1 */
+    lo = amp__q8_search(q, amp__bits_f32(base | (sg ? lb : 0u)));
+    hi = amp__q8_search(q, amp__bits_f32(base | (sg ? 0u : lb)));
+    if (hi > lo) {   /* the least float above mid[lo] (inside the bucket), as a key: its low bits, counted up
+                        the bucket (flipped for negative y, whose magnitude falls as y grows) */
+      float m = (float)q->mid[lo];
+      uint32_t u = amp__f32_bits(m);
+      if ((double)m <= q->mid[lo]) u = u >> 31 ? u - 1u : u + 1u;
+      key = (u & lb) ^ (sg ? lb : 0u);
+    }
+    q->vt[k] = (uint32_t)lo << 24 | key;
+  }
 }
 /* The code nearest y (ties: the lower code): how many midpoints lie below y, by bisection. */
 static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y) {
@@ -6472,6 +6500,114 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
   while (c < 255 && (double)y > q->mid[c]) c++;
   return (uint8_t)c;
 }
+#ifdef AMP__X86_SIMD
+/* AMP_MOMENTS_8BIT's vector loops (AVX-512: 16 lanes, AVX2: 8), amp__q8_code's and amp__q_load's
+   answers bit for bit. A lane's code: from vt[] at y's bucket (sign, exponent clamped to 103 .. 127,
+   top 7 mantissa bits), the code of the bucket's least value, plus one where y reaches the bucket's
+   midpoint (its key: y's low 16 bits, flipped for negative y); the scalar search's count. NaN: code
+   0 (the bisection's answer: no comparison holds). The clamp of y to [-1, 1] is left out: |x| <=
+   absmax, so |x / absmax| <= 1 already (a NaN stays NaN either way). */
+AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
+  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  __m512i neg = _mm512_srai_epi32(u, 31), e, idx, t, c;
+  e = _mm512_min_epu32(_mm512_max_epu32(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(AMP__Q8_VEMIN)),
+                       _mm512_set1_epi32(127));
+  idx = _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(AMP__Q8_VEMIN)), AMP__Q8_VMB),
+                        _mm512_and_si512(_mm512_srli_epi32(a, 23 - AMP__Q8_VMB), _mm512_set1_epi32((1 << AMP__Q8_VMB) - 1)));
+  idx = _mm512_add_epi32(idx, _mm512_and_si512(neg, _mm512_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
+  t = _mm512_i32gather_epi32(idx, q->vt, 4);
+  c = _mm512_mask_add_epi32(_mm512_srli_epi32(t, 24),
+                            _mm512_cmpge_epi32_mask(_mm512_and_si512(_mm512_xor_si512(u, neg),
+                                                                     _mm512_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1)),
+                                                    _mm512_and_si512(t, _mm512_set1_epi32(0xffffff))),
+                            _mm512_srli_epi32(t, 24), _mm512_set1_epi32(1));
+  return _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), c);
+}
+/* The unsigned max of |x|'s bits over s[0 .. j) into *amax, j the whole vectors of e; returns j. */
+static AMP__AVX512 size_t amp__q8_amax16(const float *s, size_t e, uint32_t *amax) {
+  __m512i m = _mm512_setzero_si512(), ab = _mm512_set1_epi32(0x7fffffff);
+  size_t j;
+  for (j = 0; j + 16 <= e; j += 16) m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(s + j), ab));
+  *amax = (uint32_t)_mm512_reduce_max_epu32(m);
+  return j;
+}
+/* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e. */
+static AMP__AVX512 size_t amp__q8_encode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
+  __m512 d = _mm512_set1_ps(am);
+  size_t j;
+  for (j = 0; j + 16 <= e; j += 16) {
+    __m512 y = amp__div16(_mm512_loadu_ps(s + j), d);
+    _mm_storeu_si128((__m128i *)(void *)(codes + j), _mm512_cvtepi32_epi8(amp__q8_code16(q, y)));
+  }
+  return j;
+}
+/* d[j] = code[codes[j]] * am, whole vectors of e. */
+static AMP__AVX512 size_t amp__q8_decode16(const amp__qmap *q, float *d, const uint8_t *codes, size_t e, float am) {
+  __m512 a = _mm512_set1_ps(am);
+  size_t j;
+  for (j = 0; j + 16 <= e; j += 16) {
+    __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j)));
+    _mm512_storeu_ps(d + j, amp__mul16(_mm512_i32gather_ps(c, q->code, 4), a));
+  }
+  return j;
+}
+/* The same on 8 lanes. The division in asm under clang (as amp__sqrt8: its fast-math may otherwise
+   multiply by a reciprocal of the loop's constant divisor). */
+#if defined(__clang__)
+AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { __asm__("vdivps %2, %1, %0" : "=x"(a) : "x"(a), "x"(b)); return a; }
+#else
+AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
+#endif
+AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
+  __m256i u = _mm256_castps_si256(y), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  __m256i neg = _mm256_srai_epi32(u, 31), e, idx, t, c, key;
+  e = _mm256_min_epu32(_mm256_max_epu32(_mm256_srli_epi32(a, 23), _mm256_set1_epi32(AMP__Q8_VEMIN)),
+                       _mm256_set1_epi32(127));
+  idx = _mm256_or_si256(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(AMP__Q8_VEMIN)), AMP__Q8_VMB),
+                        _mm256_and_si256(_mm256_srli_epi32(a, 23 - AMP__Q8_VMB), _mm256_set1_epi32((1 << AMP__Q8_VMB) - 1)));
+  idx = _mm256_add_epi32(idx, _mm256_and_si256(neg, _mm256_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
+  t = _mm256_i32gather_epi32((const int *)(const void *)q->vt, idx, 4);
+  key = _mm256_and_si256(_mm256_xor_si256(u, neg), _mm256_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1));
+  /* + 1 where key >= the midpoint's key: + 1, less one (adding the all-ones) where it is greater */
+  c = _mm256_add_epi32(_mm256_srli_epi32(t, 24), _mm256_set1_epi32(1));
+  c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xffffff)), key));
+  return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)), c);   /* a <= 0x7fffffff */
+}
+static AMP__AVX2 size_t amp__q8_amax8(const float *s, size_t e, uint32_t *amax) {
+  __m256i m = _mm256_setzero_si256(), ab = _mm256_set1_epi32(0x7fffffff);
+  uint32_t w[8];
+  size_t j;
+  int i;
+  for (j = 0; j + 8 <= e; j += 8)
+    m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(s + j)), ab));
+  _mm256_storeu_si256((__m256i *)(void *)w, m);
+  *amax = 0u;
+  for (i = 0; i < 8; i++) if (w[i] > *amax) *amax = w[i];
+  return j;
+}
+static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
+  __m256 d = _mm256_set1_ps(am);
+  size_t j;
+  for (j = 0; j + 8 <= e; j += 8) {
+    __m256 y = amp__div8(_mm256_loadu_ps(s + j), d);
+    __m256i c;
+    __m128i w;
+    c = amp__q8_code8(q, y);
+    w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64((__m128i *)(void *)(codes + j), _mm_packus_epi16(w, w));
+  }
+  return j;
+}
+static AMP__AVX2 size_t amp__q8_decode8(const amp__qmap *q, float *d, const uint8_t *codes, size_t e, float am) {
+  __m256 a = _mm256_set1_ps(am);
+  size_t j;
+  for (j = 0; j + 8 <= e; j += 8) {
+    __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j)));
+    _mm256_storeu_ps(d + j, amp__mul8(_mm256_i32gather_ps(q->code, c, 4), a));
+  }
+  return j;
+}
+#endif
 /* AMP_MOMENTS_FP8 (TransformerEngine's FusedAdam with uint8 moments): one scale per moment array,
    from the largest magnitude of the values it encodes (amax) by TE's current scaling for E4M3
    (amp_fp8_scale_from_amax, AMP_FP8_CURRENT, epsilon 0): 448 / amax; 1 where amax is 0 (every
@@ -6536,7 +6672,17 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
   {
     const float *absmax = (const float *)a;
     const uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK);
-    for (j = 0; j < k; j++) d[j] = amp__fmul(q->code[codes[i0 + j]], absmax[(i0 + j) / AMP__Q8_BLOCK]);
+    size_t b;
+    for (b = 0; b < k; b += AMP__Q8_BLOCK) {   /* i0 is a multiple of AMP__Q8_BLOCK */
+      size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
+      float am = absmax[(i0 + b) / AMP__Q8_BLOCK];
+      j = 0;
+#ifdef AMP__X86_SIMD
+      if (l >= 2) j = amp__q8_decode16(q, d + b, codes + i0 + b, e, am);
+      else if (l == 1) j = amp__q8_decode8(q, d + b, codes + i0 + b, e, am);
+#endif
+      for (; j < e; j++) d[b + j] = amp__fmul(q->code[codes[i0 + b + j]], am);
+    }
   }
 }
 /* s's k values into elements i0 .. i0 + k - 1 (i0 a multiple of AMP__Q8_BLOCK; the blocks whole but
@@ -6556,14 +6702,24 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
     size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
     uint32_t amax = 0u;
     float am;
-    for (j = 0; j < e; j++) {
+    j = 0;
+#ifdef AMP__X86_SIMD
+    if (l >= 2) j = amp__q8_amax16(s + b, e, &amax);
+    else if (l == 1) j = amp__q8_amax8(s + b, e, &amax);
+#endif
+    for (; j < e; j++) {
       uint32_t u = amp__f32_bits(s[b + j]) & 0x7fffffffu;
       if (u > amax) amax = u;
     }
     am = amp__bits_f32(amax);
     if (am < 1e-38f) am = 1e-38f;
     *absmax = am;
-    for (j = 0; j < e; j++) {
+    j = 0;
+#ifdef AMP__X86_SIMD
+    if (l >= 2) j = amp__q8_encode16(q, codes, s + b, e, am);
+    else if (l == 1) j = amp__q8_encode8(q, codes, s + b, e, am);
+#endif
+    for (; j < e; j++) {
       float y = amp__fdiv(s[b + j], am);
       codes[j] = amp__q8_code(q, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
     }

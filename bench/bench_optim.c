@@ -288,7 +288,9 @@ static void bench_moments(size_t n) {
     {"f32", AMP_MOMENTS_F32}, {"bf16", AMP_MOMENTS_BF16}, {"8-bit", AMP_MOMENTS_8BIT}, {"fp8", AMP_MOMENTS_FP8}};
   mode base = {"adamw bf16 copy, bf16 grads", AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32, AMP_MASTER_F32, 0, 0, AMP_MOMENTS_F32};
   size_t k;
-  printf("moment types: loops %s\n", level_name(level()));
+  const char *lv = getenv("BENCH_OPTIM_LEVEL");   /* as bench_modes: 0 portable, 1 AVX2, 2 AVX-512 at most */
+  if (lv && *lv) amp__opt_simd = atoi(lv);
+  printf("moment types: loops %s\n", level_name(lv && *lv && atoi(lv) < level() ? atoi(lv) : level()));
   for (k = 0; k < sizeof types / sizeof types[0]; k++) {
     mode md = base;
     mrig R, F;

@@ -532,6 +532,86 @@ static void eight_bit_maps_are_the_described_dynamic_maps(void) {
   amp_optimizer_destroy(o);
 }
 
+/* The 8-bit store and load at every SIMD level against the plain loop (level 0), and the plain loop
+   against the reference here, on the values the steps rarely reach: a block of absmax 1 holding every
+   midpoint of the map, its neighbours and both signs (ties: the lower code), every power of two from
+   2^-40 and its neighbours, 0 and -0, +-1; blocks of other absmaxes; subnormals only (absmax clamped
+   at 1e-38); a short last block. Then blocks with inf and NaN, against level 0 alone. Stored and
+   loaded per AMP__CHUNK as a step does. */
+#define QN (256 * 16 + 37)
+static void q8_levels(int sg, amp__qmap *q, const float *x, size_t n, int finite, const char *what) {
+  static float buf[2][(QN + 3) / 4 + QN / 256 + 2], dec[2][QN], rdec[QN], rabs[QN / 256 + 1];
+  static uint8_t rcodes[QN];
+  size_t nb = amp__moment_bytes(AMP_MOMENTS_8BIT, n), i0, i;
+  int l;
+  for (l = 0; l < t_simd_levels(); l++) {
+    unsigned char *a = (unsigned char *)buf[l > 0];
+    memset(a, 0xa5, nb);
+    for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+      size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+      amp__q_store(l, AMP_MOMENTS_8BIT, a, q, n, i0, k, x + i0, 0, 0u);
+    }
+    for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+      size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
+      amp__q_load(l, AMP_MOMENTS_8BIT, a, q, n, i0, k, dec[l > 0] + i0);
+    }
+    if (l == 0) {
+      if (!finite) continue;
+      enc8(sg, x, n, rcodes, rabs, rdec);
+      EXPECT(memcmp(a, rabs, 4 * ((n + 255) / 256)) == 0 && memcmp(a + 4 * ((n + 255) / 256), rcodes, n) == 0,
+             "map %d, %s: the plain loop's absmaxes or codes differ from the reference's", sg, what);
+      EXPECT(memcmp(dec[0], rdec, n * 4) == 0, "map %d, %s: the plain loop decodes other values", sg, what);
+      continue;
+    }
+    for (i = 0; i < n && a[4 * ((n + 255) / 256) + i] == ((unsigned char *)buf[0])[4 * ((n + 255) / 256) + i]; i++) {}
+    EXPECT(memcmp(buf[0], buf[1], nb) == 0, "map %d, %s, level %d: the bytes differ from level 0's (first code at %d: "
+           "x %a)", sg, what, l, (int)i, i < n ? (double)x[i] : 0.0);
+    EXPECT(memcmp(dec[0], dec[1], n * 4) == 0, "map %d, %s, level %d: decodes other values than level 0", sg, what, l);
+  }
+}
+static void eight_bit_vector_loops_match_the_plain_loop_on_edge_values(void) {
+  static float x[QN];
+  amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+  amp_optimizer *o;
+  int sg;
+  EXPECT(amp_optimizer_create(&o, amp_cpu(), &c) == AMP_OK, "create: %s", amp_last_error());
+  for (sg = 0; sg < 2; sg++) {
+    size_t n = 0, i;
+    int k, d, e;
+    /* absmax 1: each block of 256 starts with +-1, then the values themselves */
+#define PUT(v) do { if (n % 256 == 0) { x[n] = (n / 256) % 2 ? -1.0f : 1.0f; n++; } x[n++] = (v); } while (0)
+    for (k = 0; k + 1 < 256; k++) {
+      float mid = (float)(((double)map8[sg][k] + (double)map8[sg][k + 1]) / 2.0);
+      float ys[3];
+      ys[0] = mid; ys[1] = nextafterf(mid, -2.0f); ys[2] = nextafterf(mid, 2.0f);
+      for (d = 0; d < 3; d++) { PUT(ys[d]); PUT(-ys[d]); }
+    }
+    for (e = -40; e <= 0; e++)
+      for (d = 0; d < 3; d++) {
+        float y = ldexpf(1.0f, e);
+        y = d == 0 ? y : d == 1 ? nextafterf(y, 0.0f) : nextafterf(y, 2.0f);
+        if (y > 1.0f) continue;
+        PUT(y); PUT(-y);
+      }
+    PUT(0.0f); PUT(-0.0f); PUT(1.0f); PUT(-1.0f); PUT(FLT_MIN); PUT(-FLT_MIN);
+#undef PUT
+    while (n % 256) x[n++] = rndf();
+    for (i = 0; i < 256; i++) x[n++] = 3.0f * rndf();   /* absmax below 3: quotients that round */
+    for (i = 0; i < 256; i++) x[n++] = ldexpf(rndf(), -(int)(rnd() % 30));   /* many exponents */
+    for (i = 0; i < 256; i++) x[n++] = i % 7 == 0 ? 0.0f : i % 7 == 1 ? -0.0f : ldexpf(rndf(), -128 - (int)(rnd() % 20));
+    for (i = 0; i < 37; i++) x[n++] = 1e-3f * rndf();   /* a short last block, not a whole vector */
+    EXPECT(n <= QN, "the edge values overflow the buffer: %d", (int)n);
+    q8_levels(sg, &o->qmap[sg], x, n, 1, "edge values");
+    /* inf and NaN: a block with inf (x / inf: 0 or NaN), one with NaN (the largest bits: absmax NaN) */
+    n = 0;
+    for (i = 0; i < 256; i++) x[n++] = i == 5 ? INFINITY : i == 9 ? -INFINITY : rndf();
+    for (i = 0; i < 256; i++) x[n++] = i == 17 ? NAN : i == 40 ? -NAN : rndf();
+    for (i = 0; i < 256; i++) x[n++] = i == 3 ? NAN : 0.0f;
+    q8_levels(sg, &o->qmap[sg], x, n, 0, "inf and NaN");
+  }
+  amp_optimizer_destroy(o);
+}
+
 /* The reference must be able to fail: fp32 moments do not give the bf16 or fp8 reference's bits. */
 static void fp32_moments_differ_from_the_reference(int moments) {
   static rig a;
@@ -855,6 +935,7 @@ int main(void) {
   RUN(eight_bit_maps_are_the_described_dynamic_maps);
   RUN(bf16_moments_match_the_reference_at_every_simd_level);
   RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
+  RUN(eight_bit_vector_loops_match_the_plain_loop_on_edge_values);
   RUN(fp8_table_and_encoder_agree_with_the_library);
   RUN(fp8_moments_match_the_reference_at_every_simd_level);
   RUN(fp32_moments_differ_from_the_bf16_and_fp8_references);
