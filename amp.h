@@ -99,16 +99,18 @@
         the optimizer's step, scan and master stores, fp8 casts, amp_quantize, amp_gemm's kernels.
       AArch64 (GCC, Clang; Linux, macOS): NEON, which every AArch64 CPU has (no run-time test):
         amp_convert between f32, f16 and bf16 (FCVTL / FCVTN for f16; amp_f32_to_bf16's integer
-        rounding on 4 lanes for bf16), and the optimizer step's update (SGD, Adam/AdamW, Lion on
-        4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers.
+        rounding on 4 lanes for bf16), the optimizer step's update (SGD, Adam/AdamW, Lion on
+        4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers,
+        split-master and stochastic-rounding stores, and the step's scan (the grads' sum of
+        squares in the portable loop's 32 double lanes and order, inf/NaN, gradient stats).
         BFCVTN for f32 -> bf16 where the build targets +bf16 (-march=armv8.6-a, -mcpu=neoverse-v2
         ...: __ARM_FEATURE_BF16_VECTOR_ARITHMETIC) and the CPU reports BF16 (Linux:
         getauxval(AT_HWCAP2) & HWCAP2_BF16; macOS: sysctlbyname("hw.optional.arm.FEAT_BF16")).
         The conversion instructions read the FPCR and the scalar functions do not, so each call
         reads it: a rounding mode other than nearest, default-NaN or alternate handling (DN, AH)
         sends it to the portable loops; flush-to-zero (FZ, FIZ; gcc's -Ofast sets FZ) leaves
-        BFCVTN out. The rest (the step's scan, split-master and stochastic-rounding stores, fp8
-        casts, amp_quantize, amp_gemm) runs the portable loops on AArch64, with the same bits.
+        BFCVTN out. The rest (fp8 casts, amp_quantize, amp_gemm) runs the portable loops on
+        AArch64, with the same bits.
 
    BUILDING THE CUDA PART
 
@@ -5445,7 +5447,10 @@ static AMP__EXACT_FP void amp__o_scan_finish(const double *lanes, double *sumsq,
   double total = 0.0;
   uint64_t b;
   int j;
-  for (j = 0; j < AMP__LANES; j++) total += lanes[j];
+  for (j = 0; j < AMP__LANES; j++) {
+    total += lanes[j];
+    AMP__ROUNDED(total);   /* in order: clang's -Ofast may not regroup the adds (it ignores the pragmas off x86) */
+  }
   memcpy(&b, &total, sizeof b);
   if (((b >> 52) & 0x7ffu) == 0x7ffu) *bad = 1;
   *sumsq += total;
@@ -5901,6 +5906,77 @@ static AMP__EXACT_FP int amp__o_step_vec(int l, amp_optim_kind kind, float *p, f
   return 0;
 }
 #undef AMP__STEP_G4_
+/* The scan (amp__o_scan_body; with stats amp__o_scan_stats_body) on NEON: element i's square in
+   double lane i % 32 (16 float64x2 accumulators, 32 elements a round), the lanes then added in
+   order by amp__o_scan_finish: the plain loop's sums, the same bits. x = g * inv through amp__mul4;
+   an f32 squares exactly in double, so a fused square-and-add (FMLA) would change no bit either, and
+   each accumulator passes through AMP__ROUNDED after its add (clang's -Ofast may not regroup the
+   sums). A tail runs zero-padded (a 0 grad adds +0). With stats: amp__gstat_add on 4 lanes, as the
+   AVX-512 loop does it (inf/NaN on y's bits, zero and subnormal on the decoded g's bits: FCVTL from
+   f16 never flushes, the bf16 shift and an f32 load do no arithmetic), the counts in u32 lanes
+   added into st every 4096 elements; the tail's elements through amp__gstat_add itself. */
+typedef struct amp__gstat4 { uint32x4_t amax, nf, nz, ns; } amp__gstat4;
+AMP__NEON_STEP_INLINE void amp__o_stat4(float32x4_t gv, float32x4_t y, uint32x4_t thr, amp__gstat4 *s) {
+  const uint32x4_t ab = vdupq_n_u32(0x7fffffffu), ex = vdupq_n_u32(0x7f800000u);
+  uint32x4_t yb = vreinterpretq_u32_f32(y), ga = vandq_u32(vreinterpretq_u32_f32(gv), ab);
+  uint32x4_t fm = vmvnq_u32(vceqq_u32(vandq_u32(yb, ex), ex));   /* lanes with a finite y */
+  uint32x4_t zm = vandq_u32(fm, vceqq_u32(ga, vdupq_n_u32(0u)));
+  uint32x4_t sm = vbicq_u32(vandq_u32(fm, vcltq_u32(ga, thr)), zm);
+  s->nf = vsubq_u32(s->nf, vmvnq_u32(fm));   /* a mask lane is -1: subtracting it counts one */
+  s->nz = vsubq_u32(s->nz, zm);
+  s->ns = vsubq_u32(s->ns, sm);
+  s->amax = vmaxq_u32(s->amax, vandq_u32(vandq_u32(yb, ab), fm));
+}
+AMP__NEON_STEP_INLINE void amp__o_scan32x4(const char *s, amp_dtype t, size_t es, float32x4_t vi, float64x2_t *a,
+                                           uint32x4_t thr, amp__gstat4 *s4) {
+  int q;
+  for (q = 0; q < 8; q++) {
+    float32x4_t gv = amp__ld4(t, s + 4 * (size_t)q * es), x = amp__mul4(gv, vi);
+    float64x2_t lo = vcvt_f64_f32(vget_low_f32(x)), hi = vcvt_high_f64_f32(x);
+    a[2 * q] = vaddq_f64(a[2 * q], vmulq_f64(lo, lo));
+    a[2 * q + 1] = vaddq_f64(a[2 * q + 1], vmulq_f64(hi, hi));
+    AMP__ROUNDED(a[2 * q]);
+    AMP__ROUNDED(a[2 * q + 1]);
+    if (s4) amp__o_stat4(gv, x, thr, s4);
+  }
+}
+AMP__NEON_STEP_INLINE void amp__o_scan4(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
+                                        amp__gstat *st) {
+  double lanes[AMP__LANES];
+  float64x2_t a[16];
+  float32x4_t vi = vdupq_n_f32(inv);
+  const uint32x4_t z = vdupq_n_u32(0u), thr = vdupq_n_u32(amp__dtype_min_normal_bits(t));
+  amp__gstat4 s4;
+  size_t es = amp_dtype_size(t), i = 0, n32 = n & ~(size_t)31;
+  const char *s = (const char *)g;
+  int q;
+  for (q = 0; q < 16; q++) a[q] = vdupq_n_f64(0.0);
+  s4.amax = s4.nf = s4.nz = s4.ns = z;
+  while (i < n32) {
+    size_t e = n32 - i > 4096 ? i + 4096 : n32;   /* at most 1024 counted in a lane between flushes */
+    for (; i < e; i += 32) amp__o_scan32x4(s + i * es, t, es, vi, a, thr, st ? &s4 : NULL);
+    if (st) {
+      st->nonfinite += vaddvq_u32(s4.nf); st->zero += vaddvq_u32(s4.nz); st->subnormal += vaddvq_u32(s4.ns);
+      s4.nf = s4.nz = s4.ns = z;
+    }
+  }
+  if (i < n) {
+    float buf[32];
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, s + i * es, (n - i) * es);
+    amp__o_scan32x4((const char *)buf, t, es, vi, a, thr, NULL);
+    if (st) for (; i < n; i++) { float r = amp__load(g, t, i); amp__gstat_add(st, r, r * inv, t); }
+  }
+  if (st) { uint32_t m = vmaxvq_u32(s4.amax); if (m > st->amax_bits) st->amax_bits = m; }
+  for (q = 0; q < 16; q++) vst1q_f64(lanes + 2 * q, a[q]);
+  amp__o_scan_finish(lanes, sumsq, bad);
+}
+static AMP__EXACT_FP void amp__o_scan_neon(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
+                                           amp__gstat *st) {
+#define AMP__B_(E, N, T, S) if (st) amp__o_scan4(g, E, n, inv, sumsq, bad, st); else amp__o_scan4(g, E, n, inv, sumsq, bad, NULL); break;
+  AMP__DTYPE_VSWITCH(t, AMP__B_)
+#undef AMP__B_
+}
 #endif
 
 
@@ -6353,6 +6429,12 @@ static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float i
     return;
   }
 #endif
+#ifdef AMP__NEON_SIMD
+  if (amp__opt_level() >= 1 && amp__dtype_cpu_vec(t)) {
+    amp__o_scan_neon(g, t, n, inv, sumsq, bad, st);
+    return;
+  }
+#endif
   amp__o_scan_stats(g, t, n, inv, sumsq, bad, st);
 }
 static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
@@ -6360,6 +6442,8 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
   int l = amp__dtype_cpu_vec(t) ? amp__opt_level() : 0;
   if (l >= 2) { amp__o_scan_avx512(g, t, n, inv, sumsq, bad); return; }
   if (l == 1) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
+#elif defined(AMP__NEON_SIMD)
+  if (amp__opt_level() >= 1 && amp__dtype_cpu_vec(t)) { amp__o_scan_neon(g, t, n, inv, sumsq, bad, NULL); return; }
 #else
   (void)amp__opt_level;
 #endif
