@@ -102,15 +102,16 @@
         rounding on 4 lanes for bf16), the optimizer step's update (SGD, Adam/AdamW, Lion on
         4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers,
         split-master and stochastic-rounding stores, and the step's scan (the grads' sum of
-        squares in the portable loop's 32 double lanes and order, inf/NaN, gradient stats).
+        squares in the portable loop's 32 double lanes and order, inf/NaN, gradient stats),
+        fp8 casts (f32/f16/bf16 <-> E4M3/E5M2: the scalar functions' integer steps on 4 lanes)
+        and amp_quantize's loop with its amax and counts.
         BFCVTN for f32 -> bf16 where the build targets +bf16 (-march=armv8.6-a, -mcpu=neoverse-v2
         ...: __ARM_FEATURE_BF16_VECTOR_ARITHMETIC) and the CPU reports BF16 (Linux:
         getauxval(AT_HWCAP2) & HWCAP2_BF16; macOS: sysctlbyname("hw.optional.arm.FEAT_BF16")).
         The conversion instructions read the FPCR and the scalar functions do not, so each call
         reads it: a rounding mode other than nearest, default-NaN or alternate handling (DN, AH)
         sends it to the portable loops; flush-to-zero (FZ, FIZ; gcc's -Ofast sets FZ) leaves
-        BFCVTN out. The rest (fp8 casts, amp_quantize, amp_gemm) runs the portable loops on
-        AArch64, with the same bits.
+        BFCVTN out. amp_gemm runs the portable loops on AArch64, with the same bits.
 
    BUILDING THE CUDA PART
 
@@ -3930,6 +3931,87 @@ AMP__FP8_KERNELS(e5m2, 1)
 AMP__EXACT_END
 #endif
 
+#ifdef AMP__NEON_SIMD
+/* NEON (AArch64): the fp8 casts on 4 lanes. Into fp8: amp__fp8_round and amp_f32_to_e4m3 /
+   amp_f32_to_e5m2 (saturate 1) step for step on the lanes (integer adds, variable shifts, compares
+   and selects: no float arithmetic, so neither the FPCR nor a compiler's flags can move a bit).
+   Out of fp8: amp_e4m3_to_f32's steps (its m * 2^-9 an exact multiply of normal floats) and E5M2
+   as FCVTL of the code shifted up (amp_e5m2_to_f32 is amp_f16_to_f32 of it, which amp__ld4_f16
+   gives while the FPCR is in the state amp__neon_level accepts). Whole blocks of 16 elements; a
+   tail through the portable loops. */
+#define AMP__U4(c) vdupq_n_u32((uint32_t)(c))
+AMP__NEON_INLINE uint32x4_t amp__fp8_enc4(uint32x4_t u, int e5m2) {
+  const uint32_t M = e5m2 ? 2u : 3u, B = e5m2 ? 15u : 7u, cut = 23u - M;
+  const int32x4_t ncut = vdupq_n_s32(-(int)cut);
+  uint32x4_t a = vandq_u32(u, AMP__U4(0x7fffffffu));
+  /* amp__fp8_round's normal result: (a - ((127 - B) << 23) + 2^(cut-1) - 1 + the lowest kept bit) >> cut */
+  uint32x4_t normal = vshlq_u32(vaddq_u32(vaddq_u32(a, AMP__U4((1u << (cut - 1u)) - 1u - ((127u - B) << 23))),
+                                          vandq_u32(vshlq_u32(a, ncut), AMP__U4(1u))), ncut);
+  /* its subnormal result: m >> sh rounded by the same carry, sh outside 1..30 made 31 */
+  uint32x4_t m = vorrq_u32(vandq_u32(a, AMP__U4(0x7fffffu)), AMP__U4(0x800000u));
+  uint32x4_t sh = vsubq_u32(AMP__U4(151u - B - M), vshrq_n_u32(a, 23)), sub, r;
+  int32x4_t nsh;
+  sh = vbslq_u32(vcltq_u32(vsubq_u32(sh, AMP__U4(1u)), AMP__U4(30u)), sh, AMP__U4(31u));
+  nsh = vnegq_s32(vreinterpretq_s32_u32(sh));
+  sub = vaddq_u32(vaddq_u32(m, vsubq_u32(vshlq_u32(AMP__U4(1u), vreinterpretq_s32_u32(vsubq_u32(sh, AMP__U4(1u)))), AMP__U4(1u))),
+                  vandq_u32(vshlq_u32(m, nsh), AMP__U4(1u)));
+  sub = vshlq_u32(sub, nsh);
+  r = vbslq_u32(vcltq_u32(a, AMP__U4((128u - B) << 23)), sub, normal);
+  r = vbslq_u32(vcgtq_u32(a, AMP__U4(AMP__FP8_OVER(e5m2))), AMP__U4(e5m2 ? 0x7bu : 0x7eu), r);   /* saturate */
+  r = vorrq_u32(r, vandq_u32(vshrq_n_u32(u, 24), AMP__U4(0x80u)));   /* the sign */
+  return vbslq_u32(vcgtq_u32(a, AMP__U4(0x7f800000u)), AMP__U4(0x7fu), r);   /* NaN: 0x7f */
+}
+/* 16 f32 (the bits of four vectors) -> their 16 codes in order */
+AMP__NEON_INLINE uint8x16_t amp__fp8_codes16n(uint32x4_t u0, uint32x4_t u1, uint32x4_t u2, uint32x4_t u3, int e5m2) {
+  uint16x8_t lo = vcombine_u16(vmovn_u32(amp__fp8_enc4(u0, e5m2)), vmovn_u32(amp__fp8_enc4(u1, e5m2)));
+  uint16x8_t hi = vcombine_u16(vmovn_u32(amp__fp8_enc4(u2, e5m2)), vmovn_u32(amp__fp8_enc4(u3, e5m2)));
+  return vcombine_u8(vmovn_u16(lo), vmovn_u16(hi));
+}
+AMP__NEON_INLINE uint32x4_t amp__ld4u(const char *p) { return vreinterpretq_u32_u8(vld1q_u8((const uint8_t *)p)); }
+AMP__NEON_INLINE void amp__f32_to_fp8_loop4(amp_fp8 *d, const void *src, size_t n, int e5m2) {
+  const char *s = (const char *)src;
+  size_t i;
+  for (i = 0; i + 16 <= n; i += 16)
+    vst1q_u8(d + i, amp__fp8_codes16n(amp__ld4u(s + 4 * i), amp__ld4u(s + 4 * i + 16), amp__ld4u(s + 4 * i + 32),
+                                      amp__ld4u(s + 4 * i + 48), e5m2));
+  if (i < n) amp__f32_to_fp8_portable(d + i, s + 4 * i, n - i, e5m2);
+}
+/* 4 codes (in the low bytes of u16 lanes) -> 4 f32 */
+AMP__NEON_INLINE float32x4_t amp__fp8_dec4(uint16x4_t c16, int e5m2) {
+  uint32x4_t c, a, normal, sub, r;
+  if (e5m2) return vcvt_f32_f16(vreinterpret_f16_u16(vshl_n_u16(c16, 8)));
+  c = vmovl_u16(c16);
+  a = vandq_u32(c, AMP__U4(0x7fu));
+  normal = vaddq_u32(vshlq_n_u32(a, 20), AMP__U4(120u << 23));
+  sub = vreinterpretq_u32_f32(vmulq_f32(vcvtq_f32_u32(vandq_u32(a, AMP__U4(7u))), vdupq_n_f32(0.001953125f)));
+  r = vbslq_u32(vcltq_u32(a, AMP__U4(8u)), sub, normal);
+  r = vbslq_u32(vceqq_u32(a, AMP__U4(0x7fu)), AMP__U4(0x7fc00000u), r);
+  return vreinterpretq_f32_u32(vorrq_u32(r, vshlq_n_u32(vandq_u32(c, AMP__U4(0x80u)), 24)));
+}
+AMP__NEON_INLINE void amp__fp8_to_f32_loop4(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
+  char *d = (char *)dst;
+  size_t i;
+  for (i = 0; i + 16 <= n; i += 16) {
+    uint8x16_t b = vld1q_u8(s + i);
+    uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_u8(vget_high_u8(b));
+    vst1q_u8((uint8_t *)(d + 4 * i), vreinterpretq_u8_f32(amp__fp8_dec4(vget_low_u16(lo), e5m2)));
+    vst1q_u8((uint8_t *)(d + 4 * i + 16), vreinterpretq_u8_f32(amp__fp8_dec4(vget_high_u16(lo), e5m2)));
+    vst1q_u8((uint8_t *)(d + 4 * i + 32), vreinterpretq_u8_f32(amp__fp8_dec4(vget_low_u16(hi), e5m2)));
+    vst1q_u8((uint8_t *)(d + 4 * i + 48), vreinterpretq_u8_f32(amp__fp8_dec4(vget_high_u16(hi), e5m2)));
+  }
+  if (i < n) amp__fp8_to_f32_portable(d + 4 * i, s + i, n - i, e5m2);
+}
+static AMP__EXACT_FP void amp__fp8_bulk_neon(void *d, const void *s, size_t n, int e5m2, int decode) {
+  if (decode) {
+    if (e5m2) amp__fp8_to_f32_loop4(d, (const amp_fp8 *)s, n, 1);
+    else amp__fp8_to_f32_loop4(d, (const amp_fp8 *)s, n, 0);
+  } else {
+    if (e5m2) amp__f32_to_fp8_loop4((amp_fp8 *)d, s, n, 1);
+    else amp__f32_to_fp8_loop4((amp_fp8 *)d, s, n, 0);
+  }
+}
+#endif
+
 /* decode 0: f32 -> fp8, saturating; decode 1: fp8 -> f32, exact. e5m2 0: E4M3, 1: E5M2. Any
    addresses. */
 static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode) {
@@ -3942,6 +4024,8 @@ static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode
                                        { amp__cvt_e5m2_to_f32_avx2, amp__cvt_e5m2_to_f32_avx512 } }
   };
   if (amp_simd_active()) { k[decode != 0][e5m2 != 0][amp__isa() >= 2](d, s, n); return; }
+#elif defined(AMP__NEON_SIMD)
+  if (amp_simd_active() && amp__neon_level()) { amp__fp8_bulk_neon(d, s, n, e5m2, decode); return; }
 #endif
   if (decode) amp__fp8_to_f32_portable(d, (const amp_fp8 *)s, n, e5m2);
   else amp__f32_to_fp8_portable((amp_fp8 *)d, s, n, e5m2);
@@ -4177,6 +4261,59 @@ static AMP__AVX2 void amp__quantize_counted_avx2(amp_fp8 *q, int e5m2, const voi
 #undef AMP__Q_
 }
 AMP__EXACT_END
+#endif
+
+#ifdef AMP__NEON_SIMD
+/* amp_quantize's loops on NEON: 16 elements a round, x * scale one FMUL a lane (the scalar loop's
+   amp__fmul: a product nothing follows but the integer encode, so nothing to contract), the codes
+   from amp__fp8_codes16n, |x|'s bits maximised as unsigned integers; with counts,
+   amp__fp8_cast_class on the lanes (unsigned compares into masks, each mask lane -1, added up in
+   u64 lanes). The tail through the portable loops, as the AVX2 ones. */
+AMP__NEON_INLINE void amp__quantize_loop4(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
+                                          float *amax, uint64_t *counts) {
+  const size_t sz = amp_dtype_size(xt);
+  const float32x4_t k = vdupq_n_f32(scale);
+  const uint32x4_t abs = AMP__U4(0x7fffffffu), inf = AMP__U4(0x7f800000u);
+  const uint32x4_t over = AMP__U4(AMP__FP8_OVER(e5m2)), tiny = AMP__U4(AMP__FP8_TINY(e5m2));
+  uint32x4_t a = AMP__U4(0u);
+  uint64x2_t ns = vdupq_n_u64(0u), nf = ns, nn = ns;
+  size_t i;
+  int j;
+  for (i = 0; i + 16 <= n; i += 16) {
+    uint32x4_t r[4], cs = AMP__U4(0u), cf = cs, cn = cs;
+    for (j = 0; j < 4; j++) {
+      float32x4_t v = amp__ld4(xt, x + (i + 4 * (size_t)j) * sz), y = vmulq_f32(v, k);
+      uint32x4_t ax = vandq_u32(vreinterpretq_u32_f32(v), abs);
+      a = vmaxq_u32(a, ax);
+      r[j] = vreinterpretq_u32_f32(y);
+      if (counts) {
+        uint32x4_t ay = vandq_u32(r[j], abs);
+        cs = vsubq_u32(cs, vandq_u32(vcgtq_u32(ay, over), vcleq_u32(ay, inf)));
+        cf = vsubq_u32(cf, vandq_u32(vcltq_u32(vsubq_u32(ax, AMP__U4(1u)), inf), vcleq_u32(ay, tiny)));
+        cn = vsubq_u32(cn, vcgtq_u32(ax, inf));
+      }
+    }
+    if (counts) { ns = vpadalq_u32(ns, cs); nf = vpadalq_u32(nf, cf); nn = vpadalq_u32(nn, cn); }
+    if (q) vst1q_u8(q + i, amp__fp8_codes16n(r[0], r[1], r[2], r[3], e5m2));
+  }
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(vmaxvq_u32(a)));
+  if (counts) {
+    counts[0] += i; counts[1] += vaddvq_u64(ns); counts[2] += vaddvq_u64(nf); counts[3] += vaddvq_u64(nn);
+    if (i < n) amp__quantize_counted(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax, counts);   /* the tail */
+  } else if (i < n) {
+    amp__quantize_portable(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax);
+  }
+}
+static AMP__EXACT_FP void amp__quantize_neon(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
+                                             float *amax, uint64_t *counts) {
+#define AMP__Q_(E, N, T, S) \
+  if (e5m2) amp__quantize_loop4(q, 1, (const char *)x, E, n, scale, amax, counts); \
+  else amp__quantize_loop4(q, 0, (const char *)x, E, n, scale, amax, counts); \
+  break;
+  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
+#undef AMP__Q_
+}
+#undef AMP__U4
 #endif
 
 /* ------------------------------------------------------------------------------------------
@@ -9213,6 +9350,11 @@ static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const
   }
   if (amp_simd_active() && amp__isa() >= 2) { amp__quantize_avx512((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
   if (amp_simd_active()) { amp__quantize_avx2((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
+#elif defined(AMP__NEON_SIMD)
+  if (amp_simd_active() && amp__neon_level() && amp__dtype_cpu_vec(xt)) {
+    amp__quantize_neon((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
+    return AMP_OK;
+  }
 #endif
   if (counts) amp__quantize_counted((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
   else amp__quantize_portable((amp_fp8 *)q, e5m2, x, xt, n, k, amax);
