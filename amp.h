@@ -111,7 +111,9 @@
         The conversion instructions read the FPCR and the scalar functions do not, so each call
         reads it: a rounding mode other than nearest, default-NaN or alternate handling (DN, AH)
         sends it to the portable loops; flush-to-zero (FZ, FIZ; gcc's -Ofast sets FZ) leaves
-        BFCVTN out. amp_gemm runs the portable loops on AArch64, with the same bits.
+        BFCVTN out. amp_gemm's AUTO product: an FMLA micro-kernel (6 x 16 tiles), acc =
+        fma(a, b, acc) in k order, the bits of x86's FMA kernels (a plain fmaf() loop), in every
+        FPCR state (FMLA and fmaf read it alike). No BFDOT / BFMMLA in this version.
 
    BUILDING THE CUDA PART
 
@@ -1796,8 +1798,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      cores measured lie at 0.5x and 2x of the FMA's rate, far from the line, so one machine gets the
      same kernel, and so the same bits, in every run; a core near the line would get either, each
      within its bound below. (AMX, Intel's bf16 engine, is not used in this version.)
-   - any other CPU (no FMA, not x86-64, AMP_NO_SIMD, another compiler, and the implementation
-     compiled by nvcc, whose host code keeps the portable loops): the reference.
+   - AArch64 (GCC, Clang): NEON FMLA, 6 x 16 tiles, the same fma chain in k order (the bits of
+     the fmaf() loop, as on x86); bf16 is widened while packing (no BFDOT / BFMMLA yet).
+   - any other CPU (no FMA, neither x86-64 nor AArch64, AMP_NO_SIMD, another compiler, and the
+     implementation compiled by nvcc, whose host code keeps the portable loops): the reference.
    Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
    sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
    where a or b is subnormal and k 2^-126. The epilogue is the reference's, except that on
@@ -9415,7 +9419,8 @@ extern "C" {
    - the reference (AMP_GEMM_REFERENCE): f32 slivers, acc = acc + (a * b rounded), no FMA: the
      result is the same as a plain triple loop's, bit for bit, on every CPU;
    - the fast default (AMP_GEMM_AUTO), picked by CPUID: acc = fma(a, b, acc) in that same order
-     (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16: the same bits), inputs converted to f32 while
+     (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16, or NEON FMLA 6 x 16 on AArch64: the same
+     bits), inputs converted to f32 while
      packing; bf16 inputs on an AVX512_BF16 CPU whose vdpbf16ps pays (amp__gemm_dpbf16, a
      calibration) are packed in pairs along k and multiplied with vdpbf16ps (2 products per lane
      and instruction, see the manual for its rounding); elsewhere they are widened as f16 is.
@@ -10294,6 +10299,47 @@ static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
 #endif
 #endif /* AMP__X86_SIMD */
 
+/* ---- the fast kernel on AArch64: FMLA in order ----
+   6 x 16 tiles (24 accumulators of 4 lanes), acc = fma(a, b, acc) for p = 0, 1, ..., k-1 in that
+   order: FMLA rounds once, as fmaf, so each element gets the bits of a plain fmaf() loop, the bits
+   of the x86 kernels. Packing and blocking are the reference's (amp__gemm_pack: inputs converted
+   to f32 once). FMLA and fmaf read the FPCR alike (rounding mode, flush-to-zero), so the kernel
+   runs in every FPCR state. Tests lower amp__gemm_neon_allowed to 0 to run the reference instead. */
+#ifdef AMP__NEON_SIMD
+#define AMP__GEMM_NEON 1
+static int amp__gemm_neon_allowed = 1;
+static void amp__gemm_micro_neon(int kc, const float *a, const float *b, float *tile, int acc,
+                                 const amp__gemm_out *out) {
+  float32x4_t c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23;
+  float32x4_t c30, c31, c32, c33, c40, c41, c42, c43, c50, c51, c52, c53;
+  int p;
+  (void)out;
+#define AMP__GN_LD(r) c##r##0 = vld1q_f32(tile + 16 * r); c##r##1 = vld1q_f32(tile + 16 * r + 4); \
+                      c##r##2 = vld1q_f32(tile + 16 * r + 8); c##r##3 = vld1q_f32(tile + 16 * r + 12);
+#define AMP__GN_Z(r) c##r##0 = c##r##1 = c##r##2 = c##r##3 = vdupq_n_f32(0.0f);
+#define AMP__GN_FMA(r) { float32x4_t x = vdupq_n_f32(ap[r]); \
+    c##r##0 = vfmaq_f32(c##r##0, x, b0); c##r##1 = vfmaq_f32(c##r##1, x, b1); \
+    c##r##2 = vfmaq_f32(c##r##2, x, b2); c##r##3 = vfmaq_f32(c##r##3, x, b3); }
+#define AMP__GN_ST(r) vst1q_f32(tile + 16 * r, c##r##0); vst1q_f32(tile + 16 * r + 4, c##r##1); \
+                      vst1q_f32(tile + 16 * r + 8, c##r##2); vst1q_f32(tile + 16 * r + 12, c##r##3);
+  if (acc) { AMP__GN_LD(0) AMP__GN_LD(1) AMP__GN_LD(2) AMP__GN_LD(3) AMP__GN_LD(4) AMP__GN_LD(5) }
+  else { AMP__GN_Z(0) AMP__GN_Z(1) AMP__GN_Z(2) AMP__GN_Z(3) AMP__GN_Z(4) AMP__GN_Z(5) }
+  for (p = 0; p < kc; p++) {
+    const float *bp = b + (size_t)p * 16, *ap = a + (size_t)p * 6;
+    float32x4_t b0 = vld1q_f32(bp), b1 = vld1q_f32(bp + 4), b2 = vld1q_f32(bp + 8), b3 = vld1q_f32(bp + 12);
+    AMP__GN_FMA(0) AMP__GN_FMA(1) AMP__GN_FMA(2) AMP__GN_FMA(3) AMP__GN_FMA(4) AMP__GN_FMA(5)
+  }
+  AMP__GN_ST(0) AMP__GN_ST(1) AMP__GN_ST(2) AMP__GN_ST(3) AMP__GN_ST(4) AMP__GN_ST(5)
+#undef AMP__GN_LD
+#undef AMP__GN_Z
+#undef AMP__GN_FMA
+#undef AMP__GN_ST
+}
+/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
+static const amp__gemm_kernel amp__gemm_kernel_neon = {
+  amp__gemm_micro_neon, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL};
+#endif
+
 /* The kernel for a product: the reference when asked for, else the fastest the CPU runs. */
 static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
 #ifdef AMP__GEMM_FAST
@@ -10303,6 +10349,9 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
     if (isa & AMP__GEMM_ISA_512) return &amp__gemm_kernel_512;
     if (isa & AMP__GEMM_ISA_FMA) return &amp__gemm_kernel_fma;
   }
+#endif
+#ifdef AMP__GEMM_NEON
+  if (!reference && AMP__ALOAD(&amp__gemm_neon_allowed)) return &amp__gemm_kernel_neon;
 #endif
   (void)in; (void)reference;
 #ifdef AMP__GEMM_AVX2
