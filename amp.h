@@ -99,16 +99,21 @@
         the optimizer's step, scan and master stores, fp8 casts, amp_quantize, amp_gemm's kernels.
       AArch64 (GCC, Clang; Linux, macOS): NEON, which every AArch64 CPU has (no run-time test):
         amp_convert between f32, f16 and bf16 (FCVTL / FCVTN for f16; amp_f32_to_bf16's integer
-        rounding on 4 lanes for bf16), and the optimizer step's update (SGD, Adam/AdamW, Lion on
-        4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers.
+        rounding on 4 lanes for bf16), the optimizer step's update (SGD, Adam/AdamW, Lion on
+        4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers,
+        split-master and stochastic-rounding stores, and the step's scan (the grads' sum of
+        squares in the portable loop's 32 double lanes and order, inf/NaN, gradient stats),
+        fp8 casts (f32/f16/bf16 <-> E4M3/E5M2: the scalar functions' integer steps on 4 lanes)
+        and amp_quantize's loop with its amax and counts.
         BFCVTN for f32 -> bf16 where the build targets +bf16 (-march=armv8.6-a, -mcpu=neoverse-v2
         ...: __ARM_FEATURE_BF16_VECTOR_ARITHMETIC) and the CPU reports BF16 (Linux:
         getauxval(AT_HWCAP2) & HWCAP2_BF16; macOS: sysctlbyname("hw.optional.arm.FEAT_BF16")).
         The conversion instructions read the FPCR and the scalar functions do not, so each call
         reads it: a rounding mode other than nearest, default-NaN or alternate handling (DN, AH)
         sends it to the portable loops; flush-to-zero (FZ, FIZ; gcc's -Ofast sets FZ) leaves
-        BFCVTN out. The rest (the step's scan, split-master and stochastic-rounding stores, fp8
-        casts, amp_quantize, amp_gemm) runs the portable loops on AArch64, with the same bits.
+        BFCVTN out. amp_gemm's AUTO product: an FMLA micro-kernel (6 x 16 tiles), acc =
+        fma(a, b, acc) in k order, the bits of x86's FMA kernels (a plain fmaf() loop), in every
+        FPCR state (FMLA and fmaf read it alike). No BFDOT / BFMMLA in this version.
 
    BUILDING THE CUDA PART
 
@@ -1794,8 +1799,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      cores measured lie at 0.5x and 2x of the FMA's rate, far from the line, so one machine gets the
      same kernel, and so the same bits, in every run; a core near the line would get either, each
      within its bound below. (AMX, Intel's bf16 engine, is not used in this version.)
-   - any other CPU (no FMA, not x86-64, AMP_NO_SIMD, another compiler, and the implementation
-     compiled by nvcc, whose host code keeps the portable loops): the reference.
+   - AArch64 (GCC, Clang): NEON FMLA, 6 x 16 tiles, the same fma chain in k order (the bits of
+     the fmaf() loop, as on x86); bf16 is widened while packing (no BFDOT / BFMMLA yet).
+   - any other CPU (no FMA, neither x86-64 nor AArch64, AMP_NO_SIMD, another compiler, and the
+     implementation compiled by nvcc, whose host code keeps the portable loops): the reference.
    Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
    sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
    where a or b is subnormal and k 2^-126. The epilogue is the reference's, except that on
@@ -3929,6 +3936,87 @@ AMP__FP8_KERNELS(e5m2, 1)
 AMP__EXACT_END
 #endif
 
+#ifdef AMP__NEON_SIMD
+/* NEON (AArch64): the fp8 casts on 4 lanes. Into fp8: amp__fp8_round and amp_f32_to_e4m3 /
+   amp_f32_to_e5m2 (saturate 1) step for step on the lanes (integer adds, variable shifts, compares
+   and selects: no float arithmetic, so neither the FPCR nor a compiler's flags can move a bit).
+   Out of fp8: amp_e4m3_to_f32's steps (its m * 2^-9 an exact multiply of normal floats) and E5M2
+   as FCVTL of the code shifted up (amp_e5m2_to_f32 is amp_f16_to_f32 of it, which amp__ld4_f16
+   gives while the FPCR is in the state amp__neon_level accepts). Whole blocks of 16 elements; a
+   tail through the portable loops. */
+#define AMP__U4(c) vdupq_n_u32((uint32_t)(c))
+AMP__NEON_INLINE uint32x4_t amp__fp8_enc4(uint32x4_t u, int e5m2) {
+  const uint32_t M = e5m2 ? 2u : 3u, B = e5m2 ? 15u : 7u, cut = 23u - M;
+  const int32x4_t ncut = vdupq_n_s32(-(int)cut);
+  uint32x4_t a = vandq_u32(u, AMP__U4(0x7fffffffu));
+  /* amp__fp8_round's normal result: (a - ((127 - B) << 23) + 2^(cut-1) - 1 + the lowest kept bit) >> cut */
+  uint32x4_t normal = vshlq_u32(vaddq_u32(vaddq_u32(a, AMP__U4((1u << (cut - 1u)) - 1u - ((127u - B) << 23))),
+                                          vandq_u32(vshlq_u32(a, ncut), AMP__U4(1u))), ncut);
+  /* its subnormal result: m >> sh rounded by the same carry, sh outside 1..30 made 31 */
+  uint32x4_t m = vorrq_u32(vandq_u32(a, AMP__U4(0x7fffffu)), AMP__U4(0x800000u));
+  uint32x4_t sh = vsubq_u32(AMP__U4(151u - B - M), vshrq_n_u32(a, 23)), sub, r;
+  int32x4_t nsh;
+  sh = vbslq_u32(vcltq_u32(vsubq_u32(sh, AMP__U4(1u)), AMP__U4(30u)), sh, AMP__U4(31u));
+  nsh = vnegq_s32(vreinterpretq_s32_u32(sh));
+  sub = vaddq_u32(vaddq_u32(m, vsubq_u32(vshlq_u32(AMP__U4(1u), vreinterpretq_s32_u32(vsubq_u32(sh, AMP__U4(1u)))), AMP__U4(1u))),
+                  vandq_u32(vshlq_u32(m, nsh), AMP__U4(1u)));
+  sub = vshlq_u32(sub, nsh);
+  r = vbslq_u32(vcltq_u32(a, AMP__U4((128u - B) << 23)), sub, normal);
+  r = vbslq_u32(vcgtq_u32(a, AMP__U4(AMP__FP8_OVER(e5m2))), AMP__U4(e5m2 ? 0x7bu : 0x7eu), r);   /* saturate */
+  r = vorrq_u32(r, vandq_u32(vshrq_n_u32(u, 24), AMP__U4(0x80u)));   /* the sign */
+  return vbslq_u32(vcgtq_u32(a, AMP__U4(0x7f800000u)), AMP__U4(0x7fu), r);   /* NaN: 0x7f */
+}
+/* 16 f32 (the bits of four vectors) -> their 16 codes in order */
+AMP__NEON_INLINE uint8x16_t amp__fp8_codes16n(uint32x4_t u0, uint32x4_t u1, uint32x4_t u2, uint32x4_t u3, int e5m2) {
+  uint16x8_t lo = vcombine_u16(vmovn_u32(amp__fp8_enc4(u0, e5m2)), vmovn_u32(amp__fp8_enc4(u1, e5m2)));
+  uint16x8_t hi = vcombine_u16(vmovn_u32(amp__fp8_enc4(u2, e5m2)), vmovn_u32(amp__fp8_enc4(u3, e5m2)));
+  return vcombine_u8(vmovn_u16(lo), vmovn_u16(hi));
+}
+AMP__NEON_INLINE uint32x4_t amp__ld4u(const char *p) { return vreinterpretq_u32_u8(vld1q_u8((const uint8_t *)p)); }
+AMP__NEON_INLINE void amp__f32_to_fp8_loop4(amp_fp8 *d, const void *src, size_t n, int e5m2) {
+  const char *s = (const char *)src;
+  size_t i;
+  for (i = 0; i + 16 <= n; i += 16)
+    vst1q_u8(d + i, amp__fp8_codes16n(amp__ld4u(s + 4 * i), amp__ld4u(s + 4 * i + 16), amp__ld4u(s + 4 * i + 32),
+                                      amp__ld4u(s + 4 * i + 48), e5m2));
+  if (i < n) amp__f32_to_fp8_portable(d + i, s + 4 * i, n - i, e5m2);
+}
+/* 4 codes (in the low bytes of u16 lanes) -> 4 f32 */
+AMP__NEON_INLINE float32x4_t amp__fp8_dec4(uint16x4_t c16, int e5m2) {
+  uint32x4_t c, a, normal, sub, r;
+  if (e5m2) return vcvt_f32_f16(vreinterpret_f16_u16(vshl_n_u16(c16, 8)));
+  c = vmovl_u16(c16);
+  a = vandq_u32(c, AMP__U4(0x7fu));
+  normal = vaddq_u32(vshlq_n_u32(a, 20), AMP__U4(120u << 23));
+  sub = vreinterpretq_u32_f32(vmulq_f32(vcvtq_f32_u32(vandq_u32(a, AMP__U4(7u))), vdupq_n_f32(0.001953125f)));
+  r = vbslq_u32(vcltq_u32(a, AMP__U4(8u)), sub, normal);
+  r = vbslq_u32(vceqq_u32(a, AMP__U4(0x7fu)), AMP__U4(0x7fc00000u), r);
+  return vreinterpretq_f32_u32(vorrq_u32(r, vshlq_n_u32(vandq_u32(c, AMP__U4(0x80u)), 24)));
+}
+AMP__NEON_INLINE void amp__fp8_to_f32_loop4(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
+  char *d = (char *)dst;
+  size_t i;
+  for (i = 0; i + 16 <= n; i += 16) {
+    uint8x16_t b = vld1q_u8(s + i);
+    uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_u8(vget_high_u8(b));
+    vst1q_u8((uint8_t *)(d + 4 * i), vreinterpretq_u8_f32(amp__fp8_dec4(vget_low_u16(lo), e5m2)));
+    vst1q_u8((uint8_t *)(d + 4 * i + 16), vreinterpretq_u8_f32(amp__fp8_dec4(vget_high_u16(lo), e5m2)));
+    vst1q_u8((uint8_t *)(d + 4 * i + 32), vreinterpretq_u8_f32(amp__fp8_dec4(vget_low_u16(hi), e5m2)));
+    vst1q_u8((uint8_t *)(d + 4 * i + 48), vreinterpretq_u8_f32(amp__fp8_dec4(vget_high_u16(hi), e5m2)));
+  }
+  if (i < n) amp__fp8_to_f32_portable(d + 4 * i, s + i, n - i, e5m2);
+}
+static AMP__EXACT_FP void amp__fp8_bulk_neon(void *d, const void *s, size_t n, int e5m2, int decode) {
+  if (decode) {
+    if (e5m2) amp__fp8_to_f32_loop4(d, (const amp_fp8 *)s, n, 1);
+    else amp__fp8_to_f32_loop4(d, (const amp_fp8 *)s, n, 0);
+  } else {
+    if (e5m2) amp__f32_to_fp8_loop4((amp_fp8 *)d, s, n, 1);
+    else amp__f32_to_fp8_loop4((amp_fp8 *)d, s, n, 0);
+  }
+}
+#endif
+
 /* decode 0: f32 -> fp8, saturating; decode 1: fp8 -> f32, exact. e5m2 0: E4M3, 1: E5M2. Any
    addresses. */
 static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode) {
@@ -3941,6 +4029,8 @@ static void amp__fp8_bulk(void *d, const void *s, size_t n, int e5m2, int decode
                                        { amp__cvt_e5m2_to_f32_avx2, amp__cvt_e5m2_to_f32_avx512 } }
   };
   if (amp_simd_active()) { k[decode != 0][e5m2 != 0][amp__isa() >= 2](d, s, n); return; }
+#elif defined(AMP__NEON_SIMD)
+  if (amp_simd_active() && amp__neon_level()) { amp__fp8_bulk_neon(d, s, n, e5m2, decode); return; }
 #endif
   if (decode) amp__fp8_to_f32_portable(d, (const amp_fp8 *)s, n, e5m2);
   else amp__f32_to_fp8_portable((amp_fp8 *)d, s, n, e5m2);
@@ -4176,6 +4266,59 @@ static AMP__AVX2 void amp__quantize_counted_avx2(amp_fp8 *q, int e5m2, const voi
 #undef AMP__Q_
 }
 AMP__EXACT_END
+#endif
+
+#ifdef AMP__NEON_SIMD
+/* amp_quantize's loops on NEON: 16 elements a round, x * scale one FMUL a lane (the scalar loop's
+   amp__fmul: a product nothing follows but the integer encode, so nothing to contract), the codes
+   from amp__fp8_codes16n, |x|'s bits maximised as unsigned integers; with counts,
+   amp__fp8_cast_class on the lanes (unsigned compares into masks, each mask lane -1, added up in
+   u64 lanes). The tail through the portable loops, as the AVX2 ones. */
+AMP__NEON_INLINE void amp__quantize_loop4(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t n, float scale,
+                                          float *amax, uint64_t *counts) {
+  const size_t sz = amp_dtype_size(xt);
+  const float32x4_t k = vdupq_n_f32(scale);
+  const uint32x4_t abs = AMP__U4(0x7fffffffu), inf = AMP__U4(0x7f800000u);
+  const uint32x4_t over = AMP__U4(AMP__FP8_OVER(e5m2)), tiny = AMP__U4(AMP__FP8_TINY(e5m2));
+  uint32x4_t a = AMP__U4(0u);
+  uint64x2_t ns = vdupq_n_u64(0u), nf = ns, nn = ns;
+  size_t i;
+  int j;
+  for (i = 0; i + 16 <= n; i += 16) {
+    uint32x4_t r[4], cs = AMP__U4(0u), cf = cs, cn = cs;
+    for (j = 0; j < 4; j++) {
+      float32x4_t v = amp__ld4(xt, x + (i + 4 * (size_t)j) * sz), y = vmulq_f32(v, k);
+      uint32x4_t ax = vandq_u32(vreinterpretq_u32_f32(v), abs);
+      a = vmaxq_u32(a, ax);
+      r[j] = vreinterpretq_u32_f32(y);
+      if (counts) {
+        uint32x4_t ay = vandq_u32(r[j], abs);
+        cs = vsubq_u32(cs, vandq_u32(vcgtq_u32(ay, over), vcleq_u32(ay, inf)));
+        cf = vsubq_u32(cf, vandq_u32(vcltq_u32(vsubq_u32(ax, AMP__U4(1u)), inf), vcleq_u32(ay, tiny)));
+        cn = vsubq_u32(cn, vcgtq_u32(ax, inf));
+      }
+    }
+    if (counts) { ns = vpadalq_u32(ns, cs); nf = vpadalq_u32(nf, cf); nn = vpadalq_u32(nn, cn); }
+    if (q) vst1q_u8(q + i, amp__fp8_codes16n(r[0], r[1], r[2], r[3], e5m2));
+  }
+  if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(vmaxvq_u32(a)));
+  if (counts) {
+    counts[0] += i; counts[1] += vaddvq_u64(ns); counts[2] += vaddvq_u64(nf); counts[3] += vaddvq_u64(nn);
+    if (i < n) amp__quantize_counted(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax, counts);   /* the tail */
+  } else if (i < n) {
+    amp__quantize_portable(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax);
+  }
+}
+static AMP__EXACT_FP void amp__quantize_neon(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
+                                             float *amax, uint64_t *counts) {
+#define AMP__Q_(E, N, T, S) \
+  if (e5m2) amp__quantize_loop4(q, 1, (const char *)x, E, n, scale, amax, counts); \
+  else amp__quantize_loop4(q, 0, (const char *)x, E, n, scale, amax, counts); \
+  break;
+  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
+#undef AMP__Q_
+}
+#undef AMP__U4
 #endif
 
 /* ------------------------------------------------------------------------------------------
@@ -5446,7 +5589,10 @@ static AMP__EXACT_FP void amp__o_scan_finish(const double *lanes, double *sumsq,
   double total = 0.0;
   uint64_t b;
   int j;
-  for (j = 0; j < AMP__LANES; j++) total += lanes[j];
+  for (j = 0; j < AMP__LANES; j++) {
+    total += lanes[j];
+    AMP__ROUNDED(total);   /* in order: clang's -Ofast may not regroup the adds (it ignores the pragmas off x86) */
+  }
   memcpy(&b, &total, sizeof b);
   if (((b >> 52) & 0x7ffu) == 0x7ffu) *bad = 1;
   *sumsq += total;
@@ -5907,6 +6053,77 @@ static AMP__EXACT_FP int amp__o_step_vec(int l, amp_optim_kind kind, float *p, f
   return 0;
 }
 #undef AMP__STEP_G4_
+/* The scan (amp__o_scan_body; with stats amp__o_scan_stats_body) on NEON: element i's square in
+   double lane i % 32 (16 float64x2 accumulators, 32 elements a round), the lanes then added in
+   order by amp__o_scan_finish: the plain loop's sums, the same bits. x = g * inv through amp__mul4;
+   an f32 squares exactly in double, so a fused square-and-add (FMLA) would change no bit either, and
+   each accumulator passes through AMP__ROUNDED after its add (clang's -Ofast may not regroup the
+   sums). A tail runs zero-padded (a 0 grad adds +0). With stats: amp__gstat_add on 4 lanes, as the
+   AVX-512 loop does it (inf/NaN on y's bits, zero and subnormal on the decoded g's bits: FCVTL from
+   f16 never flushes, the bf16 shift and an f32 load do no arithmetic), the counts in u32 lanes
+   added into st every 4096 elements; the tail's elements through amp__gstat_add itself. */
+typedef struct amp__gstat4 { uint32x4_t amax, nf, nz, ns; } amp__gstat4;
+AMP__NEON_STEP_INLINE void amp__o_stat4(float32x4_t gv, float32x4_t y, uint32x4_t thr, amp__gstat4 *s) {
+  const uint32x4_t ab = vdupq_n_u32(0x7fffffffu), ex = vdupq_n_u32(0x7f800000u);
+  uint32x4_t yb = vreinterpretq_u32_f32(y), ga = vandq_u32(vreinterpretq_u32_f32(gv), ab);
+  uint32x4_t fm = vmvnq_u32(vceqq_u32(vandq_u32(yb, ex), ex));   /* lanes with a finite y */
+  uint32x4_t zm = vandq_u32(fm, vceqq_u32(ga, vdupq_n_u32(0u)));
+  uint32x4_t sm = vbicq_u32(vandq_u32(fm, vcltq_u32(ga, thr)), zm);
+  s->nf = vsubq_u32(s->nf, vmvnq_u32(fm));   /* a mask lane is -1: subtracting it counts one */
+  s->nz = vsubq_u32(s->nz, zm);
+  s->ns = vsubq_u32(s->ns, sm);
+  s->amax = vmaxq_u32(s->amax, vandq_u32(vandq_u32(yb, ab), fm));
+}
+AMP__NEON_STEP_INLINE void amp__o_scan32x4(const char *s, amp_dtype t, size_t es, float32x4_t vi, float64x2_t *a,
+                                           uint32x4_t thr, amp__gstat4 *s4) {
+  int q;
+  for (q = 0; q < 8; q++) {
+    float32x4_t gv = amp__ld4(t, s + 4 * (size_t)q * es), x = amp__mul4(gv, vi);
+    float64x2_t lo = vcvt_f64_f32(vget_low_f32(x)), hi = vcvt_high_f64_f32(x);
+    a[2 * q] = vaddq_f64(a[2 * q], vmulq_f64(lo, lo));
+    a[2 * q + 1] = vaddq_f64(a[2 * q + 1], vmulq_f64(hi, hi));
+    AMP__ROUNDED(a[2 * q]);
+    AMP__ROUNDED(a[2 * q + 1]);
+    if (s4) amp__o_stat4(gv, x, thr, s4);
+  }
+}
+AMP__NEON_STEP_INLINE void amp__o_scan4(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
+                                        amp__gstat *st) {
+  double lanes[AMP__LANES];
+  float64x2_t a[16];
+  float32x4_t vi = vdupq_n_f32(inv);
+  const uint32x4_t z = vdupq_n_u32(0u), thr = vdupq_n_u32(amp__dtype_min_normal_bits(t));
+  amp__gstat4 s4;
+  size_t es = amp_dtype_size(t), i = 0, n32 = n & ~(size_t)31;
+  const char *s = (const char *)g;
+  int q;
+  for (q = 0; q < 16; q++) a[q] = vdupq_n_f64(0.0);
+  s4.amax = s4.nf = s4.nz = s4.ns = z;
+  while (i < n32) {
+    size_t e = n32 - i > 4096 ? i + 4096 : n32;   /* at most 1024 counted in a lane between flushes */
+    for (; i < e; i += 32) amp__o_scan32x4(s + i * es, t, es, vi, a, thr, st ? &s4 : NULL);
+    if (st) {
+      st->nonfinite += vaddvq_u32(s4.nf); st->zero += vaddvq_u32(s4.nz); st->subnormal += vaddvq_u32(s4.ns);
+      s4.nf = s4.nz = s4.ns = z;
+    }
+  }
+  if (i < n) {
+    float buf[32];
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, s + i * es, (n - i) * es);
+    amp__o_scan32x4((const char *)buf, t, es, vi, a, thr, NULL);
+    if (st) for (; i < n; i++) { float r = amp__load(g, t, i); amp__gstat_add(st, r, r * inv, t); }
+  }
+  if (st) { uint32_t m = vmaxvq_u32(s4.amax); if (m > st->amax_bits) st->amax_bits = m; }
+  for (q = 0; q < 16; q++) vst1q_f64(lanes + 2 * q, a[q]);
+  amp__o_scan_finish(lanes, sumsq, bad);
+}
+static AMP__EXACT_FP void amp__o_scan_neon(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad,
+                                           amp__gstat *st) {
+#define AMP__B_(E, N, T, S) if (st) amp__o_scan4(g, E, n, inv, sumsq, bad, st); else amp__o_scan4(g, E, n, inv, sumsq, bad, NULL); break;
+  AMP__DTYPE_VSWITCH(t, AMP__B_)
+#undef AMP__B_
+}
 #endif
 
 
@@ -6335,6 +6552,12 @@ static void amp__o_scan_with_stats(const void *g, amp_dtype t, size_t n, float i
     return;
   }
 #endif
+#ifdef AMP__NEON_SIMD
+  if (amp__opt_level() >= 1 && amp__dtype_cpu_vec(t)) {
+    amp__o_scan_neon(g, t, n, inv, sumsq, bad, st);
+    return;
+  }
+#endif
   amp__o_scan_stats(g, t, n, inv, sumsq, bad, st);
 }
 static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double *sumsq, int *bad) {
@@ -6342,6 +6565,8 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
   int l = amp__dtype_cpu_vec(t) ? amp__opt_level() : 0;
   if (l >= 2) { amp__o_scan_avx512(g, t, n, inv, sumsq, bad); return; }
   if (l == 1) { amp__o_scan_avx2(g, t, n, inv, sumsq, bad); return; }
+#elif defined(AMP__NEON_SIMD)
+  if (amp__opt_level() >= 1 && amp__dtype_cpu_vec(t)) { amp__o_scan_neon(g, t, n, inv, sumsq, bad, NULL); return; }
 #else
   (void)amp__opt_level;
 #endif
@@ -9267,6 +9492,11 @@ static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const
   }
   if (amp_simd_active() && amp__isa() >= 2) { amp__quantize_avx512((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
   if (amp_simd_active()) { amp__quantize_avx2((amp_fp8 *)q, e5m2, x, xt, n, k, amax); return AMP_OK; }
+#elif defined(AMP__NEON_SIMD)
+  if (amp_simd_active() && amp__neon_level() && amp__dtype_cpu_vec(xt)) {
+    amp__quantize_neon((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
+    return AMP_OK;
+  }
 #endif
   if (counts) amp__quantize_counted((amp_fp8 *)q, e5m2, x, xt, n, k, amax, counts);
   else amp__quantize_portable((amp_fp8 *)q, e5m2, x, xt, n, k, amax);
@@ -9327,7 +9557,8 @@ extern "C" {
    - the reference (AMP_GEMM_REFERENCE): f32 slivers, acc = acc + (a * b rounded), no FMA: the
      result is the same as a plain triple loop's, bit for bit, on every CPU;
    - the fast default (AMP_GEMM_AUTO), picked by CPUID: acc = fma(a, b, acc) in that same order
-     (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16: the same bits), inputs converted to f32 while
+     (AVX-512F 8 x 32 tiles, or AVX2 + FMA 6 x 16, or NEON FMLA 6 x 16 on AArch64: the same
+     bits), inputs converted to f32 while
      packing; bf16 inputs on an AVX512_BF16 CPU whose vdpbf16ps pays (amp__gemm_dpbf16, a
      calibration) are packed in pairs along k and multiplied with vdpbf16ps (2 products per lane
      and instruction, see the manual for its rounding); elsewhere they are widened as f16 is.
@@ -10206,6 +10437,47 @@ static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
 #endif
 #endif /* AMP__X86_SIMD */
 
+/* ---- the fast kernel on AArch64: FMLA in order ----
+   6 x 16 tiles (24 accumulators of 4 lanes), acc = fma(a, b, acc) for p = 0, 1, ..., k-1 in that
+   order: FMLA rounds once, as fmaf, so each element gets the bits of a plain fmaf() loop, the bits
+   of the x86 kernels. Packing and blocking are the reference's (amp__gemm_pack: inputs converted
+   to f32 once). FMLA and fmaf read the FPCR alike (rounding mode, flush-to-zero), so the kernel
+   runs in every FPCR state. Tests lower amp__gemm_neon_allowed to 0 to run the reference instead. */
+#ifdef AMP__NEON_SIMD
+#define AMP__GEMM_NEON 1
+static int amp__gemm_neon_allowed = 1;
+static void amp__gemm_micro_neon(int kc, const float *a, const float *b, float *tile, int acc,
+                                 const amp__gemm_out *out) {
+  float32x4_t c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23;
+  float32x4_t c30, c31, c32, c33, c40, c41, c42, c43, c50, c51, c52, c53;
+  int p;
+  (void)out;
+#define AMP__GN_LD(r) c##r##0 = vld1q_f32(tile + 16 * r); c##r##1 = vld1q_f32(tile + 16 * r + 4); \
+                      c##r##2 = vld1q_f32(tile + 16 * r + 8); c##r##3 = vld1q_f32(tile + 16 * r + 12);
+#define AMP__GN_Z(r) c##r##0 = c##r##1 = c##r##2 = c##r##3 = vdupq_n_f32(0.0f);
+#define AMP__GN_FMA(r) { float32x4_t x = vdupq_n_f32(ap[r]); \
+    c##r##0 = vfmaq_f32(c##r##0, x, b0); c##r##1 = vfmaq_f32(c##r##1, x, b1); \
+    c##r##2 = vfmaq_f32(c##r##2, x, b2); c##r##3 = vfmaq_f32(c##r##3, x, b3); }
+#define AMP__GN_ST(r) vst1q_f32(tile + 16 * r, c##r##0); vst1q_f32(tile + 16 * r + 4, c##r##1); \
+                      vst1q_f32(tile + 16 * r + 8, c##r##2); vst1q_f32(tile + 16 * r + 12, c##r##3);
+  if (acc) { AMP__GN_LD(0) AMP__GN_LD(1) AMP__GN_LD(2) AMP__GN_LD(3) AMP__GN_LD(4) AMP__GN_LD(5) }
+  else { AMP__GN_Z(0) AMP__GN_Z(1) AMP__GN_Z(2) AMP__GN_Z(3) AMP__GN_Z(4) AMP__GN_Z(5) }
+  for (p = 0; p < kc; p++) {
+    const float *bp = b + (size_t)p * 16, *ap = a + (size_t)p * 6;
+    float32x4_t b0 = vld1q_f32(bp), b1 = vld1q_f32(bp + 4), b2 = vld1q_f32(bp + 8), b3 = vld1q_f32(bp + 12);
+    AMP__GN_FMA(0) AMP__GN_FMA(1) AMP__GN_FMA(2) AMP__GN_FMA(3) AMP__GN_FMA(4) AMP__GN_FMA(5)
+  }
+  AMP__GN_ST(0) AMP__GN_ST(1) AMP__GN_ST(2) AMP__GN_ST(3) AMP__GN_ST(4) AMP__GN_ST(5)
+#undef AMP__GN_LD
+#undef AMP__GN_Z
+#undef AMP__GN_FMA
+#undef AMP__GN_ST
+}
+/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
+static const amp__gemm_kernel amp__gemm_kernel_neon = {
+  amp__gemm_micro_neon, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL};
+#endif
+
 /* The kernel for a product: the reference when asked for, else the fastest the CPU runs. */
 static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
 #ifdef AMP__GEMM_FAST
@@ -10215,6 +10487,9 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
     if (isa & AMP__GEMM_ISA_512) return &amp__gemm_kernel_512;
     if (isa & AMP__GEMM_ISA_FMA) return &amp__gemm_kernel_fma;
   }
+#endif
+#ifdef AMP__GEMM_NEON
+  if (!reference && AMP__ALOAD(&amp__gemm_neon_allowed)) return &amp__gemm_kernel_neon;
 #endif
   (void)in; (void)reference;
 #ifdef AMP__GEMM_AVX2

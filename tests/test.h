@@ -71,11 +71,11 @@ static inline void t_torch_cmd(char *cmd, size_t cap, const char *args) {
 }
 
 #ifdef AMP_IMPLEMENTATION
-/* The SIMD levels of the conversion and fp8 loops to run: 0 portable, 1 AVX2, 2 AVX-512, those the
-   CPU has (t_simd_levels() of them); t_simd_level(l) selects one (amp_simd_enable and the level
-   cap), t_simd_level(2) the CPU's best again. */
+/* The SIMD levels of the conversion and fp8 loops to run: 0 portable, 1 AVX2, 2 AVX-512 (AArch64:
+   1 NEON, 2 NEON + BFCVTN), those the CPU has (t_simd_levels() of them); t_simd_level(l) selects
+   one (amp_simd_enable and the level cap), t_simd_level(2) the CPU's best again. */
 static inline int t_simd_levels(void) {
-#ifdef AMP__X86_SIMD
+#if defined(AMP__X86_SIMD) || defined(AMP__NEON_SIMD)
   return amp__cpu_level() + 1;
 #else
   return 1;
@@ -83,7 +83,7 @@ static inline int t_simd_levels(void) {
 }
 static inline void t_simd_level(int l) {
   amp_simd_enable(l > 0);
-#ifdef AMP__X86_SIMD
+#if defined(AMP__X86_SIMD) || defined(AMP__NEON_SIMD)
   amp__isa_cap = l > 0 ? l : 2;
 #endif
 }

@@ -339,6 +339,44 @@ static void amp_convert_takes_every_fp8_pair(void) {
   amp_simd_enable(1);
 }
 
+/* Every f32 top half (sign, exponent, the mantissa's top 7 bits) with the low halves that hold
+   every tie and its neighbours of both formats (a tie of either is at mantissa bit 19 or 20 or
+   above, subnormal results included, so the low 16 bits are 0 there) and a random one, through
+   the bulk loop at every level: the scalar functions' codes (half a million inputs a format, short
+   enough under qemu; tests/test_fp8_exhaustive.c takes every f32 on x86), and all 256 codes of
+   each format back to f32: amp_e4m3_to_f32 / amp_e5m2_to_f32's bits. */
+static void every_top_half_and_every_code_at_every_level(void) {
+  enum { LOWS = 8, N = 65536 * LOWS };
+  static const uint16_t lows[LOWS - 1] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff};
+  static float in[N], back[256], want_back[256];
+  static amp_fp8 got[N], codes[256];
+  int l, f;
+  size_t i;
+  for (i = 0; i < N; i++) {
+    uint32_t lo = i % LOWS < LOWS - 1 ? lows[i % LOWS] : next_u32() & 0xffffu;
+    in[i] = f32_of((uint32_t)(i / LOWS) << 16 | lo);
+  }
+  for (i = 0; i < 256; i++) codes[i] = (amp_fp8)i;
+  for (l = 0; l < t_simd_levels(); l++) {
+    t_simd_level(l);
+    for (f = 0; f < 2; f++) {
+      size_t bad = 0, first = 0;
+      amp__fp8_bulk(got, in, N, f, 0);
+      for (i = 0; i < N; i++)
+        if (got[i] != (f ? amp_f32_to_e5m2(in[i], 1) : amp_f32_to_e4m3(in[i], 1)) && !bad++) first = i;
+      EXPECT(bad == 0, "level %d %s: %zu of %d inputs differ from the scalar function, first 0x%08x -> 0x%02x, want 0x%02x", l,
+             f ? "e5m2" : "e4m3", bad, N, bits_of(in[first]), got[first],
+             f ? amp_f32_to_e5m2(in[first], 1) : amp_f32_to_e4m3(in[first], 1));
+      amp__fp8_bulk(back, codes, 256, f, 1);
+      for (i = 0; i < 256; i++) want_back[i] = f ? amp_e5m2_to_f32((amp_fp8)i) : amp_e4m3_to_f32((amp_fp8)i);
+      EXPECT(memcmp(back, want_back, sizeof back) == 0, "level %d %s: a code decodes to other bits than the scalar function's", l,
+             f ? "e5m2" : "e4m3");
+    }
+  }
+  t_simd_level(2);
+  amp_simd_enable(1);
+}
+
 int main(void) {
   RUN(every_encoder_at_the_edges);
   RUN(all_codes_decode_exactly);
@@ -347,5 +385,6 @@ int main(void) {
   RUN(f16_bf16_to_fp8_as_through_f32);
   RUN(amp_convert_takes_every_fp8_pair);
   RUN(bulk_under_every_fpu_mode_and_streaming);
+  RUN(every_top_half_and_every_code_at_every_level);
   TEST_END();
 }

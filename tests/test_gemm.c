@@ -185,6 +185,8 @@ static int levels(int *lv) {
   if (have & AMP__GEMM_ISA_BF16) { lv[n++] = 7 | LV_DPBF16; lv[n++] = 7 | LV_WIDEN; }
   if (have & AMP__GEMM_ISA_512) lv[n++] = 3;
   if (have & AMP__GEMM_ISA_FMA) lv[n++] = 1;
+#elif defined(AMP__GEMM_NEON)
+  lv[n++] = 1;   /* AArch64: the NEON FMLA kernel */
 #endif
   lv[n++] = 0;
   return n;
@@ -193,11 +195,16 @@ static void set_level(int l) {
 #ifdef AMP__GEMM_FAST
   amp__gemm_isa_allowed = l & 7;
   amp__gemm_dpbf16_forced = l & LV_DPBF16 ? 1 : l & LV_WIDEN ? 0 : -1;
+#elif defined(AMP__GEMM_NEON)
+  amp__gemm_neon_allowed = l & 1;
 #else
   (void)l;
 #endif
 }
 static const char *level_name(int l) {
+#ifdef AMP__GEMM_NEON
+  if (l & 1) return "NEON FMLA";
+#endif
   return l & LV_DPBF16 ? "AVX-512 + AVX512_BF16, bf16 by vdpbf16ps"
        : l & LV_WIDEN  ? "AVX-512 + AVX512_BF16, bf16 widened while packing"
        : l & 4 ? "AVX-512 + AVX512_BF16" : l & 2 ? "AVX-512 FMA" : l & 1 ? "AVX2 FMA" : "reference (no FMA)";

@@ -418,6 +418,73 @@ static void simd_and_plain_loops_give_the_same_bits(void) {
   }
 }
 
+/* The scan on its own: amp__o_scan and amp__o_scan_with_stats at each SIMD level against the plain
+   loops (amp__opt_simd = 0), the double sum of squares compared bit for bit (the grad norm above is
+   a float, which hides a wrong order of the double adds), the inf/NaN flag and the stats' counts
+   and amax. Grads spread over many binades (so the order of the adds shows in the last bits), every
+   length 1..70 (every tail of the 4-, 8-, 16- and 32-lane rounds) and longer ones past the vector
+   loops' 4096-element count flush, at offsets 0..3, inverse scales 1, 2^-16 and 3, with zeros,
+   subnormals, inf and NaN planted in some. */
+static void scan_sums_equal_the_plain_loop_bit_for_bit(void) {
+  enum { MAXN = 9000 + 4 };
+  static unsigned char g[MAXN * 4];
+  static const size_t longs[] = {1031, 4096, 4096 + 37, 9000};
+  amp_dtype types[3] = {AMP_F32, AMP_F16, AMP_BF16};
+  float invs[3] = {1.0f, 1.0f / 65536.0f, 3.0f};
+  int levels = 0, level, b, vi, plant, stats;
+  size_t c;
+#ifdef AMP__X86_SIMD
+  levels = amp__cpu_level();
+#elif defined(AMP__NEON_SIMD)
+  levels = 1;
+#endif
+  if (!levels) { printf("skipped: no SIMD loops here (the plain loops only)\n"); return; }
+  rng_state = 4242;
+  for (b = 0; b < 3; b++) for (vi = 0; vi < 3; vi++) for (plant = 0; plant < 2; plant++) for (c = 0; c < 70 + 4; c++) {
+    amp_dtype t = types[b];
+    size_t n = c < 70 ? c + 1 : longs[c - 70], off = c % 4, i;
+    int span = 6;   /* 2^-6 .. 2^6: squares of comparable size, so a different order of the adds shows */
+    if (t_quick() && c >= 70 && (b + vi + plant) % 2) continue;
+    for (i = 0; i < n + off; i++) {
+      double x = rndn() * ldexp(1.0, (int)(rnd() % (unsigned)(2 * span + 1)) - span);
+      unsigned r = n >= 4 && i == off ? 0u : n >= 4 && i == off + 1 ? 1u : rnd() % 16;
+      if (r == 0) x = 0.0;
+      amp__store(g, t, i, (float)x);
+      if (r == 1) {   /* a subnormal of the type, written as bits (-Ofast's flush-to-zero would make a converted one 0) */
+        uint32_t sub = (rnd() % 2 ? 0x80000000u : 0u) | (1u + rnd() % (t == AMP_F32 ? 0x7fffffu : t == AMP_F16 ? 0x3ffu : 0x7fu));
+        if (t == AMP_F32) memcpy(g + i * 4, &sub, 4);
+        else { uint16_t h = (uint16_t)((sub >> 16) | (sub & 0xffffu)); memcpy(g + i * 2, &h, 2); }
+      }
+    }
+    if (plant) { amp__store(g, t, off + n / 2, plant && c % 2 ? NAN : -INFINITY); }
+    for (stats = 0; stats < 2; stats++) {
+      double want = 0.25, got;
+      int want_bad = 0, got_bad;
+      amp__gstat ws, gs;
+      memset(&ws, 0, sizeof ws);
+      amp__opt_simd = 0;
+      if (stats) amp__o_scan_with_stats(g + off * dsize(t), t, n, invs[vi], &want, &want_bad, &ws);
+      else amp__o_scan(g + off * dsize(t), t, n, invs[vi], &want, &want_bad);
+      for (level = 1; level <= levels; level++) {
+        got = 0.25; got_bad = 0;
+        memset(&gs, 0, sizeof gs);
+        amp__opt_simd = level;
+        if (stats) amp__o_scan_with_stats(g + off * dsize(t), t, n, invs[vi], &got, &got_bad, &gs);
+        else amp__o_scan(g + off * dsize(t), t, n, invs[vi], &got, &got_bad);
+        EXPECT(memcmp(&want, &got, sizeof got) == 0 && want_bad == got_bad, "%s n %zu inv %g%s level %d: sum %a bad %d, plain %a bad %d",
+               tname(t), n, (double)invs[vi], stats ? " (stats)" : "", level, got, got_bad, want, want_bad);
+        EXPECT(!stats || (gs.amax_bits == ws.amax_bits && gs.nonfinite == ws.nonfinite && gs.zero == ws.zero && gs.subnormal == ws.subnormal),
+               "%s n %zu level %d stats: amax %08x inf/NaN %llu zero %llu subnormal %llu, plain %08x %llu %llu %llu", tname(t), n, level,
+               gs.amax_bits, (unsigned long long)gs.nonfinite, (unsigned long long)gs.zero, (unsigned long long)gs.subnormal,
+               ws.amax_bits, (unsigned long long)ws.nonfinite, (unsigned long long)ws.zero, (unsigned long long)ws.subnormal);
+      }
+      EXPECT(want_bad == plant, "%s n %zu: bad %d with%s a planted inf/NaN", tname(t), n, want_bad, plant ? "" : "out");
+      EXPECT(!stats || n < 4 || (ws.zero > 0 && ws.subnormal > 0), "%s n %zu inv %g: the test plants zeros and subnormals: %llu %llu %llu", tname(t), n, (double)invs[vi], (unsigned long long)ws.zero, (unsigned long long)ws.subnormal, (unsigned long long)ws.nonfinite);
+      amp__opt_simd = -1;
+    }
+  }
+}
+
 /* The vector helpers the step's extra stores use, on the values a step cannot reach with a finite
    loss (NaN with payloads, inf, subnormals, the split's ties and round-ups to inf) and random bits:
    the split master's encode/decode, the stochastic rounding and Lion's sign, each against its
@@ -693,6 +760,7 @@ int main(void) {
   RUN(gradient_accumulation_unscales_once_at_a_fixed_scale);
   RUN(custom_step_gets_unscaled_fp32_grads_and_writes_the_model);
   RUN(simd_and_plain_loops_give_the_same_bits);
+  RUN(scan_sums_equal_the_plain_loop_bit_for_bit);
   RUN(vector_helpers_equal_the_scalar_functions_on_special_values);
   RUN(grads_given_after_add_step_as_grads_given_at_add);
   RUN(a_zero_grad_dtype_beside_a_16_bit_copy_is_refused);
