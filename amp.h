@@ -5744,6 +5744,13 @@ AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { __asm__("vsqrtps %1, %0" : "=x"(a
 #else
 AMP__AVX2_INLINE __m256 amp__sqrt8(__m256 a) { return _mm256_sqrt_ps(a); }
 #endif
+/* The IEEE division: clang's fast-math may otherwise multiply by a reciprocal of a loop-constant
+   divisor (Adam's bc2, a block's absmax). */
+#if defined(__clang__)
+AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { __asm__("vdivps %2, %1, %0" : "=x"(a) : "x"(a), "x"(b)); return a; }
+#else
+AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
+#endif
 
 #endif
 
@@ -5909,7 +5916,7 @@ AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__K
 /* AVX2: 8 elements; a tail through buffers of 8. */
 #define AMP__LD8F(q) _mm256_loadu_ps(q)
 #define AMP__ST8F(q, x) _mm256_storeu_ps(q, x)
-#define AMP__V8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, _mm256_div_ps, amp__sqrt8, amp__sign8, AMP__LD8F, \
+#define AMP__V8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, amp__div8, amp__sqrt8, amp__sign8, AMP__LD8F, \
                      AMP__ST8F, _mm256_setzero_ps())
 #define AMP__STEP8(BODY) { \
     __m256 x = amp__mul8(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
@@ -6776,13 +6783,7 @@ static AMP__AVX512 size_t amp__q8_decode16(const amp__qmap *q, float *d, const u
   }
   return j;
 }
-/* The same on 8 lanes. The division in asm under clang (as amp__sqrt8: its fast-math may otherwise
-   multiply by a reciprocal of the loop's constant divisor). */
-#if defined(__clang__)
-AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { __asm__("vdivps %2, %1, %0" : "=x"(a) : "x"(a), "x"(b)); return a; }
-#else
-AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
-#endif
+/* The same on 8 lanes. */
 AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
   __m256i u = _mm256_castps_si256(y), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
   __m256i neg = _mm256_srai_epi32(u, 31), e, idx, t, c, key;
