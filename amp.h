@@ -4521,9 +4521,9 @@ AMPDEF amp_status amp_policy_create(amp_policy **out, amp_mode mode, amp_dtype l
   if ((int)mode < (int)AMP_MODE_MIXED || (int)mode > (int)AMP_MODE_KEEP)
     return amp__fail(AMP_ERR_ARG, "amp_policy_create: mode %d is not an amp_mode (AMP_MODE_MIXED .. AMP_MODE_KEEP)",
                      (int)mode);
-  if (low != AMP_F16 && low != AMP_BF16)
-    return amp__fail(AMP_ERR_ARG, "amp_policy_create: low %d (%s) must be AMP_F16 or AMP_BF16", (int)low,
-                     amp__dtype_name(low));
+  if (!amp__dtype_row(low) || !amp__dtype_row(low)->compute || amp__dtype_row(low)->size >= 4)   /* a 16-bit compute row */
+    return amp__fail(AMP_ERR_ARG, "amp_policy_create: low %d (%s) must be a compute format narrower than f32 "
+                     "(AMP_F16 or AMP_BF16)", (int)low, amp__dtype_name(low));
   p = (amp_policy *)AMP_MALLOC(sizeof *p);
   ch = (amp__change *)AMP_MALLOC((nw + nb + ng) * sizeof *ch);
   if (!p || !ch) {
@@ -10907,7 +10907,7 @@ static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype
                                       const amp_gemm_opts *o) {
   int c8 = amp__gemm_is_fp8(c_type), x;
   const char *op = "amp_gemm_ex";
-  if (a_type == AMP_E5M2 && b_type == AMP_E5M2)
+  if (amp__dtype_fp8(a_type) == 1 && amp__dtype_fp8(b_type) == 1)   /* the fp8 column: 1 is E5M2 */
     return amp__fail(AMP_ERR_UNSUPPORTED, "%s: a_type and b_type are both AMP_E5M2: the GPUs' fp8 Tensor Cores "
                      "(cuBLASLt) have no E5M2 x E5M2 product, so neither has amp.h; make one of them AMP_E4M3", op);
   if (c8 && !o->c_scale)
