@@ -10877,10 +10877,13 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
         amp__gemm_block_add(T + (size_t)i * n, P + (size_t)i * n, sb, sa, n);
       }
     }
-    for (i = 0; (size_t)i < mn; i++) T[i] = amp__fmul(s, T[i]);
+    for (i = 0; (size_t)i < mn; i++) T[i] = s * T[i];   /* a lone product, stored: nothing to fuse it with */
   }
   if (st != AMP_OK) { AMP_FREE(T); return st; }
-  {   /* the epilogue of the reference, then the amax and the cast */
+  if (beta == 0.0f && !has_bias && o->act == AMP_ACT_NONE && !c8 && !o->c_amax && ccs == 1) {
+    for (i = 0; i < m; i++)   /* nothing to add or apply: t is the sum, each row cast as amp__store would */
+      amp_convert((char *)C + (size_t)i * crs * amp_dtype_size(ct), ct, T + (size_t)i * n, AMP_F32, (size_t)n);
+  } else {   /* the epilogue of the reference, then the amax and the cast */
     float cs = c8 ? *o->c_scale : 1.0f;
     for (i = 0; i < m; i++)
       for (j = 0; j < n; j++) {

@@ -282,7 +282,8 @@ static void block_scaled_reference_bits_and_fast_bound(void) {
             memset(&J, 0, sizeof J);
             J.L = (amp_layout)L; J.ta = (amp_trans)ta; J.tb = (amp_trans)tb;
             J.m = SIZES[s][0]; J.n = SIZES[s][1]; J.k = SIZES[s][2];
-            J.alpha = v == 4 ? 2.0f : 1.0f; J.ct = AMP_F32; J.pts = v >= 3;
+            J.alpha = v == 4 ? 2.0f : 1.0f; J.pts = v >= 3;
+            J.ct = v == 1 ? AMP_BF16 : v == 3 ? AMP_F16 : AMP_F32;   /* each C row cast as it is stored */
             bad += run_job(&J, AMP_E4M3, v == 2 ? AMP_E5M2 : AMP_E4M3, ak, bk);
           }
   }
