@@ -4077,6 +4077,17 @@ static void amp__quantize_counted(amp_fp8 *q, int e5m2, const void *x, amp_dtype
    are functions of their own below, so these stay the code they were. ---- */
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
+/* The body of both loops below on four vectors v0 .. v3 of x at element i, W-bit wide (512: 64
+   elements, 256: 32): |x|'s bits into the running unsigned maximum a, then x * k encoded by CODES
+   (amp__fp8_codes64 / _codes32) and written by store, where there is a q. */
+#define AMP__QUANT4_(W, CODES, v0, v1, v2, v3, store) \
+  a = _mm##W##_max_epu32(a, _mm##W##_and_si##W(_mm##W##_castps_si##W(v0), abs)); \
+  a = _mm##W##_max_epu32(a, _mm##W##_and_si##W(_mm##W##_castps_si##W(v1), abs)); \
+  a = _mm##W##_max_epu32(a, _mm##W##_and_si##W(_mm##W##_castps_si##W(v2), abs)); \
+  a = _mm##W##_max_epu32(a, _mm##W##_and_si##W(_mm##W##_castps_si##W(v3), abs)); \
+  if (q) store((__m##W##i *)(q + i), CODES(_mm##W##_castps_si##W(_mm##W##_mul_ps(v0, k)), \
+                _mm##W##_castps_si##W(_mm##W##_mul_ps(v1, k)), _mm##W##_castps_si##W(_mm##W##_mul_ps(v2, k)), \
+                _mm##W##_castps_si##W(_mm##W##_mul_ps(v3, k)), e5m2));
 /* k (<= 16) elements under a lane mask: the lanes outside it load as 0 and are not stored */
 AMP__AVX512_INLINE __m512i amp__quantize_part16(amp_fp8 *q, int e5m2, const char *x, amp_dtype xt, size_t k, __m512 scale,
                                                 __m512i a) {
@@ -4098,14 +4109,6 @@ AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x
   for (; i < head; i += 16)
     a = amp__quantize_part16(q + i, e5m2, x + i * sz, xt, head - i < 16 ? head - i : 16, k, a);
   i = head;
-#define AMP__Q64_(v0, v1, v2, v3, store) \
-  a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v0), abs)); \
-  a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v1), abs)); \
-  a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v2), abs)); \
-  a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v3), abs)); \
-  if (q) store((__m512i *)(q + i), amp__fp8_codes64(_mm512_castps_si512(_mm512_mul_ps(v0, k)), \
-                _mm512_castps_si512(_mm512_mul_ps(v1, k)), _mm512_castps_si512(_mm512_mul_ps(v2, k)), \
-                _mm512_castps_si512(_mm512_mul_ps(v3, k)), e5m2));
   if (nt && i + 64 + 2048 <= n) {   /* a stream, arranged for memory as the casts' loops: each step
                                        loads the next 64 before it encodes these, the source asked
                                        for 8 KiB ahead into L2 and 2 KiB ahead into L1 */
@@ -4117,17 +4120,16 @@ AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x
       __m512 w0 = amp__ld16(xt, x + (i + 64) * sz, 0xffff), w1 = amp__ld16(xt, x + (i + 80) * sz, 0xffff),
              w2 = amp__ld16(xt, x + (i + 96) * sz, 0xffff), w3 = amp__ld16(xt, x + (i + 112) * sz, 0xffff);
       for (b = 0; b < 64 * sz; b += 64) { _mm_prefetch(p + 8192 + b, _MM_HINT_T1); _mm_prefetch(p + 2048 + b, _MM_HINT_T0); }
-      AMP__Q64_(v0, v1, v2, v3, _mm512_stream_si512)
+      AMP__QUANT4_(512, amp__fp8_codes64, v0, v1, v2, v3, _mm512_stream_si512)
       v0 = w0; v1 = w1; v2 = w2; v3 = w3;
     }
   }
   for (; i + 64 <= n; i += 64) {
     __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
            v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
-    if (nt) { AMP__Q64_(v0, v1, v2, v3, _mm512_stream_si512) }
-    else { AMP__Q64_(v0, v1, v2, v3, _mm512_storeu_si512) }
+    if (nt) { AMP__QUANT4_(512, amp__fp8_codes64, v0, v1, v2, v3, _mm512_stream_si512) }
+    else { AMP__QUANT4_(512, amp__fp8_codes64, v0, v1, v2, v3, _mm512_storeu_si512) }
   }
-#undef AMP__Q64_
   if (nt) _mm_sfence();
   for (; i < n; i += 16) a = amp__quantize_part16(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i < 16 ? n - i : 16, k, a);
   if (amax) *amax = amp__amax_join(*amax, amp__bits_f32(_mm512_reduce_max_epu32(a)));
@@ -4142,14 +4144,6 @@ AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, a
   int nt = 0;
   size_t i = q ? amp__nt_head(q, 1, n, &nt) : 0, j;
   if (i) amp__quantize_portable(q, e5m2, x, xt, i, scale, amax);   /* the head before a streamed start */
-#define AMP__Q32_(v0, v1, v2, v3, store) \
-  a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v0), abs)); \
-  a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v1), abs)); \
-  a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v2), abs)); \
-  a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_castps_si256(v3), abs)); \
-  if (q) store((__m256i *)(q + i), amp__fp8_codes32(_mm256_castps_si256(_mm256_mul_ps(v0, k)), \
-                _mm256_castps_si256(_mm256_mul_ps(v1, k)), _mm256_castps_si256(_mm256_mul_ps(v2, k)), \
-                _mm256_castps_si256(_mm256_mul_ps(v3, k)), e5m2));
   if (nt && i + 32 + 2048 <= n) {   /* a stream, arranged as amp__f32_to_fp8_loop8: each step loads
                                        the next 32 before it encodes these, the source asked for
                                        8 KiB ahead into L2 and 2 KiB ahead into L1 */
@@ -4161,17 +4155,17 @@ AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, a
       __m256 w0 = amp__ld8(xt, x + (i + 32) * sz), w1 = amp__ld8(xt, x + (i + 40) * sz),
              w2 = amp__ld8(xt, x + (i + 48) * sz), w3 = amp__ld8(xt, x + (i + 56) * sz);
       for (b = 0; b < 32 * sz; b += 64) { _mm_prefetch(p + 8192 + b, _MM_HINT_T1); _mm_prefetch(p + 2048 + b, _MM_HINT_T0); }
-      AMP__Q32_(v0, v1, v2, v3, _mm256_stream_si256)
+      AMP__QUANT4_(256, amp__fp8_codes32, v0, v1, v2, v3, _mm256_stream_si256)
       v0 = w0; v1 = w1; v2 = w2; v3 = w3;
     }
   }
   for (; i + 32 <= n; i += 32) {
     __m256 v0 = amp__ld8(xt, x + i * sz), v1 = amp__ld8(xt, x + (i + 8) * sz), v2 = amp__ld8(xt, x + (i + 16) * sz),
            v3 = amp__ld8(xt, x + (i + 24) * sz);
-    if (nt) { AMP__Q32_(v0, v1, v2, v3, _mm256_stream_si256) }
-    else { AMP__Q32_(v0, v1, v2, v3, _mm256_storeu_si256) }
+    if (nt) { AMP__QUANT4_(256, amp__fp8_codes32, v0, v1, v2, v3, _mm256_stream_si256) }
+    else { AMP__QUANT4_(256, amp__fp8_codes32, v0, v1, v2, v3, _mm256_storeu_si256) }
   }
-#undef AMP__Q32_
+#undef AMP__QUANT4_
   if (nt) _mm_sfence();
   _mm256_storeu_si256((__m256i *)lanes, a);
   for (j = 0; j < 8; j++) top = lanes[j] > top ? lanes[j] : top;
