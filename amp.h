@@ -1961,6 +1961,10 @@ typedef struct amp_gemm_opts {
   const void *b_scales;      /*   (and of B): the sum is scaled per 32 or 128 of k */
   const float *c_scale;      /* C of an fp8 type: stored as sat(result * *c_scale); required there */
   float *c_amax;             /* NULL, or written: max |result| before the cast to C's type (NaN wins) */
+  int fp8_fast_accum;        /* fp8 A and B on CUDA: 0 -> split accumulation (the Tensor Cores' partial
+                                sums promoted to f32); 1 -> cuBLASLt's FAST_ACCUM (faster, less exact:
+                                the manual's "The fp8 product on CUDA"). The CPU's fp8 product is exact
+                                in either case. Other values: AMP_ERR_ARG */
 } amp_gemm_opts;
 
 /* amp_gemm with a fused epilogue: C = act(alpha * op(A) op(B) + beta * C + bias). The layer
@@ -10937,7 +10941,7 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
                               float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                               int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
   static const amp_gemm_opts none = {NULL, AMP_F32, AMP_ACT_NONE, AMP_GEMM_AUTO, 0, NULL, NULL,
-                                     AMP_BLOCK_MX_RCEIL, AMP_BLOCK_MX_RCEIL, NULL, NULL, NULL, NULL};
+                                     AMP_BLOCK_MX_RCEIL, AMP_BLOCK_MX_RCEIL, NULL, NULL, NULL, NULL, 0};
   const amp_gemm_opts *o = opts ? opts : &none;
   int row = layout == AMP_ROW_MAJOR;
   /* the minimum leading dimension of each matrix as stored: the length of a stored row (row-major)
@@ -10985,6 +10989,9 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
         AMP_ERR_ARG,
         "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE",
         (int)o->algo);
+  if (o->fp8_fast_accum != 0 && o->fp8_fast_accum != 1)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->fp8_fast_accum %d is not 0 (split accumulation) or 1 "
+                     "(cuBLASLt's fast accumulation)", o->fp8_fast_accum);
   if (o->algo == AMP_GEMM_REFERENCE && amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_REFERENCE runs on the CPU, and d is a CUDA device");
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))
