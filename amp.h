@@ -2793,6 +2793,25 @@ static inline AMP_HD float amp__gemm_block_scale_at(const void *sc, amp_block_sc
                                                     int k, int ext) {
   return kcol ? amp__gemm_block_scale(sc, kind, x, p0, k) : amp__gemm_block_scale(sc, kind, p0, x, ext);
 }
+/* Element e of one operand's 1 x 128 or 128 x 128 scales (as amp_quantize_blocks stored them, read
+   with amp__gemm_block_scale_at) in the layout cuBLASLt's block-scaled fp8 kernels read, for op(X)
+   as cuBLASLt sees it: r rows (m for A, n for B), k contiguous, nkb = ceil(k / 128) blocks along k.
+   1 x 128 (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F): one float per row and block, the rows
+   contiguous: element i + kb r. 128 x 128 (_BLK128x128_32F): one float per 128 rows and block, the
+   blocks along k contiguous, each block row padded to ld = 4 ceil(nkb / 4) floats: element
+   ib ld + kb, the padding 0. amp__gemm_lt_scales128_count(kind, r, k) elements (amp_kernels.cu's
+   amp__k_gemm_scales128 writes them, one thread each). */
+static inline AMP_HD size_t amp__gemm_lt_scales128_count(amp_block_scaling kind, int r, int k) {
+  const size_t nkb = (size_t)(k + 127) / 128;
+  return kind == AMP_BLOCK_128x128 ? (size_t)((r + 127) / 128) * ((nkb + 3) / 4 * 4) : (size_t)r * nkb;
+}
+static inline AMP_HD float amp__gemm_lt_scale128(const void *sc, amp_block_scaling kind, int kcol, int r, int k,
+                                                size_t e) {
+  const int nkb = (k + 127) / 128, ld = (nkb + 3) / 4 * 4, blk = kind == AMP_BLOCK_128x128;
+  const int i = blk ? (int)(e / (size_t)ld) * 128 : (int)(e % (size_t)r);
+  const int kb = blk ? (int)(e % (size_t)ld) : (int)(e / (size_t)r);
+  return kb < nkb ? amp__gemm_block_scale_at(sc, kind, kcol, i, kb * 128, k, r) : 0.0f;
+}
 /* One result: sacc = fl32(s acc), c C's old value (read only for beta != 0). Returns
    t = act(sacc + fl32(beta c) + bias), what c_amax sees; *out gets what C stores, before the
    rounding to C's type: fl32(t * cs) for an fp8 C (c8; the saturating cast is amp__store's), else t.

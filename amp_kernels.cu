@@ -1974,26 +1974,12 @@ __global__ void amp__k_gemm_pack8(uint8_t *dst, const uint8_t *x, int r, int k, 
   dst[e] = q < k ? x[(size_t)i * rs + (size_t)q * ks] : (uint8_t)0;
 }
 
-// One operand's 1 x 128 or 128 x 128 scales (amp_quantize_blocks' layout, read with the CPU's
-// amp__gemm_block_scale_at) into the layout cuBLASLt's block-scaled fp8 kernels read, for the
-// operand as cuBLASLt sees it: r rows of op(X) (m for A, n for B), k contiguous, nkb = ceil(k / 128)
-// blocks along k.
-//   1 x 128 (VEC128_32F): one float per row and block, the rows contiguous: dst[i + kb r];
-//   128 x 128 (BLK128x128_32F): one float per 128 rows and block, the blocks along k contiguous, each
-//   block row padded to a multiple of 4 floats: dst[ib ld + kb], ld = 4 ceil(nkb / 4) (the padding 0).
-// (amp_quantize_blocks stores 1 x 128 scales row by row, kb contiguous, and 128 x 128 ones without the
-// padding, and along the stored rows, which may be k: so every case is copied, element by element.)
+// One operand's 1 x 128 or 128 x 128 scales into the layout cuBLASLt's block-scaled fp8 kernels read
+// (amp.h's amp__gemm_lt_scale128 says which; amp_quantize_blocks stores 1 x 128 scales row by row and
+// 128 x 128 ones unpadded, along the stored rows, which may be k): one thread per element.
 __global__ void amp__k_gemm_scales128(float *dst, const void *sc, amp_block_scaling kind, int kcol, int r, int k) {
-  const int nkb = (k + 127) / 128, blk = kind == AMP_BLOCK_128x128, ld = (nkb + 3) / 4 * 4;
-  const size_t n = blk ? (size_t)((r + 127) / 128) * ld : (size_t)r * nkb;
   size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= n) return;
-  int i = blk ? (int)(e / ld) * 128 : (int)(e % (size_t)r), kb = blk ? (int)(e % ld) : (int)(e / (size_t)r);
-  dst[e] = kb < nkb ? amp__gemm_block_scale_at(sc, kind, kcol, i, kb * 128, k, r) : 0.0f;
-}
-static size_t amp__gemm_scales128_count(amp_block_scaling kind, int r, int k) {
-  const size_t nkb = (size_t)(k + 127) / 128;
-  return kind == AMP_BLOCK_128x128 ? (size_t)((r + 127) / 128) * ((nkb + 3) / 4 * 4) : (size_t)r * nkb;
+  if (e < amp__gemm_lt_scales128_count(kind, r, k)) dst[e] = amp__gemm_lt_scale128(sc, kind, kcol, r, k, e);
 }
 
 static amp_status amp__gemm_launch_fp8(amp__cu_state *st, const amp__gemm_prob &p, const float *T, int ldt,
@@ -2496,8 +2482,8 @@ static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int 
   const int pack_b = !(!p.tb && kp == p.k && p.ldb % 16 == 0 && amp__align_of(p.b) >= 16);  // A's and B's columns
   const size_t na = pack_a ? (size_t)p.m * kp : 0, nb = pack_b ? (size_t)p.n * kp : 0;   // bytes: codes
   // block scales in cuBLASLt's layout (floats, after the codes: na and nb are multiples of 16)
-  const size_t ns_a = blk128 ? amp__gemm_scales128_count(p.bka, p.m, p.k) : 0;
-  const size_t ns_b = blk128 ? amp__gemm_scales128_count(p.bkb, p.n, p.k) : 0;
+  const size_t ns_a = blk128 ? amp__gemm_lt_scales128_count(p.bka, p.m, p.k) : 0;
+  const size_t ns_b = blk128 ? amp__gemm_lt_scales128_count(p.bkb, p.n, p.k) : 0;
   int direct = !p.bias && p.act == AMP_ACT_NONE && (amp__dtype_is_fp8(p.out) || !p.amax), kind = AMP__PLAN_SIMPLE;
   uint8_t *scr = NULL;   // the packed operands (na + nb bytes, each 16-byte aligned: kp is), then the scales
   float *T = NULL;
