@@ -414,8 +414,11 @@
                            amp_quantize_ex (counts); amp_gemm_ex with fp8 inputs and outputs
                            on the CPU (per-tensor and block scales, c_scale, c_amax) and on
                            CUDA (per-tensor scales: cuBLASLt's fp8 kernels on sm_89+, any
-                           layout through packed TN copies; block scales and the rest: the
-                           plain fp8 kernel, the CPU reference's bits).
+                           layout through packed TN copies; 1x128 / 128x128 block scales on
+                           both operands: cuBLASLt's block-scaled modes on sm_90 with cuBLAS
+                           12.9+; other block scales and the rest: the plain fp8 kernel, the
+                           CPU reference's bits); opts->fp8_fast_accum (cuBLASLt's FAST_ACCUM,
+                           opt-in; the CPU unaffected).
                            fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
                            1x128 and 128x128; CPU vector loops and a CUDA kernel).
                            amp_gemm's bf16 kernel chosen by what the core delivers: vdpbf16ps
