@@ -1882,15 +1882,16 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      CUBLAS_VERSION, and in the library loaded: DeepSeek-V3's GEMM): AMP_GEMM_AUTO, A and B both
      fp8, both block-scaled with AMP_BLOCK_1x128 or AMP_BLOCK_128x128 (either on either operand:
      the forward's 1x128 activations times 128 x 128 weights, the backward's 1x128 gradients times
-     the same weights transposed), and no a_scale_inv / b_scale_inv beside the blocks. cuBLASLt
+     the same weights transposed; which pairs it has kernels for is cuBLASLt's to say), and no
+     a_scale_inv / b_scale_inv beside the blocks. cuBLASLt
      reads the scales as CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F (1 x 128) and _BLK128x128_32F in
      layouts of its own (1 x 128: the rows' scales contiguous, one column per block of k; 128 x
-     128: the blocks along k contiguous, each block row padded to 4 floats), so a small kernel
-     first copies amp_quantize_blocks' scales into a stream-ordered scratch in that layout (a few
-     floats per 128 x 128 codes); k is padded with zero codes to a multiple of 128 (a copy of the
+     128: the blocks along k contiguous, each block row padded to a multiple of 4 floats), so a
+     small kernel first copies amp_quantize_blocks' scales into a stream-ordered scratch in that
+     layout (at most one float per 128 codes); k is padded with zero codes to a multiple of 128 (a copy of the
      operand where k is not one already), so a partial last block is scaled as the CPU scales it.
      Each block's sum is formed in f32 and multiplied by its two scales in f32, FAST_ACCUM always
-     off (cuBLASLt has no fast accumulation for these modes). C as on the per-tensor path (its own
+     off (the promotion every 128 of k is what these modes are for). C as on the per-tensor path (its own
      epilogue, or the f32 scratch and the finishing kernel). On any other GPU (Ada, Blackwell:
      their cuBLASLt has MX block scales instead), with an older cuBLAS, MX blocks, one operand
      block-scaled and the other not, a scale_inv beside the blocks, or where cuBLASLt has no
@@ -1899,7 +1900,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      then accumulate the whole k-long sum themselves, without the periodic promotion to f32.
      Faster (TransformerEngine and torchao use it for the forward pass), and less exact: the
      accumulator inside the Tensor Cores is narrower than f32 (DeepSeek-V3, sec. 3.3, measured
-     about 14 retained bits on Hopper and relative errors near 2% at k = 4096), so amp.h states no
+     about 14 retained bits on H800, a Hopper GPU, and relative errors near 2% at k = 4096 without
+     the promotion), so amp.h states no
      bound for it; use it where that error is acceptable (forward products) and keep gradients on
      the default. It changes nothing on block-scaled products, on the plain kernel, or on the CPU:
      the CPU's fp8 product has one path, exact in its products, and the flag is accepted there so

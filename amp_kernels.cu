@@ -2451,8 +2451,7 @@ static amp_status amp__gemm_fp8_try(amp__cu_state *st, const amp__gemm_prob &p, 
 
 // The fp8 product (amp__gemm_fp8_mode). cuBLASLt (AUTO, fp8 A and B, sm_89 or newer) computes
 // alpha sa sb op(A) op(B) (+ beta C) with the scales read from device pointers and FAST_ACCUM off
-// (unless opts->fp8_fast_accum),
-// in its fp8 kernels' "TN" form: an operand whose k is not contiguous, or that is not 16-byte
+// (unless opts->fp8_fast_accum), in its fp8 kernels' "TN" form: an operand whose k is not contiguous, or that is not 16-byte
 // aligned, or whose ld or k is not a multiple of 16, is first copied into a packed operand
 // (amp__k_gemm_pack8, k padded with zeros to kp). cuBLASLt writes C itself when nothing follows
 // (no bias or activation, and an amax only for an fp8 D: AMAX_D, with c_scale as D_SCALE) and it
@@ -2462,8 +2461,7 @@ static amp_status amp__gemm_fp8_try(amp__cu_state *st, const amp__gemm_prob &p, 
 // into its layout (amp__k_gemm_scales128) and k padded to a multiple of 128. FAST_ACCUM only where
 // the caller asked (opts->fp8_fast_accum) and the scales are per-tensor. Anything else (another
 // algo, a 16-bit or f32 operand, other block scales, an older GPU, no algorithm even for T): the
-// plain fp8 kernel. The scratch is
-// stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
+// plain fp8 kernel. The scratch is stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
 static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int algo, char *msg, size_t cap) {
   if (p.m == 0 || p.n == 0) {   // only the amax to write: the max over no results
     if (p.amax) AMP__CU_CHECK(cudaMemsetAsync(p.amax, 0, sizeof(float), st->stream));
@@ -2481,8 +2479,9 @@ static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int 
   const int pack_a = !(p.ta && kp == p.k && p.lda % 16 == 0 && amp__align_of(p.a) >= 16);   // op(A) = A^T: k along
   const int pack_b = !(!p.tb && kp == p.k && p.ldb % 16 == 0 && amp__align_of(p.b) >= 16);  // A's and B's columns
   const size_t na = pack_a ? (size_t)p.m * kp : 0, nb = pack_b ? (size_t)p.n * kp : 0;   // bytes: codes
-  // block scales in cuBLASLt's layout (floats, after the codes: na and nb are multiples of 16)
-  const size_t ns_a = blk128 ? amp__gemm_lt_scales128_count(p.bka, p.m, p.k) : 0;
+  // block scales in cuBLASLt's layout (floats, after the codes: na and nb are multiples of 16; B's
+  // after A's, 256-byte aligned as cudaMalloc's pointers are)
+  const size_t ns_a = blk128 ? (amp__gemm_lt_scales128_count(p.bka, p.m, p.k) + 63) / 64 * 64 : 0;
   const size_t ns_b = blk128 ? amp__gemm_lt_scales128_count(p.bkb, p.n, p.k) : 0;
   int direct = !p.bias && p.act == AMP_ACT_NONE && (amp__dtype_is_fp8(p.out) || !p.amax), kind = AMP__PLAN_SIMPLE;
   uint8_t *scr = NULL;   // the packed operands (na + nb bytes, each 16-byte aligned: kp is), then the scales
@@ -2497,6 +2496,7 @@ static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int 
   if (blk128) {   // the scales as cuBLASLt reads them (from the real k: blocks past it are padding)
     float *sa = (float *)(scr + na + nb), *sb = sa + ns_a;
     amp__k_gemm_scales128<<<(unsigned)((ns_a + 255) / 256), 256, 0, st->stream>>>(sa, p.bsa, p.bka, p.kca, p.m, p.k);
+    // (ns_a is rounded up: the kernel writes the count amp__gemm_lt_scales128_count gives, no more)
     amp__k_gemm_scales128<<<(unsigned)((ns_b + 255) / 256), 256, 0, st->stream>>>(sb, p.bsb, p.bkb, p.kcb, p.n, p.k);
     cudaError_t le = cudaGetLastError();
     if (le != cudaSuccess)
