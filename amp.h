@@ -414,8 +414,11 @@
                            amp_quantize_ex (counts); amp_gemm_ex with fp8 inputs and outputs
                            on the CPU (per-tensor and block scales, c_scale, c_amax) and on
                            CUDA (per-tensor scales: cuBLASLt's fp8 kernels on sm_89+, any
-                           layout through packed TN copies; block scales and the rest: the
-                           plain fp8 kernel, the CPU reference's bits).
+                           layout through packed TN copies; 1x128 / 128x128 block scales on
+                           both operands: cuBLASLt's block-scaled modes on sm_90 with cuBLAS
+                           12.9+; other block scales and the rest: the plain fp8 kernel, the
+                           CPU reference's bits); opts->fp8_fast_accum (cuBLASLt's FAST_ACCUM,
+                           opt-in; the CPU unaffected).
                            fp8 block scaling, amp_quantize_blocks (MX RCEIL / FLOOR, DeepSeek-V3's
                            1x128 and 128x128; CPU vector loops and a CUDA kernel).
                            amp_gemm's bf16 kernel chosen by what the core delivers: vdpbf16ps
@@ -1862,7 +1865,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    - cuBLASLt's fp8 kernels (AMP_GEMM_AUTO, A and B both fp8: E4M3 x E4M3, E4M3 x E5M2, E5M2 x
      E4M3, on an sm_89 or newer GPU: Ada, Hopper, Blackwell): compute type f32, scale type f32, the
      scale_invs as its A_SCALE_POINTER / B_SCALE_POINTER (alpha stays alpha), FAST_ACCUM off (the
-     Tensor Cores' partial sums promoted to f32, TransformerEngine's split accumulator). Those
+     Tensor Cores' partial sums promoted to f32, TransformerEngine's split accumulator) unless
+     opts->fp8_fast_accum is 1 (below). Those
      kernels take only the "TN" form, k contiguous in both operands (the layer forward y = x W^T:
      AMP_ROW_MAJOR, ta AMP_NO_TRANS, tb AMP_TRANS; col-major: ta AMP_TRANS, tb AMP_NO_TRANS), 16-byte
      aligned pointers, and lda, ldb and k multiples of 16. An operand that is not so is first copied
@@ -1874,9 +1878,38 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      non-fp8 C (or where cuBLASLt has no algorithm for C as given: its ldc or alignment), cuBLASLt
      writes fl32(s acc) into an f32 scratch and a kernel finishes each result as the CPU does
      (beta C, bias, activation, amax, c_scale and the saturating cast).
+   - cuBLASLt's block-scaled fp8 (Hopper, sm_90, with cuBLAS 12.9 or newer both at build time,
+     CUBLAS_VERSION, and in the library loaded: DeepSeek-V3's GEMM): AMP_GEMM_AUTO, A and B both
+     fp8, both block-scaled with AMP_BLOCK_1x128 or AMP_BLOCK_128x128 (either on either operand:
+     the forward's 1x128 activations times 128 x 128 weights, the backward's 1x128 gradients times
+     the same weights transposed; which pairs it has kernels for is cuBLASLt's to say), and no
+     a_scale_inv / b_scale_inv beside the blocks. cuBLASLt
+     reads the scales as CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F (1 x 128) and _BLK128x128_32F in
+     layouts of its own (1 x 128: the rows' scales contiguous, one column per block of k; 128 x
+     128: the blocks along k contiguous, each block row padded to a multiple of 4 floats), so a
+     small kernel first copies amp_quantize_blocks' scales into a stream-ordered scratch in that
+     layout (at most one float per 128 codes); k is padded with zero codes to a multiple of 128 (a copy of the
+     operand where k is not one already), so a partial last block is scaled as the CPU scales it.
+     Each block's sum is formed in f32 and multiplied by its two scales in f32, FAST_ACCUM always
+     off (the promotion every 128 of k is what these modes are for). C as on the per-tensor path (its own
+     epilogue, or the f32 scratch and the finishing kernel). On any other GPU (Ada, Blackwell:
+     their cuBLASLt has MX block scales instead), with an older cuBLAS, MX blocks, one operand
+     block-scaled and the other not, a scale_inv beside the blocks, or where cuBLASLt has no
+     algorithm: the plain fp8 kernel, the CPU's bits.
+   - opts->fp8_fast_accum 1 sets cuBLASLt's FAST_ACCUM on the per-tensor path: the Tensor Cores
+     then accumulate the whole k-long sum themselves, without the periodic promotion to f32.
+     Faster (TransformerEngine and torchao use it for the forward pass), and less exact: the
+     accumulator inside the Tensor Cores is narrower than f32 (DeepSeek-V3, sec. 3.3, measured
+     about 14 retained bits on H800, a Hopper GPU, and relative errors near 2% at k = 4096 without
+     the promotion), so amp.h states no
+     bound for it; use it where that error is acceptable (forward products) and keep gradients on
+     the default. It changes nothing on block-scaled products, on the plain kernel, or on the CPU:
+     the CPU's fp8 product has one path, exact in its products, and the flag is accepted there so
+     that one amp_gemm_opts serves both devices (as allow_tf32 is). Values other than 0 and 1:
+     AMP_ERR_ARG.
    - the plain fp8 kernel, one thread per element of C: everything else (AMP_GEMM_SIMPLE; block
-     scales, every kind and layout the CPU takes: cuBLASLt's block-scaled modes are not used in
-     this version; an fp8 operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8
+     scales of every kind and layout the CPU takes that cuBLASLt's block-scaled modes do not
+     (above); an fp8 operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8
      option; a GPU before sm_89; alpha 0 or k 0; a product cuBLASLt's heuristic has no algorithm
      for). It sums the codes' products in k order with fmaf (per block of k with block scales,
      each block's sum scaled and added in k order as the reference does): an fp8 x fp8 or fp8 x
@@ -1889,7 +1922,13 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    without c_scale or with beta), and AMP_GEMM_WMMA with fp8 inputs (AMP_ERR_ARG).
    cuBLASLt's amax over a result holding a NaN is not documented (the plain kernel's NaN wins).
    Bound of cuBLASLt's fp8 results against the reference: the GPU bound below with alpha read as s
-   (tests/cuda_gemm.c: C and c_amax, every pair, output type and layout).
+   (tests/cuda_gemm.c: C and c_amax, every pair, output type and layout). Block-scaled, with nb
+   blocks along k and sa, sb each block's two scales: |alpha| (2k + 2 nb + 4) 2^-24 sum_b |sa sb|
+   sum_(p in b) |a(i,p) b(p,j)| before the output rounding (each side: a block's sum within (w - 1)
+   2^-24 of its |products|, w <= 128 its length, two roundings to scale it, at most nb - 1 for the
+   sum of the blocks and one for alpha; the reference's own error is as large again), plus the
+   output roundings as below. Both bounds take each addition in the Tensor Cores between two
+   promotions to be an f32 rounding; FAST_ACCUM, which never promotes, is outside them.
 
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p
@@ -1961,6 +2000,10 @@ typedef struct amp_gemm_opts {
   const void *b_scales;      /*   (and of B): the sum is scaled per 32 or 128 of k */
   const float *c_scale;      /* C of an fp8 type: stored as sat(result * *c_scale); required there */
   float *c_amax;             /* NULL, or written: max |result| before the cast to C's type (NaN wins) */
+  int fp8_fast_accum;        /* fp8 A and B on CUDA: 0 -> split accumulation (the Tensor Cores' partial
+                                sums promoted to f32); 1 -> cuBLASLt's FAST_ACCUM (faster, less exact:
+                                the manual's "The fp8 product on CUDA"). The CPU's fp8 product is exact
+                                in either case. Other values: AMP_ERR_ARG */
 } amp_gemm_opts;
 
 /* amp_gemm with a fused epilogue: C = act(alpha * op(A) op(B) + beta * C + bias). The layer
@@ -2754,6 +2797,25 @@ static inline AMP_HD float amp__gemm_block_scale(const void *sc, amp_block_scali
 static inline AMP_HD float amp__gemm_block_scale_at(const void *sc, amp_block_scaling kind, int kcol, int x, int p0,
                                                     int k, int ext) {
   return kcol ? amp__gemm_block_scale(sc, kind, x, p0, k) : amp__gemm_block_scale(sc, kind, p0, x, ext);
+}
+/* Element e of one operand's 1 x 128 or 128 x 128 scales (as amp_quantize_blocks stored them, read
+   with amp__gemm_block_scale_at) in the layout cuBLASLt's block-scaled fp8 kernels read, for op(X)
+   as cuBLASLt sees it: r rows (m for A, n for B), k contiguous, nkb = ceil(k / 128) blocks along k.
+   1 x 128 (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F): one float per row and block, the rows
+   contiguous: element i + kb r. 128 x 128 (_BLK128x128_32F): one float per 128 rows and block, the
+   blocks along k contiguous, each block row padded to ld = 4 ceil(nkb / 4) floats: element
+   ib ld + kb, the padding 0. amp__gemm_lt_scales128_count(kind, r, k) elements (amp_kernels.cu's
+   amp__k_gemm_scales128 writes them, one thread each). */
+static inline AMP_HD size_t amp__gemm_lt_scales128_count(amp_block_scaling kind, int r, int k) {
+  const size_t nkb = (size_t)(k + 127) / 128;
+  return kind == AMP_BLOCK_128x128 ? (size_t)((r + 127) / 128) * ((nkb + 3) / 4 * 4) : (size_t)r * nkb;
+}
+static inline AMP_HD float amp__gemm_lt_scale128(const void *sc, amp_block_scaling kind, int kcol, int r, int k,
+                                                size_t e) {
+  const int nkb = (k + 127) / 128, ld = (nkb + 3) / 4 * 4, blk = kind == AMP_BLOCK_128x128;
+  const int i = blk ? (int)(e / (size_t)ld) * 128 : (int)(e % (size_t)r);
+  const int kb = blk ? (int)(e % (size_t)ld) : (int)(e / (size_t)r);
+  return kb < nkb ? amp__gemm_block_scale_at(sc, kind, kcol, i, kb * 128, k, r) : 0.0f;
 }
 /* One result: sacc = fl32(s acc), c C's old value (read only for beta != 0). Returns
    t = act(sacc + fl32(beta c) + bias), what c_amax sees; *out gets what C stores, before the
@@ -10988,7 +11050,7 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
                               float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                               int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
   static const amp_gemm_opts none = {NULL, AMP_F32, AMP_ACT_NONE, AMP_GEMM_AUTO, 0, NULL, NULL,
-                                     AMP_BLOCK_MX_RCEIL, AMP_BLOCK_MX_RCEIL, NULL, NULL, NULL, NULL};
+                                     AMP_BLOCK_MX_RCEIL, AMP_BLOCK_MX_RCEIL, NULL, NULL, NULL, NULL, 0};
   const amp_gemm_opts *o = opts ? opts : &none;
   int row = layout == AMP_ROW_MAJOR;
   /* the minimum leading dimension of each matrix as stored: the length of a stored row (row-major)
@@ -11036,6 +11098,9 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
         AMP_ERR_ARG,
         "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE",
         (int)o->algo);
+  if (o->fp8_fast_accum != 0 && o->fp8_fast_accum != 1)
+    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->fp8_fast_accum %d is not 0 (split accumulation) or 1 "
+                     "(cuBLASLt's fast accumulation)", o->fp8_fast_accum);
   if (o->algo == AMP_GEMM_REFERENCE && amp_device_is_cuda(d))
     return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_REFERENCE runs on the CPU, and d is a CUDA device");
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))

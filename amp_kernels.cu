@@ -1835,6 +1835,10 @@ struct amp__gemm_prob {
   const void *bsa, *bsb;
   amp_block_scaling bka, bkb;
   int kca, kcb, bw;
+  int fast;                   // opts->fp8_fast_accum (cuBLASLt's FAST_ACCUM; per-tensor scales only)
+  // what cuBLASLt reads as its A and B scales (amp__gemm_fp8): 0 per-tensor (sa, sb are scalars), or
+  // AMP__LT_VEC128 / AMP__LT_BLK128 (sa, sb point at block scales in cuBLASLt's layout)
+  int lt_ma, lt_mb;
 };
 
 static amp__gemm_prob amp__gemm_canon(amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k, float alpha,
@@ -1855,6 +1859,7 @@ static amp__gemm_prob amp__gemm_canon(amp_layout layout, amp_trans ta, amp_trans
   p.bsa = row ? o->b_scales : o->a_scales; p.bka = row ? o->b_blocks : o->a_blocks; p.kca = row ? b_kcol : a_kcol;
   p.bsb = row ? o->a_scales : o->b_scales; p.bkb = row ? o->a_blocks : o->b_blocks; p.kcb = row ? a_kcol : b_kcol;
   p.bw = o->a_scales ? amp__gemm_block_width(o->a_blocks) : o->b_scales ? amp__gemm_block_width(o->b_blocks) : 0;
+  p.fast = o->fp8_fast_accum;
   return p;
 }
 
@@ -1967,6 +1972,14 @@ __global__ void amp__k_gemm_pack8(uint8_t *dst, const uint8_t *x, int r, int k, 
   if (e >= (size_t)r * (size_t)kp) return;
   int i = (int)(e / (size_t)kp), q = (int)(e % (size_t)kp);
   dst[e] = q < k ? x[(size_t)i * rs + (size_t)q * ks] : (uint8_t)0;
+}
+
+// One operand's 1 x 128 or 128 x 128 scales into the layout cuBLASLt's block-scaled fp8 kernels read
+// (amp.h's amp__gemm_lt_scale128 says which; amp_quantize_blocks stores 1 x 128 scales row by row and
+// 128 x 128 ones unpadded, along the stored rows, which may be k): one thread per element.
+__global__ void amp__k_gemm_scales128(float *dst, const void *sc, amp_block_scaling kind, int kcol, int r, int k) {
+  size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e < amp__gemm_lt_scales128_count(kind, r, k)) dst[e] = amp__gemm_lt_scale128(sc, kind, kcol, r, k, e);
 }
 
 static amp_status amp__gemm_launch_fp8(amp__cu_state *st, const amp__gemm_prob &p, const float *T, int ldt,
@@ -2158,6 +2171,7 @@ struct amp__gemm_key {
   int m, n, k, ta, tb, lda, ldb, ldc, in, in_b, out, tf32;
   int act, has_bias, bias_type, bias_on_rows;
   int fp8;                                     // fp8 A and B: 1 | 2 sa | 4 sb | 8 cs | 16 amax given; else 0
+  int fp8_fast, lt_ma, lt_mb;                  // FAST_ACCUM, and A's and B's scale modes (amp__gemm_prob)
   int align_a, align_b, align_c, align_bias;   // the largest power of two (<= 256) dividing each address
 };
 
@@ -2229,6 +2243,23 @@ static cublasLtEpilogue_t amp__gemm_lt_epilogue(const amp__gemm_key &k) {
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+// cuBLASLt's block-scaled fp8 (1 x 128 and 128 x 128 float scales, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+// and _BLK128x128_32F: Hopper, cuBLAS 12.9 and newer). Built where the headers have them; used where the
+// library loaded at run time is as new (amp__gemm_fp8).
+#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120900
+#define AMP__LT_BLOCK128 1
+#else
+#define AMP__LT_BLOCK128 0
+#endif
+enum { AMP__LT_SCALAR = 0, AMP__LT_VEC128, AMP__LT_BLK128 };
+#if AMP__LT_BLOCK128
+static int32_t amp__gemm_lt_mode(int m) {
+  return m == AMP__LT_VEC128 ? (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+       : m == AMP__LT_BLK128 ? (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                             : (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+#endif
+
 // This call's scale and amax pointers into an fp8 plan's descriptor (set at build for the heuristic,
 // and again before each call, as the bias pointer is). Only those the key says are given: a NULL
 // attribute is cuBLASLt's default (scale 1, no amax), and D's scale and amax exist for an fp8 D only.
@@ -2287,9 +2318,17 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
   // an fp8 D takes a 16-bit C type (cuBLASLt's fp8 table; C is never read there: beta is 0)
   AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->lc, d8 ? CUDA_R_16BF : ot, p.m, p.n, p.ldc));
   if (d8) AMP__LT_CHECK(cublasLtMatrixLayoutCreate(&pl->ld, ot, p.m, p.n, p.ldc));
-  if (k.fp8) {   // split accumulation (fp32 promotion of the Tensor Cores' partial sums), and the scales
-    int8_t fast = 0;
+  if (k.fp8) {   // split accumulation (fp32 promotion of the Tensor Cores' partial sums) unless the caller
+                 // opted in to FAST_ACCUM (never with block scales: those promote every 128 of k), and the scales
+    int8_t fast = (int8_t)(k.fp8_fast && !k.lt_ma && !k.lt_mb);
     AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+#if AMP__LT_BLOCK128
+    if (k.lt_ma || k.lt_mb) {   // 1 x 128 / 128 x 128 float scales (amp__gemm_lt_mode)
+      int32_t ma = amp__gemm_lt_mode(k.lt_ma), mb = amp__gemm_lt_mode(k.lt_mb);
+      AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
+      AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
+    }
+#endif
     amp_status r = amp__gemm_fp8_pointers(pl, p, msg, cap);
     if (r != AMP_OK) return r;
   }
@@ -2352,6 +2391,7 @@ static amp_status amp__gemm_plan_get(amp__cu_state *st, const amp__gemm_prob &p,
   key.m = p.m; key.n = p.n; key.k = p.k; key.ta = p.ta; key.tb = p.tb;
   key.lda = p.lda; key.ldb = p.ldb; key.ldc = p.ldc; key.in = (int)p.in; key.in_b = (int)p.in_b; key.out = (int)p.out;
   key.fp8 = amp__dtype_is_fp8(p.in) ? 1 | (p.sa ? 2 : 0) | (p.sb ? 4 : 0) | (p.cs ? 8 : 0) | (p.amax ? 16 : 0) : 0;
+  key.fp8_fast = key.fp8 ? p.fast : 0; key.lt_ma = key.fp8 ? p.lt_ma : 0; key.lt_mb = key.fp8 ? p.lt_mb : 0;
   key.tf32 = p.in == AMP_F32 && tf32; key.act = p.act; key.has_bias = p.bias != NULL;
   key.bias_type = p.bias ? (int)p.bias_type : 0; key.bias_on_rows = p.bias ? p.bias_on_rows : 0;
   key.align_a = amp__align_of(p.a); key.align_b = amp__align_of(p.b); key.align_c = amp__align_of(p.c);
@@ -2410,36 +2450,62 @@ static amp_status amp__gemm_fp8_try(amp__cu_state *st, const amp__gemm_prob &p, 
 }
 
 // The fp8 product (amp__gemm_fp8_mode). cuBLASLt (AUTO, fp8 A and B, sm_89 or newer) computes
-// alpha sa sb op(A) op(B) (+ beta C) with the scales read from device pointers and FAST_ACCUM off,
-// in its fp8 kernels' "TN" form: an operand whose k is not contiguous, or that is not 16-byte
+// alpha sa sb op(A) op(B) (+ beta C) with the scales read from device pointers and FAST_ACCUM off
+// (unless opts->fp8_fast_accum), in its fp8 kernels' "TN" form: an operand whose k is not contiguous, or that is not 16-byte
 // aligned, or whose ld or k is not a multiple of 16, is first copied into a packed operand
 // (amp__k_gemm_pack8, k padded with zeros to kp). cuBLASLt writes C itself when nothing follows
 // (no bias or activation, and an amax only for an fp8 D: AMAX_D, with c_scale as D_SCALE) and it
 // has an algorithm for C as given; else it writes an f32 scratch T (16-byte columns) that
-// amp__k_gemm_fp8 finishes as the CPU does. Anything else (another algo, a 16-bit or f32 operand,
-// block scales, an older GPU, no algorithm even for T): the plain fp8 kernel. The scratch is
-// stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
+// amp__k_gemm_fp8 finishes as the CPU does. Block scales of 1 x 128 / 128 x 128 on both operands
+// (no per-tensor scale_inv) on sm_90: the same with cuBLASLt's block-scaled modes, the scales copied
+// into its layout (amp__k_gemm_scales128) and k padded to a multiple of 128. FAST_ACCUM only where
+// the caller asked (opts->fp8_fast_accum) and the scales are per-tensor. Anything else (another
+// algo, a 16-bit or f32 operand, other block scales, an older GPU, no algorithm even for T): the
+// plain fp8 kernel. The scratch is stream-ordered (cudaMallocAsync / cudaFreeAsync): no host wait.
 static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int algo, char *msg, size_t cap) {
   if (p.m == 0 || p.n == 0) {   // only the amax to write: the max over no results
     if (p.amax) AMP__CU_CHECK(cudaMemsetAsync(p.amax, 0, sizeof(float), st->stream));
     return AMP_OK;
   }
+  // block scales go to cuBLASLt where both operands have 128-wide float blocks and no per-tensor
+  // scale_inv beside them, on sm_90 (the GPUs whose cuBLASLt has these modes), with headers and
+  // library of cuBLAS 12.9 or newer; k is then padded to a multiple of 128 (zero codes add nothing)
+  const int blk128 = AMP__LT_BLOCK128 && p.bw == 128 && p.bsa && p.bsb && !p.sa && !p.sb && st->sm_major == 9 &&
+                     cublasLtGetVersion() >= 120900;
   if (!(algo == AMP_GEMM_AUTO && amp__dtype_is_fp8(p.in) && amp__dtype_is_fp8(p.in_b) && p.k > 0 &&
-        p.alpha != 0.0f && p.bw == 0 && st->sm_major * 10 + st->sm_minor >= 89))
+        p.alpha != 0.0f && (p.bw == 0 || blk128) && st->sm_major * 10 + st->sm_minor >= 89))
     return amp__gemm_launch_fp8(st, p, NULL, 0, msg, cap);
-  const int kp = (p.k + 15) / 16 * 16, ldt = (p.m + 3) / 4 * 4;
+  const int kp = blk128 ? (p.k + 127) / 128 * 128 : (p.k + 15) / 16 * 16, ldt = (p.m + 3) / 4 * 4;
   const int pack_a = !(p.ta && kp == p.k && p.lda % 16 == 0 && amp__align_of(p.a) >= 16);   // op(A) = A^T: k along
   const int pack_b = !(!p.tb && kp == p.k && p.ldb % 16 == 0 && amp__align_of(p.b) >= 16);  // A's and B's columns
   const size_t na = pack_a ? (size_t)p.m * kp : 0, nb = pack_b ? (size_t)p.n * kp : 0;   // bytes: codes
+  // block scales in cuBLASLt's layout (floats, after the codes: na and nb are multiples of 16; B's
+  // after A's, 256-byte aligned as cudaMalloc's pointers are)
+  const size_t ns_a = blk128 ? (amp__gemm_lt_scales128_count(p.bka, p.m, p.k) + 63) / 64 * 64 : 0;
+  const size_t ns_b = blk128 ? amp__gemm_lt_scales128_count(p.bkb, p.n, p.k) : 0;
   int direct = !p.bias && p.act == AMP_ACT_NONE && (amp__dtype_is_fp8(p.out) || !p.amax), kind = AMP__PLAN_SIMPLE;
-  uint8_t *scr = NULL;   // the packed operands (na + nb bytes, each 16-byte aligned: kp is)
+  uint8_t *scr = NULL;   // the packed operands (na + nb bytes, each 16-byte aligned: kp is), then the scales
   float *T = NULL;
-  if (na + nb) AMP__CU_CHECK(cudaMallocAsync((void **)&scr, na + nb, st->stream));
+  const size_t nscr = na + nb + (ns_a + ns_b) * sizeof(float);
+  if (nscr) AMP__CU_CHECK(cudaMallocAsync((void **)&scr, nscr, st->stream));
   amp__gemm_prob q = p;   // what cuBLASLt computes
+  amp_status r = AMP_OK;
   q.ta = 1; q.tb = 0; q.k = kp; q.bias = NULL; q.act = AMP_ACT_NONE;
   if (pack_a) { q.a = scr; q.lda = kp; }
   if (pack_b) { q.b = scr + na; q.ldb = kp; }
-  amp_status r = direct ? amp__gemm_fp8_try(st, p, q, &kind, msg, cap) : AMP_OK;
+  if (blk128) {   // the scales as cuBLASLt reads them (from the real k: blocks past it are padding)
+    float *sa = (float *)(scr + na + nb), *sb = sa + ns_a;
+    amp__k_gemm_scales128<<<(unsigned)((ns_a + 255) / 256), 256, 0, st->stream>>>(sa, p.bsa, p.bka, p.kca, p.m, p.k);
+    // (ns_a is rounded up: the kernel writes the count amp__gemm_lt_scales128_count gives, no more)
+    amp__k_gemm_scales128<<<(unsigned)((ns_b + 255) / 256), 256, 0, st->stream>>>(sb, p.bsb, p.bkb, p.kcb, p.n, p.k);
+    cudaError_t le = cudaGetLastError();
+    if (le != cudaSuccess)
+      r = amp__cu_fail(msg, cap, "amp__k_gemm_scales128<<<>>>", cudaGetErrorName(le), __FILE__, __LINE__);
+    q.sa = sa; q.sb = sb;
+    q.lt_ma = p.bka == AMP_BLOCK_128x128 ? AMP__LT_BLK128 : AMP__LT_VEC128;
+    q.lt_mb = p.bkb == AMP_BLOCK_128x128 ? AMP__LT_BLK128 : AMP__LT_VEC128;
+  }
+  if (r == AMP_OK && direct) r = amp__gemm_fp8_try(st, p, q, &kind, msg, cap);
   if (r == AMP_OK && kind == AMP__PLAN_SIMPLE) {   // through T
     cudaError_t e = cudaMallocAsync((void **)&T, (size_t)ldt * p.n * sizeof(float), st->stream);
     if (e != cudaSuccess) r = amp__cu_fail(msg, cap, "cudaMallocAsync", cudaGetErrorName(e), __FILE__, __LINE__);

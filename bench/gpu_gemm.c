@@ -8,7 +8,11 @@
    here, one request per round).
    The fp8 lines: amp_gemm_ex's fp8 layer forward (E4M3 x and W, row-major x W^T, scale_invs 1 on
    the device, a bf16 result: cuBLASLt's fp8 kernels in their TN form, no packing) against
-   torch._scaled_mm on the same operands (use_fast_accum off on both), 4096^3 and 8192^3. */
+   torch._scaled_mm on the same operands (use_fast_accum off on both), 4096^3 and 8192^3; the same
+   with fast accumulation on both (opts->fp8_fast_accum 1, use_fast_accum=True); and the
+   block-scaled product (x in 1 x 128 blocks, W in 128 x 128, DeepSeek-V3's forward: cuBLASLt's
+   block-scaled modes on Hopper) against our own per-tensor product in the same rounds (torch's
+   _scaled_mm takes these scales only in some versions, so it is not the peer here). */
 #define _POSIX_C_SOURCE 200809L   /* fork, pipe, fdopen */
 #include "bench.h"
 #define AMP_IMPLEMENTATION
@@ -129,23 +133,44 @@ static void fp8_lines(void) {
   if (cudaMalloc((void **)&ds, sizeof one) != 0) return;
   cudaMemcpy(ds, &one, sizeof one, 1);
   for (s = 0; s < 2; s++) {
-    int m = sizes[s], n = sizes[s], k = sizes[s];
+    int m = sizes[s], n = sizes[s], k = sizes[s], f;
     void *A = dfill((size_t)m * k, AMP_E4M3), *B = dfill((size_t)n * k, AMP_E4M3), *C = dfill((size_t)m * n, AMP_BF16);
-    double flop = 2.0 * m * n * k, ours[ROUNDS], theirs[ROUNDS], graphed[ROUNDS], mine;
-    amp_gemm_opts o;
+    double flop = 2.0 * m * n * k, ours[ROUNDS], theirs[ROUNDS], graphed[ROUNDS], mine = 0, blk[ROUNDS], per[ROUNDS];
+    size_t nsa = (size_t)m * (size_t)((k + 127) / 128), nsb = (size_t)((n + 127) / 128) * (size_t)((k + 127) / 128), i;
+    float *hs = (float *)malloc(nsa * sizeof(float)), *dsa = NULL, *dsb = NULL;
+    amp_gemm_opts o, ob;
     char name[64];
+    memset(&ob, 0, sizeof ob);   /* block scales of 1: the same values as the per-tensor product */
+    if (hs && cudaMalloc((void **)&dsa, nsa * sizeof(float)) == 0 && cudaMalloc((void **)&dsb, nsb * sizeof(float)) == 0) {
+      for (i = 0; i < nsa; i++) hs[i] = 1.0f;
+      cudaMemcpy(dsa, hs, nsa * sizeof(float), 1); cudaMemcpy(dsb, hs, nsb * sizeof(float), 1);
+      ob.a_blocks = AMP_BLOCK_1x128; ob.a_scales = dsa; ob.b_blocks = AMP_BLOCK_128x128; ob.b_scales = dsb;
+    }
+    free(hs);
+    for (f = 0; f < 2; f++) {   /* split accumulation, then fast */
+      memset(&o, 0, sizeof o);
+      o.a_scale_inv = ds; o.b_scale_inv = ds; o.fp8_fast_accum = f;
+      for (r = 0; r < ROUNDS; r++) {
+        double sec = time_gemm_ex(m, n, k, AMP_E4M3, AMP_TRANS, AMP_BF16, A, B, C, &o);
+        ours[r] = sec > 0 ? flop / sec * 1e-12 : 0;
+        theirs[r] = torch_tflops(f ? "e4m3fast" : "e4m3", m, n, k, &graphed[r]);
+      }
+      mine = bench_median(ours, ROUNDS);
+      snprintf(name, sizeof name, "gemm_e4m3%s_%d vs torch._scaled_mm eager", f ? "_fast" : "", sizes[s]);
+      if (mine > 0) bench_line(name, mine, bench_median(theirs, ROUNDS), "TFLOP/s");
+      snprintf(name, sizeof name, "gemm_e4m3%s_%d vs torch._scaled_mm graph", f ? "_fast" : "", sizes[s]);
+      if (mine > 0) bench_line(name, mine, bench_median(graphed, ROUNDS), "TFLOP/s");
+    }
     memset(&o, 0, sizeof o);
     o.a_scale_inv = ds; o.b_scale_inv = ds;
-    for (r = 0; r < ROUNDS; r++) {
-      double sec = time_gemm_ex(m, n, k, AMP_E4M3, AMP_TRANS, AMP_BF16, A, B, C, &o);
-      ours[r] = sec > 0 ? flop / sec * 1e-12 : 0;
-      theirs[r] = torch_tflops("e4m3", m, n, k, &graphed[r]);
+    for (r = 0; r < ROUNDS && ob.a_scales; r++) {   /* block-scaled against per-tensor, alternating */
+      double sb = time_gemm_ex(m, n, k, AMP_E4M3, AMP_TRANS, AMP_BF16, A, B, C, &ob);
+      double sp = time_gemm_ex(m, n, k, AMP_E4M3, AMP_TRANS, AMP_BF16, A, B, C, &o);
+      blk[r] = sb > 0 ? flop / sb * 1e-12 : 0; per[r] = sp > 0 ? flop / sp * 1e-12 : 0;
     }
-    mine = bench_median(ours, ROUNDS);
-    snprintf(name, sizeof name, "gemm_e4m3_%d vs torch._scaled_mm eager", sizes[s]);
-    if (mine > 0) bench_line(name, mine, bench_median(theirs, ROUNDS), "TFLOP/s");
-    snprintf(name, sizeof name, "gemm_e4m3_%d vs torch._scaled_mm graph", sizes[s]);
-    if (mine > 0) bench_line(name, mine, bench_median(graphed, ROUNDS), "TFLOP/s");
+    snprintf(name, sizeof name, "gemm_e4m3_blk128_%d (ref: per-tensor)", sizes[s]);
+    if (ob.a_scales) bench_line(name, bench_median(blk, ROUNDS), bench_median(per, ROUNDS), "TFLOP/s");
+    cudaFree(dsa); cudaFree(dsb);
     cudaFree(A); cudaFree(B); cudaFree(C);
   }
   cudaFree(ds);

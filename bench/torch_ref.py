@@ -32,9 +32,10 @@ def cuda_time(fn, min_seconds=0.02, reps=7, warmup=3):
 
 def serve_matmul():
     """`torch_ref.py --serve-matmul`: bench/gpu_gemm.c's peer, run beside it. Reads lines
-    `f16|bf16|e4m3 m n k` on stdin; for each, times torch.matmul(a, b, out=c) row-major in that dtype
+    `f16|bf16|e4m3|e4m3fast m n k` on stdin; for each, times torch.matmul(a, b, out=c) row-major in that dtype
     (e4m3: torch._scaled_mm(a, b.t()) with a m x k and b n x k row-major E4M3, scales 1 on the
-    device, a bf16 result, use_fast_accum off: amp_gemm_ex's fp8 layer forward, same arguments)
+    device, a bf16 result, use_fast_accum off: amp_gemm_ex's fp8 layer forward, same arguments;
+    e4m3fast: the same with use_fast_accum on, against opts->fp8_fast_accum 1)
     (cuda_time: warm-up, then the median of 7 timed batches) and prints one line, its TFLOP/s
     called eagerly from Python, then its TFLOP/s replayed from a CUDA graph of 20 products (Python's
     dispatch taken out; 0 0 without torch or a CUDA device). gpu_gemm alternates its own figure and this one, round
@@ -56,11 +57,13 @@ def serve_matmul():
         if key not in cache:
             cache.clear()
             torch.cuda.empty_cache()
-            if dname == "e4m3":
+            if dname in ("e4m3", "e4m3fast"):
                 a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
                 b = (torch.rand(n, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
                 one = torch.ones((), device="cuda")
-                cache[key] = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                fast = dname == "e4m3fast"
+                cache[key] = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                      use_fast_accum=fast)
             else:
                 a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
                 b = torch.rand(k, n, device="cuda", dtype=dtype) * 2 - 1

@@ -582,8 +582,8 @@ static void fp8_cublaslt_matches_cpu_within_the_bound(void) {
     }
 }
 
-/* Block scales on the device (the plain fp8 kernel: cuBLASLt's block-scaled modes are not used in
-   this version): each kind on A and on B, alone and together, every layout and transpose the
+/* Block scales on the device beside a per-tensor scale_inv (the plain fp8 kernel: cuBLASLt's
+   block-scaled modes take no scale_inv beside the blocks): each kind on A and on B, alone and together, every layout and transpose the
    blocks allow, k 300 (a partial last block), scales that are not powers of two; AUTO and SIMPLE
    give the CPU reference's bits, C and c_amax (tests/test_device_line.c runs the same element
    functions without a GPU). */
@@ -636,6 +636,149 @@ static void fp8_block_scales_on_the_device_give_the_cpus_bits(void) {
 done:
   cudaFree(da); cudaFree(db); cudaFree(dc); cudaFree(dam);
   for (w = 0; w < 2; w++) { cudaFree(dsc[w]); cudaFree(dmx[w]); }
+}
+
+/* The scale of op(X)(r, c) (X as mat_make made it) under amp_quantize_blocks' layout: its stored
+   rows are the lines of stride 1 (row-major rows, col-major columns), w wide. */
+static double blk_scale(const mat *x, const float *sc, amp_block_scaling kind, int rows, int cols, int r, int c) {
+  int sr = x->cs == 1 ? r : c, scol = x->cs == 1 ? c : r, w = x->cs == 1 ? cols : rows, nb = (w + 127) / 128;
+  return sc[(size_t)(kind == AMP_BLOCK_128x128 ? sr / 128 : sr) * (size_t)nb + (size_t)(scol / 128)];
+}
+
+/* Block scales of 1 x 128 and 128 x 128 on both operands, no per-tensor scale_inv: cuBLASLt's
+   block-scaled modes on Hopper (cuBLAS 12.9 or newer), the plain kernel elsewhere (then the CPU's
+   bits, within the bound too). The forward's 1x128 x 128x128, the backward's 1x128 x 128x128 with
+   the weights' k down their stored columns, 128x128 x 1x128 and 1x128 x 1x128; every layout and
+   transpose the blocks allow; k 512, 300 (a partial block, and k padded for cuBLASLt) and 128;
+   f32 and bf16 C, c_amax (with a 16-bit C: cuBLASLt's f32 scratch and the finishing kernel).
+   Bound per result (amp.h's manual): E = |alpha| (2k + 2 nb + 4) 2^-24 sum_p |sa sb a(i,p) b(p,j)|
+   + 8 2^-24 |t|, then |gpu - cpu| <= E + 3 u (|cpu| + E) + 2 h as in check_fp8. */
+static void fp8_block_scaled_cublaslt_within_the_bound(void) {
+  static const amp_block_scaling kinds[3][2] = {{AMP_BLOCK_1x128, AMP_BLOCK_128x128},
+                                                {AMP_BLOCK_128x128, AMP_BLOCK_1x128},
+                                                {AMP_BLOCK_1x128, AMP_BLOCK_1x128}};
+  static const amp_dtype pairs[2][2] = {{AMP_E4M3, AMP_E4M3}, {AMP_E5M2, AMP_E4M3}};
+  static const int sh[3][3] = {{128, 256, 512}, {96, 136, 300}, {200, 64, 128}};
+  int kd, ip, s, L, ta, tb, io, x;
+  for (kd = 0; kd < 3; kd++) for (ip = 0; ip < 2; ip++) for (s = 0; s < 3; s++) for (L = 0; L < 2; L++)
+    for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++) for (io = 0; io < 2; io++) {
+      const int m = sh[s][0], n = sh[s][1], k = sh[s][2], nkb = (k + 127) / 128;
+      const amp_layout lay = (amp_layout)L;
+      const amp_dtype ct = io ? AMP_BF16 : AMP_F32;
+      const float alpha = io ? 1.0f : 1.5f;
+      int a_kcol = (lay == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS), b_kcol = (lay == AMP_ROW_MAJOR) == (tb == AMP_TRANS);
+      mat A, B, C;
+      float *hs[2], gamax = 0.0f, camax = -1.0f, *dam;
+      void *ds[2], *cpu, *gpu;
+      size_t ns[2], es = amp_dtype_size(ct), i;
+      amp_gemm_opts ho, go;
+      double emax = 0.0;
+      int r, c, p, bad = 0;
+      if ((kinds[kd][0] == AMP_BLOCK_1x128 && !a_kcol) || (kinds[kd][1] == AMP_BLOCK_1x128 && !b_kcol)) continue;
+      if (titer() < 100 && s == 0) continue;   /* AMP_TEST_QUICK (compute-sanitizer): the smaller shapes */
+      A = mat_make(lay, (amp_trans)ta, m, k, pairs[ip][0], 0, 0);
+      B = mat_make(lay, (amp_trans)tb, k, n, pairs[ip][1], 0, 0);
+      C = mat_make(lay, AMP_NO_TRANS, m, n, ct, 0, 0);
+      for (x = 0; x < 2; x++) {   /* every stored shape's scale count is at most ceil(dim / 1) x ceil(dim / 128) */
+        int big = x ? (n > k ? n : k) : (m > k ? m : k);
+        ns[x] = (size_t)big * (size_t)((big + 127) / 128);
+        hs[x] = (float *)malloc(ns[x] * sizeof(float));
+        for (i = 0; i < ns[x]; i++) hs[x][i] = 0.3f + 0.17f * (float)((i * 5 + (size_t)x) % 9) + (rnd() + 1.0f) / 64;
+        ds[x] = dmalloc(ns[x] * sizeof(float));
+        up(ds[x], hs[x], ns[x] * sizeof(float));
+      }
+      dam = (float *)dmalloc(4);
+      cpu = malloc(C.n * es); gpu = malloc(C.n * es);
+      memcpy(cpu, C.h, C.n * es);
+      memset(&ho, 0, sizeof ho);
+      ho.a_blocks = kinds[kd][0]; ho.b_blocks = kinds[kd][1]; ho.a_scales = hs[0]; ho.b_scales = hs[1];
+      ho.algo = AMP_GEMM_REFERENCE; ho.c_amax = io ? &camax : NULL;
+      go = ho; go.a_scales = ds[0]; go.b_scales = ds[1]; go.algo = AMP_GEMM_AUTO; go.c_amax = io ? dam : NULL;
+      EXPECT(amp_gemm_ex(amp_cpu(), lay, (amp_trans)ta, (amp_trans)tb, m, n, k, alpha, A.h, A.t, A.ld, B.h, B.t, B.ld,
+                         0.0f, cpu, ct, C.ld, &ho) == AMP_OK, "cpu: %s", amp_last_error());
+      EXPECT(amp_gemm_ex(dev, lay, (amp_trans)ta, (amp_trans)tb, m, n, k, alpha, A.d, A.t, A.ld, B.d, B.t, B.ld, 0.0f,
+                         C.d, ct, C.ld, &go) == AMP_OK, "gpu: %s", amp_last_error());
+      EXPECT(amp_device_sync(dev) == AMP_OK, "sync: %s", amp_last_error());
+      down(gpu, C.d, C.n * es); down(&gamax, dam, 4);
+      for (r = 0; r < m && !bad; r++) for (c = 0; c < n && !bad; c++) {
+        size_t at = (size_t)r * C.rs + (size_t)c * C.cs;
+        double sabs = 0.0, t = 0.0, e, tol, want = amp__load(cpu, ct, at), got = amp__load(gpu, ct, at);
+        for (p = 0; p < k; p++) {
+          double v = (double)mat_get(&A, r, p) * mat_get(&B, p, c) * blk_scale(&A, hs[0], kinds[kd][0], m, k, r, p) *
+                     blk_scale(&B, hs[1], kinds[kd][1], k, n, p, c);
+          sabs += fabs(v); t += v;
+        }
+        e = fabs(alpha) * ((2.0 * k + 2.0 * nkb + 4) * 0x1p-24 * sabs + 8 * 0x1p-24 * fabs(t));
+        emax = e > emax ? e : emax;
+        tol = e + 3 * u_of(ct) * (fabs(want) + e) + 2 * h_of(ct);
+        if (!(fabs(got - want) <= tol)) {
+          bad = 1;
+          EXPECT(0, "block-scaled %s x %s (%s x %s) -> %s, %s ta %d tb %d, m %d n %d k %d: C(%d,%d) cpu %.9g, gpu %.9g, "
+                 "bound %.3g", kinds[kd][0] == AMP_BLOCK_1x128 ? "1x128" : "128x128",
+                 kinds[kd][1] == AMP_BLOCK_1x128 ? "1x128" : "128x128", t8name(A.t), t8name(B.t), t8name(ct),
+                 L ? "col" : "row", ta, tb, m, n, k, r, c, want, got, tol);
+        }
+      }
+      if (io && !bad && !(fabs((double)gamax - camax) <= emax)) {
+        bad = 1;
+        EXPECT(0, "block-scaled m %d n %d k %d: c_amax cpu %.9g, gpu %.9g, bound %.3g", m, n, k, camax, gamax, emax);
+      }
+      mat_free(&A); mat_free(&B); mat_free(&C); free(cpu); free(gpu); cudaFree(dam);
+      for (x = 0; x < 2; x++) { free(hs[x]); cudaFree(ds[x]); }
+      if (bad) return;
+    }
+}
+
+/* opts->fp8_fast_accum 1: cuBLASLt's FAST_ACCUM on the per-tensor path (the plain kernel on GPUs
+   before sm_89). amp.h promises no bound for it (the manual: the Tensor Cores' narrower
+   accumulator), so this checks what a wrong result would break: every element within |s| 2^-6
+   sum|ab| of the reference (a lost scale, a wrong layout or a garbage sum lands far outside), with
+   the scales and the TN form aligned and packed; it prints the largest error seen in units of the
+   split-accumulation bound, for the record. The same call with 0 stays within that bound. */
+static void fp8_fast_accum_is_opt_in_and_sane(void) {
+  static const int sh[2][3] = {{128, 128, 4096}, {40, 24, 1000}};
+  double worst = 0.0;
+  int s, fast, tb;
+  for (s = 0; s < 2; s++) for (tb = 0; tb < 2; tb++) for (fast = 0; fast < 2; fast++) {
+    const int m = sh[s][0], n = sh[s][1], k = sh[s][2];
+    mat A, B, C;
+    if (s == 0 && titer() < 100) continue;   /* AMP_TEST_QUICK (compute-sanitizer): the smaller shape */
+    A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, AMP_E4M3, 0, 0);
+    B = mat_make(AMP_ROW_MAJOR, tb ? AMP_TRANS : AMP_NO_TRANS, k, n, AMP_E4M3, 0, 0);
+    C = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, n, AMP_F32, 0, 0);
+    float hs[2] = {0.75f, 0.3125f}, *ds = (float *)dmalloc(sizeof hs), *cpu = (float *)malloc(C.n * 4),
+          *gpu = (float *)malloc(C.n * 4);
+    const double sc = 1.25 * hs[0] * hs[1];
+    amp_gemm_opts ho, go;
+    int r, c, p, bad = 0;
+    up(ds, hs, sizeof hs);
+    memcpy(cpu, C.h, C.n * 4);
+    memset(&ho, 0, sizeof ho);
+    ho.a_scale_inv = &hs[0]; ho.b_scale_inv = &hs[1]; ho.algo = AMP_GEMM_REFERENCE;
+    go = ho; go.a_scale_inv = ds; go.b_scale_inv = ds + 1; go.algo = AMP_GEMM_AUTO; go.fp8_fast_accum = fast;
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, tb ? AMP_TRANS : AMP_NO_TRANS, m, n, k, 1.25f, A.h, A.t,
+                       A.ld, B.h, B.t, B.ld, 0.0f, cpu, AMP_F32, C.ld, &ho) == AMP_OK, "cpu: %s", amp_last_error());
+    EXPECT(amp_gemm_ex(dev, AMP_ROW_MAJOR, AMP_NO_TRANS, tb ? AMP_TRANS : AMP_NO_TRANS, m, n, k, 1.25f, A.d, A.t, A.ld,
+                       B.d, B.t, B.ld, 0.0f, C.d, AMP_F32, C.ld, &go) == AMP_OK, "gpu: %s", amp_last_error());
+    EXPECT(amp_device_sync(dev) == AMP_OK, "sync: %s", amp_last_error());
+    down(gpu, C.d, C.n * 4);
+    for (r = 0; r < m && !bad; r++) for (c = 0; c < n && !bad; c++) {
+      size_t at = (size_t)r * C.rs + (size_t)c * C.cs;
+      double sabs = 0.0, t = 0.0, split, tol, d = fabs((double)gpu[at] - cpu[at]);
+      for (p = 0; p < k; p++) { double v = (double)mat_get(&A, r, p) * mat_get(&B, p, c); sabs += fabs(v); t += v; }
+      split = sc * (2.0 * k + 4) * 0x1p-24 * sabs + 8 * 0x1p-24 * sc * fabs(t) + 3 * 0x1p-24 * fabs(cpu[at]) + 0x1p-149;
+      tol = fast ? sc * 0x1p-6 * sabs + split : split;
+      if (fast && split > 0.0 && d / split > worst) worst = d / split;
+      if (!(d <= tol)) {
+        bad = 1;
+        EXPECT(0, "fp8_fast_accum %d, m %d n %d k %d tb %d: C(%d,%d) cpu %.9g, gpu %.9g, %s %.3g", fast, m, n, k, tb, r, c,
+               cpu[at], gpu[at], fast ? "sanity bound" : "bound", tol);
+      }
+    }
+    mat_free(&A); mat_free(&B); mat_free(&C); free(cpu); free(gpu); cudaFree(ds);
+    if (bad) return;
+  }
+  printf("  fp8_fast_accum 1: largest |gpu - cpu| %.3g times the split-accumulation bound\n", worst);
 }
 
 /* alpha 0 or k 0 (A and B are not read: NaN codes there change nothing), a scale_inv of 0 on the
@@ -723,6 +866,8 @@ int main(void) {
   RUN(fp8_plain_kernel_gives_the_cpus_bits);
   RUN(fp8_cublaslt_matches_cpu_within_the_bound);
   RUN(fp8_block_scales_on_the_device_give_the_cpus_bits);
+  RUN(fp8_block_scaled_cublaslt_within_the_bound);
+  RUN(fp8_fast_accum_is_opt_in_and_sane);
   RUN(fp8_special_cases_on_the_device);
   RUN(fp8_refusals_on_the_device);
   amp_device_close(dev);

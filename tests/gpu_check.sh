@@ -10,12 +10,19 @@
 #      are left out (CI runs them on every change, and a GPU's minutes are few);
 #   3. compute-sanitizer memcheck (with leak check), racecheck, synccheck and initcheck over every
 #      tests/cuda_* program that step 2 built (eight at a time; AMP_TEST_QUICK=1 sizes);
-#   4. make bench-gpu (PyTorch measured first, in the same run);
+#      The fp8 product's GPU tests are named in the output (which ran, which were skipped): the
+#      plain kernel's bits, cuBLASLt per-tensor within the bound, cuBLASLt's block-scaled modes
+#      (1 x 128 / 128 x 128, Hopper with cuBLAS 12.9+; elsewhere the plain kernel, the same test)
+#      and fp8_fast_accum (a sanity bound, and the largest error seen);
+#   4. make bench-gpu (PyTorch measured first, in the same run); the fp8 lines are listed apart:
+#      gemm_e4m3[_fast] against torch._scaled_mm (use_fast_accum off / on), gemm_e4m3_blk128
+#      against our per-tensor product (near 1x: cuBLASLt's block-scaled kernels ran; far below:
+#      the plain kernel did, cuBLASLt had no algorithm), the fp8 MLP step against f16 AMP and bf16;
 #   5. make demo-gpu (the built-in synthetic set where Fashion-MNIST is absent).
 # Each step has a time limit, cut to what is left of GPU_CHECK_BUDGET seconds (default 530) after
 # the time kept for the steps after it, so the whole stays under 9 minutes. Logs go to $OUT when it is set,
-# else to build/gpu-check: env.log, build.log, test.log, sanitize.log, bench.log, demo.log,
-# summary.log (7 files). The last line printed is the summary. Nothing is downloaded.
+# else to build/gpu-check: env.log, build.log, test.log, cuda_gemm.log, sanitize.log, bench.log,
+# demo.log, summary.log (8 files). The last line printed is the summary. Nothing is downloaded.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 LOG=${OUT:-build/gpu-check}
@@ -35,7 +42,10 @@ note() { SUMMARY="$SUMMARY $1"; }   # one word per step: name=ok|FAIL(...)
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
   echo "host: $(uname -srm), $(nproc 2>/dev/null) cores"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+  nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>&1 | sed 's/^/compute capability: /'
   ${NVCC:-nvcc} --version 2>&1 | tail -n 2
+  # cuBLASLt's block-scaled fp8 needs cuBLAS 12.9 or newer at build time (and sm_90 at run time)
+  grep -h '^#define CUBLAS_VER_\(MAJOR\|MINOR\|PATCH\)' "${CUDA_HOME:-/usr/local/cuda}/include/cublas_api.h" 2>&1 | tr '\n' ' '; echo
   command -v compute-sanitizer && compute-sanitizer --version 2>&1 | tail -n 1
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
   # what make test needs besides nvcc: a missing piece here explains a failure further down
@@ -78,6 +88,17 @@ run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
 # (tests/run.sh itself: make test's check of the CPU tests' Debian packages does not apply here)
 run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_ONLY=gpu sh tests/run.sh
 grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
+# the fp8 product's GPU tests, each by name (ok / FAIL / absent: tests/run.sh keeps each program's
+# own output in build/test/NAME.log, copied beside the logs), and fast accumulation's record
+for t in fp8_plain_kernel_gives_the_cpus_bits fp8_cublaslt_matches_cpu_within_the_bound \
+         fp8_block_scales_on_the_device_give_the_cpus_bits fp8_block_scaled_cublaslt_within_the_bound \
+         fp8_fast_accum_is_opt_in_and_sane; do
+  line=$(grep -E "^(ok|FAIL) +$t\b" build/test/cuda_gemm.log 2>/dev/null | tail -n 1)
+  echo "   ${line:-absent $t}"
+  case $line in ok*) ;; *) note "$t=${line%% *}";; esac
+done
+grep -E 'fp8_fast_accum 1: largest' build/test/cuda_gemm.log 2>/dev/null | tail -n 1 | sed 's/^/   /'
+cp build/test/cuda_gemm.log "$LOG/cuda_gemm.log" 2>/dev/null
 
 # 3. compute-sanitizer over every tests/cuda_* program, eight runs at a time ------------------------
 rt=$(now)
@@ -124,6 +145,13 @@ else BAD=1; note "sanitize=FAIL($clean/$total-clean,${rt}s)"; echo "   FAILED: $
 if [ -n "${GPU_CHECK_SKIP_BENCH:-}" ]; then note "bench=skipped"; else
 run_step bench "$(cap 180 45)" "$LOG/bench.log" env PYTHONUNBUFFERED=1 make bench-gpu &&
   grep -v -E '^(make|cc |gcc |nvcc |/)' "$LOG/bench.log" | head -n 60 | sed 's/^/   /'
+# the fp8 lines (a benchmark never fails the check: a missing line is noted, e.g. a torch without
+# _scaled_mm prints no torch line)
+echo "   fp8 lines:"
+grep -E '^(gemm_e4m3|mlp .*fp8|fp8 casts)' "$LOG/bench.log" | sed 's/^/     /'
+for l in 'gemm_e4m3_4096 vs' 'gemm_e4m3_fast_4096 vs' 'gemm_e4m3_blk128_4096' 'train step, fp8 vs f16'; do
+  grep -q "$l" "$LOG/bench.log" || note "bench-line-missing:$(echo "$l" | tr ' ' '_')"
+done
 fi
 run_step demo "$(cap 60 0)" "$LOG/demo.log" env AMP_REQUIRE_GPU=1 make demo-gpu && tail -n 6 "$LOG/demo.log" | sed 's/^/   /'
 

@@ -1108,6 +1108,35 @@ static void block_scaled_fp8_products_on_the_cuda_line_give_the_cpus_bits(void) 
   }
 }
 
+/* The block scales cuBLASLt's block-scaled fp8 kernels read (amp__gemm_lt_scale128, what
+   amp_kernels.cu's amp__k_gemm_scales128 writes), against that layout read straight from
+   amp_quantize_blocks' (the scales numbered 1, 2, ... so that any index slip shows): 1 x 128,
+   dst[i + kb r] = sc[i nkb + kb]; 128 x 128 with k along the stored rows, dst[ib ld + kb] =
+   sc[ib nkb + kb], and with k down the stored columns (the stored matrix k x r), sc[kb nrb + ib];
+   the padding up to ld = 4 ceil(nkb / 4) is 0. Rows and k on and off the multiples of 128. */
+static void the_scales_cublaslt_reads_are_amp_quantize_blocks_relaid(void) {
+  static const int rs[4] = {1, 37, 128, 300}, ks[5] = {1, 128, 129, 300, 1100};
+  static float sc[300 * 9], dst[300 * 9];
+  int ir, ik, kind, kcol, j;
+  for (j = 0; j < 300 * 9; j++) sc[j] = (float)(j + 1);
+  for (ir = 0; ir < 4; ir++) for (ik = 0; ik < 5; ik++) for (kind = 0; kind < 2; kind++) for (kcol = 0; kcol < 2; kcol++) {
+    const int r = rs[ir], k = ks[ik], nkb = (k + 127) / 128, nrb = (r + 127) / 128, ld = (nkb + 3) / 4 * 4;
+    const amp_block_scaling bk = kind ? AMP_BLOCK_128x128 : AMP_BLOCK_1x128;
+    size_t n = amp__gemm_lt_scales128_count(bk, r, k), e;
+    int i, kb, bad = 0;
+    if (!kind && !kcol) continue;   /* 1 x 128 across k: refused by amp_gemm_ex */
+    EXPECT(n == (kind ? (size_t)nrb * (size_t)ld : (size_t)r * (size_t)nkb), "r %d k %d kind %d: %zu scales", r, k, kind, n);
+    for (e = 0; e < n; e++) dst[e] = amp__gemm_lt_scale128(sc, bk, kcol, r, k, e);
+    if (!kind) {
+      for (i = 0; i < r; i++) for (kb = 0; kb < nkb; kb++) bad += dst[i + kb * r] != sc[i * nkb + kb];
+    } else {
+      for (i = 0; i < nrb; i++) for (kb = 0; kb < ld; kb++)
+        bad += dst[i * ld + kb] != (kb >= nkb ? 0.0f : kcol ? sc[i * nkb + kb] : sc[kb * nrb + i]);
+    }
+    EXPECT(bad == 0, "r %d k %d kind %s kcol %d: %d scales misplaced", r, k, kind ? "128x128" : "1x128", kcol, bad);
+  }
+}
+
 /* AMP_MASTER_SPLIT and AMP_MASTER_NONE on the CUDA line: the device table carries each tensor's
    mode (no fp32 master in the slab for them, the remainders beside it), the step kernel's branch
    for them gives the CPU's bits (model copies, remainders, moments), a seed reaches the model copy
@@ -1437,6 +1466,7 @@ static void a_replayed_overflow_is_logged_on_the_cuda_line(void) {
 
 int main(void) {
   RUN(every_operation_is_in_both_tables);
+  RUN(the_scales_cublaslt_reads_are_amp_quantize_blocks_relaid);
   RUN(a_run_on_the_cuda_line_gives_the_cpus_bits);
   RUN(a_checkpoint_moves_between_the_cpu_and_the_cuda_line);
   RUN(a_checkpoint_load_forgets_the_last_overflow_on_the_cuda_line);

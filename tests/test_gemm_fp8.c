@@ -425,7 +425,7 @@ static void refusals_change_nothing(void) {
   int i, r;
   for (i = 0; i < 256; i++) { a[i] = (amp_fp8)(i & 0x3f); b[i] = (amp_fp8)((i * 7) & 0x3f); }
   for (i = 0; i < 64; i++) c0[i] = (float)i;
-  for (r = 0; r < 10; r++) {
+  for (r = 0; r < 12; r++) {
     amp_gemm_opts o;
     amp_dtype at = AMP_E4M3, bt = AMP_E4M3, ct = AMP_F32;
     amp_layout L = AMP_ROW_MAJOR;
@@ -446,7 +446,9 @@ static void refusals_change_nothing(void) {
       case 6: o.a_scales = fs; o.a_blocks = (amp_block_scaling)9; word = "a_blocks"; break;
       case 7: ta = AMP_TRANS; o.a_scales = fs; o.a_blocks = AMP_BLOCK_1x128; want = AMP_ERR_UNSUPPORTED; word = "a_blocks"; break;
       case 8: L = AMP_COL_MAJOR; o.b_scales = fs; o.b_blocks = AMP_BLOCK_MX_RCEIL; want = AMP_ERR_UNSUPPORTED; word = "b_blocks"; break;
-      default: o.a_scales = fs; o.a_blocks = AMP_BLOCK_1x128; o.b_scales = fs; o.b_blocks = AMP_BLOCK_MX_FLOOR; word = "b_blocks"; break;
+      case 9: o.a_scales = fs; o.a_blocks = AMP_BLOCK_1x128; o.b_scales = fs; o.b_blocks = AMP_BLOCK_MX_FLOOR; word = "b_blocks"; break;
+      case 10: o.fp8_fast_accum = 2; word = "fp8_fast_accum 2"; break;
+      default: o.fp8_fast_accum = -1; word = "fp8_fast_accum -1"; break;
     }
     memcpy(c, c0, sizeof c);
     memset(c8, 0x11, sizeof c8);
@@ -457,6 +459,29 @@ static void refusals_change_nothing(void) {
            amp_last_error(), word);
     EXPECT(!memcmp(c, c0, sizeof c) && amax == 7.0f, "refusal %d changed C or c_amax", r);
     for (i = 0; i < 64; i++) EXPECT(c8[i] == 0x11, "refusal %d changed the fp8 C", r);
+  }
+}
+
+/* opts->fp8_fast_accum 1 is accepted on the CPU and changes nothing there: the same bits as 0, from
+   the reference and from the fast kernel (the CPU has one exact fp8 path; the flag is cuBLASLt's). */
+static void fast_accum_leaves_the_cpu_unchanged(void) {
+  enum { M = 7, N = 9, K = 300 };
+  static amp_fp8 a[M * K], b[N * K];
+  float c0[M * N], c1[M * N], si = 0.25f, amax0 = -1.0f, amax1 = -2.0f;
+  int i, g;
+  for (i = 0; i < M * K; i++) a[i] = (amp_fp8)((i * 37 + 11) & 0x7e);
+  for (i = 0; i < N * K; i++) b[i] = (amp_fp8)(((i * 53 + 5) % 0x78) | ((i & 1) << 7));   /* finite E5M2 */
+  for (g = 0; g < 2; g++) {
+    amp_gemm_opts o;
+    memset(&o, 0, sizeof o);
+    o.algo = g ? AMP_GEMM_REFERENCE : AMP_GEMM_AUTO;
+    o.a_scale_inv = &si; o.c_amax = &amax0;
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, M, N, K, 1.5f, a, AMP_E4M3, K, b, AMP_E5M2, K,
+                       0.0f, c0, AMP_F32, N, &o) == AMP_OK, "%s", amp_last_error());
+    o.fp8_fast_accum = 1; o.c_amax = &amax1;
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, M, N, K, 1.5f, a, AMP_E4M3, K, b, AMP_E5M2, K,
+                       0.0f, c1, AMP_F32, N, &o) == AMP_OK, "%s", amp_last_error());
+    EXPECT(!memcmp(c0, c1, sizeof c0) && amax0 == amax1 && amax0 > 0.0f, "algo %d: fp8_fast_accum 1 changed the CPU's result", g);
   }
 }
 
@@ -480,6 +505,7 @@ int main(void) {
   RUN(degenerate_sizes);
   RUN(c_amax_nan_wins);
   RUN(refusals_change_nothing);
+  RUN(fast_accum_leaves_the_cpu_unchanged);
   RUN(cuda_device_refuses_what_it_lacks);
   TEST_END();
 }
