@@ -6755,14 +6755,6 @@ AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
                             _mm512_srli_epi32(t, 24), _mm512_set1_epi32(1));
   return _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), c);
 }
-/* The unsigned max of |x|'s bits over s[0 .. j) into *amax, j the whole vectors of e; returns j. */
-static AMP__AVX512 size_t amp__q8_amax16(const float *s, size_t e, uint32_t *amax) {
-  __m512i m = _mm512_setzero_si512(), ab = _mm512_set1_epi32(0x7fffffff);
-  size_t j;
-  for (j = 0; j + 16 <= e; j += 16) m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(s + j), ab));
-  *amax = (uint32_t)_mm512_reduce_max_epu32(m);
-  return j;
-}
 /* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e. */
 static AMP__AVX512 size_t amp__q8_encode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
   __m512 d = _mm512_set1_ps(am);
@@ -6798,18 +6790,6 @@ AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
   c = _mm256_add_epi32(_mm256_srli_epi32(t, 24), _mm256_set1_epi32(1));
   c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xffffff)), key));
   return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)), c);   /* a <= 0x7fffffff */
-}
-static AMP__AVX2 size_t amp__q8_amax8(const float *s, size_t e, uint32_t *amax) {
-  __m256i m = _mm256_setzero_si256(), ab = _mm256_set1_epi32(0x7fffffff);
-  uint32_t w[8];
-  size_t j;
-  int i;
-  for (j = 0; j + 8 <= e; j += 8)
-    m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(s + j)), ab));
-  _mm256_storeu_si256((__m256i *)(void *)w, m);
-  *amax = 0u;
-  for (i = 0; i < 8; i++) if (w[i] > *amax) *amax = w[i];
-  return j;
 }
 static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
   __m256 d = _mm256_set1_ps(am);
@@ -6850,16 +6830,11 @@ static AMP__EXACT_FP float amp__f8m_scale(float amax) {
 static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
                                     const float *scale, float *amax, uint64_t *counts, char *m, size_t cap);
 /* *amax joined with the largest |x| of k values, on the bits (a NaN above inf): amp_quantize's CPU
-   loops without codes. */
+   loops without codes. The one amax of every moment type: FP8's per array, 8BIT's per block
+   (amp__q_store). */
 static void amp__f8m_amax(float *amax, const float *s, size_t k) {
   float one = 1.0f;
   amp__cpu_quantize(NULL, NULL, AMP_E4M3, s, AMP_F32, k, &one, amax, NULL, NULL, 0);
-}
-/* s's k values as codes i0 .. i0 + k - 1 of the FP8 array a, with scale: amp_quantize's CPU loops
-   (amp_f32_to_e4m3(x * scale, 1) at every SIMD level). The header is not touched: amp__f8m_set
-   writes it once every code is written. */
-static void amp__f8m_store(unsigned char *a, size_t i0, size_t k, const float *s, float scale) {
-  amp__cpu_quantize(NULL, (amp_fp8 *)(a + 4) + i0, AMP_E4M3, s, AMP_F32, k, &scale, NULL, NULL, NULL, 0);
 }
 static AMP__EXACT_FP void amp__f8m_set(unsigned char *a, float scale) {
   float si = amp__fdiv(1.0f, scale);
@@ -6870,14 +6845,6 @@ static AMP__EXACT_FP float amp__f8m_at(const unsigned char *a, size_t e) {
   float si;
   memcpy(&si, a, 4);
   return amp__fmul(amp_e4m3_to_f32(a[4 + e]), si);
-}
-/* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
-static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
-  float amax = 0.0f, scale;
-  amp__f8m_amax(&amax, s, n);
-  scale = amp__f8m_scale(amax);
-  amp__f8m_store(a, 0, n, s, scale);
-  amp__f8m_set(a, scale);
 }
 /* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT, FP8) into d
    as f32: bf16 widened (exact), a code times its block's absmax or its array's scale_inv (one f32
@@ -6913,31 +6880,28 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
 }
 /* s's k values into elements i0 .. i0 + k - 1 (i0 a multiple of AMP__Q8_BLOCK; the blocks whole but
    the tensor's last): bf16 to nearest even or, key nonzero, stochastically with key's bits; 8BIT per
-   block: absmax = max |x| (at least 1e-38), each x / absmax clamped to [-1, 1] and its nearest code. */
+   block: absmax = max |x| (at least 1e-38), each x / absmax clamped to [-1, 1] and its nearest code;
+   FP8 with the array's scale (amp__f8m_scale of the amax of all its new values; the header is not
+   touched: amp__f8m_set writes it once every code is written) by amp_quantize's CPU loops:
+   amp_f32_to_e4m3(x * scale, 1) at every SIMD level. */
 static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
-                                       size_t k, const float *s, int sr, uint64_t key) {
+                                       size_t k, const float *s, int sr, uint64_t key, float scale) {
   size_t b, j;
   if (type == AMP_MOMENTS_BF16) {
     if (sr) amp__o_master_store_at(l, (amp_bf16 *)a, NULL, key, i0, s, k);
     else amp__convert_any((amp_bf16 *)a + i0, AMP_BF16, s, AMP_F32, k);   /* amp_convert's loops: nearest even */
     return;
   }
+  if (type == AMP_MOMENTS_FP8) {
+    amp__cpu_quantize(NULL, (amp_fp8 *)(a + 4) + i0, AMP_E4M3, s, AMP_F32, k, &scale, NULL, NULL, NULL, 0);
+    return;
+  }
   for (b = 0; b < k; b += AMP__Q8_BLOCK) {
     float *absmax = (float *)a + (i0 + b) / AMP__Q8_BLOCK;
     uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + i0 + b;
     size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
-    uint32_t amax = 0u;
-    float am;
-    j = 0;
-#ifdef AMP__X86_SIMD
-    if (l >= 2) j = amp__q8_amax16(s + b, e, &amax);
-    else if (l == 1) j = amp__q8_amax8(s + b, e, &amax);
-#endif
-    for (; j < e; j++) {
-      uint32_t u = amp__f32_bits(s[b + j]) & 0x7fffffffu;
-      if (u > amax) amax = u;
-    }
-    am = amp__bits_f32(amax);
+    float am = 0.0f;
+    amp__f8m_amax(&am, s + b, e);   /* the bits of the largest |x| (NaN's the largest) */
     if (am < 1e-38f) am = 1e-38f;
     *absmax = am;
     j = 0;
@@ -6950,6 +6914,14 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
       codes[j] = amp__q8_code(q, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
     }
   }
+}
+/* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
+static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
+  float amax = 0.0f, scale;
+  amp__f8m_amax(&amax, s, n);
+  scale = amp__f8m_scale(amax);
+  amp__q_store(amp__opt_level(), AMP_MOMENTS_FP8, a, NULL, n, 0, n, s, 0, 0u, scale);
+  amp__f8m_set(a, scale);
 }
 
 /* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT, _FP8), in every master mode:
@@ -7006,13 +6978,8 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
     } else {
       amp__o_step(kind, p + i0, mm, vv, gb, gt, (char *)w + i0 * ws, wt, rt, 0, 0u, k, gmul, c);
     }
-    if (type == AMP_MOMENTS_FP8) {
-      if (mq) amp__f8m_store(mq, i0, k, mb, sm);
-      if (vq) amp__f8m_store(vq, i0, k, vb, sv);
-      continue;
-    }
-    if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km);
-    if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv);
+    if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km, sm);
+    if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv, sv);
   }
   if (type == AMP_MOMENTS_FP8) {
     if (mq) amp__f8m_set(mq, sm);
@@ -7695,11 +7662,12 @@ static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm
   t->mq = nm >= 1 ? (unsigned char *)mom : NULL; t->vq = nm >= 2 ? (unsigned char *)mom + st : NULL;
   if (t->moments == AMP_MOMENTS_8BIT) {
     float zero[AMP__CHUNK];
+    int l = amp__opt_level();   /* the step's vector encode: the plain loop's bits */
     memset(zero, 0, sizeof zero);
     for (j = 0; j < nm; j++)
       for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
-        amp__q_store(0, t->moments, j ? t->vq : t->mq, &o->qmap[j], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK,
-                     zero, 0, 0u);
+        amp__q_store(l, t->moments, j ? t->vq : t->mq, &o->qmap[j], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK,
+                     zero, 0, 0u, 1.0f);
   }
   if (t->moments == AMP_MOMENTS_FP8)
     for (j = 0; j < nm; j++) amp__f8m_set(j ? t->vq : t->mq, amp__f8m_scale(0.0f));
@@ -8898,10 +8866,11 @@ static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int 
 /* n f32 values d as moment j kept as type, into a (4-byte aligned, amp__moment_bytes of them). */
 static void amp__moment_encode(const amp_optimizer *o, int type, int j, const float *d, size_t n, unsigned char *a) {
   size_t i0;
+  int l = amp__opt_level();   /* the step's vector encode: the plain loop's bits */
   if (type == AMP_MOMENTS_F32) { memcpy(a, d, n * sizeof(float)); return; }
   if (type == AMP_MOMENTS_FP8) { amp__f8m_encode(a, d, n); return; }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
-    amp__q_store(0, type, a, &o->qmap[j - 1], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK, d + i0, 0, 0u);
+    amp__q_store(l, type, a, &o->qmap[j - 1], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK, d + i0, 0, 0u, 1.0f);
 }
 static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
   char m[AMP__MSG] = "";

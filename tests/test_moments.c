@@ -549,7 +549,7 @@ static void q8_levels(int sg, amp__qmap *q, const float *x, size_t n, int finite
     memset(a, 0xa5, nb);
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-      amp__q_store(l, AMP_MOMENTS_8BIT, a, q, n, i0, k, x + i0, 0, 0u);
+      amp__q_store(l, AMP_MOMENTS_8BIT, a, q, n, i0, k, x + i0, 0, 0u, 1.0f);
     }
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
