@@ -1495,11 +1495,15 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          keeps scale_inv = 1 / scale (f32) in front of the codes. The amax of the
                          new moments is needed before the first code is stored, so the step runs
                          twice over the tensor: a first pass decodes the moments and computes the
-                         update on a copy of the masters only to take the amaxes (the same
-                         function on the same values: the same f32 moments, bit for bit), then the
-                         update pass, which stores. It reads the grads, moments and masters twice
-                         and computes the update twice (the weight and moment bytes are written
-                         once). Every tensor size keeps fp8 (no minimum). The codes are decoded by
+                         new moments only to take the amaxes (the same operations on the same
+                         values as the update pass: the same f32 moments, bit for bit; Adam/AdamW
+                         without the root and divisions of the weight update, SGD and Lion their
+                         whole update on a scratch copy), reading the masters only where the
+                         moments depend on them (L2 weight decay on the grad: Adam's and SGD's
+                         weight_decay), then the update pass, which stores. So it reads the grads
+                         and moments twice (the masters twice only with that decay) and computes
+                         the moments twice (the weight and moment bytes are written once). Every
+                         tensor size keeps fp8 (no minimum). The codes are decoded by
                          the fp8 bulk conversions and encoded by amp_quantize's CPU loops, vector
                          loops at each SIMD level with the scalar functions' bits. 2 + 8/n
                          bytes per parameter for Adam's two moments (each array 4 + n bytes, 4-byte
@@ -2119,6 +2123,8 @@ typedef struct amp_step_coefs {
   float step_size;           /* Adam: lr / (1 - beta1^t) */
   float bc2_sqrt;            /* Adam: sqrt(1 - beta2^t) */
   float decay;               /* AdamW, Lion: 1 - lr * wd, applied to the weight first; else 1 */
+  int32_t moments_only;      /* Adam/AdamW on the CPU: 1 computes the new moments alone, leaving the
+                                weight decayed only (AMP_MOMENTS_FP8's first pass); 0 everywhere else */
 } amp_step_coefs;
 
 /* Each kind's part of the coefficients (its row's `coefs`), on c as amp__step_coefs starts it:
@@ -2204,7 +2210,7 @@ static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, i
   c.momentum = h->momentum; c.dampening = h->dampening;
   c.nesterov = h->nesterov != 0; c.first = t == 1;   /* torch.optim.SGD: the buffer starts as the grad */
   c.beta1 = h->beta1; c.beta2 = h->beta2; c.eps = h->eps;
-  c.decay = 1.0f; c.step_size = lr; c.bc2_sqrt = 1.0f;
+  c.decay = 1.0f; c.step_size = lr; c.bc2_sqrt = 1.0f; c.moments_only = 0;
   switch (h->kind) { AMP__OPTIM_KINDS(AMP__KIND_COEFS) default: break; }
   return c;
 }
@@ -5642,6 +5648,7 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
     switch (kind) {
       case AMP_ADAM: case AMP_ADAMW:   /* amp__adam_elem in its halves, the block's roots at once */
         for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
+        if (c.moments_only) break;
         amp__o_sqrt(sq, vv, k);
         for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
         break;
@@ -5709,7 +5716,8 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
   V lr = SET1(c->lr), wd = SET1(c->wd), mom = SET1(c->momentum), omd = SET1(1.0f - c->dampening); \
   V b1 = SET1(c->beta1), omb1 = SET1(1.0f - c->beta1), b2 = SET1(c->beta2), omb2 = SET1(1.0f - c->beta2); \
   V bc2 = SET1(c->bc2_sqrt), eps = SET1(c->eps), ss = SET1(c->step_size), decay = SET1(c->decay), gm = SET1(gmul); \
-  int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0
+  int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0; \
+  int mo = c->moments_only != 0
 #endif
 
 #ifdef AMP__X86_SIMD
@@ -5773,7 +5781,7 @@ AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { return _mm256_div_ps(a, 
     if (has_wd) x = ADD(x, MUL(wd, w0)); \
     mv = ADD(MUL(b1, mv), MUL(omb1, x)); \
     vv = ADD(MUL(b2, vv), MUL(MUL(omb2, x), x)); \
-    w0 = SUB(w0, MUL(ss, DIV(mv, ADD(DIV(SQRT(vv), bc2), eps)))); \
+    if (!mo) w0 = SUB(w0, MUL(ss, DIV(mv, ADD(DIV(SQRT(vv), bc2), eps)))); \
     STF(m, mv); STF(v, vv); }
 #define AMP__V_LION(VT, ADD, SUB, MUL, DIV, SQRT, SIGN, LDF, STF, ZERO) { \
     VT mv = LDF(m); \
@@ -6933,10 +6941,13 @@ static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
    the moment streams of key, amp__sr_key_moment; 8BIT blockwise with the signed map for the first
    moment and the unsigned one for the second; FP8 with each array's new scale, amp__f8m_scale).
    FP8 needs the amax of the whole array's new moments before its first code is written, so it runs
-   the blocks twice: a first pass decodes the moments and steps a copy of the masters into scratch
-   (the same call on the same values as the second pass: the same f32 moments bit for bit) only to
-   take the amaxes, storing nothing; the second pass is the pass above, encoding with those scales,
-   and the scale_invs are written last (the second pass decodes with the old ones). p: the fp32
+   the blocks twice: a first pass decodes the moments and steps scratch masters with the
+   coefficients' moments_only set (Adam/AdamW: the moment lines alone, the same operations as the
+   second pass: the same f32 moments bit for bit; the other kinds' bodies ignore it) only to take
+   the amaxes, storing nothing. The masters are copied into the scratch only where the moments
+   depend on them (wd, the L2 decay on the grad, nonzero); else the scratch holds zeros. The second
+   pass is the pass above, encoding with those scales, and the scale_invs are written last (the
+   second pass decodes with the old ones). p: the fp32
    master; NULL for SPLIT / NONE, whose masters are decoded from w and rem per block and written
    back as amp__o_step_lowmem does. */
 static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
@@ -6949,14 +6960,18 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
   float sm = 1.0f, sv = 1.0f;   /* FP8: the scales of the new m and v */
   if (type == AMP_MOMENTS_FP8) {   /* the first pass: the new moments' amaxes, nothing stored */
     float am = 0.0f, av = 0.0f;
+    amp_step_coefs c1 = *c;
+    int wdep = c->wd != 0.0f;   /* the moments depend on the weight only through L2 decay on the grad */
+    c1.moments_only = 1;        /* Adam/AdamW: the moments alone, no root or division */
+    if (!wdep) memset(pb, 0, sizeof pb);   /* any weight gives the same moments: zeros, never reloaded */
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
       if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
       if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
-      if (p) memcpy(pb, p + i0, k * sizeof(float));
-      else amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
-      amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
+      if (wdep && p) memcpy(pb, p + i0, k * sizeof(float));
+      else if (wdep) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
+      amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, &c1);
       if (mq) amp__f8m_amax(&am, mb, k);
       if (vq) amp__f8m_amax(&av, vb, k);
     }
