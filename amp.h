@@ -1498,11 +1498,15 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          keeps scale_inv = 1 / scale (f32) in front of the codes. The amax of the
                          new moments is needed before the first code is stored, so the step runs
                          twice over the tensor: a first pass decodes the moments and computes the
-                         update on a copy of the masters only to take the amaxes (the same
-                         function on the same values: the same f32 moments, bit for bit), then the
-                         update pass, which stores. It reads the grads, moments and masters twice
-                         and computes the update twice (the weight and moment bytes are written
-                         once). Every tensor size keeps fp8 (no minimum). The codes are decoded by
+                         new moments only to take the amaxes (the same operations on the same
+                         values as the update pass: the same f32 moments, bit for bit; Adam/AdamW
+                         without the root and divisions of the weight update, SGD and Lion their
+                         whole update on a scratch copy), reading the masters only where the
+                         moments depend on them (L2 weight decay on the grad: Adam's and SGD's
+                         weight_decay), then the update pass, which stores. So it reads the grads
+                         and moments twice (the masters twice only with that decay) and computes
+                         the moments twice (the weight and moment bytes are written once). Every
+                         tensor size keeps fp8 (no minimum). The codes are decoded by
                          the fp8 bulk conversions and encoded by amp_quantize's CPU loops, vector
                          loops at each SIMD level with the scalar functions' bits. 2 + 8/n
                          bytes per parameter for Adam's two moments (each array 4 + n bytes, 4-byte
@@ -2162,6 +2166,8 @@ typedef struct amp_step_coefs {
   float step_size;           /* Adam: lr / (1 - beta1^t) */
   float bc2_sqrt;            /* Adam: sqrt(1 - beta2^t) */
   float decay;               /* AdamW, Lion: 1 - lr * wd, applied to the weight first; else 1 */
+  int32_t moments_only;      /* Adam/AdamW on the CPU: 1 computes the new moments alone, leaving the
+                                weight decayed only (AMP_MOMENTS_FP8's first pass); 0 everywhere else */
 } amp_step_coefs;
 
 /* Each kind's part of the coefficients (its row's `coefs`), on c as amp__step_coefs starts it:
@@ -2247,7 +2253,7 @@ static inline AMP_HD amp_step_coefs amp__step_coefs(const amp_optim_config *h, i
   c.momentum = h->momentum; c.dampening = h->dampening;
   c.nesterov = h->nesterov != 0; c.first = t == 1;   /* torch.optim.SGD: the buffer starts as the grad */
   c.beta1 = h->beta1; c.beta2 = h->beta2; c.eps = h->eps;
-  c.decay = 1.0f; c.step_size = lr; c.bc2_sqrt = 1.0f;
+  c.decay = 1.0f; c.step_size = lr; c.bc2_sqrt = 1.0f; c.moments_only = 0;
   switch (h->kind) { AMP__OPTIM_KINDS(AMP__KIND_COEFS) default: break; }
   return c;
 }
@@ -5719,6 +5725,7 @@ AMP__INLINE void amp__o_step_body(amp_optim_kind kind, float *AMP__RESTRICT p, f
     switch (kind) {
       case AMP_ADAM: case AMP_ADAMW:   /* amp__adam_elem in its halves, the block's roots at once */
         for (i = 0; i < k; i++) amp__adam_moments(&pp[i], &mm[i], &vv[i], gb[i], &c);
+        if (c.moments_only) break;
         amp__o_sqrt(sq, vv, k);
         for (i = 0; i < k; i++) amp__adam_apply(&pp[i], mm[i], sq[i], &c);
         break;
@@ -5786,7 +5793,8 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
   V lr = SET1(c->lr), wd = SET1(c->wd), mom = SET1(c->momentum), omd = SET1(1.0f - c->dampening); \
   V b1 = SET1(c->beta1), omb1 = SET1(1.0f - c->beta1), b2 = SET1(c->beta2), omb2 = SET1(1.0f - c->beta2); \
   V bc2 = SET1(c->bc2_sqrt), eps = SET1(c->eps), ss = SET1(c->step_size), decay = SET1(c->decay), gm = SET1(gmul); \
-  int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0
+  int has_wd = c->wd != 0.0f, has_mom = c->momentum != 0.0f, first = c->first != 0, nest = c->nesterov != 0; \
+  int mo = c->moments_only != 0
 #endif
 
 #ifdef AMP__X86_SIMD
@@ -5850,7 +5858,7 @@ AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { return _mm256_div_ps(a, 
     if (has_wd) x = ADD(x, MUL(wd, w0)); \
     mv = ADD(MUL(b1, mv), MUL(omb1, x)); \
     vv = ADD(MUL(b2, vv), MUL(MUL(omb2, x), x)); \
-    w0 = SUB(w0, MUL(ss, DIV(mv, ADD(DIV(SQRT(vv), bc2), eps)))); \
+    if (!mo) w0 = SUB(w0, MUL(ss, DIV(mv, ADD(DIV(SQRT(vv), bc2), eps)))); \
     STF(m, mv); STF(v, vv); }
 #define AMP__V_LION(VT, ADD, SUB, MUL, DIV, SQRT, SIGN, LDF, STF, ZERO) { \
     VT mv = LDF(m); \
@@ -6832,14 +6840,6 @@ AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
                             _mm512_srli_epi32(t, 24), _mm512_set1_epi32(1));
   return _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), c);
 }
-/* The unsigned max of |x|'s bits over s[0 .. j) into *amax, j the whole vectors of e; returns j. */
-static AMP__AVX512 size_t amp__q8_amax16(const float *s, size_t e, uint32_t *amax) {
-  __m512i m = _mm512_setzero_si512(), ab = _mm512_set1_epi32(0x7fffffff);
-  size_t j;
-  for (j = 0; j + 16 <= e; j += 16) m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(s + j), ab));
-  *amax = (uint32_t)_mm512_reduce_max_epu32(m);
-  return j;
-}
 /* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e. */
 static AMP__AVX512 size_t amp__q8_encode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
   __m512 d = _mm512_set1_ps(am);
@@ -6875,18 +6875,6 @@ AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
   c = _mm256_add_epi32(_mm256_srli_epi32(t, 24), _mm256_set1_epi32(1));
   c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xffffff)), key));
   return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)), c);   /* a <= 0x7fffffff */
-}
-static AMP__AVX2 size_t amp__q8_amax8(const float *s, size_t e, uint32_t *amax) {
-  __m256i m = _mm256_setzero_si256(), ab = _mm256_set1_epi32(0x7fffffff);
-  uint32_t w[8];
-  size_t j;
-  int i;
-  for (j = 0; j + 8 <= e; j += 8)
-    m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(s + j)), ab));
-  _mm256_storeu_si256((__m256i *)(void *)w, m);
-  *amax = 0u;
-  for (i = 0; i < 8; i++) if (w[i] > *amax) *amax = w[i];
-  return j;
 }
 static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
   __m256 d = _mm256_set1_ps(am);
@@ -6927,16 +6915,11 @@ static AMP__EXACT_FP float amp__f8m_scale(float amax) {
 static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
                                     const float *scale, float *amax, uint64_t *counts, char *m, size_t cap);
 /* *amax joined with the largest |x| of k values, on the bits (a NaN above inf): amp_quantize's CPU
-   loops without codes. */
+   loops without codes. The one amax of every moment type: FP8's per array, 8BIT's per block
+   (amp__q_store). */
 static void amp__f8m_amax(float *amax, const float *s, size_t k) {
   float one = 1.0f;
   amp__cpu_quantize(NULL, NULL, AMP_E4M3, s, AMP_F32, k, &one, amax, NULL, NULL, 0);
-}
-/* s's k values as codes i0 .. i0 + k - 1 of the FP8 array a, with scale: amp_quantize's CPU loops
-   (amp_f32_to_e4m3(x * scale, 1) at every SIMD level). The header is not touched: amp__f8m_set
-   writes it once every code is written. */
-static void amp__f8m_store(unsigned char *a, size_t i0, size_t k, const float *s, float scale) {
-  amp__cpu_quantize(NULL, (amp_fp8 *)(a + 4) + i0, AMP_E4M3, s, AMP_F32, k, &scale, NULL, NULL, NULL, 0);
 }
 static AMP__EXACT_FP void amp__f8m_set(unsigned char *a, float scale) {
   float si = amp__fdiv(1.0f, scale);
@@ -6947,14 +6930,6 @@ static AMP__EXACT_FP float amp__f8m_at(const unsigned char *a, size_t e) {
   float si;
   memcpy(&si, a, 4);
   return amp__fmul(amp_e4m3_to_f32(a[4 + e]), si);
-}
-/* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
-static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
-  float amax = 0.0f, scale;
-  amp__f8m_amax(&amax, s, n);
-  scale = amp__f8m_scale(amax);
-  amp__f8m_store(a, 0, n, s, scale);
-  amp__f8m_set(a, scale);
 }
 /* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT, FP8) into d
    as f32: bf16 widened (exact), a code times its block's absmax or its array's scale_inv (one f32
@@ -6990,31 +6965,28 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
 }
 /* s's k values into elements i0 .. i0 + k - 1 (i0 a multiple of AMP__Q8_BLOCK; the blocks whole but
    the tensor's last): bf16 to nearest even or, key nonzero, stochastically with key's bits; 8BIT per
-   block: absmax = max |x| (at least 1e-38), each x / absmax clamped to [-1, 1] and its nearest code. */
+   block: absmax = max |x| (at least 1e-38), each x / absmax clamped to [-1, 1] and its nearest code;
+   FP8 with the array's scale (amp__f8m_scale of the amax of all its new values; the header is not
+   touched: amp__f8m_set writes it once every code is written) by amp_quantize's CPU loops:
+   amp_f32_to_e4m3(x * scale, 1) at every SIMD level. */
 static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
-                                       size_t k, const float *s, int sr, uint64_t key) {
+                                       size_t k, const float *s, int sr, uint64_t key, float scale) {
   size_t b, j;
   if (type == AMP_MOMENTS_BF16) {
     if (sr) amp__o_master_store_at(l, (amp_bf16 *)a, NULL, key, i0, s, k);
     else amp__convert_any((amp_bf16 *)a + i0, AMP_BF16, s, AMP_F32, k);   /* amp_convert's loops: nearest even */
     return;
   }
+  if (type == AMP_MOMENTS_FP8) {
+    amp__cpu_quantize(NULL, (amp_fp8 *)(a + 4) + i0, AMP_E4M3, s, AMP_F32, k, &scale, NULL, NULL, NULL, 0);
+    return;
+  }
   for (b = 0; b < k; b += AMP__Q8_BLOCK) {
     float *absmax = (float *)a + (i0 + b) / AMP__Q8_BLOCK;
     uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + i0 + b;
     size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
-    uint32_t amax = 0u;
-    float am;
-    j = 0;
-#ifdef AMP__X86_SIMD
-    if (l >= 2) j = amp__q8_amax16(s + b, e, &amax);
-    else if (l == 1) j = amp__q8_amax8(s + b, e, &amax);
-#endif
-    for (; j < e; j++) {
-      uint32_t u = amp__f32_bits(s[b + j]) & 0x7fffffffu;
-      if (u > amax) amax = u;
-    }
-    am = amp__bits_f32(amax);
+    float am = 0.0f;
+    amp__f8m_amax(&am, s + b, e);   /* the bits of the largest |x| (NaN's the largest) */
     if (am < 1e-38f) am = 1e-38f;
     *absmax = am;
     j = 0;
@@ -7028,6 +7000,14 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
     }
   }
 }
+/* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
+static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
+  float amax = 0.0f, scale;
+  amp__f8m_amax(&amax, s, n);
+  scale = amp__f8m_scale(amax);
+  amp__q_store(amp__opt_level(), AMP_MOMENTS_FP8, a, NULL, n, 0, n, s, 0, 0u, scale);
+  amp__f8m_set(a, scale);
+}
 
 /* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT, _FP8), in every master mode:
    per block of AMP__CHUNK elements (a multiple of AMP__Q8_BLOCK), the moments decoded to f32 into
@@ -7038,10 +7018,13 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
    the moment streams of key, amp__sr_key_moment; 8BIT blockwise with the signed map for the first
    moment and the unsigned one for the second; FP8 with each array's new scale, amp__f8m_scale).
    FP8 needs the amax of the whole array's new moments before its first code is written, so it runs
-   the blocks twice: a first pass decodes the moments and steps a copy of the masters into scratch
-   (the same call on the same values as the second pass: the same f32 moments bit for bit) only to
-   take the amaxes, storing nothing; the second pass is the pass above, encoding with those scales,
-   and the scale_invs are written last (the second pass decodes with the old ones). p: the fp32
+   the blocks twice: a first pass decodes the moments and steps scratch masters with the
+   coefficients' moments_only set (Adam/AdamW: the moment lines alone, the same operations as the
+   second pass: the same f32 moments bit for bit; the other kinds' bodies ignore it) only to take
+   the amaxes, storing nothing. The masters are copied into the scratch only where the moments
+   depend on them (wd, the L2 decay on the grad, nonzero); else the scratch holds zeros. The second
+   pass is the pass above, encoding with those scales, and the scale_invs are written last (the
+   second pass decodes with the old ones). p: the fp32
    master; NULL for SPLIT / NONE, whose masters are decoded from w and rem per block and written
    back as amp__o_step_lowmem does. */
 static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
@@ -7054,14 +7037,18 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
   float sm = 1.0f, sv = 1.0f;   /* FP8: the scales of the new m and v */
   if (type == AMP_MOMENTS_FP8) {   /* the first pass: the new moments' amaxes, nothing stored */
     float am = 0.0f, av = 0.0f;
+    amp_step_coefs c1 = *c;
+    int wdep = c->wd != 0.0f;   /* the moments depend on the weight only through L2 decay on the grad */
+    c1.moments_only = 1;        /* Adam/AdamW: the moments alone, no root or division */
+    if (!wdep) memset(pb, 0, sizeof pb);   /* any weight gives the same moments: zeros, never reloaded */
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
       if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
       if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
-      if (p) memcpy(pb, p + i0, k * sizeof(float));
-      else amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
-      amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
+      if (wdep && p) memcpy(pb, p + i0, k * sizeof(float));
+      else if (wdep) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
+      amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, &c1);
       if (mq) amp__f8m_amax(&am, mb, k);
       if (vq) amp__f8m_amax(&av, vb, k);
     }
@@ -7083,13 +7070,8 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
     } else {
       amp__o_step(kind, p + i0, mm, vv, gb, gt, (char *)w + i0 * ws, wt, rt, 0, 0u, k, gmul, c);
     }
-    if (type == AMP_MOMENTS_FP8) {
-      if (mq) amp__f8m_store(mq, i0, k, mb, sm);
-      if (vq) amp__f8m_store(vq, i0, k, vb, sv);
-      continue;
-    }
-    if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km);
-    if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv);
+    if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km, sm);
+    if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv, sv);
   }
   if (type == AMP_MOMENTS_FP8) {
     if (mq) amp__f8m_set(mq, sm);
@@ -7772,11 +7754,12 @@ static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm
   t->mq = nm >= 1 ? (unsigned char *)mom : NULL; t->vq = nm >= 2 ? (unsigned char *)mom + st : NULL;
   if (t->moments == AMP_MOMENTS_8BIT) {
     float zero[AMP__CHUNK];
+    int l = amp__opt_level();   /* the step's vector encode: the plain loop's bits */
     memset(zero, 0, sizeof zero);
     for (j = 0; j < nm; j++)
       for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
-        amp__q_store(0, t->moments, j ? t->vq : t->mq, &o->qmap[j], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK,
-                     zero, 0, 0u);
+        amp__q_store(l, t->moments, j ? t->vq : t->mq, &o->qmap[j], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK,
+                     zero, 0, 0u, 1.0f);
   }
   if (t->moments == AMP_MOMENTS_FP8)
     for (j = 0; j < nm; j++) amp__f8m_set(j ? t->vq : t->mq, amp__f8m_scale(0.0f));
@@ -8975,10 +8958,11 @@ static AMP__EXACT_FP float amp__moment_at(const amp_optimizer *o, int type, int 
 /* n f32 values d as moment j kept as type, into a (4-byte aligned, amp__moment_bytes of them). */
 static void amp__moment_encode(const amp_optimizer *o, int type, int j, const float *d, size_t n, unsigned char *a) {
   size_t i0;
+  int l = amp__opt_level();   /* the step's vector encode: the plain loop's bits */
   if (type == AMP_MOMENTS_F32) { memcpy(a, d, n * sizeof(float)); return; }
   if (type == AMP_MOMENTS_FP8) { amp__f8m_encode(a, d, n); return; }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK)
-    amp__q_store(0, type, a, &o->qmap[j - 1], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK, d + i0, 0, 0u);
+    amp__q_store(l, type, a, &o->qmap[j - 1], n, i0, n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK, d + i0, 0, 0u, 1.0f);
 }
 static amp_status amp__ckpt_push(amp_optimizer *o, amp_scaler *s, const amp__ckpt_image *im) {
   char m[AMP__MSG] = "";

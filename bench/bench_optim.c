@@ -280,9 +280,10 @@ static void bench_modes(size_t n_cache, size_t n_big) {
 
 /* ---- AdamW with each moment type at 16M (one thread): bf16 copy and grads, fp32 master; each type
    against the f32-moment step (ms per step) and against memcpy of the bytes it moves (GB/s), all
-   three taking turns in the same run. fp8 runs the update twice over the tensor (the first pass
-   only for the new moments' amax), so it reads grads, master and moments twice: its bytes are
-   counted once, as the others'. ---- */
+   three taking turns in the same run. fp8 runs over the tensor twice (the first pass computes
+   only the new moments, for their amax), so it reads grads and moments twice (the master too only
+   with L2 weight decay on the grad, not in this AdamW run): its bytes are counted once, as the
+   others'. ---- */
 static void bench_moments(size_t n) {
   static const struct { const char *name; int moments; } types[] = {
     {"f32", AMP_MOMENTS_F32}, {"bf16", AMP_MOMENTS_BF16}, {"8-bit", AMP_MOMENTS_8BIT}, {"fp8", AMP_MOMENTS_FP8}};

@@ -549,7 +549,7 @@ static void q8_levels(int sg, amp__qmap *q, const float *x, size_t n, int finite
     memset(a, 0xa5, nb);
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-      amp__q_store(l, AMP_MOMENTS_8BIT, a, q, n, i0, k, x + i0, 0, 0u);
+      amp__q_store(l, AMP_MOMENTS_8BIT, a, q, n, i0, k, x + i0, 0, 0u, 1.0f);
     }
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
@@ -602,6 +602,24 @@ static void eight_bit_vector_loops_match_the_plain_loop_on_edge_values(void) {
     for (i = 0; i < 37; i++) x[n++] = 1e-3f * rndf();   /* a short last block, not a whole vector */
     EXPECT(n <= QN, "the edge values overflow the buffer: %d", (int)n);
     q8_levels(sg, &o->qmap[sg], x, n, 1, "edge values");
+    /* blocks of absmaxes that are not powers of two, holding each midpoint times the absmax and
+       its neighbours: the quotients x / absmax nearest a change of code, where x times the
+       reciprocal of the absmax may round to the other side */
+    n = 0;
+    for (e = 0; e < 2; e++) {
+      float am = e ? 0.7f + 0.29f * (rndf() + 1.0f) / 2.0f : 3.0f * (1.0f + (rndf() + 1.0f) / 3.0f);
+#define PUT(v) do { if (n % 256 == 0) { x[n] = (n / 256) % 2 ? -am : am; n++; } x[n++] = (v); } while (0)
+      for (k = 0; k + 1 < 256; k++) {
+        float y = (float)(((double)map8[sg][k] + (double)map8[sg][k + 1]) / 2.0 * (double)am);
+        if (y >= am || y <= -am) continue;
+        PUT(y); PUT(nextafterf(y, -2.0f * am)); PUT(nextafterf(y, 2.0f * am));
+        PUT(nextafterf(nextafterf(y, 2.0f * am), 2.0f * am));
+      }
+#undef PUT
+      while (n % 256) x[n++] = am * rndf();
+    }
+    EXPECT(n <= QN, "the midpoint values overflow the buffer: %d", (int)n);
+    q8_levels(sg, &o->qmap[sg], x, n, 1, "midpoints times other absmaxes");
     /* inf and NaN: a block with inf (x / inf: 0 or NaN), one with NaN (the largest bits: absmax NaN) */
     n = 0;
     for (i = 0; i < 256; i++) x[n++] = i == 5 ? INFINITY : i == 9 ? -INFINITY : rndf();
