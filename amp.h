@@ -1507,8 +1507,15 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          loops at each SIMD level with the scalar functions' bits. 2 + 8/n
                          bytes per parameter for Adam's two moments (each array 4 + n bytes, 4-byte
                          aligned in memory).
-                         On a CUDA device every type but AMP_MOMENTS_F32 is refused (the step
-                         kernel keeps fp32 moments).
+                         On a CUDA device AMP_MOMENTS_F32 and AMP_MOMENTS_BF16 are kept: the
+                         step kernel widens bf16 moments, updates them with the kind's element
+                         function and stores them rounded to nearest even or stochastically with
+                         the CPU's key and element index (amp__moment_bf16), so the masters,
+                         moments and model copies are the CPU's bits; they live on the device 2
+                         bytes each and travel to and from a checkpoint as kept, so a file moves
+                         between a CPU and a CUDA optimizer. AMP_MOMENTS_8BIT and AMP_MOMENTS_FP8
+                         are refused there (AMP_ERR_UNSUPPORTED naming amp_optimizer_add_tensor
+                         and the type).
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
      AMP_MASTER_F32              6               8           6
@@ -1540,7 +1547,7 @@ typedef struct amp_tensor_desc {
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
   int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
-  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16, _8BIT, _FP8 (CPU) */
+  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16; _8BIT, _FP8 (CPU) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 /* The grads of tensor index (0 = the first added), for a tensor added with grads NULL, or to move
@@ -2324,6 +2331,14 @@ static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round
                                            float x) {
   if (sr) ((amp_bf16 *)w)[i] = amp__f32_to_bf16_sr(x, amp__sr_bits16(key, (uint64_t)i));
   else amp__store_model_rne(w, t, round_to, i, x);
+}
+/* A bf16 moment's stored word from its new f32 value x at element i (AMP_MOMENTS_BF16): rounded to
+   nearest even (amp_f32_to_bf16, the bits of amp_convert's loops), or with sr stochastically with
+   the bits of key (the moment's stream, amp__sr_key_moment) at i, the model copy's rule. The store
+   of the step kernel and of tests/test_device_line.c's emulation of it; the CPU's moment loops
+   give the same bits by the same functions. */
+static inline AMP_HD amp_bf16 amp__moment_bf16(float x, int sr, uint64_t key, uint64_t i) {
+  return sr ? amp__f32_to_bf16_sr(x, amp__sr_bits16(key, i)) : amp_f32_to_bf16(x);
 }
 
 /* The split master (AMP_MASTER_SPLIT): an fp32 master x held as its bf16 model copy hi plus a
@@ -11437,9 +11452,9 @@ static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem,
 static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
   amp_status st;
-  if (o->t[i].moments != AMP_MOMENTS_F32) {   /* the step kernel keeps fp32 moments: refused, not run wrong */
-    snprintf(m, cap, "moments %s on a CUDA device: the device optimizer keeps fp32 moments only (AMP_MOMENTS_F32)",
-             amp__moments_name(o->t[i].moments));
+  if (o->t[i].moments != AMP_MOMENTS_F32 && o->t[i].moments != AMP_MOMENTS_BF16) {   /* refused, not run wrong */
+    snprintf(m, cap, "moments %s on a CUDA device: the device optimizer keeps AMP_MOMENTS_F32 and AMP_MOMENTS_BF16 "
+             "moments only", amp__moments_name(o->t[i].moments));
     return AMP_ERR_UNSUPPORTED;
   }
   /* no master: a seed is rounded into the weights now (key of update 0) */
