@@ -392,7 +392,7 @@
                            (format version 2; version 1 still loads); optimizer moments in
                            bf16, 8-bit blockwise and E4M3 with a per-tensor scale on the CPU
                            (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / _8BIT / _FP8, format
-                           version 3 when a tensor has them),
+                           version 3 when a tensor has them), bf16 moments on CUDA too,
                            amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
@@ -1513,9 +1513,9 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          the CPU's key and element index (amp__moment_bf16), so the masters,
                          moments and model copies are the CPU's bits; they live on the device 2
                          bytes each and travel to and from a checkpoint as kept, so a file moves
-                         between a CPU and a CUDA optimizer. AMP_MOMENTS_8BIT and AMP_MOMENTS_FP8
-                         are refused there (AMP_ERR_UNSUPPORTED naming amp_optimizer_add_tensor
-                         and the type).
+                         between a CPU and a CUDA optimizer. AMP_MOMENTS_8BIT (of a tensor that
+                         keeps it: 4096 elements and more) and AMP_MOMENTS_FP8 are refused there
+                         (AMP_ERR_UNSUPPORTED naming amp_optimizer_add_tensor and the type).
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
      AMP_MASTER_F32              6               8           6
@@ -2670,7 +2670,8 @@ typedef struct amp__tensor {
   float *m, *v;          /* SGD: m the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg, exp_avg_sq
                             (CPU; on CUDA the moments live in the device slab); NULL when moments is not F32 */
   int moments;           /* the type the moments are kept in (amp_tensor_desc.moments; AMP_MOMENTS_F32 for an
-                            8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU only) */
+                            8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU; CUDA keeps
+                            F32 and BF16 moments in its slab, amp__cu_optim_state_io moves them as kept) */
   unsigned char *mq, *vq;  /* moments not in f32, as m and v above, each amp__moment_bytes(moments, n) bytes
                               laid out as the checkpoint holds them (BF16: n words; 8BIT: the blocks' f32
                               absmaxes, then n codes; FP8: the f32 scale_inv, then n codes); else NULL */
