@@ -392,7 +392,7 @@
                            (format version 2; version 1 still loads); optimizer moments in
                            bf16, 8-bit blockwise and E4M3 with a per-tensor scale on the CPU
                            (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / _8BIT / _FP8, format
-                           version 3 when a tensor has them),
+                           version 3 when a tensor has them), bf16 moments on CUDA too,
                            amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
@@ -1511,8 +1511,15 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          loops at each SIMD level with the scalar functions' bits. 2 + 8/n
                          bytes per parameter for Adam's two moments (each array 4 + n bytes, 4-byte
                          aligned in memory).
-                         On a CUDA device every type but AMP_MOMENTS_F32 is refused (the step
-                         kernel keeps fp32 moments).
+                         On a CUDA device AMP_MOMENTS_F32 and AMP_MOMENTS_BF16 are kept: the
+                         step kernel widens bf16 moments, updates them with the kind's element
+                         function and stores them rounded to nearest even or stochastically with
+                         the CPU's key and element index (amp__moment_bf16), so the masters,
+                         moments and model copies are the CPU's bits; they live on the device 2
+                         bytes each and travel to and from a checkpoint as kept, so a file moves
+                         between a CPU and a CUDA optimizer. AMP_MOMENTS_8BIT (of a tensor that
+                         keeps it: 4096 elements and more) and AMP_MOMENTS_FP8 are refused there
+                         (AMP_ERR_UNSUPPORTED naming amp_optimizer_add_tensor and the type).
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
      AMP_MASTER_F32              6               8           6
@@ -1544,7 +1551,7 @@ typedef struct amp_tensor_desc {
   amp_dtype   round_to;                           /* 0 -> AMP_F32: a float copy holds the master's value */
   int         stochastic;                         /* 0 -> round to nearest even; 1: stochastic (bf16 only) */
   int         master_mode;                        /* 0 -> AMP_MASTER_F32; SPLIT, NONE: bf16 model copies only */
-  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16, _8BIT, _FP8 (CPU) */
+  int         moments;                            /* 0 -> AMP_MOMENTS_F32; AMP_MOMENTS_BF16; _8BIT, _FP8 (CPU) */
 } amp_tensor_desc;
 AMPDEF amp_status amp_optimizer_add_tensor(amp_optimizer *o, const amp_tensor_desc *t);
 /* The grads of tensor index (0 = the first added), for a tensor added with grads NULL, or to move
@@ -2331,6 +2338,14 @@ static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round
   if (sr) ((amp_bf16 *)w)[i] = amp__f32_to_bf16_sr(x, amp__sr_bits16(key, (uint64_t)i));
   else amp__store_model_rne(w, t, round_to, i, x);
 }
+/* A bf16 moment's stored word from its new f32 value x at element i (AMP_MOMENTS_BF16): rounded to
+   nearest even (amp_f32_to_bf16, the bits of amp_convert's loops), or with sr stochastically with
+   the bits of key (the moment's stream, amp__sr_key_moment) at i, the model copy's rule. The store
+   of the step kernel and of tests/test_device_line.c's emulation of it; the CPU's moment loops
+   give the same bits by the same functions. */
+static inline AMP_HD amp_bf16 amp__moment_bf16(float x, int sr, uint64_t key, uint64_t i) {
+  return sr ? amp__f32_to_bf16_sr(x, amp__sr_bits16(key, i)) : amp_f32_to_bf16(x);
+}
 
 /* The split master (AMP_MASTER_SPLIT): an fp32 master x held as its bf16 model copy hi plus a
    16-bit remainder lo, exactly. hi = the top 16 bits of x rounded to nearest with ties AWAY from
@@ -2661,7 +2676,8 @@ typedef struct amp__tensor {
   float *m, *v;          /* SGD: m the momentum buffer (NULL without momentum); Adam/AdamW: exp_avg, exp_avg_sq
                             (CPU; on CUDA the moments live in the device slab); NULL when moments is not F32 */
   int moments;           /* the type the moments are kept in (amp_tensor_desc.moments; AMP_MOMENTS_F32 for an
-                            8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU only) */
+                            8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU; CUDA keeps
+                            F32 and BF16 moments in its slab, amp__cu_optim_state_io moves them as kept) */
   unsigned char *mq, *vq;  /* moments not in f32, as m and v above, each amp__moment_bytes(moments, n) bytes
                               laid out as the checkpoint holds them (BF16: n words; 8BIT: the blocks' f32
                               absmaxes, then n codes; FP8: the f32 scale_inv, then n codes); else NULL */
@@ -11421,9 +11437,9 @@ static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem,
 static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
   amp_status st;
-  if (o->t[i].moments != AMP_MOMENTS_F32) {   /* the step kernel keeps fp32 moments: refused, not run wrong */
-    snprintf(m, cap, "moments %s on a CUDA device: the device optimizer keeps fp32 moments only (AMP_MOMENTS_F32)",
-             amp__moments_name(o->t[i].moments));
+  if (o->t[i].moments != AMP_MOMENTS_F32 && o->t[i].moments != AMP_MOMENTS_BF16) {   /* refused, not run wrong */
+    snprintf(m, cap, "moments %s on a CUDA device: the device optimizer keeps AMP_MOMENTS_F32 and AMP_MOMENTS_BF16 "
+             "moments only", amp__moments_name(o->t[i].moments));
     return AMP_ERR_UNSUPPORTED;
   }
   /* no master: a seed is rounded into the weights now (key of update 0) */

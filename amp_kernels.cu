@@ -277,12 +277,13 @@ struct amp__cu_scaler_dev {
 static_assert(sizeof(amp__cu_scaler_dev) % 8 == 0, "the block is copied whole");
 static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the stats counters are 64-bit atomics");
 
-// One tensor as the kernels see it; master/m/v point into the optimizer's slab (256-byte aligned).
+// One tensor as the kernels see it; master/m/v point into the optimizer's slab (128-byte aligned).
 struct amp__cu_tdev {
   const void *grad;
   void *model;
-  float *master, *m, *v;  // m: SGD momentum buffer or Adam's first moment; NULL when not kept;
-                          // master NULL: AMP_MASTER_SPLIT (rem) or AMP_MASTER_NONE, the model copy is bf16
+  float *master;          // NULL: AMP_MASTER_SPLIT (rem) or AMP_MASTER_NONE, the model copy is bf16
+  void *m, *v;            // m: SGD momentum buffer or Adam's first moment; NULL when not kept; f32, or bf16
+                          // words when moments is AMP_MOMENTS_BF16
   uint16_t *rem;          // AMP_MASTER_SPLIT: the remainders beside the bf16 model copy (else NULL)
   long long n;
   int32_t dtype;          // the model copy's
@@ -292,6 +293,7 @@ struct amp__cu_tdev {
   int32_t group;          // param group: 0 takes lr_scale 1 and the config's weight_decay (amp__group_coefs)
   int32_t round_to;       // a float model copy's rounding (amp__store_model); AMP_F32 otherwise
   int32_t stochastic;     // 1: the bf16 model copy is written with stochastic rounding
+  int32_t moments;        // AMP_MOMENTS_F32 or AMP_MOMENTS_BF16 (stochastic too when stochastic is 1)
   float lr_scale, weight_decay;   // the group's (groups 1, 2, ...)
 };
 // A piece of at most AMP__CU_CHUNK elements of one tensor: one block of every multi-tensor launch.
@@ -321,11 +323,11 @@ struct amp__cu_optim {
   double *partials;       // one sum of squares per chunk (double: finite grads near 1.8e19 square past FLT_MAX)
   double *reduce;         // data-parallel: this rank's {found_inf, sumsq}, all-reduced by the trainer
   amp__gstat *stats;      // amp_optim_config.stats: per-tensor gradient stats (NULL when off)
-  float *slab;            // masters (`mtotal` floats: AMP_MASTER_F32 tensors only) | m | v (each `total` floats)
+  float *slab;            // masters (`mtotal` floats: AMP_MASTER_F32 tensors only) | m | v (each `total` bytes)
   uint16_t *rem;          // the remainders of the AMP_MASTER_SPLIT tensors, `rtotal` of them
   size_t n_tensors, total, mtotal, rtotal;
   int n_chunks, kind, has_m, has_v;
-  size_t *offset, *n;     // host: each tensor's place in the moment regions and its length
+  size_t *offset, *n;     // host: each tensor's byte offset in the moment regions and its length
   size_t *moffset, *roffset;  // host: its place among the masters / the remainders (SIZE_MAX: none)
   amp__cu_tdev *host;     // host: the table as uploaded (amp__cu_optim_set_grads rewrites a record)
 };
@@ -673,6 +675,16 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
   float mul;
   amp_step_coefs c;
   uint64_t key;       // stochastic rounding's key (amp__sr_key) of this tensor and update
+  uint64_t km, kv;    // bf16 moments rounded stochastically: the moment streams of key (amp__sr_key_moment)
+  int msr;            // 1: bf16 moments rounded stochastically (the tensor's stochastic), 0: to nearest even
+  // a bf16 moment array's new words: amp__moment_bf16 per element, the CPU's rule and element index
+  template <int V> __device__ __forceinline__ void st_bf16(void *a, long long e, const float *x, uint64_t k) const {
+    __align__(16) amp_bf16 w[V];
+#pragma unroll
+    for (int j = 0; j < V; j++) w[j] = amp__moment_bf16(x[j], msr, k, (uint64_t)(e + j));
+    if constexpr (V == 1) ((amp_bf16 *)a)[e] = w[0];
+    else amp__cu_copy_bytes<V * 2>((amp_bf16 *)a + e, w);
+  }
   template <int V> __device__ __forceinline__ void elems(int i) {
     typedef typename amp__cu_elem<WD>::T W;
     const long long e = start + i;
@@ -684,12 +696,22 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
       for (int k = 0; k < V; k++) p[k] = t.rem ? amp__split_decode(((amp_bf16 *)t.model)[e + k], t.rem[e + k])
                                                : amp_bf16_to_f32(((amp_bf16 *)t.model)[e + k]);
     }
-    if (t.m) amp__cu_ldv<AMP_F32, V>(t.m, e, m);
-    if (t.v) amp__cu_ldv<AMP_F32, V>(t.v, e, v);
+    if (t.moments == AMP_MOMENTS_BF16) {   // widened exactly
+      if (t.m) amp__cu_ldv<AMP_BF16, V>(t.m, e, m);
+      if (t.v) amp__cu_ldv<AMP_BF16, V>(t.v, e, v);
+    } else {
+      if (t.m) amp__cu_ldv<AMP_F32, V>(t.m, e, m);
+      if (t.v) amp__cu_ldv<AMP_F32, V>(t.v, e, v);
+    }
 #pragma unroll
     for (int k = 0; k < V; k++) amp__cu_kind<KIND>::update(p[k], m[k], v[k], g[k] * mul, c);
-    if (t.m) amp__cu_stv<AMP_F32, V>(t.m, e, m);
-    if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
+    if (t.moments == AMP_MOMENTS_BF16) {
+      if (t.m) st_bf16<V>(t.m, e, m, km);
+      if (t.v) st_bf16<V>(t.v, e, v, kv);
+    } else {
+      if (t.m) amp__cu_stv<AMP_F32, V>(t.m, e, m);
+      if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
+    }
     if (t.master) {
       amp__cu_stv<AMP_F32, V>(t.master, e, p);
       if ((WD == AMP_F32 && amp__round_to_set((amp_dtype)t.round_to)) || (WD == AMP_BF16 && t.stochastic)) {
@@ -710,11 +732,13 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
   }
 };
 // One chunk: 4 elements per access where grad and model copy are 16-byte aligned (16 bytes of master
-// and moments, 8 or 16 of grad and model copy), one at a time otherwise.
+// and fp32 moments, 8 of bf16 moments, 8 or 16 of grad and model copy), one at a time otherwise.
 template <int KIND, int GD, int WD>
 __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start, int len, float mul,
                                                    const amp_step_coefs &c, uint64_t key) {
-  amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key};
+  const int msr = t.moments == AMP_MOMENTS_BF16 && t.stochastic;   // the CPU's amp__o_step_q: only bf16 is stochastic
+  amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key, msr ? amp__sr_key_moment(key, 1) : 0u,
+                                      msr ? amp__sr_key_moment(key, 2) : 0u, msr};
   amp__cu_walk<4>(op, len, t.vec);
 }
 template <int KIND, int GD>
@@ -1358,15 +1382,14 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     AMP__CU_CHECK(cudaMalloc(&o->stats, o->n_tensors * sizeof *o->stats));
     AMP__CU_CHECK(cudaMemsetAsync(o->stats, 0, o->n_tensors * sizeof *o->stats, st->stream));
   }
-  const size_t slab_floats = o->mtotal + (size_t)(slots - 1) * o->total;
-  if (slab_floats)
-    AMP__CU_CHECK(cudaMalloc(&o->slab, slab_floats * sizeof(float))); // none: AMP_MASTER_NONE + plain SGD
+  const size_t slab_bytes = o->mtotal * sizeof(float) + (size_t)(slots - 1) * o->total;
+  if (slab_bytes) AMP__CU_CHECK(cudaMalloc(&o->slab, slab_bytes));   // none: AMP_MASTER_NONE + plain SGD
   if (o->rtotal) {
     AMP__CU_CHECK(cudaMalloc(&o->rem, o->rtotal * sizeof *o->rem));
     AMP__CU_CHECK(cudaMemsetAsync(o->rem, 0, o->rtotal * sizeof *o->rem, st->stream));   // the bf16 copy is exact
   }
-  float *mbase = o->has_m ? o->slab + o->mtotal : NULL;
-  float *vbase = o->has_v ? o->slab + o->mtotal + (size_t)o->has_m * o->total : NULL;
+  char *mbase = o->has_m ? (char *)(o->slab + o->mtotal) : NULL;
+  char *vbase = o->has_v ? (char *)(o->slab + o->mtotal) + (size_t)o->has_m * o->total : NULL;
   for (size_t i = 0; i < o->n_tensors; i++) {   // the device copy of each record, made here only
     ht[i].model = ts[i].w;
     ht[i].master = ts[i].master_mode == AMP_MASTER_F32 ? o->slab + o->moffset[i] : NULL;
@@ -1375,6 +1398,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].v = vbase ? vbase + o->offset[i] : NULL;
     ht[i].n = (long long)ts[i].n; ht[i].dtype = (int32_t)ts[i].wtype; ht[i].gdtype = (int32_t)ts[i].gtype;
     ht[i].group = ts[i].group; ht[i].round_to = (int32_t)ts[i].round_to; ht[i].stochastic = ts[i].stochastic != 0;
+    ht[i].moments = ts[i].moments;
     ht[i].lr_scale = ts[i].group ? lr_scale[ts[i].group] : 1.0f;
     ht[i].weight_decay = ts[i].group ? weight_decay[ts[i].group] : 0.0f;   // group 0: the config's, read on the device
     amp__cu_tdev_grads(&ht[i], ts[i].g);
@@ -1391,7 +1415,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   AMP__CU_CHECK(cudaMemcpyAsync(o->tensors, ht, o->n_tensors * sizeof *ht, cudaMemcpyHostToDevice, st->stream));
   AMP__CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
   if (slots > 1)
-    AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total * sizeof(float), st->stream));
+    AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total, st->stream));   // +0: bf16 too
   for (size_t i = 0; i < o->n_tensors; i++) {   // each master taken once: as given, else the model copy (exact)
     if (ht[i].master && ts[i].master) {
       AMP__CU_CHECK(cudaMemcpyAsync(ht[i].master, ts[i].master, ts[i].n * sizeof(float), cudaMemcpyDeviceToDevice,
@@ -1426,10 +1450,10 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
     if (ts[i].group && (!lr_scale || !weight_decay))
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d without the groups' values", i,
                          ts[i].group);
-    if (ts[i].moments != AMP_MOMENTS_F32) {   // the step kernel keeps fp32 moments: refused, never run on them
+    if (ts[i].moments != AMP_MOMENTS_F32 && ts[i].moments != AMP_MOMENTS_BF16) {   // refused, never run on them
       if (msg && cap)
-        snprintf(msg, cap, "amp__cu_optim_create: tensor %zu: moments %d (AMP_MOMENTS_BF16 and the other low-precision "
-                 "types) on CUDA: the step kernel keeps fp32 moments only", i, ts[i].moments);
+        snprintf(msg, cap, "amp__cu_optim_create: tensor %zu: moments %d on CUDA: the step kernel keeps "
+                 "AMP_MOMENTS_F32 (0) and AMP_MOMENTS_BF16 (1) moments only", i, ts[i].moments);
       return AMP_ERR_UNSUPPORTED;
     }
     chunks += (ts[i].n + AMP__CU_CHUNK - 1) / AMP__CU_CHUNK;
@@ -1452,10 +1476,13 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
   o->n_tensors = n_tensors; o->n_chunks = (int)chunks; o->kind = h->kind;
   o->has_m = amp__o_moments(h) >= 1;   // the moments of the kind's row in amp.h's list
   o->has_v = amp__o_moments(h) >= 2;
-  for (size_t i = 0; i < n_tensors; i++) {   // each tensor 256-byte aligned in the slab: float4 access
+  // each tensor's arrays 128-byte aligned in the slab (float4 access; 64 elements each, as amp.h's
+  // state_pad counts them in amp_optimizer_state_bytes): a moment 4 bytes, or 2 as bf16 words
+  for (size_t i = 0; i < n_tensors; i++) {
     const size_t padded = (ts[i].n + 63) / 64 * 64;
+    const size_t esize = ts[i].moments == AMP_MOMENTS_BF16 ? 2 : 4;
     o->offset[i] = o->total; o->n[i] = ts[i].n;
-    o->total += padded;
+    o->total += padded * esize;
     o->moffset[i] = o->roffset[i] = SIZE_MAX;
     if (ts[i].master_mode == AMP_MASTER_F32) { o->moffset[i] = o->mtotal; o->mtotal += padded; }
     else if (ts[i].master_mode == AMP_MASTER_SPLIT) { o->roffset[i] = o->rtotal; o->rtotal += padded; }
@@ -1639,9 +1666,11 @@ extern "C" amp_status amp__cu_optim_state_io(void *state, void *optim, size_t in
     return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: which %d is not kept by this optimizer for tensor %zu", which,
                        index);
   AMP__CU_ON(st);
-  float *d = which == 0 ? o->slab + o->moffset[index]
-                        : o->slab + o->mtotal + (size_t)(which == 1 ? 0 : o->has_m) * o->total + o->offset[index];
-  size_t bytes = o->n[index] * sizeof(float);
+  // the master as f32; a moment as kept (AMP_MOMENTS_BF16: n words, the checkpoint's bytes, not widened)
+  void *d = which == 0 ? (void *)(o->slab + o->moffset[index])
+                       : (void *)((char *)(o->slab + o->mtotal) + (size_t)(which == 1 ? 0 : o->has_m) * o->total +
+                                  o->offset[index]);
+  size_t bytes = o->n[index] * (which > 0 && o->host[index].moments == AMP_MOMENTS_BF16 ? 2 : sizeof(float));
   if (to_device) AMP__CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, st->stream));
   else AMP__CU_CHECK(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, st->stream));
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));

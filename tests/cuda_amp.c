@@ -1021,17 +1021,18 @@ static void bad_input_on_gpu_is_refused(void) {
   st = amp_optimizer_create(&cu, gpu, &custom);
   EXPECT(st == AMP_ERR_UNSUPPORTED && cu == NULL && strstr(amp_last_error(), "AMP_CUSTOM"), "AMP_CUSTOM on CUDA: %s '%s'",
          amp_status_string(st), amp_last_error());
-  {   /* bf16 moments: the step kernel keeps fp32 moments, so the add is refused, nothing added */
+  {   /* fp8 moments: the step kernel keeps fp32 and bf16 moments, so the add is refused, nothing added (8-bit
+         moments of a tensor this small are fp32) */
     amp_optim_config ac = amp_optimizer_defaults(AMP_ADAMW);
     amp_optimizer *ad = NULL;
     amp_tensor_desc t;
     OK(amp_optimizer_create(&ad, gpu, &ac));
     memset(&t, 0, sizeof t);
-    t.weights = w; t.dtype = AMP_F16; t.grads = g; t.grad_dtype = AMP_F16; t.n = 32; t.moments = AMP_MOMENTS_BF16;
+    t.weights = w; t.dtype = AMP_F16; t.grads = g; t.grad_dtype = AMP_F16; t.n = 32; t.moments = AMP_MOMENTS_FP8;
     st = amp_optimizer_add_tensor(ad, &t);
     EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_optimizer_add_tensor") &&
-           strstr(amp_last_error(), "AMP_MOMENTS_BF16") && amp_optimizer_count(ad) == 0,
-           "bf16 moments on CUDA: %s '%s', %zu tensors", amp_status_string(st), amp_last_error(), amp_optimizer_count(ad));
+           strstr(amp_last_error(), "AMP_MOMENTS_FP8") && amp_optimizer_count(ad) == 0,
+           "fp8 moments on CUDA: %s '%s', %zu tensors", amp_status_string(st), amp_last_error(), amp_optimizer_count(ad));
     amp_optimizer_destroy(ad);
   }
   OK(amp_optimizer_add(o, AMP_F16, w, g, 32));
@@ -1359,6 +1360,123 @@ static void every_master_mode_on_gpu_is_the_cpus_bits(void) {
   free(w0); free(hw); free(cw); free(g); free(cg); free(hm);
 }
 
+/* AMP_MOMENTS_BF16 on the GPU against the CPU, bit for bit: each kind, the master modes (F32 with
+   its bf16 copy and moments rounded to nearest even, F32 with both rounded stochastically, SPLIT,
+   NONE), the step kernel's vector loop (aligned buffers) and its one-at-a-time loop (one element
+   off), 70001 elements. The device's moment words (moved as kept by the checkpoint's tensor io)
+   equal the CPU's after every step, a step skipped for a NaN grad leaves them as they were, and
+   a checkpoint moves between the GPU and the CPU both ways. Without clipping: the same bits. */
+/* 1 when the GPU's state of tensor 0 (model copy at dw, master, remainders, nm bf16 moments) is the CPU's */
+static int bf16m_same(const char *what, amp_optimizer *og, amp_optimizer *oc, const void *dw, const amp_bf16 *cw,
+                      size_t n, int mode, int nm) {
+  amp_bf16 *h = (amp_bf16 *)xmalloc(n * 2);
+  float *hm = (float *)xmalloc(n * 4);
+  char m2[AMP__MSG] = "";
+  int same = 1;
+  down(h, dw, n * 2);
+  for (size_t j = 0; j < n && same; j++)
+    if (h[j] != cw[j]) { EXPECT(0, "%s: element %zu of the model copy: GPU %04x, CPU %04x", what, j, h[j], cw[j]); same = 0; }
+  if (same && mode == AMP_MASTER_F32) {
+    const float *cm = amp_optimizer_master(oc, 0, NULL);
+    down(hm, amp_optimizer_master(og, 0, NULL), n * 4);
+    for (size_t j = 0; j < n && same; j++)
+      if (amp__f32_bits(hm[j]) != amp__f32_bits(cm[j])) {
+        EXPECT(0, "%s: element %zu of the master: GPU %a, CPU %a", what, j, (double)hm[j], (double)cm[j]);
+        same = 0;
+      }
+  }
+  if (same && mode == AMP_MASTER_SPLIT) {
+    down(h, amp__cu_optim_rem(og->cu, 0), n * 2);
+    for (size_t j = 0; j < n && same; j++)
+      if (h[j] != oc->t[0].rem[j]) {
+        EXPECT(0, "%s: element %zu of the remainders: GPU %04x, CPU %04x", what, j, h[j], oc->t[0].rem[j]);
+        same = 0;
+      }
+  }
+  for (int k = 1; k <= nm && same; k++) {
+    const amp_bf16 *q = (const amp_bf16 *)(k == 1 ? oc->t[0].mq : oc->t[0].vq);
+    amp_status st = amp__be(og->dev)->optim_tensor_io(og, 0, k, (float *)(void *)h, 0, m2, sizeof m2);
+    if (st != AMP_OK) { EXPECT(0, "%s: moment %d read: %s", what, k, m2); same = 0; break; }
+    for (size_t j = 0; j < n && same; j++)
+      if (h[j] != q[j]) { EXPECT(0, "%s: element %zu of moment %d: GPU %04x, CPU %04x", what, j, k, h[j], q[j]); same = 0; }
+  }
+  free(h); free(hm);
+  return same;
+}
+static void bf16_moments_on_gpu_are_the_cpus_bits(void) {
+  enum { N = 70001, STEPS = 10 };
+  struct { amp_optim_kind kind; float wd, momentum; } cases[4] = {
+      {AMP_SGD, 1e-2f, 0.9f}, {AMP_ADAM, 1e-2f, 0.0f}, {AMP_ADAMW, 0.1f, 0.0f}, {AMP_LION, 0.1f, 0.0f}};
+  struct { int mode, sr; } modes[4] = {{AMP_MASTER_F32, 0}, {AMP_MASTER_F32, 1}, {AMP_MASTER_SPLIT, 0}, {AMP_MASTER_NONE, 1}};
+  const char *ck = "build/test/cuda_bf16_moments.ckpt";
+  amp_bf16 *w0 = (amp_bf16 *)xmalloc(N * 2), *cw = (amp_bf16 *)xmalloc((N + 1) * 2);
+  amp_bf16 *before = (amp_bf16 *)xmalloc(N * 2), *after = (amp_bf16 *)xmalloc(N * 2);
+  float *g = (float *)xmalloc(N * 4), *cg = (float *)xmalloc((N + 1) * 4);
+  for (size_t j = 0; j < N; j++) w0[j] = amp_f32_to_bf16(0.5f * srand1());
+  for (int off = 0; off < 2 && !t__cur; off++)
+    for (int k = 0; k < 4 && !t__cur; k++)
+      for (int md = 0; md < 4 && !t__cur; md++) {
+        amp_optim_config oc = amp_optimizer_defaults(cases[k].kind);
+        amp_optimizer *og = NULL, *ocpu = NULL;
+        amp_tensor_desc t;
+        char what[96], m2[AMP__MSG] = "";
+        char *dw = (char *)dmalloc((N + 1) * 2), *dg = (char *)dmalloc((N + 1) * 4);
+        int nm;
+        oc.lr = 1e-3f; oc.weight_decay = cases[k].wd; oc.momentum = cases[k].momentum; oc.seed = 77;
+        nm = amp__o_moments(&oc);
+        snprintf(what, sizeof what, "%s, master mode %d, stochastic %d, %s", amp__kind_name(cases[k].kind), modes[md].mode,
+                 modes[md].sr, off ? "one element off" : "aligned");
+        memset(&t, 0, sizeof t);
+        t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.n = N; t.master_mode = modes[md].mode;
+        t.stochastic = modes[md].sr; t.moments = AMP_MOMENTS_BF16;
+        up(dw + 2 * off, w0, N * 2);
+        memcpy(cw + off, w0, N * 2);
+        OK(amp_optimizer_create(&og, gpu, &oc));
+        OK(amp_optimizer_create(&ocpu, amp_cpu(), &oc));
+        t.weights = dw + 2 * off; t.grads = dg + 4 * off; OK(amp_optimizer_add_tensor(og, &t));
+        t.weights = cw + off; t.grads = cg + off; OK(amp_optimizer_add_tensor(ocpu, &t));
+        for (int step = 0; step < STEPS && !t__cur; step++) {
+          for (size_t j = 0; j < N; j++) g[j] = 1e-2f * srand1();
+          if (step == 5) {   /* skipped: the moment words stay as they were */
+            g[123] = (float)NAN;
+            EXPECT(amp__be(og->dev)->optim_tensor_io(og, 0, nm, (float *)(void *)before, 0, m2, sizeof m2) == AMP_OK,
+                   "%s", m2);
+          }
+          up(dg + 4 * off, g, N * 4);
+          memcpy(cg + off, g, N * 4);
+          OK(amp_optimizer_step(og));
+          OK(amp_optimizer_step(ocpu));
+          if (step == 5) {
+            EXPECT(amp__be(og->dev)->optim_tensor_io(og, 0, nm, (float *)(void *)after, 0, m2, sizeof m2) == AMP_OK &&
+                   memcmp(before, after, N * 2) == 0 && amp_optimizer_step_count(og) == 5,
+                   "%s: the skipped step changed moment %d's words (steps %ld)", what, nm, amp_optimizer_step_count(og));
+          }
+          if (!bf16m_same(what, og, ocpu, dw + 2 * off, cw + off, N, modes[md].mode, nm))
+            EXPECT(0, "%s: differs after step %d", what, step);
+        }
+        if (off == 0 && !t__cur) {   /* the GPU one step ahead, saved, loaded on the CPU; then the other way */
+          for (size_t j = 0; j < N; j++) g[j] = 1e-2f * srand1();
+          up(dg, g, N * 4);
+          OK(amp_optimizer_step(og));
+          OK(amp_checkpoint_save(ck, og, NULL));
+          OK(amp_checkpoint_load(ck, ocpu, NULL));
+          if (!bf16m_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the GPU's checkpoint on the CPU", what);
+          memcpy(cg, g, N * 4);
+          OK(amp_optimizer_step(ocpu));
+          OK(amp_checkpoint_save(ck, ocpu, NULL));
+          OK(amp_checkpoint_load(ck, og, NULL));
+          if (!bf16m_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the CPU's checkpoint on the GPU", what);
+          OK(amp_optimizer_step(og));
+          OK(amp_optimizer_step(ocpu));
+          if (!bf16m_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the step after the loads", what);
+          remove(ck);
+        }
+        amp_optimizer_destroy(og); amp_optimizer_destroy(ocpu);
+        amp__cu_free(gpu->cuda, dw); amp__cu_free(gpu->cuda, dg);
+      }
+  free(w0); free(cw); free(before); free(after); free(g); free(cg);
+}
+
 static void zscore_spikes_on_gpu_equal_the_cpus(void) {
   tens t;
   side c, g;
@@ -1447,6 +1565,7 @@ int main(void) {
   RUN(spike_skips_on_gpu_change_nothing_and_keep_the_scale);
   RUN(master_modes_on_gpu);
   RUN(every_master_mode_on_gpu_is_the_cpus_bits);
+  RUN(bf16_moments_on_gpu_are_the_cpus_bits);
   RUN(zscore_spikes_on_gpu_equal_the_cpus);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);

@@ -207,6 +207,7 @@ typedef struct fake_optim {
   amp_optim_config h; size_t k; amp__tensor *t; float **p, **m, **v;
   float *ls, *wd;      /* each tensor's group values, as the kernel's table holds them */
   uint16_t **rem;      /* AMP_MASTER_SPLIT tensors' remainders (p NULL for SPLIT and NONE, as the slab has none) */
+  amp_bf16 **mh, **vh; /* AMP_MOMENTS_BF16 tensors' moments, 2 bytes each as the slab keeps them (m, v NULL) */
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
   int32_t spike; int64_t spike_skips, passes;
@@ -222,11 +223,16 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
   (void)state;
   if (!amp__kind_on_device(h->kind)) { free(o); snprintf(msg, cap, "amp__cu_optim_create: kind %d has no device update", (int)h->kind); return AMP_ERR_ARG; }
   if (!o) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
+  for (i = 0; i < n; i++)   /* the kernel keeps f32 and bf16 moments only */
+    if (ts[i].moments != AMP_MOMENTS_F32 && ts[i].moments != AMP_MOMENTS_BF16) {
+      free(o); snprintf(msg, cap, "amp__cu_optim_create: tensor %zu: moments %d", i, ts[i].moments); return AMP_ERR_UNSUPPORTED;
+    }
   o->h = *h; o->k = n;
   o->t = (amp__tensor *)calloc(n, sizeof *o->t); o->p = (float **)calloc(n, sizeof *o->p);
   o->ls = (float *)calloc(n, sizeof *o->ls); o->wd = (float *)calloc(n, sizeof *o->wd);
   o->m = (float **)calloc(n, sizeof *o->m); o->v = (float **)calloc(n, sizeof *o->v);
   o->rem = (uint16_t **)calloc(n, sizeof *o->rem);
+  o->mh = (amp_bf16 **)calloc(n, sizeof *o->mh); o->vh = (amp_bf16 **)calloc(n, sizeof *o->vh);
   if (h->stats) o->stats = (amp__gstat *)calloc(n, sizeof *o->stats);
   for (i = 0; i < n; i++) {
     o->t[i] = ts[i];
@@ -242,6 +248,11 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
       o->p[i] = (float *)malloc(ts[i].n * 4);
       for (j = 0; j < ts[i].n; j++) o->p[i][j] = ts[i].master ? ts[i].master[j] : amp__load(ts[i].w, (amp_dtype)ts[i].wtype, j);
     }
+    if (ts[i].moments == AMP_MOMENTS_BF16) {   /* zeroed words: +0 */
+      if (nm >= 1) o->mh[i] = (amp_bf16 *)calloc(ts[i].n, 2);
+      if (nm >= 2) o->vh[i] = (amp_bf16 *)calloc(ts[i].n, 2);
+      continue;
+    }
     if (nm >= 1) o->m[i] = (float *)calloc(ts[i].n, 4);
     if (nm >= 2) o->v[i] = (float *)calloc(ts[i].n, 4);
   }
@@ -252,8 +263,9 @@ void amp__cu_optim_destroy(void *state, void *optim) {
   fake_optim *o = (fake_optim *)optim;
   size_t i;
   (void)state;
-  for (i = 0; i < o->k; i++) { free(o->p[i]); free(o->m[i]); free(o->v[i]); free(o->rem[i]); }
-  free(o->t); free(o->ls); free(o->wd); free(o->p); free(o->m); free(o->v); free(o->rem); free(o->stats); free(o);
+  for (i = 0; i < o->k; i++) { free(o->p[i]); free(o->m[i]); free(o->v[i]); free(o->rem[i]); free(o->mh[i]); free(o->vh[i]); }
+  free(o->t); free(o->ls); free(o->wd); free(o->p); free(o->m); free(o->v); free(o->rem); free(o->mh); free(o->vh);
+  free(o->stats); free(o);
 }
 amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)optim;
@@ -331,13 +343,30 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
     for (i = 0; i < o->k; i++) {   /* each tensor's group, as the step kernel reads it from the table */
       amp_step_coefs c = amp__group_coefs(&o->h, o->t_done + 1, o->t[i].group, o->ls[i], o->wd[i]);
       uint64_t key = o->t[i].stochastic ? amp__sr_key(o->h.seed, o->t_done + 1, (uint64_t)i) : 0u;
-      if (!o->p[i]) {   /* the kernel's AMP_MASTER_SPLIT / _NONE branch */
-        amp__o_step_lowmem(o->h.kind, (amp_bf16 *)o->t[i].w, o->rem[i], o->m[i], o->v[i], o->t[i].g,
-                           (amp_dtype)o->t[i].gtype, key, o->t[i].n, o->mul, &c);
-        continue;
+      size_t n = o->t[i].n, j;
+      int msr = o->t[i].stochastic && o->t[i].moments == AMP_MOMENTS_BF16;
+      uint64_t km = msr ? amp__sr_key_moment(key, 1) : 0u, kv = msr ? amp__sr_key_moment(key, 2) : 0u;
+      float *m = o->m[i], *v = o->v[i];
+      if (o->mh[i] || o->vh[i]) {   /* bf16 moments: the kernel's loads, widened exactly */
+        m = o->mh[i] ? (float *)malloc(n * 4) : NULL; v = o->vh[i] ? (float *)malloc(n * 4) : NULL;
+        for (j = 0; j < n; j++) {
+          if (m) m[j] = amp_bf16_to_f32(o->mh[i][j]);
+          if (v) v[j] = amp_bf16_to_f32(o->vh[i][j]);
+        }
       }
-      amp__o_step(o->h.kind, o->p[i], o->m[i], o->v[i], o->t[i].g, (amp_dtype)o->t[i].gtype, o->t[i].w,
-                  (amp_dtype)o->t[i].wtype, (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, o->t[i].n, o->mul, &c);
+      if (!o->p[i])   /* the kernel's AMP_MASTER_SPLIT / _NONE branch */
+        amp__o_step_lowmem(o->h.kind, (amp_bf16 *)o->t[i].w, o->rem[i], m, v, o->t[i].g, (amp_dtype)o->t[i].gtype, key, n,
+                           o->mul, &c);
+      else
+        amp__o_step(o->h.kind, o->p[i], m, v, o->t[i].g, (amp_dtype)o->t[i].gtype, o->t[i].w, (amp_dtype)o->t[i].wtype,
+                    (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, n, o->mul, &c);
+      if (o->mh[i] || o->vh[i]) {   /* the kernel's stores: amp__moment_bf16 at each element's index */
+        for (j = 0; j < n; j++) {
+          if (m) o->mh[i][j] = amp__moment_bf16(m[j], msr, km, j);
+          if (v) o->vh[i][j] = amp__moment_bf16(v[j], msr, kv, j);
+        }
+        free(m); free(v);
+      }
     }
   }
   amp__spike_window_push(&o->win, o->norm);
@@ -365,10 +394,12 @@ amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__tensor 
 amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host, int to_device,
                                   char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)optim;
-  float *d = which == 0 ? o->p[index] : which == 1 ? o->m[index] : o->v[index];
+  void *d = which == 0 ? (void *)o->p[index] : which == 1 ? (o->mh[index] ? (void *)o->mh[index] : (void *)o->m[index])
+                                                          : (o->vh[index] ? (void *)o->vh[index] : (void *)o->v[index]);
+  size_t bytes = o->t[index].n * (which > 0 && o->t[index].moments == AMP_MOMENTS_BF16 ? 2 : 4);   /* as kept */
   (void)state;
   if (!d) { snprintf(msg, cap, "amp__cu_optim_state_io: which %d is not kept", which); return AMP_ERR_ARG; }
-  if (to_device) memcpy(d, host, o->t[index].n * 4); else memcpy(host, d, o->t[index].n * 4);
+  if (to_device) memcpy(d, host, bytes); else memcpy(host, d, bytes);
   return AMP_OK;
 }
 amp_status amp__cu_optim_set_step(void *state, void *optim, int64_t t, char *msg, size_t cap) {
@@ -1206,6 +1237,148 @@ static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
   }
 }
 
+/* AMP_MOMENTS_BF16 on the CUDA line: the device keeps the moments as bf16 words (2 bytes each), the
+   step kernel's loads widen them and its stores round them with amp__moment_bf16 (to nearest even,
+   or stochastically with the moment streams of the tensor's key at each element's index), so every
+   master mode (F32 with a bf16 copy rounded to nearest and one rounded stochastically, SPLIT, NONE)
+   beside an f32-moment tensor gives the CPU's model copies, remainders, masters and moment words,
+   across the CPU's blocks of AMP__CHUNK elements; a skipped step leaves the words as they were; the
+   state bytes are the CPU's; a checkpoint moves between the CPU and the CUDA line both ways, the
+   moments as kept; and 8-bit and fp8 moments are refused there. */
+#define BN 1300   /* more than two of the CPU's blocks */
+typedef struct brig {
+  amp_bf16 wa[BN], wb[77], wc[BN], wd[41]; float we[29], ga[BN], gb[77], gc[BN], gd[41], ge[29]; amp_optimizer *o;
+} brig;
+static const size_t brig_n[5] = {BN, 77, BN, 41, 29};
+static int brig_make(brig *r, amp_device *d, amp_optim_kind kind) {
+  amp_optim_config c = amp_optimizer_defaults(kind);
+  amp_tensor_desc t;
+  int i;
+  memset(r, 0, sizeof *r);
+  c.lr = 0.01f; c.weight_decay = 0.05f; c.momentum = kind == AMP_SGD ? 0.9f : 0.0f; c.seed = 11;
+  for (i = 0; i < BN; i++) r->wa[i] = amp_f32_to_bf16(0.002f * (float)(i % 97 - 48));
+  for (i = 0; i < 77; i++) r->wb[i] = amp_f32_to_bf16(0.3f - 0.007f * (float)i);
+  for (i = 0; i < BN; i++) r->wc[i] = amp_f32_to_bf16(0.001f * (float)(i % 53) - 0.02f);
+  for (i = 0; i < 41; i++) r->wd[i] = amp_f32_to_bf16(0.5f - 0.01f * (float)i);
+  for (i = 0; i < 29; i++) r->we[i] = 0.1f * (float)i - 1.0f;
+  if (amp_optimizer_create(&r->o, d, &c) != AMP_OK) return 0;
+  memset(&t, 0, sizeof t);
+  t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.moments = AMP_MOMENTS_BF16;
+  t.weights = r->wa; t.grads = r->ga; t.n = BN;   /* F32 master, nearest copy and moments */
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  t.weights = r->wb; t.grads = r->gb; t.n = 77; t.stochastic = 1;   /* F32 master, stochastic copy and moments */
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  t.weights = r->wc; t.grads = r->gc; t.n = BN; t.stochastic = 0; t.master_mode = AMP_MASTER_SPLIT;
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  t.weights = r->wd; t.grads = r->gd; t.n = 41; t.stochastic = 1; t.master_mode = AMP_MASTER_NONE;
+  if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  return amp_optimizer_add(r->o, AMP_F32, r->we, r->ge, 29) == AMP_OK;   /* f32 moments beside them */
+}
+static void brig_grads(brig *a, brig *b, int step) {
+  int i;
+  for (i = 0; i < BN; i++) a->ga[i] = b->ga[i] = 0.013f * (float)((i * 7 + step) % 19 - 9) + 1e-4f * (float)(i % 3);
+  for (i = 0; i < 77; i++) a->gb[i] = b->gb[i] = 0.02f * (float)((i * 3 + step) % 7 - 3) + 3e-5f * (float)i;
+  for (i = 0; i < BN; i++) a->gc[i] = b->gc[i] = 0.007f * (float)((i * 5 + step) % 23 - 11);
+  for (i = 0; i < 41; i++) a->gd[i] = b->gd[i] = 0.011f * (float)((i * 5 + step) % 11 - 5);
+  for (i = 0; i < 29; i++) a->ge[i] = b->ge[i] = 0.05f * (float)((i + step) % 5 - 2);
+}
+/* Moment j (1, 2) of tensor i as kept: the CPU's words or f32s, the CUDA line's */
+static const void *brig_moment(const brig *r, size_t i, int j) {
+  if (r->o->dev == amp_cpu()) {
+    const amp__tensor *t = &r->o->t[i];
+    return t->moments == AMP_MOMENTS_BF16 ? (const void *)(j == 1 ? t->mq : t->vq) : (const void *)(j == 1 ? t->m : t->v);
+  } else {
+    const fake_optim *f = (const fake_optim *)r->o->cu;
+    return f->mh[i] || f->vh[i] ? (const void *)(j == 1 ? f->mh[i] : f->vh[i]) : (const void *)(j == 1 ? f->m[i] : f->v[i]);
+  }
+}
+static int brig_same(const brig *a, const brig *b, int nm) {
+  size_t i;
+  int j;
+  uint16_t *rb = amp__cu_optim_rem(b->o->cu, 2);
+  if (memcmp(a->wa, b->wa, sizeof a->wa) || memcmp(a->wb, b->wb, sizeof a->wb) || memcmp(a->wc, b->wc, sizeof a->wc) ||
+      memcmp(a->wd, b->wd, sizeof a->wd) || memcmp(a->we, b->we, sizeof a->we) || !rb ||
+      memcmp(a->o->t[2].rem, rb, BN * 2))
+    return 0;
+  for (i = 0; i < 5; i++) {
+    size_t na = 0, nb = 0;
+    const float *ma = amp_optimizer_master(a->o, i, &na), *mb = amp_optimizer_master(b->o, i, &nb);
+    if ((ma != NULL) != (mb != NULL) || na != nb || (ma && memcmp(ma, mb, na * 4))) return 0;
+    for (j = 1; j <= nm; j++) {
+      const void *qa = brig_moment(a, i, j), *qb = brig_moment(b, i, j);
+      if (!qa || !qb || memcmp(qa, qb, brig_n[i] * (i < 4 ? 2 : 4))) return 0;
+    }
+  }
+  return 1;
+}
+static void bf16_moments_on_the_cuda_line_give_the_cpus_bits(void) {
+  static const amp_optim_kind kinds[4] = {AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_LION};
+  static const int nms[4] = {1, 2, 2, 1};
+  int k, step, nonzero;
+  size_t i;
+  for (k = 0; k < 4; k++) {
+    static brig a, b, before;
+    if (!brig_make(&a, amp_cpu(), kinds[k]) || !brig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    {   /* the device's arrays: 64 elements each; masters F32 4, SPLIT 2, NONE 0; each moment 2 bytes, 4 for f32 */
+      size_t want = 1344 * (4 + 2 * nms[k]) + 128 * (4 + 2 * nms[k]) + 1344 * (2 + 2 * nms[k]) + 64 * 2 * nms[k] +
+                    64 * (4 + 4 * nms[k]);
+      EXPECT(amp_optimizer_state_bytes(b.o) == want, "kind %d: state bytes on the CUDA line %zu, want %zu", k,
+             amp_optimizer_state_bytes(b.o), want);
+    }
+    for (step = 0; step < 9; step++) {
+      brig_grads(&a, &b, step);
+      if (step == 4) a.gb[7] = b.gb[7] = (float)NAN;   /* skipped: nothing moves */
+      before = b;
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+      if (step == 4)
+        EXPECT(memcmp(before.wa, b.wa, sizeof b.wa) == 0 && memcmp(before.wd, b.wd, sizeof b.wd) == 0,
+               "kind %d: a skipped step changed a model copy", k);
+      EXPECT(brig_same(&a, &b, nms[k]), "kind %d step %d: model copies, remainders, masters or bf16 moments differ "
+             "(tensor 1 m[0]: cpu %04x, cuda line %04x)", k, step, ((const amp_bf16 *)brig_moment(&a, 1, 1))[0],
+             ((const amp_bf16 *)brig_moment(&b, 1, 1))[0]);
+    }
+    for (i = 0, nonzero = 0; i < 77; i++) nonzero += ((const amp_bf16 *)brig_moment(&b, 1, nms[k]))[i] != 0;
+    EXPECT(nonzero > 40, "kind %d: only %d of tensor 1's moment words are nonzero", k, nonzero);
+    /* the CUDA line's file loaded on the CPU, a step on both, and the CPU's file loaded on the CUDA line */
+    EXPECT(amp_checkpoint_save(CKPT, b.o, NULL) == AMP_OK && amp_checkpoint_load(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
+    EXPECT(brig_same(&a, &b, nms[k]), "kind %d: the CUDA line's checkpoint loaded on the CPU differs", k);
+    brig_grads(&a, &b, 20);
+    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+    EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
+    brig_grads(&a, &b, 21);
+    EXPECT(amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());   /* moved on, then restored */
+    EXPECT(amp_checkpoint_load(CKPT, b.o, NULL) == AMP_OK, "%s", amp_last_error());
+    EXPECT(brig_same(&a, &b, nms[k]), "kind %d: the CPU's checkpoint loaded on the CUDA line differs", k);
+    brig_grads(&a, &b, 22);
+    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK && brig_same(&a, &b, nms[k]),
+           "kind %d: the step after the load differs: %s", k, amp_last_error());
+    amp_optimizer_destroy(a.o); amp_optimizer_destroy(b.o);
+  }
+  remove(CKPT);
+  {   /* 8-bit and fp8 moments: refused on the CUDA line, naming the call and the type; nothing added */
+    static amp_bf16 w[4096];
+    static float g[4096];
+    static const int types[2] = {AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
+    static const char *names[2] = {"AMP_MOMENTS_8BIT", "AMP_MOMENTS_FP8"};
+    amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+    amp_tensor_desc t;
+    amp_optimizer *o = NULL;
+    amp_status st;
+    int j;
+    EXPECT(amp_optimizer_create(&o, gpu(), &c) == AMP_OK, "%s", amp_last_error());
+    memset(&t, 0, sizeof t);
+    t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.weights = w; t.grads = g; t.n = 4096;
+    for (j = 0; j < 2; j++) {
+      t.moments = types[j];
+      st = amp_optimizer_add_tensor(o, &t);
+      EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_optimizer_add_tensor") &&
+             strstr(amp_last_error(), names[j]) && o->count == 0, "%s: %s '%s', %zu tensors", names[j],
+             amp_status_string(st), amp_last_error(), o->count);
+    }
+    amp_optimizer_destroy(o);
+  }
+}
+
 /* Both operation tables are filled from one list (AMP__BACKEND_OPS) by name: every member of
    amp__backend after its name and flag is an operation of the list, and neither the CPU, which
    runs everything, nor the CUDA line leaves one NULL. */
@@ -1480,6 +1653,7 @@ int main(void) {
   RUN(gradient_stats_on_the_cuda_line_equal_the_cpus);
   RUN(spikes_on_the_cuda_line_equal_the_cpus);
   RUN(master_modes_on_the_cuda_line_give_the_cpus_bits);
+  RUN(bf16_moments_on_the_cuda_line_give_the_cpus_bits);
   RUN(grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits);
   RUN(mixed_types_on_the_cuda_line_are_widened_first);
   RUN(the_fp8_scaler_on_the_cuda_line_equals_the_cpus);
