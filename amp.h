@@ -1363,11 +1363,12 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
 /* The moment types of amp_tensor_desc.moments, one row each: X(name, value, bytes per stored
    moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK; FP8: and one f32 scale_inv
-   per array), 1 where the optimizers keep
-   it, else 0: refused at add). */
+   per array), 1 where the optimizers keep it, else 0: refused at add, 1 where a CUDA device's
+   optimizer keeps it too, else 0: refused there). */
 #define AMP__MOMENTS_TYPES(X) \
-  X(AMP_MOMENTS_F32, 0, 4, 1) X(AMP_MOMENTS_BF16, 1, 2, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1) X(AMP_MOMENTS_FP8, 3, 1, 1)
-#define AMP__MOMENTS_ITEM(name, value, bytes, kept) name = value,
+  X(AMP_MOMENTS_F32, 0, 4, 1, 1) X(AMP_MOMENTS_BF16, 1, 2, 1, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1, 0) \
+  X(AMP_MOMENTS_FP8, 3, 1, 1, 0)
+#define AMP__MOMENTS_ITEM(name, value, bytes, kept, cuda) name = value,
 enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
 #undef AMP__MOMENTS_ITEM
 #define AMP__Q8_BLOCK 256   /* AMP_MOMENTS_8BIT: elements per block, each with its absmax */
@@ -2315,6 +2316,18 @@ static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t 
 static inline AMP_HD uint64_t amp__sr_key_moment(uint64_t key, int j) {
   return amp__mix64(key + (uint64_t)j * 0xd1b54a32d192ed03ull);
 }
+/* A moment type's stored bytes per element, and 1 where a CUDA device's optimizer keeps it (the
+   columns of AMP__MOMENTS_TYPES; 0 for a value that is not a type). */
+#define AMP__MOMENTS_BYTES_(name, value, bytes, kept, cuda) case value: return bytes;
+static inline AMP_HD size_t amp__moments_bytes(int m) {
+  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_BYTES_) default: return 0; }
+}
+#undef AMP__MOMENTS_BYTES_
+#define AMP__MOMENTS_CUDA_(name, value, bytes, kept, cuda) case value: return cuda;
+static inline AMP_HD int amp__moments_on_cuda(int m) {
+  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_CUDA_) default: return 0; }
+}
+#undef AMP__MOMENTS_CUDA_
 /* Element i's 16 random bits: field i % 4 (bits 16 (i % 4) .. 16 (i % 4) + 15) of the mix of counter
    i / 4, so one 64-bit hash serves four neighbouring elements (as Philox's four words serve four
    elements in the GPU frameworks): the vector loops mix a quarter as many counters as elements. */
@@ -7298,12 +7311,12 @@ static amp_status amp__o_grads_check(const char *fn, const amp_optimizer *o, siz
 
 /* grads_late: the grads may be NULL (amp_optimizer_add_tensor: given later by amp_optimizer_set_grads). */
 /* A moment type's name and stored bytes per element (AMP__MOMENTS_TYPES); NULL / 0: not a type. */
-#define AMP__MOMENTS_NAME(name, value, bytes, kept) case value: return #name;
+#define AMP__MOMENTS_NAME(name, value, bytes, kept, cuda) case value: return #name;
 static const char *amp__moments_name(int m) {
   switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_NAME) default: return NULL; }
 }
 #undef AMP__MOMENTS_NAME
-#define AMP__MOMENTS_KEPT(name, value, bytes, kept) case value: return kept;
+#define AMP__MOMENTS_KEPT(name, value, bytes, kept, cuda) case value: return kept;
 static int amp__moments_kept(int m) {
   switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_KEPT) default: return 0; }
 }
@@ -11437,9 +11450,15 @@ static amp_status amp__cuda_lowmem_io(amp_optimizer *o, size_t i, uint16_t *rem,
 static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *seed, char *m, size_t cap) {
   void *p = NULL;
   amp_status st;
-  if (o->t[i].moments != AMP_MOMENTS_F32 && o->t[i].moments != AMP_MOMENTS_BF16) {   /* refused, not run wrong */
-    snprintf(m, cap, "moments %s on a CUDA device: the device optimizer keeps AMP_MOMENTS_F32 and AMP_MOMENTS_BF16 "
-             "moments only", amp__moments_name(o->t[i].moments));
+  if (!amp__moments_on_cuda(o->t[i].moments)) {   /* refused, not run wrong */
+    char list[128] = "";
+    size_t at = 0;
+#define AMP__MOMENTS_LIST_(name, value, bytes, kept, cuda) \
+    if (cuda && at < sizeof list) at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", #name);
+    AMP__MOMENTS_TYPES(AMP__MOMENTS_LIST_)
+#undef AMP__MOMENTS_LIST_
+    snprintf(m, cap, "moments %s on a CUDA device: the device optimizer keeps %s moments only",
+             amp__moments_name(o->t[i].moments), list);
     return AMP_ERR_UNSUPPORTED;
   }
   /* no master: a seed is rounded into the weights now (key of update 0) */

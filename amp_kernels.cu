@@ -1450,10 +1450,10 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
     if (ts[i].group && (!lr_scale || !weight_decay))
       return amp__cu_arg(msg, cap, "amp__cu_optim_create: tensor %zu: group %d without the groups' values", i,
                          ts[i].group);
-    if (ts[i].moments != AMP_MOMENTS_F32 && ts[i].moments != AMP_MOMENTS_BF16) {   // refused, never run on them
+    if (!amp__moments_on_cuda(ts[i].moments)) {   // refused, never run on them (the list's CUDA column)
       if (msg && cap)
-        snprintf(msg, cap, "amp__cu_optim_create: tensor %zu: moments %d on CUDA: the step kernel keeps "
-                 "AMP_MOMENTS_F32 (0) and AMP_MOMENTS_BF16 (1) moments only", i, ts[i].moments);
+        snprintf(msg, cap, "amp__cu_optim_create: tensor %zu: moments %d on CUDA: the step kernel keeps only the "
+                 "moment types amp.h's list marks for CUDA", i, ts[i].moments);
       return AMP_ERR_UNSUPPORTED;
     }
     chunks += (ts[i].n + AMP__CU_CHUNK - 1) / AMP__CU_CHUNK;
@@ -1480,7 +1480,7 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
   // state_pad counts them in amp_optimizer_state_bytes): a moment 4 bytes, or 2 as bf16 words
   for (size_t i = 0; i < n_tensors; i++) {
     const size_t padded = (ts[i].n + 63) / 64 * 64;
-    const size_t esize = ts[i].moments == AMP_MOMENTS_BF16 ? 2 : 4;
+    const size_t esize = amp__moments_bytes(ts[i].moments);
     o->offset[i] = o->total; o->n[i] = ts[i].n;
     o->total += padded * esize;
     o->moffset[i] = o->roffset[i] = SIZE_MAX;
@@ -1670,7 +1670,7 @@ extern "C" amp_status amp__cu_optim_state_io(void *state, void *optim, size_t in
   void *d = which == 0 ? (void *)(o->slab + o->moffset[index])
                        : (void *)((char *)(o->slab + o->mtotal) + (size_t)(which == 1 ? 0 : o->has_m) * o->total +
                                   o->offset[index]);
-  size_t bytes = o->n[index] * (which > 0 && o->host[index].moments == AMP_MOMENTS_BF16 ? 2 : sizeof(float));
+  size_t bytes = o->n[index] * (which > 0 ? amp__moments_bytes(o->host[index].moments) : sizeof(float));
   if (to_device) AMP__CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, st->stream));
   else AMP__CU_CHECK(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, st->stream));
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));
