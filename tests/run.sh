@@ -16,7 +16,9 @@
 #      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
 #   5. the libFuzzer targets in tests/fuzz/ for a bounded time each;
 #   6. tests/examples.sh, when present (the examples, run and their claims checked);
-#   7. tcc builds the implementation (no thread-local storage).
+#   7. the numbered examples cross-built for AArch64 and armhf, run under qemu-user, their output
+#      and SVGs compared with the x86 build's byte for byte; tcc builds the implementation (no
+#      thread-local storage).
 #
 # A test file may carry a line `// LDLIBS: -lz` naming extra libraries to link, and a line
 # `// LANG: c++` to be built as C++ (g++ -x c++ / clang++ -x c++, -std=c++11) with the CUDA
@@ -343,7 +345,46 @@ if { [ -z "$ONLY" ] || [ "$ONLY" = gpu ]; } && [ -f tests/examples.sh ]; then
   . tests/examples.sh
 fi
 
-# 7. other compilers ---------------------------------------------------------------------------
+# 7. other compilers and targets ---------------------------------------------------------------
+# The numbered examples (each checks its own claims) built for AArch64 and armhf (gcc -O2, as the
+# unit tests) and run under qemu-user: their output and the SVGs they write must be the x86
+# build's, byte for byte (none uses the product, whose AUTO kernels differ between CPUs by design).
+cross_examples() {
+  target=$1; qemu=$2; sysroot=$3; shift 3
+  for ex in 01_number_lines 02_master_weights 03_loss_scaling 04_dynamic_scaler 05_policy 06_drop_in_fp32 \
+            06_drop_in_amp 07_fp8; do
+    d="$B/examples-$target"; dx="$B/examples-x86"
+    mkdir -p "$d" "$dx"
+    arg=""; case $ex in 03*|04*|07*) arg=DIR ;; 05*) arg=examples/mixlist.json ;; esac
+    check "example $ex on $target under qemu: passes, prints and writes what the x86 build does" sh -c '
+      ex=$1; d=$2; dx=$3; arg=$4; qemu=$5; sysroot=$6; shift 6
+      if [ ! -f "$dx/$ex.cmp" ]; then   # the x86 build, once for both targets
+        gcc -std=c99 -O2 '"$WARN"' -I. "examples/$ex.c" -o "$dx/$ex" -lm || exit 1
+        a=$arg; [ "$arg" = DIR ] && a=$dx
+        "$dx/$ex" $a > "$dx/$ex.out" 2>&1 || { echo "x86 build failed"; cat "$dx/$ex.out"; exit 1; }
+        sed "s|$dx|DIR|g" "$dx/$ex.out" > "$dx/$ex.cmp"
+      fi
+      "$@" '"$WARN"' -I. "examples/$ex.c" -o "$d/$ex" -lm || exit 1
+      a=$arg; [ "$arg" = DIR ] && a=$d
+      QEMU_LD_PREFIX=$sysroot $qemu "$d/$ex" $a > "$d/$ex.out" 2>&1 || { echo "failed under qemu"; cat "$d/$ex.out"; exit 1; }
+      sed "s|$d|DIR|g" "$d/$ex.out" > "$d/$ex.cmp"
+      diff "$dx/$ex.cmp" "$d/$ex.cmp" || exit 1
+      for f in "$d"/*.svg; do [ -e "$f" ] || continue; cmp "$dx/${f##*/}" "$f" || exit 1; done' _ \
+      "$ex" "$d" "$dx" "$arg" "$qemu" "$sysroot" "$@"
+  done
+}
+if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
+  rm -rf "$B/examples-x86" "$B/examples-aarch64" "$B/examples-armhf"
+  if [ "$HAVE_ARM" = 1 ]; then
+    echo "== the examples on AArch64 under qemu-user"
+    cross_examples aarch64 qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -O2
+  fi
+  if [ "$HAVE_ARMHF" = 1 ]; then
+    echo "== the examples on armhf under qemu-user"
+    cross_examples armhf qemu-arm "$armhf_sysroot" arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
+  fi
+fi
+
 # tcc (no thread-local storage: AMP_THREAD_LOCAL). (AArch64 under qemu-user: each test's matrix above.)
 if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
   echo "== other compilers: tcc"
