@@ -115,6 +115,7 @@
         fma(a, b, acc) in k order, the bits of x86's FMA kernels (a plain fmaf() loop), in every
         FPCR state (FMLA and fmaf read it alike); for bf16 x bf16 on a CPU with FEAT_BF16, BFDOT
         where it pays (amp_gemm below: its rounding, and the bound). No BFMMLA in this version.
+      Elsewhere (32-bit ARM, other CPUs, other compilers): the portable loops, with their bits.
 
    BUILDING THE CUDA PART
 
