@@ -351,19 +351,18 @@ fi
 # build's, byte for byte (none uses the product, whose AUTO kernels differ between CPUs by design).
 cross_examples() {
   target=$1; qemu=$2; sysroot=$3; shift 3
+  LAST="$B/examples-$target.last.log"
   for ex in 01_number_lines 02_master_weights 03_loss_scaling 04_dynamic_scaler 05_policy 06_drop_in_fp32 \
             06_drop_in_amp 07_fp8; do
-    d="$B/examples-$target"; dx="$B/examples-x86"
+    d="$B/examples-$target"; dx="$B/examples-x86-$target"   # (each target its own x86 build: they run side by side)
     mkdir -p "$d" "$dx"
     arg=""; case $ex in 03*|04*|07*) arg=DIR ;; 05*) arg=examples/mixlist.json ;; esac
     check "example $ex on $target under qemu: passes, prints and writes what the x86 build does" sh -c '
       ex=$1; d=$2; dx=$3; arg=$4; qemu=$5; sysroot=$6; shift 6
-      if [ ! -f "$dx/$ex.cmp" ]; then   # the x86 build, once for both targets
-        gcc -std=c99 -O2 '"$WARN"' -I. "examples/$ex.c" -o "$dx/$ex" -lm || exit 1
-        a=$arg; [ "$arg" = DIR ] && a=$dx
-        "$dx/$ex" $a > "$dx/$ex.out" 2>&1 || { echo "x86 build failed"; cat "$dx/$ex.out"; exit 1; }
-        sed "s|$dx|DIR|g" "$dx/$ex.out" > "$dx/$ex.cmp"
-      fi
+      gcc -std=c99 -O2 '"$WARN"' -I. "examples/$ex.c" -o "$dx/$ex" -lm || exit 1
+      a=$arg; [ "$arg" = DIR ] && a=$dx
+      "$dx/$ex" $a > "$dx/$ex.out" 2>&1 || { echo "x86 build failed"; cat "$dx/$ex.out"; exit 1; }
+      sed "s|$dx|DIR|g" "$dx/$ex.out" > "$dx/$ex.cmp"
       "$@" '"$WARN"' -I. "examples/$ex.c" -o "$d/$ex" -lm || exit 1
       a=$arg; [ "$arg" = DIR ] && a=$d
       QEMU_LD_PREFIX=$sysroot $qemu "$d/$ex" $a > "$d/$ex.out" 2>&1 || { echo "failed under qemu"; cat "$d/$ex.out"; exit 1; }
@@ -374,15 +373,32 @@ cross_examples() {
   done
 }
 if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
-  rm -rf "$B/examples-x86" "$B/examples-aarch64" "$B/examples-armhf"
-  if [ "$HAVE_ARM" = 1 ]; then
-    echo "== the examples on AArch64 under qemu-user"
-    cross_examples aarch64 qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -O2
-  fi
-  if [ "$HAVE_ARMHF" = 1 ]; then
-    echo "== the examples on armhf under qemu-user"
-    cross_examples armhf qemu-arm "$armhf_sysroot" arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
-  fi
+  # the two targets side by side, each in a child with its own log and counts (as the matrices)
+  ex_targets=""
+  for t in aarch64 armhf; do
+    rm -rf "$B/examples-$t" "$B/examples-x86-$t" "$B/examples-$t.log"
+    if [ "$t" = aarch64 ] && [ "$HAVE_ARM" = 1 ]; then
+      ex_targets="$ex_targets $t"
+      ( PASS=0; FAIL=0; FAILED=""; echo "== the examples on AArch64 under qemu-user"
+        cross_examples aarch64 qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -O2
+        echo "MATRIX $PASS $FAIL$FAILED" ) > "$B/examples-$t.log" 2>&1 &
+    fi
+    if [ "$t" = armhf ] && [ "$HAVE_ARMHF" = 1 ]; then
+      ex_targets="$ex_targets $t"
+      ( PASS=0; FAIL=0; FAILED=""; echo "== the examples on armhf under qemu-user"
+        cross_examples armhf qemu-arm "$armhf_sysroot" arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
+        echo "MATRIX $PASS $FAIL$FAILED" ) > "$B/examples-$t.log" 2>&1 &
+    fi
+  done
+  wait
+  for t in $ex_targets; do
+    grep -v '^MATRIX ' "$B/examples-$t.log"
+    counts=$(grep '^MATRIX ' "$B/examples-$t.log" | tail -n 1)
+    if [ -z "$counts" ]; then fail "the examples on $t: ended without counts"; continue; fi
+    set -- $counts
+    PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); shift 3
+    for f in "$@"; do FAILED="$FAILED $f"; done
+  done
 fi
 
 # tcc (no thread-local storage: AMP_THREAD_LOCAL). (AArch64 under qemu-user: each test's matrix above.)
