@@ -1814,8 +1814,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      or result below 2^-126 in magnitude flushed to 0 (with its sign), NaN results the default
      NaN, the FPCR ignored. These are exact bits: the same on every such CPU and under qemu, which
      tests/test_gemm.c checks against an integer model of that chain. A CPU with FEAT_EBF16 whose
-     FPCR.EBF is 1 computes BFDOT otherwise (fused, the FPCR's rounding): each call reads the FPCR
-     and such a call runs the FMLA kernel instead. (Built with a target attribute: GCC 10+, Clang
+     FPCR.EBF is 1 computes BFDOT otherwise (fused, the FPCR's rounding), and FPCR.AH 1 changes its
+     default NaN: each call reads the FPCR and such a call runs the FMLA kernel instead. (Built with a target attribute: GCC 10+, Clang
      11+; a plain -O2 build has it.) BFMMLA is not used in this version.
    - any other CPU (no FMA, neither x86-64 nor AArch64, AMP_NO_SIMD, another compiler, and the
      implementation compiled by nvcc, whose host code keeps the portable loops): the reference.
@@ -10597,11 +10597,12 @@ static int amp__gemm_dpbf16_measure(void) {
     }
   return best[1] <= 2 * best[0];   /* 16 flops an instruction against 8 */
 }
-/* BFDOT as the Arm ARM's BFDotAdd without FEAT_EBF16: FPCR.EBF (bit 13) must be 0. */
+/* BFDOT as the Arm ARM's BFDotAdd without FEAT_EBF16: FPCR.EBF (bit 13) must be 0, and AH (bit
+   1, which BFDOT honours for its default NaN) too. */
 static int amp__gemm_bfdot_fpcr_ok(void) {
   uint64_t f;
   __asm__ __volatile__("mrs %0, fpcr" : "=r"(f));
-  return !(f & (1u << 13));
+  return !(f & ((1u << 13) | 2u));
 }
 #endif
 #undef AMP__GN_LD
