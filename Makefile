@@ -2,6 +2,9 @@
 #   make test        header compile matrix, unit tests (plain, ASan+UBSan, valgrind), CUDA build
 #                    (and GPU tests where a device is present), fuzzing, examples
 #   make bench       CPU benchmarks (not tests; never fail the build)
+#   make bench-arm   the CPU benchmarks cross-built for AArch64 and run under qemu-user: every
+#                    line, no figures (an emulator's timings are not figures); `make bench` on an
+#                    ARM machine (Mac, Grace) gives them, NEON against the portable loops
 #   make bench-gpu   CUDA benchmarks against PyTorch (needs a GPU and python3 with torch)
 #   make demo        the Fashion-MNIST trainer: fp32 against AMP
 #   make demo-gpu    the same trainer with the model on a GPU
@@ -25,7 +28,7 @@ NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) --threads 0 -Werror all-warnings -Xcomp
 NCCL_HOME ?= $(shell for d in $(CUDA_HOME) /usr $$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__ or list(nvidia.nccl.__path__)[0]))' 2>/dev/null); do [ -f $$d/include/nccl.h ] && echo $$d && break; done)
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 
-.PHONY: test deps bench bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags print-nccl-home clean
+.PHONY: test deps bench bench-arm bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags print-nccl-home clean
 
 test:
 	@sh tests/deps.sh check
@@ -59,6 +62,16 @@ $(B)/bench_gpt: examples/train_gpt.c
 
 bench: $(BENCH_CPU)
 	@for b in $(BENCH_CPU); do echo "== $$b"; $$b || true; done
+
+# AArch64 builds of bench_convert, bench_optim and bench_gemm (Debian's cross gcc, make deps) run
+# under qemu-user with BENCH_EMULATED=1: small sizes, no peers, each line without figures.
+BENCH_ARM = $(B)/aarch64/bench_convert $(B)/aarch64/bench_optim $(B)/aarch64/bench_gemm
+$(B)/aarch64/bench_%: bench/bench_%.c bench/bench.h bench/peers.h amp.h
+	@mkdir -p $(B)/aarch64
+	aarch64-linux-gnu-gcc $(WARN) -O2 -I. $< -o $@ -lm -lpthread
+bench-arm: $(BENCH_ARM)
+	@for b in $(BENCH_ARM); do echo "== $$b (AArch64 under qemu-user)"; \
+	  BENCH_EMULATED=1 QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64 $$b || true; done
 
 # GPU benchmarks: bench/torch_ref.py measures PyTorch first (build/torch_ref.txt), then every
 # bench/gpu_*.c runs and prints its figures against those and against a device copy.

@@ -113,7 +113,9 @@
         sends it to the portable loops; flush-to-zero (FZ, FIZ; gcc's -Ofast sets FZ) leaves
         BFCVTN out. amp_gemm's AUTO product: an FMLA micro-kernel (6 x 16 tiles), acc =
         fma(a, b, acc) in k order, the bits of x86's FMA kernels (a plain fmaf() loop), in every
-        FPCR state (FMLA and fmaf read it alike). No BFDOT / BFMMLA in this version.
+        FPCR state (FMLA and fmaf read it alike); for bf16 x bf16 on a CPU with FEAT_BF16, BFDOT
+        where it pays (amp_gemm below: its rounding, and the bound). No BFMMLA in this version.
+      Elsewhere (32-bit ARM, other CPUs, other compilers): the portable loops, with their bits.
 
    BUILDING THE CUDA PART
 
@@ -403,7 +405,8 @@
                            loads only states the objects can reach; AMP_THREAD_LOCAL (tcc);
                            NEON loops on AArch64 for amp_convert (FCVTL/FCVTN; BFCVTN where
                            built for +bf16 and the CPU has BF16) and the optimizer step, the
-                           same bits (CPU VECTOR PATHS);
+                           same bits (CPU VECTOR PATHS); amp_gemm's bf16 x bf16 by BFDOT on
+                           AArch64 with FEAT_BF16 where it pays (round to odd, exact bits);
                            the dtypes AMP_E4M3 / AMP_E5M2 (amp_convert, CUDA casts); vector
                            loops for every master mode, model copy and kind; grads given after
                            add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
@@ -1815,15 +1818,30 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      same kernel, and so the same bits, in every run; a core near the line would get either, each
      within its bound below. (AMX, Intel's bf16 engine, is not used in this version.)
    - AArch64 (GCC, Clang): NEON FMLA, 6 x 16 tiles, the same fma chain in k order (the bits of
-     the fmaf() loop, as on x86); bf16 is widened while packing (no BFDOT / BFMMLA yet).
+     the fmaf() loop, as on x86); f16 and bf16 are widened while packing.
+   - bf16 inputs on AArch64 with FEAT_BF16 (Linux: HWCAP2_BF16; macOS: hw.optional.arm.FEAT_BF16;
+     Neoverse V1/V2, Grace, Apple M2 and later), where BFDOT issues at least half as fast as FMLA
+     (it does 2 products a lane; decided once per process by a calibration like x86's, timed by
+     the generic timer): BFDOT on pairs p = 2q, 2q+1, as the Arm ARM's BFDotAdd states it without
+     FEAT_EBF16: each product rounded to f32, the two summed and rounded, then added to acc and
+     rounded, every rounding to odd (non-IEEE: an inexact result is truncated toward zero and its
+     last bit set to 1; an overflow gives infinity), subnormal bf16 inputs and every intermediate
+     or result below 2^-126 in magnitude flushed to 0 (with its sign), NaN results the default
+     NaN, the FPCR ignored. These are exact bits: the same on every such CPU and under qemu, which
+     tests/test_gemm.c checks against an integer model of that chain. A CPU with FEAT_EBF16 whose
+     FPCR.EBF is 1 computes BFDOT otherwise (fused, the FPCR's rounding), and FPCR.AH 1 changes its
+     default NaN: each call reads the FPCR and such a call runs the FMLA kernel instead. (Built with a target attribute: GCC 10+, Clang
+     11+; a plain -O2 build has it.) BFMMLA is not used in this version.
    - any other CPU (no FMA, neither x86-64 nor AArch64, AMP_NO_SIMD, another compiler, and the
      implementation compiled by nvcc, whose host code keeps the portable loops): the reference.
    Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
    sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
-   where a or b is subnormal and k 2^-126. The epilogue is the reference's, except that on
+   where a or b is subnormal and k 2^-126, and for BFDOT that sum and 2k 2^-126 (each rounding to
+   odd errs by less than 2^-23 relative, twice the nearest's, but a product goes through at most
+   ceil(k/2) of them: ceil(k/2) 2^-23 <= (k + 2) 2^-24). The epilogue is the reference's, except that on
    AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one rounding fewer).
    tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs, both bf16
-   kernels forced in turn on an AVX512_BF16 CPU whatever the calibration chose.
+   kernels forced in turn on an AVX512_BF16 or FEAT_BF16 CPU whatever the calibration chose.
    Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
@@ -3562,24 +3580,31 @@ extern "C" {
 #if defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC)
 #define AMP__NEON_BFCVT 1
 #endif
-/* 1 where BFCVTN is compiled in and the CPU has FEAT_BF16. */
+/* 1 where the CPU has FEAT_BF16 (BFCVT, BFDOT, BFMMLA), whatever the build targets; asked once. */
 static int amp__cpu_bf16(void) {
-#if defined(AMP__NEON_BFCVT) && defined(__linux__) && defined(AT_HWCAP2)
-  return (getauxval(AT_HWCAP2) & (1ul << 14)) != 0;   /* HWCAP2_BF16 */
-#elif defined(AMP__NEON_BFCVT) && defined(__APPLE__)
-  int v = 0;
-  size_t len = sizeof v;
-  return sysctlbyname("hw.optional.arm.FEAT_BF16", &v, &len, NULL, 0) == 0 && v != 0;
-#else
-  return 0;
-#endif
-}
-/* The CPU's best level: 1 NEON, 2 that and BFCVTN. */
-static int amp__cpu_level(void) {
   static int cache = -1;   /* a relaxed atomic, as amp__cpu_features' */
   int v = AMP__ALOAD(&cache);
-  if (v < 0) { v = 1 + amp__cpu_bf16(); AMP__ASTORE(&cache, v); }
+  if (v < 0) {
+#if defined(__linux__) && defined(AT_HWCAP2)
+    v = (getauxval(AT_HWCAP2) & (1ul << 14)) != 0;   /* HWCAP2_BF16 */
+#elif defined(__APPLE__)
+    int f = 0;
+    size_t len = sizeof f;
+    v = sysctlbyname("hw.optional.arm.FEAT_BF16", &f, &len, NULL, 0) == 0 && f != 0;
+#else
+    v = 0;
+#endif
+    AMP__ASTORE(&cache, v);
+  }
   return v;
+}
+/* The CPU's best level: 1 NEON, 2 that and BFCVTN (compiled in, and the CPU has FEAT_BF16). */
+static int amp__cpu_level(void) {
+#ifdef AMP__NEON_BFCVT
+  return 1 + amp__cpu_bf16();
+#else
+  return 1;
+#endif
 }
 static int amp__cpu_simd(void) { return 1; }
 /* The highest level the NEON paths may use (tests lower it to run level 1 on a BF16 CPU). */
@@ -9908,8 +9933,6 @@ static int amp__gemm_isa(void) {
    counts (so an interruption or the AVX-512 warm-up does not), and vdpbf16ps is chosen when its
    flop rate is at least the FMA's. The known cores lie at 0.5x and 2x, far from that line, so the
    choice (and with it the bits of a bf16 product) does not change between runs on one machine. */
-static int amp__gemm_dpbf16_forced = -1;   /* tests: 1 vdpbf16ps, 0 widened; -1: the measured choice */
-static int amp__gemm_dpbf16_choice = -1;   /* -1: not measured yet */
 
 /* n rounds of 12 independent accumulators, acc = fma(x, y, acc) (kind 0: zmm, 32 flops an
    instruction; kind 2: ymm, 16) or acc = vdpbf16ps(acc, x, y) (kind 1: zmm, 64 flops). The
@@ -9991,18 +10014,6 @@ static int amp__gemm_dpbf16_measure(void) {
     }
   /* the flop rates, for the same number of rounds */
   return amp__gemm_peak_flops(1) / (double)best[1] >= amp__gemm_peak_flops(0) / (double)best[0];
-}
-/* 1: bf16 x bf16 products run vdpbf16ps (the CPU has AVX512_BF16 and it pays); 0: widened. */
-static int amp__gemm_dpbf16(void) {
-  int v = AMP__ALOAD(&amp__gemm_dpbf16_forced);
-  if (v >= 0) return v;
-  v = AMP__ALOAD(&amp__gemm_dpbf16_choice);
-  if (v < 0) {   /* first use: threads that measure at once keep the first answer stored */
-    int expect = -1, got = amp__gemm_dpbf16_measure();
-    v = __atomic_compare_exchange_n(&amp__gemm_dpbf16_choice, &expect, got, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)
-            ? got : expect;
-  }
-  return v;
 }
 
 /* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. */
@@ -10559,14 +10570,153 @@ static void amp__gemm_micro_neon(int kc, const float *a, const float *b, float *
     AMP__GN_FMA(0) AMP__GN_FMA(1) AMP__GN_FMA(2) AMP__GN_FMA(3) AMP__GN_FMA(4) AMP__GN_FMA(5)
   }
   AMP__GN_ST(0) AMP__GN_ST(1) AMP__GN_ST(2) AMP__GN_ST(3) AMP__GN_ST(4) AMP__GN_ST(5)
-#undef AMP__GN_LD
-#undef AMP__GN_Z
 #undef AMP__GN_FMA
-#undef AMP__GN_ST
 }
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_neon = {
   amp__gemm_micro_neon, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL};
+
+/* ---- BFDOT for bf16 x bf16 on a CPU with FEAT_BF16 (Neoverse V1/V2 and Grace, Apple M2 and later) ----
+   The kernel is compiled with the target attribute of +bf16 (GCC 10+, Clang 11+), so a plain -O2
+   build has it and runs it where the CPU reports FEAT_BF16 (amp__cpu_bf16). BFDOT Vd.4S, Vn.8H,
+   Vm.2H[i] adds a(r, 2q) b(2q, j) + a(r, 2q+1) b(2q+1, j) to 4 accumulators: A and B are packed in
+   pairs along k (amp__gemm_pack_pairs_c), a 6 x 16 tile as the FMLA kernel's. Its arithmetic is
+   the Arm ARM's BFDotAdd without FEAT_EBF16 (or with FPCR.EBF 0): each product and the pair's sum
+   rounded to f32 and then added to acc, every rounding to odd (an inexact result gets bit 0 set),
+   subnormal inputs and results flushed to zero, the default NaN, the FPCR ignored. A CPU with
+   FEAT_EBF16 under FPCR.EBF 1 computes it otherwise (fused): then the FMLA kernel runs instead. */
+#if (defined(__clang__) && __clang_major__ >= 11) || (!defined(__clang__) && __GNUC__ >= 10)
+#define AMP__GEMM_BFDOT 1
+#ifdef __clang__
+#define AMP__TBF16 __attribute__((target("bf16")))
+#else
+#define AMP__TBF16 __attribute__((target("+bf16")))
+#endif
+/* bf16 pairs, the layout of the x86 kernel's packing: word q of row r of a sliver is
+   x(r, 2q) | x(r, 2q+1) << 16 (0 past an odd `cols`), at dst32[s*W*kq + q*W + r], kq = ceil(cols / 2). */
+static void amp__gemm_pack_pairs_c(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
+                                   int cols) {
+  uint32_t *dst = (uint32_t *)(void *)dstf;
+  const uint16_t *xh = (const uint16_t *)x;
+  int s, r, q, ns = (rows + W - 1) / W, kq = (cols + 1) / 2;
+  (void)t;
+  for (s = 0; s < ns; s++) {
+    uint32_t *d = dst + (size_t)s * W * kq;
+    const uint16_t *xs = xh + (size_t)s * W * rs;
+    int h = rows - s * W < W ? rows - s * W : W;
+    for (q = 0; q < kq; q++) {
+      const uint16_t *x0 = xs + (size_t)(2 * q) * cs;
+      int two = 2 * q + 1 < cols;
+      for (r = 0; r < h; r++)
+        d[(size_t)q * W + r] = (uint32_t)x0[(size_t)r * rs] | (two ? (uint32_t)x0[(size_t)r * rs + cs] << 16 : 0u);
+      for (; r < W; r++) d[(size_t)q * W + r] = 0u;
+    }
+  }
+}
+/* acc(4 lanes) += the pairs of b (4 columns) times pair l of av (a row of A) */
+#define AMP__GN_BFD(c, bv, av, l) __asm__("bfdot %0.4s, %1.8h, %2.2h[" #l "]" : "+w"(c) : "w"(bv), "w"(av));
+#define AMP__GN_BFROW(r, av, l) AMP__GN_BFD(c##r##0, b0, av, l) AMP__GN_BFD(c##r##1, b1, av, l) \
+                                AMP__GN_BFD(c##r##2, b2, av, l) AMP__GN_BFD(c##r##3, b3, av, l)
+static AMP__TBF16 void amp__gemm_micro_bfdot(int kc, const float *af, const float *bf, float *tile, int acc,
+                                             const amp__gemm_out *out) {
+  const uint32_t *a = (const uint32_t *)(const void *)af, *b = (const uint32_t *)(const void *)bf;
+  float32x4_t c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23;
+  float32x4_t c30, c31, c32, c33, c40, c41, c42, c43, c50, c51, c52, c53;
+  int p;
+  (void)out;
+  if (acc) { AMP__GN_LD(0) AMP__GN_LD(1) AMP__GN_LD(2) AMP__GN_LD(3) AMP__GN_LD(4) AMP__GN_LD(5) }
+  else { AMP__GN_Z(0) AMP__GN_Z(1) AMP__GN_Z(2) AMP__GN_Z(3) AMP__GN_Z(4) AMP__GN_Z(5) }
+  for (p = 0; p < kc; p++) {   /* p: pairs */
+    const uint32_t *bp = b + (size_t)p * 16, *ap = a + (size_t)p * 6;
+    uint32x4_t b0 = vld1q_u32(bp), b1 = vld1q_u32(bp + 4), b2 = vld1q_u32(bp + 8), b3 = vld1q_u32(bp + 12);
+    uint32x4_t a03 = vld1q_u32(ap), a45 = vcombine_u32(vld1_u32(ap + 4), vdup_n_u32(0u));
+    AMP__GN_BFROW(0, a03, 0) AMP__GN_BFROW(1, a03, 1) AMP__GN_BFROW(2, a03, 2) AMP__GN_BFROW(3, a03, 3)
+    AMP__GN_BFROW(4, a45, 0) AMP__GN_BFROW(5, a45, 1)
+  }
+  AMP__GN_ST(0) AMP__GN_ST(1) AMP__GN_ST(2) AMP__GN_ST(3) AMP__GN_ST(4) AMP__GN_ST(5)
+}
+#undef AMP__GN_BFROW
+#undef AMP__GN_BFD
+static const amp__gemm_kernel amp__gemm_kernel_bfdot = {
+  amp__gemm_micro_bfdot, amp__gemm_pack_pairs_c, 6, 16, 512, 96, 512, 2, 0, NULL, NULL, NULL};
+
+/* Which of BFDOT and the FMLA kernel (bf16 widened while packing) a bf16 product runs: BFDOT does
+   2 products a lane, FMLA 1, so BFDOT pays where it issues at least half as fast. Measured once per
+   process as on x86 (amp__gemm_dpbf16): 12 independent accumulators of each instruction, n rounds,
+   the fastest of 7 runs, timed by the generic timer (CNTVCT_EL0, readable at EL0 on Linux and macOS). */
+static __attribute__((noinline)) float amp__gemm_peak_fmla(long n) {
+  float32x4_t x = vdupq_n_f32(1e-3f), c[12];
+  long i;
+  int j;
+  for (j = 0; j < 12; j++) c[j] = vdupq_n_f32((float)j);
+  for (i = 0; i < n; i++) {
+#define AMP__OP(j) __asm__("fmla %0.4s, %1.4s, %1.4s" : "+w"(c[j]) : "w"(x));
+    AMP__OP(0) AMP__OP(1) AMP__OP(2) AMP__OP(3) AMP__OP(4) AMP__OP(5)
+    AMP__OP(6) AMP__OP(7) AMP__OP(8) AMP__OP(9) AMP__OP(10) AMP__OP(11)
+#undef AMP__OP
+  }
+  for (j = 1; j < 12; j++) c[0] = vaddq_f32(c[0], c[j]);
+  return vgetq_lane_f32(c[0], 0);
+}
+static __attribute__((noinline)) AMP__TBF16 float amp__gemm_peak_bfdot(long n) {
+  uint32x4_t x = vdupq_n_u32(0x3a833a83u);   /* bf16 pairs of about 1e-3 */
+  float32x4_t c[12];
+  long i;
+  int j;
+  for (j = 0; j < 12; j++) c[j] = vdupq_n_f32((float)j);
+  for (i = 0; i < n; i++) {
+#define AMP__OP(j) __asm__("bfdot %0.4s, %1.8h, %1.2h[0]" : "+w"(c[j]) : "w"(x));
+    AMP__OP(0) AMP__OP(1) AMP__OP(2) AMP__OP(3) AMP__OP(4) AMP__OP(5)
+    AMP__OP(6) AMP__OP(7) AMP__OP(8) AMP__OP(9) AMP__OP(10) AMP__OP(11)
+#undef AMP__OP
+  }
+  for (j = 1; j < 12; j++) c[0] = vaddq_f32(c[0], c[j]);
+  return vgetq_lane_f32(c[0], 0);
+}
+static volatile float amp__gemm_peak_sink;
+static int amp__gemm_dpbf16_measure(void) {
+  uint64_t best[2] = {~(uint64_t)0, ~(uint64_t)0};
+  int r, kind;
+  for (r = 0; r < 7; r++)
+    for (kind = 0; kind < 2; kind++) {
+      uint64_t t0, t1;
+      __asm__ __volatile__("isb\n\tmrs %0, cntvct_el0" : "=r"(t0) : : "memory");
+      amp__gemm_peak_sink = kind ? amp__gemm_peak_bfdot(4096) : amp__gemm_peak_fmla(4096);
+      __asm__ __volatile__("isb\n\tmrs %0, cntvct_el0" : "=r"(t1) : : "memory");
+      if (t1 - t0 < best[kind]) best[kind] = t1 - t0;
+    }
+  return best[1] <= 2 * best[0];   /* 16 flops an instruction against 8 */
+}
+/* BFDOT as the Arm ARM's BFDotAdd without FEAT_EBF16: FPCR.EBF (bit 13) must be 0, and AH (bit
+   1, which BFDOT honours for its default NaN) too. */
+static int amp__gemm_bfdot_fpcr_ok(void) {
+  uint64_t f;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(f));
+  return !(f & ((1u << 13) | 2u));
+}
+#endif
+#undef AMP__GN_LD
+#undef AMP__GN_Z
+#undef AMP__GN_ST
+#endif
+
+/* The bf16 dot-product kernel (x86 vdpbf16ps, AArch64 BFDOT) or bf16 widened and the FMA kernel,
+   decided once per process by amp__gemm_dpbf16_measure (the calibrations above). */
+#if defined(AMP__GEMM_FAST) || defined(AMP__GEMM_BFDOT)
+static int amp__gemm_dpbf16_forced = -1;   /* tests: 1 the dot-product kernel, 0 widened; -1: the measured choice */
+static int amp__gemm_dpbf16_choice = -1;   /* -1: not measured yet */
+/* 1: bf16 x bf16 products run the dot-product kernel (the CPU has it, and it pays); 0: widened. */
+static int amp__gemm_dpbf16(void) {
+  int v = AMP__ALOAD(&amp__gemm_dpbf16_forced);
+  if (v >= 0) return v;
+  v = AMP__ALOAD(&amp__gemm_dpbf16_choice);
+  if (v < 0) {   /* first use: threads that measure at once keep the first answer stored */
+    int expect = -1, got = amp__gemm_dpbf16_measure();
+    v = __atomic_compare_exchange_n(&amp__gemm_dpbf16_choice, &expect, got, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)
+            ? got : expect;
+  }
+  return v;
+}
 #endif
 
 /* The kernel for a product: the reference when asked for, else the fastest the CPU runs. */
@@ -10578,6 +10728,11 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
     if (isa & AMP__GEMM_ISA_512) return &amp__gemm_kernel_512;
     if (isa & AMP__GEMM_ISA_FMA) return &amp__gemm_kernel_fma;
   }
+#endif
+#ifdef AMP__GEMM_BFDOT
+  if (!reference && in == AMP_BF16 && AMP__ALOAD(&amp__gemm_neon_allowed) && amp__cpu_bf16() &&
+      amp__gemm_bfdot_fpcr_ok() && amp__gemm_dpbf16())
+    return &amp__gemm_kernel_bfdot;
 #endif
 #ifdef AMP__GEMM_NEON
   if (!reference && AMP__ALOAD(&amp__gemm_neon_allowed)) return &amp__gemm_kernel_neon;

@@ -24,10 +24,20 @@ static inline double bench_median(double *t, int n) {
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
+/* BENCH_EMULATED=1 (make bench-arm sets it: AArch64 builds run under qemu-user): an emulator's
+   timings are not figures, so every line prints its name and no numbers, the benchmarks run small
+   sizes and no peers (the paths run, to show that they do and which ones ran). */
+static inline int bench_emulated(void) {
+  const char *e = getenv("BENCH_EMULATED");
+  return e && *e && strcmp(e, "0") != 0;
+}
+
 /* One figure: ours and a reference in the same unit; ratio = ours / reference (higher is better
    for rates). A reference of 0 prints "-". */
 static inline void bench_line(const char *name, double ours, double ref, const char *unit) {
-  if (ref > 0) printf("%-44s %10.2f %10.2f %7.3fx  %s\n", name, ours, ref, ours / ref, unit);
+  if (bench_emulated())
+    printf("%-44s %10s %10s %8s  %s: not measured (under an emulator, timings are not figures)\n", name, "-", "-", "-", unit);
+  else if (ref > 0) printf("%-44s %10.2f %10.2f %7.3fx  %s\n", name, ours, ref, ours / ref, unit);
   else printf("%-44s %10.2f %10s %8s  %s\n", name, ours, "-", "-", unit);
   fflush(stdout);
 }

@@ -13,7 +13,7 @@
 #include "amp.h"
 #include "peers.h"
 
-#define N ((size_t)64 << 20)
+#define N (bench_emulated() ? (size_t)1 << 16 : (size_t)64 << 20)
 #define REPS 11
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
@@ -145,7 +145,10 @@ int main(void) {
   static const amp_dtype ty[3] = { AMP_F32, AMP_F16, AMP_BF16 };
   void *buf[3], *out[3];
   size_t i;
-  int a, b, simd = amp_simd_active(), lvl = 0, bf = 0;
+  int a, b, simd = amp_simd_active(), lvl = 0;
+#ifdef HAVE_REF
+  int bf = 0;
+#endif
   peers P;
   char why[200] = "";
   uint32_t x = 1;
@@ -173,8 +176,17 @@ int main(void) {
   }
   amp_convert(buf[1], AMP_F16, buf[0], AMP_F32, N);
   amp_convert(buf[2], AMP_BF16, buf[0], AMP_F32, N);
+#ifdef AMP__NEON_SIMD
+  lvl = amp__isa();
+  (void)simd;   /* NEON: always there */
+#endif
   printf("bench_convert: amp_convert, %zu elements, GB/s (bytes read + written), median of %d; SIMD path: %s\n", N, REPS,
-         !simd ? "not available" : lvl >= 2 ? "AVX-512" : "AVX2+F16C");
+#ifdef AMP__NEON_SIMD
+         lvl >= 2 ? "NEON + BFCVTN" : "NEON"
+#else
+         !simd ? "not available" : lvl >= 2 ? "AVX-512" : "AVX2+F16C"
+#endif
+         );
   for (b = 0; b < 3; b++) for (a = 0; a < 3; a++) {
     amp_dtype st = ty[b], dt = ty[a];
     double bytes = (double)N * (double)(amp_dtype_size(st) + amp_dtype_size(dt));
@@ -217,6 +229,12 @@ int main(void) {
     bench_line(name, ours, mc, "GB/s");
     snprintf(name, sizeof name, "%s->%s portable vs %s", tn(st), tn(dt), ref > 0 ? "plain loop" : "memcpy");
     bench_line(name, port, ref > 0 ? ref : mc, "GB/s");
+#ifdef AMP__NEON_SIMD
+    if (st != dt) {   /* AArch64: the NEON loops against the portable ones */
+      snprintf(name, sizeof name, "%s->%s NEON vs portable", tn(st), tn(dt));
+      bench_line(name, ours, port, "GB/s");
+    }
+#endif
     if (st != dt && st != AMP_BF16 && dt != AMP_BF16) {   /* NumPy has no bf16 */
       if (!P.n && !why[0]) peers_run(&P, "astype", "numpy", N, REPS, why, sizeof why);
       if (P.n) {

@@ -15,9 +15,9 @@
 set -u
 NEEDED=${AMP_DEPS_NEEDED-"make gcc g++ clang libclang-rt-14-dev valgrind zlib1g-dev python3 python3-numpy python3-torch"}
 DATA=${AMP_DEPS_DATA-"dataset-fashion-mnist fortunes-min"}
-# OTHER: other compilers and targets (tcc; AArch64 cross compilers and qemu-user): installed with the
-# data, not required (make test says which of its steps it left out without them)
-OTHER=${AMP_DEPS_OTHER-"tcc qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross"}
+# OTHER: other compilers and targets (tcc; AArch64 and armhf cross compilers and qemu-user): installed
+# with the data, not required (make test says which of its steps it left out without them)
+OTHER=${AMP_DEPS_OTHER-"tcc qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross"}
 SLOW_CPU_ONLY="clang libclang-rt-14-dev valgrind"
 
 tmp=$(mktemp -d 2>/dev/null || echo "/tmp/amp-deps.$$")
@@ -33,6 +33,8 @@ present() {
     qemu-user) command -v qemu-aarch64 ;;
     gcc-aarch64-linux-gnu) command -v aarch64-linux-gnu-gcc ;;
     libc6-dev-arm64-cross) [ -f /usr/aarch64-linux-gnu/include/stdio.h ] ;;
+    gcc-arm-linux-gnueabihf) command -v arm-linux-gnueabihf-gcc ;;
+    libc6-dev-armhf-cross) [ -f /usr/arm-linux-gnueabihf/include/stdio.h ] ;;
     libclang-rt-*) printf 'int main(void) { return 0; }\n' > "$tmp/rt.c" &&
                    clang -fsanitize=address,undefined "$tmp/rt.c" -o "$tmp/rt" ;;
     zlib1g-dev) ${CC:-cc} -E -include zlib.h -x c /dev/null ;;
@@ -63,7 +65,7 @@ check)
     echo "deps: optional data not installed:$data (the examples use built-in data instead; make deps installs it)"
   fi
   if [ -n "$other" ]; then
-    echo "deps: optional compilers not installed:$other (make test leaves out the tcc and AArch64 checks; make deps installs them)"
+    echo "deps: optional compilers not installed:$other (make test leaves out the tcc, AArch64 and armhf checks; make deps installs them)"
   fi
   if ! { command -v "${NVCC:-nvcc}" || [ -x /usr/local/cuda/bin/nvcc ]; } >/dev/null 2>&1; then
     echo "deps: nvcc not found: the CUDA build checks of make test will fail (install the CUDA toolkit in /usr/local/cuda, or set NVCC=)"

@@ -8,15 +8,17 @@
 #      and under valgrind (AMP_TEST_QUICK=1: sampled); a test file with a line `// TSAN: yes` also
 #      under clang's ThreadSanitizer (any report fails it; the longest access history, so a race is
 #      never left unreported because the earlier access fell out of it); and cross-built for AArch64
-#      (gcc -O2, clang -Ofast; test_convert also gcc -march=armv8.6-a, for BFCVTN) and run under
-#      qemu-user where those tools are installed. Steps 2-3 run the test files nproc at a time
+#      (gcc -O2, clang -Ofast; test_convert also gcc -march=armv8.6-a, for BFCVTN) and for armhf
+#      (gcc -O2, 32-bit ARM) and run under qemu-user where those tools are installed. Steps 2-3 run the test files nproc at a time
 #      (AMP_TEST_JOBS=N), each file's builds in order;
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
 #      PTX, warnings as errors), every tests/cuda_*.c linked against it and run (they report
 #      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
 #   5. the libFuzzer targets in tests/fuzz/ for a bounded time each;
 #   6. tests/examples.sh, when present (the examples, run and their claims checked);
-#   7. tcc builds the implementation (no thread-local storage).
+#   7. the numbered examples cross-built for AArch64 and armhf, run under qemu-user, their output
+#      and SVGs compared with the x86 build's byte for byte; tcc builds the implementation (no
+#      thread-local storage).
 #
 # A test file may carry a line `// LDLIBS: -lz` naming extra libraries to link, and a line
 # `// LANG: c++` to be built as C++ (g++ -x c++ / clang++ -x c++, -std=c++11) with the CUDA
@@ -24,7 +26,7 @@
 # with the toolkit's host code in cuda_fp8.h, which is C++.
 # Set AMP_TEST_ONLY=name to run only tests/test_name.c (no compile matrix, fuzz or CUDA);
 # AMP_TEST_ONLY=cuda runs step 4 alone; AMP_TEST_ONLY=gpu step 4 and the examples that use a GPU
-# (make gpu-check); AMP_TEST_ONLY=other the AArch64 builds and tcc alone.
+# (make gpu-check); AMP_TEST_ONLY=other the AArch64 and armhf builds and tcc alone.
 # AMP_REQUIRE_GPU=1: a GPU test that finds no usable GPU fails instead of saying "skipped".
 # AMP_TEST_SKIP_SLOW_CPU=1 (make gpu-check sets it): step 1 (the compile matrix, which needs clang),
 #   step 3 (the -Ofast, ASan+UBSan and valgrind re-runs) and step 5 (fuzzing) are left out: they
@@ -213,25 +215,37 @@ matrix_x86() {
 # bits itself (every SIMD level against the scalar loop, the split master against the fp32 master,
 # the references). Where the tools are missing (not Debian; `make deps` installs them) make test
 # says so once and the rest still runs.
+# armhf (32-bit ARM, Debian's -mfpu=neon-vfpv4 -mfloat-abi=hard): gcc -O2, run under qemu-arm. amp.h's
+# NEON paths are AArch64's, so armhf runs the portable loops and the reference product: each test
+# checks their bits as on x86 (the same checks, so the same promised bits).
 arm_sysroot=/usr/aarch64-linux-gnu
-HAVE_ARM=0
+armhf_sysroot=/usr/arm-linux-gnueabihf
+HAVE_ARM=0; HAVE_ARMHF=0
 command -v qemu-aarch64 >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && [ -d "$arm_sysroot" ] && HAVE_ARM=1
+command -v qemu-arm >/dev/null 2>&1 && command -v arm-linux-gnueabihf-gcc >/dev/null 2>&1 && [ -d "$armhf_sysroot" ] && HAVE_ARMHF=1
+# cross_run TARGET QEMU SYSROOT TAG CC...: the test built by CC and run under QEMU (sampled).
+cross_run() {
+  target=$1; qemu=$2; sysroot=$3; tag=$4; shift 4
+  if "$@" $WARN -I. "$src" -o "$B/$name.$target-$tag" $libs -lm -lpthread 2>"$B/$name.$target-$tag.cc.log"; then
+    runtest "$name.$target-$tag" env AMP_TEST_QUICK=1 QEMU_LD_PREFIX=$sysroot $qemu "$B/$name.$target-$tag"
+  else
+    fail "$name: $target $tag build"; sed 's/^/    /' "$B/$name.$target-$tag.cc.log" | head -n 30
+  fi
+}
 matrix_aarch64() {
-  [ "$HAVE_ARM" = 1 ] || return 0
   grep -q '^// LANG: c++' "$src" && return   # the toolkit's fp8 oracle: x86 host code only
-  case "$libs" in *-lz*) return ;; esac       # zlib: no AArch64 zlib in the cross sysroot
-  # test_convert also built for a BF16 CPU (-march=armv8.6-a): amp_convert's BFCVTN level, which
-  # qemu's default CPU has
-  bf16=""; [ "$name" = test_convert ] && bf16="gcc-bf16:aarch64-linux-gnu-gcc -std=c99 -O2 -march=armv8.6-a"
-  for build in "gcc-O2:aarch64-linux-gnu-gcc -std=c99 -O2" "clang-Ofast:clang --target=aarch64-linux-gnu -std=c99 -Ofast" \
-               ${bf16:+"$bf16"}; do
-    tag=${build%%:*}; cc=${build#*:}
-    if $cc $WARN -I. "$src" -o "$B/$name.arm-$tag" $libs -lm -lpthread 2>"$B/$name.arm-$tag.cc.log"; then
-      runtest "$name.aarch64-$tag" env AMP_TEST_QUICK=1 QEMU_LD_PREFIX=$arm_sysroot qemu-aarch64 "$B/$name.arm-$tag"
-    else
-      fail "$name: AArch64 $tag build"; sed 's/^/    /' "$B/$name.arm-$tag.cc.log" | head -n 30
-    fi
-  done
+  case "$libs" in *-lz*) return ;; esac       # zlib: no ARM zlib in the cross sysroots
+  if [ "$HAVE_ARM" = 1 ]; then
+    cross_run aarch64 qemu-aarch64 $arm_sysroot gcc-O2 aarch64-linux-gnu-gcc -std=c99 -O2
+    cross_run aarch64 qemu-aarch64 $arm_sysroot clang-Ofast clang --target=aarch64-linux-gnu -std=c99 -Ofast
+    # test_convert also built for a BF16 CPU (-march=armv8.6-a): amp_convert's BFCVTN level, which
+    # qemu's default CPU has
+    [ "$name" = test_convert ] && cross_run aarch64 qemu-aarch64 $arm_sysroot gcc-bf16 aarch64-linux-gnu-gcc -std=c99 -O2 -march=armv8.6-a
+  fi
+  if [ "$HAVE_ARMHF" = 1 ]; then
+    cross_run armhf qemu-arm $armhf_sysroot gcc-O2 arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
+  fi
+  return 0
 }
 
 if [ -n "${AMP__MATRIX:-}" ]; then   # a child: one test file's matrix, then its counts for the parent
@@ -242,9 +256,11 @@ if [ -n "${AMP__MATRIX:-}" ]; then   # a child: one test file's matrix, then its
 fi
 
 if [ -z "$ONLY" ] || [ "$ONLY" = other ]; then
-  [ "$ONLY" = other ] && echo "== other compilers and targets: AArch64 under qemu-user"
+  [ "$ONLY" = other ] && echo "== other compilers and targets: AArch64 and armhf under qemu-user"
   [ "$SLOW_CPU" = 1 ] && [ "$HAVE_ARM" = 0 ] &&
     echo "skipped: AArch64 under qemu-user (install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
+  [ "$SLOW_CPU" = 1 ] && [ "$HAVE_ARMHF" = 0 ] &&
+    echo "skipped: armhf under qemu-user (install qemu-user gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)"
   JOBS=${AMP_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
   echo "== the unit tests, $JOBS at a time (each test's log is shown when all are done)"
   ls tests/test_*.c | B=$B AMP_TEST_ONLY=$ONLY xargs -P "$JOBS" -I{} sh -c '
@@ -329,7 +345,62 @@ if { [ -z "$ONLY" ] || [ "$ONLY" = gpu ]; } && [ -f tests/examples.sh ]; then
   . tests/examples.sh
 fi
 
-# 7. other compilers ---------------------------------------------------------------------------
+# 7. other compilers and targets ---------------------------------------------------------------
+# The numbered examples (each checks its own claims) built for AArch64 and armhf (gcc -O2, as the
+# unit tests) and run under qemu-user: their output and the SVGs they write must be the x86
+# build's, byte for byte (none uses the product, whose AUTO kernels differ between CPUs by design).
+cross_examples() {
+  target=$1; qemu=$2; sysroot=$3; shift 3
+  LAST="$B/examples-$target.last.log"
+  for ex in 01_number_lines 02_master_weights 03_loss_scaling 04_dynamic_scaler 05_policy 06_drop_in_fp32 \
+            06_drop_in_amp 07_fp8; do
+    d="$B/examples-$target"; dx="$B/examples-x86-$target"   # (each target its own x86 build: they run side by side)
+    mkdir -p "$d" "$dx"
+    arg=""; case $ex in 03*|04*|07*) arg=DIR ;; 05*) arg=examples/mixlist.json ;; esac
+    check "example $ex on $target under qemu: passes, prints and writes what the x86 build does" sh -c '
+      ex=$1; d=$2; dx=$3; arg=$4; qemu=$5; sysroot=$6; shift 6
+      gcc -std=c99 -O2 '"$WARN"' -I. "examples/$ex.c" -o "$dx/$ex" -lm || exit 1
+      a=$arg; [ "$arg" = DIR ] && a=$dx
+      "$dx/$ex" $a > "$dx/$ex.out" 2>&1 || { echo "x86 build failed"; cat "$dx/$ex.out"; exit 1; }
+      sed "s|$dx|DIR|g" "$dx/$ex.out" > "$dx/$ex.cmp"
+      "$@" '"$WARN"' -I. "examples/$ex.c" -o "$d/$ex" -lm || exit 1
+      a=$arg; [ "$arg" = DIR ] && a=$d
+      QEMU_LD_PREFIX=$sysroot $qemu "$d/$ex" $a > "$d/$ex.out" 2>&1 || { echo "failed under qemu"; cat "$d/$ex.out"; exit 1; }
+      sed "s|$d|DIR|g" "$d/$ex.out" > "$d/$ex.cmp"
+      diff "$dx/$ex.cmp" "$d/$ex.cmp" || exit 1
+      for f in "$d"/*.svg; do [ -e "$f" ] || continue; cmp "$dx/${f##*/}" "$f" || exit 1; done' _ \
+      "$ex" "$d" "$dx" "$arg" "$qemu" "$sysroot" "$@"
+  done
+}
+if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
+  # the two targets side by side, each in a child with its own log and counts (as the matrices)
+  ex_targets=""
+  for t in aarch64 armhf; do
+    rm -rf "$B/examples-$t" "$B/examples-x86-$t" "$B/examples-$t.log"
+    if [ "$t" = aarch64 ] && [ "$HAVE_ARM" = 1 ]; then
+      ex_targets="$ex_targets $t"
+      ( PASS=0; FAIL=0; FAILED=""; echo "== the examples on AArch64 under qemu-user"
+        cross_examples aarch64 qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -O2
+        echo "MATRIX $PASS $FAIL$FAILED" ) > "$B/examples-$t.log" 2>&1 &
+    fi
+    if [ "$t" = armhf ] && [ "$HAVE_ARMHF" = 1 ]; then
+      ex_targets="$ex_targets $t"
+      ( PASS=0; FAIL=0; FAILED=""; echo "== the examples on armhf under qemu-user"
+        cross_examples armhf qemu-arm "$armhf_sysroot" arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
+        echo "MATRIX $PASS $FAIL$FAILED" ) > "$B/examples-$t.log" 2>&1 &
+    fi
+  done
+  wait
+  for t in $ex_targets; do
+    grep -v '^MATRIX ' "$B/examples-$t.log"
+    counts=$(grep '^MATRIX ' "$B/examples-$t.log" | tail -n 1)
+    if [ -z "$counts" ]; then fail "the examples on $t: ended without counts"; continue; fi
+    set -- $counts
+    PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); shift 3
+    for f in "$@"; do FAILED="$FAILED $f"; done
+  done
+fi
+
 # tcc (no thread-local storage: AMP_THREAD_LOCAL). (AArch64 under qemu-user: each test's matrix above.)
 if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
   echo "== other compilers: tcc"

@@ -186,7 +186,11 @@ static int levels(int *lv) {
   if (have & AMP__GEMM_ISA_512) lv[n++] = 3;
   if (have & AMP__GEMM_ISA_FMA) lv[n++] = 1;
 #elif defined(AMP__GEMM_NEON)
-  lv[n++] = 1;   /* AArch64: the NEON FMLA kernel */
+  /* AArch64: the NEON FMLA kernel; with FEAT_BF16 bf16 products forced onto BFDOT and onto FMLA */
+#ifdef AMP__GEMM_BFDOT
+  if (amp__cpu_bf16()) { lv[n++] = 1 | LV_DPBF16; lv[n++] = 1 | LV_WIDEN; } else
+#endif
+  lv[n++] = 1;
 #endif
   lv[n++] = 0;
   return n;
@@ -197,13 +201,16 @@ static void set_level(int l) {
   amp__gemm_dpbf16_forced = l & LV_DPBF16 ? 1 : l & LV_WIDEN ? 0 : -1;
 #elif defined(AMP__GEMM_NEON)
   amp__gemm_neon_allowed = l & 1;
+#ifdef AMP__GEMM_BFDOT
+  amp__gemm_dpbf16_forced = l & LV_DPBF16 ? 1 : l & LV_WIDEN ? 0 : -1;
+#endif
 #else
   (void)l;
 #endif
 }
 static const char *level_name(int l) {
 #ifdef AMP__GEMM_NEON
-  if (l & 1) return "NEON FMLA";
+  if (l & 1) return l & LV_DPBF16 ? "NEON, bf16 by BFDOT" : l & LV_WIDEN ? "NEON FMLA, bf16 widened while packing" : "NEON FMLA";
 #endif
   return l & LV_DPBF16 ? "AVX-512 + AVX512_BF16, bf16 by vdpbf16ps"
        : l & LV_WIDEN  ? "AVX-512 + AVX512_BF16, bf16 widened while packing"
@@ -473,16 +480,21 @@ static void gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product(void) {
    calibration of vdpbf16ps against vfmadd231ps): every call answers the same, and a bf16 product
    with nothing forced has the bits of the kernel chosen. Prints the choice. */
 static void gemm_bf16_kernel_is_chosen_once_and_is_the_one_that_runs(void) {
-#ifdef AMP__GEMM_FAST
+#if defined(AMP__GEMM_FAST) || defined(AMP__GEMM_BFDOT)
   int m = 20, n = 40, k = 70, v, i, c;
   mat A, B;
   float *c0, *c1;
+#ifdef AMP__GEMM_FAST
   if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) { printf("  no AVX512_BF16 on this CPU: bf16 is always widened\n"); return; }
+#else
+  if (!amp__cpu_bf16()) { printf("  no FEAT_BF16 on this CPU: bf16 is always widened\n"); return; }
+#endif
   set_level(7);
   v = amp__gemm_dpbf16();
   EXPECT(v == 0 || v == 1, "amp__gemm_dpbf16() = %d", v);
   for (i = 0; i < 5; i++) EXPECT(amp__gemm_dpbf16() == v, "the choice changed within the process");
-  printf("  this core: bf16 products by %s\n", v ? "vdpbf16ps (at least the FMA's flop rate)" : "widening and FMA (vdpbf16ps is slower here)");
+  printf("  this core: bf16 products by %s\n", v ? "the dot-product instruction (at least the FMA's flop rate)"
+                                                : "widening and FMA (the dot-product instruction is slower here)");
   A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, AMP_BF16, 0); B = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, k, n, AMP_BF16, 0);
   c0 = (float *)malloc((size_t)m * n * 4); c1 = (float *)malloc((size_t)m * n * 4);
   for (c = 0; c < 2; c++) {
@@ -494,6 +506,101 @@ static void gemm_bf16_kernel_is_chosen_once_and_is_the_one_that_runs(void) {
   EXPECT(memcmp(c0, c1, (size_t)m * n * 4) == 0, "the default bf16 product differs from the chosen kernel's");
   set_level(7);
   free(A.p); free(B.p); free(c0); free(c1);
+#endif
+}
+
+/* BFDOT's arithmetic as the Arm ARM's BFDotAdd (FEAT_EBF16 absent or FPCR.EBF 0) states it, in
+   integers: sum = RO(acc + RO(RO(a0 b0) + RO(a1 b1))), RO rounding to odd (an inexact result is
+   truncated and gets bit 0 set), subnormal inputs and results below 2^-126 flushed to signed 0,
+   an overflow to infinity. Finite operands only (the test makes no NaN or infinity). */
+#ifdef AMP__GEMM_BFDOT
+static uint32_t ro_pack(int sign, uint64_t m, int e, int sticky) {   /* (-1)^sign (m + sticky fraction) 2^e */
+  int t = 63;
+  if (m == 0) return 0u;   /* an exact cancellation: +0 */
+  while (!(m >> t)) t--;
+  if (t > 23) { int sh = t - 23; sticky |= (m & ((1ull << sh) - 1)) != 0; m >>= sh; e += sh; }
+  else { m <<= 23 - t; e -= 23 - t; }
+  e += 23 + 127;   /* biased exponent of m 2^e, m in [2^23, 2^24) */
+  if (e < 1) return (uint32_t)sign << 31;                       /* flushed */
+  if (e >= 255) return (uint32_t)sign << 31 | 0x7f800000u;      /* overflow */
+  return (uint32_t)sign << 31 | (uint32_t)e << 23 | ((uint32_t)m & 0x7fffffu) | (sticky ? 1u : 0u);
+}
+static int unpack32(uint32_t x, uint64_t *m, int *e) {   /* sign; 0 mantissa for a zero (or flushed) */
+  int be = (int)(x >> 23 & 0xff);
+  *m = be ? (x & 0x7fffffu) | 0x800000u : 0; *e = be - 127 - 23;
+  return (int)(x >> 31);
+}
+static uint32_t ro_mul(uint16_t a, uint16_t b) {
+  uint64_t ma, mb; int ea, eb, s = unpack32((uint32_t)a << 16, &ma, &ea) ^ unpack32((uint32_t)b << 16, &mb, &eb);
+  if (!ma || !mb) return (uint32_t)s << 31;
+  return ro_pack(s, ma * mb, ea + eb, 0);
+}
+static uint32_t ro_add(uint32_t x, uint32_t y) {
+  uint64_t mx, my, big, small; int ex, ey, sx = unpack32(x, &mx, &ex), sy = unpack32(y, &my, &ey), d, sticky = 0;
+  if (!mx && !my) return (uint32_t)(sx & sy) << 31;
+  if (!mx) return y & 0xff800000u ? y : (uint32_t)sy << 31;
+  if (!my) return x & 0xff800000u ? x : (uint32_t)sx << 31;
+  if (ex < ey || (ex == ey && mx < my)) { uint64_t tm = mx; int te = ex, ts = sx; mx = my; ex = ey; sx = sy; my = tm; ey = te; sy = ts; }
+  d = ex - ey;
+  big = mx << 38;
+  if (d > 62) { small = 0; sticky = 1; }
+  else { small = (my << 38) >> d; sticky = ((my << 38) & ((1ull << d) - 1)) != 0; }
+  if (sx == sy) return ro_pack(sx, big + small, ex - 38, sticky);
+  if (big == small && !sticky) return 0u;
+  return ro_pack(sx, big - small - (sticky ? 1 : 0), ex - 38, sticky);
+}
+static uint32_t bfdotadd(uint32_t acc, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
+  return ro_add(acc, ro_add(ro_mul(a0, b0), ro_mul(a1, b1)));
+}
+#endif
+
+/* On a CPU with FEAT_BF16 the BFDOT kernel (forced) gives C = the chain of BFDotAdd over the
+   pairs q = 0, 1, ... of k in order, from +0, bit for bit: inputs with wide exponents (products
+   that round, cancel, fall below 2^-126 and are flushed; subnormal inputs), odd k (the last pair
+   padded with 0), k across the 512-element slice, edge tiles, both transposes of A and B. */
+static void gemm_bfdot_kernel_is_the_arm_bfdotadd_chain_bit_for_bit(void) {
+#ifdef AMP__GEMM_BFDOT
+  static const int shapes[][3] = {{7, 19, 37}, {13, 33, 1030}, {6, 16, 2}};
+  int s, t, bad = 0, cases = 0;
+  if (!amp__cpu_bf16()) { printf("  no FEAT_BF16 on this CPU: no BFDOT kernel to check\n"); return; }
+  set_level(1 | LV_DPBF16);
+  for (s = 0; s < 3; s++) for (t = 0; t < 4 && !bad; t++) {
+    int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i, j, p;
+    int ta = t & 1, tb = t >> 1;
+    uint16_t *a = (uint16_t *)malloc((size_t)m * k * 2), *b = (uint16_t *)malloc((size_t)k * n * 2);
+    float *c = (float *)malloc((size_t)m * n * 4);
+    for (i = 0; i < m * k + k * n; i++) {   /* wide exponents, both signs; some subnormal and some zero */
+      uint16_t v;
+      rng_state = rng_state * 1664525u + 1013904223u;
+      v = (uint16_t)(rng_state >> 16);
+      v = (uint16_t)((v & 0x807f) | (uint16_t)(((rng_state >> 8) % 100u) + (i % 3 ? 60u : 12u)) << 7);
+      if (i % 29 == 0) v &= 0x807f;   /* subnormal (or zero) */
+      if (i < m * k) a[i] = v; else b[i - m * k] = v;
+    }
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, ta ? AMP_TRANS : AMP_NO_TRANS, tb ? AMP_TRANS : AMP_NO_TRANS, m, n, k, 1.0f,
+                    a, AMP_BF16, ta ? m : k, b, AMP_BF16, tb ? k : n, 0.0f, c, AMP_F32, n) == AMP_OK, "%s", amp_last_error());
+    for (i = 0; i < m && !bad; i++)
+      for (j = 0; j < n && !bad; j++) {
+        uint32_t acc = 0, got = amp__f32_bits(c[(size_t)i * n + j]);
+#define AE(p) (ta ? a[(size_t)(p) * m + i] : a[(size_t)i * k + (p)])
+#define BE(p) (tb ? b[(size_t)j * k + (p)] : b[(size_t)(p) * n + j])
+        for (p = 0; p < k; p += 2)
+          acc = bfdotadd(acc, AE(p), p + 1 < k ? AE(p + 1) : 0, BE(p), p + 1 < k ? BE(p + 1) : 0);
+#undef AE
+#undef BE
+        if (acc != got) {
+          bad = 1;
+          EXPECT(0, "A%s B%s m %d n %d k %d: C(%d,%d) BFDotAdd chain 0x%08x, amp_gemm 0x%08x", ta ? "T" : "N", tb ? "T" : "N",
+                 m, n, k, i, j, (unsigned)acc, (unsigned)got);
+        }
+      }
+    cases++;
+    free(a); free(b); free(c);
+  }
+  set_level(7);
+  printf("  %d products compared with the BFDotAdd chain\n", cases);
+#else
+  printf("  no BFDOT kernel in this build\n");
 #endif
 }
 
@@ -739,6 +846,7 @@ int main(void) {
   RUN(gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c);
   RUN(gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product);
   RUN(gemm_bf16_kernel_is_chosen_once_and_is_the_one_that_runs);
+  RUN(gemm_bfdot_kernel_is_the_arm_bfdotadd_chain_bit_for_bit);
   RUN(gemm_beta_zero_does_not_read_c);
   RUN(gemm_k_zero_sets_c_to_beta_c_without_reading_a_or_b);
   RUN(gemm_alpha_zero_does_not_read_a_or_b);
