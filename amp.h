@@ -10644,35 +10644,28 @@ static const amp__gemm_kernel amp__gemm_kernel_bfdot = {
    2 products a lane, FMLA 1, so BFDOT pays where it issues at least half as fast. Measured once per
    process as on x86 (amp__gemm_dpbf16): 12 independent accumulators of each instruction, n rounds,
    the fastest of 7 runs, timed by the generic timer (CNTVCT_EL0, readable at EL0 on Linux and macOS). */
-static __attribute__((noinline)) float amp__gemm_peak_fmla(long n) {
-  float32x4_t x = vdupq_n_f32(1e-3f), c[12];
-  long i;
-  int j;
-  for (j = 0; j < 12; j++) c[j] = vdupq_n_f32((float)j);
-  for (i = 0; i < n; i++) {
-#define AMP__OP(j) __asm__("fmla %0.4s, %1.4s, %1.4s" : "+w"(c[j]) : "w"(x));
-    AMP__OP(0) AMP__OP(1) AMP__OP(2) AMP__OP(3) AMP__OP(4) AMP__OP(5)
-    AMP__OP(6) AMP__OP(7) AMP__OP(8) AMP__OP(9) AMP__OP(10) AMP__OP(11)
-#undef AMP__OP
+/* One timing loop: 12 independent accumulators, each taking INSN on x per round (x's lanes of type
+   XT from XINIT), n rounds; the sum returned so nothing is dropped. */
+#define AMP__GEMM_PEAK_FN(name, ATTR, XT, XINIT, INSN) \
+  static __attribute__((noinline)) ATTR float name(long n) { \
+    XT x = XINIT; \
+    float32x4_t c[12]; \
+    long i; \
+    int j; \
+    for (j = 0; j < 12; j++) c[j] = vdupq_n_f32((float)j); \
+    for (i = 0; i < n; i++) {   /* written out: the accumulators stay in registers */ \
+      __asm__(INSN : "+w"(c[0]) : "w"(x)); __asm__(INSN : "+w"(c[1]) : "w"(x)); __asm__(INSN : "+w"(c[2]) : "w"(x)); \
+      __asm__(INSN : "+w"(c[3]) : "w"(x)); __asm__(INSN : "+w"(c[4]) : "w"(x)); __asm__(INSN : "+w"(c[5]) : "w"(x)); \
+      __asm__(INSN : "+w"(c[6]) : "w"(x)); __asm__(INSN : "+w"(c[7]) : "w"(x)); __asm__(INSN : "+w"(c[8]) : "w"(x)); \
+      __asm__(INSN : "+w"(c[9]) : "w"(x)); __asm__(INSN : "+w"(c[10]) : "w"(x)); __asm__(INSN : "+w"(c[11]) : "w"(x)); \
+    } \
+    for (j = 1; j < 12; j++) c[0] = vaddq_f32(c[0], c[j]); \
+    return vgetq_lane_f32(c[0], 0); \
   }
-  for (j = 1; j < 12; j++) c[0] = vaddq_f32(c[0], c[j]);
-  return vgetq_lane_f32(c[0], 0);
-}
-static __attribute__((noinline)) AMP__TBF16 float amp__gemm_peak_bfdot(long n) {
-  uint32x4_t x = vdupq_n_u32(0x3a833a83u);   /* bf16 pairs of about 1e-3 */
-  float32x4_t c[12];
-  long i;
-  int j;
-  for (j = 0; j < 12; j++) c[j] = vdupq_n_f32((float)j);
-  for (i = 0; i < n; i++) {
-#define AMP__OP(j) __asm__("bfdot %0.4s, %1.8h, %1.2h[0]" : "+w"(c[j]) : "w"(x));
-    AMP__OP(0) AMP__OP(1) AMP__OP(2) AMP__OP(3) AMP__OP(4) AMP__OP(5)
-    AMP__OP(6) AMP__OP(7) AMP__OP(8) AMP__OP(9) AMP__OP(10) AMP__OP(11)
-#undef AMP__OP
-  }
-  for (j = 1; j < 12; j++) c[0] = vaddq_f32(c[0], c[j]);
-  return vgetq_lane_f32(c[0], 0);
-}
+AMP__GEMM_PEAK_FN(amp__gemm_peak_fmla, , float32x4_t, vdupq_n_f32(1e-3f), "fmla %0.4s, %1.4s, %1.4s")
+AMP__GEMM_PEAK_FN(amp__gemm_peak_bfdot, AMP__TBF16, uint32x4_t, vdupq_n_u32(0x3a833a83u) /* bf16 pairs of about 1e-3 */,
+                  "bfdot %0.4s, %1.8h, %1.2h[0]")
+#undef AMP__GEMM_PEAK_FN
 static volatile float amp__gemm_peak_sink;
 static int amp__gemm_dpbf16_measure(void) {
   uint64_t best[2] = {~(uint64_t)0, ~(uint64_t)0};
