@@ -1830,16 +1830,17 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      NaN, the FPCR ignored. These are exact bits: the same on every such CPU and under qemu, which
      tests/test_gemm.c checks against an integer model of that chain. A CPU with FEAT_EBF16 whose
      FPCR.EBF is 1 computes BFDOT otherwise (fused, the FPCR's rounding), and FPCR.AH 1 changes its
-     default NaN: each call reads the FPCR and such a call runs the FMLA kernel instead. (Built with a target attribute: GCC 10+, Clang
-     11+; a plain -O2 build has it.) BFMMLA is not used in this version.
+     default NaN: each call reads the FPCR and such a call runs the FMLA kernel instead. (Built
+     with a target attribute: GCC 10+, Clang 11+; a plain -O2 build has it.) BFMMLA is not used
+     in this version.
    - any other CPU (no FMA, neither x86-64 nor AArch64, AMP_NO_SIMD, another compiler, and the
      implementation compiled by nvcc, whose host code keeps the portable loops): the reference.
    Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
    sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
    where a or b is subnormal and k 2^-126, and for BFDOT that sum and 2k 2^-126 (each rounding to
    odd errs by less than 2^-23 relative, twice the nearest's, but a product goes through at most
-   ceil(k/2) of them: ceil(k/2) 2^-23 <= (k + 2) 2^-24). The epilogue is the reference's, except that on
-   AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one rounding fewer).
+   ceil(k/2) of them: ceil(k/2) 2^-23 <= (k + 2) 2^-24). The epilogue is the reference's, except
+   that on AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one rounding fewer).
    tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs, both bf16
    kernels forced in turn on an AVX512_BF16 or FEAT_BF16 CPU whatever the calibration chose.
    Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
@@ -1910,33 +1911,32 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      (beta C, bias, activation, amax, c_scale and the saturating cast).
    - cuBLASLt's block-scaled fp8 (Hopper, sm_90, with cuBLAS 12.9 or newer both at build time,
      CUBLAS_VERSION, and in the library loaded: DeepSeek-V3's GEMM): AMP_GEMM_AUTO, A and B both
-     fp8, both block-scaled with AMP_BLOCK_1x128 or AMP_BLOCK_128x128 (either on either operand:
-     the forward's 1x128 activations times 128 x 128 weights, the backward's 1x128 gradients times
-     the same weights transposed; which pairs it has kernels for is cuBLASLt's to say), and no
-     a_scale_inv / b_scale_inv beside the blocks. cuBLASLt
-     reads the scales as CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F (1 x 128) and _BLK128x128_32F in
-     layouts of its own (1 x 128: the rows' scales contiguous, one column per block of k; 128 x
-     128: the blocks along k contiguous, each block row padded to a multiple of 4 floats), so a
-     small kernel first copies amp_quantize_blocks' scales into a stream-ordered scratch in that
-     layout (at most one float per 128 codes); k is padded with zero codes to a multiple of 128 (a copy of the
-     operand where k is not one already), so a partial last block is scaled as the CPU scales it.
-     Each block's sum is formed in f32 and multiplied by its two scales in f32, FAST_ACCUM always
-     off (the promotion every 128 of k is what these modes are for). C as on the per-tensor path (its own
-     epilogue, or the f32 scratch and the finishing kernel). On any other GPU (Ada, Blackwell:
-     their cuBLASLt has MX block scales instead), with an older cuBLAS, MX blocks, one operand
-     block-scaled and the other not, a scale_inv beside the blocks, or where cuBLASLt has no
-     algorithm: the plain fp8 kernel, the CPU's bits.
-   - opts->fp8_fast_accum 1 sets cuBLASLt's FAST_ACCUM on the per-tensor path: the Tensor Cores
-     then accumulate the whole k-long sum themselves, without the periodic promotion to f32.
-     Faster (TransformerEngine and torchao use it for the forward pass), and less exact: the
-     accumulator inside the Tensor Cores is narrower than f32 (DeepSeek-V3, sec. 3.3, measured
-     about 14 retained bits on H800, a Hopper GPU, and relative errors near 2% at k = 4096 without
-     the promotion), so amp.h states no
-     bound for it; use it where that error is acceptable (forward products) and keep gradients on
-     the default. It changes nothing on block-scaled products, on the plain kernel, or on the CPU:
-     the CPU's fp8 product has one path, exact in its products, and the flag is accepted there so
-     that one amp_gemm_opts serves both devices (as allow_tf32 is). Values other than 0 and 1:
-     AMP_ERR_ARG.
+     fp8, both block-scaled with AMP_BLOCK_1x128 or AMP_BLOCK_128x128 (either on either operand: the
+     forward's 1x128 activations times 128 x 128 weights, the backward's 1x128 gradients times the
+     same weights transposed; which pairs it has kernels for is cuBLASLt's to say), and no
+     a_scale_inv / b_scale_inv beside the blocks. cuBLASLt reads the scales as
+     CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F (1 x 128) and _BLK128x128_32F in layouts of its own
+     (1 x 128: the rows' scales contiguous, one column per block of k; 128 x 128: the blocks along k
+     contiguous, each block row padded to a multiple of 4 floats), so a small kernel first copies
+     amp_quantize_blocks' scales into a stream-ordered scratch in that layout (at most one float per
+     128 codes); k is padded with zero codes to a multiple of 128 (a copy of the operand where k is
+     not one already), so a partial last block is scaled as the CPU scales it. Each block's sum is
+     formed in f32 and multiplied by its two scales in f32, FAST_ACCUM always off (the promotion
+     every 128 of k is what these modes are for). C as on the per-tensor path (its own epilogue, or
+     the f32 scratch and the finishing kernel). On any other GPU (Ada, Blackwell: their cuBLASLt has
+     MX block scales instead), with an older cuBLAS, MX blocks, one operand block-scaled and the
+     other not, a scale_inv beside the blocks, or where cuBLASLt has no algorithm: the plain fp8
+     kernel, the CPU's bits.
+   - opts->fp8_fast_accum 1 sets cuBLASLt's FAST_ACCUM on the per-tensor path: the Tensor Cores then
+     accumulate the whole k-long sum themselves, without the periodic promotion to f32. Faster
+     (TransformerEngine and torchao use it for the forward pass), and less exact: the accumulator
+     inside the Tensor Cores is narrower than f32 (DeepSeek-V3, sec. 3.3, measured about 14 retained
+     bits on H800, a Hopper GPU, and relative errors near 2% at k = 4096 without the promotion), so
+     amp.h states no bound for it; use it where that error is acceptable (forward products) and keep
+     gradients on the default. It changes nothing on block-scaled products, on the plain kernel, or
+     on the CPU: the CPU's fp8 product has one path, exact in its products, and the flag is accepted
+     there so that one amp_gemm_opts serves both devices (as allow_tf32 is). Values other than 0
+     and 1: AMP_ERR_ARG.
    - the plain fp8 kernel, one thread per element of C: everything else (AMP_GEMM_SIMPLE; block
      scales of every kind and layout the CPU takes that cuBLASLt's block-scaled modes do not
      (above); an fp8 operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8
