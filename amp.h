@@ -4192,6 +4192,16 @@ static void amp__quantize_counted(amp_fp8 *q, int e5m2, const void *x, amp_dtype
   counts[0] += n; counts[1] += c[0]; counts[2] += c[1]; counts[3] += c[2];
 }
 
+/* One kernel per level, without and with counts: AMP__DTYPE_VSWITCH's branches with AMP__QK_, which
+   calls the kernel's loop as AMP__QK_CALL(type, e5m2) (each kernel defines it) with the input type
+   and the format as constants in each branch, so the loads inline and the encode's constants (its
+   shifts, bounds and bias) are built once, outside the loop, not on every vector as with a format
+   read at run time. (x86 and NEON alike.) */
+#define AMP__QK_(E, N, T, S) \
+  if (e5m2) AMP__QK_CALL(E, 1); \
+  else AMP__QK_CALL(E, 0); \
+  break;
+
 /* ---- amp_quantize's vector loops (host): the cast of x * scale into fp8 and the amax of x in one
    pass. The same steps as amp__quantize_portable (above): one IEEE multiply, the
    encode above (amp__fp8_enc8 / enc16), and |x|'s bits maximised as unsigned integers (a NaN is
@@ -4362,45 +4372,31 @@ AMP__AVX2_INLINE void amp__quantize_count8(amp_fp8 *q, int e5m2, const char *x, 
   counts[0] += i; counts[1] += ns; counts[2] += nf; counts[3] += nn;
   if (i < n) amp__quantize_counted(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax, counts);   /* the tail */
 }
-/* One kernel per level, without and with counts; the input type and the format are constants in
-   each branch, so the loads inline and the encode's constants (its shifts, bounds and bias) are
-   built once, outside the loop, not on every vector as with a format read at run time. */
+/* One kernel per level, without and with counts (AMP__QK_, above). */
+#define AMP__QK_CALL(E, F) amp__quantize_loop16(q, F, (const char *)x, E, n, scale, amax)
 static AMP__AVX512 void amp__quantize_avx512(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
                                              float *amax) {
-#define AMP__Q_(E, N, T, S) \
-  if (e5m2) amp__quantize_loop16(q, 1, (const char *)x, E, n, scale, amax); \
-  else amp__quantize_loop16(q, 0, (const char *)x, E, n, scale, amax); \
-  break;
-  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
-#undef AMP__Q_
+  AMP__DTYPE_VSWITCH(xt, AMP__QK_)
 }
+#undef AMP__QK_CALL
+#define AMP__QK_CALL(E, F) amp__quantize_loop8(q, F, (const char *)x, E, n, scale, amax)
 static AMP__AVX2 void amp__quantize_avx2(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
                                          float *amax) {
-#define AMP__Q_(E, N, T, S) \
-  if (e5m2) amp__quantize_loop8(q, 1, (const char *)x, E, n, scale, amax); \
-  else amp__quantize_loop8(q, 0, (const char *)x, E, n, scale, amax); \
-  break;
-  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
-#undef AMP__Q_
+  AMP__DTYPE_VSWITCH(xt, AMP__QK_)
 }
+#undef AMP__QK_CALL
+#define AMP__QK_CALL(E, F) amp__quantize_count16(q, F, (const char *)x, E, n, scale, amax, counts)
 static AMP__AVX512 void amp__quantize_counted_avx512(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n,
                                                      float scale, float *amax, uint64_t *counts) {
-#define AMP__Q_(E, N, T, S) \
-  if (e5m2) amp__quantize_count16(q, 1, (const char *)x, E, n, scale, amax, counts); \
-  else amp__quantize_count16(q, 0, (const char *)x, E, n, scale, amax, counts); \
-  break;
-  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
-#undef AMP__Q_
+  AMP__DTYPE_VSWITCH(xt, AMP__QK_)
 }
+#undef AMP__QK_CALL
+#define AMP__QK_CALL(E, F) amp__quantize_count8(q, F, (const char *)x, E, n, scale, amax, counts)
 static AMP__AVX2 void amp__quantize_counted_avx2(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n,
                                                  float scale, float *amax, uint64_t *counts) {
-#define AMP__Q_(E, N, T, S) \
-  if (e5m2) amp__quantize_count8(q, 1, (const char *)x, E, n, scale, amax, counts); \
-  else amp__quantize_count8(q, 0, (const char *)x, E, n, scale, amax, counts); \
-  break;
-  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
-#undef AMP__Q_
+  AMP__DTYPE_VSWITCH(xt, AMP__QK_)
 }
+#undef AMP__QK_CALL
 AMP__EXACT_END
 #endif
 
@@ -4445,17 +4441,15 @@ AMP__NEON_INLINE void amp__quantize_loop4(amp_fp8 *q, int e5m2, const char *x, a
     amp__quantize_portable(q ? q + i : NULL, e5m2, x + i * sz, xt, n - i, scale, amax);
   }
 }
+#define AMP__QK_CALL(E, F) amp__quantize_loop4(q, F, (const char *)x, E, n, scale, amax, counts)
 static AMP__EXACT_FP void amp__quantize_neon(amp_fp8 *q, int e5m2, const void *x, amp_dtype xt, size_t n, float scale,
                                              float *amax, uint64_t *counts) {
-#define AMP__Q_(E, N, T, S) \
-  if (e5m2) amp__quantize_loop4(q, 1, (const char *)x, E, n, scale, amax, counts); \
-  else amp__quantize_loop4(q, 0, (const char *)x, E, n, scale, amax, counts); \
-  break;
-  AMP__DTYPE_VSWITCH(xt, AMP__Q_)
-#undef AMP__Q_
+  AMP__DTYPE_VSWITCH(xt, AMP__QK_)
 }
+#undef AMP__QK_CALL
 #undef AMP__U4
 #endif
+#undef AMP__QK_
 
 /* ------------------------------------------------------------------------------------------
    Implementation: op-list policy
