@@ -11012,10 +11012,14 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
 static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
 
 /* One block's partial products into the running sums: t[j] = t[j] + (sa * sb[j]) * pr[j] for j < n,
-   each operation rounded on its own (no fused multiply-add), in the same order on every path: 16
-   or 8 lanes at a time on x86 (amp__mul16 / amp__add16: the rounded products of the step's vector
-   bodies), the plain loop elsewhere. A scalar loop here measured at about half of the whole block
-   product's time (one pass over m x n per block of 128 along k). */
+   each operation rounded on its own (no fused multiply-add), in the same order on every path: the
+   plain loop, or 16 or 8 lanes at a time on x86 (amp__mul16 / amp__add16 / amp__mul8: the rounded
+   products of the step's vector bodies; the AVX2 tail by the plain loop). One pass over m x n per
+   block of 128 along k. */
+static AMP__EXACT_FP void amp__gemm_block_add_plain(float *t, const float *pr, const float *sb, float sa, int n) {
+  int j;
+  for (j = 0; j < n; j++) t[j] = amp__fadd(t[j], amp__fmul(amp__fmul(sa, sb[j]), pr[j]));
+}
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
 static AMP__AVX512 void amp__gemm_block_add_avx512(float *t, const float *pr, const float *sb, float sa, int n) {
@@ -11033,17 +11037,16 @@ static AMP__AVX2 void amp__gemm_block_add_avx2(float *t, const float *pr, const 
   for (j = 0; j + 8 <= n; j += 8)
     _mm256_storeu_ps(t + j, _mm256_add_ps(_mm256_loadu_ps(t + j), amp__mul8(amp__mul8(a, _mm256_loadu_ps(sb + j)),
                                                                            _mm256_loadu_ps(pr + j))));
-  for (; j < n; j++) t[j] = amp__fadd(t[j], amp__fmul(amp__fmul(sa, sb[j]), pr[j]));
+  amp__gemm_block_add_plain(t + j, pr + j, sb + j, sa, n - j);
 }
 AMP__EXACT_END
 #endif
-static AMP__EXACT_FP void amp__gemm_block_add(float *t, const float *pr, const float *sb, float sa, int n) {
-  int j;
+static void amp__gemm_block_add(float *t, const float *pr, const float *sb, float sa, int n) {
 #ifdef AMP__X86_SIMD
   if (amp_simd_active() && amp__isa() >= 2) { amp__gemm_block_add_avx512(t, pr, sb, sa, n); return; }
   if (amp_simd_active()) { amp__gemm_block_add_avx2(t, pr, sb, sa, n); return; }
 #endif
-  for (j = 0; j < n; j++) t[j] = amp__fadd(t[j], amp__fmul(amp__fmul(sa, sb[j]), pr[j]));
+  amp__gemm_block_add_plain(t, pr, sb, sa, n);
 }
 
 /* amp__gemm_cpu with the fp8 options of o. a_kcol (b_kcol): k runs along the rows of A (B) as
