@@ -10257,13 +10257,22 @@ static inline AMP__T512 __m256 amp__gemm_ld8_f16(const void *p) {
 static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
-static inline AMP__T512 __m256 amp__gemm_ld8(const void *p, amp_dtype t) {
-  if (amp__dtype_fp8(t) >= 0) return _mm512_castps512_ps256(amp__gemm_ld16_fp8(p, (__mmask16)0xff, t));
-#define AMP__V_(E, N, T, S) return amp__gemm_ld8_##N(p);
+/* The 8 rows of an 8 x 8 block (row l at p + l * rb bytes, type t) as f32 into v[0..7]: the type
+   chosen once per block and the eight loads straight-line, so that the block stays in registers
+   (a loop of loads, each with the switch on t inside, kept it on the stack). */
+#define AMP__LD8X8_(LD) \
+  v[0] = LD(p); v[1] = LD(p + rb); v[2] = LD(p + 2 * rb); v[3] = LD(p + 3 * rb); \
+  v[4] = LD(p + 4 * rb); v[5] = LD(p + 5 * rb); v[6] = LD(p + 6 * rb); v[7] = LD(p + 7 * rb);
+#define AMP__LD8_FP8_(q) _mm512_castps512_ps256(amp__gemm_ld16_fp8(q, (__mmask16)0xff, t))
+static inline AMP__T512 void amp__gemm_ld8x8(__m256 *v, const char *p, size_t rb, amp_dtype t) {
+  if (amp__dtype_fp8(t) >= 0) { AMP__LD8X8_(AMP__LD8_FP8_) return; }
+#define AMP__V_(E, N, T, S) { AMP__LD8X8_(amp__gemm_ld8_##N) } return;
   AMP__DTYPE_VSWITCH(t, AMP__V_)
 #undef AMP__V_
-  return _mm256_setzero_ps();
+  { int l; for (l = 0; l < 8; l++) v[l] = _mm256_setzero_ps(); }
 }
+#undef AMP__LD8_FP8_
+#undef AMP__LD8X8_
 /* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
    moves bf16 pairs (32-bit words) as well as floats. */
 static inline AMP__T512 void amp__gemm_tr8(__m256 *r) {
@@ -10279,6 +10288,13 @@ static inline AMP__T512 void amp__gemm_tr8(__m256 *r) {
   r[2] = _mm256_permute2f128_ps(s2, s6, 0x20); r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
   r[4] = _mm256_permute2f128_ps(s0, s4, 0x31); r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
   r[6] = _mm256_permute2f128_ps(s2, s6, 0x31); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* v[0..7] stored at d, d + ld, ..., d + 7 * ld: straight-line, as amp__gemm_ld8x8 loads. */
+static inline AMP__T512 void amp__gemm_st8x8(float *d, size_t ld, const __m256 *v) {
+  _mm256_storeu_ps(d, v[0]); _mm256_storeu_ps(d + ld, v[1]); _mm256_storeu_ps(d + 2 * ld, v[2]);
+  _mm256_storeu_ps(d + 3 * ld, v[3]); _mm256_storeu_ps(d + 4 * ld, v[4]); _mm256_storeu_ps(d + 5 * ld, v[5]);
+  _mm256_storeu_ps(d + 6 * ld, v[6]); _mm256_storeu_ps(d + 7 * ld, v[7]);
 }
 
 /* amp__gemm_pack's layout (f32 slivers), with AVX-512 loads and conversions. */
@@ -10359,9 +10375,9 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
       for (r = 0; r < r8; r += 8)
         for (c = 0; c < c8; c += 8) {
           __m256 v[8];
-          for (l = 0; l < 8; l++) v[l] = amp__gemm_ld8(xs + ((size_t)(r + l) * rs + (size_t)c) * es, t);
+          amp__gemm_ld8x8(v, xs + ((size_t)r * rs + (size_t)c) * es, rs * es, t);
           amp__gemm_tr8(v);
-          for (l = 0; l < 8; l++) _mm256_storeu_ps(d + (size_t)(c + l) * W + r, v[l]);
+          amp__gemm_st8x8(d + (size_t)c * W + r, (size_t)W, v);
         }
       for (r = 0; r < h; r++) {
         int c0 = r < r8 ? c8 : 0;
@@ -10479,14 +10495,13 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
     const uint16_t *xs = xh + (size_t)s * W * rs;
     {
       /* rows contiguous (or neither): the pairs are adjacent (cs == 1) or gathered */
-      int r8 = cs == 1 ? h / 8 * 8 : 0, q8 = cols / 16 * 8, l;
+      int r8 = cs == 1 ? h / 8 * 8 : 0, q8 = cols / 16 * 8;
       for (r = 0; r < r8; r += 8)   /* 8 rows x 8 pairs: the float transpose moves the words */
         for (q = 0; q < q8; q += 8) {
           __m256 v[8];
-          for (l = 0; l < 8; l++)
-            v[l] = _mm256_loadu_ps((const float *)(const void *)(xs + (size_t)(r + l) * rs + 2 * (size_t)q));
+          amp__gemm_ld8x8(v, (const char *)(xs + (size_t)r * rs + 2 * (size_t)q), 2 * rs, AMP_F32);
           amp__gemm_tr8(v);
-          for (l = 0; l < 8; l++) _mm256_storeu_ps((float *)(void *)(d + (size_t)(q + l) * W + r), v[l]);
+          amp__gemm_st8x8((float *)(void *)(d + (size_t)q * W + r), (size_t)W, v);
         }
       for (r = 0; r < h; r++) {
         const uint16_t *xr = xs + (size_t)r * rs;
