@@ -10264,7 +10264,7 @@ static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
   v[0] = LD(p); v[1] = LD(p + rb); v[2] = LD(p + 2 * rb); v[3] = LD(p + 3 * rb); \
   v[4] = LD(p + 4 * rb); v[5] = LD(p + 5 * rb); v[6] = LD(p + 6 * rb); v[7] = LD(p + 7 * rb);
 #define AMP__LD8_FP8_(q) _mm512_castps512_ps256(amp__gemm_ld16_fp8(q, (__mmask16)0xff, t))
-static inline AMP__T512 void amp__gemm_ld8x8(__m256 *v, const char *p, size_t rb, amp_dtype t) {
+AMP__INLINE AMP__T512 void amp__gemm_ld8x8(__m256 *v, const char *p, size_t rb, amp_dtype t) {
   if (amp__dtype_fp8(t) >= 0) { AMP__LD8X8_(AMP__LD8_FP8_) return; }
 #define AMP__V_(E, N, T, S) { AMP__LD8X8_(amp__gemm_ld8_##N) } return;
   AMP__DTYPE_VSWITCH(t, AMP__V_)
@@ -10275,7 +10275,7 @@ static inline AMP__T512 void amp__gemm_ld8x8(__m256 *v, const char *p, size_t rb
 #undef AMP__LD8X8_
 /* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
    moves bf16 pairs (32-bit words) as well as floats. */
-static inline AMP__T512 void amp__gemm_tr8(__m256 *r) {
+AMP__INLINE AMP__T512 void amp__gemm_tr8(__m256 *r) {
   __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
   __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
@@ -10291,7 +10291,7 @@ static inline AMP__T512 void amp__gemm_tr8(__m256 *r) {
 }
 
 /* v[0..7] stored at d, d + ld, ..., d + 7 * ld: straight-line, as amp__gemm_ld8x8 loads. */
-static inline AMP__T512 void amp__gemm_st8x8(float *d, size_t ld, const __m256 *v) {
+AMP__INLINE AMP__T512 void amp__gemm_st8x8(float *d, size_t ld, const __m256 *v) {
   _mm256_storeu_ps(d, v[0]); _mm256_storeu_ps(d + ld, v[1]); _mm256_storeu_ps(d + 2 * ld, v[2]);
   _mm256_storeu_ps(d + 3 * ld, v[3]); _mm256_storeu_ps(d + 4 * ld, v[4]); _mm256_storeu_ps(d + 5 * ld, v[5]);
   _mm256_storeu_ps(d + 6 * ld, v[6]); _mm256_storeu_ps(d + 7 * ld, v[7]);
