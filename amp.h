@@ -10394,19 +10394,27 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
 }
 
 /* rows x cols of x (row r at x + r*rs elements, contiguous along the columns) widened exactly to
-   f32 rows cols apart: a plain stream, no transpose (amp__gemm_micro_512_ra reads them in place). */
+   f32 rows cols apart: a plain stream, no transpose (amp__gemm_micro_512_ra reads them in place).
+   The type chosen once, outside the loops (LD: amp__gemm_ld16's load for it). */
+#define AMP__WIDEN_ROWS_(LD) \
+  for (r = 0; r < rows; r++) { \
+    const char *xr = (const char *)x + (size_t)r * rs * es; \
+    float *d = dst + (size_t)r * cols; \
+    for (c = 0; c + 16 <= cols; c += 16) _mm512_storeu_ps(d + c, LD(xr + (size_t)c * es, (__mmask16)0xffff)); \
+    if (c < cols) _mm512_mask_storeu_ps(d + c, tail, LD(xr + (size_t)c * es, tail)); \
+  }
+#define AMP__LD16_FP8_(q, m) amp__gemm_ld16_fp8(q, m, t)
 static AMP__T512 void amp__gemm_widen_rows_512(float *dst, const void *x, amp_dtype t, size_t rs, int rows, int cols) {
   size_t es = amp_dtype_size(t);
+  __mmask16 tail = (__mmask16)((1u << (cols % 16)) - 1u);
   int r, c;
-  for (r = 0; r < rows; r++) {
-    const char *xr = (const char *)x + (size_t)r * rs * es;
-    float *d = dst + (size_t)r * cols;
-    for (c = 0; c < cols; c += 16) {
-      int n = cols - c < 16 ? cols - c : 16;
-      _mm512_mask_storeu_ps(d + c, (__mmask16)((1u << n) - 1u), amp__gemm_ld16(xr + (size_t)c * es, t, n));
-    }
-  }
+  if (amp__dtype_fp8(t) >= 0) { AMP__WIDEN_ROWS_(AMP__LD16_FP8_) return; }
+#define AMP__V_(E, N, T, S) { AMP__WIDEN_ROWS_(amp__gemm_ld16_##N) } return;
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
 }
+#undef AMP__LD16_FP8_
+#undef AMP__WIDEN_ROWS_
 
 /* bf16 pairs: word q of row r of a sliver is a(r, 2q) | a(r, 2q+1) << 16 (the element past an odd
    `cols` is 0), stored dst32[s*W*kq + q*W + r] with kq = ceil(cols / 2). */
