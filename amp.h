@@ -2377,6 +2377,20 @@ static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round
 static inline AMP_HD amp_bf16 amp__moment_bf16(float x, int sr, uint64_t key, uint64_t i) {
   return sr ? amp__f32_to_bf16_sr(x, amp__sr_bits16(key, i)) : amp_f32_to_bf16(x);
 }
+/* One moment array as kept (amp__tensor.mq / vq on the CPU, the CUDA optimizer's slab): its bytes,
+   laid out as the checkpoint holds them: F32 n floats; BF16 n words; 8BIT the f32 absmax of each
+   block of AMP__Q8_BLOCK elements, then the n codes; FP8 the f32 scale_inv (1 / scale, what a code
+   is multiplied by), then the n E4M3 codes. In memory each array starts on an align-byte boundary
+   (amp__moment_stride: 4 on the CPU, 128 in the CUDA slab). */
+static inline AMP_HD size_t amp__moment_bytes(int type, size_t n) {
+  if (type == AMP_MOMENTS_BF16) return 2 * n;
+  if (type == AMP_MOMENTS_8BIT) return 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + n;
+  if (type == AMP_MOMENTS_FP8) return 4 + n;
+  return 4 * n;
+}
+static inline AMP_HD size_t amp__moment_stride(int type, size_t n, size_t align) {
+  return (amp__moment_bytes(type, n) + align - 1u) / align * align;
+}
 
 /* The split master (AMP_MASTER_SPLIT): an fp32 master x held as its bf16 model copy hi plus a
    16-bit remainder lo, exactly. hi = the top 16 bits of x rounded to nearest with ties AWAY from
@@ -2754,6 +2768,54 @@ static inline AMP_HD double amp__dmul_rounded(double a, double b) {
   AMP__ROUNDED(p);
   return p;
 #endif
+}
+/* AMP_MOMENTS_8BIT's rule, the one the CPU loops and the step kernel share: bitsandbytes' dynamic
+   map (functional.create_dynamic_map with 7 exponent bits, 8 bits): for i = 0..6, 10^(i-6) times
+   the midpoints of linspace(0.1, 1, 2^i + 1) with both signs (signed, the first moments) or of
+   linspace(0.1, 1, 2^(i+1) + 1) (unsigned, Adam's second moment), plus 0 and 1: 256 values, each
+   computed in double and rounded to f32 once, into code[] ascending; mid[k] the exact midpoint of
+   code[k] and code[k + 1] (in double: exact for these values). Each operation rounded on its own
+   (amp__ddiv, amp__dmul_rounded: no fused or reciprocal forms under -Ofast), on every host. */
+static inline AMP__EXACT_FP void amp__q8_map(int is_signed, float *code, double *mid) {
+  static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
+  int i, k, c = 0;
+  for (i = 0; i < 7; i++) {
+    int pts = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+    for (k = 0; k + 1 < pts; k++) {
+      double lo = 0.1 + amp__dmul_rounded(0.9, amp__ddiv((double)k, (double)(pts - 1)));
+      double hi = 0.1 + amp__dmul_rounded(0.9, amp__ddiv((double)(k + 1), (double)(pts - 1)));
+      double v = pow10[i] * ((lo + hi) / 2.0);
+      code[c++] = (float)v;
+      if (is_signed) code[c++] = (float)-v;
+    }
+  }
+  code[c++] = 0.0f; code[c++] = 1.0f;   /* c == 256 */
+  for (i = 1; i < 256; i++) {   /* insertion sort, ascending (the values are distinct) */
+    float x = code[i];
+    for (k = i; k > 0 && code[k - 1] > x; k--) code[k] = code[k - 1];
+    code[k] = x;
+  }
+  for (k = 0; k < 255; k++) mid[k] = ((double)code[k] + (double)code[k + 1]) * 0.5;
+}
+/* The code nearest y (ties: the lower code): how many of the 255 midpoints lie below y, by
+   bisection (NaN: 0, no comparison holds). */
+static inline AMP_HD uint8_t amp__q8_bisect(const double *mid, float y) {
+  int lo = 0, hi = 255;
+  while (lo < hi) {
+    int m = (lo + hi) >> 1;
+    if ((double)y > mid[m]) lo = m + 1; else hi = m;
+  }
+  return (uint8_t)lo;
+}
+/* A block's absmax from the largest |x| of its new values (their bits' unsigned maximum: a NaN
+   above inf): at least 1e-38, so that a block of zeros divides by it. */
+static inline AMP_HD float amp__q8_absmax(float amax) { return amax < 1e-38f ? 1e-38f : amax; }
+/* What an element's code is taken of: x / absmax (an IEEE f32 division) clamped to [-1, 1] (a NaN
+   stays NaN). Its code: amp__q8_bisect (the CPU's faster search gives the same count). Read back
+   as code[c] * absmax (one f32 multiply). */
+static inline AMP_HD float amp__q8_unit(float x, float am) {
+  float y = amp__fdiv(x, am);
+  return y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y;
 }
 AMP__EXACT_BEGIN
 /* The spike decision, one function for the CPU and the CUDA kernels: a step with clean grads
@@ -5248,8 +5310,9 @@ AMPDEF amp_status amp_policy_load_mixlist_file(amp_policy *p, const char *path) 
 typedef struct amp__backend {
   const char *name;        /* "CPU" or "CUDA", for messages */
   int host_update;         /* the update runs on the host: AMP_CUSTOM's custom_step can be called */
-  size_t state_pad;        /* each tensor's state arrays hold a multiple of this many elements
-                              (amp_optimizer_state_bytes) */
+  size_t state_pad;        /* each tensor's state arrays hold a multiple of this many elements,
+                              and start on a multiple of state_align bytes (amp_optimizer_state_bytes) */
+  size_t state_align;
   AMP__BACKEND_OPS(AMP__BACKEND_MEMBER)
 } amp__backend;
 
@@ -6760,23 +6823,9 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
   }
 }
 
-/* One moment array kept in a type other than f32 (amp__tensor.mq / vq): its bytes, laid out as the
-   checkpoint holds them: BF16 n words; 8BIT the f32 absmax of each block of AMP__Q8_BLOCK
-   elements, then the n codes; FP8 the f32 scale_inv (1 / scale, what a code is multiplied by), then
-   the n E4M3 codes. In memory each array starts on a 4-byte boundary (amp__moment_stride). */
-static size_t amp__moment_bytes(int type, size_t n) {
-  if (type == AMP_MOMENTS_BF16) return 2 * n;
-  if (type == AMP_MOMENTS_8BIT) return 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + n;
-  if (type == AMP_MOMENTS_FP8) return 4 + n;
-  return 4 * n;
-}
-static size_t amp__moment_stride(int type, size_t n) { return (amp__moment_bytes(type, n) + 3u) & ~(size_t)3u; }
 
-/* bitsandbytes' dynamic map (functional.create_dynamic_map with 7 exponent bits, 8 bits): for
-   i = 0..6, 10^(i-6) times the midpoints of linspace(0.1, 1, 2^i + 1) with both signs (signed, the
-   first moments) or of linspace(0.1, 1, 2^(i+1) + 1) (unsigned, Adam's second moment), plus 0 and
-   1: 256 values, sorted; each computed in double and rounded to f32 once. mid[k] is the exact
-   midpoint of code[k] and code[k + 1] (in double: exact for these values). */
+/* The CPU's form of the 8-bit map: amp__q8_map's values and midpoints, and lookups for a faster
+   search than the bisection. */
 #define AMP__Q8_EMIN 97     /* the lookup below covers |y| in [2^(97-127), 1): 31 exponents */
 #define AMP__Q8_MB 6         /* ... by sign, exponent and the top 6 mantissa bits */
 #define AMP__Q8_LUT (2 * 31 << AMP__Q8_MB)
@@ -6797,24 +6846,8 @@ typedef struct amp__qmap {
 } amp__qmap;
 static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y);
 static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
-  static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
-  int i, k, c = 0;
-  for (i = 0; i < 7; i++) {
-    int pts = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
-    for (k = 0; k + 1 < pts; k++) {
-      double lo = 0.1 + 0.9 * (double)k / (double)(pts - 1), hi = 0.1 + 0.9 * (double)(k + 1) / (double)(pts - 1);
-      double v = pow10[i] * ((lo + hi) / 2.0);
-      q->code[c++] = (float)v;
-      if (is_signed) q->code[c++] = (float)-v;
-    }
-  }
-  q->code[c++] = 0.0f; q->code[c++] = 1.0f;   /* c == 256 */
-  for (i = 1; i < 256; i++) {   /* insertion sort, ascending (the values are distinct) */
-    float x = q->code[i];
-    for (k = i; k > 0 && q->code[k - 1] > x; k--) q->code[k] = q->code[k - 1];
-    q->code[k] = x;
-  }
-  for (k = 0; k < 255; k++) q->mid[k] = ((double)q->code[k] + (double)q->code[k + 1]) * 0.5;
+  int k;
+  amp__q8_map(is_signed, q->code, q->mid);
   for (k = 0; k < AMP__Q8_LUT; k++) {   /* each bucket's least value's code: where amp__q8_code starts */
     uint32_t sg = (uint32_t)(k / (31 << AMP__Q8_MB)), e = (uint32_t)((k >> AMP__Q8_MB) % 31) + AMP__Q8_EMIN;
     uint32_t f = (uint32_t)k & ((1u << AMP__Q8_MB) - 1u), low = (1u << (23 - AMP__Q8_MB)) - 1u;
@@ -6840,15 +6873,8 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     q->vt[k] = (uint32_t)lo << 24 | key;
   }
 }
-/* The code nearest y (ties: the lower code): how many midpoints lie below y, by bisection. */
-static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y) {
-  int lo = 0, hi = 255;
-  while (lo < hi) {
-    int m = (lo + hi) >> 1;
-    if ((double)y > q->mid[m]) lo = m + 1; else hi = m;
-  }
-  return (uint8_t)lo;
-}
+/* The code nearest y (ties: the lower code), by bisection (amp__q8_bisect). */
+static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y) { return amp__q8_bisect(q->mid, y); }
 /* The same count, faster: 0 and +-1 from the table; for 2^-30 <= |y| < 1, from the count at the
    least value of y's bucket (its sign, exponent and top 6 mantissa bits; start[]) on, past the few
    midpoints inside the bucket; the count only grows with y, so this is the bisection's answer.
@@ -7034,17 +7060,14 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
     size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
     float am = 0.0f;
     amp__f8m_amax(&am, s + b, e);   /* the bits of the largest |x| (NaN's the largest) */
-    if (am < 1e-38f) am = 1e-38f;
+    am = amp__q8_absmax(am);
     *absmax = am;
     j = 0;
 #ifdef AMP__X86_SIMD
     if (l >= 2) j = amp__q8_encode16(q, codes, s + b, e, am);
     else if (l == 1) j = amp__q8_encode8(q, codes, s + b, e, am);
 #endif
-    for (; j < e; j++) {
-      float y = amp__fdiv(s[b + j], am);
-      codes[j] = amp__q8_code(q, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
-    }
+    for (; j < e; j++) codes[j] = amp__q8_code(q, amp__q8_unit(s[b + j], am));
   }
 }
 /* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
@@ -7630,8 +7653,7 @@ AMPDEF size_t amp_optimizer_state_bytes(const amp_optimizer *o) {
   for (i = 0; i < o->count; i++) {
     size_t n = (o->t[i].n + pad - 1) / pad * pad;
     size_t master = o->t[i].master_mode == AMP_MASTER_F32 ? 4 : o->t[i].master_mode == AMP_MASTER_SPLIT ? 2 : 0;
-    total += n * master + (size_t)(nm > 0 ? nm : 0) * (o->t[i].moments == AMP_MOMENTS_F32 ? 4 * n
-                                                         : amp__moment_stride(o->t[i].moments, n));
+    total += n * master + (size_t)(nm > 0 ? nm : 0) * amp__moment_stride(o->t[i].moments, n, amp__be(o->dev)->state_align);
   }
   return total;
 }
@@ -7783,16 +7805,17 @@ static amp_status amp__cpu_scale_buffer(amp_scaler *s, void *buf, amp_dtype t, s
   return AMP_OK;
 }
 
+#define AMP__CPU_STATE_ALIGN 4   /* the CPU's moment arrays start on 4-byte boundaries (amp__cpu_ops) */
 /* The bytes of tensor t's nm moment arrays in their stored type (t->moments), m then v. */
 static size_t amp__cpu_moments_size(const amp__tensor *t, int nm) {
-  return (size_t)nm * (t->moments == AMP_MOMENTS_F32 ? 4 * t->n : amp__moment_stride(t->moments, t->n));
+  return (size_t)nm * amp__moment_stride(t->moments, t->n, AMP__CPU_STATE_ALIGN);
 }
 /* Tensor i's nm moment arrays, m then v, in the zeroed block at mom, each holding zeros (8BIT: every
    block's code of 0, absmax 1e-38, as amp__q_store leaves a block of zeros; FP8: codes 0, scale_inv
    1, as a step leaves moments that are all 0). */
 static void amp__cpu_moments_place(amp_optimizer *o, size_t i, char *mom, int nm) {
   amp__tensor *t = &o->t[i];
-  size_t n = t->n, st = amp__moment_stride(t->moments, n), i0;
+  size_t n = t->n, st = amp__moment_stride(t->moments, n, AMP__CPU_STATE_ALIGN), i0;
   int j;
   if (t->moments == AMP_MOMENTS_F32) {
     t->m = nm >= 1 ? (float *)mom : NULL; t->v = nm >= 2 ? (float *)mom + n : NULL;
@@ -11546,7 +11569,7 @@ AMPDEF amp_status amp_quantize_blocks(amp_device *d, amp_block_scaling kind, amp
 #define amp__cpu_optim_pull amp__cpu_nothing_o
 #define amp__cpu_optim_stats amp__cpu_nothing_o
 #define AMP__CPU_OP(ret, name, args) amp__cpu_##name,
-static const amp__backend amp__cpu_ops = { "CPU", 1, 1, AMP__BACKEND_OPS(AMP__CPU_OP) };
+static const amp__backend amp__cpu_ops = { "CPU", 1, 1, AMP__CPU_STATE_ALIGN, AMP__BACKEND_OPS(AMP__CPU_OP) };
 
 #ifdef AMP_CUDA
 /* CUDA: each operation one call of a launcher (amp_kernels.h). The scaler's state, found-inf flag
@@ -11803,7 +11826,7 @@ static amp_status amp__cuda_quantize_blocks(amp_device *d, amp_block_scaling kin
 }
 
 #define AMP__CUDA_OP(ret, name, args) amp__cuda_##name,
-static const amp__backend amp__cuda_ops = { "CUDA", 0, 64, AMP__BACKEND_OPS(AMP__CUDA_OP) };   /* amp__cu_optim_create's padding */
+static const amp__backend amp__cuda_ops = { "CUDA", 0, 64, 128, AMP__BACKEND_OPS(AMP__CUDA_OP) };   /* amp__cu_optim_create's padding */
 
 AMPDEF amp_status amp_cuda_open(amp_device **out, int ordinal, void *cuda_stream) {
   amp_device *d;
