@@ -394,7 +394,7 @@
                            (format version 2; version 1 still loads); optimizer moments in
                            bf16, 8-bit blockwise and E4M3 with a per-tensor scale on the CPU
                            (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / _8BIT / _FP8, format
-                           version 3 when a tensor has them), bf16 moments on CUDA too,
+                           version 3 when a tensor has them), bf16 and 8-bit moments on CUDA too,
                            amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
@@ -1369,7 +1369,7 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
    per array), 1 where the optimizers keep it, else 0: refused at add, 1 where a CUDA device's
    optimizer keeps it too, else 0: refused there). */
 #define AMP__MOMENTS_TYPES(X) \
-  X(AMP_MOMENTS_F32, 0, 4, 1, 1) X(AMP_MOMENTS_BF16, 1, 2, 1, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1, 0) \
+  X(AMP_MOMENTS_F32, 0, 4, 1, 1) X(AMP_MOMENTS_BF16, 1, 2, 1, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1, 1) \
   X(AMP_MOMENTS_FP8, 3, 1, 1, 0)
 #define AMP__MOMENTS_ITEM(name, value, bytes, kept, cuda) name = value,
 enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
@@ -1521,9 +1521,15 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          the CPU's key and element index (amp__moment_bf16), so the masters,
                          moments and model copies are the CPU's bits; they live on the device 2
                          bytes each and travel to and from a checkpoint as kept, so a file moves
-                         between a CPU and a CUDA optimizer. AMP_MOMENTS_8BIT (of a tensor that
-                         keeps it: 4096 elements and more) and AMP_MOMENTS_FP8 are refused there
-                         (AMP_ERR_UNSUPPORTED naming amp_optimizer_add_tensor and the type).
+                         between a CPU and a CUDA optimizer. AMP_MOMENTS_8BIT is kept there too,
+                         laid out as on the CPU (the absmaxes, then the codes): the step kernel
+                         takes one block of 256 elements per 256 threads, reads each moment as
+                         code times absmax, updates it, reduces the block's new absmax across
+                         its threads and finds each code by bisection over the map's midpoints
+                         (amp__q8_bisect), the count the CPU's faster search gives: the CPU's
+                         bits. AMP_MOMENTS_FP8 is refused there (AMP_ERR_UNSUPPORTED naming
+                         amp_optimizer_add_tensor and the type): its scale needs the whole
+                         tensor's new amax before the first code is written.
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
      AMP_MASTER_F32              6               8           6
@@ -2383,10 +2389,10 @@ static inline AMP_HD amp_bf16 amp__moment_bf16(float x, int sr, uint64_t key, ui
    is multiplied by), then the n E4M3 codes. In memory each array starts on an align-byte boundary
    (amp__moment_stride: 4 on the CPU, 128 in the CUDA slab). */
 static inline AMP_HD size_t amp__moment_bytes(int type, size_t n) {
-  if (type == AMP_MOMENTS_BF16) return 2 * n;
-  if (type == AMP_MOMENTS_8BIT) return 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + n;
-  if (type == AMP_MOMENTS_FP8) return 4 + n;
-  return 4 * n;
+  size_t codes = amp__moments_bytes(type) * n;   /* the list's bytes per element */
+  if (type == AMP_MOMENTS_8BIT) return 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + codes;
+  if (type == AMP_MOMENTS_FP8) return 4 + codes;
+  return codes;
 }
 static inline AMP_HD size_t amp__moment_stride(int type, size_t n, size_t align) {
   return (amp__moment_bytes(type, n) + align - 1u) / align * align;
@@ -2722,7 +2728,7 @@ typedef struct amp__tensor {
                             (CPU; on CUDA the moments live in the device slab); NULL when moments is not F32 */
   int moments;           /* the type the moments are kept in (amp_tensor_desc.moments; AMP_MOMENTS_F32 for an
                             8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU; CUDA keeps
-                            F32 and BF16 moments in its slab, amp__cu_optim_state_io moves them as kept) */
+                            F32, BF16 and 8BIT moments in its slab, amp__cu_optim_state_io moves them as kept) */
   unsigned char *mq, *vq;  /* moments not in f32, as m and v above, each amp__moment_bytes(moments, n) bytes
                               laid out as the checkpoint holds them (BF16: n words; 8BIT: the blocks' f32
                               absmaxes, then n codes; FP8: the f32 scale_inv, then n codes); else NULL */

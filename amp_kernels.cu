@@ -277,13 +277,17 @@ struct amp__cu_scaler_dev {
 static_assert(sizeof(amp__cu_scaler_dev) % 8 == 0, "the block is copied whole");
 static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the stats counters are 64-bit atomics");
 
+// AMP_MOMENTS_8BIT's two maps as the step kernel reads them (amp__q8_map): [0] the signed map of the
+// first moments, [1] the unsigned one of the second; mid[j][255] unused.
+struct amp__cu_q8map { double mid[2][256]; float code[2][256]; };
+
 // One tensor as the kernels see it; master/m/v point into the optimizer's slab (128-byte aligned).
 struct amp__cu_tdev {
   const void *grad;
   void *model;
   float *master;          // NULL: AMP_MASTER_SPLIT (rem) or AMP_MASTER_NONE, the model copy is bf16
-  void *m, *v;            // m: SGD momentum buffer or Adam's first moment; NULL when not kept; f32, or bf16
-                          // words when moments is AMP_MOMENTS_BF16
+  void *m, *v;            // m: SGD momentum buffer or Adam's first moment; NULL when not kept; as the
+                          // moment type keeps them (amp__moment_bytes: f32, bf16 words, 8-bit absmaxes + codes)
   uint16_t *rem;          // AMP_MASTER_SPLIT: the remainders beside the bf16 model copy (else NULL)
   long long n;
   int32_t dtype;          // the model copy's
@@ -293,7 +297,8 @@ struct amp__cu_tdev {
   int32_t group;          // param group: 0 takes lr_scale 1 and the config's weight_decay (amp__group_coefs)
   int32_t round_to;       // a float model copy's rounding (amp__store_model); AMP_F32 otherwise
   int32_t stochastic;     // 1: the bf16 model copy is written with stochastic rounding
-  int32_t moments;        // AMP_MOMENTS_F32 or AMP_MOMENTS_BF16 (stochastic too when stochastic is 1)
+  int32_t moments;        // AMP_MOMENTS_F32, _BF16 (stochastic too when stochastic is 1) or _8BIT
+  const amp__cu_q8map *q8;  // AMP_MOMENTS_8BIT: the optimizer's maps (else NULL)
   float lr_scale, weight_decay;   // the group's (groups 1, 2, ...)
 };
 // A piece of at most AMP__CU_CHUNK elements of one tensor: one block of every multi-tensor launch.
@@ -324,6 +329,7 @@ struct amp__cu_optim {
   double *reduce;         // data-parallel: this rank's {found_inf, sumsq}, all-reduced by the trainer
   amp__gstat *stats;      // amp_optim_config.stats: per-tensor gradient stats (NULL when off)
   float *slab;            // masters (`mtotal` floats: AMP_MASTER_F32 tensors only) | m | v (each `total` bytes)
+  amp__cu_q8map *q8;      // the 8-bit moments' maps (NULL: no AMP_MOMENTS_8BIT tensor)
   uint16_t *rem;          // the remainders of the AMP_MASTER_SPLIT tensors, `rtotal` of them
   size_t n_tensors, total, mtotal, rtotal;
   int n_chunks, kind, has_m, has_v;
@@ -685,10 +691,8 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
     if constexpr (V == 1) ((amp_bf16 *)a)[e] = w[0];
     else amp__cu_copy_bytes<V * 2>((amp_bf16 *)a + e, w);
   }
-  template <int V> __device__ __forceinline__ void elems(int i) {
-    typedef typename amp__cu_elem<WD>::T W;
-    const long long e = start + i;
-    float g[V], p[V] = {}, m[V] = {}, v[V] = {};
+  // the grads times mul's operand and the master (or decoded from the bf16 copy: SPLIT / NONE)
+  template <int V> __device__ __forceinline__ void ld_gp(long long e, float *g, float *p) const {
     amp__cu_ldv<GD, V, true>(t.grad, e, g);
     if (t.master) amp__cu_ldv<AMP_F32, V>(t.master, e, p);
     else if constexpr (WD == AMP_BF16) {
@@ -696,22 +700,10 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
       for (int k = 0; k < V; k++) p[k] = t.rem ? amp__split_decode(((amp_bf16 *)t.model)[e + k], t.rem[e + k])
                                                : amp_bf16_to_f32(((amp_bf16 *)t.model)[e + k]);
     }
-    if (t.moments == AMP_MOMENTS_BF16) {   // widened exactly
-      if (t.m) amp__cu_ldv<AMP_BF16, V>(t.m, e, m);
-      if (t.v) amp__cu_ldv<AMP_BF16, V>(t.v, e, v);
-    } else {
-      if (t.m) amp__cu_ldv<AMP_F32, V>(t.m, e, m);
-      if (t.v) amp__cu_ldv<AMP_F32, V>(t.v, e, v);
-    }
-#pragma unroll
-    for (int k = 0; k < V; k++) amp__cu_kind<KIND>::update(p[k], m[k], v[k], g[k] * mul, c);
-    if (t.moments == AMP_MOMENTS_BF16) {
-      if (t.m) st_bf16<V>(t.m, e, m, km);
-      if (t.v) st_bf16<V>(t.v, e, v, kv);
-    } else {
-      if (t.m) amp__cu_stv<AMP_F32, V>(t.m, e, m);
-      if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
-    }
+  }
+  // the new master and model copy (rounded to nearest, to round_to, stochastically, or split again)
+  template <int V> __device__ __forceinline__ void st_p(long long e, const float *p) const {
+    typedef typename amp__cu_elem<WD>::T W;
     if (t.master) {
       amp__cu_stv<AMP_F32, V>(t.master, e, p);
       if ((WD == AMP_F32 && amp__round_to_set((amp_dtype)t.round_to)) || (WD == AMP_BF16 && t.stochastic)) {
@@ -730,6 +722,74 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
       }
     }
   }
+  template <int V> __device__ __forceinline__ void elems(int i) {
+    const long long e = start + i;
+    float g[V], p[V] = {}, m[V] = {}, v[V] = {};
+    ld_gp<V>(e, g, p);
+    if (t.moments == AMP_MOMENTS_BF16) {   // widened exactly
+      if (t.m) amp__cu_ldv<AMP_BF16, V>(t.m, e, m);
+      if (t.v) amp__cu_ldv<AMP_BF16, V>(t.v, e, v);
+    } else {
+      if (t.m) amp__cu_ldv<AMP_F32, V>(t.m, e, m);
+      if (t.v) amp__cu_ldv<AMP_F32, V>(t.v, e, v);
+    }
+#pragma unroll
+    for (int k = 0; k < V; k++) amp__cu_kind<KIND>::update(p[k], m[k], v[k], g[k] * mul, c);
+    if (t.moments == AMP_MOMENTS_BF16) {
+      if (t.m) st_bf16<V>(t.m, e, m, km);
+      if (t.v) st_bf16<V>(t.v, e, v, kv);
+    } else {
+      if (t.m) amp__cu_stv<AMP_F32, V>(t.m, e, m);
+      if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
+    }
+    st_p<V>(e, p);
+  }
+  // AMP_MOMENTS_8BIT: the chunk one block of AMP__Q8_BLOCK elements at a time, one element a thread
+  // (a chunk starts on a block: AMP__CU_CHUNK is a multiple of it), as the CPU's amp__o_step_q with
+  // amp__q_load / amp__q_store: each moment read as code[c] * its block's absmax, the update, the
+  // master and model copy written as elems writes them; then the block's new absmax, from the
+  // unsigned maximum of the new moments' |bits| over its threads (amp__q8_absmax: a NaN above inf),
+  // and each new code, amp__q8_bisect of amp__q8_unit. Every thread runs every block: the maximum
+  // crosses the block through shared memory, and each block's old absmax is read before it is
+  // written (the first barrier).
+  __device__ __forceinline__ void q8(int len) {
+    static_assert(AMP__CU_THREADS == AMP__Q8_BLOCK, "one thread per element of an 8-bit block");
+    __shared__ uint32_t s_max[2][AMP__CU_THREADS / 32];
+    const long long nb = (t.n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
+    float *am_m = (float *)t.m, *am_v = (float *)t.v;
+    uint8_t *cm = t.m ? (uint8_t *)t.m + 4 * nb : NULL, *cv = t.v ? (uint8_t *)t.v + 4 * nb : NULL;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int b = 0; b < len; b += AMP__Q8_BLOCK) {
+      const int i = b + (int)threadIdx.x;
+      const bool on = i < len;
+      const long long e = start + i, blk = (start + b) / AMP__Q8_BLOCK;
+      float g = 0.0f, p = 0.0f, m = 0.0f, v = 0.0f;
+      if (on) {
+        ld_gp<1>(e, &g, &p);
+        if (t.m) m = amp__fmul(t.q8->code[0][cm[e]], am_m[blk]);
+        if (t.v) v = amp__fmul(t.q8->code[1][cv[e]], am_v[blk]);
+        amp__cu_kind<KIND>::update(p, m, v, g * mul, c);
+        st_p<1>(e, &p);
+      }
+      uint32_t um = on ? amp__f32_bits(m) & 0x7fffffffu : 0u, uv = on ? amp__f32_bits(v) & 0x7fffffffu : 0u;
+      um = __reduce_max_sync(0xffffffffu, um);
+      uv = __reduce_max_sync(0xffffffffu, uv);
+      if (lane == 0) { s_max[0][warp] = um; s_max[1][warp] = uv; }
+      __syncthreads();
+      for (int w = 0; w < AMP__CU_THREADS / 32; w++) {
+        um = s_max[0][w] > um ? s_max[0][w] : um;
+        uv = s_max[1][w] > uv ? s_max[1][w] : uv;
+      }
+      const float amm = amp__q8_absmax(amp__bits_f32(um)), amv = amp__q8_absmax(amp__bits_f32(uv));
+      if (on && t.m) cm[e] = amp__q8_bisect(t.q8->mid[0], amp__q8_unit(m, amm));
+      if (on && t.v) cv[e] = amp__q8_bisect(t.q8->mid[1], amp__q8_unit(v, amv));
+      if (threadIdx.x == 0) {
+        if (t.m) am_m[blk] = amm;
+        if (t.v) am_v[blk] = amv;
+      }
+      __syncthreads();   // s_max is the next block's
+    }
+  }
 };
 // One chunk: 4 elements per access where grad and model copy are 16-byte aligned (16 bytes of master
 // and fp32 moments, 8 of bf16 moments, 8 or 16 of grad and model copy), one at a time otherwise.
@@ -739,7 +799,8 @@ __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long l
   const int msr = t.moments == AMP_MOMENTS_BF16 && t.stochastic;   // the CPU's amp__o_step_q: only bf16 is stochastic
   amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key, msr ? amp__sr_key_moment(key, 1) : 0u,
                                       msr ? amp__sr_key_moment(key, 2) : 0u, msr};
-  amp__cu_walk<4>(op, len, t.vec);
+  if (t.moments == AMP_MOMENTS_8BIT) op.q8(len);   // per block of codes, with its absmax
+  else amp__cu_walk<4>(op, len, t.vec);
 }
 template <int KIND, int GD>
 __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len, float mul,
@@ -1348,6 +1409,18 @@ amp__cu_split_kernel(amp_bf16 *model, uint16_t *rem, const float *master, long l
     amp__split_encode(master[i], &model[i], &rem[i]);
 }
 
+// An AMP_MOMENTS_8BIT array of n elements as a step leaves a block of zeros (amp.h's
+// amp__cpu_moments_place): every block's absmax 1e-38 (amp__q8_absmax of 0), every code c0, the
+// map's code of 0.
+__global__ void __launch_bounds__(AMP__CU_THREADS)
+amp__cu_q8_zero_kernel(unsigned char *a, long long n, uint8_t c0) {
+  const long long nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    if (i < nb) ((float *)a)[i] = amp__q8_absmax(0.0f);
+    a[4 * nb + i] = c0;
+  }
+}
+
 static void amp__cu_optim_release(amp__cu_optim *o) {
   if (!o) return;
   cudaFree(o->dev);
@@ -1355,7 +1428,7 @@ static void amp__cu_optim_release(amp__cu_optim *o) {
   cudaFree(o->chunks);
   cudaFree(o->partials);
   cudaFree(o->reduce);
-  cudaFree(o->slab);
+  cudaFree(o->slab); cudaFree(o->q8);
   cudaFree(o->stats); cudaFree(o->rem);
   free(o->offset); free(o->n); free(o->moffset); free(o->roffset); free(o->host); free(o);
 }
@@ -1390,6 +1463,14 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   }
   char *mbase = o->has_m ? (char *)(o->slab + o->mtotal) : NULL;
   char *vbase = o->has_v ? (char *)(o->slab + o->mtotal) + (size_t)o->has_m * o->total : NULL;
+  amp__cu_q8map hq = {};   // the 8-bit maps, uploaded where a tensor keeps 8-bit moments (read before the sync below)
+  for (size_t i = 0; i < o->n_tensors && !o->q8; i++) {
+    if (ts[i].moments != AMP_MOMENTS_8BIT || slots == 1) continue;
+    amp__q8_map(1, hq.code[0], hq.mid[0]);
+    amp__q8_map(0, hq.code[1], hq.mid[1]);
+    AMP__CU_CHECK(cudaMalloc(&o->q8, sizeof *o->q8));
+    AMP__CU_CHECK(cudaMemcpyAsync(o->q8, &hq, sizeof hq, cudaMemcpyHostToDevice, st->stream));
+  }
   for (size_t i = 0; i < o->n_tensors; i++) {   // the device copy of each record, made here only
     ht[i].model = ts[i].w;
     ht[i].master = ts[i].master_mode == AMP_MASTER_F32 ? o->slab + o->moffset[i] : NULL;
@@ -1399,6 +1480,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].n = (long long)ts[i].n; ht[i].dtype = (int32_t)ts[i].wtype; ht[i].gdtype = (int32_t)ts[i].gtype;
     ht[i].group = ts[i].group; ht[i].round_to = (int32_t)ts[i].round_to; ht[i].stochastic = ts[i].stochastic != 0;
     ht[i].moments = ts[i].moments;
+    ht[i].q8 = ts[i].moments == AMP_MOMENTS_8BIT ? o->q8 : NULL;
     ht[i].lr_scale = ts[i].group ? lr_scale[ts[i].group] : 1.0f;
     ht[i].weight_decay = ts[i].group ? weight_decay[ts[i].group] : 0.0f;   // group 0: the config's, read on the device
     amp__cu_tdev_grads(&ht[i], ts[i].g);
@@ -1416,6 +1498,16 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   AMP__CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
   if (slots > 1)
     AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total, st->stream));   // +0: bf16 too
+  for (size_t i = 0; i < o->n_tensors; i++) {   // 8-bit moments: zeros are codes and absmaxes
+    if (ts[i].moments != AMP_MOMENTS_8BIT) continue;
+    for (int j = 0; j < 2; j++) {
+      unsigned char *a = (unsigned char *)(j ? ht[i].v : ht[i].m);
+      if (!a) continue;
+      amp__cu_q8_zero_kernel<<<amp__cu_grid(st, ts[i].n), AMP__CU_THREADS, 0, st->stream>>>(
+          a, (long long)ts[i].n, amp__q8_bisect(hq.mid[j], 0.0f));
+      AMP__CU_CHECK_LAUNCH("amp__cu_q8_zero_kernel<<<>>>");
+    }
+  }
   for (size_t i = 0; i < o->n_tensors; i++) {   // each master taken once: as given, else the model copy (exact)
     if (ht[i].master && ts[i].master) {
       AMP__CU_CHECK(cudaMemcpyAsync(ht[i].master, ts[i].master, ts[i].n * sizeof(float), cudaMemcpyDeviceToDevice,
@@ -1477,12 +1569,12 @@ extern "C" amp_status amp__cu_optim_create(void *state, void **optim, const amp_
   o->has_m = amp__o_moments(h) >= 1;   // the moments of the kind's row in amp.h's list
   o->has_v = amp__o_moments(h) >= 2;
   // each tensor's arrays 128-byte aligned in the slab (float4 access; 64 elements each, as amp.h's
-  // state_pad counts them in amp_optimizer_state_bytes): a moment 4 bytes, or 2 as bf16 words
+  // state_pad and state_align count them in amp_optimizer_state_bytes): a moment array as its type
+  // keeps it (amp__moment_bytes)
   for (size_t i = 0; i < n_tensors; i++) {
     const size_t padded = (ts[i].n + 63) / 64 * 64;
-    const size_t esize = amp__moments_bytes(ts[i].moments);
     o->offset[i] = o->total; o->n[i] = ts[i].n;
-    o->total += padded * esize;
+    o->total += amp__moment_stride(ts[i].moments, padded, 128);
     o->moffset[i] = o->roffset[i] = SIZE_MAX;
     if (ts[i].master_mode == AMP_MASTER_F32) { o->moffset[i] = o->mtotal; o->mtotal += padded; }
     else if (ts[i].master_mode == AMP_MASTER_SPLIT) { o->roffset[i] = o->rtotal; o->rtotal += padded; }
@@ -1666,11 +1758,11 @@ extern "C" amp_status amp__cu_optim_state_io(void *state, void *optim, size_t in
     return amp__cu_arg(msg, cap, "amp__cu_optim_state_io: which %d is not kept by this optimizer for tensor %zu", which,
                        index);
   AMP__CU_ON(st);
-  // the master as f32; a moment as kept (AMP_MOMENTS_BF16: n words, the checkpoint's bytes, not widened)
+  // the master as f32; a moment as kept (amp__moment_bytes: the checkpoint's bytes, not widened)
   void *d = which == 0 ? (void *)(o->slab + o->moffset[index])
                        : (void *)((char *)(o->slab + o->mtotal) + (size_t)(which == 1 ? 0 : o->has_m) * o->total +
                                   o->offset[index]);
-  size_t bytes = o->n[index] * (which > 0 ? amp__moments_bytes(o->host[index].moments) : sizeof(float));
+  size_t bytes = which > 0 ? amp__moment_bytes(o->host[index].moments, o->n[index]) : o->n[index] * sizeof(float);
   if (to_device) AMP__CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, st->stream));
   else AMP__CU_CHECK(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, st->stream));
   AMP__CU_CHECK(cudaStreamSynchronize(st->stream));

@@ -125,6 +125,21 @@ int main(void) {
     double full = 28.0 * (double)TOTAL / timeit(run_step, &a, 10) / 1e9;
     bench_line("adamw unscale+step vs torch cast+fused+copy", full, bench_ref("adamw_mixed_gbps"), "GB/s at 28 B/param");
     amp__cu_optim_destroy(ST, a.o);
+    {   /* the same step with the moments kept in fewer bytes (amp_tensor_desc.moments): bf16 words
+           (20 B/param), 8-bit codes with an absmax per 256 (16 + 8/256 B/param), against f32's time */
+      static const int types[2] = {AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT};
+      static const char *names[2] = {"adamw step f16, bf16 moments vs f32 moments", "adamw step f16, 8-bit moments vs f32 moments"};
+      const double tf = 28.0 * (double)TOTAL / gbps / 1e9;
+      for (int j = 0; j < 2; j++) {
+        for (int i = 0; i < K; i++) t[i].moments = types[j];
+        CK(amp__cu_optim_create(ST, &a.o, t, K, NULL, NULL, &h, msg, sizeof msg));
+        a.what = 0; run_step(&a);
+        a.what = 1;
+        bench_line(names[j], 1e3 * timeit(run_step, &a, 10), 1e3 * tf, "ms per step, lower is better");
+        amp__cu_optim_destroy(ST, a.o);
+      }
+      for (int i = 0; i < K; i++) t[i].moments = AMP_MOMENTS_F32;
+    }
     free_tensors(t, K); free(t);
     /* The same with every model copy 2 bytes off 16: the step takes its scalar path (no 16-byte
        loads of grads, master or moments); the unscale reads only the grads and keeps its vectors.

@@ -1360,16 +1360,16 @@ static void every_master_mode_on_gpu_is_the_cpus_bits(void) {
   free(w0); free(hw); free(cw); free(g); free(cg); free(hm);
 }
 
-/* AMP_MOMENTS_BF16 on the GPU against the CPU, bit for bit: each kind, the master modes (F32 with
+/* AMP_MOMENTS_BF16 (and, below, AMP_MOMENTS_8BIT) on the GPU against the CPU, bit for bit: each kind, the master modes (F32 with
    its bf16 copy and moments rounded to nearest even, F32 with both rounded stochastically, SPLIT,
    NONE), the step kernel's vector loop (aligned buffers) and its one-at-a-time loop (one element
    off), 70001 elements. The device's moment words (moved as kept by the checkpoint's tensor io)
    equal the CPU's after every step, a step skipped for a NaN grad leaves them as they were, and
    a checkpoint moves between the GPU and the CPU both ways. Without clipping: the same bits. */
-/* 1 when the GPU's state of tensor 0 (model copy at dw, master, remainders, nm bf16 moments) is the CPU's */
-static int bf16m_same(const char *what, amp_optimizer *og, amp_optimizer *oc, const void *dw, const amp_bf16 *cw,
+/* 1 when the GPU's state of tensor 0 (model copy at dw, master, remainders, nm moments as kept) is the CPU's */
+static int moments_same(const char *what, amp_optimizer *og, amp_optimizer *oc, const void *dw, const amp_bf16 *cw,
                       size_t n, int mode, int nm) {
-  amp_bf16 *h = (amp_bf16 *)xmalloc(n * 2);
+  amp_bf16 *h = (amp_bf16 *)xmalloc(n * 2 + 4 * (n / AMP__Q8_BLOCK + 1));   /* the largest moment array */
   float *hm = (float *)xmalloc(n * 4);
   char m2[AMP__MSG] = "";
   int same = 1;
@@ -1394,23 +1394,25 @@ static int bf16m_same(const char *what, amp_optimizer *og, amp_optimizer *oc, co
       }
   }
   for (int k = 1; k <= nm && same; k++) {
-    const amp_bf16 *q = (const amp_bf16 *)(k == 1 ? oc->t[0].mq : oc->t[0].vq);
+    const unsigned char *q = k == 1 ? oc->t[0].mq : oc->t[0].vq, *hb = (const unsigned char *)h;
     amp_status st = amp__be(og->dev)->optim_tensor_io(og, 0, k, (float *)(void *)h, 0, m2, sizeof m2);
+    size_t bytes = amp__moment_bytes(oc->t[0].moments, n);
     if (st != AMP_OK) { EXPECT(0, "%s: moment %d read: %s", what, k, m2); same = 0; break; }
-    for (size_t j = 0; j < n && same; j++)
-      if (h[j] != q[j]) { EXPECT(0, "%s: element %zu of moment %d: GPU %04x, CPU %04x", what, j, k, h[j], q[j]); same = 0; }
+    for (size_t j = 0; j < bytes && same; j++)
+      if (hb[j] != q[j]) { EXPECT(0, "%s: byte %zu of moment %d: GPU %02x, CPU %02x", what, j, k, hb[j], q[j]); same = 0; }
   }
   free(h); free(hm);
   return same;
 }
-static void bf16_moments_on_gpu_are_the_cpus_bits(void) {
+static void moments_on_gpu_are_the_cpus_bits(int moments) {
   enum { N = 70001, STEPS = 10 };
   struct { amp_optim_kind kind; float wd, momentum; } cases[4] = {
       {AMP_SGD, 1e-2f, 0.9f}, {AMP_ADAM, 1e-2f, 0.0f}, {AMP_ADAMW, 0.1f, 0.0f}, {AMP_LION, 0.1f, 0.0f}};
   struct { int mode, sr; } modes[4] = {{AMP_MASTER_F32, 0}, {AMP_MASTER_F32, 1}, {AMP_MASTER_SPLIT, 0}, {AMP_MASTER_NONE, 1}};
-  const char *ck = "build/test/cuda_bf16_moments.ckpt";
+  const char *ck = "build/test/cuda_moments.ckpt";
+  const size_t mbytes = amp__moment_bytes(moments, N);
   amp_bf16 *w0 = (amp_bf16 *)xmalloc(N * 2), *cw = (amp_bf16 *)xmalloc((N + 1) * 2);
-  amp_bf16 *before = (amp_bf16 *)xmalloc(N * 2), *after = (amp_bf16 *)xmalloc(N * 2);
+  unsigned char *before = (unsigned char *)xmalloc(mbytes + 4), *after = (unsigned char *)xmalloc(mbytes + 4);
   float *g = (float *)xmalloc(N * 4), *cg = (float *)xmalloc((N + 1) * 4);
   for (size_t j = 0; j < N; j++) w0[j] = amp_f32_to_bf16(0.5f * srand1());
   for (int off = 0; off < 2 && !t__cur; off++)
@@ -1424,11 +1426,11 @@ static void bf16_moments_on_gpu_are_the_cpus_bits(void) {
         int nm;
         oc.lr = 1e-3f; oc.weight_decay = cases[k].wd; oc.momentum = cases[k].momentum; oc.seed = 77;
         nm = amp__o_moments(&oc);
-        snprintf(what, sizeof what, "%s, master mode %d, stochastic %d, %s", amp__kind_name(cases[k].kind), modes[md].mode,
-                 modes[md].sr, off ? "one element off" : "aligned");
+        snprintf(what, sizeof what, "%s, moments %d, master mode %d, stochastic %d, %s", amp__kind_name(cases[k].kind),
+                 moments, modes[md].mode, modes[md].sr, off ? "one element off" : "aligned");
         memset(&t, 0, sizeof t);
         t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.n = N; t.master_mode = modes[md].mode;
-        t.stochastic = modes[md].sr; t.moments = AMP_MOMENTS_BF16;
+        t.stochastic = modes[md].sr; t.moments = moments;
         up(dw + 2 * off, w0, N * 2);
         memcpy(cw + off, w0, N * 2);
         OK(amp_optimizer_create(&og, gpu, &oc));
@@ -1448,10 +1450,10 @@ static void bf16_moments_on_gpu_are_the_cpus_bits(void) {
           OK(amp_optimizer_step(ocpu));
           if (step == 5) {
             EXPECT(amp__be(og->dev)->optim_tensor_io(og, 0, nm, (float *)(void *)after, 0, m2, sizeof m2) == AMP_OK &&
-                   memcmp(before, after, N * 2) == 0 && amp_optimizer_step_count(og) == 5,
-                   "%s: the skipped step changed moment %d's words (steps %ld)", what, nm, amp_optimizer_step_count(og));
+                   memcmp(before, after, mbytes) == 0 && amp_optimizer_step_count(og) == 5,
+                   "%s: the skipped step changed moment %d's bytes (steps %ld)", what, nm, amp_optimizer_step_count(og));
           }
-          if (!bf16m_same(what, og, ocpu, dw + 2 * off, cw + off, N, modes[md].mode, nm))
+          if (!moments_same(what, og, ocpu, dw + 2 * off, cw + off, N, modes[md].mode, nm))
             EXPECT(0, "%s: differs after step %d", what, step);
         }
         if (off == 0 && !t__cur) {   /* the GPU one step ahead, saved, loaded on the CPU; then the other way */
@@ -1460,15 +1462,15 @@ static void bf16_moments_on_gpu_are_the_cpus_bits(void) {
           OK(amp_optimizer_step(og));
           OK(amp_checkpoint_save(ck, og, NULL));
           OK(amp_checkpoint_load(ck, ocpu, NULL));
-          if (!bf16m_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the GPU's checkpoint on the CPU", what);
+          if (!moments_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the GPU's checkpoint on the CPU", what);
           memcpy(cg, g, N * 4);
           OK(amp_optimizer_step(ocpu));
           OK(amp_checkpoint_save(ck, ocpu, NULL));
           OK(amp_checkpoint_load(ck, og, NULL));
-          if (!bf16m_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the CPU's checkpoint on the GPU", what);
+          if (!moments_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the CPU's checkpoint on the GPU", what);
           OK(amp_optimizer_step(og));
           OK(amp_optimizer_step(ocpu));
-          if (!bf16m_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the step after the loads", what);
+          if (!moments_same(what, og, ocpu, dw, cw, N, modes[md].mode, nm)) EXPECT(0, "%s: the step after the loads", what);
           remove(ck);
         }
         amp_optimizer_destroy(og); amp_optimizer_destroy(ocpu);
@@ -1476,6 +1478,11 @@ static void bf16_moments_on_gpu_are_the_cpus_bits(void) {
       }
   free(w0); free(cw); free(before); free(after); free(g); free(cg);
 }
+
+static void bf16_moments_on_gpu_are_the_cpus_bits(void) { moments_on_gpu_are_the_cpus_bits(AMP_MOMENTS_BF16); }
+/* The same for AMP_MOMENTS_8BIT: the step kernel's blocks of 256 (one element a thread, the block's
+   absmax reduced across the threads, each code by bisection) against the CPU's vector encode. */
+static void eight_bit_moments_on_gpu_are_the_cpus_bits(void) { moments_on_gpu_are_the_cpus_bits(AMP_MOMENTS_8BIT); }
 
 static void zscore_spikes_on_gpu_equal_the_cpus(void) {
   tens t;
@@ -1566,6 +1573,7 @@ int main(void) {
   RUN(master_modes_on_gpu);
   RUN(every_master_mode_on_gpu_is_the_cpus_bits);
   RUN(bf16_moments_on_gpu_are_the_cpus_bits);
+  RUN(eight_bit_moments_on_gpu_are_the_cpus_bits);
   RUN(zscore_spikes_on_gpu_equal_the_cpus);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);

@@ -208,6 +208,8 @@ typedef struct fake_optim {
   float *ls, *wd;      /* each tensor's group values, as the kernel's table holds them */
   uint16_t **rem;      /* AMP_MASTER_SPLIT tensors' remainders (p NULL for SPLIT and NONE, as the slab has none) */
   amp_bf16 **mh, **vh; /* AMP_MOMENTS_BF16 tensors' moments, 2 bytes each as the slab keeps them (m, v NULL) */
+  unsigned char **m8, **v8;   /* AMP_MOMENTS_8BIT tensors' arrays as the slab keeps them (amp__moment_bytes) */
+  float code[2][256]; double mid[2][256];   /* the step kernel's maps (amp__q8_map): signed m, unsigned v */
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
   int32_t spike; int64_t spike_skips, passes;
@@ -223,8 +225,8 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
   (void)state;
   if (!amp__kind_on_device(h->kind)) { free(o); snprintf(msg, cap, "amp__cu_optim_create: kind %d has no device update", (int)h->kind); return AMP_ERR_ARG; }
   if (!o) { snprintf(msg, cap, "out of memory"); return AMP_ERR_NOMEM; }
-  for (i = 0; i < n; i++)   /* the kernel keeps f32 and bf16 moments only */
-    if (ts[i].moments != AMP_MOMENTS_F32 && ts[i].moments != AMP_MOMENTS_BF16) {
+  for (i = 0; i < n; i++)   /* the kernel keeps the types amp.h's list marks for CUDA */
+    if (!amp__moments_on_cuda(ts[i].moments)) {
       free(o); snprintf(msg, cap, "amp__cu_optim_create: tensor %zu: moments %d", i, ts[i].moments); return AMP_ERR_UNSUPPORTED;
     }
   o->h = *h; o->k = n;
@@ -233,6 +235,8 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
   o->m = (float **)calloc(n, sizeof *o->m); o->v = (float **)calloc(n, sizeof *o->v);
   o->rem = (uint16_t **)calloc(n, sizeof *o->rem);
   o->mh = (amp_bf16 **)calloc(n, sizeof *o->mh); o->vh = (amp_bf16 **)calloc(n, sizeof *o->vh);
+  o->m8 = (unsigned char **)calloc(n, sizeof *o->m8); o->v8 = (unsigned char **)calloc(n, sizeof *o->v8);
+  amp__q8_map(1, o->code[0], o->mid[0]); amp__q8_map(0, o->code[1], o->mid[1]);
   if (h->stats) o->stats = (amp__gstat *)calloc(n, sizeof *o->stats);
   for (i = 0; i < n; i++) {
     o->t[i] = ts[i];
@@ -247,6 +251,16 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
     if (ts[i].master_mode == AMP_MASTER_F32) {   /* the master given (bit for bit), else the model copy */
       o->p[i] = (float *)malloc(ts[i].n * 4);
       for (j = 0; j < ts[i].n; j++) o->p[i][j] = ts[i].master ? ts[i].master[j] : amp__load(ts[i].w, (amp_dtype)ts[i].wtype, j);
+    }
+    if (ts[i].moments == AMP_MOMENTS_8BIT) {   /* amp__cu_q8_zero_kernel: absmaxes 1e-38, codes of 0 */
+      size_t nb = (ts[i].n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK, b;
+      for (j = 0; j < (size_t)nm && j < 2; j++) {
+        unsigned char *a = (unsigned char *)malloc(amp__moment_bytes(AMP_MOMENTS_8BIT, ts[i].n));
+        for (b = 0; b < nb; b++) { float z = amp__q8_absmax(0.0f); memcpy(a + 4 * b, &z, 4); }
+        memset(a + 4 * nb, amp__q8_bisect(o->mid[j], 0.0f), ts[i].n);
+        if (j) o->v8[i] = a; else o->m8[i] = a;
+      }
+      continue;
     }
     if (ts[i].moments == AMP_MOMENTS_BF16) {   /* zeroed words: +0 */
       if (nm >= 1) o->mh[i] = (amp_bf16 *)calloc(ts[i].n, 2);
@@ -263,8 +277,11 @@ void amp__cu_optim_destroy(void *state, void *optim) {
   fake_optim *o = (fake_optim *)optim;
   size_t i;
   (void)state;
-  for (i = 0; i < o->k; i++) { free(o->p[i]); free(o->m[i]); free(o->v[i]); free(o->rem[i]); free(o->mh[i]); free(o->vh[i]); }
+  for (i = 0; i < o->k; i++) {
+    free(o->p[i]); free(o->m[i]); free(o->v[i]); free(o->rem[i]); free(o->mh[i]); free(o->vh[i]); free(o->m8[i]); free(o->v8[i]);
+  }
   free(o->t); free(o->ls); free(o->wd); free(o->p); free(o->m); free(o->v); free(o->rem); free(o->mh); free(o->vh);
+  free(o->m8); free(o->v8);
   free(o->stats); free(o);
 }
 amp_status amp__cu_optim_set_hparams(void *state, void *optim, const amp_optim_config *h, char *msg, size_t cap) {
@@ -332,6 +349,27 @@ amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, 
   fake_decide(o, (fake_scaler *)scaler, !(o->red[0] == 0.0), o->red[1]);
   return AMP_OK;
 }
+/* An 8-bit array's n values as the step kernel reads them, and its new values stored as the kernel
+   stores them: per block of AMP__Q8_BLOCK, the absmax from the unsigned maximum of the |bits|
+   (amp__q8_absmax), then each code by amp__q8_bisect of amp__q8_unit. */
+static float *fake_q8_load(const unsigned char *a, const float *code, size_t n) {
+  size_t nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK, j;
+  float *d = (float *)malloc(n * 4), am;
+  for (j = 0; j < n; j++) { memcpy(&am, a + 4 * (j / AMP__Q8_BLOCK), 4); d[j] = amp__fmul(code[a[4 * nb + j]], am); }
+  return d;
+}
+static void fake_q8_store(unsigned char *a, const double *mid, const float *x, size_t n) {
+  size_t nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK, b, j;
+  for (b = 0; b < nb; b++) {
+    size_t e0 = b * AMP__Q8_BLOCK, e1 = e0 + AMP__Q8_BLOCK < n ? e0 + AMP__Q8_BLOCK : n;
+    uint32_t top = 0;
+    float am;
+    for (j = e0; j < e1; j++) { uint32_t u = amp__f32_bits(x[j]) & 0x7fffffffu; top = u > top ? u : top; }
+    am = amp__q8_absmax(amp__bits_f32(top));
+    memcpy(a + 4 * b, &am, 4);
+    for (j = e0; j < e1; j++) a[4 * nb + j] = amp__q8_bisect(mid, amp__q8_unit(x[j], am));
+  }
+}
 amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)optim;
   fake_scaler *sc = (fake_scaler *)scaler;
@@ -354,6 +392,10 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
           if (v) v[j] = amp_bf16_to_f32(o->vh[i][j]);
         }
       }
+      if (o->m8[i] || o->v8[i]) {   /* 8-bit moments: the kernel's loads, code[c] * the block's absmax */
+        m = o->m8[i] ? fake_q8_load(o->m8[i], o->code[0], n) : NULL;
+        v = o->v8[i] ? fake_q8_load(o->v8[i], o->code[1], n) : NULL;
+      }
       if (!o->p[i])   /* the kernel's AMP_MASTER_SPLIT / _NONE branch */
         amp__o_step_lowmem(o->h.kind, (amp_bf16 *)o->t[i].w, o->rem[i], m, v, o->t[i].g, (amp_dtype)o->t[i].gtype, key, n,
                            o->mul, &c);
@@ -365,6 +407,11 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
           if (m) o->mh[i][j] = amp__moment_bf16(m[j], msr, km, j);
           if (v) o->vh[i][j] = amp__moment_bf16(v[j], msr, kv, j);
         }
+        free(m); free(v);
+      }
+      if (o->m8[i] || o->v8[i]) {   /* the kernel's stores: per block its absmax, then each code */
+        if (m) fake_q8_store(o->m8[i], o->mid[0], m, n);
+        if (v) fake_q8_store(o->v8[i], o->mid[1], v, n);
         free(m); free(v);
       }
     }
@@ -394,9 +441,10 @@ amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__tensor 
 amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host, int to_device,
                                   char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)optim;
-  void *d = which == 0 ? (void *)o->p[index] : which == 1 ? (o->mh[index] ? (void *)o->mh[index] : (void *)o->m[index])
-                                                          : (o->vh[index] ? (void *)o->vh[index] : (void *)o->v[index]);
-  size_t bytes = o->t[index].n * (which > 0 && o->t[index].moments == AMP_MOMENTS_BF16 ? 2 : 4);   /* as kept */
+  void *d = which == 0 ? (void *)o->p[index]
+           : which == 1 ? (o->mh[index] ? (void *)o->mh[index] : o->m8[index] ? (void *)o->m8[index] : (void *)o->m[index])
+                        : (o->vh[index] ? (void *)o->vh[index] : o->v8[index] ? (void *)o->v8[index] : (void *)o->v[index]);
+  size_t bytes = which > 0 ? amp__moment_bytes(o->t[index].moments, o->t[index].n) : o->t[index].n * 4;   /* as kept */
   (void)state;
   if (!d) { snprintf(msg, cap, "amp__cu_optim_state_io: which %d is not kept", which); return AMP_ERR_ARG; }
   if (to_device) memcpy(d, host, bytes); else memcpy(host, d, bytes);
@@ -1244,7 +1292,7 @@ static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
    beside an f32-moment tensor gives the CPU's model copies, remainders, masters and moment words,
    across the CPU's blocks of AMP__CHUNK elements; a skipped step leaves the words as they were; the
    state bytes are the CPU's; a checkpoint moves between the CPU and the CUDA line both ways, the
-   moments as kept; and 8-bit and fp8 moments are refused there. */
+   moments as kept; and fp8 moments are refused there. */
 #define BN 1300   /* more than two of the CPU's blocks */
 typedef struct brig {
   amp_bf16 wa[BN], wb[77], wc[BN], wd[41]; float we[29], ga[BN], gb[77], gc[BN], gd[41], ge[29]; amp_optimizer *o;
@@ -1355,11 +1403,11 @@ static void bf16_moments_on_the_cuda_line_give_the_cpus_bits(void) {
     amp_optimizer_destroy(a.o); amp_optimizer_destroy(b.o);
   }
   remove(CKPT);
-  {   /* 8-bit and fp8 moments: refused on the CUDA line, naming the call and the type; nothing added */
+  {   /* fp8 moments: refused on the CUDA line, naming the call and the type; nothing added */
     static amp_bf16 w[4096];
     static float g[4096];
-    static const int types[2] = {AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
-    static const char *names[2] = {"AMP_MOMENTS_8BIT", "AMP_MOMENTS_FP8"};
+    static const int types[1] = {AMP_MOMENTS_FP8};
+    static const char *names[1] = {"AMP_MOMENTS_FP8"};
     amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
     amp_tensor_desc t;
     amp_optimizer *o = NULL;
@@ -1368,7 +1416,7 @@ static void bf16_moments_on_the_cuda_line_give_the_cpus_bits(void) {
     EXPECT(amp_optimizer_create(&o, gpu(), &c) == AMP_OK, "%s", amp_last_error());
     memset(&t, 0, sizeof t);
     t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.weights = w; t.grads = g; t.n = 4096;
-    for (j = 0; j < 2; j++) {
+    for (j = 0; j < 1; j++) {
       t.moments = types[j];
       st = amp_optimizer_add_tensor(o, &t);
       EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_optimizer_add_tensor") &&
@@ -1377,6 +1425,129 @@ static void bf16_moments_on_the_cuda_line_give_the_cpus_bits(void) {
     }
     amp_optimizer_destroy(o);
   }
+}
+
+/* AMP_MOMENTS_8BIT on the CUDA line: the device keeps each moment as the CPU does (the absmax of
+   each block of 256, then the codes); the step kernel reads code[c] * absmax, steps, takes each
+   block's new absmax and encodes by bisection (amp__q8_bisect), so every master mode (F32 with a
+   bf16 copy rounded to nearest and one rounded stochastically, SPLIT, NONE), tensors ending in a
+   partial block, one under 4096 elements (f32 moments there, as on the CPU) and an f32 tensor beside
+   them give the CPU's model copies, remainders, masters and moment bytes, whose search and vector
+   loops differ; a skipped step leaves them as they were; the state bytes count the absmaxes; a
+   checkpoint moves between the CPU and the CUDA line both ways. */
+#define QK 5
+static const size_t qrig_n[QK] = {4396, 5000, 4396, 4097, 300};
+typedef struct qrig { amp_bf16 *w[QK]; float *g[QK], we[29], ge[29]; amp_optimizer *o; } qrig;
+static void qrig_free(qrig *r) {
+  int i;
+  for (i = 0; i < QK; i++) { free(r->w[i]); free(r->g[i]); }
+  amp_optimizer_destroy(r->o);
+  memset(r, 0, sizeof *r);
+}
+static int qrig_make(qrig *r, amp_device *d, amp_optim_kind kind) {
+  static const int modes[QK] = {AMP_MASTER_F32, AMP_MASTER_F32, AMP_MASTER_SPLIT, AMP_MASTER_NONE, AMP_MASTER_F32};
+  static const int sr[QK] = {0, 1, 0, 1, 0};
+  amp_optim_config c = amp_optimizer_defaults(kind);
+  amp_tensor_desc t;
+  size_t i, j;
+  memset(r, 0, sizeof *r);
+  c.lr = 0.01f; c.weight_decay = 0.05f; c.momentum = kind == AMP_SGD ? 0.9f : 0.0f; c.seed = 5;
+  if (amp_optimizer_create(&r->o, d, &c) != AMP_OK) return 0;
+  for (i = 0; i < QK; i++) {
+    r->w[i] = (amp_bf16 *)malloc(qrig_n[i] * 2); r->g[i] = (float *)calloc(qrig_n[i], 4);
+    if (!r->w[i] || !r->g[i]) return 0;
+    for (j = 0; j < qrig_n[i]; j++) r->w[i][j] = amp_f32_to_bf16(0.001f * (float)((j * (i + 3)) % 101) - 0.05f);
+    memset(&t, 0, sizeof t);
+    t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.moments = AMP_MOMENTS_8BIT;
+    t.weights = r->w[i]; t.grads = r->g[i]; t.n = qrig_n[i]; t.master_mode = modes[i]; t.stochastic = sr[i];
+    if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
+  }
+  for (j = 0; j < 29; j++) r->we[j] = 0.1f * (float)j - 1.0f;
+  return amp_optimizer_add(r->o, AMP_F32, r->we, r->ge, 29) == AMP_OK;
+}
+static void qrig_grads(qrig *a, qrig *b, int step) {
+  size_t i, j;
+  for (i = 0; i < QK; i++)
+    for (j = 0; j < qrig_n[i]; j++)   /* blocks of very different sizes: absmaxes far apart */
+      a->g[i][j] = b->g[i][j] = 0.013f * (float)((j * 7 + (size_t)step + i) % 19 - 9) * (j / 256 % 3 == 1 ? 1e-3f : 1.0f);
+  for (j = 0; j < 29; j++) a->ge[j] = b->ge[j] = 0.05f * (float)((j + (size_t)step) % 5 - 2);
+}
+static const void *qrig_moment(const qrig *r, size_t i, int j) {
+  if (r->o->dev == amp_cpu()) {
+    const amp__tensor *t = &r->o->t[i];
+    return t->moments != AMP_MOMENTS_F32 ? (const void *)(j == 1 ? t->mq : t->vq) : (const void *)(j == 1 ? t->m : t->v);
+  } else {
+    const fake_optim *f = (const fake_optim *)r->o->cu;
+    return f->m8[i] || f->v8[i] ? (const void *)(j == 1 ? f->m8[i] : f->v8[i]) : (const void *)(j == 1 ? f->m[i] : f->v[i]);
+  }
+}
+static int qrig_same(const qrig *a, const qrig *b, int nm) {
+  size_t i;
+  int j;
+  uint16_t *rb;
+  (void)amp_optimizer_master(b->o, 0, NULL);   /* builds the device's optimizer before the first step */
+  rb = amp__cu_optim_rem(b->o->cu, 2);
+  if (memcmp(a->we, b->we, sizeof a->we) || !rb || memcmp(a->o->t[2].rem, rb, qrig_n[2] * 2)) return 0;
+  for (i = 0; i <= QK; i++) {
+    size_t na = 0, nb = 0, n = i < QK ? qrig_n[i] : 29;
+    const float *ma = amp_optimizer_master(a->o, i, &na), *mb = amp_optimizer_master(b->o, i, &nb);
+    if (i < QK && memcmp(a->w[i], b->w[i], n * 2)) return 0;
+    if ((ma != NULL) != (mb != NULL) || na != nb || (ma && memcmp(ma, mb, na * 4))) return 0;
+    if (a->o->t[i].moments != b->o->t[i].moments) return 0;
+    for (j = 1; j <= nm; j++) {
+      const void *qa = qrig_moment(a, i, j), *qb = qrig_moment(b, i, j);
+      if (!qa || !qb || memcmp(qa, qb, amp__moment_bytes(a->o->t[i].moments, n))) return 0;
+    }
+  }
+  return 1;
+}
+static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) {
+  static const amp_optim_kind kinds[4] = {AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_LION};
+  static const int nms[4] = {1, 2, 2, 1};
+  static const size_t master[QK] = {4, 4, 2, 0, 4};
+  int k, step, codes;
+  size_t i, j;
+  for (k = 0; k < 4; k++) {
+    qrig a, b;
+    size_t want = 0;
+    if (!qrig_make(&a, amp_cpu(), kinds[k]) || !qrig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
+    EXPECT(a.o->t[0].moments == AMP_MOMENTS_8BIT && a.o->t[4].moments == AMP_MOMENTS_F32, "the rule for small tensors");
+    for (i = 0; i <= QK; i++) {   /* the device's arrays: 64 elements each, every moment array 128-byte aligned */
+      size_t n = i < QK ? qrig_n[i] : 29, p = (n + 63) / 64 * 64;
+      size_t mom = amp__moment_bytes(b.o->t[i].moments, p);
+      want += p * (i < QK ? master[i] : 4) + (size_t)nms[k] * ((mom + 127) / 128 * 128);
+    }
+    EXPECT(amp_optimizer_state_bytes(b.o) == want, "kind %d: state bytes on the CUDA line %zu, want %zu", k,
+           amp_optimizer_state_bytes(b.o), want);
+    EXPECT(qrig_same(&a, &b, nms[k]), "kind %d: the states differ before a step", k);
+    for (step = 0; step < 9; step++) {
+      qrig_grads(&a, &b, step);
+      if (step == 4) a.g[1][7] = b.g[1][7] = (float)NAN;   /* skipped: nothing moves */
+      EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+      EXPECT(qrig_same(&a, &b, nms[k]), "kind %d step %d: model copies, remainders, masters or 8-bit moments differ", k,
+             step);
+    }
+    {   /* the codes moved: many distinct codes in tensor 1's last moment */
+      const unsigned char *q = (const unsigned char *)qrig_moment(&b, 1, nms[k]);
+      int seen[256] = {0};
+      for (j = 0, codes = 0; j < qrig_n[1]; j++) if (!seen[q[4 * 20 + j]]++) codes++;
+      EXPECT(codes > 8, "kind %d: only %d distinct codes in tensor 1's moment", k, codes);
+    }
+    EXPECT(amp_checkpoint_save(CKPT, b.o, NULL) == AMP_OK && amp_checkpoint_load(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
+    EXPECT(qrig_same(&a, &b, nms[k]), "kind %d: the CUDA line's checkpoint loaded on the CPU differs", k);
+    qrig_grads(&a, &b, 20);
+    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
+    EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
+    qrig_grads(&a, &b, 21);
+    EXPECT(amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());   /* moved on, then restored */
+    EXPECT(amp_checkpoint_load(CKPT, b.o, NULL) == AMP_OK, "%s", amp_last_error());
+    EXPECT(qrig_same(&a, &b, nms[k]), "kind %d: the CPU's checkpoint loaded on the CUDA line differs", k);
+    qrig_grads(&a, &b, 22);
+    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK && qrig_same(&a, &b, nms[k]),
+           "kind %d: the step after the load differs: %s", k, amp_last_error());
+    qrig_free(&a); qrig_free(&b);
+  }
+  remove(CKPT);
 }
 
 /* Both operation tables are filled from one list (AMP__BACKEND_OPS) by name: every member of
@@ -1654,6 +1825,7 @@ int main(void) {
   RUN(spikes_on_the_cuda_line_equal_the_cpus);
   RUN(master_modes_on_the_cuda_line_give_the_cpus_bits);
   RUN(bf16_moments_on_the_cuda_line_give_the_cpus_bits);
+  RUN(eight_bit_moments_on_the_cuda_line_give_the_cpus_bits);
   RUN(grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits);
   RUN(mixed_types_on_the_cuda_line_are_widened_first);
   RUN(the_fp8_scaler_on_the_cuda_line_equals_the_cpus);
