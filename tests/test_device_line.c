@@ -1285,6 +1285,26 @@ static void master_modes_on_the_cuda_line_give_the_cpus_bits(void) {
   }
 }
 
+/* The moment tests' checkpoint round trip on two rigs (a on the CPU, b on the CUDA line): b's file
+   loaded on the CPU, a step on both, a's file loaded on the CUDA line after it moved on, and the
+   step after; same() must hold after each load and after the last step. */
+typedef struct rig_ops { amp_optimizer *(*opt)(void *); void (*grads)(void *, void *, int); int (*same)(const void *, const void *, int); } rig_ops;
+static void moments_checkpoint_both_ways(const rig_ops *r, void *a, void *b, int nm, int k) {
+  amp_optimizer *oa = r->opt(a), *ob = r->opt(b);
+  EXPECT(amp_checkpoint_save(CKPT, ob, NULL) == AMP_OK && amp_checkpoint_load(CKPT, oa, NULL) == AMP_OK, "%s", amp_last_error());
+  EXPECT(r->same(a, b, nm), "kind %d: the CUDA line's checkpoint loaded on the CPU differs", k);
+  r->grads(a, b, 20);
+  EXPECT(amp_optimizer_step(oa) == AMP_OK && amp_optimizer_step(ob) == AMP_OK, "step: %s", amp_last_error());
+  EXPECT(amp_checkpoint_save(CKPT, oa, NULL) == AMP_OK, "%s", amp_last_error());
+  r->grads(a, b, 21);
+  EXPECT(amp_optimizer_step(ob) == AMP_OK, "step: %s", amp_last_error());   /* moved on, then restored */
+  EXPECT(amp_checkpoint_load(CKPT, ob, NULL) == AMP_OK, "%s", amp_last_error());
+  EXPECT(r->same(a, b, nm), "kind %d: the CPU's checkpoint loaded on the CUDA line differs", k);
+  r->grads(a, b, 22);
+  EXPECT(amp_optimizer_step(oa) == AMP_OK && amp_optimizer_step(ob) == AMP_OK && r->same(a, b, nm),
+         "kind %d: the step after the load differs: %s", k, amp_last_error());
+}
+
 /* AMP_MOMENTS_BF16 on the CUDA line: the device keeps the moments as bf16 words (2 bytes each), the
    step kernel's loads widen them and its stores round them with amp__moment_bf16 (to nearest even,
    or stochastically with the moment streams of the tensor's key at each element's index), so every
@@ -1359,6 +1379,10 @@ static int brig_same(const brig *a, const brig *b, int nm) {
   }
   return 1;
 }
+static amp_optimizer *brig_opt(void *r) { return ((brig *)r)->o; }
+static void brig_grads_v(void *a, void *b, int step) { brig_grads((brig *)a, (brig *)b, step); }
+static int brig_same_v(const void *a, const void *b, int nm) { return brig_same((const brig *)a, (const brig *)b, nm); }
+static const rig_ops brig_ops = {brig_opt, brig_grads_v, brig_same_v};
 static void bf16_moments_on_the_cuda_line_give_the_cpus_bits(void) {
   static const amp_optim_kind kinds[4] = {AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_LION};
   static const int nms[4] = {1, 2, 2, 1};
@@ -1387,19 +1411,7 @@ static void bf16_moments_on_the_cuda_line_give_the_cpus_bits(void) {
     }
     for (i = 0, nonzero = 0; i < 77; i++) nonzero += ((const amp_bf16 *)brig_moment(&b, 1, nms[k]))[i] != 0;
     EXPECT(nonzero > 40, "kind %d: only %d of tensor 1's moment words are nonzero", k, nonzero);
-    /* the CUDA line's file loaded on the CPU, a step on both, and the CPU's file loaded on the CUDA line */
-    EXPECT(amp_checkpoint_save(CKPT, b.o, NULL) == AMP_OK && amp_checkpoint_load(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
-    EXPECT(brig_same(&a, &b, nms[k]), "kind %d: the CUDA line's checkpoint loaded on the CPU differs", k);
-    brig_grads(&a, &b, 20);
-    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
-    EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
-    brig_grads(&a, &b, 21);
-    EXPECT(amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());   /* moved on, then restored */
-    EXPECT(amp_checkpoint_load(CKPT, b.o, NULL) == AMP_OK, "%s", amp_last_error());
-    EXPECT(brig_same(&a, &b, nms[k]), "kind %d: the CPU's checkpoint loaded on the CUDA line differs", k);
-    brig_grads(&a, &b, 22);
-    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK && brig_same(&a, &b, nms[k]),
-           "kind %d: the step after the load differs: %s", k, amp_last_error());
+    moments_checkpoint_both_ways(&brig_ops, &a, &b, nms[k], k);
     amp_optimizer_destroy(a.o); amp_optimizer_destroy(b.o);
   }
   remove(CKPT);
@@ -1501,6 +1513,10 @@ static int qrig_same(const qrig *a, const qrig *b, int nm) {
   }
   return 1;
 }
+static amp_optimizer *qrig_opt(void *r) { return ((qrig *)r)->o; }
+static void qrig_grads_v(void *a, void *b, int step) { qrig_grads((qrig *)a, (qrig *)b, step); }
+static int qrig_same_v(const void *a, const void *b, int nm) { return qrig_same((const qrig *)a, (const qrig *)b, nm); }
+static const rig_ops qrig_ops = {qrig_opt, qrig_grads_v, qrig_same_v};
 static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) {
   static const amp_optim_kind kinds[4] = {AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_LION};
   static const int nms[4] = {1, 2, 2, 1};
@@ -1533,18 +1549,7 @@ static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) {
       for (j = 0, codes = 0; j < qrig_n[1]; j++) if (!seen[q[4 * 20 + j]]++) codes++;
       EXPECT(codes > 8, "kind %d: only %d distinct codes in tensor 1's moment", k, codes);
     }
-    EXPECT(amp_checkpoint_save(CKPT, b.o, NULL) == AMP_OK && amp_checkpoint_load(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
-    EXPECT(qrig_same(&a, &b, nms[k]), "kind %d: the CUDA line's checkpoint loaded on the CPU differs", k);
-    qrig_grads(&a, &b, 20);
-    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());
-    EXPECT(amp_checkpoint_save(CKPT, a.o, NULL) == AMP_OK, "%s", amp_last_error());
-    qrig_grads(&a, &b, 21);
-    EXPECT(amp_optimizer_step(b.o) == AMP_OK, "step: %s", amp_last_error());   /* moved on, then restored */
-    EXPECT(amp_checkpoint_load(CKPT, b.o, NULL) == AMP_OK, "%s", amp_last_error());
-    EXPECT(qrig_same(&a, &b, nms[k]), "kind %d: the CPU's checkpoint loaded on the CUDA line differs", k);
-    qrig_grads(&a, &b, 22);
-    EXPECT(amp_optimizer_step(a.o) == AMP_OK && amp_optimizer_step(b.o) == AMP_OK && qrig_same(&a, &b, nms[k]),
-           "kind %d: the step after the load differs: %s", k, amp_last_error());
+    moments_checkpoint_both_ways(&qrig_ops, &a, &b, nms[k], k);
     qrig_free(&a); qrig_free(&b);
   }
   remove(CKPT);
