@@ -392,9 +392,9 @@
                            log line; spike skipping (amp_optim_config.spike_norm and
                            spike_zscore, amp_optimizer_spike_skips), saved in checkpoints
                            (format version 2; version 1 still loads); optimizer moments in
-                           bf16, 8-bit blockwise and E4M3 with a per-tensor scale on the CPU
-                           (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / _8BIT / _FP8, format
-                           version 3 when a tensor has them), bf16 and 8-bit moments on CUDA too,
+                           bf16, 8-bit blockwise and E4M3 with a per-tensor scale, on the
+                           CPU and on CUDA (amp_tensor_desc.moments = AMP_MOMENTS_BF16 / _8BIT
+                           / _FP8, format version 3 when a tensor has them),
                            amp_optimizer_state_bytes; the Lion optimizer
                            (AMP_LION / AMP_OPTIM_LION = 4); the optimizer kinds are one list,
                            and an unknown kind is refused everywhere (AMP_ERR_ARG at create);
@@ -1370,7 +1370,7 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
    optimizer keeps it too, else 0: refused there). */
 #define AMP__MOMENTS_TYPES(X) \
   X(AMP_MOMENTS_F32, 0, 4, 1, 1) X(AMP_MOMENTS_BF16, 1, 2, 1, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1, 1) \
-  X(AMP_MOMENTS_FP8, 3, 1, 1, 0)
+  X(AMP_MOMENTS_FP8, 3, 1, 1, 1)
 #define AMP__MOMENTS_ITEM(name, value, bytes, kept, cuda) name = value,
 enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
 #undef AMP__MOMENTS_ITEM
@@ -1527,9 +1527,11 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          code times absmax, updates it, reduces the block's new absmax across
                          its threads and finds each code by bisection over the map's midpoints
                          (amp__q8_bisect), the count the CPU's faster search gives: the CPU's
-                         bits. AMP_MOMENTS_FP8 is refused there (AMP_ERR_UNSUPPORTED naming
-                         amp_optimizer_add_tensor and the type): its scale needs the whole
-                         tensor's new amax before the first code is written.
+                         bits. AMP_MOMENTS_FP8 too: as on the CPU, a first launch of the step
+                         kernel computes the new moments only for each array's amax (an atomic
+                         maximum on the bits), the step launch encodes with the scales from them
+                         and its last block writes each array's new scale_inv once every block
+                         has read the old one: the CPU's bits, with no host wait.
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
      AMP_MASTER_F32              6               8           6
@@ -2728,7 +2730,7 @@ typedef struct amp__tensor {
                             (CPU; on CUDA the moments live in the device slab); NULL when moments is not F32 */
   int moments;           /* the type the moments are kept in (amp_tensor_desc.moments; AMP_MOMENTS_F32 for an
                             8BIT tensor under AMP__Q8_MIN elements); not F32: mq / vq hold them (CPU; CUDA keeps
-                            F32, BF16 and 8BIT moments in its slab, amp__cu_optim_state_io moves them as kept) */
+                            every type in its slab, amp__cu_optim_state_io moves them as kept) */
   unsigned char *mq, *vq;  /* moments not in f32, as m and v above, each amp__moment_bytes(moments, n) bytes
                               laid out as the checkpoint holds them (BF16: n words; 8BIT: the blocks' f32
                               absmaxes, then n codes; FP8: the f32 scale_inv, then n codes); else NULL */
@@ -2822,6 +2824,19 @@ static inline AMP_HD float amp__q8_absmax(float amax) { return amax < 1e-38f ? 1
 static inline AMP_HD float amp__q8_unit(float x, float am) {
   float y = amp__fdiv(x, am);
   return y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y;
+}
+/* AMP_MOMENTS_FP8 (TransformerEngine's FusedAdam with uint8 moments), the CPU's and the step
+   kernel's rule: one scale per moment array, from the largest magnitude of the values it encodes
+   (amax) by TE's current scaling for E4M3 (amp_fp8_scale_from_amax, AMP_FP8_CURRENT, epsilon 0):
+   448 / amax; 1 where amax is 0 (every moment 0; TE's own start) or not finite; FLT_MAX where
+   448 / amax overflows. A value x is kept as the code amp_f32_to_e4m3(x * scale, saturating:
+   nearest, ties to even) and read back as amp_e4m3_to_f32(code) * scale_inv, scale_inv =
+   1 / scale (f32 operations each), kept in front of the codes. */
+static inline AMP_HD float amp__f8m_scale(float amax) {
+  amp_fp8_config c;
+  memset(&c, 0, sizeof c);
+  c.recipe = AMP_FP8_CURRENT;
+  return amp_fp8_scale_from_amax(&c, AMP_E4M3, amax, 1.0f);
 }
 AMP__EXACT_BEGIN
 /* The spike decision, one function for the CPU and the CUDA kernels: a step with clean grads
@@ -6978,19 +6993,7 @@ static AMP__AVX2 size_t amp__q8_decode8(const amp__qmap *q, float *d, const uint
   return j;
 }
 #endif
-/* AMP_MOMENTS_FP8 (TransformerEngine's FusedAdam with uint8 moments): one scale per moment array,
-   from the largest magnitude of the values it encodes (amax) by TE's current scaling for E4M3
-   (amp_fp8_scale_from_amax, AMP_FP8_CURRENT, epsilon 0): 448 / amax; 1 where amax is 0 (every
-   moment 0; TE's own start) or not finite; FLT_MAX where 448 / amax overflows. A value x is kept as
-   the code amp_f32_to_e4m3(x * scale, saturating: nearest, ties to even) and read back as
-   amp_e4m3_to_f32(code) * scale_inv, scale_inv = 1 / scale (f32 operations each), kept in front of
-   the codes. */
-static AMP__EXACT_FP float amp__f8m_scale(float amax) {
-  amp_fp8_config c;
-  memset(&c, 0, sizeof c);
-  c.recipe = AMP_FP8_CURRENT;
-  return amp_fp8_scale_from_amax(&c, AMP_E4M3, amax, 1.0f);
-}
+/* AMP_MOMENTS_FP8: amp__f8m_scale (the shared part) gives each array's scale. */
 static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
                                     const float *scale, float *amax, uint64_t *counts, char *m, size_t cap);
 /* *amax joined with the largest |x| of k values, on the bits (a NaN above inf): amp_quantize's CPU

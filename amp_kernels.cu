@@ -297,8 +297,10 @@ struct amp__cu_tdev {
   int32_t group;          // param group: 0 takes lr_scale 1 and the config's weight_decay (amp__group_coefs)
   int32_t round_to;       // a float model copy's rounding (amp__store_model); AMP_F32 otherwise
   int32_t stochastic;     // 1: the bf16 model copy is written with stochastic rounding
-  int32_t moments;        // AMP_MOMENTS_F32, _BF16 (stochastic too when stochastic is 1) or _8BIT
+  int32_t moments;        // AMP_MOMENTS_F32, _BF16 (stochastic too when stochastic is 1), _8BIT or _FP8
   const amp__cu_q8map *q8;  // AMP_MOMENTS_8BIT: the optimizer's maps (else NULL)
+  uint32_t *f8amax;       // AMP_MOMENTS_FP8: the new m's and v's amax bits, gathered by the first launch
+                          // and cleared by the step's last block (else NULL)
   float lr_scale, weight_decay;   // the group's (groups 1, 2, ...)
 };
 // A piece of at most AMP__CU_CHUNK elements of one tensor: one block of every multi-tensor launch.
@@ -317,6 +319,9 @@ struct amp__cu_optim_dev {
   long long spike_skips;  // steps skipped for a spike
   amp__spike_window win;  // the last clean steps' norms: pushed by the step kernel's last block, read by the decision
   long long passes;       // unscale decisions made (a replayed graph's too): the key of the host's overflow line
+  long long n_tensors;    // the table's length (the step's last block walks it for AMP_MOMENTS_FP8)
+  int32_t has_f8, pad_f8_; // a tensor keeps AMP_MOMENTS_FP8: the step runs its first launch, and the last block
+                           // writes the new scale_invs
   unsigned int done_unscale, done_step;  // "last block" counters; each launch leaves them at 0
 };
 
@@ -330,9 +335,10 @@ struct amp__cu_optim {
   amp__gstat *stats;      // amp_optim_config.stats: per-tensor gradient stats (NULL when off)
   float *slab;            // masters (`mtotal` floats: AMP_MASTER_F32 tensors only) | m | v (each `total` bytes)
   amp__cu_q8map *q8;      // the 8-bit moments' maps (NULL: no AMP_MOMENTS_8BIT tensor)
+  uint32_t *f8amax;       // two amax slots per tensor (NULL: no AMP_MOMENTS_FP8 tensor)
   uint16_t *rem;          // the remainders of the AMP_MASTER_SPLIT tensors, `rtotal` of them
   size_t n_tensors, total, mtotal, rtotal;
-  int n_chunks, kind, has_m, has_v;
+  int n_chunks, kind, has_m, has_v, has_f8;
   size_t *offset, *n;     // host: each tensor's byte offset in the moment regions and its length
   size_t *moffset, *roffset;  // host: its place among the masters / the remainders (SIZE_MAX: none)
   amp__cu_tdev *host;     // host: the table as uploaded (amp__cu_optim_set_grads rewrites a record)
@@ -671,6 +677,22 @@ template <int KIND> struct amp__cu_kind;
 AMP__OPTIM_KINDS(AMP__CU_KIND_UPDATE)
 #undef AMP__CU_KIND_UPDATE
 
+// The largest of a and of b over the block (unsigned), valid in every thread: shuffles within warps,
+// then the warps' results through shared memory. Every thread of the block calls it; safe to call
+// again at once (the last barrier guards the buffer).
+__device__ __forceinline__ void amp__cu_block_max2(uint32_t &a, uint32_t &b) {
+  __shared__ uint32_t s_max[2][AMP__CU_THREADS / 32];
+  a = __reduce_max_sync(0xffffffffu, a);
+  b = __reduce_max_sync(0xffffffffu, b);
+  if ((threadIdx.x & 31) == 0) { s_max[0][threadIdx.x >> 5] = a; s_max[1][threadIdx.x >> 5] = b; }
+  __syncthreads();
+  for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+    a = s_max[0][w] > a ? s_max[0][w] : a;
+    b = s_max[1][w] > b ? s_max[1][w] : b;
+  }
+  __syncthreads();
+}
+
 // The step's per-element operation on V elements at i .. i+V-1 of a chunk, top to bottom: read the
 // grads (times inv_scale * clip), the master (or decode it from the bf16 copy: AMP_MASTER_SPLIT /
 // _NONE) and the moments the kind keeps; update; write them back and the model copy (rounded to
@@ -683,6 +705,7 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
   uint64_t key;       // stochastic rounding's key (amp__sr_key) of this tensor and update
   uint64_t km, kv;    // bf16 moments rounded stochastically: the moment streams of key (amp__sr_key_moment)
   int msr;            // 1: bf16 moments rounded stochastically (the tensor's stochastic), 0: to nearest even
+  float sm, sv;       // AMP_MOMENTS_FP8: the new m's and v's scales (amp__f8m_scale of the first launch's amaxes)
   // a bf16 moment array's new words: amp__moment_bf16 per element, the CPU's rule and element index
   template <int V> __device__ __forceinline__ void st_bf16(void *a, long long e, const float *x, uint64_t k) const {
     __align__(16) amp_bf16 w[V];
@@ -699,6 +722,15 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
 #pragma unroll
       for (int k = 0; k < V; k++) p[k] = t.rem ? amp__split_decode(((amp_bf16 *)t.model)[e + k], t.rem[e + k])
                                                : amp_bf16_to_f32(((amp_bf16 *)t.model)[e + k]);
+    }
+  }
+  // AMP_MOMENTS_FP8's moments: each code times its array's scale_inv (the old one, in front of the codes)
+  template <int V> __device__ __forceinline__ void ld_f8(long long e, float *m, float *v) const {
+    const float sim = t.m ? *(const float *)t.m : 0.0f, siv = t.v ? *(const float *)t.v : 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      if (t.m) m[k] = amp__fmul(amp_e4m3_to_f32(((const uint8_t *)t.m)[4 + e + k]), sim);
+      if (t.v) v[k] = amp__fmul(amp_e4m3_to_f32(((const uint8_t *)t.v)[4 + e + k]), siv);
     }
   }
   // the new master and model copy (rounded to nearest, to round_to, stochastically, or split again)
@@ -729,6 +761,8 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
     if (t.moments == AMP_MOMENTS_BF16) {   // widened exactly
       if (t.m) amp__cu_ldv<AMP_BF16, V>(t.m, e, m);
       if (t.v) amp__cu_ldv<AMP_BF16, V>(t.v, e, v);
+    } else if (t.moments == AMP_MOMENTS_FP8) {
+      ld_f8<V>(e, m, v);
     } else {
       if (t.m) amp__cu_ldv<AMP_F32, V>(t.m, e, m);
       if (t.v) amp__cu_ldv<AMP_F32, V>(t.v, e, v);
@@ -738,6 +772,12 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
     if (t.moments == AMP_MOMENTS_BF16) {
       if (t.m) st_bf16<V>(t.m, e, m, km);
       if (t.v) st_bf16<V>(t.v, e, v, kv);
+    } else if (t.moments == AMP_MOMENTS_FP8) {   // amp_quantize's cast: x * scale, saturating
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        if (t.m) ((uint8_t *)t.m)[4 + e + k] = amp_f32_to_e4m3(amp__fmul(m[k], sm), 1);
+        if (t.v) ((uint8_t *)t.v)[4 + e + k] = amp_f32_to_e4m3(amp__fmul(v[k], sv), 1);
+      }
     } else {
       if (t.m) amp__cu_stv<AMP_F32, V>(t.m, e, m);
       if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
@@ -754,11 +794,9 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
   // written (the first barrier).
   __device__ __forceinline__ void q8(int len) {
     static_assert(AMP__CU_THREADS == AMP__Q8_BLOCK, "one thread per element of an 8-bit block");
-    __shared__ uint32_t s_max[2][AMP__CU_THREADS / 32];
     const long long nb = (t.n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
     float *am_m = (float *)t.m, *am_v = (float *)t.v;
     uint8_t *cm = t.m ? (uint8_t *)t.m + 4 * nb : NULL, *cv = t.v ? (uint8_t *)t.v + 4 * nb : NULL;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int b = 0; b < len; b += AMP__Q8_BLOCK) {
       const int i = b + (int)threadIdx.x;
       const bool on = i < len;
@@ -772,14 +810,7 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
         st_p<1>(e, &p);
       }
       uint32_t um = on ? amp__f32_bits(m) & 0x7fffffffu : 0u, uv = on ? amp__f32_bits(v) & 0x7fffffffu : 0u;
-      um = __reduce_max_sync(0xffffffffu, um);
-      uv = __reduce_max_sync(0xffffffffu, uv);
-      if (lane == 0) { s_max[0][warp] = um; s_max[1][warp] = uv; }
-      __syncthreads();
-      for (int w = 0; w < AMP__CU_THREADS / 32; w++) {
-        um = s_max[0][w] > um ? s_max[0][w] : um;
-        uv = s_max[1][w] > uv ? s_max[1][w] : uv;
-      }
+      amp__cu_block_max2(um, uv);   // its barrier: every thread has read the block's old absmax
       const float amm = amp__q8_absmax(amp__bits_f32(um)), amv = amp__q8_absmax(amp__bits_f32(uv));
       if (on && t.m) cm[e] = amp__q8_bisect(t.q8->mid[0], amp__q8_unit(m, amm));
       if (on && t.v) cv[e] = amp__q8_bisect(t.q8->mid[1], amp__q8_unit(v, amv));
@@ -787,32 +818,76 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
         if (t.m) am_m[blk] = amm;
         if (t.v) am_v[blk] = amv;
       }
-      __syncthreads();   // s_max is the next block's
+    }
+  }
+  // AMP_MOMENTS_FP8's first launch (amp.h's amp__o_step_q: its first pass): the chunk's new moments,
+  // computed as elems computes them and stored nowhere, only for their amax: the unsigned maximum
+  // of their |bits| (a NaN above inf) joined into the tensor's two slots by atomicMax.
+  __device__ __forceinline__ void f8_amax(int len) {
+    uint32_t um = 0u, uv = 0u;
+    for (int i = (int)threadIdx.x; i < len; i += blockDim.x) {
+      const long long e = start + i;
+      float g, p = 0.0f, m = 0.0f, v = 0.0f;
+      ld_gp<1>(e, &g, &p);
+      ld_f8<1>(e, &m, &v);
+      amp__cu_kind<KIND>::update(p, m, v, g * mul, c);
+      const uint32_t bm = amp__f32_bits(m) & 0x7fffffffu, bv = amp__f32_bits(v) & 0x7fffffffu;
+      um = bm > um ? bm : um;
+      uv = bv > uv ? bv : uv;
+    }
+    amp__cu_block_max2(um, uv);
+    if (threadIdx.x == 0) {
+      if (t.m) atomicMax(&t.f8amax[0], um);
+      if (t.v) atomicMax(&t.f8amax[1], uv);
     }
   }
 };
 // One chunk: 4 elements per access where grad and model copy are 16-byte aligned (16 bytes of master
 // and fp32 moments, 8 of bf16 moments, 8 or 16 of grad and model copy), one at a time otherwise.
+// amax_pass: AMP_MOMENTS_FP8's first launch (f8_amax), else the step.
 template <int KIND, int GD, int WD>
 __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start, int len, float mul,
-                                                   const amp_step_coefs &c, uint64_t key) {
+                                                   const amp_step_coefs &c, uint64_t key, int amax_pass) {
   const int msr = t.moments == AMP_MOMENTS_BF16 && t.stochastic;   // the CPU's amp__o_step_q: only bf16 is stochastic
+  const int f8 = t.moments == AMP_MOMENTS_FP8;
   amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key, msr ? amp__sr_key_moment(key, 1) : 0u,
-                                      msr ? amp__sr_key_moment(key, 2) : 0u, msr};
-  if (t.moments == AMP_MOMENTS_8BIT) op.q8(len);   // per block of codes, with its absmax
+                                      msr ? amp__sr_key_moment(key, 2) : 0u, msr,
+                                      f8 ? amp__f8m_scale(amp__bits_f32(t.f8amax[0])) : 1.0f,
+                                      f8 ? amp__f8m_scale(amp__bits_f32(t.f8amax[1])) : 1.0f};
+  if (amax_pass) op.f8_amax(len);
+  else if (t.moments == AMP_MOMENTS_8BIT) op.q8(len);   // per block of codes, with its absmax
   else amp__cu_walk<4>(op, len, t.vec);
 }
 template <int KIND, int GD>
 __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len, float mul,
-                                                     const amp_step_coefs &c, uint64_t key) {
-  amp__cu_dtype_visit(t.dtype, [&](auto wd) { amp__cu_step_chunk<KIND, GD, wd.value>(t, start, len, mul, c, key); });
+                                                     const amp_step_coefs &c, uint64_t key, int amax_pass) {
+  amp__cu_dtype_visit(t.dtype,
+                      [&](auto wd) { amp__cu_step_chunk<KIND, GD, wd.value>(t, start, len, mul, c, key, amax_pass); });
+}
+// AMP_MOMENTS_FP8, in the step's last block (every block has read the old scale_invs and the slots):
+// each array's new scale_inv, 1 / its scale (amp.h's amp__f8m_set), where the step ran, and every
+// slot cleared for the next step's first launch.
+__device__ void amp__cu_f8_finish(const amp__cu_optim_dev *o, const amp__cu_tdev *tensors, int stepped) {
+  for (long long i = 0; i < o->n_tensors; i++) {
+    const amp__cu_tdev &t = tensors[i];
+    if (t.moments != AMP_MOMENTS_FP8) continue;
+    for (int j = 0; j < 2; j++) {
+      void *a = j ? t.v : t.m;
+      if (!a) continue;
+      if (stepped) *(float *)a = amp__fdiv(1.0f, amp__f8m_scale(amp__bits_f32(__ldcg(&t.f8amax[j]))));
+      t.f8amax[j] = 0u;
+    }
+  }
 }
 
 // sc: the scaler whose OR-ed flag also skips the step (NULL: only this optimizer's own unscale
 // decides). rule != 0: the last block runs the scale rule after every block has read the flag.
+// amax_pass 1: AMP_MOMENTS_FP8's first launch: the fp8 tensors' chunks gather their new moments'
+// amaxes (the other blocks return at once), nothing is written, no count moves.
 template <int KIND> __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, const amp__cu_tdev *tensors,
-                    const amp__cu_chunk *chunks) {
+                    const amp__cu_chunk *chunks, int amax_pass) {
+  if (amax_pass && tensors[chunks[blockIdx.x].tensor].moments != AMP_MOMENTS_FP8) return;
   __shared__ amp_step_coefs s_c;
   __shared__ uint64_t s_key;
   __shared__ float s_mul;
@@ -841,10 +916,13 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     const amp_step_coefs c = s_c;
     const uint64_t key = s_key;
     const float mul = s_mul;
-    amp__cu_dtype_visit(t.gdtype,
-                        [&](auto gd) { amp__cu_step_chunk_w<KIND, gd.value>(t, ch.start, ch.len, mul, c, key); });
+    amp__cu_dtype_visit(t.gdtype, [&](auto gd) {
+      amp__cu_step_chunk_w<KIND, gd.value>(t, ch.start, ch.len, mul, c, key, amax_pass);
+    });
   }
+  if (amax_pass) return;
   if (amp__cu_last_block(&o->done_step) && threadIdx.x == 0) {
+    if (o->has_f8) amp__cu_f8_finish(o, tensors, !skip && !spike);
     if (skip) o->skipped += 1;
     else if (spike) o->spike_skips += 1;
     else { o->t += 1; amp__spike_window_push(&o->win, o->norm); }   // a clean step: its norm into the window
@@ -854,16 +932,18 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
 
 // The launch of kind KIND's step kernel; DEVICE 0 (a row whose update is a host function, AMP_CUSTOM):
 // no kernel, refused.
+// f8: a tensor keeps AMP_MOMENTS_FP8, so the first launch runs before the step's.
 template <int KIND, int DEVICE> struct amp__cu_step_launch {
   static int go(int grid, cudaStream_t s, amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, const amp__cu_tdev *t,
-                const amp__cu_chunk *ch) {
-    amp__cu_step_kernel<KIND><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch);
+                const amp__cu_chunk *ch, int f8) {
+    if (f8) amp__cu_step_kernel<KIND><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch, 1);
+    amp__cu_step_kernel<KIND><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch, 0);
     return 1;
   }
 };
 template <int KIND> struct amp__cu_step_launch<KIND, 0> {
   static int go(int, cudaStream_t, amp__cu_optim_dev *, amp__cu_scaler_dev *, int, const amp__cu_tdev *,
-                const amp__cu_chunk *) {
+                const amp__cu_chunk *, int) {
     return 0;
   }
 };
@@ -1409,15 +1489,19 @@ amp__cu_split_kernel(amp_bf16 *model, uint16_t *rem, const float *master, long l
     amp__split_encode(master[i], &model[i], &rem[i]);
 }
 
-// An AMP_MOMENTS_8BIT array of n elements as a step leaves a block of zeros (amp.h's
-// amp__cpu_moments_place): every block's absmax 1e-38 (amp__q8_absmax of 0), every code c0, the
-// map's code of 0.
+// A moment array of n elements, zeroed, as a step leaves moments that are all 0 (amp.h's
+// amp__cpu_moments_place): AMP_MOMENTS_8BIT every block's absmax 1e-38 (amp__q8_absmax of 0) and
+// every code c0, the map's code of 0; AMP_MOMENTS_FP8 the scale_inv of amax 0 (its codes are 0).
 __global__ void __launch_bounds__(AMP__CU_THREADS)
-amp__cu_q8_zero_kernel(unsigned char *a, long long n, uint8_t c0) {
+amp__cu_moments_zero_kernel(unsigned char *a, int type, long long n, uint8_t c0) {
   const long long nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    if (i < nb) ((float *)a)[i] = amp__q8_absmax(0.0f);
-    a[4 * nb + i] = c0;
+    if (type == AMP_MOMENTS_FP8) {
+      if (i == 0) *(float *)a = amp__fdiv(1.0f, amp__f8m_scale(0.0f));
+    } else {
+      if (i < nb) ((float *)a)[i] = amp__q8_absmax(0.0f);
+      a[4 * nb + i] = c0;
+    }
   }
 }
 
@@ -1428,7 +1512,7 @@ static void amp__cu_optim_release(amp__cu_optim *o) {
   cudaFree(o->chunks);
   cudaFree(o->partials);
   cudaFree(o->reduce);
-  cudaFree(o->slab); cudaFree(o->q8);
+  cudaFree(o->slab); cudaFree(o->q8); cudaFree(o->f8amax);
   cudaFree(o->stats); cudaFree(o->rem);
   free(o->offset); free(o->n); free(o->moffset); free(o->roffset); free(o->host); free(o);
 }
@@ -1463,6 +1547,11 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   }
   char *mbase = o->has_m ? (char *)(o->slab + o->mtotal) : NULL;
   char *vbase = o->has_v ? (char *)(o->slab + o->mtotal) + (size_t)o->has_m * o->total : NULL;
+  for (size_t i = 0; i < o->n_tensors && slots > 1; i++) o->has_f8 |= ts[i].moments == AMP_MOMENTS_FP8;
+  if (o->has_f8) {   // two amax slots per tensor, cleared: the first step's first launch fills them
+    AMP__CU_CHECK(cudaMalloc(&o->f8amax, 2 * o->n_tensors * sizeof *o->f8amax));
+    AMP__CU_CHECK(cudaMemsetAsync(o->f8amax, 0, 2 * o->n_tensors * sizeof *o->f8amax, st->stream));
+  }
   amp__cu_q8map hq = {};   // the 8-bit maps, uploaded where a tensor keeps 8-bit moments (read before the sync below)
   for (size_t i = 0; i < o->n_tensors && !o->q8; i++) {
     if (ts[i].moments != AMP_MOMENTS_8BIT || slots == 1) continue;
@@ -1481,6 +1570,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].group = ts[i].group; ht[i].round_to = (int32_t)ts[i].round_to; ht[i].stochastic = ts[i].stochastic != 0;
     ht[i].moments = ts[i].moments;
     ht[i].q8 = ts[i].moments == AMP_MOMENTS_8BIT ? o->q8 : NULL;
+    ht[i].f8amax = ts[i].moments == AMP_MOMENTS_FP8 && o->f8amax ? o->f8amax + 2 * i : NULL;
     ht[i].lr_scale = ts[i].group ? lr_scale[ts[i].group] : 1.0f;
     ht[i].weight_decay = ts[i].group ? weight_decay[ts[i].group] : 0.0f;   // group 0: the config's, read on the device
     amp__cu_tdev_grads(&ht[i], ts[i].g);
@@ -1491,6 +1581,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   }
   memset(&hb, 0, sizeof hb);
   hb.h = *h;
+  hb.n_tensors = (long long)o->n_tensors; hb.has_f8 = o->has_f8;
   hb.norm = 0.0f; hb.clip = 1.0f; hb.mul = 1.0f; hb.scale = 1.0f;
   AMP__CU_CHECK(cudaMemcpyAsync(o->dev, &hb, sizeof hb, cudaMemcpyHostToDevice, st->stream));
   AMP__CU_CHECK(cudaMemsetAsync(o->reduce, 0, 2 * sizeof(double), st->stream));
@@ -1498,14 +1589,14 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
   AMP__CU_CHECK(cudaMemcpyAsync(o->chunks, hc, (size_t)o->n_chunks * sizeof *hc, cudaMemcpyHostToDevice, st->stream));
   if (slots > 1)
     AMP__CU_CHECK(cudaMemsetAsync(o->slab + o->mtotal, 0, (size_t)(slots - 1) * o->total, st->stream));   // +0: bf16 too
-  for (size_t i = 0; i < o->n_tensors; i++) {   // 8-bit moments: zeros are codes and absmaxes
-    if (ts[i].moments != AMP_MOMENTS_8BIT) continue;
+  for (size_t i = 0; i < o->n_tensors; i++) {   // 8-bit and fp8 moments: zeros are codes, absmaxes, scale_invs
+    if (ts[i].moments != AMP_MOMENTS_8BIT && ts[i].moments != AMP_MOMENTS_FP8) continue;
     for (int j = 0; j < 2; j++) {
       unsigned char *a = (unsigned char *)(j ? ht[i].v : ht[i].m);
       if (!a) continue;
-      amp__cu_q8_zero_kernel<<<amp__cu_grid(st, ts[i].n), AMP__CU_THREADS, 0, st->stream>>>(
-          a, (long long)ts[i].n, amp__q8_bisect(hq.mid[j], 0.0f));
-      AMP__CU_CHECK_LAUNCH("amp__cu_q8_zero_kernel<<<>>>");
+      amp__cu_moments_zero_kernel<<<amp__cu_grid(st, ts[i].n), AMP__CU_THREADS, 0, st->stream>>>(
+          a, ts[i].moments, (long long)ts[i].n, ts[i].moments == AMP_MOMENTS_8BIT ? amp__q8_bisect(hq.mid[j], 0.0f) : 0);
+      AMP__CU_CHECK_LAUNCH("amp__cu_moments_zero_kernel<<<>>>");
     }
   }
   for (size_t i = 0; i < o->n_tensors; i++) {   // each master taken once: as given, else the model copy (exact)
@@ -1702,7 +1793,7 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   int rule = update_scaler != 0, launched = 0;
 #define AMP__CU_STEP_CASE(K, NAME, NM, LR, B1, B2, COEFS, ELEM, DEV, VEC) \
   case K: \
-    launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks); \
+    launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks, o->has_f8); \
     break;
   switch ((amp_optim_kind)o->kind) { AMP__OPTIM_KINDS(AMP__CU_STEP_CASE) default: break; }
 #undef AMP__CU_STEP_CASE

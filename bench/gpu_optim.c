@@ -126,11 +126,14 @@ int main(void) {
     bench_line("adamw unscale+step vs torch cast+fused+copy", full, bench_ref("adamw_mixed_gbps"), "GB/s at 28 B/param");
     amp__cu_optim_destroy(ST, a.o);
     {   /* the same step with the moments kept in fewer bytes (amp_tensor_desc.moments): bf16 words
-           (20 B/param), 8-bit codes with an absmax per 256 (16 + 8/256 B/param), against f32's time */
-      static const int types[2] = {AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT};
-      static const char *names[2] = {"adamw step f16, bf16 moments vs f32 moments", "adamw step f16, 8-bit moments vs f32 moments"};
+           (20 B/param), 8-bit codes with an absmax per 256 (16 + 8/256 B/param), fp8 codes with a scale per
+           array (16 B/param, the grads and moments read twice: the first launch takes the amaxes),
+           against f32's time */
+      static const int types[3] = {AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
+      static const char *names[3] = {"adamw step f16, bf16 moments vs f32 moments", "adamw step f16, 8-bit moments vs f32 moments",
+                                     "adamw step f16, fp8 moments vs f32 moments"};
       const double tf = 28.0 * (double)TOTAL / gbps / 1e9;
-      for (int j = 0; j < 2; j++) {
+      for (int j = 0; j < 3; j++) {
         for (int i = 0; i < K; i++) t[i].moments = types[j];
         CK(amp__cu_optim_create(ST, &a.o, t, K, NULL, NULL, &h, msg, sizeof msg));
         a.what = 0; run_step(&a);

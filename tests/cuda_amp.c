@@ -1483,6 +1483,9 @@ static void bf16_moments_on_gpu_are_the_cpus_bits(void) { moments_on_gpu_are_the
 /* The same for AMP_MOMENTS_8BIT: the step kernel's blocks of 256 (one element a thread, the block's
    absmax reduced across the threads, each code by bisection) against the CPU's vector encode. */
 static void eight_bit_moments_on_gpu_are_the_cpus_bits(void) { moments_on_gpu_are_the_cpus_bits(AMP_MOMENTS_8BIT); }
+/* And AMP_MOMENTS_FP8: the step's first launch gathers each array's new amax by atomicMax, the step
+   encodes with its scale and the last block writes the scale_inv. */
+static void fp8_moments_on_gpu_are_the_cpus_bits(void) { moments_on_gpu_are_the_cpus_bits(AMP_MOMENTS_FP8); }
 
 static void zscore_spikes_on_gpu_equal_the_cpus(void) {
   tens t;
@@ -1574,6 +1577,7 @@ int main(void) {
   RUN(every_master_mode_on_gpu_is_the_cpus_bits);
   RUN(bf16_moments_on_gpu_are_the_cpus_bits);
   RUN(eight_bit_moments_on_gpu_are_the_cpus_bits);
+  RUN(fp8_moments_on_gpu_are_the_cpus_bits);
   RUN(zscore_spikes_on_gpu_equal_the_cpus);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);

@@ -208,7 +208,7 @@ typedef struct fake_optim {
   float *ls, *wd;      /* each tensor's group values, as the kernel's table holds them */
   uint16_t **rem;      /* AMP_MASTER_SPLIT tensors' remainders (p NULL for SPLIT and NONE, as the slab has none) */
   amp_bf16 **mh, **vh; /* AMP_MOMENTS_BF16 tensors' moments, 2 bytes each as the slab keeps them (m, v NULL) */
-  unsigned char **m8, **v8;   /* AMP_MOMENTS_8BIT tensors' arrays as the slab keeps them (amp__moment_bytes) */
+  unsigned char **m8, **v8;   /* AMP_MOMENTS_8BIT and _FP8 tensors' arrays as the slab keeps them (amp__moment_bytes) */
   float code[2][256]; double mid[2][256];   /* the step kernel's maps (amp__q8_map): signed m, unsigned v */
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
@@ -252,12 +252,17 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
       o->p[i] = (float *)malloc(ts[i].n * 4);
       for (j = 0; j < ts[i].n; j++) o->p[i][j] = ts[i].master ? ts[i].master[j] : amp__load(ts[i].w, (amp_dtype)ts[i].wtype, j);
     }
-    if (ts[i].moments == AMP_MOMENTS_8BIT) {   /* amp__cu_q8_zero_kernel: absmaxes 1e-38, codes of 0 */
+    if (ts[i].moments == AMP_MOMENTS_8BIT || ts[i].moments == AMP_MOMENTS_FP8) {   /* amp__cu_moments_zero_kernel */
       size_t nb = (ts[i].n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK, b;
       for (j = 0; j < (size_t)nm && j < 2; j++) {
-        unsigned char *a = (unsigned char *)malloc(amp__moment_bytes(AMP_MOMENTS_8BIT, ts[i].n));
-        for (b = 0; b < nb; b++) { float z = amp__q8_absmax(0.0f); memcpy(a + 4 * b, &z, 4); }
-        memset(a + 4 * nb, amp__q8_bisect(o->mid[j], 0.0f), ts[i].n);
+        unsigned char *a = (unsigned char *)calloc(1, amp__moment_bytes(ts[i].moments, ts[i].n));
+        if (ts[i].moments == AMP_MOMENTS_FP8) {   /* codes 0, the scale_inv of amax 0 */
+          float si = amp__fdiv(1.0f, amp__f8m_scale(0.0f));
+          memcpy(a, &si, 4);
+        } else {                                  /* absmaxes 1e-38, codes of 0 */
+          for (b = 0; b < nb; b++) { float z = amp__q8_absmax(0.0f); memcpy(a + 4 * b, &z, 4); }
+          memset(a + 4 * nb, amp__q8_bisect(o->mid[j], 0.0f), ts[i].n);
+        }
         if (j) o->v8[i] = a; else o->m8[i] = a;
       }
       continue;
@@ -370,6 +375,41 @@ static void fake_q8_store(unsigned char *a, const double *mid, const float *x, s
     for (j = e0; j < e1; j++) a[4 * nb + j] = amp__q8_bisect(mid, amp__q8_unit(x[j], am));
   }
 }
+/* An fp8 array's n values as the step kernel reads them (code times the array's scale_inv), and the
+   first launch: the new moments computed on copies (the master, model copy and remainders as
+   they are), their amaxes' scales into sc[0] (m) and sc[1] (v). */
+static float *fake_f8_load(const unsigned char *a, size_t n) {
+  float *d = (float *)malloc(n * 4), si;
+  size_t j;
+  memcpy(&si, a, 4);
+  for (j = 0; j < n; j++) d[j] = amp__fmul(amp_e4m3_to_f32(a[4 + j]), si);
+  return d;
+}
+static void fake_f8_amax(fake_optim *o, size_t i, const amp_step_coefs *c, uint64_t key, const float *m, const float *v,
+                         float *sc) {
+  size_t n = o->t[i].n, j, ws = amp_dtype_size((amp_dtype)o->t[i].wtype);
+  float *pm = m ? (float *)malloc(n * 4) : NULL, *pv = v ? (float *)malloc(n * 4) : NULL, *p = (float *)malloc(n * 4);
+  void *w = malloc(n * ws);
+  uint16_t *rem = o->rem[i] ? (uint16_t *)malloc(n * 2) : NULL;
+  uint32_t top[2] = {0u, 0u};
+  if (pm) memcpy(pm, m, n * 4);
+  if (pv) memcpy(pv, v, n * 4);
+  memcpy(w, o->t[i].w, n * ws);
+  if (rem) memcpy(rem, o->rem[i], n * 2);
+  if (!o->p[i]) amp__o_step_lowmem(o->h.kind, (amp_bf16 *)w, rem, pm, pv, o->t[i].g, (amp_dtype)o->t[i].gtype, key, n, o->mul, c);
+  else {
+    memcpy(p, o->p[i], n * 4);
+    amp__o_step(o->h.kind, p, pm, pv, o->t[i].g, (amp_dtype)o->t[i].gtype, w, (amp_dtype)o->t[i].wtype,
+                (amp_dtype)o->t[i].round_to, o->t[i].stochastic, key, n, o->mul, c);
+  }
+  for (j = 0; j < n; j++) {
+    uint32_t a = pm ? amp__f32_bits(pm[j]) & 0x7fffffffu : 0u, b = pv ? amp__f32_bits(pv[j]) & 0x7fffffffu : 0u;
+    top[0] = a > top[0] ? a : top[0];
+    top[1] = b > top[1] ? b : top[1];
+  }
+  sc[0] = amp__f8m_scale(amp__bits_f32(top[0])); sc[1] = amp__f8m_scale(amp__bits_f32(top[1]));
+  free(pm); free(pv); free(p); free(w); free(rem);
+}
 amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap) {
   fake_optim *o = (fake_optim *)optim;
   fake_scaler *sc = (fake_scaler *)scaler;
@@ -382,6 +422,7 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
       amp_step_coefs c = amp__group_coefs(&o->h, o->t_done + 1, o->t[i].group, o->ls[i], o->wd[i]);
       uint64_t key = o->t[i].stochastic ? amp__sr_key(o->h.seed, o->t_done + 1, (uint64_t)i) : 0u;
       size_t n = o->t[i].n, j;
+      float sm_sv[2] = {1.0f, 1.0f};   /* FP8: the new m's and v's scales */
       int msr = o->t[i].stochastic && o->t[i].moments == AMP_MOMENTS_BF16;
       uint64_t km = msr ? amp__sr_key_moment(key, 1) : 0u, kv = msr ? amp__sr_key_moment(key, 2) : 0u;
       float *m = o->m[i], *v = o->v[i];
@@ -392,9 +433,14 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
           if (v) v[j] = amp_bf16_to_f32(o->vh[i][j]);
         }
       }
-      if (o->m8[i] || o->v8[i]) {   /* 8-bit moments: the kernel's loads, code[c] * the block's absmax */
+      if ((o->m8[i] || o->v8[i]) && o->t[i].moments == AMP_MOMENTS_8BIT) {   /* code[c] * the block's absmax */
         m = o->m8[i] ? fake_q8_load(o->m8[i], o->code[0], n) : NULL;
         v = o->v8[i] ? fake_q8_load(o->v8[i], o->code[1], n) : NULL;
+      }
+      if ((o->m8[i] || o->v8[i]) && o->t[i].moments == AMP_MOMENTS_FP8) {   /* code times the old scale_inv */
+        m = o->m8[i] ? fake_f8_load(o->m8[i], n) : NULL;
+        v = o->v8[i] ? fake_f8_load(o->v8[i], n) : NULL;
+        fake_f8_amax(o, i, &c, key, m, v, sm_sv);   /* the first launch: the new moments' amaxes */
       }
       if (!o->p[i])   /* the kernel's AMP_MASTER_SPLIT / _NONE branch */
         amp__o_step_lowmem(o->h.kind, (amp_bf16 *)o->t[i].w, o->rem[i], m, v, o->t[i].g, (amp_dtype)o->t[i].gtype, key, n,
@@ -409,9 +455,21 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
         }
         free(m); free(v);
       }
-      if (o->m8[i] || o->v8[i]) {   /* the kernel's stores: per block its absmax, then each code */
+      if ((o->m8[i] || o->v8[i]) && o->t[i].moments == AMP_MOMENTS_8BIT) {   /* per block its absmax, then each code */
         if (m) fake_q8_store(o->m8[i], o->mid[0], m, n);
         if (v) fake_q8_store(o->v8[i], o->mid[1], v, n);
+        free(m); free(v);
+      }
+      if ((o->m8[i] || o->v8[i]) && o->t[i].moments == AMP_MOMENTS_FP8) {   /* codes with the new scales, then the headers */
+        for (j = 0; j < n; j++) {
+          if (m) o->m8[i][4 + j] = amp_f32_to_e4m3(amp__fmul(m[j], sm_sv[0]), 1);
+          if (v) o->v8[i][4 + j] = amp_f32_to_e4m3(amp__fmul(v[j], sm_sv[1]), 1);
+        }
+        for (j = 0; j < 2; j++) {
+          unsigned char *a = j ? o->v8[i] : o->m8[i];
+          float si = amp__fdiv(1.0f, sm_sv[j]);
+          if (a) memcpy(a, &si, 4);
+        }
         free(m); free(v);
       }
     }
@@ -1312,7 +1370,7 @@ static void moments_checkpoint_both_ways(const rig_ops *r, void *a, void *b, int
    beside an f32-moment tensor gives the CPU's model copies, remainders, masters and moment words,
    across the CPU's blocks of AMP__CHUNK elements; a skipped step leaves the words as they were; the
    state bytes are the CPU's; a checkpoint moves between the CPU and the CUDA line both ways, the
-   moments as kept; and fp8 moments are refused there. */
+   moments as kept. */
 #define BN 1300   /* more than two of the CPU's blocks */
 typedef struct brig {
   amp_bf16 wa[BN], wb[77], wc[BN], wd[41]; float we[29], ga[BN], gb[77], gc[BN], gd[41], ge[29]; amp_optimizer *o;
@@ -1415,38 +1473,18 @@ static void bf16_moments_on_the_cuda_line_give_the_cpus_bits(void) {
     amp_optimizer_destroy(a.o); amp_optimizer_destroy(b.o);
   }
   remove(CKPT);
-  {   /* fp8 moments: refused on the CUDA line, naming the call and the type; nothing added */
-    static amp_bf16 w[4096];
-    static float g[4096];
-    static const int types[1] = {AMP_MOMENTS_FP8};
-    static const char *names[1] = {"AMP_MOMENTS_FP8"};
-    amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
-    amp_tensor_desc t;
-    amp_optimizer *o = NULL;
-    amp_status st;
-    int j;
-    EXPECT(amp_optimizer_create(&o, gpu(), &c) == AMP_OK, "%s", amp_last_error());
-    memset(&t, 0, sizeof t);
-    t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.weights = w; t.grads = g; t.n = 4096;
-    for (j = 0; j < 1; j++) {
-      t.moments = types[j];
-      st = amp_optimizer_add_tensor(o, &t);
-      EXPECT(st == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "amp_optimizer_add_tensor") &&
-             strstr(amp_last_error(), names[j]) && o->count == 0, "%s: %s '%s', %zu tensors", names[j],
-             amp_status_string(st), amp_last_error(), o->count);
-    }
-    amp_optimizer_destroy(o);
-  }
 }
 
-/* AMP_MOMENTS_8BIT on the CUDA line: the device keeps each moment as the CPU does (the absmax of
-   each block of 256, then the codes); the step kernel reads code[c] * absmax, steps, takes each
-   block's new absmax and encodes by bisection (amp__q8_bisect), so every master mode (F32 with a
-   bf16 copy rounded to nearest and one rounded stochastically, SPLIT, NONE), tensors ending in a
-   partial block, one under 4096 elements (f32 moments there, as on the CPU) and an f32 tensor beside
-   them give the CPU's model copies, remainders, masters and moment bytes, whose search and vector
-   loops differ; a skipped step leaves them as they were; the state bytes count the absmaxes; a
-   checkpoint moves between the CPU and the CUDA line both ways. */
+/* AMP_MOMENTS_8BIT and _FP8 on the CUDA line: the device keeps each moment as the CPU does (8BIT:
+   the absmax of each block of 256, then the codes; FP8: the scale_inv, then the codes). For 8BIT
+   the step kernel reads code[c] * absmax, steps, takes each block's new absmax and encodes by
+   bisection (amp__q8_bisect); for FP8 a first launch gathers the new moments' amaxes, the step
+   encodes with their scales and its last block writes the new scale_invs. So every master mode
+   (F32 with a bf16 copy rounded to nearest and one rounded stochastically, SPLIT, NONE), tensors
+   ending in a partial block, one under 4096 elements (8BIT: f32 moments there, as on the CPU) and
+   an f32 tensor beside them give the CPU's model copies, remainders, masters and moment bytes,
+   whose loops differ; a skipped step leaves them as they were; the state bytes count the absmaxes
+   and scale_invs; a checkpoint moves between the CPU and the CUDA line both ways. */
 #define QK 5
 static const size_t qrig_n[QK] = {4396, 5000, 4396, 4097, 300};
 typedef struct qrig { amp_bf16 *w[QK]; float *g[QK], we[29], ge[29]; amp_optimizer *o; } qrig;
@@ -1456,7 +1494,7 @@ static void qrig_free(qrig *r) {
   amp_optimizer_destroy(r->o);
   memset(r, 0, sizeof *r);
 }
-static int qrig_make(qrig *r, amp_device *d, amp_optim_kind kind) {
+static int qrig_make(qrig *r, amp_device *d, amp_optim_kind kind, int moments) {
   static const int modes[QK] = {AMP_MASTER_F32, AMP_MASTER_F32, AMP_MASTER_SPLIT, AMP_MASTER_NONE, AMP_MASTER_F32};
   static const int sr[QK] = {0, 1, 0, 1, 0};
   amp_optim_config c = amp_optimizer_defaults(kind);
@@ -1470,7 +1508,7 @@ static int qrig_make(qrig *r, amp_device *d, amp_optim_kind kind) {
     if (!r->w[i] || !r->g[i]) return 0;
     for (j = 0; j < qrig_n[i]; j++) r->w[i][j] = amp_f32_to_bf16(0.001f * (float)((j * (i + 3)) % 101) - 0.05f);
     memset(&t, 0, sizeof t);
-    t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.moments = AMP_MOMENTS_8BIT;
+    t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.moments = moments;
     t.weights = r->w[i]; t.grads = r->g[i]; t.n = qrig_n[i]; t.master_mode = modes[i]; t.stochastic = sr[i];
     if (amp_optimizer_add_tensor(r->o, &t) != AMP_OK) return 0;
   }
@@ -1517,7 +1555,7 @@ static amp_optimizer *qrig_opt(void *r) { return ((qrig *)r)->o; }
 static void qrig_grads_v(void *a, void *b, int step) { qrig_grads((qrig *)a, (qrig *)b, step); }
 static int qrig_same_v(const void *a, const void *b, int nm) { return qrig_same((const qrig *)a, (const qrig *)b, nm); }
 static const rig_ops qrig_ops = {qrig_opt, qrig_grads_v, qrig_same_v};
-static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) {
+static void coded_moments_on_the_cuda_line_give_the_cpus_bits(int moments) {
   static const amp_optim_kind kinds[4] = {AMP_SGD, AMP_ADAM, AMP_ADAMW, AMP_LION};
   static const int nms[4] = {1, 2, 2, 1};
   static const size_t master[QK] = {4, 4, 2, 0, 4};
@@ -1526,8 +1564,12 @@ static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) {
   for (k = 0; k < 4; k++) {
     qrig a, b;
     size_t want = 0;
-    if (!qrig_make(&a, amp_cpu(), kinds[k]) || !qrig_make(&b, gpu(), kinds[k])) { EXPECT(0, "setup: %s", amp_last_error()); return; }
-    EXPECT(a.o->t[0].moments == AMP_MOMENTS_8BIT && a.o->t[4].moments == AMP_MOMENTS_F32, "the rule for small tensors");
+    if (!qrig_make(&a, amp_cpu(), kinds[k], moments) || !qrig_make(&b, gpu(), kinds[k], moments)) {
+      EXPECT(0, "setup: %s", amp_last_error());
+      return;
+    }
+    EXPECT(a.o->t[0].moments == moments && a.o->t[4].moments == (moments == AMP_MOMENTS_8BIT ? AMP_MOMENTS_F32 : moments),
+           "the rule for small tensors");
     for (i = 0; i <= QK; i++) {   /* the device's arrays: 64 elements each, every moment array 128-byte aligned */
       size_t n = i < QK ? qrig_n[i] : 29, p = (n + 63) / 64 * 64;
       size_t mom = amp__moment_bytes(b.o->t[i].moments, p);
@@ -1546,7 +1588,8 @@ static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) {
     {   /* the codes moved: many distinct codes in tensor 1's last moment */
       const unsigned char *q = (const unsigned char *)qrig_moment(&b, 1, nms[k]);
       int seen[256] = {0};
-      for (j = 0, codes = 0; j < qrig_n[1]; j++) if (!seen[q[4 * 20 + j]]++) codes++;
+      size_t at = moments == AMP_MOMENTS_8BIT ? 4 * ((qrig_n[1] + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) : 4;
+      for (j = 0, codes = 0; j < qrig_n[1]; j++) if (!seen[q[at + j]]++) codes++;
       EXPECT(codes > 8, "kind %d: only %d distinct codes in tensor 1's moment", k, codes);
     }
     moments_checkpoint_both_ways(&qrig_ops, &a, &b, nms[k], k);
@@ -1554,6 +1597,8 @@ static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) {
   }
   remove(CKPT);
 }
+static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) { coded_moments_on_the_cuda_line_give_the_cpus_bits(AMP_MOMENTS_8BIT); }
+static void fp8_moments_on_the_cuda_line_give_the_cpus_bits(void) { coded_moments_on_the_cuda_line_give_the_cpus_bits(AMP_MOMENTS_FP8); }
 
 /* Both operation tables are filled from one list (AMP__BACKEND_OPS) by name: every member of
    amp__backend after its name and flag is an operation of the list, and neither the CPU, which
@@ -1831,6 +1876,7 @@ int main(void) {
   RUN(master_modes_on_the_cuda_line_give_the_cpus_bits);
   RUN(bf16_moments_on_the_cuda_line_give_the_cpus_bits);
   RUN(eight_bit_moments_on_the_cuda_line_give_the_cpus_bits);
+  RUN(fp8_moments_on_the_cuda_line_give_the_cpus_bits);
   RUN(grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits);
   RUN(mixed_types_on_the_cuda_line_are_widened_first);
   RUN(the_fp8_scaler_on_the_cuda_line_equals_the_cpus);
