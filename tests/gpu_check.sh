@@ -13,7 +13,8 @@
 #      The fp8 product's GPU tests are named in the output (which ran, which were skipped): the
 #      plain kernel's bits, cuBLASLt per-tensor within the bound, cuBLASLt's block-scaled modes
 #      (1 x 128 / 128 x 128, Hopper with cuBLAS 12.9+; elsewhere the plain kernel, the same test)
-#      and fp8_fast_accum (a sanity bound, and the largest error seen);
+#      and fp8_fast_accum (a sanity bound, and the largest error seen); so are the bf16, 8-bit and
+#      fp8 moments' (the CPU's bits);
 #   4. make bench-gpu (PyTorch measured first, in the same run); the fp8 lines are listed apart:
 #      gemm_e4m3[_fast] against torch._scaled_mm (use_fast_accum off / on), gemm_e4m3_blk128
 #      against our per-tensor product (near 1x: cuBLASLt's block-scaled kernels ran; far below:
@@ -88,17 +89,20 @@ run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
 # (tests/run.sh itself: make test's check of the CPU tests' Debian packages does not apply here)
 run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_ONLY=gpu sh tests/run.sh
 grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
-# the fp8 product's GPU tests, each by name (ok / FAIL / absent: tests/run.sh keeps each program's
-# own output in build/test/NAME.log, copied beside the logs), and fast accumulation's record
-for t in fp8_plain_kernel_gives_the_cpus_bits fp8_cublaslt_matches_cpu_within_the_bound \
-         fp8_block_scales_on_the_device_give_the_cpus_bits fp8_block_scaled_cublaslt_within_the_bound \
-         fp8_fast_accum_is_opt_in_and_sane; do
-  line=$(grep -E "^(ok|FAIL) +$t\b" build/test/cuda_gemm.log 2>/dev/null | tail -n 1)
+# the fp8 product's and the low-precision moments' GPU tests, each by name (program:test; ok / FAIL
+# / absent: tests/run.sh keeps each program's own output in build/test/NAME.log, copied beside the
+# logs), and fast accumulation's record
+for pt in cuda_gemm:fp8_plain_kernel_gives_the_cpus_bits cuda_gemm:fp8_cublaslt_matches_cpu_within_the_bound \
+          cuda_gemm:fp8_block_scales_on_the_device_give_the_cpus_bits cuda_gemm:fp8_block_scaled_cublaslt_within_the_bound \
+          cuda_gemm:fp8_fast_accum_is_opt_in_and_sane cuda_amp:bf16_moments_on_gpu_are_the_cpus_bits \
+          cuda_amp:eight_bit_moments_on_gpu_are_the_cpus_bits cuda_amp:fp8_moments_on_gpu_are_the_cpus_bits; do
+  p=${pt%%:*}; t=${pt#*:}
+  line=$(grep -E "^(ok|FAIL) +$t\b" build/test/$p.log 2>/dev/null | tail -n 1)
   echo "   ${line:-absent $t}"
   case $line in ok*) ;; *) note "$t=${line%% *}";; esac
 done
 grep -E 'fp8_fast_accum 1: largest' build/test/cuda_gemm.log 2>/dev/null | tail -n 1 | sed 's/^/   /'
-cp build/test/cuda_gemm.log "$LOG/cuda_gemm.log" 2>/dev/null
+cp build/test/cuda_gemm.log build/test/cuda_amp.log "$LOG/" 2>/dev/null
 
 # 3. compute-sanitizer over every tests/cuda_* program, eight runs at a time ------------------------
 rt=$(now)
