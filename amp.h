@@ -10740,7 +10740,8 @@ static const amp__gemm_kernel amp__gemm_kernel_bfmmla = {
 AMP__GEMM_PEAK_FN(amp__gemm_peak_fmla, , float32x4_t, vdupq_n_f32(1e-3f), "fmla %0.4s, %1.4s, %1.4s")
 AMP__GEMM_PEAK_FN(amp__gemm_peak_bfdot, AMP__TBF16, uint32x4_t, vdupq_n_u32(0x3a833a83u) /* bf16 pairs of about 1e-3 */,
                   "bfdot %0.4s, %1.8h, %1.2h[0]")
-AMP__GEMM_PEAK_FN(amp__gemm_peak_bfmmla, AMP__TBF16, uint32x4_t, vdupq_n_u32(0x3a833a83u), "bfmmla %0.4s, %1.8h, %1.8h")
+AMP__GEMM_PEAK_FN(amp__gemm_peak_bfmmla, AMP__TBF16, uint32x4_t, vdupq_n_u32(0x3a833a83u),
+                  "bfmmla %0.4s, %1.8h, %1.8h")
 #undef AMP__GEMM_PEAK_FN
 static volatile float amp__gemm_peak_sink;
 /* 0: FMLA, 1: BFDOT, 2: BFMMLA */
