@@ -8,9 +8,9 @@
 #      and under valgrind (AMP_TEST_QUICK=1: sampled); a test file with a line `// TSAN: yes` also
 #      under clang's ThreadSanitizer (any report fails it; the longest access history, so a race is
 #      never left unreported because the earlier access fell out of it); and cross-built for AArch64
-#      (gcc -O2 and clang -Ofast; gcc -Ofast and clang -O2 too for every test but the six whose
-#      outcome no float flag reaches, see matrix_aarch64; test_convert also gcc -march=armv8.6-a,
-#      for BFCVTN) and for armhf (gcc -O2, 32-bit ARM) and run under qemu-user where those tools
+#      (gcc -O2 and clang -Ofast; a third build, gcc -Ofast or clang -O2, or both, for every test
+#      but the six whose outcome no float flag reaches, see matrix_aarch64; test_convert also gcc
+#      -march=armv8.6-a, for BFCVTN) and for armhf (gcc -O2, 32-bit ARM) and run under qemu-user where those tools
 #      are installed. Steps 2-3 run the test files nproc at a time (AMP_TEST_JOBS=N), each file's
 #      builds in order;
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
@@ -212,15 +212,19 @@ matrix_x86() {
     fail "$name under valgrind: valgrind is not installed"
   fi
 }
-# matrix_aarch64 SRC (step 7): AArch64 as a Mac or Grace builds it: the test cross-built with gcc and
-# clang, each at -O2 and -Ofast (-Werror), run under qemu-user (sampled: qemu is slow). Each test
-# checks the promised bits itself (every SIMD level against the scalar loop, the split master
-# against the fp32 master, the references). Six tests check what no float flag reaches (refused
-# arguments, checkpoint I/O, the log hook, allocation failure, the policy's text, overlapping
-# buffers): gcc -O2 and clang -Ofast only, for them (each build of amp.h costs about as much as
-# the run under qemu, so the four builds of all the tests would add minutes to make test). Where
-# the tools are missing (not Debian; `make deps` installs them) make test says so once and the
-# rest still runs.
+# matrix_aarch64 SRC (step 7): AArch64 as a Mac or Grace builds it: the test cross-built with gcc -O2
+# and clang -Ofast (-Werror), run under qemu-user (sampled: qemu is slow), and with a third build,
+# so that the suite runs all four of gcc and clang at -O2 and -Ofast: gcc -Ofast for the optimizer's
+# tests (the one build where GCC may fuse a * b + c into an FMA on this target: the element
+# functions' no-fast-math attribute is what keeps their bits), clang -O2 for the conversions' and
+# fp8's (without -Ofast's flush-to-zero, the FPCR state in which the NEON conversions run and
+# subnormal results are checked), both for test_gemm and for a test not named below; none for the
+# six that check what no float flag reaches (refused arguments, checkpoint I/O, the log hook,
+# allocation failure, the policy's text, overlapping buffers). A build of amp.h costs more than its
+# run under qemu: the four builds of every test would add about twice the minutes. Each test checks the promised bits itself (every
+# SIMD level against the scalar loop, the split master against the fp32 master, the references).
+# Where the tools are missing (not Debian; `make deps` installs them) make test says so once and
+# the rest still runs.
 # armhf (32-bit ARM, Debian's -mfpu=neon-vfpv4 -mfloat-abi=hard): gcc -O2, run under qemu-arm. amp.h's
 # NEON paths are AArch64's, so armhf runs the portable loops and the reference product: each test
 # checks their bits as on x86 (the same checks, so the same promised bits).
@@ -246,6 +250,11 @@ matrix_aarch64() {
     cross_run aarch64 qemu-aarch64 $arm_sysroot clang-Ofast clang --target=aarch64-linux-gnu -std=c99 -Ofast
     case $name in
       test_bad_input|test_checkpoint|test_gemm_overlap|test_log|test_out_of_memory|test_policy) ;;
+      test_step|test_optim|test_moments|test_lion|test_master_modes|test_groups|test_spike|test_scaler|test_stats|\
+      test_dp|test_device_line)
+        cross_run aarch64 qemu-aarch64 $arm_sysroot gcc-Ofast aarch64-linux-gnu-gcc -std=c99 -Ofast ;;
+      test_convert|test_convert_exhaustive|test_fp8|test_fp8_blocks|test_fp8_scaling|test_fp8_stats|test_gemm_fp8)
+        cross_run aarch64 qemu-aarch64 $arm_sysroot clang-O2 clang --target=aarch64-linux-gnu -std=c99 -O2 ;;
       *) cross_run aarch64 qemu-aarch64 $arm_sysroot gcc-Ofast aarch64-linux-gnu-gcc -std=c99 -Ofast
          cross_run aarch64 qemu-aarch64 $arm_sysroot clang-O2 clang --target=aarch64-linux-gnu -std=c99 -O2 ;;
     esac
