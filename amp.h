@@ -114,7 +114,7 @@
         BFCVTN out. amp_gemm's AUTO product: an FMLA micro-kernel (6 x 16 tiles), acc =
         fma(a, b, acc) in k order, the bits of x86's FMA kernels (a plain fmaf() loop), in every
         FPCR state (FMLA and fmaf read it alike); for bf16 x bf16 on a CPU with FEAT_BF16, BFDOT
-        where it pays (amp_gemm below: its rounding, and the bound). No BFMMLA in this version.
+        or BFMMLA where it pays (amp_gemm below: their rounding, the same bits, and the bound).
       Elsewhere (32-bit ARM, other CPUs, other compilers): the portable loops, with their bits.
 
    BUILDING THE CUDA PART
@@ -405,8 +405,9 @@
                            loads only states the objects can reach; AMP_THREAD_LOCAL (tcc);
                            NEON loops on AArch64 for amp_convert (FCVTL/FCVTN; BFCVTN where
                            built for +bf16 and the CPU has BF16) and the optimizer step, the
-                           same bits (CPU VECTOR PATHS); amp_gemm's bf16 x bf16 by BFDOT on
-                           AArch64 with FEAT_BF16 where it pays (round to odd, exact bits);
+                           same bits (CPU VECTOR PATHS); amp_gemm's bf16 x bf16 by BFDOT or
+                           BFMMLA on AArch64 with FEAT_BF16 where it pays (round to odd, exact
+                           bits, the same for both);
                            the dtypes AMP_E4M3 / AMP_E5M2 (amp_convert, CUDA casts); vector
                            loops for every master mode, model copy and kind; grads given after
                            add (amp_optimizer_set_grads); a zero grad_dtype beside a 16-bit copy
@@ -1839,18 +1840,29 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      tests/test_gemm.c checks against an integer model of that chain. A CPU with FEAT_EBF16 whose
      FPCR.EBF is 1 computes BFDOT otherwise (fused, the FPCR's rounding), and FPCR.AH 1 changes its
      default NaN: each call reads the FPCR and such a call runs the FMLA kernel instead. (Built
-     with a target attribute: GCC 10+, Clang 11+; a plain -O2 build has it.) BFMMLA is not used
-     in this version.
+     with a target attribute: GCC 10+, Clang 11+; a plain -O2 build has it.)
+   - BFMMLA (FEAT_BF16 too; 8 x 8 tiles of 2 x 2 blocks, A and B packed two rows by 4 k an
+     operand) instead, where the same calibration measures its flop rate (4 products a lane, BFDOT
+     2, FMLA 1) at least FMLA's and above BFDOT's. Its rounding is BFDOT's, bit for bit: the Arm
+     ARM's pseudocode for BFMMLA (BFMatMulAdd) computes each element of its 2 x 2 block as two
+     BFDotAdd in turn, on the pair 2q, 2q+1 and then on 2q+2, 2q+3, each the BFDotAdd above when
+     FPCR.EBF is 0 or FEAT_EBF16 absent: the chain BFDOT computes, in k order. A slice with an odd
+     number of pairs adds its last pair with BFDOT (one BFDotAdd; a BFMMLA with a zero pair would
+     add a step, which turns a sum flushed to -0 into +0). The FPCR condition is BFDOT's (EBF and
+     AH, read at each call). tests/test_gemm.c checks its bits against the same integer model,
+     forced, on odd shapes in both layouts and every transpose. Between BFDOT and BFMMLA the
+     choice is one of speed only.
    - any other CPU (no FMA, neither x86-64 nor AArch64, AMP_NO_SIMD, another compiler, and the
      implementation compiled by nvcc, whose host code keeps the portable loops): the reference.
    Bound of the fast kernels, before the epilogue: |acc - exact sum| <= (k + 2) 2^-24
    sum_p |a(i,p) b(p,j)|, plus, for the vdpbf16ps kernel, the sum of |a(i,p) b(p,j)| over the p
-   where a or b is subnormal and k 2^-126, and for BFDOT that sum and 2k 2^-126 (each rounding to
-   odd errs by less than 2^-23 relative, twice the nearest's, but a product goes through at most
-   ceil(k/2) of them: ceil(k/2) 2^-23 <= (k + 2) 2^-24). The epilogue is the reference's, except
-   that on AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one rounding fewer).
-   tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs, both bf16
-   kernels forced in turn on an AVX512_BF16 or FEAT_BF16 CPU whatever the calibration chose.
+   where a or b is subnormal and k 2^-126, and for BFDOT and BFMMLA that sum and 2k 2^-126 (each
+   rounding to odd errs by less than 2^-23 relative, twice the nearest's, but a product goes
+   through at most ceil(k/2) of them: ceil(k/2) 2^-23 <= (k + 2) 2^-24). The epilogue is the
+   reference's, except that on AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one
+   rounding fewer).
+   tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs, each bf16
+   kernel forced in turn on an AVX512_BF16 or FEAT_BF16 CPU whatever the calibration chose.
    Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
@@ -10640,26 +10652,39 @@ static const amp__gemm_kernel amp__gemm_kernel_neon = {
 #else
 #define AMP__TBF16 __attribute__((target("+bf16")))
 #endif
-/* bf16 pairs, the layout of the x86 kernel's packing: word q of row r of a sliver is
-   x(r, 2q) | x(r, 2q+1) << 16 (0 past an odd `cols`), at dst32[s*W*kq + q*W + r], kq = ceil(cols / 2). */
-static void amp__gemm_pack_pairs_c(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
-                                   int cols) {
+/* bf16 pairs: word (r, q) of a sliver is x(r, 2q) | x(r, 2q+1) << 16 (0 past an odd `cols`), kq =
+   ceil(cols / 2) words a row, W rows a sliver at dst32 + s*W*kq (rows past `rows` 0). quads 0, the
+   layout of the x86 kernel's packing (BFDOT): word (r, q) at q*W + r. quads 1 (BFMMLA): pairs 2g and
+   2g+1 of rows 2h and 2h+1 as the 4 words of one operand (row 2h's 4 elements, then row 2h+1's) at
+   2gW + 4h, that is word (r, q) at (q - q%2)W + 2r + q%2; the last pair of an odd kq as with quads 0. */
+static void amp__gemm_pack_pairs_as(float *dstf, int W, const void *x, size_t rs, size_t cs, int rows, int cols,
+                                    int quads) {
   uint32_t *dst = (uint32_t *)(void *)dstf;
   const uint16_t *xh = (const uint16_t *)x;
-  int s, r, q, ns = (rows + W - 1) / W, kq = (cols + 1) / 2;
-  (void)t;
+  int s, r, q, ns = (rows + W - 1) / W, kq = (cols + 1) / 2, kq2 = quads ? kq / 2 * 2 : 0;
   for (s = 0; s < ns; s++) {
     uint32_t *d = dst + (size_t)s * W * kq;
     const uint16_t *xs = xh + (size_t)s * W * rs;
     int h = rows - s * W < W ? rows - s * W : W;
     for (q = 0; q < kq; q++) {
       const uint16_t *x0 = xs + (size_t)(2 * q) * cs;
-      int two = 2 * q + 1 < cols;
+      int two = 2 * q + 1 < cols, step = q < kq2 ? 2 : 1;
+      uint32_t *dq = d + (q < kq2 ? (size_t)(q - q % 2) * W + (size_t)(q % 2) : (size_t)q * W);
       for (r = 0; r < h; r++)
-        d[(size_t)q * W + r] = (uint32_t)x0[(size_t)r * rs] | (two ? (uint32_t)x0[(size_t)r * rs + cs] << 16 : 0u);
-      for (; r < W; r++) d[(size_t)q * W + r] = 0u;
+        dq[(size_t)r * step] = (uint32_t)x0[(size_t)r * rs] | (two ? (uint32_t)x0[(size_t)r * rs + cs] << 16 : 0u);
+      for (; r < W; r++) dq[(size_t)r * step] = 0u;
     }
   }
+}
+static void amp__gemm_pack_pairs_c(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
+                                   int cols) {
+  (void)t;
+  amp__gemm_pack_pairs_as(dst, W, x, rs, cs, rows, cols, 0);
+}
+static void amp__gemm_pack_quads_c(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
+                                   int cols) {
+  (void)t;
+  amp__gemm_pack_pairs_as(dst, W, x, rs, cs, rows, cols, 1);
 }
 /* acc(4 lanes) += the pairs of b (4 columns) times pair l of av (a row of A) */
 #define AMP__GN_BFD(c, bv, av, l) __asm__("bfdot %0.4s, %1.8h, %2.2h[" #l "]" : "+w"(c) : "w"(bv), "w"(av));
@@ -10688,10 +10713,67 @@ static AMP__TBF16 void amp__gemm_micro_bfdot(int kc, const float *af, const floa
 static const amp__gemm_kernel amp__gemm_kernel_bfdot = {
   amp__gemm_micro_bfdot, amp__gemm_pack_pairs_c, 6, 16, 512, 96, 512, 2, 0, NULL, NULL, NULL};
 
-/* Which of BFDOT and the FMLA kernel (bf16 widened while packing) a bf16 product runs: BFDOT does
-   2 products a lane, FMLA 1, so BFDOT pays where it issues at least half as fast. Measured once per
-   process as on x86 (amp__gemm_dpbf16): 12 independent accumulators of each instruction, n rounds,
-   the fastest of 7 runs, timed by the generic timer (CNTVCT_EL0, readable at EL0 on Linux and macOS). */
+/* ---- BFMMLA for bf16 x bf16: 8 x 8 tiles of 2 x 2 blocks ----
+   BFMMLA Vd.4S, Vn.8H, Vm.8H adds the 2 x 4 bf16 matrix in Vn (rows 2i and 2i+1 of A, 4 k each)
+   times the 4 x 2 one in Vm (columns 2j and 2j+1 of B, stored as 2 rows of 4) to the 2 x 2 f32
+   block Vd = C(2i, 2j), C(2i, 2j+1), C(2i+1, 2j), C(2i+1, 2j+1). The Arm ARM states it per element
+   as two BFDotAdd in order, on the pair 2q, 2q+1 and then on 2q+2, 2q+3: BFDOT's arithmetic step
+   for step, so this kernel gives the BFDOT kernel's bits. A and B are packed as it reads them
+   (amp__gemm_pack_quads_c: two pairs of two rows an operand). A slice's last pair when the pair
+   count is odd goes through BFDOT (vector) on operands laid out as the block (row words 2i, 2i,
+   2i+1, 2i+1 times column words 2j, 2j+1, 2j, 2j+1): one BFDotAdd, as the BFDOT kernel does,
+   where a zero pair added by BFMMLA would turn a flushed -0 into +0. The 16 blocks (4 x 4) of a
+   tile are 16 accumulators; the tile in memory is row-major, as the other kernels'. */
+#define AMP__GN_MLD(i, j) c##i##j = vcombine_f32(vld1_f32(tile + 16 * i + 2 * j), vld1_f32(tile + 16 * i + 8 + 2 * j));
+#define AMP__GN_MST(i, j) vst1_f32(tile + 16 * i + 2 * j, vget_low_f32(c##i##j)); \
+                          vst1_f32(tile + 16 * i + 8 + 2 * j, vget_high_f32(c##i##j));
+#define AMP__GN_MROWS(M, i) M(i, 0) M(i, 1) M(i, 2) M(i, 3)
+#define AMP__GN_MALL(M) AMP__GN_MROWS(M, 0) AMP__GN_MROWS(M, 1) AMP__GN_MROWS(M, 2) AMP__GN_MROWS(M, 3)
+#define AMP__GN_MZ(i, j) c##i##j = vdupq_n_f32(0.0f);
+#define AMP__GN_MM(i, j) __asm__("bfmmla %0.4s, %1.8h, %2.8h" : "+w"(c##i##j) : "w"(a##i), "w"(b##j));
+#define AMP__GN_MD(i, j) __asm__("bfdot %0.4s, %1.8h, %2.8h" : "+w"(c##i##j) : "w"(a##i), "w"(b##j));
+static AMP__TBF16 void amp__gemm_micro_bfmmla(int kc, const float *af, const float *bf, float *tile, int acc,
+                                              const amp__gemm_out *out) {
+  const uint32_t *a = (const uint32_t *)(const void *)af, *b = (const uint32_t *)(const void *)bf;
+  float32x4_t c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
+  uint32x4_t a0, a1, a2, a3, b0, b1, b2, b3;
+  int p;
+  (void)out;
+  if (acc) { AMP__GN_MALL(AMP__GN_MLD) }
+  else { AMP__GN_MALL(AMP__GN_MZ) }
+  for (p = 0; p + 1 < kc; p += 2) {   /* p: pairs, two a step */
+    const uint32_t *ap = a + (size_t)p * 8, *bp = b + (size_t)p * 8;
+    a0 = vld1q_u32(ap); a1 = vld1q_u32(ap + 4); a2 = vld1q_u32(ap + 8); a3 = vld1q_u32(ap + 12);
+    b0 = vld1q_u32(bp); b1 = vld1q_u32(bp + 4); b2 = vld1q_u32(bp + 8); b3 = vld1q_u32(bp + 12);
+    AMP__GN_MALL(AMP__GN_MM)
+  }
+  if (kc % 2) {   /* the last pair: words r of A (8 rows) and j of B (8 columns) */
+    uint32x4_t x0 = vld1q_u32(a + (size_t)p * 8), x1 = vld1q_u32(a + (size_t)p * 8 + 4);
+    uint32x4_t y0 = vld1q_u32(b + (size_t)p * 8), y1 = vld1q_u32(b + (size_t)p * 8 + 4);
+    a0 = vzip1q_u32(x0, x0); a1 = vzip2q_u32(x0, x0); a2 = vzip1q_u32(x1, x1); a3 = vzip2q_u32(x1, x1);
+    b0 = vcombine_u32(vget_low_u32(y0), vget_low_u32(y0)); b1 = vcombine_u32(vget_high_u32(y0), vget_high_u32(y0));
+    b2 = vcombine_u32(vget_low_u32(y1), vget_low_u32(y1)); b3 = vcombine_u32(vget_high_u32(y1), vget_high_u32(y1));
+    AMP__GN_MALL(AMP__GN_MD)
+  }
+  AMP__GN_MALL(AMP__GN_MST)
+}
+#undef AMP__GN_MLD
+#undef AMP__GN_MST
+#undef AMP__GN_MROWS
+#undef AMP__GN_MALL
+#undef AMP__GN_MZ
+#undef AMP__GN_MM
+#undef AMP__GN_MD
+static const amp__gemm_kernel amp__gemm_kernel_bfmmla = {
+  amp__gemm_micro_bfmmla, amp__gemm_pack_quads_c, 8, 8, 512, 96, 512, 2, 0, NULL, NULL, NULL};
+
+/* Which of BFMMLA, BFDOT and the FMLA kernel (bf16 widened while packing) a bf16 product runs:
+   an instruction does 32 flops (BFMMLA), 16 (BFDOT) or 8 (FMLA), so BFDOT pays where it issues at
+   least half as fast as FMLA, and BFMMLA where at least a quarter as fast as FMLA and faster than
+   half BFDOT's rate (the two give the same bits: a close call between them changes no result).
+   Measured once per process as on x86 (amp__gemm_dpbf16): 12 independent accumulators of each
+   instruction, n rounds, the fastest of 7 runs, timed by the generic timer (CNTVCT_EL0, readable at
+   EL0 on Linux and macOS). */
 /* One timing loop: 12 independent accumulators, each taking INSN on x per round (x's lanes of type
    XT from XINIT), n rounds; the sum returned so nothing is dropped. */
 #define AMP__GEMM_PEAK_FN(name, ATTR, XT, XINIT, INSN) \
@@ -10713,23 +10795,29 @@ static const amp__gemm_kernel amp__gemm_kernel_bfdot = {
 AMP__GEMM_PEAK_FN(amp__gemm_peak_fmla, , float32x4_t, vdupq_n_f32(1e-3f), "fmla %0.4s, %1.4s, %1.4s")
 AMP__GEMM_PEAK_FN(amp__gemm_peak_bfdot, AMP__TBF16, uint32x4_t, vdupq_n_u32(0x3a833a83u) /* bf16 pairs of about 1e-3 */,
                   "bfdot %0.4s, %1.8h, %1.2h[0]")
+AMP__GEMM_PEAK_FN(amp__gemm_peak_bfmmla, AMP__TBF16, uint32x4_t, vdupq_n_u32(0x3a833a83u),
+                  "bfmmla %0.4s, %1.8h, %1.8h")
 #undef AMP__GEMM_PEAK_FN
 static volatile float amp__gemm_peak_sink;
+/* 0: FMLA, 1: BFDOT, 2: BFMMLA */
 static int amp__gemm_dpbf16_measure(void) {
-  uint64_t best[2] = {~(uint64_t)0, ~(uint64_t)0};
+  uint64_t best[3] = {~(uint64_t)0, ~(uint64_t)0, ~(uint64_t)0};
   int r, kind;
   for (r = 0; r < 7; r++)
-    for (kind = 0; kind < 2; kind++) {
+    for (kind = 0; kind < 3; kind++) {
       uint64_t t0, t1;
       __asm__ __volatile__("isb\n\tmrs %0, cntvct_el0" : "=r"(t0) : : "memory");
-      amp__gemm_peak_sink = kind ? amp__gemm_peak_bfdot(4096) : amp__gemm_peak_fmla(4096);
+      amp__gemm_peak_sink = kind == 2 ? amp__gemm_peak_bfmmla(4096) : kind ? amp__gemm_peak_bfdot(4096)
+                                                                           : amp__gemm_peak_fmla(4096);
       __asm__ __volatile__("isb\n\tmrs %0, cntvct_el0" : "=r"(t1) : : "memory");
       if (t1 - t0 < best[kind]) best[kind] = t1 - t0;
     }
-  return best[1] <= 2 * best[0];   /* 16 flops an instruction against 8 */
+  /* 32 flops an instruction against 8 (FMLA) and 16 (BFDOT) */
+  if (best[2] <= 4 * best[0] && best[2] < 2 * best[1]) return 2;
+  return best[1] <= 2 * best[0];
 }
-/* BFDOT as the Arm ARM's BFDotAdd without FEAT_EBF16: FPCR.EBF (bit 13) must be 0, and AH (bit
-   1, which BFDOT honours for its default NaN) too. */
+/* BFDOT and BFMMLA as the Arm ARM's BFDotAdd without FEAT_EBF16: FPCR.EBF (bit 13) must be 0, and
+   AH (bit 1, which both honour for their default NaN) too. */
 static int amp__gemm_bfdot_fpcr_ok(void) {
   uint64_t f;
   __asm__ __volatile__("mrs %0, fpcr" : "=r"(f));
@@ -10741,12 +10829,14 @@ static int amp__gemm_bfdot_fpcr_ok(void) {
 #undef AMP__GN_ST
 #endif
 
-/* The bf16 dot-product kernel (x86 vdpbf16ps, AArch64 BFDOT) or bf16 widened and the FMA kernel,
-   decided once per process by amp__gemm_dpbf16_measure (the calibrations above). */
+/* The bf16 dot-product kernel (x86 vdpbf16ps, AArch64 BFDOT or BFMMLA) or bf16 widened and the FMA
+   kernel, decided once per process by amp__gemm_dpbf16_measure (the calibrations above). */
 #if defined(AMP__GEMM_FAST) || defined(AMP__GEMM_BFDOT)
-static int amp__gemm_dpbf16_forced = -1;   /* tests: 1 the dot-product kernel, 0 widened; -1: the measured choice */
+/* tests: 1 the dot-product kernel (BFDOT on AArch64), 2 BFMMLA (AArch64), 0 widened; -1: the measured choice */
+static int amp__gemm_dpbf16_forced = -1;
 static int amp__gemm_dpbf16_choice = -1;   /* -1: not measured yet */
-/* 1: bf16 x bf16 products run the dot-product kernel (the CPU has it, and it pays); 0: widened. */
+/* 1: bf16 x bf16 products run the dot-product kernel (the CPU has it, and it pays), 2: BFMMLA
+   (AArch64); 0: widened. */
 static int amp__gemm_dpbf16(void) {
   int v = AMP__ALOAD(&amp__gemm_dpbf16_forced);
   if (v >= 0) return v;
@@ -10772,8 +10862,10 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
 #endif
 #ifdef AMP__GEMM_BFDOT
   if (!reference && in == AMP_BF16 && AMP__ALOAD(&amp__gemm_neon_allowed) && amp__cpu_bf16() &&
-      amp__gemm_bfdot_fpcr_ok() && amp__gemm_dpbf16())
-    return &amp__gemm_kernel_bfdot;
+      amp__gemm_bfdot_fpcr_ok()) {
+    int v = amp__gemm_dpbf16();
+    if (v) return v == 2 ? &amp__gemm_kernel_bfmmla : &amp__gemm_kernel_bfdot;
+  }
 #endif
 #ifdef AMP__GEMM_NEON
   if (!reference && AMP__ALOAD(&amp__gemm_neon_allowed)) return &amp__gemm_kernel_neon;

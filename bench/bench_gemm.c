@@ -6,8 +6,8 @@
            OPENBLAS_CORETYPE unset, one thread; skipped with a message where absent), and PyTorch's
            CPU torch.matmul in f32 (whatever BLAS it links);
      bf16: PyTorch's CPU torch.matmul in bf16 (oneDNN: vdpbf16ps on an AVX512_BF16 CPU), our f32
-           product of the same values, and our other bf16 kernel forced (vdpbf16ps, or bf16 widened
-           while packing: the one the calibration did not choose);
+           product of the same values, and our other bf16 kernels forced (vdpbf16ps, BFDOT, BFMMLA or
+           bf16 widened while packing: those the calibration did not choose);
      f16:  the f32 peers (no CPU peer multiplies f16 faster than it converts it to f32).
    Each peer's kernel is named (openblas_get_corename(), BLIS's sub-configuration, the BLAS library
    PyTorch loaded, oneDNN's implementation). A peer on a generic kernel (OpenBLAS's SSE-era cores,
@@ -309,9 +309,10 @@ static void peer_line(const char *what, const shape *s, const char *peer, double
 }
 
 int main(void) {
-  int have_blas = openblas_open(), have_blis = blis_open(), have_torch, i, dp = 0, fma512 = 0;
+  int have_blas = openblas_open(), have_blis = blis_open(), have_torch, i, ko, dp = 0, fma512 = 0;
   int isa = 0;
-  const char *bf16_kernel = "widened while packing, the f32 kernel", *other = NULL;
+  const char *bf16_kernel = "widened while packing, the f32 kernel", *other[2] = {NULL, NULL};
+  int other_v[2] = {0, 0};   /* amp__gemm_dpbf16_forced for each of them */
   const char *kernel = "reference (no FMA)";
 #ifdef AMP__GEMM_FAST
   isa = amp__gemm_isa();
@@ -320,19 +321,23 @@ int main(void) {
   if (isa & AMP__GEMM_ISA_BF16) {
     dp = amp__gemm_dpbf16();
     if (dp) bf16_kernel = "vdpbf16ps";
-    other = dp ? "widened" : "dpbf16";
+    other[0] = dp ? "widened" : "dpbf16";
+    other_v[0] = !dp;
   }
 #elif defined(AMP__GEMM_NEON)
   kernel = "NEON FMLA";
 #ifdef AMP__GEMM_BFDOT
   if (amp__cpu_bf16()) {
+    static const char *const names[3] = {"widened", "bfdot", "bfmmla"};
+    int v, no = 0;
     dp = amp__gemm_dpbf16();
-    if (dp) bf16_kernel = "BFDOT";
-    other = dp ? "widened" : "bfdot";
+    if (dp) bf16_kernel = dp == 2 ? "BFMMLA" : "BFDOT";
+    for (v = 0; v < 3; v++)
+      if (v != dp) { other[no] = names[v]; other_v[no++] = v; }
   }
 #endif
 #endif
-  (void)other;
+  (void)other; (void)other_v; (void)ko;
   if (bench_emulated()) have_blas = have_blis = 0;
   printf("amp_gemm, 1 thread: kernel %s; bf16 inputs: %s (GFLOP/s; ratio = ours / peer)\n", kernel, bf16_kernel);
   if (isa & 1) {
@@ -389,14 +394,15 @@ int main(void) {
       peer_line("bf16", s, "torch", obf, torch_gf[i][1], torch_native[1], torch_kernel[1],
                 "GFLOP/s (bf16 in, f32 out; torch: bf16 out)");
 #if defined(AMP__GEMM_FAST) || defined(AMP__GEMM_BFDOT)
-    if (other) {   /* the bf16 kernel the calibration did not choose, forced */
+    for (ko = 0; ko < 2 && other[ko]; ko++) {   /* the bf16 kernels the calibration did not choose, forced */
       double ob;
-      amp__gemm_dpbf16_forced = !dp;
+      amp__gemm_dpbf16_forced = other_v[ko];
       ob = gflops(s, time_call(ours, s, ah, bh, c, AMP_BF16));
       amp__gemm_dpbf16_forced = -1;
-      snprintf(name, sizeof name, "gemm_bf16_%s_%s_%dx%dx%d_vs_ours_bf16", other, s->name, s->m, s->n, s->k);
-      bench_line(name, ob, obf, dp ? "GFLOP/s (bf16 widened while packing, forced; not chosen here)"
-                                   : "GFLOP/s (the dot-product kernel forced; not chosen here)");
+      snprintf(name, sizeof name, "gemm_bf16_%s_%s_%dx%dx%d_vs_ours_bf16", other[ko], s->name, s->m, s->n, s->k);
+      bench_line(name, ob, obf, other_v[ko] == 2 ? "GFLOP/s (BFMMLA forced; not chosen here)"
+                              : other_v[ko] ? "GFLOP/s (the dot-product kernel forced; not chosen here)"
+                                           : "GFLOP/s (bf16 widened while packing, forced; not chosen here)");
     }
 #endif
     amp_convert(ah, AMP_F16, af, AMP_F32, na); amp_convert(bh, AMP_F16, bf, AMP_F32, nb);

@@ -8,17 +8,19 @@
 #      and under valgrind (AMP_TEST_QUICK=1: sampled); a test file with a line `// TSAN: yes` also
 #      under clang's ThreadSanitizer (any report fails it; the longest access history, so a race is
 #      never left unreported because the earlier access fell out of it); and cross-built for AArch64
-#      (gcc -O2, clang -Ofast; test_convert also gcc -march=armv8.6-a, for BFCVTN) and for armhf
-#      (gcc -O2, 32-bit ARM) and run under qemu-user where those tools are installed. Steps 2-3 run the test files nproc at a time
-#      (AMP_TEST_JOBS=N), each file's builds in order;
+#      (gcc -O2 and clang -Ofast; a third build, gcc -Ofast or clang -O2, or both, for every test
+#      but the six whose outcome no float flag reaches, see matrix_aarch64; test_convert also gcc
+#      -march=armv8.6-a, for BFCVTN) and for armhf (gcc -O2, 32-bit ARM) and run under qemu-user where those tools
+#      are installed. Steps 2-3 run the test files nproc at a time (AMP_TEST_JOBS=N), each file's
+#      builds in order;
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
 #      PTX, warnings as errors), every tests/cuda_*.c linked against it and run (they report
 #      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
 #   5. the libFuzzer targets in tests/fuzz/ for a bounded time each;
 #   6. tests/examples.sh, when present (the examples, run and their claims checked);
-#   7. the numbered examples cross-built for AArch64 and armhf, run under qemu-user, their output
-#      and SVGs compared with the x86 build's byte for byte; tcc builds the implementation (no
-#      thread-local storage).
+#   7. the numbered examples cross-built for AArch64 (gcc -O2 and clang -O2) and armhf (gcc -O2),
+#      run under qemu-user, their output and SVGs compared with the x86 build's byte for byte; tcc
+#      builds the implementation (no thread-local storage).
 #
 # A test file may carry a line `// LDLIBS: -lz` naming extra libraries to link, and a line
 # `// LANG: c++` to be built as C++ (g++ -x c++ / clang++ -x c++, -std=c++11) with the CUDA
@@ -211,10 +213,18 @@ matrix_x86() {
   fi
 }
 # matrix_aarch64 SRC (step 7): AArch64 as a Mac or Grace builds it: the test cross-built with gcc -O2
-# and with clang -Ofast, run under qemu-user (sampled: qemu is slow). Each test checks the promised
-# bits itself (every SIMD level against the scalar loop, the split master against the fp32 master,
-# the references). Where the tools are missing (not Debian; `make deps` installs them) make test
-# says so once and the rest still runs.
+# and clang -Ofast (-Werror), run under qemu-user (sampled: qemu is slow), and with a third build,
+# so that the suite runs all four of gcc and clang at -O2 and -Ofast: gcc -Ofast for the optimizer's
+# tests (the one build where GCC may fuse a * b + c into an FMA on this target: the element
+# functions' no-fast-math attribute is what keeps their bits), clang -O2 for the conversions' and
+# fp8's (without -Ofast's flush-to-zero, the FPCR state in which the NEON conversions run and
+# subnormal results are checked), both for test_gemm and for a test not named below; none for the
+# six that check what no float flag reaches (refused arguments, checkpoint I/O, the log hook,
+# allocation failure, the policy's text, overlapping buffers). A build of amp.h costs more than its
+# run under qemu: the four builds of every test would add about twice the minutes. Each test checks the promised bits itself (every
+# SIMD level against the scalar loop, the split master against the fp32 master, the references).
+# Where the tools are missing (not Debian; `make deps` installs them) make test says so once and
+# the rest still runs.
 # armhf (32-bit ARM, Debian's -mfpu=neon-vfpv4 -mfloat-abi=hard): gcc -O2, run under qemu-arm. amp.h's
 # NEON paths are AArch64's, so armhf runs the portable loops and the reference product: each test
 # checks their bits as on x86 (the same checks, so the same promised bits).
@@ -238,6 +248,16 @@ matrix_aarch64() {
   if [ "$HAVE_ARM" = 1 ]; then
     cross_run aarch64 qemu-aarch64 $arm_sysroot gcc-O2 aarch64-linux-gnu-gcc -std=c99 -O2
     cross_run aarch64 qemu-aarch64 $arm_sysroot clang-Ofast clang --target=aarch64-linux-gnu -std=c99 -Ofast
+    case $name in
+      test_bad_input|test_checkpoint|test_gemm_overlap|test_log|test_out_of_memory|test_policy) ;;
+      test_step|test_optim|test_moments|test_lion|test_master_modes|test_groups|test_spike|test_scaler|test_stats|\
+      test_dp|test_device_line)
+        cross_run aarch64 qemu-aarch64 $arm_sysroot gcc-Ofast aarch64-linux-gnu-gcc -std=c99 -Ofast ;;
+      test_convert|test_convert_exhaustive|test_fp8|test_fp8_blocks|test_fp8_scaling|test_fp8_stats|test_gemm_fp8)
+        cross_run aarch64 qemu-aarch64 $arm_sysroot clang-O2 clang --target=aarch64-linux-gnu -std=c99 -O2 ;;
+      *) cross_run aarch64 qemu-aarch64 $arm_sysroot gcc-Ofast aarch64-linux-gnu-gcc -std=c99 -Ofast
+         cross_run aarch64 qemu-aarch64 $arm_sysroot clang-O2 clang --target=aarch64-linux-gnu -std=c99 -O2 ;;
+    esac
     # test_convert also built for a BF16 CPU (-march=armv8.6-a): amp_convert's BFCVTN level, which
     # qemu's default CPU has
     [ "$name" = test_convert ] && cross_run aarch64 qemu-aarch64 $arm_sysroot gcc-bf16 aarch64-linux-gnu-gcc -std=c99 -O2 -march=armv8.6-a
@@ -346,23 +366,30 @@ if { [ -z "$ONLY" ] || [ "$ONLY" = gpu ]; } && [ -f tests/examples.sh ]; then
 fi
 
 # 7. other compilers and targets ---------------------------------------------------------------
-# The numbered examples (each checks its own claims) built for AArch64 and armhf (gcc -O2, as the
-# unit tests) and run under qemu-user: their output and the SVGs they write must be the x86
+# The numbered examples (each checks its own claims) built for AArch64 (gcc -O2, and clang -O2) and
+# armhf (gcc -O2) and run under qemu-user: their output and the SVGs they write must be the x86
 # build's, byte for byte (none uses the product, whose AUTO kernels differ between CPUs by design).
+# The examples' own loops are compared too (06's dot product, outside amp.h): gcc -std=c99 never
+# fuses a * b + c into an FMA, clang does by default on AArch64 (-ffp-contract=on), so its build
+# says -ffp-contract=off, the flag the x86 build and gcc's have in effect.
+# cross_examples TARGET TAG QEMU SYSROOT CC...: TAG names a second compiler's build in the checks
+# (empty for the first); the x86 build of each example is made once per target, for all its TAGs.
 cross_examples() {
-  target=$1; qemu=$2; sysroot=$3; shift 3
+  target=$1; tag=$2; qemu=$3; sysroot=$4; shift 4
   LAST="$B/examples-$target.last.log"
   for ex in 01_number_lines 02_master_weights 03_loss_scaling 04_dynamic_scaler 05_policy 06_drop_in_fp32 \
             06_drop_in_amp 07_fp8; do
-    d="$B/examples-$target"; dx="$B/examples-x86-$target"   # (each target its own x86 build: they run side by side)
+    d="$B/examples-$target${tag:+-$tag}"; dx="$B/examples-x86-$target"   # (each target its own x86 build: they run side by side)
     mkdir -p "$d" "$dx"
     arg=""; case $ex in 03*|04*|07*) arg=DIR ;; 05*) arg=examples/mixlist.json ;; esac
-    check "example $ex on $target under qemu: passes, prints and writes what the x86 build does" sh -c '
+    check "example $ex on $target${tag:+ ($tag)} under qemu: passes, prints and writes what the x86 build does" sh -c '
       ex=$1; d=$2; dx=$3; arg=$4; qemu=$5; sysroot=$6; shift 6
-      gcc -std=c99 -O2 '"$WARN"' -I. "examples/$ex.c" -o "$dx/$ex" -lm || exit 1
-      a=$arg; [ "$arg" = DIR ] && a=$dx
-      "$dx/$ex" $a > "$dx/$ex.out" 2>&1 || { echo "x86 build failed"; cat "$dx/$ex.out"; exit 1; }
-      sed "s|$dx|DIR|g" "$dx/$ex.out" > "$dx/$ex.cmp"
+      if [ ! -f "$dx/$ex.cmp" ]; then
+        gcc -std=c99 -O2 '"$WARN"' -I. "examples/$ex.c" -o "$dx/$ex" -lm || exit 1
+        a=$arg; [ "$arg" = DIR ] && a=$dx
+        "$dx/$ex" $a > "$dx/$ex.out" 2>&1 || { echo "x86 build failed"; cat "$dx/$ex.out"; exit 1; }
+        sed "s|$dx|DIR|g" "$dx/$ex.out" > "$dx/$ex.cmp"
+      fi
       "$@" '"$WARN"' -I. "examples/$ex.c" -o "$d/$ex" -lm || exit 1
       a=$arg; [ "$arg" = DIR ] && a=$d
       QEMU_LD_PREFIX=$sysroot $qemu "$d/$ex" $a > "$d/$ex.out" 2>&1 || { echo "failed under qemu"; cat "$d/$ex.out"; exit 1; }
@@ -376,17 +403,19 @@ if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
   # the two targets side by side, each in a child with its own log and counts (as the matrices)
   ex_targets=""
   for t in aarch64 armhf; do
-    rm -rf "$B/examples-$t" "$B/examples-x86-$t" "$B/examples-$t.log"
+    rm -rf "$B/examples-$t" "$B/examples-$t-"* "$B/examples-x86-$t" "$B/examples-$t.log"
     if [ "$t" = aarch64 ] && [ "$HAVE_ARM" = 1 ]; then
       ex_targets="$ex_targets $t"
       ( PASS=0; FAIL=0; FAILED=""; echo "== the examples on AArch64 under qemu-user"
-        cross_examples aarch64 qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -O2
+        cross_examples aarch64 "" qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -O2
+        cross_examples aarch64 clang-O2 qemu-aarch64 "$arm_sysroot" clang --target=aarch64-linux-gnu -std=c99 -O2 \
+          -ffp-contract=off
         echo "MATRIX $PASS $FAIL$FAILED" ) > "$B/examples-$t.log" 2>&1 &
     fi
     if [ "$t" = armhf ] && [ "$HAVE_ARMHF" = 1 ]; then
       ex_targets="$ex_targets $t"
       ( PASS=0; FAIL=0; FAILED=""; echo "== the examples on armhf under qemu-user"
-        cross_examples armhf qemu-arm "$armhf_sysroot" arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
+        cross_examples armhf "" qemu-arm "$armhf_sysroot" arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
         echo "MATRIX $PASS $FAIL$FAILED" ) > "$B/examples-$t.log" 2>&1 &
     fi
   done

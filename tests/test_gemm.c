@@ -175,9 +175,12 @@ static void gemm_reference_equals_plain_loop_bit_for_bit(void) {
    first; 0 is the reference. Only the levels this CPU has are run; each test says which ran. An
    AVX512_BF16 CPU runs its level twice, bf16 products forced onto each kernel whatever the
    calibration chose (amp__gemm_dpbf16_forced): 4|3|8 vdpbf16ps, 4|3|16 bf16 widened while packing
-   and the FMA kernel. set_level(7) returns to the CPU's own choice. */
+   and the FMA kernel; an AArch64 CPU with FEAT_BF16 three times: 1|8 BFDOT, 1|32 BFMMLA, 1|16
+   widened and FMLA. set_level(7) returns to the CPU's own choice. */
 #define LV_DPBF16 8
 #define LV_WIDEN 16
+#define LV_MMLA 32
+#define LV_DOT (LV_DPBF16 | LV_MMLA)   /* a bf16 dot-product kernel: subnormals flushed, other bits */
 static int levels(int *lv) {
   int n = 0;
 #ifdef AMP__GEMM_FAST
@@ -186,9 +189,9 @@ static int levels(int *lv) {
   if (have & AMP__GEMM_ISA_512) lv[n++] = 3;
   if (have & AMP__GEMM_ISA_FMA) lv[n++] = 1;
 #elif defined(AMP__GEMM_NEON)
-  /* AArch64: the NEON FMLA kernel; with FEAT_BF16 bf16 products forced onto BFDOT and onto FMLA */
+  /* AArch64: the NEON FMLA kernel; with FEAT_BF16 bf16 products forced onto BFDOT, BFMMLA and FMLA */
 #ifdef AMP__GEMM_BFDOT
-  if (amp__cpu_bf16()) { lv[n++] = 1 | LV_DPBF16; lv[n++] = 1 | LV_WIDEN; } else
+  if (amp__cpu_bf16()) { lv[n++] = 1 | LV_DPBF16; lv[n++] = 1 | LV_MMLA; lv[n++] = 1 | LV_WIDEN; } else
 #endif
   lv[n++] = 1;
 #endif
@@ -202,7 +205,7 @@ static void set_level(int l) {
 #elif defined(AMP__GEMM_NEON)
   amp__gemm_neon_allowed = l & 1;
 #ifdef AMP__GEMM_BFDOT
-  amp__gemm_dpbf16_forced = l & LV_DPBF16 ? 1 : l & LV_WIDEN ? 0 : -1;
+  amp__gemm_dpbf16_forced = l & LV_MMLA ? 2 : l & LV_DPBF16 ? 1 : l & LV_WIDEN ? 0 : -1;
 #endif
 #else
   (void)l;
@@ -210,7 +213,9 @@ static void set_level(int l) {
 }
 static const char *level_name(int l) {
 #ifdef AMP__GEMM_NEON
-  if (l & 1) return l & LV_DPBF16 ? "NEON, bf16 by BFDOT" : l & LV_WIDEN ? "NEON FMLA, bf16 widened while packing" : "NEON FMLA";
+  if (l & 1)
+    return l & LV_DPBF16 ? "NEON, bf16 by BFDOT" : l & LV_MMLA ? "NEON, bf16 by BFMMLA"
+         : l & LV_WIDEN ? "NEON FMLA, bf16 widened while packing" : "NEON FMLA";
 #endif
   return l & LV_DPBF16 ? "AVX-512 + AVX512_BF16, bf16 by vdpbf16ps"
        : l & LV_WIDEN  ? "AVX-512 + AVX512_BF16, bf16 widened while packing"
@@ -231,7 +236,7 @@ static void gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit(void) {
     printf("  fast kernel: %s\n", level_name(lv[li]));
     for (s = 0; s < 3; s++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++) for (tb = 0; tb < 2; tb++) {
       int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i, j, p, bad = 0;
-      amp_dtype in = (s + ta) % 2 ? (tb && !(lv[li] & LV_DPBF16) ? AMP_BF16 : AMP_F16) : AMP_F32;
+      amp_dtype in = (s + ta) % 2 ? (tb && !(lv[li] & LV_DOT) ? AMP_BF16 : AMP_F16) : AMP_F32;
       mat A, B, C;
       if (t_quick() && (count++ % 4)) continue;
       full_bits = in == AMP_F32;
@@ -468,7 +473,7 @@ static void gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product(void) {
     set_level(lv[li]);
     EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, 2, 1.0f, a, AMP_BF16, 2, b, AMP_BF16, 1,
                        0.0f, &c, AMP_F32, 1, &o) == AMP_OK, "%s", amp_last_error());
-    if (lv[li] & LV_DPBF16 || daz)
+    if (lv[li] & LV_DOT || daz)
       EXPECT(c == 0x1p-30f || c == 0.0f, "%s: 2^-130 * 2^100 in bf16: expected 2^-30 or 0 (flushed), got %a",
              level_name(lv[li]), c);
     else EXPECT(c == 0x1p-30f, "%s: 2^-130 * 2^100 in bf16: expected 2^-30, got %a", level_name(lv[li]), c);
@@ -491,15 +496,20 @@ static void gemm_bf16_kernel_is_chosen_once_and_is_the_one_that_runs(void) {
 #endif
   set_level(7);
   v = amp__gemm_dpbf16();
+#ifdef AMP__GEMM_FAST
   EXPECT(v == 0 || v == 1, "amp__gemm_dpbf16() = %d", v);
+#else
+  EXPECT(v >= 0 && v <= 2, "amp__gemm_dpbf16() = %d", v);   /* 2: BFMMLA */
+#endif
   for (i = 0; i < 5; i++) EXPECT(amp__gemm_dpbf16() == v, "the choice changed within the process");
-  printf("  this core: bf16 products by %s\n", v ? "the dot-product instruction (at least the FMA's flop rate)"
-                                                : "widening and FMA (the dot-product instruction is slower here)");
+  printf("  this core: bf16 products by %s\n", v == 2 ? "BFMMLA (at least FMLA's flop rate, above BFDOT's)"
+                                              : v ? "the dot-product instruction (at least the FMA's flop rate)"
+                                                  : "widening and FMA (the dot-product instruction is slower here)");
   A = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, m, k, AMP_BF16, 0); B = mat_make(AMP_ROW_MAJOR, AMP_NO_TRANS, k, n, AMP_BF16, 0);
   c0 = (float *)malloc((size_t)m * n * 4); c1 = (float *)malloc((size_t)m * n * 4);
   for (c = 0; c < 2; c++) {
     float *out = c ? c1 : c0;
-    set_level(c ? 7 : 7 | (v ? LV_DPBF16 : LV_WIDEN));
+    set_level(c ? 7 : 7 | (v == 2 ? LV_MMLA : v ? LV_DPBF16 : LV_WIDEN));
     EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, 1.0f, A.p, AMP_BF16, A.ld, B.p, AMP_BF16,
                     B.ld, 0.0f, out, AMP_F32, n) == AMP_OK, "%s", amp_last_error());
   }
@@ -554,19 +564,27 @@ static uint32_t bfdotadd(uint32_t acc, uint16_t a0, uint16_t a1, uint16_t b0, ui
 }
 #endif
 
-/* On a CPU with FEAT_BF16 the BFDOT kernel (forced) gives C = the chain of BFDotAdd over the
-   pairs q = 0, 1, ... of k in order, from +0, bit for bit: inputs with wide exponents (products
-   that round, cancel, fall below 2^-126 and are flushed; subnormal inputs), odd k (the last pair
-   padded with 0), k across the 512-element slice, edge tiles, both transposes of A and B. */
-static void gemm_bfdot_kernel_is_the_arm_bfdotadd_chain_bit_for_bit(void) {
+/* On a CPU with FEAT_BF16 the BFDOT and the BFMMLA kernels (each forced) give C = the chain of
+   BFDotAdd over the pairs q = 0, 1, ... of k in order, from +0, bit for bit: inputs with wide
+   exponents (products that round, cancel, fall below 2^-126 and are flushed; subnormal inputs), odd
+   k (the last pair padded with 0), an odd number of pairs in a slice (BFMMLA's last pair alone), k
+   across the 512-element slice, m and n off both kernels' tiles (6 x 16, 8 x 8), both layouts and
+   both transposes of A and B; and a sum flushed to -0 by the last pair, which stays -0. */
+static void gemm_bfdot_and_bfmmla_kernels_are_the_arm_bfdotadd_chain_bit_for_bit(void) {
 #ifdef AMP__GEMM_BFDOT
-  static const int shapes[][3] = {{7, 19, 37}, {13, 33, 1030}, {6, 16, 2}};
-  int s, t, bad = 0, cases = 0;
-  if (!amp__cpu_bf16()) { printf("  no FEAT_BF16 on this CPU: no BFDOT kernel to check\n"); return; }
-  set_level(1 | LV_DPBF16);
-  for (s = 0; s < 3; s++) for (t = 0; t < 4 && !bad; t++) {
+  static const int shapes[][3] = {{7, 19, 37}, {13, 33, 1030}, {6, 16, 2}, {9, 10, 515}, {17, 9, 8}, {1, 1, 1},
+                                  {16, 24, 4}, {3, 5, 6}};
+  static const int kern[2] = {LV_DPBF16, LV_MMLA};
+  int s, t, ki, bad = 0, cases = 0;
+  if (!amp__cpu_bf16()) { printf("  no FEAT_BF16 on this CPU: no BFDOT or BFMMLA kernel to check\n"); return; }
+  for (ki = 0; ki < 2; ki++)
+  for (s = 0; s < 8; s++) for (t = 0; t < 8 && !bad; t++) {
     int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i, j, p;
-    int ta = t & 1, tb = t >> 1;
+    int ta = t & 1, tb = t >> 1 & 1, col = t >> 2;
+    /* strides of op(A), op(B) and C, and the leading dimensions amp_gemm gets */
+    int arow = !col ^ ta, brow = !col ^ tb;   /* op(A)'s rows (op(B)'s) contiguous */
+    size_t ars = arow ? (size_t)k : 1, acs = arow ? 1 : (size_t)m, brs = brow ? (size_t)n : 1, bcs = brow ? 1 : (size_t)k;
+    size_t crs = col ? 1 : (size_t)n, ccs = col ? (size_t)m : 1;
     uint16_t *a = (uint16_t *)malloc((size_t)m * k * 2), *b = (uint16_t *)malloc((size_t)k * n * 2);
     float *c = (float *)malloc((size_t)m * n * 4);
     for (i = 0; i < m * k + k * n; i++) {   /* wide exponents, both signs; some subnormal and some zero */
@@ -577,30 +595,49 @@ static void gemm_bfdot_kernel_is_the_arm_bfdotadd_chain_bit_for_bit(void) {
       if (i % 29 == 0) v &= 0x807f;   /* subnormal (or zero) */
       if (i < m * k) a[i] = v; else b[i - m * k] = v;
     }
-    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, ta ? AMP_TRANS : AMP_NO_TRANS, tb ? AMP_TRANS : AMP_NO_TRANS, m, n, k, 1.0f,
-                    a, AMP_BF16, ta ? m : k, b, AMP_BF16, tb ? k : n, 0.0f, c, AMP_F32, n) == AMP_OK, "%s", amp_last_error());
+    set_level(1 | kern[ki]);
+    EXPECT(amp_gemm(amp_cpu(), col ? AMP_COL_MAJOR : AMP_ROW_MAJOR, ta ? AMP_TRANS : AMP_NO_TRANS,
+                    tb ? AMP_TRANS : AMP_NO_TRANS, m, n, k, 1.0f, a, AMP_BF16, (int)(arow ? ars : acs), b, AMP_BF16,
+                    (int)(brow ? brs : bcs), 0.0f, c, AMP_F32, col ? m : n) == AMP_OK, "%s", amp_last_error());
     for (i = 0; i < m && !bad; i++)
       for (j = 0; j < n && !bad; j++) {
-        uint32_t acc = 0, got = amp__f32_bits(c[(size_t)i * n + j]);
-#define AE(p) (ta ? a[(size_t)(p) * m + i] : a[(size_t)i * k + (p)])
-#define BE(p) (tb ? b[(size_t)j * k + (p)] : b[(size_t)(p) * n + j])
+        uint32_t acc = 0, got = amp__f32_bits(c[(size_t)i * crs + (size_t)j * ccs]);
+#define AE(p) a[(size_t)i * ars + (size_t)(p) * acs]
+#define BE(p) b[(size_t)(p) * brs + (size_t)j * bcs]
         for (p = 0; p < k; p += 2)
           acc = bfdotadd(acc, AE(p), p + 1 < k ? AE(p + 1) : 0, BE(p), p + 1 < k ? BE(p + 1) : 0);
 #undef AE
 #undef BE
         if (acc != got) {
           bad = 1;
-          EXPECT(0, "A%s B%s m %d n %d k %d: C(%d,%d) BFDotAdd chain 0x%08x, amp_gemm 0x%08x", ta ? "T" : "N", tb ? "T" : "N",
-                 m, n, k, i, j, (unsigned)acc, (unsigned)got);
+          EXPECT(0, "%s, %s A%s B%s m %d n %d k %d: C(%d,%d) BFDotAdd chain 0x%08x, amp_gemm 0x%08x",
+                 level_name(1 | kern[ki]), col ? "col" : "row", ta ? "T" : "N", tb ? "T" : "N", m, n, k, i, j,
+                 (unsigned)acc, (unsigned)got);
         }
       }
     cases++;
     free(a); free(b); free(c);
   }
+  /* a sum flushed to -0 by a slice's last pair, the third of three (BFMMLA's pair alone):
+     2^-120 (pair 0), +0 (pair 1), then -(1 + 2^-7) 2^-120 leaves -2^-127, flushed to -0, which a
+     further step adding a zero pair would make +0 */
+  for (ki = 0; ki < 2 && !bad; ki++) {
+    static const uint16_t a6[6] = {0x3f80, 0, 0, 0, 0xbf81, 0}, b6[6] = {0x0380, 0, 0, 0, 0x0380, 0};
+    uint32_t acc = 0;
+    float c = 1.0f;
+    for (s = 0; s < 6; s += 2) acc = bfdotadd(acc, a6[s], a6[s + 1], b6[s], b6[s + 1]);
+    EXPECT(acc == 0x80000000u, "the BFDotAdd chain gives 0x%08x, not -0: the case lost its point", (unsigned)acc);
+    set_level(1 | kern[ki]);
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, 6, 1.0f, a6, AMP_BF16, 6, b6, AMP_BF16, 1,
+                    0.0f, &c, AMP_F32, 1) == AMP_OK, "%s", amp_last_error());
+    EXPECT(amp__f32_bits(c) == acc, "%s: 1 x 1 x 6: BFDotAdd chain 0x%08x, amp_gemm 0x%08x", level_name(1 | kern[ki]),
+           (unsigned)acc, (unsigned)amp__f32_bits(c));
+    cases++;
+  }
   set_level(7);
   printf("  %d products compared with the BFDotAdd chain\n", cases);
 #else
-  printf("  no BFDOT kernel in this build\n");
+  printf("  no BFDOT or BFMMLA kernel in this build\n");
 #endif
 }
 
@@ -846,7 +883,7 @@ int main(void) {
   RUN(gemm_bf16_c_of_subnormal_nan_and_inf_results_is_amp_convert_of_f32_c);
   RUN(gemm_bf16_subnormal_inputs_give_zero_or_the_exact_product);
   RUN(gemm_bf16_kernel_is_chosen_once_and_is_the_one_that_runs);
-  RUN(gemm_bfdot_kernel_is_the_arm_bfdotadd_chain_bit_for_bit);
+  RUN(gemm_bfdot_and_bfmmla_kernels_are_the_arm_bfdotadd_chain_bit_for_bit);
   RUN(gemm_beta_zero_does_not_read_c);
   RUN(gemm_k_zero_sets_c_to_beta_c_without_reading_a_or_b);
   RUN(gemm_alpha_zero_does_not_read_a_or_b);

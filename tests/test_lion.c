@@ -277,7 +277,8 @@ static void a_zero_config_means_lions_defaults(void) {
 static void sign_of_zero_leaves_the_weight_and_sign_of_nan_is_nan(void) {
   amp_optim_config h = amp_optimizer_defaults(AMP_LION);
   amp_step_coefs c = amp__step_coefs(&h, 1, 1.0f, 0.0f);
-  float p = -0.0f, m = 0.0f, v = 0.0f;
+  volatile uint32_t negzero = 0x80000000u;   /* -0 made at run time: -Ofast may fold a -0.0f literal to +0 */
+  float p = amp__bits_f32(negzero), m = 0.0f, v = 0.0f;
   amp__lion_elem(&p, &m, &v, 0.0f, &c);
   EXPECT(bits(p) == 0x80000000u && m == 0.0f, "w -0, m 0, g 0: w %a m %a", (double)p, (double)m);
   p = 0.75f; m = NAN;
