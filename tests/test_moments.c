@@ -99,6 +99,9 @@ static void make_maps(void) {
 static uint8_t code_of(int sg, float y) {
   int lo = 0, hi = 255;   /* the last value <= y (or 0), by bisection; then it or the next, the nearer */
   long double dl, dh;
+  /* NaN (0 / 0 where a flush-to-zero build flushes a block's subnormal absmax): code 0, as no
+     comparison holds; told by its bits, which -ffinite-math-only cannot fold away */
+  if ((bits(y) & 0x7fffffffu) > 0x7f800000u) return 0;
   if (y <= map8[sg][0]) return 0;
   while (lo < hi) { int m = (lo + hi + 1) / 2; if (map8[sg][m] <= y) lo = m; else hi = m - 1; }
   if (lo == 255) return 255;
