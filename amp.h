@@ -2789,6 +2789,7 @@ static inline AMP_HD double amp__dmul_rounded(double a, double b) {
   return p;
 #endif
 }
+AMP__EXACT_BEGIN   /* (the 8-bit rule below and the spike decision after it) */
 /* AMP_MOMENTS_8BIT's rule, the one the CPU loops and the step kernel share: bitsandbytes' dynamic
    map (functional.create_dynamic_map with 7 exponent bits, 8 bits): for i = 0..6, 10^(i-6) times
    the midpoints of linspace(0.1, 1, 2^i + 1) with both signs (signed, the first moments) or of
@@ -2850,7 +2851,6 @@ static inline AMP_HD float amp__f8m_scale(float amax) {
   c.recipe = AMP_FP8_CURRENT;
   return amp_fp8_scale_from_amax(&c, AMP_E4M3, amax, 1.0f);
 }
-AMP__EXACT_BEGIN
 /* The spike decision, one function for the CPU and the CUDA kernels: a step with clean grads
    (found_inf 0) is a spike when
      spike_norm > 0 and norm > spike_norm, or
