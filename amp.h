@@ -6973,20 +6973,21 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
    0 (the bisection's answer: no comparison holds). The clamp of y to [-1, 1] is left out: |x| <=
    absmax, so |x / absmax| <= 1 already (a NaN stays NaN either way). */
 AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
-  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __m512i neg = _mm512_srai_epi32(u, 31), e, idx, t, c;
-  e = _mm512_min_epu32(_mm512_max_epu32(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(AMP__Q8_VEMIN)),
-                       _mm512_set1_epi32(127));
-  idx = _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(AMP__Q8_VEMIN)), AMP__Q8_VMB),
-                        _mm512_and_si512(_mm512_srli_epi32(a, 23 - AMP__Q8_VMB), _mm512_set1_epi32((1 << AMP__Q8_VMB) - 1)));
-  idx = _mm512_add_epi32(idx, _mm512_and_si512(neg, _mm512_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
+  const __m512i low = _mm512_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1);
+  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), idx, t, c, key;
+  __mmask16 neg = _mm512_movepi32_mask(u), fin = _mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+  /* exponent and top 7 mantissa bits at once, clamped to rows 103 .. 127 (a smaller exponent: row
+     103's first bucket, where every bucket of the row holds 0's code; NaN: row 127's last, code 0
+     below), then the negative rows' offset */
+  idx = _mm512_min_epu32(_mm512_max_epu32(_mm512_srli_epi32(a, 23 - AMP__Q8_VMB), _mm512_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB)),
+                         _mm512_set1_epi32((128 << AMP__Q8_VMB) - 1));
+  idx = _mm512_sub_epi32(idx, _mm512_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB));
+  idx = _mm512_mask_add_epi32(idx, neg, idx, _mm512_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB));
   t = _mm512_i32gather_epi32(idx, q->vt, 4);
-  c = _mm512_mask_add_epi32(_mm512_srli_epi32(t, 24),
-                            _mm512_cmpge_epi32_mask(_mm512_and_si512(_mm512_xor_si512(u, neg),
-                                                                     _mm512_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1)),
-                                                    _mm512_and_si512(t, _mm512_set1_epi32(0xffffff))),
-                            _mm512_srli_epi32(t, 24), _mm512_set1_epi32(1));
-  return _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), c);
+  key = _mm512_and_si512(_mm512_mask_xor_epi32(u, neg, u, low), low);
+  c = _mm512_maskz_srli_epi32(fin, t, 24);
+  return _mm512_mask_add_epi32(c, _mm512_mask_cmpge_epi32_mask(fin, key, _mm512_and_si512(t, _mm512_set1_epi32(0xffffff))),
+                               c, _mm512_set1_epi32(1));
 }
 /* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e. */
 static AMP__AVX512 size_t amp__q8_encode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
