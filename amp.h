@@ -6894,7 +6894,8 @@ typedef struct amp__qmap {
   uint8_t start[AMP__Q8_LUT];   /* the code of each bucket's least value (amp__q8_code) */
   uint8_t c0, cp1, cm1;         /* the codes of 0, 1 and -1 */
   uint32_t vt[AMP__Q8_VLUT];    /* the vector loops' table (amp__q8_code16): per finer bucket, the
-                                   code of its least value << 24 | the key of the one midpoint inside */
+                                   code of its least value << 16 | the key of the one midpoint inside,
+                                   less one (0xffff: none) */
 } amp__qmap;
 static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y);
 static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
@@ -6927,18 +6928,19 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     uint32_t f = (uint32_t)k & ((1u << AMP__Q8_VMB) - 1u), lb = (1u << (23 - AMP__Q8_VMB)) - 1u;
     uint32_t base = sg << 31 | e << 23 | f << (23 - AMP__Q8_VMB), key = lb + 1u;   /* a key no y reaches */
     int lo, hi;
-    if (e == AMP__Q8_VEMIN) { q->vt[k] = (uint32_t)q->c0 << 24 | key; continue; }   /* |y| < 2^-23 */
-    if (e == 127u) { q->vt[k] = (uint32_t)(f ? 0 : sg ? q->cm1 : q->cp1) << 24 | key; continue; }   /* +-1 */
+    if (e == AMP__Q8_VEMIN) { q->vt[k] = (uint32_t)q->c0 << 16 | (key - 1u); continue; }   /* |y| < 2^-23 */
+    if (e == 127u) { q->vt[k] = (uint32_t)(f ? 0 : sg ? q->cm1 : q->cp1) << 16 | (key - 1u); continue; }   /* +-1 */
     lo = amp__q8_search(q, amp__bits_f32(base | (sg ? lb : 0u)));
     hi = amp__q8_search(q, amp__bits_f32(base | (sg ? 0u : lb)));
     if (hi > lo) {   /* the least float above mid[lo] (inside the bucket), as a key: its low bits, counted up
-                        the bucket (flipped for negative y, whose magnitude falls as y grows) */
+                        the bucket (flipped for negative y, whose magnitude falls as y grows); above the
+                        bucket's least value, so at least 1 */
       float m = (float)q->mid[lo];
       uint32_t u = amp__f32_bits(m);
       if ((double)m <= q->mid[lo]) u = u >> 31 ? u - 1u : u + 1u;
       key = (u & lb) ^ (sg ? lb : 0u);
     }
-    q->vt[k] = (uint32_t)lo << 24 | key;
+    q->vt[k] = (uint32_t)lo << 16 | (key - 1u);
   }
 }
 /* The code nearest y (ties: the lower code): how many midpoints lie below y, by bisection. */
@@ -6967,35 +6969,42 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
 }
 #ifdef AMP__X86_SIMD
 /* AMP_MOMENTS_8BIT's vector loops (AVX-512: 16 lanes, AVX2: 8), amp__q8_code's and amp__q_load's
-   answers bit for bit. A lane's code: from vt[] at y's bucket (sign, exponent clamped to 103 .. 127,
-   top 7 mantissa bits), the code of the bucket's least value, plus one where y reaches the bucket's
-   midpoint (its key: y's low 16 bits, flipped for negative y); the scalar search's count. NaN: code
-   0 (the bisection's answer: no comparison holds). The clamp of y to [-1, 1] is left out: |x| <=
-   absmax, so |x / absmax| <= 1 already (a NaN stays NaN either way). */
+   answers bit for bit. A lane's code: from vt[] at y's bucket (sign, then exponent and top 7
+   mantissa bits: y's high 16 bits less row 103's first, 0 for smaller exponents (row 103: every
+   bucket 0's code), the negative rows after the positive ones), the code of the bucket's least
+   value, plus one where y's key (its low 16 bits, flipped for negative y) is above the bucket's
+   key less one; the scalar search's count. NaN: no table read, code 0 (the bisection's answer: no
+   comparison holds). The clamp of y to [-1, 1] is left out: |x| <= absmax, so |x / absmax| <= 1
+   already (a NaN stays NaN either way). The code is left in bits 16 .. 23 of its lane. */
 AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
-  const __m512i low = _mm512_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1);
-  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), idx, t, c, key;
-  __mmask16 neg = _mm512_movepi32_mask(u), fin = _mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
-  /* exponent and top 7 mantissa bits at once, clamped to rows 103 .. 127 (a smaller exponent: row
-     103's first bucket, where every bucket of the row holds 0's code; NaN: row 127's last, code 0
-     below), then the negative rows' offset */
-  idx = _mm512_min_epu32(_mm512_max_epu32(_mm512_srli_epi32(a, 23 - AMP__Q8_VMB), _mm512_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB)),
-                         _mm512_set1_epi32((128 << AMP__Q8_VMB) - 1));
-  idx = _mm512_sub_epi32(idx, _mm512_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB));
+  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), idx, t;
+  __mmask16 neg = _mm512_movepi32_mask(u), fin = _mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x3f800000));
+  __mmask32 up;
+  idx = _mm512_subs_epu16(_mm512_srli_epi32(a, 16), _mm512_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB));
   idx = _mm512_mask_add_epi32(idx, neg, idx, _mm512_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB));
-  t = _mm512_i32gather_epi32(idx, q->vt, 4);
-  key = _mm512_and_si512(_mm512_mask_xor_epi32(u, neg, u, low), low);
-  c = _mm512_maskz_srli_epi32(fin, t, 24);
-  return _mm512_mask_add_epi32(c, _mm512_mask_cmpge_epi32_mask(fin, key, _mm512_and_si512(t, _mm512_set1_epi32(0xffffff))),
-                               c, _mm512_set1_epi32(1));
+  t = _mm512_mask_i32gather_epi32(_mm512_set1_epi32(0xffff), fin, idx, q->vt, 4);
+  /* the key against the bucket's in the low words; the + 1 into the code's word above */
+  up = _mm512_mask_cmpgt_epu16_mask(0x55555555u, _mm512_mask_xor_epi32(u, neg, u, _mm512_set1_epi32(0xffff)), t);
+  return _mm512_mask_add_epi16(t, (__mmask32)(up << 1), t, _mm512_set1_epi16(1));
 }
-/* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e. */
+/* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e:
+   64 at a time packed to bytes (the packs interleave 128-bit lanes; the last permute puts them back
+   in order), then 16 at a time. */
 static AMP__AVX512 size_t amp__q8_encode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
+  const __m512i ord = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   __m512 d = _mm512_set1_ps(am);
   size_t j;
-  for (j = 0; j + 16 <= e; j += 16) {
-    __m512 y = amp__div16(_mm512_loadu_ps(s + j), d);
-    _mm_storeu_si128((__m128i *)(void *)(codes + j), _mm512_cvtepi32_epi8(amp__q8_code16(q, y)));
+  for (j = 0; j + 64 <= e; j += 64) {
+    __m512i c0 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j), d)), 16);
+    __m512i c1 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 16), d)), 16);
+    __m512i c2 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 32), d)), 16);
+    __m512i c3 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 48), d)), 16);
+    __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
+    _mm512_storeu_si512((void *)(codes + j), _mm512_permutexvar_epi32(ord, b));
+  }
+  for (; j + 16 <= e; j += 16) {
+    __m512i c = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j), d)), 16);
+    _mm_storeu_si128((__m128i *)(void *)(codes + j), _mm512_cvtepi32_epi8(c));
   }
   return j;
 }
@@ -7005,21 +7014,17 @@ static AMP__AVX512 size_t amp__q8_decode16(const amp__qmap *q, float *d, const u
   for (j = 0; j + 16 <= e; j += 16) _mm512_storeu_ps(d + j, amp__q8_ld16(q->code, codes + j, am));
   return j;
 }
-/* The same on 8 lanes. */
+/* The same on 8 lanes (the code in bits 0 .. 7). */
 AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
   __m256i u = _mm256_castps_si256(y), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  __m256i neg = _mm256_srai_epi32(u, 31), e, idx, t, c, key;
-  e = _mm256_min_epu32(_mm256_max_epu32(_mm256_srli_epi32(a, 23), _mm256_set1_epi32(AMP__Q8_VEMIN)),
-                       _mm256_set1_epi32(127));
-  idx = _mm256_or_si256(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(AMP__Q8_VEMIN)), AMP__Q8_VMB),
-                        _mm256_and_si256(_mm256_srli_epi32(a, 23 - AMP__Q8_VMB), _mm256_set1_epi32((1 << AMP__Q8_VMB) - 1)));
+  __m256i neg = _mm256_srai_epi32(u, 31), fin = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3f800001), a), idx, t, key;
+  idx = _mm256_subs_epu16(_mm256_srli_epi32(a, 16), _mm256_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB));
   idx = _mm256_add_epi32(idx, _mm256_and_si256(neg, _mm256_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
-  t = _mm256_i32gather_epi32((const int *)(const void *)q->vt, idx, 4);
-  key = _mm256_and_si256(_mm256_xor_si256(u, neg), _mm256_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1));
-  /* + 1 where key >= the midpoint's key: + 1, less one (adding the all-ones) where it is greater */
-  c = _mm256_add_epi32(_mm256_srli_epi32(t, 24), _mm256_set1_epi32(1));
-  c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xffffff)), key));
-  return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)), c);   /* a <= 0x7fffffff */
+  t = _mm256_mask_i32gather_epi32(_mm256_set1_epi32(0xffff), (const int *)(const void *)q->vt, idx, fin, 4);
+  key = _mm256_and_si256(_mm256_xor_si256(u, neg), _mm256_set1_epi32(0xffff));
+  /* + 1 where the key is above the bucket's less one: less the all-ones of the comparison */
+  return _mm256_sub_epi32(_mm256_srli_epi32(t, 16),
+                          _mm256_cmpgt_epi32(key, _mm256_and_si256(t, _mm256_set1_epi32(0xffff))));
 }
 static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
   __m256 d = _mm256_set1_ps(am);
