@@ -6023,14 +6023,17 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
 /* A block of moments kept as AMP_MOMENTS_BF16 or _8BIT stepped in the vector loops (the moment
    loops, amp__o_step16 / amp__o_step8 given a block): each moment read from its stored form
    straight into lanes (bf16 widened; a code's map value times the block's absmax, amp__q8_ld16 /
-   amp__q8_ld8: amp__q_load's bits), the new f32 moments written to the float block m / v (where
-   the encode reads them) and the bits of their largest magnitude taken on the way, as unsigned
-   integers (amp__f8m_amax's rule: a NaN above inf). Whole vectors only; the caller steps the rest. */
+   amp__q8_ld8: amp__q_load's bits), the new moments written back as bf16 rounded to nearest even
+   where w is set (amp__q_store's bits: the same stores as amp_convert's loops), else as f32 to
+   the float block m / v (where the encode reads them) with the bits of their largest magnitude
+   taken on the way, as unsigned integers (amp__f8m_amax's rule: a NaN above inf). Whole vectors
+   only; the caller steps the rest. */
 typedef struct amp__qmom {
   const unsigned char *a;   /* the block's first bf16 word (BF16) or code (8BIT) */
+  unsigned char *w;         /* BF16 to nearest: a, written */
   const float *code;        /* 8BIT: the map's values */
   float am;                 /* 8BIT: the block's absmax */
-  uint32_t amax;            /* out: the bits of the largest |x| written */
+  uint32_t amax;            /* out: the bits of the largest |x| written to the float block */
 } amp__qmom;
 typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the first moment, s[1]: the second */
 #define AMP__QI_m 0   /* LDF(m) / LDF(v) in a body: the moment's index in amp__qblk.s */
@@ -6092,7 +6095,8 @@ AMP__AVX512_INLINE __m512 amp__qld16(int type, const amp__qmom *s, size_t i) {
   if (type == AMP_MOMENTS_BF16) return amp__ld16_bf16(s->a + 2 * i, 0xffff);
   return amp__q8_ld16(s->code, s->a + i, s->am);
 }
-AMP__AVX512_INLINE void amp__qst16(float *d, __m512 x, __m512i *amx) {
+AMP__AVX512_INLINE void amp__qst16(const amp__qmom *s, size_t i, float *d, __m512 x, __m512i *amx) {
+  if (s->w) { amp__st16_bf16(s->w + 2 * i, x, 0xffff, 0); return; }
   _mm512_storeu_ps(d, x);
   *amx = _mm512_max_epu32(*amx, _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
 }
@@ -6104,7 +6108,7 @@ AMP__AVX512_INLINE uint32_t amp__hmax16u(__m512i a) {
   return (uint32_t)_mm_cvtsi128_si32(x);
 }
 #define AMP__QLD16(q) amp__qld16(qb->type, &qb->s[AMP__QI_##q], i)
-#define AMP__QST16(q, x) amp__qst16(q, x, &amx_##q)
+#define AMP__QST16(q, x) amp__qst16(&qb->s[AMP__QI_##q], i, q, x, &amx_##q)
 #define AMP__Q16_OPS (__m512, amp__add16, amp__sub16, amp__mul16, amp__div16, amp__sqrt16, amp__sign16, AMP__QLD16, \
                       AMP__QST16, _mm512_setzero_ps())
 AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__KIND_STEP16, AMP__COMMA amp__qblk *qb)
@@ -6127,7 +6131,8 @@ AMP__AVX2_INLINE __m256 amp__qld8(int type, const amp__qmom *s, size_t i) {
   if (type == AMP_MOMENTS_BF16) return amp__ld8_bf16(s->a + 2 * i);
   return amp__q8_ld8(s->code, s->a + i, s->am);
 }
-AMP__AVX2_INLINE void amp__qst8(float *d, __m256 x, __m256i *amx) {
+AMP__AVX2_INLINE void amp__qst8(const amp__qmom *s, size_t i, float *d, __m256 x, __m256i *amx) {
+  if (s->w) { amp__st8_bf16(s->w + 2 * i, x, 0); return; }
   _mm256_storeu_ps(d, x);
   *amx = _mm256_max_epu32(*amx, _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
 }
@@ -6138,7 +6143,7 @@ AMP__AVX2_INLINE uint32_t amp__hmax8u(__m256i a) {
   return (uint32_t)_mm_cvtsi128_si32(x);
 }
 #define AMP__QLD8(q) amp__qld8(qb->type, &qb->s[AMP__QI_##q], i)
-#define AMP__QST8(q, x) amp__qst8(q, x, &amx_##q)
+#define AMP__QST8(q, x) amp__qst8(&qb->s[AMP__QI_##q], i, q, x, &amx_##q)
 #define AMP__Q8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, amp__div8, amp__sqrt8, amp__sign8, AMP__QLD8, \
                      AMP__QST8, _mm256_setzero_ps())
 AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND_STEP8, AMP__COMMA amp__qblk *qb)
@@ -7078,7 +7083,7 @@ static AMP__EXACT_FP float amp__f8m_at(const unsigned char *a, size_t e) {
   return amp__fmul(amp_e4m3_to_f32(a[4 + e]), si);
 }
 /* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT, FP8) into d
-   as f32: bf16 widened (exact), a code times its block's absmax or its array's scale_inv (one f32
+   as f32 (8BIT: i0 a block's start, or the k elements inside one block): bf16 widened (exact), a code times its block's absmax or its array's scale_inv (one f32
    multiply). */
 static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
                                       size_t k, float *d) {
@@ -7097,7 +7102,7 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
     const float *absmax = (const float *)a;
     const uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK);
     size_t b;
-    for (b = 0; b < k; b += AMP__Q8_BLOCK) {   /* i0 is a multiple of AMP__Q8_BLOCK */
+    for (b = 0; b < k; b += AMP__Q8_BLOCK) {   /* i0 a multiple of AMP__Q8_BLOCK, or one block's part */
       size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
       float am = absmax[(i0 + b) / AMP__Q8_BLOCK];
       j = 0;
@@ -7130,8 +7135,8 @@ static AMP__EXACT_FP void amp__q8_put(int l, const amp__qmap *q, unsigned char *
     codes[j] = amp__q8_code(q, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
   }
 }
-/* s's k values into elements i0 .. i0 + k - 1 (i0 a multiple of AMP__Q8_BLOCK; the blocks whole but
-   the tensor's last): bf16 to nearest even or, key nonzero, stochastically with key's bits; 8BIT per
+/* s's k values into elements i0 .. i0 + k - 1 (8BIT: i0 a multiple of AMP__Q8_BLOCK, the blocks whole
+   but the tensor's last): bf16 to nearest even or, key nonzero, stochastically with key's bits; 8BIT per
    block: absmax = max |x| (at least 1e-38), each x / absmax clamped to [-1, 1] and its nearest code;
    FP8 with the array's scale (amp__f8m_scale of the amax of all its new values; the header is not
    touched: amp__f8m_set writes it once every code is written) by amp_quantize's CPU loops:
@@ -7165,16 +7170,19 @@ static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
 }
 
 /* The k elements i0 .. i0 + k - 1 of a tensor with BF16 or 8BIT moments mq / vq (maps: their 8BIT
-   maps) stepped as amp__o_step steps them (p, g, w, wt, rt at element i0; sr 0), the new moments
-   left in mb / vb (NULL: no such moment): per block (8BIT: AMP__Q8_BLOCK elements, with its new
-   codes and absmax written once stepped; BF16: all k) the whole vectors in the moment loops
-   (amp__o_qstep_vec: the moments decoded into lanes, amp__q_load's bits, their amaxes taken on the
-   way), the rest decoded by amp__q_load and stepped by amp__o_step, its amax joined
-   (amp__f8m_amax). The same bits as amp__q_load, amp__o_step and amp__q_store in turn. 0: no
-   moment loop for these (no vector level, body or type path; x86 only): nothing done. */
+   maps) stepped as amp__o_step steps them (p, g, w, wt, rt at element i0; sr 0): per block (8BIT:
+   AMP__Q8_BLOCK elements, with its new codes and absmax written once stepped; BF16: all k) the
+   whole vectors in the moment loops (amp__o_qstep_vec: the moments decoded into lanes, amp__q_load's
+   bits; BF16 without msr written back there to nearest even, else left in mb / vb, NULL where there
+   is no such moment, their amaxes taken on the way), the rest decoded by amp__q_load and stepped by
+   amp__o_step, its amax joined (amp__f8m_amax), BF16 without msr written back by amp__q_store. The
+   same bits as amp__q_load, amp__o_step and amp__q_store in turn. 2: the moments written; 1: BF16
+   with msr (stochastic rounding), the new moments left in mb / vb for amp__q_store; 0: no moment
+   loop for these (no vector level, body or type path; x86 only): nothing done. */
 static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
                           const amp__qmap *maps, const char *g, amp_dtype gt, char *w, amp_dtype wt, amp_dtype rt,
-                          size_t n, size_t i0, size_t k, float gmul, const amp_step_coefs *c, float *mb, float *vb) {
+                          size_t n, size_t i0, size_t k, float gmul, const amp_step_coefs *c, float *mb, float *vb,
+                          int msr) {
 #ifdef AMP__X86_SIMD
   int l = amp__kind_vec(kind) && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) && amp__dtype_cpu_vec(rt)
               ? amp__opt_level() : 0;
@@ -7189,9 +7197,9 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
     memset(&qb, 0, sizeof qb);
     qb.type = type;
     for (t = 0; t < 2; t++) {
-      const unsigned char *a = t ? vq : mq;
+      unsigned char *a = t ? vq : mq;
       if (!a) continue;
-      if (type == AMP_MOMENTS_BF16) { qb.s[t].a = a + 2 * (i0 + b); continue; }
+      if (type == AMP_MOMENTS_BF16) { qb.s[t].a = a + 2 * (i0 + b); qb.s[t].w = msr ? NULL : a + 2 * (i0 + b); continue; }
       qb.s[t].a = a + 4 * nb + i0 + b;
       qb.s[t].code = maps[t].code;
       memcpy(&qb.s[t].am, a + 4 * ((i0 + b) / AMP__Q8_BLOCK), 4);
@@ -7203,7 +7211,11 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
       amp__o_step(kind, p + b + j, mm ? mm + j : NULL, vv ? vv + j : NULL, g + (b + j) * gs, gt, w + (b + j) * ws, wt,
                   rt, 0, 0u, e - j, gmul, c);
     }
-    if (type != AMP_MOMENTS_8BIT) continue;
+    if (type == AMP_MOMENTS_BF16) {   /* to nearest: the rest written back */
+      if (!msr && j < e && mq) amp__q_store(l, type, mq, NULL, n, i0 + b + j, e - j, mm + j, 0, 0u, 1.0f);
+      if (!msr && j < e && vq) amp__q_store(l, type, vq, NULL, n, i0 + b + j, e - j, vv + j, 0, 0u, 1.0f);
+      continue;
+    }
     for (t = 0; t < 2; t++) {
       unsigned char *a = t ? vq : mq;
       float *d = t ? vv : mm, am = amp__bits_f32(qb.s[t].amax);
@@ -7212,10 +7224,10 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
       amp__q8_put(l, &maps[t], a, n, i0 + b, d, e, am);
     }
   }
-  return 1;
+  return type == AMP_MOMENTS_BF16 && msr ? 1 : 2;
 #else
   (void)kind; (void)p; (void)type; (void)mq; (void)vq; (void)maps; (void)g; (void)gt; (void)w; (void)wt; (void)rt;
-  (void)n; (void)i0; (void)k; (void)gmul; (void)c; (void)mb; (void)vb;
+  (void)n; (void)i0; (void)k; (void)gmul; (void)c; (void)mb; (void)vb; (void)msr;
   return 0;
 #endif
 }
@@ -7275,8 +7287,8 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
     if (!p) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);   /* SPLIT / NONE: the masters decoded */
     /* BF16, 8BIT: the moment loops where they run (8BIT: its blocks encoded there); else the
        moments decoded, stepped, encoded */
-    fused = type != AMP_MOMENTS_FP8 &&
-            amp__o_step_qv(kind, sp, type, mq, vq, maps, gb, gt, sw, swt, srt, n, i0, k, gmul, c, mm, vv);
+    fused = type == AMP_MOMENTS_FP8 ? 0 :
+            amp__o_step_qv(kind, sp, type, mq, vq, maps, gb, gt, sw, swt, srt, n, i0, k, gmul, c, mm, vv, msr);
     if (!fused) {
       if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
       if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
@@ -7286,7 +7298,7 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
        own indices i0 + i */
     if (!p) amp__o_master_store_at(l, (amp_bf16 *)w, rem, key, i0, out, k);
     else if (sr) amp__o_master_store_at(l, (amp_bf16 *)w, NULL, key, i0, out, k);
-    if (fused && type == AMP_MOMENTS_8BIT) continue;
+    if (fused == 2) continue;
     if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km, sm);
     if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv, sv);
   }
