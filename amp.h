@@ -6020,19 +6020,19 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
 
 #ifdef AMP__X86_SIMD
 
-/* A block of moments kept as AMP_MOMENTS_BF16 or _8BIT stepped in the vector loops (the moment
-   loops, amp__o_step16 / amp__o_step8 given a block): each moment read from its stored form
+/* A block of moments kept as AMP_MOMENTS_BF16, _8BIT or _FP8 stepped in the vector loops (the
+   moment loops, amp__o_step16 / amp__o_step8 given a block): each moment read from its stored form
    straight into lanes (bf16 widened; a code's map value times the block's absmax, amp__q8_ld16 /
-   amp__q8_ld8: amp__q_load's bits), the new moments written back as bf16 rounded to nearest even
+   amp__q8_ld8; an E4M3 code widened times the array's scale_inv: amp__q_load's bits), the new moments written back as bf16 rounded to nearest even
    where w is set (amp__q_store's bits: the same stores as amp_convert's loops), else as f32 to
    the float block m / v (where the encode reads them) with the bits of their largest magnitude
    taken on the way, as unsigned integers (amp__f8m_amax's rule: a NaN above inf). Whole vectors
    only; the caller steps the rest. */
 typedef struct amp__qmom {
-  const unsigned char *a;   /* the block's first bf16 word (BF16) or code (8BIT) */
+  const unsigned char *a;   /* the block's first bf16 word (BF16) or code (8BIT, FP8) */
   unsigned char *w;         /* BF16 to nearest: a, written */
   const float *code;        /* 8BIT: the map's values */
-  float am;                 /* 8BIT: the block's absmax */
+  float am;                 /* 8BIT: the block's absmax; FP8: the array's scale_inv */
   uint32_t amax;            /* out: the bits of the largest |x| written to the float block */
 } amp__qmom;
 typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the first moment, s[1]: the second */
@@ -6093,6 +6093,8 @@ AMP__AVX512_INLINE __m512 amp__q8_ld16(const float *code, const uint8_t *c, floa
 }
 AMP__AVX512_INLINE __m512 amp__qld16(int type, const amp__qmom *s, size_t i) {
   if (type == AMP_MOMENTS_BF16) return amp__ld16_bf16(s->a + 2 * i, 0xffff);
+  if (type == AMP_MOMENTS_FP8)
+    return amp__mul16(amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(const void *)(s->a + i)), 0), _mm512_set1_ps(s->am));
   return amp__q8_ld16(s->code, s->a + i, s->am);
 }
 AMP__AVX512_INLINE void amp__qst16(const amp__qmom *s, size_t i, float *d, __m512 x, __m512i *amx) {
@@ -6129,6 +6131,7 @@ AMP__AVX2_INLINE __m256 amp__q8_ld8(const float *code, const uint8_t *c, float a
 }
 AMP__AVX2_INLINE __m256 amp__qld8(int type, const amp__qmom *s, size_t i) {
   if (type == AMP_MOMENTS_BF16) return amp__ld8_bf16(s->a + 2 * i);
+  if (type == AMP_MOMENTS_FP8) return amp__mul8(amp__fp8_dec8(s->a + i, 0), _mm256_set1_ps(s->am));
   return amp__q8_ld8(s->code, s->a + i, s->am);
 }
 AMP__AVX2_INLINE void amp__qst8(const amp__qmom *s, size_t i, float *d, __m256 x, __m256i *amx) {
@@ -7169,26 +7172,28 @@ static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
   amp__f8m_set(a, scale);
 }
 
-/* The k elements i0 .. i0 + k - 1 of a tensor with BF16 or 8BIT moments mq / vq (maps: their 8BIT
-   maps) stepped as amp__o_step steps them (p, g, w, wt, rt at element i0; sr 0): per block (8BIT:
-   AMP__Q8_BLOCK elements, with its new codes and absmax written once stepped; BF16: all k) the
-   whole vectors in the moment loops (amp__o_qstep_vec: the moments decoded into lanes, amp__q_load's
-   bits; BF16 without msr written back there to nearest even, else left in mb / vb, NULL where there
-   is no such moment, their amaxes taken on the way), the rest decoded by amp__q_load and stepped by
-   amp__o_step, its amax joined (amp__f8m_amax), BF16 without msr written back by amp__q_store. The
-   same bits as amp__q_load, amp__o_step and amp__q_store in turn. 2: the moments written; 1: BF16
-   with msr (stochastic rounding), the new moments left in mb / vb for amp__q_store; 0: no moment
-   loop for these (no vector level, body or type path; x86 only): nothing done. */
+/* The k elements i0 .. i0 + k - 1 of a tensor with BF16, 8BIT or FP8 moments mq / vq (maps: their
+   8BIT maps) stepped as amp__o_step steps them (p, g, w, wt, rt at element i0; sr 0): per block
+   (8BIT: AMP__Q8_BLOCK elements, with its new codes and absmax written once stepped; else all k)
+   the whole vectors in the moment loops (amp__o_qstep_vec: the moments decoded into lanes,
+   amp__q_load's bits; BF16 without msr written back there to nearest even, else left in mb / vb,
+   NULL where there is no such moment, their amaxes taken on the way), the rest decoded by
+   amp__q_load and stepped by amp__o_step, its amax joined (amp__f8m_amax), BF16 without msr written
+   back by amp__q_store. FP8: the amaxes of the new m and v joined into amax[0] and amax[1] where
+   amax is given. The same bits as amp__q_load, amp__o_step, amp__f8m_amax and amp__q_store in turn.
+   2: the moments written; 1: the new moments left in mb / vb (BF16 with msr, stochastic rounding,
+   and FP8: for amp__q_store); 0: no moment loop for these (no vector level or body; x86 only):
+   nothing done. */
 static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
                           const amp__qmap *maps, const char *g, amp_dtype gt, char *w, amp_dtype wt, amp_dtype rt,
                           size_t n, size_t i0, size_t k, float gmul, const amp_step_coefs *c, float *mb, float *vb,
-                          int msr) {
+                          int msr, float *amax) {
 #ifdef AMP__X86_SIMD
   int l = amp__kind_vec(kind) && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) && amp__dtype_cpu_vec(rt)
               ? amp__opt_level() : 0;
   size_t b, bl = type == AMP_MOMENTS_8BIT ? AMP__Q8_BLOCK : k, nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
   size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), vw;
-  if (!l || (type != AMP_MOMENTS_BF16 && type != AMP_MOMENTS_8BIT)) return 0;
+  if (!l || (type != AMP_MOMENTS_BF16 && type != AMP_MOMENTS_8BIT && type != AMP_MOMENTS_FP8)) return 0;
   vw = l >= 2 ? 16 : 8;
   for (b = 0; b < k; b += bl) {
     size_t e = k - b < bl ? k - b : bl, j = e & ~(vw - 1), t;
@@ -7200,6 +7205,7 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
       unsigned char *a = t ? vq : mq;
       if (!a) continue;
       if (type == AMP_MOMENTS_BF16) { qb.s[t].a = a + 2 * (i0 + b); qb.s[t].w = msr ? NULL : a + 2 * (i0 + b); continue; }
+      if (type == AMP_MOMENTS_FP8) { qb.s[t].a = a + 4 + i0 + b; memcpy(&qb.s[t].am, a, 4); continue; }
       qb.s[t].a = a + 4 * nb + i0 + b;
       qb.s[t].code = maps[t].code;
       memcpy(&qb.s[t].am, a + 4 * ((i0 + b) / AMP__Q8_BLOCK), 4);
@@ -7216,6 +7222,15 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
       if (!msr && j < e && vq) amp__q_store(l, type, vq, NULL, n, i0 + b + j, e - j, vv + j, 0, 0u, 1.0f);
       continue;
     }
+    if (type == AMP_MOMENTS_FP8) {   /* the amaxes joined */
+      for (t = 0; t < 2 && amax; t++) {
+        float *d = t ? vv : mm, am = amp__bits_f32(qb.s[t].amax);
+        if (!d) continue;
+        if (j < e) amp__f8m_amax(&am, d + j, e - j);
+        amax[t] = amp__amax_join(amax[t], am);
+      }
+      continue;
+    }
     for (t = 0; t < 2; t++) {
       unsigned char *a = t ? vq : mq;
       float *d = t ? vv : mm, am = amp__bits_f32(qb.s[t].amax);
@@ -7224,10 +7239,10 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
       amp__q8_put(l, &maps[t], a, n, i0 + b, d, e, am);
     }
   }
-  return type == AMP_MOMENTS_BF16 && msr ? 1 : 2;
+  return (type == AMP_MOMENTS_BF16 && msr) || type == AMP_MOMENTS_FP8 ? 1 : 2;
 #else
   (void)kind; (void)p; (void)type; (void)mq; (void)vq; (void)maps; (void)g; (void)gt; (void)w; (void)wt; (void)rt;
-  (void)n; (void)i0; (void)k; (void)gmul; (void)c; (void)mb; (void)vb; (void)msr;
+  (void)n; (void)i0; (void)k; (void)gmul; (void)c; (void)mb; (void)vb; (void)msr; (void)amax;
   return 0;
 #endif
 }
@@ -7259,7 +7274,7 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
   int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT, FP8: nearest codes always */
   float sm = 1.0f, sv = 1.0f;   /* FP8: the scales of the new m and v */
   if (type == AMP_MOMENTS_FP8) {   /* the first pass: the new moments' amaxes, nothing stored */
-    float am = 0.0f, av = 0.0f;
+    float am = 0.0f, av = 0.0f, ax[2] = {0.0f, 0.0f};
     amp_step_coefs c1 = *c;
     int wdep = c->wd != 0.0f;   /* the moments depend on the weight only through L2 decay on the grad */
     c1.moments_only = 1;        /* Adam/AdamW: the moments alone, no root or division */
@@ -7267,15 +7282,18 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
-      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
-      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
       if (wdep && p) memcpy(pb, p + i0, k * sizeof(float));
       else if (wdep) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
+      if (amp__o_step_qv(kind, pb, type, mq, vq, maps, (const char *)g + i0 * gs, gt, (char *)out, AMP_F32, AMP_F32, n,
+                         i0, k, gmul, &c1, mm, vv, 0, ax))
+        continue;   /* the moment loops, the amaxes joined into ax */
+      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
+      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
       amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, &c1);
       if (mq) amp__f8m_amax(&am, mb, k);
       if (vq) amp__f8m_amax(&av, vb, k);
     }
-    sm = amp__f8m_scale(am); sv = amp__f8m_scale(av);
+    sm = amp__f8m_scale(amp__amax_join(am, ax[0])); sv = amp__f8m_scale(amp__amax_join(av, ax[1]));
   }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
@@ -7285,10 +7303,9 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
     amp_dtype swt = p && !sr ? wt : AMP_F32, srt = p && !sr ? rt : AMP_F32;
     int fused;
     if (!p) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);   /* SPLIT / NONE: the masters decoded */
-    /* BF16, 8BIT: the moment loops where they run (8BIT: its blocks encoded there); else the
-       moments decoded, stepped, encoded */
-    fused = type == AMP_MOMENTS_FP8 ? 0 :
-            amp__o_step_qv(kind, sp, type, mq, vq, maps, gb, gt, sw, swt, srt, n, i0, k, gmul, c, mm, vv, msr);
+    /* the moment loops where they run (8BIT: its blocks encoded there; BF16 to nearest written
+       there); else the moments decoded, stepped, encoded */
+    fused = amp__o_step_qv(kind, sp, type, mq, vq, maps, gb, gt, sw, swt, srt, n, i0, k, gmul, c, mm, vv, msr, NULL);
     if (!fused) {
       if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
       if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);

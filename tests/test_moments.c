@@ -947,8 +947,9 @@ static void bad_moments_are_refused_naming_the_value(void) {
   amp_optimizer_destroy(o);
 }
 
-/* The moment loops (BF16 and 8BIT moments decoded into the vector loops' lanes, the 8-bit blocks'
-   amaxes taken there, the blocks' last elements stepped by the plain loop) at every SIMD level
+/* The moment loops (BF16, 8BIT and FP8 moments decoded into the vector loops' lanes, the 8-bit
+   blocks' and FP8 arrays' amaxes taken there, the blocks' last elements stepped by the plain loop)
+   at every SIMD level
    against level 0, bit for bit: each kind with moments in each master mode, on sizes around the
    vectors' widths (8, 16), the 8-bit blocks (256), the CPU loops' blocks (512) and the 8-bit
    minimum (4096); grads with a block of zeros (an absmax of 1e-38), tiny ones and, unclipped, one
@@ -959,12 +960,12 @@ static void moment_loops_match_level_0_on_every_size(void) {
   static const amp_optim_kind kinds[4] = {AMP_ADAMW, AMP_ADAM, AMP_SGD, AMP_LION};
   static unsigned char w[NLOOP * 4], g[NLOOP * 4], s0[NLOOP * 24 + 64], s1[NLOOP * 24 + 64];
   int mi, si, ki, cs, l, k, checks = 0;
-  for (mi = 0; mi < 2; mi++) {
-    int moments = mi ? AMP_MOMENTS_8BIT : AMP_MOMENTS_BF16, ns = mi ? 7 : 6;
+  for (mi = 0; mi < 3; mi++) {
+    int moments = mi == 0 ? AMP_MOMENTS_BF16 : mi == 1 ? AMP_MOMENTS_8BIT : AMP_MOMENTS_FP8, ns = mi == 1 ? 7 : 6;
     for (si = 0; si < ns; si++)
       for (ki = 0; ki < 4; ki++)
         for (cs = 0; cs < 4; cs++) {   /* F32 nearest, F32 stochastic, SPLIT, NONE */
-          size_t n = mi ? n8[si] : n16[si], j, l0 = 0;
+          size_t n = mi == 1 ? n8[si] : n16[si], j, l0 = 0;
           int mode = cs <= 1 ? AMP_MASTER_F32 : cs == 2 ? AMP_MASTER_SPLIT : AMP_MASTER_NONE;
           amp_dtype gt = si % 3 == 0 ? AMP_BF16 : si % 3 == 1 ? AMP_F32 : AMP_F16;
           amp_dtype wt = cs == 0 ? (si % 3 == 0 ? AMP_F32 : si % 3 == 1 ? AMP_BF16 : AMP_F16) : AMP_BF16;
