@@ -6023,11 +6023,11 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
 /* A block of moments kept as AMP_MOMENTS_BF16, _8BIT or _FP8 stepped in the vector loops (the
    moment loops, amp__o_step16 / amp__o_step8 given a block): each moment read from its stored form
    straight into lanes (bf16 widened; a code's map value times the block's absmax, amp__q8_ld16 /
-   amp__q8_ld8; an E4M3 code widened times the array's scale_inv: amp__q_load's bits), the new moments written back as bf16 rounded to nearest even
-   where w is set (amp__q_store's bits: the same stores as amp_convert's loops), else as f32 to
-   the float block m / v (where the encode reads them) with the bits of their largest magnitude
-   taken on the way, as unsigned integers (amp__f8m_amax's rule: a NaN above inf). Whole vectors
-   only; the caller steps the rest. */
+   amp__q8_ld8; an E4M3 code widened times the array's scale_inv: amp__q_load's bits), the new
+   moments written back as bf16 rounded to nearest even where w is set (amp__q_store's bits: the
+   same stores as amp_convert's loops), else as f32 to the float block m / v (where the encode
+   reads them) with the bits of their largest magnitude taken on the way, as unsigned integers
+   (amp__f8m_amax's rule: a NaN above inf). Whole vectors only; the caller steps the rest. */
 typedef struct amp__qmom {
   const unsigned char *a;   /* the block's first bf16 word (BF16) or code (8BIT, FP8) */
   unsigned char *w;         /* BF16 to nearest: a, written */
@@ -6102,12 +6102,15 @@ AMP__AVX512_INLINE void amp__qst16(const amp__qmom *s, size_t i, float *d, __m51
   _mm512_storeu_ps(d, x);
   *amx = _mm512_max_epu32(*amx, _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
 }
-AMP__AVX512_INLINE uint32_t amp__hmax16u(__m512i a) {
-  __m256i h = _mm256_max_epu32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-  __m128i x = _mm_max_epu32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+/* The largest of the lanes as unsigned integers: 8 lanes, then 16 as the larger halves' 8. */
+AMP__AVX2_INLINE uint32_t amp__hmax8u(__m256i a) {
+  __m128i x = _mm_max_epu32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
   x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0x4e));
   x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0xb1));
   return (uint32_t)_mm_cvtsi128_si32(x);
+}
+AMP__AVX512_INLINE uint32_t amp__hmax16u(__m512i a) {
+  return amp__hmax8u(_mm256_max_epu32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
 }
 #define AMP__QLD16(q) amp__qld16(qb->type, &qb->s[AMP__QI_##q], i)
 #define AMP__QST16(q, x) amp__qst16(&qb->s[AMP__QI_##q], i, q, x, &amx_##q)
@@ -6138,12 +6141,6 @@ AMP__AVX2_INLINE void amp__qst8(const amp__qmom *s, size_t i, float *d, __m256 x
   if (s->w) { amp__st8_bf16(s->w + 2 * i, x, 0); return; }
   _mm256_storeu_ps(d, x);
   *amx = _mm256_max_epu32(*amx, _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
-}
-AMP__AVX2_INLINE uint32_t amp__hmax8u(__m256i a) {
-  __m128i x = _mm_max_epu32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0x4e));
-  x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0xb1));
-  return (uint32_t)_mm_cvtsi128_si32(x);
 }
 #define AMP__QLD8(q) amp__qld8(qb->type, &qb->s[AMP__QI_##q], i)
 #define AMP__QST8(q, x) amp__qst8(&qb->s[AMP__QI_##q], i, q, x, &amx_##q)
@@ -7210,7 +7207,9 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
       qb.s[t].code = maps[t].code;
       memcpy(&qb.s[t].am, a + 4 * ((i0 + b) / AMP__Q8_BLOCK), 4);
     }
-    if (j) amp__o_qstep_vec(l, kind, p + b, mm, vv, g + b * gs, gt, w + b * ws, wt, rt, j, gmul, c, &qb);
+    /* 0 (no vector body: the kind list's vec column, as checked above) only on the first block,
+       before anything is written */
+    if (j && !amp__o_qstep_vec(l, kind, p + b, mm, vv, g + b * gs, gt, w + b * ws, wt, rt, j, gmul, c, &qb)) return 0;
     if (j < e) {   /* the block's last elements (the tensor's last block): the plain path */
       if (mq) amp__q_load(l, type, mq, &maps[0], n, i0 + b + j, e - j, mm + j);
       if (vq) amp__q_load(l, type, vq, &maps[1], n, i0 + b + j, e - j, vv + j);
