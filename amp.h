@@ -6039,9 +6039,12 @@ typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the
 #define AMP__QI_m 0   /* LDF(m) / LDF(v) in a body: the moment's index in amp__qblk.s */
 #define AMP__QI_v 1
 /* The loop over whole vectors of a moment block (W lanes, IT the integer vector with zero IZERO,
-   STEP the level's step on OPS, HMAX the lanes' unsigned maximum): the amaxes kept in amx_m and
-   amx_v, the lanes joined once at the end. */
+   STEP the level's step on OPS, HMAX the lanes' unsigned maximum): the block read from a local
+   copy qv (no store of the loop can change it), the amaxes kept in amx_m and amx_v, the lanes
+   joined once at the end. */
 #define AMP__QSTEP_LOOP(W, IT, IZERO, HMAX, STEP, BODY, OPS) { \
+    const amp__qblk qv = *qb; \
+    (void)qv; \
     IT amx_m = IZERO, amx_v = IZERO; \
     for (i = 0; i + W <= n; i += W, p += W, m = m ? m + W : m, v = v ? v + W : v, gc += W * gs, wc += W * ws) { \
       g = gc; w = wc; \
@@ -6112,8 +6115,8 @@ AMP__AVX2_INLINE uint32_t amp__hmax8u(__m256i a) {
 AMP__AVX512_INLINE uint32_t amp__hmax16u(__m512i a) {
   return amp__hmax8u(_mm256_max_epu32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
 }
-#define AMP__QLD16(q) amp__qld16(qb->type, &qb->s[AMP__QI_##q], i)
-#define AMP__QST16(q, x) amp__qst16(&qb->s[AMP__QI_##q], i, q, x, &amx_##q)
+#define AMP__QLD16(q) amp__qld16(qv.type, &qv.s[AMP__QI_##q], i)
+#define AMP__QST16(q, x) amp__qst16(&qv.s[AMP__QI_##q], i, q, x, &amx_##q)
 #define AMP__Q16_OPS (__m512, amp__add16, amp__sub16, amp__mul16, amp__div16, amp__sqrt16, amp__sign16, AMP__QLD16, \
                       AMP__QST16, _mm512_setzero_ps())
 AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__KIND_STEP16, AMP__COMMA amp__qblk *qb)
@@ -6142,8 +6145,8 @@ AMP__AVX2_INLINE void amp__qst8(const amp__qmom *s, size_t i, float *d, __m256 x
   _mm256_storeu_ps(d, x);
   *amx = _mm256_max_epu32(*amx, _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
 }
-#define AMP__QLD8(q) amp__qld8(qb->type, &qb->s[AMP__QI_##q], i)
-#define AMP__QST8(q, x) amp__qst8(&qb->s[AMP__QI_##q], i, q, x, &amx_##q)
+#define AMP__QLD8(q) amp__qld8(qv.type, &qv.s[AMP__QI_##q], i)
+#define AMP__QST8(q, x) amp__qst8(&qv.s[AMP__QI_##q], i, q, x, &amx_##q)
 #define AMP__Q8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, amp__div8, amp__sqrt8, amp__sign8, AMP__QLD8, \
                      AMP__QST8, _mm256_setzero_ps())
 AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND_STEP8, AMP__COMMA amp__qblk *qb)
