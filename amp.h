@@ -2829,13 +2829,23 @@ static inline AMP_HD uint8_t amp__q8_bisect(const double *mid, float y) {
   return (uint8_t)lo;
 }
 /* A block's absmax from the largest |x| of its new values (their bits' unsigned maximum: a NaN
-   above inf): at least 1e-38, so that a block of zeros divides by it. */
-static inline AMP_HD float amp__q8_absmax(float amax) { return amax < 1e-38f ? 1e-38f : amax; }
+   above inf): at least 1e-38, so that a block of zeros divides by it. Compared on the bits (amax
+   is a magnitude or NaN), so that a flush-to-zero FPU (-Ofast, DAZ), which reads the subnormal
+   1e-38 as 0, keeps the same rule. */
+static inline AMP_HD float amp__q8_absmax(float amax) {
+  const float floor = 1e-38f;
+  return amp__f32_bits(amax) < amp__f32_bits(floor) ? floor : amax;
+}
 /* What an element's code is taken of: x / absmax (an IEEE f32 division) clamped to [-1, 1] (a NaN
    stays NaN). Its code: amp__q8_bisect (the CPU's faster search gives the same count). Read back
    as code[c] * absmax (one f32 multiply). */
 static inline AMP_HD float amp__q8_unit(float x, float am) {
-  float y = amp__fdiv(x, am);
+  float y;
+  /* a zero over an absmax below the least normal float (a block of zeros and subnormals): the zero
+     itself, what the division gives, also where a flush-to-zero FPU (-Ofast, DAZ) would divide
+     0 by a flushed 0 */
+  if ((amp__f32_bits(x) << 1) == 0u && amp__f32_bits(am) < 0x00800000u) return x;
+  y = amp__fdiv(x, am);
   return y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y;
 }
 /* AMP_MOMENTS_FP8 (TransformerEngine's FusedAdam with uint8 moments), the CPU's and the step
@@ -6057,10 +6067,10 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
 /* The step loop of a W-lane level without lane masks (AVX2: 8, NEON: 4): STEP(BODY) on each whole
    vector, then the tail (k < W elements) through W-element buffers, so every element takes the
    same vector operations. */
-#define AMP__STEPW_LOOP(W, STEP, BODY) \
+#define AMP__STEPW_LOOP(W, STEP, BODY, OPS) \
   for (i = 0; i + W <= n; i += W, p += W, m = m ? m + W : m, v = v ? v + W : v, gc += W * gs, wc += W * ws) { \
     g = gc; w = wc; \
-    STEP(BODY) \
+    STEP(BODY, OPS) \
   } \
   if (i < n) { \
     size_t k = n - i; \
@@ -6069,16 +6079,18 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
     memcpy(bp, tp, k * 4); if (tm) memcpy(bm, tm, k * 4); if (tv) memcpy(bv, tv, k * 4); \
     memcpy(bg, gc, k * gs); \
     p = bp; m = tm ? bm : NULL; v = tv ? bv : NULL; g = bg; w = bw; \
-    STEP(BODY) \
+    STEP(BODY, OPS) \
     memcpy(tp, bp, k * 4); if (tm) memcpy(tm, bm, k * 4); if (tv) memcpy(tv, bv, k * 4); \
     memcpy(wc, bw, k * ws); \
   }
 /* The step function of one level (ATTR its target attribute, VT its vector type, SET1 its
    broadcast, KIND_CASE its AMP__KIND_STEP* case): the coefficients broadcast once, then the
-   kind's vector body (the kind list's vec column), or 0 for a kind without one (the plain loop). */
-#define AMP__O_STEP_FN(ATTR, NAME, VT, SET1, KIND_CASE) \
+   kind's vector body (the kind list's vec column), or 0 for a kind without one (the plain loop). XP:
+   more parameters (x86: the moment block amp__qblk), or nothing. */
+#define AMP__COMMA ,
+#define AMP__O_STEP_FN(ATTR, NAME, VT, SET1, KIND_CASE, XP) \
   ATTR int NAME(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w, amp_dtype wt, \
-                amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) { \
+                amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c XP) { \
     size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i; \
     const char *gc = (const char *)g; \
     char *wc = (char *)w; \
@@ -6114,51 +6126,150 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
 
 #ifdef AMP__X86_SIMD
 
-/* One case per row of the kind list: its vector body's loop, or 0 (NONE: the plain loop). */
+/* A block of moments kept as AMP_MOMENTS_BF16, _8BIT or _FP8 stepped in the vector loops (the
+   moment loops, amp__o_step16 / amp__o_step8 given a block): each moment read from its stored form
+   straight into lanes (bf16 widened; a code's map value times the block's absmax, amp__q8_ld16 /
+   amp__q8_ld8; an E4M3 code widened times the array's scale_inv: amp__q_load's bits), the new
+   moments written back as bf16 rounded to nearest even where w is set (amp__q_store's bits: the
+   same stores as amp_convert's loops), else as f32 to the float block m / v (where the encode
+   reads them) with the bits of their largest magnitude taken on the way, as unsigned integers
+   (amp__f8m_amax's rule: a NaN above inf). Whole vectors only; the caller steps the rest. */
+typedef struct amp__qmom {
+  const unsigned char *a;   /* the block's first bf16 word (BF16) or code (8BIT, FP8) */
+  unsigned char *w;         /* BF16 to nearest: a, written */
+  const float *code;        /* 8BIT: the map's values */
+  float am;                 /* 8BIT: the block's absmax; FP8: the array's scale_inv */
+  uint32_t amax;            /* out: the bits of the largest |x| written to the float block */
+} amp__qmom;
+typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the first moment, s[1]: the second */
+#define AMP__QI_m 0   /* LDF(m) / LDF(v) in a body: the moment's index in amp__qblk.s */
+#define AMP__QI_v 1
+/* The loop over whole vectors of a moment block (W lanes, IT the integer vector with zero IZERO,
+   STEP the level's step on OPS, HMAX the lanes' unsigned maximum): the block read from a local
+   copy qv (no store of the loop can change it), the amaxes kept in amx_m and amx_v, the lanes
+   joined once at the end. */
+#define AMP__QSTEP_LOOP(W, IT, IZERO, HMAX, STEP, BODY, OPS) { \
+    const amp__qblk qv = *qb; \
+    (void)qv; \
+    IT amx_m = IZERO, amx_v = IZERO; \
+    for (i = 0; i + W <= n; i += W, p += W, m = m ? m + W : m, v = v ? v + W : v, gc += W * gs, wc += W * ws) { \
+      g = gc; w = wc; \
+      STEP(BODY, OPS) \
+    } \
+    qb->s[0].amax = HMAX(amx_m); qb->s[1].amax = HMAX(amx_v); \
+  }
+
+/* One case per row of the kind list: its vector body's loop (the moment loop where qb is given), or
+   0 (NONE: the plain loop). */
 #define AMP__KIND_STEP16(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
-  case kd: if (!AMP__VHAS_##vec) return 0; AMP__STEP16_LOOP(AMP__V_##vec) return 1;
+  case kd: if (!AMP__VHAS_##vec) return 0; \
+    if (qb) AMP__QSTEP_LOOP(16, __m512i, _mm512_setzero_si512(), amp__hmax16u, AMP__STEP16F, AMP__V_##vec, AMP__Q16_OPS) \
+    else { AMP__STEP16_LOOP(AMP__V_##vec) } \
+    return 1;
 #define AMP__KIND_STEP8(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
-  case kd: if (!AMP__VHAS_##vec) return 0; AMP__STEP8_LOOP(AMP__V_##vec) return 1;
+  case kd: if (!AMP__VHAS_##vec) return 0; \
+    if (qb) AMP__QSTEP_LOOP(8, __m256i, _mm256_setzero_si256(), amp__hmax8u, AMP__STEP8, AMP__V_##vec, AMP__Q8_OPS) \
+    else { AMP__STEP8_LOOP(AMP__V_##vec) } \
+    return 1;
 /* AVX-512: 16 elements at p[0..16) etc. under the lane mask k; the model copy rounded to rt. */
 #define AMP__LD16F(q) amp__ld16f(q, k)
 #define AMP__ST16F(q, x) amp__st16f(q, x, k)
 #define AMP__V16_OPS (__m512, amp__add16, amp__sub16, amp__mul16, amp__div16, amp__sqrt16, amp__sign16, AMP__LD16F, \
                       AMP__ST16F, _mm512_setzero_ps())
-#define AMP__STEP16(BODY) { \
+#define AMP__STEP16(BODY, OPS) { \
     __m512 x = amp__mul16(amp__ld16(gt, g, k), gm), w0 = amp__ld16f(p, k); \
-    AMP__VAPPLY(BODY, AMP__V16_OPS); \
+    AMP__VAPPLY(BODY, OPS); \
     amp__st16f(p, w0, k); \
     amp__st16(wt, w, rts ? amp__rt16(rt, w0) : w0, k, 0); }
+#define AMP__STEP16F(BODY, OPS) { \
+    const __mmask16 k = 0xffff;   /* a constant: plain loads and stores */ \
+    AMP__STEP16(BODY, OPS) }
 #define AMP__STEP16_LOOP(BODY) \
   for (i = 0; i + 16 <= n; i += 16, p += 16, m = m ? m + 16 : m, v = v ? v + 16 : v, gc += 16 * gs, wc += 16 * ws) { \
-    const __mmask16 k = 0xffff;   /* a constant: plain loads and stores */ \
     g = gc; w = wc; \
-    AMP__STEP16(BODY) \
+    AMP__STEP16F(BODY, AMP__V16_OPS) \
   } \
   if (i < n) { \
     __mmask16 k = amp__mask16(n - i); \
     g = gc; w = wc; \
-    AMP__STEP16(BODY) \
+    AMP__STEP16(BODY, AMP__V16_OPS) \
   }
-AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__KIND_STEP16)
+/* The moment loops' loads and stores (amp__qblk): the moment at element i of the block, and the new
+   moment written with its magnitude's bits joined into amx. */
+AMP__AVX512_INLINE __m512 amp__q8_ld16(const float *code, const uint8_t *c, float am) {
+  __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
+  return amp__mul16(_mm512_i32gather_ps(x, code, 4), _mm512_set1_ps(am));
+}
+AMP__AVX512_INLINE __m512 amp__qld16(int type, const amp__qmom *s, size_t i) {
+  if (type == AMP_MOMENTS_BF16) return amp__ld16_bf16(s->a + 2 * i, 0xffff);
+  if (type == AMP_MOMENTS_FP8)
+    return amp__mul16(amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(const void *)(s->a + i)), 0), _mm512_set1_ps(s->am));
+  return amp__q8_ld16(s->code, s->a + i, s->am);
+}
+AMP__AVX512_INLINE void amp__qst16(const amp__qmom *s, size_t i, float *d, __m512 x, __m512i *amx) {
+  if (s->w) { amp__st16_bf16(s->w + 2 * i, x, 0xffff, 0); return; }
+  _mm512_storeu_ps(d, x);
+  *amx = _mm512_max_epu32(*amx, _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
+}
+/* The largest of the lanes as unsigned integers: 8 lanes, then 16 as the larger halves' 8. */
+AMP__AVX2_INLINE uint32_t amp__hmax8u(__m256i a) {
+  __m128i x = _mm_max_epu32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0x4e));
+  x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0xb1));
+  return (uint32_t)_mm_cvtsi128_si32(x);
+}
+AMP__AVX512_INLINE uint32_t amp__hmax16u(__m512i a) {
+  return amp__hmax8u(_mm256_max_epu32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
+}
+#define AMP__QLD16(q) amp__qld16(qv.type, &qv.s[AMP__QI_##q], i)
+#define AMP__QST16(q, x) amp__qst16(&qv.s[AMP__QI_##q], i, q, x, &amx_##q)
+#define AMP__Q16_OPS (__m512, amp__add16, amp__sub16, amp__mul16, amp__div16, amp__sqrt16, amp__sign16, AMP__QLD16, \
+                      AMP__QST16, _mm512_setzero_ps())
+AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__KIND_STEP16, AMP__COMMA amp__qblk *qb)
 /* AVX2: 8 elements; a tail through buffers of 8. */
 #define AMP__LD8F(q) _mm256_loadu_ps(q)
 #define AMP__ST8F(q, x) _mm256_storeu_ps(q, x)
 #define AMP__V8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, amp__div8, amp__sqrt8, amp__sign8, AMP__LD8F, \
                      AMP__ST8F, _mm256_setzero_ps())
-#define AMP__STEP8(BODY) { \
+#define AMP__STEP8(BODY, OPS) { \
     __m256 x = amp__mul8(amp__ld8(gt, g), gm), w0 = _mm256_loadu_ps(p); \
-    AMP__VAPPLY(BODY, AMP__V8_OPS); \
+    AMP__VAPPLY(BODY, OPS); \
     _mm256_storeu_ps(p, w0); \
     amp__st8(wt, w, rts ? amp__rt8(rt, w0) : w0, 0); }
-#define AMP__STEP8_LOOP(BODY) AMP__STEPW_LOOP(8, AMP__STEP8, BODY)
-AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND_STEP8)
+#define AMP__STEP8_LOOP(BODY) AMP__STEPW_LOOP(8, AMP__STEP8, BODY, AMP__V8_OPS)
+AMP__AVX2_INLINE __m256 amp__q8_ld8(const float *code, const uint8_t *c, float am) {
+  __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c));
+  return amp__mul8(_mm256_i32gather_ps(code, x, 4), _mm256_set1_ps(am));
+}
+AMP__AVX2_INLINE __m256 amp__qld8(int type, const amp__qmom *s, size_t i) {
+  if (type == AMP_MOMENTS_BF16) return amp__ld8_bf16(s->a + 2 * i);
+  if (type == AMP_MOMENTS_FP8) return amp__mul8(amp__fp8_dec8(s->a + i, 0), _mm256_set1_ps(s->am));
+  return amp__q8_ld8(s->code, s->a + i, s->am);
+}
+AMP__AVX2_INLINE void amp__qst8(const amp__qmom *s, size_t i, float *d, __m256 x, __m256i *amx) {
+  if (s->w) { amp__st8_bf16(s->w + 2 * i, x, 0); return; }
+  _mm256_storeu_ps(d, x);
+  *amx = _mm256_max_epu32(*amx, _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
+}
+#define AMP__QLD8(q) amp__qld8(qv.type, &qv.s[AMP__QI_##q], i)
+#define AMP__QST8(q, x) amp__qst8(&qv.s[AMP__QI_##q], i, q, x, &amx_##q)
+#define AMP__Q8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, amp__div8, amp__sqrt8, amp__sign8, AMP__QLD8, \
+                     AMP__QST8, _mm256_setzero_ps())
+AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND_STEP8, AMP__COMMA amp__qblk *qb)
+#undef AMP__Q8_OPS
+#undef AMP__QST8
+#undef AMP__QLD8
 #undef AMP__STEP8_LOOP
 #undef AMP__STEP8
+#undef AMP__Q16_OPS
+#undef AMP__QST16
+#undef AMP__QLD16
 #undef AMP__STEP16_LOOP
+#undef AMP__STEP16F
 #undef AMP__STEP16
 #undef AMP__KIND_STEP8
 #undef AMP__KIND_STEP16
+#undef AMP__QSTEP_LOOP
 #endif
 
 #ifdef AMP__NEON_SIMD
@@ -6206,13 +6317,13 @@ AMP__NEON_STEP_INLINE float32x4_t amp__rt4(amp_dtype t, float32x4_t x) {
 #define AMP__ST4F(q, x) vst1q_f32(q, x)
 #define AMP__V4_OPS (float32x4_t, amp__add4, amp__sub4, amp__mul4, amp__div4, amp__sqrt4, amp__sign4, AMP__LD4F, \
                      AMP__ST4F, vdupq_n_f32(0.0f))
-#define AMP__STEP4(BODY) { \
+#define AMP__STEP4(BODY, OPS) { \
     float32x4_t x = amp__mul4(amp__ld4(gt, g), gm), w0 = vld1q_f32(p); \
-    AMP__VAPPLY(BODY, AMP__V4_OPS); \
+    AMP__VAPPLY(BODY, OPS); \
     vst1q_f32(p, w0); \
     amp__st4(wt, w, rts ? amp__rt4(rt, w0) : w0, 0); }
-#define AMP__STEP4_LOOP(BODY) AMP__STEPW_LOOP(4, AMP__STEP4, BODY)
-AMP__O_STEP_FN(AMP__NEON_STEP_INLINE, amp__o_step4, float32x4_t, vdupq_n_f32, AMP__KIND_STEP4)
+#define AMP__STEP4_LOOP(BODY) AMP__STEPW_LOOP(4, AMP__STEP4, BODY, AMP__V4_OPS)
+AMP__O_STEP_FN(AMP__NEON_STEP_INLINE, amp__o_step4, float32x4_t, vdupq_n_f32, AMP__KIND_STEP4, )
 /* amp__o_low_vec's loop on 4 lanes (the x86 loops' comment below says what it computes): the
    masters decoded (amp__split_decode, or the bf16 values), stepped, encoded (amp__split_encode, or
    rounded stochastically with element i's bits: for i a multiple of 4 the four 16-bit fields of one
@@ -6369,36 +6480,44 @@ static AMP__EXACT_FP void amp__o_scan_neon(const void *g, amp_dtype t, size_t n,
    1: done; 0: the kind has no vector body (the plain loop runs it). */
 #define AMP__STEP_W(W, ATTR) \
   ATTR int amp__o_step##W##_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w, \
-                              amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) { \
+                              amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, \
+                              amp__qblk *qb) { \
     AMP__DTYPE_VSWITCH(wt, AMP__W_##W) \
     return 0; \
   }
-#define AMP__W_16(E, N, T, S) return amp__o_step16(kind, p, m, v, g, gt, w, E, rt, n, gmul, c);
-#define AMP__W_8(E, N, T, S) return amp__o_step8(kind, p, m, v, g, gt, w, E, rt, n, gmul, c);
+#define AMP__W_16(E, N, T, S) return amp__o_step16(kind, p, m, v, g, gt, w, E, rt, n, gmul, c, qb);
+#define AMP__W_8(E, N, T, S) return amp__o_step8(kind, p, m, v, g, gt, w, E, rt, n, gmul, c, qb);
 AMP__STEP_W(16, AMP__AVX512_INLINE)
 AMP__STEP_W(8, AMP__AVX2_INLINE)
 #undef AMP__W_16
 #undef AMP__W_8
 #undef AMP__STEP_W
-#define AMP__STEP_G16_(E, N, T, S) return amp__o_step16_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c);
-#define AMP__STEP_G8_(E, N, T, S) return amp__o_step8_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c);
+#define AMP__STEP_G16_(E, N, T, S) return amp__o_step16_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c, qb);
+#define AMP__STEP_G8_(E, N, T, S) return amp__o_step8_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c, qb);
 static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
                                           amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                          const amp_step_coefs *c) {
+                                          const amp_step_coefs *c, amp__qblk *qb) {
   AMP__DTYPE_VSWITCH(gt, AMP__STEP_G16_)
   return 0;
 }
 static AMP__AVX2 int amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                                       void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                      const amp_step_coefs *c) {
+                                      const amp_step_coefs *c, amp__qblk *qb) {
   AMP__DTYPE_VSWITCH(gt, AMP__STEP_G8_)
   return 0;
 }
 /* The step on the vector loops of level l (1 AVX2, 2 AVX-512); 0: no vector body for kind. */
 static int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                            void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) {
-  return l >= 2 ? amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c)
-                : amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c);
+  return l >= 2 ? amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, NULL)
+                : amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, NULL);
+}
+/* The same on a moment block qb (amp__qblk: the moment loops), whole vectors of n only. */
+static int amp__o_qstep_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                            void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
+                            amp__qblk *qb) {
+  return l >= 2 ? amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, qb)
+                : amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, qb);
 }
 
 /* The 16-bit stores the step writes outside the update, on 8 lanes (AVX2; the AVX-512 level runs
@@ -6875,7 +6994,8 @@ typedef struct amp__qmap {
   uint8_t start[AMP__Q8_LUT];   /* the code of each bucket's least value (amp__q8_code) */
   uint8_t c0, cp1, cm1;         /* the codes of 0, 1 and -1 */
   uint32_t vt[AMP__Q8_VLUT];    /* the vector loops' table (amp__q8_code16): per finer bucket, the
-                                   code of its least value << 24 | the key of the one midpoint inside */
+                                   code of its least value << 16 | the key of the one midpoint inside,
+                                   less one (0xffff: none) */
 } amp__qmap;
 static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y);
 static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
@@ -6892,18 +7012,19 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     uint32_t f = (uint32_t)k & ((1u << AMP__Q8_VMB) - 1u), lb = (1u << (23 - AMP__Q8_VMB)) - 1u;
     uint32_t base = sg << 31 | e << 23 | f << (23 - AMP__Q8_VMB), key = lb + 1u;   /* a key no y reaches */
     int lo, hi;
-    if (e == AMP__Q8_VEMIN) { q->vt[k] = (uint32_t)q->c0 << 24 | key; continue; }   /* |y| < 2^-23 */
-    if (e == 127u) { q->vt[k] = (uint32_t)(f ? 0 : sg ? q->cm1 : q->cp1) << 24 | key; continue; }   /* +-1 */
+    if (e == AMP__Q8_VEMIN) { q->vt[k] = (uint32_t)q->c0 << 16 | (key - 1u); continue; }   /* |y| < 2^-23 */
+    if (e == 127u) { q->vt[k] = (uint32_t)(f ? 0 : sg ? q->cm1 : q->cp1) << 16 | (key - 1u); continue; }   /* +-1 */
     lo = amp__q8_search(q, amp__bits_f32(base | (sg ? lb : 0u)));
     hi = amp__q8_search(q, amp__bits_f32(base | (sg ? 0u : lb)));
     if (hi > lo) {   /* the least float above mid[lo] (inside the bucket), as a key: its low bits, counted up
-                        the bucket (flipped for negative y, whose magnitude falls as y grows) */
+                        the bucket (flipped for negative y, whose magnitude falls as y grows); above the
+                        bucket's least value, so at least 1 */
       float m = (float)q->mid[lo];
       uint32_t u = amp__f32_bits(m);
       if ((double)m <= q->mid[lo]) u = u >> 31 ? u - 1u : u + 1u;
       key = (u & lb) ^ (sg ? lb : 0u);
     }
-    q->vt[k] = (uint32_t)lo << 24 | key;
+    q->vt[k] = (uint32_t)lo << 16 | (key - 1u);
   }
 }
 /* The code nearest y (ties: the lower code), by bisection (amp__q8_bisect). */
@@ -6925,62 +7046,62 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
 }
 #ifdef AMP__X86_SIMD
 /* AMP_MOMENTS_8BIT's vector loops (AVX-512: 16 lanes, AVX2: 8), amp__q8_code's and amp__q_load's
-   answers bit for bit. A lane's code: from vt[] at y's bucket (sign, exponent clamped to 103 .. 127,
-   top 7 mantissa bits), the code of the bucket's least value, plus one where y reaches the bucket's
-   midpoint (its key: y's low 16 bits, flipped for negative y); the scalar search's count. NaN: code
-   0 (the bisection's answer: no comparison holds). The clamp of y to [-1, 1] is left out: |x| <=
-   absmax, so |x / absmax| <= 1 already (a NaN stays NaN either way). */
+   answers bit for bit. A lane's code: from vt[] at y's bucket (sign, then exponent and top 7
+   mantissa bits: y's high 16 bits less row 103's first, 0 for smaller exponents (row 103: every
+   bucket 0's code), the negative rows after the positive ones), the code of the bucket's least
+   value, plus one where y's key (its low 16 bits, flipped for negative y) is above the bucket's
+   key less one; the scalar search's count. NaN: no table read, code 0 (the bisection's answer: no
+   comparison holds). The clamp of y to [-1, 1] is left out: |x| <= absmax, so |x / absmax| <= 1
+   already (a NaN stays NaN either way). The code is left in bits 16 .. 23 of its lane. */
 AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
-  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __m512i neg = _mm512_srai_epi32(u, 31), e, idx, t, c;
-  e = _mm512_min_epu32(_mm512_max_epu32(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(AMP__Q8_VEMIN)),
-                       _mm512_set1_epi32(127));
-  idx = _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(AMP__Q8_VEMIN)), AMP__Q8_VMB),
-                        _mm512_and_si512(_mm512_srli_epi32(a, 23 - AMP__Q8_VMB), _mm512_set1_epi32((1 << AMP__Q8_VMB) - 1)));
-  idx = _mm512_add_epi32(idx, _mm512_and_si512(neg, _mm512_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
-  t = _mm512_i32gather_epi32(idx, q->vt, 4);
-  c = _mm512_mask_add_epi32(_mm512_srli_epi32(t, 24),
-                            _mm512_cmpge_epi32_mask(_mm512_and_si512(_mm512_xor_si512(u, neg),
-                                                                     _mm512_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1)),
-                                                    _mm512_and_si512(t, _mm512_set1_epi32(0xffffff))),
-                            _mm512_srli_epi32(t, 24), _mm512_set1_epi32(1));
-  return _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), c);
+  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), idx, t;
+  __mmask16 neg = _mm512_movepi32_mask(u), fin = _mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x3f800000));
+  __mmask32 up;
+  idx = _mm512_subs_epu16(_mm512_srli_epi32(a, 16), _mm512_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB));
+  idx = _mm512_mask_add_epi32(idx, neg, idx, _mm512_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB));
+  t = _mm512_mask_i32gather_epi32(_mm512_set1_epi32(0xffff), fin, idx, q->vt, 4);
+  /* the key against the bucket's in the low words; the + 1 into the code's word above */
+  up = _mm512_mask_cmpgt_epu16_mask(0x55555555u, _mm512_mask_xor_epi32(u, neg, u, _mm512_set1_epi32(0xffff)), t);
+  return _mm512_mask_add_epi16(t, (__mmask32)(up << 1), t, _mm512_set1_epi16(1));
 }
-/* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e. */
+/* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e:
+   64 at a time packed to bytes (the packs interleave 128-bit lanes; the last permute puts them back
+   in order), then 16 at a time. */
 static AMP__AVX512 size_t amp__q8_encode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
+  const __m512i ord = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   __m512 d = _mm512_set1_ps(am);
   size_t j;
-  for (j = 0; j + 16 <= e; j += 16) {
-    __m512 y = amp__div16(_mm512_loadu_ps(s + j), d);
-    _mm_storeu_si128((__m128i *)(void *)(codes + j), _mm512_cvtepi32_epi8(amp__q8_code16(q, y)));
+  for (j = 0; j + 64 <= e; j += 64) {
+    __m512i c0 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j), d)), 16);
+    __m512i c1 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 16), d)), 16);
+    __m512i c2 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 32), d)), 16);
+    __m512i c3 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 48), d)), 16);
+    __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
+    _mm512_storeu_si512((void *)(codes + j), _mm512_permutexvar_epi32(ord, b));
+  }
+  for (; j + 16 <= e; j += 16) {
+    __m512i c = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j), d)), 16);
+    _mm_storeu_si128((__m128i *)(void *)(codes + j), _mm512_cvtepi32_epi8(c));
   }
   return j;
 }
 /* d[j] = code[codes[j]] * am, whole vectors of e. */
 static AMP__AVX512 size_t amp__q8_decode16(const amp__qmap *q, float *d, const uint8_t *codes, size_t e, float am) {
-  __m512 a = _mm512_set1_ps(am);
   size_t j;
-  for (j = 0; j + 16 <= e; j += 16) {
-    __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j)));
-    _mm512_storeu_ps(d + j, amp__mul16(_mm512_i32gather_ps(c, q->code, 4), a));
-  }
+  for (j = 0; j + 16 <= e; j += 16) _mm512_storeu_ps(d + j, amp__q8_ld16(q->code, codes + j, am));
   return j;
 }
-/* The same on 8 lanes. */
+/* The same on 8 lanes (the code in bits 0 .. 7). */
 AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
   __m256i u = _mm256_castps_si256(y), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  __m256i neg = _mm256_srai_epi32(u, 31), e, idx, t, c, key;
-  e = _mm256_min_epu32(_mm256_max_epu32(_mm256_srli_epi32(a, 23), _mm256_set1_epi32(AMP__Q8_VEMIN)),
-                       _mm256_set1_epi32(127));
-  idx = _mm256_or_si256(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(AMP__Q8_VEMIN)), AMP__Q8_VMB),
-                        _mm256_and_si256(_mm256_srli_epi32(a, 23 - AMP__Q8_VMB), _mm256_set1_epi32((1 << AMP__Q8_VMB) - 1)));
+  __m256i neg = _mm256_srai_epi32(u, 31), fin = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3f800001), a), idx, t, key;
+  idx = _mm256_subs_epu16(_mm256_srli_epi32(a, 16), _mm256_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB));
   idx = _mm256_add_epi32(idx, _mm256_and_si256(neg, _mm256_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
-  t = _mm256_i32gather_epi32((const int *)(const void *)q->vt, idx, 4);
-  key = _mm256_and_si256(_mm256_xor_si256(u, neg), _mm256_set1_epi32((1 << (23 - AMP__Q8_VMB)) - 1));
-  /* + 1 where key >= the midpoint's key: + 1, less one (adding the all-ones) where it is greater */
-  c = _mm256_add_epi32(_mm256_srli_epi32(t, 24), _mm256_set1_epi32(1));
-  c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xffffff)), key));
-  return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)), c);   /* a <= 0x7fffffff */
+  t = _mm256_mask_i32gather_epi32(_mm256_set1_epi32(0xffff), (const int *)(const void *)q->vt, idx, fin, 4);
+  key = _mm256_and_si256(_mm256_xor_si256(u, neg), _mm256_set1_epi32(0xffff));
+  /* + 1 where the key is above the bucket's less one: less the all-ones of the comparison */
+  return _mm256_sub_epi32(_mm256_srli_epi32(t, 16),
+                          _mm256_cmpgt_epi32(key, _mm256_and_si256(t, _mm256_set1_epi32(0xffff))));
 }
 static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
   __m256 d = _mm256_set1_ps(am);
@@ -6996,12 +7117,8 @@ static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, cons
   return j;
 }
 static AMP__AVX2 size_t amp__q8_decode8(const amp__qmap *q, float *d, const uint8_t *codes, size_t e, float am) {
-  __m256 a = _mm256_set1_ps(am);
   size_t j;
-  for (j = 0; j + 8 <= e; j += 8) {
-    __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j)));
-    _mm256_storeu_ps(d + j, amp__mul8(_mm256_i32gather_ps(q->code, c, 4), a));
-  }
+  for (j = 0; j + 8 <= e; j += 8) _mm256_storeu_ps(d + j, amp__q8_ld8(q->code, codes + j, am));
   return j;
 }
 #endif
@@ -7026,7 +7143,7 @@ static AMP__EXACT_FP float amp__f8m_at(const unsigned char *a, size_t e) {
   return amp__fmul(amp_e4m3_to_f32(a[4 + e]), si);
 }
 /* Elements i0 .. i0 + k - 1 of a moment array a of n elements kept as type (BF16, 8BIT, FP8) into d
-   as f32: bf16 widened (exact), a code times its block's absmax or its array's scale_inv (one f32
+   as f32 (8BIT: i0 a block's start, or the k elements inside one block): bf16 widened (exact), a code times its block's absmax or its array's scale_inv (one f32
    multiply). */
 static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
                                       size_t k, float *d) {
@@ -7045,7 +7162,7 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
     const float *absmax = (const float *)a;
     const uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK);
     size_t b;
-    for (b = 0; b < k; b += AMP__Q8_BLOCK) {   /* i0 is a multiple of AMP__Q8_BLOCK */
+    for (b = 0; b < k; b += AMP__Q8_BLOCK) {   /* i0 a multiple of AMP__Q8_BLOCK, or one block's part */
       size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
       float am = absmax[(i0 + b) / AMP__Q8_BLOCK];
       j = 0;
@@ -7057,15 +7174,38 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
     }
   }
 }
-/* s's k values into elements i0 .. i0 + k - 1 (i0 a multiple of AMP__Q8_BLOCK; the blocks whole but
-   the tensor's last): bf16 to nearest even or, key nonzero, stochastically with key's bits; 8BIT per
+/* The e values s of the 8BIT block at element i0 (a multiple of AMP__Q8_BLOCK) of the array a of n
+   elements, am the bits of their largest |x|: absmax = am (at least 1e-38), each x / absmax clamped
+   to [-1, 1] and its nearest code. */
+static AMP__EXACT_FP void amp__q8_put(int l, const amp__qmap *q, unsigned char *a, size_t n, size_t i0, const float *s,
+                                      size_t e, float am) {
+  float *absmax = (float *)(void *)a + i0 / AMP__Q8_BLOCK;
+  uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + i0;
+  size_t j = 0;
+  am = amp__q8_absmax(am);
+  *absmax = am;
+#ifdef AMP__X86_SIMD
+  /* a block whose absmax is below the least normal float (the floor 1e-38, or a subnormal) holds
+     only zeros and subnormals: the plain loop, whose rule keeps a zero's code where the FPU
+     flushes subnormals (amp__q8_unit) */
+  if (amp__f32_bits(am) >= 0x00800000u) {
+    if (l >= 2) j = amp__q8_encode16(q, codes, s, e, am);
+    else if (l == 1) j = amp__q8_encode8(q, codes, s, e, am);
+  }
+#else
+  (void)l;
+#endif
+  for (; j < e; j++) codes[j] = amp__q8_code(q, amp__q8_unit(s[j], am));
+}
+/* s's k values into elements i0 .. i0 + k - 1 (8BIT: i0 a multiple of AMP__Q8_BLOCK, the blocks whole
+   but the tensor's last): bf16 to nearest even or, key nonzero, stochastically with key's bits; 8BIT per
    block: absmax = max |x| (at least 1e-38), each x / absmax clamped to [-1, 1] and its nearest code;
    FP8 with the array's scale (amp__f8m_scale of the amax of all its new values; the header is not
    touched: amp__f8m_set writes it once every code is written) by amp_quantize's CPU loops:
    amp_f32_to_e4m3(x * scale, 1) at every SIMD level. */
 static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const amp__qmap *q, size_t n, size_t i0,
                                        size_t k, const float *s, int sr, uint64_t key, float scale) {
-  size_t b, j;
+  size_t b;
   if (type == AMP_MOMENTS_BF16) {
     if (sr) amp__o_master_store_at(l, (amp_bf16 *)a, NULL, key, i0, s, k);
     else amp__convert_any((amp_bf16 *)a + i0, AMP_BF16, s, AMP_F32, k);   /* amp_convert's loops: nearest even */
@@ -7076,19 +7216,10 @@ static AMP__EXACT_FP void amp__q_store(int l, int type, unsigned char *a, const 
     return;
   }
   for (b = 0; b < k; b += AMP__Q8_BLOCK) {
-    float *absmax = (float *)a + (i0 + b) / AMP__Q8_BLOCK;
-    uint8_t *codes = a + 4 * ((n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK) + i0 + b;
     size_t e = k - b < AMP__Q8_BLOCK ? k - b : AMP__Q8_BLOCK;
     float am = 0.0f;
     amp__f8m_amax(&am, s + b, e);   /* the bits of the largest |x| (NaN's the largest) */
-    am = amp__q8_absmax(am);
-    *absmax = am;
-    j = 0;
-#ifdef AMP__X86_SIMD
-    if (l >= 2) j = amp__q8_encode16(q, codes, s + b, e, am);
-    else if (l == 1) j = amp__q8_encode8(q, codes, s + b, e, am);
-#endif
-    for (; j < e; j++) codes[j] = amp__q8_code(q, amp__q8_unit(s[b + j], am));
+    amp__q8_put(l, q, a, n, i0 + b, s + b, e, am);
   }
 }
 /* n values s as an FP8 array a: the scale from their amax, every code, then the header. */
@@ -7098,6 +7229,83 @@ static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
   scale = amp__f8m_scale(amax);
   amp__q_store(amp__opt_level(), AMP_MOMENTS_FP8, a, NULL, n, 0, n, s, 0, 0u, scale);
   amp__f8m_set(a, scale);
+}
+
+/* The k elements i0 .. i0 + k - 1 of a tensor with BF16, 8BIT or FP8 moments mq / vq (maps: their
+   8BIT maps) stepped as amp__o_step steps them (p, g, w, wt, rt at element i0; sr 0): per block
+   (8BIT: AMP__Q8_BLOCK elements, with its new codes and absmax written once stepped; else all k)
+   the whole vectors in the moment loops (amp__o_qstep_vec: the moments decoded into lanes,
+   amp__q_load's bits; BF16 without msr written back there to nearest even, else left in mb / vb,
+   NULL where there is no such moment, their amaxes taken on the way), the rest decoded by
+   amp__q_load and stepped by amp__o_step, its amax joined (amp__f8m_amax), BF16 without msr written
+   back by amp__q_store. FP8: the amaxes of the new m and v joined into amax[0] and amax[1] where
+   amax is given. The same bits as amp__q_load, amp__o_step, amp__f8m_amax and amp__q_store in turn.
+   2: the moments written; 1: the new moments left in mb / vb (BF16 with msr, stochastic rounding,
+   and FP8: for amp__q_store); 0: no moment loop for these (no vector level or body; x86 only):
+   nothing done. */
+static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
+                          const amp__qmap *maps, const char *g, amp_dtype gt, char *w, amp_dtype wt, amp_dtype rt,
+                          size_t n, size_t i0, size_t k, float gmul, const amp_step_coefs *c, float *mb, float *vb,
+                          int msr, float *amax) {
+#ifdef AMP__X86_SIMD
+  int l = amp__kind_vec(kind) && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) && amp__dtype_cpu_vec(rt)
+              ? amp__opt_level() : 0;
+  size_t b, bl = type == AMP_MOMENTS_8BIT ? AMP__Q8_BLOCK : k, nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
+  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), vw;
+  if (!l || (type != AMP_MOMENTS_BF16 && type != AMP_MOMENTS_8BIT && type != AMP_MOMENTS_FP8)) return 0;
+  vw = l >= 2 ? 16 : 8;
+  for (b = 0; b < k; b += bl) {
+    size_t e = k - b < bl ? k - b : bl, j = e & ~(vw - 1), t;
+    float *mm = mb ? mb + b : NULL, *vv = vb ? vb + b : NULL;
+    amp__qblk qb;
+    memset(&qb, 0, sizeof qb);
+    qb.type = type;
+    for (t = 0; t < 2; t++) {
+      unsigned char *a = t ? vq : mq;
+      if (!a) continue;
+      if (type == AMP_MOMENTS_BF16) { qb.s[t].a = a + 2 * (i0 + b); qb.s[t].w = msr ? NULL : a + 2 * (i0 + b); continue; }
+      if (type == AMP_MOMENTS_FP8) { qb.s[t].a = a + 4 + i0 + b; memcpy(&qb.s[t].am, a, 4); continue; }
+      qb.s[t].a = a + 4 * nb + i0 + b;
+      qb.s[t].code = maps[t].code;
+      memcpy(&qb.s[t].am, a + 4 * ((i0 + b) / AMP__Q8_BLOCK), 4);
+    }
+    /* 0 (no vector body: the kind list's vec column, as checked above) only on the first block,
+       before anything is written */
+    if (j && !amp__o_qstep_vec(l, kind, p + b, mm, vv, g + b * gs, gt, w + b * ws, wt, rt, j, gmul, c, &qb)) return 0;
+    if (j < e) {   /* the block's last elements (the tensor's last block): the plain path */
+      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0 + b + j, e - j, mm + j);
+      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0 + b + j, e - j, vv + j);
+      amp__o_step(kind, p + b + j, mm ? mm + j : NULL, vv ? vv + j : NULL, g + (b + j) * gs, gt, w + (b + j) * ws, wt,
+                  rt, 0, 0u, e - j, gmul, c);
+    }
+    if (type == AMP_MOMENTS_BF16) {   /* to nearest: the rest written back */
+      if (!msr && j < e && mq) amp__q_store(l, type, mq, NULL, n, i0 + b + j, e - j, mm + j, 0, 0u, 1.0f);
+      if (!msr && j < e && vq) amp__q_store(l, type, vq, NULL, n, i0 + b + j, e - j, vv + j, 0, 0u, 1.0f);
+      continue;
+    }
+    if (type == AMP_MOMENTS_FP8) {   /* the amaxes joined */
+      for (t = 0; t < 2 && amax; t++) {
+        float *d = t ? vv : mm, am = amp__bits_f32(qb.s[t].amax);
+        if (!d) continue;
+        if (j < e) amp__f8m_amax(&am, d + j, e - j);
+        amax[t] = amp__amax_join(amax[t], am);
+      }
+      continue;
+    }
+    for (t = 0; t < 2; t++) {
+      unsigned char *a = t ? vq : mq;
+      float *d = t ? vv : mm, am = amp__bits_f32(qb.s[t].amax);
+      if (!a) continue;
+      if (j < e) amp__f8m_amax(&am, d + j, e - j);
+      amp__q8_put(l, &maps[t], a, n, i0 + b, d, e, am);
+    }
+  }
+  return (type == AMP_MOMENTS_BF16 && msr) || type == AMP_MOMENTS_FP8 ? 1 : 2;
+#else
+  (void)kind; (void)p; (void)type; (void)mq; (void)vq; (void)maps; (void)g; (void)gt; (void)w; (void)wt; (void)rt;
+  (void)n; (void)i0; (void)k; (void)gmul; (void)c; (void)mb; (void)vb; (void)msr; (void)amax;
+  return 0;
+#endif
 }
 
 /* The step of a tensor whose moments are not f32 (AMP_MOMENTS_BF16, _8BIT, _FP8), in every master mode:
@@ -7127,7 +7335,7 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
   int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT, FP8: nearest codes always */
   float sm = 1.0f, sv = 1.0f;   /* FP8: the scales of the new m and v */
   if (type == AMP_MOMENTS_FP8) {   /* the first pass: the new moments' amaxes, nothing stored */
-    float am = 0.0f, av = 0.0f;
+    float am = 0.0f, av = 0.0f, ax[2] = {0.0f, 0.0f};
     amp_step_coefs c1 = *c;
     int wdep = c->wd != 0.0f;   /* the moments depend on the weight only through L2 decay on the grad */
     c1.moments_only = 1;        /* Adam/AdamW: the moments alone, no root or division */
@@ -7135,32 +7343,40 @@ static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char
     for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
-      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
-      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
       if (wdep && p) memcpy(pb, p + i0, k * sizeof(float));
       else if (wdep) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
+      if (amp__o_step_qv(kind, pb, type, mq, vq, maps, (const char *)g + i0 * gs, gt, (char *)out, AMP_F32, AMP_F32, n,
+                         i0, k, gmul, &c1, mm, vv, 0, ax))
+        continue;   /* the moment loops, the amaxes joined into ax */
+      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
+      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
       amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, &c1);
       if (mq) amp__f8m_amax(&am, mb, k);
       if (vq) amp__f8m_amax(&av, vb, k);
     }
-    sm = amp__f8m_scale(am); sv = amp__f8m_scale(av);
+    sm = amp__f8m_scale(amp__amax_join(am, ax[0])); sv = amp__f8m_scale(amp__amax_join(av, ax[1]));
   }
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
     const char *gb = (const char *)g + i0 * gs;
-    float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
-    if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
-    if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
-    if (!p) {   /* SPLIT / NONE: the masters decoded, stepped into out, written back */
-      amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
-      amp__o_step(kind, pb, mm, vv, gb, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
-      amp__o_master_store_at(l, (amp_bf16 *)w, rem, key, i0, out, k);
-    } else if (sr) {   /* a stochastic bf16 copy: rounded from out with its elements' own indices i0 + i */
-      amp__o_step(kind, p + i0, mm, vv, gb, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, c);
-      amp__o_master_store_at(l, (amp_bf16 *)w, NULL, key, i0, out, k);
-    } else {
-      amp__o_step(kind, p + i0, mm, vv, gb, gt, (char *)w + i0 * ws, wt, rt, 0, 0u, k, gmul, c);
+    float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL, *sp = p ? p + i0 : pb;
+    char *sw = p && !sr ? (char *)w + i0 * ws : (char *)out;   /* where the step writes its weights */
+    amp_dtype swt = p && !sr ? wt : AMP_F32, srt = p && !sr ? rt : AMP_F32;
+    int fused;
+    if (!p) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);   /* SPLIT / NONE: the masters decoded */
+    /* the moment loops where they run (8BIT: its blocks encoded there; BF16 to nearest written
+       there); else the moments decoded, stepped, encoded */
+    fused = amp__o_step_qv(kind, sp, type, mq, vq, maps, gb, gt, sw, swt, srt, n, i0, k, gmul, c, mm, vv, msr, NULL);
+    if (!fused) {
+      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
+      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
+      amp__o_step(kind, sp, mm, vv, gb, gt, sw, swt, srt, 0, 0u, k, gmul, c);
     }
+    /* SPLIT / NONE: out written back; a stochastic bf16 copy: rounded from out with its elements'
+       own indices i0 + i */
+    if (!p) amp__o_master_store_at(l, (amp_bf16 *)w, rem, key, i0, out, k);
+    else if (sr) amp__o_master_store_at(l, (amp_bf16 *)w, NULL, key, i0, out, k);
+    if (fused == 2) continue;
     if (mq) amp__q_store(l, type, mq, &maps[0], n, i0, k, mb, msr, km, sm);
     if (vq) amp__q_store(l, type, vq, &maps[1], n, i0, k, vb, msr, kv, sv);
   }

@@ -206,11 +206,14 @@ static AMP__EXACT_FP void enc8(int sg, const float *x, size_t n, uint8_t *codes,
   for (b = 0; b < n; b += 256) {
     size_t e = n - b < 256 ? n - b : 256;
     float am = 0.0f;
-    for (j = 0; j < e; j++) if (fabsf(x[b + j]) > am) am = fabsf(x[b + j]);
-    if (am < 1e-38f) am = 1e-38f;
+    /* on the bits, which a flush-to-zero build (-Ofast) reads as written: subnormals included */
+    for (j = 0; j < e; j++) if (bits(fabsf(x[b + j])) > bits(am)) am = fabsf(x[b + j]);
+    if (bits(am) < bits(1e-38f)) am = 1e-38f;
     absmax[b / 256] = am;
     for (j = 0; j < e; j++) {
-      float y = DIV(x[b + j], am);
+      /* a zero stays a zero over an absmax below the least normal float (the division's answer,
+         kept where a flush-to-zero build would divide 0 by a flushed 0) */
+      float y = (bits(x[b + j]) << 1) == 0u && bits(am) < 0x00800000u ? x[b + j] : DIV(x[b + j], am);
       codes[b + j] = code_of(sg, y > 1.0f ? 1.0f : y < -1.0f ? -1.0f : y);
       dec[b + j] = MUL(map8[sg][codes[b + j]], am);
     }
@@ -268,8 +271,7 @@ static int rig_make(rig *r, amp_optim_kind kind, int mode, int stoch, int moment
 static void rig_free(rig *r) { amp_optimizer_destroy(r->o); r->o = NULL; }
 
 /* Every byte of the library's state: model copies, masters or remainders, moments, the step count. */
-static size_t snapshot(const rig *r, unsigned char *buf) {
-  const amp_optimizer *o = r->o;
+static size_t state_of(const amp_optimizer *o, unsigned char *buf) {
   size_t k = 0, i;
   for (i = 0; i < o->count; i++) {
     size_t n = o->t[i].n, mb = amp__moment_bytes(o->t[i].moments, n);
@@ -284,6 +286,7 @@ static size_t snapshot(const rig *r, unsigned char *buf) {
   memcpy(buf + k, &o->step, sizeof o->step); k += sizeof o->step;
   return k;
 }
+static size_t snapshot(const rig *r, unsigned char *buf) { return state_of(r->o, buf); }
 #define SNAP (NT * NMAX * 24 + 64)
 
 /* Step k's grads (the same for every rig and at every level); at OVERFLOW_STEP an inf. */
@@ -950,6 +953,71 @@ static void bad_moments_are_refused_naming_the_value(void) {
   amp_optimizer_destroy(o);
 }
 
+/* The moment loops (BF16, 8BIT and FP8 moments decoded into the vector loops' lanes, the 8-bit
+   blocks' and FP8 arrays' amaxes taken there, the blocks' last elements stepped by the plain loop)
+   at every SIMD level
+   against level 0, bit for bit: each kind with moments in each master mode, on sizes around the
+   vectors' widths (8, 16), the 8-bit blocks (256), the CPU loops' blocks (512) and the 8-bit
+   minimum (4096); grads with a block of zeros (an absmax of 1e-38), tiny ones and, unclipped, one
+   whose square overflows (an inf second moment, then a NaN decoded from it). */
+#define NLOOP 4648
+static void moment_loops_match_level_0_on_every_size(void) {
+  static const size_t n8[] = {4096, 4097, 4104, 4112, 4127, 4351, 4648}, n16[] = {5, 8, 16, 23, 512, 531};
+  static const amp_optim_kind kinds[4] = {AMP_ADAMW, AMP_ADAM, AMP_SGD, AMP_LION};
+  static unsigned char w[NLOOP * 4], g[NLOOP * 4], s0[NLOOP * 24 + 64], s1[NLOOP * 24 + 64];
+  int mi, si, ki, cs, l, k, checks = 0;
+  for (mi = 0; mi < 3; mi++) {
+    int moments = mi == 0 ? AMP_MOMENTS_BF16 : mi == 1 ? AMP_MOMENTS_8BIT : AMP_MOMENTS_FP8, ns = mi == 1 ? 7 : 6;
+    for (si = 0; si < ns; si++)
+      for (ki = 0; ki < 4; ki++)
+        for (cs = 0; cs < 4; cs++) {   /* F32 nearest, F32 stochastic, SPLIT, NONE */
+          size_t n = mi == 1 ? n8[si] : n16[si], j, l0 = 0;
+          int mode = cs <= 1 ? AMP_MASTER_F32 : cs == 2 ? AMP_MASTER_SPLIT : AMP_MASTER_NONE;
+          amp_dtype gt = si % 3 == 0 ? AMP_BF16 : si % 3 == 1 ? AMP_F32 : AMP_F16;
+          amp_dtype wt = cs == 0 ? (si % 3 == 0 ? AMP_F32 : si % 3 == 1 ? AMP_BF16 : AMP_F16) : AMP_BF16;
+          for (l = 0; l < t_simd_levels(); l++) {
+            amp_optim_config c = amp_optimizer_defaults(kinds[ki]);
+            amp_tensor_desc d;
+            amp_optimizer *o = NULL;
+            size_t ln;
+            t_simd_level(l);
+            amp__opt_simd = l;
+            c.lr = kinds[ki] == AMP_LION ? 1e-3f : 1e-2f; c.weight_decay = 0.05f; c.eps = 1e-8f;
+            c.momentum = 0.9f; c.nesterov = si & 1; c.max_grad_norm = 0.0f; c.seed = SEED;
+            if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "create: %s", amp_last_error()); continue; }
+            rng_state = 7;
+            for (j = 0; j < n; j++) amp__store(w, wt, j, rndf());
+            memset(&d, 0, sizeof d);
+            d.weights = w; d.dtype = wt; d.grads = g; d.grad_dtype = gt == AMP_F32 ? AMP_GRAD_F32 : gt; d.n = n;
+            d.stochastic = cs == 1 || cs == 3; d.master_mode = mode; d.moments = moments;
+            if (amp_optimizer_add_tensor(o, &d) != AMP_OK) { EXPECT(0, "add: %s", amp_last_error()); amp_optimizer_destroy(o); continue; }
+            for (k = 0; k < 3; k++) {
+              for (j = 0; j < n; j++) {
+                float x = rndf() * 0.5f;
+                if (k == 0 && j < 256) x = 0.0f;                  /* a block of zeros */
+                if (j % 97 == 3) x *= 1e-30f;                      /* tiny */
+                if (k == 1 && j == n / 2 + 1) x = 1e20f;           /* its square overflows (f16: inf, a skip) */
+                amp__store(g, gt, j, x);
+              }
+              EXPECT(amp_optimizer_step(o) == AMP_OK, "step: %s", amp_last_error());
+            }
+            ln = state_of(o, l ? s1 : s0);
+            if (!l) l0 = ln;
+            else {
+              EXPECT(ln == l0 && memcmp(s0, s1, ln) == 0, "moments %d, n %zu, %s, master_mode %d, stochastic %d, grads %s: "
+                     "level %d differs from level 0", moments, n, kind_name(kinds[ki]), mode, d.stochastic,
+                     amp__dtype_name(gt), l);
+              checks++;
+            }
+            amp_optimizer_destroy(o);
+          }
+        }
+  }
+  amp__opt_simd = -1;
+  t_simd_level(2);
+  EXPECT(t_simd_levels() < 2 || checks > 0, "no level was compared");
+}
+
 int main(void) {
   make_maps();
   make_e4m3();
@@ -957,6 +1025,7 @@ int main(void) {
   RUN(bf16_moments_match_the_reference_at_every_simd_level);
   RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
   RUN(eight_bit_vector_loops_match_the_plain_loop_on_edge_values);
+  RUN(moment_loops_match_level_0_on_every_size);
   RUN(fp8_table_and_encoder_agree_with_the_library);
   RUN(fp8_moments_match_the_reference_at_every_simd_level);
   RUN(fp32_moments_differ_from_the_bf16_and_fp8_references);
