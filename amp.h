@@ -1487,9 +1487,13 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          steps in f32 as above, and encodes every block again: absmax = max |x| of
                          the block's new values (at least 1e-38), each x / absmax (clamped to
                          [-1, 1]) to the nearest code, a tie to the lower code; always to nearest
-                         (stochastic does not apply to codes). A tensor under 4096 elements keeps
-                         f32 moments (bitsandbytes' min_8bit_size). 2 + 8/256 bytes per parameter
-                         for Adam's two moments.
+                         (stochastic does not apply to codes). The floor 1e-38 is below the
+                         least normal float: it is compared on the bits, and a zero over it
+                         stays a zero, so a build that flushes subnormals (-Ofast) keeps the
+                         code of 0 for a block of zeros, as every other build and the GPU do
+                         (a block of subnormals flushes there, as any arithmetic does). A
+                         tensor under 4096 elements keeps f32 moments (bitsandbytes'
+                         min_8bit_size). 2 + 8/256 bytes per parameter for Adam's two moments.
                          AMP_MOMENTS_FP8: E4M3 codes with one f32 scale per moment array
                          (TransformerEngine's FusedAdam with exp_avg_dtype / exp_avg_sq_dtype
                          torch.uint8, MS-AMP): each update decodes the moments (code value times
