@@ -610,10 +610,16 @@ static void eight_bit_vector_loops_match_the_plain_loop_on_edge_values(void) {
     q8_levels(sg, &o->qmap[sg], x, n, 1, "edge values");
     /* blocks of absmaxes that are not powers of two, holding each midpoint times the absmax and
        its neighbours: the quotients x / absmax nearest a change of code, where x times the
-       reciprocal of the absmax may round to the other side */
-    n = 0;
-    for (e = 0; e < 2; e++) {
-      float am = e ? 0.7f + 0.29f * (rndf() + 1.0f) / 2.0f : 3.0f * (1.0f + (rndf() + 1.0f) / 3.0f);
+       reciprocal of the absmax may round to the other side; then absmaxes at both ends of the
+       range where the AVX-512 encode divides without the divider (2^-64 .. 2^64) and just
+       outside it, and far outside it, two absmaxes a run */
+    for (e = 0; e < 10; e++) {
+      float am = e == 0 ? 0.7f + 0.29f * (rndf() + 1.0f) / 2.0f : e == 1 ? 3.0f * (1.0f + (rndf() + 1.0f) / 3.0f)
+               : e == 2 ? ldexpf(1.0f, -64) : e == 3 ? nextafterf(ldexpf(1.0f, -64), 0.0f)
+               : e == 4 ? ldexpf(1.0f, 64) : e == 5 ? nextafterf(ldexpf(1.0f, 64), 1e30f)
+               : e == 6 ? ldexpf(1.0f + (rndf() + 1.0f) / 2.0f, -64) : e == 7 ? ldexpf(1.0f + (rndf() + 1.0f) / 2.0f, 63)
+               : e == 8 ? ldexpf(1.3f, -118) : ldexpf(1.7f, 100);
+      if (e % 2 == 0) n = 0;
 #define PUT(v) do { if (n % 256 == 0) { x[n] = (n / 256) % 2 ? -am : am; n++; } x[n++] = (v); } while (0)
       for (k = 0; k + 1 < 256; k++) {
         float y = (float)(((double)map8[sg][k] + (double)map8[sg][k + 1]) / 2.0 * (double)am);
@@ -623,9 +629,10 @@ static void eight_bit_vector_loops_match_the_plain_loop_on_edge_values(void) {
       }
 #undef PUT
       while (n % 256) x[n++] = am * rndf();
+      if (e % 2 == 0) continue;
+      EXPECT(n <= QN, "the midpoint values overflow the buffer: %d", (int)n);
+      q8_levels(sg, &o->qmap[sg], x, n, 1, "midpoints times other absmaxes");
     }
-    EXPECT(n <= QN, "the midpoint values overflow the buffer: %d", (int)n);
-    q8_levels(sg, &o->qmap[sg], x, n, 1, "midpoints times other absmaxes");
     /* inf and NaN: a block with inf (x / inf: 0 or NaN), one with NaN (the largest bits: absmax NaN) */
     n = 0;
     for (i = 0; i < 256; i++) x[n++] = i == 5 ? INFINITY : i == 9 ? -INFINITY : rndf();
