@@ -128,6 +128,13 @@ static void run_quantize(void *d, const void *s, size_t n) {
   amp_quantize(amp_cpu(), d, AMP_E4M3, s, AMP_F32, n, &scale, &amax);
 }
 
+/* amp_quantize with no output: the amax alone, the same reads as the quantize and no writes */
+static void run_amax(void *d, const void *s, size_t n) {
+  float scale = 3.0f, amax = 0.0f;
+  (void)d;
+  amp_quantize(amp_cpu(), NULL, AMP_E4M3, s, AMP_F32, n, &scale, &amax);
+}
+
 /* GB/s of each of m functions (bytes[k] moved each), median of REPS timed runs after one untimed.
    The functions take turns within each repetition so that a noisy neighbour slows all alike. */
 static void rates(conv_fn *f, const double *bytes, double *gbs, int m, void *d, const void *s, size_t n) {
@@ -251,13 +258,16 @@ int main(void) {
     bench_line("f32->e4m3 vs f32->f16 (amp_convert)", gbs[0], gbs[2], "GB/s");
     bench_line("f32->e5m2 vs f32->f16 (amp_convert)", gbs[1], gbs[2], "GB/s");
   }
-  {   /* fp8 quantize (scale, cast, amax in one pass) against the f16 cast and against memcpy of the input */
-    conv_fn f[3] = { run_quantize, run_f32_f16, run_memcpy };
-    double by[3] = { 5.0 * (double)N, 6.0 * (double)N, 8.0 * (double)N }, gbs[3];
+  {   /* fp8 quantize (scale, cast, amax in one pass) against the f16 cast, against memcpy of the
+         input, and against its own reads alone (the amax pass, in elements per second: the same
+         input read, 1 byte a value fewer written) */
+    conv_fn f[4] = { run_quantize, run_f32_f16, run_memcpy, run_amax };
+    double by[4] = { 5.0 * (double)N, 6.0 * (double)N, 8.0 * (double)N, 5.0 * (double)N }, gbs[4];
     g_bytes = 4 * N;   /* the f32 output buffer holds the copy */
-    rates(f, by, gbs, 3, out[0], buf[0], N);
+    rates(f, by, gbs, 4, out[0], buf[0], N);
     bench_line("f32->e4m3 quantize+amax vs f32->f16 (amp_convert)", gbs[0], gbs[1], "GB/s");
     bench_line("f32->e4m3 quantize+amax vs memcpy", gbs[0], gbs[2], "GB/s");
+    bench_line("f32->e4m3 quantize+amax vs the amax pass alone (no output)", gbs[0] / 5.0, gbs[3] / 5.0, "G values/s");
   }
   for (a = 0; a < 3; a++) { free(buf[a]); free(out[a]); }
   return 0;
