@@ -97,10 +97,15 @@
       uses one, amp_simd_enable(0) turns its off). Each gives the portable C loops' bits.
       x86-64 (GCC, Clang): CPUID and XGETBV pick AVX-512 F/BW/VL/DQ, else AVX2 + F16C: amp_convert,
         the optimizer's step, scan and master stores, fp8 casts, amp_quantize, amp_gemm's kernels.
+        The step's moment loops: bf16, 8-bit and fp8 moments (AMP_MOMENTS_BF16 / _8BIT / _FP8)
+        decoded into the lanes, stepped, and written back (bf16 to nearest even; 8-bit blocks
+        encoded by a bucket table and a key compare, the nearest-midpoint search's codes).
       AArch64 (GCC, Clang; Linux, macOS): NEON, which every AArch64 CPU has (no run-time test):
         amp_convert between f32, f16 and bf16 (FCVTL / FCVTN for f16; amp_f32_to_bf16's integer
         rounding on 4 lanes for bf16), the optimizer step's update (SGD, Adam/AdamW, Lion on
         4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers,
+        the moment loops as on x86 (bf16, 8-bit and fp8 moments decoded and encoded on 4 lanes;
+        the 8-bit map values and bucket words read lane by lane: NEON has no gather),
         split-master and stochastic-rounding stores, and the step's scan (the grads' sum of
         squares in the portable loop's 32 double lanes and order, inf/NaN, gradient stats),
         fp8 casts (f32/f16/bf16 <-> E4M3/E5M2: the scalar functions' integer steps on 4 lanes)
