@@ -6290,7 +6290,8 @@ AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND
    and square root are the FDIV and FSQRT instructions in asm (clang's -ffast-math would otherwise
    multiply by a reciprocal or take a root estimate), so a step gives the plain loop's bits under
    every flag set. The grads and the model copy go through amp__ld4 / amp__st4 (level 1: no BFCVTN),
-   so the step takes these loops only while the FPCR is in the state amp__neon_level accepts. */
+   so the step takes these loops only while the FPCR is in the state amp__neon_level accepts. The
+   moment loops (amp__qblk) run here too, on amp__qld4 / amp__qst4. */
 #define AMP__NEON_STEP_INLINE static inline __attribute__((always_inline)) AMP__EXACT_FP
 AMP__NEON_STEP_INLINE float32x4_t amp__add4(float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); }
 AMP__NEON_STEP_INLINE float32x4_t amp__sub4(float32x4_t a, float32x4_t b) { return vsubq_f32(a, b); }
@@ -7105,14 +7106,15 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
   return (uint8_t)c;
 }
 #ifdef AMP__X86_SIMD
-/* AMP_MOMENTS_8BIT's vector loops (AVX-512: 16 lanes, AVX2: 8), amp__q8_code's and amp__q_load's
-   answers bit for bit. A lane's code: from vt[] at y's bucket (sign, then exponent and top 7
-   mantissa bits: y's high 16 bits less row 103's first, 0 for smaller exponents (row 103: every
-   bucket 0's code), the negative rows after the positive ones), the code of the bucket's least
-   value, plus one where y's key (its low 16 bits, flipped for negative y) is above the bucket's
-   key less one; the scalar search's count. NaN: no table read, code 0 (the bisection's answer: no
-   comparison holds). The clamp of y to [-1, 1] is left out: |x| <= absmax, so |x / absmax| <= 1
-   already (a NaN stays NaN either way). The code is left in bits 16 .. 23 of its lane. */
+/* AMP_MOMENTS_8BIT's vector loops (AVX-512: 16 lanes, AVX2: 8; NEON: 4, below), amp__q8_code's and
+   amp__q_load's answers bit for bit. A lane's code: from vt[] at y's bucket (sign, then exponent
+   and top 7 mantissa bits: y's high 16 bits less row 103's first, 0 for smaller exponents (row 103:
+   every bucket 0's code), the negative rows after the positive ones), the code of the bucket's
+   least value, plus one where y's key (its low 16 bits, flipped for negative y) is above the
+   bucket's key less one; the scalar search's count. NaN: no table read, code 0 (the bisection's
+   answer: no comparison holds). The clamp of y to [-1, 1] is left out: |x| <= absmax, so
+   |x / absmax| <= 1 already (a NaN stays NaN either way). The code is left in bits 16 .. 23 of its
+   lane. */
 AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
   __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), idx, t;
   __mmask16 neg = _mm512_movepi32_mask(u), fin = _mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x3f800000));
@@ -7184,7 +7186,8 @@ static AMP__AVX2 size_t amp__q8_decode8(const amp__qmap *q, float *d, const uint
 #endif
 #ifdef AMP__NEON_SIMD
 /* The same on NEON's 4 lanes (the code in bits 0 .. 7). No gather: each lane's table word read by
-   itself, a lane that reads none (|y| > 1: NaN) at index 0, its word then replaced by 0xffff. */
+   itself; a NaN lane (the one kind with |y| > 1) reads word 0 and takes 0xffff instead, as the
+   masked gathers give it. */
 AMP__NEON_STEP_INLINE uint32x4_t amp__q8_code4(const amp__qmap *q, float32x4_t y) {
   uint32x4_t u = vreinterpretq_u32_f32(y), a = vandq_u32(u, vdupq_n_u32(0x7fffffffu));
   uint32x4_t neg = vreinterpretq_u32_s32(vshrq_n_s32(vreinterpretq_s32_u32(u), 31));
@@ -7214,7 +7217,8 @@ static AMP__EXACT_FP size_t amp__q8_encode4(const amp__qmap *q, uint8_t *codes, 
     vst1q_u8(codes + j, vcombine_u8(vmovn_u16(lo), vmovn_u16(hi)));
   }
   for (; j + 4 <= e; j += 4) {
-    uint32_t c = vget_lane_u32(vreinterpret_u32_u8(vmovn_u16(vcombine_u16(amp__q8_enc4(q, s + j, d), vdup_n_u16(0)))), 0);
+    uint8x8_t b = vmovn_u16(vcombine_u16(amp__q8_enc4(q, s + j, d), vdup_n_u16(0)));
+    uint32_t c = vget_lane_u32(vreinterpret_u32_u8(b), 0);
     memcpy(codes + j, &c, 4);
   }
   return j;
@@ -7351,8 +7355,8 @@ static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
    back by amp__q_store. FP8: the amaxes of the new m and v joined into amax[0] and amax[1] where
    amax is given. The same bits as amp__q_load, amp__o_step, amp__f8m_amax and amp__q_store in turn.
    2: the moments written; 1: the new moments left in mb / vb (BF16 with msr, stochastic rounding,
-   and FP8: for amp__q_store); 0: no moment loop for these (no vector level or body; x86 and
-   AArch64 NEON only): nothing done. */
+   and FP8: for amp__q_store); 0: no moment loop for these (no vector level or body, or a build
+   without the x86 or NEON loops): nothing done. */
 static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
                           const amp__qmap *maps, const char *g, amp_dtype gt, char *w, amp_dtype wt, amp_dtype rt,
                           size_t n, size_t i0, size_t k, float gmul, const amp_step_coefs *c, float *mb, float *vb,
