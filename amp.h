@@ -97,10 +97,15 @@
       uses one, amp_simd_enable(0) turns its off). Each gives the portable C loops' bits.
       x86-64 (GCC, Clang): CPUID and XGETBV pick AVX-512 F/BW/VL/DQ, else AVX2 + F16C: amp_convert,
         the optimizer's step, scan and master stores, fp8 casts, amp_quantize, amp_gemm's kernels.
+        The step's moment loops: bf16, 8-bit and fp8 moments (AMP_MOMENTS_BF16 / _8BIT / _FP8)
+        decoded into the lanes, stepped, and written back (bf16 to nearest even; 8-bit blocks
+        encoded by a bucket table and a key compare, the nearest-midpoint search's codes).
       AArch64 (GCC, Clang; Linux, macOS): NEON, which every AArch64 CPU has (no run-time test):
         amp_convert between f32, f16 and bf16 (FCVTL / FCVTN for f16; amp_f32_to_bf16's integer
         rounding on 4 lanes for bf16), the optimizer step's update (SGD, Adam/AdamW, Lion on
         4 lanes: FDIV, FSQRT, no FMLA) with the grads and model copies converted in registers,
+        the moment loops as on x86 (bf16, 8-bit and fp8 moments decoded and encoded on 4 lanes;
+        the 8-bit map values and bucket words read lane by lane: NEON has no gather),
         split-master and stochastic-rounding stores, and the step's scan (the grads' sum of
         squares in the portable loop's 32 double lanes and order, inf/NaN, gradient stats),
         fp8 casts (f32/f16/bf16 <-> E4M3/E5M2: the scalar functions' integer steps on 4 lanes)
@@ -6128,16 +6133,16 @@ AMP__AVX2_INLINE __m256 amp__rt8(amp_dtype t, __m256 x) {
   }
 #endif
 
-#ifdef AMP__X86_SIMD
-
+#ifdef AMP__CPU_SIMD
 /* A block of moments kept as AMP_MOMENTS_BF16, _8BIT or _FP8 stepped in the vector loops (the
-   moment loops, amp__o_step16 / amp__o_step8 given a block): each moment read from its stored form
-   straight into lanes (bf16 widened; a code's map value times the block's absmax, amp__q8_ld16 /
-   amp__q8_ld8; an E4M3 code widened times the array's scale_inv: amp__q_load's bits), the new
-   moments written back as bf16 rounded to nearest even where w is set (amp__q_store's bits: the
-   same stores as amp_convert's loops), else as f32 to the float block m / v (where the encode
-   reads them) with the bits of their largest magnitude taken on the way, as unsigned integers
-   (amp__f8m_amax's rule: a NaN above inf). Whole vectors only; the caller steps the rest. */
+   moment loops, amp__o_step16 / amp__o_step8 / amp__o_step4 given a block): each moment read from
+   its stored form straight into lanes (bf16 widened; a code's map value times the block's absmax,
+   amp__q8_ld16 / amp__q8_ld8 / amp__q8_ld4; an E4M3 code widened times the array's scale_inv:
+   amp__q_load's bits), the new moments written back as bf16 rounded to nearest even where w is set
+   (amp__q_store's bits: the same stores as amp_convert's loops), else as f32 to the float block m /
+   v (where the encode reads them) with the bits of their largest magnitude taken on the way, as
+   unsigned integers (amp__f8m_amax's rule: a NaN above inf). Whole vectors only; the caller steps
+   the rest. */
 typedef struct amp__qmom {
   const unsigned char *a;   /* the block's first bf16 word (BF16) or code (8BIT, FP8) */
   unsigned char *w;         /* BF16 to nearest: a, written */
@@ -6162,6 +6167,10 @@ typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the
     } \
     qb->s[0].amax = HMAX(amx_m); qb->s[1].amax = HMAX(amx_v); \
   }
+
+#endif
+
+#ifdef AMP__X86_SIMD
 
 /* One case per row of the kind list: its vector body's loop (the moment loop where qb is given), or
    0 (NONE: the plain loop). */
@@ -6273,7 +6282,6 @@ AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND
 #undef AMP__STEP16
 #undef AMP__KIND_STEP8
 #undef AMP__KIND_STEP16
-#undef AMP__QSTEP_LOOP
 #endif
 
 #ifdef AMP__NEON_SIMD
@@ -6282,7 +6290,8 @@ AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND
    and square root are the FDIV and FSQRT instructions in asm (clang's -ffast-math would otherwise
    multiply by a reciprocal or take a root estimate), so a step gives the plain loop's bits under
    every flag set. The grads and the model copy go through amp__ld4 / amp__st4 (level 1: no BFCVTN),
-   so the step takes these loops only while the FPCR is in the state amp__neon_level accepts. */
+   so the step takes these loops only while the FPCR is in the state amp__neon_level accepts. The
+   moment loops (amp__qblk) run here too, on amp__qld4 / amp__qst4. */
 #define AMP__NEON_STEP_INLINE static inline __attribute__((always_inline)) AMP__EXACT_FP
 AMP__NEON_STEP_INLINE float32x4_t amp__add4(float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); }
 AMP__NEON_STEP_INLINE float32x4_t amp__sub4(float32x4_t a, float32x4_t b) { return vsubq_f32(a, b); }
@@ -6316,7 +6325,10 @@ AMP__NEON_STEP_INLINE float32x4_t amp__rt4(amp_dtype t, float32x4_t x) {
   return amp__ld4(t, buf);
 }
 #define AMP__KIND_STEP4(kd, name, nm, lr_, b1_, b2_, coefs, elem, dev, vec) \
-  case kd: if (!AMP__VHAS_##vec) return 0; AMP__STEP4_LOOP(AMP__V_##vec) return 1;
+  case kd: if (!AMP__VHAS_##vec) return 0; \
+    if (qb) AMP__QSTEP_LOOP(4, uint32x4_t, vdupq_n_u32(0u), vmaxvq_u32, AMP__STEP4, AMP__V_##vec, AMP__Q4_OPS) \
+    else { AMP__STEP4_LOOP(AMP__V_##vec) } \
+    return 1;
 #define AMP__LD4F(q) vld1q_f32(q)
 #define AMP__ST4F(q, x) vst1q_f32(q, x)
 #define AMP__V4_OPS (float32x4_t, amp__add4, amp__sub4, amp__mul4, amp__div4, amp__sqrt4, amp__sign4, AMP__LD4F, \
@@ -6327,7 +6339,38 @@ AMP__NEON_STEP_INLINE float32x4_t amp__rt4(amp_dtype t, float32x4_t x) {
     vst1q_f32(p, w0); \
     amp__st4(wt, w, rts ? amp__rt4(rt, w0) : w0, 0); }
 #define AMP__STEP4_LOOP(BODY) AMP__STEPW_LOOP(4, AMP__STEP4, BODY, AMP__V4_OPS)
-AMP__O_STEP_FN(AMP__NEON_STEP_INLINE, amp__o_step4, float32x4_t, vdupq_n_f32, AMP__KIND_STEP4, )
+/* The moment loops' loads and stores on 4 lanes (as amp__qld8 / amp__qst8). NEON has no gather: an
+   8-bit block's four map values are read lane by lane. */
+AMP__NEON_STEP_INLINE float32x4_t amp__q8_ld4(const float *code, const uint8_t *c, float am) {
+  float32x4_t x = vdupq_n_f32(0.0f);
+  x = vld1q_lane_f32(code + c[0], x, 0);
+  x = vld1q_lane_f32(code + c[1], x, 1);
+  x = vld1q_lane_f32(code + c[2], x, 2);
+  x = vld1q_lane_f32(code + c[3], x, 3);
+  return amp__mul4(x, vdupq_n_f32(am));
+}
+AMP__NEON_STEP_INLINE float32x4_t amp__qld4(int type, const amp__qmom *s, size_t i) {
+  if (type == AMP_MOMENTS_BF16) return amp__ld4_bf16(s->a + 2 * i);
+  if (type == AMP_MOMENTS_FP8) {   /* 4 codes (4 bytes read, no more) widened, times scale_inv */
+    uint32_t c;
+    memcpy(&c, s->a + i, 4);
+    return amp__mul4(amp__fp8_dec4(vget_low_u16(vmovl_u8(vcreate_u8((uint64_t)c))), 0), vdupq_n_f32(s->am));
+  }
+  return amp__q8_ld4(s->code, s->a + i, s->am);
+}
+AMP__NEON_STEP_INLINE void amp__qst4(const amp__qmom *s, size_t i, float *d, float32x4_t x, uint32x4_t *amx) {
+  if (s->w) { amp__st4_bf16(s->w + 2 * i, x, 0); return; }   /* amp_f32_to_bf16's bits (no BFCVTN) */
+  vst1q_f32(d, x);
+  *amx = vmaxq_u32(*amx, vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x7fffffffu)));
+}
+#define AMP__QLD4(q) amp__qld4(qv.type, &qv.s[AMP__QI_##q], i)
+#define AMP__QST4(q, x) amp__qst4(&qv.s[AMP__QI_##q], i, q, x, &amx_##q)
+#define AMP__Q4_OPS (float32x4_t, amp__add4, amp__sub4, amp__mul4, amp__div4, amp__sqrt4, amp__sign4, AMP__QLD4, \
+                     AMP__QST4, vdupq_n_f32(0.0f))
+AMP__O_STEP_FN(AMP__NEON_STEP_INLINE, amp__o_step4, float32x4_t, vdupq_n_f32, AMP__KIND_STEP4, AMP__COMMA amp__qblk *qb)
+#undef AMP__Q4_OPS
+#undef AMP__QST4
+#undef AMP__QLD4
 /* amp__o_low_vec's loop on 4 lanes (the x86 loops' comment below says what it computes): the
    masters decoded (amp__split_decode, or the bf16 values), stepped, encoded (amp__split_encode, or
    rounded stochastically with element i's bits: for i a multiple of 4 the four 16-bit fields of one
@@ -6385,24 +6428,35 @@ static AMP__EXACT_FP int amp__o_low_neon(amp_optim_kind kind, float *p, amp_bf16
 #undef AMP__LD4F
 #undef AMP__KIND_STEP4
 /* One instance per (kind, grad type, model type), as on x86. */
-#define AMP__W_4(E, N, T, S) return amp__o_step4(kind, p, m, v, g, gt, w, E, rt, n, gmul, c);
+#define AMP__W_4(E, N, T, S) return amp__o_step4(kind, p, m, v, g, gt, w, E, rt, n, gmul, c, qb);
 AMP__NEON_STEP_INLINE int amp__o_step4_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                                          void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                         const amp_step_coefs *c) {
+                                         const amp_step_coefs *c, amp__qblk *qb) {
   AMP__DTYPE_VSWITCH(wt, AMP__W_4)
   return 0;
 }
 #undef AMP__W_4
-#define AMP__STEP_G4_(E, N, T, S) return amp__o_step4_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c);
-/* The step on the NEON loops (l: 1, the only level); 0: no vector body for kind. */
-static AMP__EXACT_FP int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g,
-                                         amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                         const amp_step_coefs *c) {
-  (void)l;
+#define AMP__STEP_G4_(E, N, T, S) return amp__o_step4_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c, qb);
+static AMP__EXACT_FP int amp__o_step_neon(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                          amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
+                                          const amp_step_coefs *c, amp__qblk *qb) {
   AMP__DTYPE_VSWITCH(gt, AMP__STEP_G4_)
   return 0;
 }
 #undef AMP__STEP_G4_
+/* The step on the NEON loops (l: 1, the only level); 0: no vector body for kind. */
+static int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                           void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) {
+  (void)l;
+  return amp__o_step_neon(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, NULL);
+}
+/* The same on a moment block qb (amp__qblk: the moment loops), whole vectors of n only. */
+static int amp__o_qstep_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                            void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
+                            amp__qblk *qb) {
+  (void)l;
+  return amp__o_step_neon(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, qb);
+}
 /* The scan (amp__o_scan_body; with stats amp__o_scan_stats_body) on NEON: element i's square in
    double lane i % 32 (16 float64x2 accumulators, 32 elements a round), the lanes then added in
    order by amp__o_scan_finish: the plain loop's sums, the same bits. x = g * inv through amp__mul4;
@@ -6474,6 +6528,9 @@ static AMP__EXACT_FP void amp__o_scan_neon(const void *g, amp_dtype t, size_t n,
   AMP__DTYPE_VSWITCH(t, AMP__B_)
 #undef AMP__B_
 }
+#endif
+#ifdef AMP__CPU_SIMD
+#undef AMP__QSTEP_LOOP
 #endif
 
 
@@ -7049,14 +7106,15 @@ static AMP__EXACT_FP uint8_t amp__q8_code(const amp__qmap *q, float y) {
   return (uint8_t)c;
 }
 #ifdef AMP__X86_SIMD
-/* AMP_MOMENTS_8BIT's vector loops (AVX-512: 16 lanes, AVX2: 8), amp__q8_code's and amp__q_load's
-   answers bit for bit. A lane's code: from vt[] at y's bucket (sign, then exponent and top 7
-   mantissa bits: y's high 16 bits less row 103's first, 0 for smaller exponents (row 103: every
-   bucket 0's code), the negative rows after the positive ones), the code of the bucket's least
-   value, plus one where y's key (its low 16 bits, flipped for negative y) is above the bucket's
-   key less one; the scalar search's count. NaN: no table read, code 0 (the bisection's answer: no
-   comparison holds). The clamp of y to [-1, 1] is left out: |x| <= absmax, so |x / absmax| <= 1
-   already (a NaN stays NaN either way). The code is left in bits 16 .. 23 of its lane. */
+/* AMP_MOMENTS_8BIT's vector loops (AVX-512: 16 lanes, AVX2: 8; NEON: 4, below), amp__q8_code's and
+   amp__q_load's answers bit for bit. A lane's code: from vt[] at y's bucket (sign, then exponent
+   and top 7 mantissa bits: y's high 16 bits less row 103's first, 0 for smaller exponents (row 103:
+   every bucket 0's code), the negative rows after the positive ones), the code of the bucket's
+   least value, plus one where y's key (its low 16 bits, flipped for negative y) is above the
+   bucket's key less one; the scalar search's count. NaN: no table read, code 0 (the bisection's
+   answer: no comparison holds). The clamp of y to [-1, 1] is left out: |x| <= absmax, so
+   |x / absmax| <= 1 already (a NaN stays NaN either way). The code is left in bits 16 .. 23 of its
+   lane. */
 AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
   __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), idx, t;
   __mmask16 neg = _mm512_movepi32_mask(u), fin = _mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x3f800000));
@@ -7146,6 +7204,52 @@ static AMP__AVX2 size_t amp__q8_decode8(const amp__qmap *q, float *d, const uint
   return j;
 }
 #endif
+#ifdef AMP__NEON_SIMD
+/* The same on NEON's 4 lanes (the code in bits 0 .. 7). No gather: each lane's table word read by
+   itself; a NaN lane (the one kind with |y| > 1) reads word 0 and takes 0xffff instead, as the
+   masked gathers give it. */
+AMP__NEON_STEP_INLINE uint32x4_t amp__q8_code4(const amp__qmap *q, float32x4_t y) {
+  uint32x4_t u = vreinterpretq_u32_f32(y), a = vandq_u32(u, vdupq_n_u32(0x7fffffffu));
+  uint32x4_t neg = vreinterpretq_u32_s32(vshrq_n_s32(vreinterpretq_s32_u32(u), 31));
+  uint32x4_t fin = vcleq_u32(a, vdupq_n_u32(0x3f800000u)), idx, t = vdupq_n_u32(0u), key;
+  idx = vqsubq_u32(vshrq_n_u32(a, 16), vdupq_n_u32(AMP__Q8_VEMIN << AMP__Q8_VMB));
+  idx = vandq_u32(vaddq_u32(idx, vandq_u32(neg, vdupq_n_u32(AMP__Q8_VROWS << AMP__Q8_VMB))), fin);
+  t = vld1q_lane_u32(q->vt + vgetq_lane_u32(idx, 0), t, 0);
+  t = vld1q_lane_u32(q->vt + vgetq_lane_u32(idx, 1), t, 1);
+  t = vld1q_lane_u32(q->vt + vgetq_lane_u32(idx, 2), t, 2);
+  t = vld1q_lane_u32(q->vt + vgetq_lane_u32(idx, 3), t, 3);
+  t = vbslq_u32(fin, t, vdupq_n_u32(0xffffu));
+  key = vandq_u32(veorq_u32(u, neg), vdupq_n_u32(0xffffu));
+  /* + 1 where the key is above the bucket's less one: less the all-ones of the comparison */
+  return vsubq_u32(vshrq_n_u32(t, 16), vcgtq_u32(key, vandq_u32(t, vdupq_n_u32(0xffffu))));
+}
+/* codes[j] = the code of s[j] / am (as amp__q8_encode16), whole vectors of e: 16 at a time narrowed
+   to bytes, then 4 at a time. The division is FDIV (amp__div4). */
+AMP__NEON_STEP_INLINE uint16x4_t amp__q8_enc4(const amp__qmap *q, const float *s, float32x4_t d) {
+  return vmovn_u32(amp__q8_code4(q, amp__div4(vld1q_f32(s), d)));
+}
+static AMP__EXACT_FP size_t amp__q8_encode4(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
+  float32x4_t d = vdupq_n_f32(am);
+  size_t j;
+  for (j = 0; j + 16 <= e; j += 16) {
+    uint16x8_t lo = vcombine_u16(amp__q8_enc4(q, s + j, d), amp__q8_enc4(q, s + j + 4, d));
+    uint16x8_t hi = vcombine_u16(amp__q8_enc4(q, s + j + 8, d), amp__q8_enc4(q, s + j + 12, d));
+    vst1q_u8(codes + j, vcombine_u8(vmovn_u16(lo), vmovn_u16(hi)));
+  }
+  for (; j + 4 <= e; j += 4) {
+    uint8x8_t b = vmovn_u16(vcombine_u16(amp__q8_enc4(q, s + j, d), vdup_n_u16(0)));
+    uint32_t c = vget_lane_u32(vreinterpret_u32_u8(b), 0);
+    memcpy(codes + j, &c, 4);
+  }
+  return j;
+}
+/* d[j] = code[codes[j]] * am, whole vectors of e. */
+static AMP__EXACT_FP size_t amp__q8_decode4(const amp__qmap *q, float *d, const uint8_t *codes, size_t e, float am) {
+  size_t j;
+  for (j = 0; j + 4 <= e; j += 4) vst1q_f32(d + j, amp__q8_ld4(q->code, codes + j, am));
+  return j;
+}
+#endif
 /* AMP_MOMENTS_FP8: amp__f8m_scale (the shared part) gives each array's scale. */
 static amp_status amp__cpu_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype xt, size_t n,
                                     const float *scale, float *amax, uint64_t *counts, char *m, size_t cap);
@@ -7193,6 +7297,8 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
 #ifdef AMP__X86_SIMD
       if (l >= 2) j = amp__q8_decode16(q, d + b, codes + i0 + b, e, am);
       else if (l == 1) j = amp__q8_decode8(q, d + b, codes + i0 + b, e, am);
+#elif defined(AMP__NEON_SIMD)
+      if (l >= 1) j = amp__q8_decode4(q, d + b, codes + i0 + b, e, am);
 #endif
       for (; j < e; j++) d[b + j] = amp__fmul(q->code[codes[i0 + b + j]], am);
     }
@@ -7208,13 +7314,17 @@ static AMP__EXACT_FP void amp__q8_put(int l, const amp__qmap *q, unsigned char *
   size_t j = 0;
   am = amp__q8_absmax(am);
   *absmax = am;
-#ifdef AMP__X86_SIMD
+#ifdef AMP__CPU_SIMD
   /* a block whose absmax is below the least normal float (the floor 1e-38, or a subnormal) holds
      only zeros and subnormals: the plain loop, whose rule keeps a zero's code where the FPU
      flushes subnormals (amp__q8_unit) */
   if (amp__f32_bits(am) >= 0x00800000u) {
+#ifdef AMP__X86_SIMD
     if (l >= 2) j = amp__q8_encode16(q, codes, s, e, am);
     else if (l == 1) j = amp__q8_encode8(q, codes, s, e, am);
+#else
+    if (l >= 1) j = amp__q8_encode4(q, codes, s, e, am);
+#endif
   }
 #else
   (void)l;
@@ -7265,19 +7375,23 @@ static void amp__f8m_encode(unsigned char *a, const float *s, size_t n) {
    back by amp__q_store. FP8: the amaxes of the new m and v joined into amax[0] and amax[1] where
    amax is given. The same bits as amp__q_load, amp__o_step, amp__f8m_amax and amp__q_store in turn.
    2: the moments written; 1: the new moments left in mb / vb (BF16 with msr, stochastic rounding,
-   and FP8: for amp__q_store); 0: no moment loop for these (no vector level or body; x86 only):
-   nothing done. */
+   and FP8: for amp__q_store); 0: no moment loop for these (no vector level or body, or a build
+   without the x86 or NEON loops): nothing done. */
 static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
                           const amp__qmap *maps, const char *g, amp_dtype gt, char *w, amp_dtype wt, amp_dtype rt,
                           size_t n, size_t i0, size_t k, float gmul, const amp_step_coefs *c, float *mb, float *vb,
                           int msr, float *amax) {
-#ifdef AMP__X86_SIMD
+#ifdef AMP__CPU_SIMD
   int l = amp__kind_vec(kind) && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) && amp__dtype_cpu_vec(rt)
               ? amp__opt_level() : 0;
   size_t b, bl = type == AMP_MOMENTS_8BIT ? AMP__Q8_BLOCK : k, nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
   size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), vw;
   if (!l || (type != AMP_MOMENTS_BF16 && type != AMP_MOMENTS_8BIT && type != AMP_MOMENTS_FP8)) return 0;
+#ifdef AMP__X86_SIMD
   vw = l >= 2 ? 16 : 8;
+#else
+  vw = 4;   /* NEON */
+#endif
   for (b = 0; b < k; b += bl) {
     size_t e = k - b < bl ? k - b : bl, j = e & ~(vw - 1), t;
     float *mm = mb ? mb + b : NULL, *vv = vb ? vb + b : NULL;

@@ -14,7 +14,8 @@
    plain fp32 AdamW loop as written in C (ref_adamw_c, this file's -O2 build: what a drop-in user
    compares with), at 16M against memcpy of the bytes the mode moves. Then AdamW with each moment
    type (bench_moments: f32, bf16, 8-bit, fp8; BENCH_OPTIM_MODES=moments runs only those) at 16M,
-   against the f32-moment step and memcpy, taking turns in the same run. */
+   against the f32-moment step and memcpy, and where a vector level runs against the same step on
+   the portable loops (the moment loops against the plain path), taking turns in the same run. */
 #include "bench.h"   /* first: it sets _POSIX_C_SOURCE for clock_gettime and popen */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
@@ -295,31 +296,46 @@ static void bench_moments(size_t n) {
   mode base = {"adamw bf16 copy, bf16 grads", AMP_ADAMW, AMP_BF16, AMP_BF16, AMP_F32, AMP_MASTER_F32, 0, 0, AMP_MOMENTS_F32};
   size_t k;
   const char *lv = getenv("BENCH_OPTIM_LEVEL");   /* as bench_modes: 0 portable, 1 AVX2, 2 AVX-512 at most */
-  if (lv && *lv) amp__opt_simd = atoi(lv);
-  printf("moment types: loops %s\n", level_name(lv && *lv && atoi(lv) < level() ? atoi(lv) : level()));
+  int want = lv && *lv ? atoi(lv) : -1, lvl = want >= 0 && want < level() ? want : level();
+  amp__opt_simd = want;
+  printf("moment types: loops %s\n", level_name(lvl));
   for (k = 0; k < sizeof types / sizeof types[0]; k++) {
     mode md = base;
-    mrig R, F;
-    double to[REPS], tf[REPS], tm[REPS];
+    mrig R, F, P;
+    double to[REPS], tf[REPS], tm[REPS], tp[REPS];
     char name[128], unit[64];
     int r;
     md.moments = types[k].moments;
-    if (!mrig_init(&F, &base, n) || !mrig_init(&R, &md, n)) { printf("moments %s: setup failed: %s\n", types[k].name, amp_last_error()); exit(0); }
+    if (!mrig_init(&F, &base, n) || !mrig_init(&R, &md, n) || (lvl && !mrig_init(&P, &md, n))) {
+      printf("moments %s: setup failed: %s\n", types[k].name, amp_last_error());
+      exit(0);
+    }
     mc_bytes = (size_t)(mode_bytes(&md) * (double)n);
     mc_a = (char *)malloc(mc_bytes / 2); mc_b = (char *)malloc(mc_bytes / 2);
     memset(mc_a, 1, mc_bytes / 2); memset(mc_b, 2, mc_bytes / 2);
     mrig_step(&F); mrig_step(&R);
+    if (lvl) { amp__opt_simd = 0; mrig_step(&P); amp__opt_simd = want; }
     for (r = 0; r < REPS; r++) {
       double t0;
       tm[r] = memcpy_once();
       t0 = bench_now(); mrig_step(&F); tf[r] = bench_now() - t0;
       t0 = bench_now(); mrig_step(&R); to[r] = bench_now() - t0;
+      if (lvl) {   /* the same step on the portable loops, taking turns */
+        amp__opt_simd = 0;
+        t0 = bench_now(); mrig_step(&P); tp[r] = bench_now() - t0;
+        amp__opt_simd = want;
+      }
     }
     snprintf(name, sizeof name, "%zuM: adamw %s moments vs f32 moments", n >> 20, types[k].name);
     bench_line(name, 1e3 * bench_median(to, REPS), 1e3 * bench_median(tf, REPS), "ms per step, lower is better");
     snprintf(name, sizeof name, "%zuM: adamw %s moments vs memcpy", n >> 20, types[k].name);
     snprintf(unit, sizeof unit, "GB/s vs memcpy, at %g B/param", mode_bytes(&md));
     bench_line(name, (double)mc_bytes / bench_median(to, REPS) / 1e9, (double)mc_bytes / bench_median(tm, REPS) / 1e9, unit);
+    if (lvl) {   /* the moment loops against the plain path */
+      snprintf(name, sizeof name, "%zuM: adamw %s moments vs portable loops", n >> 20, types[k].name);
+      bench_line(name, 1e3 * bench_median(to, REPS), 1e3 * bench_median(tp, REPS), "ms per step, lower is better");
+      mrig_free(&P);
+    }
     free(mc_a); free(mc_b);
     mrig_free(&R); mrig_free(&F);
   }
