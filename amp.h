@@ -11618,11 +11618,19 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
 /* The CPU's operation: the strides of op(A), op(B) and C in elements, then the CPU product (the
    fast kernel or the reference, amp__gemm_pick), which sets amp_last_error itself, so msg stays
    empty. */
+#ifdef AMP__X86_SIMD
+/* The upper halves of the vector registers cleared (vzeroupper) once a product returns: with them
+   in use, the trainer's own SSE code (libm's tanhf in a GELU) ran at half speed after a product on
+   this project's AMD CPU. GCC inserts one at the return of each AVX function only when it
+   optimizes at -O2 or more: built with -O1, the bf16 products returned with the state in use. */
+static AMP__AVX2 void amp__zeroupper(void) { _mm256_zeroupper(); }
+#endif
 static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                                 float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                                 int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *o,
                                 char *msg, size_t cap) {
   size_t ars, acs, brs, bcs, crs, ccs;
+  amp_status st;
   (void)d; (void)msg; (void)cap;
   if (layout == AMP_ROW_MAJOR) {
     ars = ta == AMP_NO_TRANS ? (size_t)lda : 1; acs = ta == AMP_NO_TRANS ? 1 : (size_t)lda;
@@ -11634,10 +11642,13 @@ static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, 
     crs = 1; ccs = (size_t)ldc;
   }
   if (amp__gemm_fp8_mode(a_type, b_type, c_type, o))
-    return amp__gemm_cpu_fp8(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o,
-                             (layout == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS),
-                             (layout == AMP_ROW_MAJOR) == (tb == AMP_TRANS));
-  return amp__gemm_cpu(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o);
+    st = amp__gemm_cpu_fp8(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o,
+                           (layout == AMP_ROW_MAJOR) == (ta == AMP_NO_TRANS), (layout == AMP_ROW_MAJOR) == (tb == AMP_TRANS));
+  else st = amp__gemm_cpu(m, n, k, alpha, A, a_type, ars, acs, B, b_type, brs, bcs, beta, C, c_type, crs, ccs, o);
+#ifdef AMP__X86_SIMD
+  if (amp__cpu_level() >= 1) amp__zeroupper();
+#endif
+  return st;
 }
 
 static const char *amp__trans_name(amp_trans t) { return t == AMP_NO_TRANS ? "AMP_NO_TRANS" : "AMP_TRANS"; }
