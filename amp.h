@@ -7126,43 +7126,23 @@ AMP__AVX512_INLINE __m512i amp__q8_code16(const amp__qmap *q, __m512 y) {
   up = _mm512_mask_cmpgt_epu16_mask(0x55555555u, _mm512_mask_xor_epi32(u, neg, u, _mm512_set1_epi32(0xffff)), t);
   return _mm512_mask_add_epi16(t, (__mmask32)(up << 1), t, _mm512_set1_epi16(1));
 }
-/* x / am on 16 lanes without the divider (an encode's two divisions per element were its slowest
-   part), for 2^-64 <= am <= 2^64 (ok: 1; else the division itself): y = x * r with r = RN(1/am),
-   then twice y += (x - y * am) * r, each as two FMAs. The first correction leaves y within one ulp
-   of x / am; the second then gives RN(x / am), the division's bits (Markstein's theorem: r within
-   half an ulp of 1/am, y within one ulp, the residual x - y * am exact in an FMA), wherever no step
-   falls below the least normal float: for |x / am| >= 2^-24 in that range of am, checked against
-   the division for every such x at hundreds of am. A smaller quotient may differ in its last bits
-   (or flush) but stays below 2^-23, where every value has the zero's code (the maps' least
-   midpoint is above 2^-22), so the codes are the division's in every lane. */
-#define AMP__FMA16(a, b, c) _mm512_fmadd_round_ps(a, b, c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-AMP__AVX512_INLINE __m512 amp__q8_quot16(__m512 x, __m512 d, __m512 nd, __m512 r, int ok) {
-  __m512 y;
-  if (!ok) return amp__div16(x, d);
-  y = amp__mul16(x, r);
-  y = AMP__FMA16(AMP__FMA16(y, nd, x), r, y);
-  return AMP__FMA16(AMP__FMA16(y, nd, x), r, y);
-}
-#undef AMP__FMA16
 /* codes[j] = the code of s[j] / am (amp__q_store's rule; its clamp changes nothing: amp__q8_code16), whole vectors of e:
    64 at a time packed to bytes (the packs interleave 128-bit lanes; the last permute puts them back
-   in order), then 16 at a time. The quotients by amp__q8_quot16. */
+   in order), then 16 at a time. */
 static AMP__AVX512 size_t amp__q8_encode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
   const __m512i ord = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const uint32_t ab = amp__f32_bits(am);
-  const int ok = ab >= 0x1f800000u && ab <= 0x5f800000u;   /* 2^-64 <= am <= 2^64 */
-  __m512 d = _mm512_set1_ps(am), nd = _mm512_set1_ps(-am), r = amp__div16(_mm512_set1_ps(1.0f), d);
+  __m512 d = _mm512_set1_ps(am);
   size_t j;
   for (j = 0; j + 64 <= e; j += 64) {
-    __m512i c0 = _mm512_srli_epi32(amp__q8_code16(q, amp__q8_quot16(_mm512_loadu_ps(s + j), d, nd, r, ok)), 16);
-    __m512i c1 = _mm512_srli_epi32(amp__q8_code16(q, amp__q8_quot16(_mm512_loadu_ps(s + j + 16), d, nd, r, ok)), 16);
-    __m512i c2 = _mm512_srli_epi32(amp__q8_code16(q, amp__q8_quot16(_mm512_loadu_ps(s + j + 32), d, nd, r, ok)), 16);
-    __m512i c3 = _mm512_srli_epi32(amp__q8_code16(q, amp__q8_quot16(_mm512_loadu_ps(s + j + 48), d, nd, r, ok)), 16);
+    __m512i c0 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j), d)), 16);
+    __m512i c1 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 16), d)), 16);
+    __m512i c2 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 32), d)), 16);
+    __m512i c3 = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j + 48), d)), 16);
     __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
     _mm512_storeu_si512((void *)(codes + j), _mm512_permutexvar_epi32(ord, b));
   }
   for (; j + 16 <= e; j += 16) {
-    __m512i c = _mm512_srli_epi32(amp__q8_code16(q, amp__q8_quot16(_mm512_loadu_ps(s + j), d, nd, r, ok)), 16);
+    __m512i c = _mm512_srli_epi32(amp__q8_code16(q, amp__div16(_mm512_loadu_ps(s + j), d)), 16);
     _mm_storeu_si128((__m128i *)(void *)(codes + j), _mm512_cvtepi32_epi8(c));
   }
   return j;

@@ -610,9 +610,8 @@ static void eight_bit_vector_loops_match_the_plain_loop_on_edge_values(void) {
     q8_levels(sg, &o->qmap[sg], x, n, 1, "edge values");
     /* blocks of absmaxes that are not powers of two, holding each midpoint times the absmax and
        its neighbours: the quotients x / absmax nearest a change of code, where x times the
-       reciprocal of the absmax may round to the other side; then absmaxes at both ends of the
-       range where the AVX-512 encode divides without the divider (2^-64 .. 2^64) and just
-       outside it, and far outside it, two absmaxes a run */
+       reciprocal of the absmax may round to the other side; then absmaxes from 2^-118 to 2^100,
+       2^-64 and 2^64 and their neighbours among them, two absmaxes a run */
     for (e = 0; e < 10; e++) {
       float am = e == 0 ? 0.7f + 0.29f * (rndf() + 1.0f) / 2.0f : e == 1 ? 3.0f * (1.0f + (rndf() + 1.0f) / 3.0f)
                : e == 2 ? ldexpf(1.0f, -64) : e == 3 ? nextafterf(ldexpf(1.0f, -64), 0.0f)
