@@ -10,8 +10,8 @@
 #      history, so a race is never left unreported because the earlier access fell out of it); and
 #      cross-built for AArch64 (gcc and clang, each at -O2 and -Ofast; test_convert also gcc
 #      -march=armv8.6-a, for BFCVTN) and for armhf (gcc -O2, 32-bit ARM) and run under qemu-user
-#      where those tools are installed. Steps 2-3 run the test files nproc at a time (AMP_TEST_JOBS=N), each file's
-#      builds in order;
+#      where those tools are installed. Steps 2-3 run the test files nproc at a time
+#      (AMP_TEST_JOBS=N), each file's builds in order;
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
 #      PTX, warnings as errors), every tests/cuda_*.c linked against it and run (they report
 #      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
