@@ -10458,9 +10458,6 @@ static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float
     }
     _mm512_mask_storeu_epi16(cr, m, (__m512i)_mm512_cvtne2ps_pbh(t1, t0));
   }
-  /* GCC emits no vzeroupper for this function (its 512-bit arguments): without one the caller's
-     later SSE code (libm's tanhf in a trainer's GELU, say) ran at half speed after a bf16 product */
-  _mm256_zeroupper();
 }
 
 /* A finished 8 x 32 tile (buf, row by row) into C through out: one loop per type of C, so that
@@ -11602,7 +11599,8 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
 /* The upper halves of the vector registers cleared (vzeroupper) once a product returns: with them
    in use, the trainer's own SSE code (libm's tanhf in a GELU) ran at half speed after a product on
    this project's AMD CPU. GCC inserts one at the return of each AVX function only when it
-   optimizes at -O2 or more: built with -O1, the bf16 products returned with the state in use. */
+   optimizes at -O2 or more, and not in functions with 512-bit arguments (amp__gemm_put_bf16):
+   cleared here once, for every kernel, whatever the flags. */
 static AMP__AVX2 void amp__zeroupper(void) { _mm256_zeroupper(); }
 #endif
 static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
