@@ -3924,6 +3924,14 @@ static void amp__fp8_to_f32_portable(void *d, const amp_fp8 *s, size_t n, int e5
   else for (i = 0; i < n; i++) { float x = amp_e4m3_to_f32(s[i]); memcpy(p + 4 * i, &x, 4); }
 }
 
+/* The vector loops' fp8 codes -> f32 (x86 and NEON), amp_e4m3_to_f32 / amp_e5m2_to_f32 lane by
+   lane. E5M2: the f16 conversion of the code shifted up 8, which amp_f16_to_f32 matches. E4M3
+   goes through f16 too: its code sign-extended to 16 bits and shifted up 7, bit 14 cleared, is the
+   f16 of its value / 256 (the exponent's bias moves from 7 to 15; a subnormal code lands on the f16
+   subnormal with the same mantissa), so the f16 conversion (exact: vcvtph2ps ignores DAZ, FCVTL
+   never flushes) and * 256 (exact) give its value; the NaN codes (0x7f, 0xff) come out as +-480 and
+   take the scalar's NaN bits by an xor. */
+#define AMP__E4M3_NANFIX 0x3c300000   /* 480's bits ^ 0x7fc00000 */
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
 /* 8 lanes of f32 bits -> the 8 fp8 codes without their signs, in the lanes (0 .. the largest
@@ -4027,40 +4035,46 @@ AMP__AVX2_INLINE void amp__f32_to_fp8_loop8(amp_fp8 *d, const void *src, size_t 
     for (; i + 32 <= n; i += 32) amp__fp8_enc32(d + i, s + 4 * i, e5m2);
   if (i < n) amp__fp8_enc_part8(d + i, s + 4 * i, n - i, e5m2);
 }
-/* 8 fp8 codes (in the low bytes of 8 lanes, zero above) -> 8 f32: amp_e4m3_to_f32 lane by lane;
-   E5M2 is vcvtph2ps of the code shifted up, which amp_f16_to_f32 (so amp_e5m2_to_f32) matches. */
-AMP__AVX2_INLINE __m256 amp__e4m3_dec8(__m256i c) {
-  __m256i a = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
-  __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(a, 20), _mm256_set1_epi32(120 << 23));
-  __m256i sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(a, _mm256_set1_epi32(7))),
-                                                  _mm256_set1_ps(0.001953125f)));
-  __m256i r = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(8), a));
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(a, _mm256_set1_epi32(0x7f)));
-  return _mm256_castsi256_ps(_mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24)));
-}
+/* 8 fp8 codes -> 8 f32 (the vector decode above). */
 AMP__AVX2_INLINE __m256 amp__fp8_dec8(const amp_fp8 *s, int e5m2) {
-  __m128i b = _mm_loadl_epi64((const __m128i *)s);
+  __m128i b = _mm_loadl_epi64((const __m128i *)s), w, nan;
   if (e5m2) return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(b), 8));
-  return amp__e4m3_dec8(_mm256_cvtepu8_epi32(b));
+  w = _mm_cvtepi8_epi16(b);
+  nan = _mm_cmpeq_epi16(_mm_slli_epi16(w, 9), _mm_set1_epi16((short)0xfe00));   /* the low 7 bits all ones */
+  return _mm256_castsi256_ps(_mm256_xor_si256(
+      _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16((short)0xbfff))),
+                                        _mm256_set1_ps(256.0f))),
+      _mm256_and_si256(_mm256_cvtepi16_epi32(nan), _mm256_set1_epi32(AMP__E4M3_NANFIX))));
 }
-AMP__AVX2_INLINE void amp__fp8_dec32(char *d, const amp_fp8 *s, int e5m2) {
+AMP__AVX2_INLINE void amp__fp8_dec32(char *d, const amp_fp8 *s, int e5m2, int nt) {
   __m256 a = amp__fp8_dec8(s, e5m2), b = amp__fp8_dec8(s + 8, e5m2), c = amp__fp8_dec8(s + 16, e5m2),
          e = amp__fp8_dec8(s + 24, e5m2);
+  if (nt) {
+    _mm256_stream_ps((float *)d, a); _mm256_stream_ps((float *)(d + 32), b);
+    _mm256_stream_ps((float *)(d + 64), c); _mm256_stream_ps((float *)(d + 96), e);
+    return;
+  }
   _mm256_storeu_ps((float *)d, a); _mm256_storeu_ps((float *)(d + 32), b);
   _mm256_storeu_ps((float *)(d + 64), c); _mm256_storeu_ps((float *)(d + 96), e);
 }
+/* k < 32 codes through a buffer. */
+AMP__AVX2_INLINE void amp__fp8_dec_part8(char *d, const amp_fp8 *s, size_t k, int e5m2) {
+  amp_fp8 bs[32];
+  char bd[128];
+  memset(bs, 0, sizeof bs);
+  memcpy(bs, s, k);
+  amp__fp8_dec32(bd, bs, e5m2, 0);
+  memcpy(d, bd, k * 4);
+}
+/* Large outputs stream (amp__nt_head), as amp_convert's other loops do. */
 AMP__AVX2_INLINE void amp__fp8_to_f32_loop8(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
   char *d = (char *)dst;
-  size_t i;
-  for (i = 0; i + 32 <= n; i += 32) amp__fp8_dec32(d + 4 * i, s + i, e5m2);
-  if (i < n) {
-    amp_fp8 bs[32];
-    char bd[128];
-    memset(bs, 0, sizeof bs);
-    memcpy(bs, s + i, n - i);
-    amp__fp8_dec32(bd, bs, e5m2);
-    memcpy(d + 4 * i, bd, (n - i) * 4);
-  }
+  int nt;
+  size_t i = amp__nt_head(dst, 4, n, &nt);
+  if (i) amp__fp8_dec_part8(d, s, i, e5m2);
+  for (; i + 32 <= n; i += 32) amp__fp8_dec32(d + 4 * i, s + i, e5m2, nt);
+  if (nt) _mm_sfence();
+  if (i < n) amp__fp8_dec_part8(d + 4 * i, s + i, n - i, e5m2);
 }
 
 /* 16 lanes (AVX-512): the same codes from the same steps, with lane masks where AVX2 takes the
@@ -4134,18 +4148,28 @@ AMP__AVX512_INLINE void amp__f32_to_fp8_loop16(amp_fp8 *d, const void *src, size
     for (; i + 64 <= n; i += 64) amp__fp8_enc64(d + i, s + i, 64, e5m2);
   if (i < n) amp__fp8_enc64(d + i, s + i, n - i, e5m2);
 }
+/* The same on 16 lanes (amp__fp8_dec8). */
 AMP__AVX512_INLINE __m512 amp__fp8_dec16(__m128i b, int e5m2) {
-  __m256 lo, hi;
+  __m256i w;
+  __m512i x;
+  __mmask16 nan;
   if (e5m2) return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
-  lo = amp__e4m3_dec8(_mm256_cvtepu8_epi32(b));
-  hi = amp__e4m3_dec8(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
-  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  w = _mm256_cvtepi8_epi16(b);
+  nan = _mm256_cmpeq_epi16_mask(_mm256_slli_epi16(w, 9), _mm256_set1_epi16((short)0xfe00));   /* the low 7 bits all ones */
+  x = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xbfff))),
+                                        _mm512_set1_ps(256.0f)));
+  return _mm512_castsi512_ps(_mm512_mask_xor_epi32(x, nan, x, _mm512_set1_epi32(AMP__E4M3_NANFIX)));
 }
 AMP__AVX512_INLINE void amp__fp8_to_f32_loop16(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
-  float *d = (float *)dst;   /* only stored through storeu intrinsics */
-  size_t i;
-  for (i = 0; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(d + i, amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(s + i)), e5m2));
+  float *d = (float *)dst;   /* only stored through storeu / stream intrinsics */
+  int nt;
+  size_t i = amp__nt_head(dst, 4, n, &nt);   /* large outputs stream, as amp_convert's other loops */
+  if (i) amp__st16f(d, amp__fp8_dec16(_mm_maskz_loadu_epi8(amp__mask16(i), s), e5m2), amp__mask16(i));
+  if (nt) {
+    for (; i + 16 <= n; i += 16) _mm512_stream_ps(d + i, amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(s + i)), e5m2));
+    _mm_sfence();
+  } else
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(s + i)), e5m2));
   if (i < n) {
     __mmask16 k = amp__mask16(n - i);
     amp__st16f(d + i, amp__fp8_dec16(_mm_maskz_loadu_epi8(k, s + i), e5m2), k);
@@ -4217,17 +4241,18 @@ AMP__NEON_INLINE void amp__f32_to_fp8_loop4(amp_fp8 *d, const void *src, size_t 
                                       amp__ld4u(s + 4 * i + 48), e5m2));
   if (i < n) amp__f32_to_fp8_portable(d + i, s + 4 * i, n - i, e5m2);
 }
-/* 4 codes (in the low bytes of u16 lanes) -> 4 f32 */
+/* 4 codes (in the low bytes of u16 lanes) -> 4 f32, as amp__fp8_dec8 (FCVTL from f16 is exact and
+   never flushes) */
 AMP__NEON_INLINE float32x4_t amp__fp8_dec4(uint16x4_t c16, int e5m2) {
-  uint32x4_t c, a, normal, sub, r;
+  int16x4_t w;
+  uint32x4_t nan;
+  float32x4_t x;
   if (e5m2) return vcvt_f32_f16(vreinterpret_f16_u16(vshl_n_u16(c16, 8)));
-  c = vmovl_u16(c16);
-  a = vandq_u32(c, AMP__U4(0x7fu));
-  normal = vaddq_u32(vshlq_n_u32(a, 20), AMP__U4(120u << 23));
-  sub = vreinterpretq_u32_f32(vmulq_f32(vcvtq_f32_u32(vandq_u32(a, AMP__U4(7u))), vdupq_n_f32(0.001953125f)));
-  r = vbslq_u32(vcltq_u32(a, AMP__U4(8u)), sub, normal);
-  r = vbslq_u32(vceqq_u32(a, AMP__U4(0x7fu)), AMP__U4(0x7fc00000u), r);
-  return vreinterpretq_f32_u32(vorrq_u32(r, vshlq_n_u32(vandq_u32(c, AMP__U4(0x80u)), 24)));
+  w = vshr_n_s16(vreinterpret_s16_u16(vshl_n_u16(c16, 8)), 8);   /* the code sign-extended */
+  nan = vreinterpretq_u32_s32(vmovl_s16(vreinterpret_s16_u16(vceq_u16(vshl_n_u16(vreinterpret_u16_s16(w), 9), vdup_n_u16(0xfe00u)))));
+  x = vmulq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vand_u16(vshl_n_u16(vreinterpret_u16_s16(w), 7), vdup_n_u16(0xbfffu)))),
+                vdupq_n_f32(256.0f));
+  return vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(x), vandq_u32(nan, AMP__U4(AMP__E4M3_NANFIX))));
 }
 AMP__NEON_INLINE void amp__fp8_to_f32_loop4(void *dst, const amp_fp8 *s, size_t n, int e5m2) {
   char *d = (char *)dst;

@@ -122,6 +122,12 @@ static void run_memcpy(void *d, const void *s, size_t n) { (void)n; memcpy(d, s,
 static void run_f32_e4m3(void *d, const void *s, size_t n) { amp_convert(d, AMP_E4M3, s, AMP_F32, n); }
 static void run_f32_e5m2(void *d, const void *s, size_t n) { amp_convert(d, AMP_E5M2, s, AMP_F32, n); }
 static void run_f32_f16(void *d, const void *s, size_t n) { amp_convert(d, AMP_F16, s, AMP_F32, n); }
+/* fp8 back to f32 against f16 -> f32: the codes are the casts of the same f32 input (g_e4m3,
+   g_e5m2); the f16 source is the s passed */
+static amp_fp8 *g_e4m3, *g_e5m2;
+static void run_e4m3_f32(void *d, const void *s, size_t n) { (void)s; amp_convert(d, AMP_F32, g_e4m3, AMP_E4M3, n); }
+static void run_e5m2_f32(void *d, const void *s, size_t n) { (void)s; amp_convert(d, AMP_F32, g_e5m2, AMP_E5M2, n); }
+static void run_f16_f32(void *d, const void *s, size_t n) { amp_convert(d, AMP_F32, s, AMP_F16, n); }
 /* amp_quantize: the scaled cast into E4M3 and the amax of the input, in one pass */
 static void run_quantize(void *d, const void *s, size_t n) {
   float scale = 3.0f, amax = 0.0f;
@@ -257,6 +263,18 @@ int main(void) {
     rates(f, by, gbs, 3, out[1], buf[0], N);
     bench_line("f32->e4m3 vs f32->f16 (amp_convert)", gbs[0], gbs[2], "GB/s");
     bench_line("f32->e5m2 vs f32->f16 (amp_convert)", gbs[1], gbs[2], "GB/s");
+  }
+  {   /* fp8 -> f32 against f16 -> f32, taking turns, in bytes moved */
+    conv_fn f[3] = { run_e4m3_f32, run_e5m2_f32, run_f16_f32 };
+    double by[3] = { 5.0 * (double)N, 5.0 * (double)N, 6.0 * (double)N }, gbs[3];
+    g_e4m3 = (amp_fp8 *)malloc(N); g_e5m2 = (amp_fp8 *)malloc(N);
+    if (!g_e4m3 || !g_e5m2) { printf("bench_convert: out of memory\n"); return 0; }
+    amp_convert(g_e4m3, AMP_E4M3, buf[0], AMP_F32, N);
+    amp_convert(g_e5m2, AMP_E5M2, buf[0], AMP_F32, N);
+    rates(f, by, gbs, 3, out[0], buf[1], N);
+    bench_line("e4m3->f32 vs f16->f32 (amp_convert)", gbs[0], gbs[2], "GB/s");
+    bench_line("e5m2->f32 vs f16->f32 (amp_convert)", gbs[1], gbs[2], "GB/s");
+    free(g_e4m3); free(g_e5m2);
   }
   {   /* fp8 quantize (scale, cast, amax in one pass) against the f16 cast, against memcpy of the
          input, and against its own reads alone (the amax pass, in elements per second: the same

@@ -235,8 +235,9 @@ static void f16_bf16_to_fp8_as_through_f32(void) {
   free(h); free(q);
 }
 
-/* The bulk loops into fp8 at every level with streaming stores (the library's threshold set to 0:
-   every call streams after its aligning head) and with ordinary ones, under each rounding mode of
+/* The bulk loops into fp8 and back at every level with streaming stores (the library's threshold
+   set to 0: every call streams after its aligning head; an f32 output streams only at an offset
+   that is a multiple of 4) and with ordinary ones, under each rounding mode of
    the FPU and, on x86, with flush-to-zero and denormals-are-zero set (what -Ofast sets at
    startup): the vector loops round with float instructions whose rounding is in the instruction,
    so the bits must not move. Inputs: the edges, then random signs and mantissas in the binades
@@ -245,7 +246,8 @@ static void bulk_under_every_fpu_mode_and_streaming(void) {
   enum { N = 3000 };
   static float in[N];
   static amp_fp8 want[2][N];
-  static unsigned char dst[N + 80];
+  static unsigned char dst[N + 80], dec[4 * N + 80];
+  static float back[2][N];
   static const int modes[] = { FE_TONEAREST,
 #ifdef FE_UPWARD
                                FE_UPWARD,
@@ -264,7 +266,10 @@ static void bulk_under_every_fpu_mode_and_streaming(void) {
     in[i] = i < (int)(sizeof edges / sizeof edges[0]) ? f32_of(edges[i].in) : f32_of((r & 0x80000000u) | (e << 23) | (mant & 0x7fffffu));
   }
   for (f = 0; f < 2; f++)
-    for (i = 0; i < N; i++) want[f][i] = f ? amp_f32_to_e5m2(in[i], 1) : amp_f32_to_e4m3(in[i], 1);
+    for (i = 0; i < N; i++) {
+      want[f][i] = f ? amp_f32_to_e5m2(in[i], 1) : amp_f32_to_e4m3(in[i], 1);
+      back[f][i] = f ? amp_e5m2_to_f32(want[f][i]) : amp_e4m3_to_f32(want[f][i]);
+    }
   for (l = 0; l < t_simd_levels(); l++) {
     t_simd_level(l);
     for (ftz = 0; ftz < 2; ftz++)
@@ -282,7 +287,9 @@ static void bulk_under_every_fpu_mode_and_streaming(void) {
 #endif
               EXPECT(fesetround(modes[m]) == 0, "fesetround(%d)", modes[m]);
               memset(dst, 0xa5, sizeof dst);
+              memset(dec, 0xa5, sizeof dec);
               amp__fp8_bulk(dst + off, in, N, f, 0);
+              amp__fp8_bulk(dec + off, want[f], N, f, 1);
               fesetround(FE_TONEAREST);
 #if defined(AMP__X86_SIMD)
               _mm_setcsr(csr);
@@ -290,6 +297,9 @@ static void bulk_under_every_fpu_mode_and_streaming(void) {
 #endif
               EXPECT(memcmp(dst + off, want[f], N) == 0 && dst[off + N] == 0xa5 && (off == 0 || dst[off - 1] == 0xa5),
                      "level %d %s, rounding mode %d, ftz/daz %d, streaming %d, offset %d: differs or wrote outside", l,
+                     f ? "e5m2" : "e4m3", modes[m], ftz, nt, off);
+              EXPECT(memcmp(dec + off, back[f], 4 * N) == 0 && dec[off + 4 * N] == 0xa5 && (off == 0 || dec[off - 1] == 0xa5),
+                     "level %d %s -> f32, rounding mode %d, ftz/daz %d, streaming %d, offset %d: differs or wrote outside", l,
                      f ? "e5m2" : "e4m3", modes[m], ftz, nt, off);
             }
   }
