@@ -6179,12 +6179,22 @@ typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the
 #define AMP__QI_m 0   /* LDF(m) / LDF(v) in a body: the moment's index in amp__qblk.s */
 #define AMP__QI_v 1
 /* The loop over whole vectors of a moment block (W lanes, IT the integer vector with zero IZERO,
-   STEP the level's step on OPS, HMAX the lanes' unsigned maximum): the block read from a local
-   copy qv (no store of the loop can change it), the amaxes kept in amx_m and amx_v, the lanes
-   joined once at the end. */
-#define AMP__QSTEP_LOOP(W, IT, IZERO, HMAX, STEP, BODY, OPS) { \
+   STEP the level's step on OPS, HMAX the lanes' unsigned maximum): one loop per moment type, each
+   with the type a constant qt (the loads and stores test it: each loop holds its own type's code
+   alone), the block read from a local copy qv (no store of the loop can change it), the amaxes
+   kept in amx_m and amx_v, the lanes joined once at the end. A type without a loop here: 0,
+   nothing done. */
+#define AMP__QSTEP_LOOP(W, IT, IZERO, HMAX, STEP, BODY, OPS) \
+  switch (qb->type) { \
+    case AMP_MOMENTS_BF16: AMP__QSTEP_LOOP_T(AMP_MOMENTS_BF16, W, IT, IZERO, HMAX, STEP, BODY, OPS) break; \
+    case AMP_MOMENTS_8BIT: AMP__QSTEP_LOOP_T(AMP_MOMENTS_8BIT, W, IT, IZERO, HMAX, STEP, BODY, OPS) break; \
+    case AMP_MOMENTS_FP8: AMP__QSTEP_LOOP_T(AMP_MOMENTS_FP8, W, IT, IZERO, HMAX, STEP, BODY, OPS) break; \
+    default: return 0; \
+  }
+#define AMP__QSTEP_LOOP_T(QT, W, IT, IZERO, HMAX, STEP, BODY, OPS) { \
     const amp__qblk qv = *qb; \
-    (void)qv; \
+    const int qt = QT; \
+    (void)qv; (void)qt; \
     IT amx_m = IZERO, amx_v = IZERO; \
     for (i = 0; i + W <= n; i += W, p += W, m = m ? m + W : m, v = v ? v + W : v, gc += W * gs, wc += W * ws) { \
       g = gc; w = wc; \
@@ -6236,7 +6246,13 @@ typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the
    moment written with its magnitude's bits joined into amx. */
 AMP__AVX512_INLINE __m512 amp__q8_ld16(const float *code, const uint8_t *c, float am) {
   __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
-  return amp__mul16(_mm512_i32gather_ps(x, code, 4), _mm512_set1_ps(am));
+  /* A gather merges into its destination register, so it waits on whatever last wrote it; given a
+     constant full mask, compilers take any register (in the step loop: one holding the last
+     iteration's quotients, which made each gather wait on them). A mask they cannot see keeps
+     the zero source, and so a fresh destination. */
+  __mmask16 all = 0xffff;
+  __asm__("" : "+Yk"(all));
+  return amp__mul16(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), all, x, code, 4), _mm512_set1_ps(am));
 }
 AMP__AVX512_INLINE __m512 amp__qld16(int type, const amp__qmom *s, size_t i) {
   if (type == AMP_MOMENTS_BF16) return amp__ld16_bf16(s->a + 2 * i, 0xffff);
@@ -6244,8 +6260,8 @@ AMP__AVX512_INLINE __m512 amp__qld16(int type, const amp__qmom *s, size_t i) {
     return amp__mul16(amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(const void *)(s->a + i)), 0), _mm512_set1_ps(s->am));
   return amp__q8_ld16(s->code, s->a + i, s->am);
 }
-AMP__AVX512_INLINE void amp__qst16(const amp__qmom *s, size_t i, float *d, __m512 x, __m512i *amx) {
-  if (s->w) { amp__st16_bf16(s->w + 2 * i, x, 0xffff, 0); return; }
+AMP__AVX512_INLINE void amp__qst16(int type, const amp__qmom *s, size_t i, float *d, __m512 x, __m512i *amx) {
+  if (type == AMP_MOMENTS_BF16 && s->w) { amp__st16_bf16(s->w + 2 * i, x, 0xffff, 0); return; }
   _mm512_storeu_ps(d, x);
   *amx = _mm512_max_epu32(*amx, _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
 }
@@ -6259,8 +6275,8 @@ AMP__AVX2_INLINE uint32_t amp__hmax8u(__m256i a) {
 AMP__AVX512_INLINE uint32_t amp__hmax16u(__m512i a) {
   return amp__hmax8u(_mm256_max_epu32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
 }
-#define AMP__QLD16(q) amp__qld16(qv.type, &qv.s[AMP__QI_##q], i)
-#define AMP__QST16(q, x) amp__qst16(&qv.s[AMP__QI_##q], i, q, x, &amx_##q)
+#define AMP__QLD16(q) amp__qld16(qt, &qv.s[AMP__QI_##q], i)
+#define AMP__QST16(q, x) amp__qst16(qt, &qv.s[AMP__QI_##q], i, q, x, &amx_##q)
 #define AMP__Q16_OPS (__m512, amp__add16, amp__sub16, amp__mul16, amp__div16, amp__sqrt16, amp__sign16, AMP__QLD16, \
                       AMP__QST16, _mm512_setzero_ps())
 AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__KIND_STEP16, AMP__COMMA amp__qblk *qb)
@@ -6277,20 +6293,22 @@ AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__K
 #define AMP__STEP8_LOOP(BODY) AMP__STEPW_LOOP(8, AMP__STEP8, BODY, AMP__V8_OPS)
 AMP__AVX2_INLINE __m256 amp__q8_ld8(const float *code, const uint8_t *c, float am) {
   __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c));
-  return amp__mul8(_mm256_i32gather_ps(code, x, 4), _mm256_set1_ps(am));
+  __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  __asm__("" : "+x"(all));   /* a zero source kept: amp__q8_ld16 */
+  return amp__mul8(_mm256_mask_i32gather_ps(_mm256_setzero_ps(), code, x, all, 4), _mm256_set1_ps(am));
 }
 AMP__AVX2_INLINE __m256 amp__qld8(int type, const amp__qmom *s, size_t i) {
   if (type == AMP_MOMENTS_BF16) return amp__ld8_bf16(s->a + 2 * i);
   if (type == AMP_MOMENTS_FP8) return amp__mul8(amp__fp8_dec8(s->a + i, 0), _mm256_set1_ps(s->am));
   return amp__q8_ld8(s->code, s->a + i, s->am);
 }
-AMP__AVX2_INLINE void amp__qst8(const amp__qmom *s, size_t i, float *d, __m256 x, __m256i *amx) {
-  if (s->w) { amp__st8_bf16(s->w + 2 * i, x, 0); return; }
+AMP__AVX2_INLINE void amp__qst8(int type, const amp__qmom *s, size_t i, float *d, __m256 x, __m256i *amx) {
+  if (type == AMP_MOMENTS_BF16 && s->w) { amp__st8_bf16(s->w + 2 * i, x, 0); return; }
   _mm256_storeu_ps(d, x);
   *amx = _mm256_max_epu32(*amx, _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
 }
-#define AMP__QLD8(q) amp__qld8(qv.type, &qv.s[AMP__QI_##q], i)
-#define AMP__QST8(q, x) amp__qst8(&qv.s[AMP__QI_##q], i, q, x, &amx_##q)
+#define AMP__QLD8(q) amp__qld8(qt, &qv.s[AMP__QI_##q], i)
+#define AMP__QST8(q, x) amp__qst8(qt, &qv.s[AMP__QI_##q], i, q, x, &amx_##q)
 #define AMP__Q8_OPS (__m256, _mm256_add_ps, _mm256_sub_ps, amp__mul8, amp__div8, amp__sqrt8, amp__sign8, AMP__QLD8, \
                      AMP__QST8, _mm256_setzero_ps())
 AMP__O_STEP_FN(AMP__AVX2_INLINE, amp__o_step8, __m256, _mm256_set1_ps, AMP__KIND_STEP8, AMP__COMMA amp__qblk *qb)
@@ -6383,13 +6401,13 @@ AMP__NEON_STEP_INLINE float32x4_t amp__qld4(int type, const amp__qmom *s, size_t
   }
   return amp__q8_ld4(s->code, s->a + i, s->am);
 }
-AMP__NEON_STEP_INLINE void amp__qst4(const amp__qmom *s, size_t i, float *d, float32x4_t x, uint32x4_t *amx) {
-  if (s->w) { amp__st4_bf16(s->w + 2 * i, x, 0); return; }   /* amp_f32_to_bf16's bits (no BFCVTN) */
+AMP__NEON_STEP_INLINE void amp__qst4(int type, const amp__qmom *s, size_t i, float *d, float32x4_t x, uint32x4_t *amx) {
+  if (type == AMP_MOMENTS_BF16 && s->w) { amp__st4_bf16(s->w + 2 * i, x, 0); return; }   /* amp_f32_to_bf16's bits (no BFCVTN) */
   vst1q_f32(d, x);
   *amx = vmaxq_u32(*amx, vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x7fffffffu)));
 }
-#define AMP__QLD4(q) amp__qld4(qv.type, &qv.s[AMP__QI_##q], i)
-#define AMP__QST4(q, x) amp__qst4(&qv.s[AMP__QI_##q], i, q, x, &amx_##q)
+#define AMP__QLD4(q) amp__qld4(qt, &qv.s[AMP__QI_##q], i)
+#define AMP__QST4(q, x) amp__qst4(qt, &qv.s[AMP__QI_##q], i, q, x, &amx_##q)
 #define AMP__Q4_OPS (float32x4_t, amp__add4, amp__sub4, amp__mul4, amp__div4, amp__sqrt4, amp__sign4, AMP__QLD4, \
                      AMP__QST4, vdupq_n_f32(0.0f))
 AMP__O_STEP_FN(AMP__NEON_STEP_INLINE, amp__o_step4, float32x4_t, vdupq_n_f32, AMP__KIND_STEP4, AMP__COMMA amp__qblk *qb)
