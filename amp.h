@@ -108,8 +108,9 @@
         the 8-bit map values and bucket words read lane by lane: NEON has no gather),
         split-master and stochastic-rounding stores, and the step's scan (the grads' sum of
         squares in the portable loop's 32 double lanes and order, inf/NaN, gradient stats),
-        fp8 casts (f32/f16/bf16 <-> E4M3/E5M2: the scalar functions' integer steps on 4 lanes)
-        and amp_quantize's loop with its amax and counts.
+        fp8 casts (f32/f16/bf16 <-> E4M3/E5M2: into fp8 the scalar functions' integer steps on
+        4 lanes, back through FCVTL: an E4M3 code shifted into the f16 of its value / 256, then
+        * 256, as on x86) and amp_quantize's loop with its amax and counts.
         BFCVTN for f32 -> bf16 where the build targets +bf16 (-march=armv8.6-a, -mcpu=neoverse-v2
         ...: __ARM_FEATURE_BF16_VECTOR_ARITHMETIC) and the CPU reports BF16 (Linux:
         getauxval(AT_HWCAP2) & HWCAP2_BF16; macOS: sysctlbyname("hw.optional.arm.FEAT_BF16")).
@@ -6182,9 +6183,9 @@ typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the
    STEP the level's step on OPS, HMAX the lanes' unsigned maximum): BF16's loop with the type a
    constant qt, so that it holds no code of the coded types (the loads and stores test qt), and
    one loop for the 8BIT and FP8 codes (a loop of its own each measured no faster, and took 15%
-   more time to compile amp.h), the block read from a local copy qv (no store of the loop can change it), the
-   amaxes kept in amx_m and amx_v, the lanes joined once at the end. A type without a loop here:
-   0, nothing done. */
+   more time to compile amp.h). Each reads the block from a local copy qv (no store of the loop
+   can change it), keeps the amaxes in amx_m and amx_v and joins the lanes once at the end. A type
+   without a loop here: 0, nothing done. */
 #define AMP__QSTEP_LOOP(W, IT, IZERO, HMAX, STEP, BODY, OPS) \
   switch (qb->type) { \
     case AMP_MOMENTS_BF16: AMP__QSTEP_LOOP_T(AMP_MOMENTS_BF16, W, IT, IZERO, HMAX, STEP, BODY, OPS) break; \
