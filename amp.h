@@ -4050,13 +4050,7 @@ AMP__AVX2_INLINE __m256 amp__fp8_dec8(const amp_fp8 *s, int e5m2) {
 AMP__AVX2_INLINE void amp__fp8_dec32(char *d, const amp_fp8 *s, int e5m2, int nt) {
   __m256 a = amp__fp8_dec8(s, e5m2), b = amp__fp8_dec8(s + 8, e5m2), c = amp__fp8_dec8(s + 16, e5m2),
          e = amp__fp8_dec8(s + 24, e5m2);
-  if (nt) {
-    _mm256_stream_ps((float *)d, a); _mm256_stream_ps((float *)(d + 32), b);
-    _mm256_stream_ps((float *)(d + 64), c); _mm256_stream_ps((float *)(d + 96), e);
-    return;
-  }
-  _mm256_storeu_ps((float *)d, a); _mm256_storeu_ps((float *)(d + 32), b);
-  _mm256_storeu_ps((float *)(d + 64), c); _mm256_storeu_ps((float *)(d + 96), e);
+  amp__st8_f32(d, a, nt); amp__st8_f32(d + 32, b, nt); amp__st8_f32(d + 64, c, nt); amp__st8_f32(d + 96, e, nt);
 }
 /* k < 32 codes through a buffer. */
 AMP__AVX2_INLINE void amp__fp8_dec_part8(char *d, const amp_fp8 *s, size_t k, int e5m2) {
@@ -4166,11 +4160,8 @@ AMP__AVX512_INLINE void amp__fp8_to_f32_loop16(void *dst, const amp_fp8 *s, size
   int nt;
   size_t i = amp__nt_head(dst, 4, n, &nt);   /* large outputs stream, as amp_convert's other loops */
   if (i) amp__st16f(d, amp__fp8_dec16(_mm_maskz_loadu_epi8(amp__mask16(i), s), e5m2), amp__mask16(i));
-  if (nt) {
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(d + i, amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(s + i)), e5m2));
-    _mm_sfence();
-  } else
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(s + i)), e5m2));
+  for (; i + 16 <= n; i += 16) amp__st16_f32(d + i, amp__fp8_dec16(_mm_loadu_si128((const __m128i *)(s + i)), e5m2), 0xffff, nt);
+  if (nt) _mm_sfence();
   if (i < n) {
     __mmask16 k = amp__mask16(n - i);
     amp__st16f(d + i, amp__fp8_dec16(_mm_maskz_loadu_epi8(k, s + i), e5m2), k);
@@ -6189,7 +6180,7 @@ typedef struct amp__qblk { int type; amp__qmom s[2]; } amp__qblk;   /* s[0]: the
 #define AMP__QSTEP_LOOP(W, IT, IZERO, HMAX, STEP, BODY, OPS) \
   switch (qb->type) { \
     case AMP_MOMENTS_BF16: AMP__QSTEP_LOOP_T(AMP_MOMENTS_BF16, W, IT, IZERO, HMAX, STEP, BODY, OPS) break; \
-    case AMP_MOMENTS_8BIT: case AMP_MOMENTS_FP8: AMP__QSTEP_LOOP_T(qv.type, W, IT, IZERO, HMAX, STEP, BODY, OPS) break; \
+    case AMP_MOMENTS_8BIT: case AMP_MOMENTS_FP8: AMP__QSTEP_LOOP_T(qb->type, W, IT, IZERO, HMAX, STEP, BODY, OPS) break; \
     default: return 0; \
   }
 #define AMP__QSTEP_LOOP_T(QT, W, IT, IZERO, HMAX, STEP, BODY, OPS) { \
