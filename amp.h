@@ -99,7 +99,15 @@
         the optimizer's step, scan and master stores, fp8 casts, amp_quantize, amp_gemm's kernels.
         The step's moment loops: bf16, 8-bit and fp8 moments (AMP_MOMENTS_BF16 / _8BIT / _FP8)
         decoded into the lanes, stepped, and written back (bf16 to nearest even; 8-bit blocks
-        encoded by a bucket table and a key compare, the nearest-midpoint search's codes).
+        encoded by a bucket table and a key compare, the nearest-midpoint search's codes). The
+        8-bit codes take one of two AVX-512 paths with the same bits, chosen once per process by
+        a calibration of about 10-40 us: gathers (the map's values, the bucket table), or on a
+        CPU with AVX512_VBMI byte permutes over the map's values for the decode (64 codes at a
+        time) and, for the encode, tables small enough for registers: per decade of the map
+        (whose values are evenly spaced) t = |y| * a + b and floor(t) the code, exact wherever
+        t is 2^-12 or more from an integer, which the tables were checked for midpoint by
+        midpoint; a lane nearer takes the bucket table. AMD's Zen 4 and 5 run gathers slowly
+        and take the permutes (bench_optim prints the two paths' times and the choice).
       AArch64 (GCC, Clang; Linux, macOS): NEON, which every AArch64 CPU has (no run-time test):
         amp_convert between f32, f16 and bf16 (FCVTL / FCVTN for f16; amp_f32_to_bf16's integer
         rounding on 4 lanes for bf16), the optimizer step's update (SGD, Adam/AdamW, Lion on
@@ -3374,6 +3382,7 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
 #define AMP__CPU_FMA 4u
 #define AMP__CPU_AVX512 8u      /* AVX-512 F/BW/VL/DQ with AVX2, the OS saving opmask and ZMM state */
 #define AMP__CPU_AVX512BF16 16u /* AVX512_BF16 with AVX512 */
+#define AMP__CPU_VBMI 32u       /* AVX512_VBMI with AVX512 (byte permutes: the 8-bit moments' decode) */
 static void amp__cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
   __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
 }
@@ -3397,6 +3406,7 @@ static unsigned amp__cpu_features(void) {
         /* XCR0 bits 5-7: opmask and ZMM state; EBX bits 16 F, 17 DQ, 30 BW, 31 VL */
         if ((f & AMP__CPU_AVX2) && (xcr0 & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) {
           f |= AMP__CPU_AVX512;
+          if (r[2] & (1u << 1)) f |= AMP__CPU_VBMI;   /* leaf 7 ECX bit 1 */
           amp__cpuid(7, 1, r);
           if (r[0] & (1u << 5)) f |= AMP__CPU_AVX512BF16;   /* leaf 7 subleaf 1 EAX bit 5 */
         }
@@ -3406,6 +3416,12 @@ static unsigned amp__cpu_features(void) {
     AMP__ASTORE(&cache, v);
   }
   return (unsigned)v;
+}
+/* The time-stamp counter, for the calibrations that choose between two exact paths by their speed. */
+static inline unsigned long long amp__rdtsc(void) {
+  unsigned lo, hi;
+  __asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi) : : "memory");
+  return (unsigned long long)hi << 32 | lo;
 }
 #endif
 
@@ -7092,8 +7108,17 @@ typedef struct amp__qmap {
   uint32_t vt[AMP__Q8_VLUT];    /* the vector loops' table (amp__q8_code16): per finer bucket, the
                                    code of its least value << 16 | the key of the one midpoint inside,
                                    less one (0xffff: none) */
+  /* the permute path's tables (amp__qmap_perm_make) */
+  uint8_t plane[4][256];        /* byte b of code[k]'s bits at plane[b][k] */
+  float pe[32];                 /* per row: the least float above its segment edge's midpoint, or 2 */
+  uint32_t pq[32];              /* per row: that midpoint's bits where it is a float, else ~0 */
+  int32_t prow[32];             /* per row: the segment at its least value */
+  float pa[32], pb[32];         /* per segment (y >= 0 at s, y < 0 at 16 + s): t = |y| * pa + pb */
+  int32_t pbase[32], pmax[32];  /* ... and the code base +- min(max(floor(t), 0), pmax) */
+  int pfast;                    /* 1: every midpoint checked, the segment tables give the codes */
 } amp__qmap;
 static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y);
+static AMP__EXACT_FP void amp__qmap_perm_make(amp__qmap *q, int is_signed);
 static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
   int k;
   amp__q8_map(is_signed, q->code, q->mid);
@@ -7122,6 +7147,82 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     }
     q->vt[k] = (uint32_t)lo << 16 | (key - 1u);
   }
+  amp__qmap_perm_make(q, is_signed);
+}
+/* The permute path (AVX-512; amp__q8_pdecode16, amp__q8_pcode16): no table read from memory.
+   Decode: the 256 values as four byte planes, looked up 64 codes at a time by byte permutes.
+   Encode: the map cut along |y| into segments: 0 below the first midpoint (0's code), 1 + i for
+   decade i's values (10^(i-6) times evenly spaced points: t = |y| * pa + pb puts the decade's
+   k-th inner midpoint at about k + 1, so that floor(t) counts the midpoints below |y|, clamped to
+   the decade's count less one), 8 above the last midpoint (1's code), 9 NaN (code 0). Negative y
+   (the signed map) count down from the mirrored segment's base (16 + s; the unsigned map has no
+   negative value: code 0). Rows by |y|'s exponent less 103, the row index's low 5 bits (row 0:
+   every smaller exponent, which the first midpoint is above; row 24: 1.0, and NaN's exponent 255
+   too, which pe = 1.0's successor sends to segment 9) each hold at most one segment edge: a
+   lane's segment is prow + (|y| >= pe). Checked here, midpoint by midpoint: where t (one fused
+   multiply-add, as the vector lanes compute it) lies 2^-12 or more from every integer, floor(t)
+   is the count the bisection gives on either side of every midpoint (a lane within 2^-12,
+   flagged by the vector code, takes the bucket table instead), and t is not below 0 at a
+   decade's lower edge. Where an edge's midpoint is itself a float (pq), y on it and -y fall on
+   different sides (ties go to the lower code): the vector code flags that |y| too. pfast stays 0
+   where a check fails. */
+#define AMP__Q8_PNEAR (1.0f / 4096.0f)
+static AMP__EXACT_FP float amp__q8_pt(float y, float a, float b) {   /* within an ulp of fma(y, a, b) */
+  return (float)((double)y * (double)a + (double)b);
+}
+static AMP__EXACT_FP void amp__qmap_perm_make(amp__qmap *q, int is_signed) {
+  static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
+  const int pos0 = is_signed ? 128 : 1;   /* the code of the least positive value */
+  const float h = AMP__Q8_PNEAR / 2;       /* the checks' margin: half the lanes' (an ulp of t to spare) */
+  float ep[8];      /* the edges' thresholds: the least float above each edge's midpoint em */
+  double em[8];
+  int i, k, r, off = 0, ok = 1;
+  for (k = 0; k < 256; k++)
+    for (i = 0; i < 4; i++) q->plane[i][k] = (uint8_t)(amp__f32_bits(q->code[k]) >> (8 * i));
+  for (k = 0; k < 32; k++) { q->pa[k] = 0.0f; q->pb[k] = 0.5f; q->pbase[k] = 0; q->pmax[k] = 0; }   /* t = 0.5: k = 0 */
+  q->pbase[0] = pos0 - 1; q->pbase[8] = 255;           /* 0's code, 1's code */
+  if (is_signed) { q->pbase[16] = 127; q->pbase[24] = 0; }   /* -0 and the least code (below -1's midpoint) */
+  for (i = 0; i < 7; i++) {
+    int cnt = is_signed ? 1 << i : 2 << i, first = pos0 + off;
+    float a = (float)((double)cnt / (0.9 * pow10[i])), b = (float)(-0.1 * (double)cnt / 0.9);
+    em[i] = q->mid[first - 1];   /* the edge below the decade */
+    ep[i] = (float)em[i];
+    if ((double)ep[i] <= em[i]) ep[i] = amp__bits_f32(amp__f32_bits(ep[i]) + 1u);
+    if (!(amp__q8_pt(ep[i], a, b) >= 0.0f)) ok = 0;
+    q->pa[1 + i] = a; q->pb[1 + i] = b; q->pbase[1 + i] = first; q->pmax[1 + i] = cnt - 1;
+    if (is_signed) { q->pa[17 + i] = a; q->pb[17 + i] = b; q->pbase[17 + i] = 126 - off; q->pmax[17 + i] = cnt - 1; }
+    for (k = 0; k + 1 < cnt; k++) {   /* the inner midpoints: the floats either side, and one on it */
+      double m = q->mid[first + k];
+      float f = (float)m, lo = f, hi = f;
+      uint32_t u = amp__f32_bits(f);
+      if ((double)f >= m) lo = amp__bits_f32(u - 1u);
+      if ((double)f <= m) hi = amp__bits_f32(u + 1u);
+      if (!(amp__q8_pt(lo, a, b) < (float)(k + 1) + h) || !(amp__q8_pt(hi, a, b) > (float)(k + 1) - h)) ok = 0;
+      if ((double)f == m && !(fabsf(amp__q8_pt(f, a, b) - (float)(k + 1)) < h)) ok = 0;
+    }
+    off += cnt;
+  }
+  em[7] = q->mid[254];   /* the edge below 1.0 */
+  ep[7] = (float)em[7];
+  if ((double)ep[7] <= em[7]) ep[7] = amp__bits_f32(amp__f32_bits(ep[7]) + 1u);
+  for (r = 0; r < 32; r++) {   /* rows 25 .. 31: no |y| <= 1 or NaN reaches them */
+    uint32_t e = (uint32_t)(r < 25 ? r : 24) + 103u;
+    float lo = r ? amp__bits_f32(e << 23) : 0.0f, hi = amp__bits_f32((e + 1u) << 23);
+    int seg = 0, inside = 0;
+    q->pe[r] = 2.0f; q->pq[r] = 0xffffffffu;
+    for (k = 0; k < 8; k++) {
+      if (ep[k] <= lo) seg++;
+      else if (ep[k] < hi) {
+        float below = amp__bits_f32(amp__f32_bits(ep[k]) - 1u);
+        inside++; q->pe[r] = ep[k];
+        if ((double)below == em[k]) q->pq[r] = amp__f32_bits(below);
+      }
+    }
+    if (inside > 1) ok = 0;
+    q->prow[r] = seg;
+  }
+  q->pe[24] = amp__bits_f32(0x3f800001u);   /* above 1.0: NaN's segment */
+  q->pfast = ok;
 }
 /* The code nearest y (ties: the lower code), by bisection (amp__q8_bisect). */
 static AMP__EXACT_FP uint8_t amp__q8_search(const amp__qmap *q, float y) { return amp__q8_bisect(q->mid, y); }
@@ -7187,6 +7288,141 @@ static AMP__AVX512 size_t amp__q8_decode16(const amp__qmap *q, float *d, const u
   size_t j;
   for (j = 0; j + 16 <= e; j += 16) _mm512_storeu_ps(d + j, amp__q8_ld16(q->code, codes + j, am));
   return j;
+}
+/* The permute path (amp__qmap_perm_make; taken where amp__q8_perm says so): the same codes and
+   values as the two functions above, with no gather. A lane's code from the segment tables (each
+   32 entries: two registers, one permute), in bits 0 .. 7; *near: the lanes whose t lies within
+   AMP__Q8_PNEAR of an integer, or whose |y| is its row's pq, for which the caller takes
+   amp__q8_code16. NaN: code 0, as there (segment 9). */
+AMP__AVX512_INLINE __m512i amp__q8_pcode16(const amp__qmap *q, __m512 y, __mmask16 *near) {
+  const __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __m512 ay = _mm512_castsi512_ps(a);
+  const __mmask16 neg = _mm512_movepi32_mask(u);
+  const __m512i r = _mm512_subs_epu16(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(103));   /* the row (low 5 bits) */
+  __m512i sg = _mm512_permutex2var_epi32(_mm512_loadu_si512(q->prow), r, _mm512_loadu_si512(q->prow + 16)), k, base;
+  __m512 t;
+  /* the segment: the row's, one up at or above its edge (magnitudes compare as their bits), 16 on for y < 0 */
+  sg = _mm512_mask_add_epi32(sg, _mm512_cmpge_epu32_mask(a, _mm512_permutex2var_epi32(_mm512_loadu_si512(q->pe), r,
+                                                                                      _mm512_loadu_si512(q->pe + 16))),
+                             sg, _mm512_set1_epi32(1));
+  sg = _mm512_mask_add_epi32(sg, neg, sg, _mm512_set1_epi32(16));
+  t = _mm512_fmadd_round_ps(ay, _mm512_permutex2var_ps(_mm512_loadu_ps(q->pa), sg, _mm512_loadu_ps(q->pa + 16)),
+                            _mm512_permutex2var_ps(_mm512_loadu_ps(q->pb), sg, _mm512_loadu_ps(q->pb + 16)),
+                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  /* floor(t) (NaN's t: the integer indefinite, which the max makes 0), at most the segment's pmax */
+  k = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  k = _mm512_min_epi32(_mm512_max_epi32(k, _mm512_setzero_si512()),
+                       _mm512_permutex2var_epi32(_mm512_loadu_si512(q->pmax), sg, _mm512_loadu_si512(q->pmax + 16)));
+  base = _mm512_permutex2var_epi32(_mm512_loadu_si512(q->pbase), sg, _mm512_loadu_si512(q->pbase + 16));
+  *near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+                             _mm512_set1_ps(AMP__Q8_PNEAR), _CMP_LT_OQ) |
+          _mm512_cmpeq_epi32_mask(a, _mm512_permutex2var_epi32(_mm512_loadu_si512(q->pq), r, _mm512_loadu_si512(q->pq + 16)));
+  return _mm512_mask_sub_epi32(_mm512_add_epi32(base, k), neg, base, k);
+}
+/* amp__q8_encode16 by amp__q8_pcode16: a vector with a lane near a midpoint (rare) takes
+   amp__q8_code16 whole. */
+AMP__AVX512_INLINE __m512i amp__q8_pcode16_exact(const amp__qmap *q, __m512 y) {
+  __mmask16 near;
+  __m512i c = amp__q8_pcode16(q, y, &near);
+  return near ? _mm512_srli_epi32(amp__q8_code16(q, y), 16) : c;
+}
+static AMP__AVX512 size_t amp__q8_pencode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
+  const __m512i ord = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  __m512 d = _mm512_set1_ps(am);
+  size_t j;
+  for (j = 0; j + 64 <= e; j += 64) {
+    __m512 y0 = amp__div16(_mm512_loadu_ps(s + j), d), y1 = amp__div16(_mm512_loadu_ps(s + j + 16), d);
+    __m512 y2 = amp__div16(_mm512_loadu_ps(s + j + 32), d), y3 = amp__div16(_mm512_loadu_ps(s + j + 48), d);
+    __mmask16 n0, n1, n2, n3;
+    __m512i c0 = amp__q8_pcode16(q, y0, &n0), c1 = amp__q8_pcode16(q, y1, &n1), c2 = amp__q8_pcode16(q, y2, &n2),
+            c3 = amp__q8_pcode16(q, y3, &n3), b;
+    if (n0 | n1 | n2 | n3) {   /* rare: a lane near a midpoint; its vector takes amp__q8_code16 */
+      if (n0) c0 = _mm512_srli_epi32(amp__q8_code16(q, y0), 16);
+      if (n1) c1 = _mm512_srli_epi32(amp__q8_code16(q, y1), 16);
+      if (n2) c2 = _mm512_srli_epi32(amp__q8_code16(q, y2), 16);
+      if (n3) c3 = _mm512_srli_epi32(amp__q8_code16(q, y3), 16);
+    }
+    b = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
+    _mm512_storeu_si512((void *)(codes + j), _mm512_permutexvar_epi32(ord, b));
+  }
+  for (; j + 16 <= e; j += 16)
+    _mm_storeu_si128((__m128i *)(void *)(codes + j), _mm512_cvtepi32_epi8(amp__q8_pcode16_exact(q, amp__div16(_mm512_loadu_ps(s + j), d))));
+  return j;
+}
+/* d[j] = code[codes[j]] * am for j < e (whole vectors: e a multiple of 16), 64 codes at a time:
+   each byte of their values by two byte permutes over the plane's 256 bytes (128 each, by the
+   code's low 7 bits) and the code's top bit choosing, the four planes interleaved into f32 (the
+   interleave works in 128-bit lanes: the codes are first put in the order that brings the values
+   out in theirs), times am as amp__q8_ld16. AVX512_VBMI. */
+#define AMP__AVX512VBMI \
+  __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi"))) AMP__EXACT_FP
+static AMP__AVX512VBMI void amp__q8_pdecode16(const amp__qmap *q, float *d, const uint8_t *codes, size_t e, float am) {
+  const __m512i ord = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512 m = _mm512_set1_ps(am);
+  __m512i pl[4][4];
+  size_t j;
+  int b, h;
+  for (b = 0; b < 4; b++)
+    for (h = 0; h < 4; h++) pl[b][h] = _mm512_loadu_si512((const void *)(q->plane[b] + 64 * h));
+  for (j = 0; j < e; j += 64) {
+    size_t k = e - j < 64 ? e - j : 64;
+    __m512i x = _mm512_permutexvar_epi32(ord, _mm512_maskz_loadu_epi8(k == 64 ? ~0ull : (1ull << k) - 1u, codes + j));
+    __mmask64 top = _mm512_movepi8_mask(x);
+    __m512i v[4], w0, w1, w2, w3;
+    for (b = 0; b < 4; b++)
+      v[b] = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(pl[b][0], x, pl[b][1]),
+                                    _mm512_permutex2var_epi8(pl[b][2], x, pl[b][3]));
+    w0 = _mm512_unpacklo_epi8(v[0], v[1]); w1 = _mm512_unpackhi_epi8(v[0], v[1]);
+    w2 = _mm512_unpacklo_epi8(v[2], v[3]); w3 = _mm512_unpackhi_epi8(v[2], v[3]);
+    _mm512_storeu_ps(d + j, amp__mul16(_mm512_castsi512_ps(_mm512_unpacklo_epi16(w0, w2)), m));
+    if (k > 16) _mm512_storeu_ps(d + j + 16, amp__mul16(_mm512_castsi512_ps(_mm512_unpackhi_epi16(w0, w2)), m));
+    if (k > 32) _mm512_storeu_ps(d + j + 32, amp__mul16(_mm512_castsi512_ps(_mm512_unpacklo_epi16(w1, w3)), m));
+    if (k > 48) _mm512_storeu_ps(d + j + 48, amp__mul16(_mm512_castsi512_ps(_mm512_unpackhi_epi16(w1, w3)), m));
+  }
+}
+/* The bits of the largest |x| of s[0 .. n) (whole vectors), as unsigned integers (a NaN above inf):
+   what the moment loops keep in amx. */
+static AMP__AVX512 uint32_t amp__amax16_bits(const float *s, size_t n) {
+  __m512i a = _mm512_setzero_si512();
+  size_t j;
+  for (j = 0; j + 16 <= n; j += 16)
+    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(s + j)), _mm512_set1_epi32(0x7fffffff)));
+  return amp__hmax16u(a);
+}
+/* Permutes or gathers, decided once per process (both give the same bits): permutes where the CPU
+   has AVX512_VBMI and a short calibration (amp__q8_perm_measure) finds them faster: on AMD Zen 4
+   and 5 a gather of 16 lanes costs several times the permutes; on Intel cores it is cheaper. */
+static int amp__q8_perm_forced = -1;   /* tests: 0 gathers, 1 permutes (where the CPU can); -1 the measured choice */
+static int amp__q8_perm_choice = -1;
+static int amp__q8_perm_measure(const amp__qmap *q) {
+  static float x[1024], y[1024];
+  static uint8_t c[1024];
+  unsigned long long best[2] = {~0ull, ~0ull};
+  uint32_t r = 1u;
+  int i, k;
+  for (i = 0; i < 1024; i++) { r = r * 1664525u + 1013904223u; x[i] = ((float)(r >> 8) - 8388608.0f) / 8388608.0f; }
+  for (i = 0; i < 14; i++) {   /* alternating, the first round of each a warm-up; best of six */
+    unsigned long long t0 = amp__rdtsc(), t;
+    k = i & 1;
+    if (k) { amp__q8_pencode16(q, c, x, 1024, 1.0f); amp__q8_pdecode16(q, y, c, 1024, 1.0f); }
+    else { amp__q8_encode16(q, c, x, 1024, 1.0f); amp__q8_decode16(q, y, c, 1024, 1.0f); }
+    t = amp__rdtsc() - t0;
+    if (i >= 2 && t < best[k]) best[k] = t;
+  }
+  return best[1] < best[0];
+}
+/* 1: the 8-bit moments of map q go through the permute path at the AVX-512 level. */
+static int amp__q8_perm(const amp__qmap *q) {
+  int v;
+  if (!q->pfast || !(amp__cpu_features() & AMP__CPU_VBMI)) return 0;
+  v = AMP__ALOAD(&amp__q8_perm_forced);
+  if (v >= 0) return v;
+  v = AMP__ALOAD(&amp__q8_perm_choice);
+  if (v < 0) {   /* first use: threads that measure at once keep the first answer stored */
+    int expect = -1, got = amp__q8_perm_measure(q);
+    v = __atomic_compare_exchange_n(&amp__q8_perm_choice, &expect, got, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? got : expect;
+  }
+  return v;
 }
 /* The same on 8 lanes (the code in bits 0 .. 7). */
 AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
@@ -7310,7 +7546,8 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
       float am = absmax[(i0 + b) / AMP__Q8_BLOCK];
       j = 0;
 #ifdef AMP__X86_SIMD
-      if (l >= 2) j = amp__q8_decode16(q, d + b, codes + i0 + b, e, am);
+      if (l >= 2 && amp__q8_perm(q)) amp__q8_pdecode16(q, d + b, codes + i0 + b, j = e & ~(size_t)15, am);
+      else if (l >= 2) j = amp__q8_decode16(q, d + b, codes + i0 + b, e, am);
       else if (l == 1) j = amp__q8_decode8(q, d + b, codes + i0 + b, e, am);
 #elif defined(AMP__NEON_SIMD)
       if (l >= 1) j = amp__q8_decode4(q, d + b, codes + i0 + b, e, am);
@@ -7335,7 +7572,7 @@ static AMP__EXACT_FP void amp__q8_put(int l, const amp__qmap *q, unsigned char *
      flushes subnormals (amp__q8_unit) */
   if (amp__f32_bits(am) >= 0x00800000u) {
 #ifdef AMP__X86_SIMD
-    if (l >= 2) j = amp__q8_encode16(q, codes, s, e, am);
+    if (l >= 2) j = amp__q8_perm(q) ? amp__q8_pencode16(q, codes, s, e, am) : amp__q8_encode16(q, codes, s, e, am);
     else if (l == 1) j = amp__q8_encode8(q, codes, s, e, am);
 #else
     if (l >= 1) j = amp__q8_encode4(q, codes, s, e, am);
@@ -7423,7 +7660,19 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
       memcpy(&qb.s[t].am, a + 4 * ((i0 + b) / AMP__Q8_BLOCK), 4);
     }
     /* 0 (no vector body: the kind list's vec column, as checked above) only on the first block,
-       before anything is written */
+       before anything is written (the permute path's decode writes only the float blocks) */
+#ifdef AMP__X86_SIMD
+    if (type == AMP_MOMENTS_8BIT && l >= 2 && j && amp__q8_perm(&maps[0]) && (!vq || amp__q8_perm(&maps[1]))) {
+      /* the permute path: the whole vectors' codes decoded into the float blocks (64 at a time),
+         stepped there as f32 moments (the same lanes and bits as the moment loop), their amaxes
+         taken after */
+      for (t = 0; t < 2; t++)
+        if (qb.s[t].a) amp__q8_pdecode16(&maps[t], t ? vv : mm, qb.s[t].a, j, qb.s[t].am);
+      if (!amp__o_step_vec(l, kind, p + b, mm, vv, g + b * gs, gt, w + b * ws, wt, rt, j, gmul, c)) return 0;
+      for (t = 0; t < 2; t++)
+        if (qb.s[t].a) qb.s[t].amax = amp__amax16_bits(t ? vv : mm, j);
+    } else
+#endif
     if (j && !amp__o_qstep_vec(l, kind, p + b, mm, vv, g + b * gs, gt, w + b * ws, wt, rt, j, gmul, c, &qb)) return 0;
     if (j < e) {   /* the block's last elements (the tensor's last block): the plain path */
       if (mq) amp__q_load(l, type, mq, &maps[0], n, i0 + b + j, e - j, mm + j);
@@ -10401,11 +10650,6 @@ static void amp__gemm_peak_loop(int kind, long n) {
 }
 static double amp__gemm_peak_flops(int kind) { return kind == 0 ? 12.0 * 32 : kind == 1 ? 12.0 * 64 : 12.0 * 16; }
 
-static unsigned long long amp__rdtsc(void) {
-  unsigned lo, hi;
-  __asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi) : : "memory");
-  return (unsigned long long)hi << 32 | lo;
-}
 /* 1 when vdpbf16ps delivers at least the FMA's flop rate on this core (see above). */
 static int amp__gemm_dpbf16_measure(void) {
   unsigned long long best[2] = {~0ull, ~0ull};

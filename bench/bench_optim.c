@@ -331,6 +331,22 @@ static void bench_moments(size_t n) {
     snprintf(name, sizeof name, "%zuM: adamw %s moments vs memcpy", n >> 20, types[k].name);
     snprintf(unit, sizeof unit, "GB/s vs memcpy, at %g B/param", mode_bytes(&md));
     bench_line(name, (double)mc_bytes / bench_median(to, REPS) / 1e9, (double)mc_bytes / bench_median(tm, REPS) / 1e9, unit);
+#ifdef AMP__X86_SIMD
+    if (md.moments == AMP_MOMENTS_8BIT && lvl >= 2 && (amp__cpu_features() & AMP__CPU_VBMI)) {
+      /* the two vector paths of the 8-bit codes (the same bits), taking turns; which one the
+         library's calibration chose */
+      double tq[REPS], tg[REPS], t0;
+      int chosen = amp__q8_perm(&R.o->qmap[0]);
+      for (r = 0; r < REPS; r++) {
+        amp__q8_perm_forced = 1; t0 = bench_now(); mrig_step(&R); tq[r] = bench_now() - t0;
+        amp__q8_perm_forced = 0; t0 = bench_now(); mrig_step(&R); tg[r] = bench_now() - t0;
+      }
+      amp__q8_perm_forced = -1;
+      snprintf(name, sizeof name, "%zuM: adamw 8-bit moments, permutes vs gathers", n >> 20);
+      bench_line(name, 1e3 * bench_median(tq, REPS), 1e3 * bench_median(tg, REPS), "ms per step, lower is better");
+      printf("  (the calibration chose the %s)\n", chosen ? "permutes" : "gathers");
+    }
+#endif
     if (lvl) {   /* the moment loops against the plain path */
       snprintf(name, sizeof name, "%zuM: adamw %s moments vs portable loops", n >> 20, types[k].name);
       bench_line(name, 1e3 * bench_median(to, REPS), 1e3 * bench_median(tp, REPS), "ms per step, lower is better");

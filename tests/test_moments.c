@@ -1024,14 +1024,118 @@ static void moment_loops_match_level_0_on_every_size(void) {
   EXPECT(t_simd_levels() < 2 || checks > 0, "no level was compared");
 }
 
+/* The 8-bit moments' two vector paths on x86 (amp__q8_perm: gathers, or byte permutes and the
+   segment tables): 2 where the CPU can take both (AVX-512 with AVX512_VBMI), else 1. q8_path(p)
+   forces path p (0 gathers, 1 permutes); -1 the library's own choice again. */
+static int q8_paths(void) {
+#ifdef AMP__X86_SIMD
+  return amp__cpu_level() >= 2 && (amp__cpu_features() & AMP__CPU_VBMI) ? 2 : 1;
+#else
+  return 1;
+#endif
+}
+static void q8_path(int p) {
+#ifdef AMP__X86_SIMD
+  amp__q8_perm_forced = p;
+#else
+  (void)p;
+#endif
+}
+
+#ifdef AMP__X86_SIMD
+/* How many of the n (a multiple of 16) values of s the permute path flags near a midpoint. */
+static AMP__AVX512 unsigned q8_near(const amp__qmap *q, const float *s, size_t n) {
+  unsigned c = 0;
+  size_t j;
+  for (j = 0; j < n; j += 16) {
+    __mmask16 nr;
+    (void)amp__q8_pcode16(q, _mm512_loadu_ps(s + j), &nr);
+    c += (unsigned)__builtin_popcount(nr);
+  }
+  return c;
+}
+#endif
+/* The permute path's tables pass their own checks for both maps (everywhere: plain C), and on an
+   AVX-512 CPU its encode gives the gathers' codes for every float from -1 to 1 (AMP_TEST_QUICK: every
+   4099th, with each NaN and inf kind), its flagged lanes (taken by the gathers) a small share; the
+   byte-permute decode (AVX512_VBMI) gives the gathers' values for every code, whole and partial
+   64s. Both vector paths are held to the plain loop by the tests above and below, run on each. */
+static void eight_bit_permute_path_matches_the_gathers_on_every_float(void) {
+  amp_optim_config c = amp_optimizer_defaults(AMP_ADAMW);
+  amp_optimizer *o;
+  int sg;
+  EXPECT(amp_optimizer_create(&o, amp_cpu(), &c) == AMP_OK, "create: %s", amp_last_error());
+  for (sg = 0; sg < 2; sg++) EXPECT(o->qmap[sg].pfast == 1, "map %d: the segment tables failed their checks", sg);
+#ifdef AMP__X86_SIMD
+  if (amp__cpu_level() >= 2) {
+    static float s[4096 + 16];
+    static uint8_t c1[4096], c2[4096];
+    const uint32_t step = t_quick() ? 4099u : 1u;
+    for (sg = 0; sg < 2; sg++) {
+      const amp__qmap *q = &o->qmap[sg];
+      unsigned long long lanes = 0, near = 0;
+      uint32_t half, u = 0;
+      int bad = 0;
+      for (half = 0; half < 2 && !bad; half++) {   /* +0 .. 1, then -0 .. -1; then NaN and inf */
+        uint64_t v = 0;
+        while (v <= 0x3f800000u && !bad) {
+          size_t n = 0, j;
+          while (n < 4096 && v <= 0x3f800000u) { u = (uint32_t)v | half << 31; memcpy(&s[n++], &u, 4); v += step; }
+          while (n % 16) s[n++] = 0.5f;
+          amp__q8_pencode16(q, c1, s, n, 1.0f);
+          amp__q8_encode16(q, c2, s, n, 1.0f);
+          for (j = 0; j < n && c1[j] == c2[j]; j++) {}
+          if (j < n) { EXPECT(0, "map %d, y %a: the permute path's code %d, the gathers' %d", sg, (double)s[j], c1[j], c2[j]); bad = 1; }
+          near += q8_near(q, s, n); lanes += n;
+        }
+      }
+      {
+        static const uint32_t odd[16] = {0x7f800000u, 0xff800000u, 0x7f800001u, 0xff800001u, 0x7fc00000u, 0xffc00000u,
+                                         0x7fffffffu, 0xffffffffu, 0x7fa00000u, 0x3f800001u, 0x3f800000u, 0xbf800000u,
+                                         0x00000001u, 0x80000001u, 0x00800000u, 0x80800000u};
+        size_t j;
+        memcpy(s, odd, sizeof odd);
+        amp__q8_pencode16(q, c1, s, 16, 1.0f);
+        amp__q8_encode16(q, c2, s, 16, 1.0f);
+        for (j = 0; j < 16; j++) EXPECT(c1[j] == c2[j], "map %d, bits 0x%08x: the permute path's code %d, the gathers' %d", sg, odd[j], c1[j], c2[j]);
+      }
+      /* flagged lanes fall back to the gathers: a path that flagged most would pass the comparison above */
+      EXPECT(lanes > 1000 && near * 100 < lanes, "map %d: %llu of %llu lanes flagged near a midpoint", sg, near, lanes);
+    }
+    if (amp__cpu_features() & AMP__CPU_VBMI) {   /* the decode: every code, at lengths 16 .. 256 */
+      static uint8_t codes[256];
+      static float d1[256], d2[256];
+      int k, len;
+      for (k = 0; k < 256; k++) codes[k] = (uint8_t)(k * 167 + 13);
+      for (sg = 0; sg < 2; sg++)
+        for (len = 16; len <= 256; len += 16) {
+          float am = len % 32 ? 0.37f : ldexpf(1.3f, -100 + len);
+          memset(d1, 0, sizeof d1); memset(d2, 0xff, sizeof d2);
+          amp__q8_pdecode16(&o->qmap[sg], d1, codes, (size_t)len, am);
+          amp__q8_decode16(&o->qmap[sg], d2, codes, (size_t)len, am);
+          EXPECT(memcmp(d1, d2, (size_t)len * 4) == 0, "map %d, %d codes: the permute decode differs", sg, len);
+          EXPECT(len == 256 || bits(d1[len]) == 0, "map %d, %d codes: the permute decode wrote past its end", sg, len);
+        }
+    }
+  }
+#endif
+  amp_optimizer_destroy(o);
+}
+
 int main(void) {
+  int p;
   make_maps();
   make_e4m3();
   RUN(eight_bit_maps_are_the_described_dynamic_maps);
+  RUN(eight_bit_permute_path_matches_the_gathers_on_every_float);
   RUN(bf16_moments_match_the_reference_at_every_simd_level);
-  RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
-  RUN(eight_bit_vector_loops_match_the_plain_loop_on_edge_values);
-  RUN(moment_loops_match_level_0_on_every_size);
+  for (p = 0; p < q8_paths(); p++) {   /* the 8-bit tests on each vector path */
+    if (q8_paths() > 1) { q8_path(p); printf("8-bit vector path: %s\n", p ? "permutes" : "gathers"); }
+    RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
+    RUN(eight_bit_vector_loops_match_the_plain_loop_on_edge_values);
+    RUN(moment_loops_match_level_0_on_every_size);
+  }
+  q8_path(-1);
   RUN(fp8_table_and_encoder_agree_with_the_library);
   RUN(fp8_moments_match_the_reference_at_every_simd_level);
   RUN(fp32_moments_differ_from_the_bf16_and_fp8_references);
