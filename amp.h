@@ -3383,6 +3383,7 @@ static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_
 #define AMP__CPU_AVX512 8u      /* AVX-512 F/BW/VL/DQ with AVX2, the OS saving opmask and ZMM state */
 #define AMP__CPU_AVX512BF16 16u /* AVX512_BF16 with AVX512 */
 #define AMP__CPU_VBMI 32u       /* AVX512_VBMI with AVX512 (byte permutes: the 8-bit moments' decode) */
+#define AMP__CPU_INTEL 64u      /* the vendor string GenuineIntel (the fp8 loops' L1 prefetches) */
 static void amp__cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
   __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
 }
@@ -3392,6 +3393,7 @@ static unsigned amp__cpu_features(void) {
   if (v < 0) {
     unsigned r[4], lo, hi, xcr0, f = 0;
     amp__cpuid(0, 0, r);
+    if (r[1] == 0x756e6547u && r[3] == 0x49656e69u && r[2] == 0x6c65746eu) f |= AMP__CPU_INTEL;   /* "Genu" "ineI" "ntel" */
     if (r[0] >= 7) {
       amp__cpuid(1, 0, r);
       if (r[2] & (1u << 29)) f |= AMP__CPU_F16C;   /* leaf 1 ECX bit 29 F16C, 12 FMA */
@@ -4025,20 +4027,31 @@ AMP__AVX2_INLINE void amp__fp8_enc_part8(amp_fp8 *d, const char *s, size_t k, in
    loops are also arranged for memory: at a few dozen instructions a line, the encode left the
    source loads waiting on memory (AVX-512: about two thirds of the f32 -> f16 loop's rate in
    bytes, measured on a 2-core Xeon VM), so each step loads the next block before it encodes this
-   one, and asks for the source 8 KiB ahead into L2 and 2 KiB ahead into L1 (prefetcht1,
-   prefetcht0): about nine tenths there (bench_convert's fp8 lines). */
+   one, and asks for the source 8 KiB ahead into L2 and, on Intel cores, 2 KiB ahead into L1
+   (prefetcht1, prefetcht0): about nine tenths there (bench_convert's fp8 lines). On a 2-core
+   AMD Zen 5 VM the L1 requests cost more than they brought (amp_quantize: 0.84 of the f16 loop's
+   bytes with them, 0.92 without; medians of 8 alternating runs), so other CPUs make only the L2
+   ones. */
+AMP__AVX2_INLINE void amp__fp8_prefetch(const char *p, size_t bytes, int l1) {
+  size_t b;
+  for (b = 0; b < bytes; b += 64) {
+    _mm_prefetch(p + 8192 + b, _MM_HINT_T1);
+    if (l1) _mm_prefetch(p + 2048 + b, _MM_HINT_T0);
+  }
+}
+#define AMP__FP8_PF_L1 ((amp__cpu_features() & AMP__CPU_INTEL) != 0)
 AMP__AVX2_INLINE void amp__f32_to_fp8_loop8(amp_fp8 *d, const void *src, size_t n, int e5m2) {
   const char *s = (const char *)src;
   int nt;
   size_t i = amp__nt_head(d, 1, n, &nt);
   if (i) amp__fp8_enc_part8(d, s, i, e5m2);
   if (nt && i + 32 + 2048 <= n) {
+    const int l1 = AMP__FP8_PF_L1;
     __m256i u0 = amp__ld8i(s + 4 * i), u1 = amp__ld8i(s + 4 * i + 32), u2 = amp__ld8i(s + 4 * i + 64), u3 = amp__ld8i(s + 4 * i + 96);
     for (; i + 64 + 2048 <= n; i += 32) {
       const char *p = s + 4 * i;
       __m256i v0 = amp__ld8i(p + 128), v1 = amp__ld8i(p + 160), v2 = amp__ld8i(p + 192), v3 = amp__ld8i(p + 224);
-      _mm_prefetch(p + 8192, _MM_HINT_T1); _mm_prefetch(p + 8192 + 64, _MM_HINT_T1);
-      _mm_prefetch(p + 2048, _MM_HINT_T0); _mm_prefetch(p + 2048 + 64, _MM_HINT_T0);
+      amp__fp8_prefetch(p, 128, l1);
       _mm256_stream_si256((__m256i *)(d + i), amp__fp8_codes32(u0, u1, u2, u3, e5m2));
       u0 = v0; u1 = v1; u2 = v2; u3 = v3;
     }
@@ -4138,14 +4151,12 @@ AMP__AVX512_INLINE void amp__f32_to_fp8_loop16(amp_fp8 *d, const void *src, size
   size_t i = amp__nt_head(d, 1, n, &nt);
   if (i) amp__fp8_enc64(d, s, i, e5m2);
   if (nt && i + 64 + 2048 <= n) {   /* arranged for memory as amp__f32_to_fp8_loop8 */
+    const int l1 = AMP__FP8_PF_L1;
     __m512i u0 = amp__ld16i(s + i, 16), u1 = amp__ld16i(s + i + 16, 16), u2 = amp__ld16i(s + i + 32, 16), u3 = amp__ld16i(s + i + 48, 16);
     for (; i + 128 + 2048 <= n; i += 64) {
       const char *p = (const char *)(s + i);
       __m512i v0 = amp__ld16i(s + i + 64, 16), v1 = amp__ld16i(s + i + 80, 16), v2 = amp__ld16i(s + i + 96, 16), v3 = amp__ld16i(s + i + 112, 16);
-      _mm_prefetch(p + 8192, _MM_HINT_T1); _mm_prefetch(p + 8192 + 64, _MM_HINT_T1);
-      _mm_prefetch(p + 8192 + 128, _MM_HINT_T1); _mm_prefetch(p + 8192 + 192, _MM_HINT_T1);
-      _mm_prefetch(p + 2048, _MM_HINT_T0); _mm_prefetch(p + 2048 + 64, _MM_HINT_T0);
-      _mm_prefetch(p + 2048 + 128, _MM_HINT_T0); _mm_prefetch(p + 2048 + 192, _MM_HINT_T0);
+      amp__fp8_prefetch(p, 256, l1);
       _mm512_stream_si512((__m512i *)(d + i), amp__fp8_codes64(u0, u1, u2, u3, e5m2));
       u0 = v0; u1 = v1; u2 = v2; u3 = v3;
     }
@@ -4390,15 +4401,15 @@ AMP__AVX512_INLINE void amp__quantize_loop16(amp_fp8 *q, int e5m2, const char *x
   i = head;
   if (nt && i + 64 + 2048 <= n) {   /* a stream, arranged for memory as the casts' loops: each step
                                        loads the next 64 before it encodes these, the source asked
-                                       for 8 KiB ahead into L2 and 2 KiB ahead into L1 */
+                                       for 8 KiB ahead into L2 and (Intel) 2 KiB ahead into L1 */
+    const int l1 = AMP__FP8_PF_L1;
     __m512 v0 = amp__ld16(xt, x + i * sz, 0xffff), v1 = amp__ld16(xt, x + (i + 16) * sz, 0xffff),
            v2 = amp__ld16(xt, x + (i + 32) * sz, 0xffff), v3 = amp__ld16(xt, x + (i + 48) * sz, 0xffff);
     for (; i + 128 + 2048 <= n; i += 64) {
       const char *p = x + i * sz;
-      size_t b;
       __m512 w0 = amp__ld16(xt, x + (i + 64) * sz, 0xffff), w1 = amp__ld16(xt, x + (i + 80) * sz, 0xffff),
              w2 = amp__ld16(xt, x + (i + 96) * sz, 0xffff), w3 = amp__ld16(xt, x + (i + 112) * sz, 0xffff);
-      for (b = 0; b < 64 * sz; b += 64) { _mm_prefetch(p + 8192 + b, _MM_HINT_T1); _mm_prefetch(p + 2048 + b, _MM_HINT_T0); }
+      amp__fp8_prefetch(p, 64 * sz, l1);
       AMP__QUANT4_(512, amp__fp8_codes64, v0, v1, v2, v3, _mm512_stream_si512)
       v0 = w0; v1 = w1; v2 = w2; v3 = w3;
     }
@@ -4425,15 +4436,15 @@ AMP__AVX2_INLINE void amp__quantize_loop8(amp_fp8 *q, int e5m2, const char *x, a
   if (i) amp__quantize_portable(q, e5m2, x, xt, i, scale, amax);   /* the head before a streamed start */
   if (nt && i + 32 + 2048 <= n) {   /* a stream, arranged as amp__f32_to_fp8_loop8: each step loads
                                        the next 32 before it encodes these, the source asked for
-                                       8 KiB ahead into L2 and 2 KiB ahead into L1 */
+                                       8 KiB ahead into L2 and (Intel) 2 KiB ahead into L1 */
+    const int l1 = AMP__FP8_PF_L1;
     __m256 v0 = amp__ld8(xt, x + i * sz), v1 = amp__ld8(xt, x + (i + 8) * sz), v2 = amp__ld8(xt, x + (i + 16) * sz),
            v3 = amp__ld8(xt, x + (i + 24) * sz);
     for (; i + 64 + 2048 <= n; i += 32) {
       const char *p = x + i * sz;
-      size_t b;
       __m256 w0 = amp__ld8(xt, x + (i + 32) * sz), w1 = amp__ld8(xt, x + (i + 40) * sz),
              w2 = amp__ld8(xt, x + (i + 48) * sz), w3 = amp__ld8(xt, x + (i + 56) * sz);
-      for (b = 0; b < 32 * sz; b += 64) { _mm_prefetch(p + 8192 + b, _MM_HINT_T1); _mm_prefetch(p + 2048 + b, _MM_HINT_T0); }
+      amp__fp8_prefetch(p, 32 * sz, l1);
       AMP__QUANT4_(256, amp__fp8_codes32, v0, v1, v2, v3, _mm256_stream_si256)
       v0 = w0; v1 = w1; v2 = w2; v3 = w3;
     }
