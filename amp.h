@@ -7406,8 +7406,8 @@ static AMP__AVX512 uint32_t amp__amax16_bits(const float *s, size_t n) {
 static int amp__q8_perm_forced = -1;   /* tests: 0 gathers, 1 permutes (where the CPU can); -1 the measured choice */
 static int amp__q8_perm_choice = -1;
 static int amp__q8_perm_measure(const amp__qmap *q) {
-  static float x[1024], y[1024];
-  static uint8_t c[1024];
+  float x[1024], y[1024];   /* on the stack: threads may measure at once */
+  uint8_t c[1024];
   unsigned long long best[2] = {~0ull, ~0ull};
   uint32_t r = 1u;
   int i, k;
@@ -7557,8 +7557,10 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
       float am = absmax[(i0 + b) / AMP__Q8_BLOCK];
       j = 0;
 #ifdef AMP__X86_SIMD
-      if (l >= 2 && amp__q8_perm(q)) amp__q8_pdecode16(q, d + b, codes + i0 + b, j = e & ~(size_t)15, am);
-      else if (l >= 2) j = amp__q8_decode16(q, d + b, codes + i0 + b, e, am);
+      if (l >= 2 && amp__q8_perm(q)) {
+        j = e & ~(size_t)15;
+        amp__q8_pdecode16(q, d + b, codes + i0 + b, j, am);
+      } else if (l >= 2) j = amp__q8_decode16(q, d + b, codes + i0 + b, e, am);
       else if (l == 1) j = amp__q8_decode8(q, d + b, codes + i0 + b, e, am);
 #elif defined(AMP__NEON_SIMD)
       if (l >= 1) j = amp__q8_decode4(q, d + b, codes + i0 + b, e, am);
