@@ -7302,10 +7302,10 @@ static AMP__AVX512 size_t amp__q8_decode16(const amp__qmap *q, float *d, const u
 }
 /* The permute path (amp__qmap_perm_make; taken where amp__q8_perm says so): the same codes and
    values as the two functions above, with no gather. A lane's code from the segment tables (each
-   32 entries: two registers, one permute), in bits 0 .. 7; *near: the lanes whose t lies within
+   32 entries: two registers, one permute), in bits 0 .. 7; *flagged: the lanes whose t lies within
    AMP__Q8_PNEAR of an integer, or whose |y| is its row's pq, for which the caller takes
    amp__q8_code16. NaN: code 0, as there (segment 9). */
-AMP__AVX512_INLINE __m512i amp__q8_pcode16(const amp__qmap *q, __m512 y, __mmask16 *near) {
+AMP__AVX512_INLINE __m512i amp__q8_pcode16(const amp__qmap *q, __m512 y, __mmask16 *flagged) {
   const __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
   const __m512 ay = _mm512_castsi512_ps(a);
   const __mmask16 neg = _mm512_movepi32_mask(u);
@@ -7325,7 +7325,7 @@ AMP__AVX512_INLINE __m512i amp__q8_pcode16(const amp__qmap *q, __m512 y, __mmask
   k = _mm512_min_epi32(_mm512_max_epi32(k, _mm512_setzero_si512()),
                        _mm512_permutex2var_epi32(_mm512_loadu_si512(q->pmax), sg, _mm512_loadu_si512(q->pmax + 16)));
   base = _mm512_permutex2var_epi32(_mm512_loadu_si512(q->pbase), sg, _mm512_loadu_si512(q->pbase + 16));
-  *near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+  *flagged = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
                              _mm512_set1_ps(AMP__Q8_PNEAR), _CMP_LT_OQ) |
           _mm512_cmpeq_epi32_mask(a, _mm512_permutex2var_epi32(_mm512_loadu_si512(q->pq), r, _mm512_loadu_si512(q->pq + 16)));
   return _mm512_mask_sub_epi32(_mm512_add_epi32(base, k), neg, base, k);
@@ -7333,9 +7333,9 @@ AMP__AVX512_INLINE __m512i amp__q8_pcode16(const amp__qmap *q, __m512 y, __mmask
 /* amp__q8_encode16 by amp__q8_pcode16: a vector with a lane near a midpoint (rare) takes
    amp__q8_code16 whole. */
 AMP__AVX512_INLINE __m512i amp__q8_pcode16_exact(const amp__qmap *q, __m512 y) {
-  __mmask16 near;
-  __m512i c = amp__q8_pcode16(q, y, &near);
-  return near ? _mm512_srli_epi32(amp__q8_code16(q, y), 16) : c;
+  __mmask16 flagged;
+  __m512i c = amp__q8_pcode16(q, y, &flagged);
+  return flagged ? _mm512_srli_epi32(amp__q8_code16(q, y), 16) : c;
 }
 static AMP__AVX512 size_t amp__q8_pencode16(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
   const __m512i ord = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);

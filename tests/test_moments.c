@@ -1073,7 +1073,7 @@ static void eight_bit_permute_path_matches_the_gathers_on_every_float(void) {
     const uint32_t step = t_quick() ? 4099u : 1u;
     for (sg = 0; sg < 2; sg++) {
       const amp__qmap *q = &o->qmap[sg];
-      unsigned long long lanes = 0, near = 0;
+      unsigned long long lanes = 0, flagged = 0;
       uint32_t half, u = 0;
       int bad = 0;
       for (half = 0; half < 2 && !bad; half++) {   /* +0 .. 1, then -0 .. -1; then NaN and inf */
@@ -1086,7 +1086,7 @@ static void eight_bit_permute_path_matches_the_gathers_on_every_float(void) {
           amp__q8_encode16(q, c2, s, n, 1.0f);
           for (j = 0; j < n && c1[j] == c2[j]; j++) {}
           if (j < n) { EXPECT(0, "map %d, y %a: the permute path's code %d, the gathers' %d", sg, (double)s[j], c1[j], c2[j]); bad = 1; }
-          near += q8_near(q, s, n); lanes += n;
+          flagged += q8_near(q, s, n); lanes += n;
         }
       }
       {
@@ -1100,7 +1100,7 @@ static void eight_bit_permute_path_matches_the_gathers_on_every_float(void) {
         for (j = 0; j < 16; j++) EXPECT(c1[j] == c2[j], "map %d, bits 0x%08x: the permute path's code %d, the gathers' %d", sg, odd[j], c1[j], c2[j]);
       }
       /* flagged lanes fall back to the gathers: a path that flagged most would pass the comparison above */
-      EXPECT(lanes > 1000 && near * 100 < lanes, "map %d: %llu of %llu lanes flagged near a midpoint", sg, near, lanes);
+      EXPECT(lanes > 1000 && flagged * 100 < lanes, "map %d: %llu of %llu lanes flagged near a midpoint", sg, flagged, lanes);
     }
     if (amp__cpu_features() & AMP__CPU_VBMI) {   /* the decode: every code, at lengths 16 .. 256 */
       static uint8_t codes[256];
