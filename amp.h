@@ -1923,7 +1923,11 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    the call (two, and n floats, with block scales), and block scales run the product once per block
    of k, packing each block anew. AMP_GEMM_AUTO widens fp8 while packing (AVX-512: vector loads
    that build the f32 bits from the codes' fields; AVX2: amp_convert's fp8 loops) and runs the
-   fast kernels above: per-tensor, their bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
+   fast kernels above; where the calibration gave bf16 inputs the vdpbf16ps kernel (AMD Zen 4 and
+   5: about twice the FMA kernel's rate), fp8 x fp8 goes there too, widened to bf16 while packing
+   (exact: every E4M3 and E5M2 value is a bf16 value, and no product of two of them, nor any sum
+   of such products, lies below 2^-126 without being 0, so nothing is flushed). Per-tensor, the
+   fast kernels' bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
    a(i,p) b(p,j)| <= (k + nb + 4) 2^-24 sum_b |sa sb| sum_(p in b) |a(i,p) b(p,j)|, nb the number of
    blocks (each part within the fast kernels' bound, three roundings a block, the blocks' sum).
    tests/test_gemm_fp8.c checks the reference against a plain loop over the codes, bit for bit,
@@ -11083,14 +11087,17 @@ static AMP__T512 void amp__gemm_widen_rows_512(float *dst, const void *x, amp_dt
 #undef AMP__LD16_FP8_
 #undef AMP__WIDEN_ROWS_
 
+static AMP__T512 void amp__gemm_pack_pairs_fp8(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
+                                               int rows, int cols);
 /* bf16 pairs: word q of row r of a sliver is a(r, 2q) | a(r, 2q+1) << 16 (the element past an odd
-   `cols` is 0), stored dst32[s*W*kq + q*W + r] with kq = ceil(cols / 2). */
+   `cols` is 0), stored dst32[s*W*kq + q*W + r] with kq = ceil(cols / 2). fp8 operands: widened to
+   bf16 first (amp__gemm_pack_pairs_fp8). */
 static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
                                            int rows, int cols) {
   uint32_t *dst = (uint32_t *)(void *)dstf;
   const uint16_t *xh = (const uint16_t *)x;
   int s, r, q, ns = (rows + W - 1) / W, kq = (cols + 1) / 2;
-  (void)t;
+  if (amp__dtype_is_fp8(t)) { amp__gemm_pack_pairs_fp8(dstf, W, x, t, rs, cs, rows, cols); return; }
   if (rs == 1) {   /* columns contiguous: interleave columns 2q and 2q+1, read once, 32 rows at a time */
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                         39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
@@ -11193,6 +11200,53 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
         if (cols & 1) d[(size_t)(kq - 1) * W + r] = xr[(size_t)(cols - 1) * cs];
       }
       for (r = h; r < W; r++) for (q = 0; q < kq; q++) d[(size_t)q * W + r] = 0u;
+    }
+  }
+}
+
+/* n (<= 32) fp8 codes of type e5m2 at p (the rest 0) as 32 bf16 words: widened to f32
+   (amp__fp8_dec16, exact) and their high halves, exact too (an E4M3 or E5M2 value has at most 3
+   significant bits after its leading one, and its exponent lies in bf16's range). */
+AMP__AVX512_INLINE __m512i amp__gemm_fp8_bf16x32(const uint8_t *p, int n, int e5m2) {
+  const __m512i hi = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+                                      31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  __m256i c = _mm256_maskz_loadu_epi8(n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u), p);
+  return _mm512_permutex2var_epi16(_mm512_castps_si512(amp__fp8_dec16(_mm256_castsi256_si128(c), e5m2)), hi,
+                                   _mm512_castps_si512(amp__fp8_dec16(_mm256_extracti128_si256(c, 1), e5m2)));
+}
+/* fp8 operands for the vdpbf16ps kernel: each sliver's codes widened to bf16 (exact) 128 columns
+   at a time into a buffer (rows contiguous along k: row by row; columns contiguous: column by
+   column; other strides one by one), then packed as bf16 above. */
+static AMP__T512 void amp__gemm_pack_pairs_fp8(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
+                                               int rows, int cols) {
+  uint16_t tmp[32 * 128];   /* W <= 32 rows of 128 columns */
+  const uint8_t *xb = (const uint8_t *)x;
+  int e5m2 = t == AMP_E5M2, s, ns = (rows + W - 1) / W, kq = (cols + 1) / 2, c0;
+  for (s = 0; s < ns; s++) {
+    int h = rows - s * W < W ? rows - s * W : W;
+    for (c0 = 0; c0 < cols; c0 += 128) {
+      int cc = cols - c0 < 128 ? cols - c0 : 128, r, c;
+      const uint8_t *xs = xb + (size_t)s * W * rs + (size_t)c0 * cs;
+      float *d = dstf + (size_t)s * W * kq + (size_t)(c0 / 2) * W;   /* pair c0 / 2 of sliver s */
+      if (cs == 1) {
+        for (r = 0; r < h; r++)
+          for (c = 0; c < cc; c += 32)
+            _mm512_mask_storeu_epi16(tmp + r * cc + c, cc - c >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (cc - c)) - 1u),
+                                     amp__gemm_fp8_bf16x32(xs + (size_t)r * rs + c, cc - c, e5m2));
+        amp__gemm_pack_pairs(d, W, tmp, AMP_BF16, (size_t)cc, 1, h, cc);
+      } else if (rs == 1) {
+        for (c = 0; c < cc; c++)
+          _mm512_mask_storeu_epi16(tmp + c * W, h >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << h) - 1u),
+                                   amp__gemm_fp8_bf16x32(xs + (size_t)c * cs, h, e5m2));
+        amp__gemm_pack_pairs(d, W, tmp, AMP_BF16, 1, (size_t)W, h, cc);
+      } else {
+        for (r = 0; r < h; r++)
+          for (c = 0; c < cc; c++) {
+            amp_fp8 v = xs[(size_t)r * rs + (size_t)c * cs];
+            tmp[r * cc + c] = (uint16_t)(amp__f32_bits(e5m2 ? amp_e5m2_to_f32(v) : amp_e4m3_to_f32(v)) >> 16);
+          }
+        amp__gemm_pack_pairs(d, W, tmp, AMP_BF16, (size_t)cc, 1, h, cc);
+      }
     }
   }
 }
@@ -11478,7 +11532,8 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
 #ifdef AMP__GEMM_FAST
   if (!reference) {
     int isa = amp__gemm_isa();
-    if ((isa & AMP__GEMM_ISA_BF16) && in == AMP_BF16 && amp__gemm_dpbf16()) return &amp__gemm_kernel_bf16;
+    if ((isa & AMP__GEMM_ISA_BF16) && (in == AMP_BF16 || amp__dtype_is_fp8(in)) && amp__gemm_dpbf16())
+      return &amp__gemm_kernel_bf16;   /* fp8 widened to bf16 while packed (amp__gemm_pack_pairs_fp8) */
     if (isa & AMP__GEMM_ISA_512) return &amp__gemm_kernel_512;
     if (isa & AMP__GEMM_ISA_FMA) return &amp__gemm_kernel_fma;
   }
@@ -11609,8 +11664,10 @@ static void amp__gemm_ws_put(void *p, int kept) { (void)kept; AMP_FREE(p); }
 static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
                                 const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
                                 void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
-  /* the kernel of the inputs' common type: mixed types take the f32 kernel, each input widened while packed */
-  const amp__gemm_kernel *K = amp__gemm_pick(at == bt ? at : AMP_F32, o->algo == AMP_GEMM_REFERENCE);
+  /* the kernel of the inputs' common type (two fp8 formats count as one): other mixed types take the
+     f32 kernel, each input widened while packed */
+  const amp__gemm_kernel *K = amp__gemm_pick(at == bt || (amp__dtype_is_fp8(at) && amp__dtype_is_fp8(bt)) ? at : AMP_F32,
+                                             o->algo == AMP_GEMM_REFERENCE);
   int mr = K->mr, nr = K->nr, kp = K->kpair, nth = 1, mc, nblk, chunk;
   int nc_max = n < K->nc ? n : K->nc, kc_max = k < K->kc ? k : K->kc;
   size_t nc_pad = (size_t)(nc_max + nr - 1) / (size_t)nr * (size_t)nr;
@@ -11627,7 +11684,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
      (8 slivers of A share each sliver of B): the bf16 kernel reads B in place, unpacked. Measured
      here: 64 x 256 x 784 and 64 x 128 x 256 5-6% faster than with B packed, even at 128 rows,
      slower from 256 (B's pairs made again for every sliver of A). */
-  int rb = K->micro_rb && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
+  int rb = K->micro_rb && bt == AMP_BF16 && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
   /* an op(A) with rows contiguous along k (row-major A, or col-major transposed): not packed for
      the kernels that can (AVX-512): f32 read in place, other types widened row by row first */
   int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
@@ -11774,8 +11831,9 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
 
 /* ---- fp8 products (the manual's "fp8 inputs and outputs"): a wrapper around amp__gemm_cpu ----
    fp8 inputs are widened exactly to f32 while they are packed (amp__gemm_pack_512's fp8 loads,
-   amp__gemm_ld16_fp8; amp__gemm_pack's gathers through amp_convert's fp8 loops), so every kernel
-   above computes fp8 products unchanged. Block scales: the product is run
+   amp__gemm_ld16_fp8; amp__gemm_pack's gathers through amp_convert's fp8 loops), or to bf16 for
+   the vdpbf16ps kernel (amp__gemm_pack_pairs_fp8), so every kernel above computes fp8 products
+   unchanged. Block scales: the product is run
    once per k block (32 or 128 deep) into an f32 buffer, each block's sums scaled and added in k
    order. An fp8 C, or c_amax: the f32 results go through the buffer, then the epilogue, the amax
    and the scaled cast. */

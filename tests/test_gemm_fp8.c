@@ -496,12 +496,30 @@ static void the_avx2_fma_kernel_too(void) {
 #endif
 }
 
+/* On a CPU with AVX512_BF16 the calibration sends bf16 and fp8 inputs to the vdpbf16ps kernel (fp8
+   widened to bf16 while packed) or to the FMA kernel (widened to f32): each forced in turn, the
+   same checks through it. */
+static void both_kernels_of_the_bf16_choice(void) {
+#ifdef AMP__GEMM_FAST
+  int f;
+  if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) return;
+  for (f = 0; f < 2; f++) {
+    amp__gemm_dpbf16_forced = f;
+    per_tensor_every_layout_reference_bits_and_fast_bound();
+    block_scaled_reference_bits_and_fast_bound();
+    every_code_through_the_fast_packing();
+  }
+  amp__gemm_dpbf16_forced = -1;
+#endif
+}
+
 int main(void) {
   RUN(per_tensor_every_layout_reference_bits_and_fast_bound);
   RUN(block_scaled_reference_bits_and_fast_bound);
   RUN(fp8_c_amax_and_epilogue);
   RUN(every_code_through_the_fast_packing);
   RUN(the_avx2_fma_kernel_too);
+  RUN(both_kernels_of_the_bf16_choice);
   RUN(degenerate_sizes);
   RUN(c_amax_nan_wins);
   RUN(refusals_change_nothing);
