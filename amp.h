@@ -11221,7 +11221,7 @@ static AMP__T512 void amp__gemm_pack_pairs_fp8(float *dstf, int W, const void *x
                                                int rows, int cols) {
   uint16_t tmp[32 * 128];   /* W <= 32 rows of 128 columns */
   const uint8_t *xb = (const uint8_t *)x;
-  int e5m2 = t == AMP_E5M2, s, ns = (rows + W - 1) / W, kq = (cols + 1) / 2, c0;
+  int e5m2 = amp__dtype_fp8(t), s, ns = (rows + W - 1) / W, kq = (cols + 1) / 2, c0;
   for (s = 0; s < ns; s++) {
     int h = rows - s * W < W ? rows - s * W : W;
     for (c0 = 0; c0 < cols; c0 += 128) {
@@ -11681,10 +11681,11 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
      from their registers (the epilogue of amp__gemm_row_512 and amp_convert's rounding: same bits) */
   int direct = K->vec_store && ccs == 1 && o->act != AMP_ACT_GELU;
   /* op(B)'s rows contiguous (row-major B), k even (every slice whole pairs) and at most 64 rows
-     (8 slivers of A share each sliver of B): the bf16 kernel reads B in place, unpacked. Measured
+     (8 slivers of A share each sliver of B): the bf16 kernel reads a bf16 B in place, unpacked (an
+     fp8 B is widened while packed). Measured
      here: 64 x 256 x 784 and 64 x 128 x 256 5-6% faster than with B packed, even at 128 rows,
      slower from 256 (B's pairs made again for every sliver of A). */
-  int rb = K->micro_rb && bt == AMP_BF16 && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
+  int rb = K->micro_rb && !amp__dtype_is_fp8(bt) && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
   /* an op(A) with rows contiguous along k (row-major A, or col-major transposed): not packed for
      the kernels that can (AVX-512): f32 read in place, other types widened row by row first */
   int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
