@@ -3585,6 +3585,9 @@ AMP__AVX512_INLINE void amp__st16(amp_dtype t, void *p, __m512 x, __mmask16 k, i
 #undef AMP__V_
 }
 AMP__AVX512_INLINE __mmask16 amp__mask16(size_t k) { return (__mmask16)(k >= 16 ? 0xffffu : (1u << k) - 1u); }
+AMP__AVX512_INLINE __mmask32 amp__mask32(size_t k) {
+  return k >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << k) - 1u);
+}
 
 /* Stores: large outputs go around the cache with non-temporal stores (no read-for-ownership of
    the destination: a third less memory traffic for f32 -> f16). Those need aligned addresses, so
@@ -7655,8 +7658,12 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
               ? amp__opt_level() : 0;
   size_t b, bl = type == AMP_MOMENTS_8BIT ? AMP__Q8_BLOCK : k, nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
   size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), vw;
+#ifdef AMP__X86_SIMD
+  int perm;   /* 8BIT through the permute path (asked once, not per block) */
+#endif
   if (!l || (type != AMP_MOMENTS_BF16 && type != AMP_MOMENTS_8BIT && type != AMP_MOMENTS_FP8)) return 0;
 #ifdef AMP__X86_SIMD
+  perm = type == AMP_MOMENTS_8BIT && l >= 2 && amp__q8_perm(&maps[0]) && (!vq || amp__q8_perm(&maps[1]));
   vw = l >= 2 ? 16 : 8;
 #else
   vw = 4;   /* NEON */
@@ -7679,7 +7686,7 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
     /* 0 (no vector body: the kind list's vec column, as checked above) only on the first block,
        before anything is written (the permute path's decode writes only the float blocks) */
 #ifdef AMP__X86_SIMD
-    if (type == AMP_MOMENTS_8BIT && l >= 2 && j && amp__q8_perm(&maps[0]) && (!vq || amp__q8_perm(&maps[1]))) {
+    if (perm && j) {
       /* the permute path: the whole vectors' codes decoded into the float blocks (64 at a time),
          stepped there as f32 moments (the same lanes and bits as the moment loop), their amaxes
          taken after */
@@ -10870,7 +10877,7 @@ static AMP__T512BF void amp__gemm_micro_bf16_rb(int kc, const float *af, const u
   const int *a = (const int *)(const void *)af;
   const __m512i from0 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
   const __m512i from1 = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
-  __mmask32 mk = ncols >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << ncols) - 1u);
+  __mmask32 mk = amp__mask32((size_t)ncols);
   AMP__GEMM_ROWS8(AMP__GEMM_DECL)
   int p;
   if (acc) {
@@ -11105,7 +11112,7 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
     if (W == 32) {   /* B's slivers: each written front to back, 32 rows of 2 columns a step */
       for (s = 0; s < ns; s++) {
         int nh = rows - s * W, n = nh < 32 ? nh : 32;
-        __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+        __mmask32 m = amp__mask32((size_t)n);
         uint32_t *d = dst + (size_t)s * W * kq;
         const uint16_t *xs = xh + (size_t)s * W;
         for (q = 0; q < kq; q++) {
@@ -11138,7 +11145,7 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
         uint32_t *d = dst + (size_t)q * W;   /* rows r .. r+7 of pair q */
         for (r = 0; r < tot; r += 32) {
           int nh = rows - r, n = nh < 0 ? 0 : nh < 32 ? nh : 32;
-          __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+          __mmask32 m = amp__mask32((size_t)n);
           __m512i v0 = _mm512_maskz_loadu_epi16(m, x0 + r), v1, w[2];
           v1 = two ? _mm512_maskz_loadu_epi16(m, x1 + r) : _mm512_setzero_si512();
           w[0] = _mm512_permutex2var_epi16(v0, lo, v1); w[1] = _mm512_permutex2var_epi16(v0, hi, v1);
@@ -11159,7 +11166,7 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
           __m512i v0, v1, w0, w1;
           int n0, n1;
           n = nh < 0 ? 0 : nh < nw ? nh : nw;
-          m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+          m = amp__mask32((size_t)n);
           v0 = _mm512_maskz_loadu_epi16(m, x0 + s * W + r);
           v1 = two ? _mm512_maskz_loadu_epi16(m, x1 + s * W + r) : _mm512_setzero_si512();
           w0 = _mm512_permutex2var_epi16(v0, lo, v1); w1 = _mm512_permutex2var_epi16(v0, hi, v1);
@@ -11210,7 +11217,7 @@ static AMP__T512 void amp__gemm_pack_pairs(float *dstf, int W, const void *x, am
 AMP__AVX512_INLINE __m512i amp__gemm_fp8_bf16x32(const uint8_t *p, int n, int e5m2) {
   const __m512i hi = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
                                       31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  __m256i c = _mm256_maskz_loadu_epi8(n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u), p);
+  __m256i c = _mm256_maskz_loadu_epi8(amp__mask32((size_t)n), p);
   return _mm512_permutex2var_epi16(_mm512_castps_si512(amp__fp8_dec16(_mm256_castsi256_si128(c), e5m2)), hi,
                                    _mm512_castps_si512(amp__fp8_dec16(_mm256_extracti128_si256(c, 1), e5m2)));
 }
@@ -11231,12 +11238,12 @@ static AMP__T512 void amp__gemm_pack_pairs_fp8(float *dstf, int W, const void *x
       if (cs == 1) {
         for (r = 0; r < h; r++)
           for (c = 0; c < cc; c += 32)
-            _mm512_mask_storeu_epi16(tmp + r * cc + c, cc - c >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (cc - c)) - 1u),
+            _mm512_mask_storeu_epi16(tmp + r * cc + c, amp__mask32((size_t)(cc - c)),
                                      amp__gemm_fp8_bf16x32(xs + (size_t)r * rs + c, cc - c, e5m2));
         amp__gemm_pack_pairs(d, W, tmp, AMP_BF16, (size_t)cc, 1, h, cc);
       } else if (rs == 1) {
         for (c = 0; c < cc; c++)
-          _mm512_mask_storeu_epi16(tmp + c * W, h >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << h) - 1u),
+          _mm512_mask_storeu_epi16(tmp + c * W, amp__mask32((size_t)h),
                                    amp__gemm_fp8_bf16x32(xs + (size_t)c * cs, h, e5m2));
         amp__gemm_pack_pairs(d, W, tmp, AMP_BF16, 1, (size_t)W, h, cc);
       } else {
