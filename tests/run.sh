@@ -186,8 +186,9 @@ matrix_x86() {
     fi
   fi
   # ASan+UBSan with gcc: about 60% of clang's build time for this header (clang builds every test at
-  # -Ofast above, and the TSan build below)
-  if $gcc_src -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+  # -Ofast above, and the TSan build below). -g1: line tables, enough for the reports' file:line, at
+  # 60% of -g's build time (a 35 s build against 59 s)
+  if $gcc_src -O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
        $WARN -I. "$src" -o "$B/$name.asan" $libs -lm -lpthread 2>"$B/$name.asan.cc.log"; then
     check "$name under ASan+UBSan" env AMP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 "$B/$name.asan"
   else
