@@ -47,6 +47,8 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 SLOW_CPU=1
 LAST="$B/last.log"
+T0=$(date +%s)
+at() { echo "(at $(( $(date +%s) - T0 )) s)"; }   # how far into this run a section starts
 [ -n "${AMP_TEST_SKIP_SLOW_CPU:-}" ] && [ "${AMP_TEST_SKIP_SLOW_CPU}" != 0 ] && SLOW_CPU=0
 # The nvcc flags: the Makefile's NVCC_FLAGS, the one place they are defined.
 NVCC_FLAGS=$(make -s --no-print-directory print-nvcc-flags 2>/dev/null) || NVCC_FLAGS=""
@@ -99,7 +101,7 @@ ONLY=${AMP_TEST_ONLY:-}
 
 # 1. the header on its own, in every language mode ------------------------------------------
 if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ] && [ -z "${AMP__MATRIX:-}" ]; then
-  echo "== header compile matrix"
+  echo "== header compile matrix $(at)"
   printf '#define AMP_IMPLEMENTATION\n#include "amp.h"\nint main(void){ return amp_f32_to_f16(1.0f) == 0x3c00 ? 0 : 1; }\n' > "$B/impl.c"
   printf '#include "amp.h"\nint amp_other(void);\nint amp_other(void){ return (int)amp_f16_to_f32(0x3c00); }\n' > "$B/other.c"
   printf '#define AMP_IMPLEMENTATION\n#include "amp.h"\nint amp_other(void);\nint main(void){ return amp_other() == 1 && amp_dtype_size(AMP_F16) == 2 ? 0 : 1; }\n' > "$B/main2.c"
@@ -271,7 +273,7 @@ if [ -z "$ONLY" ] || [ "$ONLY" = other ]; then
   [ "$SLOW_CPU" = 1 ] && [ "$HAVE_ARMHF" = 0 ] &&
     echo "skipped: armhf under qemu-user (install qemu-user gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)"
   JOBS=${AMP_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
-  echo "== the unit tests, $JOBS at a time (each test's log is shown when all are done)"
+  echo "== the unit tests, $JOBS at a time (each test's log is shown when all are done) $(at)"
   ls tests/test_*.c | B=$B AMP_TEST_ONLY=$ONLY xargs -P "$JOBS" -I{} sh -c '
     n=$(basename "$1" .c); t0=$(date +%s)
     AMP__MATRIX=$1 sh tests/run.sh > "$B/$n.matrix.log" 2>&1
@@ -295,7 +297,7 @@ fi
 
 # 4. CUDA: build for sm_80 and sm_90, link, run where a GPU is present ------------------------
 if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ] || [ "$ONLY" = gpu ]; then
-  echo "== CUDA"
+  echo "== CUDA $(at)"
   if [ -x "$NVCC" ] || command -v "$NVCC" >/dev/null 2>&1; then
     [ -n "$NVCC_FLAGS" ] || fail "make -s print-nvcc-flags printed nothing"
     if check "nvcc: amp_kernels.cu ($NVCC_FLAGS)" "$NVCC" $NVCC_FLAGS -I. -c amp_kernels.cu -o "$B/amp_kernels.o"; then
@@ -336,7 +338,7 @@ if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; then
   for src in tests/fuzz/fuzz_*.c; do
     [ -e "$src" ] || continue
     name=$(basename "$src" .c)
-    echo "== $name (${FUZZ_SECONDS}s)"
+    echo "== $name (${FUZZ_SECONDS}s) $(at)"
     corpus="tests/fuzz/corpus_${name#fuzz_}"
     mkdir -p "$B/$name.corpus"
     if clang -g -O1 -fsanitize=fuzzer,address,undefined -I. "$src" -o "$B/$name" -lm 2>"$B/$name.cc.log"; then
@@ -350,7 +352,7 @@ fi
 
 # 6. the examples ------------------------------------------------------------------------------
 if { [ -z "$ONLY" ] || [ "$ONLY" = gpu ]; } && [ -f tests/examples.sh ]; then
-  echo "== examples"
+  echo "== examples $(at)"
   . tests/examples.sh
 fi
 
@@ -418,6 +420,7 @@ if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
     fi
   done
   wait
+  echo "   (the examples on other targets done $(at))"
   for t in $ex_targets; do
     grep -v '^MATRIX ' "$B/examples-$t.log"
     counts=$(grep '^MATRIX ' "$B/examples-$t.log" | tail -n 1)
@@ -430,7 +433,7 @@ fi
 
 # tcc (no thread-local storage: AMP_THREAD_LOCAL). (AArch64 under qemu-user: each test's matrix above.)
 if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
-  echo "== other compilers: tcc, clang++ for AArch64"
+  echo "== other compilers: tcc, clang++ for AArch64 $(at)"
   if command -v tcc >/dev/null 2>&1; then
     check "tcc: the implementation builds and test_scaler runs" sh -c "tcc -I. tests/test_scaler.c -o $B/test_scaler.tcc -lm -lpthread && $B/test_scaler.tcc"
   else
@@ -447,6 +450,7 @@ if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
 fi
 
 echo
+echo "make test took $(( $(date +%s) - T0 )) s"
 [ -n "$FAILED" ] && echo "failed:$FAILED"
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]
