@@ -10,8 +10,7 @@
 #      history, so a race is never left unreported because the earlier access fell out of it); and
 #      cross-built for AArch64 (gcc and clang, each at -O2 and -Ofast; test_convert also gcc
 #      -march=armv8.6-a, for BFCVTN) and for armhf (gcc -O2, 32-bit ARM) and run under qemu-user
-#      where those tools are installed. Steps 2-3 run the test files nproc at a time
-#      (AMP_TEST_JOBS=N), each file's builds in order;
+#      where those tools are installed (each file's builds in order);
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
 #      PTX, warnings as errors), every tests/cuda_*.c linked against it and run (they report
 #      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
@@ -31,6 +30,7 @@
 # AMP_TEST_ONLY=cuda runs step 4 alone; AMP_TEST_ONLY=gpu step 4 and the examples that use a GPU
 # (make gpu-check); AMP_TEST_ONLY=other the AArch64 and armhf builds and tcc alone.
 # AMP_REQUIRE_GPU=1: a GPU test that finds no usable GPU fails instead of saying "skipped".
+# The steps run side by side, nproc parts at a time (AMP_TEST_JOBS=N; "the run" at the end says how).
 # AMP_TEST_SKIP_SLOW_CPU=1 (make gpu-check sets it): step 1 (the compile matrix, which needs clang),
 #   step 3 (the -Ofast, ASan+UBSan and valgrind re-runs) and step 5 (fuzzing) are left out: they
 #   are CPU only, and CI runs them on every change.
@@ -47,7 +47,7 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 SLOW_CPU=1
 LAST="$B/last.log"
-T0=$(date +%s)
+T0=${AMP__T0:-$(date +%s)}
 at() { echo "(at $(( $(date +%s) - T0 )) s)"; }   # how far into this run a section starts
 [ -n "${AMP_TEST_SKIP_SLOW_CPU:-}" ] && [ "${AMP_TEST_SKIP_SLOW_CPU}" != 0 ] && SLOW_CPU=0
 # The nvcc flags: the Makefile's NVCC_FLAGS, the one place they are defined.
@@ -100,7 +100,7 @@ clang_for() { if grep -q '^// LANG: c++' "$1"; then echo "clang++ -x c++ -std=c+
 ONLY=${AMP_TEST_ONLY:-}
 
 # 1. the header on its own, in every language mode ------------------------------------------
-if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ] && [ -z "${AMP__MATRIX:-}" ]; then
+part_header() {
   echo "== header compile matrix $(at)"
   printf '#define AMP_IMPLEMENTATION\n#include "amp.h"\nint main(void){ return amp_f32_to_f16(1.0f) == 0x3c00 ? 0 : 1; }\n' > "$B/impl.c"
   printf '#include "amp.h"\nint amp_other(void);\nint amp_other(void){ return (int)amp_f16_to_f32(0x3c00); }\n' > "$B/other.c"
@@ -132,13 +132,11 @@ if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ] && [ -z "${AMP__MATRIX:-}" ]; then
   done
   check "compile: AMP_MALLOC/AMP_FREE overridden" sh -c "gcc -std=c99 $WARN -I. -include stdlib.h -D'AMP_MALLOC(s)=malloc(s)' -D'AMP_FREE(p)=free(p)' $B/impl.c -o $B/impl -lm && $B/impl"
   check "compile: AMP_MALLOC alone is refused" sh -c "! gcc -std=c99 -I. -D'AMP_MALLOC(s)=malloc(s)' -c $B/impl.c -o $B/impl.o 2>/dev/null"
-fi
+}
 
 # 2-3. the unit tests, plain, under ASan+UBSan, under valgrind (and step 7's AArch64 builds) --------
-# matrix SRC: every build and run of one test file, in order. make test runs the matrices of the test
-# files nproc at a time (AMP_TEST_JOBS=N sets how many), each in a child `sh tests/run.sh` with
-# AMP__MATRIX=SRC writing its own log, and shows the logs in order once all are done. One test's
-# builds run one after the other: they share the files the test writes under build/test.
+# matrix SRC: every build and run of one test file, in order (they share the files the test writes
+# under build/test); make test runs each file's matrix as one part (see "the run" at the end).
 matrix() {
   src=$1
   name=$(basename "$src" .c)
@@ -259,44 +257,8 @@ matrix_aarch64() {
   return 0
 }
 
-if [ -n "${AMP__MATRIX:-}" ]; then   # a child: one test file's matrix, then its counts for the parent
-  LAST="$B/$(basename "$AMP__MATRIX" .c).last.log"
-  matrix "$AMP__MATRIX"
-  echo "MATRIX $PASS $FAIL$FAILED"
-  exit 0
-fi
-
-if [ -z "$ONLY" ] || [ "$ONLY" = other ]; then
-  [ "$ONLY" = other ] && echo "== other compilers and targets: AArch64 and armhf under qemu-user"
-  [ "$SLOW_CPU" = 1 ] && [ "$HAVE_ARM" = 0 ] &&
-    echo "skipped: AArch64 under qemu-user (install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
-  [ "$SLOW_CPU" = 1 ] && [ "$HAVE_ARMHF" = 0 ] &&
-    echo "skipped: armhf under qemu-user (install qemu-user gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)"
-  JOBS=${AMP_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
-  echo "== the unit tests, $JOBS at a time (each test's log is shown when all are done) $(at)"
-  ls tests/test_*.c | B=$B AMP_TEST_ONLY=$ONLY xargs -P "$JOBS" -I{} sh -c '
-    n=$(basename "$1" .c); t0=$(date +%s)
-    AMP__MATRIX=$1 sh tests/run.sh > "$B/$n.matrix.log" 2>&1
-    echo "   done $n in $(( $(date +%s) - t0 )) s"' _ {}
-  for src in tests/test_*.c; do
-    log="$B/$(basename "$src" .c).matrix.log"
-    grep -v '^MATRIX ' "$log"
-    counts=$(grep '^MATRIX ' "$log" | tail -n 1)
-    if [ -z "$counts" ]; then fail "$(basename "$src" .c): its matrix ended without counts"; continue; fi
-    set -- $counts
-    PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); shift 3
-    for f in "$@"; do FAILED="$FAILED $f"; done
-  done
-else
-  for src in tests/test_*.c; do
-    name=$(basename "$src" .c)
-    [ "$name" != "test_$ONLY" ] && [ "$name" != "$ONLY" ] && continue
-    matrix "$src"
-  done
-fi
-
 # 4. CUDA: build for sm_80 and sm_90, link, run where a GPU is present ------------------------
-if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ] || [ "$ONLY" = gpu ]; then
+part_cuda() {
   echo "== CUDA $(at)"
   if [ -x "$NVCC" ] || command -v "$NVCC" >/dev/null 2>&1; then
     [ -n "$NVCC_FLAGS" ] || fail "make -s print-nvcc-flags printed nothing"
@@ -331,10 +293,10 @@ if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ] || [ "$ONLY" = gpu ]; then
   else
     fail "nvcc not found (set NVCC=)"
   fi
-fi
+}
 
 # 5. fuzzing -----------------------------------------------------------------------------------
-if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; then
+part_fuzz() {
   for src in tests/fuzz/fuzz_*.c; do
     [ -e "$src" ] || continue
     name=$(basename "$src" .c)
@@ -348,13 +310,14 @@ if [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; then
       fail "$name: build"; sed 's/^/    /' "$B/$name.cc.log" | head -n 20
     fi
   done
-fi
+}
 
 # 6. the examples ------------------------------------------------------------------------------
-if { [ -z "$ONLY" ] || [ "$ONLY" = gpu ]; } && [ -f tests/examples.sh ]; then
+part_examples() {
+  [ -f tests/examples.sh ] || return 0
   echo "== examples $(at)"
   . tests/examples.sh
-fi
+}
 
 # 7. other compilers and targets ---------------------------------------------------------------
 # The numbered examples (each checks its own claims) built for AArch64 (gcc -O2, and clang -O2) and
@@ -397,42 +360,25 @@ cross_examples() {
       "$ex" "$d" "$dx" "$arg" "$qemu" "$sysroot" "$same" "$@"
   done
 }
-if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
-  # the two targets side by side, each in a child with its own log and counts (as the matrices)
-  ex_targets=""
-  for t in aarch64 armhf; do
-    rm -rf "$B/examples-$t" "$B/examples-$t-"* "$B/examples-x86-$t" "$B/examples-$t.log"
-    if [ "$t" = aarch64 ] && [ "$HAVE_ARM" = 1 ]; then
-      ex_targets="$ex_targets $t"
-      ( PASS=0; FAIL=0; FAILED=""; echo "== the examples on AArch64 under qemu-user"
-        cross_examples aarch64 "" qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -O2
-        cross_examples aarch64 clang-O2 qemu-aarch64 "$arm_sysroot" clang --target=aarch64-linux-gnu -std=c99 -O2 \
-          -ffp-contract=off
-        cross_examples aarch64 gcc-Ofast qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -Ofast
-        cross_examples aarch64 clang-Ofast qemu-aarch64 "$arm_sysroot" clang --target=aarch64-linux-gnu -std=c99 -Ofast
-        echo "MATRIX $PASS $FAIL$FAILED" ) > "$B/examples-$t.log" 2>&1 &
-    fi
-    if [ "$t" = armhf ] && [ "$HAVE_ARMHF" = 1 ]; then
-      ex_targets="$ex_targets $t"
-      ( PASS=0; FAIL=0; FAILED=""; echo "== the examples on armhf under qemu-user"
-        cross_examples armhf "" qemu-arm "$armhf_sysroot" arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
-        echo "MATRIX $PASS $FAIL$FAILED" ) > "$B/examples-$t.log" 2>&1 &
-    fi
-  done
-  wait
-  echo "   (the examples on other targets done $(at))"
-  for t in $ex_targets; do
-    grep -v '^MATRIX ' "$B/examples-$t.log"
-    counts=$(grep '^MATRIX ' "$B/examples-$t.log" | tail -n 1)
-    if [ -z "$counts" ]; then fail "the examples on $t: ended without counts"; continue; fi
-    set -- $counts
-    PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); shift 3
-    for f in "$@"; do FAILED="$FAILED $f"; done
-  done
-fi
+# part_cross_examples TARGET: the examples on aarch64 or armhf, where its tools are installed.
+part_cross_examples() {
+  rm -rf "$B/examples-$1" "$B/examples-$1-"* "$B/examples-x86-$1"
+  if [ "$1" = aarch64 ] && [ "$HAVE_ARM" = 1 ]; then
+    echo "== the examples on AArch64 under qemu-user $(at)"
+    cross_examples aarch64 "" qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -O2
+    cross_examples aarch64 clang-O2 qemu-aarch64 "$arm_sysroot" clang --target=aarch64-linux-gnu -std=c99 -O2 \
+      -ffp-contract=off
+    cross_examples aarch64 gcc-Ofast qemu-aarch64 "$arm_sysroot" aarch64-linux-gnu-gcc -std=c99 -Ofast
+    cross_examples aarch64 clang-Ofast qemu-aarch64 "$arm_sysroot" clang --target=aarch64-linux-gnu -std=c99 -Ofast
+  fi
+  if [ "$1" = armhf ] && [ "$HAVE_ARMHF" = 1 ]; then
+    echo "== the examples on armhf under qemu-user $(at)"
+    cross_examples armhf "" qemu-arm "$armhf_sysroot" arm-linux-gnueabihf-gcc -std=c99 -O2 -mfpu=neon-vfpv4 -mfloat-abi=hard
+  fi
+}
 
 # tcc (no thread-local storage: AMP_THREAD_LOCAL). (AArch64 under qemu-user: each test's matrix above.)
-if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
+part_other() {
   echo "== other compilers: tcc, clang++ for AArch64 $(at)"
   if command -v tcc >/dev/null 2>&1; then
     check "tcc: the implementation builds and test_scaler runs" sh -c "tcc -I. tests/test_scaler.c -o $B/test_scaler.tcc -lm -lpthread && $B/test_scaler.tcc"
@@ -447,6 +393,62 @@ if [ "$ONLY" = other ] || { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; }; then
       check "compile: clang++ -x c++ for AArch64 $f" sh -c "clang++ --target=aarch64-linux-gnu -nostdinc++ -x c++ -std=c++11 $f $WARN -I. -c $B/impl-a64.cpp -o $B/impl-a64pp.o"
     done
   fi
+}
+
+# ---- the run -----------------------------------------------------------------------------------
+# make test runs its parts (the header matrix, each test file's matrix, CUDA and then the examples,
+# which link CUDA's objects, the fuzzing, the examples on each other target, the other compilers)
+# nproc at a time (AMP_TEST_JOBS=N), the longest first, each in a child `sh tests/run.sh` with
+# AMP__PART=PART writing its own log, and shows the logs in the order of the steps above once all
+# are done. A part's builds run one after the other: they share the files it writes under build/test.
+if [ -n "${AMP__PART:-}" ]; then   # a child: one part, then its counts for the parent
+  case $AMP__PART in
+    tests/*) LAST="$B/$(basename "$AMP__PART" .c).last.log"; matrix "$AMP__PART" ;;
+    cuda) LAST="$B/cuda.last.log"; part_cuda; part_examples ;;
+    examples-*) part_cross_examples "${AMP__PART#examples-}" ;;
+    header|fuzz|other) LAST="$B/$AMP__PART.last.log"; part_$AMP__PART ;;
+    *) fail "tests/run.sh: no part $AMP__PART" ;;
+  esac
+  echo "MATRIX $PASS $FAIL$FAILED"
+  exit 0
+fi
+part_log() { case $1 in tests/*) echo "$B/$(basename "$1" .c).matrix.log" ;; *) echo "$B/part-$1.log" ;; esac; }
+if { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; } || [ "$ONLY" = other ]; then
+  [ "$ONLY" = other ] && echo "== other compilers and targets: AArch64 and armhf under qemu-user"
+  [ "$HAVE_ARM" = 0 ] && echo "skipped: AArch64 under qemu-user (install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
+  [ "$HAVE_ARMHF" = 0 ] && echo "skipped: armhf under qemu-user (install qemu-user gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)"
+  JOBS=${AMP_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+  tests=$(ls tests/test_*.c)
+  # the longest first (CUDA with the examples, the examples on ARM, the header matrix, the fuzzing:
+  # 4-15 minutes each on 2 cores; then the tests, 2-6 each); AMP_TEST_ONLY=other: the tests'
+  # AArch64 and armhf builds, the examples there, the other compilers
+  first="cuda examples-aarch64 examples-armhf header fuzz"; last="other"
+  [ "$ONLY" = other ] && first="examples-aarch64 examples-armhf"
+  echo "== make test's parts, $JOBS at a time (each part's log is shown when all are done) $(at)"
+  for p in $first $tests $last; do echo "$p"; done |
+    B=$B AMP__T0=$T0 AMP_TEST_ONLY=$ONLY xargs -P "$JOBS" -I{} sh -c '
+      case $1 in tests/*) log="$B/$(basename "$1" .c).matrix.log" ;; *) log="$B/part-$1.log" ;; esac
+      t0=$(date +%s)
+      AMP__PART=$1 sh tests/run.sh > "$log" 2>&1
+      echo "   done $1 in $(( $(date +%s) - t0 )) s, at $(( $(date +%s) - AMP__T0 )) s"' _ {}
+  for p in header $tests cuda fuzz examples-aarch64 examples-armhf other; do
+    case " $first $tests $last " in *" $p "*) ;; *) continue ;; esac
+    log=$(part_log "$p")
+    grep -v '^MATRIX ' "$log"
+    counts=$(grep '^MATRIX ' "$log" | tail -n 1)
+    if [ -z "$counts" ]; then fail "$p: its part ended without counts"; continue; fi
+    set -- $counts
+    PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); shift 3
+    for f in "$@"; do FAILED="$FAILED $f"; done
+  done
+else   # a part alone (AMP_TEST_ONLY), or without the slow CPU steps (AMP_TEST_SKIP_SLOW_CPU=1): in order
+  for src in tests/test_*.c; do
+    name=$(basename "$src" .c)
+    [ -z "$ONLY" ] || [ "$name" = "test_$ONLY" ] || [ "$name" = "$ONLY" ] || continue
+    matrix "$src"
+  done
+  if [ -z "$ONLY" ] || [ "${ONLY#cuda}" != "$ONLY" ] || [ "$ONLY" = gpu ]; then part_cuda; fi
+  if [ -z "$ONLY" ] || [ "$ONLY" = gpu ]; then part_examples; fi
 fi
 
 echo
