@@ -1896,8 +1896,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    - per-tensor (opts->a_scale_inv, b_scale_inv: amp_fp8_scaler's scale_inv of each tensor, NULL
      for 1): one factor s = fl32(fl32(alpha * a_scale_inv) * b_scale_inv) takes alpha's place,
      C = act(fl32(s * acc) + fl32(beta * c) + bias), rounded as the reference says (cuBLASLt too
-     applies alpha * scaleA * scaleB to the accumulator). s 0 (alpha 0, or a scale_inv 0): A and B
-     are not read, as for alpha 0.
+     applies alpha * scaleA * scaleB to the accumulator). s 0 (alpha 0, or a scale_inv 0) or k 0:
+     A and B are not read and fl32(s * acc) is +0, on every path and device (so a -0 beta * c
+     stores +0 here, where the 16-bit product's BLAS rule keeps it).
    - block-scaled (opts->a_scales / b_scales: the scales amp_quantize_blocks wrote, as stored, with
      opts->a_blocks / b_blocks their kind): k is cut into blocks of w = 128 (1x128, 128x128) or 32
      (MX), the last one only as long as k leaves. For each block, in k order, part = the block's
@@ -1967,8 +1968,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      every 128 of k is what these modes are for). C as on the per-tensor path (its own epilogue, or
      the f32 scratch and the finishing kernel). On any other GPU (Ada, Blackwell: their cuBLASLt has
      MX block scales instead), with an older cuBLAS, MX blocks, one operand block-scaled and the
-     other not, a scale_inv beside the blocks, or where cuBLASLt has no algorithm: the plain fp8
-     kernel, the CPU's bits.
+     other not, a scale_inv beside the blocks, a 1 x 128 operand whose rows (m for A, n for B) are
+     not a multiple of 4 (where cuBLASLt's reading of their scales' leading dimension is not
+     settled), or where cuBLASLt has no algorithm: the plain fp8 kernel, the CPU's bits.
    - opts->fp8_fast_accum 1 sets cuBLASLt's FAST_ACCUM on the per-tensor path: the Tensor Cores then
      accumulate the whole k-long sum themselves, without the periodic promotion to f32. Faster
      (TransformerEngine and torchao use it for the forward pass), and less exact: the accumulator
@@ -11900,7 +11902,7 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   uint32_t amax = 0u;
   amp_status st = AMP_OK;
   s = amp__gemm_fp8_factor(alpha, o->a_scale_inv, o->b_scale_inv);
-  if (!blocks && !c8 && !o->c_amax)   /* per-tensor scales alone: one factor on the sum */
+  if (!blocks && !c8 && !o->c_amax && k > 0 && s != 0.0f)   /* per-tensor scales alone: one factor on the sum */
     return amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, beta, C, ct, crs, ccs, o);
   memset(&po, 0, sizeof po);
   po.algo = o->algo;

@@ -794,6 +794,7 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
   // written (the first barrier).
   __device__ __forceinline__ void q8(int len) {
     static_assert(AMP__CU_THREADS == AMP__Q8_BLOCK, "one thread per element of an 8-bit block");
+    static_assert(AMP__CU_CHUNK % AMP__Q8_BLOCK == 0, "every chunk starts on an 8-bit block");
     const long long nb = (t.n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
     float *am_m = (float *)t.m, *am_v = (float *)t.v;
     uint8_t *cm = t.m ? (uint8_t *)t.m + 4 * nb : NULL, *cv = t.v ? (uint8_t *)t.v + 4 * nb : NULL;
@@ -849,7 +850,8 @@ template <int KIND, int GD, int WD>
 __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start, int len, float mul,
                                                    const amp_step_coefs &c, uint64_t key, int amax_pass) {
   const int msr = t.moments == AMP_MOMENTS_BF16 && t.stochastic;   // the CPU's amp__o_step_q: only bf16 is stochastic
-  const int f8 = t.moments == AMP_MOMENTS_FP8;
+  // (the first launch reads no scale: its blocks are still raising the slots the scales come from)
+  const int f8 = t.moments == AMP_MOMENTS_FP8 && !amax_pass;
   amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key, msr ? amp__sr_key_moment(key, 1) : 0u,
                                       msr ? amp__sr_key_moment(key, 2) : 0u, msr,
                                       f8 ? amp__f8m_scale(amp__bits_f32(t.f8amax[0])) : 1.0f,
@@ -1318,7 +1320,10 @@ amp__cu_quantize_kernel(amp_fp8 *q, const void *x, long long n, const float *sca
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < AMP__CU_THREADS / 32; w++) top = warp_top[w] > top ? warp_top[w] : top;
-    if (amax) atomicMax((unsigned int *)amax, top);
+    if (amax) {   // amp__amax_join: the slot's own sign cleared first (a -0 or negative NaN there), then the max
+      atomicAnd((unsigned int *)amax, 0x7fffffffu);
+      atomicMax((unsigned int *)amax, top);
+    }
     if constexpr (COUNT) {
       for (int j = 0; j < 3; j++) {
         for (int w = 1; w < AMP__CU_THREADS / 32; w++) c[j] += warp_cnt[j][w];
@@ -2681,8 +2686,12 @@ static amp_status amp__gemm_fp8(amp__cu_state *st, const amp__gemm_prob &p, int 
   }
   // block scales go to cuBLASLt where both operands have 128-wide float blocks and no per-tensor
   // scale_inv beside them, on sm_90 (the GPUs whose cuBLASLt has these modes), with headers and
-  // library of cuBLAS 12.9 or newer; k is then padded to a multiple of 128 (zero codes add nothing)
+  // library of cuBLAS 12.9 or newer; k is then padded to a multiple of 128 (zero codes add nothing).
+  // A 1 x 128 operand's rows must be a multiple of 4: its scales' leading dimension is then the
+  // same whether cuBLASLt reads it as the row count or as the row count rounded up to 4 (DeepGEMM's
+  // TMA-aligned layout, which callers of these modes use); no GPU has yet shown which it reads.
   const int blk128 = AMP__LT_BLOCK128 && p.bw == 128 && p.bsa && p.bsb && !p.sa && !p.sb && st->sm_major == 9 &&
+                     (p.bka == AMP_BLOCK_128x128 || p.m % 4 == 0) && (p.bkb == AMP_BLOCK_128x128 || p.n % 4 == 0) &&
                      cublasLtGetVersion() >= 120900;
   if (!(algo == AMP_GEMM_AUTO && amp__dtype_is_fp8(p.in) && amp__dtype_is_fp8(p.in_b) && p.k > 0 &&
         p.alpha != 0.0f && (p.bw == 0 || blk128) && st->sm_major * 10 + st->sm_minor >= 89))

@@ -76,8 +76,8 @@ extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *bu
    copy; a SPLIT record's master is split into the model copy and its remainders), the moments
    (zeroed; f32, or bf16 words for AMP_MOMENTS_BF16) and the per-step block. tensors: the optimizer's
    records (amp__tensor, amp.h), as amp_optimizer_add_tensor validated them; read: w, g (device
-   pointers), n, wtype, gtype, group, round_to, stochastic, master_mode, master, moments (AMP_MOMENTS_F32
-   or _BF16; another type is AMP_ERR_UNSUPPORTED). lr_scale and weight_decay: the groups' values, indexed
+   pointers), n, wtype, gtype, group, round_to, stochastic, master_mode, master, moments (every type
+   amp.h's AMP__MOMENTS_TYPES marks as kept on CUDA; another is AMP_ERR_UNSUPPORTED). lr_scale and weight_decay: the groups' values, indexed
    by group (entry 0 unused: group 0 takes lr_scale 1 and the config's weight_decay); NULL when every
    tensor is in group 0. h->kind must be a kind of amp.h's list whose update runs on the device (its
    element function: not AMP_CUSTOM); anything else is AMP_ERR_ARG naming the kind. */
@@ -123,8 +123,9 @@ extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_opti
 extern amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__tensor *tensors, size_t n_tensors,
                                            char *msg, size_t cap);
 /* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
-   (to_device 0) or from host (to_device 1): n floats, or a moment of a tensor with AMP_MOMENTS_BF16
-   moments as kept, n bf16 words (the checkpoint's bytes); a moment the kind does not keep, or the
+   (to_device 0) or from host (to_device 1): n floats, or a moment of a tensor with moments other than
+   AMP_MOMENTS_F32 as kept, the checkpoint's bytes (amp__moment_bytes: n bf16 words; 8-bit: the
+   blocks' f32 absmaxes, then the n codes; fp8: the f32 scale_inv, then the n codes); a moment the kind does not keep, or the
    master of a tensor that keeps none (AMP_MASTER_SPLIT / _NONE: amp.h decodes those itself), is AMP_ERR_ARG. */
 extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
                                          int to_device, char *msg, size_t cap);

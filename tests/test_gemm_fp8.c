@@ -327,6 +327,25 @@ static void degenerate_sizes(void) {
                      5, 0.0f, c8, AMP_E4M3, 3, &o) == AMP_OK, "%s", amp_last_error());
   EXPECT(amp_e4m3_to_f32(c8[0]) == 1.0f && amp_e4m3_to_f32(c8[1]) == -16.0f && amax == 8.0f, "alpha 0: %g %g amax %g",
          amp_e4m3_to_f32(c8[0]), amp_e4m3_to_f32(c8[1]), amax);
+  {   /* alpha 0 or k 0 with beta * c = -0: the sum counts as +0 (the manual), so C holds +0 on the
+         per-tensor path alone, with c_amax, and with block scales, as the CUDA kernels store it */
+    static const float scales[2] = {1.0f, 1.0f};
+    int path, kk;
+    for (kk = 0; kk <= 5; kk += 5)
+      for (path = 0; path < 3; path++) {
+        float cz[6] = {0.0f, 0.0f, 0.0f, -0.0f, -0.0f, -0.0f}, am = 0.0f;
+        amp_gemm_opts oz;
+        int i, bad = 0;
+        memset(&oz, 0, sizeof oz);
+        if (path == 1) oz.c_amax = &am;
+        if (path == 2) { oz.a_scales = scales; oz.a_blocks = AMP_BLOCK_1x128; oz.b_scales = scales; oz.b_blocks = AMP_BLOCK_1x128; }
+        EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, 2, 3, kk, kk ? 0.0f : 1.0f, a, AMP_E4M3, 5, b,
+                           AMP_E4M3, 5, kk ? -1.0f : 1.0f, cz, AMP_F32, 3, &oz) == AMP_OK, "%s", amp_last_error());
+        for (i = 0; i < 6; i++) bad += bits(cz[i]) != 0u;
+        EXPECT(bad == 0, "k %d, %s: %d of 6 results are not +0 (the first %08x)", kk,
+               path == 0 ? "per-tensor" : path == 1 ? "with c_amax" : "block-scaled", bad, bits(cz[0]));
+      }
+  }
 }
 
 /* A NaN code in A: that result is NaN, and c_amax is NaN whatever the larger finite results
