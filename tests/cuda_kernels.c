@@ -673,6 +673,16 @@ static void fp8_quantize_and_scaler_match_the_cpu(void) {
       EXPECT(memcmp(qh, qd, n) == 0, "x_type %d fmt %d: the device's codes differ", xt, f);
       EXPECT(memcmp(&amax_h, &amax_d, 4) == 0, "x_type %d fmt %d: amax %a on the device, %a on the CPU", xt, f,
              (double)amax_d, (double)amax_h);
+      {   /* an amax that starts as -0 is joined as the CPU joins it (its sign cleared), not kept */
+        float z = -0.0f;
+        amax_h = z; amax_d = z;
+        OK(amp_quantize(amp_cpu(), NULL, fmt, xb, (amp_dtype)xt, n, &scale, &amax_h));
+        up((char *)dk + 4, &amax_d, 4);
+        OK(amp_quantize(dev, NULL, fmt, dx, (amp_dtype)xt, n, (const float *)dk, (float *)((char *)dk + 4)));
+        down(&amax_d, (char *)dk + 4, 4);
+        EXPECT(memcmp(&amax_h, &amax_d, 4) == 0 && !signbit(amax_h), "x_type %d fmt %d: from -0, amax %a on the device, %a on the CPU",
+               xt, f, (double)amax_d, (double)amax_h);
+      }
       /* with counts: the counting kernel, its codes the same and its counts the CPU's */
       OK(amp_quantize_ex(amp_cpu(), qh, fmt, xb, (amp_dtype)xt, n, &scale, NULL, ch));
       up((char *)dk + 8, cd, sizeof cd);
