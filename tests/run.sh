@@ -412,13 +412,14 @@ if [ -n "${AMP__PART:-}" ]; then   # a child: one part, then its counts for the 
   echo "MATRIX $PASS $FAIL$FAILED"
   exit 0
 fi
+in_list() { x=$1; shift; for y in "$@"; do [ "$x" = "$y" ] && return 0; done; return 1; }
 part_log() { case $1 in tests/*) echo "$B/$(basename "$1" .c).matrix.log" ;; *) echo "$B/part-$1.log" ;; esac; }
 if { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; } || [ "$ONLY" = other ]; then
   [ "$ONLY" = other ] && echo "== other compilers and targets: AArch64 and armhf under qemu-user"
   [ "$HAVE_ARM" = 0 ] && echo "skipped: AArch64 under qemu-user (install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
   [ "$HAVE_ARMHF" = 0 ] && echo "skipped: armhf under qemu-user (install qemu-user gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)"
   JOBS=${AMP_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
-  tests=$(ls tests/test_*.c)
+  tests=$(echo tests/test_*.c)
   # the longest first (CUDA with the examples, the examples on ARM, the header matrix, the fuzzing:
   # 4-15 minutes each on 2 cores; then the tests, 2-6 each); AMP_TEST_ONLY=other: the tests'
   # AArch64 and armhf builds, the examples there, the other compilers
@@ -431,8 +432,10 @@ if { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; } || [ "$ONLY" = other ]; then
       t0=$(date +%s)
       AMP__PART=$1 sh tests/run.sh > "$log" 2>&1
       echo "   done $1 in $(( $(date +%s) - t0 )) s, at $(( $(date +%s) - AMP__T0 )) s"' _ {}
+  shown=0
   for p in header $tests cuda fuzz examples-aarch64 examples-armhf other; do
-    case " $first $tests $last " in *" $p "*) ;; *) continue ;; esac
+    in_list "$p" $first $tests $last || continue
+    shown=$((shown + 1))
     log=$(part_log "$p")
     grep -v '^MATRIX ' "$log"
     counts=$(grep '^MATRIX ' "$log" | tail -n 1)
@@ -441,6 +444,8 @@ if { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; } || [ "$ONLY" = other ]; then
     PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); shift 3
     for f in "$@"; do FAILED="$FAILED $f"; done
   done
+  set -- $first $tests $last
+  [ "$shown" -eq $# ] || fail "tests/run.sh: $# parts ran, the counts of $shown were added"
 else   # a part alone (AMP_TEST_ONLY), or without the slow CPU steps (AMP_TEST_SKIP_SLOW_CPU=1): in order
   for src in tests/test_*.c; do
     name=$(basename "$src" .c)
