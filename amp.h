@@ -1897,8 +1897,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      for 1): one factor s = fl32(fl32(alpha * a_scale_inv) * b_scale_inv) takes alpha's place,
      C = act(fl32(s * acc) + fl32(beta * c) + bias), rounded as the reference says (cuBLASLt too
      applies alpha * scaleA * scaleB to the accumulator). s 0 (alpha 0, or a scale_inv 0) or k 0:
-     A and B are not read and fl32(s * acc) is +0, on every path and device (so a -0 beta * c
-     stores +0 here, where the 16-bit product's BLAS rule keeps it).
+     A and B are not read and fl32(s * acc) counts as +0 (so a -0 beta * c stores +0 here, where
+     the 16-bit product's BLAS rule keeps it).
    - block-scaled (opts->a_scales / b_scales: the scales amp_quantize_blocks wrote, as stored, with
      opts->a_blocks / b_blocks their kind): k is cut into blocks of w = 128 (1x128, 128x128) or 32
      (MX), the last one only as long as k leaves. For each block, in k order, part = the block's

@@ -74,13 +74,15 @@ extern amp_status amp__cu_scale_buffer(void *state, const void *scaler, void *bu
 /* Device optimizer: uploads the tensor table and its chunk list once, allocates the fp32 masters
    (each taken once: from the record's master, the buffer amp.h filled at add, else from its model
    copy; a SPLIT record's master is split into the model copy and its remainders), the moments
-   (zeroed; f32, or bf16 words for AMP_MOMENTS_BF16) and the per-step block. tensors: the optimizer's
-   records (amp__tensor, amp.h), as amp_optimizer_add_tensor validated them; read: w, g (device
+   and the per-step block. tensors: the optimizer's records (amp__tensor, amp.h), as
+   amp_optimizer_add_tensor validated them; read: w, g (device
    pointers), n, wtype, gtype, group, round_to, stochastic, master_mode, master, moments (every type
-   amp.h's AMP__MOMENTS_TYPES marks as kept on CUDA; another is AMP_ERR_UNSUPPORTED). lr_scale and weight_decay: the groups' values, indexed
-   by group (entry 0 unused: group 0 takes lr_scale 1 and the config's weight_decay); NULL when every
-   tensor is in group 0. h->kind must be a kind of amp.h's list whose update runs on the device (its
-   element function: not AMP_CUSTOM); anything else is AMP_ERR_ARG naming the kind. */
+   amp.h's AMP__MOMENTS_TYPES marks as kept on CUDA; another is AMP_ERR_UNSUPPORTED). lr_scale and
+   weight_decay: the groups' values, indexed by group (entry 0 unused: group 0 takes lr_scale 1 and
+   the config's weight_decay); NULL when every tensor is in group 0. h->kind must be a kind of
+   amp.h's list whose update runs on the device (its element function: not AMP_CUSTOM); anything
+   else is AMP_ERR_ARG naming the kind. The moments are zeroed in their kept form (f32, bf16 words,
+   8-bit codes with their absmaxes, fp8 codes with their scale_inv). */
 extern amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *tensors, size_t n_tensors,
                                        const float *lr_scale, const float *weight_decay, const amp_optim_config *h,
                                        char *msg, size_t cap);
@@ -125,8 +127,9 @@ extern amp_status amp__cu_optim_stats_read(void *state, const void *optim, amp__
 /* [sync] copy tensor index's master (which 0), first moment (1) or second moment (2) to host
    (to_device 0) or from host (to_device 1): n floats, or a moment of a tensor with moments other than
    AMP_MOMENTS_F32 as kept, the checkpoint's bytes (amp__moment_bytes: n bf16 words; 8-bit: the
-   blocks' f32 absmaxes, then the n codes; fp8: the f32 scale_inv, then the n codes); a moment the kind does not keep, or the
-   master of a tensor that keeps none (AMP_MASTER_SPLIT / _NONE: amp.h decodes those itself), is AMP_ERR_ARG. */
+   blocks' f32 absmaxes, then the n codes; fp8: the f32 scale_inv, then the n codes); a moment the
+   kind does not keep, or the master of a tensor that keeps none (AMP_MASTER_SPLIT / _NONE: amp.h
+   decodes those itself), is AMP_ERR_ARG. */
 extern amp_status amp__cu_optim_state_io(void *state, void *optim, size_t index, int which, float *host,
                                          int to_device, char *msg, size_t cap);
 /* [step] set the step count (checkpoint load), and clear the last unscale's decision (overflow,
