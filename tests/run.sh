@@ -401,7 +401,10 @@ part_other() {
 # nproc at a time (AMP_TEST_JOBS=N), the longest first, each in a child `sh tests/run.sh` with
 # AMP__PART=PART writing its own log, and shows the logs in the order of the steps above once all
 # are done. A part's builds run one after the other: they share the files it writes under build/test.
-if [ -n "${AMP__PART:-}" ]; then   # a child: one part, then its counts for the parent
+part_log() { case $1 in tests/*) echo "$B/$(basename "$1" .c).matrix.log" ;; *) echo "$B/part-$1.log" ;; esac; }
+if [ -n "${AMP__PART:-}" ]; then   # a child: one part into its log, then its counts for the parent
+  t0=$(date +%s)
+  exec 3>&1 > "$(part_log "$AMP__PART")" 2>&1
   case $AMP__PART in
     tests/*) LAST="$B/$(basename "$AMP__PART" .c).last.log"; matrix "$AMP__PART" ;;
     cuda) LAST="$B/cuda.last.log"; part_cuda; part_examples ;;
@@ -410,10 +413,10 @@ if [ -n "${AMP__PART:-}" ]; then   # a child: one part, then its counts for the 
     *) fail "tests/run.sh: no part $AMP__PART" ;;
   esac
   echo "MATRIX $PASS $FAIL$FAILED"
+  echo "   done $AMP__PART in $(( $(date +%s) - t0 )) s, at $(( $(date +%s) - T0 )) s" >&3
   exit 0
 fi
 in_list() { x=$1; shift; for y in "$@"; do [ "$x" = "$y" ] && return 0; done; return 1; }
-part_log() { case $1 in tests/*) echo "$B/$(basename "$1" .c).matrix.log" ;; *) echo "$B/part-$1.log" ;; esac; }
 if { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; } || [ "$ONLY" = other ]; then
   [ "$ONLY" = other ] && echo "== other compilers and targets: AArch64 and armhf under qemu-user"
   [ "$HAVE_ARM" = 0 ] && echo "skipped: AArch64 under qemu-user (install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
@@ -427,11 +430,7 @@ if { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; } || [ "$ONLY" = other ]; then
   [ "$ONLY" = other ] && first="examples-aarch64 examples-armhf"
   echo "== make test's parts, $JOBS at a time (each part's log is shown when all are done) $(at)"
   for p in $first $tests $last; do echo "$p"; done |
-    B=$B AMP__T0=$T0 AMP_TEST_ONLY=$ONLY xargs -P "$JOBS" -I{} sh -c '
-      case $1 in tests/*) log="$B/$(basename "$1" .c).matrix.log" ;; *) log="$B/part-$1.log" ;; esac
-      t0=$(date +%s)
-      AMP__PART=$1 sh tests/run.sh > "$log" 2>&1
-      echo "   done $1 in $(( $(date +%s) - t0 )) s, at $(( $(date +%s) - AMP__T0 )) s"' _ {}
+    B=$B AMP__T0=$T0 AMP_TEST_ONLY=$ONLY xargs -P "$JOBS" -I{} env AMP__PART={} sh tests/run.sh
   shown=0
   for p in header $tests cuda fuzz examples-aarch64 examples-armhf other; do
     in_list "$p" $first $tests $last || continue
