@@ -1499,7 +1499,10 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          256, measured with torch 1.13 on x86-64)). A value decodes as its code's
                          value times its block's absmax (an f32 multiply); each update decodes,
                          steps in f32 as above, and encodes every block again: absmax = max |x| of
-                         the block's new values (at least 1e-38), each x / absmax (clamped to
+                         the block's new values (at least 1e-38; at most FLT_MAX: a moment
+                         that overflowed to inf, which bitsandbytes' rule would turn into NaN
+                         with the whole block, is kept as +-FLT_MAX and the block's other values
+                         stay), each x / absmax (clamped to
                          [-1, 1]) to the nearest code, a tie to the lower code; always to nearest
                          (stochastic does not apply to codes). The floor 1e-38 is below the
                          least normal float: it is compared on the bits, and a zero over it
@@ -1764,7 +1767,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    parameters and be one the scale rule can leave (scale within [floor, cap]; the growth tracker
    below growth_interval; CONSECUTIVE's overflow count below hysteresis; at_floor only with the
    scale at the floor; a fixed scaler at its init_scale with a fresh state), then the CRC, kind,
-   tensor count, sizes and dtypes, and the moments (none NaN, Adam's exp_avg_sq >= 0):
+   tensor count, sizes and dtypes, and the moments (none NaN, Adam's exp_avg_sq >= 0, each
+   AMP_MOMENTS_8BIT block's absmax within [1e-38, FLT_MAX]):
    AMP_ERR_CORRUPT with what did not match, before anything changes (the spike state too: a count
    out of range, a window count or slot out of range, a held norm NaN or negative). It restores
    the optimizer's config (lr included; custom_step stays the live one), step count, spike skip
@@ -2853,12 +2857,16 @@ static inline AMP_HD uint8_t amp__q8_bisect(const double *mid, float y) {
   return (uint8_t)lo;
 }
 /* A block's absmax from the largest |x| of its new values (their bits' unsigned maximum: a NaN
-   above inf): at least 1e-38, so that a block of zeros divides by it. Compared on the bits (amax
-   is a magnitude or NaN), so that a flush-to-zero FPU (-Ofast, DAZ), which reads the subnormal
-   1e-38 as 0, keeps the same rule. */
+   above inf): at least 1e-38, so that a block of zeros divides by it, and at most FLT_MAX: a
+   moment that overflowed to inf (a finite grad past 1.8e19 squared) is kept as +-FLT_MAX (inf /
+   FLT_MAX clamps to +-1) and the block's other values as themselves over FLT_MAX (an absmax of
+   inf would make them inf / inf and 0 * inf, NaN). Compared on the bits (amax is a magnitude or
+   NaN), so that a flush-to-zero FPU (-Ofast, DAZ), which reads the subnormal 1e-38 as 0, keeps
+   the same rule. */
 static inline AMP_HD float amp__q8_absmax(float amax) {
   const float floor = 1e-38f;
-  return amp__f32_bits(amax) < amp__f32_bits(floor) ? floor : amax;
+  const uint32_t u = amp__f32_bits(amax);
+  return u < amp__f32_bits(floor) ? floor : u == 0x7f800000u ? amp__bits_f32(0x7f7fffffu) : amax;
 }
 /* What an element's code is taken of: x / absmax (an IEEE f32 division) clamped to [-1, 1] (a NaN
    stays NaN). Its code: amp__q8_bisect (the CPU's faster search gives the same count). Read back
@@ -7591,8 +7599,9 @@ static AMP__EXACT_FP void amp__q8_put(int l, const amp__qmap *q, unsigned char *
 #ifdef AMP__CPU_SIMD
   /* a block whose absmax is below the least normal float (the floor 1e-38, or a subnormal) holds
      only zeros and subnormals: the plain loop, whose rule keeps a zero's code where the FPU
-     flushes subnormals (amp__q8_unit) */
-  if (amp__f32_bits(am) >= 0x00800000u) {
+     flushes subnormals (amp__q8_unit); so does a block whose absmax is FLT_MAX (an inf in it,
+     which only the plain loop's clamp takes to +-1: the vector loops leave the clamp out) */
+  if (amp__f32_bits(am) >= 0x00800000u && amp__f32_bits(am) != 0x7f7fffffu) {
 #ifdef AMP__X86_SIMD
     if (l >= 2) j = amp__q8_perm(q) ? amp__q8_pencode16(q, codes, s, e, am) : amp__q8_encode16(q, codes, s, e, am);
     else if (l == 1) j = amp__q8_encode8(q, codes, s, e, am);
@@ -9744,8 +9753,9 @@ fail:
   return amp__op_fail("amp_checkpoint_load", st, m);
 }
 
-/* Moments no update can produce: NaN in any moment (a NaN grad skips its step), and a negative
-   second moment (Adam/AdamW's exp_avg_sq is a sum of squares). The masters may hold anything an
+/* Moments no update can produce: NaN in any moment (a NaN grad skips its step), a negative
+   second moment (Adam/AdamW's exp_avg_sq is a sum of squares), and an 8-bit block's absmax
+   outside [1e-38, FLT_MAX] (amp__q8_absmax's range: 0, negative, inf, NaN). The masters may hold anything an
    update can leave (inf, NaN after an overflow of the weights themselves). */
 static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckpt_image *im) {
   const unsigned char *p = im->tensors;
@@ -9757,6 +9767,16 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
     p = amp__ckpt_tensor_state(im, p, &t) + n * sizeof(float);   /* past the record and the master */
     for (k = 1; k <= nm; k++, p += amp__moment_bytes((int)t.moments, n)) {
       int sq = k == 2 && (o->cfg.kind == AMP_ADAM || o->cfg.kind == AMP_ADAMW);
+      const char *what = sq ? "exp_avg_sq" : k == 1 ? "first moment" : "moment";
+      for (j = 0; t.moments == AMP_MOMENTS_8BIT && j < (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK; j++) {
+        uint32_t b;   /* each block's absmax as amp__q8_absmax leaves it: 1e-38 .. FLT_MAX */
+        memcpy(&b, p + 4 * j, 4);
+        if (b < amp__f32_bits(1e-38f) || b > 0x7f7fffffu)
+          return amp__fail(AMP_ERR_CORRUPT,
+                           "amp_checkpoint_load: tensor %zu's %s holds the absmax %g in block %zu, a value no "
+                           "update leaves (every block's absmax lies in [1e-38, FLT_MAX])",
+                           i, what, (double)amp__bits_f32(b), j);
+      }
       for (j = 0; j < o->t[i].n; j++) {
         float x;
         uint32_t b;
@@ -9766,11 +9786,7 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
           return amp__fail(AMP_ERR_CORRUPT,
                            "amp_checkpoint_load: tensor %zu's %s holds %g at element %zu, a value no update "
                            "leaves (%s)",
-                           i,
-                           sq       ? "exp_avg_sq"
-                           : k == 1 ? "first moment"
-                                    : "moment",
-                           (double)x, j, sq ? "a sum of squares is >= 0" : "a NaN grad skips its step");
+                           i, what, (double)x, j, sq ? "a sum of squares is >= 0" : "a NaN grad skips its step");
       }
     }
   }

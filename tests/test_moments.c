@@ -198,8 +198,9 @@ typedef struct rig {
   unsigned char ew[NT][NMAX * 4];              /* the model copy the reference expects */
 } rig;
 
-/* 8BIT, written here from the description: per block of 256 the absmax (at least 1e-38), each value
-   over it clamped to [-1, 1], its nearest code; decoded as code value times absmax. */
+/* 8BIT, written here from the description: per block of 256 the absmax (at least 1e-38, at most
+   FLT_MAX), each value over it clamped to [-1, 1], its nearest code; decoded as code value times
+   absmax. */
 AMP__EXACT_BEGIN
 static AMP__EXACT_FP void enc8(int sg, const float *x, size_t n, uint8_t *codes, float *absmax, float *dec) {
   size_t b, j;
@@ -209,6 +210,7 @@ static AMP__EXACT_FP void enc8(int sg, const float *x, size_t n, uint8_t *codes,
     /* on the bits, which a flush-to-zero build (-Ofast) reads as written: subnormals included */
     for (j = 0; j < e; j++) if (bits(fabsf(x[b + j])) > bits(am)) am = fabsf(x[b + j]);
     if (bits(am) < bits(1e-38f)) am = 1e-38f;
+    if (bits(am) == bits(INFINITY)) am = FLT_MAX;
     absmax[b / 256] = am;
     for (j = 0; j < e; j++) {
       /* a zero stays a zero over an absmax below the least normal float (the division's answer,
@@ -632,9 +634,14 @@ static void eight_bit_vector_loops_match_the_plain_loop_on_edge_values(void) {
       EXPECT(n <= QN, "the midpoint values overflow the buffer: %d", (int)n);
       q8_levels(sg, &o->qmap[sg], x, n, 1, "midpoints times other absmaxes");
     }
-    /* inf and NaN: a block with inf (x / inf: 0 or NaN), one with NaN (the largest bits: absmax NaN) */
+    /* inf: blocks with +-inf (absmax FLT_MAX: inf / FLT_MAX clamped to +-1, the rest over FLT_MAX)
+       against the reference; then NaN (the largest bits: absmax NaN) against level 0 alone */
     n = 0;
     for (i = 0; i < 256; i++) x[n++] = i == 5 ? INFINITY : i == 9 ? -INFINITY : rndf();
+    for (i = 0; i < 256; i++) x[n++] = i == 200 ? -INFINITY : i == 7 ? FLT_MAX : 1e30f * rndf();
+    for (i = 0; i < 100; i++) x[n++] = i == 99 ? INFINITY : rndf();
+    q8_levels(sg, &o->qmap[sg], x, n, 1, "inf");
+    n = 0;
     for (i = 0; i < 256; i++) x[n++] = i == 17 ? NAN : i == 40 ? -NAN : rndf();
     for (i = 0; i < 256; i++) x[n++] = i == 3 ? NAN : 0.0f;
     q8_levels(sg, &o->qmap[sg], x, n, 0, "inf and NaN");
@@ -837,6 +844,93 @@ static void checkpoint_moves_between_types(int moments) {
     free(file);
   }
   rig_free(&a); rig_free(&f); rig_free(&h);
+}
+/* A finite grad whose moment overflows (Adam's v: g * g past FLT_MAX; SGD's buffer: 0.9 * buf + g
+   past it): its 8-bit block keeps absmax FLT_MAX, not inf (whose inf / inf and 0 * inf would make
+   the whole block NaN), the moment +FLT_MAX (its sign: code 0 is -1's), the block's other moments
+   and every weight stay finite, and a checkpoint of that state loads and continues bit for bit. A
+   file whose block absmax is one no update leaves (inf, 0, below 1e-38, negative, NaN) is refused
+   naming it, the live state unchanged. */
+static void eight_bit_overflowed_moment_keeps_its_block(void) {
+  enum { N = 4096 + 300 };
+  static float w[3][N], g[N];
+  static unsigned char s0[SNAP], s1[SNAP];
+  static const uint32_t badam[5] = {0x7f800000u, 0u, 0x006ce3edu, 0xbf800000u, 0x7fc00000u};
+  int kind, r, k, b;
+  for (kind = 0; kind < 2; kind++) {
+    const int sgd = kind == 1, j = sgd ? 1 : 2;   /* the moment that overflows: SGD's buffer, Adam's v */
+    amp_optim_config c = amp_optimizer_defaults(sgd ? AMP_SGD : AMP_ADAM);
+    amp_optimizer *o[3];
+    amp_tensor_desc d;
+    size_t e, nfile = 0, at = 0, mb = amp__moment_bytes(AMP_MOMENTS_8BIT, N);
+    unsigned char *file;
+    const unsigned char *q;
+    int finite = 1;
+    if (sgd) c.momentum = 0.9f;
+    for (r = 0; r < 3; r++) {
+      for (e = 0; e < N; e++) w[r][e] = 0.5f - (float)(e % 7) * 0.01f;
+      memset(&d, 0, sizeof d);
+      d.weights = w[r]; d.dtype = AMP_F32; d.grads = g; d.grad_dtype = AMP_GRAD_F32; d.n = N;
+      d.moments = AMP_MOMENTS_8BIT;
+      if (amp_optimizer_create(&o[r], amp_cpu(), &c) != AMP_OK || amp_optimizer_add_tensor(o[r], &d) != AMP_OK) {
+        EXPECT(0, "setup: %s", amp_last_error());
+        return;
+      }
+    }
+    for (e = 0; e < N; e++) g[e] = 0.01f * (float)(e % 5 + 1);
+    g[3] = sgd ? 3e38f : 1e21f;   /* finite; v = g * g, or the buffer at the second step, overflows */
+    for (k = 0; k < 3; k++) EXPECT(amp_optimizer_step(o[0]) == AMP_OK && !amp_optimizer_last_skipped(o[0]), "step %d", k);
+    q = j == 1 ? o[0]->t[0].mq : o[0]->t[0].vq;
+    EXPECT(bits(((const float *)q)[0]) == 0x7f7fffffu, "%s: block 0's absmax %a, want FLT_MAX", sgd ? "SGD" : "Adam",
+           (double)((const float *)q)[0]);
+    EXPECT(decoded(&o[0]->t[0], j, 3) == FLT_MAX, "%s: the overflowed moment decodes as %a, want FLT_MAX",
+           sgd ? "SGD" : "Adam", (double)decoded(&o[0]->t[0], j, 3));
+    for (e = 0; e < N; e++) {
+      float m = decoded(&o[0]->t[0], 1, e), v = sgd ? 0.0f : decoded(&o[0]->t[0], 2, e);
+      /* SGD's weight 3 goes to -inf with the buffer (as with f32 moments: the step uses the new
+         moment before it is encoded); nothing else may */
+      finite &= (sgd && e == 3 ? !isnan(w[0][e]) : isfinite(w[0][e])) && bits(w[0][e]) == bits(o[0]->t[0].master[e]) &&
+                !isnan(m) && !isnan(v);
+    }
+    EXPECT(finite, "%s: a weight is NaN or inf, or a moment NaN, after a moment overflowed", sgd ? "SGD" : "Adam");
+    /* saved and loaded into a fresh optimizer: both continue with the same bits */
+    EXPECT(amp_checkpoint_save(CKPT, o[0], NULL) == AMP_OK, "save: %s", amp_last_error());
+    EXPECT(amp_checkpoint_load(CKPT, o[1], NULL) == AMP_OK, "%s: the saved overflow does not load: %s",
+           sgd ? "SGD" : "Adam", amp_last_error());
+    for (k = 0; k < 2; k++) { amp_optimizer_step(o[0]); amp_optimizer_step(o[1]); }
+    EXPECT(state_of(o[0], s0) == state_of(o[1], s1) && memcmp(s0, s1, state_of(o[0], s0)) == 0,
+           "%s: the resumed run differs from the one that went on", sgd ? "SGD" : "Adam");
+    /* files with an absmax no update leaves: block 1's of the overflowed moment (found in the file
+       by its bytes), CRC made good */
+    EXPECT(amp_checkpoint_save(CKPT, o[0], NULL) == AMP_OK, "save 2: %s", amp_last_error());
+    file = t_read_file(CKPT, &nfile);
+    q = j == 1 ? o[0]->t[0].mq : o[0]->t[0].vq;
+    while (file && at + mb <= nfile && memcmp(file + at, q, mb)) at++;
+    EXPECT(file && at + mb <= nfile, "the moment's bytes are not in the file");
+    for (b = 0; file && at + mb <= nfile && b < 5; b++) {
+      amp__crc crc;
+      uint32_t cv;
+      FILE *f;
+      size_t l0, l1;
+      amp_status st;
+      unsigned char *bad = (unsigned char *)malloc(nfile);
+      memcpy(bad, file, nfile);
+      memcpy(bad + at + 4, &badam[b], 4);
+      amp__crc_init(&crc); amp__crc_add(&crc, bad, nfile - 4); cv = amp__crc_value(&crc); memcpy(bad + nfile - 4, &cv, 4);
+      f = fopen(CKPT2, "wb"); fwrite(bad, 1, nfile, f); fclose(f);
+      free(bad);
+      l0 = state_of(o[2], s0);
+      st = amp_checkpoint_load(CKPT2, o[2], NULL);
+      l1 = state_of(o[2], s1);
+      EXPECT(st == AMP_ERR_CORRUPT && strstr(amp_last_error(), "amp_checkpoint_load") &&
+             strstr(amp_last_error(), "absmax") && strstr(amp_last_error(), "block 1"),
+             "%s, absmax bits 0x%08x: %s '%s'", sgd ? "SGD" : "Adam", (unsigned)badam[b], amp_status_string(st),
+             amp_last_error());
+      EXPECT(l0 == l1 && memcmp(s0, s1, l0) == 0, "a refused load changed the state");
+    }
+    free(file);
+    for (r = 0; r < 3; r++) amp_optimizer_destroy(o[r]);
+  }
 }
 static void checkpoints_keep_moments_as_kept_and_move_between_types(void) {
   checkpoint_moves_between_types(AMP_MOMENTS_BF16);
@@ -1142,6 +1236,7 @@ int main(void) {
   RUN(fp8_moments_of_zero_keep_scale_one);
   RUN(spikes_skip_and_leave_every_moment_type_bit_for_bit);
   RUN(checkpoints_keep_moments_as_kept_and_move_between_types);
+  RUN(eight_bit_overflowed_moment_keeps_its_block);
   RUN(state_bytes_count_every_byte_kept);
   RUN(bad_moments_are_refused_naming_the_value);
   remove(CKPT); remove(CKPT2);
