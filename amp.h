@@ -1088,8 +1088,9 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
    for a status that is not an amp_status), before any weight is touched. fn NULL removes the hook.
    The same hook serves an fp8 scaler reduced over this scaler's group (amp_fp8_scaler_reduce_over):
    each amp_fp8_scaler_update calls it once with n < 0, and then buf holds -n amaxes, each the bits
-   of a float amax as an integer-valued double (0 .. 2^32 - 1), which the hook must replace with
-   their MAX over all ranks (ncclAllReduce(buf, buf, -n, ncclDouble, ncclMax, comm, stream)).
+   of a float amax, sign cleared, as an integer-valued double (0 .. 2^31 - 1), which the hook must
+   replace with their MAX over all ranks (on the CPU a value outside that range or not an integer
+   fails the update with AMP_ERR_ARG, nothing changed; a CUDA scaler clamps it into the range) (ncclAllReduce(buf, buf, -n, ncclDouble, ncclMax, comm, stream)).
    amp_nccl_allreduce_hook does both; a hook of your own must too, once fp8 scalers use it. */
 typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *stream);
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
@@ -1165,7 +1166,8 @@ static inline AMP_HD float amp_fp8_scale_from_amax(const amp_fp8_config *c, amp_
    E5M2 for the grads); NULL: all AMP_E4M3. Refused with AMP_ERR_ARG, nothing made: n 0, a format
    that is not fp8, a history_len out of range or given to a recipe without history, a margin
    that is NaN, infinite, above 64 in size, nonzero for CURRENT/TORCHAO or not an integer for
-   MSAMP, pow2 with DELAYED/MSAMP, a negative or NaN amax_epsilon, an unknown recipe. */
+   MSAMP, pow2 with DELAYED/MSAMP, an amax_epsilon that is negative, NaN, infinite or subnormal
+   (a -Ofast build would read a subnormal as 0; -0 is taken as 0), an unknown recipe. */
 typedef struct amp_fp8_scaler amp_fp8_scaler;
 AMPDEF amp_status amp_fp8_scaler_create(amp_fp8_scaler **out, amp_device *d, const amp_fp8_config *c, size_t n,
                                         const amp_dtype *formats);
@@ -2576,7 +2578,7 @@ static inline AMP_HD AMP__EXACT_FP float amp_fp8_scale_from_amax(const amp_fp8_c
     s = amp__fdiv(amp__fmul(fmax, amp__fp8_margin_factor(c ? c->margin : 0.0f)), amax);
     return amp__finite(s) ? s : flt_max;
   case AMP_FP8_CURRENT: {  /* TE: amax below eps is eps; inf, 0 or NaN gives 1; fmax / amax; inf -> FLT_MAX */
-    uint32_t a = amp__f32_bits(amax), e = amp__f32_bits(c->amax_epsilon);
+    uint32_t a = amp__f32_bits(amax), e = amp__is_zero(c->amax_epsilon) ? 0u : amp__f32_bits(c->amax_epsilon);   /* -0: 0 */
     if ((a & 0x7fffffffu) > 0x7f800000u) return 1.0f;                /* NaN (never below eps) */
     if ((a >> 31) || a < e) { a = e; amax = c->amax_epsilon; }        /* below eps (-inf too): on the bits, eps >= 0 */
     if ((a << 1) == 0u || a == 0x7f800000u) return 1.0f;             /* 0 or inf */
@@ -2611,7 +2613,9 @@ static inline AMP_HD float amp__amax_join(float acc, float a) {
   return amp__bits_f32(x > y ? x : y);
 }
 /* An amax on the data-parallel hook's wire: its bits (sign cleared) as an integer-valued double,
-   so the ranks' MAX is the join above, NaN included; and back. */
+   so the ranks' MAX is the join above, NaN included; and back. Every wire value lies in
+   0 .. AMP__FP8_WIRE_MAX (a larger one would come back as a negative amax). */
+#define AMP__FP8_WIRE_MAX 2147483647.0   /* 0x7fffffff: the largest amax bits with the sign cleared */
 static inline AMP_HD double amp__fp8_amax_to_wire(float a) { return (double)(amp__f32_bits(a) & 0x7fffffffu); }
 static inline AMP_HD float amp__fp8_amax_from_wire(double w) { return amp__bits_f32((uint32_t)w); }
 /* The cast telemetry of one element (amp_fp8_stats), on the bits: v is x widened to f32, y =
@@ -3890,9 +3894,11 @@ static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype
   if (amp_simd_active() && amp__dtype_cpu_vec(dt) && amp__dtype_cpu_vec(st) && amp__convert_simd(dst, dt, src, st, n))
     return;
 #endif
+  if (dt == st) { memmove(dst, src, n * amp_dtype_size(dt)); return; }   /* any addresses, any overlap */
   if ((uintptr_t)dst % amp_dtype_size(dt) || (uintptr_t)src % amp_dtype_size(st)) {
     /* an address the C loops may not use as an element pointer (an odd one, say): through
-       aligned buffers, a chunk at a time (each chunk read before it is written: dst == src works) */
+       aligned buffers, a chunk at a time (each chunk read before it is written: dst == src works;
+       two types of one size shifted over each other come here a chunk at a time from amp_convert) */
     float bs[256], bd[256];
     size_t ds = amp_dtype_size(dt), ss = amp_dtype_size(st), done, k;
     for (done = 0; done < n; done += k) {
@@ -9882,6 +9888,7 @@ static amp_status amp__fp8_resolve(const char *fn, const amp_fp8_config *in, amp
   if (c.recipe != AMP_FP8_CURRENT && !amp__is_zero(c.amax_epsilon))
     return amp__fail(AMP_ERR_ARG, "%s: amax_epsilon %g given to the %s recipe (only current takes it)", fn,
                      (double)c.amax_epsilon, name);
+  if (amp__is_zero(c.amax_epsilon)) c.amax_epsilon = 0.0f;   /* -0 is 0 (the rule compares the bits) */
   if (!amp__finite(c.amax_epsilon) || (amp__f32_bits(c.amax_epsilon) >> 31) || amp__subnormal(c.amax_epsilon))
     return amp__fail(AMP_ERR_ARG, "%s: amax_epsilon %g must be finite, >= 0 and not subnormal", fn,
                      (double)c.amax_epsilon);
@@ -10087,9 +10094,9 @@ static amp_status amp__cpu_fp8_amax_io(amp_fp8_scaler *f, int to_slots, char *m,
   size_t i;
   for (i = 0; i < f->n && !to_slots; i++) f->red[i] = amp__fp8_amax_to_wire(f->hist[i * (size_t)f->len]);
   for (i = 0; i < f->n && to_slots; i++)   /* all checked before any slot is written */
-    if (!(f->red[i] >= 0.0 && f->red[i] <= 4294967295.0) || f->red[i] != (double)(uint32_t)f->red[i]) {
-      snprintf(m, cap, "the allreduce hook gave %g for tensor %zu's amax, which is no amax's bits (an integer in "
-               "0..2^32-1: the MAX over the ranks of what each rank gave)", f->red[i], i);
+    if (!(f->red[i] >= 0.0 && f->red[i] <= AMP__FP8_WIRE_MAX) || f->red[i] != (double)(uint32_t)f->red[i]) {
+      snprintf(m, cap, "the allreduce hook gave %.17g for tensor %zu's amax, which is no amax's bits (an integer in "
+               "0..2^31-1: the MAX over the ranks of what each rank gave)", f->red[i], i);
       return AMP_ERR_ARG;
     }
   for (i = 0; i < f->n && to_slots; i++) f->hist[i * (size_t)f->len] = amp__fp8_amax_from_wire(f->red[i]);

@@ -1274,7 +1274,7 @@ __global__ void amp__cu_fp8_amax_io_kernel(amp__cu_fp8 f, int to_slots) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= f.n) return;
   if (!to_slots) f.red[i] = amp__fp8_amax_to_wire(f.hist[i * (size_t)f.len]);
-  else f.hist[i * (size_t)f.len] = amp__fp8_amax_from_wire(fmin(fmax(f.red[i], 0.0), 4294967295.0));
+  else f.hist[i * (size_t)f.len] = amp__fp8_amax_from_wire(fmin(fmax(f.red[i], 0.0), AMP__FP8_WIRE_MAX));
 }
 
 // The cast with its amax: each thread casts its elements (amp__load, one multiply, the saturating

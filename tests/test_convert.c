@@ -337,12 +337,15 @@ static void bulk_equals_scalar_on_a_large_random_buffer(void) {
   free(src); free(dst); free(want);
 }
 
-/* Same element size: dst == src (in place) and dst shifted either way by 1..40 elements give what
-   converting from a copy of src gives, for n across the 1024-element chunk of the shifted case. */
+/* Same element size: dst == src (in place) and dst shifted either way by 1..40 elements, or by an
+   odd number of bytes (an address no element pointer may take: the portable path's bounce
+   buffers, whose 256-element chunks once overwrote the next chunk's source), give what converting
+   from a copy of src gives, for n across the 1024-element chunk of the shifted case. */
 static void overlapping_buffers_of_one_size_convert_as_from_a_copy(void) {
   static const size_t ns[] = { 1, 7, 31, 32, 33, 100, 1023, 1024, 1025, 3000 };
   static const int shifts[] = { 0, 1, -1, 2, -2, 7, -7, 15, -16, 17, -33, 40 };
-  enum { CAP = 3100 + 80 };
+  static const int bytes[] = { 1, -1, 3, -3, 5 };   /* shifts in bytes */
+  enum { NSH = sizeof shifts / sizeof shifts[0], CAP = 3100 + 80 };
   char *buf = (char *)malloc(4 * CAP), *copy = (char *)malloc(4 * CAP), *want = (char *)malloc(4 * CAP);
   int p, np = n_paths(), a, b;
   size_t k, q;
@@ -352,19 +355,20 @@ static void overlapping_buffers_of_one_size_convert_as_from_a_copy(void) {
       amp_dtype dt = types[a], st = types[b];
       size_t es = amp_dtype_size(st);
       if (es != amp_dtype_size(dt)) continue;
-      for (k = 0; k < sizeof ns / sizeof ns[0]; k++) for (q = 0; q < sizeof shifts / sizeof shifts[0]; q++) {
+      for (k = 0; k < sizeof ns / sizeof ns[0]; k++) for (q = 0; q < NSH + sizeof bytes / sizeof bytes[0]; q++) {
         size_t n = ns[k], i;
-        char *s = buf + 40 * es, *d = s + shifts[q] * (long)es;
+        long off = q < NSH ? shifts[q] * (long)es : bytes[q - NSH];
+        char *s = buf + 40 * es, *d = s + off;
         amp_status rc;
         fill_random(buf, st, CAP);
         memcpy(want, buf, es * CAP);
         memcpy(copy, s, es * n);
         convert_scalar(want + (d - buf), dt, copy, st, n);
         rc = amp_convert(d, dt, s, st, n);
-        EXPECT(rc == AMP_OK, "%s->%s n %zu shift %d: status %s (%s)", tname(st), tname(dt), n, shifts[q], amp_status_string(rc), amp_last_error());
+        EXPECT(rc == AMP_OK, "%s->%s n %zu shift %ld bytes: status %s (%s)", tname(st), tname(dt), n, off, amp_status_string(rc), amp_last_error());
         for (i = 0; i < CAP; i++) if (elem_bits(buf, dt, i) != elem_bits(want, dt, i)) break;
-        EXPECT(i == CAP, "simd %d %s->%s n %zu dst = src %+d: buffer element %zu expected 0x%x got 0x%x",
-               simd_paths[p], tname(st), tname(dt), n, shifts[q], i, i < CAP ? elem_bits(want, dt, i) : 0, i < CAP ? elem_bits(buf, dt, i) : 0);
+        EXPECT(i == CAP, "simd %d %s->%s n %zu dst = src %+ld bytes: buffer element %zu expected 0x%x got 0x%x",
+               simd_paths[p], tname(st), tname(dt), n, off, i, i < CAP ? elem_bits(want, dt, i) : 0, i < CAP ? elem_bits(buf, dt, i) : 0);
       }
     }
   }

@@ -134,7 +134,7 @@ amp_status amp__cu_fp8_amax_io(void *state, void *fp8, int to_slots, char *msg, 
   size_t i;
   (void)state; (void)msg; (void)cap;
   for (i = 0; i < f->n; i++) {
-    double w = f->red[i] < 0.0 ? 0.0 : f->red[i] > 4294967295.0 ? 4294967295.0 : f->red[i];   /* the kernel's clamp */
+    double w = f->red[i] < 0.0 ? 0.0 : f->red[i] > AMP__FP8_WIRE_MAX ? AMP__FP8_WIRE_MAX : f->red[i];   /* the kernel's clamp */
     if (!to_slots) f->red[i] = amp__fp8_amax_to_wire(f->hist[i * (size_t)f->len]);
     else f->hist[i * (size_t)f->len] = amp__fp8_amax_from_wire(w);
   }

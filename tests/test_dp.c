@@ -721,10 +721,10 @@ static void *fp8_rank_main(void *arg) {
   }
   return NULL;
 }
-static amp_status half_hook(void *user, double *buf, int n, void *stream) {
+static amp_status value_hook(void *user, double *buf, int n, void *stream) {   /* every slot *user */
   int i;
-  (void)user; (void)stream;
-  for (i = 0; i < (n < 0 ? -n : n); i++) buf[i] = 0.5;
+  (void)stream;
+  for (i = 0; i < (n < 0 ? -n : n); i++) buf[i] = *(const double *)user;
   return AMP_OK;
 }
 static void fp8_amaxes_are_reduced_over_the_loss_scalers_group(void) {
@@ -774,18 +774,24 @@ static void fp8_amaxes_are_reduced_over_the_loss_scalers_group(void) {
     amp_fp8_scaler_create(&f, amp_cpu(), NULL, 1, NULL);
     EXPECT(amp_fp8_scaler_reduce_over(NULL, NULL) == AMP_ERR_ARG, "f NULL");
     EXPECT(amp_fp8_scaler_reduce_over(f, NULL) == AMP_OK, "s NULL detaches");
-    {   /* a hook that gives back no amax's bits is refused, the slot kept */
-      amp_scaler *sc = NULL;
-      float h = 0.0f;
-      amp_scaler_create(&sc, amp_cpu(), NULL);
-      amp_scaler_set_allreduce(sc, half_hook, NULL);
-      amp_fp8_scaler_reduce_over(f, sc);
-      amp_fp8_scaler_record(f, 0, 3.0f);
-      EXPECT(amp_fp8_scaler_update(f) == AMP_ERR_ARG && strstr(amp_last_error(), "amp_fp8_scaler_update") &&
-                 strstr(amp_last_error(), "no amax's bits"), "%s", amp_last_error());
-      EXPECT(amp_fp8_scaler_history(f, 0, &h, 1) == AMP_OK && h == 3.0f && amp_fp8_scaler_get_scale(f, 0) == 1.0f,
-             "the refused update changed the state (slot 0 %g)", (double)h);
-      amp_scaler_destroy(sc);
+    {   /* a hook that gives back no amax's bits (not an integer; past 2^31 - 1, the bits of a
+           negative float such as -1's) is refused, the slot kept */
+      static const double bad[3] = {0.5, 2147483648.0, 3212836864.0};
+      int b;
+      for (b = 0; b < 3; b++) {
+        amp_scaler *sc = NULL;
+        float h = 0.0f;
+        amp_scaler_create(&sc, amp_cpu(), NULL);
+        amp_scaler_set_allreduce(sc, value_hook, (void *)&bad[b]);
+        amp_fp8_scaler_reduce_over(f, sc);
+        amp_fp8_scaler_record(f, 0, 3.0f);
+        EXPECT(amp_fp8_scaler_update(f) == AMP_ERR_ARG && strstr(amp_last_error(), "amp_fp8_scaler_update") &&
+                   strstr(amp_last_error(), "no amax's bits"), "hook value %.17g: %s", bad[b], amp_last_error());
+        EXPECT(amp_fp8_scaler_history(f, 0, &h, 1) == AMP_OK && h == 3.0f && amp_fp8_scaler_get_scale(f, 0) == 1.0f,
+               "hook value %.17g: the refused update changed the state (slot 0 %g)", bad[b], (double)h);
+        amp_fp8_scaler_reduce_over(f, NULL);
+        amp_scaler_destroy(sc);
+      }
     }
     amp_fp8_scaler_destroy(f);
   }

@@ -95,7 +95,7 @@ static float amax_case(int i) {   /* the edges, then random bit patterns over ev
 static void recipes_equal_their_anchors(void) {
   static const float margins_d[] = { 0.0f, 1.0f, 3.0f, -2.0f, 0.5f, 64.0f, -64.0f };
   static const int margins_m[] = { 0, 1, 8, 64, -5, -64 };
-  static const float eps[] = { 0.0f, 1e-6f, 1.0f, 1e-30f };
+  static const float eps[] = { 0.0f, 1e-6f, 1.0f, 1e-30f, -0.0f };   /* -0: as 0 */
   static const float prevs[] = { 1.0f, 0.75f, 1048576.0f };
   amp_dtype f;
   int i, j, p, pw;
@@ -113,7 +113,7 @@ static void recipes_equal_their_anchors(void) {
                  (double)margins_d[j], (double)prevs[p], (double)got, (double)want);
         }
       c.margin = 0.0f;
-      for (j = 0; j < 4; j++)
+      for (j = 0; j < (int)(sizeof eps / sizeof eps[0]); j++)
         for (pw = 0; pw < 2; pw++) {
           float want = ref_current(f, a, eps[j], pw), got;
           c.recipe = AMP_FP8_CURRENT; c.amax_epsilon = eps[j]; c.pow2 = pw;
@@ -523,6 +523,7 @@ static void bad_input_is_refused_and_changes_nothing(void) {
     { AMP_FP8_MSAMP, 0, 0, 1.5f, 0, 0, "margin 1.5 must be an integer" },
     { AMP_FP8_DELAYED, 0, 0, 0, 1, 0, "pow2 1 given to the delayed" },
     { AMP_FP8_CURRENT, 0, 0, 0, 0, -1.0f, "amax_epsilon -1" },
+    { AMP_FP8_CURRENT, 0, 0, 0, 0, 1e-40f, "must be finite, >= 0 and not subnormal" },
     { AMP_FP8_TORCHAO, 0, 0, 0, 0, 1e-3f, "amax_epsilon 0.001 given to the torchao" },
   };
   size_t i;
@@ -535,6 +536,19 @@ static void bad_input_is_refused_and_changes_nothing(void) {
     EXPECT(amp_fp8_scaler_create(&f, amp_cpu(), &c, 2, NULL) == AMP_ERR_ARG && f == NULL, "%zu accepted", i);
     EXPECT(strstr(amp_last_error(), "amp_fp8_scaler_create") && strstr(amp_last_error(), i == 5 ? "margin" : cfgs[i].what),
            "%zu: message '%s'", i, amp_last_error());
+  }
+  {   /* amax_epsilon -0 is 0: taken, and the scales are those of 0 */
+    amp_fp8_scaler *z = NULL;
+    float one = 3.0f;
+    memset(&c, 0, sizeof c);
+    c.recipe = AMP_FP8_CURRENT; c.amax_epsilon = -0.0f;
+    EXPECT(amp_fp8_scaler_create(&z, amp_cpu(), &c, 1, NULL) == AMP_OK, "amax_epsilon -0 refused: %s", amp_last_error());
+    if (z) {
+      EXPECT(amp_fp8_scaler_record(z, 0, one) == AMP_OK && amp_fp8_scaler_update(z) == AMP_OK &&
+                 amp_fp8_scaler_get_scale(z, 0) == 448.0f / 3.0f,
+             "amax_epsilon -0: scale %g after amax 3, want 448 / 3", (double)amp_fp8_scaler_get_scale(z, 0));
+      amp_fp8_scaler_destroy(z);
+    }
   }
   EXPECT(amp_fp8_scaler_create(&g, amp_cpu(), NULL, 0, NULL) == AMP_ERR_ARG && strstr(amp_last_error(), "n is 0"),
          "n 0: %s", amp_last_error());
