@@ -1243,7 +1243,8 @@ AMPDEF const char *amp_fp8_recipe_name(amp_fp8_recipe r);               /* "dela
    scale NULL: 1; amax_out NULL: not computed; q NULL: only the amax (n elements read, nothing
    written). x in F32, F16 or BF16. Device pointers on CUDA (enqueued on the stream, no host wait),
    host pointers on the CPU. Refused (AMP_ERR_ARG, nothing written): d NULL, fp8 not an fp8 format,
-   x_type not F32/F16/BF16, x NULL with n > 0, q and amax_out both NULL, q overlapping x. The
+   x_type not F32/F16/BF16, x NULL with n > 0, q and amax_out both NULL, x not aligned to its
+   element size, scale or amax_out not aligned to 4 bytes, q overlapping x, amax_out inside x or q. The
    scale is used as it is (a recipe may give 0 or FLT_MAX; a NaN scale gives NaN codes); *amax_out
    must hold an amax (>= 0: 0 before the step's first cast, as the scaler's slot 0 does). */
 AMPDEF amp_status amp_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
@@ -10336,8 +10337,17 @@ static amp_status amp__quantize(const char *fn, amp_device *d, void *q, amp_dtyp
     return amp__fail(AMP_ERR_ARG, "%s: counts %p is not 8-byte aligned (4 uint64_t counters)", fn, (void *)counts);
   if (n == 0) return AMP_OK;
   if (!x) return amp__fail(AMP_ERR_ARG, "%s: x is NULL with n = %zu", fn, n);
+  if ((uintptr_t)x % amp_dtype_size(x_type))
+    return amp__fail(AMP_ERR_ARG, "%s: x %p is not aligned to its element size (%zu bytes, %s)", fn, x,
+                     amp_dtype_size(x_type), amp__dtype_name(x_type));
+  if ((uintptr_t)scale % 4u || (uintptr_t)amax_out % 4u)
+    return amp__fail(AMP_ERR_ARG, "%s: %s %p is not aligned to 4 bytes (a float)", fn,
+                     (uintptr_t)scale % 4u ? "scale" : "amax_out", (uintptr_t)scale % 4u ? (const void *)scale : (void *)amax_out);
   if (q && amp__overlap(q, n, x, n * amp_dtype_size(x_type)))
     return amp__fail(AMP_ERR_ARG, "%s: q overlaps x (the cast is not done in place)", fn);
+  if (amax_out && (amp__overlap(amax_out, 4, x, n * amp_dtype_size(x_type)) || (q && amp__overlap(amax_out, 4, q, n))))
+    return amp__fail(AMP_ERR_ARG, "%s: amax_out %p lies inside %s (the amax is written after the pass)", fn,
+                     (void *)amax_out, amp__overlap(amax_out, 4, x, n * amp_dtype_size(x_type)) ? "x" : "q");
   if (counts && q && amp__overlap(q, n, counts, 4 * sizeof *counts))
     return amp__fail(AMP_ERR_ARG, "%s: counts overlaps q", fn);
   return amp__op_fail(fn, amp__be(d)->quantize(d, q, fp8, x, x_type, n, scale, amax_out, counts, m, sizeof m), m);

@@ -385,6 +385,23 @@ static void stats_off_and_bad_input_are_refused(void) {
              strstr(amp_last_error(), "amp_quantize_ex: counts overlaps q"), "%s", amp_last_error());
   EXPECT(amp_quantize_ex(amp_cpu(), (unsigned char *)x + 3, AMP_E4M3, x, AMP_F32, 4, NULL, &amax, cnt) == AMP_ERR_ARG &&
              strstr(amp_last_error(), "amp_quantize_ex: q overlaps x"), "%s", amp_last_error());
+  /* a misaligned x, scale or amax_out (no element pointer may point there), an amax_out inside x
+     or q (written after the pass: the amax lost, or read as x mid-pass) */
+  EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, (const char *)x + 2, AMP_F32, 4, NULL, &amax, cnt) == AMP_ERR_ARG &&
+             strstr(amp_last_error(), "amp_quantize_ex: x") && strstr(amp_last_error(), "not aligned to its element size"),
+         "%s", amp_last_error());
+  EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, (const float *)(const void *)((const char *)x + 1), &amax,
+                         cnt) == AMP_ERR_ARG &&
+             strstr(amp_last_error(), "amp_quantize_ex: scale") && strstr(amp_last_error(), "not aligned to 4 bytes"),
+         "%s", amp_last_error());
+  EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, NULL, (float *)(void *)((char *)&amax + 1), cnt) ==
+                 AMP_ERR_ARG && strstr(amp_last_error(), "amp_quantize_ex: amax_out"), "%s", amp_last_error());
+  EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, NULL, (float *)(void *)(q + (4u - (uintptr_t)q % 4u) % 4u), cnt) == AMP_ERR_ARG &&
+             strstr(amp_last_error(), "amp_quantize_ex: amax_out") && strstr(amp_last_error(), "inside q"),
+         "%s", amp_last_error());
+  EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, NULL, x + 2, cnt) == AMP_ERR_ARG &&
+             strstr(amp_last_error(), "amp_quantize_ex: amax_out") && strstr(amp_last_error(), "inside x"),
+         "%s", amp_last_error());
   EXPECT(cnt[0] == 1 && cnt[1] == 2 && cnt[2] == 3 && cnt[3] == 4 && cnt[4] == 5 && amax == 0.0f, "a refused call wrote");
   {
     size_t i;
