@@ -1916,7 +1916,7 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      the stored rows: A row-major with ta AMP_NO_TRANS (col-major: AMP_TRANS), B row-major with tb
      AMP_TRANS (col-major: AMP_NO_TRANS), the layer forward y = x W^T; 128 x 128 blocks are square
      and serve either way (W in the backward's dX = dY W). Other layouts are refused
-     (AMP_ERR_UNSUPPORTED), as are blocks of different widths (MX beside 1x128). One operand may be
+     (AMP_ERR_UNSUPPORTED); blocks of different widths (MX beside 1x128) with AMP_ERR_ARG. One operand may be
      block-scaled and the other per-tensor. An E8M0 byte e is 2^(e - 127) (e = 0 is 2^-127, an f32
      subnormal, which -Ofast's denormals-are-zero mode reads as 0; 0xff is NaN).
    - an fp8 C needs opts->c_scale (TransformerEngine's output scale; AMP_ERR_ARG without it):
@@ -2933,16 +2933,21 @@ AMP__EXACT_END
    may hold NaN or garbage). */
 static inline AMP_HD float amp__gemm_blend(float acc, float alpha, float beta, float c) {
   float t = alpha * acc;
+  AMP__ROUNDED(t);   /* also with beta 0: the bias added after (amp__gemm_epi) must not fuse with it */
   if (beta != 0.0f) {
     float bc = beta * c;
-    AMP__ROUNDED(t);
     AMP__ROUNDED(bc);
     t = t + bc;
   }
   return t;
 }
-/* C = beta * C, for k 0 or alpha 0 (A and B are not read; 0 * inf in them never appears). */
-static inline AMP_HD float amp__gemm_scale(float beta, float c) { return beta != 0.0f ? beta * c : 0.0f; }
+/* C = beta * C, for k 0 or alpha 0 (A and B are not read; 0 * inf in them never appears); the
+   product rounded before a bias is added. */
+static inline AMP_HD float amp__gemm_scale(float beta, float c) {
+  float t = beta != 0.0f ? beta * c : 0.0f;
+  AMP__ROUNDED(t);
+  return t;
+}
 /* The bias and the activation, on the f32 value before the one rounding to C's type. */
 static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int act) {
   if (has_bias) t = t + bias;
@@ -12034,11 +12039,10 @@ static size_t amp__gemm_op_span(int row, amp_trans t, int r, int c, int ld) {
 
 /* The fp8 arguments of amp_gemm_ex (the manual's "fp8 inputs and outputs"); nothing is read but
    the pointers' values and the types. */
-static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype b_type, amp_dtype c_type, int m,
-                                      int n, int k, int row, amp_trans ta, amp_trans tb, float beta,
-                                      const amp_gemm_opts *o) {
+static amp_status amp__gemm_fp8_check(const char *op, amp_device *d, amp_dtype a_type, amp_dtype b_type,
+                                      amp_dtype c_type, int m, int n, int k, int row, amp_trans ta, amp_trans tb,
+                                      float beta, const amp_gemm_opts *o) {
   int c8 = amp__gemm_is_fp8(c_type), x;
-  const char *op = "amp_gemm_ex";
   if (amp__dtype_fp8(a_type) == 1 && amp__dtype_fp8(b_type) == 1)   /* the fp8 column: 1 is E5M2 */
     return amp__fail(AMP_ERR_UNSUPPORTED, "%s: a_type and b_type are both AMP_E5M2: the GPUs' fp8 Tensor Cores "
                      "(cuBLASLt) have no E5M2 x E5M2 product, so neither has amp.h; make one of them AMP_E4M3", op);
@@ -12051,7 +12055,7 @@ static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype
                      "(AMP_E4M3 or AMP_E5M2) only", op, amp__dtype_name(c_type));
   if (c8 && beta != 0.0f)
     return amp__fail(AMP_ERR_ARG, "%s: beta is %g with an fp8 C (%s): C's codes hold result * c_scale, and "
-                     "amp_gemm_ex has no scale to read them back with; beta must be 0 (cuBLASLt too reads beta's "
+                     "there is no scale to read them back with; beta must be 0 (cuBLASLt too reads beta's "
                      "C from a separate 16-bit matrix)", op, (double)beta, amp__dtype_name(c_type));
   for (x = 0; x < 2; x++) {
     const char *name = x ? "b" : "a";
@@ -12086,9 +12090,11 @@ static amp_status amp__gemm_fp8_check(amp_device *d, amp_dtype a_type, amp_dtype
   return AMP_OK;
 }
 
-AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
-                              float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
-                              int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
+/* amp_gemm and amp_gemm_ex, their arguments checked for the public caller fn. */
+static amp_status amp__gemm(const char *fn, amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n,
+                            int k, float alpha, const void *A, amp_dtype a_type, int lda, const void *B,
+                            amp_dtype b_type, int ldb, float beta, void *C, amp_dtype c_type, int ldc,
+                            const amp_gemm_opts *opts) {
   static const amp_gemm_opts none = {NULL, AMP_F32, AMP_ACT_NONE, AMP_GEMM_AUTO, 0, NULL, NULL,
                                      AMP_BLOCK_MX_RCEIL, AMP_BLOCK_MX_RCEIL, NULL, NULL, NULL, NULL, 0};
   const amp_gemm_opts *o = opts ? opts : &none;
@@ -12100,56 +12106,56 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   int min_lda = row ? a_cols : a_rows, min_ldb = row ? b_cols : b_rows, min_ldc = row ? n : m;
   char msg[AMP__MSG] = "";
   amp_status st;
-  if (!d) return amp__fail(AMP_ERR_ARG, "amp_gemm: d is NULL (use amp_cpu())");
+  if (!d) return amp__fail(AMP_ERR_ARG, "%s: d is NULL (use amp_cpu())", fn);
   if (layout != AMP_ROW_MAJOR && layout != AMP_COL_MAJOR)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm: layout %d is not AMP_ROW_MAJOR or AMP_COL_MAJOR", (int)layout);
+    return amp__fail(AMP_ERR_ARG, "%s: layout %d is not AMP_ROW_MAJOR or AMP_COL_MAJOR", fn, (int)layout);
   if (ta != AMP_NO_TRANS && ta != AMP_TRANS)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm: ta %d is not AMP_NO_TRANS or AMP_TRANS", (int)ta);
+    return amp__fail(AMP_ERR_ARG, "%s: ta %d is not AMP_NO_TRANS or AMP_TRANS", fn, (int)ta);
   if (tb != AMP_NO_TRANS && tb != AMP_TRANS)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm: tb %d is not AMP_NO_TRANS or AMP_TRANS", (int)tb);
-  if (m < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: m %d must be >= 0", m);
-  if (n < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: n %d must be >= 0", n);
-  if (k < 0) return amp__fail(AMP_ERR_ARG, "amp_gemm: k %d must be >= 0", k);
-  if ((st = amp__dtype_check("amp_gemm", "a_type", a_type)) != AMP_OK) return st;
-  if ((st = amp__dtype_check("amp_gemm", "b_type", b_type)) != AMP_OK) return st;
-  if ((st = amp__dtype_check("amp_gemm", "c_type", c_type)) != AMP_OK) return st;
-  if ((st = amp__gemm_fp8_check(d, a_type, b_type, c_type, m, n, k, row, ta, tb, beta, o)) != AMP_OK) return st;
+    return amp__fail(AMP_ERR_ARG, "%s: tb %d is not AMP_NO_TRANS or AMP_TRANS", fn, (int)tb);
+  if (m < 0) return amp__fail(AMP_ERR_ARG, "%s: m %d must be >= 0", fn, m);
+  if (n < 0) return amp__fail(AMP_ERR_ARG, "%s: n %d must be >= 0", fn, n);
+  if (k < 0) return amp__fail(AMP_ERR_ARG, "%s: k %d must be >= 0", fn, k);
+  if ((st = amp__dtype_check(fn, "a_type", a_type)) != AMP_OK) return st;
+  if ((st = amp__dtype_check(fn, "b_type", b_type)) != AMP_OK) return st;
+  if ((st = amp__dtype_check(fn, "c_type", c_type)) != AMP_OK) return st;
+  if ((st = amp__gemm_fp8_check(fn, d, a_type, b_type, c_type, m, n, k, row, ta, tb, beta, o)) != AMP_OK) return st;
   if (lda < (min_lda > 1 ? min_lda : 1))
-    return amp__fail(AMP_ERR_ARG, "amp_gemm: lda %d is less than %d, the length of a %s of A (%s, %s)", lda,
+    return amp__fail(AMP_ERR_ARG, "%s: lda %d is less than %d, the length of a %s of A (%s, %s)", fn, lda,
                      min_lda > 1 ? min_lda : 1, row ? "row" : "column", row ? "row-major" : "col-major",
                      amp__trans_name(ta));
   if (ldb < (min_ldb > 1 ? min_ldb : 1))
-    return amp__fail(AMP_ERR_ARG, "amp_gemm: ldb %d is less than %d, the length of a %s of B (%s, %s)", ldb,
+    return amp__fail(AMP_ERR_ARG, "%s: ldb %d is less than %d, the length of a %s of B (%s, %s)", fn, ldb,
                      min_ldb > 1 ? min_ldb : 1, row ? "row" : "column", row ? "row-major" : "col-major",
                      amp__trans_name(tb));
   if (ldc < (min_ldc > 1 ? min_ldc : 1))
-    return amp__fail(AMP_ERR_ARG, "amp_gemm: ldc %d is less than %d, the length of a %s of C (%s)", ldc,
+    return amp__fail(AMP_ERR_ARG, "%s: ldc %d is less than %d, the length of a %s of C (%s)", fn, ldc,
                      min_ldc > 1 ? min_ldc : 1, row ? "row" : "column", row ? "row-major" : "col-major");
-  if (m > 0 && n > 0 && !C) return amp__fail(AMP_ERR_ARG, "amp_gemm: C is NULL with m %d, n %d", m, n);
-  if (m > 0 && n > 0 && k > 0 && !A) return amp__fail(AMP_ERR_ARG, "amp_gemm: A is NULL with m %d, k %d", m, k);
-  if (m > 0 && n > 0 && k > 0 && !B) return amp__fail(AMP_ERR_ARG, "amp_gemm: B is NULL with k %d, n %d", k, n);
-  if (o->bias && (st = amp__dtype_compute_check("amp_gemm_ex", "opts->bias_type", o->bias_type)) != AMP_OK) return st;
+  if (m > 0 && n > 0 && !C) return amp__fail(AMP_ERR_ARG, "%s: C is NULL with m %d, n %d", fn, m, n);
+  if (m > 0 && n > 0 && k > 0 && !A) return amp__fail(AMP_ERR_ARG, "%s: A is NULL with m %d, k %d", fn, m, k);
+  if (m > 0 && n > 0 && k > 0 && !B) return amp__fail(AMP_ERR_ARG, "%s: B is NULL with k %d, n %d", fn, k, n);
+  if (o->bias && (st = amp__dtype_compute_check(fn, "opts->bias_type", o->bias_type)) != AMP_OK) return st;
   if (o->act != AMP_ACT_NONE && o->act != AMP_ACT_RELU && o->act != AMP_ACT_GELU)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU",
+    return amp__fail(AMP_ERR_ARG, "%s: opts->act %d is not AMP_ACT_NONE, AMP_ACT_RELU or AMP_ACT_GELU", fn,
                      (int)o->act);
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_WMMA && o->algo != AMP_GEMM_SIMPLE &&
       o->algo != AMP_GEMM_REFERENCE)
     return amp__fail(
         AMP_ERR_ARG,
-        "amp_gemm_ex: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE",
+        "%s: opts->algo %d is not AMP_GEMM_AUTO, AMP_GEMM_WMMA, AMP_GEMM_SIMPLE or AMP_GEMM_REFERENCE", fn,
         (int)o->algo);
   if (o->fp8_fast_accum != 0 && o->fp8_fast_accum != 1)
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->fp8_fast_accum %d is not 0 (split accumulation) or 1 "
-                     "(cuBLASLt's fast accumulation)", o->fp8_fast_accum);
+    return amp__fail(AMP_ERR_ARG, "%s: opts->fp8_fast_accum %d is not 0 (split accumulation) or 1 "
+                     "(cuBLASLt's fast accumulation)", fn, o->fp8_fast_accum);
   if (o->algo == AMP_GEMM_REFERENCE && amp_device_is_cuda(d))
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo AMP_GEMM_REFERENCE runs on the CPU, and d is a CUDA device");
+    return amp__fail(AMP_ERR_ARG, "%s: opts->algo AMP_GEMM_REFERENCE runs on the CPU, and d is a CUDA device", fn);
   if (o->algo != AMP_GEMM_AUTO && o->algo != AMP_GEMM_REFERENCE && !amp_device_is_cuda(d))
-    return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: opts->algo %s runs on a CUDA device, and d is the CPU",
+    return amp__fail(AMP_ERR_ARG, "%s: opts->algo %s runs on a CUDA device, and d is the CPU", fn,
                      o->algo == AMP_GEMM_WMMA ? "AMP_GEMM_WMMA" : "AMP_GEMM_SIMPLE");
   if (o->algo == AMP_GEMM_WMMA && (a_type == AMP_F32 || amp__gemm_is_fp8(a_type) || a_type != b_type))
     return amp__fail(AMP_ERR_ARG,
-                     "amp_gemm_ex: opts->algo AMP_GEMM_WMMA takes A and B of one 16-bit type (f16 or bf16), and "
-                     "a_type is %s, b_type %s", amp__dtype_name(a_type), amp__dtype_name(b_type));
+                     "%s: opts->algo AMP_GEMM_WMMA takes A and B of one 16-bit type (f16 or bf16), and "
+                     "a_type is %s, b_type %s", fn, amp__dtype_name(a_type), amp__dtype_name(b_type));
   if ((m == 0 || n == 0) && (!o->c_amax || !amp_device_is_cuda(d))) {
     if (o->c_amax) *o->c_amax = 0.0f;   /* the max over no results (on CUDA the device writes it) */
     return AMP_OK;
@@ -12157,23 +12163,30 @@ AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, am
   if (m > 0 && n > 0) {   /* C must not overlap what the product reads (compared as spans from first to last element) */
     size_t cb = amp__gemm_span(row ? m : n, row ? n : m, ldc) * amp_dtype_size(c_type);
     if (k > 0 && amp__overlap(C, cb, A, amp__gemm_op_span(row, ta, m, k, lda) * amp_dtype_size(a_type)))
-      return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps A %p", C, m, n, ldc, A);
+      return amp__fail(AMP_ERR_ARG, "%s: C %p (%d x %d, ldc %d) overlaps A %p", fn, C, m, n, ldc, A);
     if (k > 0 && amp__overlap(C, cb, B, amp__gemm_op_span(row, tb, k, n, ldb) * amp_dtype_size(b_type)))
-      return amp__fail(AMP_ERR_ARG, "amp_gemm: C %p (%d x %d, ldc %d) overlaps B %p", C, m, n, ldc, B);
+      return amp__fail(AMP_ERR_ARG, "%s: C %p (%d x %d, ldc %d) overlaps B %p", fn, C, m, n, ldc, B);
     if (o->bias && amp__overlap(C, cb, o->bias, (size_t)n * amp_dtype_size(o->bias_type)))
-      return amp__fail(AMP_ERR_ARG, "amp_gemm_ex: C %p (%d x %d, ldc %d) overlaps opts->bias %p", C, m, n, ldc,
+      return amp__fail(AMP_ERR_ARG, "%s: C %p (%d x %d, ldc %d) overlaps opts->bias %p", fn, C, m, n, ldc,
                        o->bias);
   }
-  /* a device failure names amp_gemm, as every other public call's does */
+  /* a device failure names the call, as every other public call's does */
   st = amp__be(d)->gemm(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, o,
                         msg, sizeof msg);
-  return amp__op_fail("amp_gemm", st, msg);
+  return amp__op_fail(fn, st, msg);
 }
 
+AMPDEF amp_status amp_gemm_ex(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
+                              float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
+                              int ldb, float beta, void *C, amp_dtype c_type, int ldc, const amp_gemm_opts *opts) {
+  return amp__gemm("amp_gemm_ex", d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type,
+                   ldc, opts);
+}
 AMPDEF amp_status amp_gemm(amp_device *d, amp_layout layout, amp_trans ta, amp_trans tb, int m, int n, int k,
                            float alpha, const void *A, amp_dtype a_type, int lda, const void *B, amp_dtype b_type,
                            int ldb, float beta, void *C, amp_dtype c_type, int ldc) {
-  return amp_gemm_ex(d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc, NULL);
+  return amp__gemm("amp_gemm", d, layout, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type, ldc,
+                   NULL);
 }
 
 /* ------------------------------------------------------------------------------------------

@@ -703,6 +703,41 @@ static void gemm_epilogue_adds_bias_then_activation(void) {
   }
 }
 
+/* The bias is added to the rounded alpha * acc (and beta * c), never fused with it: one element
+   whose product the bias cancels exactly (0.1f * 3 + -fl(0.1f * 3) is 0; fused, it is the
+   product's rounding error), through the reference with beta 0, with alpha 0 and with k 0
+   (C = beta * C + bias), and the per-tensor fp8 product (s = fl(fl(alpha * a_scale_inv) * 1)).
+   make test runs this file under gcc and clang -Ofast -march=native, whose contraction found it. */
+static void gemm_bias_is_added_to_the_rounded_product(void) {
+  amp_gemm_opts o;
+  volatile float prod;
+  float a = 1.0f, b = 3.0f, c, bias;
+  amp_fp8 a8 = amp_f32_to_e4m3(1.0f, 1), b8 = amp_f32_to_e4m3(3.0f, 1);
+  const float alpha = 0.1f, third = 1.0f / 3.0f, si = 0.3f;
+  int k;
+  memset(&o, 0, sizeof o);
+  o.algo = AMP_GEMM_REFERENCE; o.bias = &bias;
+  prod = alpha * 3.0f; bias = -prod;
+  EXPECT((double)alpha * 3.0 != (double)prod, "the test needs an inexact product");
+  c = 5.0f;
+  EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, 1, alpha, &a, AMP_F32, 1, &b, AMP_F32, 1,
+                     0.0f, &c, AMP_F32, 1, &o) == AMP_OK && amp__f32_bits(c) == 0u,
+         "f32, beta 0: C = %a, want +0 (bias %a)", (double)c, (double)bias);
+  for (k = 0; k < 2; k++) {   /* alpha 0 (k 1), then k 0: C = beta * C + bias */
+    c = 3.0f;
+    EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, k ? 0 : 1, k ? 1.0f : 0.0f, &a, AMP_F32,
+                       1, &b, AMP_F32, 1, alpha, &c, AMP_F32, 1, &o) == AMP_OK && amp__f32_bits(c) == 0u,
+           "f32, %s: C = %a, want +0", k ? "k 0" : "alpha 0", (double)c);
+  }
+  /* fp8: the sum 3 times s = fl(fl(third * si) * 1) */
+  prod = third * si; prod = prod * 3.0f; bias = -prod;
+  o.a_scale_inv = &si;
+  c = 5.0f;
+  EXPECT(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 1, 1, 1, third, &a8, AMP_E4M3, 1, &b8, AMP_E4M3,
+                     1, 0.0f, &c, AMP_F32, 1, &o) == AMP_OK && amp__f32_bits(c) == 0u,
+         "fp8, beta 0: C = %a, want +0 (bias %a)", (double)c, (double)bias);
+}
+
 static void gemm_relu_epilogue_turns_nan_into_zero_like_cublaslt(void) {
   float A[2] = {NAN, 1}, B[2] = {1, 1}, C[2] = {5, 5};
   amp_gemm_opts o;
@@ -818,6 +853,11 @@ static void gemm_rejects_bad_arguments_and_leaves_c_unchanged(void) {
   BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, NULL, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4), "A is NULL");
   BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, NULL, AMP_F32, 4, 0, C, AMP_F32, 4), "B is NULL");
   BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, NULL, AMP_F32, 4), "C is NULL");
+  /* each message names the function called: amp_gemm_ex's own, and amp_gemm's its */
+  BAD(amp_gemm_ex(NULL, AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, NULL), "amp_gemm_ex: d is NULL");
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 1, B, AMP_F32, 4, 0, C, AMP_F32, 4, NULL), "amp_gemm_ex: lda 1");
+  BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, (amp_dtype)7, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, NULL), "amp_gemm_ex: a_type 7");
+  BAD(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 1, B, AMP_F32, 4, 0, C, AMP_F32, 4), "amp_gemm: lda 1");
   memset(&o, 0, sizeof o); o.bias = bias; o.bias_type = (amp_dtype)4;
   BAD(amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, 3, 4, 2, 1, A, AMP_F32, 2, B, AMP_F32, 4, 0, C, AMP_F32, 4, &o), "bias_type 4");
   memset(&o, 0, sizeof o); o.act = (amp_act)3;
@@ -889,6 +929,7 @@ int main(void) {
   RUN(gemm_alpha_zero_does_not_read_a_or_b);
   RUN(gemm_with_m_or_n_zero_changes_nothing);
   RUN(gemm_epilogue_adds_bias_then_activation);
+  RUN(gemm_bias_is_added_to_the_rounded_product);
   RUN(gemm_relu_epilogue_turns_nan_into_zero_like_cublaslt);
   RUN(gemm_gelu_is_the_tanh_approximation);
   RUN(mixed_input_types_equal_the_product_of_the_widened_matrices);
