@@ -1246,7 +1246,10 @@ AMPDEF const char *amp_fp8_recipe_name(amp_fp8_recipe r);               /* "dela
    x_type not F32/F16/BF16, x NULL with n > 0, q and amax_out both NULL, x not aligned to its
    element size, scale or amax_out not aligned to 4 bytes, q overlapping x, amax_out inside x or q. The
    scale is used as it is (a recipe may give 0 or FLT_MAX; a NaN scale gives NaN codes); *amax_out
-   must hold an amax (>= 0: 0 before the step's first cast, as the scaler's slot 0 does). */
+   must hold an amax (>= 0: 0 before the step's first cast, as the scaler's slot 0 does). The
+   multiply is the FPU's: in a build or thread with denormals-are-zero (gcc's -Ofast) a subnormal
+   x counts as 0 in it (a code only a scale above 2^100 or so could lift off 0); the amax, taken on
+   the bits, still sees it. */
 AMPDEF amp_status amp_quantize(amp_device *d, void *q, amp_dtype fp8, const void *x, amp_dtype x_type, size_t n,
                                const float *scale, float *amax_out);
 /* amp_quantize and, in the same pass, the cast's counts added to counts[0..3]: counts[0] += n,
