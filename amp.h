@@ -1152,7 +1152,9 @@ typedef struct amp_fp8_config {
    57344), given the amax the recipe reads (DELAYED: the history's, computed by the caller) and the
    previous scale (1 at start). The same function runs in the CPU scaler and the CUDA kernel.
    c NULL is the defaults; a format that is not fp8 or a recipe that is not one of the list
-   gives NaN (it cannot report more: it runs on the device too; amp_fp8_scaler_create checks). */
+   gives NaN (it cannot report more: it runs on the device too; amp_fp8_scaler_create checks).
+   The other fields are taken as amp_fp8_scaler_create accepts them (a NaN margin or a negative
+   amax_epsilon gives a scale with no meaning); a zero-initialised config is the defaults. */
 static inline AMP_HD float amp_fp8_scale_from_amax(const amp_fp8_config *c, amp_dtype format, float amax,
                                                    float prev_scale);
 
