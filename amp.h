@@ -1090,7 +1090,8 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
    each amp_fp8_scaler_update calls it once with n < 0, and then buf holds -n amaxes, each the bits
    of a float amax, sign cleared, as an integer-valued double (0 .. 2^31 - 1), which the hook must
    replace with their MAX over all ranks (on the CPU a value outside that range or not an integer
-   fails the update with AMP_ERR_ARG, nothing changed; a CUDA scaler clamps it into the range) (ncclAllReduce(buf, buf, -n, ncclDouble, ncclMax, comm, stream)).
+   fails the update with AMP_ERR_ARG, nothing changed; a CUDA scaler clamps it into the range,
+   where a value past it becomes 0x7fffffff, a NaN amax, which each recipe takes as a NaN amax) (ncclAllReduce(buf, buf, -n, ncclDouble, ncclMax, comm, stream)).
    amp_nccl_allreduce_hook does both; a hook of your own must too, once fp8 scalers use it. */
 typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *stream);
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
@@ -1246,7 +1247,8 @@ AMPDEF const char *amp_fp8_recipe_name(amp_fp8_recipe r);               /* "dela
    written). x in F32, F16 or BF16. Device pointers on CUDA (enqueued on the stream, no host wait),
    host pointers on the CPU. Refused (AMP_ERR_ARG, nothing written): d NULL, fp8 not an fp8 format,
    x_type not F32/F16/BF16, x NULL with n > 0, q and amax_out both NULL, x not aligned to its
-   element size, scale or amax_out not aligned to 4 bytes, q overlapping x, amax_out inside x or q. The
+   element size, scale or amax_out not aligned to 4 bytes, q overlapping x, amax_out on x, q or
+   scale (amp_quantize_ex: or counts). The
    scale is used as it is (a recipe may give 0 or FLT_MAX; a NaN scale gives NaN codes); *amax_out
    must hold an amax (>= 0: 0 before the step's first cast, as the scaler's slot 0 does). The
    multiply is the FPU's: in a build or thread with denormals-are-zero (gcc's -Ofast) a subnormal
@@ -1508,9 +1510,10 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          value times its block's absmax (an f32 multiply); each update decodes,
                          steps in f32 as above, and encodes every block again: absmax = max |x| of
                          the block's new values (at least 1e-38; at most FLT_MAX: a moment
-                         that overflowed to inf, which bitsandbytes' rule would turn into NaN
-                         with the whole block, is kept as +-FLT_MAX and the block's other values
-                         stay), each x / absmax (clamped to
+                         that overflowed to +inf is kept as FLT_MAX, -inf as the signed map's
+                         least code, -0.993 times FLT_MAX, and the block's other values as
+                         themselves over FLT_MAX, most of them 0, where bitsandbytes' rule
+                         would turn the whole block into NaN), each x / absmax (clamped to
                          [-1, 1]) to the nearest code, a tie to the lower code; always to nearest
                          (stochastic does not apply to codes). The floor 1e-38 is below the
                          least normal float: it is compared on the bits, and a zero over it
@@ -2868,9 +2871,10 @@ static inline AMP_HD uint8_t amp__q8_bisect(const double *mid, float y) {
 }
 /* A block's absmax from the largest |x| of its new values (their bits' unsigned maximum: a NaN
    above inf): at least 1e-38, so that a block of zeros divides by it, and at most FLT_MAX: a
-   moment that overflowed to inf (a finite grad past 1.8e19 squared) is kept as +-FLT_MAX (inf /
-   FLT_MAX clamps to +-1) and the block's other values as themselves over FLT_MAX (an absmax of
-   inf would make them inf / inf and 0 * inf, NaN). Compared on the bits (amax is a magnitude or
+   moment that overflowed to inf (a finite grad past 1.8e19 squared) gives +-inf / FLT_MAX, which
+   clamps to +-1 (its code: +1's, or the signed map's least, -0.993), and the block's other
+   values are kept as themselves over FLT_MAX (most of them 0); an absmax of inf would make them
+   inf / inf and 0 * inf, NaN. Compared on the bits (amax is a magnitude or
    NaN), so that a flush-to-zero FPU (-Ofast, DAZ), which reads the subnormal 1e-38 as 0, keeps
    the same rule. */
 static inline AMP_HD float amp__q8_absmax(float amax) {
@@ -10355,9 +10359,15 @@ static amp_status amp__quantize(const char *fn, amp_device *d, void *q, amp_dtyp
                      (uintptr_t)scale % 4u ? "scale" : "amax_out", (uintptr_t)scale % 4u ? (const void *)scale : (void *)amax_out);
   if (q && amp__overlap(q, n, x, n * amp_dtype_size(x_type)))
     return amp__fail(AMP_ERR_ARG, "%s: q overlaps x (the cast is not done in place)", fn);
-  if (amax_out && (amp__overlap(amax_out, 4, x, n * amp_dtype_size(x_type)) || (q && amp__overlap(amax_out, 4, q, n))))
-    return amp__fail(AMP_ERR_ARG, "%s: amax_out %p lies inside %s (the amax is written after the pass)", fn,
-                     (void *)amax_out, amp__overlap(amax_out, 4, x, n * amp_dtype_size(x_type)) ? "x" : "q");
+  if (amax_out) {   /* amax_out apart from what the pass reads or writes (the amax is written after it;
+                       on CUDA, as each block ends, while other blocks still read *scale) */
+    const char *in = amp__overlap(amax_out, 4, x, n * amp_dtype_size(x_type)) ? "x"
+                     : q && amp__overlap(amax_out, 4, q, n)                  ? "q"
+                     : scale && amp__overlap(amax_out, 4, scale, 4)          ? "scale"
+                     : counts && amp__overlap(amax_out, 4, counts, 4 * sizeof *counts) ? "counts"
+                                                                                       : NULL;
+    if (in) return amp__fail(AMP_ERR_ARG, "%s: amax_out %p lies on %s", fn, (void *)amax_out, in);
+  }
   if (counts && q && amp__overlap(q, n, counts, 4 * sizeof *counts))
     return amp__fail(AMP_ERR_ARG, "%s: counts overlaps q", fn);
   return amp__op_fail(fn, amp__be(d)->quantize(d, q, fp8, x, x_type, n, scale, amax_out, counts, m, sizeof m), m);
@@ -11780,7 +11790,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   nacc = (size_t)mc * nc_pad;
   na = (na + 15) / 16 * 16;   /* 64-byte multiples */
   mem = amp__gemm_ws_get((nb + (size_t)nth * na + (size_t)chunk * nacc) * sizeof(float) + 3 * 64, &kept);
-  if (!mem) return amp__fail(AMP_ERR_NOMEM, "amp_gemm: out of memory for %zu floats of packed panels",
+  if (!mem) return amp__fail(AMP_ERR_NOMEM, "out of memory for %zu floats of packed panels",
                              nb + (size_t)nth * na + (size_t)chunk * nacc);
   bp = amp__align64(mem);
   work = amp__align64(bp + nb);
@@ -11950,7 +11960,7 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   memset(&po, 0, sizeof po);
   po.algo = o->algo;
   T = (float *)AMP_MALLOC(mn * sizeof(float) * (blocks ? 2 : 1) + (blocks ? (size_t)n * sizeof(float) : 0));
-  if (!T) return amp__fail(AMP_ERR_NOMEM, "amp_gemm_ex: out of memory for %zu floats of fp8 product results",
+  if (!T) return amp__fail(AMP_ERR_NOMEM, "out of memory for %zu floats of fp8 product results",
                            mn * (blocks ? 2 : 1));
   memset(T, 0, mn * sizeof(float));   /* +0.0f: all bits zero */
   if (k > 0 && s != 0.0f && !blocks) {
@@ -12012,7 +12022,7 @@ static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, 
                                 char *msg, size_t cap) {
   size_t ars, acs, brs, bcs, crs, ccs;
   amp_status st;
-  (void)d; (void)msg; (void)cap;
+  (void)d;
   if (layout == AMP_ROW_MAJOR) {
     ars = ta == AMP_NO_TRANS ? (size_t)lda : 1; acs = ta == AMP_NO_TRANS ? 1 : (size_t)lda;
     brs = tb == AMP_NO_TRANS ? (size_t)ldb : 1; bcs = tb == AMP_NO_TRANS ? 1 : (size_t)ldb;
@@ -12029,6 +12039,9 @@ static amp_status amp__cpu_gemm(amp_device *d, amp_layout layout, amp_trans ta, 
 #ifdef AMP__X86_SIMD
   if (amp__cpu_level() >= 1) amp__zeroupper();
 #endif
+  /* the loops' only failure, an allocation: its message to the caller, who puts the name of the
+     function called in front (amp_gemm or amp_gemm_ex) */
+  if (st != AMP_OK) snprintf(msg, cap, "%s", amp_last_error());
   return st;
 }
 

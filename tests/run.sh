@@ -404,14 +404,16 @@ part_other() {
 part_log() { case $1 in tests/*) echo "$B/$(basename "$1" .c).matrix.log" ;; *) echo "$B/part-$1.log" ;; esac; }
 if [ -n "${AMP__PART:-}" ]; then   # a child: one part into its log, then its counts for the parent
   t0=$(date +%s)
-  exec 3>&1 > "$(part_log "$AMP__PART")" 2>&1
-  case $AMP__PART in
-    tests/*) LAST="$B/$(basename "$AMP__PART" .c).last.log"; matrix "$AMP__PART" ;;
-    cuda) LAST="$B/cuda.last.log"; part_cuda; part_examples ;;
-    examples-*) part_cross_examples "${AMP__PART#examples-}" ;;
-    header|fuzz|other) LAST="$B/$AMP__PART.last.log"; part_$AMP__PART ;;
-    *) fail "tests/run.sh: no part $AMP__PART" ;;
-  esac
+  exec 3>&1 > "$(part_log "$AMP__PART")" 2>&1   # fd 3: the pool's output, for the done line alone
+  {
+    case $AMP__PART in
+      tests/*) LAST="$B/$(basename "$AMP__PART" .c).last.log"; matrix "$AMP__PART" ;;
+      cuda) LAST="$B/cuda.last.log"; part_cuda; part_examples ;;
+      examples-*) part_cross_examples "${AMP__PART#examples-}" ;;
+      header|fuzz|other) LAST="$B/$AMP__PART.last.log"; part_$AMP__PART ;;
+      *) fail "tests/run.sh: no part $AMP__PART" ;;
+    esac
+  } 3>&-   # (what the part runs does not hold the pool's output open)
   echo "MATRIX $PASS $FAIL$FAILED"
   echo "   done $AMP__PART in $(( $(date +%s) - t0 )) s, at $(( $(date +%s) - T0 )) s" >&3
   exit 0
@@ -429,6 +431,7 @@ if { [ -z "$ONLY" ] && [ "$SLOW_CPU" = 1 ]; } || [ "$ONLY" = other ]; then
   first="cuda examples-aarch64 examples-armhf header fuzz"; last="other"
   [ "$ONLY" = other ] && first="examples-aarch64 examples-armhf"
   echo "== make test's parts, $JOBS at a time (each part's log is shown when all are done) $(at)"
+  for p in $first $tests $last; do rm -f "$(part_log "$p")"; done   # no earlier run's counts
   for p in $first $tests $last; do echo "$p"; done |
     B=$B AMP__T0=$T0 AMP_TEST_ONLY=$ONLY xargs -P "$JOBS" -I{} env AMP__PART={} sh tests/run.sh
   shown=0

@@ -397,10 +397,20 @@ static void stats_off_and_bad_input_are_refused(void) {
   EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, NULL, (float *)(void *)((char *)&amax + 1), cnt) ==
                  AMP_ERR_ARG && strstr(amp_last_error(), "amp_quantize_ex: amax_out"), "%s", amp_last_error());
   EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, NULL, (float *)(void *)(q + (4u - (uintptr_t)q % 4u) % 4u), cnt) == AMP_ERR_ARG &&
-             strstr(amp_last_error(), "amp_quantize_ex: amax_out") && strstr(amp_last_error(), "inside q"),
+             strstr(amp_last_error(), "amp_quantize_ex: amax_out") && strstr(amp_last_error(), "on q"),
          "%s", amp_last_error());
+  {
+    float k1 = 1.0f;
+    EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, &k1, &k1, cnt) == AMP_ERR_ARG &&
+               strstr(amp_last_error(), "amp_quantize_ex: amax_out") && strstr(amp_last_error(), "on scale"),
+           "%s", amp_last_error());
+    EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, NULL, (float *)(void *)(cnt + 1), cnt) == AMP_ERR_ARG &&
+               strstr(amp_last_error(), "amp_quantize_ex: amax_out") && strstr(amp_last_error(), "on counts"),
+           "%s", amp_last_error());
+    EXPECT(k1 == 1.0f, "a refused call wrote the scale");
+  }
   EXPECT(amp_quantize_ex(amp_cpu(), q, AMP_E4M3, x, AMP_F32, 4, NULL, x + 2, cnt) == AMP_ERR_ARG &&
-             strstr(amp_last_error(), "amp_quantize_ex: amax_out") && strstr(amp_last_error(), "inside x"),
+             strstr(amp_last_error(), "amp_quantize_ex: amax_out") && strstr(amp_last_error(), "on x"),
          "%s", amp_last_error());
   EXPECT(cnt[0] == 1 && cnt[1] == 2 && cnt[2] == 3 && cnt[3] == 4 && cnt[4] == 5 && amax == 0.0f, "a refused call wrote");
   {

@@ -846,9 +846,10 @@ static void checkpoint_moves_between_types(int moments) {
   rig_free(&a); rig_free(&f); rig_free(&h);
 }
 /* A finite grad whose moment overflows (Adam's v: g * g past FLT_MAX; SGD's buffer: 0.9 * buf + g
-   past it): its 8-bit block keeps absmax FLT_MAX, not inf (whose inf / inf and 0 * inf would make
-   the whole block NaN), the moment +FLT_MAX (its sign: code 0 is -1's), the block's other moments
-   and every weight stay finite, and a checkpoint of that state loads and continues bit for bit. A
+   past it, also -inf): its 8-bit block keeps absmax FLT_MAX, not inf (whose inf / inf and 0 * inf
+   would make the whole block NaN), the moment +FLT_MAX, or -inf the signed map's least code times
+   FLT_MAX (its sign: inf / inf was NaN, whose code 0 is that least, negative code), the block's
+   other moments and every weight stay finite, and a checkpoint of that state loads and continues bit for bit. A
    file whose block absmax is one no update leaves (inf, 0, below 1e-38, negative, NaN) is refused
    naming it, the live state unchanged. */
 static void eight_bit_overflowed_moment_keeps_its_block(void) {
@@ -857,8 +858,9 @@ static void eight_bit_overflowed_moment_keeps_its_block(void) {
   static unsigned char s0[SNAP], s1[SNAP];
   static const uint32_t badam[5] = {0x7f800000u, 0u, 0x006ce3edu, 0xbf800000u, 0x7fc00000u};
   int kind, r, k, b;
-  for (kind = 0; kind < 2; kind++) {
-    const int sgd = kind == 1, j = sgd ? 1 : 2;   /* the moment that overflows: SGD's buffer, Adam's v */
+  for (kind = 0; kind < 3; kind++) {   /* Adam's v to +inf, SGD's buffer to +inf, then to -inf */
+    const int sgd = kind >= 1, j = sgd ? 1 : 2;   /* the moment that overflows: SGD's buffer, Adam's v */
+    const float want = kind == 2 ? MUL(map8[0][0], FLT_MAX) : FLT_MAX;
     amp_optim_config c = amp_optimizer_defaults(sgd ? AMP_SGD : AMP_ADAM);
     amp_optimizer *o[3];
     amp_tensor_desc d;
@@ -878,16 +880,16 @@ static void eight_bit_overflowed_moment_keeps_its_block(void) {
       }
     }
     for (e = 0; e < N; e++) g[e] = 0.01f * (float)(e % 5 + 1);
-    g[3] = sgd ? 3e38f : 1e21f;   /* finite; v = g * g, or the buffer at the second step, overflows */
+    g[3] = kind == 2 ? -3e38f : sgd ? 3e38f : 1e21f;   /* finite; v = g * g, or the buffer at the second step, overflows */
     for (k = 0; k < 3; k++) EXPECT(amp_optimizer_step(o[0]) == AMP_OK && !amp_optimizer_last_skipped(o[0]), "step %d", k);
     q = j == 1 ? o[0]->t[0].mq : o[0]->t[0].vq;
     EXPECT(bits(((const float *)q)[0]) == 0x7f7fffffu, "%s: block 0's absmax %a, want FLT_MAX", sgd ? "SGD" : "Adam",
            (double)((const float *)q)[0]);
-    EXPECT(decoded(&o[0]->t[0], j, 3) == FLT_MAX, "%s: the overflowed moment decodes as %a, want FLT_MAX",
-           sgd ? "SGD" : "Adam", (double)decoded(&o[0]->t[0], j, 3));
+    EXPECT(bits(decoded(&o[0]->t[0], j, 3)) == bits(want), "%s, kind %d: the overflowed moment decodes as %a, want %a",
+           sgd ? "SGD" : "Adam", kind, (double)decoded(&o[0]->t[0], j, 3), (double)want);
     for (e = 0; e < N; e++) {
       float m = decoded(&o[0]->t[0], 1, e), v = sgd ? 0.0f : decoded(&o[0]->t[0], 2, e);
-      /* SGD's weight 3 goes to -inf with the buffer (as with f32 moments: the step uses the new
+      /* SGD's weight 3 goes to -+inf with the buffer (as with f32 moments: the step uses the new
          moment before it is encoded); nothing else may */
       finite &= (sgd && e == 3 ? !isnan(w[0][e]) : isfinite(w[0][e])) && bits(w[0][e]) == bits(o[0]->t[0].master[e]) &&
                 !isnan(m) && !isnan(v);

@@ -23,6 +23,14 @@ static int bad_status(amp_status st, const char *fn) {
   return st != AMP_ERR_NOMEM || strstr(amp_last_error(), fn) == NULL;
 }
 
+/* The product's kept workspace freed (where the library keeps one), as if no product had run. */
+static void drop_gemm_workspace(void) {
+#if defined(__GNUC__) || defined(__clang__)
+  free(amp__gemm_ws);
+  amp__gemm_ws = NULL; amp__gemm_ws_size = 0;
+#endif
+}
+
 static char *policy_text(const amp_policy *p) {
   size_t need = 0;
   char *t;
@@ -161,10 +169,18 @@ static int scenario(amp_optim_kind kind) {
   amp_optimizer_destroy(o);
   amp_scaler_destroy(s);
 
-  /* the product allocates its packed panels */
+  /* the product allocates its packed panels (the workspace it keeps between calls dropped first,
+     so that each call allocates) */
   for (i = 0; i < 16; i++) C[i] = Cb[i] = -1.0f;
+  drop_gemm_workspace();
   st = amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, 4, 4, 6, 1.0f, A, AMP_F32, 6, B, AMP_F32, 6, 0.0f, C, AMP_F32, 4);
-  if (bad_status(st, "amp_gemm") || (st != AMP_OK && memcmp(C, Cb, sizeof C) != 0)) bad |= 4096;
+  if (bad_status(st, "amp_gemm: out of memory") || (st != AMP_OK && memcmp(C, Cb, sizeof C) != 0)) bad |= 4096;
+  /* amp_gemm_ex's message names amp_gemm_ex */
+  memcpy(Cb, C, sizeof C);
+  drop_gemm_workspace();
+  st = amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, 4, 4, 6, 1.0f, A, AMP_F32, 6, B, AMP_F32, 6, 0.0f, C,
+                   AMP_F32, 4, NULL);
+  if (bad_status(st, "amp_gemm_ex: out of memory") || (st != AMP_OK && memcmp(C, Cb, sizeof C) != 0)) bad |= 4096;
   return bad;
 }
 
