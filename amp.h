@@ -1089,9 +1089,10 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
    The same hook serves an fp8 scaler reduced over this scaler's group (amp_fp8_scaler_reduce_over):
    each amp_fp8_scaler_update calls it once with n < 0, and then buf holds -n amaxes, each the bits
    of a float amax, sign cleared, as an integer-valued double (0 .. 2^31 - 1), which the hook must
-   replace with their MAX over all ranks (on the CPU a value outside that range or not an integer
-   fails the update with AMP_ERR_ARG, nothing changed; a CUDA scaler clamps it into the range,
-   where a value past it becomes 0x7fffffff, a NaN amax, which each recipe takes as a NaN amax) (ncclAllReduce(buf, buf, -n, ncclDouble, ncclMax, comm, stream)).
+   replace with their MAX over all ranks (ncclAllReduce(buf, buf, -n, ncclDouble, ncclMax, comm,
+   stream)). On the CPU a value outside that range or not an integer fails the update with
+   AMP_ERR_ARG, nothing changed; a CUDA scaler clamps it into the range, where a value past it
+   becomes 0x7fffffff, a NaN amax, which each recipe takes as a NaN amax.
    amp_nccl_allreduce_hook does both; a hook of your own must too, once fp8 scalers use it. */
 typedef amp_status (*amp_allreduce_fn)(void *user, double *buf, int n, void *stream);
 AMPDEF amp_status amp_scaler_set_allreduce(amp_scaler *s, amp_allreduce_fn fn, void *user);
@@ -1924,8 +1925,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      the stored rows: A row-major with ta AMP_NO_TRANS (col-major: AMP_TRANS), B row-major with tb
      AMP_TRANS (col-major: AMP_NO_TRANS), the layer forward y = x W^T; 128 x 128 blocks are square
      and serve either way (W in the backward's dX = dY W). Other layouts are refused
-     (AMP_ERR_UNSUPPORTED); blocks of different widths (MX beside 1x128) with AMP_ERR_ARG. One operand may be
-     block-scaled and the other per-tensor. An E8M0 byte e is 2^(e - 127) (e = 0 is 2^-127, an f32
+     (AMP_ERR_UNSUPPORTED); blocks of different widths (MX beside 1x128) with AMP_ERR_ARG. One
+     operand may be block-scaled and the other per-tensor. An E8M0 byte e is 2^(e - 127) (e = 0 is 2^-127, an f32
      subnormal, which -Ofast's denormals-are-zero mode reads as 0; 0xff is NaN).
    - an fp8 C needs opts->c_scale (TransformerEngine's output scale; AMP_ERR_ARG without it):
      C = sat(fl32(t * c_scale)), t the f32 result after bias and activation, then the saturating
@@ -2587,9 +2588,9 @@ static inline AMP_HD AMP__EXACT_FP float amp_fp8_scale_from_amax(const amp_fp8_c
     s = amp__fdiv(amp__fmul(fmax, amp__fp8_margin_factor(c ? c->margin : 0.0f)), amax);
     return amp__finite(s) ? s : flt_max;
   case AMP_FP8_CURRENT: {  /* TE: amax below eps is eps; inf, 0 or NaN gives 1; fmax / amax; inf -> FLT_MAX */
-    uint32_t a = amp__f32_bits(amax), e = amp__is_zero(c->amax_epsilon) ? 0u : amp__f32_bits(c->amax_epsilon);   /* -0: 0 */
+    uint32_t a = amp__f32_bits(amax), e = amp__is_zero(c->amax_epsilon) ? 0u : amp__f32_bits(c->amax_epsilon);
     if ((a & 0x7fffffffu) > 0x7f800000u) return 1.0f;                /* NaN (never below eps) */
-    if ((a >> 31) || a < e) { a = e; amax = c->amax_epsilon; }        /* below eps (-inf too): on the bits, eps >= 0 */
+    if ((a >> 31) || a < e) { a = e; amax = c->amax_epsilon; }        /* below eps (-inf too): on the bits, eps >= 0 (-0: 0) */
     if ((a << 1) == 0u || a == 0x7f800000u) return 1.0f;             /* 0 or inf */
     s = amp__fdiv(fmax, amax);
     if (!amp__finite(s)) s = flt_max;
@@ -10356,7 +10357,8 @@ static amp_status amp__quantize(const char *fn, amp_device *d, void *q, amp_dtyp
                      amp_dtype_size(x_type), amp__dtype_name(x_type));
   if ((uintptr_t)scale % 4u || (uintptr_t)amax_out % 4u)
     return amp__fail(AMP_ERR_ARG, "%s: %s %p is not aligned to 4 bytes (a float)", fn,
-                     (uintptr_t)scale % 4u ? "scale" : "amax_out", (uintptr_t)scale % 4u ? (const void *)scale : (void *)amax_out);
+                     (uintptr_t)scale % 4u ? "scale" : "amax_out",
+                     (uintptr_t)scale % 4u ? (const void *)scale : (const void *)amax_out);
   if (q && amp__overlap(q, n, x, n * amp_dtype_size(x_type)))
     return amp__fail(AMP_ERR_ARG, "%s: q overlaps x (the cast is not done in place)", fn);
   if (amax_out) {   /* amax_out apart from what the pass reads or writes (the amax is written after it;
