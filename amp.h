@@ -2588,9 +2588,10 @@ static inline AMP_HD AMP__EXACT_FP float amp_fp8_scale_from_amax(const amp_fp8_c
     s = amp__fdiv(amp__fmul(fmax, amp__fp8_margin_factor(c ? c->margin : 0.0f)), amax);
     return amp__finite(s) ? s : flt_max;
   case AMP_FP8_CURRENT: {  /* TE: amax below eps is eps; inf, 0 or NaN gives 1; fmax / amax; inf -> FLT_MAX */
+    /* eps's bits (-0: 0) */
     uint32_t a = amp__f32_bits(amax), e = amp__is_zero(c->amax_epsilon) ? 0u : amp__f32_bits(c->amax_epsilon);
     if ((a & 0x7fffffffu) > 0x7f800000u) return 1.0f;                /* NaN (never below eps) */
-    if ((a >> 31) || a < e) { a = e; amax = c->amax_epsilon; }        /* below eps (-inf too): on the bits, eps >= 0 (-0: 0) */
+    if ((a >> 31) || a < e) { a = e; amax = c->amax_epsilon; }        /* below eps (-inf too): on the bits, eps >= 0 */
     if ((a << 1) == 0u || a == 0x7f800000u) return 1.0f;             /* 0 or inf */
     s = amp__fdiv(fmax, amax);
     if (!amp__finite(s)) s = flt_max;
