@@ -1926,8 +1926,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      AMP_TRANS (col-major: AMP_NO_TRANS), the layer forward y = x W^T; 128 x 128 blocks are square
      and serve either way (W in the backward's dX = dY W). Other layouts are refused
      (AMP_ERR_UNSUPPORTED); blocks of different widths (MX beside 1x128) with AMP_ERR_ARG. One
-     operand may be block-scaled and the other per-tensor. An E8M0 byte e is 2^(e - 127) (e = 0 is 2^-127, an f32
-     subnormal, which -Ofast's denormals-are-zero mode reads as 0; 0xff is NaN).
+     operand may be block-scaled and the other per-tensor. An E8M0 byte e is 2^(e - 127) (e = 0
+     is 2^-127, an f32 subnormal, which -Ofast's denormals-are-zero mode reads as 0, as it flushes
+     a product sa * sb below 2^-126; 0xff is NaN).
    - an fp8 C needs opts->c_scale (TransformerEngine's output scale; AMP_ERR_ARG without it):
      C = sat(fl32(t * c_scale)), t the f32 result after bias and activation, then the saturating
      cast (amp_f32_to_e4m3 / _e5m2(y, 1)): two roundings. beta must be 0 there (AMP_ERR_ARG): C's
