@@ -2880,10 +2880,15 @@ static inline AMP_HD uint8_t amp__q8_bisect(const double *mid, float y) {
    inf / inf and 0 * inf, NaN. Compared on the bits (amax is a magnitude or
    NaN), so that a flush-to-zero FPU (-Ofast, DAZ), which reads the subnormal 1e-38 as 0, keeps
    the same rule. */
+#define AMP__Q8_FLOOR 1e-38f
 static inline AMP_HD float amp__q8_absmax(float amax) {
-  const float floor = 1e-38f;
   const uint32_t u = amp__f32_bits(amax);
-  return u < amp__f32_bits(floor) ? floor : u == 0x7f800000u ? amp__bits_f32(0x7f7fffffu) : amax;
+  return u < amp__f32_bits(AMP__Q8_FLOOR) ? AMP__Q8_FLOOR : u == 0x7f800000u ? amp__bits_f32(0x7f7fffffu) : amax;
+}
+/* 1 for the bits of an absmax an update leaves (a checkpoint's are checked so): the floor ..
+   FLT_MAX, amp__q8_absmax's range for moments that are not NaN (no update leaves a NaN one). */
+static inline AMP_HD int amp__q8_absmax_kept(uint32_t b) {
+  return b >= amp__f32_bits(AMP__Q8_FLOOR) && b <= 0x7f7fffffu;
 }
 /* What an element's code is taken of: x / absmax (an IEEE f32 division) clamped to [-1, 1] (a NaN
    stays NaN). Its code: amp__q8_bisect (the CPU's faster search gives the same count). Read back
@@ -3392,8 +3397,7 @@ static void amp__from_f32(void *d, amp_dtype t, const float *s, size_t n) {
 }
 static void amp__convert_any(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n);
 static void amp__convert_portable(void *dst, amp_dtype dt, const void *src, amp_dtype st, size_t n) {
-  size_t i;
-  if (dt == st) { memmove(dst, src, n * amp_dtype_size(dt)); return; }
+  size_t i;   /* (dt == st never comes here: amp__convert_any copies it) */
   if (st == AMP_F32) amp__from_f32(dst, dt, (const float *)src, n);   /* f32 the pivot: one loop */
   else if (dt == AMP_F32) amp__to_f32((float *)dst, src, st, n);
   else { /* through f32, a chunk at a time, each leg by amp__convert_any (so a leg whose format has
@@ -9795,7 +9799,7 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
       for (j = 0; t.moments == AMP_MOMENTS_8BIT && j < (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK; j++) {
         uint32_t b;   /* each block's absmax as amp__q8_absmax leaves it: 1e-38 .. FLT_MAX */
         memcpy(&b, p + 4 * j, 4);
-        if (b < amp__f32_bits(1e-38f) || b > 0x7f7fffffu)
+        if (!amp__q8_absmax_kept(b))
           return amp__fail(AMP_ERR_CORRUPT,
                            "amp_checkpoint_load: tensor %zu's %s holds the absmax %g in block %zu, a value no "
                            "update leaves (every block's absmax lies in [1e-38, FLT_MAX])",
