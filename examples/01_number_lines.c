@@ -77,11 +77,12 @@ int main(void) {
   claim(f16(1e-30f) == 0.0f && fabsf(bf16(1e-30f) - 1e-30f) < 1e-32f, "1e-30 survives only in bf16");
 
   printf("\nWhat this means for training:\n"
-         "  - f16 has 3 more bits of precision but small gradients underflow below 6e-8 and big\n"
-         "    values overflow above 65504: it needs loss scaling (example 3) and fp32 master weights\n"
-         "    (example 2).\n"
-         "  - bf16 never underflows where f32 would not, so it needs no loss scaling, but its 8-bit\n"
-         "    mantissa loses small updates even faster: it needs fp32 master weights all the more.\n");
+         "  - f16 has 3 more bits of precision but small gradients flush to 0 below 3e-8 (half its\n"
+         "    smallest subnormal, 6e-8) and big values overflow above 65504: it needs loss scaling\n"
+         "    (example 3) and fp32 master weights (example 2).\n"
+         "  - bf16 has f32's normal range (down to 1.2e-38), so gradients do not underflow in\n"
+         "    practice and it needs no loss scaling, but its 8-bit mantissa loses small updates even\n"
+         "    faster: it needs fp32 master weights all the more.\n");
   if (failures) { printf("\n%d claim(s) did not hold\n", failures); return 1; }
   return 0;
 }

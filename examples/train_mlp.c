@@ -600,7 +600,7 @@ static int train_mlp_main(int argc, char **argv, const device_trainer *dev) {
   int on_dev = 0, lr_given = 0;
 
   o.epochs = 8; o.batch = 256; o.seed = 1; o.train_limit = 60000; o.lr = 0.1f; o.weight_decay = 0.0f;
-  for (i = 1; i < argc; i++) {
+  for (i = 1; i < argc; i += 2) {   /* options come in pairs: --name value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) { fprintf(stderr, "train_mlp: %s needs a value (see the top of examples/train_mlp.c)\n", a); return 1; }
     if (!strcmp(a, "--epochs")) o.epochs = atoi(v);
@@ -615,9 +615,10 @@ static int train_mlp_main(int argc, char **argv, const device_trainer *dev) {
     else if (!strcmp(a, "--svg")) svg = v;
     else if (!strcmp(a, "--max-gap")) max_gap = atof(v);
     else if (!strcmp(a, "--device")) device = v;
-    else if (!strcmp(a, "--clock") && (!strcmp(v, "cpu") || !strcmp(v, "wall"))) use_cpu_clock = !strcmp(v, "cpu");
-    else { fprintf(stderr, "train_mlp: unknown option %s\n", a); return 1; }
-    i++;
+    else if (!strcmp(a, "--clock")) {
+      if (strcmp(v, "cpu") && strcmp(v, "wall")) { fprintf(stderr, "train_mlp: --clock must be wall or cpu, not %s\n", v); return 1; }
+      use_cpu_clock = !strcmp(v, "cpu");
+    } else { fprintf(stderr, "train_mlp: unknown option %s\n", a); return 1; }
   }
   if (o.epochs < 1 || o.batch < 1 || o.batch > MAXB || o.train_limit < o.batch || test_limit < 1 || !(o.lr > 0))
     die("need --epochs >= 1, 1 <= --batch <= 1000, --train-limit >= batch, --test-limit >= 1, --lr > 0");

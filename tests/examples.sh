@@ -56,6 +56,10 @@ check "example 06: the drop-in diff is at most 20 added lines, each code line ma
 # about 84% there; an AMP run may differ from it by noise alone, so the gap allowed is 1.0 point
 # (the full-length figure, 8 epochs, is the README's demo table: within 0.3 points).
 check "train_mlp: builds with -Werror (-lz)" gcc -std=c99 -O2 -march=native $WARN -I. examples/train_mlp.c -o "$B/train_mlp" -lz -lm
+# make demo and make gpt with clang, as a Mac builds them (clang's -Wall warns of more than gcc's)
+if command -v clang >/dev/null 2>&1; then
+  check "train_mlp, train_gpt: make builds them with CC=clang (-Werror)" make -s CC=clang B="$B/clang" "$B/clang/train_mlp" "$B/clang/train_gpt"
+fi
 check "train_mlp: 1 short epoch, f16 and bf16 within 1.0 point of fp32's test accuracy" sh -c "
   '$B/train_mlp' --epochs 1 --train-limit 20000 --test-limit 5000 --max-gap 1.0 --svg '$B/examples/train_mlp.svg' > '$B/train_mlp.log' 2>&1; rc=\$?
   cat '$B/train_mlp.log'; [ \$rc -eq 0 ] && grep -q '^bf16 ' '$B/train_mlp.log' && grep -q '</svg>' '$B/examples/train_mlp.svg'"
