@@ -1779,8 +1779,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    parameters and be one the scale rule can leave (scale within [floor, cap]; the growth tracker
    below growth_interval; CONSECUTIVE's overflow count below hysteresis; at_floor only with the
    scale at the floor; a fixed scaler at its init_scale with a fresh state), then the CRC, kind,
-   tensor count, sizes and dtypes, and the moments (none NaN, Adam's exp_avg_sq >= 0, each
-   AMP_MOMENTS_8BIT block's absmax within [1e-38, FLT_MAX]):
+   tensor count, sizes and dtypes, and the moments (Adam's exp_avg_sq >= 0; each
+   AMP_MOMENTS_8BIT block's absmax within [1e-38, FLT_MAX]; NaN in neither but where a master is
+   inf or NaN: the master of its element, of its 8-bit block or of its fp8 tensor, for NaN
+   moments come only from the L2 decay of a master that overflowed, a NaN grad skipping its step):
    AMP_ERR_CORRUPT with what did not match, before anything changes (the spike state too: a count
    out of range, a window count or slot out of range, a held norm NaN or negative). It restores
    the optimizer's config (lr included; custom_step stays the live one), step count, spike skip
@@ -2885,8 +2887,9 @@ static inline AMP_HD float amp__q8_absmax(float amax) {
   const uint32_t u = amp__f32_bits(amax);
   return u < amp__f32_bits(AMP__Q8_FLOOR) ? AMP__Q8_FLOOR : u == 0x7f800000u ? amp__bits_f32(0x7f7fffffu) : amax;
 }
-/* 1 for the bits of an absmax an update leaves (a checkpoint's are checked so): the floor ..
-   FLT_MAX, amp__q8_absmax's range for moments that are not NaN (no update leaves a NaN one). */
+/* 1 for the bits of an absmax an update leaves from moments that are not NaN (a checkpoint's are
+   checked so): the floor .. FLT_MAX, amp__q8_absmax's range. (A NaN moment, which only a master
+   that is inf or NaN makes, leaves NaN: amp__ckpt_moments_check.) */
 static inline AMP_HD int amp__q8_absmax_kept(uint32_t b) {
   return b >= amp__f32_bits(AMP__Q8_FLOOR) && b <= 0x7f7fffffu;
 }
@@ -9781,40 +9784,68 @@ fail:
   return amp__op_fail("amp_checkpoint_load", st, m);
 }
 
-/* Moments no update can produce: NaN in any moment (a NaN grad skips its step), a negative
-   second moment (Adam/AdamW's exp_avg_sq is a sum of squares), and an 8-bit block's absmax
-   outside [1e-38, FLT_MAX] (amp__q8_absmax's range: 0, negative, inf, NaN). The masters may hold anything an
-   update can leave (inf, NaN after an overflow of the weights themselves). */
+/* 1 where one of the masters from .. to - 1 (n f32 as the file holds them at w) is inf or NaN. */
+static int amp__ckpt_wild(const unsigned char *w, size_t from, size_t to) {
+  for (; from < to; from++) {
+    uint32_t b;
+    memcpy(&b, w + 4 * from, 4);
+    if ((b & 0x7fffffffu) >= 0x7f800000u) return 1;
+  }
+  return 0;
+}
+/* Moments no update can produce. A NaN moment: a NaN or inf grad skips its step, so only a master
+   that is itself inf or NaN (weights that overflowed, finite grads throughout) makes one, through
+   the L2 decay the step adds to the grad (SGD, Adam): NaN only where the master of the element is
+   inf or NaN (AMP_MOMENTS_8BIT: one of its block's; _FP8: one of its tensor's, whose scale all its
+   codes share). A negative second moment (Adam/AdamW's exp_avg_sq is a sum of squares; NaN
+   aside). An 8-bit block's absmax outside [1e-38, FLT_MAX] (amp__q8_absmax's range: 0, negative,
+   inf), or NaN in a block whose masters are all finite. The masters may hold anything an update
+   can leave (inf, NaN after an overflow of the weights themselves). */
 static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckpt_image *im) {
   const unsigned char *p = im->tensors;
   int nm = amp__o_moments(&o->cfg), k;
   size_t i, j;
   for (i = 0; i < o->count; i++) {
     amp__ckpt_tensor t;
-    size_t n = o->t[i].n;
-    p = amp__ckpt_tensor_state(im, p, &t) + n * sizeof(float);   /* past the record and the master */
+    size_t n = o->t[i].n, c0 = 1, c1 = 0;   /* wild: whether a master in [c0, c1) is inf or NaN */
+    const unsigned char *w = amp__ckpt_tensor_state(im, p, &t);   /* the masters */
+    int wild = 0;
+    p = w + n * sizeof(float);
     for (k = 1; k <= nm; k++, p += amp__moment_bytes((int)t.moments, n)) {
       int sq = k == 2 && (o->cfg.kind == AMP_ADAM || o->cfg.kind == AMP_ADAMW);
       const char *what = sq ? "exp_avg_sq" : k == 1 ? "first moment" : "moment";
       for (j = 0; t.moments == AMP_MOMENTS_8BIT && j < (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK; j++) {
-        uint32_t b;   /* each block's absmax as amp__q8_absmax leaves it: 1e-38 .. FLT_MAX */
+        uint32_t b;   /* each block's absmax as amp__q8_absmax leaves it: 1e-38 .. FLT_MAX, or NaN */
+        size_t e0 = j * AMP__Q8_BLOCK, e1 = n - e0 < AMP__Q8_BLOCK ? n : e0 + AMP__Q8_BLOCK;
         memcpy(&b, p + 4 * j, 4);
-        if (!amp__q8_absmax_kept(b))
+        if (!amp__q8_absmax_kept(b) && !(b > 0x7f800000u && b <= 0x7fffffffu && amp__ckpt_wild(w, e0, e1)))
           return amp__fail(AMP_ERR_CORRUPT,
                            "amp_checkpoint_load: tensor %zu's %s holds the absmax %g in block %zu, a value no "
-                           "update leaves (every block's absmax lies in [1e-38, FLT_MAX])",
+                           "update leaves (every block's absmax lies in [1e-38, FLT_MAX], or is NaN where a "
+                           "master of the block is inf or NaN)",
                            i, what, (double)amp__bits_f32(b), j);
       }
       for (j = 0; j < o->t[i].n; j++) {
-        float x;
-        uint32_t b;
-        x = amp__moment_at(o, (int)t.moments, k, p, n, j);   /* the value as loaded (decoded) */
-        b = amp__f32_bits(x);
-        if ((b & 0x7fffffffu) > 0x7f800000u || (sq && (b >> 31) && (b << 1)))
+        float x = amp__moment_at(o, (int)t.moments, k, p, n, j);   /* the value as loaded (decoded) */
+        uint32_t b = amp__f32_bits(x);
+        if ((b & 0x7fffffffu) > 0x7f800000u) {   /* NaN: where a master it shares is inf or NaN */
+          size_t from = t.moments == AMP_MOMENTS_8BIT ? j / AMP__Q8_BLOCK * AMP__Q8_BLOCK
+                                                       : t.moments == AMP_MOMENTS_FP8 ? 0 : j;
+          size_t to = t.moments == AMP_MOMENTS_8BIT ? (n - from < AMP__Q8_BLOCK ? n : from + AMP__Q8_BLOCK)
+                                                    : t.moments == AMP_MOMENTS_FP8 ? n : j + 1;
+          if (from != c0 || to != c1) { c0 = from; c1 = to; wild = amp__ckpt_wild(w, from, to); }
+          if (!wild)
+            return amp__fail(AMP_ERR_CORRUPT,
+                             "amp_checkpoint_load: tensor %zu's %s holds %g at element %zu, a value no update "
+                             "leaves (a NaN grad skips its step; a NaN moment comes only from a master that is "
+                             "inf or NaN, and %s finite)",
+                             i, what, (double)x, j,
+                             t.moments == AMP_MOMENTS_8BIT ? "its block's are" : t.moments == AMP_MOMENTS_FP8 ? "the tensor's are" : "its is");
+        } else if (sq && (b >> 31) && (b << 1))
           return amp__fail(AMP_ERR_CORRUPT,
                            "amp_checkpoint_load: tensor %zu's %s holds %g at element %zu, a value no update "
-                           "leaves (%s)",
-                           i, what, (double)x, j, sq ? "a sum of squares is >= 0" : "a NaN grad skips its step");
+                           "leaves (a sum of squares is >= 0)",
+                           i, what, (double)x, j);
       }
     }
   }

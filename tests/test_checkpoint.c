@@ -842,6 +842,102 @@ static void forked_concurrent_writers_leave_one_complete_checkpoint(void) {
   remove(p);
 }
 
+/* A master that is not finite though every grad is: SGD's weight 3.4e38 with a grad of -1e38 at lr
+   0.1 overflows to inf, then NaN; Adam's is given as inf (its steps are at most about lr, so they
+   do not overflow it; inf / inf makes it NaN). The L2 decay SGD and Adam add to the grad carries
+   it into the moments:
+   NaN moments that no NaN grad made (a NaN grad skips its step). Every moment type: the run saves,
+   a fresh optimizer loads its file and both go on with the same bits. The same file with every
+   master made finite (CRC made good) is refused, nothing changed: a NaN moment needs an inf or NaN
+   master beside it (its element's; AMP_MOMENTS_8BIT: its block's; _FP8: its tensor's). */
+static size_t overflow_snap(const amp_optimizer *o, unsigned char *buf) {   /* the master and moments as kept */
+  const amp__tensor *t = &o->t[0];
+  size_t k = t->n * 4, mb = amp__moment_bytes(t->moments, t->n);
+  memcpy(buf, t->master, k);
+  if (t->moments == AMP_MOMENTS_F32) { memcpy(buf + k, t->m, t->n * 4); k += t->n * 4; if (t->v) { memcpy(buf + k, t->v, t->n * 4); k += t->n * 4; } }
+  else { memcpy(buf + k, t->mq, mb); k += mb; if (t->vq) { memcpy(buf + k, t->vq, mb); k += mb; } }
+  return k;
+}
+static void a_run_whose_masters_overflowed_loads_its_own_checkpoint(void) {
+  enum { N = 4096 + 300 };
+  static const int types[4] = {AMP_MOMENTS_F32, AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
+  static float w[3][N], g[N];
+  static unsigned char s0[12 * N + 64], s1[sizeof s0];
+  const char *p2 = "build/test/ckpt_overflow.bin";
+  int kind, ty, r, k;
+  for (kind = 0; kind < 2; kind++)
+    for (ty = 0; ty < 4; ty++) {
+      amp_optim_config c = amp_optimizer_defaults(kind ? AMP_ADAM : AMP_SGD);
+      amp_optimizer *o[3];
+      amp_tensor_desc d;
+      size_t e, nf = 0, na = 0, nb = 0, at = 0, l0, l1;
+      int nan_moments = 0, st_ok = 1;
+      unsigned char *file, *fa, *fb;
+      c.lr = 0.1f; c.weight_decay = 0.01f;
+      if (!kind) c.momentum = 0.9f;
+      for (r = 0; r < 3; r++) {
+        for (e = 0; e < N; e++) w[r][e] = 0.5f - (float)(e % 7) * 0.01f;
+        w[r][0] = kind ? INFINITY : 3.4e38f;
+        memset(&d, 0, sizeof d);
+        d.weights = w[r]; d.dtype = AMP_F32; d.grads = g; d.grad_dtype = AMP_GRAD_F32; d.n = N; d.moments = types[ty];
+        if (amp_optimizer_create(&o[r], amp_cpu(), &c) != AMP_OK || amp_optimizer_add_tensor(o[r], &d) != AMP_OK) {
+          EXPECT(0, "setup: %s", amp_last_error());
+          return;
+        }
+      }
+      for (k = 0; k < 4; k++) {
+        for (e = 0; e < N; e++) g[e] = 0.01f * (float)(e % 5 + 1);
+        g[0] = -1e38f;
+        st_ok &= amp_optimizer_step(o[0]) == AMP_OK && !amp_optimizer_last_skipped(o[0]);
+      }
+      EXPECT(st_ok, "kind %d moments %d: a step with finite grads failed or was skipped", kind, types[ty]);
+      for (e = 0; e < N; e++) {
+        const amp__tensor *t = &o[0]->t[0];
+        nan_moments += isnan(ty ? amp__moment_at(o[0], t->moments, 1, t->mq, N, e) : t->m[e]);
+      }
+      EXPECT(nan_moments > 0, "kind %d moments %d: no NaN first moment (the test needs one)", kind, types[ty]);
+      EXPECT(amp_checkpoint_save(path, o[0], NULL) == AMP_OK, "save: %s", amp_last_error());
+      EXPECT(amp_checkpoint_load(path, o[1], NULL) == AMP_OK, "kind %d moments %d: its own file is refused: %s", kind,
+             types[ty], amp_last_error());
+      /* the file with every master made finite */
+      file = t_read_file(path, &nf);
+      while (file && at + 4 * (size_t)N <= nf && memcmp(file + at, o[0]->t[0].master, 4 * (size_t)N)) at++;
+      EXPECT(file && at + 4 * (size_t)N <= nf, "kind %d moments %d: the master's bytes are not in the file", kind,
+             types[ty]);
+      if (file && at + 4 * (size_t)N <= nf) {
+        const float fin = 0.5f;
+        for (e = 0; e < N; e++) {
+          float x;
+          memcpy(&x, file + at + 4 * e, 4);
+          if (!isfinite(x)) memcpy(file + at + 4 * e, &fin, 4);
+        }
+        recrc(file, nf);
+        write_all(p2, file, nf);
+        l0 = overflow_snap(o[2], s0);
+        EXPECT(amp_checkpoint_load(p2, o[2], NULL) == AMP_ERR_CORRUPT && strstr(amp_last_error(), "amp_checkpoint_load") &&
+                   strstr(amp_last_error(), "no update leaves"),
+               "kind %d moments %d: NaN moments beside finite masters: %s", kind, types[ty], amp_last_error());
+        l1 = overflow_snap(o[2], s1);
+        EXPECT(l0 == l1 && memcmp(s0, s1, l0) == 0, "kind %d moments %d: the refused load changed the state", kind,
+               types[ty]);
+      }
+      free(file);
+      /* the loaded run and the one that went on: the same bits */
+      for (k = 0; k < 2; k++) {
+        for (e = 0; e < N; e++) g[e] = 0.02f * (float)(e % 3 + 1);
+        amp_optimizer_step(o[0]);
+        amp_optimizer_step(o[1]);
+      }
+      EXPECT(amp_checkpoint_save(path, o[0], NULL) == AMP_OK && amp_checkpoint_save(p2, o[1], NULL) == AMP_OK,
+             "save: %s", amp_last_error());
+      fa = t_read_file(path, &na); fb = t_read_file(p2, &nb);
+      EXPECT(fa && fb && na == nb && memcmp(fa, fb, na) == 0 && memcmp(w[0], w[1], sizeof w[0]) == 0,
+             "kind %d moments %d: the resumed run differs from the one that went on", kind, types[ty]);
+      free(fa); free(fb);
+      for (r = 0; r < 3; r++) amp_optimizer_destroy(o[r]);
+    }
+}
+
 static void crc32_matches_the_standard_check_value(void) {
   amp__crc c;
   amp__crc_init(&c); amp__crc_add(&c, "123456789", 9);
@@ -851,6 +947,7 @@ static void crc32_matches_the_standard_check_value(void) {
 int main(void) {
   RUN(crc32_matches_the_standard_check_value);
   RUN(resume_after_save_and_load_is_bit_identical);
+  RUN(a_run_whose_masters_overflowed_loads_its_own_checkpoint);
   RUN(save_and_load_of_one_half);
   RUN(every_byte_flip_and_truncation_is_refused_and_changes_nothing);
   RUN(other_kind_shape_dtype_or_version_is_refused);
