@@ -1343,6 +1343,7 @@ extern "C" amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int 
       !d_counts)
     return amp__cu_arg(msg, cap, "amp__cu_fp8_create: a pointer argument is NULL");
   if (n == 0 || len < 1) return amp__cu_arg(msg, cap, "amp__cu_fp8_create: n %zu, len %d", n, len);
+  AMP__CU_ON(st);   // before the host allocations: a failure here returns with nothing to free
   amp__cu_fp8 *f = new (std::nothrow) amp__cu_fp8();
   if (!f) { snprintf(msg, cap, "amp__cu_fp8_create: out of memory"); return AMP_ERR_NOMEM; }
   const size_t slots = n * (size_t)len, cnt = stats ? 8 * n : 0, used = stats ? 2 * n : 0;
@@ -1351,7 +1352,6 @@ extern "C" amp_status amp__cu_fp8_create(void *state, void **fp8, size_t n, int 
   int32_t *fmt = (int32_t *)malloc(n * sizeof(int32_t));
   if (!fmt) { delete f; snprintf(msg, cap, "amp__cu_fp8_create: out of memory"); return AMP_ERR_NOMEM; }
   for (size_t i = 0; i < n; i++) fmt[i] = (int32_t)format[i];
-  AMP__CU_ON(st);
   cudaError_t e = cudaMalloc(&f->block, bytes);
   if (e == cudaSuccess) {
     unsigned long long *c = (unsigned long long *)f->block;
@@ -2131,17 +2131,19 @@ static amp_status amp__gemm_launch_elementwise(amp__cu_state *st, const amp__gem
 
 // ---- The fp8 product (the manual's "fp8 inputs and outputs") ----------------------------------
 //
-// The sum of one element as the CPU reference forms it: the k products in order, each exact in
-// f32 for fp8 x fp8 and fp8 x 16-bit, so fmaf rounds only the add the reference rounds. With block
-// scales, each block of p.bw along k is summed on its own and added in k order times its two
-// scales (the CPU's fl32(acc + fl32(fl32(sa sb) part))).
+// The sum of one element as the CPU reference forms it: the k products in order, each product
+// rounded to f32 and then added (amp__fmul, amp__fadd: never fused). For fp8 x fp8 and fp8 x 16-bit
+// the products are exact, so this is an fmaf chain's bits too; an f32 operand (beside fp8, or f32
+// x f32 with c_amax or a scale) has inexact products, which an fmaf would round once with the add.
+// With block scales, each block of p.bw along k is summed on its own and added in k order times
+// its two scales (the CPU's fl32(acc + fl32(fl32(sa sb) part))).
 static __device__ float amp__gemm_fp8_sum(const amp__gemm_prob &p, int i, int j) {
   const int w = p.bw > 0 ? p.bw : p.k;
   float acc = 0.0f;
   for (int p0 = 0; p0 < p.k; p0 += w) {
     float part = 0.0f;
     for (int q = p0; q < p0 + w && q < p.k; q++)
-      part = fmaf(amp__load(p.a, p.in, amp__ga(p, i, q)), amp__load(p.b, p.in_b, amp__gb(p, q, j)), part);
+      part = amp__fadd(part, amp__fmul(amp__load(p.a, p.in, amp__ga(p, i, q)), amp__load(p.b, p.in_b, amp__gb(p, q, j))));
     if (p.bw == 0) return part;
     float sa = p.bsa ? amp__gemm_block_scale_at(p.bsa, p.bka, p.kca, i, p0, p.k, p.m) : 1.0f;
     float sb = p.bsb ? amp__gemm_block_scale_at(p.bsb, p.bkb, p.kcb, j, p0, p.k, p.n) : 1.0f;
@@ -2660,10 +2662,11 @@ static amp_status amp__gemm_fp8_try(amp__cu_state *st, const amp__gemm_prob &p, 
                                     char *msg, size_t cap) {
   std::lock_guard<std::mutex> lock(st->gemm_lock);   // as in amp__cu_gemm
   amp__gemm_plan *pl = NULL;
-  amp_status r = amp__gemm_plan_get(st, q, 0, &pl, msg, cap);
-  *kind = r == AMP_OK ? pl->kind : AMP__PLAN_SIMPLE;
-  if (r == AMP_OK && *kind != AMP__PLAN_SIMPLE) r = amp__gemm_fp8_enqueue(st, pl, p, q, msg, cap);
-  return r;
+  // a plan cuBLASLt refuses to build (an fp8 attribute, a scale mode this library lacks) is one
+  // with no algorithm: the plain kernel, as the manual says, not an error
+  if (amp__gemm_plan_get(st, q, 0, &pl, msg, cap) != AMP_OK) { *kind = AMP__PLAN_SIMPLE; return AMP_OK; }
+  *kind = pl->kind;
+  return *kind != AMP__PLAN_SIMPLE ? amp__gemm_fp8_enqueue(st, pl, p, q, msg, cap) : AMP_OK;
 }
 
 // The fp8 product (amp__gemm_fp8_mode). cuBLASLt (AUTO, fp8 A and B, sm_89 or newer) computes

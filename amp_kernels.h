@@ -112,10 +112,11 @@ extern amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, 
 extern amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg,
                                               size_t cap);
 extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap);
-/* [step] the fused update in one launch; it changes nothing but the skipped count when this
+/* [step] the fused update in one launch (two where a tensor keeps AMP_MOMENTS_FP8: a first launch
+   takes the new moments' amaxes); it changes nothing but the skipped count when this
    optimizer's last unscale or, scaler given, any unscale into that scaler since its last rule found
    inf/NaN. With update_scaler != 0 its last block also runs the scale rule (amp__cu_scaler_update(-1))
-   once every block has read the flag, so a step of one optimizer can be 2 launches. */
+   once every block has read the flag: no launch of its own. */
 extern amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update_scaler, char *msg, size_t cap);
 /* [sync] the step count, norm, clip and skip state. */
 extern amp_status amp__cu_optim_read(void *state, const void *optim, amp_cu_optim_info *info, char *msg, size_t cap);

@@ -430,11 +430,11 @@ static void gpu_rejects_bad_input_and_leaves_c_unchanged(void) {
    over the codes bit for bit, tests/test_gemm_fp8.c), with a_scale_inv, b_scale_inv, c_scale and
    c_amax as device pointers on the GPU. Two claims:
    - The plain fp8 kernel (AMP_GEMM_SIMPLE, and AUTO for a pair cuBLASLt does not take, such as
-     fp8 x f16) gives the reference's bits, C and c_amax, with ReLU or no activation: it adds the
-     same products in the same k order, each fp8 x fp8 or fp8 x 16-bit product is exact in f32 (at
-     most 4 x 11 significant bits, never below 2^-33), so its fma rounds only the add the reference
-     rounds, and the rest is the CPU's own element functions (amp__gemm_fp8_factor,
-     amp__gemm_fp8_epi). GELU calls the device's tanhf: the bound below instead.
+     fp8 x f16 or fp8 x f32) gives the reference's bits, C and c_amax, with ReLU or no activation:
+     it adds the same products in the same k order, each rounded to f32 before its add as the
+     reference rounds it (an fp8 x f32 or f32 x f32 product is inexact: an fma would differ), and
+     the rest is the CPU's own element functions (amp__gemm_fp8_factor, amp__gemm_fp8_epi). GELU
+     calls the device's tanhf: the bound below instead.
    - cuBLASLt (AUTO, fp8 x fp8 on sm_89 and newer) sums in its own order (Tensor Core fragments,
      split-k partials in f32, FMA) and applies alpha and the scales in its own order. Per result t
      (before c_scale), s = alpha a_scale_inv b_scale_inv:
@@ -543,15 +543,16 @@ static int check_fp8(const fp8prob *P) {
 
 static const amp_dtype fp8_outs[5] = {AMP_F32, AMP_F16, AMP_BF16, AMP_E4M3, AMP_E5M2};
 
-/* The plain fp8 kernel: every pair it takes (the three fp8 pairs, fp8 beside f16 or bf16), every
-   output type, layout and transpose, odd shapes, scales, bias and ReLU, beta or c_scale: the
-   CPU reference's bits. */
+/* The plain fp8 kernel: every pair it takes (the three fp8 pairs, fp8 beside f16, bf16 or f32, and
+   f32 x f32, in the fp8 product through its c_amax), every output type, layout and transpose, odd
+   shapes, scales, bias and ReLU, beta or c_scale: the CPU reference's bits. */
 static void fp8_plain_kernel_gives_the_cpus_bits(void) {
-  static const amp_dtype pairs[5][2] = {{AMP_E4M3, AMP_E4M3}, {AMP_E4M3, AMP_E5M2}, {AMP_E5M2, AMP_E4M3},
-                                        {AMP_E4M3, AMP_F16}, {AMP_BF16, AMP_E5M2}};
+  static const amp_dtype pairs[7][2] = {{AMP_E4M3, AMP_E4M3}, {AMP_E4M3, AMP_E5M2}, {AMP_E5M2, AMP_E4M3},
+                                        {AMP_E4M3, AMP_F16},  {AMP_BF16, AMP_E5M2}, {AMP_F32, AMP_E4M3},
+                                        {AMP_F32, AMP_F32}};
   static const int sh[3][3] = {{1, 1, 1}, {5, 7, 19}, {33, 17, 40}};
   int ip, io, L, ta, tb, s;
-  for (ip = 0; ip < 5; ip++) for (io = 0; io < 5; io++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++)
+  for (ip = 0; ip < 7; ip++) for (io = 0; io < 5; io++) for (L = 0; L < 2; L++) for (ta = 0; ta < 2; ta++)
     for (tb = 0; tb < 2; tb++) for (s = 0; s < 3; s++) {
       int c8 = is8(fp8_outs[io]), v = (ip + io + s) % 2;
       fp8prob P = {(amp_layout)L, (amp_trans)ta, (amp_trans)tb, sh[s][0], sh[s][1], sh[s][2], 1.5f, c8 ? 0.0f : 0.5f,
