@@ -1347,7 +1347,8 @@ AMPDEF amp_optim_config amp_optimizer_defaults(amp_optim_kind kind);
 AMPDEF amp_status amp_optimizer_create(amp_optimizer **out, amp_device *d, const amp_optim_config *cfg);
 AMPDEF amp_status amp_optimizer_add(amp_optimizer *o, amp_dtype dtype, void *weights, const void *grads, size_t n);
 AMPDEF amp_status amp_optimizer_set_lr(amp_optimizer *o, float lr);
-AMPDEF float      amp_optimizer_grad_norm(const amp_optimizer *o);   /* unscaled L2 norm seen at the last unscale */
+AMPDEF float      amp_optimizer_grad_norm(const amp_optimizer *o);   /* unscaled L2 norm seen at the last unscale
+                                                                          (inf/NaN grads: inf, or the NaN 0x7fc00000) */
 /* The fp32 master of tensor index (a device pointer on CUDA); NULL for an AMP_MASTER_SPLIT / _NONE
    tensor, which keeps no fp32 array. */
 AMPDEF const float *amp_optimizer_master(const amp_optimizer *o, size_t index, size_t *n);
@@ -1848,7 +1849,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    - x86-64 with FMA (AVX-512 F/BW/VL/DQ: 8 x 32 register tiles; AVX2: 6 x 16): acc = fma(a(i,p), b(p,j),
      acc) for p = 0, 1, ..., k-1 in that order, one rounding per step; f16 and bf16 inputs are
      converted exactly to f32 once, while packing. Every such kernel, on one thread or many, gives
-     the bits of a plain fmaf() loop.
+     the bits of a plain fmaf() loop. (A NaN result is NaN on every kernel; which NaN, where more
+     than one input of a sum is NaN, is not promised: an FMA passes one of its NaN operands on, and
+     the compiler may swap the two it multiplies, as Clang does.)
    - bf16 inputs on an AVX512_BF16 CPU whose vdpbf16ps delivers at least the f32 FMA's flop rate
      (AMD Zen 4 and 5: twice it): vdpbf16ps on pairs p = 2q, 2q+1: the two products (exact in f32)
      are summed and rounded to f32, then added to acc and rounded (round to nearest even);
@@ -2734,6 +2737,15 @@ static inline AMP_HD void amp__custom_elem(float *p, float *m, float *v, float g
 }
 
 AMP__EXACT_END
+/* The global L2 norm (amp_optimizer_grad_norm) from the sum of squares: its square root in f32.
+   A NaN sum (a NaN grad, whose step is skipped) gives the one NaN 0x7fc00000: which NaN a sum of
+   several carries (its sign, its payload) depends on the order of the adds and on which operand
+   the compiler puts first (the portable scan, the vector scans, gcc -Ofast), so that the norm's
+   bits are the same on every path and device. */
+static inline AMP_HD float amp__norm_of(double sumsq) {
+  float r = (float)sqrt(sumsq);
+  return (amp__f32_bits(r) & 0x7fffffffu) > 0x7f800000u ? amp__bits_f32(0x7fc00000u) : r;
+}
 /* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)). */
 static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
   float c;
@@ -8607,7 +8619,7 @@ static amp_status amp__cpu_optim_set_grads(amp_optimizer *o, size_t i, char *msg
 /* The decision from {found_inf, sumsq} (this rank's, or the sums over the ranks). */
 static void amp__cpu_decide(amp_optimizer *o, amp_scaler *s, int bad, double sumsq) {
   o->found_inf = bad; o->inv = s ? amp__scaler_inv(s) : 1.0f;
-  o->grad_norm = (float)sqrt(sumsq);
+  o->grad_norm = amp__norm_of(sumsq);
   o->spike = amp__spike_skip(o->grad_norm, o->cfg.spike_norm, o->cfg.spike_zscore, &o->spike_win, bad);
   if (s) s->found_inf |= bad;
 }

@@ -588,7 +588,7 @@ __device__ __forceinline__ void amp__cu_unscale_chunk(const void *grad, int len,
 __device__ __forceinline__ void amp__cu_unscale_decide(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int found,
                                                        double s) {
   const float inv = sc ? sc->inv_scale : 1.0f;
-  float norm = (float)sqrt(s);
+  float norm = amp__norm_of(s);
   float clip = amp__clip_coef(norm, o->h.max_grad_norm);
   o->norm = norm; o->clip = clip; o->mul = inv * clip;
   o->scale = sc ? sc->st.scale : 1.0f;

@@ -154,6 +154,54 @@ static void counts_equal_a_direct_count(void) {
   amp__opt_simd = -1;
 }
 
+/* The norm of grads that hold NaN (the step skipped) is the one NaN 0x7fc00000 at every scan level,
+   grad type and stats setting: which NaN a sum of several carries depends on the order of the adds
+   and the compiler's operands (gcc -Ofast gave 0xffc00000 on one path, 0x7fff0000 on another).
+   Grads with +-inf and no NaN give +inf. Each trial: NaNs of random signs and payloads (and infs)
+   at random places in tensors of random lengths. */
+static void a_nan_norm_is_one_nan_on_every_path(void) {
+  amp_dtype ts[3] = {AMP_F32, AMP_F16, AMP_BF16};
+  int lvl, d, st, trial;
+  for (lvl = 0; lvl <= 2; lvl++)
+    for (d = 0; d < 3; d++)
+      for (st = 0; st < 2; st++)
+        for (trial = 0; trial < 40; trial++) {
+          static float w[2][700], g[2][700];
+          amp_dtype gt = ts[d];
+          amp_optimizer *o = NULL;
+          amp_optim_config c;
+          uint32_t ex, man, nb;
+          size_t n[2], i, k;
+          int nans = 0, j;
+          float norm;
+          masks(gt, &ex, &man);
+          memset(&c, 0, sizeof c);
+          c.kind = AMP_ADAM; c.stats = st;
+          amp__opt_simd = lvl;
+          if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK) { EXPECT(0, "create: %s", amp_last_error()); return; }
+          for (i = 0; i < 2; i++) {
+            n[i] = 1 + rnd() % 600;
+            for (k = 0; k < n[i]; k++) w[i][k] = 0.5f;
+            fill(g[i], gt, n[i], 1.0f);
+            EXPECT(amp_optimizer_add_mixed(o, AMP_F32, w[i], gt, g[i], n[i]) == AMP_OK, "add: %s", amp_last_error());
+          }
+          for (j = 0; j < 1 + (int)(rnd() % 12); j++) {   /* NaNs (random payload and sign) or infs */
+            uint32_t sign = rnd() & 1u ? (gt == AMP_F32 ? 0x80000000u : 0x8000u) : 0u, pay = rnd() & man;
+            i = rnd() & 1u;
+            if (trial % 4 == 3) pay = 0;   /* every fourth trial: infs alone */
+            nans += pay != 0;
+            put_bits(g[i], gt, rnd() % n[i], ex | sign | pay);
+          }
+          EXPECT(amp_optimizer_step(o) == AMP_OK && amp_optimizer_last_skipped(o) == 1, "step: %s", amp_last_error());
+          norm = amp_optimizer_grad_norm(o);
+          memcpy(&nb, &norm, 4);
+          EXPECT(nb == (nans ? 0x7fc00000u : 0x7f800000u), "level %d, %s grads, stats %d, trial %d (%d NaN): norm bits 0x%08x",
+                 lvl, tname(gt), st, trial, nans, (unsigned)nb);
+          amp_optimizer_destroy(o);
+        }
+  amp__opt_simd = -1;
+}
+
 /* The first tensor with inf/NaN is named when several have some; each unscale replaces the last
    one's stats (a clean unscale after an overflow says -1 and 0 inf/NaN everywhere). */
 static void overflow_tensor_names_the_first_and_forgets_the_last_unscale(void) {
@@ -439,6 +487,7 @@ static void the_overflow_line_names_the_tensor(void) {
 
 int main(void) {
   RUN(counts_equal_a_direct_count);
+  RUN(a_nan_norm_is_one_nan_on_every_path);
   RUN(overflow_tensor_names_the_first_and_forgets_the_last_unscale);
   RUN(stats_off_and_on_step_alike);
   RUN(bad_calls_are_refused);
