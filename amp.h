@@ -1394,11 +1394,12 @@ enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
 /* The moment types of amp_tensor_desc.moments, one row each: X(name, value, bytes per stored
    moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK; FP8: and one f32 scale_inv
    per array), 1 where the optimizers keep it, else 0: refused at add, 1 where a CUDA device's
-   optimizer keeps it too, else 0: refused there). */
+   optimizer keeps it too, else 0: refused there, the elements that share one scale: 0 none (each
+   its own value), 1 a block (AMP__Q8_BLOCK), 2 the whole array). */
 #define AMP__MOMENTS_TYPES(X) \
-  X(AMP_MOMENTS_F32, 0, 4, 1, 1) X(AMP_MOMENTS_BF16, 1, 2, 1, 1) X(AMP_MOMENTS_8BIT, 2, 1, 1, 1) \
-  X(AMP_MOMENTS_FP8, 3, 1, 1, 1)
-#define AMP__MOMENTS_ITEM(name, value, bytes, kept, cuda) name = value,
+  X(AMP_MOMENTS_F32, 0, 4, 1, 1, 0) X(AMP_MOMENTS_BF16, 1, 2, 1, 1, 0) X(AMP_MOMENTS_8BIT, 2, 1, 1, 1, 1) \
+  X(AMP_MOMENTS_FP8, 3, 1, 1, 1, 2)
+#define AMP__MOMENTS_ITEM(name, value, bytes, kept, cuda, shared) name = value,
 enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
 #undef AMP__MOMENTS_ITEM
 #define AMP__Q8_BLOCK 256   /* AMP_MOMENTS_8BIT: elements per block, each with its absmax */
@@ -2402,16 +2403,28 @@ static inline AMP_HD uint64_t amp__sr_key_moment(uint64_t key, int j) {
 }
 /* A moment type's stored bytes per element, and 1 where a CUDA device's optimizer keeps it (the
    columns of AMP__MOMENTS_TYPES; 0 for a value that is not a type). */
-#define AMP__MOMENTS_BYTES_(name, value, bytes, kept, cuda) case value: return bytes;
+#define AMP__MOMENTS_BYTES_(name, value, bytes, kept, cuda, shared) case value: return bytes;
 static inline AMP_HD size_t amp__moments_bytes(int m) {
   switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_BYTES_) default: return 0; }
 }
 #undef AMP__MOMENTS_BYTES_
-#define AMP__MOMENTS_CUDA_(name, value, bytes, kept, cuda) case value: return cuda;
+#define AMP__MOMENTS_CUDA_(name, value, bytes, kept, cuda, shared) case value: return cuda;
 static inline AMP_HD int amp__moments_on_cuda(int m) {
   switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_CUDA_) default: return 0; }
 }
 #undef AMP__MOMENTS_CUDA_
+/* The elements whose moments share one scale with element e of n (the last column of
+   AMP__MOMENTS_TYPES): [*from, *to) is e alone, its block of AMP__Q8_BLOCK, or all n. */
+#define AMP__MOMENTS_SHARED_(name, value, bytes, kept, cuda, shared) case value: return shared;
+static inline int amp__moments_shared(int m) {
+  switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_SHARED_) default: return 0; }
+}
+static inline void amp__moments_span(int m, size_t n, size_t e, size_t *from, size_t *to) {
+  const int s = amp__moments_shared(m);
+  *from = s == 2 ? 0 : s == 1 ? e / AMP__Q8_BLOCK * AMP__Q8_BLOCK : e;
+  *to = s == 2 ? n : s == 1 ? (n - *from < AMP__Q8_BLOCK ? n : *from + AMP__Q8_BLOCK) : e + 1;
+}
+#undef AMP__MOMENTS_SHARED_
 /* Element i's 16 random bits: field i % 4 (bits 16 (i % 4) .. 16 (i % 4) + 15) of the mix of counter
    i / 4, so one 64-bit hash serves four neighbouring elements (as Philox's four words serve four
    elements in the GPU frameworks): the vector loops mix a quarter as many counters as elements. */
@@ -8069,12 +8082,12 @@ static amp_status amp__o_grads_check(const char *fn, const amp_optimizer *o, siz
 
 /* grads_late: the grads may be NULL (amp_optimizer_add_tensor: given later by amp_optimizer_set_grads). */
 /* A moment type's name and stored bytes per element (AMP__MOMENTS_TYPES); NULL / 0: not a type. */
-#define AMP__MOMENTS_NAME(name, value, bytes, kept, cuda) case value: return #name;
+#define AMP__MOMENTS_NAME(name, value, bytes, kept, cuda, shared) case value: return #name;
 static const char *amp__moments_name(int m) {
   switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_NAME) default: return NULL; }
 }
 #undef AMP__MOMENTS_NAME
-#define AMP__MOMENTS_KEPT(name, value, bytes, kept, cuda) case value: return kept;
+#define AMP__MOMENTS_KEPT(name, value, bytes, kept, cuda, shared) case value: return kept;
 static int amp__moments_kept(int m) {
   switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_KEPT) default: return 0; }
 }
@@ -9828,7 +9841,8 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
       const char *what = sq ? "exp_avg_sq" : k == 1 ? "first moment" : "moment";
       for (j = 0; t.moments == AMP_MOMENTS_8BIT && j < (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK; j++) {
         uint32_t b;   /* each block's absmax as amp__q8_absmax leaves it: 1e-38 .. FLT_MAX, or NaN */
-        size_t e0 = j * AMP__Q8_BLOCK, e1 = n - e0 < AMP__Q8_BLOCK ? n : e0 + AMP__Q8_BLOCK;
+        size_t e0, e1;
+        amp__moments_span(AMP_MOMENTS_8BIT, n, j * AMP__Q8_BLOCK, &e0, &e1);
         memcpy(&b, p + 4 * j, 4);
         if (!amp__q8_absmax_kept(b) && !(b > 0x7f800000u && b <= 0x7fffffffu && amp__ckpt_wild(w, e0, e1)))
           return amp__fail(AMP_ERR_CORRUPT,
@@ -9840,19 +9854,16 @@ static amp_status amp__ckpt_moments_check(const amp_optimizer *o, const amp__ckp
       for (j = 0; j < o->t[i].n; j++) {
         float x = amp__moment_at(o, (int)t.moments, k, p, n, j);   /* the value as loaded (decoded) */
         uint32_t b = amp__f32_bits(x);
-        if ((b & 0x7fffffffu) > 0x7f800000u) {   /* NaN: where a master it shares is inf or NaN */
-          size_t from = t.moments == AMP_MOMENTS_8BIT ? j / AMP__Q8_BLOCK * AMP__Q8_BLOCK
-                                                       : t.moments == AMP_MOMENTS_FP8 ? 0 : j;
-          size_t to = t.moments == AMP_MOMENTS_8BIT ? (n - from < AMP__Q8_BLOCK ? n : from + AMP__Q8_BLOCK)
-                                                    : t.moments == AMP_MOMENTS_FP8 ? n : j + 1;
+        if ((b & 0x7fffffffu) > 0x7f800000u) {   /* NaN: where a master it shares a scale with is inf or NaN */
+          size_t from, to;
+          amp__moments_span((int)t.moments, n, j, &from, &to);
           if (from != c0 || to != c1) { c0 = from; c1 = to; wild = amp__ckpt_wild(w, from, to); }
           if (!wild)
             return amp__fail(AMP_ERR_CORRUPT,
                              "amp_checkpoint_load: tensor %zu's %s holds %g at element %zu, a value no update "
                              "leaves (a NaN grad skips its step; a NaN moment comes only from a master that is "
-                             "inf or NaN, and %s finite)",
-                             i, what, (double)x, j,
-                             t.moments == AMP_MOMENTS_8BIT ? "its block's are" : t.moments == AMP_MOMENTS_FP8 ? "the tensor's are" : "its is");
+                             "inf or NaN, and elements %zu .. %zu's are finite)",
+                             i, what, (double)x, j, from, to - 1);
         } else if (sq && (b >> 31) && (b << 1))
           return amp__fail(AMP_ERR_CORRUPT,
                            "amp_checkpoint_load: tensor %zu's %s holds %g at element %zu, a value no update "
@@ -12562,7 +12573,7 @@ static amp_status amp__cuda_optim_add(amp_optimizer *o, size_t i, const float *s
   if (!amp__moments_on_cuda(o->t[i].moments)) {   /* refused, not run wrong */
     char list[128] = "";
     size_t at = 0;
-#define AMP__MOMENTS_LIST_(name, value, bytes, kept, cuda) \
+#define AMP__MOMENTS_LIST_(name, value, bytes, kept, cuda, shared) \
     if (cuda && at < sizeof list) at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", #name);
     AMP__MOMENTS_TYPES(AMP__MOMENTS_LIST_)
 #undef AMP__MOMENTS_LIST_
