@@ -1287,7 +1287,16 @@ AMPDEF amp_status amp_quantize_ex(amp_device *d, void *q, amp_dtype fp8, const v
                        momentum, dampening and nesterov are not read. Defaults lr 1e-4,
                        beta1 0.9, beta2 0.99 (optax, lion-pytorch); use an lr 3-10x smaller and a
                        weight_decay 3-10x larger than AdamW's (the paper's advice).
-   An unknown value is refused by amp_optimizer_create (AMP_ERR_ARG naming it). */
+   An unknown value is refused by amp_optimizer_create (AMP_ERR_ARG naming it).
+   SGD, Adam and AdamW are torch.optim's operations in its order (the single-tensor path,
+   foreach=False: Adam's last line is param.addcdiv_(exp_avg, denom, value=-step_size), the
+   product before the quotient), each rounded on its own: the bits of PyTorch's CPU kernels where
+   those do not fuse (ATen's scalar kernels, ATEN_CPU_CAPABILITY=default; its AVX2 and AVX-512
+   kernels fuse add(x, alpha=a) into an FMA), which tests/test_step.c checks without clipping. With
+   max_grad_norm, the coefficient is clip_grad_norm_'s (1 / (norm + 1e-6), times max_norm) of a
+   norm summed in double (PyTorch sums in float: an ulp apart at times), and the grads are
+   multiplied once by fl(inv_scale * coefficient), where PyTorch multiplies by each in turn: the
+   same bits whenever inv_scale is a power of two (every preset's scale) and the product normal. */
 typedef enum amp_optim_kind {
   AMP_SGD = 0, AMP_ADAM, AMP_ADAMW, AMP_CUSTOM, AMP_LION,
   AMP_OPTIM_SGD = AMP_SGD, AMP_OPTIM_ADAM = AMP_ADAM, AMP_OPTIM_ADAMW = AMP_ADAMW, AMP_OPTIM_CUSTOM = AMP_CUSTOM,
@@ -1663,8 +1672,10 @@ AMPDEF int        amp_optimizer_last_skipped(const amp_optimizer *o);
    Each unscale replaces the previous one's stats; before the first they are all 0. On a CUDA
    device the unscale kernel writes them into device counters (integer atomics: the same counts
    on every run), and the read waits for the device's stream (see DEVICE ERRORS AND GETTERS).
-   With the data-parallel hook (amp_scaler_set_allreduce) the stats are this rank's own grads.
-   With stats 0 (the default) nothing is recorded and the step is the same code as without stats.
+   With the data-parallel hook (amp_scaler_set_allreduce) the stats are this rank's own grads,
+   recorded before the hook runs: a hook that fails leaves the weights, moments, scale and norm
+   as they were, and the stats (and amp_optimizer_overflow_tensor) those of the pass that reached
+   it, which the next unscale replaces. With stats 0 (the default) nothing is recorded and the step is the same code as without stats.
    Cost on the CPU: the scan with stats has an AVX-512 loop (the same bits as the portable one);
    on a CPU with only AVX2, or with AMP_NO_SIMD, it runs the portable loop, several times slower
    than the vector scan a step without stats uses.
@@ -2715,10 +2726,12 @@ static inline AMP_HD AMP__EXACT_FP void amp__adam_moments(float *p, float *m, fl
   *v = amp__fadd(amp__fmul(c->beta2, *v), amp__fmul(amp__fmul(amp__fsub(1.0f, c->beta2), g), g));
   *p = w;
 }
-/* The second half: sqrt_v = sqrtf(*v) as the first half left it. */
+/* The second half: sqrt_v = sqrtf(*v) as the first half left it. PyTorch's order: denom =
+   (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps), then param.addcdiv_(exp_avg, denom,
+   value=-step_size), ATen's self + value * t1 / t2: the product first, then the quotient. */
 static inline AMP_HD AMP__EXACT_FP void amp__adam_apply(float *p, float m, float sqrt_v, const amp_step_coefs *c) {
   float denom = amp__fadd(amp__fdiv(sqrt_v, c->bc2_sqrt), c->eps);
-  *p = amp__fsub(*p, amp__fmul(c->step_size, amp__fdiv(m, denom)));
+  *p = amp__fsub(*p, amp__fdiv(amp__fmul(c->step_size, m), denom));
 }
 static inline AMP_HD AMP__EXACT_FP void amp__adam_elem(float *p, float *m, float *v, float g, const amp_step_coefs *c) {
   amp__adam_moments(p, m, v, g, c);
@@ -2759,11 +2772,13 @@ static inline AMP_HD float amp__norm_of(double sumsq) {
   float r = (float)sqrt(sumsq);
   return (amp__f32_bits(r) & 0x7fffffffu) > 0x7f800000u ? amp__bits_f32(0x7fc00000u) : r;
 }
-/* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)). */
-static inline AMP_HD float amp__clip_coef(float norm, float max_norm) {
+/* The clip coefficient of torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)), in
+   PyTorch's operations: max_norm / (total_norm + 1e-6) is a Python float over a tensor,
+   Tensor.__rtruediv__, which is (total_norm + 1e-6).reciprocal() * max_norm. */
+static inline AMP_HD AMP__EXACT_FP float amp__clip_coef(float norm, float max_norm) {
   float c;
   if (max_norm <= 0.0f) return 1.0f;
-  c = amp__fdiv(max_norm, amp__fadd(norm, 1e-6f));
+  c = amp__fmul(amp__fdiv(1.0f, amp__fadd(norm, 1e-6f)), max_norm);
   return c < 1.0f ? c : 1.0f;
 }
 
@@ -6137,7 +6152,7 @@ AMP__AVX2_INLINE __m256 amp__div8(__m256 a, __m256 b) { return _mm256_div_ps(a, 
     if (has_wd) x = ADD(x, MUL(wd, w0)); \
     mv = ADD(MUL(b1, mv), MUL(omb1, x)); \
     vv = ADD(MUL(b2, vv), MUL(MUL(omb2, x), x)); \
-    if (!mo) w0 = SUB(w0, MUL(ss, DIV(mv, ADD(DIV(SQRT(vv), bc2), eps)))); \
+    if (!mo) w0 = SUB(w0, DIV(MUL(ss, mv), ADD(DIV(SQRT(vv), bc2), eps))); \
     STF(m, mv); STF(v, vv); }
 #define AMP__V_LION(VT, ADD, SUB, MUL, DIV, SQRT, SIGN, LDF, STF, ZERO) { \
     VT mv = LDF(m); \
@@ -8429,7 +8444,8 @@ static void amp__o_unscaled(amp_optimizer *o, const amp_scaler *s) {
 /* Pass 1 over every tensor of o and the decision (norm, clip, skip), on o's device; with the
    data-parallel hook, this rank's {found_inf, sumsq} first, the hook's sum over ranks, then the
    decision from the sums. Records the call order in o and s. A failure (the hook's included)
-   records nothing. s NULL (amp_optimizer_step): the grads as they are (inverse scale 1), no hook,
+   records no call order and no decision (the gradient stats, taken in the pass, are that pass's:
+   GRADIENT STATS). s NULL (amp_optimizer_step): the grads as they are (inverse scale 1), no hook,
    no call order to record. */
 static amp_status amp__o_unscale(const char *fn, amp_scaler *s, amp_optimizer *o) {
   const amp__backend *be = amp__be(o->dev);
@@ -10784,9 +10800,10 @@ static __attribute__((noinline)) AMP__FMA2 float amp__gemm_peak_fma256(long n) {
 #undef AMP__PEAK_ACC12
 /* The peak loops by kind (0 vfmadd231ps zmm, 1 vdpbf16ps zmm, 2 vfmadd231ps ymm) and the flops of
    one round of each; the caller checks that the CPU runs the kind (amp__gemm_isa). */
-static volatile float amp__gemm_peak_sink;   /* the loops' results go here, so no loop is left out */
 static void amp__gemm_peak_loop(int kind, long n) {
-  amp__gemm_peak_sink = kind == 0 ? amp__gemm_peak_fma512(n) : kind == 1 ? amp__gemm_peak_dpbf16(n) : amp__gemm_peak_fma256(n);
+  /* the result stored to a volatile, so no loop is left out; a local one: threads may measure at once */
+  volatile float sink = kind == 0 ? amp__gemm_peak_fma512(n) : kind == 1 ? amp__gemm_peak_dpbf16(n) : amp__gemm_peak_fma256(n);
+  (void)sink;
   if (kind != 2) __asm__ __volatile__("vzeroupper");
 }
 static double amp__gemm_peak_flops(int kind) { return kind == 0 ? 12.0 * 32 : kind == 1 ? 12.0 * 64 : 12.0 * 16; }
@@ -11599,20 +11616,20 @@ AMP__GEMM_PEAK_FN(amp__gemm_peak_bfdot, AMP__TBF16, uint32x4_t, vdupq_n_u32(0x3a
 AMP__GEMM_PEAK_FN(amp__gemm_peak_bfmmla, AMP__TBF16, uint32x4_t, vdupq_n_u32(0x3a833a83u),
                   "bfmmla %0.4s, %1.8h, %1.8h")
 #undef AMP__GEMM_PEAK_FN
-static volatile float amp__gemm_peak_sink;
 /* 0: FMLA, 1: BFDOT, 2: BFMMLA */
 static int amp__gemm_dpbf16_measure(void) {
   uint64_t best[3] = {~(uint64_t)0, ~(uint64_t)0, ~(uint64_t)0};
+  volatile float sink;   /* the loops' results, so no loop is left out; local: threads may measure at once */
   int r, kind;
   for (r = 0; r < 7; r++)
     for (kind = 0; kind < 3; kind++) {
       uint64_t t0, t1;
       __asm__ __volatile__("isb\n\tmrs %0, cntvct_el0" : "=r"(t0) : : "memory");
-      amp__gemm_peak_sink = kind == 2 ? amp__gemm_peak_bfmmla(4096) : kind ? amp__gemm_peak_bfdot(4096)
-                                                                           : amp__gemm_peak_fmla(4096);
+      sink = kind == 2 ? amp__gemm_peak_bfmmla(4096) : kind ? amp__gemm_peak_bfdot(4096) : amp__gemm_peak_fmla(4096);
       __asm__ __volatile__("isb\n\tmrs %0, cntvct_el0" : "=r"(t1) : : "memory");
       if (t1 - t0 < best[kind]) best[kind] = t1 - t0;
     }
+  (void)sink;
   /* 32 flops an instruction against 8 (FMLA) and 16 (BFDOT) */
   if (best[2] <= 4 * best[0] && best[2] < 2 * best[1]) return 2;
   return best[1] <= 2 * best[0];

@@ -247,6 +247,49 @@ static void torch_case(const char *what, amp_optim_config c, int steps, int with
   amp_optimizer_destroy(o);
 }
 
+/* The clip coefficient against torch.nn.utils.clip_grad_norm_'s own expression, evaluated by torch
+   for 300 (norm, max_norm) pairs over many decades: clamp(max_norm / (total_norm + 1e-6), max=1),
+   a Python float over a float32 tensor (Tensor.__rtruediv__: reciprocal, then the product). The
+   bits of amp__clip_coef, which the step applies. */
+static void clip_coef_is_torchs(void) {
+  enum { NC = 300 };
+  static float nv[NC], mv[NC];
+  const char *path = "build/test/step_clip.py";
+  char cmd[600], args[300], line[128];
+  FILE *f = fopen(path, "w");
+  int i, got = 0, bad = 0;
+  if (!f) { EXPECT(0, "cannot write %s", path); return; }
+  rng_state = 31337;
+  fprintf(f, "import torch\nfor n, m in [");
+  for (i = 0; i < NC; i++) {
+    nv[i] = (float)ldexp(1.0 + rndu(), (int)(rnd() % 60) - 30);
+    mv[i] = (float)ldexp(1.0 + rndu(), (int)(rnd() % 60) - 30);
+    if (i % 5 == 0) mv[i] = nv[i] * (float)(0.5 + rndu());   /* near 1: the clamp */
+    fprintf(f, "('%a','%a'),", (double)nv[i], (double)mv[i]);
+  }
+  fprintf(f, "]:\n    t = torch.tensor(float.fromhex(n), dtype=torch.float32)\n"
+             "    c = torch.clamp(float.fromhex(m) / (t + 1e-6), max=1.0)\n    print(float(c).hex())\n");
+  fclose(f);
+  snprintf(args, sizeof args, "'%s' 2>&1", path);
+  t_torch_cmd(cmd, sizeof cmd, args);
+  f = popen(cmd, "r");
+  if (!f) { EXPECT(0, "popen failed"); return; }
+  while (fgets(line, sizeof line, f)) {
+    float want, have;
+    if (!strncmp(line, "missing", 7)) { EXPECT(0, "python3 with torch not found (a test dependency: tests/deps.sh)"); break; }
+    if (got >= NC) { EXPECT(0, "unexpected output from torch: %s", line); break; }
+    want = (float)strtod(line, NULL);
+    have = amp__clip_coef(nv[got], mv[got]);
+    if (memcmp(&want, &have, 4) && bad++ < 5)
+      EXPECT(0, "norm %a, max_norm %a: amp.h's coefficient %a, torch's %a", (double)nv[got], (double)mv[got], (double)have,
+             (double)want);
+    got++;
+  }
+  pclose(f);
+  EXPECT(got == NC && bad == 0, "torch gave %d of %d coefficients, %d differ", got, NC, bad);
+  remove(path);
+}
+
 /* Runs the script and compares every case. */
 static void torch_agrees_on_every_case(void) {
   char cmd[600], line[128];
@@ -258,7 +301,10 @@ static void torch_agrees_on_every_case(void) {
   fclose(script); script = NULL;
   char args[300];
   snprintf(args, sizeof args, "'%s' 2>&1", script_path);
-  t_torch_cmd(cmd, sizeof cmd, args);
+  /* ATen's scalar kernels: its AVX2 and AVX-512 ones fuse add(x, alpha=a) into an FMA, which
+     amp.h's element functions (every operation rounded on its own) do not */
+  memcpy(cmd, "ATEN_CPU_CAPABILITY=default; export ATEN_CPU_CAPABILITY; ", 57);
+  t_torch_cmd(cmd + 57, sizeof cmd - 57, args);
   f = popen(cmd, "r");
   EXPECT(f != NULL, "popen failed");
   if (!f) return;
@@ -298,8 +344,8 @@ static void torch_agrees_on_every_case(void) {
 
 /* amp_optimizer_step with clipping (global norm over both tensors) against torch.optim with
    clip_grad_norm_, with two steps of inf/NaN grads that both skip. A clipped step differs from
-   torch by the norm's summation order (amp.h sums in double, torch in float) and torch's fused
-   multiply-adds (ATen's add with alpha): a few 1e-7 of the buffer's scale over 12 steps. */
+   torch by the norm's summation order (amp.h sums in double, torch in float): a few 1e-7 of the
+   buffer's scale over 12 steps. Without clipping, the bits. */
 static void step_cases_for_torch(void) {
   amp_optim_kind kinds[3] = {AMP_SGD, AMP_ADAM, AMP_ADAMW};
   int k;
@@ -310,6 +356,15 @@ static void step_cases_for_torch(void) {
     if (kinds[k] == AMP_SGD) { c.momentum = 0.9f; c.dampening = 0.1f; }
     snprintf(what, sizeof what, "%s, clip 2, 2 inf/NaN steps", kname(kinds[k]));
     torch_case(what, c, 12, 1, 2e-6, NULL);
+    /* without clipping nothing is summed: bit for bit (PyTorch's order of operations in every
+       element function, its ATen kernels without FMA), SGD also with nesterov */
+    c.max_grad_norm = 0.0f;
+    snprintf(what, sizeof what, "%s, wd 0.05, 2 inf/NaN steps (bits)", kname(kinds[k]));
+    torch_case(what, c, 12, 1, 0.0, NULL);
+    if (kinds[k] == AMP_SGD) {
+      c.dampening = 0.0f; c.nesterov = 1;
+      torch_case("SGD nesterov, wd 0.05 (bits)", c, 12, 0, 0.0, NULL);
+    }
   }
 }
 
@@ -324,13 +379,13 @@ static void adam_beta1_zero_cases_for_torch(void) {
   c.lr = 0.01f; c.beta1 = 0.0f;
   EXPECT(amp_optimizer_create(&o, amp_cpu(), &c) == AMP_OK && o->cfg.beta1 == 0.0f, "beta1 resolved to %g", (double)o->cfg.beta1);
   amp_optimizer_destroy(o);
-  torch_case("Adam betas (0, 0.999)", c, 10, 0, 1e-6, p0);
+  torch_case("Adam betas (0, 0.999)", c, 10, 0, 0.0, p0);
   c.beta1 = 0.9f;
-  torch_case("Adam betas (0.9, 0.999)", c, 10, 0, 1e-6, p9);
+  torch_case("Adam betas (0.9, 0.999)", c, 10, 0, 0.0, p9);
   for (i = 0; i < TN; i++) differ += p0[i] != p9[i];
   EXPECT(differ > TN / 2, "beta1 0 and 0.9 gave the same weights at %d of %d places", TN - differ, TN);
   c.beta1 = 0.0f; c.beta2 = 0.0f;   /* beta2 = 0 too: v = g^2, no bias correction left */
-  torch_case("Adam betas (0, 0)", c, 6, 0, 1e-6, NULL);
+  torch_case("Adam betas (0, 0)", c, 6, 0, 0.0, NULL);
 }
 
 /* lr 0 at create (zero_is_zero): the masters stay bit for bit, the moments advance (as torch's
@@ -362,7 +417,7 @@ static void lr_zero_keeps_the_masters_and_advances_the_moments(void) {
     EXPECT(o->t[0].m && o->t[0].m[0] != 0.0f, "%s lr 0: the moments did not advance", kname(kinds[k]));
     amp_optimizer_destroy(o);
     snprintf(what, sizeof what, "%s lr 0", kname(kinds[k]));
-    torch_case(what, c, 5, 0, 1e-6, NULL);   /* weights (unchanged in torch too) and moments */
+    torch_case(what, c, 5, 0, 0.0, NULL);   /* weights (unchanged in torch too) and moments */
   }
 }
 
@@ -574,6 +629,7 @@ int main(void) {
   RUN(skipped_step_changes_nothing);
   RUN(step_cases_for_torch);
   RUN(adam_beta1_zero_cases_for_torch);
+  RUN(clip_coef_is_torchs);
   RUN(lr_zero_keeps_the_masters_and_advances_the_moments);
   RUN(zeros_mean_defaults_unless_zero_is_zero);
   RUN(illegal_values_are_refused_by_name);
