@@ -36,9 +36,10 @@ static AMP__EXACT_FP void ref_lion(float *w, float *m, const float *g, size_t n,
     m[i] = rd(beta2 * m[i]) + rd((1.0f - beta2) * g[i]);     /* momentum */
   }
 }
-/* torch.nn.utils.clip_grad_norm_'s coefficient from the total norm. */
+/* torch.nn.utils.clip_grad_norm_'s coefficient from the total norm: max_norm / (norm + 1e-6), a
+   Python float over a tensor, which PyTorch computes as the reciprocal times max_norm. */
 static AMP__EXACT_FP float ref_clip(float norm, float max_norm) {
-  float c = max_norm / (norm + 1e-6f);
+  float c = rd(1.0f / (norm + 1e-6f)) * max_norm;
   return max_norm > 0.0f && c < 1.0f ? c : 1.0f;
 }
 AMP__EXACT_END

@@ -162,7 +162,7 @@ static AMP__EXACT_FP void ref_elem(const hp *h, int64_t t, float lr, float wd, f
     if (h->kind == AMP_ADAM && wd != 0.0f) g = ADD(g, MUL(wd, w));
     *m = ADD(MUL(h->beta1, *m), MUL(SUB(1.0f, h->beta1), g));
     *v = ADD(MUL(h->beta2, *v), MUL(MUL(SUB(1.0f, h->beta2), g), g));
-    *p = SUB(w, MUL(step_size, DIV(*m, ADD(DIV(amp__fsqrt(*v), bc2), h->eps))));
+    *p = SUB(w, DIV(MUL(step_size, *m), ADD(DIV(amp__fsqrt(*v), bc2), h->eps)));   /* addcdiv: product, then quotient */
   } else if (h->kind == AMP_SGD) {
     float b;
     if (wd != 0.0f) g = ADD(g, MUL(wd, *p));
@@ -309,7 +309,7 @@ static AMP__EXACT_FP void ref_step(rig *r) {
   int i;
   size_t j;
   {
-    float cc = DIV(MAXN, ADD(norm, 1e-6f));
+    float cc = MUL(DIV(1.0f, ADD(norm, 1e-6f)), MAXN);   /* clip_grad_norm_: reciprocal, then times max_norm */
     if (cc < 1.0f) clip = cc;
   }
   r->t++;
