@@ -9828,9 +9828,9 @@ fail:
 /* 1 where one of the masters from .. to - 1 (n f32 as the file holds them at w) is inf or NaN. */
 static int amp__ckpt_wild(const unsigned char *w, size_t from, size_t to) {
   for (; from < to; from++) {
-    uint32_t b;
-    memcpy(&b, w + 4 * from, 4);
-    if ((b & 0x7fffffffu) >= 0x7f800000u) return 1;
+    float x;
+    memcpy(&x, w + 4 * from, 4);
+    if (!amp__finite(x)) return 1;
   }
   return 0;
 }

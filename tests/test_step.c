@@ -303,8 +303,11 @@ static void torch_agrees_on_every_case(void) {
   snprintf(args, sizeof args, "'%s' 2>&1", script_path);
   /* ATen's scalar kernels: its AVX2 and AVX-512 ones fuse add(x, alpha=a) into an FMA, which
      amp.h's element functions (every operation rounded on its own) do not */
-  memcpy(cmd, "ATEN_CPU_CAPABILITY=default; export ATEN_CPU_CAPABILITY; ", 57);
-  t_torch_cmd(cmd + 57, sizeof cmd - 57, args);
+  {
+    static const char env[] = "ATEN_CPU_CAPABILITY=default; export ATEN_CPU_CAPABILITY; ";
+    memcpy(cmd, env, sizeof env - 1);
+    t_torch_cmd(cmd + sizeof env - 1, sizeof cmd - (sizeof env - 1), args);
+  }
   f = popen(cmd, "r");
   EXPECT(f != NULL, "popen failed");
   if (!f) return;
