@@ -2029,14 +2029,22 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    Refused on a CUDA device as on the CPU (E5M2 x E5M2, 1 x 32 / 1 x 128 blocks across k, an fp8 C
    without c_scale or with beta), and AMP_GEMM_WMMA with fp8 inputs (AMP_ERR_ARG).
    cuBLASLt's amax over a result holding a NaN is not documented (the plain kernel's NaN wins).
-   Bound of cuBLASLt's fp8 results against the reference: the GPU bound below with alpha read as s
-   (tests/cuda_gemm.c: C and c_amax, every pair, output type and layout). Block-scaled, with nb
-   blocks along k and sa, sb each block's two scales: |alpha| (2k + 2 nb + 4) 2^-24 sum_b |sa sb|
-   sum_(p in b) |a(i,p) b(p,j)| before the output rounding (each side: a block's sum within (w - 1)
-   2^-24 of its |products|, w <= 128 its length, two roundings to scale it, at most nb - 1 for the
-   sum of the blocks and one for alpha; the reference's own error is as large again), plus the
-   output roundings as below. Both bounds take each addition in the Tensor Cores between two
-   promotions to be an f32 rounding; FAST_ACCUM, which never promotes, is outside them.
+   Bound of cuBLASLt's fp8 results against the reference: the GPU bound below with alpha read as s,
+   plus the Tensor Cores' own term (next). Block-scaled, with nb blocks along k and sa, sb each
+   block's two scales: |alpha| (2k + 2 nb + 4) 2^-24 sum_b |sa sb| sum_(p in b) |a(i,p) b(p,j)|
+   before the output rounding (each side: a block's sum within (w - 1) 2^-24 of its |products|,
+   w <= 128 its length, two roundings to scale it, at most nb - 1 for the sum of the blocks and one
+   for alpha; the reference's own error is as large again), plus the Tensor Cores' term, plus the
+   output roundings as below. The Tensor Cores' term: between two promotions to f32, Hopper's fp8
+   Tensor Cores add in an accumulator narrower than f32 (DeepSeek-V3 measured about 14 retained
+   bits), so the library adds |s| 2^-11 sum_p |a(i,p) b(p,j)| (block-scaled: with each block's
+   scales inside the sum): four k-32 Tensor Core steps of 2^-13 each between promotions, taken to
+   be at most 128 of k apart (the block-scaled modes promote every 128; cuBLASLt does not document
+   the per-tensor split accumulator's interval). That term is a model, not a figure NVIDIA
+   documents: an H200 run (cuBLAS 13.1) gave block-scaled results up to about 2^-14 of that sum
+   from the reference, past the f32-only bound the library stated before.
+   tests/cuda_gemm.c checks C and c_amax within it for every pair, output type and layout, and
+   prints the largest error seen. FAST_ACCUM, which never promotes, is outside it.
 
    The GPU sums in another order (Tensor Core fragments, split-k with f32 partial sums, FMA), so
    its result differs from the CPU's by a bounded amount: about |alpha| (2k + 4) 2^-24 sum_p

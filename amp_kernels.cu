@@ -2568,8 +2568,11 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
     s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4);
   // split-k may add its partial sums in the output type: for an f16/bf16 output that would be a
   // second, low-precision accumulation. Only f32 partials (COMPUTE_TYPE) keep fp32 accumulation.
-  uint32_t schemes =
-      p.out == AMP_F32 ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  // fp8: f32 partials only, whatever the output (in-place split-k is left out for fp8: the
+  // algorithms that H200 run had refused at cublasLtMatmul were all of f32 D, the one output type
+  // for which the other types allow it; whether it was the cause no GPU has shown yet).
+  uint32_t schemes = p.out == AMP_F32 && !k.fp8 ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK
+                                                : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, 4);
   if (s != CUBLAS_STATUS_SUCCESS) {
@@ -2650,9 +2653,14 @@ static amp_status amp__gemm_fp8_enqueue(amp__cu_state *st, amp__gemm_plan *pl, c
   amp_status r = amp__gemm_fp8_pointers(pl, q, msg, cap);
   if (r != AMP_OK) return r;
   // an fp8 D has no C (beta is 0): C NULL there, its C layout's type not being D's
-  AMP__LT_CHECK(cublasLtMatmul(st->lt, pl->desc, &q.alpha, q.a, pl->la, q.b, pl->lb, &q.beta, pl->ld ? NULL : q.c,
-                               pl->lc, q.c, pl->ld ? pl->ld : pl->lc, &pl->algo, st->workspace, st->workspace_size,
-                               st->stream));
+  cublasStatus_t s = cublasLtMatmul(st->lt, pl->desc, &q.alpha, q.a, pl->la, q.b, pl->lb, &q.beta,
+                                    pl->ld ? NULL : q.c, pl->lc, q.c, pl->ld ? pl->ld : pl->lc, &pl->algo,
+                                    st->workspace, st->workspace_size, st->stream);
+  // The heuristic can offer an fp8 algorithm that cublasLtMatmul then refuses, having launched
+  // nothing (an H200 with cuBLAS 13.1 did so for per-tensor fp8 with an f32 D): the plan is marked
+  // as having none, so this call and every later one of its key take the next path (amp__gemm_fp8).
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) { pl->kind = AMP__PLAN_SIMPLE; return AMP_OK; }
+  AMP__LT_CHECK(s);
   return AMP_OK;
 }
 
@@ -2665,8 +2673,9 @@ static amp_status amp__gemm_fp8_try(amp__cu_state *st, const amp__gemm_prob &p, 
   // a plan cuBLASLt refuses to build (an fp8 attribute, a scale mode this library lacks) is one
   // with no algorithm: the plain kernel, as the manual says, not an error
   if (amp__gemm_plan_get(st, q, 0, &pl, msg, cap) != AMP_OK) { *kind = AMP__PLAN_SIMPLE; return AMP_OK; }
-  *kind = pl->kind;
-  return *kind != AMP__PLAN_SIMPLE ? amp__gemm_fp8_enqueue(st, pl, p, q, msg, cap) : AMP_OK;
+  amp_status r = pl->kind != AMP__PLAN_SIMPLE ? amp__gemm_fp8_enqueue(st, pl, p, q, msg, cap) : AMP_OK;
+  *kind = pl->kind;   // (after the enqueue: cublasLtMatmul may have refused the algorithm)
+  return r;
 }
 
 // The fp8 product (amp__gemm_fp8_mode). cuBLASLt (AUTO, fp8 A and B, sm_89 or newer) computes

@@ -949,7 +949,7 @@ static void allreduce_hook_on_gpu_identity_equals_none_and_failure_changes_nothi
 
 
 static void checkpoint_moves_cpu_to_gpu_and_back_bit_exact(void) {
-  const char *p1 = "build/test/cuda_amp_ckpt1.bin", *p2 = "build/test/cuda_amp_ckpt2.bin";
+  const char *p1 = t_own_path("cuda_amp_ckpt1.bin"), *p2 = t_own_path("cuda_amp_ckpt2.bin");
   tens t;
   side c, g, c2;
   amp_scaler *cs = NULL, *gs = NULL, *cs2 = NULL;
@@ -1278,8 +1278,10 @@ static void master_modes_on_gpu(void) {
     t.weights = cw[0]; t.grads = cg; OK(amp_optimizer_add_tensor(oc_cpu, &t));
     t.weights = cw[1]; t.grads = cg + N; t.master_mode = AMP_MASTER_SPLIT; OK(amp_optimizer_add_tensor(oc_cpu, &t));
     t.weights = cw[2]; t.grads = cg + 2 * N; t.master_mode = AMP_MASTER_NONE; t.stochastic = 1; OK(amp_optimizer_add_tensor(oc_cpu, &t));
-    OK(amp_checkpoint_save("build/test/cuda_master_modes.ckpt", o, NULL));
-    OK(amp_checkpoint_load("build/test/cuda_master_modes.ckpt", oc_cpu, NULL));
+    const char *mp = t_own_path("cuda_master_modes.ckpt");
+    OK(amp_checkpoint_save(mp, o, NULL));
+    OK(amp_checkpoint_load(mp, oc_cpu, NULL));
+    remove(mp);
     EXPECT(memcmp(cw[1], hb, N * 2) == 0 && memcmp(oc_cpu->t[1].rem, hr, N * 2) == 0 && memcmp(cw[2], hc, N * 2) == 0,
            "%s: the GPU's split / in-place state loaded on the CPU differs", kn);
     {
@@ -1408,7 +1410,7 @@ static void moments_on_gpu_are_the_cpus_bits(int moments) {
   struct { amp_optim_kind kind; float wd, momentum; } cases[4] = {
       {AMP_SGD, 1e-2f, 0.9f}, {AMP_ADAM, 1e-2f, 0.0f}, {AMP_ADAMW, 0.1f, 0.0f}, {AMP_LION, 0.1f, 0.0f}};
   struct { int mode, sr; } modes[4] = {{AMP_MASTER_F32, 0}, {AMP_MASTER_F32, 1}, {AMP_MASTER_SPLIT, 0}, {AMP_MASTER_NONE, 1}};
-  const char *ck = "build/test/cuda_moments.ckpt";
+  const char *ck = t_own_path("cuda_moments.ckpt");
   const size_t mbytes = amp__moment_bytes(moments, N);
   amp_bf16 *w0 = (amp_bf16 *)xmalloc(N * 2), *cw = (amp_bf16 *)xmalloc((N + 1) * 2);
   unsigned char *before = (unsigned char *)xmalloc(mbytes + 4), *after = (unsigned char *)xmalloc(mbytes + 4);

@@ -22,8 +22,8 @@
 #   5. make demo-gpu (the built-in synthetic set where Fashion-MNIST is absent).
 # Each step has a time limit, cut to what is left of GPU_CHECK_BUDGET seconds (default 530) after
 # the time kept for the steps after it, so the whole stays under 9 minutes. Logs go to $OUT when it is set,
-# else to build/gpu-check: env.log, build.log, test.log, cuda_gemm.log, sanitize.log, bench.log,
-# demo.log, summary.log (8 files). The last line printed is the summary. Nothing is downloaded.
+# else to build/gpu-check: env.log, build.log, test.log, cuda_tests.log (every CUDA test program's
+# output), sanitize.log, bench.log, demo.log, summary.log (8 files). The last line printed is the summary. Nothing is downloaded.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 LOG=${OUT:-build/gpu-check}
@@ -33,8 +33,14 @@ SUMMARY=""
 BAD=0
 now() { date +%s; }
 BUDGET=${GPU_CHECK_BUDGET:-530}
-# cap LIMIT RESERVE: LIMIT seconds, or what is left of the budget after RESERVE seconds, at least 10
-cap() { c=$(( T0 + BUDGET - $(now) - $2 )); [ "$c" -gt "$1" ] && c=$1; [ "$c" -lt 10 ] && c=10; echo "$c"; }
+# cap LIMIT RESERVE: LIMIT seconds, or what is left of the budget after RESERVE seconds, at least 10.
+# LIMIT and RESERVE are sized for the default budget of 530 s and scale with a smaller one (a fixed
+# reserve once left a 440 s budget's build 54 s, too few for nvcc, and every later step starved).
+cap() {
+  l=$1; r=$2
+  if [ "$BUDGET" -lt 530 ]; then l=$(( l * BUDGET / 530 )); r=$(( r * BUDGET / 530 )); fi
+  c=$(( T0 + BUDGET - $(now) - r )); [ "$c" -gt "$l" ] && c=$l; [ "$c" -lt 10 ] && c=10; echo "$c"
+}
 note() { SUMMARY="$SUMMARY $1"; }   # one word per step: name=ok|FAIL(...)
 
 # 0. a GPU, or stop here --------------------------------------------------------------------------
@@ -87,7 +93,9 @@ run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
 
 # 2. the tests, a GPU required --------------------------------------------------------------------
 # (tests/run.sh itself: make test's check of the CPU tests' Debian packages does not apply here)
-run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_ONLY=gpu sh tests/run.sh
+# (the object step 1 built with the same flags is reused: one nvcc run of amp_kernels.cu fewer)
+run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_ONLY=gpu AMP_KERNELS_O=build/amp_kernels.o \
+  sh tests/run.sh
 grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
 # the fp8 product's and the low-precision moments' GPU tests, each by name (program:test; ok / FAIL
 # / absent: tests/run.sh keeps each program's own output in build/test/NAME.log, copied beside the
@@ -101,8 +109,13 @@ for pt in cuda_gemm:fp8_plain_kernel_gives_the_cpus_bits cuda_gemm:fp8_cublaslt_
   echo "   ${line:-absent $t}"
   case $line in ok*) ;; *) note "$t=${line%% *}";; esac
 done
-grep -E 'fp8_fast_accum 1: largest' build/test/cuda_gemm.log 2>/dev/null | tail -n 1 | sed 's/^/   /'
-cp build/test/cuda_gemm.log build/test/cuda_amp.log "$LOG/" 2>/dev/null
+grep -E '(fp8_fast_accum 1|fp8 per-tensor|fp8 block-scaled): largest' build/test/cuda_gemm.log 2>/dev/null | sed 's/^/   /'
+# every CUDA test program's own output in one file (what comes back from a device machine is at
+# most 8 files: env, build, test, cuda_tests, sanitize, bench, demo and summary)
+for f in build/test/cuda_*.log; do
+  case $f in *.cc.log) continue;; esac
+  [ -f "$f" ] && { echo "==== $f"; cat "$f"; echo; }
+done > "$LOG/cuda_tests.log" 2>/dev/null
 
 # 3. compute-sanitizer over every tests/cuda_* program, eight runs at a time ------------------------
 rt=$(now)

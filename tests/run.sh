@@ -29,6 +29,8 @@
 # Set AMP_TEST_ONLY=name to run only tests/test_name.c (no compile matrix, fuzz or CUDA);
 # AMP_TEST_ONLY=cuda runs step 4 alone; AMP_TEST_ONLY=gpu step 4 and the examples that use a GPU
 # (make gpu-check); AMP_TEST_ONLY=other the AArch64 and armhf builds and tcc alone.
+# AMP_KERNELS_O=path: step 4 copies that amp_kernels.o (make's, the same flags) where it is newer
+# than amp_kernels.cu, amp_kernels.h and amp.h, instead of compiling them again.
 # AMP_REQUIRE_GPU=1: a GPU test that finds no usable GPU fails instead of saying "skipped".
 # The steps run side by side, nproc parts at a time (AMP_TEST_JOBS=N; "the run" at the end says how).
 # AMP_TEST_SKIP_SLOW_CPU=1 (make gpu-check sets it): step 1 (the compile matrix, which needs clang),
@@ -262,7 +264,14 @@ part_cuda() {
   echo "== CUDA $(at)"
   if [ -x "$NVCC" ] || command -v "$NVCC" >/dev/null 2>&1; then
     [ -n "$NVCC_FLAGS" ] || fail "make -s print-nvcc-flags printed nothing"
-    if check "nvcc: amp_kernels.cu ($NVCC_FLAGS)" "$NVCC" $NVCC_FLAGS -I. -c amp_kernels.cu -o "$B/amp_kernels.o"; then
+    # AMP_KERNELS_O: an amp_kernels.o that make built just before with the same flags (make
+    # gpu-check's first step), copied rather than compiled again where it is newer than its sources
+    if if [ -n "${AMP_KERNELS_O:-}" ] && [ "$AMP_KERNELS_O" -nt amp_kernels.cu ] && [ "$AMP_KERNELS_O" -nt amp.h ] &&
+          [ "$AMP_KERNELS_O" -nt amp_kernels.h ]; then
+         check "nvcc: amp_kernels.cu ($NVCC_FLAGS; make's $AMP_KERNELS_O)" cp "$AMP_KERNELS_O" "$B/amp_kernels.o"
+       else
+         check "nvcc: amp_kernels.cu ($NVCC_FLAGS)" "$NVCC" $NVCC_FLAGS -I. -c amp_kernels.cu -o "$B/amp_kernels.o"
+       fi; then
       # nvcc fuses a * b + c into an FMA by default: the element functions use the _rn intrinsics so
       # that every loop of the step and unscale kernels rounds as the CPU does. Their PTX must hold
       # no f32 FMA (an FMA there is a product some code left to the compiler).

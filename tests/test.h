@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <unistd.h>
 
 static int t__pass, t__fail, t__cur;
 
@@ -50,6 +51,17 @@ static inline unsigned char *t_read_file(const char *path, size_t *n) {
   fclose(f);
   *n = (size_t)len;
   return p;
+}
+
+/* "build/test/NAME.PID": a scratch file of this process's own, so that two runs of one program at
+   once (make gpu-check runs each CUDA test under four compute-sanitizer tools side by side) never
+   read each other's files. Four buffers in turn: up to four such paths live at once. */
+static inline const char *t_own_path(const char *name) {
+  static char buf[4][256];
+  static int next;
+  char *b = buf[next++ & 3];
+  snprintf(b, sizeof buf[0], "build/test/%s.%ld", name, (long)getpid());
+  return b;
 }
 
 /* 1 when AMP_REQUIRE_GPU is set (to anything but 0): the run is on a machine that has a GPU. */
