@@ -2018,8 +2018,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    - the plain fp8 kernel, one thread per element of C: everything else (AMP_GEMM_SIMPLE; block
      scales of every kind and layout the CPU takes that cuBLASLt's block-scaled modes do not
      (above); an fp8 operand beside an f32, f16 or bf16 one; f32/16-bit inputs with an fp8
-     option; a GPU before sm_89; alpha 0 or k 0; a product cuBLASLt's heuristic has no algorithm
-     for). It sums the codes' products in k order with fmaf (per block of k with block scales,
+     option; a GPU before sm_89; alpha 0 or k 0; a product for which cuBLASLt has no algorithm it
+     will run: none offered by its heuristic, or each of the heuristic's first four refused by
+     cublasLtMatmul, which an H200 with cuBLAS 13.1 did for per-tensor fp8 with an f32 C; the
+     plan cache remembers the outcome, so the refusals cost the first call of a shape only). It sums the codes' products in k order with fmaf (per block of k with block scales,
      each block's sum scaled and added in k order as the reference does): an fp8 x fp8 or fp8 x
      16-bit product is exact in f32, so the fma rounds only the add the reference rounds, and with
      the CPU's element functions for the rest it gives the reference's bits, C and c_amax (not
@@ -2921,6 +2923,49 @@ static inline AMP_HD uint8_t amp__q8_bisect(const double *mid, float y) {
     if ((double)y > mid[m]) lo = m + 1; else hi = m;
   }
   return (uint8_t)lo;
+}
+/* The same count from one table read (the vector loops' amp__q8_code16 and the step kernel's
+   amp__q8_vcode): y by sign, exponent and the top 7 mantissa bits into buckets, each holding at
+   most one midpoint of either map; exponents 104 .. 126 one row each, every smaller one (|y| <
+   2^-23, 0 and subnormals: 0's code, as the least nonzero magnitude of either map is above 2^-22)
+   the row of 103, and 127 (+-1) one more. vt[k], per bucket: the code of its least value << 16 |
+   the key of the one midpoint inside, less one (0xffff: none); a key is a float's low 16 bits,
+   counted up the bucket (flipped for negative y, whose magnitude falls as y grows). */
+#define AMP__Q8_VEMIN 103
+#define AMP__Q8_VMB 7
+#define AMP__Q8_VROWS 25
+#define AMP__Q8_VLUT (2 * AMP__Q8_VROWS << AMP__Q8_VMB)
+static inline void amp__q8_vtable(const double *mid, uint32_t *vt) {
+  const uint8_t c0 = amp__q8_bisect(mid, 0.0f), cp1 = amp__q8_bisect(mid, 1.0f), cm1 = amp__q8_bisect(mid, -1.0f);
+  int k;
+  for (k = 0; k < AMP__Q8_VLUT; k++) {
+    uint32_t sg = (uint32_t)(k / (AMP__Q8_VROWS << AMP__Q8_VMB)), e = (uint32_t)((k >> AMP__Q8_VMB) % AMP__Q8_VROWS) + AMP__Q8_VEMIN;
+    uint32_t f = (uint32_t)k & ((1u << AMP__Q8_VMB) - 1u), lb = (1u << (23 - AMP__Q8_VMB)) - 1u;
+    uint32_t base = sg << 31 | e << 23 | f << (23 - AMP__Q8_VMB), key = lb + 1u;   /* a key no y reaches */
+    int lo, hi;
+    if (e == AMP__Q8_VEMIN) { vt[k] = (uint32_t)c0 << 16 | (key - 1u); continue; }   /* |y| < 2^-23 */
+    if (e == 127u) { vt[k] = (uint32_t)(f ? 0 : sg ? cm1 : cp1) << 16 | (key - 1u); continue; }   /* +-1 */
+    lo = amp__q8_bisect(mid, amp__bits_f32(base | (sg ? lb : 0u)));
+    hi = amp__q8_bisect(mid, amp__bits_f32(base | (sg ? 0u : lb)));
+    if (hi > lo) {   /* the least float above mid[lo] (inside the bucket), as a key: above the
+                        bucket's least value, so at least 1 */
+      float m = (float)mid[lo];
+      uint32_t u = amp__f32_bits(m);
+      if ((double)m <= mid[lo]) u = u >> 31 ? u - 1u : u + 1u;
+      key = (u & lb) ^ (sg ? lb : 0u);
+    }
+    vt[k] = (uint32_t)lo << 16 | (key - 1u);
+  }
+}
+/* amp__q8_bisect's count for y in [-1, 1] or NaN (amp__q8_unit's values) from vt: the bucket's
+   least value's code, plus one where y's key is above the bucket's midpoint's. NaN: 0, as there. */
+static inline AMP_HD uint8_t amp__q8_vcode(const uint32_t *vt, float y) {
+  const uint32_t u = amp__f32_bits(y), a = u & 0x7fffffffu, neg = u >> 31, row0 = (uint32_t)AMP__Q8_VEMIN << AMP__Q8_VMB;
+  uint32_t idx = a >> 16, t;
+  if (a > 0x3f800000u) return 0;   /* NaN */
+  idx = (idx > row0 ? idx - row0 : 0u) + (neg ? (uint32_t)AMP__Q8_VROWS << AMP__Q8_VMB : 0u);
+  t = vt[idx];
+  return (uint8_t)((t >> 16) + (((u ^ (neg ? 0xffffu : 0u)) & 0xffffu) > (t & 0xffffu)));
 }
 /* A block's absmax from the largest |x| of its new values (their bits' unsigned maximum: a NaN
    above inf): at least 1e-38, so that a block of zeros divides by it, and at most FLT_MAX: a
@@ -7200,21 +7245,11 @@ static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, 
 #define AMP__Q8_EMIN 97     /* the lookup below covers |y| in [2^(97-127), 1): 31 exponents */
 #define AMP__Q8_MB 6         /* ... by sign, exponent and the top 6 mantissa bits */
 #define AMP__Q8_LUT (2 * 31 << AMP__Q8_MB)
-/* The vector loops' buckets (amp__q8_code16): y by sign, exponent and the top 7 mantissa bits, each
-   holding at most one midpoint of either map; exponents 104 .. 126 one row each, every smaller one
-   (|y| < 2^-23, 0 and subnormals: 0's code, as the least nonzero magnitude of either map is above
-   2^-22) the row of 103, and 127 (+-1) one more. */
-#define AMP__Q8_VEMIN 103
-#define AMP__Q8_VMB 7
-#define AMP__Q8_VROWS 25
-#define AMP__Q8_VLUT (2 * AMP__Q8_VROWS << AMP__Q8_VMB)
 typedef struct amp__qmap {
   float code[256]; double mid[255];
   uint8_t start[AMP__Q8_LUT];   /* the code of each bucket's least value (amp__q8_code) */
   uint8_t c0, cp1, cm1;         /* the codes of 0, 1 and -1 */
-  uint32_t vt[AMP__Q8_VLUT];    /* the vector loops' table (amp__q8_code16): per finer bucket, the
-                                   code of its least value << 16 | the key of the one midpoint inside,
-                                   less one (0xffff: none) */
+  uint32_t vt[AMP__Q8_VLUT];    /* the vector loops' table (amp__q8_vtable) */
   /* the permute path's tables (amp__qmap_perm_make) */
   uint8_t plane[4][256];        /* byte b of code[k]'s bits at plane[b][k] */
   float pe[32];                 /* per row: the least float above its segment edge's midpoint, or 2 */
@@ -7235,25 +7270,7 @@ static AMP__EXACT_FP void amp__qmap_make(amp__qmap *q, int is_signed) {
     q->start[k] = amp__q8_search(q, amp__bits_f32(sg << 31 | e << 23 | f << (23 - AMP__Q8_MB) | (sg ? low : 0u)));
   }
   q->c0 = amp__q8_search(q, 0.0f); q->cp1 = amp__q8_search(q, 1.0f); q->cm1 = amp__q8_search(q, -1.0f);
-  for (k = 0; k < AMP__Q8_VLUT; k++) {   /* the vector table: a bucket's first code and its midpoint's key */
-    uint32_t sg = (uint32_t)(k / (AMP__Q8_VROWS << AMP__Q8_VMB)), e = (uint32_t)((k >> AMP__Q8_VMB) % AMP__Q8_VROWS) + AMP__Q8_VEMIN;
-    uint32_t f = (uint32_t)k & ((1u << AMP__Q8_VMB) - 1u), lb = (1u << (23 - AMP__Q8_VMB)) - 1u;
-    uint32_t base = sg << 31 | e << 23 | f << (23 - AMP__Q8_VMB), key = lb + 1u;   /* a key no y reaches */
-    int lo, hi;
-    if (e == AMP__Q8_VEMIN) { q->vt[k] = (uint32_t)q->c0 << 16 | (key - 1u); continue; }   /* |y| < 2^-23 */
-    if (e == 127u) { q->vt[k] = (uint32_t)(f ? 0 : sg ? q->cm1 : q->cp1) << 16 | (key - 1u); continue; }   /* +-1 */
-    lo = amp__q8_search(q, amp__bits_f32(base | (sg ? lb : 0u)));
-    hi = amp__q8_search(q, amp__bits_f32(base | (sg ? 0u : lb)));
-    if (hi > lo) {   /* the least float above mid[lo] (inside the bucket), as a key: its low bits, counted up
-                        the bucket (flipped for negative y, whose magnitude falls as y grows); above the
-                        bucket's least value, so at least 1 */
-      float m = (float)q->mid[lo];
-      uint32_t u = amp__f32_bits(m);
-      if ((double)m <= q->mid[lo]) u = u >> 31 ? u - 1u : u + 1u;
-      key = (u & lb) ^ (sg ? lb : 0u);
-    }
-    q->vt[k] = (uint32_t)lo << 16 | (key - 1u);
-  }
+  amp__q8_vtable(q->mid, q->vt);
   amp__qmap_perm_make(q, is_signed);
 }
 /* The permute path (AVX-512; amp__q8_pdecode16, amp__q8_pcode16): no table read from memory.

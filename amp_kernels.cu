@@ -278,8 +278,10 @@ static_assert(sizeof(amp__cu_scaler_dev) % 8 == 0, "the block is copied whole");
 static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the stats counters are 64-bit atomics");
 
 // AMP_MOMENTS_8BIT's two maps as the step kernel reads them (amp__q8_map): [0] the signed map of the
-// first moments, [1] the unsigned one of the second; mid[j][255] unused.
-struct amp__cu_q8map { double mid[2][256]; float code[2][256]; };
+// first moments, [1] the unsigned one of the second; mid[j][255] unused; vt: amp__q8_vtable's, for
+// amp__q8_vcode (the midpoints are kept to build it).
+struct amp__cu_q8map { double mid[2][256]; float code[2][256]; uint32_t vt[2][AMP__Q8_VLUT]; };
+#define AMP__CU_Q8_K 4          // AMP_MOMENTS_8BIT: 8-bit blocks a thread steps at once (amp__cu_step_op::q8)
 
 // One tensor as the kernels see it; master/m/v point into the optimizer's slab (128-byte aligned).
 struct amp__cu_tdev {
@@ -677,20 +679,28 @@ template <int KIND> struct amp__cu_kind;
 AMP__OPTIM_KINDS(AMP__CU_KIND_UPDATE)
 #undef AMP__CU_KIND_UPDATE
 
-// The largest of a and of b over the block (unsigned), valid in every thread: shuffles within warps,
+// The largest of each x[j] over the block (unsigned), valid in every thread: shuffles within warps,
 // then the warps' results through shared memory. Every thread of the block calls it; safe to call
-// again at once (the last barrier guards the buffer).
-__device__ __forceinline__ void amp__cu_block_max2(uint32_t &a, uint32_t &b) {
-  __shared__ uint32_t s_max[2][AMP__CU_THREADS / 32];
-  a = __reduce_max_sync(0xffffffffu, a);
-  b = __reduce_max_sync(0xffffffffu, b);
-  if ((threadIdx.x & 31) == 0) { s_max[0][threadIdx.x >> 5] = a; s_max[1][threadIdx.x >> 5] = b; }
-  __syncthreads();
-  for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
-    a = s_max[0][w] > a ? s_max[0][w] : a;
-    b = s_max[1][w] > b ? s_max[1][w] : b;
+// again at once (the last barrier guards the buffer). amp__cu_block_max2: of a and of b.
+template <int N> __device__ __forceinline__ void amp__cu_block_maxn(uint32_t (&x)[N]) {
+  __shared__ uint32_t s_max[N][AMP__CU_THREADS / 32];
+#pragma unroll
+  for (int j = 0; j < N; j++) x[j] = __reduce_max_sync(0xffffffffu, x[j]);
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int j = 0; j < N; j++) s_max[j][threadIdx.x >> 5] = x[j];
   }
   __syncthreads();
+  for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+#pragma unroll
+    for (int j = 0; j < N; j++) x[j] = s_max[j][w] > x[j] ? s_max[j][w] : x[j];
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ void amp__cu_block_max2(uint32_t &a, uint32_t &b) {
+  uint32_t x[2] = {a, b};
+  amp__cu_block_maxn<2>(x);
+  a = x[0]; b = x[1];
 }
 
 // The step's per-element operation on V elements at i .. i+V-1 of a chunk, top to bottom: read the
@@ -784,40 +794,54 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
     }
     st_p<V>(e, p);
   }
-  // AMP_MOMENTS_8BIT: the chunk one block of AMP__Q8_BLOCK elements at a time, one element a thread
-  // (a chunk starts on a block: AMP__CU_CHUNK is a multiple of it), as the CPU's amp__o_step_q with
-  // amp__q_load / amp__q_store: each moment read as code[c] * its block's absmax, the update, the
-  // master and model copy written as elems writes them; then the block's new absmax, from the
-  // unsigned maximum of the new moments' |bits| over its threads (amp__q8_absmax: a NaN above inf),
-  // and each new code, amp__q8_bisect of amp__q8_unit. Every thread runs every block: the maximum
-  // crosses the block through shared memory, and each block's old absmax is read before it is
-  // written (the first barrier).
+  // AMP_MOMENTS_8BIT: the chunk AMP__CU_Q8_K blocks of AMP__Q8_BLOCK elements at a time, thread i
+  // taking element i of each (a chunk starts on a block: AMP__CU_CHUNK is a multiple of them), as
+  // the CPU's amp__o_step_q with amp__q_load / amp__q_store: each moment read as code[c] * its
+  // block's absmax, the update, the master and model copy written as elems writes them; then each
+  // block's new absmax, from the unsigned maximum of the new moments' |bits| over its threads
+  // (amp__q8_absmax: a NaN above inf), and each new code (amp__q8_vcode of amp__q8_unit: the
+  // bisection's count from one table read). Every thread runs every block; the K blocks' maxima
+  // cross the block through shared memory together, and each block's old absmax is read before
+  // it is written (the first barrier). K blocks at once: K independent loads and updates in flight
+  // in each thread where one block's would wait on memory alone.
   __device__ __forceinline__ void q8(int len) {
+    constexpr int K = AMP__CU_Q8_K;
     static_assert(AMP__CU_THREADS == AMP__Q8_BLOCK, "one thread per element of an 8-bit block");
-    static_assert(AMP__CU_CHUNK % AMP__Q8_BLOCK == 0, "every chunk starts on an 8-bit block");
+    static_assert(AMP__CU_CHUNK % (K * AMP__Q8_BLOCK) == 0, "every chunk starts on an 8-bit block");
     const long long nb = (t.n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK;
     float *am_m = (float *)t.m, *am_v = (float *)t.v;
     uint8_t *cm = t.m ? (uint8_t *)t.m + 4 * nb : NULL, *cv = t.v ? (uint8_t *)t.v + 4 * nb : NULL;
-    for (int b = 0; b < len; b += AMP__Q8_BLOCK) {
-      const int i = b + (int)threadIdx.x;
-      const bool on = i < len;
-      const long long e = start + i, blk = (start + b) / AMP__Q8_BLOCK;
-      float g = 0.0f, p = 0.0f, m = 0.0f, v = 0.0f;
-      if (on) {
-        ld_gp<1>(e, &g, &p);
-        if (t.m) m = amp__fmul(t.q8->code[0][cm[e]], am_m[blk]);
-        if (t.v) v = amp__fmul(t.q8->code[1][cv[e]], am_v[blk]);
-        amp__cu_kind<KIND>::update(p, m, v, g * mul, c);
-        st_p<1>(e, &p);
+    for (int b = 0; b < len; b += K * AMP__Q8_BLOCK) {
+      float m[K], v[K];
+      uint32_t um[2 * K];   // |m| bits of the K blocks, then |v| bits
+#pragma unroll
+      for (int j = 0; j < K; j++) {
+        const int i = b + j * AMP__Q8_BLOCK + (int)threadIdx.x;
+        const long long e = start + i, blk = (start + b) / AMP__Q8_BLOCK + j;
+        float g = 0.0f, p = 0.0f;
+        m[j] = 0.0f; v[j] = 0.0f;
+        if (i < len) {
+          ld_gp<1>(e, &g, &p);
+          if (t.m) m[j] = amp__fmul(t.q8->code[0][cm[e]], am_m[blk]);
+          if (t.v) v[j] = amp__fmul(t.q8->code[1][cv[e]], am_v[blk]);
+          amp__cu_kind<KIND>::update(p, m[j], v[j], g * mul, c);
+          st_p<1>(e, &p);
+        }
+        um[j] = i < len ? amp__f32_bits(m[j]) & 0x7fffffffu : 0u;
+        um[K + j] = i < len ? amp__f32_bits(v[j]) & 0x7fffffffu : 0u;
       }
-      uint32_t um = on ? amp__f32_bits(m) & 0x7fffffffu : 0u, uv = on ? amp__f32_bits(v) & 0x7fffffffu : 0u;
-      amp__cu_block_max2(um, uv);   // its barrier: every thread has read the block's old absmax
-      const float amm = amp__q8_absmax(amp__bits_f32(um)), amv = amp__q8_absmax(amp__bits_f32(uv));
-      if (on && t.m) cm[e] = amp__q8_bisect(t.q8->mid[0], amp__q8_unit(m, amm));
-      if (on && t.v) cv[e] = amp__q8_bisect(t.q8->mid[1], amp__q8_unit(v, amv));
-      if (threadIdx.x == 0) {
-        if (t.m) am_m[blk] = amm;
-        if (t.v) am_v[blk] = amv;
+      amp__cu_block_maxn<2 * K>(um);   // its barrier: every thread has read the blocks' old absmaxes
+#pragma unroll
+      for (int j = 0; j < K; j++) {
+        const int i = b + j * AMP__Q8_BLOCK + (int)threadIdx.x;   // thread 0: i < len where block j exists
+        const long long e = start + i, blk = (start + b) / AMP__Q8_BLOCK + j;
+        const float amm = amp__q8_absmax(amp__bits_f32(um[j])), amv = amp__q8_absmax(amp__bits_f32(um[K + j]));
+        if (i < len && t.m) cm[e] = amp__q8_vcode(t.q8->vt[0], amp__q8_unit(m[j], amm));
+        if (i < len && t.v) cv[e] = amp__q8_vcode(t.q8->vt[1], amp__q8_unit(v[j], amv));
+        if (threadIdx.x == 0 && i < len) {
+          if (t.m) am_m[blk] = amm;
+          if (t.v) am_v[blk] = amv;
+        }
       }
     }
   }
@@ -870,7 +894,7 @@ __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long
 // each array's new scale_inv, 1 / its scale (amp.h's amp__f8m_set), where the step ran, and every
 // slot cleared for the next step's first launch.
 __device__ void amp__cu_f8_finish(const amp__cu_optim_dev *o, const amp__cu_tdev *tensors, int stepped) {
-  for (long long i = 0; i < o->n_tensors; i++) {
+  for (long long i = threadIdx.x; i < o->n_tensors; i += blockDim.x) {   // the block's threads share the table
     const amp__cu_tdev &t = tensors[i];
     if (t.moments != AMP_MOMENTS_FP8) continue;
     for (int j = 0; j < 2; j++) {
@@ -923,8 +947,9 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
     });
   }
   if (amax_pass) return;
-  if (amp__cu_last_block(&o->done_step) && threadIdx.x == 0) {
-    if (o->has_f8) amp__cu_f8_finish(o, tensors, !skip && !spike);
+  if (!amp__cu_last_block(&o->done_step)) return;
+  if (o->has_f8) amp__cu_f8_finish(o, tensors, !skip && !spike);   // every thread of the last block
+  if (threadIdx.x == 0) {
     if (skip) o->skipped += 1;
     else if (spike) o->spike_skips += 1;
     else { o->t += 1; amp__spike_window_push(&o->win, o->norm); }   // a clean step: its norm into the window
@@ -1562,6 +1587,8 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     if (ts[i].moments != AMP_MOMENTS_8BIT || slots == 1) continue;
     amp__q8_map(1, hq.code[0], hq.mid[0]);
     amp__q8_map(0, hq.code[1], hq.mid[1]);
+    amp__q8_vtable(hq.mid[0], hq.vt[0]);
+    amp__q8_vtable(hq.mid[1], hq.vt[1]);
     AMP__CU_CHECK(cudaMalloc(&o->q8, sizeof *o->q8));
     AMP__CU_CHECK(cudaMemcpyAsync(o->q8, &hq, sizeof hq, cudaMemcpyHostToDevice, st->stream));
   }
@@ -2380,6 +2407,7 @@ static amp_status amp__gemm_launch_wmma(amp__cu_state *st, const amp__gemm_prob 
 // ---- cuBLASLt with a plan cache ----------------------------------------------------------------
 
 #define AMP__GEMM_CACHE 32
+#define AMP__GEMM_ALGOS 4   // the heuristic's choices a plan keeps (amp__gemm_ask)
 
 enum { AMP__PLAN_FUSED = 0,   // cublasLtMatmul does it all
        AMP__PLAN_SPLIT,       // cublasLtMatmul, then amp__k_gemm_epilogue for the bias/activation
@@ -2404,6 +2432,8 @@ struct amp__gemm_plan {
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatrixLayout_t ld;   // D's layout where its type is not C's (an fp8 D), else NULL: lc
   cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t more[AMP__GEMM_ALGOS - 1];   // the heuristic's next choices, best first: what an
+  int n_more;                                       // fp8 call tries where cublasLtMatmul refuses algo
 };
 
 struct amp__gemm_cache {
@@ -2505,17 +2535,21 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
     // (its type is D's, amp__gemm_lt_bias_ok: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE stays at its default)
     AMP__LT_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
   }
-  cublasLtMatmulHeuristicResult_t res;
+  cublasLtMatmulHeuristicResult_t res[AMP__GEMM_ALGOS];
   int count = 0;
-  memset(&res, 0, sizeof res);
-  cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->lc, pl->ld ? pl->ld : pl->lc, pref, 1, &res,
-                                     &count);
+  memset(res, 0, sizeof res);
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->lc, pl->ld ? pl->ld : pl->lc,
+                                                    pref, AMP__GEMM_ALGOS, res, &count);
   // amp.h has checked the arguments, so a refusal here means cuBLASLt has no kernel for this
   // combination of types, epilogue and alignment (e.g. f32 inputs with an f16 output)
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) return AMP_OK;
   AMP__LT_CHECK(s);
-  if (count > 0 && res.state == CUBLAS_STATUS_SUCCESS) { pl->algo = res.algo; pl->epi = epi; *found = 1; }
+  pl->n_more = 0;
+  for (int i = 0; i < count && i < AMP__GEMM_ALGOS; i++) {   // the best first, then the others
+    if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (!*found) { pl->algo = res[i].algo; pl->epi = epi; *found = 1; }
+    else pl->more[pl->n_more++] = res[i].algo;
+  }
   return AMP_OK;
 }
 
@@ -2653,15 +2687,20 @@ static amp_status amp__gemm_fp8_enqueue(amp__cu_state *st, amp__gemm_plan *pl, c
   amp_status r = amp__gemm_fp8_pointers(pl, q, msg, cap);
   if (r != AMP_OK) return r;
   // an fp8 D has no C (beta is 0): C NULL there, its C layout's type not being D's
-  cublasStatus_t s = cublasLtMatmul(st->lt, pl->desc, &q.alpha, q.a, pl->la, q.b, pl->lb, &q.beta,
-                                    pl->ld ? NULL : q.c, pl->lc, q.c, pl->ld ? pl->ld : pl->lc, &pl->algo,
-                                    st->workspace, st->workspace_size, st->stream);
   // The heuristic can offer an fp8 algorithm that cublasLtMatmul then refuses, having launched
-  // nothing (an H200 with cuBLAS 13.1 did so for per-tensor fp8 with an f32 D): the plan is marked
-  // as having none, so this call and every later one of its key take the next path (amp__gemm_fp8).
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED) { pl->kind = AMP__PLAN_SIMPLE; return AMP_OK; }
-  AMP__LT_CHECK(s);
-  return AMP_OK;
+  // nothing (an H200 with cuBLAS 13.1 did so for per-tensor fp8 with an f32 D): the plan drops it
+  // for the heuristic's next choice, and with none left is marked as having no algorithm, so this
+  // call and every later one of its key take the next path (amp__gemm_fp8).
+  for (;;) {
+    cublasStatus_t s = cublasLtMatmul(st->lt, pl->desc, &q.alpha, q.a, pl->la, q.b, pl->lb, &q.beta,
+                                      pl->ld ? NULL : q.c, pl->lc, q.c, pl->ld ? pl->ld : pl->lc, &pl->algo,
+                                      st->workspace, st->workspace_size, st->stream);
+    if (s != CUBLAS_STATUS_NOT_SUPPORTED) { AMP__LT_CHECK(s); return AMP_OK; }
+    if (pl->n_more == 0) { pl->kind = AMP__PLAN_SIMPLE; return AMP_OK; }
+    pl->algo = pl->more[0];
+    pl->n_more--;
+    memmove(pl->more, pl->more + 1, (size_t)pl->n_more * sizeof pl->more[0]);
+  }
 }
 
 // One try of cuBLASLt for the fp8 product q (its plan; the enqueue where it has an algorithm):

@@ -12,7 +12,8 @@
    with fast accumulation on both (opts->fp8_fast_accum 1, use_fast_accum=True); and the
    block-scaled product (x in 1 x 128 blocks, W in 128 x 128, DeepSeek-V3's forward: cuBLASLt's
    block-scaled modes on Hopper) against our own per-tensor product in the same rounds (torch's
-   _scaled_mm takes these scales only in some versions, so it is not the peer here). */
+   _scaled_mm takes these scales only in some versions, so it is not the peer here); at 4096, the
+   per-tensor product with an f32 C against the same with a bf16 C (whether cuBLASLt runs f32 C). */
 #define _POSIX_C_SOURCE 200809L   /* fork, pipe, fdopen */
 #include "bench.h"
 #define AMP_IMPLEMENTATION
@@ -170,6 +171,18 @@ static void fp8_lines(void) {
     }
     snprintf(name, sizeof name, "gemm_e4m3_blk128_%d (ref: per-tensor)", sizes[s]);
     if (ob.a_scales) bench_line(name, bench_median(blk, ROUNDS), bench_median(per, ROUNDS), "TFLOP/s");
+    if (s == 0) {   /* an f32 C against the bf16 one, alternating: near 1x where cuBLASLt ran the f32
+                       product, far below where it refused every algorithm and the plain kernel did */
+      void *C32 = dfill((size_t)m * n, AMP_F32);
+      for (r = 0; r < ROUNDS && C32; r++) {
+        double s32 = time_gemm_ex(m, n, k, AMP_E4M3, AMP_TRANS, AMP_F32, A, B, C32, &o);
+        double s16 = time_gemm_ex(m, n, k, AMP_E4M3, AMP_TRANS, AMP_BF16, A, B, C, &o);
+        blk[r] = s32 > 0 ? flop / s32 * 1e-12 : 0; per[r] = s16 > 0 ? flop / s16 * 1e-12 : 0;
+      }
+      snprintf(name, sizeof name, "gemm_e4m3_f32out_%d (ref: bf16 out)", sizes[s]);
+      if (C32) bench_line(name, bench_median(blk, ROUNDS), bench_median(per, ROUNDS), "TFLOP/s");
+      cudaFree(C32);
+    }
     cudaFree(dsa); cudaFree(dsb);
     cudaFree(A); cudaFree(B); cudaFree(C);
   }

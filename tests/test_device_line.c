@@ -210,6 +210,7 @@ typedef struct fake_optim {
   amp_bf16 **mh, **vh; /* AMP_MOMENTS_BF16 tensors' moments, 2 bytes each as the slab keeps them (m, v NULL) */
   unsigned char **m8, **v8;   /* AMP_MOMENTS_8BIT and _FP8 tensors' arrays as the slab keeps them (amp__moment_bytes) */
   float code[2][256]; double mid[2][256];   /* the step kernel's maps (amp__q8_map): signed m, unsigned v */
+  uint32_t vt[2][AMP__Q8_VLUT];             /* ... and its code tables (amp__q8_vtable) */
   int64_t t_done, skipped; float norm, clip, mul; int32_t skip; double red[2];
   amp__gstat *stats;   /* h.stats: the per-tensor counters the unscale kernel adds into */
   int32_t spike; int64_t spike_skips, passes;
@@ -237,6 +238,7 @@ amp_status amp__cu_optim_create(void *state, void **optim, const amp__tensor *ts
   o->mh = (amp_bf16 **)calloc(n, sizeof *o->mh); o->vh = (amp_bf16 **)calloc(n, sizeof *o->vh);
   o->m8 = (unsigned char **)calloc(n, sizeof *o->m8); o->v8 = (unsigned char **)calloc(n, sizeof *o->v8);
   amp__q8_map(1, o->code[0], o->mid[0]); amp__q8_map(0, o->code[1], o->mid[1]);
+  amp__q8_vtable(o->mid[0], o->vt[0]); amp__q8_vtable(o->mid[1], o->vt[1]);
   if (h->stats) o->stats = (amp__gstat *)calloc(n, sizeof *o->stats);
   for (i = 0; i < n; i++) {
     o->t[i] = ts[i];
@@ -356,14 +358,14 @@ amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, 
 }
 /* An 8-bit array's n values as the step kernel reads them, and its new values stored as the kernel
    stores them: per block of AMP__Q8_BLOCK, the absmax from the unsigned maximum of the |bits|
-   (amp__q8_absmax), then each code by amp__q8_bisect of amp__q8_unit. */
+   (amp__q8_absmax), then each code by amp__q8_vcode of amp__q8_unit. */
 static float *fake_q8_load(const unsigned char *a, const float *code, size_t n) {
   size_t nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK, j;
   float *d = (float *)malloc(n * 4), am;
   for (j = 0; j < n; j++) { memcpy(&am, a + 4 * (j / AMP__Q8_BLOCK), 4); d[j] = amp__fmul(code[a[4 * nb + j]], am); }
   return d;
 }
-static void fake_q8_store(unsigned char *a, const double *mid, const float *x, size_t n) {
+static void fake_q8_store(unsigned char *a, const uint32_t *vt, const float *x, size_t n) {
   size_t nb = (n + AMP__Q8_BLOCK - 1) / AMP__Q8_BLOCK, b, j;
   for (b = 0; b < nb; b++) {
     size_t e0 = b * AMP__Q8_BLOCK, e1 = e0 + AMP__Q8_BLOCK < n ? e0 + AMP__Q8_BLOCK : n;
@@ -372,7 +374,7 @@ static void fake_q8_store(unsigned char *a, const double *mid, const float *x, s
     for (j = e0; j < e1; j++) { uint32_t u = amp__f32_bits(x[j]) & 0x7fffffffu; top = u > top ? u : top; }
     am = amp__q8_absmax(amp__bits_f32(top));
     memcpy(a + 4 * b, &am, 4);
-    for (j = e0; j < e1; j++) a[4 * nb + j] = amp__q8_bisect(mid, amp__q8_unit(x[j], am));
+    for (j = e0; j < e1; j++) a[4 * nb + j] = amp__q8_vcode(vt, amp__q8_unit(x[j], am));
   }
 }
 /* An fp8 array's n values as the step kernel reads them (code times the array's scale_inv), and the
@@ -456,8 +458,8 @@ amp_status amp__cu_optim_step(void *state, void *optim, void *scaler, int update
         free(m); free(v);
       }
       if ((o->m8[i] || o->v8[i]) && o->t[i].moments == AMP_MOMENTS_8BIT) {   /* per block its absmax, then each code */
-        if (m) fake_q8_store(o->m8[i], o->mid[0], m, n);
-        if (v) fake_q8_store(o->v8[i], o->mid[1], v, n);
+        if (m) fake_q8_store(o->m8[i], o->vt[0], m, n);
+        if (v) fake_q8_store(o->v8[i], o->vt[1], v, n);
         free(m); free(v);
       }
       if ((o->m8[i] || o->v8[i]) && o->t[i].moments == AMP_MOMENTS_FP8) {   /* codes with the new scales, then the headers */
@@ -1597,6 +1599,55 @@ static void coded_moments_on_the_cuda_line_give_the_cpus_bits(int moments) {
   }
   remove(CKPT);
 }
+/* The step kernel's 8-bit code, amp__q8_vcode (one read of amp__q8_vtable's table), is the
+   bisection's count (amp__q8_bisect, the rule) for every y amp__q8_unit gives ([-1, 1] and NaN):
+   on both maps, at each midpoint and the 8 floats either side of it, at both edges of every
+   bucket and the 2 floats either side, at 0, -0, the least subnormals, +-1 and NaN, and on 2^20
+   random floats of random exponents (2^14 under AMP_TEST_QUICK). */
+static uint32_t vc_state = 12345u;
+static uint32_t vc_rand(void) { vc_state ^= vc_state << 13; vc_state ^= vc_state >> 17; vc_state ^= vc_state << 5; return vc_state; }
+static int vc_check(const double *mid, const uint32_t *vt, float y, int map) {
+  uint8_t want = amp__q8_bisect(mid, y), got = amp__q8_vcode(vt, y);
+  if (want == got) return 1;
+  EXPECT(0, "map %d, y %.9g (bits 0x%08x): vcode %d, bisection %d", map, (double)y, (unsigned)amp__f32_bits(y), got, want);
+  return 0;
+}
+static void eight_bit_code_lookup_is_the_bisection(void) {
+  static const uint32_t specials[] = {0u, 0x80000000u, 1u, 0x80000001u, 0x3f800000u, 0xbf800000u, 0x7fc00000u,
+                                      0xffc00000u, 0x7f800001u};
+  double mid[256];
+  float code[256];
+  uint32_t vt[AMP__Q8_VLUT];
+  int map, k, d, ok = 1;
+  long r, nr = t_quick() ? 1L << 14 : 1L << 20;
+  for (map = 0; map < 2 && ok; map++) {
+    amp__q8_map(map == 0, code, mid);
+    amp__q8_vtable(mid, vt);
+    for (k = 0; k < (int)(sizeof specials / sizeof specials[0]) && ok; k++) ok = vc_check(mid, vt, amp__bits_f32(specials[k]), map);
+    for (k = 0; k < 255 && ok; k++) {   /* around each midpoint */
+      uint32_t u = amp__f32_bits((float)mid[k]);
+      for (d = -8; d <= 8 && ok; d++) {
+        uint32_t w = u + (uint32_t)d;   /* (a float's neighbours by its bits, of the same sign) */
+        if ((w & 0x7fffffffu) <= 0x3f800000u && (w >> 31) == (u >> 31)) ok = vc_check(mid, vt, amp__bits_f32(w), map);
+      }
+    }
+    for (k = 0; k < AMP__Q8_VLUT && ok; k++) {   /* both edges of every bucket */
+      uint32_t sg = (uint32_t)(k / (AMP__Q8_VROWS << AMP__Q8_VMB)), e = (uint32_t)((k >> AMP__Q8_VMB) % AMP__Q8_VROWS) + AMP__Q8_VEMIN;
+      uint32_t f = (uint32_t)k & ((1u << AMP__Q8_VMB) - 1u), lb = (1u << (23 - AMP__Q8_VMB)) - 1u;
+      uint32_t lo = sg << 31 | e << 23 | f << (23 - AMP__Q8_VMB), hi = lo | lb;
+      for (d = -2; d <= 2 && ok; d++) {
+        uint32_t w1 = lo + (uint32_t)d, w2 = hi + (uint32_t)d;
+        if ((w1 & 0x7fffffffu) <= 0x3f800000u && (w1 >> 31) == sg) ok = vc_check(mid, vt, amp__bits_f32(w1), map);
+        if (ok && (w2 & 0x7fffffffu) <= 0x3f800000u && (w2 >> 31) == sg) ok = vc_check(mid, vt, amp__bits_f32(w2), map);
+      }
+    }
+    for (r = 0; r < nr && ok; r++) {   /* random bits: sign, exponent 0..127 (|y| <= 1 kept), mantissa */
+      uint32_t u = vc_rand(), w = (u & 0x80000000u) | (vc_rand() % 128u) << 23 | (u & 0x7fffffu);
+      if ((w & 0x7fffffffu) <= 0x3f800000u) ok = vc_check(mid, vt, amp__bits_f32(w), map);
+    }
+  }
+}
+
 static void eight_bit_moments_on_the_cuda_line_give_the_cpus_bits(void) { coded_moments_on_the_cuda_line_give_the_cpus_bits(AMP_MOMENTS_8BIT); }
 static void fp8_moments_on_the_cuda_line_give_the_cpus_bits(void) { coded_moments_on_the_cuda_line_give_the_cpus_bits(AMP_MOMENTS_FP8); }
 
@@ -1875,6 +1926,7 @@ int main(void) {
   RUN(spikes_on_the_cuda_line_equal_the_cpus);
   RUN(master_modes_on_the_cuda_line_give_the_cpus_bits);
   RUN(bf16_moments_on_the_cuda_line_give_the_cpus_bits);
+  RUN(eight_bit_code_lookup_is_the_bisection);
   RUN(eight_bit_moments_on_the_cuda_line_give_the_cpus_bits);
   RUN(fp8_moments_on_the_cuda_line_give_the_cpus_bits);
   RUN(grads_set_after_the_device_optimizer_is_built_give_the_cpus_bits);
