@@ -2021,7 +2021,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      option; a GPU before sm_89; alpha 0 or k 0; a product for which cuBLASLt has no algorithm it
      will run: none offered by its heuristic, or each of the heuristic's first four refused by
      cublasLtMatmul, which an H200 with cuBLAS 13.1 did for per-tensor fp8 with an f32 C; the
-     plan cache remembers the outcome, so the refusals cost the first call of a shape only). It sums the codes' products in k order with fmaf (per block of k with block scales,
+     plan cache remembers the outcome, so the refusals cost the first call of a shape only). It
+     sums the codes' products in k order with fmaf (per block of k with block scales,
      each block's sum scaled and added in k order as the reference does): an fp8 x fp8 or fp8 x
      16-bit product is exact in f32, so the fma rounds only the add the reference rounds, and with
      the CPU's element functions for the rest it gives the reference's bits, C and c_amax (not

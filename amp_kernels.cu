@@ -2602,9 +2602,9 @@ static amp_status amp__gemm_plan_build(amp__cu_state *st, amp__gemm_plan *pl, co
     s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4);
   // split-k may add its partial sums in the output type: for an f16/bf16 output that would be a
   // second, low-precision accumulation. Only f32 partials (COMPUTE_TYPE) keep fp32 accumulation.
-  // fp8: f32 partials only, whatever the output (in-place split-k is left out for fp8: the
-  // algorithms that H200 run had refused at cublasLtMatmul were all of f32 D, the one output type
-  // for which the other types allow it; whether it was the cause no GPU has shown yet).
+  // fp8: f32 partials only, whatever the output. (The other types allow in-place split-k for an
+  // f32 D; the fp8 algorithms an H200 refused at cublasLtMatmul were all of an f32 D, so fp8 plans
+  // leave it out. Whether it was the cause, no GPU has shown yet.)
   uint32_t schemes = p.out == AMP_F32 && !k.fp8 ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK
                                                 : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   if (s == CUBLAS_STATUS_SUCCESS)
