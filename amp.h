@@ -2916,9 +2916,11 @@ static inline AMP__EXACT_FP void amp__q8_map(int is_signed, float *code, double 
   for (k = 0; k < 255; k++) mid[k] = ((double)code[k] + (double)code[k + 1]) * 0.5;
 }
 /* The code nearest y (ties: the lower code): how many of the 255 midpoints lie below y, by
-   bisection (NaN: 0, no comparison holds). */
+   bisection (NaN: 0, no comparison holds; tested on the bits, as -Ofast builds may assume no NaN
+   in a comparison: aarch64 clang -Ofast gave 255). */
 static inline AMP_HD uint8_t amp__q8_bisect(const double *mid, float y) {
   int lo = 0, hi = 255;
+  if ((amp__f32_bits(y) & 0x7fffffffu) > 0x7f800000u) return 0;
   while (lo < hi) {
     int m = (lo + hi) >> 1;
     if ((double)y > mid[m]) lo = m + 1; else hi = m;
