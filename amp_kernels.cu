@@ -277,10 +277,10 @@ struct amp__cu_scaler_dev {
 static_assert(sizeof(amp__cu_scaler_dev) % 8 == 0, "the block is copied whole");
 static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the stats counters are 64-bit atomics");
 
-// AMP_MOMENTS_8BIT's two maps as the step kernel reads them (amp__q8_map): [0] the signed map of the
-// first moments, [1] the unsigned one of the second; mid[j][255] unused; vt: amp__q8_vtable's, for
-// amp__q8_vcode (the midpoints are kept to build it).
-struct amp__cu_q8map { double mid[2][256]; float code[2][256]; uint32_t vt[2][AMP__Q8_VLUT]; };
+// AMP_MOMENTS_8BIT's two maps as the step kernel reads them: [0] the signed map of the first
+// moments, [1] the unsigned one of the second; code: amp__q8_map's values, vt: amp__q8_vtable's
+// table of its midpoints, for amp__q8_vcode (the midpoints themselves stay on the host).
+struct amp__cu_q8map { float code[2][256]; uint32_t vt[2][AMP__Q8_VLUT]; };
 #define AMP__CU_Q8_K 4          // AMP_MOMENTS_8BIT: 8-bit blocks a thread steps at once (amp__cu_step_op::q8)
 
 // One tensor as the kernels see it; master/m/v point into the optimizer's slab (128-byte aligned).
@@ -1583,12 +1583,13 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     AMP__CU_CHECK(cudaMemsetAsync(o->f8amax, 0, 2 * o->n_tensors * sizeof *o->f8amax, st->stream));
   }
   amp__cu_q8map hq = {};   // the 8-bit maps, uploaded where a tensor keeps 8-bit moments (read before the sync below)
+  double mid[2][256] = {};   // their midpoints (mid[j][255] unused), for the table and the zero codes
   for (size_t i = 0; i < o->n_tensors && !o->q8; i++) {
     if (ts[i].moments != AMP_MOMENTS_8BIT || slots == 1) continue;
-    amp__q8_map(1, hq.code[0], hq.mid[0]);
-    amp__q8_map(0, hq.code[1], hq.mid[1]);
-    amp__q8_vtable(hq.mid[0], hq.vt[0]);
-    amp__q8_vtable(hq.mid[1], hq.vt[1]);
+    amp__q8_map(1, hq.code[0], mid[0]);
+    amp__q8_map(0, hq.code[1], mid[1]);
+    amp__q8_vtable(mid[0], hq.vt[0]);
+    amp__q8_vtable(mid[1], hq.vt[1]);
     AMP__CU_CHECK(cudaMalloc(&o->q8, sizeof *o->q8));
     AMP__CU_CHECK(cudaMemcpyAsync(o->q8, &hq, sizeof hq, cudaMemcpyHostToDevice, st->stream));
   }
@@ -1627,7 +1628,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
       unsigned char *a = (unsigned char *)(j ? ht[i].v : ht[i].m);
       if (!a) continue;
       amp__cu_moments_zero_kernel<<<amp__cu_grid(st, ts[i].n), AMP__CU_THREADS, 0, st->stream>>>(
-          a, ts[i].moments, (long long)ts[i].n, ts[i].moments == AMP_MOMENTS_8BIT ? amp__q8_bisect(hq.mid[j], 0.0f) : 0);
+          a, ts[i].moments, (long long)ts[i].n, ts[i].moments == AMP_MOMENTS_8BIT ? amp__q8_bisect(mid[j], 0.0f) : 0);
       AMP__CU_CHECK_LAUNCH("amp__cu_moments_zero_kernel<<<>>>");
     }
   }
