@@ -1049,7 +1049,8 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
 /* ON A CUDA DEVICE (amp_cuda_open; the implementation built with AMP_CUDA and linked with
    amp_kernels.o) the same calls keep the scale state, the found-inf flag and the skip counts in
    device memory, and unscale/step/update only enqueue kernels on the device's stream: one step of
-   any number of tensors is 3 launches (unscale, fused update, scale rule), no allocation, no copy,
+   any number of tensors is 3 launches (unscale, fused update, scale rule; the update one more for
+   each further form of moment storage: AMP_MOMENTS_*), no allocation, no copy,
    no wait, so it may be captured in a CUDA graph (make one eager step first: the device optimizer
    is built, with a wait, at the first call that needs it). Reads wait for the stream:
    get_scale (the one read a normal step makes), get_state, last_skipped, skipped_steps, at_floor,
@@ -1402,12 +1403,15 @@ AMPDEF amp_status amp_optimizer_add_group(amp_optimizer *o, float lr_scale, floa
 enum { AMP__MASTER_LIST(AMP__ENUM_ITEM) };
 /* The moment types of amp_tensor_desc.moments, one row each: X(name, value, bytes per stored
    moment element (8BIT: and an f32 absmax per block of AMP__Q8_BLOCK; FP8: and one f32 scale_inv
-   per array), 1 where the optimizers keep it, else 0: refused at add, 1 where a CUDA device's
-   optimizer keeps it too, else 0: refused there, the elements that share one scale: 0 none (each
-   its own value), 1 a block (AMP__Q8_BLOCK), 2 the whole array). */
+   per array), 1 where the optimizers keep it, else 0: refused at add, the form of the CUDA step
+   kernel that steps it: 0 none (refused on a CUDA device), 1 f32 moments element by element, 2
+   moments decoded element by element (bf16, fp8), 3 a block of 8-bit codes at a time (each form
+   its own kernel, launched only where a tensor needs it: the smaller forms keep the registers of
+   their own code only), the elements that share one scale: 0 none (each its own value), 1 a block
+   (AMP__Q8_BLOCK), 2 the whole array). */
 #define AMP__MOMENTS_TYPES(X) \
-  X(AMP_MOMENTS_F32, 0, 4, 1, 1, 0) X(AMP_MOMENTS_BF16, 1, 2, 1, 1, 0) X(AMP_MOMENTS_8BIT, 2, 1, 1, 1, 1) \
-  X(AMP_MOMENTS_FP8, 3, 1, 1, 1, 2)
+  X(AMP_MOMENTS_F32, 0, 4, 1, 1, 0) X(AMP_MOMENTS_BF16, 1, 2, 1, 2, 0) X(AMP_MOMENTS_8BIT, 2, 1, 1, 3, 1) \
+  X(AMP_MOMENTS_FP8, 3, 1, 1, 2, 2)
 #define AMP__MOMENTS_ITEM(name, value, bytes, kept, cuda, shared) name = value,
 enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
 #undef AMP__MOMENTS_ITEM
@@ -1570,13 +1574,18 @@ enum { AMP__MOMENTS_TYPES(AMP__MOMENTS_ITEM) };
                          laid out as on the CPU (the absmaxes, then the codes): the step kernel
                          takes one block of 256 elements per 256 threads, reads each moment as
                          code times absmax, updates it, reduces the block's new absmax across
-                         its threads and finds each code by bisection over the map's midpoints
-                         (amp__q8_bisect), the count the CPU's faster search gives: the CPU's
-                         bits. AMP_MOMENTS_FP8 too: as on the CPU, a first launch of the step
-                         kernel computes the new moments only for each array's amax (an atomic
-                         maximum on the bits), the step launch encodes with the scales from them
-                         and its last block writes each array's new scale_inv once every block
-                         has read the old one: the CPU's bits, with no host wait.
+                         its threads and finds each code from one read of a table
+                         (amp__q8_vcode), the count the bisection over the map's midpoints and
+                         the CPU's vector loops give: the CPU's bits. AMP_MOMENTS_FP8 too: as on
+                         the CPU, a first launch of the step kernel computes the new moments only
+                         for each array's amax (an atomic maximum on the bits), the step launch
+                         encodes with the scales from them and its last block writes each
+                         array's new scale_inv once every block has read the old one: the CPU's
+                         bits, with no host wait. The step kernel comes in three forms, each
+                         launched only where a tensor needs it: f32 moments (and none), moments
+                         decoded element by element (bf16, fp8) and 8-bit blocks; the f32 form
+                         holds none of the others' code, so a step with f32 moments keeps the
+                         registers (and the occupancy) of its own loop.
    Bytes per parameter with bf16 moments (AMP_MOMENTS_BF16; amp_optimizer_state_bytes counts them):
                            SGD + momentum   Adam / AdamW   Lion
      AMP_MASTER_F32              6               8           6
@@ -1643,9 +1652,10 @@ AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
    max_grad_norm), then the update. A step whose grads hold inf/NaN is skipped and changes
    nothing: model copies, masters, moments and the step count stay bit for bit as they were.
    Per iteration: backward into the grads, amp_optimizer_step(o), nothing else (no update call).
-   On a CUDA device the step is 2 launches on the device's stream, the skip decided there: no
-   allocation after the first step (which builds the device optimizer, with a wait), no copy, no
-   wait, so it may be captured in a CUDA graph. A kept device error (see DEVICE ERRORS AND
+   On a CUDA device the step is 2 launches on the device's stream (one more for each further form
+   of moment storage the tensors use, and for fp8 moments' first pass: AMP_MOMENTS_*), the skip
+   decided there: no allocation after the first step (which builds the device optimizer, with a
+   wait), no copy, no wait, so it may be captured in a CUDA graph. A kept device error (see DEVICE ERRORS AND
    GETTERS) is returned first (AMP_ERR_DEVICE), before anything is done.
    An optimizer is stepped either by a scaler (amp_scaler_unscale / amp_scaler_step) or by
    amp_optimizer_step, for its whole life: the first successful call of either decides, and a call
@@ -2423,8 +2433,9 @@ static inline AMP_HD uint64_t amp__sr_key(uint64_t seed, int64_t step, uint64_t 
 static inline AMP_HD uint64_t amp__sr_key_moment(uint64_t key, int j) {
   return amp__mix64(key + (uint64_t)j * 0xd1b54a32d192ed03ull);
 }
-/* A moment type's stored bytes per element, and 1 where a CUDA device's optimizer keeps it (the
-   columns of AMP__MOMENTS_TYPES; 0 for a value that is not a type). */
+/* A moment type's stored bytes per element, and the form of the CUDA step kernel that steps it
+   (nonzero: a CUDA device's optimizer keeps it) (the columns of AMP__MOMENTS_TYPES; 0 for a value
+   that is not a type). */
 #define AMP__MOMENTS_BYTES_(name, value, bytes, kept, cuda, shared) case value: return bytes;
 static inline AMP_HD size_t amp__moments_bytes(int m) {
   switch (m) { AMP__MOMENTS_TYPES(AMP__MOMENTS_BYTES_) default: return 0; }

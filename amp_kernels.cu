@@ -341,6 +341,7 @@ struct amp__cu_optim {
   uint16_t *rem;          // the remainders of the AMP_MASTER_SPLIT tensors, `rtotal` of them
   size_t n_tensors, total, mtotal, rtotal;
   int n_chunks, kind, has_m, has_v, has_f8;
+  int forms;              // bit f set where a tensor is stepped by the step kernel's form f (amp__cu_step_form)
   size_t *offset, *n;     // host: each tensor's byte offset in the moment regions and its length
   size_t *moffset, *roffset;  // host: its place among the masters / the remainders (SIZE_MAX: none)
   amp__cu_tdev *host;     // host: the table as uploaded (amp__cu_optim_set_grads rewrites a record)
@@ -707,7 +708,7 @@ __device__ __forceinline__ void amp__cu_block_max2(uint32_t &a, uint32_t &b) {
 // grads (times inv_scale * clip), the master (or decode it from the bf16 copy: AMP_MASTER_SPLIT /
 // _NONE) and the moments the kind keeps; update; write them back and the model copy (rounded to
 // nearest, to round_to, stochastically, or split again), as amp__o_step / amp__o_step_lowmem do.
-template <int KIND, int GD, int WD> struct amp__cu_step_op {
+template <int KIND, int FORM, int GD, int WD> struct amp__cu_step_op {
   amp__cu_tdev t;
   long long start;    // the chunk's first element in its tensor
   float mul;
@@ -768,29 +769,29 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
     const long long e = start + i;
     float g[V], p[V] = {}, m[V] = {}, v[V] = {};
     ld_gp<V>(e, g, p);
-    if (t.moments == AMP_MOMENTS_BF16) {   // widened exactly
-      if (t.m) amp__cu_ldv<AMP_BF16, V>(t.m, e, m);
-      if (t.v) amp__cu_ldv<AMP_BF16, V>(t.v, e, v);
-    } else if (t.moments == AMP_MOMENTS_FP8) {
-      ld_f8<V>(e, m, v);
-    } else {
+    if constexpr (FORM == 1) {   // f32 moments
       if (t.m) amp__cu_ldv<AMP_F32, V>(t.m, e, m);
       if (t.v) amp__cu_ldv<AMP_F32, V>(t.v, e, v);
+    } else if (t.moments == AMP_MOMENTS_BF16) {   // widened exactly
+      if (t.m) amp__cu_ldv<AMP_BF16, V>(t.m, e, m);
+      if (t.v) amp__cu_ldv<AMP_BF16, V>(t.v, e, v);
+    } else {
+      ld_f8<V>(e, m, v);
     }
 #pragma unroll
     for (int k = 0; k < V; k++) amp__cu_kind<KIND>::update(p[k], m[k], v[k], g[k] * mul, c);
-    if (t.moments == AMP_MOMENTS_BF16) {
+    if constexpr (FORM == 1) {
+      if (t.m) amp__cu_stv<AMP_F32, V>(t.m, e, m);
+      if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
+    } else if (t.moments == AMP_MOMENTS_BF16) {
       if (t.m) st_bf16<V>(t.m, e, m, km);
       if (t.v) st_bf16<V>(t.v, e, v, kv);
-    } else if (t.moments == AMP_MOMENTS_FP8) {   // amp_quantize's cast: x * scale, saturating
+    } else {   // AMP_MOMENTS_FP8, amp_quantize's cast: x * scale, saturating
 #pragma unroll
       for (int k = 0; k < V; k++) {
         if (t.m) ((uint8_t *)t.m)[4 + e + k] = amp_f32_to_e4m3(amp__fmul(m[k], sm), 1);
         if (t.v) ((uint8_t *)t.v)[4 + e + k] = amp_f32_to_e4m3(amp__fmul(v[k], sv), 1);
       }
-    } else {
-      if (t.m) amp__cu_stv<AMP_F32, V>(t.m, e, m);
-      if (t.v) amp__cu_stv<AMP_F32, V>(t.v, e, v);
     }
     st_p<V>(e, p);
   }
@@ -867,28 +868,36 @@ template <int KIND, int GD, int WD> struct amp__cu_step_op {
     }
   }
 };
-// One chunk: 4 elements per access where grad and model copy are 16-byte aligned (16 bytes of master
-// and fp32 moments, 8 of bf16 moments, 8 or 16 of grad and model copy), one at a time otherwise.
-// amax_pass: AMP_MOMENTS_FP8's first launch (f8_amax), else the step.
-template <int KIND, int GD, int WD>
+// One chunk of a tensor stepped by form FORM (amp__cu_step_form): forms 1 and 2 4 elements per
+// access where grad and model copy are 16-byte aligned (16 bytes of master and fp32 moments, 8 of
+// bf16 moments, 8 or 16 of grad and model copy), one at a time otherwise; form 3 by 8-bit blocks.
+// amax_pass: AMP_MOMENTS_FP8's first launch (f8_amax, form 2), else the step.
+template <int KIND, int FORM, int GD, int WD>
 __device__ __forceinline__ void amp__cu_step_chunk(const amp__cu_tdev &t, long long start, int len, float mul,
                                                    const amp_step_coefs &c, uint64_t key, int amax_pass) {
-  const int msr = t.moments == AMP_MOMENTS_BF16 && t.stochastic;   // the CPU's amp__o_step_q: only bf16 is stochastic
+  // the CPU's amp__o_step_q: only bf16 is stochastic
+  const int msr = FORM == 2 && t.moments == AMP_MOMENTS_BF16 && t.stochastic;
   // (the first launch reads no scale: its blocks are still raising the slots the scales come from)
-  const int f8 = t.moments == AMP_MOMENTS_FP8 && !amax_pass;
-  amp__cu_step_op<KIND, GD, WD> op = {t, start, mul, c, key, msr ? amp__sr_key_moment(key, 1) : 0u,
-                                      msr ? amp__sr_key_moment(key, 2) : 0u, msr,
-                                      f8 ? amp__f8m_scale(amp__bits_f32(t.f8amax[0])) : 1.0f,
-                                      f8 ? amp__f8m_scale(amp__bits_f32(t.f8amax[1])) : 1.0f};
-  if (amax_pass) op.f8_amax(len);
-  else if (t.moments == AMP_MOMENTS_8BIT) op.q8(len);   // per block of codes, with its absmax
+  const int f8 = FORM == 2 && t.moments == AMP_MOMENTS_FP8 && !amax_pass;
+  amp__cu_step_op<KIND, FORM, GD, WD> op = {t, start, mul, c, key, msr ? amp__sr_key_moment(key, 1) : 0u,
+                                            msr ? amp__sr_key_moment(key, 2) : 0u, msr,
+                                            f8 ? amp__f8m_scale(amp__bits_f32(t.f8amax[0])) : 1.0f,
+                                            f8 ? amp__f8m_scale(amp__bits_f32(t.f8amax[1])) : 1.0f};
+  if constexpr (FORM == 3) op.q8(len);   // per block of codes, with its absmax
+  else if (FORM == 2 && amax_pass) op.f8_amax(len);
   else amp__cu_walk<4>(op, len, t.vec);
 }
-template <int KIND, int GD>
+template <int KIND, int FORM, int GD>
 __device__ __forceinline__ void amp__cu_step_chunk_w(const amp__cu_tdev &t, long long start, int len, float mul,
                                                      const amp_step_coefs &c, uint64_t key, int amax_pass) {
-  amp__cu_dtype_visit(t.dtype,
-                      [&](auto wd) { amp__cu_step_chunk<KIND, GD, wd.value>(t, start, len, mul, c, key, amax_pass); });
+  amp__cu_dtype_visit(t.dtype, [&](auto wd) {
+    amp__cu_step_chunk<KIND, FORM, GD, wd.value>(t, start, len, mul, c, key, amax_pass);
+  });
+}
+// The form of the step kernel that steps tensor t (the moment list's CUDA column; no moments kept:
+// form 1, which then reads and writes none).
+__host__ __device__ inline int amp__cu_step_form(const amp__cu_tdev &t) {
+  return t.m || t.v ? amp__moments_on_cuda(t.moments) : 1;
 }
 // AMP_MOMENTS_FP8, in the step's last block (every block has read the old scale_invs and the slots):
 // each array's new scale_inv, 1 / its scale (amp.h's amp__f8m_set), where the step ran, and every
@@ -908,12 +917,18 @@ __device__ void amp__cu_f8_finish(const amp__cu_optim_dev *o, const amp__cu_tdev
 
 // sc: the scaler whose OR-ed flag also skips the step (NULL: only this optimizer's own unscale
 // decides). rule != 0: the last block runs the scale rule after every block has read the flag.
-// amax_pass 1: AMP_MOMENTS_FP8's first launch: the fp8 tensors' chunks gather their new moments'
-// amaxes (the other blocks return at once), nothing is written, no count moves.
-template <int KIND> __global__ void __launch_bounds__(AMP__CU_THREADS)
+// Each form FORM steps the chunks of its own tensors (amp__cu_step_form); the launch of every form
+// the tensors need but the last has last 0: its blocks only step (the flags they read are changed
+// by no one before the last launch). The last launch's blocks (every chunk's) count themselves
+// done, and its last block moves the counts, runs the rule and writes the fp8 scale_invs.
+// amax_pass 1: AMP_MOMENTS_FP8's first launch (form 2, last 0): the fp8 tensors' chunks gather
+// their new moments' amaxes (the other blocks return at once), nothing is written.
+template <int KIND, int FORM> __global__ void __launch_bounds__(AMP__CU_THREADS)
 amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, const amp__cu_tdev *tensors,
-                    const amp__cu_chunk *chunks, int amax_pass) {
-  if (amax_pass && tensors[chunks[blockIdx.x].tensor].moments != AMP_MOMENTS_FP8) return;
+                    const amp__cu_chunk *chunks, int amax_pass, int last) {
+  const int mine = amp__cu_step_form(tensors[chunks[blockIdx.x].tensor]) == FORM &&
+                   (!amax_pass || tensors[chunks[blockIdx.x].tensor].moments == AMP_MOMENTS_FP8);
+  if (!mine && !last) return;
   __shared__ amp_step_coefs s_c;
   __shared__ uint64_t s_key;
   __shared__ float s_mul;
@@ -936,17 +951,17 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   }
   __syncthreads();
   const int skip = s_skip, spike = s_spike;
-  if (!skip && !spike) {   // overflow or spike: weights, master, moments and t stay bit-identical
+  if (mine && !skip && !spike) {   // overflow or spike: weights, master, moments and t stay bit-identical
     const amp__cu_chunk ch = chunks[blockIdx.x];
     const amp__cu_tdev t = tensors[ch.tensor];
     const amp_step_coefs c = s_c;
     const uint64_t key = s_key;
     const float mul = s_mul;
     amp__cu_dtype_visit(t.gdtype, [&](auto gd) {
-      amp__cu_step_chunk_w<KIND, gd.value>(t, ch.start, ch.len, mul, c, key, amax_pass);
+      amp__cu_step_chunk_w<KIND, FORM, gd.value>(t, ch.start, ch.len, mul, c, key, amax_pass);
     });
   }
-  if (amax_pass) return;
+  if (!last) return;
   if (!amp__cu_last_block(&o->done_step)) return;
   if (o->has_f8) amp__cu_f8_finish(o, tensors, !skip && !spike);   // every thread of the last block
   if (threadIdx.x == 0) {
@@ -957,20 +972,24 @@ amp__cu_step_kernel(amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, cons
   }
 }
 
-// The launch of kind KIND's step kernel; DEVICE 0 (a row whose update is a host function, AMP_CUSTOM):
-// no kernel, refused.
-// f8: a tensor keeps AMP_MOMENTS_FP8, so the first launch runs before the step's.
+// The launches of kind KIND's step kernel; DEVICE 0 (a row whose update is a host function,
+// AMP_CUSTOM): no kernel, refused. forms: bit f set where a tensor is stepped by form f; f8: a
+// tensor keeps AMP_MOMENTS_FP8, so the first launch runs before the step's. One launch per form
+// present, 3 then 2 then 1, the last with last 1 (no forms: form 1's, which still counts the step).
 template <int KIND, int DEVICE> struct amp__cu_step_launch {
   static int go(int grid, cudaStream_t s, amp__cu_optim_dev *o, amp__cu_scaler_dev *sc, int rule, const amp__cu_tdev *t,
-                const amp__cu_chunk *ch, int f8) {
-    if (f8) amp__cu_step_kernel<KIND><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch, 1);
-    amp__cu_step_kernel<KIND><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch, 0);
+                const amp__cu_chunk *ch, int forms, int f8) {
+    const int low = forms & 2 ? 1 : forms & 4 ? 2 : forms & 8 ? 3 : 1;   // the last launch's form
+    if (f8) amp__cu_step_kernel<KIND, 2><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch, 1, 0);
+    if (forms & 8) amp__cu_step_kernel<KIND, 3><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch, 0, low == 3);
+    if (forms & 4) amp__cu_step_kernel<KIND, 2><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch, 0, low == 2);
+    if (low == 1) amp__cu_step_kernel<KIND, 1><<<grid, AMP__CU_THREADS, 0, s>>>(o, sc, rule, t, ch, 0, 1);
     return 1;
   }
 };
 template <int KIND> struct amp__cu_step_launch<KIND, 0> {
   static int go(int, cudaStream_t, amp__cu_optim_dev *, amp__cu_scaler_dev *, int, const amp__cu_tdev *,
-                const amp__cu_chunk *, int) {
+                const amp__cu_chunk *, int, int) {
     return 0;
   }
 };
@@ -1607,6 +1626,7 @@ static amp_status amp__cu_optim_build(amp__cu_state *st, amp__cu_optim *o, const
     ht[i].lr_scale = ts[i].group ? lr_scale[ts[i].group] : 1.0f;
     ht[i].weight_decay = ts[i].group ? weight_decay[ts[i].group] : 0.0f;   // group 0: the config's, read on the device
     amp__cu_tdev_grads(&ht[i], ts[i].g);
+    o->forms |= 1 << amp__cu_step_form(ht[i]);
     for (size_t s = 0; s < ts[i].n; s += AMP__CU_CHUNK, c++) {
       hc[c].start = (long long)s; hc[c].tensor = (int32_t)i;
       hc[c].len = (int32_t)(ts[i].n - s < AMP__CU_CHUNK ? ts[i].n - s : AMP__CU_CHUNK);
@@ -1826,7 +1846,8 @@ extern "C" amp_status amp__cu_optim_step(void *state, void *optim, void *scaler,
   int rule = update_scaler != 0, launched = 0;
 #define AMP__CU_STEP_CASE(K, NAME, NM, LR, B1, B2, COEFS, ELEM, DEV, VEC) \
   case K: \
-    launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks, o->has_f8); \
+    launched = amp__cu_step_launch<K, DEV>::go(o->n_chunks, st->stream, o->dev, sc, rule, o->tensors, o->chunks, \
+                                               o->forms, o->has_f8); \
     break;
   switch ((amp_optim_kind)o->kind) { AMP__OPTIM_KINDS(AMP__CU_STEP_CASE) default: break; }
 #undef AMP__CU_STEP_CASE

@@ -112,8 +112,9 @@ extern amp_status amp__cu_optim_unscale(void *state, void *optim, void *scaler, 
 extern amp_status amp__cu_optim_unscale_local(void *state, void *optim, void *scaler, double **buf, char *msg,
                                               size_t cap);
 extern amp_status amp__cu_optim_unscale_finish(void *state, void *optim, void *scaler, char *msg, size_t cap);
-/* [step] the fused update in one launch (two where a tensor keeps AMP_MOMENTS_FP8: a first launch
-   takes the new moments' amaxes); it changes nothing but the skipped count when this
+/* [step] the fused update in one launch per form of the step kernel the tensors need (f32 moments
+   or none; bf16 / fp8 moments; 8-bit blocks), and one more where a tensor keeps AMP_MOMENTS_FP8 (a
+   first launch takes the new moments' amaxes); it changes nothing but the skipped count when this
    optimizer's last unscale or, scaler given, any unscale into that scaler since its last rule found
    inf/NaN. With update_scaler != 0 its last block also runs the scale rule (amp__cu_scaler_update(-1))
    once every block has read the flag: no launch of its own. */

@@ -1488,6 +1488,84 @@ static void eight_bit_moments_on_gpu_are_the_cpus_bits(void) { moments_on_gpu_ar
    encodes with its scale and the last block writes the scale_inv. */
 static void fp8_moments_on_gpu_are_the_cpus_bits(void) { moments_on_gpu_are_the_cpus_bits(AMP_MOMENTS_FP8); }
 
+/* The step kernel's three forms in one optimizer: tensors with f32, bf16, 8-bit and fp8 moments, and
+   an 8-bit one under AMP__Q8_MIN elements (kept as f32), stepped together by one step (the fp8
+   pass, the 8-bit form, the bf16/fp8 form, then the f32 form, whose last block counts the step):
+   every tensor's model copy and moment bytes are the CPU's after each step, a step skipped for a
+   NaN grad included, and a captured step holds three launches more than the same optimizer with
+   f32 moments alone (the fp8 pass and the two further forms). */
+static void mixed_moment_forms_on_gpu_are_the_cpus_bits(void) {
+  enum { T = 5, STEPS = 6 };
+  static const int mom[T] = {AMP_MOMENTS_F32, AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8, AMP_MOMENTS_8BIT};
+  static const size_t len[T] = {5000, 9001, 70001, 4099, 1000};
+  amp_optim_config oc = amp_optimizer_defaults(AMP_ADAMW);
+  amp_optimizer *og = NULL, *ocpu = NULL, *of = NULL;
+  void *dw[T], *dg[T], *fw[T], *fg[T], *graph = NULL;
+  amp_bf16 *cw[T], *hw = (amp_bf16 *)xmalloc(70001 * 2);
+  float *cg[T];
+  unsigned char *a = (unsigned char *)xmalloc(70001 * 4), *b = (unsigned char *)xmalloc(70001 * 4);
+  size_t kernels[2] = {0, 0};
+  char m2[AMP__MSG] = "";
+  oc.lr = 1e-3f; oc.weight_decay = 0.1f; oc.seed = 5;
+  OK(amp_optimizer_create(&og, gpu, &oc)); OK(amp_optimizer_create(&ocpu, amp_cpu(), &oc));
+  OK(amp_optimizer_create(&of, gpu, &oc));
+  for (int i = 0; i < T; i++) {
+    amp_tensor_desc t;
+    cw[i] = (amp_bf16 *)xmalloc(len[i] * 2); cg[i] = (float *)xmalloc(len[i] * 4);
+    dw[i] = dmalloc(len[i] * 2); dg[i] = dmalloc(len[i] * 4); fw[i] = dmalloc(len[i] * 2); fg[i] = dmalloc(len[i] * 4);
+    for (size_t j = 0; j < len[i]; j++) cw[i][j] = amp_f32_to_bf16(0.5f * srand1());
+    up(dw[i], cw[i], len[i] * 2); up(fw[i], cw[i], len[i] * 2);
+    memset(&t, 0, sizeof t);
+    t.dtype = AMP_BF16; t.grad_dtype = AMP_GRAD_F32; t.n = len[i]; t.moments = mom[i];
+    t.weights = dw[i]; t.grads = dg[i]; OK(amp_optimizer_add_tensor(og, &t));
+    t.weights = cw[i]; t.grads = cg[i]; OK(amp_optimizer_add_tensor(ocpu, &t));
+    t.weights = fw[i]; t.grads = fg[i]; t.moments = AMP_MOMENTS_F32; OK(amp_optimizer_add_tensor(of, &t));
+  }
+  for (int step = 0; step < STEPS && !t__cur; step++) {
+    for (int i = 0; i < T; i++) {
+      for (size_t j = 0; j < len[i]; j++) cg[i][j] = 1e-2f * srand1();
+      if (step == 3 && i == 2) cg[i][77] = (float)NAN;   /* skipped: nothing moves */
+      up(dg[i], cg[i], len[i] * 4); up(fg[i], cg[i], len[i] * 4);
+    }
+    OK(amp_optimizer_step(og)); OK(amp_optimizer_step(ocpu)); OK(amp_optimizer_step(of));
+    EXPECT(amp_optimizer_step_count(og) == (step < 3 ? step + 1 : step), "step %d: GPU step count %ld", step,
+           amp_optimizer_step_count(og));
+    for (int i = 0; i < T && !t__cur; i++) {
+      down(hw, dw[i], len[i] * 2);
+      EXPECT(memcmp(hw, cw[i], len[i] * 2) == 0, "step %d, tensor %d (moments %d): the model copy differs from the CPU's",
+             step, i, mom[i]);
+      for (int k = 1; k <= 2; k++) {
+        size_t bytes = amp__moment_bytes(ocpu->t[i].moments, len[i]);
+        OK(amp__be(og->dev)->optim_tensor_io(og, (size_t)i, k, (float *)(void *)a, 0, m2, sizeof m2));
+        OK(amp__be(ocpu->dev)->optim_tensor_io(ocpu, (size_t)i, k, (float *)(void *)b, 0, m2, sizeof m2));
+        EXPECT(memcmp(a, b, bytes) == 0, "step %d, tensor %d (moments %d, kept as %d): moment %d's bytes differ", step,
+               i, mom[i], ocpu->t[i].moments, k);
+      }
+    }
+  }
+  EXPECT(ocpu->t[4].moments == AMP_MOMENTS_F32, "the 8-bit tensor of 1000 elements keeps moments %d", ocpu->t[4].moments);
+  for (int w = 0; w < 2 && !t__cur; w++) {   /* the launches of one captured step, then one replay */
+    OK(amp__cu_capture_begin(gpu->cuda, msg, sizeof msg));
+    {
+      amp_status s1 = amp_optimizer_step(w ? og : of);
+      amp_status e = amp__cu_capture_end(gpu->cuda, &graph, &kernels[w], msg, sizeof msg);
+      EXPECT(s1 == AMP_OK && e == AMP_OK, "capture: step %s end %s (%s)", amp_status_string(s1), amp_status_string(e), msg);
+      if (e != AMP_OK) break;
+    }
+    OK(amp__cu_graph_launch(gpu->cuda, graph, msg, sizeof msg));
+    amp__cu_graph_destroy(graph);
+  }
+  EXPECT(kernels[0] >= 2 && kernels[1] == kernels[0] + 3, "a captured step: %zu kernels with every form, %zu with f32 moments alone",
+         kernels[1], kernels[0]);
+  EXPECT(amp_optimizer_step_count(og) == STEPS, "a replayed mixed step: step count %ld, want %d", amp_optimizer_step_count(og), STEPS);
+  amp_optimizer_destroy(og); amp_optimizer_destroy(ocpu); amp_optimizer_destroy(of);
+  for (int i = 0; i < T; i++) {
+    free(cw[i]); free(cg[i]);
+    amp__cu_free(gpu->cuda, dw[i]); amp__cu_free(gpu->cuda, dg[i]); amp__cu_free(gpu->cuda, fw[i]); amp__cu_free(gpu->cuda, fg[i]);
+  }
+  free(hw); free(a); free(b);
+}
+
 static void zscore_spikes_on_gpu_equal_the_cpus(void) {
   tens t;
   side c, g;
@@ -1579,6 +1657,7 @@ int main(void) {
   RUN(bf16_moments_on_gpu_are_the_cpus_bits);
   RUN(eight_bit_moments_on_gpu_are_the_cpus_bits);
   RUN(fp8_moments_on_gpu_are_the_cpus_bits);
+  RUN(mixed_moment_forms_on_gpu_are_the_cpus_bits);
   RUN(zscore_spikes_on_gpu_equal_the_cpus);
   if (gpu_stream) {
     RUN(captured_public_step_replays_like_eager);
