@@ -26,9 +26,13 @@ NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) --threads 0 -Werror all-warnings -Xcomp
 # CUDA toolkit, /usr and the NCCL that PyTorch's wheels bring (nvidia/nccl beside torch) that holds
 # include/nccl.h; set NCCL_HOME to choose another. tests/run.sh reads it with `make -s print-nccl-home`.
 NCCL_HOME ?= $(shell for d in $(CUDA_HOME) /usr $$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__ or list(nvidia.nccl.__path__)[0]))' 2>/dev/null); do [ -f $$d/include/nccl.h ] && echo $$d && break; done)
+# amp_kernels.cu's flags with NCCL (empty without it): -DAMP_NCCL and NCCL's headers (/usr's are
+# the compilers' own paths: -isystem /usr/include breaks C++'s <cmath>). `make -s print-nccl-cflags`.
+NCCL_CFLAGS = $(if $(NCCL_HOME),-DAMP_NCCL$(if $(filter /usr,$(NCCL_HOME)),, -isystem $(NCCL_HOME)/include))
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 
-.PHONY: test deps bench bench-arm bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags print-nccl-home clean
+.PHONY: test deps bench bench-arm bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags print-nccl-home \
+        print-nccl-cflags clean
 
 test:
 	@sh tests/deps.sh check
@@ -43,6 +47,9 @@ print-nvcc-flags:
 print-nccl-home:
 	@echo '$(NCCL_HOME)'
 
+print-nccl-cflags:
+	@echo '$(NCCL_CFLAGS)'
+
 # On a machine with an NVIDIA GPU: the build, AMP_REQUIRE_GPU=1 make test, compute-sanitizer over
 # every tests/cuda_* program, bench-gpu and demo-gpu; logs under $$OUT when set (tests/gpu_check.sh).
 gpu-check:
@@ -53,6 +60,10 @@ $(B):
 
 $(B)/amp_kernels.o: amp_kernels.cu amp_kernels.h amp.h | $(B)
 	$(NVCC) $(NVCC_FLAGS) -I. -c amp_kernels.cu -o $@
+
+# The same with NCCL's calls (make gpu-check builds it beside the plain one; make test otherwise).
+$(B)/amp_kernels_nccl.o: amp_kernels.cu amp_kernels.h amp.h | $(B)
+	$(NVCC) $(NVCC_FLAGS) -I. $(NCCL_CFLAGS) -c amp_kernels.cu -o $@
 
 BENCH_CPU = $(patsubst bench/%.c,$(B)/%,$(wildcard bench/bench_*.c))
 $(B)/bench_%: bench/bench_%.c amp.h | $(B)

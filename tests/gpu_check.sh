@@ -89,12 +89,13 @@ run_step() {
 
 # 1. build ----------------------------------------------------------------------------------------
 run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
-  'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o build/train_mlp_cuda $(ls bench/gpu_*.c bench/gpu_*.cu 2>/dev/null | sed "s|bench/\(.*\)\.cu*$|build/\1|")'
+  'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o $([ -n "$(make -s print-nccl-home)" ] && echo build/amp_kernels_nccl.o) build/train_mlp_cuda $(ls bench/gpu_*.c bench/gpu_*.cu 2>/dev/null | sed "s|bench/\(.*\)\.cu*$|build/\1|")'
 
 # 2. the tests, a GPU required --------------------------------------------------------------------
 # (tests/run.sh itself: make test's check of the CPU tests' Debian packages does not apply here)
-# (the object step 1 built with the same flags is reused: one nvcc run of amp_kernels.cu fewer)
+# (the objects step 1 built with the same flags are reused: two nvcc runs of amp_kernels.cu fewer)
 run_step test "$(cap 360 150)" "$LOG/test.log" env AMP_REQUIRE_GPU=1 AMP_TEST_ONLY=gpu AMP_KERNELS_O=build/amp_kernels.o \
+  AMP_KERNELS_NCCL_O=build/amp_kernels_nccl.o \
   sh tests/run.sh
 grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | sed 's/^/   /'
 # the fp8 product's and the low-precision moments' GPU tests, each by name (program:test; ok / FAIL

@@ -56,11 +56,9 @@ at() { echo "(at $(( $(date +%s) - T0 )) s)"; }   # how far into this run a sect
 NVCC_FLAGS=$(make -s --no-print-directory print-nvcc-flags 2>/dev/null) || NVCC_FLAGS=""
 # NCCL: where the Makefile finds it (NCCL_HOME; empty: not installed), and how to compile and link with it.
 NCCL_HOME=$(make -s --no-print-directory print-nccl-home 2>/dev/null) || NCCL_HOME=""
-NCCL_CFLAGS=""; NCCL_LIBS=""
+NCCL_CFLAGS=$(make -s --no-print-directory print-nccl-cflags 2>/dev/null) || NCCL_CFLAGS=""; NCCL_LIBS=""
 if [ -n "$NCCL_HOME" ]; then
-  NCCL_CFLAGS="-DAMP_NCCL"
-  if [ "$NCCL_HOME" != /usr ]; then   # (/usr's are the compilers' own paths: -isystem /usr/include breaks C++'s <cmath>)
-    NCCL_CFLAGS="$NCCL_CFLAGS -isystem $NCCL_HOME/include"
+  if [ "$NCCL_HOME" != /usr ]; then   # (/usr's libraries are on the linker's own path)
     for d in "$NCCL_HOME/lib64" "$NCCL_HOME/lib"; do [ -d "$d" ] && NCCL_LIBS="$NCCL_LIBS -L$d -Wl,-rpath,$d"; done
   fi
   NCCL_LIBS="$NCCL_LIBS -lnccl"
@@ -280,14 +278,41 @@ part_cuda() {
         awk "/^[.a-z ]*\\.entry /{ on = /amp__cu_step_kernel|amp__cu_unscale_kernel/; if (on) k++ }
              on && /fma\\.rn\\.f32/ { n++ } END { print k \" kernels, \" n + 0 \" f32 FMA\"; exit !(k >= 2 && n == 0) }" \
           "$2/amp_kernels.ptx"' _ "$NVCC" "$B"
+      # The f32 form of the step kernel (the form every f32-moment step runs) holds none of the
+      # low-precision forms' code: ptxas (those four entries of the PTX above, sm_90) must give each
+      # at most 64 registers (4 blocks of 256 threads an SM) and no stack. With every form in one
+      # kernel it took 102-104 registers and a 256-byte stack.
+      check "ptxas: the f32 form of the step kernel keeps at most 64 registers and no stack (sm_90)" sh -c '
+        ptx="$2/amp_kernels.ptx"; px=$(dirname "$(command -v "$1")")/ptxas
+        ents=$(grep -o "\.entry _Z19amp__cu_step_kernelILi[0-9]*ELi1EEv[A-Za-z0-9_]*" "$ptx" | sed "s/^\.entry //" | sort -u)
+        [ -n "$ents" ] || { echo "no f32-form step kernel in $ptx"; exit 1; }
+        "$px" -arch=sm_90 -v $(for e in $ents; do printf -- "-e %s " "$e"; done) "$ptx" -o "$2/step_f32.cubin" 2>&1 |
+          awk "/Compiling entry function/ { k++ } /Used [0-9]+ registers/ { r = \$5; if (r + 0 > 64) bad++; if (r + 0 > top) top = r + 0 }
+               /bytes stack frame/ && \$1 + 0 > 0 { bad++; stack = \$1 }
+               END { print k \" kernels, at most \" top \" registers, stack \" stack + 0; exit !(k >= 4 && !bad) }"' _ "$NVCC" "$B"
       for src in tests/cuda_*.c; do
         [ -e "$src" ] || continue
         name=$(basename "$src" .c)
         obj="$B/amp_kernels.o"; nflags=""; nlibs=""
-        # tests/cuda_nccl.c: amp_kernels.cu again with -DAMP_NCCL, linked with -lnccl, where NCCL is installed
+        # tests/cuda_nccl.c: amp_kernels.cu again with -DAMP_NCCL, linked with -lnccl, where NCCL is
+        # installed. Where no GPU can run it (no nvidia-smi listing one, AMP_REQUIRE_GPU unset), the
+        # device code only as compute_90 PTX: the same compile of every line with the warnings as
+        # errors, and the link, without the two SASS builds (the kernels' SASS is the plain build's).
+        nccl_flags=$NVCC_FLAGS; nccl_what="NCCL from $NCCL_HOME"
+        if [ "${AMP_REQUIRE_GPU:-0}" != 1 ] && ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+          nccl_flags="$(echo "$NVCC_FLAGS" | sed 's/-gencode [^ ]*//g') -gencode arch=compute_90,code=compute_90"
+          nccl_what="$nccl_what; no GPU here: compute_90 PTX only"
+        fi
+        # (AMP_KERNELS_NCCL_O: the object make gpu-check's first step built, reused as AMP_KERNELS_O is)
         if [ "$name" = cuda_nccl ] && [ -n "$NCCL_HOME" ] &&
-           check "nvcc: amp_kernels.cu with -DAMP_NCCL (NCCL from $NCCL_HOME)" "$NVCC" $NVCC_FLAGS -I. $NCCL_CFLAGS \
-             -c amp_kernels.cu -o "$B/amp_kernels_nccl.o"; then
+           if [ -n "${AMP_KERNELS_NCCL_O:-}" ] && [ "$AMP_KERNELS_NCCL_O" -nt amp_kernels.cu ] &&
+              [ "$AMP_KERNELS_NCCL_O" -nt amp.h ] && [ "$AMP_KERNELS_NCCL_O" -nt amp_kernels.h ]; then
+             check "nvcc: amp_kernels.cu with -DAMP_NCCL (make's $AMP_KERNELS_NCCL_O)" cp "$AMP_KERNELS_NCCL_O" \
+               "$B/amp_kernels_nccl.o"
+           else
+             check "nvcc: amp_kernels.cu with -DAMP_NCCL ($nccl_what)" "$NVCC" $nccl_flags -I. $NCCL_CFLAGS \
+               -c amp_kernels.cu -o "$B/amp_kernels_nccl.o"
+           fi; then
           obj="$B/amp_kernels_nccl.o"; nflags=$NCCL_CFLAGS; nlibs=$NCCL_LIBS
         fi
         if gcc -std=c99 -O2 $WARN -DAMP_CUDA $nflags -I. -isystem "$CUDA_HOME/include" "$src" "$obj" -o "$B/$name" \
