@@ -2455,7 +2455,8 @@ struct amp__gemm_plan {
   cublasLtMatrixLayout_t ld;   // D's layout where its type is not C's (an fp8 D), else NULL: lc
   cublasLtMatmulAlgo_t algo;
   cublasLtMatmulAlgo_t more[AMP__GEMM_ALGOS - 1];   // the heuristic's next choices, best first: what an
-  int n_more;                                       // fp8 call tries where cublasLtMatmul refuses algo
+  int n_more, next_more;                            // fp8 call tries where cublasLtMatmul refuses algo (the
+                                                    // next one's index)
 };
 
 struct amp__gemm_cache {
@@ -2566,7 +2567,7 @@ static amp_status amp__gemm_ask(amp__cu_state *st, amp__gemm_plan *pl, const amp
   // combination of types, epilogue and alignment (e.g. f32 inputs with an f16 output)
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) return AMP_OK;
   AMP__LT_CHECK(s);
-  pl->n_more = 0;
+  pl->n_more = 0; pl->next_more = 0;
   for (int i = 0; i < count && i < AMP__GEMM_ALGOS; i++) {   // the best first, then the others
     if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
     if (!*found) { pl->algo = res[i].algo; pl->epi = epi; *found = 1; }
@@ -2718,10 +2719,8 @@ static amp_status amp__gemm_fp8_enqueue(amp__cu_state *st, amp__gemm_plan *pl, c
                                       pl->ld ? NULL : q.c, pl->lc, q.c, pl->ld ? pl->ld : pl->lc, &pl->algo,
                                       st->workspace, st->workspace_size, st->stream);
     if (s != CUBLAS_STATUS_NOT_SUPPORTED) { AMP__LT_CHECK(s); return AMP_OK; }
-    if (pl->n_more == 0) { pl->kind = AMP__PLAN_SIMPLE; return AMP_OK; }
-    pl->algo = pl->more[0];
-    pl->n_more--;
-    memmove(pl->more, pl->more + 1, (size_t)pl->n_more * sizeof pl->more[0]);
+    if (pl->next_more == pl->n_more) { pl->kind = AMP__PLAN_SIMPLE; return AMP_OK; }
+    pl->algo = pl->more[pl->next_more++];
   }
 }
 
