@@ -104,7 +104,8 @@ grep -E '^(failed:|[0-9]+ passed, [0-9]+ failed)' "$LOG/test.log" | tail -n 2 | 
 for pt in cuda_gemm:fp8_plain_kernel_gives_the_cpus_bits cuda_gemm:fp8_cublaslt_matches_cpu_within_the_bound \
           cuda_gemm:fp8_block_scales_on_the_device_give_the_cpus_bits cuda_gemm:fp8_block_scaled_cublaslt_within_the_bound \
           cuda_gemm:fp8_fast_accum_is_opt_in_and_sane cuda_amp:bf16_moments_on_gpu_are_the_cpus_bits \
-          cuda_amp:eight_bit_moments_on_gpu_are_the_cpus_bits cuda_amp:fp8_moments_on_gpu_are_the_cpus_bits; do
+          cuda_amp:eight_bit_moments_on_gpu_are_the_cpus_bits cuda_amp:fp8_moments_on_gpu_are_the_cpus_bits \
+          cuda_amp:mixed_moment_forms_on_gpu_are_the_cpus_bits; do
   p=${pt%%:*}; t=${pt#*:}
   line=$(grep -E "^(ok|FAIL) +$t\b" build/test/$p.log 2>/dev/null | tail -n 1)
   echo "   ${line:-absent $t}"
