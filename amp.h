@@ -1050,8 +1050,8 @@ AMPDEF amp_status amp_scaler_scale_buffer(amp_scaler *s, void *buf, amp_dtype t,
    amp_kernels.o) the same calls keep the scale state, the found-inf flag and the skip counts in
    device memory, and unscale/step/update only enqueue kernels on the device's stream: one step of
    any number of tensors is 3 launches (unscale, fused update, scale rule; the update one more for
-   each further form of moment storage: AMP_MOMENTS_*), no allocation, no copy,
-   no wait, so it may be captured in a CUDA graph (make one eager step first: the device optimizer
+   each further form of moment storage: AMP_MOMENTS_*), no allocation, no copy, no wait, so it
+   may be captured in a CUDA graph (make one eager step first: the device optimizer
    is built, with a wait, at the first call that needs it). Reads wait for the stream:
    get_scale (the one read a normal step makes), get_state, last_skipped, skipped_steps, at_floor,
    amp_optimizer_grad_norm and amp_optimizer_step_count. A step is skipped on the device exactly
@@ -1655,8 +1655,8 @@ AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
    On a CUDA device the step is 2 launches on the device's stream (one more for each further form
    of moment storage the tensors use, and for fp8 moments' first pass: AMP_MOMENTS_*), the skip
    decided there: no allocation after the first step (which builds the device optimizer, with a
-   wait), no copy, no wait, so it may be captured in a CUDA graph. A kept device error (see DEVICE ERRORS AND
-   GETTERS) is returned first (AMP_ERR_DEVICE), before anything is done.
+   wait), no copy, no wait, so it may be captured in a CUDA graph. A kept device error (see DEVICE
+   ERRORS AND GETTERS) is returned first (AMP_ERR_DEVICE), before anything is done.
    An optimizer is stepped either by a scaler (amp_scaler_unscale / amp_scaler_step) or by
    amp_optimizer_step, for its whole life: the first successful call of either decides, and a call
    of the other kind is then AMP_ERR_STATE and changes nothing ("this optimizer is stepped by a

@@ -290,20 +290,22 @@ part_cuda() {
           awk "/Compiling entry function/ { k++ } /Used [0-9]+ registers/ { r = \$5; if (r + 0 > 64) bad++; if (r + 0 > top) top = r + 0 }
                /bytes stack frame/ && \$1 + 0 > 0 { bad++; stack = \$1 }
                END { print k \" kernels, at most \" top \" registers, stack \" stack + 0; exit !(k >= 4 && !bad) }"' _ "$NVCC" "$B"
+      # The -DAMP_NCCL build: where no GPU can run it (no nvidia-smi listing one, AMP_REQUIRE_GPU
+      # unset), the device code only as compute_90 PTX: the same compile of every line with the
+      # warnings as errors, and the link, without the two SASS builds (the kernels' SASS is the
+      # plain build's).
+      nccl_flags=$NVCC_FLAGS; nccl_what="NCCL from $NCCL_HOME"
+      if [ "${AMP_REQUIRE_GPU:-0}" != 1 ] && ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+        nccl_flags="$(echo "$NVCC_FLAGS" | sed 's/-gencode [^ ]*//g') -gencode arch=compute_90,code=compute_90"
+        nccl_what="$nccl_what; no GPU here: compute_90 PTX only"
+      fi
       for src in tests/cuda_*.c; do
         [ -e "$src" ] || continue
         name=$(basename "$src" .c)
         obj="$B/amp_kernels.o"; nflags=""; nlibs=""
-        # tests/cuda_nccl.c: amp_kernels.cu again with -DAMP_NCCL, linked with -lnccl, where NCCL is
-        # installed. Where no GPU can run it (no nvidia-smi listing one, AMP_REQUIRE_GPU unset), the
-        # device code only as compute_90 PTX: the same compile of every line with the warnings as
-        # errors, and the link, without the two SASS builds (the kernels' SASS is the plain build's).
-        nccl_flags=$NVCC_FLAGS; nccl_what="NCCL from $NCCL_HOME"
-        if [ "${AMP_REQUIRE_GPU:-0}" != 1 ] && ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
-          nccl_flags="$(echo "$NVCC_FLAGS" | sed 's/-gencode [^ ]*//g') -gencode arch=compute_90,code=compute_90"
-          nccl_what="$nccl_what; no GPU here: compute_90 PTX only"
-        fi
-        # (AMP_KERNELS_NCCL_O: the object make gpu-check's first step built, reused as AMP_KERNELS_O is)
+        # tests/cuda_nccl.c: amp_kernels.cu again with -DAMP_NCCL (nccl_flags above), linked with
+        # -lnccl, where NCCL is installed (AMP_KERNELS_NCCL_O: the object make gpu-check's first
+        # step built, reused as AMP_KERNELS_O is)
         if [ "$name" = cuda_nccl ] && [ -n "$NCCL_HOME" ] &&
            if [ -n "${AMP_KERNELS_NCCL_O:-}" ] && [ "$AMP_KERNELS_NCCL_O" -nt amp_kernels.cu ] &&
               [ "$AMP_KERNELS_NCCL_O" -nt amp.h ] && [ "$AMP_KERNELS_NCCL_O" -nt amp_kernels.h ]; then
