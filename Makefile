@@ -26,13 +26,16 @@ NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) --threads 0 -Werror all-warnings -Xcomp
 # CUDA toolkit, /usr and the NCCL that PyTorch's wheels bring (nvidia/nccl beside torch) that holds
 # include/nccl.h; set NCCL_HOME to choose another. tests/run.sh reads it with `make -s print-nccl-home`.
 NCCL_HOME ?= $(shell for d in $(CUDA_HOME) /usr $$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__ or list(nvidia.nccl.__path__)[0]))' 2>/dev/null); do [ -f $$d/include/nccl.h ] && echo $$d && break; done)
-# amp_kernels.cu's flags with NCCL (empty without it): -DAMP_NCCL and NCCL's headers (/usr's are
-# the compilers' own paths: -isystem /usr/include breaks C++'s <cmath>). `make -s print-nccl-cflags`.
+# amp_kernels.cu's flags with NCCL and a program's link flags for it (both empty without it):
+# -DAMP_NCCL and NCCL's headers, -lnccl and its library directories (/usr's are the compilers' and
+# linker's own paths: -isystem /usr/include breaks C++'s <cmath>). `make -s print-nccl-cflags`,
+# `make -s print-nccl-libs`.
 NCCL_CFLAGS = $(if $(NCCL_HOME),-DAMP_NCCL$(if $(filter /usr,$(NCCL_HOME)),, -isystem $(NCCL_HOME)/include))
+NCCL_LIBS = $(if $(NCCL_HOME),$(if $(filter /usr,$(NCCL_HOME)),,$(foreach d,$(wildcard $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib),-L$(d) -Wl,-rpath,$(d) ))-lnccl)
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 
 .PHONY: test deps bench bench-arm bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags print-nccl-home \
-        print-nccl-cflags clean
+        print-nccl-cflags print-nccl-libs clean
 
 test:
 	@sh tests/deps.sh check
@@ -49,6 +52,9 @@ print-nccl-home:
 
 print-nccl-cflags:
 	@echo '$(NCCL_CFLAGS)'
+
+print-nccl-libs:
+	@echo '$(NCCL_LIBS)'
 
 # On a machine with an NVIDIA GPU: the build, AMP_REQUIRE_GPU=1 make test, compute-sanitizer over
 # every tests/cuda_* program, bench-gpu and demo-gpu; logs under $$OUT when set (tests/gpu_check.sh).

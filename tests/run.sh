@@ -56,13 +56,11 @@ at() { echo "(at $(( $(date +%s) - T0 )) s)"; }   # how far into this run a sect
 NVCC_FLAGS=$(make -s --no-print-directory print-nvcc-flags 2>/dev/null) || NVCC_FLAGS=""
 # NCCL: where the Makefile finds it (NCCL_HOME; empty: not installed), and how to compile and link with it.
 NCCL_HOME=$(make -s --no-print-directory print-nccl-home 2>/dev/null) || NCCL_HOME=""
-NCCL_CFLAGS=$(make -s --no-print-directory print-nccl-cflags 2>/dev/null) || NCCL_CFLAGS=""; NCCL_LIBS=""
-if [ -n "$NCCL_HOME" ]; then
-  if [ "$NCCL_HOME" != /usr ]; then   # (/usr's libraries are on the linker's own path)
-    for d in "$NCCL_HOME/lib64" "$NCCL_HOME/lib"; do [ -d "$d" ] && NCCL_LIBS="$NCCL_LIBS -L$d -Wl,-rpath,$d"; done
-  fi
-  NCCL_LIBS="$NCCL_LIBS -lnccl"
-fi
+NCCL_CFLAGS=$(make -s --no-print-directory print-nccl-cflags 2>/dev/null) || NCCL_CFLAGS=""
+NCCL_LIBS=$(make -s --no-print-directory print-nccl-libs 2>/dev/null) || NCCL_LIBS=""
+# fresh OBJ: OBJ is set and newer than amp_kernels.cu, amp.h and amp_kernels.h (an object make
+# built just before with the same flags, copied rather than compiled again)
+fresh() { [ -n "$1" ] && [ "$1" -nt amp_kernels.cu ] && [ "$1" -nt amp.h ] && [ "$1" -nt amp_kernels.h ]; }
 
 pass() { PASS=$((PASS + 1)); echo "ok   $1"; }
 fail() { FAIL=$((FAIL + 1)); FAILED="$FAILED $1"; echo "FAIL $1"; }
@@ -264,8 +262,7 @@ part_cuda() {
     [ -n "$NVCC_FLAGS" ] || fail "make -s print-nvcc-flags printed nothing"
     # AMP_KERNELS_O: an amp_kernels.o that make built just before with the same flags (make
     # gpu-check's first step), copied rather than compiled again where it is newer than its sources
-    if if [ -n "${AMP_KERNELS_O:-}" ] && [ "$AMP_KERNELS_O" -nt amp_kernels.cu ] && [ "$AMP_KERNELS_O" -nt amp.h ] &&
-          [ "$AMP_KERNELS_O" -nt amp_kernels.h ]; then
+    if if fresh "${AMP_KERNELS_O:-}"; then
          check "nvcc: amp_kernels.cu ($NVCC_FLAGS; make's $AMP_KERNELS_O)" cp "$AMP_KERNELS_O" "$B/amp_kernels.o"
        else
          check "nvcc: amp_kernels.cu ($NVCC_FLAGS)" "$NVCC" $NVCC_FLAGS -I. -c amp_kernels.cu -o "$B/amp_kernels.o"
@@ -307,8 +304,7 @@ part_cuda() {
         # -lnccl, where NCCL is installed (AMP_KERNELS_NCCL_O: the object make gpu-check's first
         # step built, reused as AMP_KERNELS_O is)
         if [ "$name" = cuda_nccl ] && [ -n "$NCCL_HOME" ] &&
-           if [ -n "${AMP_KERNELS_NCCL_O:-}" ] && [ "$AMP_KERNELS_NCCL_O" -nt amp_kernels.cu ] &&
-              [ "$AMP_KERNELS_NCCL_O" -nt amp.h ] && [ "$AMP_KERNELS_NCCL_O" -nt amp_kernels.h ]; then
+           if fresh "${AMP_KERNELS_NCCL_O:-}"; then
              check "nvcc: amp_kernels.cu with -DAMP_NCCL (make's $AMP_KERNELS_NCCL_O)" cp "$AMP_KERNELS_NCCL_O" \
                "$B/amp_kernels_nccl.o"
            else
