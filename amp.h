@@ -556,7 +556,7 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
    To add a format: append a row (the enum value is its position: never reorder, checkpoints hold
    it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
    writes those from the element functions). With CPU column 1, also its vector loads/stores
-   amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N, amp__gemm_ld8_N and the NEON
+   amp__ld8_N, amp__st8_N, amp__ld16_N, amp__st16_N, amp__gemm_ld16_N and the NEON
    amp__ld4_N, amp__st4_N (with 0 the portable loops run it). The kernels take any row as it is
    (amp__cu_elem from the C type column).
    Nothing else names a format's size or values. */
@@ -1920,10 +1920,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    where a or b is subnormal and k 2^-126, and for BFDOT and BFMMLA that sum and 2k 2^-126 (each
    rounding to odd errs by less than 2^-23 relative, twice the nearest's, but a product goes
    through at most ceil(k/2) of them: ceil(k/2) 2^-23 <= (k + 2) 2^-24). The epilogue is the
-   reference's, except that on AVX-512 alpha * acc + beta * c + bias may be evaluated with FMA (one
-   rounding fewer).
-   tests/test_gemm.c checks the fmaf bits and the bound for every kernel the CPU runs, each bf16
-   kernel forced in turn on an AVX512_BF16 or FEAT_BF16 CPU whatever the calibration chose.
+   reference's on every kernel, bit for bit (alpha * acc and beta * c each rounded, no FMA, under
+   every flag set of GCC and Clang). tests/test_gemm.c checks the fmaf bits, the epilogue's and
+   the bound for every kernel the CPU runs, each bf16 kernel forced in turn on an AVX512_BF16 or
+   FEAT_BF16 CPU whatever the calibration chose.
    Threads: built with -fopenmp (llm.c's convention), a large product shares C's row blocks among
    the OpenMP threads (one thread inside a parallel region); without it, one thread. k is never
    split, so the result does not depend on the number of threads.
@@ -10530,13 +10530,13 @@ extern "C" {
      calibration) are packed in pairs along k and multiplied with vdpbf16ps (2 products per lane
      and instruction, see the manual for its rounding); elsewhere they are widened as f16 is.
      An A whose rows run along k (row-major, or col-major transposed) is not packed for the
-     AVX-512 kernel (amp__gemm_micro_512_ra): f32 is read in place, other types are widened row by
-     row (no transpose) and read the same way; the same values reach the same FMAs, so the same
-     bits.
+     AVX-512 and AVX2 kernels (amp__gemm_micro_512_ra, amp__gemm_micro_fma_ra): f32 is read in
+     place, other types are widened row by row (no transpose) and read the same way; the same
+     values reach the same FMAs, so the same bits.
    A CPU with neither FMA nor AVX2 runs the reference.
-   The AVX-512 kernels write the last k slice's tiles into C themselves (rows of C contiguous, act
-   NONE or RELU: alpha, beta, bias, ReLU and the rounding to C's type from the registers, the
-   element math of the buffered epilogue). For small products (the demo's k = 64 weight gradient)
+   The AVX-512 and AVX2 kernels write the last k slice's tiles into C themselves (rows of C
+   contiguous, act NONE or RELU: alpha, beta, bias, ReLU and the rounding to C's type from the
+   registers, the element math of the buffered epilogue). For small products (the demo's k = 64 weight gradient)
    the tile buffer's round trip had cost a fifth of the time. The bf16 kernel reads a row-major B
    in place for products of at most 64 rows (pairs made in registers), where packing B cost as
    much. */
@@ -10667,7 +10667,7 @@ typedef struct amp__gemm_kernel {
   amp__gemm_micro_fn micro;
   amp__gemm_pack_fn pack;
   int mr, nr, kc, mc, nc, kpair;
-  int vec_store;   /* 1: the epilogue of f32 rows runs in the AVX-512 helper below */
+  int vec_store;   /* 1: the micro-kernel writes the last k slice's tiles into C itself (out) */
   amp__gemm_micro_rb_fn micro_rb;   /* NULL, or the same kernel reading B unpacked */
   amp__gemm_micro_ra_fn micro_ra;   /* NULL, or the same kernel reading an f32 A unpacked */
   /* with micro_ra: widens rows x cols of a 16-bit or fp8 A (rows rs elements apart, contiguous
@@ -10863,49 +10863,248 @@ static int amp__gemm_dpbf16_measure(void) {
   return amp__gemm_peak_flops(1) / (double)best[1] >= amp__gemm_peak_flops(0) / (double)best[0];
 }
 
-/* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. */
+/* The FMA kernel's C epilogue (amp__gemm_put's on 8 lanes; the loads are amp__gemm_ld8, below):
+   w (1 to 8) lanes of C of type ct at c from their accumulators, c = act(alpha acc (+ beta c)
+   (+ bias)), each operation rounded (no contraction: these are separate multiplies and adds),
+   then rounded once to ct by amp_convert's 8-lane store; lanes past w are neither read nor
+   written. GCC fuses the intrinsics' plain vector arithmetic by default in GNU C, clang under
+   -ffp-contract=fast whatever the pragmas say: the exact region and attribute keep GCC's apart,
+   a register barrier on each product clang's. */
+AMP__INLINE AMP__FMA2 __m256 amp__gemm_ld8(const void *p, amp_dtype t, int n);
+AMP__EXACT_BEGIN
+AMP__INLINE AMP__FMA2 AMP__EXACT_FP void amp__gemm_out8(void *c, amp_dtype ct, __m256 acc, int w, __m256 va, float beta,
+                                                        __m256 vb, const float *bias, int act) {
+  __m256 t = _mm256_mul_ps(va, acc), bc;
+  unsigned char buf[32];
+  AMP__IN_REG(t);   /* clang fuses the intrinsics' plain arithmetic whatever the pragmas say */
+  if (beta != 0.0f) {
+    bc = _mm256_mul_ps(vb, amp__gemm_ld8(c, ct, w));
+    AMP__IN_REG(bc);
+    t = _mm256_add_ps(t, bc);
+  }
+  if (bias) t = _mm256_add_ps(t, amp__gemm_ld8(bias, AMP_F32, w));
+  if (act == AMP_ACT_RELU) t = _mm256_max_ps(t, _mm256_setzero_ps());   /* 0 for NaN and -0, as amp__act */
+  if (w == 8) { amp__st8(ct, c, t, 0); return; }
+  amp__st8(ct, buf, t, 0);
+  memcpy(c, buf, (size_t)w * amp_dtype_size(ct));
+}
+/* A finished 6 x 16 tile (buf, row by row) into C through out (act NONE or RELU). */
+static AMP__FMA2 AMP__EXACT_FP void amp__gemm_put_fma(const amp__gemm_out *out, const float *buf) {
+  int w0 = out->cols < 8 ? out->cols : 8, w1 = out->cols - w0, r;
+  size_t es = amp_dtype_size(out->ct);
+  __m256 va = _mm256_set1_ps(out->alpha), vb = _mm256_set1_ps(out->beta);
+  for (r = 0; r < out->rows; r++) {
+    char *cr = (char *)out->c + (size_t)r * out->ldc * es;
+    amp__gemm_out8(cr, out->ct, _mm256_load_ps(buf + r * 16), w0, va, out->beta, vb, out->bias, out->act);
+    if (w1 > 0)
+      amp__gemm_out8(cr + 8 * es, out->ct, _mm256_load_ps(buf + r * 16 + 8), w1, va, out->beta, vb,
+                     out->bias ? out->bias + 8 : NULL, out->act);
+  }
+}
+AMP__EXACT_END
+
+/* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. AT(r):
+   the address of row r's element p of A, in the packed sliver or (the _ra kernel) in A's row. */
+#define AMP__GEMM_FMA6_BODY(AT)                                                                                      \
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;                                                 \
+  int p;                                                                                                             \
+  if (acc) {                                                                                                         \
+    c00 = _mm256_load_ps(tile + 0); c01 = _mm256_load_ps(tile + 8); c10 = _mm256_load_ps(tile + 16);                 \
+    c11 = _mm256_load_ps(tile + 24); c20 = _mm256_load_ps(tile + 32); c21 = _mm256_load_ps(tile + 40);               \
+    c30 = _mm256_load_ps(tile + 48); c31 = _mm256_load_ps(tile + 56); c40 = _mm256_load_ps(tile + 64);               \
+    c41 = _mm256_load_ps(tile + 72); c50 = _mm256_load_ps(tile + 80); c51 = _mm256_load_ps(tile + 88);               \
+  } else {                                                                                                           \
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();                     \
+  }                                                                                                                  \
+  for (p = 0; p < kc; p++) {                                                                                         \
+    __m256 b0 = _mm256_load_ps(b + (size_t)p * 16), b1 = _mm256_load_ps(b + (size_t)p * 16 + 8), x;                  \
+    x = _mm256_broadcast_ss(AT(0)); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);            \
+    x = _mm256_broadcast_ss(AT(1)); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);            \
+    x = _mm256_broadcast_ss(AT(2)); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);            \
+    x = _mm256_broadcast_ss(AT(3)); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);            \
+    x = _mm256_broadcast_ss(AT(4)); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);            \
+    x = _mm256_broadcast_ss(AT(5)); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);            \
+  }                                                                                                                  \
+  {                                                                                                                  \
+    float buf[96] __attribute__((aligned(32))), *to = out ? buf : tile;                                              \
+    _mm256_store_ps(to + 0, c00); _mm256_store_ps(to + 8, c01); _mm256_store_ps(to + 16, c10);                       \
+    _mm256_store_ps(to + 24, c11); _mm256_store_ps(to + 32, c20); _mm256_store_ps(to + 40, c21);                     \
+    _mm256_store_ps(to + 48, c30); _mm256_store_ps(to + 56, c31); _mm256_store_ps(to + 64, c40);                     \
+    _mm256_store_ps(to + 72, c41); _mm256_store_ps(to + 80, c50); _mm256_store_ps(to + 88, c51);                     \
+    if (out) amp__gemm_put_fma(out, buf);                                                                            \
+  }
+#define AMP__GEMM_AT_PACKED(r) (a + (size_t)p * 6 + (r))
 static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc,
                                           const amp__gemm_out *out) {
-  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-  int p;
-  (void)out;
-  if (acc) {
-    c00 = _mm256_load_ps(tile + 0); c01 = _mm256_load_ps(tile + 8); c10 = _mm256_load_ps(tile + 16);
-    c11 = _mm256_load_ps(tile + 24); c20 = _mm256_load_ps(tile + 32); c21 = _mm256_load_ps(tile + 40);
-    c30 = _mm256_load_ps(tile + 48); c31 = _mm256_load_ps(tile + 56); c40 = _mm256_load_ps(tile + 64);
-    c41 = _mm256_load_ps(tile + 72); c50 = _mm256_load_ps(tile + 80); c51 = _mm256_load_ps(tile + 88);
-  } else {
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  AMP__GEMM_FMA6_BODY(AMP__GEMM_AT_PACKED)
+}
+#undef AMP__GEMM_AT_PACKED
+/* The same kernel reading an f32 A in place (amp__gemm_micro_ra_fn, rows past nrows read row 0
+   again): each broadcast the same value as from the packed sliver, so the same FMAs in the same
+   order, the same bits. Packing A (a transpose) took more time than the FMAs in the demo's
+   products on an AVX2 core. */
+#define AMP__GEMM_AT_ROWS(r) (a##r + p)
+static AMP__FMA2 void amp__gemm_micro_fma_ra(int kc, const float *a, size_t lda, int nrows, const float *b, float *tile,
+                                             int acc, const amp__gemm_out *out) {
+  const float *a0 = a, *a1 = a + (nrows > 1 ? lda : 0), *a2 = a + (nrows > 2 ? 2 * lda : 0);
+  const float *a3 = a + (nrows > 3 ? 3 * lda : 0), *a4 = a + (nrows > 4 ? 4 * lda : 0);
+  const float *a5 = a + (nrows > 5 ? 5 * lda : 0);
+  AMP__GEMM_FMA6_BODY(AMP__GEMM_AT_ROWS)
+}
+#undef AMP__GEMM_AT_ROWS
+#undef AMP__GEMM_FMA6_BODY
+
+/* ---- 8-lane loads, transposes and packing (AVX2 + F16C: the FMA kernel's, and the AVX-512
+   kernels' 8 x 8 transposes) ----
+   Up to 8 elements of type t at p (n of them, 1 to 8; the rest read as 0) as 8 f32 lanes,
+   exactly: amp_convert's own 8-lane loads (amp__ld8, amp__fp8_dec8), a short run through a zeroed
+   buffer so that nothing past the n elements is read. */
+AMP__INLINE AMP__FMA2 __m256 amp__gemm_ld8(const void *p, amp_dtype t, int n) {
+  unsigned char buf[32];
+  if (n < 8) {
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, p, (size_t)n * amp_dtype_size(t));
+    p = buf;
   }
-  for (p = 0; p < kc; p++) {
-    __m256 b0 = _mm256_load_ps(b + (size_t)p * 16), b1 = _mm256_load_ps(b + (size_t)p * 16 + 8), x;
-    const float *ap = a + (size_t)p * 6;
-    x = _mm256_broadcast_ss(ap + 0); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
-    x = _mm256_broadcast_ss(ap + 1); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
-    x = _mm256_broadcast_ss(ap + 2); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
-    x = _mm256_broadcast_ss(ap + 3); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
-    x = _mm256_broadcast_ss(ap + 4); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
-    x = _mm256_broadcast_ss(ap + 5); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
-  }
-  _mm256_store_ps(tile + 0, c00); _mm256_store_ps(tile + 8, c01); _mm256_store_ps(tile + 16, c10);
-  _mm256_store_ps(tile + 24, c11); _mm256_store_ps(tile + 32, c20); _mm256_store_ps(tile + 40, c21);
-  _mm256_store_ps(tile + 48, c30); _mm256_store_ps(tile + 56, c31); _mm256_store_ps(tile + 64, c40);
-  _mm256_store_ps(tile + 72, c41); _mm256_store_ps(tile + 80, c50); _mm256_store_ps(tile + 88, c51);
+  if (amp__dtype_fp8(t) >= 0) return amp__fp8_dec8((const amp_fp8 *)p, amp__dtype_fp8(t));
+  return amp__ld8(t, p);
+}
+/* The 8 rows of an 8 x 8 block (row l at p + l * rb bytes, type t) as f32 into v[0..7]: the type
+   chosen once per block and the eight loads straight-line, so that the block stays in registers
+   (a loop of loads, each with the switch on t inside, kept it on the stack). */
+#define AMP__LD8X8_(LD) \
+  v[0] = LD(p); v[1] = LD(p + rb); v[2] = LD(p + 2 * rb); v[3] = LD(p + 3 * rb); \
+  v[4] = LD(p + 4 * rb); v[5] = LD(p + 5 * rb); v[6] = LD(p + 6 * rb); v[7] = LD(p + 7 * rb);
+#define AMP__LD8_FP8_(q) amp__fp8_dec8((const amp_fp8 *)(q), e5m2)
+AMP__INLINE AMP__FMA2 void amp__gemm_ld8x8(__m256 *v, const char *p, size_t rb, amp_dtype t) {
+  int e5m2 = amp__dtype_fp8(t);
+  if (e5m2 >= 0) { AMP__LD8X8_(AMP__LD8_FP8_) return; }
+#define AMP__V_(E, N, T, S) { AMP__LD8X8_(amp__ld8_##N) } return;
+  AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
+  { int l; for (l = 0; l < 8; l++) v[l] = _mm256_setzero_ps(); }
+}
+#undef AMP__LD8_FP8_
+#undef AMP__LD8X8_
+/* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
+   moves bf16 pairs (32-bit words) as well as floats. */
+AMP__INLINE AMP__FMA2 void amp__gemm_tr8(__m256 *r) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20); r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20); r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31); r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+/* v[0..7] stored at d, d + ld, ..., d + 7 * ld: straight-line, as amp__gemm_ld8x8 loads. */
+AMP__INLINE AMP__FMA2 void amp__gemm_st8x8(float *d, size_t ld, const __m256 *v) {
+  _mm256_storeu_ps(d, v[0]); _mm256_storeu_ps(d + ld, v[1]); _mm256_storeu_ps(d + 2 * ld, v[2]);
+  _mm256_storeu_ps(d + 3 * ld, v[3]); _mm256_storeu_ps(d + 4 * ld, v[4]); _mm256_storeu_ps(d + 5 * ld, v[5]);
+  _mm256_storeu_ps(d + 6 * ld, v[6]); _mm256_storeu_ps(d + 7 * ld, v[7]);
+}
+
+/* amp__gemm_pack's layout where a row of X is contiguous (cs 1) and W is a multiple of 8 (B's
+   slivers of a transposed B): 8 x 8 blocks transposed in registers, then the rest 8 columns a
+   load. The AVX-512 packing takes this path too. */
+static AMP__FMA2 void amp__gemm_pack_tr8(float *dst, int W, const void *x, amp_dtype t, size_t rs, int rows, int cols) {
+  size_t es = amp_dtype_size(t);
+  int s, r, c, l, ns = (rows + W - 1) / W;
+  for (s = 0; s < ns; s++) {
+    float *d = dst + (size_t)s * W * cols, tmp[8];
+    int h = rows - s * W < W ? rows - s * W : W, r8 = h / 8 * 8, c8 = cols / 8 * 8;
+    const char *xs = (const char *)x + (size_t)s * W * rs * es;
+    for (r = 0; r < r8; r += 8)
+      for (c = 0; c < c8; c += 8) {
+        __m256 v[8];
+        amp__gemm_ld8x8(v, xs + ((size_t)r * rs + (size_t)c) * es, rs * es, t);
+        amp__gemm_tr8(v);
+        amp__gemm_st8x8(d + (size_t)c * W + r, (size_t)W, v);
+      }
+    for (r = 0; r < h; r++) {   /* the columns past c8 of the first r8 rows, every column of the others */
+      const char *xr = xs + (size_t)r * rs * es;
+      for (c = r < r8 ? c8 : 0; c < cols; c += 8) {
+        int n = cols - c < 8 ? cols - c : 8;
+        _mm256_storeu_ps(tmp, amp__gemm_ld8(xr + (size_t)c * es, t, n));
+        for (l = 0; l < n; l++) d[(size_t)(c + l) * W + r] = tmp[l];
+      }
+    }
+    for (r = h; r < W; r++) for (c = 0; c < cols; c++) d[(size_t)c * W + r] = 0.0f;
+  }
+}
+
+/* amp__gemm_pack's layout for the FMA kernel (W 6 for A's slivers, 16 for B's), with AVX2 loads
+   and conversions (the same values: every conversion to f32 is exact). A column of X contiguous
+   (rs 1: a row-major B, a transposed A): each sliver's part of each column, 8 rows a load (a
+   load may read rows of the next sliver, never past X's last row); a row contiguous: the 8 x 8
+   transposes (B's slivers; A's rows are read in place, amp__gemm_micro_fma_ra); other strides:
+   amp__gemm_pack. */
+static AMP__FMA2 void amp__gemm_pack_fma(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
+                                         int cols) {
+  size_t es = amp_dtype_size(t);
+  int s, c, rr, ns = (rows + W - 1) / W;
+  if (rs == 1) {   /* columns front to back, each read once, in order, into every sliver */
+    float tmp[8];
+    for (c = 0; c < cols; c++) {
+      const char *xc = (const char *)x + (size_t)c * cs * es;
+      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
+        const char *pf = xc + (size_t)4 * cs * es;
+        size_t o;
+        for (o = 0; o < (size_t)rows * es; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      }
+      for (s = 0; s < ns; s++) {
+        float *d = dst + (size_t)s * W * cols + (size_t)c * W;
+        int h = rows - s * W;   /* the rows from this sliver's first to X's last */
+        for (rr = 0; rr < W; rr += 8) {
+          int nw = W - rr < 8 ? W - rr : 8, nl = h - rr < 8 ? h - rr : 8;
+          __m256 v = nl > 0 ? amp__gemm_ld8(xc + (size_t)(s * W + rr) * es, t, nl) : _mm256_setzero_ps();
+          if (nw == 8) { _mm256_storeu_ps(d + rr, v); continue; }
+          _mm256_storeu_ps(tmp, v);
+          memcpy(d + rr, tmp, (size_t)nw * sizeof(float));
+        }
+      }
+    }
+    return;
+  }
+  if (cs == 1 && W % 8 == 0) { amp__gemm_pack_tr8(dst, W, x, t, rs, rows, cols); return; }
+  amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols);
+}
+
+/* rows x cols of x (row r at x + r*rs elements, contiguous along the columns) widened exactly to
+   f32 rows cols apart, by amp_convert (the FMA kernel's A of another type than f32, which
+   amp__gemm_micro_fma_ra then reads in place). */
+static void amp__gemm_widen_rows(float *dst, const void *x, amp_dtype t, size_t rs, int rows, int cols) {
+  size_t es = amp_dtype_size(t);
+  int r;
+  for (r = 0; r < rows; r++) amp_convert(dst + (size_t)r * cols, AMP_F32, (const char *)x + (size_t)r * rs * es, t, (size_t)cols);
+}
+
+AMP__EXACT_BEGIN
 /* 16 lanes of C (type ct) from their accumulators (m: the lanes written): c = act(alpha acc
    (+ beta c) (+ bias)), the element math of amp__gemm_blend and amp__gemm_epi (ReLU: max(x, 0)
    gives 0 for NaN and -0, as x > 0 ? x : 0 does), rounded once to ct by amp_convert's own 16-lane
-   load and store (amp__ld16, amp__st16: the same bits). act is NONE or RELU. */
-static inline AMP__T512 __m512 amp__gemm_epi16(const void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va,
+   load and store (amp__ld16, amp__st16: the same bits). act is NONE or RELU. No contraction, as in
+   amp__gemm_out8. */
+static inline AMP__T512 AMP__EXACT_FP __m512 amp__gemm_epi16(const void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va,
                                                float beta, __m512 vb, const float *bias, int act) {
-  __m512 t = _mm512_mul_ps(va, acc);
-  if (beta != 0.0f) t = _mm512_add_ps(t, _mm512_mul_ps(vb, amp__ld16(ct, c, m)));
+  __m512 t = _mm512_mul_ps(va, acc), bc;
+  AMP__IN_REG(t);   /* clang fuses the intrinsics' plain arithmetic whatever the pragmas say */
+  if (beta != 0.0f) {
+    bc = _mm512_mul_ps(vb, amp__ld16(ct, c, m));
+    AMP__IN_REG(bc);
+    t = _mm512_add_ps(t, bc);
+  }
   if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias));
   if (act == AMP_ACT_RELU) t = _mm512_max_ps(t, _mm512_setzero_ps());
   return t;
 }
-static inline AMP__T512 void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
+static inline AMP__T512 AMP__EXACT_FP void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, __mmask16 m, __m512 va, float beta,
                                              __m512 vb, const float *bias, int act) {
   amp__st16(ct, c, amp__gemm_epi16(c, ct, acc, m, va, beta, vb, bias, act), m, 0);
 }
@@ -10914,7 +11113,7 @@ static inline AMP__T512 void amp__gemm_out16(void *c, amp_dtype ct, __m512 acc, 
    amp_convert's bits (round to nearest even, NaN kept quiet: checked on every class of input)
    except for f32 subnormals, which it flushes to 0: a row with one is rounded by amp_convert's
    own code (amp__st16) instead. */
-static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float *buf, __mmask16 m0, __mmask16 m1,
+static AMP__T512BF AMP__EXACT_FP void amp__gemm_put_bf16(const amp__gemm_out *out, const float *buf, __mmask16 m0, __mmask16 m1,
                                            __m512 va, __m512 vb) {
   const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
   const float *bias1 = out->bias ? out->bias + 16 : NULL;
@@ -10938,7 +11137,7 @@ static AMP__T512BF void amp__gemm_put_bf16(const amp__gemm_out *out, const float
 
 /* A finished 8 x 32 tile (buf, row by row) into C through out: one loop per type of C, so that
    each is compiled with its own rounding and nothing else. */
-static AMP__T512 void amp__gemm_put(const amp__gemm_out *out, const float *buf) {
+static AMP__T512 AMP__EXACT_FP void amp__gemm_put(const amp__gemm_out *out, const float *buf) {
   int w = out->cols, r;
   __mmask16 m0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1u);
   __mmask16 m1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1u) : (__mmask16)0;
@@ -10957,6 +11156,7 @@ static AMP__T512 void amp__gemm_put(const amp__gemm_out *out, const float *buf) 
 #undef AMP__GEMM_PUT_
 #undef AMP__GEMM_PUT_ROWS
 }
+AMP__EXACT_END
 
 /* AVX-512: 8 x 32 tiles (16 ZMM accumulators). The row macro: row r of the tile. */
 #define AMP__GEMM_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
@@ -11100,54 +11300,6 @@ static inline AMP__T512 __m512 amp__gemm_ld16(const void *p, amp_dtype t, int n)
   return _mm512_setzero_ps();
 }
 
-/* 8 elements of type t at p as 8 f32 lanes, exactly (the AVX2 loads, here under the gemm's target). */
-static inline AMP__T512 __m256 amp__gemm_ld8_f32(const void *p) { return _mm256_loadu_ps((const float *)p); }
-static inline AMP__T512 __m256 amp__gemm_ld8_f16(const void *p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-static inline AMP__T512 __m256 amp__gemm_ld8_bf16(const void *p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-/* The 8 rows of an 8 x 8 block (row l at p + l * rb bytes, type t) as f32 into v[0..7]: the type
-   chosen once per block and the eight loads straight-line, so that the block stays in registers
-   (a loop of loads, each with the switch on t inside, kept it on the stack). */
-#define AMP__LD8X8_(LD) \
-  v[0] = LD(p); v[1] = LD(p + rb); v[2] = LD(p + 2 * rb); v[3] = LD(p + 3 * rb); \
-  v[4] = LD(p + 4 * rb); v[5] = LD(p + 5 * rb); v[6] = LD(p + 6 * rb); v[7] = LD(p + 7 * rb);
-#define AMP__LD8_FP8_(q) _mm512_castps512_ps256(amp__gemm_ld16_fp8(q, (__mmask16)0xff, t))
-AMP__INLINE AMP__T512 void amp__gemm_ld8x8(__m256 *v, const char *p, size_t rb, amp_dtype t) {
-  if (amp__dtype_fp8(t) >= 0) { AMP__LD8X8_(AMP__LD8_FP8_) return; }
-#define AMP__V_(E, N, T, S) { AMP__LD8X8_(amp__gemm_ld8_##N) } return;
-  AMP__DTYPE_VSWITCH(t, AMP__V_)
-#undef AMP__V_
-  { int l; for (l = 0; l < 8; l++) v[l] = _mm256_setzero_ps(); }
-}
-#undef AMP__LD8_FP8_
-#undef AMP__LD8X8_
-/* Transposes the 8 x 8 block r[0..7] (rows) in place into columns: pure data movement, so it
-   moves bf16 pairs (32-bit words) as well as floats. */
-AMP__INLINE AMP__T512 void amp__gemm_tr8(__m256 *r) {
-  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
-  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
-  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
-  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20); r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20); r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31); r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
-/* v[0..7] stored at d, d + ld, ..., d + 7 * ld: straight-line, as amp__gemm_ld8x8 loads. */
-AMP__INLINE AMP__T512 void amp__gemm_st8x8(float *d, size_t ld, const __m256 *v) {
-  _mm256_storeu_ps(d, v[0]); _mm256_storeu_ps(d + ld, v[1]); _mm256_storeu_ps(d + 2 * ld, v[2]);
-  _mm256_storeu_ps(d + 3 * ld, v[3]); _mm256_storeu_ps(d + 4 * ld, v[4]); _mm256_storeu_ps(d + 5 * ld, v[5]);
-  _mm256_storeu_ps(d + 6 * ld, v[6]); _mm256_storeu_ps(d + 7 * ld, v[7]);
-}
-
 /* amp__gemm_pack's layout (f32 slivers), with AVX-512 loads and conversions. */
 static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
                                          int cols) {
@@ -11216,32 +11368,7 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
     }
     return;
   }
-  for (s = 0; s < ns; s++) {
-    float *d = dst + (size_t)s * W * cols;
-    int h = rows - s * W < W ? rows - s * W : W;
-    const char *xs = (const char *)x + (size_t)s * W * rs * es;
-    {         /* a row is contiguous: 8 x 8 blocks transposed in registers, then the rest */
-      float tmp[16];
-      int r8 = h / 8 * 8, c8 = cols / 8 * 8, l;
-      for (r = 0; r < r8; r += 8)
-        for (c = 0; c < c8; c += 8) {
-          __m256 v[8];
-          amp__gemm_ld8x8(v, xs + ((size_t)r * rs + (size_t)c) * es, rs * es, t);
-          amp__gemm_tr8(v);
-          amp__gemm_st8x8(d + (size_t)c * W + r, (size_t)W, v);
-        }
-      for (r = 0; r < h; r++) {
-        int c0 = r < r8 ? c8 : 0;
-        const char *xr = xs + (size_t)r * rs * es;
-        for (c = c0; c < cols; c += 16) {
-          int n = cols - c < 16 ? cols - c : 16;
-          _mm512_storeu_ps(tmp, amp__gemm_ld16(xr + (size_t)c * es, t, n));
-          for (l = 0; l < n; l++) d[(size_t)(c + l) * W + r] = tmp[l];
-        }
-      }
-      for (r = h; r < W; r++) for (c = 0; c < cols; c++) d[(size_t)c * W + r] = 0.0f;
-    }
-  }
+  amp__gemm_pack_tr8(dst, W, x, t, rs, rows, cols);   /* a row is contiguous */
 }
 
 /* rows x cols of x (row r at x + r*rs elements, contiguous along the columns) widened exactly to
@@ -11431,20 +11558,8 @@ static AMP__T512 void amp__gemm_pack_pairs_fp8(float *dstf, int W, const void *x
   }
 }
 
-/* An f32 row of C from its accumulators: c[j] = act(alpha acc[j] (+ beta c[j]) (+ bias[j])),
-   amp__gemm_out16 16 lanes at a time. act is NONE or RELU. */
-static AMP__T512 void amp__gemm_row_512(float *c, const float *acc, int n, float alpha, float beta, const float *bias,
-                                        int act) {
-  int j;
-  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  for (j = 0; j < n; j += 16) {
-    __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
-    amp__gemm_out16(c + j, AMP_F32, _mm512_maskz_loadu_ps(m, acc + j), m, va, beta, vb, bias ? bias + j : NULL, act);
-  }
-}
-
 static const amp__gemm_kernel amp__gemm_kernel_fma = {
-  amp__gemm_micro_fma, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL};
+  amp__gemm_micro_fma, amp__gemm_pack_fma, 6, 16, 256, 96, 512, 1, 1, NULL, amp__gemm_micro_fma_ra, amp__gemm_widen_rows};
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_512 = {
   amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL, amp__gemm_micro_512_ra,
@@ -11747,21 +11862,6 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
   if (has_bias)
     amp_convert(br, AMP_F32, (const char *)o->bias + (size_t)j0 * amp_dtype_size(o->bias_type), o->bias_type,
                 (size_t)nb);
-#ifdef AMP__GEMM_FAST
-  if (K->vec_store && ccs == 1 && c32 && o->act != AMP_ACT_GELU) {
-    /* f32 rows straight from the tiles, tile by tile (the buffer is read in order) */
-    int tr, r;
-    for (tr = 0; tr * mr < mb; tr++)
-      for (tc = 0; tc < tiles_n; tc++) {
-        const float *tile = accbuf + ((size_t)tr * tiles_n + tc) * mr * nr;
-        int w = nb - tc * nr < nr ? nb - tc * nr : nr;
-        for (r = 0; r < mr && tr * mr + r < mb; r++)
-          amp__gemm_row_512((float *)C + (size_t)(i0 + tr * mr + r) * crs + (size_t)(j0 + tc * nr),
-                            tile + (size_t)r * nr, w, alpha, beta, has_bias ? br + tc * nr : NULL, (int)o->act);
-      }
-    return;
-  }
-#endif
   for (i = 0; i < mb; i++) {
     const float *row = accbuf + ((size_t)(i / mr) * tiles_n * mr + (size_t)(i % mr)) * nr;
     for (tc = 0; tc < tiles_n; tc++)
@@ -11772,14 +11872,6 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
          which gives the same bits as amp__load/amp__store, element math unchanged */
       void *crow = (char *)C + ((size_t)(i0 + i) * crs + (size_t)j0) * amp_dtype_size(ct);
       float *cf = c32 ? (float *)crow : cr;
-#ifdef AMP__GEMM_FAST
-      if (K->vec_store && o->act != AMP_ACT_GELU) {
-        if (!c32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
-        amp__gemm_row_512(cf, acc, nb, alpha, beta, has_bias ? br : NULL, (int)o->act);
-        if (!c32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
-        continue;
-      }
-#endif
       if (!c32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
       for (j = 0; j < nb; j++)
         cf[j] = amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, beta != 0.0f ? cf[j] : 0.0f), has_bias,
@@ -11858,7 +11950,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   float br[AMP__GEMM_NC];   /* the panel's bias in f32, for the kernels that write C themselves */
   int jc, kept;
   /* C with contiguous rows, act NONE or RELU: vec_store kernels write the finished tiles straight
-     from their registers (the epilogue of amp__gemm_row_512 and amp_convert's rounding: same bits) */
+     from their registers (amp__gemm_put, amp__gemm_put_fma: amp__gemm_blend's and amp__gemm_epi's
+     element math and amp_convert's rounding, the same bits) */
   int direct = K->vec_store && ccs == 1 && o->act != AMP_ACT_GELU;
   /* op(B)'s rows contiguous (row-major B), k even (every slice whole pairs) and at most 64 rows
      (8 slivers of A share each sliver of B): the bf16 kernel reads a bf16 B in place, unpacked (an
