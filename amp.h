@@ -11039,6 +11039,14 @@ static AMP__FMA2 void amp__gemm_pack_tr8(float *dst, int W, const void *x, amp_d
   }
 }
 
+/* Column c + 4 of a column-contiguous X (columns cs elements of es bytes apart, rows long), asked
+   for while column c is copied: its lines are on their way when the packing reaches it. */
+AMP__INLINE AMP__FMA2 void amp__gemm_prefetch_col(const char *xc, size_t cs, size_t es, int c, int cols, int rows) {
+  size_t o;
+  if (c + 4 >= cols) return;
+  for (o = 0; o < (size_t)rows * es; o += 64) _mm_prefetch(xc + (size_t)4 * cs * es + o, _MM_HINT_T0);
+}
+
 /* amp__gemm_pack's layout for the FMA kernel (W 6 for A's slivers, 16 for B's), with AVX2 loads
    and conversions (the same values: every conversion to f32 is exact). A column of X contiguous
    (rs 1: a row-major B, a transposed A): each sliver's part of each column, 8 rows a load (a
@@ -11053,11 +11061,7 @@ static AMP__FMA2 void amp__gemm_pack_fma(float *dst, int W, const void *x, amp_d
     float tmp[8];
     for (c = 0; c < cols; c++) {
       const char *xc = (const char *)x + (size_t)c * cs * es;
-      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
-        const char *pf = xc + (size_t)4 * cs * es;
-        size_t o;
-        for (o = 0; o < (size_t)rows * es; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-      }
+      amp__gemm_prefetch_col(xc, cs, es, c, cols, rows);
       for (s = 0; s < ns; s++) {
         float *d = dst + (size_t)s * W * cols + (size_t)c * W;
         int h = rows - s * W;   /* the rows from this sliver's first to X's last */
@@ -11313,11 +11317,7 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
       const char *xc = (const char *)x + (size_t)c * cs * es;
       float *d = dst + (size_t)c * W;   /* rows r .. r+7 of column c */
       int off = 0;                      /* r % W */
-      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
-        const char *pf = xc + (size_t)4 * cs * es;
-        size_t o;
-        for (o = 0; o < (size_t)rows * es; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-      }
+      amp__gemm_prefetch_col(xc, cs, es, c, cols, rows);
       for (r = 0; r < tot; r += 16) {
         int nh = rows - r;
         __m512 v = amp__gemm_ld16(xc + (size_t)r * es, t, nh < 0 ? 0 : nh < 16 ? nh : 16);
@@ -11351,11 +11351,7 @@ static AMP__T512 void amp__gemm_pack_512(float *dst, int W, const void *x, amp_d
   if (rs == 1) {   /* a column is contiguous: read it once, 16 at a time, into every sliver */
     for (c = 0; c < cols; c++) {
       const char *xc = (const char *)x + (size_t)c * cs * es;
-      if (c + 4 < cols) {   /* the column 4 ahead: its lines are on their way while this one is copied */
-        const char *pf = xc + (size_t)4 * cs * es;
-        size_t off;
-        for (off = 0; off < (size_t)rows * es; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
-      }
+      amp__gemm_prefetch_col(xc, cs, es, c, cols, rows);
       for (s = 0; s < ns; s++) {
         float *d = dst + (size_t)s * W * cols + (size_t)c * W;
         int rr;
