@@ -10536,8 +10536,8 @@ extern "C" {
    A CPU with neither FMA nor AVX2 runs the reference.
    The AVX-512 and AVX2 kernels write the last k slice's tiles into C themselves (rows of C
    contiguous, act NONE or RELU: alpha, beta, bias, ReLU and the rounding to C's type from the
-   registers, the element math of the buffered epilogue). For small products (the demo's k = 64 weight gradient)
-   the tile buffer's round trip had cost a fifth of the time. The bf16 kernel reads a row-major B
+   registers, the element math of the buffered epilogue). For small products (the demo's k = 64
+   weight gradient) the tile buffer's round trip had cost a fifth of the time. The bf16 kernel reads a row-major B
    in place for products of at most 64 rows (pairs made in registers), where packing B cost as
    much. */
 #define AMP__GEMM_MR 6     /* reference: 6 x 16 accumulators = 12 AVX registers of 8 floats */
@@ -10863,97 +10863,6 @@ static int amp__gemm_dpbf16_measure(void) {
   return amp__gemm_peak_flops(1) / (double)best[1] >= amp__gemm_peak_flops(0) / (double)best[0];
 }
 
-/* The FMA kernel's C epilogue (amp__gemm_put's on 8 lanes; the loads are amp__gemm_ld8, below):
-   w (1 to 8) lanes of C of type ct at c from their accumulators, c = act(alpha acc (+ beta c)
-   (+ bias)), each operation rounded (no contraction: these are separate multiplies and adds),
-   then rounded once to ct by amp_convert's 8-lane store; lanes past w are neither read nor
-   written. GCC fuses the intrinsics' plain vector arithmetic by default in GNU C, clang under
-   -ffp-contract=fast whatever the pragmas say: the exact region and attribute keep GCC's apart,
-   a register barrier on each product clang's. */
-AMP__INLINE AMP__FMA2 __m256 amp__gemm_ld8(const void *p, amp_dtype t, int n);
-AMP__EXACT_BEGIN
-AMP__INLINE AMP__FMA2 AMP__EXACT_FP void amp__gemm_out8(void *c, amp_dtype ct, __m256 acc, int w, __m256 va, float beta,
-                                                        __m256 vb, const float *bias, int act) {
-  __m256 t = _mm256_mul_ps(va, acc), bc;
-  unsigned char buf[32];
-  AMP__IN_REG(t);   /* clang fuses the intrinsics' plain arithmetic whatever the pragmas say */
-  if (beta != 0.0f) {
-    bc = _mm256_mul_ps(vb, amp__gemm_ld8(c, ct, w));
-    AMP__IN_REG(bc);
-    t = _mm256_add_ps(t, bc);
-  }
-  if (bias) t = _mm256_add_ps(t, amp__gemm_ld8(bias, AMP_F32, w));
-  if (act == AMP_ACT_RELU) t = _mm256_max_ps(t, _mm256_setzero_ps());   /* 0 for NaN and -0, as amp__act */
-  if (w == 8) { amp__st8(ct, c, t, 0); return; }
-  amp__st8(ct, buf, t, 0);
-  memcpy(c, buf, (size_t)w * amp_dtype_size(ct));
-}
-/* A finished 6 x 16 tile (buf, row by row) into C through out (act NONE or RELU). */
-static AMP__FMA2 AMP__EXACT_FP void amp__gemm_put_fma(const amp__gemm_out *out, const float *buf) {
-  int w0 = out->cols < 8 ? out->cols : 8, w1 = out->cols - w0, r;
-  size_t es = amp_dtype_size(out->ct);
-  __m256 va = _mm256_set1_ps(out->alpha), vb = _mm256_set1_ps(out->beta);
-  for (r = 0; r < out->rows; r++) {
-    char *cr = (char *)out->c + (size_t)r * out->ldc * es;
-    amp__gemm_out8(cr, out->ct, _mm256_load_ps(buf + r * 16), w0, va, out->beta, vb, out->bias, out->act);
-    if (w1 > 0)
-      amp__gemm_out8(cr + 8 * es, out->ct, _mm256_load_ps(buf + r * 16 + 8), w1, va, out->beta, vb,
-                     out->bias ? out->bias + 8 : NULL, out->act);
-  }
-}
-AMP__EXACT_END
-
-/* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. AT(r):
-   the address of row r's element p of A, in the packed sliver or (the _ra kernel) in A's row. */
-#define AMP__GEMM_FMA6_BODY(AT)                                                                                      \
-  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;                                                 \
-  int p;                                                                                                             \
-  if (acc) {                                                                                                         \
-    c00 = _mm256_load_ps(tile + 0); c01 = _mm256_load_ps(tile + 8); c10 = _mm256_load_ps(tile + 16);                 \
-    c11 = _mm256_load_ps(tile + 24); c20 = _mm256_load_ps(tile + 32); c21 = _mm256_load_ps(tile + 40);               \
-    c30 = _mm256_load_ps(tile + 48); c31 = _mm256_load_ps(tile + 56); c40 = _mm256_load_ps(tile + 64);               \
-    c41 = _mm256_load_ps(tile + 72); c50 = _mm256_load_ps(tile + 80); c51 = _mm256_load_ps(tile + 88);               \
-  } else {                                                                                                           \
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();                     \
-  }                                                                                                                  \
-  for (p = 0; p < kc; p++) {                                                                                         \
-    __m256 b0 = _mm256_load_ps(b + (size_t)p * 16), b1 = _mm256_load_ps(b + (size_t)p * 16 + 8), x;                  \
-    x = _mm256_broadcast_ss(AT(0)); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);            \
-    x = _mm256_broadcast_ss(AT(1)); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);            \
-    x = _mm256_broadcast_ss(AT(2)); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);            \
-    x = _mm256_broadcast_ss(AT(3)); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);            \
-    x = _mm256_broadcast_ss(AT(4)); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);            \
-    x = _mm256_broadcast_ss(AT(5)); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);            \
-  }                                                                                                                  \
-  {                                                                                                                  \
-    float buf[96] __attribute__((aligned(32))), *to = out ? buf : tile;                                              \
-    _mm256_store_ps(to + 0, c00); _mm256_store_ps(to + 8, c01); _mm256_store_ps(to + 16, c10);                       \
-    _mm256_store_ps(to + 24, c11); _mm256_store_ps(to + 32, c20); _mm256_store_ps(to + 40, c21);                     \
-    _mm256_store_ps(to + 48, c30); _mm256_store_ps(to + 56, c31); _mm256_store_ps(to + 64, c40);                     \
-    _mm256_store_ps(to + 72, c41); _mm256_store_ps(to + 80, c50); _mm256_store_ps(to + 88, c51);                     \
-    if (out) amp__gemm_put_fma(out, buf);                                                                            \
-  }
-#define AMP__GEMM_AT_PACKED(r) (a + (size_t)p * 6 + (r))
-static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc,
-                                          const amp__gemm_out *out) {
-  AMP__GEMM_FMA6_BODY(AMP__GEMM_AT_PACKED)
-}
-#undef AMP__GEMM_AT_PACKED
-/* The same kernel reading an f32 A in place (amp__gemm_micro_ra_fn, rows past nrows read row 0
-   again): each broadcast the same value as from the packed sliver, so the same FMAs in the same
-   order, the same bits. Packing A (a transpose) took more time than the FMAs in the demo's
-   products on an AVX2 core. */
-#define AMP__GEMM_AT_ROWS(r) (a##r + p)
-static AMP__FMA2 void amp__gemm_micro_fma_ra(int kc, const float *a, size_t lda, int nrows, const float *b, float *tile,
-                                             int acc, const amp__gemm_out *out) {
-  const float *a0 = a, *a1 = a + (nrows > 1 ? lda : 0), *a2 = a + (nrows > 2 ? 2 * lda : 0);
-  const float *a3 = a + (nrows > 3 ? 3 * lda : 0), *a4 = a + (nrows > 4 ? 4 * lda : 0);
-  const float *a5 = a + (nrows > 5 ? 5 * lda : 0);
-  AMP__GEMM_FMA6_BODY(AMP__GEMM_AT_ROWS)
-}
-#undef AMP__GEMM_AT_ROWS
-#undef AMP__GEMM_FMA6_BODY
-
 /* ---- 8-lane loads, transposes and packing (AVX2 + F16C: the FMA kernel's, and the AVX-512
    kernels' 8 x 8 transposes) ----
    Up to 8 elements of type t at p (n of them, 1 to 8; the rest read as 0) as 8 f32 lanes,
@@ -11088,6 +10997,96 @@ static void amp__gemm_widen_rows(float *dst, const void *x, amp_dtype t, size_t 
   int r;
   for (r = 0; r < rows; r++) amp_convert(dst + (size_t)r * cols, AMP_F32, (const char *)x + (size_t)r * rs * es, t, (size_t)cols);
 }
+
+/* The FMA kernel's C epilogue (amp__gemm_put's on 8 lanes, the loads amp__gemm_ld8's):
+   w (1 to 8) lanes of C of type ct at c from their accumulators, c = act(alpha acc (+ beta c)
+   (+ bias)), each operation rounded (no contraction: these are separate multiplies and adds),
+   then rounded once to ct by amp_convert's 8-lane store; lanes past w are neither read nor
+   written. GCC fuses the intrinsics' plain vector arithmetic by default in GNU C, clang under
+   -ffp-contract=fast whatever the pragmas say: the exact region and attribute keep GCC's apart,
+   a register barrier on each product clang's. */
+AMP__EXACT_BEGIN
+AMP__INLINE AMP__FMA2 AMP__EXACT_FP void amp__gemm_out8(void *c, amp_dtype ct, __m256 acc, int w, __m256 va, float beta,
+                                                        __m256 vb, const float *bias, int act) {
+  __m256 t = _mm256_mul_ps(va, acc), bc;
+  unsigned char buf[32];
+  AMP__IN_REG(t);   /* clang fuses the intrinsics' plain arithmetic whatever the pragmas say */
+  if (beta != 0.0f) {
+    bc = _mm256_mul_ps(vb, amp__gemm_ld8(c, ct, w));
+    AMP__IN_REG(bc);
+    t = _mm256_add_ps(t, bc);
+  }
+  if (bias) t = _mm256_add_ps(t, amp__gemm_ld8(bias, AMP_F32, w));
+  if (act == AMP_ACT_RELU) t = _mm256_max_ps(t, _mm256_setzero_ps());   /* 0 for NaN and -0, as amp__act */
+  if (w == 8) { amp__st8(ct, c, t, 0); return; }
+  amp__st8(ct, buf, t, 0);
+  memcpy(c, buf, (size_t)w * amp_dtype_size(ct));
+}
+/* A finished 6 x 16 tile (buf, row by row) into C through out (act NONE or RELU). */
+static AMP__FMA2 AMP__EXACT_FP void amp__gemm_put_fma(const amp__gemm_out *out, const float *buf) {
+  int w0 = out->cols < 8 ? out->cols : 8, w1 = out->cols - w0, r;
+  size_t es = amp_dtype_size(out->ct);
+  __m256 va = _mm256_set1_ps(out->alpha), vb = _mm256_set1_ps(out->beta);
+  for (r = 0; r < out->rows; r++) {
+    char *cr = (char *)out->c + (size_t)r * out->ldc * es;
+    amp__gemm_out8(cr, out->ct, _mm256_load_ps(buf + r * 16), w0, va, out->beta, vb, out->bias, out->act);
+    if (w1 > 0)
+      amp__gemm_out8(cr + 8 * es, out->ct, _mm256_load_ps(buf + r * 16 + 8), w1, va, out->beta, vb,
+                     out->bias ? out->bias + 8 : NULL, out->act);
+  }
+}
+AMP__EXACT_END
+
+/* AVX2 + FMA: 6 x 16 tiles (12 YMM accumulators), acc = fma(a, b, acc) for p in order. AT(r):
+   the address of row r's element p of A, in the packed sliver or (the _ra kernel) in A's row. */
+#define AMP__GEMM_FMA6_BODY(AT)                                                                                      \
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;                                                 \
+  int p;                                                                                                             \
+  if (acc) {                                                                                                         \
+    c00 = _mm256_load_ps(tile + 0); c01 = _mm256_load_ps(tile + 8); c10 = _mm256_load_ps(tile + 16);                 \
+    c11 = _mm256_load_ps(tile + 24); c20 = _mm256_load_ps(tile + 32); c21 = _mm256_load_ps(tile + 40);               \
+    c30 = _mm256_load_ps(tile + 48); c31 = _mm256_load_ps(tile + 56); c40 = _mm256_load_ps(tile + 64);               \
+    c41 = _mm256_load_ps(tile + 72); c50 = _mm256_load_ps(tile + 80); c51 = _mm256_load_ps(tile + 88);               \
+  } else {                                                                                                           \
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();                     \
+  }                                                                                                                  \
+  for (p = 0; p < kc; p++) {                                                                                         \
+    __m256 b0 = _mm256_load_ps(b + (size_t)p * 16), b1 = _mm256_load_ps(b + (size_t)p * 16 + 8), x;                  \
+    x = _mm256_broadcast_ss(AT(0)); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);            \
+    x = _mm256_broadcast_ss(AT(1)); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);            \
+    x = _mm256_broadcast_ss(AT(2)); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);            \
+    x = _mm256_broadcast_ss(AT(3)); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);            \
+    x = _mm256_broadcast_ss(AT(4)); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);            \
+    x = _mm256_broadcast_ss(AT(5)); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);            \
+  }                                                                                                                  \
+  {                                                                                                                  \
+    float buf[96] __attribute__((aligned(32))), *to = out ? buf : tile;                                              \
+    _mm256_store_ps(to + 0, c00); _mm256_store_ps(to + 8, c01); _mm256_store_ps(to + 16, c10);                       \
+    _mm256_store_ps(to + 24, c11); _mm256_store_ps(to + 32, c20); _mm256_store_ps(to + 40, c21);                     \
+    _mm256_store_ps(to + 48, c30); _mm256_store_ps(to + 56, c31); _mm256_store_ps(to + 64, c40);                     \
+    _mm256_store_ps(to + 72, c41); _mm256_store_ps(to + 80, c50); _mm256_store_ps(to + 88, c51);                     \
+    if (out) amp__gemm_put_fma(out, buf);                                                                            \
+  }
+#define AMP__GEMM_AT_PACKED(r) (a + (size_t)p * 6 + (r))
+static AMP__FMA2 void amp__gemm_micro_fma(int kc, const float *a, const float *b, float *tile, int acc,
+                                          const amp__gemm_out *out) {
+  AMP__GEMM_FMA6_BODY(AMP__GEMM_AT_PACKED)
+}
+#undef AMP__GEMM_AT_PACKED
+/* The same kernel reading an f32 A in place (amp__gemm_micro_ra_fn, rows past nrows read row 0
+   again): each broadcast the same value as from the packed sliver, so the same FMAs in the same
+   order, the same bits. Packing A (a transpose) took more time than the FMAs in the demo's
+   products on an AVX2 core. */
+#define AMP__GEMM_AT_ROWS(r) (a##r + p)
+static AMP__FMA2 void amp__gemm_micro_fma_ra(int kc, const float *a, size_t lda, int nrows, const float *b, float *tile,
+                                             int acc, const amp__gemm_out *out) {
+  const float *a0 = a, *a1 = a + (nrows > 1 ? lda : 0), *a2 = a + (nrows > 2 ? 2 * lda : 0);
+  const float *a3 = a + (nrows > 3 ? 3 * lda : 0), *a4 = a + (nrows > 4 ? 4 * lda : 0);
+  const float *a5 = a + (nrows > 5 ? 5 * lda : 0);
+  AMP__GEMM_FMA6_BODY(AMP__GEMM_AT_ROWS)
+}
+#undef AMP__GEMM_AT_ROWS
+#undef AMP__GEMM_FMA6_BODY
 
 AMP__EXACT_BEGIN
 /* 16 lanes of C (type ct) from their accumulators (m: the lanes written): c = act(alpha acc
@@ -11956,7 +11955,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
      slower from 256 (B's pairs made again for every sliver of A). */
   int rb = K->micro_rb && !amp__dtype_is_fp8(bt) && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
   /* an op(A) with rows contiguous along k (row-major A, or col-major transposed): not packed for
-     the kernels that can (AVX-512): f32 read in place, other types widened row by row first */
+     the kernels that can (AVX-512, AVX2): f32 read in place, other types widened row by row first */
   int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
   const int a32 = at == AMP_F32;   /* with ra: an f32 A read in place, another type widened row by row */
   int bf16_hw = 0;
