@@ -6644,35 +6644,13 @@ static AMP__EXACT_FP int amp__o_low_neon(amp_optim_kind kind, float *p, amp_bf16
 #undef AMP__ST4F
 #undef AMP__LD4F
 #undef AMP__KIND_STEP4
-/* One instance per (kind, grad type, model type), as on x86. */
-#define AMP__W_4(E, N, T, S) return amp__o_step4(kind, p, m, v, g, gt, w, E, rt, n, gmul, c, qb);
-AMP__NEON_STEP_INLINE int amp__o_step4_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                         void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                         const amp_step_coefs *c, amp__qblk *qb) {
-  AMP__DTYPE_VSWITCH(wt, AMP__W_4)
-  return 0;
-}
-#undef AMP__W_4
-#define AMP__STEP_G4_(E, N, T, S) return amp__o_step4_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c, qb);
-static AMP__EXACT_FP int amp__o_step_neon(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
-                                          amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                          const amp_step_coefs *c, amp__qblk *qb) {
-  AMP__DTYPE_VSWITCH(gt, AMP__STEP_G4_)
-  return 0;
-}
-#undef AMP__STEP_G4_
-/* The step on the NEON loops (l: 1, the only level); 0: no vector body for kind. */
-static int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                           void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) {
+/* The f32 step on NEON (l: 1, the only level), as on x86: grads and model copy in f32 (amp__o_step_vec
+   converts the other types around it). 1: done; 0: no vector body for kind, nothing written. */
+static AMP__EXACT_FP int amp__o_step_f32(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                         float *w, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
+                                         amp__qblk *qb) {
   (void)l;
-  return amp__o_step_neon(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, NULL);
-}
-/* The same on a moment block qb (amp__qblk: the moment loops), whole vectors of n only. */
-static int amp__o_qstep_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                            void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
-                            amp__qblk *qb) {
-  (void)l;
-  return amp__o_step_neon(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, qb);
+  return amp__o_step4(kind, p, m, v, g, AMP_F32, w, AMP_F32, rt, n, gmul, c, qb);
 }
 /* The scan (amp__o_scan_body; with stats amp__o_scan_stats_body) on NEON: element i's square in
    double lane i % 32 (16 float64x2 accumulators, 32 elements a round), the lanes then added in
@@ -6753,49 +6731,21 @@ static AMP__EXACT_FP void amp__o_scan_neon(const void *g, amp_dtype t, size_t n,
 
 #ifdef AMP__X86_SIMD
 
-/* One instance per (kind, grad type, model type): the types are constants in each (the grad type's
-   case here, the model type's in the inline _w functions, each a switch generated from AMP__DTYPES).
-   1: done; 0: the kind has no vector body (the plain loop runs it). */
-#define AMP__STEP_W(W, ATTR) \
-  ATTR int amp__o_step##W##_w(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt, void *w, \
-                              amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, \
-                              amp__qblk *qb) { \
-    AMP__DTYPE_VSWITCH(wt, AMP__W_##W) \
-    return 0; \
-  }
-#define AMP__W_16(E, N, T, S) return amp__o_step16(kind, p, m, v, g, gt, w, E, rt, n, gmul, c, qb);
-#define AMP__W_8(E, N, T, S) return amp__o_step8(kind, p, m, v, g, gt, w, E, rt, n, gmul, c, qb);
-AMP__STEP_W(16, AMP__AVX512_INLINE)
-AMP__STEP_W(8, AMP__AVX2_INLINE)
-#undef AMP__W_16
-#undef AMP__W_8
-#undef AMP__STEP_W
-#define AMP__STEP_G16_(E, N, T, S) return amp__o_step16_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c, qb);
-#define AMP__STEP_G8_(E, N, T, S) return amp__o_step8_w(kind, p, m, v, g, E, w, wt, rt, n, gmul, c, qb);
-static AMP__AVX512 int amp__o_step_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g,
-                                          amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                          const amp_step_coefs *c, amp__qblk *qb) {
-  AMP__DTYPE_VSWITCH(gt, AMP__STEP_G16_)
-  return 0;
+/* The f32 step of level l (1 AVX2, 2 AVX-512): grads and model copy in f32, so that each kind's loops
+   are compiled once a level (amp__o_step_vec converts the other types around them). 1: done; 0:
+   the kind has no vector body (the plain loop runs it), nothing written. */
+static AMP__AVX512 int amp__o_f32_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, float *w,
+                                         amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, amp__qblk *qb) {
+  return amp__o_step16(kind, p, m, v, g, AMP_F32, w, AMP_F32, rt, n, gmul, c, qb);
 }
-static AMP__AVX2 int amp__o_step_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                                      void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul,
-                                      const amp_step_coefs *c, amp__qblk *qb) {
-  AMP__DTYPE_VSWITCH(gt, AMP__STEP_G8_)
-  return 0;
+static AMP__AVX2 int amp__o_f32_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, float *w,
+                                     amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, amp__qblk *qb) {
+  return amp__o_step8(kind, p, m, v, g, AMP_F32, w, AMP_F32, rt, n, gmul, c, qb);
 }
-/* The step on the vector loops of level l (1 AVX2, 2 AVX-512); 0: no vector body for kind. */
-static int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                           void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) {
-  return l >= 2 ? amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, NULL)
-                : amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, NULL);
-}
-/* The same on a moment block qb (amp__qblk: the moment loops), whole vectors of n only. */
-static int amp__o_qstep_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
-                            void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
-                            amp__qblk *qb) {
-  return l >= 2 ? amp__o_step_avx512(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, qb)
-                : amp__o_step_avx2(kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, qb);
+static int amp__o_step_f32(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, float *w,
+                           amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, amp__qblk *qb) {
+  return l >= 2 ? amp__o_f32_avx512(kind, p, m, v, g, w, rt, n, gmul, c, qb)
+                : amp__o_f32_avx2(kind, p, m, v, g, w, rt, n, gmul, c, qb);
 }
 
 /* The 16-bit stores the step writes outside the update, on 8 lanes (AVX2; the AVX-512 level runs
@@ -6883,8 +6833,6 @@ static AMP__AVX2 void amp__o_master_store_avx2(amp_bf16 *w, uint16_t *rem, uint6
   }
 }
 #undef AMP__STEP_CASES
-#undef AMP__STEP_G16_
-#undef AMP__STEP_G8_
 
 /* The scan on vectors: lanes 0..31 as four (AVX-512) or eight (AVX2) double accumulators. */
 /* a + x[0..8)^2 and a + x[8..16)^2 lane-wise in double. A fused multiply-add gives the same bits
@@ -7204,6 +7152,38 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
 #endif
   amp__o_scan_plain(g, t, n, inv, sumsq, bad);
 }
+
+#ifdef AMP__CPU_SIMD
+/* The step on the vector loops of level l for grad and model types with a vector path: a block of
+   AMP__CHUNK elements at a time, the grads widened to f32 (amp__convert_any: exact), stepped by the
+   f32 loops (amp__o_step_f32; an f32 copy written and rounded to rt there), the model copy of
+   another type converted from their f32 result (the bits the loops' own store gives: both are the
+   scalar conversion's); f32 grads and copy go to the f32 loops whole. So each kind's loops exist
+   once a level, not once a pair of types (nine times the code, and about 60% of the time GCC took
+   to compile amp.h). qb (the moment loops): n at most AMP__CHUNK where a type is converted, one
+   moment block (0 above that). 1: done; 0: no vector body for kind, nothing written. */
+static int amp__o_qstep_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                            void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
+                            amp__qblk *qb) {
+  float gb[AMP__CHUNK], wb[AMP__CHUNK];
+  size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i, k;
+  if (gt == AMP_F32 && wt == AMP_F32) return amp__o_step_f32(l, kind, p, m, v, g, (float *)w, rt, n, gmul, c, qb);
+  if (qb && n > AMP__CHUNK) return 0;
+  for (i = 0; i < n; i += k) {
+    const void *gx = (const char *)g + i * gs;
+    float *wx = wt == AMP_F32 ? (float *)w + i : wb;
+    k = n - i < AMP__CHUNK ? n - i : AMP__CHUNK;
+    if (gt != AMP_F32) { amp__convert_any(gb, AMP_F32, gx, gt, k); gx = gb; }
+    if (!amp__o_step_f32(l, kind, p + i, m ? m + i : NULL, v ? v + i : NULL, gx, wx, rt, k, gmul, c, qb)) return 0;
+    if (wt != AMP_F32) amp__convert_any((char *)w + i * ws, wt, wb, AMP_F32, k);
+  }
+  return 1;
+}
+static int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
+                           void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c) {
+  return amp__o_qstep_vec(l, kind, p, m, v, g, gt, w, wt, rt, n, gmul, c, NULL);
+}
+#endif
 
 /* The step of one tensor with an fp32 master p. rt: the model copy's round_to (AMP_F32 but for a
    float copy holding bf16/f16 values); sr: a bf16 copy written with stochastic rounding, the bits
