@@ -6644,14 +6644,17 @@ static AMP__EXACT_FP int amp__o_low_neon(amp_optim_kind kind, float *p, amp_bf16
 #undef AMP__ST4F
 #undef AMP__LD4F
 #undef AMP__KIND_STEP4
-/* The f32 step on NEON (l: 1, the only level), as on x86: grads and model copy in f32 (amp__o_step_vec
-   converts the other types around it). 1: done; 0: no vector body for kind, nothing written. */
-static AMP__EXACT_FP int amp__o_step_f32(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g,
-                                         float *w, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
-                                         amp__qblk *qb) {
+/* The step on NEON (l: 1, the only level) with grads and model copy of one type t, as on x86.
+   1: done; 0: no vector body for kind, nothing written. */
+#define AMP__O_SAME4_(E, N, T, S) return amp__o_step4(kind, p, m, v, g, E, w, E, rt, n, gmul, c, qb);
+static AMP__EXACT_FP int amp__o_step_same(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g,
+                                          void *w, amp_dtype t, amp_dtype rt, size_t n, float gmul,
+                                          const amp_step_coefs *c, amp__qblk *qb) {
   (void)l;
-  return amp__o_step4(kind, p, m, v, g, AMP_F32, w, AMP_F32, rt, n, gmul, c, qb);
+  AMP__DTYPE_VSWITCH(t, AMP__O_SAME4_)
+  return 0;
 }
+#undef AMP__O_SAME4_
 /* The scan (amp__o_scan_body; with stats amp__o_scan_stats_body) on NEON: element i's square in
    double lane i % 32 (16 float64x2 accumulators, 32 elements a round), the lanes then added in
    order by amp__o_scan_finish: the plain loop's sums, the same bits. x = g * inv through amp__mul4;
@@ -6731,21 +6734,29 @@ static AMP__EXACT_FP void amp__o_scan_neon(const void *g, amp_dtype t, size_t n,
 
 #ifdef AMP__X86_SIMD
 
-/* The f32 step of level l (1 AVX2, 2 AVX-512): grads and model copy in f32, so that each kind's loops
-   are compiled once a level (amp__o_step_vec converts the other types around them). 1: done; 0:
-   the kind has no vector body (the plain loop runs it), nothing written. */
-static AMP__AVX512 int amp__o_f32_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, float *w,
-                                         amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, amp__qblk *qb) {
-  return amp__o_step16(kind, p, m, v, g, AMP_F32, w, AMP_F32, rt, n, gmul, c, qb);
+/* The step of level l (1 AVX2, 2 AVX-512) with grads and model copy of one type t, a constant in
+   each instance (amp__o_step_vec converts other pairs around the f32 one). 1: done; 0: the kind
+   has no vector body (the plain loop runs it), nothing written. */
+#define AMP__O_SAME16_(E, N, T, S) return amp__o_step16(kind, p, m, v, g, E, w, E, rt, n, gmul, c, qb);
+#define AMP__O_SAME8_(E, N, T, S) return amp__o_step8(kind, p, m, v, g, E, w, E, rt, n, gmul, c, qb);
+static AMP__AVX512 int amp__o_same_avx512(amp_optim_kind kind, float *p, float *m, float *v, const void *g, void *w,
+                                          amp_dtype t, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
+                                          amp__qblk *qb) {
+  AMP__DTYPE_VSWITCH(t, AMP__O_SAME16_)
+  return 0;
 }
-static AMP__AVX2 int amp__o_f32_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, float *w,
-                                     amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, amp__qblk *qb) {
-  return amp__o_step8(kind, p, m, v, g, AMP_F32, w, AMP_F32, rt, n, gmul, c, qb);
+static AMP__AVX2 int amp__o_same_avx2(amp_optim_kind kind, float *p, float *m, float *v, const void *g, void *w,
+                                      amp_dtype t, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
+                                      amp__qblk *qb) {
+  AMP__DTYPE_VSWITCH(t, AMP__O_SAME8_)
+  return 0;
 }
-static int amp__o_step_f32(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, float *w,
-                           amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, amp__qblk *qb) {
-  return l >= 2 ? amp__o_f32_avx512(kind, p, m, v, g, w, rt, n, gmul, c, qb)
-                : amp__o_f32_avx2(kind, p, m, v, g, w, rt, n, gmul, c, qb);
+#undef AMP__O_SAME16_
+#undef AMP__O_SAME8_
+static int amp__o_step_same(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, void *w,
+                            amp_dtype t, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c, amp__qblk *qb) {
+  return l >= 2 ? amp__o_same_avx512(kind, p, m, v, g, w, t, rt, n, gmul, c, qb)
+                : amp__o_same_avx2(kind, p, m, v, g, w, t, rt, n, gmul, c, qb);
 }
 
 /* The 16-bit stores the step writes outside the update, on 8 lanes (AVX2; the AVX-512 level runs
@@ -7154,27 +7165,29 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
 }
 
 #ifdef AMP__CPU_SIMD
-/* The step on the vector loops of level l for grad and model types with a vector path: a block of
-   AMP__CHUNK elements at a time, the grads widened to f32 (amp__convert_any: exact), stepped by the
-   f32 loops (amp__o_step_f32; an f32 copy written and rounded to rt there), the model copy of
-   another type converted from their f32 result (the bits the loops' own store gives: both are the
-   scalar conversion's); f32 grads and copy go to the f32 loops whole. So each kind's loops exist
-   once a level, not once a pair of types (nine times the code, and about 60% of the time GCC took
-   to compile amp.h). qb (the moment loops): n at most AMP__CHUNK where a type is converted, one
-   moment block (0 above that). 1: done; 0: no vector body for kind, nothing written. */
+/* The step on the vector loops of level l for grad and model types with a vector path. Grads and
+   a copy of one type run whole on loops compiled for it (amp__o_step_same: the usual pairs, f32
+   with f32 and a 16-bit copy with its own grads); any other pair a block of AMP__CHUNK elements at
+   a time on the f32 ones: the grads widened to f32 (amp__convert_any: exact), the copy converted
+   from their f32 result (an f32 copy written, and rounded to rt, by the loops themselves): the bits
+   of loops compiled for the pair, as both conversions are the scalar ones. So each kind's loops
+   exist three times a level, not nine (every pair: about 60% of the time GCC took to compile amp.h).
+   qb (the moment loops): n at most AMP__CHUNK for a mixed pair, one moment block (0 above that).
+   1: done; 0: no vector body for kind, nothing written. */
 static int amp__o_qstep_vec(int l, amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                             void *w, amp_dtype wt, amp_dtype rt, size_t n, float gmul, const amp_step_coefs *c,
                             amp__qblk *qb) {
   float gb[AMP__CHUNK], wb[AMP__CHUNK];
   size_t gs = amp_dtype_size(gt), ws = amp_dtype_size(wt), i, k;
-  if (gt == AMP_F32 && wt == AMP_F32) return amp__o_step_f32(l, kind, p, m, v, g, (float *)w, rt, n, gmul, c, qb);
+  if (gt == wt) return amp__o_step_same(l, kind, p, m, v, g, w, gt, rt, n, gmul, c, qb);
   if (qb && n > AMP__CHUNK) return 0;
   for (i = 0; i < n; i += k) {
     const void *gx = (const char *)g + i * gs;
     float *wx = wt == AMP_F32 ? (float *)w + i : wb;
     k = n - i < AMP__CHUNK ? n - i : AMP__CHUNK;
     if (gt != AMP_F32) { amp__convert_any(gb, AMP_F32, gx, gt, k); gx = gb; }
-    if (!amp__o_step_f32(l, kind, p + i, m ? m + i : NULL, v ? v + i : NULL, gx, wx, rt, k, gmul, c, qb)) return 0;
+    if (!amp__o_step_same(l, kind, p + i, m ? m + i : NULL, v ? v + i : NULL, gx, wx, AMP_F32, rt, k, gmul, c, qb))
+      return 0;
     if (wt != AMP_F32) amp__convert_any((char *)w + i * ws, wt, wb, AMP_F32, k);
   }
   return 1;
