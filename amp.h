@@ -7169,8 +7169,9 @@ static void amp__o_scan(const void *g, amp_dtype t, size_t n, float inv, double 
    a copy of one type run whole on loops compiled for it (amp__o_step_same: the usual pairs, f32
    with f32 and a 16-bit copy with its own grads); any other pair a block of AMP__CHUNK elements at
    a time on the f32 ones: the grads widened to f32 (amp__convert_any: exact), the copy converted
-   from their f32 result (an f32 copy written, and rounded to rt, by the loops themselves): the bits
-   of loops compiled for the pair, as both conversions are the scalar ones. So each kind's loops
+   from their f32 result (the loops write it, rounded to rt, into a block buffer; amp__convert_any
+   moves it into the copy, a plain copy for an f32 one): the bits of loops compiled for the pair,
+   as both conversions are the scalar ones. So each kind's loops
    exist three times a level, not nine (every pair: about 60% of the time GCC took to compile amp.h).
    qb (the moment loops): n at most AMP__CHUNK for a mixed pair, one moment block (0 above that).
    1: done; 0: no vector body for kind, nothing written. */
@@ -7183,12 +7184,11 @@ static int amp__o_qstep_vec(int l, amp_optim_kind kind, float *p, float *m, floa
   if (qb && n > AMP__CHUNK) return 0;
   for (i = 0; i < n; i += k) {
     const void *gx = (const char *)g + i * gs;
-    float *wx = wt == AMP_F32 ? (float *)w + i : wb;
     k = n - i < AMP__CHUNK ? n - i : AMP__CHUNK;
     if (gt != AMP_F32) { amp__convert_any(gb, AMP_F32, gx, gt, k); gx = gb; }
-    if (!amp__o_step_same(l, kind, p + i, m ? m + i : NULL, v ? v + i : NULL, gx, wx, AMP_F32, rt, k, gmul, c, qb))
+    if (!amp__o_step_same(l, kind, p + i, m ? m + i : NULL, v ? v + i : NULL, gx, wb, AMP_F32, rt, k, gmul, c, qb))
       return 0;
-    if (wt != AMP_F32) amp__convert_any((char *)w + i * ws, wt, wb, AMP_F32, k);
+    amp__convert_any((char *)w + i * ws, wt, wb, AMP_F32, k);
   }
   return 1;
 }
