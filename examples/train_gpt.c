@@ -181,18 +181,13 @@ static void text_load(text *t, const char *data) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// elements of any of the three types: every op reads its inputs as float, computes in float and
-// rounds its result once to the type the policy gave the tensor
+// tensors of any of the three types: every op reads its inputs as float, computes in float and
+// rounds its result once to the type the policy gave the tensor. The element-wise steps widen a
+// whole 16-bit tensor at once (amp_convert, vectorised) into f32 scratch (m->wide, m->wide2),
+// compute there and round the result back in one amp_convert: the same bits as converting element
+// by element (amp_f16_to_f32 and friends), without a conversion and a branch on the type inside
+// every loop (done per element, they took about a third of an f16 step here).
 
-static inline float ld(const void *p, amp_dtype t, size_t i) {
-  return t == AMP_F16 ? amp_f16_to_f32(((const amp_f16 *)p)[i])
-       : t == AMP_BF16 ? amp_bf16_to_f32(((const amp_bf16 *)p)[i]) : ((const float *)p)[i];
-}
-static inline void st(void *p, amp_dtype t, size_t i, float x) {
-  if (t == AMP_F16) ((amp_f16 *)p)[i] = amp_f32_to_f16(x);
-  else if (t == AMP_BF16) ((amp_bf16 *)p)[i] = amp_f32_to_bf16(x);
-  else ((float *)p)[i] = x;
-}
 /* The address of element i of a buffer of type t (for sub-matrices handed to amp_gemm). */
 static inline void *at(const void *p, amp_dtype t, size_t i) { return (char *)p + i * amp_dtype_size(t); }
 static const char *dtype_name(amp_dtype t) { return t == AMP_F16 ? "f16" : t == AMP_BF16 ? "bf16" : "f32"; }
@@ -317,7 +312,7 @@ typedef struct {
   float *probs;                            /* N x V, f32 */
   /* scratch of the forward and backward passes */
   void *tmp, *scores;                      /* N x C (a projection's output), T x T */
-  float *wide, *wide2;                     /* f32 copies of a tensor for elementwise steps (N x 4C) */
+  float *wide, *wide2;                     /* f32 copies of tensors for elementwise steps (scratch_size) */
   float *dres;                             /* the residual stream's grad (N x C, f32) */
   void *dln, *dout, *dqkv, *datty, *dfch, *dfchg, *dP, *dS, *dlogits;
   /* --precision fp8 (else NULL): the block linears' products in fp8, TransformerEngine's HYBRID
@@ -335,7 +330,7 @@ static void *P(const gpt *m, int p) { return at(m->params, m->t.low, m->off[p]);
 static void *G(const gpt *m, int p) { return at(m->grads, m->t.low, m->off[p]); }
 
 static void gpt_init(gpt *m, const gpt_config *c, const gpt_types *t, int B, const float *w0, int fp8) {
-  size_t N = (size_t)B * c->T, C = (size_t)c->C, L = (size_t)c->L, T = (size_t)c->T, V = (size_t)c->V, i;
+  size_t N = (size_t)B * c->T, C = (size_t)c->C, L = (size_t)c->L, T = (size_t)c->T, V = (size_t)c->V;
   int p;
   memset(m, 0, sizeof *m);
   m->c = *c; m->t = *t; m->B = B;
@@ -343,7 +338,7 @@ static void gpt_init(gpt *m, const gpt_config *c, const gpt_types *t, int B, con
   for (p = 0; p < NPARAM; p++) { m->off[p] = m->n_params; m->n_params += m->n[p]; }
   m->params = xcalloc(m->n_params, amp_dtype_size(t->low));
   m->grads = xcalloc(m->n_params, amp_dtype_size(t->low));
-  for (i = 0; i < m->n_params; i++) st(m->params, t->low, i, w0[i]);
+  CHECK(amp_convert(m->params, t->low, w0, AMP_F32, m->n_params));
   m->demb_f32 = (float *)xcalloc((V + T) * C, sizeof(float));
   m->wgrad_f32 = (float *)xcalloc(2 * C, sizeof(float));
   m->tokens = (int *)xcalloc(N, sizeof(int)); m->targets = (int *)xcalloc(N, sizeof(int));
@@ -364,7 +359,14 @@ static void gpt_init(gpt *m, const gpt_config *c, const gpt_types *t, int B, con
   m->logits = xcalloc(N * V, amp_dtype_size(t->logits));
   m->probs = (float *)xcalloc(N * V, sizeof(float));
   m->tmp = xcalloc(N * C, amp_dtype_size(t->lin));
-  m->wide = (float *)xcalloc(N * 4 * C, sizeof(float)); m->wide2 = (float *)xcalloc(N * 4 * C, sizeof(float));
+  {   /* the largest tensor an element-wise step widens: the MLP's (N x 4C), the logits' (N x V), an
+         attention matrix (T x T), the token embedding (V x C) */
+    size_t nw = N * 4 * C;
+    if (N * V > nw) nw = N * V;
+    if (T * T > nw) nw = T * T;
+    if (V * C > nw) nw = V * C;
+    m->wide = (float *)xcalloc(nw, sizeof(float)); m->wide2 = (float *)xcalloc(nw, sizeof(float));
+  }
   m->scores = xcalloc(T * T, amp_dtype_size(t->att));
   m->dres = (float *)xcalloc(N * C, sizeof(float));
   m->dln = xcalloc(N * C, amp_dtype_size(t->lin));
@@ -443,6 +445,9 @@ static void linear_forward(const gpt *m, void *y, const void *x, const void *W, 
 static void layernorm_forward(const gpt *m, void *out, float *mean, float *rstd, const float *x,
                               const void *w, const void *b, int N) {
   int C = m->c.C, i, j;
+  float *o = m->wide, *wf = m->wide2, *bf = m->wide2 + C;   /* the rows out, the gain and bias in f32 */
+  CHECK(amp_convert(wf, AMP_F32, w, m->t.low, (size_t)C));
+  CHECK(amp_convert(bf, AMP_F32, b, m->t.low, (size_t)C));
   for (i = 0; i < N; i++) {
     const float *xi = x + (size_t)i * C;
     float mu = 0.0f, var = 0.0f, r;
@@ -450,10 +455,10 @@ static void layernorm_forward(const gpt *m, void *out, float *mean, float *rstd,
     mu /= (float)C;
     for (j = 0; j < C; j++) var += (xi[j] - mu) * (xi[j] - mu);
     r = 1.0f / sqrtf(var / (float)C + 1e-5f);
-    for (j = 0; j < C; j++)
-      st(out, m->t.lin, (size_t)i * C + j, (xi[j] - mu) * r * ld(w, m->t.low, (size_t)j) + ld(b, m->t.low, (size_t)j));
+    for (j = 0; j < C; j++) o[(size_t)i * C + j] = (xi[j] - mu) * r * wf[j] + bf[j];
     mean[i] = mu; rstd[i] = r;
   }
+  CHECK(amp_convert(out, m->t.lin, o, AMP_F32, (size_t)N * C));
 }
 
 /* Causal self-attention of one layer: for each sequence and head, scores = q k^T / sqrt(hs),
@@ -461,7 +466,7 @@ static void layernorm_forward(const gpt *m, void *out, float *mean, float *rstd,
 static void attention_forward(gpt *m, void *y, void *att, const void *qkv) {
   int B = m->B, T = m->c.T, C = m->c.C, H = m->c.H, hs = C / H, b, h, i, j;
   amp_dtype tl = m->t.lin, ta = m->t.att;
-  float alpha = 1.0f / sqrtf((float)hs);
+  float alpha = 1.0f / sqrtf((float)hs), *sf = m->wide;   /* the scores, then the weights, in f32 */
   for (b = 0; b < B; b++)
     for (h = 0; h < H; h++) {
       size_t row0 = (size_t)b * T;
@@ -470,12 +475,14 @@ static void attention_forward(gpt *m, void *y, void *att, const void *qkv) {
       void *w = at(att, ta, ((size_t)b * H + h) * T * T);
       CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_TRANS, T, T, hs, alpha,
                      q, tl, 3 * C, k, tl, 3 * C, 0.0f, m->scores, ta, T));
-      for (i = 0; i < T; i++) {   /* softmax (black list: f32) of row i over positions 0..i */
-        float mx = -INFINITY, sum = 0.0f, e[1024];
-        for (j = 0; j <= i; j++) { float s = ld(m->scores, ta, (size_t)i * T + j); if (s > mx) mx = s; }
-        for (j = 0; j <= i; j++) { e[j] = expf(ld(m->scores, ta, (size_t)i * T + j) - mx); sum += e[j]; }
-        for (j = 0; j < T; j++) st(w, ta, (size_t)i * T + j, j <= i ? e[j] / sum : 0.0f);
+      CHECK(amp_convert(sf, AMP_F32, m->scores, ta, (size_t)T * T));
+      for (i = 0; i < T; i++) {   /* softmax (black list: f32) of row i over positions 0..i, in place */
+        float *r = sf + (size_t)i * T, mx = -INFINITY, sum = 0.0f, e[1024];
+        for (j = 0; j <= i; j++) if (r[j] > mx) mx = r[j];
+        for (j = 0; j <= i; j++) { e[j] = expf(r[j] - mx); sum += e[j]; }
+        for (j = 0; j < T; j++) r[j] = j <= i ? e[j] / sum : 0.0f;
       }
+      CHECK(amp_convert(w, ta, sf, AMP_F32, (size_t)T * T));
       CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, T, hs, T, 1.0f,
                      w, ta, T, v, tl, 3 * C, 0.0f, at(y, tl, row0 * C + (size_t)h * hs), tl, C));
     }
@@ -494,10 +501,7 @@ static float gelu_grad(float x) {
   return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
 }
 
-/* The residual add: res_out = res_in + y (f32 + the projection's output, in f32). The elementwise
-   steps of this file widen a whole 16-bit tensor at once (amp_convert, vectorised) into the f32
-   scratch m->wide, compute in f32, and round back once: the same bits as converting element by
-   element, without a conversion and a branch on the type inside every loop. */
+/* The residual add: res_out = res_in + y (f32 + the projection's output, in f32). */
 static void residual_forward(gpt *m, float *out, const float *in, const void *y, size_t n) {
   size_t i;
   CHECK(amp_convert(m->wide, AMP_F32, y, m->t.lin, n));
@@ -512,9 +516,11 @@ static double gpt_forward(gpt *m) {
   amp_dtype low = m->t.low, tl = m->t.lin;
   double loss = 0.0;
   /* token + position embedding, in f32 */
+  CHECK(amp_convert(m->wide, AMP_F32, P(m, WTE), low, (size_t)V * C));
+  CHECK(amp_convert(m->wide2, AMP_F32, P(m, WPE), low, (size_t)T * C));
   for (i = 0; i < N; i++)
     for (j = 0; j < C; j++)
-      m->x0[(size_t)i * C + j] = ld(P(m, WTE), low, (size_t)m->tokens[i] * C + j) + ld(P(m, WPE), low, (size_t)(i % T) * C + j);
+      m->x0[(size_t)i * C + j] = m->wide[(size_t)m->tokens[i] * C + j] + m->wide2[(size_t)(i % T) * C + j];
   for (l = 0; l < L; l++) {
     const float *res_in = l == 0 ? m->x0 : m->res3 + (size_t)(l - 1) * NC;
     void *ln1 = at(m->ln1, tl, l * NC), *qkv = at(m->qkv, tl, l * NC * 3), *atty = at(m->atty, tl, l * NC);
@@ -568,11 +574,13 @@ static void linear_backward(const gpt *m, void *dx, void *dW, void *db, const vo
                             int N, int in, int out, int k) {
   amp_dtype tl = m->t.lin, low = m->t.low;
   int i, j;
-  for (j = 0; j < out; j++) {
+  CHECK(amp_convert(m->wide, AMP_F32, dy, tl, (size_t)N * out));
+  for (j = 0; j < out; j++) {   /* each column's sum, over the rows in order */
     float s = 0.0f;
-    for (i = 0; i < N; i++) s += ld(dy, tl, (size_t)i * out + j);
-    st(db, low, (size_t)j, s);
+    for (i = 0; i < N; i++) s += m->wide[(size_t)i * out + j];
+    m->wide2[j] = s;
   }
+  CHECK(amp_convert(db, low, m->wide2, AMP_F32, (size_t)out));
   if (m->fp8) {
     size_t ix = (size_t)k * FP8_PER_LINEAR + FP8_X, iw = (size_t)k * FP8_PER_LINEAR + FP8_W,
            idy = (size_t)k * FP8_PER_LINEAR + FP8_DY;
@@ -601,25 +609,28 @@ static void linear_backward(const gpt *m, void *dx, void *dW, void *db, const vo
 static void layernorm_backward(gpt *m, float *dx, void *dw, void *db, const void *dout, const float *x,
                                const void *w, const float *mean, const float *rstd, int N) {
   int C = m->c.C, i, j;
-  float *gw = m->wgrad_f32, *gb = m->wgrad_f32 + C;
+  float *gw = m->wgrad_f32, *gb = m->wgrad_f32 + C, *df = m->wide, *wf = m->wide2;   /* dout and the gain in f32 */
+  CHECK(amp_convert(df, AMP_F32, dout, m->t.lin, (size_t)N * C));
+  CHECK(amp_convert(wf, AMP_F32, w, m->t.low, (size_t)C));
   for (j = 0; j < 2 * C; j++) m->wgrad_f32[j] = 0.0f;
   for (i = 0; i < N; i++) {
-    const float *xi = x + (size_t)i * C;
+    const float *xi = x + (size_t)i * C, *di = df + (size_t)i * C;
     float dmean = 0.0f, dnormmean = 0.0f;
     for (j = 0; j < C; j++) {
-      float norm = (xi[j] - mean[i]) * rstd[i], d = ld(dout, m->t.lin, (size_t)i * C + j);
-      float dnorm = ld(w, m->t.low, (size_t)j) * d;
+      float norm = (xi[j] - mean[i]) * rstd[i], d = di[j];
+      float dnorm = wf[j] * d;
       dmean += dnorm; dnormmean += dnorm * norm;
       gw[j] += d * norm; gb[j] += d;
     }
     dmean /= (float)C; dnormmean /= (float)C;
     for (j = 0; j < C; j++) {
-      float norm = (xi[j] - mean[i]) * rstd[i], d = ld(dout, m->t.lin, (size_t)i * C + j);
-      float dnorm = ld(w, m->t.low, (size_t)j) * d;
+      float norm = (xi[j] - mean[i]) * rstd[i], d = di[j];
+      float dnorm = wf[j] * d;
       dx[(size_t)i * C + j] += (dnorm - dmean - norm * dnormmean) * rstd[i];
     }
   }
-  for (j = 0; j < C; j++) { st(dw, m->t.low, (size_t)j, gw[j]); st(db, m->t.low, (size_t)j, gb[j]); }
+  CHECK(amp_convert(dw, m->t.low, gw, AMP_F32, (size_t)C));
+  CHECK(amp_convert(db, m->t.low, gb, AMP_F32, (size_t)C));
 }
 
 /* Backward of the attention: dy (N x C) gives dqkv (N x 3C). Per sequence and head, with W the
@@ -628,7 +639,7 @@ static void layernorm_backward(gpt *m, float *dx, void *dw, void *db, const void
 static void attention_backward(gpt *m, void *dqkv, const void *dy, const void *att, const void *qkv) {
   int B = m->B, T = m->c.T, C = m->c.C, H = m->c.H, hs = C / H, b, h, i, j;
   amp_dtype tl = m->t.lin, ta = m->t.att;
-  float alpha = 1.0f / sqrtf((float)hs);
+  float alpha = 1.0f / sqrtf((float)hs), *wf = m->wide, *dPf = m->wide2;   /* the weights and dP in f32 */
   for (b = 0; b < B; b++)
     for (h = 0; h < H; h++) {
       size_t row0 = (size_t)b * T, hoff = (size_t)h * hs;
@@ -641,12 +652,15 @@ static void attention_backward(gpt *m, void *dqkv, const void *dy, const void *a
                      dyh, tl, C, v, tl, 3 * C, 0.0f, m->dP, ta, T));
       CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, T, hs, T, 1.0f,
                      w, ta, T, dyh, tl, C, 0.0f, dv, tl, 3 * C));
-      for (i = 0; i < T; i++) {   /* the softmax's backward, in f32 */
-        float dot = 0.0f;
-        for (j = 0; j <= i; j++) dot += ld(w, ta, (size_t)i * T + j) * ld(m->dP, ta, (size_t)i * T + j);
-        for (j = 0; j < T; j++)
-          st(m->dS, ta, (size_t)i * T + j, j <= i ? ld(w, ta, (size_t)i * T + j) * (ld(m->dP, ta, (size_t)i * T + j) - dot) : 0.0f);
+      CHECK(amp_convert(wf, AMP_F32, w, ta, (size_t)T * T));
+      CHECK(amp_convert(dPf, AMP_F32, m->dP, ta, (size_t)T * T));
+      for (i = 0; i < T; i++) {   /* the softmax's backward, in f32: row i of dP becomes row i of dS */
+        const float *wr = wf + (size_t)i * T;
+        float *r = dPf + (size_t)i * T, dot = 0.0f;
+        for (j = 0; j <= i; j++) dot += wr[j] * r[j];
+        for (j = 0; j < T; j++) r[j] = j <= i ? wr[j] * (r[j] - dot) : 0.0f;
       }
+      CHECK(amp_convert(m->dS, ta, dPf, AMP_F32, (size_t)T * T));
       CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, T, hs, T, alpha,
                      m->dS, ta, T, k, tl, 3 * C, 0.0f, dq, tl, 3 * C));
       CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, T, hs, T, alpha,
@@ -664,7 +678,8 @@ static void gpt_backward(gpt *m, float scale) {
   /* the loss: d logits = (softmax - onehot) / N, times the loss scale, rounded once */
   for (i = 0; i < N; i++)
     for (j = 0; j < V; j++)
-      st(m->dlogits, m->t.logits, (size_t)i * V + j, (m->probs[(size_t)i * V + j] - (j == m->targets[i] ? 1.0f : 0.0f)) * g);
+      m->wide[(size_t)i * V + j] = (m->probs[(size_t)i * V + j] - (j == m->targets[i] ? 1.0f : 0.0f)) * g;
+  CHECK(amp_convert(m->dlogits, m->t.logits, m->wide, AMP_F32, (size_t)N * V));
   /* the head: d wte = dlogits^T lnf (the embedding adds its part at the end), d lnf = dlogits wte */
   CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_TRANS, AMP_NO_TRANS, V, C, N, 1.0f,
                  m->dlogits, m->t.logits, V, m->lnf, tl, C, 0.0f, G(m, WTE), low, C));
@@ -710,8 +725,10 @@ static void gpt_backward(gpt *m, float scale) {
       m->demb_f32[(size_t)m->tokens[i] * C + j] += d;
       m->demb_f32[((size_t)V + (size_t)(i % T)) * C + j] += d;
     }
-  for (k = 0; k < (size_t)V * C; k++) st(G(m, WTE), low, k, ld(G(m, WTE), low, k) + m->demb_f32[k]);
-  for (k = 0; k < (size_t)T * C; k++) st(G(m, WPE), low, k, m->demb_f32[(size_t)V * C + k]);
+  CHECK(amp_convert(m->wide, AMP_F32, G(m, WTE), low, (size_t)V * C));
+  for (k = 0; k < (size_t)V * C; k++) m->wide[k] += m->demb_f32[k];
+  CHECK(amp_convert(G(m, WTE), low, m->wide, AMP_F32, (size_t)V * C));
+  CHECK(amp_convert(G(m, WPE), low, m->demb_f32 + (size_t)V * C, AMP_F32, (size_t)T * C));
 }
 
 // ----------------------------------------------------------------------------------------------
