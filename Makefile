@@ -34,7 +34,7 @@ NCCL_CFLAGS = $(if $(NCCL_HOME),-DAMP_NCCL$(if $(filter /usr,$(NCCL_HOME)),, -is
 NCCL_LIBS = $(if $(NCCL_HOME),$(if $(filter /usr,$(NCCL_HOME)),,$(foreach d,$(wildcard $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib),-L$(d) -Wl,-rpath,$(d) ))-lnccl)
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 
-.PHONY: test deps bench bench-arm bench-gpu demo demo-gpu gpt gpu-check print-nvcc-flags print-nccl-home \
+.PHONY: test deps bench bench-arm bench-gpu demo demo-gpu gpt gpu-check gpu-prebuild print-nvcc-flags print-nccl-home \
         print-nccl-cflags print-nccl-libs clean
 
 test:
@@ -60,6 +60,11 @@ print-nccl-libs:
 # every tests/cuda_* program, bench-gpu and demo-gpu; logs under $$OUT when set (tests/gpu_check.sh).
 gpu-check:
 	@sh tests/gpu_check.sh
+
+# gpu-check's two nvcc builds of amp_kernels.cu, made here (no GPU needed) with a key each, to be
+# carried to the GPU machine: gpu-check uses an object whose key matches instead of building it.
+gpu-prebuild:
+	@sh tests/gpu_check.sh prebuild
 
 $(B):
 	@mkdir -p $(B)

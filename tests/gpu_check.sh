@@ -20,12 +20,40 @@
 #      against our per-tensor product (near 1x: cuBLASLt's block-scaled kernels ran; far below:
 #      the plain kernel did, cuBLASLt had no algorithm), the fp8 MLP step against f16 AMP and bf16;
 #   5. make demo-gpu (the built-in synthetic set where Fashion-MNIST is absent).
+# Step 1's nvcc builds of amp_kernels.cu are most of its time (ptxas, several CPU minutes each):
+# `make gpu-prebuild` (this script with the argument prebuild, no GPU needed) builds the two objects
+# on any machine with the same CUDA toolkit and writes beside each a key, the hash of what it was
+# built from (amp_kernels.cu, amp_kernels.h, amp.h, nvcc's version and flags, NCCL's flags and
+# nccl.h). Carried to the GPU machine (build/amp_kernels.o, build/amp_kernels_nccl.o and their .key
+# files), an object whose key matches what is there is used as built (made newer than its sources
+# for make); one whose key does not is removed, and step 1 builds it.
 # Each step has a time limit, cut to what is left of GPU_CHECK_BUDGET seconds (default 530) after
 # the time kept for the steps after it, so the whole stays under 9 minutes. Logs go to $OUT when it is set,
 # else to build/gpu-check: env.log, build.log, test.log, cuda_tests.log (every CUDA test program's
 # output), sanitize.log, bench.log, demo.log, summary.log (8 files). The last line printed is the summary. Nothing is downloaded.
 set -u
 cd "$(dirname "$0")/.." || exit 1
+# gpu_key OBJECT: the hash of what OBJECT (build/amp_kernels.o or build/amp_kernels_nccl.o) is built from
+gpu_key() {
+  {
+    cat amp_kernels.cu amp_kernels.h amp.h
+    make -s print-nvcc-flags
+    ${NVCC:-nvcc} --version 2>&1
+    if [ "$1" = build/amp_kernels_nccl.o ]; then
+      make -s print-nccl-cflags
+      h=$(make -s print-nccl-home); [ -n "$h" ] && cat "$h/include/nccl.h"
+    fi
+  } | sha256sum | cut -d' ' -f1
+}
+KOBJS="build/amp_kernels.o $([ -n "$(make -s print-nccl-home)" ] && echo build/amp_kernels_nccl.o)"
+if [ "${1:-}" = prebuild ]; then   # make gpu-prebuild: the objects and their keys, no GPU needed
+  mkdir -p build || exit 1
+  # shellcheck disable=SC2086
+  make -j"$(nproc)" $KOBJS || exit 1
+  for o in $KOBJS; do gpu_key "$o" > "$o.key" || exit 1; done
+  echo "gpu-prebuild: built $KOBJS with their keys; carry them and their .key files to the GPU machine for make gpu-check"
+  exit 0
+fi
 LOG=${OUT:-build/gpu-check}
 mkdir -p "$LOG" build/gpu-check || exit 1
 T0=$(date +%s)
@@ -88,8 +116,17 @@ run_step() {
 }
 
 # 1. build ----------------------------------------------------------------------------------------
+# objects carried from make gpu-prebuild: used where their keys match, else removed and rebuilt
+for o in $KOBJS; do
+  [ -f "$o.key" ] || continue
+  if [ -f "$o" ] && [ "$(cat "$o.key")" = "$(gpu_key "$o")" ]; then
+    touch "$o"; echo "== $o: carried, its key matches this tree and toolkit: used as built"; note "carried:$o"
+  else
+    rm -f "$o" "$o.key"; echo "== $o: its key does not match this tree or toolkit: built again"
+  fi
+done
 run_step build "$(cap 150 380)" "$LOG/build.log" sh -c \
-  'make -s print-nvcc-flags && make -j"$(nproc)" build/amp_kernels.o $([ -n "$(make -s print-nccl-home)" ] && echo build/amp_kernels_nccl.o) build/train_mlp_cuda $(ls bench/gpu_*.c bench/gpu_*.cu 2>/dev/null | sed "s|bench/\(.*\)\.cu*$|build/\1|")'
+  'make -s print-nvcc-flags && make -j"$(nproc)" '"$KOBJS"' build/train_mlp_cuda $(ls bench/gpu_*.c bench/gpu_*.cu 2>/dev/null | sed "s|bench/\(.*\)\.cu*$|build/\1|")'
 
 # 2. the tests, a GPU required --------------------------------------------------------------------
 # (tests/run.sh itself: make test's check of the CPU tests' Debian packages does not apply here)
