@@ -312,7 +312,7 @@ typedef struct {
   float *probs;                            /* N x V, f32 */
   /* scratch of the forward and backward passes */
   void *tmp, *scores;                      /* N x C (a projection's output), T x T */
-  float *wide, *wide2;                     /* f32 copies of tensors for elementwise steps (scratch_size) */
+  float *wide, *wide2;                     /* f32 copies of tensors for elementwise steps (the largest: gpt_init) */
   float *dres;                             /* the residual stream's grad (N x C, f32) */
   void *dln, *dout, *dqkv, *datty, *dfch, *dfchg, *dP, *dS, *dlogits;
   /* --precision fp8 (else NULL): the block linears' products in fp8, TransformerEngine's HYBRID
