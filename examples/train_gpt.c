@@ -477,10 +477,10 @@ static void attention_forward(gpt *m, void *y, void *att, const void *qkv) {
                      q, tl, 3 * C, k, tl, 3 * C, 0.0f, m->scores, ta, T));
       CHECK(amp_convert(sf, AMP_F32, m->scores, ta, (size_t)T * T));
       for (i = 0; i < T; i++) {   /* softmax (black list: f32) of row i over positions 0..i, in place */
-        float *r = sf + (size_t)i * T, mx = -INFINITY, sum = 0.0f, e[1024];
+        float *r = sf + (size_t)i * T, mx = -INFINITY, sum = 0.0f;
         for (j = 0; j <= i; j++) if (r[j] > mx) mx = r[j];
-        for (j = 0; j <= i; j++) { e[j] = expf(r[j] - mx); sum += e[j]; }
-        for (j = 0; j < T; j++) r[j] = j <= i ? e[j] / sum : 0.0f;
+        for (j = 0; j <= i; j++) { r[j] = expf(r[j] - mx); sum += r[j]; }
+        for (j = 0; j < T; j++) r[j] = j <= i ? r[j] / sum : 0.0f;
       }
       CHECK(amp_convert(w, ta, sf, AMP_F32, (size_t)T * T));
       CHECK(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, T, hs, T, 1.0f,
