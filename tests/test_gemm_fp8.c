@@ -511,7 +511,7 @@ static void the_avx2_fma_kernel_too(void) {
   amp__gemm_isa_allowed = AMP__GEMM_ISA_FMA;
   per_tensor_every_layout_reference_bits_and_fast_bound();
   block_scaled_reference_bits_and_fast_bound();
-  amp__gemm_isa_allowed = 7;
+  amp__gemm_isa_allowed = 15;
 #endif
 }
 
