@@ -310,7 +310,7 @@ static void peer_line(const char *what, const shape *s, const char *peer, double
 
 int main(void) {
   int have_blas = openblas_open(), have_blis = blis_open(), have_torch, i, ko, dp = 0, fma512 = 0;
-  int isa = 0;
+  int isa = 0, amx = 0;   /* amx: bf16 x bf16 on the AMX kernel */
   const char *bf16_kernel = "widened while packing, the f32 kernel", *other[2] = {NULL, NULL};
   int other_v[2] = {0, 0};   /* amp__gemm_dpbf16_forced for each of them */
   const char *kernel = "reference (no FMA)";
@@ -323,6 +323,13 @@ int main(void) {
     if (dp) bf16_kernel = "vdpbf16ps";
     other[0] = dp ? "widened" : "dpbf16";
     other_v[0] = !dp;
+#ifdef AMP__GEMM_AMX
+    if (amp__gemm_amx()) {   /* the tile unit runs bf16; both other kernels forced (AMX masked out) */
+      amx = 1;
+      bf16_kernel = "AMX tiles";
+      other[0] = "dpbf16"; other_v[0] = 1; other[1] = "widened"; other_v[1] = 0;
+    }
+#endif
   }
 #elif defined(AMP__GEMM_NEON)
   kernel = "NEON FMLA";
@@ -337,7 +344,7 @@ int main(void) {
   }
 #endif
 #endif
-  (void)other; (void)other_v; (void)ko;
+  (void)other; (void)other_v; (void)ko; (void)amx;
   if (bench_emulated()) have_blas = have_blis = 0;
   printf("amp_gemm, 1 thread: kernel %s; bf16 inputs: %s (GFLOP/s; ratio = ours / peer)\n", kernel, bf16_kernel);
   if (isa & 1) {
@@ -387,7 +394,7 @@ int main(void) {
 #endif
     amp_convert(ah, AMP_BF16, af, AMP_F32, na); amp_convert(bh, AMP_BF16, bf, AMP_F32, nb);
     obf = gflops(s, time_call(ours, s, ah, bh, c, AMP_BF16));
-    peak_line("bf16", s, obf, dp ? "bf16 in, the dot-product kernel" : "bf16 in, widened");
+    peak_line("bf16", s, obf, amx ? "bf16 in, AMX tiles" : dp ? "bf16 in, the dot-product kernel" : "bf16 in, widened");
     snprintf(name, sizeof name, "gemm_bf16_%s_%dx%dx%d_vs_ours_f32", s->name, s->m, s->n, s->k);
     bench_line(name, obf, o32, "GFLOP/s (bf16 in against f32 in, same values)");
     if (have_torch && torch_gf[i][1] > 0)
@@ -397,8 +404,14 @@ int main(void) {
     for (ko = 0; ko < 2 && other[ko]; ko++) {   /* the bf16 kernels the calibration did not choose, forced */
       double ob;
       amp__gemm_dpbf16_forced = other_v[ko];
+#ifdef AMP__GEMM_FAST
+      amp__gemm_isa_allowed = 7;   /* no AMX */
+#endif
       ob = gflops(s, time_call(ours, s, ah, bh, c, AMP_BF16));
       amp__gemm_dpbf16_forced = -1;
+#ifdef AMP__GEMM_FAST
+      amp__gemm_isa_allowed = 15;
+#endif
       snprintf(name, sizeof name, "gemm_bf16_%s_%s_%dx%dx%d_vs_ours_bf16", other[ko], s->name, s->m, s->n, s->k);
       bench_line(name, ob, obf, other_v[ko] == 2 ? "GFLOP/s (BFMMLA forced; not chosen here)"
                               : other_v[ko] ? "GFLOP/s (the dot-product kernel forced; not chosen here)"
