@@ -3570,7 +3570,8 @@ static unsigned amp__cpu_features(void) {
         /* XCR0 bits 5-7: opmask and ZMM state; EBX bits 16 F, 17 DQ, 30 BW, 31 VL */
         if ((f & AMP__CPU_AVX2) && (xcr0 & 0xe0u) == 0xe0u && (r[1] & 0xc0030000u) == 0xc0030000u) {
           f |= AMP__CPU_AVX512;
-          unsigned amx = (r[3] & (5u << 22)) == (5u << 22) && (xcr0 & 0x60000u) == 0x60000u;   /* EDX 22 AMX-BF16, 24 AMX-TILE */
+          /* EDX bits 22 AMX-BF16 and 24 AMX-TILE; XCR0 bits 17-18: tile configuration and data */
+          unsigned amx = (r[3] & (5u << 22)) == (5u << 22) && (xcr0 & 0x60000u) == 0x60000u;
           if (r[2] & (1u << 1)) f |= AMP__CPU_VBMI;   /* leaf 7 ECX bit 1 */
           amp__cpuid(7, 1, r);
           if (r[0] & (1u << 5)) f |= AMP__CPU_AVX512BF16 | (amx ? AMP__CPU_AMX : 0u);   /* leaf 7 subleaf 1 EAX bit 5 */
