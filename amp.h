@@ -10683,6 +10683,7 @@ typedef struct amp__gemm_kernel {
      along k) into f32 rows cols apart, for micro_ra to read */
   void (*widen_rows)(float *dst, const void *x, amp_dtype t, size_t rs, int rows, int cols);
   amp__gemm_pack_fn pack_a;   /* NULL, or A's packing where it differs from B's (AMX) */
+  void (*tiles)(int on);      /* NULL, or (AMX) the tile state taken (1) and given back (0) about a row block's calls */
 } amp__gemm_kernel;
 
 static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc,
@@ -10748,10 +10749,10 @@ static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t
 }
 
 static const amp__gemm_kernel amp__gemm_reference_kernel = {
-  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL, NULL};
+  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL, NULL, NULL};
 #ifdef AMP__GEMM_AVX2
 static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
-  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL, NULL, NULL};
 #endif
 
 /* ---- the fast kernels (x86-64, GCC/Clang): FMA in order, AVX2 or AVX-512, AVX512_BF16 ---- */
@@ -11565,13 +11566,13 @@ static AMP__T512 void amp__gemm_pack_pairs_fp8(float *dstf, int W, const void *x
 }
 
 static const amp__gemm_kernel amp__gemm_kernel_fma = {
-  amp__gemm_micro_fma, amp__gemm_pack_fma, 6, 16, 256, 96, 512, 1, 1, NULL, amp__gemm_micro_fma_ra, amp__gemm_widen_rows, NULL};
+  amp__gemm_micro_fma, amp__gemm_pack_fma, 6, 16, 256, 96, 512, 1, 1, NULL, amp__gemm_micro_fma_ra, amp__gemm_widen_rows, NULL, NULL};
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_512 = {
   amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL, amp__gemm_micro_512_ra,
-  amp__gemm_widen_rows_512, NULL};
+  amp__gemm_widen_rows_512, NULL, NULL};
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
-  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL, NULL, NULL};
+  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL, NULL, NULL, NULL};
 
 /* ---- AMX (Intel Xeon from Sapphire Rapids on): bf16 x bf16 on the tile unit ----
    Eight tile registers of 16 rows x 64 bytes. A 32 x 32 tile of C lives in four of them as 16 x 16
@@ -11585,8 +11586,11 @@ static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
    fast kernels' bound, which tests/test_gemm.c checks): the results are not those of vdpbf16ps.
    The instructions are written as asm statements that name the memory they read and write (the
    compilers' intrinsics tell the compiler nothing of what a tile load reads); the configuration
-   is loaded at the start of each micro-kernel call and released at its end (about 50 ns), so that
-   no thread holds tile state between calls. Linux grants a process the tile state only on request
+   is loaded before a row block's micro-kernel calls and released after them (the kernel's tiles
+   hook, amp__gemm_tiles_amx: about 50 ns, which had cost a product with k = 64 a third of its
+   time when done at every call), so that no thread holds tile state when amp_gemm returns (a
+   caller that keeps a tile configuration of its own across the call loads it again). A whole f32
+   tile of C with alpha 1, beta 0 and no epilogue is stored by the tiles straight into C. Linux grants a process the tile state only on request
    (arch_prctl ARCH_REQ_XCOMP_PERM, asked once: amp__gemm_amx); other systems, and a refusal, keep
    the vdpbf16ps or FMA kernel. */
 #if defined(__linux__) && defined(__x86_64__)
@@ -11626,16 +11630,21 @@ typedef struct amp__amx_cfg {
 
 /* 32 x 32 tiles: a holds 32 rows of kc pairs (kc apart), b kc rows of 32 columns' pairs; out: the
    tile's rows and columns of C to write (amp__gemm_put: 32-float rows, out->rows of them). */
+static void amp__gemm_tiles_amx(int on) {
+  if (on) {
+    amp__amx_cfg cfg;
+    int t;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (t = 0; t < 8; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+    AMP__AMX_CFG(&cfg);
+  } else AMP__AMX_RELEASE();
+}
 static void amp__gemm_micro_amx(int kc, const float *af, const float *bf, float *tile, int acc,
                                 const amp__gemm_out *out) {
   const uint32_t *a = (const uint32_t *)(const void *)af, *b = (const uint32_t *)(const void *)bf;
   const size_t lda = (size_t)kc * 4;
-  amp__amx_cfg cfg;
-  int q, t;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (t = 0; t < 8; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
-  AMP__AMX_CFG(&cfg);
+  int q;
   if (acc) {
     AMP__AMX_LOAD(0, tile, 128); AMP__AMX_LOAD(1, tile + 16, 128);
     AMP__AMX_LOAD(2, tile + 512, 128); AMP__AMX_LOAD(3, tile + 528, 128);
@@ -11655,17 +11664,25 @@ static void amp__gemm_micro_amx(int kc, const float *af, const float *bf, float 
     AMP__AMX_LOAD(6, bt, 128); AMP__AMX_LOAD(7, bt + 16, 128);
     AMP__AMX_STEP4
   }
+  if (out && out->rows == 32 && out->cols == 32 && out->ct == AMP_F32 && out->alpha == 1.0f && out->beta == 0.0f &&
+      !out->bias && out->act == AMP_ACT_NONE) {
+    /* a whole tile of an f32 C = 1 * acc: the epilogue's bits are acc's (1 * x is x; the tile unit
+       writes no subnormal, so a denormals-are-zero FPU would change nothing), stored by the tiles */
+    float *c = (float *)out->c;
+    const size_t ldc = out->ldc * 4;
+    AMP__AMX_STORE(0, c, ldc); AMP__AMX_STORE(1, c + 16, ldc);
+    AMP__AMX_STORE(2, c + 16 * out->ldc, ldc); AMP__AMX_STORE(3, c + 16 * out->ldc + 16, ldc);
+    return;
+  }
   if (out) {   /* the last slice: through a buffer into C, by the AVX-512 kernels' epilogue */
     float buf[1024] __attribute__((aligned(64)));
     AMP__AMX_STORE(0, buf, 128); AMP__AMX_STORE(1, buf + 16, 128);
     AMP__AMX_STORE(2, buf + 512, 128); AMP__AMX_STORE(3, buf + 528, 128);
-    AMP__AMX_RELEASE();
     amp__gemm_put(out, buf);
     return;
   }
   AMP__AMX_STORE(0, tile, 128); AMP__AMX_STORE(1, tile + 16, 128);
   AMP__AMX_STORE(2, tile + 512, 128); AMP__AMX_STORE(3, tile + 528, 128);
-  AMP__AMX_RELEASE();
 }
 #undef AMP__AMX_STEP4
 
@@ -11710,7 +11727,8 @@ static AMP__T512 void amp__gemm_pack_rows_amx(float *dstf, int W, const void *x,
 }
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked, A's packing */
 static const amp__gemm_kernel amp__gemm_kernel_amx = {
-  amp__gemm_micro_amx, amp__gemm_pack_pairs, 32, 32, 256, 64, 512, 2, 1, NULL, NULL, NULL, amp__gemm_pack_rows_amx};
+  amp__gemm_micro_amx, amp__gemm_pack_pairs, 32, 32, 256, 64, 512, 2, 1, NULL, NULL, NULL, amp__gemm_pack_rows_amx,
+  amp__gemm_tiles_amx};
 #endif
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -11752,7 +11770,7 @@ static void amp__gemm_micro_neon(int kc, const float *a, const float *b, float *
 }
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_neon = {
-  amp__gemm_micro_neon, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_neon, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- BFDOT for bf16 x bf16 on a CPU with FEAT_BF16 (Neoverse V1/V2 and Grace, Apple M2 and later) ----
    The kernel is compiled with the target attribute of +bf16 (GCC 10+, Clang 11+), so a plain -O2
@@ -11829,7 +11847,7 @@ static AMP__TBF16 void amp__gemm_micro_bfdot(int kc, const float *af, const floa
 #undef AMP__GN_BFROW
 #undef AMP__GN_BFD
 static const amp__gemm_kernel amp__gemm_kernel_bfdot = {
-  amp__gemm_micro_bfdot, amp__gemm_pack_pairs_c, 6, 16, 512, 96, 512, 2, 0, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_bfdot, amp__gemm_pack_pairs_c, 6, 16, 512, 96, 512, 2, 0, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- BFMMLA for bf16 x bf16: 8 x 8 tiles of 2 x 2 blocks ----
    BFMMLA Vd.4S, Vn.8H, Vm.8H adds the 2 x 4 bf16 matrix in Vn (rows 2i and 2i+1 of A, 4 k each)
@@ -11883,7 +11901,7 @@ static AMP__TBF16 void amp__gemm_micro_bfmmla(int kc, const float *af, const flo
 #undef AMP__GN_MM
 #undef AMP__GN_MD
 static const amp__gemm_kernel amp__gemm_kernel_bfmmla = {
-  amp__gemm_micro_bfmmla, amp__gemm_pack_quads_c, 8, 8, 512, 96, 512, 2, 0, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_bfmmla, amp__gemm_pack_quads_c, 8, 8, 512, 96, 512, 2, 0, NULL, NULL, NULL, NULL, NULL};
 
 /* Which of BFMMLA, BFDOT and the FMLA kernel (bf16 widened while packing) a bf16 product runs:
    an instruction does 32 flops (BFMMLA), 16 (BFDOT) or 8 (FMLA), so BFDOT pays where it issues at
@@ -12187,6 +12205,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
             K->widen_rows(ap, (const char *)A + ((size_t)ic * ars + (size_t)pc) * asz, at, ars, mcb, kcb);
             ar = ap;
           }
+          if (K->tiles) K->tiles(1);   /* (AMX) the tile state for this row block's tiles */
           if (rb) {               /* B read in place; each sliver of B stays in L1 across A's */
             const uint16_t *bs = (const uint16_t *)B + (size_t)pc * brs + (size_t)jc;
             for (tc = 0; tc < tiles_n; tc++)
@@ -12244,6 +12263,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                                     C, ct, crs, ccs, o);
             }
           }
+          if (K->tiles) K->tiles(0);
         }
       }
     }
