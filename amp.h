@@ -1888,15 +1888,16 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      cores measured lie at 0.5x and 2x of the FMA's rate, far from the line, so one machine gets the
      same kernel, and so the same bits, in every run; a core near the line would get either, each
      within its bound below.
-   - bf16 x bf16 on a CPU with AMX (Intel Xeon from Sapphire Rapids on; x86-64 Linux, which grants a
-     process the tile state when amp.h first asks, and GCC or Clang): the tile unit, before either
-     kernel above (3-5x the FMA kernel on one core where measured, 20x at its peak): 32 x 32 tiles of
-     C, each tdpbf16ps adding 32 products to each accumulator. Its arithmetic is the unit's own: the
-     products are summed 32 at a time and rounded less often than one FMA a product (measured: within
-     8 x 2^-24 of the sum of the |products| and |acc| for one instruction), not the bits of vdpbf16ps
-     or of the fmaf() loop, within the same bound as the vdpbf16ps kernel (subnormal inputs and
-     results below 2^-126 count as 0 there too). The same machine gives the same bits in every run;
-     threads split rows only. Other input types, fp8 included, take the kernels above.
+   - bf16 x bf16 on a CPU with AMX (Intel Xeon from Sapphire Rapids on; x86-64 Linux, which grants
+     a process the tile state when amp.h first asks; GCC or Clang), before either kernel above: the
+     tile unit, 32 x 32 tiles of C, each tdpbf16ps adding 32 products to each accumulator (3.4-5.9x
+     the f32 kernel on one core where measured; the unit's own peak there was 13x the FMA's). Its
+     rounding is the unit's own and not documented: measured, one instruction's result lies within
+     8 x 2^-24 (sum of |products| + |acc|) of the exact sum (closer than an FMA chain on the tests' data); these are
+     not the bits of vdpbf16ps or of the fmaf() loop. It stays within the vdpbf16ps kernel's bound
+     (subnormal inputs and results below 2^-126 count as 0 there too), and one machine gives the
+     same bits in every run (threads split rows only). Other input types, fp8 included, take the
+     kernels above.
    - AArch64 (GCC, Clang): NEON FMLA, 6 x 16 tiles, the same fma chain in k order (the bits of
      the fmaf() loop, as on x86); f16 and bf16 are widened while packing.
    - bf16 inputs on AArch64 with FEAT_BF16 (Linux: HWCAP2_BF16; macOS: hw.optional.arm.FEAT_BF16;
