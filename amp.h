@@ -1893,11 +1893,11 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      tile unit, 32 x 32 tiles of C, each tdpbf16ps adding 32 products to each accumulator (3.4-5.9x
      the f32 kernel on one core where measured; the unit's own peak there was 13x the FMA's). Its
      rounding is the unit's own and not documented: measured, one instruction's result lies within
-     8 x 2^-24 (sum of |products| + |acc|) of the exact sum (closer than an FMA chain on the tests' data); these are
-     not the bits of vdpbf16ps or of the fmaf() loop. It stays within the vdpbf16ps kernel's bound
-     (subnormal inputs and results below 2^-126 count as 0 there too), and one machine gives the
-     same bits in every run (threads split rows only). Other input types, fp8 included, take the
-     kernels above.
+     8 x 2^-24 (sum of |products| + |acc|) of the exact sum (closer than an FMA chain on the tests'
+     data); these are not the bits of vdpbf16ps or of the fmaf() loop. It stays within the
+     vdpbf16ps kernel's bound (subnormal inputs and results below 2^-126 count as 0 there too),
+     and one machine gives the same bits in every run (threads split rows only). Other input
+     types, fp8 included, take the kernels above.
    - AArch64 (GCC, Clang): NEON FMLA, 6 x 16 tiles, the same fma chain in k order (the bits of
      the fmaf() loop, as on x86); f16 and bf16 are widened while packing.
    - bf16 inputs on AArch64 with FEAT_BF16 (Linux: HWCAP2_BF16; macOS: hw.optional.arm.FEAT_BF16;
