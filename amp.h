@@ -10685,6 +10685,7 @@ typedef struct amp__gemm_kernel {
   void (*widen_rows)(float *dst, const void *x, amp_dtype t, size_t rs, int rows, int cols);
   amp__gemm_pack_fn pack_a;   /* NULL, or A's packing where it differs from B's (AMX) */
   void (*tiles)(int on);      /* NULL, or (AMX) the tile state taken (1) and given back (0) about a row block's calls */
+  int kmul;                   /* 1, or (AMX) the multiple of packed units a slice's packing pads k to, with zeros */
 } amp__gemm_kernel;
 
 static AMP__NO_CONTRACT void amp__gemm_micro(int kc, const float *a, const float *b, float *tile, int acc,
@@ -10750,10 +10751,10 @@ static void amp__gemm_pack(float *dst, int W, const void *x, amp_dtype t, size_t
 }
 
 static const amp__gemm_kernel amp__gemm_reference_kernel = {
-  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL, NULL, NULL};
+  amp__gemm_micro, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL, NULL, NULL, 1};
 #ifdef AMP__GEMM_AVX2
 static const amp__gemm_kernel amp__gemm_reference_kernel_avx2 = {
-  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_avx2, amp__gemm_pack, AMP__GEMM_MR, AMP__GEMM_NR, AMP__GEMM_KC, AMP__GEMM_MC, AMP__GEMM_NC, 1, 0, NULL, NULL, NULL, NULL, NULL, 1};
 #endif
 
 /* ---- the fast kernels (x86-64, GCC/Clang): FMA in order, AVX2 or AVX-512, AVX512_BF16 ---- */
@@ -11567,13 +11568,13 @@ static AMP__T512 void amp__gemm_pack_pairs_fp8(float *dstf, int W, const void *x
 }
 
 static const amp__gemm_kernel amp__gemm_kernel_fma = {
-  amp__gemm_micro_fma, amp__gemm_pack_fma, 6, 16, 256, 96, 512, 1, 1, NULL, amp__gemm_micro_fma_ra, amp__gemm_widen_rows, NULL, NULL};
+  amp__gemm_micro_fma, amp__gemm_pack_fma, 6, 16, 256, 96, 512, 1, 1, NULL, amp__gemm_micro_fma_ra, amp__gemm_widen_rows, NULL, NULL, 1};
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_512 = {
   amp__gemm_micro_512, amp__gemm_pack_512, 8, 32, 256, 128, 512, 1, 1, NULL, amp__gemm_micro_512_ra,
-  amp__gemm_widen_rows_512, NULL, NULL};
+  amp__gemm_widen_rows_512, NULL, NULL, 1};
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
-  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL, NULL, NULL, NULL, 1};
 
 /* ---- AMX (Intel Xeon from Sapphire Rapids on): bf16 x bf16 on the tile unit ----
    Eight tile registers of 16 rows x 64 bytes. A 32 x 32 tile of C lives in four of them as 16 x 16
@@ -11581,8 +11582,8 @@ static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
    its 16 pairs) and B's two 16-column strips (tmm6-7: row q holds pair q of its 16 columns), and
    four tdpbf16ps add 32 products to each of the 1024 accumulators. A is packed a row at a time in
    pairs (amp__gemm_pack_rows_amx: rows kc pairs apart, a strip is 16 rows read kc pairs apart), B as
-   for vdpbf16ps (amp__gemm_pack_pairs, 32-column slivers: a strip is every other 64 bytes). A slice
-   whose pairs are not a multiple of 16 adds its last ones from zero-padded copies. The tile unit's
+   for vdpbf16ps (amp__gemm_pack_pairs, 32-column slivers: a strip is every other 64 bytes), both
+   padded with zero pairs to a multiple of 16 (the kernel's kmul: whole strips only). The tile unit's
    arithmetic is its own (no per-product rounding that the manual could state; measured within the
    fast kernels' bound, which tests/test_gemm.c checks): the results are not those of vdpbf16ps.
    The instructions are written as asm statements that name the memory they read and write (the
@@ -11650,19 +11651,9 @@ static void amp__gemm_micro_amx(int kc, const float *af, const float *bf, float 
     AMP__AMX_LOAD(0, tile, 128); AMP__AMX_LOAD(1, tile + 16, 128);
     AMP__AMX_LOAD(2, tile + 512, 128); AMP__AMX_LOAD(3, tile + 528, 128);
   } else { AMP__AMX_ZERO(0); AMP__AMX_ZERO(1); AMP__AMX_ZERO(2); AMP__AMX_ZERO(3); }
-  for (q = 0; q + 16 <= kc; q += 16) {
+  for (q = 0; q < kc; q += 16) {   /* kc: a multiple of 16 (the packs pad k with zero pairs) */
     AMP__AMX_LOAD(4, a + q, lda); AMP__AMX_LOAD(5, a + (size_t)16 * kc + q, lda);
     AMP__AMX_LOAD(6, b + (size_t)32 * q, 128); AMP__AMX_LOAD(7, b + (size_t)32 * q + 16, 128);
-    AMP__AMX_STEP4
-  }
-  if (q < kc) {   /* the last kc % 16 pairs, the rest of the strips zero */
-    uint32_t at[32 * 16], bt[16 * 32];
-    int n = kc - q, r;
-    memset(at, 0, sizeof at); memset(bt, 0, sizeof bt);
-    for (r = 0; r < 32; r++) memcpy(at + 16 * r, a + (size_t)r * kc + q, (size_t)n * 4);
-    memcpy(bt, b + (size_t)32 * q, (size_t)n * 128);
-    AMP__AMX_LOAD(4, at, 64); AMP__AMX_LOAD(5, at + 256, 64);
-    AMP__AMX_LOAD(6, bt, 128); AMP__AMX_LOAD(7, bt + 16, 128);
     AMP__AMX_STEP4
   }
   if (out && out->rows == 32 && out->cols == 32 && out->ct == AMP_F32 && out->alpha == 1.0f && out->beta == 0.0f &&
@@ -11694,14 +11685,14 @@ static AMP__T512 void amp__gemm_pack_rows_amx(float *dstf, int W, const void *x,
                                               int rows, int cols) {
   uint32_t *dst = (uint32_t *)(void *)dstf;
   const uint16_t *xh = (const uint16_t *)x;
-  int kq = (cols + 1) / 2, tot = (rows + W - 1) / W * W, r, q;
-  (void)t; (void)rs;
+  int kq = (cols + 1) / 2, kp = (kq + 15) / 16 * 16, tot = (rows + W - 1) / W * W, r, q;
+  (void)t;
   if (cs == 1) {   /* rows contiguous along k: each row copied */
     for (r = 0; r < tot; r++) {
-      uint16_t *d = (uint16_t *)(void *)(dst + (size_t)r * kq);
-      if (r >= rows) { memset(d, 0, (size_t)kq * 4); continue; }
+      uint16_t *d = (uint16_t *)(void *)(dst + (size_t)r * kp);
+      if (r >= rows) { memset(d, 0, (size_t)kp * 4); continue; }
       memcpy(d, xh + (size_t)r * rs, (size_t)cols * 2);
-      if (cols & 1) d[cols] = 0;
+      memset(d + cols, 0, (size_t)(2 * kp - cols) * 2);
     }
     return;
   }
@@ -11711,25 +11702,38 @@ static AMP__T512 void amp__gemm_pack_rows_amx(float *dstf, int W, const void *x,
                                         39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(kq));
+                                           _mm512_set1_epi32(kp));
     for (r = 0; r < tot; r += 32) {
       int nh = rows - r, n = nh < 0 ? 0 : nh < 32 ? nh : 32;
       __mmask32 m = amp__mask32((size_t)n);
-      uint32_t *d = dst + (size_t)r * kq;
-      for (q = 0; q < kq; q++) {
+      uint32_t *d = dst + (size_t)r * kp;
+      for (q = 0; q < kp; q++) {   /* past kq: zero pairs */
         const uint16_t *x0 = xh + (size_t)(2 * q) * cs + r;
-        __m512i v0 = _mm512_maskz_loadu_epi16(m, x0);
+        __m512i v0 = q < kq ? _mm512_maskz_loadu_epi16(m, x0) : _mm512_setzero_si512();
         __m512i v1 = 2 * q + 1 < cols ? _mm512_maskz_loadu_epi16(m, x0 + cs) : _mm512_setzero_si512();
         _mm512_i32scatter_epi32(d + q, idx, _mm512_permutex2var_epi16(v0, lo, v1), 4);
-        _mm512_i32scatter_epi32(d + (size_t)16 * kq + q, idx, _mm512_permutex2var_epi16(v0, hi, v1), 4);
+        _mm512_i32scatter_epi32(d + (size_t)16 * kp + q, idx, _mm512_permutex2var_epi16(v0, hi, v1), 4);
       }
     }
   }
 }
-/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked, A's packing */
+/* B's slivers for the AMX kernel: amp__gemm_pack_pairs' layout a sliver at a time, each sliver's
+   pairs padded with zero pairs to a multiple of 16 (kp of them: dst32[s*W*kp + q*W + r]). */
+static AMP__T512 void amp__gemm_pack_pairs_amx(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
+                                               int rows, int cols) {
+  int kq = (cols + 1) / 2, kp = (kq + 15) / 16 * 16, s;
+  for (s = 0; s * W < rows; s++) {
+    uint32_t *d = (uint32_t *)(void *)dstf + (size_t)s * W * kp;
+    amp__gemm_pack_pairs((float *)(void *)d, W, (const uint16_t *)x + (size_t)s * W * rs, t, rs, cs,
+                         rows - s * W < W ? rows - s * W : W, cols);
+    memset(d + (size_t)kq * W, 0, (size_t)(kp - kq) * W * 4);
+  }
+}
+/* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked, A's packing,
+   tile state, k padded to a multiple of (units) */
 static const amp__gemm_kernel amp__gemm_kernel_amx = {
-  amp__gemm_micro_amx, amp__gemm_pack_pairs, 32, 32, 256, 64, 512, 2, 1, NULL, NULL, NULL, amp__gemm_pack_rows_amx,
-  amp__gemm_tiles_amx};
+  amp__gemm_micro_amx, amp__gemm_pack_pairs_amx, 32, 32, 256, 64, 512, 2, 1, NULL, NULL, NULL, amp__gemm_pack_rows_amx,
+  amp__gemm_tiles_amx, 16};
 #endif
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -11771,7 +11775,7 @@ static void amp__gemm_micro_neon(int kc, const float *a, const float *b, float *
 }
 /* micro-kernel, packing, MR, NR, KC, MC, NC, k per packed unit, vector epilogue, B unpacked, A unpacked */
 static const amp__gemm_kernel amp__gemm_kernel_neon = {
-  amp__gemm_micro_neon, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_neon, amp__gemm_pack, 6, 16, 256, 96, 512, 1, 0, NULL, NULL, NULL, NULL, NULL, 1};
 
 /* ---- BFDOT for bf16 x bf16 on a CPU with FEAT_BF16 (Neoverse V1/V2 and Grace, Apple M2 and later) ----
    The kernel is compiled with the target attribute of +bf16 (GCC 10+, Clang 11+), so a plain -O2
@@ -11848,7 +11852,7 @@ static AMP__TBF16 void amp__gemm_micro_bfdot(int kc, const float *af, const floa
 #undef AMP__GN_BFROW
 #undef AMP__GN_BFD
 static const amp__gemm_kernel amp__gemm_kernel_bfdot = {
-  amp__gemm_micro_bfdot, amp__gemm_pack_pairs_c, 6, 16, 512, 96, 512, 2, 0, NULL, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_bfdot, amp__gemm_pack_pairs_c, 6, 16, 512, 96, 512, 2, 0, NULL, NULL, NULL, NULL, NULL, 1};
 
 /* ---- BFMMLA for bf16 x bf16: 8 x 8 tiles of 2 x 2 blocks ----
    BFMMLA Vd.4S, Vn.8H, Vm.8H adds the 2 x 4 bf16 matrix in Vn (rows 2i and 2i+1 of A, 4 k each)
@@ -11902,7 +11906,7 @@ static AMP__TBF16 void amp__gemm_micro_bfmmla(int kc, const float *af, const flo
 #undef AMP__GN_MM
 #undef AMP__GN_MD
 static const amp__gemm_kernel amp__gemm_kernel_bfmmla = {
-  amp__gemm_micro_bfmmla, amp__gemm_pack_quads_c, 8, 8, 512, 96, 512, 2, 0, NULL, NULL, NULL, NULL, NULL};
+  amp__gemm_micro_bfmmla, amp__gemm_pack_quads_c, 8, 8, 512, 96, 512, 2, 0, NULL, NULL, NULL, NULL, NULL, 1};
 
 /* Which of BFMMLA, BFDOT and the FMLA kernel (bf16 widened while packing) a bf16 product runs:
    an instruction does 32 flops (BFMMLA), 16 (BFDOT) or 8 (FMLA), so BFDOT pays where it issues at
@@ -12099,6 +12103,12 @@ static void *amp__gemm_ws_get(size_t bytes, int *kept) { *kept = 0; return AMP_M
 static void amp__gemm_ws_put(void *p, int kept) { (void)kept; AMP_FREE(p); }
 #endif
 
+/* The packed units of a slice kcb deep: elements or pairs, padded to the kernel's multiple. */
+static int amp__gemm_units(const amp__gemm_kernel *K, int kcb) {
+  int u = (kcb + K->kpair - 1) / K->kpair;
+  return (u + K->kmul - 1) / K->kmul * K->kmul;
+}
+
 /* The whole CPU product on checked arguments, in strides: op(A)(i,p) = A[i*ars + p*acs],
    op(B)(p,j) = B[p*brs + j*bcs], C(i,j) = C[i*crs + j*ccs]. */
 static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
@@ -12108,7 +12118,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
      f32 kernel, each input widened while packed */
   const amp__gemm_kernel *K = amp__gemm_pick(at == bt || (amp__dtype_is_fp8(at) && amp__dtype_is_fp8(bt)) ? at : AMP_F32,
                                              o->algo == AMP_GEMM_REFERENCE);
-  int mr = K->mr, nr = K->nr, kp = K->kpair, nth = 1, mc, nblk, chunk;
+  int mr = K->mr, nr = K->nr, nth = 1, mc, nblk, chunk;
   int nc_max = n < K->nc ? n : K->nc, kc_max = k < K->kc ? k : K->kc;
   size_t nc_pad = (size_t)(nc_max + nr - 1) / (size_t)nr * (size_t)nr;
   size_t nb, na, nacc;
@@ -12164,8 +12174,8 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   chunk = (int)(((size_t)1 << 20) / (nc_pad * (size_t)mc));
   if (chunk < nth) chunk = nth;
   if (chunk > nblk) chunk = nblk;
-  nb = (size_t)((kc_max + kp - 1) / kp) * nc_pad;
-  na = (size_t)mc * ((size_t)(kc_max + kp - 1) / (size_t)kp);
+  nb = (size_t)amp__gemm_units(K, kc_max) * nc_pad;
+  na = (size_t)mc * (size_t)amp__gemm_units(K, kc_max);
   nacc = (size_t)mc * nc_pad;
   na = (na + 15) / 16 * 16;   /* 64-byte multiples */
   mem = amp__gemm_ws_get((nb + (size_t)nth * na + (size_t)chunk * nacc) * sizeof(float) + 3 * 64, &kept);
@@ -12183,7 +12193,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
     for (b0 = 0; b0 < nblk; b0 += chunk) {
       int nbc = nblk - b0 < chunk ? nblk - b0 : chunk;
       for (pc = 0; pc < k; pc += K->kc) {
-        int kcb = k - pc < K->kc ? k - pc : K->kc, kcu = (kcb + kp - 1) / kp;
+        int kcb = k - pc < K->kc ? k - pc : K->kc, kcu = amp__gemm_units(K, kcb);
         /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
         if (!rb) K->pack(bp, nr, (const char *)B + ((size_t)jc * bcs + (size_t)pc * brs) * bsz, bt, bcs, brs, ncb, kcb);
 #ifdef _OPENMP
