@@ -11592,9 +11592,9 @@ static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
    hook, amp__gemm_tiles_amx: about 50 ns, which had cost a product with k = 64 a third of its
    time when done at every call), so that no thread holds tile state when amp_gemm returns (a
    caller that keeps a tile configuration of its own across the call loads it again). A whole f32
-   tile of C with alpha 1, beta 0 and no epilogue is stored by the tiles straight into C. Linux grants a process the tile state only on request
-   (arch_prctl ARCH_REQ_XCOMP_PERM, asked once: amp__gemm_amx); other systems, and a refusal, keep
-   the vdpbf16ps or FMA kernel. */
+   tile of C with alpha 1, beta 0 and no epilogue is stored by the tiles straight into C. Linux
+   grants a process the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, asked once:
+   amp__gemm_amx); other systems, and a refusal, keep the vdpbf16ps or FMA kernel. */
 #if defined(__linux__) && defined(__x86_64__)
 #define AMP__GEMM_AMX 1
 static int amp__gemm_amx_state = -1;   /* -1: not asked yet; 0: refused; 1: granted */
@@ -11630,8 +11630,7 @@ typedef struct amp__amx_cfg {
   unsigned char rows[16];
 } amp__amx_cfg;
 
-/* 32 x 32 tiles: a holds 32 rows of kc pairs (kc apart), b kc rows of 32 columns' pairs; out: the
-   tile's rows and columns of C to write (amp__gemm_put: 32-float rows, out->rows of them). */
+/* The kernel's tiles hook: every tile slot used 16 rows of 64 bytes (on), or the state released. */
 static void amp__gemm_tiles_amx(int on) {
   if (on) {
     amp__amx_cfg cfg;
@@ -11642,6 +11641,8 @@ static void amp__gemm_tiles_amx(int on) {
     AMP__AMX_CFG(&cfg);
   } else AMP__AMX_RELEASE();
 }
+/* 32 x 32 tiles: a holds 32 rows of kc pairs (kc apart), b kc rows of 32 columns' pairs; out: the
+   tile's rows and columns of C to write (amp__gemm_put: 32-float rows, out->rows of them). */
 static void amp__gemm_micro_amx(int kc, const float *af, const float *bf, float *tile, int acc,
                                 const amp__gemm_out *out) {
   const uint32_t *a = (const uint32_t *)(const void *)af, *b = (const uint32_t *)(const void *)bf;
@@ -11680,7 +11681,8 @@ static void amp__gemm_micro_amx(int kc, const float *af, const float *bf, float 
 
 /* A's slivers for the AMX kernel (bf16): word q of row r is a(r, 2q) | a(r, 2q+1) << 16 (the
    element past an odd `cols` is 0; rows past `rows`, up to the sliver's W, are 0), stored
-   dst32[(s*W + r)*kq + q], kq = ceil(cols / 2). */
+   dst32[(s*W + r)*kp + q], kp = ceil(cols / 2) rounded up to a multiple of 16 (zero pairs past
+   the last). */
 static AMP__T512 void amp__gemm_pack_rows_amx(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
                                               int rows, int cols) {
   uint32_t *dst = (uint32_t *)(void *)dstf;
@@ -11995,11 +11997,11 @@ static int amp__gemm_dpbf16(void) {
 static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
 #ifdef AMP__GEMM_FAST
   if (!reference) {
-    int isa = amp__gemm_isa();
+    int isa = amp__gemm_isa(), bf16 = in == AMP_BF16;
 #ifdef AMP__GEMM_AMX
-    if ((isa & AMP__GEMM_ISA_AMX) && in == AMP_BF16 && amp__gemm_amx()) return &amp__gemm_kernel_amx;
+    if (bf16 && amp__gemm_amx()) return &amp__gemm_kernel_amx;   /* (amp__gemm_amx asks the ISA) */
 #endif
-    if ((isa & AMP__GEMM_ISA_BF16) && (in == AMP_BF16 || amp__dtype_is_fp8(in)) && amp__gemm_dpbf16())
+    if ((isa & AMP__GEMM_ISA_BF16) && (bf16 || amp__dtype_is_fp8(in)) && amp__gemm_dpbf16())
       return &amp__gemm_kernel_bf16;   /* fp8 widened to bf16 while packed (amp__gemm_pack_pairs_fp8) */
     if (isa & AMP__GEMM_ISA_512) return &amp__gemm_kernel_512;
     if (isa & AMP__GEMM_ISA_FMA) return &amp__gemm_kernel_fma;
