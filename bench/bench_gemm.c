@@ -403,14 +403,15 @@ int main(void) {
 #if defined(AMP__GEMM_FAST) || defined(AMP__GEMM_BFDOT)
     for (ko = 0; ko < 2 && other[ko]; ko++) {   /* the bf16 kernels the calibration did not choose, forced */
       double ob;
-      amp__gemm_dpbf16_forced = other_v[ko];
 #ifdef AMP__GEMM_FAST
-      amp__gemm_isa_allowed = 7;   /* no AMX */
+      int isa_was = amp__gemm_isa_allowed;
+      amp__gemm_isa_allowed = isa_was & ~AMP__GEMM_ISA_AMX;   /* no AMX */
 #endif
+      amp__gemm_dpbf16_forced = other_v[ko];
       ob = gflops(s, time_call(ours, s, ah, bh, c, AMP_BF16));
       amp__gemm_dpbf16_forced = -1;
 #ifdef AMP__GEMM_FAST
-      amp__gemm_isa_allowed = 15;
+      amp__gemm_isa_allowed = isa_was;
 #endif
       snprintf(name, sizeof name, "gemm_bf16_%s_%s_%dx%dx%d_vs_ours_bf16", other[ko], s->name, s->m, s->n, s->k);
       bench_line(name, ob, obf, other_v[ko] == 2 ? "GFLOP/s (BFMMLA forced; not chosen here)"

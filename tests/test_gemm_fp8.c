@@ -508,10 +508,11 @@ static void fast_accum_leaves_the_cpu_unchanged(void) {
    8 x 32 kernel): the same checks, through it. */
 static void the_avx2_fma_kernel_too(void) {
 #ifdef AMP__GEMM_FAST
+  int isa_was = amp__gemm_isa_allowed;
   amp__gemm_isa_allowed = AMP__GEMM_ISA_FMA;
   per_tensor_every_layout_reference_bits_and_fast_bound();
   block_scaled_reference_bits_and_fast_bound();
-  amp__gemm_isa_allowed = 15;
+  amp__gemm_isa_allowed = isa_was;
 #endif
 }
 
