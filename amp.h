@@ -10649,6 +10649,7 @@ typedef struct amp__gemm_out {
   const float *bias;
   int act;
   int bf16_hw;   /* bf16 C rounded by vcvtne2ps2bf16 (AVX512_BF16 CPUs), see amp__gemm_put_bf16 */
+  int plain;     /* C = acc exactly: a whole tile may be stored straight from the kernel's registers */
 } amp__gemm_out;
 
 /* kc: the depth of the slice in packed units (elements, or pairs for the bf16 kernel). out NULL:
@@ -10976,32 +10977,49 @@ AMP__INLINE AMP__FMA2 void amp__gemm_prefetch_col(const char *xc, size_t cs, siz
    load may read rows of the next sliver, never past X's last row); a row contiguous: the 8 x 8
    transposes (B's slivers; A's rows are read in place, amp__gemm_micro_fma_ra); other strides:
    amp__gemm_pack. */
+/* The rs 1 case: columns front to back, each read once, in order, into every sliver; 8 rows a
+   load by LD (the type's own 8-lane load, chosen once per call: with amp__gemm_ld8's test of the
+   type at every load, this loop took a quarter of the demo's 64 x 256 x 784 product), a short
+   group (X's last rows) through amp__gemm_ld8. */
+#define AMP__GEMM_PACK_COLS_(LD) \
+  for (c = 0; c < cols; c++) { \
+    const char *xc = (const char *)x + (size_t)c * cs * es; \
+    amp__gemm_prefetch_col(xc, cs, es, c, cols, rows); \
+    for (s = 0; s < whole; s++)   /* slivers of whole 8-row groups: plain loads and stores */ \
+      for (rr = 0; rr < W; rr += 8) \
+        _mm256_storeu_ps(dst + (size_t)s * W * cols + (size_t)c * W + rr, LD(xc + (size_t)(s * W + rr) * es)); \
+    for (; s < ns; s++) { \
+      float *d = dst + (size_t)s * W * cols + (size_t)c * W; \
+      int h = rows - s * W;   /* the rows from this sliver's first to X's last */ \
+      for (rr = 0; rr < W; rr += 8) { \
+        int nw = W - rr < 8 ? W - rr : 8, nl = h - rr < 8 ? h - rr : 8; \
+        const char *xr = xc + (size_t)(s * W + rr) * es; \
+        __m256 v = nl == 8 ? LD(xr) : nl > 0 ? amp__gemm_ld8(xr, t, nl) : _mm256_setzero_ps(); \
+        if (nw == 8) { _mm256_storeu_ps(d + rr, v); continue; } \
+        _mm256_storeu_ps(tmp, v); \
+        memcpy(d + rr, tmp, (size_t)nw * sizeof(float)); \
+      } \
+    } \
+  }
+#define AMP__GEMM_LD8_FP8_(q) amp__fp8_dec8((const amp_fp8 *)(const void *)(q), e5m2)
 static AMP__FMA2 void amp__gemm_pack_fma(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
                                          int cols) {
   size_t es = amp_dtype_size(t);
   int s, c, rr, ns = (rows + W - 1) / W;
-  if (rs == 1) {   /* columns front to back, each read once, in order, into every sliver */
+  if (rs == 1) {
     float tmp[8];
-    for (c = 0; c < cols; c++) {
-      const char *xc = (const char *)x + (size_t)c * cs * es;
-      amp__gemm_prefetch_col(xc, cs, es, c, cols, rows);
-      for (s = 0; s < ns; s++) {
-        float *d = dst + (size_t)s * W * cols + (size_t)c * W;
-        int h = rows - s * W;   /* the rows from this sliver's first to X's last */
-        for (rr = 0; rr < W; rr += 8) {
-          int nw = W - rr < 8 ? W - rr : 8, nl = h - rr < 8 ? h - rr : 8;
-          __m256 v = nl > 0 ? amp__gemm_ld8(xc + (size_t)(s * W + rr) * es, t, nl) : _mm256_setzero_ps();
-          if (nw == 8) { _mm256_storeu_ps(d + rr, v); continue; }
-          _mm256_storeu_ps(tmp, v);
-          memcpy(d + rr, tmp, (size_t)nw * sizeof(float));
-        }
-      }
-    }
+    int e5m2 = amp__dtype_fp8(t), whole = W % 8 ? 0 : rows / W;
+    if (e5m2 >= 0) { AMP__GEMM_PACK_COLS_(AMP__GEMM_LD8_FP8_) return; }
+#define AMP__V_(E, N, T, S) { AMP__GEMM_PACK_COLS_(amp__ld8_##N) } return;
+    AMP__DTYPE_VSWITCH(t, AMP__V_)
+#undef AMP__V_
     return;
   }
   if (cs == 1 && W % 8 == 0) { amp__gemm_pack_tr8(dst, W, x, t, rs, rows, cols); return; }
   amp__gemm_pack(dst, W, x, t, rs, cs, rows, cols);
 }
+#undef AMP__GEMM_LD8_FP8_
+#undef AMP__GEMM_PACK_COLS_
 
 /* rows x cols of x (row r at x + r*rs elements, contiguous along the columns) widened exactly to
    f32 rows cols apart, by amp_convert (the FMA kernel's A of another type than f32, which
@@ -11073,7 +11091,14 @@ AMP__EXACT_END
     x = _mm256_broadcast_ss(AT(4)); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);            \
     x = _mm256_broadcast_ss(AT(5)); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);            \
   }                                                                                                                  \
-  {                                                                                                                  \
+  if (out && out->plain && out->rows == 6 && out->cols == 16) {   /* C = acc: straight from the registers */     \
+    float *c0 = (float *)out->c;                                                                                     \
+    size_t l = out->ldc;                                                                                             \
+    _mm256_storeu_ps(c0, c00); _mm256_storeu_ps(c0 + 8, c01); _mm256_storeu_ps(c0 + l, c10);                         \
+    _mm256_storeu_ps(c0 + l + 8, c11); _mm256_storeu_ps(c0 + 2 * l, c20); _mm256_storeu_ps(c0 + 2 * l + 8, c21);     \
+    _mm256_storeu_ps(c0 + 3 * l, c30); _mm256_storeu_ps(c0 + 3 * l + 8, c31); _mm256_storeu_ps(c0 + 4 * l, c40);     \
+    _mm256_storeu_ps(c0 + 4 * l + 8, c41); _mm256_storeu_ps(c0 + 5 * l, c50); _mm256_storeu_ps(c0 + 5 * l + 8, c51); \
+  } else {                                                                                                           \
     float buf[96] __attribute__((aligned(32))), *to = out ? buf : tile;                                              \
     _mm256_store_ps(to + 0, c00); _mm256_store_ps(to + 8, c01); _mm256_store_ps(to + 16, c10);                       \
     _mm256_store_ps(to + 24, c11); _mm256_store_ps(to + 32, c20); _mm256_store_ps(to + 40, c21);                     \
@@ -11657,8 +11682,7 @@ static void amp__gemm_micro_amx(int kc, const float *af, const float *bf, float 
     AMP__AMX_LOAD(6, b + (size_t)32 * q, 128); AMP__AMX_LOAD(7, b + (size_t)32 * q + 16, 128);
     AMP__AMX_STEP4
   }
-  if (out && out->rows == 32 && out->cols == 32 && out->ct == AMP_F32 && out->alpha == 1.0f && out->beta == 0.0f &&
-      !out->bias && out->act == AMP_ACT_NONE) {
+  if (out && out->plain && out->rows == 32 && out->cols == 32) {
     /* a whole tile of an f32 C = 1 * acc: the epilogue's bits are acc's (1 * x is x; the tile unit
        writes no subnormal, so a denormals-are-zero FPU would change nothing), stored by the tiles */
     float *c = (float *)out->c;
@@ -12144,8 +12168,13 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
   const int a32 = at == AMP_F32;   /* with ra: an f32 A read in place, another type widened row by row */
   int bf16_hw = 0;
+  /* C = acc exactly: an f32 C, alpha 1, beta 0, no bias or activation (1 * acc is acc), and on x86
+     not under denormals-are-zero alone (MXCSR DAZ without FTZ, where 1 * acc would flush an acc
+     the FMAs left subnormal) */
+  int plain = ct == AMP_F32 && alpha == 1.0f && beta == 0.0f && !o->bias && o->act == AMP_ACT_NONE;
 #ifdef AMP__GEMM_FAST
   bf16_hw = direct && ct == AMP_BF16 && (amp__gemm_isa() & AMP__GEMM_ISA_BF16);
+  if ((_mm_getcsr() & 0x8040u) == 0x40u) plain = 0;
 #endif
   if (k == 0 || alpha == 0.0f) {   /* BLAS: C = beta * C without reading A or B */
     int i, j, has_bias = o->bias != NULL;
@@ -12239,6 +12268,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                 out.bias = o->bias ? br + tc * nr : NULL;
                 out.act = (int)o->act;
                 out.bf16_hw = bf16_hw;
+                out.plain = plain;
                 K->micro_rb(kcu, ap + (size_t)tr * mr * kcu, bs + (size_t)tc * nr, brs, w, tile, pc > 0, &out);
               }
             if (pc + K->kc >= k && !direct)
@@ -12263,6 +12293,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                 out.bias = o->bias ? br + tc * nr : NULL;
                 out.act = (int)o->act;
                 out.bf16_hw = bf16_hw;
+                out.plain = plain;
                 amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
                                bp + (size_t)tc * nr * kcu, acc + ((size_t)tr * tiles_n + tc) * mr * nr, pc > 0, &out);
               }

@@ -3,6 +3,9 @@
 #include "amp.h"
 #include "test.h"
 #include <float.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>   /* _mm_getcsr / _mm_setcsr: the FPU's denormals-are-zero mode */
+#endif
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -331,6 +334,39 @@ static void gemm_fast_epilogue_is_the_scalar_epilogue_bit_for_bit(void) {
   }
   set_level(LV_CPU);
   printf("  %d products compared\n", cases);
+}
+
+/* The fast kernels store a whole tile of an f32 C with alpha 1, beta 0 and no epilogue straight
+   from their registers (1 * acc is acc), except where the FPU reads subnormals as 0 without
+   flushing results (MXCSR's DAZ without FTZ): there 1 * acc is 0 for an acc the FMAs left
+   subnormal, and the stored tile must say so too. k = 1, each product 2^-140 (a subnormal), whole
+   tiles of every kernel's shape: C is 1 * 2^-140 as this FPU computes it, at every level. */
+static void gemm_plain_tiles_keep_the_epilogue_bits_under_denormals_are_zero(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  enum { M = 32, N = 64 };
+  static float a[M], b[N], c[M * N];
+  volatile float one = 1.0f, tiny = 0x1p-140f;
+  unsigned csr = _mm_getcsr();
+  int lv[6], nl = levels(lv), li, i;
+  for (i = 0; i < M; i++) a[i] = 0x1p-70f;
+  for (i = 0; i < N; i++) b[i] = 0x1p-70f;
+  for (li = 0; li < nl; li++) {
+    float want;
+    int bad = 0;
+    set_level(lv[li]);
+    _mm_setcsr((csr & ~0x8000u) | 0x40u);   /* DAZ on, FTZ off */
+    want = one * tiny;
+    EXPECT(amp_gemm(amp_cpu(), AMP_ROW_MAJOR, AMP_NO_TRANS, AMP_NO_TRANS, M, N, 1, one, a, AMP_F32, 1, b, AMP_F32, N, 0.0f,
+                    c, AMP_F32, N) == AMP_OK, "%s", amp_last_error());
+    _mm_setcsr(csr);
+    for (i = 0; i < M * N && !bad; i++)
+      if (amp__f32_bits(c[i]) != amp__f32_bits(want)) {
+        bad = 1;
+        EXPECT(0, "%s, DAZ without FTZ: C(%d,%d) = %a, 1 * 2^-140 here is %a", level_name(lv[li]), i / N, i % N, c[i], want);
+      }
+  }
+  set_level(LV_CPU);
+#endif
 }
 
 /* Every kernel the CPU runs (each level, the reference last) stays within the documented bound of
@@ -1038,6 +1074,7 @@ int main(void) {
   RUN(gemm_reference_equals_plain_loop_bit_for_bit);
   RUN(gemm_fast_default_is_an_fma_chain_in_order_bit_for_bit);
   RUN(gemm_fast_epilogue_is_the_scalar_epilogue_bit_for_bit);
+  RUN(gemm_plain_tiles_keep_the_epilogue_bits_under_denormals_are_zero);
   RUN(gemm_every_cpu_kernel_stays_within_the_documented_bound);
   RUN(gemm_narrow_c_is_the_f32_c_rounded_once);
   RUN(gemm_a_read_in_place_equals_packed_a_bit_for_bit);
