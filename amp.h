@@ -12166,7 +12166,10 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   /* an op(A) with rows contiguous along k (row-major A, or col-major transposed): not packed for
      the kernels that can (AVX-512, AVX2): f32 read in place, other types widened row by row first */
   int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
-  const int a32 = at == AMP_F32;   /* with ra: an f32 A read in place, another type widened row by row */
+  /* with ra: an f32 A read in place, another type widened row by row; an f32 A whose rows are a
+     multiple of 4 KiB apart copied row by row too (the rows one kernel call reads would share
+     their L1 sets, with B's sliver: 1024^3 and 2048^3 8-9% faster copied on a Zen 3 core) */
+  const int a32 = at == AMP_F32 && ars % 1024 != 0;
   int bf16_hw = 0;
   /* C = acc exactly: an f32 C, alpha 1, beta 0, no bias or activation (1 * acc is acc), and on x86
      not under denormals-are-zero alone (MXCSR DAZ without FTZ, where 1 * acc would flush an acc

@@ -437,16 +437,18 @@ static void gemm_narrow_c_is_the_f32_c_rounded_once(void) {
    first); with A packed (amp__gemm_ra_ok 0) the same FMAs
    get the same operands: the same bits, for every input and output type, with the epilogue,
    shapes with edges (rows past A's end in the last tile), both layouts and a leading dimension
-   above the minimum. (bf16 x bf16 runs the widened kernel here, forced.) */
+   above the minimum (once a multiple of 1024 elements: an f32 A copied row by row, not read in
+   place). (bf16 x bf16 runs the widened kernel here, forced.) */
 static void gemm_a_read_in_place_equals_packed_a_bit_for_bit(void) {
 #ifdef AMP__GEMM_FAST
-  static const int shapes[][3] = {{64, 128, 256}, {13, 70, 300}, {130, 33, 17}, {1, 1, 1}};
+  /* the last: A's leading dimension 1021 + 3 = 1024 row-major, where an f32 A is copied row by row */
+  static const int shapes[][3] = {{64, 128, 256}, {13, 70, 300}, {130, 33, 17}, {1, 1, 1}, {14, 40, 1021}};
   int lv[6], nl = levels(lv), li, s, oi, L, ii, bad = 0, cases = 0;
   for (li = 0; li < nl; li++) {
   if (!(lv[li] & 1) || (lv[li] & LV_DOT)) continue;   /* the FMA kernels (AVX-512, AVX2) */
   set_level(lv[li]);
   for (ii = 0; ii < 3; ii++)
-  for (s = 0; s < 4; s++) for (oi = 0; oi < 3 && !bad; oi++) for (L = 0; L < 2 && !bad; L++) {
+  for (s = 0; s < 5; s++) for (oi = 0; oi < 3 && !bad; oi++) for (L = 0; L < 2 && !bad; L++) {
     int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], i;
     amp_dtype out = (amp_dtype)oi, in = (amp_dtype)ii;
     amp_trans ta = L ? AMP_TRANS : AMP_NO_TRANS;   /* rows of op(A) contiguous in both layouts */
