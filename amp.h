@@ -10973,13 +10973,7 @@ AMP__INLINE AMP__FMA2 void amp__gemm_prefetch_col(const char *xc, size_t cs, siz
   for (o = 0; o < (size_t)rows * es; o += 64) _mm_prefetch(xc + (size_t)4 * cs * es + o, _MM_HINT_T0);
 }
 
-/* amp__gemm_pack's layout for the FMA kernel (W 6 for A's slivers, 16 for B's), with AVX2 loads
-   and conversions (the same values: every conversion to f32 is exact). A column of X contiguous
-   (rs 1: a row-major B, a transposed A): each sliver's part of each column, 8 rows a load (a
-   load may read rows of the next sliver, never past X's last row); a row contiguous: the 8 x 8
-   transposes (B's slivers; A's rows are read in place, amp__gemm_micro_fma_ra); other strides:
-   amp__gemm_pack. */
-/* The rs 1 case: columns front to back, each read once, in order, into every sliver; 8 rows a
+/* amp__gemm_pack_fma's rs 1 case: columns front to back, each read once, in order, into every sliver; 8 rows a
    load by LD (the type's own 8-lane load, chosen once per call: with amp__gemm_ld8's test of the
    type at every load, this loop took a quarter of the demo's 64 x 256 x 784 product), a short
    group (X's last rows) through amp__gemm_ld8. */
@@ -11004,6 +10998,12 @@ AMP__INLINE AMP__FMA2 void amp__gemm_prefetch_col(const char *xc, size_t cs, siz
     } \
   }
 #define AMP__GEMM_LD8_FP8_(q) amp__fp8_dec8((const amp_fp8 *)(const void *)(q), e5m2)
+/* amp__gemm_pack's layout for the FMA kernel (W 6 for A's slivers, 16 for B's), with AVX2 loads
+   and conversions (the same values: every conversion to f32 is exact). A column of X contiguous
+   (rs 1: a row-major B, a transposed A): each sliver's part of each column, 8 rows a load (a
+   load may read rows of the next sliver, never past X's last row); a row contiguous: the 8 x 8
+   transposes (B's slivers; A's rows are read in place, amp__gemm_micro_fma_ra); other strides:
+   amp__gemm_pack. */
 static AMP__FMA2 void amp__gemm_pack_fma(float *dst, int W, const void *x, amp_dtype t, size_t rs, size_t cs, int rows,
                                          int cols) {
   size_t es = amp_dtype_size(t);
@@ -12170,7 +12170,7 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
   /* with ra: an f32 A read in place, another type widened row by row; an f32 A whose rows are a
      multiple of 4 KiB apart copied row by row too (the rows one kernel call reads would share
-     their L1 sets, with B's sliver: 1024^3 and 2048^3 8-9% faster copied on a Zen 3 core) */
+     their L1 sets, with B's sliver: 1024^3 and 2048^3 3-9% faster copied on a Zen 3 core) */
   const int a32 = at == AMP_F32 && ars % 1024 != 0;
   int bf16_hw = 0;
   /* C = acc exactly: an f32 C, alpha 1, beta 0, no bias or activation (1 * acc is acc), and on x86
