@@ -12,8 +12,9 @@
 #      -march=armv8.6-a, for BFCVTN) and for armhf (gcc -O2, 32-bit ARM) and run under qemu-user
 #      where those tools are installed (each file's builds in order);
 #   4. amp_kernels.cu compiled with nvcc (the Makefile's NVCC_FLAGS: sm_80 and sm_90 SASS, compute_90
-#      PTX, warnings as errors), every tests/cuda_*.c linked against it and run (they report
-#      "skipped" where no GPU is present; with AMP_REQUIRE_GPU=1 each such skip is a failure);
+#      PTX, warnings as errors; where no GPU can run it, sm_80 as PTX only), every tests/cuda_*.c
+#      linked against it and run (they report "skipped" where no GPU is present; with
+#      AMP_REQUIRE_GPU=1 each such skip is a failure);
 #   5. the libFuzzer targets in tests/fuzz/ for a bounded time each;
 #   6. tests/examples.sh, when present (the examples, run and their claims checked);
 #   7. the numbered examples cross-built for AArch64 (gcc -O2 and clang -O2) and armhf (gcc -O2),
@@ -268,18 +269,42 @@ part_cuda() {
   echo "== CUDA $(at)"
   if [ -x "$NVCC" ] || command -v "$NVCC" >/dev/null 2>&1; then
     [ -n "$NVCC_FLAGS" ] || fail "make -s print-nvcc-flags printed nothing"
+    # Where no GPU can run the kernels (no nvidia-smi listing one, AMP_REQUIRE_GPU unset), sm_80 is
+    # compiled to PTX only: every line still goes through the compiler for compute_80 with the
+    # warnings as errors, and ptxas still builds sm_90's SASS of every kernel, but sm_80's ptxas
+    # (the longest step of the build: 144 s of one core) runs only where a GPU is (gpu-check).
+    plain_flags=$NVCC_FLAGS; plain_what=$NVCC_FLAGS
+    nccl_flags=$NVCC_FLAGS; nccl_what="NCCL from $NCCL_HOME"
+    if [ "${AMP_REQUIRE_GPU:-0}" != 1 ] && ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+      gen_off=$(echo "$NVCC_FLAGS" | sed 's/-gencode [^ ]*//g')
+      plain_flags="$gen_off -gencode arch=compute_80,code=compute_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
+      plain_what="$plain_flags; no GPU here: sm_80 as PTX only"
+      # The -DAMP_NCCL build: the device code only as compute_90 PTX: the same compile of every
+      # line with the warnings as errors, and the link (the kernels' SASS is the plain build's).
+      nccl_flags="$gen_off -gencode arch=compute_90,code=compute_90"
+      nccl_what="$nccl_what; no GPU here: compute_90 PTX only"
+    fi
     # AMP_KERNELS_O: an amp_kernels.o that make built just before with the same flags (make
-    # gpu-check's first step), copied rather than compiled again where it is newer than its sources
+    # gpu-check's first step), copied rather than compiled again where it is newer than its sources.
+    # Compiled here, nvcc keeps its compute_90 PTX (--keep) for the two checks below, which read it
+    # (the same text as nvcc -arch=compute_90 -ptx gives: one front-end pass fewer).
+    rm -rf "$B/nvcc-keep"; rm -f "$B/amp_kernels.ptx"
     if if fresh "${AMP_KERNELS_O:-}"; then
          check "nvcc: amp_kernels.cu ($NVCC_FLAGS; make's $AMP_KERNELS_O)" cp "$AMP_KERNELS_O" "$B/amp_kernels.o"
        else
-         check "nvcc: amp_kernels.cu ($NVCC_FLAGS)" "$NVCC" $NVCC_FLAGS -I. -c amp_kernels.cu -o "$B/amp_kernels.o"
+         mkdir -p "$B/nvcc-keep" &&
+         check "nvcc: amp_kernels.cu ($plain_what)" "$NVCC" $plain_flags --keep --keep-dir "$B/nvcc-keep" -I. \
+           -c amp_kernels.cu -o "$B/amp_kernels.o"
        fi; then
+      if [ -f "$B/nvcc-keep/amp_kernels.compute_90.ptx" ]; then
+        mv "$B/nvcc-keep/amp_kernels.compute_90.ptx" "$B/amp_kernels.ptx"
+      fi
+      rm -rf "$B/nvcc-keep"
       # nvcc fuses a * b + c into an FMA by default: the element functions use the _rn intrinsics so
       # that every loop of the step and unscale kernels rounds as the CPU does. Their PTX must hold
       # no f32 FMA (an FMA there is a product some code left to the compiler).
       check "nvcc: the step and unscale kernels' PTX holds no contracted f32 FMA" sh -c '
-        "$1" -O3 -std=c++17 -arch=compute_90 -ptx -I. amp_kernels.cu -o "$2/amp_kernels.ptx" || exit 1
+        [ -f "$2/amp_kernels.ptx" ] || "$1" -O3 -std=c++17 -arch=compute_90 -ptx -I. amp_kernels.cu -o "$2/amp_kernels.ptx" || exit 1
         awk "/^[.a-z ]*\\.entry /{ on = /amp__cu_step_kernel|amp__cu_unscale_kernel/; if (on) k++ }
              on && /fma\\.rn\\.f32/ { n++ } END { print k \" kernels, \" n + 0 \" f32 FMA\"; exit !(k >= 2 && n == 0) }" \
           "$2/amp_kernels.ptx"' _ "$NVCC" "$B"
@@ -295,15 +320,6 @@ part_cuda() {
           awk "/Compiling entry function/ { k++ } /Used [0-9]+ registers/ { r = \$5; if (r + 0 > 64) bad++; if (r + 0 > top) top = r + 0 }
                /bytes stack frame/ && \$1 + 0 > 0 { bad++; stack = \$1 }
                END { print k \" kernels, at most \" top \" registers, stack \" stack + 0; exit !(k >= 4 && !bad) }"' _ "$NVCC" "$B"
-      # The -DAMP_NCCL build: where no GPU can run it (no nvidia-smi listing one, AMP_REQUIRE_GPU
-      # unset), the device code only as compute_90 PTX: the same compile of every line with the
-      # warnings as errors, and the link, without the two SASS builds (the kernels' SASS is the
-      # plain build's).
-      nccl_flags=$NVCC_FLAGS; nccl_what="NCCL from $NCCL_HOME"
-      if [ "${AMP_REQUIRE_GPU:-0}" != 1 ] && ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
-        nccl_flags="$(echo "$NVCC_FLAGS" | sed 's/-gencode [^ ]*//g') -gencode arch=compute_90,code=compute_90"
-        nccl_what="$nccl_what; no GPU here: compute_90 PTX only"
-      fi
       for src in tests/cuda_*.c; do
         [ -e "$src" ] || continue
         name=$(basename "$src" .c)
