@@ -555,7 +555,9 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
      grads, round_to, products, the scaler's buffers, the policy's low type; 0: a storage format
      that amp_convert casts to and from, refused everywhere else by name: fp8 for now), fp8
      encoding (-1: not an fp8 format; else the e5m2 argument of the fp8 encoders and decoders:
-     0 E4M3, 1 E5M2).
+     0 E4M3, 1 E5M2), f32's top half (1: the format is the upper 16 bits of an f32, bf16: the one
+     a model copy rounds to stochastically, by adding 16 random bits below it, and the one the
+     split and absent masters keep, the split's remainder being the lower 16 bits).
    To add a format: append a row (the enum value is its position: never reorder, checkpoints hold
    it) and write its element functions amp__ld_N / amp__st_N and bulk loops (AMP__DT_BULK_LOOPS(N)
    writes those from the element functions). With CPU column 1, also its vector loads/stores
@@ -564,11 +566,11 @@ typedef uint16_t amp_bf16;  /* bfloat16 bits: the upper half of an IEEE binary32
    (amp__cu_elem from the C type column).
    Nothing else names a format's size or values. */
 #define AMP__DTYPES(X, A) \
-  X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,     ncclFloat,    1, -1) /* 2^-126 */ \
-  X(A, AMP_F16,  f16,  amp_f16,  2, 0x477fe000u, 0x38800000u, 1, 1, CUDA_R_16F,     ncclHalf,     1, -1) /* 65504, 2^-14 */ \
-  X(A, AMP_BF16, bf16, amp_bf16, 2, 0x7f7f0000u, 0x00800000u, 1, 1, CUDA_R_16BF,    ncclBfloat16, 1, -1) /* 2^-126 */ \
-  X(A, AMP_E4M3, e4m3, amp_fp8,  1, 0x43e00000u, 0x3c800000u, 0, 0, CUDA_R_8F_E4M3, ncclUint8,    0,  0) /* 448, 2^-6 */ \
-  X(A, AMP_E5M2, e5m2, amp_fp8,  1, 0x47600000u, 0x38800000u, 0, 0, CUDA_R_8F_E5M2, ncclUint8,    0,  1) /* 57344, 2^-14 */
+  X(A, AMP_F32,  f32,  float,    4, 0x7f7fffffu, 0x00800000u, 1, 1, CUDA_R_32F,     ncclFloat,    1, -1, 0) /* 2^-126 */ \
+  X(A, AMP_F16,  f16,  amp_f16,  2, 0x477fe000u, 0x38800000u, 1, 1, CUDA_R_16F,     ncclHalf,     1, -1, 0) /* 65504, 2^-14 */ \
+  X(A, AMP_BF16, bf16, amp_bf16, 2, 0x7f7f0000u, 0x00800000u, 1, 1, CUDA_R_16BF,    ncclBfloat16, 1, -1, 1) /* 2^-126 */ \
+  X(A, AMP_E4M3, e4m3, amp_fp8,  1, 0x43e00000u, 0x3c800000u, 0, 0, CUDA_R_8F_E4M3, ncclUint8,    0,  0, 0) /* 448, 2^-6 */ \
+  X(A, AMP_E5M2, e5m2, amp_fp8,  1, 0x47600000u, 0x38800000u, 0, 0, CUDA_R_8F_E5M2, ncclUint8,    0,  1, 0) /* 57344, 2^-14 */
 #define AMP__DT_ENUM_(A, E, ...) E,
 #define AMP__DT_COUNT_(A, E, ...) + 1
 /* AMP_F32 = 0, AMP_F16, AMP_BF16, AMP_E4M3, AMP_E5M2 (fp8: see FP8 FORMATS). AMP_GRAD_F32 is no
@@ -2230,6 +2232,15 @@ static inline AMP_HD uint32_t amp__dtype_min_normal_bits(amp_dtype t) {
 #undef AMP__MN_
   return 0u;
 }
+/* 1 where format t is an f32's top half (the AMP__DTYPES column: bf16), 0 for any other value: the
+   rule for a stochastic model copy and for the split and absent masters, which the CPU's checks,
+   the CUDA checks and the step kernel read. */
+static inline AMP_HD int amp__dtype_f32_top(amp_dtype t) {
+#define AMP__TOP_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP, F8, TOP) case E: return TOP;
+  switch (t) { AMP__DTYPES(AMP__TOP_, ~) default: break; }
+#undef AMP__TOP_
+  return 0;
+}
 
 /* The state a fresh scaler starts from: hysteresis counts full (N for the refill flavours, 0
    overflows seen for CONSECUTIVE), tracker 0 (-1 with late_growth, DeepSpeed's
@@ -3098,7 +3109,7 @@ static inline AMP_HD float amp__gemm_epi(float t, int has_bias, float bias, int 
    loop and the CUDA kernels share ---- */
 
 /* 1 for an fp8 format (the AMP__DTYPES fp8 column is 0 or 1), 0 for any other value. */
-#define AMP__DT_IS8_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP, F8) case E: return F8 >= 0;
+#define AMP__DT_IS8_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP, F8, TOP) case E: return F8 >= 0;
 static inline AMP_HD int amp__dtype_is_fp8(amp_dtype t) {
   switch (t) { AMP__DTYPES(AMP__DT_IS8_, ~) default: break; }
   return 0;
@@ -3389,7 +3400,7 @@ typedef struct amp__dtype_traits {
   int compute;                        /* a type to compute and step in (else a storage format) */
   int fp8;                            /* -1 not fp8; else the fp8 encoders' e5m2 argument */
 } amp__dtype_traits;
-#define AMP__DT_ROW_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP, F8) {#E, S, MX, MN, CV, GV, CMP, F8},
+#define AMP__DT_ROW_(A, E, N, T, S, MX, MN, CV, GV, CR, NT, CMP, F8, TOP) {#E, S, MX, MN, CV, GV, CMP, F8},
 static const amp__dtype_traits amp__dtype_table[] = { AMP__DTYPES(AMP__DT_ROW_, ~) };
 #undef AMP__DT_ROW_
 /* Row t, or NULL for a value that is not a format. */
@@ -8212,12 +8223,12 @@ static amp_status amp__o_add(const char *fn, amp_optimizer *o, const amp_tensor_
   if (t->master_mode != AMP_MASTER_F32 && t->master_mode != AMP_MASTER_SPLIT && t->master_mode != AMP_MASTER_NONE)
     return amp__fail(AMP_ERR_ARG, "%s: master_mode %d is not AMP_MASTER_F32, AMP_MASTER_SPLIT or AMP_MASTER_NONE", fn,
                      t->master_mode);
-  if (t->stochastic && t->dtype != AMP_BF16)
+  if (t->stochastic && !amp__dtype_f32_top(t->dtype))
     return amp__fail(AMP_ERR_ARG, "%s: stochastic %d needs a bf16 model copy (dtype AMP_BF16); dtype is %s", fn,
                      t->stochastic, amp__dtype_name(t->dtype));
   if (t->master_mode != AMP_MASTER_F32) {
     const char *mode = amp__master_mode_name(t->master_mode);
-    if (t->dtype != AMP_BF16)
+    if (!amp__dtype_f32_top(t->dtype))
       return amp__fail(AMP_ERR_ARG, "%s: master_mode %s needs a bf16 model copy (dtype AMP_BF16); dtype is %s "
                        "(use AMP_MASTER_F32)", fn, mode, amp__dtype_name(t->dtype));
     if (t->master_mode == AMP_MASTER_SPLIT && t->stochastic)

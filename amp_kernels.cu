@@ -381,7 +381,7 @@ static int amp__cu_dtype_ok(int32_t t) { return amp__cu_dtype_bytes(t) != 0; }
 // fp8; else the fp8 encoders' e5m2 flag) of format t; -1 / 0 for a value that is no format.
 __host__ __device__ constexpr int amp__cu_dtype_compute(int t) {
   switch (t) {
-#define AMP__CU_CMP_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT, CMP, F8) case E: return CMP;
+#define AMP__CU_CMP_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT, CMP, F8, TOP) case E: return CMP;
     AMP__DTYPES(AMP__CU_CMP_, ~)
 #undef AMP__CU_CMP_
     default: return 0;
@@ -389,7 +389,7 @@ __host__ __device__ constexpr int amp__cu_dtype_compute(int t) {
 }
 __host__ __device__ constexpr int amp__cu_dtype_fp8(int t) {
   switch (t) {
-#define AMP__CU_F8_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT, CMP, F8) case E: return F8;
+#define AMP__CU_F8_(A, E, N, CT, S, MX, MN, CV, GV, CR, NT, CMP, F8, TOP) case E: return F8;
     AMP__DTYPES(AMP__CU_F8_, ~)
 #undef AMP__CU_F8_
     default: return -1;
@@ -749,7 +749,7 @@ template <int KIND, int FORM, int GD, int WD> struct amp__cu_step_op {
     typedef typename amp__cu_elem<WD>::T W;
     if (t.master) {
       amp__cu_stv<AMP_F32, V>(t.master, e, p);
-      if ((WD == AMP_F32 && amp__round_to_set((amp_dtype)t.round_to)) || (WD == AMP_BF16 && t.stochastic)) {
+      if ((WD == AMP_F32 && amp__round_to_set((amp_dtype)t.round_to)) || (amp__dtype_f32_top((amp_dtype)WD) && t.stochastic)) {
 #pragma unroll   // a float copy holding bf16/f16 values, or a bf16 copy rounded stochastically
         for (int k = 0; k < V; k++)
           amp__store_model((W *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key, (size_t)(e + k),
@@ -1161,7 +1161,7 @@ extern "C" amp_status amp__cu_write_model(void *state, void *dst, int32_t dtype,
   if (n == 0) return AMP_OK;
   if (!dst || !master)
     return amp__cu_arg(msg, cap, "amp__cu_write_model: %s is NULL with n = %zu", dst ? "master" : "dst", n);
-  if (stochastic && dtype != AMP_BF16)
+  if (stochastic && !amp__dtype_f32_top((amp_dtype)dtype))
     return amp__cu_arg(msg, cap, "amp__cu_write_model: stochastic with dtype %d (bf16 only)", (int)dtype);
   if (!amp__round_to_set((amp_dtype)round_to) && !stochastic)   // the vector cast
     return amp__cu_cast(state, dst, dtype, master, AMP_F32, n, msg, cap);
