@@ -2505,6 +2505,12 @@ static inline AMP_HD void amp__store_model(void *w, amp_dtype t, amp_dtype round
   if (sr) ((amp_bf16 *)w)[i] = amp__f32_to_bf16_sr(x, amp__sr_bits16(key, (uint64_t)i));
   else amp__store_model_rne(w, t, round_to, i, x);
 }
+/* Whether a model copy of type t (round_to rt, stochastic sr) is written element by element through
+   amp__store_model rather than by the plain cast from f32: a float copy holding rt's values, or a
+   bf16 copy rounded stochastically. The CPU's amp__o_store and the step kernel's store read it. */
+static inline AMP_HD int amp__model_rounds(amp_dtype t, amp_dtype rt, int sr) {
+  return (t == AMP_F32 && amp__round_to_set(rt)) || (sr && amp__dtype_f32_top(t));
+}
 /* A bf16 moment's stored word from its new f32 value x at element i (AMP_MOMENTS_BF16): rounded to
    nearest even (amp_f32_to_bf16, the bits of amp_convert's loops), or with sr stochastically with
    the bits of key (the moment's stream, amp__sr_key_moment) at i, the model copy's rule. The store
@@ -6023,7 +6029,7 @@ AMP__INLINE void amp__o_load(float *AMP__RESTRICT d, const void *src, amp_dtype 
 AMP__INLINE void amp__o_store(void *dst, amp_dtype t, amp_dtype rt, int sr, uint64_t key, size_t i0,
                               const float *AMP__RESTRICT p, size_t k) {
   size_t i;
-  if (sr || (t == AMP_F32 && amp__round_to_set(rt))) {
+  if (amp__model_rounds(t, rt, sr)) {
     for (i = 0; i < k; i++) amp__store_model(dst, t, rt, sr, key, i0 + i, p[i]);
   } else {
     amp__from_f32((char *)dst + i0 * amp_dtype_size(t), t, p, k);

@@ -749,7 +749,7 @@ template <int KIND, int FORM, int GD, int WD> struct amp__cu_step_op {
     typedef typename amp__cu_elem<WD>::T W;
     if (t.master) {
       amp__cu_stv<AMP_F32, V>(t.master, e, p);
-      if ((WD == AMP_F32 && amp__round_to_set((amp_dtype)t.round_to)) || (amp__dtype_f32_top((amp_dtype)WD) && t.stochastic)) {
+      if (amp__model_rounds((amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic)) {
 #pragma unroll   // a float copy holding bf16/f16 values, or a bf16 copy rounded stochastically
         for (int k = 0; k < V; k++)
           amp__store_model((W *)t.model, (amp_dtype)WD, (amp_dtype)t.round_to, t.stochastic, key, (size_t)(e + k),
