@@ -82,8 +82,13 @@ $(B)/bench_%: bench/bench_%.c amp.h | $(B)
 
 $(B)/bench_gpt: examples/train_gpt.c
 
-bench: $(BENCH_CPU)
+# bench_optim built with -fopenmp too: the optimizer step's moment types on every core against one
+$(B)/bench_optim_openmp: bench/bench_optim.c bench/bench.h bench/peers.h amp.h | $(B)
+	$(CC) $(WARN) -O2 -fopenmp -I. $< -o $@ -lm -lpthread
+
+bench: $(BENCH_CPU) $(B)/bench_optim_openmp
 	@for b in $(BENCH_CPU); do echo "== $$b"; $$b || true; done
+	@echo "== $(B)/bench_optim_openmp (BENCH_OPTIM_MODES=moments)"; BENCH_OPTIM_MODES=moments $(B)/bench_optim_openmp || true
 
 # AArch64 builds of bench_convert, bench_optim and bench_gemm (Debian's cross gcc, make deps) run
 # under qemu-user with BENCH_EMULATED=1: small sizes, no peers, each line without figures.

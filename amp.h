@@ -447,6 +447,8 @@
                            the registers), with the same bits; the AVX-512 kernels store plain
                            f32 tiles from the registers too (on a Zen 5 core the demo's
                            backward products 4-20% faster, the others within 4% of before).
+                           Built with -fopenmp, the CPU optimizer step shares a large tensor's
+                           update among the threads, with one thread's bits.
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -1664,6 +1666,13 @@ AMPDEF long       amp_optimizer_step_count(const amp_optimizer *o);
    decided there: no allocation after the first step (which builds the device optimizer, with a
    wait), no copy, no wait, so it may be captured in a CUDA graph. A kept device error (see DEVICE
    ERRORS AND GETTERS) is returned first (AMP_ERR_DEVICE), before anything is done.
+   Threads (the CPU; this call and amp_scaler_step alike): built with -fopenmp (llm.c's
+   convention), the update of a tensor of at least 2 x 65536 elements is shared among the OpenMP
+   threads in contiguous slices of whole blocks, 65536 elements or more each (one thread inside a
+   parallel region, and without OpenMP). Each element's update depends only on its own values and
+   index (stochastic rounding included), fp8 moments' amaxes are joined as a maximum and 8-bit
+   blocks are never split: the bits are one thread's, whatever the count. The scan (inf/NaN and
+   the norm's sum) stays on one thread.
    An optimizer is stepped either by a scaler (amp_scaler_unscale / amp_scaler_step) or by
    amp_optimizer_step, for its whole life: the first successful call of either decides, and a call
    of the other kind is then AMP_ERR_STATE and changes nothing ("this optimizer is stepped by a
@@ -3295,6 +3304,9 @@ AMP__EXACT_END
 #include <float.h>
 #include <errno.h>
 #include <limits.h>
+#ifdef _OPENMP   /* built with -fopenmp: the CPU product and the optimizer step share their work among the threads */
+#include <omp.h>
+#endif
 
 #if defined(AMP_MALLOC) && defined(AMP_FREE)
 #elif !defined(AMP_MALLOC) && !defined(AMP_FREE)
@@ -6057,6 +6069,33 @@ AMP__INLINE void amp__o_sqrt(float *AMP__RESTRICT d, const float *AMP__RESTRICT 
 }
 
 #define AMP__CHUNK 512   /* elements per block: the fp32 grads and roots of a block stay in L1 */
+
+/* Built with -fopenmp: how many threads step a tensor of n elements (each an update of its own,
+   whose bits do not depend on which thread makes it or in what order): at most the OpenMP
+   threads, at least AMP__O_PAR_MIN elements each (fewer do not pay for waking the threads), one
+   inside a parallel region (a trainer's own threads) and without OpenMP. */
+#define AMP__O_PAR_MIN 65536
+#ifdef _OPENMP
+#define AMP__OMP(x) _Pragma(#x)
+#else
+#define AMP__OMP(x)
+#endif
+static int amp__o_threads(size_t n) {
+#ifdef _OPENMP
+  int nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((size_t)nth > n / AMP__O_PAR_MIN) nth = (int)(n / AMP__O_PAR_MIN);
+  return nth < 1 ? 1 : nth;
+#else
+  (void)n;
+  return 1;
+#endif
+}
+/* Where thread t of nth starts on n elements: contiguous slices, each a whole number of
+   AMP__CHUNK blocks (so whole 8-bit blocks) but the last. */
+static size_t amp__o_slice(size_t n, int nth, int t) {
+  size_t chunks = (n + AMP__CHUNK - 1) / AMP__CHUNK, at = chunks * (size_t)t / (size_t)nth * AMP__CHUNK;
+  return at < n ? at : n;
+}
 #define AMP__LANES 32    /* the scan's sum of squares: element i adds to lane i % 32 */
 
 /* Pass 1 (unscale): the sum of squares of the unscaled grads x = g * inv, in one read. Each x is
@@ -7243,13 +7282,16 @@ static int amp__o_step_vec(int l, amp_optim_kind kind, float *p, float *m, float
 static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const void *g, amp_dtype gt,
                         void *w, amp_dtype wt, amp_dtype rt, int sr, uint64_t key, size_t n, float gmul,
                         const amp_step_coefs *c) {
+  int nth = amp__o_threads(n);
+  size_t gs = amp_dtype_size(gt);
 #ifdef AMP__CPU_SIMD
   int l = amp__kind_vec(kind) && amp__dtype_cpu_vec(gt) && amp__dtype_cpu_vec(wt) && amp__dtype_cpu_vec(rt)
               ? amp__opt_level() : 0;
-  if (l && sr) {
-    float out[AMP__CHUNK];
-    size_t i0 = amp__o_low_vec(l, kind, p, (amp_bf16 *)w, NULL, key, m, v, g, gt, n, gmul, c), gs = amp_dtype_size(gt);
-    for (; i0 < n; i0 += AMP__CHUNK) {
+  if (l && sr) {   /* threads: every block through the second loop (amp__o_low_vec's bits), shared out */
+    size_t i0, start = nth > 1 ? 0 : amp__o_low_vec(l, kind, p, (amp_bf16 *)w, NULL, key, m, v, g, gt, n, gmul, c);
+    AMP__OMP(omp parallel for num_threads(nth) schedule(static) if (nth > 1))
+    for (i0 = start; i0 < n; i0 += AMP__CHUNK) {
+      float out[AMP__CHUNK];
       size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
       amp__o_step_vec(l, kind, p + i0, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32,
                       AMP_F32, k, gmul, c);
@@ -7257,6 +7299,19 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
     }
     return;
   }
+#endif
+  if (nth > 1 && !sr) {   /* threads: each steps its slice as a tensor of its own */
+    size_t ws = amp_dtype_size(wt);
+    int t;
+    AMP__OMP(omp parallel for num_threads(nth) schedule(static, 1))
+    for (t = 0; t < nth; t++) {
+      size_t lo = amp__o_slice(n, nth, t), hi = amp__o_slice(n, nth, t + 1);
+      amp__o_step(kind, p + lo, m ? m + lo : NULL, v ? v + lo : NULL, (const char *)g + lo * gs, gt, (char *)w + lo * ws,
+                  wt, rt, 0, 0u, hi - lo, gmul, c);
+    }
+    return;
+  }
+#ifdef AMP__CPU_SIMD
   if (l && amp__o_step_vec(l, kind, p, m, v, g, gt, w, wt, rt, n, gmul, c)) return;
 #endif
   amp__o_step_plain(kind, p, m, v, g, gt, w, wt, rt, sr, key, n, gmul, c);
@@ -7269,11 +7324,12 @@ static void amp__o_step(amp_optim_kind kind, float *p, float *m, float *v, const
    of a model copy), written back. So a split master stays equal to an fp32 master bit for bit. */
 static void amp__o_step_lowmem(amp_optim_kind kind, amp_bf16 *w, uint16_t *rem, float *m, float *v, const void *g,
                                amp_dtype gt, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
-  float pb[AMP__CHUNK], out[AMP__CHUNK];
-  size_t i0, gs = amp_dtype_size(gt);
-  int l = amp__opt_level();
-  i0 = amp__o_low_vec(l, kind, NULL, w, rem, key, m, v, g, gt, n, gmul, c);
-  for (; i0 < n; i0 += AMP__CHUNK) {
+  size_t i0, start, gs = amp_dtype_size(gt);
+  int l = amp__opt_level(), nth = amp__o_threads(n);
+  start = nth > 1 ? 0 : amp__o_low_vec(l, kind, NULL, w, rem, key, m, v, g, gt, n, gmul, c);   /* threads: every block below */
+  AMP__OMP(omp parallel for num_threads(nth) schedule(static) if (nth > 1))
+  for (i0 = start; i0 < n; i0 += AMP__CHUNK) {
+    float pb[AMP__CHUNK], out[AMP__CHUNK];
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
     amp__o_master_load_at(l, pb, w, rem, i0, k);
     amp__o_step(kind, pb, m ? m + i0 : NULL, v ? v + i0 : NULL, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0,
@@ -7905,34 +7961,49 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
 static void amp__o_step_q(amp_optim_kind kind, float *p, int type, unsigned char *mq, unsigned char *vq,
                           const amp__qmap *maps, const void *g, amp_dtype gt, void *w, amp_dtype wt, amp_dtype rt,
                           uint16_t *rem, int sr, uint64_t key, size_t n, float gmul, const amp_step_coefs *c) {
-  float pb[AMP__CHUNK], out[AMP__CHUNK], mb[AMP__CHUNK], vb[AMP__CHUNK];
   size_t i0, gs = amp_dtype_size(gt), ws = amp_dtype_size(wt);
   uint64_t km = sr ? amp__sr_key_moment(key, 1) : 0u, kv = sr ? amp__sr_key_moment(key, 2) : 0u;
   int l = amp__opt_level(), msr = sr && type == AMP_MOMENTS_BF16;   /* 8BIT, FP8: nearest codes always */
+  int nth = amp__o_threads(n);   /* threads: the blocks shared out (each pass's, in turn) */
   float sm = 1.0f, sv = 1.0f;   /* FP8: the scales of the new m and v */
+  (void)nth;   /* without OpenMP: read by no pragma */
   if (type == AMP_MOMENTS_FP8) {   /* the first pass: the new moments' amaxes, nothing stored */
-    float am = 0.0f, av = 0.0f, ax[2] = {0.0f, 0.0f};
+    float am = 0.0f, av = 0.0f;   /* joined over the threads (a maximum: in any order the same) */
     amp_step_coefs c1 = *c;
     int wdep = c->wd != 0.0f;   /* the moments depend on the weight only through L2 decay on the grad */
     c1.moments_only = 1;        /* Adam/AdamW: the moments alone, no root or division */
-    if (!wdep) memset(pb, 0, sizeof pb);   /* any weight gives the same moments: zeros, never reloaded */
-    for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
-      size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
-      float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
-      if (wdep && p) memcpy(pb, p + i0, k * sizeof(float));
-      else if (wdep) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, i0, k);
-      if (amp__o_step_qv(kind, pb, type, mq, vq, maps, (const char *)g + i0 * gs, gt, (char *)out, AMP_F32, AMP_F32, n,
-                         i0, k, gmul, &c1, mm, vv, 0, ax))
-        continue;   /* the moment loops, the amaxes joined into ax */
-      if (mq) amp__q_load(l, type, mq, &maps[0], n, i0, k, mb);
-      if (vq) amp__q_load(l, type, vq, &maps[1], n, i0, k, vb);
-      amp__o_step(kind, pb, mm, vv, (const char *)g + i0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, &c1);
-      if (mq) amp__f8m_amax(&am, mb, k);
-      if (vq) amp__f8m_amax(&av, vb, k);
+    AMP__OMP(omp parallel num_threads(nth) if (nth > 1))
+    {
+      float pb[AMP__CHUNK], out[AMP__CHUNK], mb[AMP__CHUNK], vb[AMP__CHUNK];
+      float tm = 0.0f, tv = 0.0f, ax[2] = {0.0f, 0.0f};
+      size_t j0;
+      if (!wdep) memset(pb, 0, sizeof pb);   /* any weight gives the same moments: zeros, never reloaded */
+      AMP__OMP(omp for schedule(static))
+      for (j0 = 0; j0 < n; j0 += AMP__CHUNK) {
+        size_t k = n - j0 < AMP__CHUNK ? n - j0 : AMP__CHUNK;
+        float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL;
+        if (wdep && p) memcpy(pb, p + j0, k * sizeof(float));
+        else if (wdep) amp__o_master_load_at(l, pb, (const amp_bf16 *)w, rem, j0, k);
+        if (amp__o_step_qv(kind, pb, type, mq, vq, maps, (const char *)g + j0 * gs, gt, (char *)out, AMP_F32, AMP_F32,
+                           n, j0, k, gmul, &c1, mm, vv, 0, ax))
+          continue;   /* the moment loops, the amaxes joined into ax */
+        if (mq) amp__q_load(l, type, mq, &maps[0], n, j0, k, mb);
+        if (vq) amp__q_load(l, type, vq, &maps[1], n, j0, k, vb);
+        amp__o_step(kind, pb, mm, vv, (const char *)g + j0 * gs, gt, out, AMP_F32, AMP_F32, 0, 0u, k, gmul, &c1);
+        if (mq) amp__f8m_amax(&tm, mb, k);
+        if (vq) amp__f8m_amax(&tv, vb, k);
+      }
+      AMP__OMP(omp critical(amp__o_fp8_amax))
+      {
+        am = amp__amax_join(am, amp__amax_join(tm, ax[0]));
+        av = amp__amax_join(av, amp__amax_join(tv, ax[1]));
+      }
     }
-    sm = amp__f8m_scale(amp__amax_join(am, ax[0])); sv = amp__f8m_scale(amp__amax_join(av, ax[1]));
+    sm = amp__f8m_scale(am); sv = amp__f8m_scale(av);
   }
+  AMP__OMP(omp parallel for num_threads(nth) schedule(static) if (nth > 1))
   for (i0 = 0; i0 < n; i0 += AMP__CHUNK) {
+    float pb[AMP__CHUNK], out[AMP__CHUNK], mb[AMP__CHUNK], vb[AMP__CHUNK];
     size_t k = n - i0 < AMP__CHUNK ? n - i0 : AMP__CHUNK;
     const char *gb = (const char *)g + i0 * gs;
     float *mm = mq ? mb : NULL, *vv = vq ? vb : NULL, *sp = p ? p + i0 : pb;
@@ -10531,15 +10602,6 @@ AMPDEF amp_status amp_quantize_ex(amp_device *d, void *q, amp_dtype fp8, const v
    Implementation: matrix product
    ------------------------------------------------------------------------------------------ */
 
-#ifdef _OPENMP   /* built with -fopenmp: the CPU product shares C's rows among the threads */
-#ifdef __cplusplus
-}
-#endif
-#include <omp.h>
-#ifdef __cplusplus
-extern "C" {
-#endif
-#endif
 
 /* The CPU product, in the style of GotoBLAS / BLIS: C is cut into NC-wide column panels; each
    panel's op(B) (k x NC) is packed once into "slivers" NR columns wide; C's rows are cut into

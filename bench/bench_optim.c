@@ -15,7 +15,10 @@
    compares with), at 16M against memcpy of the bytes the mode moves. Then AdamW with each moment
    type (bench_moments: f32, bf16, 8-bit, fp8; BENCH_OPTIM_MODES=moments runs only those) at 16M,
    against the f32-moment step and memcpy, and where a vector level runs against the same step on
-   the portable loops (the moment loops against the plain path), taking turns in the same run. */
+   the portable loops (the moment loops against the plain path), taking turns in the same run.
+   Built with -fopenmp (make bench builds build/bench_optim_openmp so and runs its moment types):
+   every step and the memcpy on all the OpenMP threads, and each moment type's step against the
+   same step on one thread, taking turns. */
 #include "bench.h"   /* first: it sets _POSIX_C_SOURCE for clock_gettime and popen */
 #define AMP_IMPLEMENTATION
 #include "amp.h"
@@ -32,7 +35,16 @@ static char *mc_a, *mc_b;
 static size_t mc_bytes;
 static double memcpy_once(void) {
   double t0 = bench_now();
+#ifdef _OPENMP   /* the threads' build: each thread copies its slice (the bandwidth of all of them) */
+  int t, nth = omp_get_max_threads();
+#pragma omp parallel for num_threads(nth) schedule(static, 1)
+  for (t = 0; t < nth; t++) {
+    size_t lo = mc_bytes / 2 * (size_t)t / (size_t)nth, hi = mc_bytes / 2 * (size_t)(t + 1) / (size_t)nth;
+    memcpy(mc_b + lo, mc_a + lo, hi - lo);
+  }
+#else
   memcpy(mc_b, mc_a, mc_bytes / 2);
+#endif
   return bench_now() - t0;
 }
 
@@ -302,7 +314,7 @@ static void bench_moments(size_t n) {
   for (k = 0; k < sizeof types / sizeof types[0]; k++) {
     mode md = base;
     mrig R, F, P;
-    double to[REPS], tf[REPS], tm[REPS], tp[REPS];
+    double to[REPS], tf[REPS], tm[REPS], tp[REPS], t1[REPS];
     char name[128], unit[64];
     int r;
     md.moments = types[k].moments;
@@ -320,6 +332,17 @@ static void bench_moments(size_t n) {
       tm[r] = memcpy_once();
       t0 = bench_now(); mrig_step(&F); tf[r] = bench_now() - t0;
       t0 = bench_now(); mrig_step(&R); to[r] = bench_now() - t0;
+#ifdef _OPENMP   /* the same step on one thread, taking turns */
+      {
+        int nth = omp_get_max_threads();
+        omp_set_num_threads(1);
+        t0 = bench_now(); mrig_step(&R); t1[r] = bench_now() - t0;
+        omp_set_num_threads(nth);
+      }
+#else
+      t1[r] = 0;   /* one thread is all there is */
+      (void)t1;
+#endif
       if (lvl) {   /* the same step on the portable loops, taking turns */
         amp__opt_simd = 0;
         t0 = bench_now(); mrig_step(&P); tp[r] = bench_now() - t0;
@@ -328,6 +351,10 @@ static void bench_moments(size_t n) {
     }
     snprintf(name, sizeof name, "%zuM: adamw %s moments vs f32 moments", n >> 20, types[k].name);
     bench_line(name, 1e3 * bench_median(to, REPS), 1e3 * bench_median(tf, REPS), "ms per step, lower is better");
+#ifdef _OPENMP
+    snprintf(name, sizeof name, "%zuM: adamw %s moments, %d threads vs 1", n >> 20, types[k].name, omp_get_max_threads());
+    bench_line(name, 1e3 * bench_median(to, REPS), 1e3 * bench_median(t1, REPS), "ms per step, lower is better");
+#endif
     snprintf(name, sizeof name, "%zuM: adamw %s moments vs memcpy", n >> 20, types[k].name);
     snprintf(unit, sizeof unit, "GB/s vs memcpy, at %g B/param", mode_bytes(&md));
     bench_line(name, (double)mc_bytes / bench_median(to, REPS) / 1e9, (double)mc_bytes / bench_median(tm, REPS) / 1e9, unit);
@@ -366,7 +393,12 @@ int main(void) {
   mc_bytes = (size_t)28 * NPARAM;
   mc_a = (char *)malloc(mc_bytes / 2); mc_b = (char *)malloc(mc_bytes / 2);
   memset(mc_a, 1, mc_bytes / 2); memset(mc_b, 2, mc_bytes / 2);
+#ifdef _OPENMP
+  printf("bench_optim: built with -fopenmp, %d threads (memcpy too), without -march; loops: %s; medians of %d\n",
+         omp_get_max_threads(), level_name(l), REPS);
+#else
   printf("bench_optim: one thread, built without -march; loops: %s; medians of %d\n", level_name(l), REPS);
+#endif
   if (getenv("BENCH_OPTIM_MODES") && !strcmp(getenv("BENCH_OPTIM_MODES"), "moments")) {   /* these alone */
     free(mc_a); free(mc_b);
     bench_moments(NPARAM);

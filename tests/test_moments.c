@@ -1218,6 +1218,66 @@ static void eight_bit_permute_path_matches_the_gathers_on_every_float(void) {
   amp_optimizer_destroy(o);
 }
 
+#ifdef _OPENMP
+/* Built with -fopenmp (make test runs this file so, with OMP_NUM_THREADS=2): the step of a tensor
+   large enough to be shared among the threads (amp__o_threads) gives one thread's bits, for every
+   moment type, kind and master mode, with a bf16, f32 or stochastically rounded copy, L2 or
+   decoupled decay and clipping, over three steps. n is no multiple of the blocks (a partial 8-bit
+   block at the end, the slices' edges inside a tensor's blocks of AMP__CHUNK). */
+static void threads_give_one_threads_bits(void) {
+  static const amp_optim_kind kinds[4] = {AMP_ADAMW, AMP_ADAM, AMP_SGD, AMP_LION};
+  static const int moms[4] = {AMP_MOMENTS_F32, AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
+  const size_t n = 3 * AMP__O_PAR_MIN + 777;
+  int nth = omp_get_max_threads(), cases = 0, k, mo, mode;
+  unsigned char *snap[2];
+  EXPECT(nth >= 2, "OMP_NUM_THREADS gives %d thread(s): nothing would be shared", nth);
+  EXPECT(amp__o_threads(n) == (nth < 3 ? nth : 3), "amp__o_threads(%zu) = %d with %d threads", n, amp__o_threads(n), nth);
+  snap[0] = (unsigned char *)malloc(n * 32 + 1024); snap[1] = (unsigned char *)malloc(n * 32 + 1024);
+  for (k = 0; k < 4; k++)
+    for (mo = 0; mo < 4; mo++)
+      for (mode = 0; mode < 5; mode++) {   /* F32 + bf16 copy, F32 + stochastic bf16, F32 + f32 copy, SPLIT, NONE */
+        size_t len[2] = {0, 0}, j;
+        int run, ok = 1;
+        for (run = 0; run < 2 && ok; run++) {
+          amp_optim_config c = amp_optimizer_defaults(kinds[k]);
+          amp_tensor_desc d;
+          amp_optimizer *o = NULL;
+          amp_dtype wt = mode == 2 ? AMP_F32 : AMP_BF16;
+          void *w = malloc(n * 4), *g = malloc(n * 2);
+          int st;
+          omp_set_num_threads(run ? nth : 1);
+          c.lr = 1e-2f; c.weight_decay = 0.05f; c.max_grad_norm = 30.0f; c.seed = 7;
+          if (kinds[k] == AMP_SGD) c.momentum = 0.9f;
+          rng_state = 99;
+          for (j = 0; j < n; j++) amp__store(w, wt, j, rndf());
+          memset(&d, 0, sizeof d);
+          d.weights = w; d.dtype = wt; d.grads = g; d.grad_dtype = AMP_BF16; d.n = n; d.moments = moms[mo];
+          d.master_mode = mode == 3 ? AMP_MASTER_SPLIT : mode == 4 ? AMP_MASTER_NONE : AMP_MASTER_F32;
+          d.stochastic = mode == 1 || mode == 4;
+          if (amp_optimizer_create(&o, amp_cpu(), &c) != AMP_OK || amp_optimizer_add_tensor(o, &d) != AMP_OK) {
+            EXPECT(0, "%s, moments %d, mode %d: %s", kind_name(kinds[k]), moms[mo], mode, amp_last_error());
+            ok = 0;
+          }
+          for (st = 0; ok && st < 3; st++) {
+            for (j = 0; j < n; j++) amp__store(g, AMP_BF16, j, rndf() * (st == 1 ? 0.01f : 0.3f));
+            if (amp_optimizer_step(o) != AMP_OK) { EXPECT(0, "step: %s", amp_last_error()); ok = 0; }
+          }
+          if (ok) len[run] = state_of(o, snap[run]);
+          amp_optimizer_destroy(o);
+          free(w); free(g);
+        }
+        omp_set_num_threads(nth);
+        if (!ok) continue;
+        for (j = 0; j < len[0] && snap[0][j] == snap[1][j]; j++) {}
+        EXPECT(len[0] == len[1] && j == len[0], "%s, moments %d, mode %d: %d threads differ from one at byte %zu of %zu",
+               kind_name(kinds[k]), moms[mo], mode, nth, j, len[0]);
+        cases++;
+      }
+  EXPECT(cases == 80, "%d cases compared", cases);
+  free(snap[0]); free(snap[1]);
+}
+#endif
+
 int main(void) {
   int p;
   make_maps();
@@ -1241,6 +1301,9 @@ int main(void) {
   RUN(eight_bit_overflowed_moment_keeps_its_block);
   RUN(state_bytes_count_every_byte_kept);
   RUN(bad_moments_are_refused_naming_the_value);
+#ifdef _OPENMP
+  RUN(threads_give_one_threads_bits);
+#endif
   remove(CKPT); remove(CKPT2);
   TEST_END();
 }
