@@ -1220,32 +1220,37 @@ static void eight_bit_permute_path_matches_the_gathers_on_every_float(void) {
 
 #ifdef _OPENMP
 /* Built with -fopenmp (make test runs this file so, with OMP_NUM_THREADS=2): the step of a tensor
-   large enough to be shared among the threads (amp__o_threads) gives one thread's bits, for every
-   moment type, kind and master mode, with a bf16, f32 or stochastically rounded copy, L2 or
-   decoupled decay and clipping, over three steps. n is no multiple of the blocks (a partial 8-bit
-   block at the end, the slices' edges inside a tensor's blocks of AMP__CHUNK). */
+   large enough to be shared among the threads (amp__o_threads) gives one thread's bits on two
+   threads and on three (slices of unequal lengths), for every moment type, kind and master mode,
+   with a bf16, f32 or stochastically rounded copy, L2 or decoupled decay and clipping, over three
+   steps. n is no multiple of the blocks (a partial 8-bit block at the end, the slices' edges
+   inside a tensor's blocks of AMP__CHUNK). */
 static void threads_give_one_threads_bits(void) {
   static const amp_optim_kind kinds[4] = {AMP_ADAMW, AMP_ADAM, AMP_SGD, AMP_LION};
   static const int moms[4] = {AMP_MOMENTS_F32, AMP_MOMENTS_BF16, AMP_MOMENTS_8BIT, AMP_MOMENTS_FP8};
+  static const int team[3] = {1, 2, 3};
   const size_t n = 3 * AMP__O_PAR_MIN + 777;
   int nth = omp_get_max_threads(), cases = 0, k, mo, mode;
-  unsigned char *snap[2];
+  unsigned char *snap[3];
   EXPECT(nth >= 2, "OMP_NUM_THREADS gives %d thread(s): nothing would be shared", nth);
-  EXPECT(amp__o_threads(n) == (nth < 3 ? nth : 3), "amp__o_threads(%zu) = %d with %d threads", n, amp__o_threads(n), nth);
+  omp_set_num_threads(3);
+  EXPECT(amp__o_threads(n) == 3 && amp__o_threads(n - 1000) == 2, "amp__o_threads: %d for %zu elements, %d for %zu",
+         amp__o_threads(n), n, amp__o_threads(n - 1000), n - 1000);
   snap[0] = (unsigned char *)malloc(n * 32 + 1024); snap[1] = (unsigned char *)malloc(n * 32 + 1024);
+  snap[2] = (unsigned char *)malloc(n * 32 + 1024);
   for (k = 0; k < 4; k++)
     for (mo = 0; mo < 4; mo++)
       for (mode = 0; mode < 5; mode++) {   /* F32 + bf16 copy, F32 + stochastic bf16, F32 + f32 copy, SPLIT, NONE */
-        size_t len[2] = {0, 0}, j;
+        size_t len[3] = {0, 0, 0}, j;
         int run, ok = 1;
-        for (run = 0; run < 2 && ok; run++) {
+        for (run = 0; run < 3 && ok; run++) {
           amp_optim_config c = amp_optimizer_defaults(kinds[k]);
           amp_tensor_desc d;
           amp_optimizer *o = NULL;
           amp_dtype wt = mode == 2 ? AMP_F32 : AMP_BF16;
           void *w = malloc(n * 4), *g = malloc(n * 2);
           int st;
-          omp_set_num_threads(run ? nth : 1);
+          omp_set_num_threads(team[run]);
           c.lr = 1e-2f; c.weight_decay = 0.05f; c.max_grad_norm = 30.0f; c.seed = 7;
           if (kinds[k] == AMP_SGD) c.momentum = 0.9f;
           rng_state = 99;
@@ -1268,13 +1273,15 @@ static void threads_give_one_threads_bits(void) {
         }
         omp_set_num_threads(nth);
         if (!ok) continue;
-        for (j = 0; j < len[0] && snap[0][j] == snap[1][j]; j++) {}
-        EXPECT(len[0] == len[1] && j == len[0], "%s, moments %d, mode %d: %d threads differ from one at byte %zu of %zu",
-               kind_name(kinds[k]), moms[mo], mode, nth, j, len[0]);
+        for (run = 1; run < 3; run++) {
+          for (j = 0; j < len[0] && snap[0][j] == snap[run][j]; j++) {}
+          EXPECT(len[0] == len[run] && j == len[0], "%s, moments %d, mode %d: %d threads differ from one at byte %zu of %zu",
+                 kind_name(kinds[k]), moms[mo], mode, team[run], j, len[0]);
+        }
         cases++;
       }
   EXPECT(cases == 80, "%d cases compared", cases);
-  free(snap[0]); free(snap[1]);
+  free(snap[0]); free(snap[1]); free(snap[2]);
 }
 #endif
 
