@@ -5,7 +5,7 @@
 #   sh tests/deps.sh install   (make deps, .ci/run) apt-get install the missing ones, with sudo
 #                            when not root
 # NEEDED: what the tests cannot run without (compilers, clang's sanitizer and libFuzzer runtime,
-# valgrind, zlib's header, NumPy and PyTorch for the reference tests). DATA: the data sets the
+# LLVM's OpenMP runtime (clang -fopenmp, for ThreadSanitizer on OpenMP threads), valgrind, zlib's header, NumPy and PyTorch for the reference tests). DATA: the data sets the
 # examples use where present; without them they fall back to built-in data, so `make deps`
 # installs them but the check does not require them. A package counts as present when what it
 # provides works (a command, a header, a Python module), however it was installed; with
@@ -13,12 +13,12 @@
 # runtime, valgrind) are not required.
 # (AMP_DEPS_NEEDED / AMP_DEPS_DATA replace the lists: tests/examples.sh checks the check with them.)
 set -u
-NEEDED=${AMP_DEPS_NEEDED-"make gcc g++ clang libclang-rt-14-dev valgrind zlib1g-dev python3 python3-numpy python3-torch"}
+NEEDED=${AMP_DEPS_NEEDED-"make gcc g++ clang libclang-rt-14-dev libomp-14-dev valgrind zlib1g-dev python3 python3-numpy python3-torch"}
 DATA=${AMP_DEPS_DATA-"dataset-fashion-mnist fortunes-min"}
 # OTHER: other compilers and targets (tcc; AArch64 and armhf cross compilers and qemu-user): installed
 # with the data, not required (make test says which of its steps it left out without them)
 OTHER=${AMP_DEPS_OTHER-"tcc qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross"}
-SLOW_CPU_ONLY="clang libclang-rt-14-dev valgrind"
+SLOW_CPU_ONLY="clang libclang-rt-14-dev libomp-14-dev valgrind"
 
 tmp=$(mktemp -d 2>/dev/null || echo "/tmp/amp-deps.$$")
 mkdir -p "$tmp"
@@ -37,6 +37,8 @@ present() {
     libc6-dev-armhf-cross) [ -f /usr/arm-linux-gnueabihf/include/stdio.h ] ;;
     libclang-rt-*) printf 'int main(void) { return 0; }\n' > "$tmp/rt.c" &&
                    clang -fsanitize=address,undefined "$tmp/rt.c" -o "$tmp/rt" ;;
+    libomp-*) printf 'int main(void) { return 0; }\n' > "$tmp/omp.c" &&
+              clang -fopenmp "$tmp/omp.c" -o "$tmp/omp" ;;
     zlib1g-dev) ${CC:-cc} -E -include zlib.h -x c /dev/null ;;
     python3-numpy) pymod numpy ;;
     python3-torch) pymod torch ;;
