@@ -107,7 +107,9 @@
         (whose values are evenly spaced) t = |y| * a + b and floor(t) the code, exact wherever
         t is 2^-12 or more from an integer, which the tables were checked for midpoint by
         midpoint; a lane nearer takes the bucket table. AMD's Zen 4 and 5 run gathers slowly
-        and take the permutes (bench_optim prints the two paths' times and the choice).
+        and take the permutes (bench_optim prints the two paths' times and the choice). The
+        AVX2 loops read the same two tables by gathers or by eight plain loads put together,
+        chosen the same way (AMD's cores microcode their gathers).
       AArch64 (GCC, Clang; Linux, macOS): NEON, which every AArch64 CPU has (no run-time test):
         amp_convert between f32, f16 and bf16 (FCVTL / FCVTN for f16; amp_f32_to_bf16's integer
         rounding on 4 lanes for bf16), the optimizer step's update (SGD, Adam/AdamW, Lion on
@@ -6421,6 +6423,7 @@ typedef struct amp__qmom {
   const unsigned char *a;   /* the block's first bf16 word (BF16) or code (8BIT, FP8) */
   unsigned char *w;         /* BF16 to nearest: a, written */
   const float *code;        /* 8BIT: the map's values */
+  int loads;                /* 8BIT at the AVX2 level: 1 the values read by plain loads, 0 by gathers */
   float am;                 /* 8BIT: the block's absmax; FP8: the array's scale_inv */
   uint32_t amax;            /* out: the bits of the largest |x| written to the float block */
 } amp__qmom;
@@ -6540,16 +6543,28 @@ AMP__O_STEP_FN(AMP__AVX512_INLINE, amp__o_step16, __m512, _mm512_set1_ps, AMP__K
     _mm256_storeu_ps(p, w0); \
     amp__st8(wt, w, rts ? amp__rt8(rt, w0) : w0, 0); }
 #define AMP__STEP8_LOOP(BODY) AMP__STEPW_LOOP(8, AMP__STEP8, BODY, AMP__V8_OPS)
-AMP__AVX2_INLINE __m256 amp__q8_ld8(const float *code, const uint8_t *c, float am) {
-  __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c));
-  __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+/* code[c[j]] * am for 8 codes: by a gather, or (loads 1) by eight plain loads put together, the
+   same values (AMD's cores run a gather as a microcoded sequence slower than the loads). */
+AMP__AVX2_INLINE __m256 amp__q8_ld8(const float *code, const uint8_t *c, float am, int loads) {
+  __m256i x;
+  __m256 all;
+  if (loads) {
+    uint64_t w;
+    __m128 lo, hi;
+    memcpy(&w, c, 8);
+    lo = _mm_setr_ps(code[w & 255u], code[(w >> 8) & 255u], code[(w >> 16) & 255u], code[(w >> 24) & 255u]);
+    hi = _mm_setr_ps(code[(w >> 32) & 255u], code[(w >> 40) & 255u], code[(w >> 48) & 255u], code[w >> 56]);
+    return amp__mul8(_mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1), _mm256_set1_ps(am));
+  }
+  x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c));
+  all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   __asm__("" : "+x"(all));   /* a zero source kept: amp__q8_ld16 */
   return amp__mul8(_mm256_mask_i32gather_ps(_mm256_setzero_ps(), code, x, all, 4), _mm256_set1_ps(am));
 }
 AMP__AVX2_INLINE __m256 amp__qld8(int type, const amp__qmom *s, size_t i) {
   if (type == AMP_MOMENTS_BF16) return amp__ld8_bf16(s->a + 2 * i);
   if (type == AMP_MOMENTS_FP8) return amp__mul8(amp__fp8_dec8(s->a + i, 0), _mm256_set1_ps(s->am));
-  return amp__q8_ld8(s->code, s->a + i, s->am);
+  return amp__q8_ld8(s->code, s->a + i, s->am, s->loads);
 }
 AMP__AVX2_INLINE void amp__qst8(int type, const amp__qmom *s, size_t i, float *d, __m256 x, __m256i *amx) {
   if (type == AMP_MOMENTS_BF16 && s->w) { amp__st8_bf16(s->w + 2 * i, x, 0); return; }
@@ -7647,35 +7662,80 @@ static int amp__q8_perm(const amp__qmap *q) {
   }
   return v;
 }
-/* The same on 8 lanes (the code in bits 0 .. 7). */
-AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y) {
+/* The same on 8 lanes (the code in bits 0 .. 7); the table read by a masked gather, or (loads 1)
+   by eight plain loads (a NaN lane reads word 0 and takes 0xffff, as the gather leaves it). */
+AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y, int loads) {
   __m256i u = _mm256_castps_si256(y), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
   __m256i neg = _mm256_srai_epi32(u, 31), fin = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3f800001), a), idx, t, key;
   idx = _mm256_subs_epu16(_mm256_srli_epi32(a, 16), _mm256_set1_epi32(AMP__Q8_VEMIN << AMP__Q8_VMB));
   idx = _mm256_add_epi32(idx, _mm256_and_si256(neg, _mm256_set1_epi32(AMP__Q8_VROWS << AMP__Q8_VMB)));
-  t = _mm256_mask_i32gather_epi32(_mm256_set1_epi32(0xffff), (const int *)(const void *)q->vt, idx, fin, 4);
+  if (loads) {
+    uint32_t ix[8];
+    const uint32_t *vt = q->vt;
+    __m128i lo, hi;
+    _mm256_storeu_si256((__m256i *)(void *)ix, _mm256_and_si256(idx, fin));
+    lo = _mm_setr_epi32((int)vt[ix[0]], (int)vt[ix[1]], (int)vt[ix[2]], (int)vt[ix[3]]);
+    hi = _mm_setr_epi32((int)vt[ix[4]], (int)vt[ix[5]], (int)vt[ix[6]], (int)vt[ix[7]]);
+    t = _mm256_blendv_epi8(_mm256_set1_epi32(0xffff), _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), fin);
+  } else
+    t = _mm256_mask_i32gather_epi32(_mm256_set1_epi32(0xffff), (const int *)(const void *)q->vt, idx, fin, 4);
   key = _mm256_and_si256(_mm256_xor_si256(u, neg), _mm256_set1_epi32(0xffff));
   /* + 1 where the key is above the bucket's less one: less the all-ones of the comparison */
   return _mm256_sub_epi32(_mm256_srli_epi32(t, 16),
                           _mm256_cmpgt_epi32(key, _mm256_and_si256(t, _mm256_set1_epi32(0xffff))));
 }
-static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am) {
+static AMP__AVX2 size_t amp__q8_encode8(const amp__qmap *q, uint8_t *codes, const float *s, size_t e, float am,
+                                        int loads) {
   __m256 d = _mm256_set1_ps(am);
   size_t j;
   for (j = 0; j + 8 <= e; j += 8) {
     __m256 y = amp__div8(_mm256_loadu_ps(s + j), d);
     __m256i c;
     __m128i w;
-    c = amp__q8_code8(q, y);
+    c = amp__q8_code8(q, y, loads);
     w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
     _mm_storel_epi64((__m128i *)(void *)(codes + j), _mm_packus_epi16(w, w));
   }
   return j;
 }
-static AMP__AVX2 size_t amp__q8_decode8(const amp__qmap *q, float *d, const uint8_t *codes, size_t e, float am) {
+static AMP__AVX2 size_t amp__q8_decode8(const amp__qmap *q, float *d, const uint8_t *codes, size_t e, float am,
+                                        int loads) {
   size_t j;
-  for (j = 0; j + 8 <= e; j += 8) _mm256_storeu_ps(d + j, amp__q8_ld8(q->code, codes + j, am));
+  for (j = 0; j + 8 <= e; j += 8) _mm256_storeu_ps(d + j, amp__q8_ld8(q->code, codes + j, am, loads));
   return j;
+}
+/* Plain loads or gathers for the 8-bit tables at the AVX2 level, decided once per process as the
+   permutes are (the same bits either way): the loads where a short calibration finds them faster
+   (AMD's cores; Intel's gathers are cheaper, unless a microcode mitigation slowed them). */
+static int amp__q8_loads_forced = -1;   /* tests: 0 gathers, 1 loads; -1 the measured choice */
+static int amp__q8_loads_choice = -1;
+static int amp__q8_loads_measure(const amp__qmap *q) {
+  float x[1024], y[1024];   /* on the stack: threads may measure at once */
+  uint8_t c[1024];
+  unsigned long long best[2] = {~0ull, ~0ull};
+  uint32_t r = 1u;
+  int i, k;
+  for (i = 0; i < 1024; i++) { r = r * 1664525u + 1013904223u; x[i] = ((float)(r >> 8) - 8388608.0f) / 8388608.0f; }
+  for (i = 0; i < 14; i++) {   /* alternating, the first round of each a warm-up; best of six */
+    unsigned long long t0 = amp__rdtsc(), t;
+    k = i & 1;
+    amp__q8_encode8(q, c, x, 1024, 1.0f, k);
+    amp__q8_decode8(q, y, c, 1024, 1.0f, k);
+    t = amp__rdtsc() - t0;
+    if (i >= 2 && t < best[k]) best[k] = t;
+  }
+  return best[1] < best[0];
+}
+/* 1: the 8-bit moments of map q read their tables by plain loads at the AVX2 level. */
+static int amp__q8_loads(const amp__qmap *q) {
+  int v = AMP__ALOAD(&amp__q8_loads_forced);
+  if (v >= 0) return v;
+  v = AMP__ALOAD(&amp__q8_loads_choice);
+  if (v < 0) {   /* first use: threads that measure at once keep the first answer stored */
+    int expect = -1, got = amp__q8_loads_measure(q);
+    v = __atomic_compare_exchange_n(&amp__q8_loads_choice, &expect, got, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? got : expect;
+  }
+  return v;
 }
 #endif
 #ifdef AMP__NEON_SIMD
@@ -7773,7 +7833,7 @@ static AMP__EXACT_FP void amp__q_load(int l, int type, const unsigned char *a, c
         j = e & ~(size_t)15;
         amp__q8_pdecode16(q, d + b, codes + i0 + b, j, am);
       } else if (l >= 2) j = amp__q8_decode16(q, d + b, codes + i0 + b, e, am);
-      else if (l == 1) j = amp__q8_decode8(q, d + b, codes + i0 + b, e, am);
+      else if (l == 1) j = amp__q8_decode8(q, d + b, codes + i0 + b, e, am, amp__q8_loads(q));
 #elif defined(AMP__NEON_SIMD)
       if (l >= 1) j = amp__q8_decode4(q, d + b, codes + i0 + b, e, am);
 #endif
@@ -7799,7 +7859,7 @@ static AMP__EXACT_FP void amp__q8_put(int l, const amp__qmap *q, unsigned char *
   if (amp__f32_bits(am) >= 0x00800000u && amp__f32_bits(am) != 0x7f7fffffu) {
 #ifdef AMP__X86_SIMD
     if (l >= 2) j = amp__q8_perm(q) ? amp__q8_pencode16(q, codes, s, e, am) : amp__q8_encode16(q, codes, s, e, am);
-    else if (l == 1) j = amp__q8_encode8(q, codes, s, e, am);
+    else if (l == 1) j = amp__q8_encode8(q, codes, s, e, am, amp__q8_loads(q));
 #else
     if (l >= 1) j = amp__q8_encode4(q, codes, s, e, am);
 #endif
@@ -7887,6 +7947,9 @@ static int amp__o_step_qv(amp_optim_kind kind, float *p, int type, unsigned char
       if (type == AMP_MOMENTS_FP8) { qb.s[t].a = a + 4 + i0 + b; memcpy(&qb.s[t].am, a, 4); continue; }
       qb.s[t].a = a + 4 * nb + i0 + b;
       qb.s[t].code = maps[t].code;
+#ifdef AMP__X86_SIMD
+      qb.s[t].loads = l == 1 && amp__q8_loads(&maps[t]);
+#endif
       memcpy(&qb.s[t].am, a + 4 * ((i0 + b) / AMP__Q8_BLOCK), 4);
     }
     /* 0 (no vector body: the kind list's vec column, as checked above) only on the first block,

@@ -373,6 +373,18 @@ static void bench_moments(size_t n) {
       bench_line(name, 1e3 * bench_median(tq, REPS), 1e3 * bench_median(tg, REPS), "ms per step, lower is better");
       printf("  (the calibration chose the %s)\n", chosen ? "permutes" : "gathers");
     }
+    if (md.moments == AMP_MOMENTS_8BIT && lvl == 1) {   /* AVX2: plain loads of the tables or gathers, the same way */
+      double tq[REPS], tg[REPS], t0;
+      int chosen = amp__q8_loads(&R.o->qmap[0]);
+      for (r = 0; r < REPS; r++) {
+        amp__q8_loads_forced = 1; t0 = bench_now(); mrig_step(&R); tq[r] = bench_now() - t0;
+        amp__q8_loads_forced = 0; t0 = bench_now(); mrig_step(&R); tg[r] = bench_now() - t0;
+      }
+      amp__q8_loads_forced = -1;
+      snprintf(name, sizeof name, "%zuM: adamw 8-bit moments, plain loads vs gathers", n >> 20);
+      bench_line(name, 1e3 * bench_median(tq, REPS), 1e3 * bench_median(tg, REPS), "ms per step, lower is better");
+      printf("  (the calibration chose the %s)\n", chosen ? "plain loads" : "gathers");
+    }
 #endif
     if (lvl) {   /* the moment loops against the plain path */
       snprintf(name, sizeof name, "%zuM: adamw %s moments vs portable loops", n >> 20, types[k].name);

@@ -1120,12 +1120,13 @@ static void moment_loops_match_level_0_on_every_size(void) {
   EXPECT(t_simd_levels() < 2 || checks > 0, "no level was compared");
 }
 
-/* The 8-bit moments' two vector paths on x86 (amp__q8_perm: gathers, or byte permutes and the
-   segment tables): 2 where the CPU can take both (AVX-512 with AVX512_VBMI), else 1. q8_path(p)
-   forces path p (0 gathers, 1 permutes); -1 the library's own choice again. */
+/* The 8-bit moments' two vector paths on x86: gathers, or none (amp__q8_perm at the AVX-512 level:
+   byte permutes and the segment tables where the CPU has AVX512_VBMI; amp__q8_loads at the AVX2
+   level: plain loads of the same tables): 2 where the CPU has AVX2, else 1. q8_path(p) forces
+   path p at both levels (0 gathers, 1 permutes and loads); -1 the library's own choices again. */
 static int q8_paths(void) {
 #ifdef AMP__X86_SIMD
-  return amp__cpu_level() >= 2 && (amp__cpu_features() & AMP__CPU_VBMI) ? 2 : 1;
+  return amp__cpu_level() >= 1 ? 2 : 1;
 #else
   return 1;
 #endif
@@ -1133,6 +1134,7 @@ static int q8_paths(void) {
 static void q8_path(int p) {
 #ifdef AMP__X86_SIMD
   amp__q8_perm_forced = p;
+  amp__q8_loads_forced = p;
 #else
   (void)p;
 #endif
@@ -1293,7 +1295,7 @@ int main(void) {
   RUN(eight_bit_permute_path_matches_the_gathers_on_every_float);
   RUN(bf16_moments_match_the_reference_at_every_simd_level);
   for (p = 0; p < q8_paths(); p++) {   /* the 8-bit tests on each vector path */
-    if (q8_paths() > 1) { q8_path(p); printf("8-bit vector path: %s\n", p ? "permutes" : "gathers"); }
+    if (q8_paths() > 1) { q8_path(p); printf("8-bit vector path: %s\n", p ? "permutes (AVX-512), plain loads (AVX2)" : "gathers"); }
     RUN(eight_bit_moments_match_the_reference_at_every_simd_level);
     RUN(eight_bit_vector_loops_match_the_plain_loop_on_edge_values);
     RUN(moment_loops_match_level_0_on_every_size);
