@@ -189,9 +189,10 @@ matrix_x86() {
       fail "$name: -fopenmp build"; sed 's/^/    /' "$B/$name.openmp.cc.log" | head -n 30
     fi ;;
   esac
-  # the optimizer step's OpenMP threads under ThreadSanitizer (clang with LLVM's OpenMP runtime,
-  # whose own uninstrumented code TSan is told to ignore, as it asks): no byte shared unsynchronised
-  if [ "$name" = test_moments ]; then
+  # the product's and the optimizer step's OpenMP threads under ThreadSanitizer (clang with LLVM's
+  # OpenMP runtime, whose own uninstrumented code TSan is told to ignore, as it asks): no byte
+  # shared unsynchronised
+  if [ "$name" = test_gemm ] || [ "$name" = test_moments ]; then
     if $clang_src -O1 -g -fsanitize=thread -fopenmp -fno-omit-frame-pointer $WARN -I. "$src" -o "$B/$name.tsan-openmp" \
          $libs -lm -lpthread 2>"$B/$name.tsan-openmp.cc.log"; then
       norand=""; setarch "$(uname -m)" -R true 2>/dev/null && norand="setarch $(uname -m) -R"
