@@ -450,7 +450,9 @@
                            f32 tiles from the registers too (on a Zen 5 core the demo's
                            backward products 4-20% faster, the others within 4% of before).
                            Built with -fopenmp, the CPU optimizer step shares a large tensor's
-                           update among the threads, with one thread's bits.
+                           update among the threads, with one thread's bits. The CPU's
+                           block-scaled fp8 product scales each block's sums in the tiles
+                           (one pass over C, not one a block), with the same bits.
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -1993,8 +1995,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      c_scale or the rounding to C's type, as a max of the |t| bits (a NaN wins, as amp_quantize's
      amax); 0 when m or n is 0. Give it to amp_fp8_scaler_record for the next step's c_scale.
    With an fp8 C, c_amax or block scales, the f32 results go through an m x n buffer allocated for
-   the call (two, and n floats, with block scales), and block scales run the product once per block
-   of k, packing each block anew. AMP_GEMM_AUTO widens fp8 while packing (AVX-512: vector loads
+   the call, and with block scales the product's k slices are the blocks: each tile of C takes its
+   sums over a block and adds them, scaled, to its running sums while it is in cache (the bits of
+   a product per block added into the buffer, m + n more floats). AMP_GEMM_AUTO widens fp8 while packing (AVX-512: vector loads
    that build the f32 bits from the codes' fields; AVX2: amp_convert's fp8 loops) and runs the
    fast kernels above; where the calibration gave bf16 inputs the vdpbf16ps kernel (AMD Zen 4 and
    5: about twice the FMA kernel's rate), fp8 x fp8 goes there too, widened to bf16 while packing
@@ -12289,15 +12292,34 @@ static int amp__gemm_units(const amp__gemm_kernel *K, int kcb) {
 
 /* The whole CPU product on checked arguments, in strides: op(A)(i,p) = A[i*ars + p*acs],
    op(B)(p,j) = B[p*brs + j*bcs], C(i,j) = C[i*crs + j*ccs]. */
-static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
-                                const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
-                                void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
+/* Block scales for amp__gemm_cpu_blk (an fp8 product's, amp_gemm_opts): each k slice is one block
+   of w (32 or 128) along k, whose sums the tiles take as t = t + (sa * sb) * partial, sa the block's
+   scale for the row of op(A) (1 without a_scales), sb for the column of op(B). */
+#define AMP__GEMM_TILE_MAX (32 * 32)   /* the largest tile of the kernels above (AMX's), in floats */
+typedef struct amp__gemm_blk {
+  int w, a_kcol, b_kcol;
+  const void *a_scales, *b_scales;
+  amp_block_scaling a_blocks, b_blocks;
+} amp__gemm_blk;
+static void amp__gemm_tile_block_add(float *t, size_t ldt, const float *pr, size_t ldp, const float *sb, const float *sa,
+                                     int rows, int w, int zero);
+
+/* The CPU product; bk NULL, or block scales (above): then every slice's partial products are
+   scaled and added into the tiles as amp__gemm_block_add adds them, the last block's into C
+   itself (C then an f32 scratch with contiguous rows, alpha 1, beta 0, no epilogue: the fp8
+   wrapper's). */
+static amp_status amp__gemm_cpu_blk(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars,
+                                    size_t acs, const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
+                                    void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o,
+                                    const amp__gemm_blk *bk) {
   /* the kernel of the inputs' common type (two fp8 formats count as one): other mixed types take the
      f32 kernel, each input widened while packed */
   const amp__gemm_kernel *K = amp__gemm_pick(at == bt || (amp__dtype_is_fp8(at) && amp__dtype_is_fp8(bt)) ? at : AMP_F32,
                                              o->algo == AMP_GEMM_REFERENCE);
+  const int kcs = bk ? bk->w : K->kc;   /* the k slices: one block each with block scales */
   int mr = K->mr, nr = K->nr, nth = 1, mc, nblk, chunk;
-  int nc_max = n < K->nc ? n : K->nc, kc_max = k < K->kc ? k : K->kc;
+  int nc_max = n < K->nc ? n : K->nc, kc_max = k < kcs ? k : kcs;
+  float *sav = NULL, *sbv = NULL;   /* block scales: one slice's, per row of op(A) and column of op(B) */
   size_t nc_pad = (size_t)(nc_max + nr - 1) / (size_t)nr * (size_t)nr;
   size_t nb, na, nacc;
   size_t bsz = amp_dtype_size(bt), asz = amp_dtype_size(at);
@@ -12308,13 +12330,13 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   /* C with contiguous rows, act NONE or RELU: vec_store kernels write the finished tiles straight
      from their registers (amp__gemm_put, amp__gemm_put_fma: amp__gemm_blend's and amp__gemm_epi's
      element math and amp_convert's rounding, the same bits) */
-  int direct = K->vec_store && ccs == 1 && o->act != AMP_ACT_GELU;
+  int direct = K->vec_store && ccs == 1 && o->act != AMP_ACT_GELU && !bk;
   /* op(B)'s rows contiguous (row-major B), k even (every slice whole pairs) and at most 64 rows
      (8 slivers of A share each sliver of B): the bf16 kernel reads a bf16 B in place, unpacked (an
      fp8 B is widened while packed). Measured
      here: 64 x 256 x 784 and 64 x 128 x 256 5-6% faster than with B packed, even at 128 rows,
      slower from 256 (B's pairs made again for every sliver of A). */
-  int rb = K->micro_rb && !amp__dtype_is_fp8(bt) && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok;
+  int rb = K->micro_rb && !amp__dtype_is_fp8(bt) && bcs == 1 && k % 2 == 0 && m <= 64 && amp__gemm_rb_ok && !bk;
   /* an op(A) with rows contiguous along k (row-major A, or col-major transposed): not packed for
      the kernels that can (AVX-512, AVX2): f32 read in place, other types widened row by row first */
   int ra = K->micro_ra && acs == 1 && !rb && amp__gemm_ra_ok;
@@ -12370,6 +12392,14 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
   bp = amp__align64(mem);
   work = amp__align64(bp + nb);
   accs = amp__align64(work + (size_t)nth * na);
+  if (bk) {   /* rows and columns padded to whole tiles (their sums are never stored) */
+    sav = (float *)AMP_MALLOC(((size_t)m + (size_t)mr + nc_pad) * sizeof(float));
+    if (!sav) {
+      amp__gemm_ws_put(mem, kept);
+      return amp__fail(AMP_ERR_NOMEM, "out of memory for %zu floats of block scales", (size_t)m + (size_t)mr + nc_pad);
+    }
+    sbv = sav + m + mr;
+  }
   for (jc = 0; jc < n; jc += K->nc) {
     int ncb = n - jc < K->nc ? n - jc : K->nc;
     int tiles_n = (ncb + nr - 1) / nr, b0, ib, pc;
@@ -12378,10 +12408,17 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                   (size_t)ncb);
     for (b0 = 0; b0 < nblk; b0 += chunk) {
       int nbc = nblk - b0 < chunk ? nblk - b0 : chunk;
-      for (pc = 0; pc < k; pc += K->kc) {
-        int kcb = k - pc < K->kc ? k - pc : K->kc, kcu = amp__gemm_units(K, kcb);
+      for (pc = 0; pc < k; pc += kcs) {
+        int kcb = k - pc < kcs ? k - pc : kcs, kcu = amp__gemm_units(K, kcb);
         /* op(B)^T's rows are op(B)'s columns j: element (j, p) at B[p*brs + j*bcs] */
         if (!rb) K->pack(bp, nr, (const char *)B + ((size_t)jc * bcs + (size_t)pc * brs) * bsz, bt, bcs, brs, ncb, kcb);
+        if (bk) {   /* this block's scales: the panel's columns, the chunk's rows (0 past the ends) */
+          int x, x0 = b0 * mc, x1 = (b0 + nbc) * mc < m ? (b0 + nbc) * mc : m;
+          for (x = 0; x < tiles_n * nr; x++)
+            sbv[x] = x >= ncb ? 0.0f : bk->b_scales ? amp__gemm_block_scale_at(bk->b_scales, bk->b_blocks, bk->b_kcol, jc + x, pc, k, n) : 1.0f;
+          for (x = x0; x < x1 + mr; x++)
+            sav[x] = x >= m ? 0.0f : bk->a_scales ? amp__gemm_block_scale_at(bk->a_scales, bk->a_blocks, bk->a_kcol, x, pc, k, m) : 1.0f;
+        }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nth) schedule(static, 1) if (nth > 1)
 #endif
@@ -12403,14 +12440,33 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
             ar = ap;
           }
           if (K->tiles) K->tiles(1);   /* (AMX) the tile state for this row block's tiles */
-          if (rb) {               /* B read in place; each sliver of B stays in L1 across A's */
+          if (bk) {   /* block scales: each tile's sums over the block scaled into its running sums */
+            float part_[AMP__GEMM_TILE_MAX + 16], *part = amp__align64(part_);   /* kernels store tiles aligned */
+            const int last = pc + kcs >= k;
+            for (tr = 0; tr < tiles_m; tr++)
+              for (tc = 0; tc < tiles_n; tc++) {
+                float *tile = acc + ((size_t)tr * tiles_n + tc) * mr * nr;
+                int r, rows = mcb - tr * mr < mr ? mcb - tr * mr : mr, w = ncb - tc * nr < nr ? ncb - tc * nr : nr;
+                amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
+                               bp + (size_t)tc * nr * kcu, part, 0, NULL);
+                if (!last) {   /* the sums start at +0 */
+                  amp__gemm_tile_block_add(tile, (size_t)nr, part, (size_t)nr, sbv + tc * nr, sav + ic + tr * mr, mr, nr,
+                                           pc == 0);
+                } else {   /* the last block: added in the f32 C itself (rows contiguous, the caller's) */
+                  float *c0 = (float *)C + (size_t)(ic + tr * mr) * crs + (size_t)(jc + tc * nr);
+                  for (r = 0; r < rows && pc > 0; r++)
+                    memcpy(c0 + (size_t)r * crs, tile + r * nr, sizeof(float) * (size_t)w);
+                  amp__gemm_tile_block_add(c0, crs, part, (size_t)nr, sbv + tc * nr, sav + ic + tr * mr, rows, w, pc == 0);
+                }
+              }
+          } else if (rb) {        /* B read in place; each sliver of B stays in L1 across A's */
             const uint16_t *bs = (const uint16_t *)B + (size_t)pc * brs + (size_t)jc;
             for (tc = 0; tc < tiles_n; tc++)
               for (tr = 0; tr < tiles_m; tr++) {
                 amp__gemm_out out;
                 float *tile = acc + ((size_t)tr * tiles_n + tc) * mr * nr;
                 int w = ncb - tc * nr < nr ? ncb - tc * nr : nr;
-                if (pc + K->kc < k || !direct) {
+                if (pc + kcs < k || !direct) {
                   K->micro_rb(kcu, ap + (size_t)tr * mr * kcu, bs + (size_t)tc * nr, brs, w, tile, pc > 0, NULL);
                   continue;
                 }
@@ -12426,11 +12482,11 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
                 out.plain = plain;
                 K->micro_rb(kcu, ap + (size_t)tr * mr * kcu, bs + (size_t)tc * nr, brs, w, tile, pc > 0, &out);
               }
-            if (pc + K->kc >= k && !direct)
+            if (pc + kcs >= k && !direct)
               for (tr = 0; tr < tiles_m; tr++)
                 amp__gemm_store_block(K, acc + (size_t)tr * tiles_n * mr * nr, mcb - tr * mr < mr ? mcb - tr * mr : mr,
                                       ncb, ic + tr * mr, jc, alpha, beta, C, ct, crs, ccs, o);
-          } else if (pc + K->kc < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
+          } else if (pc + kcs < k) {   /* not the last slice: each sliver of B stays in L1 across A's */
             for (tc = 0; tc < tiles_n; tc++)
               for (tr = 0; tr < tiles_m; tr++)
                 amp__gemm_tile(K, ra, kcu, ap + (size_t)tr * mr * kcu, ar, ra_ld, tr * mr, mcb - tr * mr,
@@ -12467,25 +12523,31 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
       }
     }
   }
+  AMP_FREE(sav);
   amp__gemm_ws_put(mem, kept);
   return AMP_OK;
+}
+static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars, size_t acs,
+                                const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
+                                void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o) {
+  return amp__gemm_cpu_blk(m, n, k, alpha, A, at, ars, acs, B, bt, brs, bcs, beta, C, ct, crs, ccs, o, NULL);
 }
 
 /* ---- fp8 products (the manual's "fp8 inputs and outputs"): a wrapper around amp__gemm_cpu ----
    fp8 inputs are widened exactly to f32 while they are packed (amp__gemm_pack_512's fp8 loads,
    amp__gemm_ld16_fp8; amp__gemm_pack's gathers through amp_convert's fp8 loops), or to bf16 for
    the vdpbf16ps kernel (amp__gemm_pack_pairs_fp8), so every kernel above computes fp8 products
-   unchanged. Block scales: the product is run
-   once per k block (32 or 128 deep) into an f32 buffer, each block's sums scaled and added in k
-   order. An fp8 C, or c_amax: the f32 results go through the buffer, then the epilogue, the amax
-   and the scaled cast. */
+   unchanged. Block scales: the k slices are the blocks (32 or 128 deep); each tile's sums over a
+   block are scaled and added into its running sums in k order (amp__gemm_cpu_blk, into an f32
+   buffer), as a product per block added into the buffer would give them. An fp8 C, or c_amax: the
+   f32 results go through the buffer, then the epilogue, the amax and the scaled cast. */
 static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
 
 /* One block's partial products into the running sums: t[j] = t[j] + (sa * sb[j]) * pr[j] for j < n,
    each operation rounded on its own (no fused multiply-add), in the same order on every path: the
    plain loop, or 16 or 8 lanes at a time on x86 (amp__mul16 / amp__add16 / amp__mul8: the rounded
-   products of the step's vector bodies; the AVX2 tail by the plain loop). One pass over m x n per
-   block of 128 along k. */
+   products of the step's vector bodies; the AVX2 tail by the plain loop). One pass over a tile's
+   rows per block along k. */
 static AMP__EXACT_FP void amp__gemm_block_add_plain(float *t, const float *pr, const float *sb, float sa, int n) {
   int j;
   for (j = 0; j < n; j++) t[j] = amp__fadd(t[j], amp__fmul(amp__fmul(sa, sb[j]), pr[j]));
@@ -12511,6 +12573,39 @@ static AMP__AVX2 void amp__gemm_block_add_avx2(float *t, const float *pr, const 
 }
 AMP__EXACT_END
 #endif
+/* The same for rows of a tile (row r: t + r * ldt, pr + r * ldp, scale sa[r]; w columns), the
+   level chosen once a tile; zero: t read as +0 (the first block's sums: 0 + x, as a buffer of
+   zeros gives them), not read. */
+#ifdef AMP__X86_SIMD
+AMP__EXACT_BEGIN
+static AMP__AVX512 void amp__gemm_tile_block_add_avx512(float *t, size_t ldt, const float *pr, size_t ldp,
+                                                         const float *sb, const float *sa, int rows, int w, int zero) {
+  int r, j;
+  for (r = 0; r < rows; r++) {
+    const __m512 a = _mm512_set1_ps(sa[r]);
+    float *tr = t + (size_t)r * ldt;
+    const float *p = pr + (size_t)r * ldp;
+    for (j = 0; j < w; j += 16) {
+      const __mmask16 k = amp__mask16((size_t)(w - j));
+      __m512 f = amp__mul16(a, _mm512_maskz_loadu_ps(k, sb + j)), t0 = zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k, tr + j);
+      _mm512_mask_storeu_ps(tr + j, k, amp__add16(t0, amp__mul16(f, _mm512_maskz_loadu_ps(k, p + j))));
+    }
+  }
+}
+AMP__EXACT_END
+#endif
+static void amp__gemm_block_add(float *t, const float *pr, const float *sb, float sa, int n);
+static void amp__gemm_tile_block_add(float *t, size_t ldt, const float *pr, size_t ldp, const float *sb, const float *sa,
+                                     int rows, int w, int zero) {
+  int r;
+#ifdef AMP__X86_SIMD
+  if (amp_simd_active() && amp__isa() >= 2) { amp__gemm_tile_block_add_avx512(t, ldt, pr, ldp, sb, sa, rows, w, zero); return; }
+#endif
+  for (r = 0; r < rows; r++) {
+    if (zero) memset(t + (size_t)r * ldt, 0, sizeof(float) * (size_t)w);   /* +0.0f: all bits zero */
+    amp__gemm_block_add(t + (size_t)r * ldt, pr + (size_t)r * ldp, sb, sa[r], w);
+  }
+}
 static void amp__gemm_block_add(float *t, const float *pr, const float *sb, float sa, int n) {
 #ifdef AMP__X86_SIMD
   if (amp_simd_active() && amp__isa() >= 2) { amp__gemm_block_add_avx512(t, pr, sb, sa, n); return; }
@@ -12528,7 +12623,7 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
                                                   size_t bcs, float beta, void *C, amp_dtype ct, size_t crs,
                                                   size_t ccs, const amp_gemm_opts *o, int a_kcol, int b_kcol) {
   amp_gemm_opts po;   /* the bare product: no epilogue, the caller's algo */
-  float s = alpha, *T, *P = NULL, *sb = NULL;
+  float s = alpha, *T;
   int blocks = o->a_scales || o->b_scales, c8 = amp__gemm_is_fp8(ct), has_bias = o->bias != NULL, i, j;
   size_t mn = (size_t)m * (size_t)n;
   uint32_t amax = 0u;
@@ -12538,28 +12633,17 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
     return amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, beta, C, ct, crs, ccs, o);
   memset(&po, 0, sizeof po);
   po.algo = o->algo;
-  T = (float *)AMP_MALLOC(mn * sizeof(float) * (blocks ? 2 : 1) + (blocks ? (size_t)n * sizeof(float) : 0));
-  if (!T) return amp__fail(AMP_ERR_NOMEM, "out of memory for %zu floats of fp8 product results",
-                           mn * (blocks ? 2 : 1));
+  T = (float *)AMP_MALLOC(mn * sizeof(float));
+  if (!T) return amp__fail(AMP_ERR_NOMEM, "out of memory for %zu floats of fp8 product results", mn);
   memset(T, 0, mn * sizeof(float));   /* +0.0f: all bits zero */
   if (k > 0 && s != 0.0f && !blocks) {
     st = amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, 0.0f, T, AMP_F32, (size_t)n, 1, &po);
-  } else if (k > 0 && s != 0.0f) {
-    int w = amp__gemm_block_width(o->a_scales ? o->a_blocks : o->b_blocks), p0;
-    size_t asz = amp_dtype_size(at), bsz = amp_dtype_size(bt);
-    P = T + mn;
-    sb = P + mn;
-    for (p0 = 0; p0 < k && st == AMP_OK; p0 += w) {
-      int kw = k - p0 < w ? k - p0 : w;
-      st = amp__gemm_cpu(m, n, kw, 1.0f, (const char *)A + (size_t)p0 * acs * asz, at, ars, acs,
-                         (const char *)B + (size_t)p0 * brs * bsz, bt, brs, bcs, 0.0f, P, AMP_F32, (size_t)n, 1, &po);
-      for (j = 0; j < n; j++)
-        sb[j] = o->b_scales ? amp__gemm_block_scale_at(o->b_scales, o->b_blocks, b_kcol, j, p0, k, n) : 1.0f;
-      for (i = 0; i < m && st == AMP_OK; i++) {
-        float sa = o->a_scales ? amp__gemm_block_scale_at(o->a_scales, o->a_blocks, a_kcol, i, p0, k, m) : 1.0f;
-        amp__gemm_block_add(T + (size_t)i * n, P + (size_t)i * n, sb, sa, n);
-      }
-    }
+  } else if (k > 0 && s != 0.0f) {   /* each block's sums scaled into the tiles, in k order */
+    amp__gemm_blk bk;
+    bk.w = amp__gemm_block_width(o->a_scales ? o->a_blocks : o->b_blocks);
+    bk.a_scales = o->a_scales; bk.a_blocks = o->a_blocks; bk.a_kcol = a_kcol;
+    bk.b_scales = o->b_scales; bk.b_blocks = o->b_blocks; bk.b_kcol = b_kcol;
+    st = amp__gemm_cpu_blk(m, n, k, 1.0f, A, at, ars, acs, B, bt, brs, bcs, 0.0f, T, AMP_F32, (size_t)n, 1, &po, &bk);
     for (i = 0; (size_t)i < mn; i++) T[i] = s * T[i];   /* a lone product, stored: nothing to fuse it with */
   }
   if (st != AMP_OK) { AMP_FREE(T); return st; }
