@@ -7630,41 +7630,6 @@ static AMP__AVX512 uint32_t amp__amax16_bits(const float *s, size_t n) {
     a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(s + j)), _mm512_set1_epi32(0x7fffffff)));
   return amp__hmax16u(a);
 }
-/* Permutes or gathers, decided once per process (both give the same bits): permutes where the CPU
-   has AVX512_VBMI and a short calibration (amp__q8_perm_measure) finds them faster: on AMD Zen 4
-   and 5 a gather of 16 lanes costs several times the permutes; on Intel cores it is cheaper. */
-static int amp__q8_perm_forced = -1;   /* tests: 0 gathers, 1 permutes (where the CPU can); -1 the measured choice */
-static int amp__q8_perm_choice = -1;
-static int amp__q8_perm_measure(const amp__qmap *q) {
-  float x[1024], y[1024];   /* on the stack: threads may measure at once */
-  uint8_t c[1024];
-  unsigned long long best[2] = {~0ull, ~0ull};
-  uint32_t r = 1u;
-  int i, k;
-  for (i = 0; i < 1024; i++) { r = r * 1664525u + 1013904223u; x[i] = ((float)(r >> 8) - 8388608.0f) / 8388608.0f; }
-  for (i = 0; i < 14; i++) {   /* alternating, the first round of each a warm-up; best of six */
-    unsigned long long t0 = amp__rdtsc(), t;
-    k = i & 1;
-    if (k) { amp__q8_pencode16(q, c, x, 1024, 1.0f); amp__q8_pdecode16(q, y, c, 1024, 1.0f); }
-    else { amp__q8_encode16(q, c, x, 1024, 1.0f); amp__q8_decode16(q, y, c, 1024, 1.0f); }
-    t = amp__rdtsc() - t0;
-    if (i >= 2 && t < best[k]) best[k] = t;
-  }
-  return best[1] < best[0];
-}
-/* 1: the 8-bit moments of map q go through the permute path at the AVX-512 level. */
-static int amp__q8_perm(const amp__qmap *q) {
-  int v;
-  if (!q->pfast || !(amp__cpu_features() & AMP__CPU_VBMI)) return 0;
-  v = AMP__ALOAD(&amp__q8_perm_forced);
-  if (v >= 0) return v;
-  v = AMP__ALOAD(&amp__q8_perm_choice);
-  if (v < 0) {   /* first use: threads that measure at once keep the first answer stored */
-    int expect = -1, got = amp__q8_perm_measure(q);
-    v = __atomic_compare_exchange_n(&amp__q8_perm_choice, &expect, got, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? got : expect;
-  }
-  return v;
-}
 /* The same on 8 lanes (the code in bits 0 .. 7); the table read by a masked gather, or (loads 1)
    by eight plain loads (a NaN lane reads word 0 and takes 0xffff, as the gather leaves it). */
 AMP__AVX2_INLINE __m256i amp__q8_code8(const amp__qmap *q, __m256 y, int loads) {
@@ -7707,12 +7672,18 @@ static AMP__AVX2 size_t amp__q8_decode8(const amp__qmap *q, float *d, const uint
   for (j = 0; j + 8 <= e; j += 8) _mm256_storeu_ps(d + j, amp__q8_ld8(q->code, codes + j, am, loads));
   return j;
 }
-/* Plain loads or gathers for the 8-bit tables at the AVX2 level, decided once per process as the
-   permutes are (the same bits either way): the loads where a short calibration finds them faster
-   (AMD's cores; Intel's gathers are cheaper, unless a microcode mitigation slowed them). */
-static int amp__q8_loads_forced = -1;   /* tests: 0 gathers, 1 loads; -1 the measured choice */
+/* The 8-bit codes' gather-free paths, each decided once per process (every path gives the same
+   bits): at the AVX-512 level the permutes where the CPU has AVX512_VBMI, at the AVX2 level the
+   plain loads, each where a short calibration (amp__q8_measure) finds it faster than the gathers:
+   AMD's cores run gathers as microcoded sequences (on Zen 4 and 5 a gather of 16 lanes costs
+   several times the permutes); Intel's gathers are cheaper, unless a microcode mitigation slowed
+   them. */
+static int amp__q8_perm_forced = -1;    /* tests: 0 gathers, 1 permutes (where the CPU can); -1 measured */
+static int amp__q8_perm_choice = -1;
+static int amp__q8_loads_forced = -1;   /* tests: 0 gathers, 1 plain loads; -1 measured */
 static int amp__q8_loads_choice = -1;
-static int amp__q8_loads_measure(const amp__qmap *q) {
+/* 1 where level l's gather-free path (2: permutes, 1: plain loads) encodes and decodes faster. */
+static int amp__q8_measure(const amp__qmap *q, int l) {
   float x[1024], y[1024];   /* on the stack: threads may measure at once */
   uint8_t c[1024];
   unsigned long long best[2] = {~0ull, ~0ull};
@@ -7722,24 +7693,33 @@ static int amp__q8_loads_measure(const amp__qmap *q) {
   for (i = 0; i < 14; i++) {   /* alternating, the first round of each a warm-up; best of six */
     unsigned long long t0 = amp__rdtsc(), t;
     k = i & 1;
-    amp__q8_encode8(q, c, x, 1024, 1.0f, k);
-    amp__q8_decode8(q, y, c, 1024, 1.0f, k);
+    if (l >= 2 && k) { amp__q8_pencode16(q, c, x, 1024, 1.0f); amp__q8_pdecode16(q, y, c, 1024, 1.0f); }
+    else if (l >= 2) { amp__q8_encode16(q, c, x, 1024, 1.0f); amp__q8_decode16(q, y, c, 1024, 1.0f); }
+    else { amp__q8_encode8(q, c, x, 1024, 1.0f, k); amp__q8_decode8(q, y, c, 1024, 1.0f, k); }
     t = amp__rdtsc() - t0;
     if (i >= 2 && t < best[k]) best[k] = t;
   }
   return best[1] < best[0];
 }
-/* 1: the 8-bit moments of map q read their tables by plain loads at the AVX2 level. */
-static int amp__q8_loads(const amp__qmap *q) {
-  int v = AMP__ALOAD(&amp__q8_loads_forced);
+/* The choice of one level: forced (tests), else measured on first use (threads that measure at
+   once keep the first answer stored). */
+static int amp__q8_choose(int *forced, int *choice, const amp__qmap *q, int l) {
+  int v = AMP__ALOAD(forced);
   if (v >= 0) return v;
-  v = AMP__ALOAD(&amp__q8_loads_choice);
-  if (v < 0) {   /* first use: threads that measure at once keep the first answer stored */
-    int expect = -1, got = amp__q8_loads_measure(q);
-    v = __atomic_compare_exchange_n(&amp__q8_loads_choice, &expect, got, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? got : expect;
+  v = AMP__ALOAD(choice);
+  if (v < 0) {
+    int expect = -1, got = amp__q8_measure(q, l);
+    v = __atomic_compare_exchange_n(choice, &expect, got, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? got : expect;
   }
   return v;
 }
+/* 1: the 8-bit moments of map q go through the permute path at the AVX-512 level. */
+static int amp__q8_perm(const amp__qmap *q) {
+  if (!q->pfast || !(amp__cpu_features() & AMP__CPU_VBMI)) return 0;
+  return amp__q8_choose(&amp__q8_perm_forced, &amp__q8_perm_choice, q, 2);
+}
+/* 1: the 8-bit moments of map q read their tables by plain loads at the AVX2 level. */
+static int amp__q8_loads(const amp__qmap *q) { return amp__q8_choose(&amp__q8_loads_forced, &amp__q8_loads_choice, q, 1); }
 #endif
 #ifdef AMP__NEON_SIMD
 /* The same on NEON's 4 lanes (the code in bits 0 .. 7). No gather: each lane's table word read by

@@ -302,6 +302,23 @@ static void bench_modes(size_t n_cache, size_t n_big) {
    only the new moments, for their amax), so it reads grads and moments twice (the master too only
    with L2 weight decay on the grad, not in this AdamW run): its bytes are counted once, as the
    others'. ---- */
+#ifdef AMP__X86_SIMD
+/* The 8-bit step on a gather-free path (what *forced 1 picks) against the gathers (0), taking
+   turns, and which one the library's calibration chose. */
+static void bench_q8_paths(mrig *R, size_t n, int *forced, int chosen, const char *path) {
+  double tq[REPS], tg[REPS], t0;
+  char name[128];
+  int r;
+  for (r = 0; r < REPS; r++) {
+    *forced = 1; t0 = bench_now(); mrig_step(R); tq[r] = bench_now() - t0;
+    *forced = 0; t0 = bench_now(); mrig_step(R); tg[r] = bench_now() - t0;
+  }
+  *forced = -1;
+  snprintf(name, sizeof name, "%zuM: adamw 8-bit moments, %s vs gathers", n >> 20, path);
+  bench_line(name, 1e3 * bench_median(tq, REPS), 1e3 * bench_median(tg, REPS), "ms per step, lower is better");
+  printf("  (the calibration chose the %s)\n", chosen ? path : "gathers");
+}
+#endif
 static void bench_moments(size_t n) {
   static const struct { const char *name; int moments; } types[] = {
     {"f32", AMP_MOMENTS_F32}, {"bf16", AMP_MOMENTS_BF16}, {"8-bit", AMP_MOMENTS_8BIT}, {"fp8", AMP_MOMENTS_FP8}};
@@ -359,32 +376,11 @@ static void bench_moments(size_t n) {
     snprintf(unit, sizeof unit, "GB/s vs memcpy, at %g B/param", mode_bytes(&md));
     bench_line(name, (double)mc_bytes / bench_median(to, REPS) / 1e9, (double)mc_bytes / bench_median(tm, REPS) / 1e9, unit);
 #ifdef AMP__X86_SIMD
-    if (md.moments == AMP_MOMENTS_8BIT && lvl >= 2 && (amp__cpu_features() & AMP__CPU_VBMI)) {
-      /* the two vector paths of the 8-bit codes (the same bits), taking turns; which one the
-         library's calibration chose */
-      double tq[REPS], tg[REPS], t0;
-      int chosen = amp__q8_perm(&R.o->qmap[0]);
-      for (r = 0; r < REPS; r++) {
-        amp__q8_perm_forced = 1; t0 = bench_now(); mrig_step(&R); tq[r] = bench_now() - t0;
-        amp__q8_perm_forced = 0; t0 = bench_now(); mrig_step(&R); tg[r] = bench_now() - t0;
-      }
-      amp__q8_perm_forced = -1;
-      snprintf(name, sizeof name, "%zuM: adamw 8-bit moments, permutes vs gathers", n >> 20);
-      bench_line(name, 1e3 * bench_median(tq, REPS), 1e3 * bench_median(tg, REPS), "ms per step, lower is better");
-      printf("  (the calibration chose the %s)\n", chosen ? "permutes" : "gathers");
-    }
-    if (md.moments == AMP_MOMENTS_8BIT && lvl == 1) {   /* AVX2: plain loads of the tables or gathers, the same way */
-      double tq[REPS], tg[REPS], t0;
-      int chosen = amp__q8_loads(&R.o->qmap[0]);
-      for (r = 0; r < REPS; r++) {
-        amp__q8_loads_forced = 1; t0 = bench_now(); mrig_step(&R); tq[r] = bench_now() - t0;
-        amp__q8_loads_forced = 0; t0 = bench_now(); mrig_step(&R); tg[r] = bench_now() - t0;
-      }
-      amp__q8_loads_forced = -1;
-      snprintf(name, sizeof name, "%zuM: adamw 8-bit moments, plain loads vs gathers", n >> 20);
-      bench_line(name, 1e3 * bench_median(tq, REPS), 1e3 * bench_median(tg, REPS), "ms per step, lower is better");
-      printf("  (the calibration chose the %s)\n", chosen ? "plain loads" : "gathers");
-    }
+    /* the 8-bit codes' two vector paths at this level (the same bits), taking turns */
+    if (md.moments == AMP_MOMENTS_8BIT && lvl >= 2 && (amp__cpu_features() & AMP__CPU_VBMI))
+      bench_q8_paths(&R, n, &amp__q8_perm_forced, amp__q8_perm(&R.o->qmap[0]), "permutes");
+    if (md.moments == AMP_MOMENTS_8BIT && lvl == 1)
+      bench_q8_paths(&R, n, &amp__q8_loads_forced, amp__q8_loads(&R.o->qmap[0]), "plain loads");
 #endif
     if (lvl) {   /* the moment loops against the plain path */
       snprintf(name, sizeof name, "%zuM: adamw %s moments vs portable loops", n >> 20, types[k].name);
