@@ -180,9 +180,10 @@ matrix_x86() {
       fail "$name: gcc -Ofast -march=native build"; sed 's/^/    /' "$B/$name.native.cc.log" | head -n 30
     fi
   fi
-  # built with OpenMP, two threads: the product's row blocks and the optimizer step's slices shared
-  # among them (each test checks the one-thread bits: test_moments every moment type and master mode)
-  case "$name" in test_gemm|test_moments)
+  # built with OpenMP, two threads: the product's row blocks (test_gemm_fp8: with block scales too)
+  # and the optimizer step's slices shared among them (each test checks the one-thread bits:
+  # test_moments every moment type and master mode)
+  case "$name" in test_gemm|test_gemm_fp8|test_moments)
     if gcc -std=c99 -O2 -fopenmp $WARN -I. "$src" -o "$B/$name.openmp" $libs -lm -lpthread 2>"$B/$name.openmp.cc.log"; then
       runtest "$name.openmp" env OMP_NUM_THREADS=2 AMP_TEST_QUICK=1 "$B/$name.openmp"
     else
@@ -192,7 +193,7 @@ matrix_x86() {
   # the product's and the optimizer step's OpenMP threads under ThreadSanitizer (clang with LLVM's
   # OpenMP runtime, whose own uninstrumented code TSan is told to ignore, as it asks): no byte
   # shared unsynchronised
-  if [ "$name" = test_gemm ] || [ "$name" = test_moments ]; then
+  if [ "$name" = test_gemm ] || [ "$name" = test_gemm_fp8 ] || [ "$name" = test_moments ]; then
     if $clang_src -O1 -g -fsanitize=thread -fopenmp -fno-omit-frame-pointer $WARN -I. "$src" -o "$B/$name.tsan-openmp" \
          $libs -lm -lpthread 2>"$B/$name.tsan-openmp.cc.log"; then
       norand=""; setarch "$(uname -m)" -R true 2>/dev/null && norand="setarch $(uname -m) -R"
