@@ -12285,7 +12285,7 @@ static void amp__gemm_tile_block_add(float *t, size_t ldt, const float *pr, size
                                      int rows, int w, int zero);
 
 /* The CPU product; bk NULL, or block scales (above): then every slice's partial products are
-   scaled and added into the tiles as amp__gemm_block_add adds them, the last block's into C
+   scaled and added into the tiles as amp__gemm_tile_block_add adds them, the last block's into C
    itself (C then an f32 scratch with contiguous rows, alpha 1, beta 0, no epilogue: the fp8
    wrapper's). */
 static amp_status amp__gemm_cpu_blk(int m, int n, int k, float alpha, const void *A, amp_dtype at, size_t ars,
@@ -12525,7 +12525,7 @@ static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
 
 /* One block's partial products into the running sums: t[j] = t[j] + (sa * sb[j]) * pr[j] for j < n,
    each operation rounded on its own (no fused multiply-add), in the same order on every path: the
-   plain loop, or 16 or 8 lanes at a time on x86 (amp__mul16 / amp__add16 / amp__mul8: the rounded
+   plain loop, or 16 (amp__gemm_tile_block_add's) or 8 lanes at a time on x86 (amp__mul16 / amp__add16 / amp__mul8: the rounded
    products of the step's vector bodies; the AVX2 tail by the plain loop). One pass over a tile's
    rows per block along k. */
 static AMP__EXACT_FP void amp__gemm_block_add_plain(float *t, const float *pr, const float *sb, float sa, int n) {
@@ -12534,15 +12534,6 @@ static AMP__EXACT_FP void amp__gemm_block_add_plain(float *t, const float *pr, c
 }
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
-static AMP__AVX512 void amp__gemm_block_add_avx512(float *t, const float *pr, const float *sb, float sa, int n) {
-  const __m512 a = _mm512_set1_ps(sa);
-  int j;
-  for (j = 0; j < n; j += 16) {
-    const __mmask16 k = amp__mask16((size_t)(n - j));
-    __m512 f = amp__mul16(a, _mm512_maskz_loadu_ps(k, sb + j));
-    _mm512_mask_storeu_ps(t + j, k, amp__add16(_mm512_maskz_loadu_ps(k, t + j), amp__mul16(f, _mm512_maskz_loadu_ps(k, pr + j))));
-  }
-}
 static AMP__AVX2 void amp__gemm_block_add_avx2(float *t, const float *pr, const float *sb, float sa, int n) {
   const __m256 a = _mm256_set1_ps(sa);
   int j;
@@ -12574,7 +12565,6 @@ static AMP__AVX512 void amp__gemm_tile_block_add_avx512(float *t, size_t ldt, co
 }
 AMP__EXACT_END
 #endif
-static void amp__gemm_block_add(float *t, const float *pr, const float *sb, float sa, int n);
 static void amp__gemm_tile_block_add(float *t, size_t ldt, const float *pr, size_t ldp, const float *sb, const float *sa,
                                      int rows, int w, int zero) {
   int r;
@@ -12582,16 +12572,13 @@ static void amp__gemm_tile_block_add(float *t, size_t ldt, const float *pr, size
   if (amp_simd_active() && amp__isa() >= 2) { amp__gemm_tile_block_add_avx512(t, ldt, pr, ldp, sb, sa, rows, w, zero); return; }
 #endif
   for (r = 0; r < rows; r++) {
-    if (zero) memset(t + (size_t)r * ldt, 0, sizeof(float) * (size_t)w);   /* +0.0f: all bits zero */
-    amp__gemm_block_add(t + (size_t)r * ldt, pr + (size_t)r * ldp, sb, sa[r], w);
-  }
-}
-static void amp__gemm_block_add(float *t, const float *pr, const float *sb, float sa, int n) {
+    float *tr = t + (size_t)r * ldt;
+    if (zero) memset(tr, 0, sizeof(float) * (size_t)w);   /* +0.0f: all bits zero */
 #ifdef AMP__X86_SIMD
-  if (amp_simd_active() && amp__isa() >= 2) { amp__gemm_block_add_avx512(t, pr, sb, sa, n); return; }
-  if (amp_simd_active()) { amp__gemm_block_add_avx2(t, pr, sb, sa, n); return; }
+    if (amp_simd_active()) { amp__gemm_block_add_avx2(tr, pr + (size_t)r * ldp, sb, sa[r], w); continue; }
 #endif
-  amp__gemm_block_add_plain(t, pr, sb, sa, n);
+    amp__gemm_block_add_plain(tr, pr + (size_t)r * ldp, sb, sa[r], w);
+  }
 }
 
 /* amp__gemm_cpu with the fp8 options of o. a_kcol (b_kcol): k runs along the rows of A (B) as
