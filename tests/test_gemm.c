@@ -339,7 +339,8 @@ static void gemm_fast_epilogue_is_the_scalar_epilogue_bit_for_bit(void) {
 /* The fast kernels store a whole tile of an f32 C with alpha 1, beta 0 and no epilogue straight
    from their registers (1 * acc is acc), except where the FPU reads subnormals as 0 without
    flushing results (MXCSR's DAZ without FTZ): there 1 * acc is 0 for an acc the FMAs left
-   subnormal, and the stored tile must say so too. k = 1, each product 2^-140 (a subnormal), whole
+   subnormal, and the stored tile must say so too (the kernels multiply by alpha in their
+   registers, as they do for alpha != 1). k = 1, each product 2^-140 (a subnormal), whole
    tiles of every kernel's shape: C is 1 * 2^-140 as this FPU computes it, at every level. */
 static void gemm_plain_tiles_keep_the_epilogue_bits_under_denormals_are_zero(void) {
 #if defined(__x86_64__) || defined(__i386__)
