@@ -2000,8 +2000,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    - opts->c_amax (any C): written with max |t| over the m x n results, t before the multiply by
      c_scale or the rounding to C's type, as a max of the |t| bits (a NaN wins, as amp_quantize's
      amax); 0 when m or n is 0. Give it to amp_fp8_scaler_record for the next step's c_scale.
-   With an fp8 C, c_amax or block scales, the f32 results go through an m x n buffer allocated for
-   the call, and with block scales the product's k slices are the blocks: each tile of C takes its
+   With an fp8 C, c_amax, or block scales and something to add or apply to the sums (beta, bias,
+   activation) or a C other than f32 with contiguous rows, the f32 results go through an m x n
+   buffer allocated for the call (else into C itself); with block scales the product's k slices
+   are the blocks: each tile of C takes its
    sums over a block and adds them, scaled, to its running sums while it is in cache (the bits of
    a product per block added into the buffer, m + n more floats). AMP_GEMM_AUTO widens fp8 while packing (AVX-512: vector loads
    that build the f32 bits from the codes' fields; AVX2: amp_convert's fp8 loops) and runs the
@@ -12623,21 +12625,41 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   size_t mn = (size_t)m * (size_t)n;
   uint32_t amax = 0u;
   amp_status st = AMP_OK;
+  amp__gemm_blk bk;
   s = amp__gemm_fp8_factor(alpha, o->a_scale_inv, o->b_scale_inv);
   if (!blocks && !c8 && !o->c_amax && k > 0 && s != 0.0f)   /* per-tensor scales alone: one factor on the sum */
     return amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, beta, C, ct, crs, ccs, o);
   memset(&po, 0, sizeof po);
   po.algo = o->algo;
+  bk.w = amp__gemm_block_width(o->a_scales ? o->a_blocks : o->b_blocks);
+  bk.a_scales = o->a_scales; bk.a_blocks = o->a_blocks; bk.a_kcol = a_kcol;
+  bk.b_scales = o->b_scales; bk.b_blocks = o->b_blocks; bk.b_kcol = b_kcol;
+  if (blocks && k > 0 && s != 0.0f && ct == AMP_F32 && ccs == 1 && beta == 0.0f && !has_bias &&
+      o->act == AMP_ACT_NONE && !o->c_amax) {
+    /* block scales into an f32 C with contiguous rows and nothing to add, apply or measure: the sums
+       straight into C (its elements written only once every buffer is allocated), then s, as the
+       buffer below takes it; skipped for s = 1, where 1 * t is t (t is never a subnormal an FPU
+       that reads subnormals as 0 would flush, except under x86's DAZ without FTZ, checked; an x86
+       build without the vector kernels cannot check it and multiplies) */
+    int scale = s != 1.0f;
+#ifdef AMP__GEMM_FAST
+    if ((_mm_getcsr() & 0x8040u) == 0x40u) scale = 1;
+#elif defined(__x86_64__) || defined(__i386__)
+    scale = 1;
+#endif
+    st = amp__gemm_cpu_blk(m, n, k, 1.0f, A, at, ars, acs, B, bt, brs, bcs, 0.0f, C, AMP_F32, crs, 1, &po, &bk);
+    for (i = 0; st == AMP_OK && scale && i < m; i++) {
+      float *ci = (float *)C + (size_t)i * crs;
+      for (j = 0; j < n; j++) ci[j] = s * ci[j];
+    }
+    return st;
+  }
   T = (float *)AMP_MALLOC(mn * sizeof(float));
   if (!T) return amp__fail(AMP_ERR_NOMEM, "out of memory for %zu floats of fp8 product results", mn);
   memset(T, 0, mn * sizeof(float));   /* +0.0f: all bits zero */
   if (k > 0 && s != 0.0f && !blocks) {
     st = amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, 0.0f, T, AMP_F32, (size_t)n, 1, &po);
   } else if (k > 0 && s != 0.0f) {   /* each block's sums scaled into the tiles, in k order */
-    amp__gemm_blk bk;
-    bk.w = amp__gemm_block_width(o->a_scales ? o->a_blocks : o->b_blocks);
-    bk.a_scales = o->a_scales; bk.a_blocks = o->a_blocks; bk.a_kcol = a_kcol;
-    bk.b_scales = o->b_scales; bk.b_blocks = o->b_blocks; bk.b_kcol = b_kcol;
     st = amp__gemm_cpu_blk(m, n, k, 1.0f, A, at, ars, acs, B, bt, brs, bcs, 0.0f, T, AMP_F32, (size_t)n, 1, &po, &bk);
     for (i = 0; (size_t)i < mn; i++) T[i] = s * T[i];   /* a lone product, stored: nothing to fuse it with */
   }
