@@ -12638,13 +12638,13 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
       o->act == AMP_ACT_NONE && !o->c_amax) {
     /* block scales into an f32 C with contiguous rows and nothing to add, apply or measure: the sums
        straight into C (its elements written only once every buffer is allocated), then s, as the
-       buffer below takes it; skipped for s = 1, where 1 * t is t (t is never a subnormal an FPU
-       that reads subnormals as 0 would flush, except under x86's DAZ without FTZ, checked; an x86
-       build without the vector kernels cannot check it and multiplies) */
+       buffer below takes it; skipped for s = 1 where the x86 kernels run, as 1 * t is t there (t
+       is never a subnormal that the FPU would flush, except under DAZ without FTZ: checked).
+       Elsewhere the FPU's modes are not read here, and s is applied whatever its value. */
     int scale = s != 1.0f;
 #ifdef AMP__GEMM_FAST
     if ((_mm_getcsr() & 0x8040u) == 0x40u) scale = 1;
-#elif defined(__x86_64__) || defined(__i386__)
+#else
     scale = 1;
 #endif
     st = amp__gemm_cpu_blk(m, n, k, 1.0f, A, at, ars, acs, B, bt, brs, bcs, 0.0f, C, AMP_F32, crs, 1, &po, &bk);
