@@ -12624,7 +12624,7 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   amp_gemm_opts po;   /* the bare product: no epilogue, the caller's algo */
   float s = alpha, *T;
   int blocks = o->a_scales || o->b_scales, c8 = amp__gemm_is_fp8(ct), has_bias = o->bias != NULL, i, j;
-  size_t mn = (size_t)m * (size_t)n;
+  size_t mn = (size_t)m * (size_t)n, wmax;
   uint32_t amax = 0u;
   amp_status st = AMP_OK;
   amp__gemm_blk bk;
@@ -12636,51 +12636,83 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   bk.w = amp__gemm_block_width(o->a_scales ? o->a_blocks : o->b_blocks);
   bk.a_scales = o->a_scales; bk.a_blocks = o->a_blocks; bk.a_kcol = a_kcol;
   bk.b_scales = o->b_scales; bk.b_blocks = o->b_blocks; bk.b_kcol = b_kcol;
-  if (blocks && k > 0 && s != 0.0f && ct == AMP_F32 && ccs == 1 && beta == 0.0f && !has_bias &&
-      o->act == AMP_ACT_NONE && !o->c_amax) {
-    /* block scales into an f32 C with contiguous rows and nothing to add, apply or measure: the sums
-       straight into C (its elements written only once every buffer is allocated), then s, as the
-       buffer below takes it; skipped for s = 1 where the x86 kernels run, as 1 * t is t there (t
-       is never a subnormal that the FPU would flush, except under DAZ without FTZ: checked).
-       Elsewhere the FPU's modes are not read here, and s is applied whatever its value. */
-    int scale = s != 1.0f;
+  if (k > 0 && s != 0.0f && ct == AMP_F32 && ccs == 1 && beta == 0.0f && !has_bias && o->act == AMP_ACT_NONE) {
+    /* an f32 C with contiguous rows and nothing to add or apply (block scales, or c_amax): the sums
+       straight into C (its elements written only once every buffer is allocated), then the block
+       scales' s, as the buffer below takes it, and the amax of what C holds. s is skipped for s = 1
+       where the x86 kernels run, as 1 * t is t there (t is never a subnormal that the FPU would
+       flush, except under DAZ without FTZ: checked). Elsewhere the FPU's modes are not read here,
+       and s is applied whatever its value. */
+    int scale = blocks && s != 1.0f;
+    float am = 0.0f;
 #ifdef AMP__GEMM_FAST
-    if ((_mm_getcsr() & 0x8040u) == 0x40u) scale = 1;
+    if (blocks && (_mm_getcsr() & 0x8040u) == 0x40u) scale = 1;
 #else
-    scale = 1;
+    scale = blocks;
 #endif
-    st = amp__gemm_cpu_blk(m, n, k, 1.0f, A, at, ars, acs, B, bt, brs, bcs, 0.0f, C, AMP_F32, crs, 1, &po, &bk);
-    for (i = 0; st == AMP_OK && scale && i < m; i++) {
+    if (blocks) st = amp__gemm_cpu_blk(m, n, k, 1.0f, A, at, ars, acs, B, bt, brs, bcs, 0.0f, C, AMP_F32, crs, 1, &po, &bk);
+    else st = amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, 0.0f, C, AMP_F32, crs, 1, &po);
+    for (i = 0; st == AMP_OK && i < m; i++) {
       float *ci = (float *)C + (size_t)i * crs;
-      for (j = 0; j < n; j++) ci[j] = s * ci[j];
+      for (j = 0; scale && j < n; j++) ci[j] = s * ci[j];
+      if (o->c_amax) amp__f8m_amax(&am, ci, (size_t)n);
     }
+    if (st == AMP_OK && o->c_amax) *o->c_amax = am;
     return st;
   }
-  T = (float *)AMP_MALLOC(mn * sizeof(float));
-  if (!T) return amp__fail(AMP_ERR_NOMEM, "out of memory for %zu floats of fp8 product results", mn);
-  memset(T, 0, mn * sizeof(float));   /* +0.0f: all bits zero */
+  /* T: the m x n sums, row-major, then three lines of work: one of T's (a column of it, for a
+     column-major C), one of C widened (beta), and the bias widened */
+  wmax = (size_t)(m > n ? m : n);
+  T = (float *)AMP_MALLOC((mn + 2 * wmax + (size_t)n) * sizeof(float));
+  if (!T) return amp__fail(AMP_ERR_NOMEM, "out of memory for %zu floats of fp8 product results", mn + 2 * wmax + n);
   if (k > 0 && s != 0.0f && !blocks) {
     st = amp__gemm_cpu(m, n, k, s, A, at, ars, acs, B, bt, brs, bcs, 0.0f, T, AMP_F32, (size_t)n, 1, &po);
-  } else if (k > 0 && s != 0.0f) {   /* each block's sums scaled into the tiles, in k order */
+  } else if (k > 0 && s != 0.0f) {   /* each block's sums scaled into the tiles, in k order; s below */
     st = amp__gemm_cpu_blk(m, n, k, 1.0f, A, at, ars, acs, B, bt, brs, bcs, 0.0f, T, AMP_F32, (size_t)n, 1, &po, &bk);
-    for (i = 0; (size_t)i < mn; i++) T[i] = s * T[i];   /* a lone product, stored: nothing to fuse it with */
-  }
+  } else memset(T, 0, mn * sizeof(float));   /* +0.0f: all bits zero (the products write every element) */
   if (st != AMP_OK) { AMP_FREE(T); return st; }
-  if (beta == 0.0f && !has_bias && o->act == AMP_ACT_NONE && !c8 && !o->c_amax && ccs == 1) {
-    for (i = 0; i < m; i++)   /* nothing to add or apply: t is the sum, each row cast as amp__store would */
-      amp_convert((char *)C + (size_t)i * crs * amp_dtype_size(ct), ct, T + (size_t)i * n, AMP_F32, (size_t)n);
-  } else {   /* the epilogue of the reference, then the amax and the cast */
+  if (crs != 1 && ccs != 1) {   /* (no layout of amp_gemm_ex gives this) the reference's loop, element by element */
     float cs = c8 ? *o->c_scale : 1.0f;
     for (i = 0; i < m; i++)
       for (j = 0; j < n; j++) {
         size_t at2 = (size_t)i * crs + (size_t)j * ccs;
         float c = beta != 0.0f ? amp__load(C, ct, at2) : 0.0f;
-        float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f;
-        float out, t = amp__gemm_fp8_epi(T[(size_t)i * n + j], beta, c, has_bias, bias, (int)o->act, c8, cs, &out);
+        float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f, sacc = T[(size_t)i * n + j];
+        float out, t = amp__gemm_fp8_epi(blocks && k > 0 && s != 0.0f ? s * sacc : sacc, beta, c, has_bias, bias, (int)o->act, c8, cs, &out);
         uint32_t a = amp__f32_bits(t) & 0x7fffffffu;
         if (a > amax) amax = a;
         amp__store(C, ct, at2, out);
       }
+  } else {   /* line by line along C's contiguous direction (rows, or columns of a column-major C) */
+    const int rows = ccs == 1, lines = rows ? m : n, w = rows ? n : m;
+    const int bare = beta == 0.0f && !has_bias && o->act == AMP_ACT_NONE;
+    const size_t csz = amp_dtype_size(ct), step = rows ? crs : ccs;
+    float cs = c8 ? *o->c_scale : 1.0f, am = 0.0f, *lb = T + mn, *cw = lb + wmax, *bw = cw + wmax;
+    if (has_bias && rows) amp_convert(bw, AMP_F32, o->bias, o->bias_type, (size_t)n);   /* widened once */
+    for (i = 0; i < lines; i++) {
+      char *cl = (char *)C + (size_t)i * step * csz;
+      float *tl = rows ? T + (size_t)i * n : lb, *cv = cw, b1 = 0.0f;
+      if (!rows)
+        for (j = 0; j < w; j++) tl[j] = T[(size_t)j * n + i];
+      if (blocks && k > 0 && s != 0.0f)
+        for (j = 0; j < w; j++) tl[j] = s * tl[j];
+      if (!bare) {   /* amp__gemm_fp8_epi without C's scale (the cast below applies it) */
+        float out;
+        if (beta != 0.0f && ct == AMP_F32) cv = (float *)cl;
+        else if (beta != 0.0f) amp_convert(cv, AMP_F32, cl, ct, (size_t)w);   /* not fp8: refused with beta */
+        if (has_bias && !rows) b1 = amp__load(o->bias, o->bias_type, (size_t)i);
+        for (j = 0; j < w; j++)
+          tl[j] = amp__gemm_fp8_epi(tl[j], beta, beta != 0.0f ? cv[j] : 0.0f, has_bias, rows ? bw[j] : b1, (int)o->act,
+                                    0, 1.0f, &out);
+      }
+      /* the amax of t, and the cast: into fp8 amp_quantize's (sat(fl32(t * cs)), amp__store's) */
+      if (c8) amp__cpu_quantize(NULL, cl, ct, tl, AMP_F32, (size_t)w, &cs, &am, NULL, NULL, 0);
+      else {
+        if (o->c_amax) amp__f8m_amax(&am, tl, (size_t)w);
+        amp_convert(cl, ct, tl, AMP_F32, (size_t)w);
+      }
+    }
+    amax = amp__f32_bits(am);
   }
   if (o->c_amax) *o->c_amax = amp__bits_f32(amax);
   AMP_FREE(T);
