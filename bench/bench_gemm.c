@@ -103,6 +103,23 @@ static void ours_fp8(const shape *s, void *a, void *b, float *c, amp_dtype t) {
   amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, t, s->ta ? s->m : s->k, b, t,
               s->tb ? s->k : s->n, 0.0f, c, AMP_F32, s->n, &o);
 }
+/* The per-tensor fp8 product with an epilogue (fp8_epi): 1 f32 C and its amax (c_amax, the next
+   step's scale); 2 an E4M3 C (c_scale 1) and its amax, TransformerEngine's fp8 output; 3 a bf16 C
+   with a bias and GELU, the layer forward y = gelu(x W + b). c holds m x n floats: room for each. */
+static int fp8_epi;
+static float fp8_bias[4096], fp8_amax;
+static void ours_fp8_epi(const shape *s, void *a, void *b, float *c, amp_dtype t) {
+  amp_gemm_opts o;
+  float one = 1.0f;
+  amp_dtype ct = fp8_epi == 2 ? AMP_E4M3 : fp8_epi == 3 ? AMP_BF16 : AMP_F32;
+  memset(&o, 0, sizeof o);
+  o.a_scale_inv = &fp8_si; o.b_scale_inv = &fp8_si;
+  if (fp8_epi <= 2) o.c_amax = &fp8_amax;
+  if (fp8_epi == 2) o.c_scale = &one;
+  if (fp8_epi == 3) { o.bias = fp8_bias; o.act = AMP_ACT_GELU; }
+  amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, t, s->ta ? s->m : s->k, b, t,
+              s->tb ? s->k : s->n, 0.0f, c, ct, s->n, &o);
+}
 static void ours_fp8_blocks(const shape *s, void *a, void *b, float *c, amp_dtype t) {
   amp_gemm_opts o;
   memset(&o, 0, sizeof o);
@@ -436,6 +453,16 @@ int main(void) {
       bench_line(name, o8, obf, "GFLOP/s (e4m3 in, per-tensor scale_invs, f32 out)");
       snprintf(name, sizeof name, "gemm_e4m3_%s_%dx%dx%d_vs_ours_f32", s->name, s->m, s->n, s->k);
       bench_line(name, o8, o32, "GFLOP/s (e4m3 in, per-tensor scale_invs, f32 out)");
+      for (fp8_epi = 1; fp8_epi <= 3; fp8_epi++) {   /* the epilogues, against the bare product */
+        static const char *const tag[4] = {"", "camax", "to_e4m3", "bf16_bias_gelu"};
+        static const char *const what[4] = {"", "GFLOP/s (e4m3 in, f32 out and its amax, against f32 out alone)",
+                                            "GFLOP/s (e4m3 in, e4m3 out and its amax, against f32 out alone)",
+                                            "GFLOP/s (e4m3 in, bf16 out with bias and GELU, against f32 out alone)"};
+        int j;
+        for (j = 0; j < s->n && j < 4096; j++) fp8_bias[j] = 0.01f * (float)(j % 17) - 0.08f;
+        snprintf(name, sizeof name, "gemm_e4m3_%s_%s_%dx%dx%d_vs_ours_e4m3", tag[fp8_epi], s->name, s->m, s->n, s->k);
+        bench_line(name, gflops(s, time_call(ours_fp8_epi, s, ah, bh, c, AMP_E4M3)), o8, what[fp8_epi]);
+      }
       /* x (m x k) in 1x128 tiles, W = the n x k matrix bf read as such, in 128 x 128 blocks */
       amp_quantize_blocks(amp_cpu(), AMP_BLOCK_1x128, AMP_E4M3, s->m, s->k, af, AMP_F32, s->k, ah, s->k, xs);
       amp_quantize_blocks(amp_cpu(), AMP_BLOCK_128x128, AMP_E4M3, s->n, s->k, bf, AMP_F32, s->k, bt, s->k, ws);
