@@ -11869,22 +11869,32 @@ static void amp__gemm_micro_amx(int kc, const float *af, const float *bf, float 
 }
 #undef AMP__AMX_STEP4
 
-/* A's slivers for the AMX kernel (bf16): word q of row r is a(r, 2q) | a(r, 2q+1) << 16 (the
-   element past an odd `cols` is 0; rows past `rows`, up to the sliver's W, are 0), stored
-   dst32[(s*W + r)*kp + q], kp = ceil(cols / 2) rounded up to a multiple of 16 (zero pairs past
-   the last). */
+/* A's slivers for the AMX kernel (bf16, or fp8 widened to bf16 as it is read, exact): word q of row r
+   is a(r, 2q) | a(r, 2q+1) << 16 (the element past an odd `cols` is 0; rows past `rows`, up to the
+   sliver's W, are 0), stored dst32[(s*W + r)*kp + q], kp = ceil(cols / 2) rounded up to a multiple
+   of 16 (zero pairs past the last). */
 static AMP__T512 void amp__gemm_pack_rows_amx(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
                                               int rows, int cols) {
   uint32_t *dst = (uint32_t *)(void *)dstf;
   const uint16_t *xh = (const uint16_t *)x;
-  int kq = (cols + 1) / 2, kp = (kq + 15) / 16 * 16, tot = (rows + W - 1) / W * W, r, q;
-  (void)t;
-  if (cs == 1) {   /* rows contiguous along k: each row copied */
+  const uint8_t *x8 = (const uint8_t *)x;
+  const int f8 = amp__dtype_is_fp8(t);
+  int kq = (cols + 1) / 2, kp = (kq + 15) / 16 * 16, tot = (rows + W - 1) / W * W, r, q, c;
+  __m512i tab[4];
+  if (f8) amp__gemm_fp8_wtab(tab, amp__dtype_fp8(t));
+  if (cs == 1) {   /* rows contiguous along k: each row copied (fp8: widened 32 codes a store) */
     for (r = 0; r < tot; r++) {
       uint16_t *d = (uint16_t *)(void *)(dst + (size_t)r * kp);
       if (r >= rows) { memset(d, 0, (size_t)kp * 4); continue; }
-      memcpy(d, xh + (size_t)r * rs, (size_t)cols * 2);
-      memset(d + cols, 0, (size_t)(2 * kp - cols) * 2);
+      if (!f8) {
+        memcpy(d, xh + (size_t)r * rs, (size_t)cols * 2);
+        memset(d + cols, 0, (size_t)(2 * kp - cols) * 2);
+        continue;
+      }
+      for (c = 0; c < 2 * kp; c += 32)   /* 2 kp, a multiple of 32, >= cols: the codes past cols are 0 */
+        _mm512_storeu_si512((void *)(d + c), c < cols ? amp__gemm_fp8_bf16x32(x8 + (size_t)r * rs + c,
+                                                                              cols - c < 32 ? cols - c : 32, tab)
+                                                      : _mm512_setzero_si512());
     }
     return;
   }
@@ -11900,23 +11910,24 @@ static AMP__T512 void amp__gemm_pack_rows_amx(float *dstf, int W, const void *x,
       __mmask32 m = amp__mask32((size_t)n);
       uint32_t *d = dst + (size_t)r * kp;
       for (q = 0; q < kp; q++) {   /* past kq: zero pairs */
-        const uint16_t *x0 = xh + (size_t)(2 * q) * cs + r;
-        __m512i v0 = q < kq ? _mm512_maskz_loadu_epi16(m, x0) : _mm512_setzero_si512();
-        __m512i v1 = 2 * q + 1 < cols ? _mm512_maskz_loadu_epi16(m, x0 + cs) : _mm512_setzero_si512();
+        const size_t e0 = (size_t)(2 * q) * cs + (size_t)r;   /* element (r, 2q) */
+        __m512i v0 = _mm512_setzero_si512(), v1 = _mm512_setzero_si512();
+        if (q < kq) v0 = f8 ? amp__gemm_fp8_bf16x32(x8 + e0, n, tab) : _mm512_maskz_loadu_epi16(m, xh + e0);
+        if (2 * q + 1 < cols) v1 = f8 ? amp__gemm_fp8_bf16x32(x8 + e0 + cs, n, tab) : _mm512_maskz_loadu_epi16(m, xh + e0 + cs);
         _mm512_i32scatter_epi32(d + q, idx, _mm512_permutex2var_epi16(v0, lo, v1), 4);
         _mm512_i32scatter_epi32(d + (size_t)16 * kp + q, idx, _mm512_permutex2var_epi16(v0, hi, v1), 4);
       }
     }
   }
 }
-/* B's slivers for the AMX kernel: amp__gemm_pack_pairs' layout a sliver at a time, each sliver's
+/* B's slivers for the AMX kernel (bf16 or fp8): amp__gemm_pack_pairs' layout a sliver at a time, each sliver's
    pairs padded with zero pairs to a multiple of 16 (kp of them: dst32[s*W*kp + q*W + r]). */
 static AMP__T512 void amp__gemm_pack_pairs_amx(float *dstf, int W, const void *x, amp_dtype t, size_t rs, size_t cs,
                                                int rows, int cols) {
   int kq = (cols + 1) / 2, kp = (kq + 15) / 16 * 16, s;
   for (s = 0; s * W < rows; s++) {
     uint32_t *d = (uint32_t *)(void *)dstf + (size_t)s * W * kp;
-    amp__gemm_pack_pairs((float *)(void *)d, W, (const uint16_t *)x + (size_t)s * W * rs, t, rs, cs,
+    amp__gemm_pack_pairs((float *)(void *)d, W, (const char *)x + (size_t)s * W * rs * amp_dtype_size(t), t, rs, cs,
                          rows - s * W < W ? rows - s * W : W, cols);
     memset(d + (size_t)kq * W, 0, (size_t)(kp - kq) * W * 4);
   }
@@ -12189,7 +12200,8 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
   if (!reference) {
     int isa = amp__gemm_isa(), bf16 = in == AMP_BF16;
 #ifdef AMP__GEMM_AMX
-    if (bf16 && amp__gemm_amx()) return &amp__gemm_kernel_amx;   /* (amp__gemm_amx asks the ISA) */
+    if ((bf16 || amp__dtype_is_fp8(in)) && amp__gemm_amx())   /* (amp__gemm_amx asks the ISA) */
+      return &amp__gemm_kernel_amx;   /* fp8 widened to bf16 while packed (both packings) */
 #endif
     if ((isa & AMP__GEMM_ISA_BF16) && (bf16 || amp__dtype_is_fp8(in)) && amp__gemm_dpbf16())
       return &amp__gemm_kernel_bf16;   /* fp8 widened to bf16 while packed (amp__gemm_pack_pairs) */

@@ -521,8 +521,31 @@ static void the_avx2_fma_kernel_too(void) {
    same checks through it. */
 static void both_kernels_of_the_bf16_choice(void) {
 #ifdef AMP__GEMM_FAST
-  int f;
+  int f, isa_was = amp__gemm_isa_allowed;
   if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) return;
+  amp__gemm_isa_allowed = isa_was & ~AMP__GEMM_ISA_AMX;   /* (AMX, where the CPU has it, comes before the choice) */
+  for (f = 0; f < 2; f++) {
+    amp__gemm_dpbf16_forced = f;
+    per_tensor_every_layout_reference_bits_and_fast_bound();
+    block_scaled_reference_bits_and_fast_bound();
+    every_code_through_the_fast_packing();
+  }
+  amp__gemm_dpbf16_forced = -1;
+  amp__gemm_isa_allowed = isa_was;
+#endif
+}
+
+/* On a CPU with AMX (Intel Xeon from Sapphire Rapids on, Linux) fp8 x fp8 runs on the tile unit,
+   both operands widened to bf16 while packed (A by amp__gemm_pack_rows_amx): the kernel is the one
+   picked, and the same checks pass through it (the tests above ran it too, as the default; here
+   with the vdpbf16ps choice forced each way, which AMX must not depend on). */
+static void the_amx_kernel_for_fp8(void) {
+#ifdef AMP__GEMM_AMX
+  int f;
+  if (!amp__gemm_amx()) return;
+  EXPECT(amp__gemm_pick(AMP_E4M3, 0) == &amp__gemm_kernel_amx && amp__gemm_pick(AMP_E5M2, 0) == &amp__gemm_kernel_amx,
+         "fp8 inputs on an AMX CPU did not pick the AMX kernel");
+  EXPECT(amp__gemm_pick(AMP_E4M3, 1) != &amp__gemm_kernel_amx, "AMP_GEMM_REFERENCE picked the AMX kernel");
   for (f = 0; f < 2; f++) {
     amp__gemm_dpbf16_forced = f;
     per_tensor_every_layout_reference_bits_and_fast_bound();
@@ -540,6 +563,7 @@ int main(void) {
   RUN(every_code_through_the_fast_packing);
   RUN(the_avx2_fma_kernel_too);
   RUN(both_kernels_of_the_bf16_choice);
+  RUN(the_amx_kernel_for_fp8);
   RUN(degenerate_sizes);
   RUN(c_amax_nan_wins);
   RUN(refusals_change_nothing);
