@@ -460,7 +460,13 @@
                            units before widening): on a Zen 5 core fp8 products at 0.92-1.04x
                            the bf16 product's rate (0.65-0.96x before), the same bits; a
                            block-scaled product into an f32 C with nothing to add goes
-                           straight into C (no buffer): 784x256x64 2.1x as fast.
+                           straight into C (no buffer): 784x256x64 2.1x as fast; the fp8
+                           product's epilogue line by line with the vector loops (c_amax, an
+                           fp8 C, beta, bias: on an Intel Xeon core 784x256x64 with c_amax
+                           3.5x and into E4M3 4.7x as fast), the same bits; on a CPU with AMX
+                           fp8 x fp8 on the tile unit, widened to bf16 while packing (on that
+                           core 3.1-6.2x as fast per-tensor, 3.2-5.0x block-scaled; 0.77-1.18x
+                           the bf16 product's rate).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -1915,7 +1921,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      cores measured lie at 0.5x and 2x of the FMA's rate, far from the line, so one machine gets the
      same kernel, and so the same bits, in every run; a core near the line would get either, each
      within its bound below.
-   - bf16 x bf16 on a CPU with AMX (Intel Xeon from Sapphire Rapids on; x86-64 Linux, which grants
+   - bf16 x bf16, and fp8 x fp8 (each widened to bf16 while packed, exact), on a CPU with AMX
+     (Intel Xeon from Sapphire Rapids on; x86-64 Linux, which grants
      a process the tile state when amp.h first asks; GCC or Clang), before either kernel above: the
      tile unit, 32 x 32 tiles of C, each tdpbf16ps adding 32 products to each accumulator (3.4-5.9x
      the f32 kernel on one core where measured; the unit's own peak there was 13x the FMA's). Its
@@ -1924,7 +1931,7 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      data); these are not the bits of vdpbf16ps or of the fmaf() loop. It stays within the
      vdpbf16ps kernel's bound (subnormal inputs and results below 2^-126 count as 0 there too),
      and one machine gives the same bits in every run (threads split rows only). Other input
-     types, fp8 included, take the kernels above.
+     types take the kernels above.
    - AArch64 (GCC, Clang): NEON FMLA, 6 x 16 tiles, the same fma chain in k order (the bits of
      the fmaf() loop, as on x86); f16 and bf16 are widened while packing.
    - bf16 inputs on AArch64 with FEAT_BF16 (Linux: HWCAP2_BF16; macOS: hw.optional.arm.FEAT_BF16;
@@ -2009,8 +2016,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    sums over a block and adds them, scaled, to its running sums while it is in cache (the bits of
    a product per block added into the buffer, m + n more floats). AMP_GEMM_AUTO widens fp8 while packing (AVX-512: vector loads
    that build the f32 bits from the codes' fields; AVX2: amp_convert's fp8 loops) and runs the
-   fast kernels above; where the calibration gave bf16 inputs the vdpbf16ps kernel (AMD Zen 4 and
-   5: about twice the FMA kernel's rate), fp8 x fp8 goes there too, widened to bf16 while packing
+   fast kernels above; on a CPU with AMX fp8 x fp8 runs on the tile unit as bf16 does, and where
+   the calibration gave bf16 inputs the vdpbf16ps kernel (AMD Zen 4 and 5: about twice the FMA
+   kernel's rate), fp8 x fp8 goes there too, in both cases widened to bf16 while packing
    (exact: every E4M3 and E5M2 value is a bf16 value, and no product of two of them, nor any sum
    of such products, lies below 2^-126 without being 0, so nothing is flushed). Per-tensor, the
    fast kernels' bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
@@ -11767,7 +11775,7 @@ static const amp__gemm_kernel amp__gemm_kernel_512 = {
 static const amp__gemm_kernel amp__gemm_kernel_bf16 = {
   amp__gemm_micro_bf16, amp__gemm_pack_pairs, 8, 32, 512, 128, 512, 2, 1, amp__gemm_micro_bf16_rb, NULL, NULL, NULL, NULL, 1};
 
-/* ---- AMX (Intel Xeon from Sapphire Rapids on): bf16 x bf16 on the tile unit ----
+/* ---- AMX (Intel Xeon from Sapphire Rapids on): bf16 x bf16 (and fp8 x fp8, widened) on the tile unit ----
    Eight tile registers of 16 rows x 64 bytes. A 32 x 32 tile of C lives in four of them as 16 x 16
    f32 blocks (tmm0-3); each step along k loads A's two 16-row strips of 32 k (tmm4-5: row r holds
    its 16 pairs) and B's two 16-column strips (tmm6-7: row q holds pair q of its 16 columns), and
