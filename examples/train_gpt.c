@@ -20,8 +20,10 @@
             delayed recipe (amp_fp8_scaler: the amax of every cast, recorded by amp_quantize_ex
             in the same pass, a history, one update per step); amp_gemm_ex reads the codes back
             with their scale_invs and sums in f32. The output head stays bf16, as in TE. On a
-            CPU the fp8 product is an exact emulation (the codes widened to f32 while packing):
-            it shows what fp8 does to the numbers, not fp8's speed, which needs fp8 Tensor Cores.
+            CPU the fp8 product is an emulation: the codes are widened while packing (exactly: to
+            f32, or to bf16 where the bf16 products run vdpbf16ps or AMX tiles) and multiplied by
+            the kernels of those types. It shows what fp8 does to the numbers, not fp8's speed,
+            which needs fp8 Tensor Cores.
 
    What amp.h does here: the op-list policy decides each op's dtype (amp_policy_decide),
    amp_gemm computes every matrix product (fp32 accumulation, one rounding to the output type),

@@ -516,14 +516,11 @@ static void the_avx2_fma_kernel_too(void) {
 #endif
 }
 
-/* On a CPU with AVX512_BF16 the calibration sends bf16 and fp8 inputs to the vdpbf16ps kernel (fp8
-   widened to bf16 while packed) or to the FMA kernel (widened to f32): each forced in turn, the
-   same checks through it. */
-static void both_kernels_of_the_bf16_choice(void) {
 #ifdef AMP__GEMM_FAST
-  int f, isa_was = amp__gemm_isa_allowed;
-  if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) return;
-  amp__gemm_isa_allowed = isa_was & ~AMP__GEMM_ISA_AMX;   /* (AMX, where the CPU has it, comes before the choice) */
+/* The fast-kernel checks above with the calibration's bf16 choice forced each way (vdpbf16ps, then
+   widened to f32). */
+static void checks_with_each_bf16_choice(void) {
+  int f;
   for (f = 0; f < 2; f++) {
     amp__gemm_dpbf16_forced = f;
     per_tensor_every_layout_reference_bits_and_fast_bound();
@@ -531,6 +528,18 @@ static void both_kernels_of_the_bf16_choice(void) {
     every_code_through_the_fast_packing();
   }
   amp__gemm_dpbf16_forced = -1;
+}
+#endif
+
+/* On a CPU with AVX512_BF16 the calibration sends bf16 and fp8 inputs to the vdpbf16ps kernel (fp8
+   widened to bf16 while packed) or to the FMA kernel (widened to f32): each forced in turn, the
+   same checks through it. */
+static void both_kernels_of_the_bf16_choice(void) {
+#ifdef AMP__GEMM_FAST
+  int isa_was = amp__gemm_isa_allowed;
+  if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) return;
+  amp__gemm_isa_allowed = isa_was & ~AMP__GEMM_ISA_AMX;   /* (AMX, where the CPU has it, comes before the choice) */
+  checks_with_each_bf16_choice();
   amp__gemm_isa_allowed = isa_was;
 #endif
 }
@@ -541,18 +550,11 @@ static void both_kernels_of_the_bf16_choice(void) {
    with the vdpbf16ps choice forced each way, which AMX must not depend on). */
 static void the_amx_kernel_for_fp8(void) {
 #ifdef AMP__GEMM_AMX
-  int f;
   if (!amp__gemm_amx()) return;
   EXPECT(amp__gemm_pick(AMP_E4M3, 0) == &amp__gemm_kernel_amx && amp__gemm_pick(AMP_E5M2, 0) == &amp__gemm_kernel_amx,
          "fp8 inputs on an AMX CPU did not pick the AMX kernel");
   EXPECT(amp__gemm_pick(AMP_E4M3, 1) != &amp__gemm_kernel_amx, "AMP_GEMM_REFERENCE picked the AMX kernel");
-  for (f = 0; f < 2; f++) {
-    amp__gemm_dpbf16_forced = f;
-    per_tensor_every_layout_reference_bits_and_fast_bound();
-    block_scaled_reference_bits_and_fast_bound();
-    every_code_through_the_fast_packing();
-  }
-  amp__gemm_dpbf16_forced = -1;
+  checks_with_each_bf16_choice();
 #endif
 }
 
