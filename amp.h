@@ -466,7 +466,8 @@
                            3.5x and into E4M3 4.7x as fast), the same bits; on a CPU with AMX
                            fp8 x fp8 on the tile unit, widened to bf16 while packing (on that
                            core 3.1-6.2x as fast per-tensor, 3.2-5.0x block-scaled; 0.77-1.18x
-                           the bf16 product's rate).
+                           the bf16 product's rate); an fp8 operand beside a bf16 one on the
+                           bf16 kernels, its codes widened to bf16 (there 2.9-5.8x as fast).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -1876,9 +1877,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    A and B: any of f16, bf16, f32, each its own type; C any of the three (fp8: see "fp8 inputs and
    outputs" below). Mixed types (f32
    activations times bf16 weights, say) are never narrowed: each operand is widened exactly to
-   their common type (the same type, else f32) while it is packed, so the result is that of the
-   product of the widened matrices by the same kernel, bit for bit, and its bound is theirs (on
-   the CPU the f32 kernel; on CUDA, where cuBLASLt takes no mixed pair, each 16-bit operand is
+   their common type (the same type; bf16 for fp8 beside bf16, as every fp8 value is a bf16 value;
+   else f32) while it is packed, so the result is that of the product of the widened matrices by
+   the same kernel, bit for bit, and its bound is theirs (on the CPU the f32 kernel, or for fp8
+   beside bf16 the bf16 kernels; on CUDA, where cuBLASLt takes no mixed pair, each 16-bit operand is
    widened into a stream-ordered f32 scratch buffer first: one conversion pass and 4 bytes per
    element of device memory for the call, freed in stream order). beta 0: C is not read (a NaN
    there does not propagate), as in BLAS. m or n 0: nothing happens. k 0 or alpha 0: C = beta * C
@@ -2016,12 +2018,13 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    sums over a block and adds them, scaled, to its running sums while it is in cache (the bits of
    a product per block added into the buffer, m + n more floats). AMP_GEMM_AUTO widens fp8 while packing (AVX-512: vector loads
    that build the f32 bits from the codes' fields; AVX2: amp_convert's fp8 loops) and runs the
-   fast kernels above; on a CPU with AMX fp8 x fp8 runs on the tile unit as bf16 does, and where
-   the calibration gave bf16 inputs the vdpbf16ps kernel (AMD Zen 4 and 5: about twice the FMA
-   kernel's rate), fp8 x fp8 goes there too, in both cases widened to bf16 while packing
+   fast kernels above; on a CPU with AMX fp8 x fp8 (and fp8 beside bf16) runs on the tile unit as
+   bf16 does, and where the calibration gave bf16 inputs the vdpbf16ps kernel (AMD Zen 4 and 5:
+   about twice the FMA kernel's rate), they go there too, in both cases widened to bf16 while packing
    (exact: every E4M3 and E5M2 value is a bf16 value, and no product of two of them, nor any sum
-   of such products, lies below 2^-126 without being 0, so nothing is flushed). Per-tensor, the
-   fast kernels' bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
+   of such products, lies below 2^-126 without being 0, so nothing is flushed; beside bf16 the
+   bf16 operand's subnormals and the products below 2^-126 count as 0, as in a bf16 product, the
+   bf16 kernels' bound). Per-tensor, the fast kernels' bound (s for alpha); block-scaled, |acc - sum_b sa sb sum_(p in b)
    a(i,p) b(p,j)| <= (k + nb + 4) 2^-24 sum_b |sa sb| sum_(p in b) |a(i,p) b(p,j)|, nb the number of
    blocks (each part within the fast kernels' bound, three roundings a block, the blocks' sum).
    tests/test_gemm_fp8.c checks the reference against a plain loop over the codes, bit for bit,
@@ -12343,10 +12346,13 @@ static amp_status amp__gemm_cpu_blk(int m, int n, int k, float alpha, const void
                                     size_t acs, const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
                                     void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o,
                                     const amp__gemm_blk *bk) {
-  /* the kernel of the inputs' common type (two fp8 formats count as one): other mixed types take the
-     f32 kernel, each input widened while packed */
-  const amp__gemm_kernel *K = amp__gemm_pick(at == bt || (amp__dtype_is_fp8(at) && amp__dtype_is_fp8(bt)) ? at : AMP_F32,
-                                             o->algo == AMP_GEMM_REFERENCE);
+  /* the kernel of the inputs' common type (two fp8 formats count as one; fp8 beside bf16 is bf16,
+     which holds every fp8 value): other mixed types take the f32 kernel, each input widened while
+     packed */
+  const int f8a = amp__dtype_is_fp8(at), f8b = amp__dtype_is_fp8(bt);
+  const amp_dtype common = at == bt || (f8a && f8b) ? at
+                           : (f8a && bt == AMP_BF16) || (f8b && at == AMP_BF16) ? AMP_BF16 : AMP_F32;
+  const amp__gemm_kernel *K = amp__gemm_pick(common, o->algo == AMP_GEMM_REFERENCE);
   const int kcs = bk ? bk->w : K->kc;   /* the k slices: one block each with block scales */
   int mr = K->mr, nr = K->nr, nth = 1, mc, nblk, chunk;
   int nc_max = n < K->nc ? n : K->nc, kc_max = k < kcs ? k : kcs;

@@ -103,6 +103,15 @@ static void ours_fp8(const shape *s, void *a, void *b, float *c, amp_dtype t) {
   amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, t, s->ta ? s->m : s->k, b, t,
               s->tb ? s->k : s->n, 0.0f, c, AMP_F32, s->n, &o);
 }
+/* An E4M3 A (scale_inv 1/4) beside a bf16 B: fp8 activations times bf16 weights, or the reverse. */
+static void ours_fp8_bf16(const shape *s, void *a, void *b, float *c, amp_dtype t) {
+  amp_gemm_opts o;
+  (void)t;
+  memset(&o, 0, sizeof o);
+  o.a_scale_inv = &fp8_si;
+  amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, AMP_E4M3, s->ta ? s->m : s->k, b,
+              AMP_BF16, s->tb ? s->k : s->n, 0.0f, c, AMP_F32, s->n, &o);
+}
 /* The per-tensor fp8 product with an epilogue (fp8_epi): 1 f32 C and its amax (c_amax, the next
    step's scale); 2 an E4M3 C (c_scale 1) and its amax, TransformerEngine's fp8 output; 3 a bf16 C
    with a bias and GELU, the layer forward y = gelu(x W + b). c holds m x n floats: room for each. */
@@ -453,6 +462,14 @@ int main(void) {
       bench_line(name, o8, obf, "GFLOP/s (e4m3 in, per-tensor scale_invs, f32 out)");
       snprintf(name, sizeof name, "gemm_e4m3_%s_%dx%dx%d_vs_ours_f32", s->name, s->m, s->n, s->k);
       bench_line(name, o8, o32, "GFLOP/s (e4m3 in, per-tensor scale_invs, f32 out)");
+      {   /* e4m3 x bf16: B's values as bf16 (the codes' values times 4, as A's) */
+        void *bw = malloc(nb * 2);
+        amp_convert(bw, AMP_BF16, bf, AMP_F32, nb);
+        snprintf(name, sizeof name, "gemm_e4m3_x_bf16_%s_%dx%dx%d_vs_ours_bf16", s->name, s->m, s->n, s->k);
+        bench_line(name, gflops(s, time_call(ours_fp8_bf16, s, ah, bw, c, AMP_E4M3)), obf,
+                   "GFLOP/s (e4m3 A, per-tensor scale_inv, times bf16 B, f32 out)");
+        free(bw);
+      }
       for (fp8_epi = 1; fp8_epi <= 3; fp8_epi++) {   /* the epilogues, against the bare product */
         static const char *const tag[4] = {"", "camax", "to_e4m3", "bf16_bias_gelu"};
         static const char *const what[4] = {"", "GFLOP/s (e4m3 in, f32 out and its amax, against f32 out alone)",

@@ -504,6 +504,72 @@ static void fast_accum_leaves_the_cpu_unchanged(void) {
   }
 }
 
+/* An fp8 operand beside a bf16 one takes the bf16 kernels (AMX, vdpbf16ps, or bf16 widened to
+   f32, as the CPU and the calibration choose), the fp8 codes widened to bf16 while packed: the
+   product equals that of the two as bf16 matrices by the same kernel, bit for bit, at every level
+   (the reference, the FMA kernels, each bf16 choice forced, AMX where the CPU has it), both
+   layouts and every transpose, odd shapes, C f32 and bf16 with beta. */
+static void fp8_beside_bf16_is_the_bf16_product(void) {
+  enum { LD = 300, SZ = 300 * 300 };
+  static const int shapes[3][3] = {{7, 19, 13}, {33, 70, 129}, {64, 96, 256}};
+  static float f[SZ];
+  static amp_fp8 q[SZ];
+  static amp_bf16 qb[SZ], w[SZ];
+  static float c1[SZ], c2[SZ];
+  int lvl, sh, tr, side, ci, i, cases = 0;
+  for (i = 0; i < SZ; i++) f[i] = (float)((i * 7919 + 13) % 2001 - 1000) / 97.0f;
+  amp_convert(w, AMP_BF16, f, AMP_F32, SZ);
+  for (lvl = 0; lvl < 5; lvl++) {
+#ifdef AMP__GEMM_FAST
+    int isa_was = amp__gemm_isa_allowed;
+    if (lvl == 2 || lvl == 3) {   /* each bf16 choice forced, AMX off */
+      if (!(amp__gemm_isa() & AMP__GEMM_ISA_BF16)) continue;
+      amp__gemm_isa_allowed = isa_was & ~AMP__GEMM_ISA_AMX;
+      amp__gemm_dpbf16_forced = lvl - 2;
+    }
+    if (lvl == 4) amp__gemm_isa_allowed = AMP__GEMM_ISA_FMA;
+#else
+    if (lvl >= 2) break;
+#endif
+    for (side = 0; side < 2; side++) {
+      amp_dtype ft = side ? AMP_E5M2 : AMP_E4M3;
+      amp_convert(q, ft, f, AMP_F32, SZ);              /* the codes (saturating) */
+      amp_convert(qb, AMP_BF16, q, ft, SZ);            /* the same values as bf16, exactly */
+      for (sh = 0; sh < 3; sh++)
+        for (tr = 0; tr < 8; tr++)
+          for (ci = 0; ci < 2; ci++) {
+            int m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
+            amp_trans ta = tr & 1 ? AMP_TRANS : AMP_NO_TRANS, tb = tr & 2 ? AMP_TRANS : AMP_NO_TRANS;
+            amp_layout L = tr & 4 ? AMP_COL_MAJOR : AMP_ROW_MAJOR;
+            amp_dtype ct = ci ? AMP_BF16 : AMP_F32;
+            float beta = ci ? 0.5f : 0.0f;
+            amp_gemm_opts o;
+            amp_status s1, s2;
+            memset(&o, 0, sizeof o);
+            if (lvl == 1) o.algo = AMP_GEMM_REFERENCE;
+            for (i = 0; i < SZ; i++) c1[i] = c2[i] = 0.25f;   /* (a bf16 C reads the first half: 0.25 pairs) */
+            if (side == 0) {   /* fp8 A, bf16 B */
+              s1 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, q, ft, LD, w, AMP_BF16, LD, beta, c1, ct, LD, &o);
+              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, qb, AMP_BF16, LD, w, AMP_BF16, LD, beta, c2, ct, LD, &o);
+            } else {           /* bf16 A, fp8 B */
+              s1 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, w, AMP_BF16, LD, q, ft, LD, beta, c1, ct, LD, &o);
+              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, w, AMP_BF16, LD, qb, AMP_BF16, LD, beta, c2, ct, LD, &o);
+            }
+            EXPECT(s1 == AMP_OK && s2 == AMP_OK, "%s", amp_last_error());
+            EXPECT(!memcmp(c1, c2, sizeof c1), "level %d: %s %s x %s, %d x %d x %d, trans %d, C %s: the fp8 product differs "
+                   "from the bf16 one", lvl, L == AMP_ROW_MAJOR ? "row" : "col", side ? "bf16" : tn(ft), side ? tn(ft) : "bf16",
+                   m, n, k, tr, tn(ct));
+            cases++;
+          }
+    }
+#ifdef AMP__GEMM_FAST
+    amp__gemm_isa_allowed = isa_was;
+    amp__gemm_dpbf16_forced = -1;
+#endif
+  }
+  EXPECT(cases >= 2 * 2 * 3 * 8 * 2, "only %d products compared", cases);
+}
+
 /* The AVX2 + FMA kernel (6 x 16 tiles) on a CPU that has AVX-512 too (the default there is the
    8 x 32 kernel): the same checks, through it. */
 static void the_avx2_fma_kernel_too(void) {
@@ -564,6 +630,7 @@ int main(void) {
   RUN(fp8_c_amax_and_epilogue);
   RUN(every_code_through_the_fast_packing);
   RUN(the_avx2_fma_kernel_too);
+  RUN(fp8_beside_bf16_is_the_bf16_product);
   RUN(both_kernels_of_the_bf16_choice);
   RUN(the_amx_kernel_for_fp8);
   RUN(degenerate_sizes);
