@@ -463,7 +463,7 @@
                            straight into C (no buffer): 784x256x64 2.1x as fast; the fp8
                            product's epilogue line by line with the vector loops (c_amax, an
                            fp8 C, beta, bias: on an Intel Xeon core 784x256x64 with c_amax
-                           3.5x and into E4M3 4.7x as fast), the same bits; on a CPU with AMX
+                           3.4-3.5x and into E4M3 4.4-5.2x as fast), the same bits; on a CPU with AMX
                            fp8 x fp8 on the tile unit, widened to bf16 while packing (on that
                            core 3.1-6.2x as fast per-tensor, 3.2-5.0x block-scaled; 0.77-1.18x
                            the bf16 product's rate); an fp8 operand beside a bf16 one on the
