@@ -466,8 +466,9 @@
                            3.4-3.5x and into E4M3 4.4-5.2x as fast), the same bits; on a CPU with AMX
                            fp8 x fp8 on the tile unit, widened to bf16 while packing (on that
                            core 3.1-6.2x as fast per-tensor, 3.2-5.0x block-scaled; 0.77-1.18x
-                           the bf16 product's rate); an fp8 operand beside a bf16 one on the
-                           bf16 kernels, its codes widened to bf16 (there 2.9-5.8x as fast).
+                           the bf16 product's rate); on x86-64 an fp8 operand beside a bf16
+                           one on the bf16 kernels, its codes widened to bf16 (there 2.9-5.8x
+                           as fast).
       0.2.0  (2026-11-23)  one host path over a table of per-device operations (CPU, CUDA);
                            AVX2/AVX-512 optimizer, scan and conversion loops; a fast CPU
                            amp_gemm (AVX-512 FMA, AVX512_BF16) with AMP_GEMM_REFERENCE for the
@@ -1877,10 +1878,10 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    A and B: any of f16, bf16, f32, each its own type; C any of the three (fp8: see "fp8 inputs and
    outputs" below). Mixed types (f32
    activations times bf16 weights, say) are never narrowed: each operand is widened exactly to
-   their common type (the same type; bf16 for fp8 beside bf16, as every fp8 value is a bf16 value;
-   else f32) while it is packed, so the result is that of the product of the widened matrices by
-   the same kernel, bit for bit, and its bound is theirs (on the CPU the f32 kernel, or for fp8
-   beside bf16 the bf16 kernels; on CUDA, where cuBLASLt takes no mixed pair, each 16-bit operand is
+   their common type (the same type; on x86-64 bf16 for fp8 beside bf16, as every fp8 value is a
+   bf16 value; else f32) while it is packed, so the result is that of the product of the widened
+   matrices by the same kernel, bit for bit, and its bound is theirs (on the CPU the f32 kernel, or
+   for fp8 beside bf16 on x86-64 the bf16 kernels; on CUDA, where cuBLASLt takes no mixed pair, each 16-bit operand is
    widened into a stream-ordered f32 scratch buffer first: one conversion pass and 4 bytes per
    element of device memory for the call, freed in stream order). beta 0: C is not read (a NaN
    there does not propagate), as in BLAS. m or n 0: nothing happens. k 0 or alpha 0: C = beta * C
@@ -12347,11 +12348,16 @@ static amp_status amp__gemm_cpu_blk(int m, int n, int k, float alpha, const void
                                     void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o,
                                     const amp__gemm_blk *bk) {
   /* the kernel of the inputs' common type (two fp8 formats count as one; fp8 beside bf16 is bf16,
-     which holds every fp8 value): other mixed types take the f32 kernel, each input widened while
-     packed */
+     which holds every fp8 value, where the bf16 kernels' packing widens fp8: the x86 kernels): other
+     mixed types take the f32 kernel, each input widened while packed */
   const int f8a = amp__dtype_is_fp8(at), f8b = amp__dtype_is_fp8(bt);
+#ifdef AMP__GEMM_FAST
+  const amp_dtype f8_bf16 = AMP_BF16;
+#else
+  const amp_dtype f8_bf16 = AMP_F32;
+#endif
   const amp_dtype common = at == bt || (f8a && f8b) ? at
-                           : (f8a && bt == AMP_BF16) || (f8b && at == AMP_BF16) ? AMP_BF16 : AMP_F32;
+                           : (f8a && bt == AMP_BF16) || (f8b && at == AMP_BF16) ? f8_bf16 : AMP_F32;
   const amp__gemm_kernel *K = amp__gemm_pick(common, o->algo == AMP_GEMM_REFERENCE);
   const int kcs = bk ? bk->w : K->kc;   /* the k slices: one block each with block scales */
   int mr = K->mr, nr = K->nr, nth = 1, mc, nblk, chunk;

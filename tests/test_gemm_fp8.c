@@ -504,17 +504,22 @@ static void fast_accum_leaves_the_cpu_unchanged(void) {
   }
 }
 
-/* An fp8 operand beside a bf16 one takes the bf16 kernels (AMX, vdpbf16ps, or bf16 widened to
-   f32, as the CPU and the calibration choose), the fp8 codes widened to bf16 while packed: the
-   product equals that of the two as bf16 matrices by the same kernel, bit for bit, at every level
-   (the reference, the FMA kernels, each bf16 choice forced, AMX where the CPU has it), both
-   layouts and every transpose, odd shapes, C f32 and bf16 with beta. */
+/* On x86-64 an fp8 operand beside a bf16 one takes the bf16 kernels (AMX, vdpbf16ps, or bf16
+   widened to f32, as the CPU and the calibration choose), the fp8 codes widened to bf16 while
+   packed: the product equals that of the two as bf16 matrices by the same kernel, bit for bit, at
+   every level (the reference, the FMA kernels, each bf16 choice forced, AMX where the CPU has it),
+   both layouts and every transpose, odd shapes, C f32 and bf16 with beta. Other builds (AArch64,
+   AMP_NO_SIMD) widen such a pair to f32, as any mixed pair: there the product equals that of the
+   two as f32 matrices. */
 static void fp8_beside_bf16_is_the_bf16_product(void) {
   enum { LD = 300, SZ = 300 * 300 };
   static const int shapes[3][3] = {{7, 19, 13}, {33, 70, 129}, {64, 96, 256}};
   static float f[SZ];
   static amp_fp8 q[SZ];
   static amp_bf16 qb[SZ], w[SZ];
+#ifndef AMP__GEMM_FAST
+  static float qf[SZ], wf[SZ];   /* the common type there: f32 */
+#endif
   static float c1[SZ], c2[SZ];
   int lvl, sh, tr, side, ci, i, cases = 0;
   for (i = 0; i < SZ; i++) f[i] = (float)((i * 7919 + 13) % 2001 - 1000) / 97.0f;
@@ -535,6 +540,10 @@ static void fp8_beside_bf16_is_the_bf16_product(void) {
       amp_dtype ft = side ? AMP_E5M2 : AMP_E4M3;
       amp_convert(q, ft, f, AMP_F32, SZ);              /* the codes (saturating) */
       amp_convert(qb, AMP_BF16, q, ft, SZ);            /* the same values as bf16, exactly */
+#ifndef AMP__GEMM_FAST
+      amp_convert(qf, AMP_F32, q, ft, SZ);
+      amp_convert(wf, AMP_F32, w, AMP_BF16, SZ);
+#endif
       for (sh = 0; sh < 3; sh++)
         for (tr = 0; tr < 8; tr++)
           for (ci = 0; ci < 2; ci++) {
@@ -550,14 +559,22 @@ static void fp8_beside_bf16_is_the_bf16_product(void) {
             for (i = 0; i < SZ; i++) c1[i] = c2[i] = 0.25f;   /* (a bf16 C reads the first half: 0.25 pairs) */
             if (side == 0) {   /* fp8 A, bf16 B */
               s1 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, q, ft, LD, w, AMP_BF16, LD, beta, c1, ct, LD, &o);
+#ifdef AMP__GEMM_FAST
               s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, qb, AMP_BF16, LD, w, AMP_BF16, LD, beta, c2, ct, LD, &o);
+#else
+              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, qf, AMP_F32, LD, wf, AMP_F32, LD, beta, c2, ct, LD, &o);
+#endif
             } else {           /* bf16 A, fp8 B */
               s1 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, w, AMP_BF16, LD, q, ft, LD, beta, c1, ct, LD, &o);
+#ifdef AMP__GEMM_FAST
               s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, w, AMP_BF16, LD, qb, AMP_BF16, LD, beta, c2, ct, LD, &o);
+#else
+              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, wf, AMP_F32, LD, qf, AMP_F32, LD, beta, c2, ct, LD, &o);
+#endif
             }
             EXPECT(s1 == AMP_OK && s2 == AMP_OK, "%s", amp_last_error());
             EXPECT(!memcmp(c1, c2, sizeof c1), "level %d: %s %s x %s, %d x %d x %d, trans %d, C %s: the fp8 product differs "
-                   "from the bf16 one", lvl, L == AMP_ROW_MAJOR ? "row" : "col", side ? "bf16" : tn(ft), side ? tn(ft) : "bf16",
+                   "from the common type's", lvl, L == AMP_ROW_MAJOR ? "row" : "col", side ? "bf16" : tn(ft), side ? tn(ft) : "bf16",
                    m, n, k, tr, tn(ct));
             cases++;
           }
