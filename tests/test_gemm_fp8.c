@@ -557,20 +557,19 @@ static void fp8_beside_bf16_is_the_bf16_product(void) {
             memset(&o, 0, sizeof o);
             if (lvl == 1) o.algo = AMP_GEMM_REFERENCE;
             for (i = 0; i < SZ; i++) c1[i] = c2[i] = 0.25f;   /* (a bf16 C reads the first half: 0.25 pairs) */
-            if (side == 0) {   /* fp8 A, bf16 B */
-              s1 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, q, ft, LD, w, AMP_BF16, LD, beta, c1, ct, LD, &o);
+            {   /* side 0: fp8 A, bf16 B; side 1: bf16 A, fp8 B; then the same values in the common type */
 #ifdef AMP__GEMM_FAST
-              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, qb, AMP_BF16, LD, w, AMP_BF16, LD, beta, c2, ct, LD, &o);
+              const void *cq = qb, *cw = w;
+              const amp_dtype cty = AMP_BF16;
 #else
-              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, qf, AMP_F32, LD, wf, AMP_F32, LD, beta, c2, ct, LD, &o);
+              const void *cq = qf, *cw = wf;
+              const amp_dtype cty = AMP_F32;
 #endif
-            } else {           /* bf16 A, fp8 B */
-              s1 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, w, AMP_BF16, LD, q, ft, LD, beta, c1, ct, LD, &o);
-#ifdef AMP__GEMM_FAST
-              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, w, AMP_BF16, LD, qb, AMP_BF16, LD, beta, c2, ct, LD, &o);
-#else
-              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, wf, AMP_F32, LD, qf, AMP_F32, LD, beta, c2, ct, LD, &o);
-#endif
+              const void *a1 = side ? (const void *)w : (const void *)q, *b1 = side ? (const void *)q : (const void *)w;
+              const void *a2 = side ? cw : cq, *b2 = side ? cq : cw;
+              s1 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, a1, side ? AMP_BF16 : ft, LD, b1, side ? ft : AMP_BF16, LD,
+                               beta, c1, ct, LD, &o);
+              s2 = amp_gemm_ex(amp_cpu(), L, ta, tb, m, n, k, 0.75f, a2, cty, LD, b2, cty, LD, beta, c2, ct, LD, &o);
             }
             EXPECT(s1 == AMP_OK && s2 == AMP_OK, "%s", amp_last_error());
             EXPECT(!memcmp(c1, c2, sizeof c1), "level %d: %s %s x %s, %d x %d x %d, trans %d, C %s: the fp8 product differs "
