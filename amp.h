@@ -12347,17 +12347,18 @@ static amp_status amp__gemm_cpu_blk(int m, int n, int k, float alpha, const void
                                     size_t acs, const void *B, amp_dtype bt, size_t brs, size_t bcs, float beta,
                                     void *C, amp_dtype ct, size_t crs, size_t ccs, const amp_gemm_opts *o,
                                     const amp__gemm_blk *bk) {
-  /* the kernel of the inputs' common type (two fp8 formats count as one; fp8 beside bf16 is bf16,
-     which holds every fp8 value, where the bf16 kernels' packing widens fp8: the x86 kernels): other
-     mixed types take the f32 kernel, each input widened while packed */
-  const int f8a = amp__dtype_is_fp8(at), f8b = amp__dtype_is_fp8(bt);
+  /* the kernel of the inputs' common type (two fp8 formats count as one; fp8 beside an f32 top half,
+     bf16, is that type, which holds every fp8 value, where the bf16 kernels' packing widens fp8:
+     the x86 kernels): other mixed types take the f32 kernel, each input widened while packed */
 #ifdef AMP__GEMM_FAST
-  const amp_dtype f8_bf16 = AMP_BF16;
+  const int top_ok = 1;
 #else
-  const amp_dtype f8_bf16 = AMP_F32;
+  const int top_ok = 0;
 #endif
+  const int f8a = amp__dtype_is_fp8(at), f8b = amp__dtype_is_fp8(bt);
   const amp_dtype common = at == bt || (f8a && f8b) ? at
-                           : (f8a && bt == AMP_BF16) || (f8b && at == AMP_BF16) ? f8_bf16 : AMP_F32;
+                           : top_ok && f8a && amp__dtype_f32_top(bt) ? bt
+                           : top_ok && f8b && amp__dtype_f32_top(at) ? at : AMP_F32;
   const amp__gemm_kernel *K = amp__gemm_pick(common, o->algo == AMP_GEMM_REFERENCE);
   const int kcs = bk ? bk->w : K->kc;   /* the k slices: one block each with block scales */
   int mr = K->mr, nr = K->nr, nth = 1, mc, nblk, chunk;
@@ -12723,18 +12724,17 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
     if (has_bias && rows) amp_convert(bw, AMP_F32, o->bias, o->bias_type, (size_t)n);   /* widened once */
     for (i = 0; i < lines; i++) {
       char *cl = (char *)C + (size_t)i * step * csz;
-      float *tl = rows ? T + (size_t)i * n : lb, *cv = cw, b1 = 0.0f;
+      float *tl = rows ? T + (size_t)i * n : lb, b1 = 0.0f;
       if (!rows)
         for (j = 0; j < w; j++) tl[j] = T[(size_t)j * n + i];
       if (blocks && k > 0 && s != 0.0f)
         for (j = 0; j < w; j++) tl[j] = s * tl[j];
       if (!bare) {   /* amp__gemm_fp8_epi without C's scale (the cast below applies it) */
         float out;
-        if (beta != 0.0f && ct == AMP_F32) cv = (float *)cl;
-        else if (beta != 0.0f) amp_convert(cv, AMP_F32, cl, ct, (size_t)w);   /* not fp8: refused with beta */
+        if (beta != 0.0f) amp_convert(cw, AMP_F32, cl, ct, (size_t)w);   /* not fp8: refused with beta */
         if (has_bias && !rows) b1 = amp__load(o->bias, o->bias_type, (size_t)i);
         for (j = 0; j < w; j++)
-          tl[j] = amp__gemm_fp8_epi(tl[j], beta, beta != 0.0f ? cv[j] : 0.0f, has_bias, rows ? bw[j] : b1, (int)o->act,
+          tl[j] = amp__gemm_fp8_epi(tl[j], beta, beta != 0.0f ? cw[j] : 0.0f, has_bias, rows ? bw[j] : b1, (int)o->act,
                                     0, 1.0f, &out);
       }
       /* the amax of t, and the cast: into fp8 amp_quantize's (sat(fl32(t * cs)), amp__store's) */
