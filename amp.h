@@ -12658,7 +12658,6 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   float s = alpha, *T;
   int blocks = o->a_scales || o->b_scales, c8 = amp__gemm_is_fp8(ct), has_bias = o->bias != NULL, i, j;
   size_t mn = (size_t)m * (size_t)n, wmax;
-  uint32_t amax = 0u;
   amp_status st = AMP_OK;
   amp__gemm_blk bk;
   s = amp__gemm_fp8_factor(alpha, o->a_scale_inv, o->b_scale_inv);
@@ -12704,19 +12703,8 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
     st = amp__gemm_cpu_blk(m, n, k, 1.0f, A, at, ars, acs, B, bt, brs, bcs, 0.0f, T, AMP_F32, (size_t)n, 1, &po, &bk);
   } else memset(T, 0, mn * sizeof(float));   /* +0.0f: all bits zero (the products write every element) */
   if (st != AMP_OK) { AMP_FREE(T); return st; }
-  if (crs != 1 && ccs != 1) {   /* (no layout of amp_gemm_ex gives this) the reference's loop, element by element */
-    float cs = c8 ? *o->c_scale : 1.0f;
-    for (i = 0; i < m; i++)
-      for (j = 0; j < n; j++) {
-        size_t at2 = (size_t)i * crs + (size_t)j * ccs;
-        float c = beta != 0.0f ? amp__load(C, ct, at2) : 0.0f;
-        float bias = has_bias ? amp__load(o->bias, o->bias_type, (size_t)j) : 0.0f, sacc = T[(size_t)i * n + j];
-        float out, t = amp__gemm_fp8_epi(blocks && k > 0 && s != 0.0f ? s * sacc : sacc, beta, c, has_bias, bias, (int)o->act, c8, cs, &out);
-        uint32_t a = amp__f32_bits(t) & 0x7fffffffu;
-        if (a > amax) amax = a;
-        amp__store(C, ct, at2, out);
-      }
-  } else {   /* line by line along C's contiguous direction (rows, or columns of a column-major C) */
+  {   /* line by line along C's contiguous direction (rows, or columns of a column-major C: one of C's
+         strides is 1 in every layout amp_gemm_ex gives) */
     const int rows = ccs == 1, lines = rows ? m : n, w = rows ? n : m;
     const int bare = beta == 0.0f && !has_bias && o->act == AMP_ACT_NONE;
     const size_t csz = amp_dtype_size(ct), step = rows ? crs : ccs;
@@ -12744,9 +12732,8 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
         amp_convert(cl, ct, tl, AMP_F32, (size_t)w);
       }
     }
-    amax = amp__f32_bits(am);
+    if (o->c_amax) *o->c_amax = am;
   }
-  if (o->c_amax) *o->c_amax = amp__bits_f32(amax);
   AMP_FREE(T);
   return AMP_OK;
 }
