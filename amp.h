@@ -1897,9 +1897,11 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    flag set of GCC and Clang (-O0 to -Ofast, -march=native, -ffp-contract=fast: an empty asm
    statement keeps each product rounded, which the contraction pragmas alone do not under Clang's
    -ffp-contract=fast). Other compilers: flags that allow contraction (MSVC /fp:fast or
-   /fp:contract) may fuse a product into its add. The GELU epilogue calls the C library's tanhf,
-   whose last bit differs between C libraries (glibc on x86-64 and on AArch64 disagree on a few
-   hundred of a million inputs): with AMP_ACT_GELU the bits are those of the platform's tanhf.
+   /fp:contract) may fuse a product into its add. The GELU epilogue's tanh is amp.h's own, not the
+   C library's tanhf (whose last bit differs between C libraries): computed in double, each
+   operation rounded on its own, and rounded once to f32, it equals glibc's double tanh rounded to
+   f32 for every f32 input (tests/test_gemm.c checks them), so GELU too has the same bits on every
+   CPU, under every flag set, in the vector loops and in the CUDA kernels.
    x87 (32-bit x86 without -msse2 -mfpmath=sse) keeps excess precision: build such targets with
    those flags for the promised bits.
 
@@ -2088,8 +2090,8 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
      sums the codes' products in k order with fmaf (per block of k with block scales,
      each block's sum scaled and added in k order as the reference does): an fp8 x fp8 or fp8 x
      16-bit product is exact in f32, so the fma rounds only the add the reference rounds, and with
-     the CPU's element functions for the rest it gives the reference's bits, C and c_amax (not
-     through GELU: the device's tanhf). Like the CPU, it does not read A and B when s is 0 (alpha,
+     the CPU's element functions for the rest it gives the reference's bits, C and c_amax (GELU
+     included: its tanh is amp.h's own, in double on the device too). Like the CPU, it does not read A and B when s is 0 (alpha,
      or a scale_inv, 0); cuBLASLt does, so there a NaN or inf code gives NaN where the CPU gives 0.
      It is slow (no tiling, no Tensor Cores): a path for correctness, not for training speed.
    Refused on a CUDA device as on the CPU (E5M2 x E5M2, 1 x 32 / 1 x 128 blocks across k, an fp8 C
@@ -2928,12 +2930,67 @@ typedef struct amp__tensor {
   char *name;            /* amp_tensor_desc.name, copied (NULL: unnamed) */
 } amp__tensor;
 
+/* Double operations each rounded on its own (as amp__fmul and its kin: the _rn intrinsics on the
+   device, which nvcc never contracts; AMP__KEEP's operands under clang; the callers' AMP__EXACT_FP
+   under GCC). */
+#if defined(__CUDA_ARCH__)
+#define AMP__DOP(name, op, rn) static inline AMP_HD double name(double a, double b) { return rn(a, b); }
+#else
+#define AMP__DOP(name, op, rn) \
+  static inline AMP_HD double name(double a, double b) { AMP__KEEP(a); AMP__KEEP(b); return a op b; }
+#endif
+AMP__DOP(amp__dmul, *, __dmul_rn)
+AMP__DOP(amp__dadd, +, __dadd_rn)
+AMP__DOP(amp__dsub, -, __dsub_rn)
+#undef AMP__DOP
+/* tanh of an f32, amp.h's own, so that the GELU epilogue has the same bits on every CPU, under every
+   flag set, in the vector loops (amp__gelu_line) and in the CUDA kernels (a C library's tanhf
+   differs between libraries in the last bit). NaN: itself, quieted; |x| >= 10: +-1; |x| < 2^-12:
+   x (tanh x rounds to x there); else in double, each operation rounded on its own (no FMA):
+   y = 2|x|, k = (int)(y * (1/ln 2) + 0.5), r = (y - k ln2_hi) - k ln2_lo (Cody and Waite's split
+   of ln 2: k ln2_hi exact), p = e^r - 1 by Horner's rule on its Taylor series to r^12 / 12!
+   (p = r (1 + r (1/2! + r (1/3! + ... + r / 12!)))), e^y - 1 = em = p for k = 0, else
+   2^k (1 + p) - 1; tanh |x| = em / (em + 2), rounded once to f32 and given x's sign. The double
+   result is within 1e-15 of tanh |x| (relative), so the f32 is tanh(x) correctly rounded but for
+   inputs within 1e-15 of a midpoint between two floats (tests/test_gemm.c counts them against the
+   C library's double tanh: a few in a million). */
+#define AMP__TANH_TAYLOR                                                                                          \
+  1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333, 0.001388888888888889,              \
+      1.984126984126984e-4, 2.48015873015873e-5, 2.7557319223985893e-6, 2.755731922398589e-7, 2.505210838544172e-8, \
+      2.08767569878681e-9   /* 1/1! .. 1/12!, each the double nearest */
+#define AMP__TANH_INV_LN2 1.4426950408889634
+#define AMP__TANH_LN2_HI 0.6931471803691238   /* ln 2 to 32 significant bits: k ln2_hi is exact */
+#define AMP__TANH_LN2_LO 1.9082149292705877e-10   /* ln 2 - ln2_hi */
+static inline AMP_HD AMP__EXACT_FP float amp__tanh(float x) {
+  const double c[12] = {AMP__TANH_TAYLOR};
+  const uint32_t u = amp__f32_bits(x), a = u & 0x7fffffffu;
+  double y, r, p, em, k2;
+  int k, j;
+  uint64_t kb;
+  if (a > 0x7f800000u) return amp__bits_f32(u | 0x00400000u);                 /* NaN */
+  if (a >= 0x41200000u) return amp__bits_f32((u & 0x80000000u) | 0x3f800000u);   /* |x| >= 10 */
+  if (a < 0x39800000u) return amp__bits_f32(u);   /* |x| < 2^-12 (from the bits: -0 stays -0 under -Ofast) */
+  y = amp__dadd((double)amp__bits_f32(a), (double)amp__bits_f32(a));
+  k = (int)amp__dadd(amp__dmul(y, AMP__TANH_INV_LN2), 0.5);
+  r = amp__dsub(amp__dsub(y, amp__dmul((double)k, AMP__TANH_LN2_HI)), amp__dmul((double)k, AMP__TANH_LN2_LO));
+  p = c[11];
+  for (j = 10; j >= 0; j--) p = amp__dadd(amp__dmul(p, r), c[j]);
+  p = amp__dmul(p, r);
+  kb = (uint64_t)(1023 + k) << 52;
+  memcpy(&k2, &kb, sizeof k2);   /* 2^k */
+  em = k ? amp__dsub(amp__dmul(k2, amp__dadd(1.0, p)), 1.0) : p;
+#if defined(__CUDA_ARCH__)
+  return amp__bits_f32(amp__f32_bits(__double2float_rn(amp__ddiv(em, amp__dadd(em, 2.0)))) | (u & 0x80000000u));
+#else
+  return amp__bits_f32(amp__f32_bits((float)amp__ddiv(em, amp__dadd(em, 2.0))) | (u & 0x80000000u));
+#endif
+}
 /* The element math of the product's epilogue, shared by the CPU reference and every CUDA path. */
+#define AMP__GELU_K0 0.7978845608028654f   /* sqrt(2/pi) */
+#define AMP__GELU_K1 0.044715f
 static inline AMP_HD AMP__EXACT_FP float amp__gelu_tanh(float x) {
-  const float k0 = 0.7978845608028654f;   /* sqrt(2/pi) */
-  const float k1 = 0.044715f;
-  float u = amp__fadd(x, amp__fmul(amp__fmul(amp__fmul(k1, x), x), x));
-  return amp__fmul(amp__fmul(0.5f, x), amp__fadd(1.0f, tanhf(amp__fmul(k0, u))));
+  float u = amp__fadd(x, amp__fmul(amp__fmul(amp__fmul(AMP__GELU_K1, x), x), x));
+  return amp__fmul(amp__fmul(0.5f, x), amp__fadd(1.0f, amp__tanh(amp__fmul(AMP__GELU_K0, u))));
 }
 static inline AMP_HD float amp__act(float x, int act) {
   if (act == AMP_ACT_RELU) return x > 0.0f ? x : 0.0f;
@@ -12238,11 +12295,13 @@ static const amp__gemm_kernel *amp__gemm_pick(amp_dtype in, int reference) {
   return &amp__gemm_reference_kernel;
 }
 
-/* Writes C(i, j) for the block rows i0.., cols j0.. (mb x nb) from the accumulator tiles. */
+static void amp__gelu_line(float *t, size_t n);
+/* Writes C(i, j) for the block rows i0.., cols j0.. (mb x nb) from the accumulator tiles (a
+   contiguous row's GELU after its sums and bias, by amp__gelu_line: amp__gemm_epi's bits). */
 static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf, int mb, int nb, int i0, int j0,
                                   float alpha, float beta, void *C, amp_dtype ct, size_t crs, size_t ccs,
                                   const amp_gemm_opts *o) {
-  int i, j, tc, has_bias = o->bias != NULL, mr = K->mr, nr = K->nr;
+  int i, j, tc, has_bias = o->bias != NULL, mr = K->mr, nr = K->nr, gelu = o->act == AMP_ACT_GELU;
   int tiles_n = (nb + nr - 1) / nr;
   float acc[AMP__GEMM_NC], cr[AMP__GEMM_NC], br[AMP__GEMM_NC];
   const int c32 = ct == AMP_F32;   /* C of f32: written in place, no conversion */
@@ -12263,7 +12322,8 @@ static void amp__gemm_store_block(const amp__gemm_kernel *K, const float *accbuf
       if (!c32 && beta != 0.0f) amp_convert(cr, AMP_F32, crow, ct, (size_t)nb);
       for (j = 0; j < nb; j++)
         cf[j] = amp__gemm_epi(amp__gemm_blend(acc[j], alpha, beta, beta != 0.0f ? cf[j] : 0.0f), has_bias,
-                              has_bias ? br[j] : 0.0f, (int)o->act);
+                              has_bias ? br[j] : 0.0f, gelu ? AMP_ACT_NONE : (int)o->act);
+      if (gelu) amp__gelu_line(cf, (size_t)nb);
       if (!c32) amp_convert(crow, ct, cr, AMP_F32, (size_t)nb);
       continue;
     }
@@ -12588,6 +12648,131 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
    f32 results go through the buffer, then the epilogue, the amax and the scaled cast. */
 static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
 
+/* amp__gelu_tanh over a line of n floats in place: the plain loop, or 16 (AVX-512) or 8 (AVX2)
+   lanes at a time with amp__tanh's operations on doubles (8 or 4 to a register), the same bits:
+   each product, sum, difference and quotient an IEEE one (the explicit-rounding intrinsics under
+   clang at 16 lanes; at 8 an empty asm after each product and difference, and vdivpd itself, as
+   amp__mul8 and amp__div8 do), the conversions exact but the last (round to nearest), and the
+   lanes outside amp__tanh's double range (NaN, |x| >= 10, |x| < 2^-12) given its answers from
+   the bits. */
+#ifdef AMP__X86_SIMD
+AMP__EXACT_BEGIN
+#if defined(__clang__)
+AMP__AVX512_INLINE __m512d amp__mulpd8(__m512d a, __m512d b) { return _mm512_mul_round_pd(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512d amp__addpd8(__m512d a, __m512d b) { return _mm512_add_round_pd(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512d amp__subpd8(__m512d a, __m512d b) { return _mm512_sub_round_pd(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m512d amp__divpd8(__m512d a, __m512d b) { return _mm512_div_round_pd(a, b, AMP__RN); }
+AMP__AVX512_INLINE __m256 amp__cvtpd8(__m512d a) { return _mm512_cvt_roundpd_ps(a, AMP__RN); }
+#else
+AMP__AVX512_INLINE __m512d amp__mulpd8(__m512d a, __m512d b) { return _mm512_mul_pd(a, b); }
+AMP__AVX512_INLINE __m512d amp__addpd8(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
+AMP__AVX512_INLINE __m512d amp__subpd8(__m512d a, __m512d b) { return _mm512_sub_pd(a, b); }
+AMP__AVX512_INLINE __m512d amp__divpd8(__m512d a, __m512d b) { return _mm512_div_pd(a, b); }
+AMP__AVX512_INLINE __m256 amp__cvtpd8(__m512d a) { return _mm512_cvtpd_ps(a); }
+#endif
+/* amp__tanh's double part for 8 magnitudes a in [2^-12, 10) */
+AMP__AVX512_INLINE __m256 amp__tanh_pd8(__m256 a) {
+  static const double c[12] = {AMP__TANH_TAYLOR};
+  __m512d y = amp__addpd8(_mm512_cvtps_pd(a), _mm512_cvtps_pd(a)), r, p, em;
+  __m256i k = _mm512_cvttpd_epi32(amp__addpd8(amp__mulpd8(y, _mm512_set1_pd(AMP__TANH_INV_LN2)), _mm512_set1_pd(0.5)));
+  __m512d kd = _mm512_cvtepi32_pd(k);
+  __m512d k2 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm256_add_epi32(k, _mm256_set1_epi32(1023))), 52));
+  int j;
+  r = amp__subpd8(amp__subpd8(y, amp__mulpd8(kd, _mm512_set1_pd(AMP__TANH_LN2_HI))), amp__mulpd8(kd, _mm512_set1_pd(AMP__TANH_LN2_LO)));
+  p = _mm512_set1_pd(c[11]);
+  for (j = 10; j >= 0; j--) p = amp__addpd8(amp__mulpd8(p, r), _mm512_set1_pd(c[j]));
+  p = amp__mulpd8(p, r);
+  em = _mm512_mask_blend_pd(_mm256_cmpeq_epi32_mask(k, _mm256_setzero_si256()),
+                            amp__subpd8(amp__mulpd8(k2, amp__addpd8(_mm512_set1_pd(1.0), p)), _mm512_set1_pd(1.0)), p);
+  return amp__cvtpd8(amp__divpd8(em, amp__addpd8(em, _mm512_set1_pd(2.0))));
+}
+AMP__AVX512_INLINE __m512 amp__tanh16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __m512i sg = _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u));
+  const __mmask16 tiny = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x39800000));
+  const __mmask16 big = _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x41200000));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+  __m512 am = _mm512_mask_blend_ps((__mmask16)(tiny | big), _mm512_castsi512_ps(a), _mm512_set1_ps(1.0f));
+  __m512 t = _mm512_insertf32x8(_mm512_castps256_ps512(amp__tanh_pd8(_mm512_castps512_ps256(am))),
+                                amp__tanh_pd8(_mm512_extractf32x8_ps(am, 1)), 1);
+  __m512i b = _mm512_or_si512(_mm512_castps_si512(t), sg);
+  b = _mm512_mask_mov_epi32(b, tiny, u);
+  b = _mm512_mask_mov_epi32(b, big, _mm512_or_si512(sg, _mm512_set1_epi32(0x3f800000)));
+  b = _mm512_mask_mov_epi32(b, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+  return _mm512_castsi512_ps(b);
+}
+static AMP__AVX512 void amp__gelu_line_avx512(float *t, size_t n) {
+  const __m512 k0 = _mm512_set1_ps(AMP__GELU_K0), k1 = _mm512_set1_ps(AMP__GELU_K1);
+  size_t j;
+  for (j = 0; j < n; j += 16) {
+    const __mmask16 m = amp__mask16(n - j);
+    __m512 x = _mm512_maskz_loadu_ps(m, t + j);
+    __m512 u = amp__add16(x, amp__mul16(amp__mul16(amp__mul16(k1, x), x), x));
+    _mm512_mask_storeu_ps(t + j, m, amp__mul16(amp__mul16(_mm512_set1_ps(0.5f), x),
+                                                amp__add16(_mm512_set1_ps(1.0f), amp__tanh16(amp__mul16(k0, u)))));
+  }
+}
+/* 4 doubles a lane; under clang an empty asm after each product and difference (no fusing, no
+   regrouping) and vdivpd itself (no reciprocal), as amp__mul8 and amp__div8 */
+AMP__AVX2_INLINE __m256d amp__mulpd4(__m256d a, __m256d b) { __m256d p = _mm256_mul_pd(a, b); AMP__FP_BARRIER(p); return p; }
+AMP__AVX2_INLINE __m256d amp__subpd4(__m256d a, __m256d b) { __m256d p = _mm256_sub_pd(a, b); AMP__FP_BARRIER(p); return p; }
+AMP__AVX2_INLINE __m256d amp__addpd4(__m256d a, __m256d b) { __m256d p = _mm256_add_pd(a, b); AMP__FP_BARRIER(p); return p; }
+#if defined(__clang__)
+AMP__AVX2_INLINE __m256d amp__divpd4(__m256d a, __m256d b) { __asm__("vdivpd %2, %1, %0" : "=x"(a) : "x"(a), "x"(b)); return a; }
+#else
+AMP__AVX2_INLINE __m256d amp__divpd4(__m256d a, __m256d b) { return _mm256_div_pd(a, b); }
+#endif
+AMP__AVX2_INLINE __m128 amp__tanh_pd4(__m128 a) {
+  static const double c[12] = {AMP__TANH_TAYLOR};
+  __m256d y = amp__addpd4(_mm256_cvtps_pd(a), _mm256_cvtps_pd(a)), r, p, em, k2;
+  __m128i k = _mm256_cvttpd_epi32(amp__addpd4(amp__mulpd4(y, _mm256_set1_pd(AMP__TANH_INV_LN2)), _mm256_set1_pd(0.5)));
+  __m256d kd = _mm256_cvtepi32_pd(k);
+  int j;
+  k2 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_cvtepi32_epi64(_mm_add_epi32(k, _mm_set1_epi32(1023))), 52));
+  r = amp__subpd4(amp__subpd4(y, amp__mulpd4(kd, _mm256_set1_pd(AMP__TANH_LN2_HI))), amp__mulpd4(kd, _mm256_set1_pd(AMP__TANH_LN2_LO)));
+  p = _mm256_set1_pd(c[11]);
+  for (j = 10; j >= 0; j--) p = amp__addpd4(amp__mulpd4(p, r), _mm256_set1_pd(c[j]));
+  p = amp__mulpd4(p, r);
+  em = _mm256_blendv_pd(amp__subpd4(amp__mulpd4(k2, amp__addpd4(_mm256_set1_pd(1.0), p)), _mm256_set1_pd(1.0)), p,
+                        _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_cmpeq_epi32(k, _mm_setzero_si128()))));
+  return _mm256_cvtpd_ps(amp__divpd4(em, amp__addpd4(em, _mm256_set1_pd(2.0))));
+}
+AMP__AVX2_INLINE __m256 amp__tanh8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  const __m256i sg = _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u));
+  const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x39800000), a);   /* a: at most 0x7fffffff */
+  const __m256i big = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x411fffff));
+  const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+  __m256 am = _mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(1.0f), _mm256_castsi256_ps(_mm256_or_si256(tiny, big)));
+  __m256 t = _mm256_insertf128_ps(_mm256_castps128_ps256(amp__tanh_pd4(_mm256_castps256_ps128(am))),
+                                  amp__tanh_pd4(_mm256_extractf128_ps(am, 1)), 1);
+  __m256i b = _mm256_or_si256(_mm256_castps_si256(t), sg);
+  b = _mm256_blendv_epi8(b, u, tiny);
+  b = _mm256_blendv_epi8(b, _mm256_or_si256(sg, _mm256_set1_epi32(0x3f800000)), big);
+  b = _mm256_blendv_epi8(b, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+  return _mm256_castsi256_ps(b);
+}
+static AMP__AVX2 void amp__gelu_line_avx2(float *t, size_t n) {
+  const __m256 k0 = _mm256_set1_ps(AMP__GELU_K0), k1 = _mm256_set1_ps(AMP__GELU_K1);
+  size_t j;
+  for (j = 0; j + 8 <= n; j += 8) {
+    __m256 x = _mm256_loadu_ps(t + j);
+    __m256 u = _mm256_add_ps(x, amp__mul8(amp__mul8(amp__mul8(k1, x), x), x));
+    _mm256_storeu_ps(t + j, amp__mul8(amp__mul8(_mm256_set1_ps(0.5f), x),
+                                      _mm256_add_ps(_mm256_set1_ps(1.0f), amp__tanh8(amp__mul8(k0, u)))));
+  }
+  for (; j < n; j++) t[j] = amp__gelu_tanh(t[j]);
+}
+AMP__EXACT_END
+#endif
+static void amp__gelu_line(float *t, size_t n) {
+  size_t j = 0;
+#ifdef AMP__X86_SIMD
+  if (amp_simd_active() && amp__isa() >= 2) { amp__gelu_line_avx512(t, n); return; }
+  if (amp_simd_active()) { amp__gelu_line_avx2(t, n); return; }
+#endif
+  for (; j < n; j++) t[j] = amp__gelu_tanh(t[j]);
+}
 /* One block's partial products into the running sums: t[j] = t[j] + (sa * sb[j]) * pr[j] for j < n,
    each operation rounded on its own (no fused multiply-add), in the same order on every path: the
    plain loop, or 16 (amp__gemm_tile_block_add's) or 8 lanes at a time on x86 (amp__mul16 / amp__add16 / amp__mul8: the rounded
@@ -12706,7 +12891,7 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
   {   /* line by line along C's contiguous direction (rows, or columns of a column-major C: one of C's
          strides is 1 in every layout amp_gemm_ex gives) */
     const int rows = ccs == 1, lines = rows ? m : n, w = rows ? n : m;
-    const int bare = beta == 0.0f && !has_bias && o->act == AMP_ACT_NONE;
+    const int bare = beta == 0.0f && !has_bias && o->act == AMP_ACT_NONE, gelu = o->act == AMP_ACT_GELU;
     const size_t csz = amp_dtype_size(ct), step = rows ? crs : ccs;
     float cs = c8 ? *o->c_scale : 1.0f, am = 0.0f, *lb = T + mn, *cw = lb + wmax, *bw = cw + wmax;
     if (has_bias && rows) amp_convert(bw, AMP_F32, o->bias, o->bias_type, (size_t)n);   /* widened once */
@@ -12722,8 +12907,9 @@ static AMP__EXACT_FP amp_status amp__gemm_cpu_fp8(int m, int n, int k, float alp
         if (beta != 0.0f) amp_convert(cw, AMP_F32, cl, ct, (size_t)w);   /* not fp8: refused with beta */
         if (has_bias && !rows) b1 = amp__load(o->bias, o->bias_type, (size_t)i);
         for (j = 0; j < w; j++)
-          tl[j] = amp__gemm_fp8_epi(tl[j], beta, beta != 0.0f ? cw[j] : 0.0f, has_bias, rows ? bw[j] : b1, (int)o->act,
-                                    0, 1.0f, &out);
+          tl[j] = amp__gemm_fp8_epi(tl[j], beta, beta != 0.0f ? cw[j] : 0.0f, has_bias, rows ? bw[j] : b1,
+                                    gelu ? AMP_ACT_NONE : (int)o->act, 0, 1.0f, &out);
+        if (gelu) amp__gelu_line(tl, (size_t)w);   /* the activation last, as amp__gemm_fp8_epi applies it */
       }
       /* the amax of t, and the cast: into fp8 amp_quantize's (sat(fl32(t * cs)), amp__store's) */
       if (c8) amp__cpu_quantize(NULL, cl, ct, tl, AMP_F32, (size_t)w, &cs, &am, NULL, NULL, 0);

@@ -2505,8 +2505,8 @@ static int amp__gemm_lt_bias_ok(const amp__gemm_key &k) { return k.bias_on_rows 
 
 // The epilogue cuBLASLt is asked for: the activation, with the bias where cuBLASLt can add it.
 // GELU is never cuBLASLt's: its GELU epilogue computes tanh in a way whose accuracy cuBLASLt does
-// not document, so GELU always runs in our epilogue kernel (amp__gelu_tanh with the device's
-// tanhf, 2 ulp in the CUDA math library's documented bounds), after cuBLASLt's product and its
+// not document, so GELU always runs in our epilogue kernel (amp__gelu_tanh, whose tanh is amp.h's
+// own, amp__tanh, in double: the CPU's bits for the same input), after cuBLASLt's product and its
 // fused bias where it can add the bias.
 static int amp__gemm_lt_act_ok(const amp__gemm_key &k) { return k.act != AMP_ACT_GELU; }
 static cublasLtEpilogue_t amp__gemm_lt_epilogue(const amp__gemm_key &k) {

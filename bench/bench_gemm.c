@@ -129,6 +129,15 @@ static void ours_fp8_epi(const shape *s, void *a, void *b, float *c, amp_dtype t
   amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, t, s->ta ? s->m : s->k, b, t,
               s->tb ? s->k : s->n, 0.0f, c, ct, s->n, &o);
 }
+/* The bf16 product into a bf16 C with a bias and GELU: a layer's forward y = gelu(x W + b) in bf16. */
+static float bf16_bias[4096];
+static void ours_bf16_gelu(const shape *s, void *a, void *b, float *c, amp_dtype t) {
+  amp_gemm_opts o;
+  memset(&o, 0, sizeof o);
+  o.bias = bf16_bias; o.act = AMP_ACT_GELU;
+  amp_gemm_ex(amp_cpu(), AMP_ROW_MAJOR, s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, t, s->ta ? s->m : s->k, b, t,
+              s->tb ? s->k : s->n, 0.0f, c, AMP_BF16, s->n, &o);
+}
 static void ours_fp8_blocks(const shape *s, void *a, void *b, float *c, amp_dtype t) {
   amp_gemm_opts o;
   memset(&o, 0, sizeof o);
@@ -423,6 +432,13 @@ int main(void) {
     peak_line("bf16", s, obf, amx ? "bf16 in, AMX tiles" : dp ? "bf16 in, the dot-product kernel" : "bf16 in, widened");
     snprintf(name, sizeof name, "gemm_bf16_%s_%dx%dx%d_vs_ours_f32", s->name, s->m, s->n, s->k);
     bench_line(name, obf, o32, "GFLOP/s (bf16 in against f32 in, same values)");
+    {   /* the epilogue a layer's forward adds: bias and GELU into a bf16 C */
+      int j;
+      for (j = 0; j < s->n && j < 4096; j++) bf16_bias[j] = 0.01f * (float)(j % 17) - 0.08f;
+      snprintf(name, sizeof name, "gemm_bf16_bias_gelu_%s_%dx%dx%d_vs_ours_bf16", s->name, s->m, s->n, s->k);
+      bench_line(name, gflops(s, time_call(ours_bf16_gelu, s, ah, bh, c, AMP_BF16)), obf,
+                 "GFLOP/s (bf16 in, bf16 out with bias and GELU, against f32 out alone)");
+    }
     if (have_torch && torch_gf[i][1] > 0)
       peer_line("bf16", s, "torch", obf, torch_gf[i][1], torch_native[1], torch_kernel[1],
                 "GFLOP/s (bf16 in, f32 out; torch: bf16 out)");

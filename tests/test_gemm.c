@@ -53,7 +53,7 @@ static float mat_get(const mat *x, int r, int c) { return amp__load(x->p, x->t, 
    between it and what amp_gemm must return:
      summation: k * u32 * sum|a b| * |alpha| (products of f16/bf16 are exact in f32; of f32 add u32 each),
      the blend and the bias: 4 * u32 * (|alpha acc| + |beta c| + |bias|),
-     GELU: Lipschitz 1.13 and tanhf's few ulps, then the one rounding to the output type. */
+     GELU: Lipschitz 1.13 and tanh's rounding, then the one rounding to the output type. */
 static double truth(const mat *A, const mat *B, int i, int j, int k, double alpha, double beta, double c,
                     int has_bias, double bias, int act, amp_dtype out, double *bound) {
   double s = 0, sabs = 0, t, e;
@@ -308,7 +308,7 @@ static void gemm_fast_epilogue_is_the_scalar_epilogue_bit_for_bit(void) {
       memcpy(C0, C.p, C.n * amp_dtype_size(out));
       memset(&o, 0, sizeof o);
       if (a != 1) o.bias = bias;
-      o.act = (s + a) % 2 ? AMP_ACT_RELU : AMP_ACT_NONE;
+      o.act = (amp_act)((s + a + L) % 3);   /* NONE, RELU and GELU (amp__gelu_line) in turn */
       EXPECT(amp_gemm_ex(amp_cpu(), (amp_layout)L, AMP_NO_TRANS, AMP_NO_TRANS, m, n, k, alpha, A.p, AMP_F32, A.ld, B.p,
                          AMP_F32, B.ld, beta, C.p, out, C.ld, &o) == AMP_OK, "%s", amp_last_error());
       for (i = 0; i < m && !bad; i++)
@@ -922,6 +922,100 @@ static void gemm_gelu_is_the_tanh_approximation(void) {
   }
 }
 
+/* amp.h's tanh (amp__tanh, the GELU epilogue's) is tanh rounded once to f32: against the C library's
+   double tanh rounded to f32, every float in [2^-12, 10) where amp__tanh computes (every 3rd;
+   every 4099th under AMP_TEST_QUICK), both signs; and its answers from the bits: NaN quieted with
+   its payload, +-inf and |x| >= 10 to +-1, |x| < 2^-12 (zeros and subnormals too) to x. A libm
+   whose double tanh is off near a midpoint of two floats could differ: such inputs are counted
+   apart and must stay within 0.5 ulp + 2^-20 of tanh and few (none with glibc). */
+static void tanh_is_tanh_rounded_once(void) {
+  const uint32_t step = t_quick() ? 4099u : 3u;
+  uint64_t n = 0, near = 0;
+  uint32_t b;
+  int sg;
+  for (sg = 0; sg < 2; sg++)
+    for (b = 0x39800000u; b < 0x41200000u; b += step) {
+      float x = amp__bits_f32(b | (sg ? 0x80000000u : 0u)), got = amp__tanh(x);
+      double t = tanh((double)x);
+      float want = (float)t;
+      n++;
+      if (amp__f32_bits(got) != amp__f32_bits(want)) {
+        double ulp = ldexp(1.0, ilogb(want) - 23), err = fabs((double)got - t) / ulp;
+        near++;
+        EXPECT(err <= 0.5 + 0x1p-20, "tanh(%a): libm's double rounded %a, amp__tanh %a (%.6f ulp off)", x, want, got, err);
+      }
+    }
+  EXPECT(near <= 16, "tanh: %llu of %llu inputs differ from the C library's double tanh rounded to f32", (unsigned long long)near,
+         (unsigned long long)n);
+  printf("  %llu inputs, %llu of them beside libm's double tanh rounded\n", (unsigned long long)n, (unsigned long long)near);
+  {
+    /* volatile: read at run time (under -Ofast a constant -0.0 may be folded to +0.0 in this file) */
+    static const volatile uint32_t same[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00800000u, 0x39800000u - 1u,
+                                    0xb97fffffu};
+    static const volatile uint32_t one[] = {0x41200000u, 0x7f7fffffu, 0x7f800000u, 0x4b000000u};
+    int i;
+    for (i = 0; i < (int)(sizeof same / sizeof same[0]); i++)
+      EXPECT(amp__f32_bits(amp__tanh(amp__bits_f32(same[i]))) == same[i], "tanh(0x%08x): expected itself, got 0x%08x",
+             (unsigned)same[i], (unsigned)amp__f32_bits(amp__tanh(amp__bits_f32(same[i]))));
+    for (i = 0; i < 4; i++)
+      for (sg = 0; sg < 2; sg++) {
+        uint32_t x = one[i] | (sg ? 0x80000000u : 0u), want = sg ? 0xbf800000u : 0x3f800000u;
+        EXPECT(amp__f32_bits(amp__tanh(amp__bits_f32(x))) == want, "tanh(0x%08x): expected 0x%08x, got 0x%08x", (unsigned)x,
+               (unsigned)want, (unsigned)amp__f32_bits(amp__tanh(amp__bits_f32(x))));
+      }
+    EXPECT(amp__f32_bits(amp__tanh(amp__bits_f32(0x7f800001u))) == 0x7fc00001u, "tanh of an sNaN: expected 0x7fc00001, got 0x%08x",
+           (unsigned)amp__f32_bits(amp__tanh(amp__bits_f32(0x7f800001u))));
+    EXPECT(amp__f32_bits(amp__tanh(amp__bits_f32(0xffc01234u))) == 0xffc01234u, "tanh of a qNaN: expected 0xffc01234, got 0x%08x",
+           (unsigned)amp__f32_bits(amp__tanh(amp__bits_f32(0xffc01234u))));
+  }
+}
+
+/* amp__gelu_line (the GELU epilogue's loop) gives amp__gelu_tanh's bits, element by element, at every
+   vector level the CPU has (AVX-512, AVX2; elsewhere the plain loop): every 251st of all 2^32
+   patterns (every 65537th under AMP_TEST_QUICK; the -Ofast builds run it with denormals-are-zero
+   and flush-to-zero set), in lines of odd lengths so that every tail is taken, and a line in
+   [-12, 12] dense. */
+static void gelu_line_is_gelu_element_by_element(void) {
+  enum { LINE = 4093 };
+  static float x[LINE], y[LINE];
+  const uint64_t step = t_quick() ? 65537u : 251u;
+  int caps[2] = {2, 1}, ci, nc = 1;
+  uint64_t b, bad = 0, n = 0;
+#ifdef AMP__X86_SIMD
+  nc = amp_simd_active() && amp__cpu_level() >= 2 ? 2 : 1;
+#endif
+  for (ci = 0; ci < nc; ci++) {
+    int pass;
+#ifdef AMP__X86_SIMD
+    amp__isa_cap = caps[ci];
+#else
+    (void)caps;
+#endif
+    for (pass = 0; pass < 2; pass++) {
+      for (b = 0; b < (1ull << 32); ) {
+        size_t len = LINE - (size_t)(n % 17), i;   /* odd and even lengths, every tail */
+        for (i = 0; i < len; i++) x[i] = pass ? (float)((double)((b + i) % 24001) / 1000.0 - 12.0)
+                                              : amp__bits_f32((uint32_t)(b + i * step));
+        memcpy(y, x, len * sizeof(float));
+        amp__gelu_line(y, len);
+        for (i = 0; i < len; i++) {
+          float want = amp__gelu_tanh(x[i]);
+          if (amp__f32_bits(want) != amp__f32_bits(y[i]) && bad++ < 8)
+            EXPECT(0, "isa cap %d: gelu(%a): amp__gelu_tanh 0x%08x, amp__gelu_line 0x%08x", caps[ci], x[i],
+                   (unsigned)amp__f32_bits(want), (unsigned)amp__f32_bits(y[i]));
+        }
+        n += len;
+        b += pass ? len : len * step;
+        if (pass && b >= 24001) break;
+      }
+    }
+  }
+#ifdef AMP__X86_SIMD
+  amp__isa_cap = 2;
+#endif
+  EXPECT(bad == 0, "%llu of %llu elements differ", (unsigned long long)bad, (unsigned long long)n);
+}
+
 /* A and B of different types (f32 activations x bf16 weights, f16 x bf16, ...): never narrowed,
    each widened exactly while packing, so the product equals that of the widened f32 matrices by
    the same kernel, bit for bit, at every level the CPU runs (the reference included), for both
@@ -1095,6 +1189,8 @@ int main(void) {
   RUN(gemm_bias_is_added_to_the_rounded_product);
   RUN(gemm_relu_epilogue_turns_nan_into_zero_like_cublaslt);
   RUN(gemm_gelu_is_the_tanh_approximation);
+  RUN(tanh_is_tanh_rounded_once);
+  RUN(gelu_line_is_gelu_element_by_element);
   RUN(mixed_input_types_equal_the_product_of_the_widened_matrices);
   RUN(gemm_ex_with_zero_options_is_gemm);
   RUN(gemm_rejects_bad_arguments_and_leaves_c_unchanged);
