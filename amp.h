@@ -12652,8 +12652,9 @@ static amp_status amp__gemm_cpu(int m, int n, int k, float alpha, const void *A,
    f32 results go through the buffer, then the epilogue, the amax and the scaled cast. */
 static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
 
-/* amp__gelu_tanh over a line of n floats in place: the plain loop, or 16 (AVX-512) or 8 (AVX2)
-   lanes at a time with amp__tanh's operations on doubles (8 or 4 to a register), the same bits:
+/* amp__gelu_tanh over a line of n floats in place: the plain loop, or 16 (AVX-512), 8 (AVX2) or 4
+   (NEON, below) lanes at a time with amp__tanh's operations on doubles (8, 4 or 2 to a register),
+   the same bits:
    each product, sum, difference and quotient an IEEE one (the explicit-rounding intrinsics under
    clang at 16 lanes; at 8 an empty asm after each product and difference, and vdivpd itself, as
    amp__mul8 and amp__div8 do), the conversions exact but the last (round to nearest), and the
@@ -12769,11 +12770,66 @@ static AMP__AVX2 void amp__gelu_line_avx2(float *t, size_t n) {
 }
 AMP__EXACT_END
 #endif
+#ifdef AMP__NEON_SIMD
+/* NEON (AArch64): 4 lanes, 2 doubles to a register; each product, sum and difference through
+   AMP__ROUNDED (no FMLA, no regrouping), the quotient by FDIV in asm, as amp__mul4 and amp__div4. */
+AMP__NEON_STEP_INLINE float64x2_t amp__mulpd2(float64x2_t a, float64x2_t b) { float64x2_t r = vmulq_f64(a, b); AMP__ROUNDED(r); return r; }
+AMP__NEON_STEP_INLINE float64x2_t amp__addpd2(float64x2_t a, float64x2_t b) { float64x2_t r = vaddq_f64(a, b); AMP__ROUNDED(r); return r; }
+AMP__NEON_STEP_INLINE float64x2_t amp__subpd2(float64x2_t a, float64x2_t b) { float64x2_t r = vsubq_f64(a, b); AMP__ROUNDED(r); return r; }
+AMP__NEON_STEP_INLINE float64x2_t amp__divpd2(float64x2_t a, float64x2_t b) {
+  float64x2_t r;
+  __asm__("fdiv %0.2d, %1.2d, %2.2d" : "=w"(r) : "w"(a), "w"(b));
+  return r;
+}
+AMP__NEON_STEP_INLINE float32x2_t amp__tanh_pd2(float64x2_t a) {
+  static const double c[12] = {AMP__TANH_TAYLOR};
+  float64x2_t y = amp__addpd2(a, a), r, p, em, kd, k2;
+  int64x2_t k = vcvtq_s64_f64(amp__addpd2(amp__mulpd2(y, vdupq_n_f64(AMP__TANH_INV_LN2)), vdupq_n_f64(0.5)));
+  int j;
+  kd = vcvtq_f64_s64(k);
+  k2 = vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(k, vdupq_n_s64(1023)), 52));
+  r = amp__subpd2(amp__subpd2(y, amp__mulpd2(kd, vdupq_n_f64(AMP__TANH_LN2_HI))), amp__mulpd2(kd, vdupq_n_f64(AMP__TANH_LN2_LO)));
+  p = vdupq_n_f64(c[11]);
+  for (j = 10; j >= 0; j--) p = amp__addpd2(amp__mulpd2(p, r), vdupq_n_f64(c[j]));
+  p = amp__mulpd2(p, r);
+  em = vbslq_f64(vceqq_s64(k, vdupq_n_s64(0)), p,
+                 amp__subpd2(amp__mulpd2(k2, amp__addpd2(vdupq_n_f64(1.0), p)), vdupq_n_f64(1.0)));
+  return vcvt_f32_f64(amp__divpd2(em, amp__addpd2(em, vdupq_n_f64(2.0))));
+}
+AMP__NEON_STEP_INLINE float32x4_t amp__tanh4(float32x4_t x) {
+  const uint32x4_t u = vreinterpretq_u32_f32(x), a = vandq_u32(u, vdupq_n_u32(0x7fffffffu));
+  const uint32x4_t sg = vandq_u32(u, vdupq_n_u32(0x80000000u));
+  const uint32x4_t tiny = vcltq_u32(a, vdupq_n_u32(0x39800000u)), big = vcgeq_u32(a, vdupq_n_u32(0x41200000u));
+  const uint32x4_t nan = vcgtq_u32(a, vdupq_n_u32(0x7f800000u));
+  float32x4_t am = vbslq_f32(vorrq_u32(tiny, big), vdupq_n_f32(1.0f), vreinterpretq_f32_u32(a));
+  float32x4_t t = vcombine_f32(amp__tanh_pd2(vcvt_f64_f32(vget_low_f32(am))), amp__tanh_pd2(vcvt_high_f64_f32(am)));
+  uint32x4_t b = vorrq_u32(vreinterpretq_u32_f32(t), sg);
+  b = vbslq_u32(tiny, u, b);
+  b = vbslq_u32(big, vorrq_u32(sg, vdupq_n_u32(0x3f800000u)), b);
+  b = vbslq_u32(nan, vorrq_u32(u, vdupq_n_u32(0x00400000u)), b);
+  return vreinterpretq_f32_u32(b);
+}
+/* The sums through AMP__ROUNDED too: clang -Ofast on AArch64 (no float_control there) otherwise
+   turns (0.5 x) (1 + t) into an FMLA of 0.5 x, t and 0.5 x. */
+AMP__NEON_STEP_INLINE float32x4_t amp__addr4(float32x4_t a, float32x4_t b) { float32x4_t r = vaddq_f32(a, b); AMP__ROUNDED(r); return r; }
+static AMP__EXACT_FP void amp__gelu_line_neon(float *t, size_t n) {
+  const float32x4_t k0 = vdupq_n_f32(AMP__GELU_K0), k1 = vdupq_n_f32(AMP__GELU_K1);
+  size_t j;
+  for (j = 0; j + 4 <= n; j += 4) {
+    float32x4_t x = vld1q_f32(t + j);
+    float32x4_t u = amp__addr4(x, amp__mul4(amp__mul4(amp__mul4(k1, x), x), x));
+    vst1q_f32(t + j, amp__mul4(amp__mul4(vdupq_n_f32(0.5f), x), amp__addr4(vdupq_n_f32(1.0f), amp__tanh4(amp__mul4(k0, u)))));
+  }
+  for (; j < n; j++) t[j] = amp__gelu_tanh(t[j]);
+}
+#endif
 static void amp__gelu_line(float *t, size_t n) {
   size_t j = 0;
 #ifdef AMP__X86_SIMD
   if (amp_simd_active() && amp__isa() >= 2) { amp__gelu_line_avx512(t, n); return; }
   if (amp_simd_active()) { amp__gelu_line_avx2(t, n); return; }
+#elif defined(AMP__NEON_SIMD)
+  if (amp_simd_active()) { amp__gelu_line_neon(t, n); return; }
 #endif
   for (; j < n; j++) t[j] = amp__gelu_tanh(t[j]);
 }
