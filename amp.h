@@ -2636,15 +2636,19 @@ static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
 #define AMP__ROUNDED(x) ((void)0)
 #endif
 #if defined(__CUDA_ARCH__)
-#define AMP__FOP(name, op, rn) static inline AMP_HD float name(float a, float b) { return rn(a, b); }
+#define AMP__FOP(T, name, op, rn) static inline AMP_HD T name(T a, T b) { return rn(a, b); }
 #else
-#define AMP__FOP(name, op, rn) \
-  static inline AMP_HD float name(float a, float b) { AMP__KEEP(a); AMP__KEEP(b); return a op b; }
+#define AMP__FOP(T, name, op, rn) \
+  static inline AMP_HD T name(T a, T b) { AMP__KEEP(a); AMP__KEEP(b); return a op b; }
 #endif
-AMP__FOP(amp__fmul, *, __fmul_rn)
-AMP__FOP(amp__fadd, +, __fadd_rn)
-AMP__FOP(amp__fsub, -, __fsub_rn)
-AMP__FOP(amp__fdiv, /, __fdiv_rn)
+AMP__FOP(float, amp__fmul, *, __fmul_rn)
+AMP__FOP(float, amp__fadd, +, __fadd_rn)
+AMP__FOP(float, amp__fsub, -, __fsub_rn)
+AMP__FOP(float, amp__fdiv, /, __fdiv_rn)
+AMP__FOP(double, amp__dmul, *, __dmul_rn)   /* (the doubles: amp__tanh, the fp8 recipes' divisions) */
+AMP__FOP(double, amp__dadd, +, __dadd_rn)
+AMP__FOP(double, amp__dsub, -, __dsub_rn)
+AMP__FOP(double, amp__ddiv, /, __ddiv_rn)
 #undef AMP__FOP
 /* The IEEE square root (clang under -ffast-math may otherwise take a reciprocal-root estimate). */
 static inline AMP_HD float amp__fsqrt(float a) {
@@ -2685,14 +2689,6 @@ static inline AMP_HD float amp__exp2i(int k) {
 static inline AMP_HD int amp__ilog2(float x) { return (int)((amp__f32_bits(x) >> 23) & 0xffu) - 127; }
 /* 1 for a finite x > 0, on the bits (subnormals included; -0 and negatives not). */
 static inline AMP_HD int amp__pos_finite(float x) { return amp__f32_bits(x) - 1u < 0x7f7fffffu; }
-static inline AMP_HD double amp__ddiv(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  AMP__KEEP(a); AMP__KEEP(b);
-  return a / b;
-#endif
-}
 /* 2^-margin in f32: exact for an integer margin; powf otherwise (TransformerEngine's own
    std::pow(2.f, -margin); the GPU's powf may differ from the host's by an ulp there). */
 static inline AMP_HD float amp__fp8_margin_factor(float margin) {
@@ -2934,19 +2930,6 @@ typedef struct amp__tensor {
   char *name;            /* amp_tensor_desc.name, copied (NULL: unnamed) */
 } amp__tensor;
 
-/* Double operations each rounded on its own (as amp__fmul and its kin: the _rn intrinsics on the
-   device, which nvcc never contracts; AMP__KEEP's operands under clang; the callers' AMP__EXACT_FP
-   under GCC). */
-#if defined(__CUDA_ARCH__)
-#define AMP__DOP(name, op, rn) static inline AMP_HD double name(double a, double b) { return rn(a, b); }
-#else
-#define AMP__DOP(name, op, rn) \
-  static inline AMP_HD double name(double a, double b) { AMP__KEEP(a); AMP__KEEP(b); return a op b; }
-#endif
-AMP__DOP(amp__dmul, *, __dmul_rn)
-AMP__DOP(amp__dadd, +, __dadd_rn)
-AMP__DOP(amp__dsub, -, __dsub_rn)
-#undef AMP__DOP
 /* tanh of an f32, amp.h's own, so that the GELU epilogue has the same bits on every CPU, under every
    flag set, in the vector loops (amp__gelu_line) and in the CUDA kernels (a C library's tanhf
    differs between libraries in the last bit). NaN: itself, quieted; |x| >= 10: +-1; |x| < 2^-12:
@@ -2992,9 +2975,13 @@ static inline AMP_HD AMP__EXACT_FP float amp__tanh(float x) {
 /* The element math of the product's epilogue, shared by the CPU reference and every CUDA path. */
 #define AMP__GELU_K0 0.7978845608028654f   /* sqrt(2/pi) */
 #define AMP__GELU_K1 0.044715f
+/* The formula, written once for the scalar function and the vector lines (amp__gelu_line): MUL, ADD,
+   TANH the lanes' operations, C(k) a constant in lanes. */
+#define AMP__GELU_OF(x, MUL, ADD, TANH, C) \
+  MUL(MUL(C(0.5f), x), ADD(C(1.0f), TANH(MUL(C(AMP__GELU_K0), ADD(x, MUL(MUL(MUL(C(AMP__GELU_K1), x), x), x))))))
+#define AMP__GELU_C1(k) (k)
 static inline AMP_HD AMP__EXACT_FP float amp__gelu_tanh(float x) {
-  float u = amp__fadd(x, amp__fmul(amp__fmul(amp__fmul(AMP__GELU_K1, x), x), x));
-  return amp__fmul(amp__fmul(0.5f, x), amp__fadd(1.0f, amp__tanh(amp__fmul(AMP__GELU_K0, u))));
+  return AMP__GELU_OF(x, amp__fmul, amp__fadd, amp__tanh, AMP__GELU_C1);
 }
 static inline AMP_HD float amp__act(float x, int act) {
   if (act == AMP_ACT_RELU) return x > 0.0f ? x : 0.0f;
@@ -6334,18 +6321,20 @@ static AMP__EXACT_FP void amp__o_step_plain(amp_optim_kind kind, float *p, float
    intrinsics that no fast-math rewrite touches (a / b into a * (1 / b), fusing). */
 #if defined(__clang__)
 #define AMP__RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-AMP__AVX512_INLINE __m512 amp__mul16(__m512 a, __m512 b) { return _mm512_mul_round_ps(a, b, AMP__RN); }
-AMP__AVX512_INLINE __m512 amp__add16(__m512 a, __m512 b) { return _mm512_add_round_ps(a, b, AMP__RN); }
-AMP__AVX512_INLINE __m512 amp__sub16(__m512 a, __m512 b) { return _mm512_sub_round_ps(a, b, AMP__RN); }
-AMP__AVX512_INLINE __m512 amp__div16(__m512 a, __m512 b) { return _mm512_div_round_ps(a, b, AMP__RN); }
+#define AMP__V512_OP(T, name, op, sfx) AMP__AVX512_INLINE T name(T a, T b) { return _mm512_##op##_round_##sfx(a, b, AMP__RN); }
 AMP__AVX512_INLINE __m512 amp__sqrt16(__m512 a) { return _mm512_sqrt_round_ps(a, AMP__RN); }
+AMP__AVX512_INLINE __m256 amp__cvtpd8(__m512d a) { return _mm512_cvt_roundpd_ps(a, AMP__RN); }
 #else
-AMP__AVX512_INLINE __m512 amp__mul16(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
-AMP__AVX512_INLINE __m512 amp__add16(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
-AMP__AVX512_INLINE __m512 amp__sub16(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
-AMP__AVX512_INLINE __m512 amp__div16(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
+#define AMP__V512_OP(T, name, op, sfx) AMP__AVX512_INLINE T name(T a, T b) { return _mm512_##op##_##sfx(a, b); }
 AMP__AVX512_INLINE __m512 amp__sqrt16(__m512 a) { return _mm512_sqrt_ps(a); }
+AMP__AVX512_INLINE __m256 amp__cvtpd8(__m512d a) { return _mm512_cvtpd_ps(a); }
 #endif
+/* 16 floats (amp__mul16 ...) and 8 doubles (amp__mulpd8 ..., amp__gelu_line's tanh) */
+AMP__V512_OP(__m512, amp__mul16, mul, ps) AMP__V512_OP(__m512, amp__add16, add, ps)
+AMP__V512_OP(__m512, amp__sub16, sub, ps) AMP__V512_OP(__m512, amp__div16, div, ps)
+AMP__V512_OP(__m512d, amp__mulpd8, mul, pd) AMP__V512_OP(__m512d, amp__addpd8, add, pd)
+AMP__V512_OP(__m512d, amp__subpd8, sub, pd) AMP__V512_OP(__m512d, amp__divpd8, div, pd)
+#undef AMP__V512_OP
 AMP__AVX2_INLINE __m256 amp__mul8(__m256 a, __m256 b) { __m256 p = _mm256_mul_ps(a, b); AMP__FP_BARRIER(p); return p; }
 /* The IEEE root: clang under -ffast-math turns _mm256_sqrt_ps into an estimate (as amp__o_sqrt says). */
 #if defined(__clang__)
@@ -12660,21 +12649,16 @@ static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
    amp__mul8 and amp__div8 do), the conversions exact but the last (round to nearest), and the
    lanes outside amp__tanh's double range (NaN, |x| >= 10, |x| < 2^-12) given its answers from
    the bits. */
+/* A line W lanes at a time (VT: their vector type, LD / ST its loads and stores), the rest by the
+   plain function (AVX2, NEON; AVX-512 masks its tail instead). */
+#define AMP__GELU_LINE(ATTR, name, VT, W, LD, ST, MUL, ADD, TANH, C) \
+  static ATTR void name(float *t, size_t n) { \
+    size_t j; \
+    for (j = 0; j + W <= n; j += W) { VT x = LD(t + j); ST(t + j, AMP__GELU_OF(x, MUL, ADD, TANH, C)); } \
+    for (; j < n; j++) t[j] = amp__gelu_tanh(t[j]); \
+  }
 #ifdef AMP__X86_SIMD
 AMP__EXACT_BEGIN
-#if defined(__clang__)
-AMP__AVX512_INLINE __m512d amp__mulpd8(__m512d a, __m512d b) { return _mm512_mul_round_pd(a, b, AMP__RN); }
-AMP__AVX512_INLINE __m512d amp__addpd8(__m512d a, __m512d b) { return _mm512_add_round_pd(a, b, AMP__RN); }
-AMP__AVX512_INLINE __m512d amp__subpd8(__m512d a, __m512d b) { return _mm512_sub_round_pd(a, b, AMP__RN); }
-AMP__AVX512_INLINE __m512d amp__divpd8(__m512d a, __m512d b) { return _mm512_div_round_pd(a, b, AMP__RN); }
-AMP__AVX512_INLINE __m256 amp__cvtpd8(__m512d a) { return _mm512_cvt_roundpd_ps(a, AMP__RN); }
-#else
-AMP__AVX512_INLINE __m512d amp__mulpd8(__m512d a, __m512d b) { return _mm512_mul_pd(a, b); }
-AMP__AVX512_INLINE __m512d amp__addpd8(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
-AMP__AVX512_INLINE __m512d amp__subpd8(__m512d a, __m512d b) { return _mm512_sub_pd(a, b); }
-AMP__AVX512_INLINE __m512d amp__divpd8(__m512d a, __m512d b) { return _mm512_div_pd(a, b); }
-AMP__AVX512_INLINE __m256 amp__cvtpd8(__m512d a) { return _mm512_cvtpd_ps(a); }
-#endif
 /* amp__tanh's double part for 8 magnitudes a in [2^-12, 10) */
 AMP__AVX512_INLINE __m256 amp__tanh_pd8(__m256 a) {
   static const double c[12] = {AMP__TANH_TAYLOR};
@@ -12707,14 +12691,11 @@ AMP__AVX512_INLINE __m512 amp__tanh16(__m512 x) {
   return _mm512_castsi512_ps(b);
 }
 static AMP__AVX512 void amp__gelu_line_avx512(float *t, size_t n) {
-  const __m512 k0 = _mm512_set1_ps(AMP__GELU_K0), k1 = _mm512_set1_ps(AMP__GELU_K1);
   size_t j;
   for (j = 0; j < n; j += 16) {
     const __mmask16 m = amp__mask16(n - j);
     __m512 x = _mm512_maskz_loadu_ps(m, t + j);
-    __m512 u = amp__add16(x, amp__mul16(amp__mul16(amp__mul16(k1, x), x), x));
-    _mm512_mask_storeu_ps(t + j, m, amp__mul16(amp__mul16(_mm512_set1_ps(0.5f), x),
-                                                amp__add16(_mm512_set1_ps(1.0f), amp__tanh16(amp__mul16(k0, u)))));
+    _mm512_mask_storeu_ps(t + j, m, AMP__GELU_OF(x, amp__mul16, amp__add16, amp__tanh16, _mm512_set1_ps));
   }
 }
 /* 4 doubles a lane; under clang an empty asm after each product and difference (no fusing, no
@@ -12757,17 +12738,8 @@ AMP__AVX2_INLINE __m256 amp__tanh8(__m256 x) {
   b = _mm256_blendv_epi8(b, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
   return _mm256_castsi256_ps(b);
 }
-static AMP__AVX2 void amp__gelu_line_avx2(float *t, size_t n) {
-  const __m256 k0 = _mm256_set1_ps(AMP__GELU_K0), k1 = _mm256_set1_ps(AMP__GELU_K1);
-  size_t j;
-  for (j = 0; j + 8 <= n; j += 8) {
-    __m256 x = _mm256_loadu_ps(t + j);
-    __m256 u = _mm256_add_ps(x, amp__mul8(amp__mul8(amp__mul8(k1, x), x), x));
-    _mm256_storeu_ps(t + j, amp__mul8(amp__mul8(_mm256_set1_ps(0.5f), x),
-                                      _mm256_add_ps(_mm256_set1_ps(1.0f), amp__tanh8(amp__mul8(k0, u)))));
-  }
-  for (; j < n; j++) t[j] = amp__gelu_tanh(t[j]);
-}
+AMP__GELU_LINE(AMP__AVX2, amp__gelu_line_avx2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, amp__mul8, _mm256_add_ps,
+               amp__tanh8, _mm256_set1_ps)
 AMP__EXACT_END
 #endif
 #ifdef AMP__NEON_SIMD
@@ -12812,16 +12784,8 @@ AMP__NEON_STEP_INLINE float32x4_t amp__tanh4(float32x4_t x) {
 /* The sums through AMP__ROUNDED too: clang -Ofast on AArch64 (no float_control there) otherwise
    turns (0.5 x) (1 + t) into an FMLA of 0.5 x, t and 0.5 x. */
 AMP__NEON_STEP_INLINE float32x4_t amp__addr4(float32x4_t a, float32x4_t b) { float32x4_t r = vaddq_f32(a, b); AMP__ROUNDED(r); return r; }
-static AMP__EXACT_FP void amp__gelu_line_neon(float *t, size_t n) {
-  const float32x4_t k0 = vdupq_n_f32(AMP__GELU_K0), k1 = vdupq_n_f32(AMP__GELU_K1);
-  size_t j;
-  for (j = 0; j + 4 <= n; j += 4) {
-    float32x4_t x = vld1q_f32(t + j);
-    float32x4_t u = amp__addr4(x, amp__mul4(amp__mul4(amp__mul4(k1, x), x), x));
-    vst1q_f32(t + j, amp__mul4(amp__mul4(vdupq_n_f32(0.5f), x), amp__addr4(vdupq_n_f32(1.0f), amp__tanh4(amp__mul4(k0, u)))));
-  }
-  for (; j < n; j++) t[j] = amp__gelu_tanh(t[j]);
-}
+AMP__GELU_LINE(AMP__EXACT_FP, amp__gelu_line_neon, float32x4_t, 4, vld1q_f32, vst1q_f32, amp__mul4, amp__addr4, amp__tanh4,
+               vdupq_n_f32)
 #endif
 static void amp__gelu_line(float *t, size_t n) {
   size_t j = 0;
