@@ -2940,19 +2940,25 @@ typedef struct amp__tensor {
    2^k (1 + p) - 1; tanh |x| = em / (em + 2), rounded once to f32 and given x's sign. The double
    result is within 1e-15 of tanh |x| (relative), so the f32 is tanh(x) correctly rounded but for
    inputs within 1e-15 of a midpoint between two floats (tests/test_gemm.c counts them against the
-   C library's double tanh: a few in a million). */
-#define AMP__TANH_TAYLOR                                                                                          \
-  1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333, 0.001388888888888889,              \
-      1.984126984126984e-4, 2.48015873015873e-5, 2.7557319223985893e-6, 2.755731922398589e-7, 2.505210838544172e-8, \
-      2.08767569878681e-9   /* 1/1! .. 1/12!, each the double nearest */
+   C library's double tanh rounded: with glibc's, none among all 2^32 inputs). */
+#define AMP__GELU_C1(k) (k)   /* a constant as itself (the scalar functions' C) */
+/* p = e^r - 1 by Horner's rule from 1/12! down to 1/1! (each the double nearest), spelled out for
+   every lane width: MUL, ADD the lanes' operations, C(k) a constant in lanes. */
+#define AMP__TANH_POLY(p, r, MUL, ADD, C) do { \
+    p = ADD(MUL(C(2.08767569878681e-9), r), C(2.505210838544172e-8)); \
+    p = ADD(MUL(p, r), C(2.755731922398589e-7)); p = ADD(MUL(p, r), C(2.7557319223985893e-6)); \
+    p = ADD(MUL(p, r), C(2.48015873015873e-5)); p = ADD(MUL(p, r), C(1.984126984126984e-4)); \
+    p = ADD(MUL(p, r), C(0.001388888888888889)); p = ADD(MUL(p, r), C(0.008333333333333333)); \
+    p = ADD(MUL(p, r), C(0.041666666666666664)); p = ADD(MUL(p, r), C(0.16666666666666666)); \
+    p = ADD(MUL(p, r), C(0.5)); p = ADD(MUL(p, r), C(1.0)); p = MUL(p, r); \
+  } while (0)
 #define AMP__TANH_INV_LN2 1.4426950408889634
 #define AMP__TANH_LN2_HI 0.6931471803691238   /* ln 2 to 32 significant bits: k ln2_hi is exact */
 #define AMP__TANH_LN2_LO 1.9082149292705877e-10   /* ln 2 - ln2_hi */
 static inline AMP_HD AMP__EXACT_FP float amp__tanh(float x) {
-  const double c[12] = {AMP__TANH_TAYLOR};
   const uint32_t u = amp__f32_bits(x), a = u & 0x7fffffffu;
   double y, r, p, em, k2;
-  int k, j;
+  int k;
   uint64_t kb;
   if (a > 0x7f800000u) return amp__bits_f32(u | 0x00400000u);                 /* NaN */
   if (a >= 0x41200000u) return amp__bits_f32((u & 0x80000000u) | 0x3f800000u);   /* |x| >= 10 */
@@ -2960,9 +2966,7 @@ static inline AMP_HD AMP__EXACT_FP float amp__tanh(float x) {
   y = amp__dadd((double)amp__bits_f32(a), (double)amp__bits_f32(a));
   k = (int)amp__dadd(amp__dmul(y, AMP__TANH_INV_LN2), 0.5);
   r = amp__dsub(amp__dsub(y, amp__dmul((double)k, AMP__TANH_LN2_HI)), amp__dmul((double)k, AMP__TANH_LN2_LO));
-  p = c[11];
-  for (j = 10; j >= 0; j--) p = amp__dadd(amp__dmul(p, r), c[j]);
-  p = amp__dmul(p, r);
+  AMP__TANH_POLY(p, r, amp__dmul, amp__dadd, AMP__GELU_C1);
   kb = (uint64_t)(1023 + k) << 52;
   memcpy(&k2, &kb, sizeof k2);   /* 2^k */
   em = k ? amp__dsub(amp__dmul(k2, amp__dadd(1.0, p)), 1.0) : p;
@@ -2979,7 +2983,6 @@ static inline AMP_HD AMP__EXACT_FP float amp__tanh(float x) {
    TANH the lanes' operations, C(k) a constant in lanes. */
 #define AMP__GELU_OF(x, MUL, ADD, TANH, C) \
   MUL(MUL(C(0.5f), x), ADD(C(1.0f), TANH(MUL(C(AMP__GELU_K0), ADD(x, MUL(MUL(MUL(C(AMP__GELU_K1), x), x), x))))))
-#define AMP__GELU_C1(k) (k)
 static inline AMP_HD AMP__EXACT_FP float amp__gelu_tanh(float x) {
   return AMP__GELU_OF(x, amp__fmul, amp__fadd, amp__tanh, AMP__GELU_C1);
 }
@@ -12661,16 +12664,12 @@ static int amp__gemm_is_fp8(amp_dtype t) { return amp__dtype_is_fp8(t); }
 AMP__EXACT_BEGIN
 /* amp__tanh's double part for 8 magnitudes a in [2^-12, 10) */
 AMP__AVX512_INLINE __m256 amp__tanh_pd8(__m256 a) {
-  static const double c[12] = {AMP__TANH_TAYLOR};
   __m512d y = amp__addpd8(_mm512_cvtps_pd(a), _mm512_cvtps_pd(a)), r, p, em;
   __m256i k = _mm512_cvttpd_epi32(amp__addpd8(amp__mulpd8(y, _mm512_set1_pd(AMP__TANH_INV_LN2)), _mm512_set1_pd(0.5)));
   __m512d kd = _mm512_cvtepi32_pd(k);
   __m512d k2 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm256_add_epi32(k, _mm256_set1_epi32(1023))), 52));
-  int j;
   r = amp__subpd8(amp__subpd8(y, amp__mulpd8(kd, _mm512_set1_pd(AMP__TANH_LN2_HI))), amp__mulpd8(kd, _mm512_set1_pd(AMP__TANH_LN2_LO)));
-  p = _mm512_set1_pd(c[11]);
-  for (j = 10; j >= 0; j--) p = amp__addpd8(amp__mulpd8(p, r), _mm512_set1_pd(c[j]));
-  p = amp__mulpd8(p, r);
+  AMP__TANH_POLY(p, r, amp__mulpd8, amp__addpd8, _mm512_set1_pd);
   em = _mm512_mask_blend_pd(_mm256_cmpeq_epi32_mask(k, _mm256_setzero_si256()),
                             amp__subpd8(amp__mulpd8(k2, amp__addpd8(_mm512_set1_pd(1.0), p)), _mm512_set1_pd(1.0)), p);
   return amp__cvtpd8(amp__divpd8(em, amp__addpd8(em, _mm512_set1_pd(2.0))));
@@ -12709,16 +12708,12 @@ AMP__AVX2_INLINE __m256d amp__divpd4(__m256d a, __m256d b) { __asm__("vdivpd %2,
 AMP__AVX2_INLINE __m256d amp__divpd4(__m256d a, __m256d b) { return _mm256_div_pd(a, b); }
 #endif
 AMP__AVX2_INLINE __m128 amp__tanh_pd4(__m128 a) {
-  static const double c[12] = {AMP__TANH_TAYLOR};
   __m256d y = amp__addpd4(_mm256_cvtps_pd(a), _mm256_cvtps_pd(a)), r, p, em, k2;
   __m128i k = _mm256_cvttpd_epi32(amp__addpd4(amp__mulpd4(y, _mm256_set1_pd(AMP__TANH_INV_LN2)), _mm256_set1_pd(0.5)));
   __m256d kd = _mm256_cvtepi32_pd(k);
-  int j;
   k2 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_cvtepi32_epi64(_mm_add_epi32(k, _mm_set1_epi32(1023))), 52));
   r = amp__subpd4(amp__subpd4(y, amp__mulpd4(kd, _mm256_set1_pd(AMP__TANH_LN2_HI))), amp__mulpd4(kd, _mm256_set1_pd(AMP__TANH_LN2_LO)));
-  p = _mm256_set1_pd(c[11]);
-  for (j = 10; j >= 0; j--) p = amp__addpd4(amp__mulpd4(p, r), _mm256_set1_pd(c[j]));
-  p = amp__mulpd4(p, r);
+  AMP__TANH_POLY(p, r, amp__mulpd4, amp__addpd4, _mm256_set1_pd);
   em = _mm256_blendv_pd(amp__subpd4(amp__mulpd4(k2, amp__addpd4(_mm256_set1_pd(1.0), p)), _mm256_set1_pd(1.0)), p,
                         _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_cmpeq_epi32(k, _mm_setzero_si128()))));
   return _mm256_cvtpd_ps(amp__divpd4(em, amp__addpd4(em, _mm256_set1_pd(2.0))));
@@ -12754,16 +12749,12 @@ AMP__NEON_STEP_INLINE float64x2_t amp__divpd2(float64x2_t a, float64x2_t b) {
   return r;
 }
 AMP__NEON_STEP_INLINE float32x2_t amp__tanh_pd2(float64x2_t a) {
-  static const double c[12] = {AMP__TANH_TAYLOR};
   float64x2_t y = amp__addpd2(a, a), r, p, em, kd, k2;
   int64x2_t k = vcvtq_s64_f64(amp__addpd2(amp__mulpd2(y, vdupq_n_f64(AMP__TANH_INV_LN2)), vdupq_n_f64(0.5)));
-  int j;
   kd = vcvtq_f64_s64(k);
   k2 = vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(k, vdupq_n_s64(1023)), 52));
   r = amp__subpd2(amp__subpd2(y, amp__mulpd2(kd, vdupq_n_f64(AMP__TANH_LN2_HI))), amp__mulpd2(kd, vdupq_n_f64(AMP__TANH_LN2_LO)));
-  p = vdupq_n_f64(c[11]);
-  for (j = 10; j >= 0; j--) p = amp__addpd2(amp__mulpd2(p, r), vdupq_n_f64(c[j]));
-  p = amp__mulpd2(p, r);
+  AMP__TANH_POLY(p, r, amp__mulpd2, amp__addpd2, vdupq_n_f64);
   em = vbslq_f64(vceqq_s64(k, vdupq_n_s64(0)), p,
                  amp__subpd2(amp__mulpd2(k2, amp__addpd2(vdupq_n_f64(1.0), p)), vdupq_n_f64(1.0)));
   return vcvt_f32_f64(amp__divpd2(em, amp__addpd2(em, vdupq_n_f64(2.0))));
