@@ -2938,9 +2938,10 @@ typedef struct amp__tensor {
    of ln 2: k ln2_hi exact), p = e^r - 1 by Horner's rule on its Taylor series to r^12 / 12!
    (p = r (1 + r (1/2! + r (1/3! + ... + r / 12!)))), e^y - 1 = em = p for k = 0, else
    2^k (1 + p) - 1; tanh |x| = em / (em + 2), rounded once to f32 and given x's sign. The double
-   result is within 1e-15 of tanh |x| (relative), so the f32 is tanh(x) correctly rounded but for
-   inputs within 1e-15 of a midpoint between two floats (tests/test_gemm.c counts them against the
-   C library's double tanh rounded: with glibc's, none among all 2^32 inputs). */
+   result is within about 1e-15 of tanh |x| (relative), so the f32 is tanh(x) correctly rounded
+   but for inputs within that of a midpoint between two floats (tests/test_gemm.c counts them
+   against the C library's double tanh rounded: with glibc's, none among all the positive f32
+   inputs, and both functions are odd). */
 #define AMP__GELU_C1(k) (k)   /* a constant as itself (the scalar functions' C) */
 /* p = e^r - 1 by Horner's rule from 1/12! down to 1/1! (each the double nearest), spelled out for
    every lane width: MUL, ADD the lanes' operations, C(k) a constant in lanes. */
