@@ -1904,8 +1904,9 @@ AMPDEF long       amp_optimizer_spike_skips(const amp_optimizer *o);
    /fp:contract) may fuse a product into its add. The GELU epilogue's tanh is amp.h's own, not the
    C library's tanhf (whose last bit differs between C libraries): computed in double, each
    operation rounded on its own, and rounded once to f32, it equals glibc's double tanh rounded to
-   f32 for every f32 input (tests/test_gemm.c checks them), so GELU too has the same bits on every
-   CPU, under every flag set, in the vector loops and in the CUDA kernels.
+   f32 for every f32 input (checked over all of them; tests/test_gemm.c checks every third in the
+   range where it computes), so GELU too has the same bits on every CPU, under every flag set, in
+   the vector loops and in the CUDA kernels.
    x87 (32-bit x86 without -msse2 -mfpmath=sse) keeps excess precision: build such targets with
    those flags for the promised bits.
 
