@@ -2636,11 +2636,19 @@ static inline AMP_HD float amp__split_decode(amp_bf16 hi, uint16_t lo) {
 #else
 #define AMP__ROUNDED(x) ((void)0)
 #endif
+/* GCC does not inline a function into one whose optimize options differ (AMP__EXACT_FP's callers
+   under -Ofast: each operation was a call) unless it is always_inline; one operation is the same
+   operation inlined anywhere. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define AMP__OP_INLINE __attribute__((always_inline))
+#else
+#define AMP__OP_INLINE
+#endif
 #if defined(__CUDA_ARCH__)
 #define AMP__FOP(T, name, op, rn) static inline AMP_HD T name(T a, T b) { return rn(a, b); }
 #else
 #define AMP__FOP(T, name, op, rn) \
-  static inline AMP_HD T name(T a, T b) { AMP__KEEP(a); AMP__KEEP(b); return a op b; }
+  static inline AMP_HD AMP__OP_INLINE T name(T a, T b) { AMP__KEEP(a); AMP__KEEP(b); return a op b; }
 #endif
 AMP__FOP(float, amp__fmul, *, __fmul_rn)
 AMP__FOP(float, amp__fadd, +, __fadd_rn)
@@ -2652,7 +2660,7 @@ AMP__FOP(double, amp__dsub, -, __dsub_rn)
 AMP__FOP(double, amp__ddiv, /, __ddiv_rn)
 #undef AMP__FOP
 /* The IEEE square root (clang under -ffast-math may otherwise take a reciprocal-root estimate). */
-static inline AMP_HD float amp__fsqrt(float a) {
+static inline AMP_HD AMP__OP_INLINE float amp__fsqrt(float a) {
 #if defined(__CUDA_ARCH__)
   return __fsqrt_rn(a);
 #elif defined(__clang__) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
