@@ -2967,25 +2967,34 @@ typedef struct amp__tensor {
 #define AMP__TANH_INV_LN2 1.4426950408889634
 #define AMP__TANH_LN2_HI 0.6931471803691238   /* ln 2 to 32 significant bits: k ln2_hi is exact */
 #define AMP__TANH_LN2_LO 1.9082149292705877e-10   /* ln 2 - ln2_hi */
+#define AMP__TANH_TINY 0x39800000u   /* |x| below 2^-12 (as bits): tanh x is x */
+#define AMP__TANH_ONE 0x41200000u    /* |x| from 10 (as bits): +-1 */
+/* The double steps, written once for every lane width: k's argument y / ln 2 + 1/2 (k its
+   truncation, kd k as a double), r = (y - kd ln2_hi) - kd ln2_lo, em = 2^k (1 + p) - 1 (k2 = 2^k;
+   for k = 0, em = p), and tanh = em / (em + 2). */
+#define AMP__TANH_KARG(y, MUL, ADD, C) ADD(MUL(y, C(AMP__TANH_INV_LN2)), C(0.5))
+#define AMP__TANH_R(y, kd, MUL, SUB, C) SUB(SUB(y, MUL(kd, C(AMP__TANH_LN2_HI))), MUL(kd, C(AMP__TANH_LN2_LO)))
+#define AMP__TANH_EM(p, k2, MUL, ADD, SUB, C) SUB(MUL(k2, ADD(C(1.0), p)), C(1.0))
+#define AMP__TANH_Q(em, ADD, DIV, C) DIV(em, ADD(em, C(2.0)))
 static inline AMP_HD AMP__EXACT_FP float amp__tanh(float x) {
   const uint32_t u = amp__f32_bits(x), a = u & 0x7fffffffu;
   double y, r, p, em, k2;
   int k;
   uint64_t kb;
   if (a > 0x7f800000u) return amp__bits_f32(u | 0x00400000u);                 /* NaN */
-  if (a >= 0x41200000u) return amp__bits_f32((u & 0x80000000u) | 0x3f800000u);   /* |x| >= 10 */
-  if (a < 0x39800000u) return amp__bits_f32(u);   /* |x| < 2^-12 (from the bits: -0 stays -0 under -Ofast) */
+  if (a >= AMP__TANH_ONE) return amp__bits_f32((u & 0x80000000u) | 0x3f800000u);
+  if (a < AMP__TANH_TINY) return amp__bits_f32(u);   /* from the bits: -0 stays -0 under -Ofast */
   y = amp__dadd((double)amp__bits_f32(a), (double)amp__bits_f32(a));
-  k = (int)amp__dadd(amp__dmul(y, AMP__TANH_INV_LN2), 0.5);
-  r = amp__dsub(amp__dsub(y, amp__dmul((double)k, AMP__TANH_LN2_HI)), amp__dmul((double)k, AMP__TANH_LN2_LO));
+  k = (int)AMP__TANH_KARG(y, amp__dmul, amp__dadd, AMP__GELU_C1);
+  r = AMP__TANH_R(y, (double)k, amp__dmul, amp__dsub, AMP__GELU_C1);
   AMP__TANH_POLY(p, r, amp__dmul, amp__dadd, AMP__GELU_C1);
   kb = (uint64_t)(1023 + k) << 52;
   memcpy(&k2, &kb, sizeof k2);   /* 2^k */
-  em = k ? amp__dsub(amp__dmul(k2, amp__dadd(1.0, p)), 1.0) : p;
+  em = k ? AMP__TANH_EM(p, k2, amp__dmul, amp__dadd, amp__dsub, AMP__GELU_C1) : p;
 #if defined(__CUDA_ARCH__)
-  return amp__bits_f32(amp__f32_bits(__double2float_rn(amp__ddiv(em, amp__dadd(em, 2.0)))) | (u & 0x80000000u));
+  return amp__bits_f32(amp__f32_bits(__double2float_rn(AMP__TANH_Q(em, amp__dadd, amp__ddiv, AMP__GELU_C1))) | (u & 0x80000000u));
 #else
-  return amp__bits_f32(amp__f32_bits((float)amp__ddiv(em, amp__dadd(em, 2.0))) | (u & 0x80000000u));
+  return amp__bits_f32(amp__f32_bits((float)AMP__TANH_Q(em, amp__dadd, amp__ddiv, AMP__GELU_C1)) | (u & 0x80000000u));
 #endif
 }
 /* The element math of the product's epilogue, shared by the CPU reference and every CUDA path. */
@@ -12677,20 +12686,20 @@ AMP__EXACT_BEGIN
 /* amp__tanh's double part for 8 magnitudes a in [2^-12, 10) */
 AMP__AVX512_INLINE __m256 amp__tanh_pd8(__m256 a) {
   __m512d y = amp__addpd8(_mm512_cvtps_pd(a), _mm512_cvtps_pd(a)), r, p, em;
-  __m256i k = _mm512_cvttpd_epi32(amp__addpd8(amp__mulpd8(y, _mm512_set1_pd(AMP__TANH_INV_LN2)), _mm512_set1_pd(0.5)));
+  __m256i k = _mm512_cvttpd_epi32(AMP__TANH_KARG(y, amp__mulpd8, amp__addpd8, _mm512_set1_pd));
   __m512d kd = _mm512_cvtepi32_pd(k);
   __m512d k2 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm256_add_epi32(k, _mm256_set1_epi32(1023))), 52));
-  r = amp__subpd8(amp__subpd8(y, amp__mulpd8(kd, _mm512_set1_pd(AMP__TANH_LN2_HI))), amp__mulpd8(kd, _mm512_set1_pd(AMP__TANH_LN2_LO)));
+  r = AMP__TANH_R(y, kd, amp__mulpd8, amp__subpd8, _mm512_set1_pd);
   AMP__TANH_POLY(p, r, amp__mulpd8, amp__addpd8, _mm512_set1_pd);
   em = _mm512_mask_blend_pd(_mm256_cmpeq_epi32_mask(k, _mm256_setzero_si256()),
-                            amp__subpd8(amp__mulpd8(k2, amp__addpd8(_mm512_set1_pd(1.0), p)), _mm512_set1_pd(1.0)), p);
-  return amp__cvtpd8(amp__divpd8(em, amp__addpd8(em, _mm512_set1_pd(2.0))));
+                            AMP__TANH_EM(p, k2, amp__mulpd8, amp__addpd8, amp__subpd8, _mm512_set1_pd), p);
+  return amp__cvtpd8(AMP__TANH_Q(em, amp__addpd8, amp__divpd8, _mm512_set1_pd));
 }
 AMP__AVX512_INLINE __m512 amp__tanh16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x), a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
   const __m512i sg = _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u));
-  const __mmask16 tiny = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x39800000));
-  const __mmask16 big = _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x41200000));
+  const __mmask16 tiny = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32((int)AMP__TANH_TINY));
+  const __mmask16 big = _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32((int)AMP__TANH_ONE));
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
   __m512 am = _mm512_mask_blend_ps((__mmask16)(tiny | big), _mm512_castsi512_ps(a), _mm512_set1_ps(1.0f));
   __m512 t = _mm512_insertf32x8(_mm512_castps256_ps512(amp__tanh_pd8(_mm512_castps512_ps256(am))),
@@ -12721,20 +12730,20 @@ AMP__AVX2_INLINE __m256d amp__divpd4(__m256d a, __m256d b) { return _mm256_div_p
 #endif
 AMP__AVX2_INLINE __m128 amp__tanh_pd4(__m128 a) {
   __m256d y = amp__addpd4(_mm256_cvtps_pd(a), _mm256_cvtps_pd(a)), r, p, em, k2;
-  __m128i k = _mm256_cvttpd_epi32(amp__addpd4(amp__mulpd4(y, _mm256_set1_pd(AMP__TANH_INV_LN2)), _mm256_set1_pd(0.5)));
+  __m128i k = _mm256_cvttpd_epi32(AMP__TANH_KARG(y, amp__mulpd4, amp__addpd4, _mm256_set1_pd));
   __m256d kd = _mm256_cvtepi32_pd(k);
   k2 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_cvtepi32_epi64(_mm_add_epi32(k, _mm_set1_epi32(1023))), 52));
-  r = amp__subpd4(amp__subpd4(y, amp__mulpd4(kd, _mm256_set1_pd(AMP__TANH_LN2_HI))), amp__mulpd4(kd, _mm256_set1_pd(AMP__TANH_LN2_LO)));
+  r = AMP__TANH_R(y, kd, amp__mulpd4, amp__subpd4, _mm256_set1_pd);
   AMP__TANH_POLY(p, r, amp__mulpd4, amp__addpd4, _mm256_set1_pd);
-  em = _mm256_blendv_pd(amp__subpd4(amp__mulpd4(k2, amp__addpd4(_mm256_set1_pd(1.0), p)), _mm256_set1_pd(1.0)), p,
+  em = _mm256_blendv_pd(AMP__TANH_EM(p, k2, amp__mulpd4, amp__addpd4, amp__subpd4, _mm256_set1_pd), p,
                         _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_cmpeq_epi32(k, _mm_setzero_si128()))));
-  return _mm256_cvtpd_ps(amp__divpd4(em, amp__addpd4(em, _mm256_set1_pd(2.0))));
+  return _mm256_cvtpd_ps(AMP__TANH_Q(em, amp__addpd4, amp__divpd4, _mm256_set1_pd));
 }
 AMP__AVX2_INLINE __m256 amp__tanh8(__m256 x) {
   const __m256i u = _mm256_castps_si256(x), a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
   const __m256i sg = _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u));
-  const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x39800000), a);   /* a: at most 0x7fffffff */
-  const __m256i big = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x411fffff));
+  const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)AMP__TANH_TINY), a);   /* a: at most 0x7fffffff */
+  const __m256i big = _mm256_cmpgt_epi32(a, _mm256_set1_epi32((int)AMP__TANH_ONE - 1));
   const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
   __m256 am = _mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(1.0f), _mm256_castsi256_ps(_mm256_or_si256(tiny, big)));
   __m256 t = _mm256_insertf128_ps(_mm256_castps128_ps256(amp__tanh_pd4(_mm256_castps256_ps128(am))),
@@ -12762,19 +12771,19 @@ AMP__NEON_STEP_INLINE float64x2_t amp__divpd2(float64x2_t a, float64x2_t b) {
 }
 AMP__NEON_STEP_INLINE float32x2_t amp__tanh_pd2(float64x2_t a) {
   float64x2_t y = amp__addpd2(a, a), r, p, em, kd, k2;
-  int64x2_t k = vcvtq_s64_f64(amp__addpd2(amp__mulpd2(y, vdupq_n_f64(AMP__TANH_INV_LN2)), vdupq_n_f64(0.5)));
+  int64x2_t k = vcvtq_s64_f64(AMP__TANH_KARG(y, amp__mulpd2, amp__addpd2, vdupq_n_f64));
   kd = vcvtq_f64_s64(k);
   k2 = vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(k, vdupq_n_s64(1023)), 52));
-  r = amp__subpd2(amp__subpd2(y, amp__mulpd2(kd, vdupq_n_f64(AMP__TANH_LN2_HI))), amp__mulpd2(kd, vdupq_n_f64(AMP__TANH_LN2_LO)));
+  r = AMP__TANH_R(y, kd, amp__mulpd2, amp__subpd2, vdupq_n_f64);
   AMP__TANH_POLY(p, r, amp__mulpd2, amp__addpd2, vdupq_n_f64);
   em = vbslq_f64(vceqq_s64(k, vdupq_n_s64(0)), p,
-                 amp__subpd2(amp__mulpd2(k2, amp__addpd2(vdupq_n_f64(1.0), p)), vdupq_n_f64(1.0)));
-  return vcvt_f32_f64(amp__divpd2(em, amp__addpd2(em, vdupq_n_f64(2.0))));
+                 AMP__TANH_EM(p, k2, amp__mulpd2, amp__addpd2, amp__subpd2, vdupq_n_f64));
+  return vcvt_f32_f64(AMP__TANH_Q(em, amp__addpd2, amp__divpd2, vdupq_n_f64));
 }
 AMP__NEON_STEP_INLINE float32x4_t amp__tanh4(float32x4_t x) {
   const uint32x4_t u = vreinterpretq_u32_f32(x), a = vandq_u32(u, vdupq_n_u32(0x7fffffffu));
   const uint32x4_t sg = vandq_u32(u, vdupq_n_u32(0x80000000u));
-  const uint32x4_t tiny = vcltq_u32(a, vdupq_n_u32(0x39800000u)), big = vcgeq_u32(a, vdupq_n_u32(0x41200000u));
+  const uint32x4_t tiny = vcltq_u32(a, vdupq_n_u32(AMP__TANH_TINY)), big = vcgeq_u32(a, vdupq_n_u32(AMP__TANH_ONE));
   const uint32x4_t nan = vcgtq_u32(a, vdupq_n_u32(0x7f800000u));
   float32x4_t am = vbslq_f32(vorrq_u32(tiny, big), vdupq_n_f32(1.0f), vreinterpretq_f32_u32(a));
   float32x4_t t = vcombine_f32(amp__tanh_pd2(vcvt_f64_f32(vget_low_f32(am))), amp__tanh_pd2(vcvt_high_f64_f32(am)));
